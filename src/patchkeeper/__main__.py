@@ -1,0 +1,5 @@
+"""`python -m patchkeeper`."""
+
+from .cli import main
+
+main()

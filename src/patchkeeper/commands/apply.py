@@ -1,0 +1,26 @@
+"""`patchkeeper apply NAME`: apply a patch set, or switch to it within its group, atomically."""
+
+from __future__ import annotations
+
+from .. import engine
+from ..session import Session
+from ..workspace import Workspace
+from .show_plan import describe
+from .snapshot import mirror
+
+
+def apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bool) -> int:
+    with Session(ws, target, f"apply {name}") as s:
+        if dry_run and s.ledger.current() is None:
+            print(f"{s.target.name}: no baseline yet; a real apply records one first")
+        elif not dry_run:
+            engine.ensure_baseline(s)
+        plan = engine.plan_apply(s, name, force)
+        if plan is None:
+            print(f"{s.target.name}: {name} is already applied; nothing to do")
+            return 0
+        if not dry_run:
+            engine.execute(s, plan)
+            mirror(ws, s)
+        describe(plan, s.target.name, dry_run)
+        return 0

@@ -1,0 +1,20 @@
+"""`patchkeeper list`: the workspace's patch sets, versions, and the package version each fits."""
+
+from __future__ import annotations
+
+from .. import patchset
+from ..workspace import Workspace
+from . import emit_json
+
+
+def list_patchsets(ws: Workspace, as_json: bool) -> int:
+    sets = [patchset.load(ws.patchsets_dir, n) for n in patchset.names(ws.patchsets_dir)]
+    if as_json:
+        emit_json([ps.summary() for ps in sets])
+        return 0
+    if not sets:
+        print(f"no patch sets in {ws.patchsets_dir}")
+    for ps in sets:
+        what = f"{len(ps.paths)} file(s)" + (f" + {', '.join(r for r, _ in ps.files)}" if ps.files else "")
+        print(f"{ps.ident:16} {ps.package}{ps.package_version:10} group={ps.group or '-':18} {what:20} {ps.description}")
+    return 0

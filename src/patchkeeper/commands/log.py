@@ -1,0 +1,29 @@
+"""`patchkeeper log`: every transaction on a target, newest first."""
+
+from __future__ import annotations
+
+import time
+
+from ..session import Session
+from ..workspace import Workspace
+from . import emit_json
+
+
+def log(ws: Workspace, target: str | None, as_json: bool) -> int:
+    with Session(ws, target, "log", write=False) as s:
+        entries = list(reversed(s.ledger.entries()))
+        if as_json:
+            emit_json([e.to_dict() for e in entries])
+            return 0
+        if not entries:
+            print(f"{s.target.name}: no transactions yet")
+        for e in entries:
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.time))
+            sets = ", ".join(f"{p['name']}@{p['version']}+{p['digest'].partition(':')[2][:12]}" for p in e.patchsets)
+            before = e.before.id if e.before else "-"
+            print(f"{e.id}  {when}  {e.who}  {e.kind:8} {before} -> {e.after.id}"
+                  f"{' (' + e.after.name + ')' if e.after.name else ''}  `{e.command}`"
+                  f"{'  ' + sets if sets else ''}  {len(e.changed)} file(s)")
+            if e.hand_edits:
+                print(f"    backed up hand edits first: {', '.join(e.hand_edits)}")
+        return 0

@@ -1,0 +1,26 @@
+"""Print a plan or a finished transaction the same way for every verb."""
+
+from __future__ import annotations
+
+from ..engine import Plan
+
+_MARK = {"changed": "M", "added": "A", "removed": "D", "mode": "m"}
+
+
+def describe(plan: Plan, target: str, dry_run: bool) -> None:
+    e = plan.entry
+    verb = "would change" if dry_run else "changed"
+    for note in plan.notes:
+        print(note)
+    if plan.drift:
+        print(f"files changed by hand since state {e.before.id if e.before else '?'} "
+              f"(backed up{' first' if dry_run else ''}): " + ", ".join(plan.drift))
+    print(f"{target}: {e.kind} {e.before.stack_text() if e.before else '(nothing)'} -> {e.after.stack_text()}")
+    for op in plan.ops:
+        kind = "added" if op.old is None else "removed" if op.new is None else \
+            "mode" if op.old.digest == op.new.digest else "changed"
+        size = f"{op.new.size} bytes" if op.new else ""
+        mode = f" mode {op.new.mode:o}" if op.new and op.old and op.old.mode != op.new.mode else ""
+        print(f"  {_MARK[kind]} {op.key}  {size}{mode}")
+    print(f"{len(plan.ops)} file(s) {verb}; state {e.before.id if e.before else '-'} -> {e.after.id}"
+          + ("" if dry_run else f" (transaction {e.id})"))

@@ -1,0 +1,43 @@
+"""`patchkeeper snapshot --name NAME`: record a named state; `mirror` copies records to the workspace."""
+
+from __future__ import annotations
+
+import json
+
+from .. import engine
+from ..session import Session
+from ..workspace import Workspace
+
+
+def snapshot(ws: Workspace, target: str | None, name: str, manifest_only: bool) -> int:
+    from ..errors import BadInput
+
+    if name in ("previous",) or not name.strip():
+        raise BadInput(f"{name!r} cannot name a state", "pick another name")
+    with Session(ws, target, f"snapshot --name {name}") as s:
+        engine.ensure_baseline(s, bytes_kept=not manifest_only)
+        entry = engine.record_state(s, "snapshot", name, bytes_kept=not manifest_only)
+        mirror(ws, s)
+        kept = "digests only" if manifest_only else "bytes kept"
+        print(f"{s.target.name}: recorded state {entry.after.id} as {name!r} "
+              f"({entry.extra['files']} files, {kept})")
+        return 0
+
+
+def mirror(ws: Workspace, s: Session) -> list:
+    """Copy the target's ledger entries and current manifest into snapshots/<target>/."""
+    out = ws.snapshots_dir / s.target.name
+    (out / "ledger").mkdir(parents=True, exist_ok=True)
+    written = []
+    for entry in s.ledger.entries():
+        path = out / "ledger" / entry.file_name()
+        if not path.exists():
+            path.write_text(json.dumps(entry.to_dict(), indent=1) + "\n")
+            written.append(path)
+    current = s.ledger.current()
+    if current is not None:
+        path = out / "manifest.txt"
+        path.write_bytes(s.ledger.load_manifest(current).to_text())
+        (out / "state.json").write_text(json.dumps({"target": s.target.name, **current.to_dict()}, indent=1) + "\n")
+        written += [path, out / "state.json"]
+    return written

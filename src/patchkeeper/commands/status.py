@@ -1,0 +1,40 @@
+"""`patchkeeper status`: the applied stack, and whether the files still match the recorded state."""
+
+from __future__ import annotations
+
+from .. import engine
+from ..manifest import differences
+from ..session import Session
+from ..workspace import Workspace
+from . import emit_json
+
+
+def status(ws: Workspace, target: str | None, as_json: bool) -> int:
+    with Session(ws, target, "status", write=False) as s:
+        info = s.target.info
+        current = s.ledger.current()
+        doc = {"target": s.target.name, "host": info.host, "package": info.package, "version": info.version,
+               "site": info.site, "state_dir": info.state_dir, "state": current.to_dict() if current else None,
+               "differences": {}}
+        if current is not None:
+            doc["differences"] = differences(s.ledger.load_manifest(current), engine.scan_all(s.target))
+        if as_json:
+            emit_json(doc)
+            return 0
+        print(f"target {s.target.name}: {info.package} {info.version} in {info.site}")
+        if current is None:
+            print("no recorded state: patchkeeper has not changed this target yet")
+            return 0
+        print(f"state {current.id}{' (' + current.name + ')' if current.name else ''}: {current.stack_text()}")
+        for p in current.stack:
+            print(f"  {p['name']}@{p['version']}  {p['digest'][:19]}…")
+        diffs = doc["differences"]
+        if not diffs:
+            print("files match the recorded state")
+        else:
+            print(f"{len(diffs)} file(s) differ from the recorded state (changed outside patchkeeper):")
+            for key, kind in list(diffs.items())[:20]:
+                print(f"  {kind:8} {key}")
+            if len(diffs) > 20:
+                print(f"  … and {len(diffs) - 20} more")
+        return 0

@@ -1,0 +1,303 @@
+"""Plan and carry out changes of code state: baseline, apply/switch, rollback, snapshots."""
+
+from __future__ import annotations
+
+import posixpath
+import time
+from dataclasses import dataclass, field
+
+from . import patching, patchset, transaction
+from .agent import hash_bytes
+from .errors import BadInput, Refused, StoreError
+from .ledger import LedgerEntry, State, new_id, who
+from .manifest import ROLE_PREFIX, Entry, Manifest, differences
+from .patchset import PatchSet
+from .session import Session
+from .targets import Target
+from .transaction import FileOp
+
+
+@dataclass(frozen=True)
+class Plan:
+    ops: tuple[FileOp, ...]
+    contents: dict[str, bytes]
+    entry: LedgerEntry
+    drift: tuple[str, ...] = ()  # keys that differ from the recorded state before the change
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+# ---- scanning --------------------------------------------------------------------------------
+def _cache(target: Target) -> str:
+    return posixpath.join(target.info.state_dir, "statcache.json")
+
+
+def scan_all(target: Target) -> Manifest:
+    """Every managed file now: the package (RECORD plus a walk of its top directories) and roles."""
+    info = target.info
+    rows = target.agent.scan(info.site, info.package_paths(), info.top_dirs(), _cache(target), info.role_keys())
+    return Manifest.from_scan(rows)
+
+
+def scan_keys(target: Target, keys) -> dict[str, Entry]:
+    info = target.info
+    roles = info.role_keys()
+    paths = [k for k in keys if not k.startswith(ROLE_PREFIX)]
+    extra = {k: roles[k] for k in keys if k in roles}
+    rows = target.agent.scan(info.site, paths, [], None, extra)
+    return {k: Entry.of(v) for k, v in rows.items()}
+
+
+# ---- recorded states -------------------------------------------------------------------------
+def record_state(s: Session, kind: str, name: str, bytes_kept: bool = True) -> LedgerEntry:
+    """Record the target's files as they are now as a named state (kind: baseline | snapshot)."""
+    target, ledger = s.target, s.ledger
+    manifest = scan_all(target)
+    if bytes_kept:
+        files = {e.digest: target.info.path_of(k) for k, e in manifest.items()}
+        bad = target.agent.store_put_files(target.info.store, files)
+        if bad:
+            raise Refused("files changed while patchkeeper was recording them", "retry when the package is quiet")
+    current = ledger.current()
+    state = State.make(ledger.save_manifest(manifest), current.stack if current else (), name, bytes_kept)
+    entry = LedgerEntry(id=new_id(), seq=ledger.next_seq(), time=time.time(), who=who(), command=s.command,
+                        kind=kind, after=state, before=current,
+                        extra={"files": len(manifest), "package_version": target.info.version})
+    ledger.append(entry)
+    return entry
+
+
+def ensure_baseline(s: Session, bytes_kept: bool = True) -> State:
+    current = s.ledger.current()
+    if current is not None:
+        return current
+    entry = record_state(s, "baseline", "baseline", bytes_kept)
+    print(f"recorded baseline of {s.target.name}: {entry.extra['files']} files, state {entry.after.id}")
+    return entry.after
+
+
+# ---- apply / switch --------------------------------------------------------------------------
+def resolve(ws_patchsets, name: str) -> list[PatchSet]:
+    """The patch set and everything it requires, requirements first."""
+    out: dict[str, PatchSet] = {}
+
+    def visit(n: str, trail: tuple[str, ...]) -> None:
+        if n in trail:
+            raise BadInput(f"patch set requirements form a cycle: {' -> '.join(trail + (n,))}")
+        if n in out:
+            return
+        ps = patchset.load(ws_patchsets, n)
+        for req in ps.requires:
+            visit(req, trail + (n,))
+        out[n] = ps
+
+    visit(name, ())
+    return list(out.values())
+
+
+def _ref(ps: PatchSet) -> dict:
+    return {"name": ps.name, "version": ps.version, "digest": ps.digest}
+
+
+def check_fits(target: Target, sets: list[PatchSet], force: bool) -> list[str]:
+    from packaging.specifiers import SpecifierSet
+
+    info, notes = target.info, []
+    for ps in sets:
+        if ps.package != target.config.package:
+            raise BadInput(f"patch set {ps.ident} is for package {ps.package!r}, "
+                           f"target {target.name} manages {target.config.package!r}")
+        if ps.package_version and not SpecifierSet(ps.package_version).contains(info.version, prereleases=True):
+            msg = f"patch set {ps.ident} needs {ps.package}{ps.package_version}, target {target.name} has {info.version}"
+            if not force:
+                raise Refused(msg, "use --force to apply it anyway")
+            notes.append(f"warning: {msg} (--force)")
+        for role, _ in ps.files:
+            if role not in dict(info.roles):
+                raise BadInput(f"patch set {ps.ident} sets the {role!r} file, but target {target.name} "
+                               f"has no such role", f"add {role} = \"...\" to [targets.{target.name}.files]")
+    return notes
+
+
+def _check_history(s: Session, sets: list[PatchSet]) -> None:
+    for e in s.ledger.entries():
+        for ref in e.patchsets:
+            for ps in sets:
+                if ref["name"] == ps.name and ref["version"] == ps.version and ref["digest"] != ps.digest:
+                    raise Refused(f"patch set {ps.ident} changed since it was applied here "
+                                  f"({ref['digest'][:19]}… then, {ps.digest[:19]}… now) without a version bump",
+                                  f"raise version in patchsets/{ps.name}/patchset.toml")
+
+
+def plan_apply(s: Session, name: str, force: bool) -> Plan | None:
+    """Plan applying `name` (and what it requires) on the current stack; None if already applied."""
+    ws, target, ledger = s.workspace, s.target, s.ledger
+    incoming = resolve(ws.patchsets_dir, name)
+    notes = check_fits(target, incoming, force)
+    _check_history(s, incoming)
+    current, cur_manifest = _recorded(s)
+    stack = list(current.stack)
+    top = incoming[-1]
+    if any(p["name"] == top.name and p["version"] == top.version and p["digest"] == top.digest for p in stack):
+        return None
+    replaced_names = {ps.name for ps in incoming}
+    groups = {ps.group for ps in incoming if ps.group}
+    removed = []
+    for p in stack:
+        if p["name"] in replaced_names:
+            removed.append(p)
+        elif groups and patchset.load(ws.patchsets_dir, p["name"]).group in groups:
+            removed.append(p)
+    kept = [p for p in stack if p not in removed]
+    adding = [ps for ps in incoming if not any(k["name"] == ps.name for k in kept) or ps is top]
+    new_stack = kept + [_ref(ps) for ps in adding]
+
+    if removed:  # a switch: rebuild every file any of the old or new patch sets touches from baseline
+        kept_sets = [patchset.load(ws.patchsets_dir, p["name"]) for p in kept]
+        for old_ref, ps in zip(kept, kept_sets):
+            if ps.digest != old_ref["digest"]:
+                raise Refused(f"applied patch set {old_ref['name']}@{old_ref['version']} changed in the workspace",
+                              "restore it, or roll back to baseline first")
+        old_sets = [_load_applied(ws, p) for p in removed]
+        build = kept_sets + adding
+        keys = _keys(build + old_sets)
+        base_manifest = ledger.load_manifest(ledger.baseline())
+    else:
+        build = adding
+        keys = _keys(build)
+        base_manifest = None
+    actual = scan_keys(target, keys)
+    drift = tuple(k for k in keys if actual.get(k) != cur_manifest.get(k))
+    if drift and not force:
+        raise Refused(f"{len(drift)} file(s) differ from the recorded state {current.id} (edited by hand?): "
+                      + ", ".join(drift), "inspect them; --force applies anyway and backs them up first")
+
+    if base_manifest is not None:
+        files = {k: _baseline_bytes(target, base_manifest, actual, k) for k in keys}
+        modes = {k: base_manifest[k].mode for k in keys if k in base_manifest}
+    else:
+        files = {k: (target.agent.read(target.info.path_of(k)) if k in actual else None) for k in keys}
+        modes = {k: actual[k].mode for k in actual}
+    for ps in build:
+        for origin, fps in ps.patches:
+            for fp in fps:
+                _check_inside(target, fp.path, f"{ps.name}/{origin}")
+                files[fp.path] = patching.apply(fp, files[fp.path], f"{ps.name}/{origin}").data
+                if fp.new_mode is not None:
+                    modes[fp.path] = fp.new_mode
+                elif fp.kind == "add":
+                    modes[fp.path] = 0o644
+        for role, data in ps.files:
+            files[ROLE_PREFIX + role] = data
+            modes.setdefault(ROLE_PREFIX + role, 0o644)
+    ops, contents = _ops(target, actual, files, modes)
+    kind = "switch" if removed else "apply"
+    manifest_text = cur_manifest.replace({op.key: op.new for op in ops}).to_text()
+    manifest_digest = hash_bytes(manifest_text)
+    contents[manifest_digest] = manifest_text
+    after = State.make(manifest_digest, new_stack)
+    if removed:
+        notes.append("switching: " + ", ".join(f"{p['name']}@{p['version']}" for p in removed)
+                     + " -> " + ", ".join(ps.ident for ps in adding))
+    entry = LedgerEntry(id=new_id(), seq=ledger.next_seq(), time=time.time(), who=who(), command=s.command,
+                        kind=kind, before=current, after=after, patchsets=tuple(_ref(ps) for ps in adding),
+                        changed=differences({op.key: op.old for op in ops if op.old},
+                                            {op.key: op.new for op in ops if op.new}),
+                        hand_edits=drift, extra={"removed": removed})
+    return Plan(tuple(ops), contents, entry, drift, tuple(notes))
+
+
+def _recorded(s: Session) -> tuple[State, Manifest]:
+    """The last recorded state and its manifest; before any baseline, the files as they are."""
+    current = s.ledger.current()
+    if current is not None:
+        return current, s.ledger.load_manifest(current)
+    manifest = scan_all(s.target)
+    return State.make(hash_bytes(manifest.to_text()), (), "baseline"), manifest
+
+
+def _load_applied(ws, ref: dict) -> PatchSet:
+    ps = patchset.load(ws.patchsets_dir, ref["name"])
+    if ps.digest != ref["digest"]:
+        raise Refused(f"applied patch set {ref['name']}@{ref['version']} is no longer in the workspace as applied "
+                      "(its files changed)", "roll back to baseline instead, which needs no patch set")
+    return ps
+
+
+def _keys(sets: list[PatchSet]) -> list[str]:
+    keys: dict[str, None] = {}
+    for ps in sets:
+        keys.update(dict.fromkeys(ps.paths))
+        keys.update(dict.fromkeys(ROLE_PREFIX + r for r, _ in ps.files))
+    return list(keys)
+
+
+def _baseline_bytes(target: Target, base: Manifest, actual: dict[str, Entry], key: str) -> bytes | None:
+    entry = base.get(key)
+    if entry is None:
+        return None
+    if actual.get(key) is not None and actual[key].digest == entry.digest:
+        return target.agent.read(target.info.path_of(key))
+    try:
+        return target.agent.store_get(target.info.store, entry.digest)
+    except Exception as exc:
+        raise StoreError(f"baseline bytes of {key} are not available: {exc}",
+                         "the baseline was recorded --manifest-only; restore the file first") from None
+
+
+def _check_inside(target: Target, rel: str, origin: str) -> None:
+    """Refuse a path that leaves site-packages through a symlinked directory."""
+    site = target.agent.realpath(target.info.site)
+    parent = target.agent.realpath(posixpath.dirname(target.info.path_of(rel)))
+    if parent != site and not parent.startswith(site.rstrip("/") + "/"):
+        raise BadInput(f"{origin}: path {rel!r} leads outside site-packages (through a symlink) to {parent}",
+                       "remove the symlink or fix the patch path")
+
+
+def _ops(target: Target, actual: dict[str, Entry], files: dict[str, bytes | None],
+         modes: dict[str, int]) -> tuple[list[FileOp], dict[str, bytes]]:
+    ops, contents = [], {}
+    for key, data in files.items():
+        old = actual.get(key)
+        if data is None:
+            new = None
+        else:
+            digest = hash_bytes(data)
+            new = Entry(digest, len(data), modes.get(key, 0o644))
+            contents[digest] = data
+        if old != new:
+            ops.append(FileOp(key, target.info.path_of(key), old, new))
+    return ops, contents
+
+
+# ---- rollback --------------------------------------------------------------------------------
+def plan_rollback(s: Session, spec: str) -> Plan | None:
+    target, ledger = s.target, s.ledger
+    current = ledger.current()
+    if current is None:
+        raise Refused(f"target {target.name} has no recorded state to roll back to",
+                      "patchkeeper has not changed it yet")
+    goal = ledger.find_state(spec)
+    want = ledger.load_manifest(goal)
+    recorded = ledger.load_manifest(current)
+    actual = scan_all(target)
+    hand = differences(recorded, actual)
+    ops = [FileOp(k, target.info.path_of(k), actual.get(k), want.get(k))
+           for k in sorted(set(actual) | set(want)) if actual.get(k) != want.get(k)]
+    missing = target.agent.store_missing(target.info.store, sorted({op.new.digest for op in ops if op.new}))
+    if missing:
+        names = [op.key for op in ops if op.new and op.new.digest in missing]
+        raise StoreError(f"state {goal.id} ({goal.name or 'unnamed'}) was recorded without bytes; "
+                         f"{len(names)} file(s) cannot be restored: " + ", ".join(names[:20]),
+                         "restore those files by other means (e.g. reinstall the package)")
+    if not ops and goal.id == current.id:
+        return None
+    entry = LedgerEntry(id=new_id(), seq=ledger.next_seq(), time=time.time(), who=who(), command=s.command,
+                        kind="rollback", before=current, after=goal,
+                        changed=differences({op.key: op.old for op in ops if op.old},
+                                            {op.key: op.new for op in ops if op.new}),
+                        hand_edits=tuple(hand))
+    return Plan(tuple(ops), {}, entry, tuple(hand))
+
+
+def execute(s: Session, plan: Plan) -> None:
+    transaction.run(s.ledger, list(plan.ops), plan.contents, plan.entry)

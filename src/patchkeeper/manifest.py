@@ -1,0 +1,82 @@
+"""A file's entry (digest, size, mode) and the manifest of a code state, with its text form."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Iterator, Mapping
+
+ROLE_PREFIX = "@"  # manifest keys of role files (the unit file...) are "@unit"; the rest are paths
+
+
+@dataclass(frozen=True)
+class Entry:
+    digest: str
+    size: int
+    mode: int
+
+    @classmethod
+    def of(cls, row: list) -> "Entry":
+        digest, size, mode = row
+        return cls(digest, int(size), int(mode))
+
+
+class Manifest(Mapping[str, Entry]):
+    """An immutable map of manifest key to Entry, serialized one sorted line per file:
+    `<mode octal> <size> <digest> <json path>`, so that git diffs of manifests read well."""
+
+    def __init__(self, entries: Mapping[str, Entry]) -> None:
+        self._entries = dict(sorted(entries.items()))
+
+    def __getitem__(self, key: str) -> Entry:
+        return self._entries[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def replace(self, changes: Mapping[str, Entry | None]) -> "Manifest":
+        entries = dict(self._entries)
+        for key, entry in changes.items():
+            if entry is None:
+                entries.pop(key, None)
+            else:
+                entries[key] = entry
+        return Manifest(entries)
+
+    def to_text(self) -> bytes:
+        lines = [f"{e.mode:o} {e.size} {e.digest} {json.dumps(k, ensure_ascii=False)}\n"
+                 for k, e in self._entries.items()]
+        return "".join(lines).encode("utf-8")
+
+    @classmethod
+    def from_text(cls, data: bytes) -> "Manifest":
+        entries = {}
+        for line in data.decode("utf-8").splitlines():
+            mode, size, digest, key = line.split(" ", 3)
+            entries[json.loads(key)] = Entry(digest, int(size), int(mode, 8))
+        return cls(entries)
+
+    @classmethod
+    def from_scan(cls, rows: Mapping[str, list]) -> "Manifest":
+        return cls({k: Entry.of(v) for k, v in rows.items()})
+
+
+def differences(recorded: Mapping[str, Entry], actual: Mapping[str, Entry]) -> dict[str, str]:
+    """key -> changed | added | removed | mode, for every key whose entry differs."""
+    out = {}
+    for key in sorted(set(recorded) | set(actual)):
+        old, new = recorded.get(key), actual.get(key)
+        if old == new:
+            continue
+        if old is None:
+            out[key] = "added"
+        elif new is None:
+            out[key] = "removed"
+        elif old.digest == new.digest and old.size == new.size:
+            out[key] = "mode"
+        else:
+            out[key] = "changed"
+    return out

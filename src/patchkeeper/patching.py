@@ -1,0 +1,158 @@
+"""Parse git-style unified diffs into frozen values and apply them to bytes, strictly."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import BadInput, HunkFailed
+
+_ENC = ("utf-8", "surrogateescape")
+
+
+@dataclass(frozen=True)
+class Hunk:
+    header: str
+    source_start: int
+    old_lines: tuple[str, ...]  # context and removed lines, with their line endings
+    new_lines: tuple[str, ...]  # context and added lines
+
+
+@dataclass(frozen=True)
+class FilePatch:
+    """The change one diff makes to one site-packages-relative path."""
+
+    path: str
+    kind: str  # "modify" | "add" | "delete"
+    new_mode: int | None
+    hunks: tuple[Hunk, ...]
+
+
+@dataclass(frozen=True)
+class Applied:
+    data: bytes | None
+    offsets: tuple[int, ...]  # how far each hunk moved from where its header put it
+
+
+def split_lines(text: str) -> list[str]:
+    """Split on newline only, keeping endings (str.splitlines also splits on \\f and \\r)."""
+    lines = text.split("\n")
+    out = [line + "\n" for line in lines[:-1]]
+    if lines[-1]:
+        out.append(lines[-1])
+    return out
+
+
+def parse(text: str, origin: str) -> tuple[FilePatch, ...]:
+    """Parse a unified diff as `git diff` writes it; raise BadInput naming `origin` if it is not one."""
+    import unidiff
+
+    try:
+        patch_set = unidiff.PatchSet(text)
+    except unidiff.UnidiffParseError as exc:
+        raise BadInput(f"{origin}: not a unified diff: {exc}", "regenerate it with git diff") from None
+    if not patch_set and text.strip():
+        raise BadInput(f"{origin}: no file changes found in the diff", "regenerate it with git diff")
+    patches = []
+    for pf in patch_set:
+        if pf.is_binary_file:
+            raise BadInput(f"{origin}: {pf.path} is a binary patch, which patchkeeper does not apply",
+                           "ship the file whole instead")
+        if pf.is_rename:
+            raise BadInput(f"{origin}: {pf.path} is a rename", "express it as a delete and an add")
+        kind = "add" if pf.is_added_file else "delete" if pf.is_removed_file else "modify"
+        path = _strip_prefix(pf.target_file if kind != "delete" else pf.source_file, origin)
+        new_mode = None
+        for info in pf.patch_info:
+            words = info.split()
+            if info.startswith(("new mode ", "new file mode ")):
+                new_mode = int(words[-1], 8) & 0o7777
+        hunks = []
+        for h in pf:
+            old: list[str] = []
+            new: list[str] = []
+            last: list[list[str]] = []
+            for line in h:
+                if line.line_type == "\\":  # "\ No newline at end of file" ends the line before it
+                    for side in last:
+                        side[-1] = side[-1].removesuffix("\n")
+                    continue
+                value = line.value
+                if line.line_type == " ":
+                    old.append(value), new.append(value)
+                    last = [old, new]
+                elif line.line_type == "-":
+                    old.append(value)
+                    last = [old]
+                elif line.line_type == "+":
+                    new.append(value)
+                    last = [new]
+            header = f"@@ -{h.source_start},{h.source_length} +{h.target_start},{h.target_length} @@"
+            hunks.append(Hunk(header, h.source_start, tuple(old), tuple(new)))
+        patches.append(FilePatch(path, kind, new_mode, tuple(hunks)))
+    return tuple(patches)
+
+
+def _strip_prefix(name: str, origin: str) -> str:
+    if name.startswith(("a/", "b/")):
+        name = name[2:]
+    else:
+        raise BadInput(f"{origin}: path {name!r} lacks the a/ or b/ prefix of git diff",
+                       "write diffs relative to site-packages with git diff")
+    return name
+
+
+def apply(patch: FilePatch, data: bytes | None, origin: str) -> Applied:
+    """Apply one file's hunks to its current bytes (None when absent); exact lines, offsets allowed."""
+    where = f"{origin}: {patch.path}"
+    if patch.kind == "add":
+        if data is not None:
+            raise HunkFailed(f"{where}: the patch adds this file but it already exists",
+                             "roll back first, or check which patch set created it")
+        return Applied("".join(l for h in patch.hunks for l in h.new_lines).encode(*_ENC), ())
+    if data is None:
+        raise HunkFailed(f"{where}: the file does not exist", "check the package version")
+    lines = split_lines(data.decode(*_ENC))
+    if patch.kind == "delete":
+        expected = [l for h in patch.hunks for l in h.old_lines]
+        if lines != expected:
+            raise HunkFailed(f"{where}: the file to delete differs from the patch's copy",
+                             "the file was changed; check it against the patch")
+        return Applied(None, ())
+    out: list[str] = []
+    pos = 0
+    shift = 0
+    offsets = []
+    for hunk in patch.hunks:
+        want = max(hunk.source_start - 1 + shift, pos) if hunk.old_lines else hunk.source_start + shift
+        at = _locate(lines, hunk.old_lines, want, pos)
+        if at is None:
+            raise HunkFailed(f"{where}: hunk {hunk.header} does not apply: {_mismatch(lines, hunk, want)}",
+                             "the file differs from what the patch set was written against; "
+                             "run `patchkeeper check` or rebuild the patch set")
+        offsets.append(at - (hunk.source_start - 1 if hunk.old_lines else hunk.source_start))
+        shift = at - (hunk.source_start - 1) if hunk.old_lines else shift
+        out.extend(lines[pos:at])
+        out.extend(hunk.new_lines)
+        pos = at + len(hunk.old_lines)
+    out.extend(lines[pos:])
+    return Applied("".join(out).encode(*_ENC), tuple(offsets))
+
+
+def _locate(lines: list[str], old: tuple[str, ...], want: int, floor: int) -> int | None:
+    n = len(old)
+    limit = len(lines) - n
+    for distance in range(0, max(limit, 0) + abs(want) + 2):
+        for at in (want - distance, want + distance) if distance else (want,):
+            if floor <= at <= limit and tuple(lines[at:at + n]) == old:
+                return at
+        if want - distance < floor and want + distance > limit:
+            break
+    return None
+
+
+def _mismatch(lines: list[str], hunk: Hunk, want: int) -> str:
+    for i, expected in enumerate(hunk.old_lines):
+        found = lines[want + i] if 0 <= want + i < len(lines) else "<end of file>"
+        if found != expected:
+            return f"line {want + i + 1}: expected {expected.rstrip()!r}, found {found.rstrip()!r}"
+    return "context lines do not match"

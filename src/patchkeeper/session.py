@@ -1,0 +1,61 @@
+"""Open a target for a command: its ledger, its lock, recovery of an interrupted transaction."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from . import transaction
+from .errors import Refused
+from .ledger import Ledger
+from .targets import Target, open_target
+from .workspace import Workspace
+
+
+class Session:
+    """`with Session(ws, name, "apply ddtree") as s:` locks the target and recovers it first.
+
+    With `write=False` the lock is taken only when an interrupted transaction must be recovered.
+    """
+
+    def __init__(self, workspace: Workspace, target_name: str | None, command: str, write: bool = True) -> None:
+        self.workspace = workspace
+        self.config = workspace.target(target_name)
+        self.command = command
+        self.write = write
+        self.target: Target | None = None
+        self.ledger: Ledger | None = None
+        self.recovered: str | None = None
+        self._locked = False
+
+    def __enter__(self) -> "Session":
+        self.target = open_target(self.config)
+        try:
+            self.ledger = Ledger(self.target)
+            if self.write or self.target.agent.lstat(self.ledger.journal_path) is not None:
+                self._lock()
+                self.recovered = transaction.recover(self.ledger)
+                if self.recovered:
+                    print(f"recovered {self.target.name}: {self.recovered}", file=sys.stderr)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def _lock(self) -> None:
+        holder = self.target.agent.lock(self.ledger.lock_path, {"command": self.command})
+        if holder is not None:
+            since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(holder.get("since", 0))))
+            raise Refused(
+                f"target {self.target.name} is locked by pid {holder.get('pid')} on {holder.get('host')} "
+                f"running `{holder.get('command')}` since {since}",
+                "wait for it to finish; if that process is gone from another host, remove "
+                f"{self.ledger.lock_path}")
+        self._locked = True
+
+    def __exit__(self, *exc) -> None:
+        if self._locked:
+            self.target.agent.unlock(self.ledger.lock_path)
+            self._locked = False
+        if self.target is not None:
+            self.target.close()

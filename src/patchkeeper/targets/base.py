@@ -1,0 +1,106 @@
+"""The target contract: an interpreter, its package, its role files, and a near-disk agent."""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from functools import cached_property
+
+from ..errors import BadInput, TargetError
+from ..manifest import ROLE_PREFIX
+from ..workspace import TargetConfig
+
+_INFO = (
+    "import json, sys, sysconfig\n"
+    "p = sysconfig.get_paths()\n"
+    "print(json.dumps({'prefix': sys.prefix, 'purelib': p['purelib'], 'platlib': p['platlib'],"
+    " 'python': '%d.%d.%d' % sys.version_info[:3]}))\n"
+)
+
+
+@dataclass(frozen=True)
+class TargetInfo:
+    name: str
+    host: str
+    python: str
+    python_version: str
+    prefix: str
+    site: str  # the site-packages directory that holds the package
+    package: str
+    version: str
+    dist_info: str
+    record: tuple[str, ...]  # RECORD paths, relative to site
+    roles: tuple[tuple[str, str], ...]  # role -> absolute path
+    state_dir: str
+
+    @property
+    def store(self) -> str:
+        return posixpath.join(self.state_dir, "store")
+
+    def top_dirs(self) -> list[str]:
+        """Top-level directories of the distribution (from RECORD), walked to catch added files."""
+        tops = {p.split("/", 1)[0] for p in self.record if "/" in p and not p.startswith("..")}
+        return sorted(tops)
+
+    def package_paths(self) -> list[str]:
+        return [p for p in self.record if not p.startswith(("../", "/"))]
+
+    def path_of(self, key: str) -> str:
+        if key.startswith(ROLE_PREFIX):
+            return dict(self.roles)[key[1:]]
+        return posixpath.join(self.site, key)
+
+    def role_keys(self) -> dict[str, str]:
+        return {ROLE_PREFIX + role: path for role, path in self.roles}
+
+
+class Target(ABC):
+    """Where a package lives. The engine talks only to this: `info`, `agent`, `run`."""
+
+    def __init__(self, config: TargetConfig) -> None:
+        self.config = config
+        self.name = config.name
+
+    @property
+    @abstractmethod
+    def agent(self):
+        """An object with the methods of `patchkeeper.agent.Agent`, running next to the files."""
+
+    @abstractmethod
+    def run(self, argv: list[str], timeout: float = 60.0, input: bytes | None = None) -> tuple[int, bytes, bytes]:
+        """Run a program on the target without any shell; return (exit code, stdout, stderr)."""
+
+    def close(self) -> None:
+        pass
+
+    @cached_property
+    def info(self) -> TargetInfo:
+        cfg = self.config
+        try:
+            code, out, err = self.run([cfg.python, "-I", "-c", _INFO], timeout=60)
+        except FileNotFoundError:
+            code, out, err = 127, b"", b"not found"
+        if code != 0:
+            raise TargetError(f"target {self.name}: cannot run its interpreter {cfg.python}: "
+                              f"{err.decode(errors='replace').strip().splitlines()[-1:] or code}",
+                              f"fix python = ... in [targets.{self.name}]")
+        py = json.loads(out)
+        sites = list(dict.fromkeys([py["purelib"], py["platlib"]]))
+        dist = self.agent.dist_info(sites, cfg.package)
+        if dist is None:
+            raise TargetError(f"target {self.name}: package {cfg.package!r} is not installed in "
+                              f"{' or '.join(sites)}", f"install it with {cfg.python} -m pip install {cfg.package}")
+        roles = []
+        for role, path in sorted(cfg.files.items()):
+            if not posixpath.isabs(path):
+                raise BadInput(f"target {self.name}: role file {role} = {path!r} is not absolute")
+            roles.append((role, path))
+        return TargetInfo(
+            name=self.name, host=self.agent.hostname(), python=cfg.python,
+            python_version=py["python"], prefix=py["prefix"], site=dist["site"],
+            package=cfg.package, version=dist["version"], dist_info=dist["dist_info"],
+            record=tuple(dist["record"]), roles=tuple(roles),
+            state_dir=cfg.state_dir or posixpath.join(py["prefix"], ".patchkeeper"),
+        )

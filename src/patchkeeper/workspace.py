@@ -1,0 +1,108 @@
+"""Find the workspace and read patchkeeper.toml into frozen target descriptions."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import BadInput
+
+CONFIG = "patchkeeper.toml"
+
+
+@dataclass(frozen=True)
+class TargetConfig:
+    """One target as the workspace describes it."""
+
+    name: str
+    python: str
+    package: str
+    files: dict[str, str] = field(default_factory=dict)  # role -> path
+    state_dir: str | None = None
+    ssh: str | None = None
+    raw: dict = field(default_factory=dict)  # the whole table, for verbs with their own keys
+
+
+@dataclass(frozen=True)
+class Workspace:
+    root: Path
+    default_target: str | None
+    targets: dict[str, TargetConfig]
+
+    @property
+    def patchsets_dir(self) -> Path:
+        return self.root / "patchsets"
+
+    @property
+    def snapshots_dir(self) -> Path:
+        return self.root / "snapshots"
+
+    def target(self, name: str | None) -> TargetConfig:
+        name = name or self.default_target
+        if not name:
+            raise BadInput(f"no target given and {self.root / CONFIG} sets no default_target",
+                           "pass -t NAME or set default_target")
+        if name not in self.targets:
+            known = ", ".join(sorted(self.targets)) or "none"
+            raise BadInput(f"unknown target {name!r} (known: {known})",
+                           f"add [targets.{name}] to {self.root / CONFIG}")
+        return self.targets[name]
+
+
+def find(explicit: str | None = None, cwd: Path | None = None) -> Path:
+    """The workspace root: --workspace, else $PATCHKEEPER_WORKSPACE, else cwd and its parents."""
+    given = explicit or os.environ.get("PATCHKEEPER_WORKSPACE")
+    if given:
+        root = Path(given).resolve()
+        if not (root / CONFIG).is_file():
+            raise BadInput(f"{root} is not a workspace: it has no {CONFIG}",
+                           "point --workspace at a directory holding patchkeeper.toml")
+        return root
+    here = (cwd or Path.cwd()).resolve()
+    for candidate in (here, *here.parents):
+        if (candidate / CONFIG).is_file():
+            return candidate
+    raise BadInput(f"no {CONFIG} in {here} or its parents",
+                   "run inside a workspace, or pass --workspace DIR")
+
+
+def load(root: Path) -> Workspace:
+    path = root / CONFIG
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise BadInput(f"cannot read {path}: {exc}", "fix the file's TOML syntax") from None
+    targets: dict[str, TargetConfig] = {}
+    problems: list[str] = []
+    for name, table in (doc.get("targets") or {}).items():
+        if not isinstance(table, dict):
+            problems.append(f"[targets.{name}] is not a table")
+            continue
+        missing = [k for k in ("python", "package") if not isinstance(table.get(k), str)]
+        if missing:
+            problems.append(f"[targets.{name}] lacks {', '.join(missing)}")
+            continue
+        ssh = table.get("ssh")
+        files = {role: _local_path(root, p, ssh) for role, p in (table.get("files") or {}).items()}
+        state_dir = table.get("state_dir")
+        targets[name] = TargetConfig(
+            name=name,
+            python=_local_path(root, table["python"], ssh),
+            package=table["package"],
+            files=files,
+            state_dir=_local_path(root, state_dir, ssh) if state_dir else None,
+            ssh=ssh,
+            raw=table,
+        )
+    if problems:
+        raise BadInput(f"{path}: " + "; ".join(problems), "see the README for the target keys")
+    return Workspace(root=root, default_target=doc.get("default_target"), targets=targets)
+
+
+def _local_path(root: Path, value: str, ssh: str | None) -> str:
+    """Paths of local targets are relative to the workspace; remote ones are taken as given."""
+    if ssh or os.path.isabs(value):
+        return value
+    return str(root / value)

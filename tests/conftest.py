@@ -1,0 +1,111 @@
+"""Fixtures: a real sglang venv per test (hardlinked from a pristine one), a workspace, the CLI."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PRISTINE = Path(os.environ.get("PK_SGLANG_VENV", REPO / ".cache" / "sglang-venv"))
+SITE_REL = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(tmp_path_factory, monkeypatch):
+    """No test may write to the real home directory or pick up a workspace from the environment."""
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("PATCHKEEPER_WORKSPACE", raising=False)
+    monkeypatch.delenv("PATCHKEEPER_CRASH_AT", raising=False)
+
+
+@pytest.fixture(scope="session")
+def pristine_venv() -> Path:
+    if not (PRISTINE / ".done").exists():
+        pytest.fail(f"{PRISTINE} is missing: run the tests with `make test`, which builds it")
+    return PRISTINE
+
+
+def copy_venv(pristine: Path, dest: Path) -> Path:
+    """A venv of our own: hardlinks, which patchkeeper must never write through."""
+    subprocess.run(["cp", "-al", str(pristine), str(dest)], check=True)
+    return dest
+
+
+def edit_file(path: Path, data: bytes) -> None:
+    """Change a file by hand without writing through a hardlink into the pristine venv."""
+    mode = path.stat().st_mode if path.exists() else 0o644
+    path.unlink(missing_ok=True)
+    path.write_bytes(data)
+    path.chmod(stat.S_IMODE(mode))
+
+
+def tree(root: Path, skip_state: bool = True) -> dict[str, tuple[str, int]]:
+    """sha256 and mode of every file below root, without bytecode caches (and the state dir)."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d != "__pycache__" and not (skip_state and d == ".patchkeeper")]
+        for name in filenames:
+            p = Path(dirpath) / name
+            if p.is_symlink():
+                out[str(p.relative_to(root))] = (os.readlink(p), 0)
+                continue
+            out[str(p.relative_to(root))] = (hashlib.sha256(p.read_bytes()).hexdigest(), stat.S_IMODE(p.stat().st_mode))
+    return out
+
+
+@dataclass
+class Env:
+    """A workspace in a tmp dir with one local target, `local`, over a real sglang venv."""
+
+    root: Path
+    venv: Path
+    unit: Path
+
+    @property
+    def site(self) -> Path:
+        return self.venv / SITE_REL
+
+    @property
+    def state_dir(self) -> Path:
+        return self.venv / ".patchkeeper"
+
+    def pk(self, *args: str, check: int | None = 0, env: dict | None = None) -> subprocess.CompletedProcess:
+        """Run the real CLI in a subprocess; assert its exit code unless check is None."""
+        proc = subprocess.run([sys.executable, "-m", "patchkeeper", "--workspace", str(self.root), *args],
+                              capture_output=True, text=True, env={**os.environ, **(env or {})})
+        if check is not None:
+            assert proc.returncode == check, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+        return proc
+
+    def snapshot(self) -> dict:
+        files = tree(self.venv)
+        files["@unit"] = (hashlib.sha256(self.unit.read_bytes()).hexdigest(), stat.S_IMODE(self.unit.stat().st_mode)) \
+            if self.unit.exists() else None
+        return files
+
+
+def make_workspace(root: Path, venv: Path, extra_toml: str = "") -> Env:
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(REPO / "patchsets", root / "patchsets")
+    unit = root / "systemd" / "sglang-qwen.service"
+    unit.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(REPO / "demo" / "sglang-qwen.service", unit)
+    (root / "patchkeeper.toml").write_text(
+        f'default_target = "local"\n\n[targets.local]\npython = "{venv}/bin/python"\npackage = "sglang"\n\n'
+        f'[targets.local.files]\nunit = "{unit}"\n{extra_toml}')
+    return Env(root, venv, unit)
+
+
+@pytest.fixture
+def env(tmp_path, pristine_venv) -> Env:
+    venv = copy_venv(pristine_venv, tmp_path / "venv")
+    return make_workspace(tmp_path / "ws", venv)

@@ -1,0 +1,33 @@
+"""The core story through the real CLI: apply, status, switch, rollback, log, on real sglang."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import tree
+
+
+def test_apply_switch_rollback_restores_exact_bytes(env, pristine_venv):
+    before = env.snapshot()
+    out = env.pk("apply", "ddtree").stdout
+    assert "recorded baseline" in out and "A sglang/srt/speculative/ddtree_utils.py" in out
+    spec = (env.site / "sglang/srt/speculative/spec_info.py").read_text()
+    assert "DDTREE = auto()" in spec
+    assert "DDTREE" in env.unit.read_text()
+    st = json.loads(env.pk("status", "--json").stdout)
+    assert [p["name"] for p in st["state"]["stack"]] == ["ddtree"] and st["differences"] == {}
+
+    out = env.pk("apply", "nextn").stdout
+    assert "switch" in out
+    assert not (env.site / "sglang/srt/speculative/ddtree_utils.py").exists()
+    assert "DDTREE" not in (env.site / "sglang/srt/speculative/spec_info.py").read_text()
+    assert "NEXTN" in env.unit.read_text()
+
+    env.pk("rollback", "--to", "baseline")
+    assert env.snapshot() == before
+    # the pristine venv shares inodes with the target: it must not have changed through them
+    assert tree(pristine_venv) == tree(env.venv)
+
+    log = json.loads(env.pk("log", "--json").stdout)
+    assert [e["kind"] for e in log] == ["rollback", "switch", "apply", "baseline"]
+    assert log[2]["patchsets"][0]["name"] == "ddtree"
