@@ -5,7 +5,7 @@ BIN       := $(VENV)/bin
 WHEELS    := .cache/wheels
 SGLANG    := sglang==0.5.23
 TESTENV   := .cache/sglang-venv
-export PK_SGLANG_VENV := $(CURDIR)/$(TESTENV)
+export PK_SGLANG_VENV ?= $(CURDIR)/$(TESTENV)
 export PK_WHEELS := $(CURDIR)/$(WHEELS)
 
 .PHONY: install demo test bench sshd clean
