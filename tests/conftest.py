@@ -48,6 +48,17 @@ def edit_file(path: Path, data: bytes) -> None:
     path.chmod(stat.S_IMODE(mode))
 
 
+_hashes: dict[tuple, str] = {}
+
+
+def _sha256(p: Path, st: os.stat_result) -> str:
+    """Hashes are reused per (inode, size, mtime): copies are hardlinks that nothing writes into."""
+    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    if key not in _hashes:
+        _hashes[key] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return _hashes[key]
+
+
 def tree(root: Path, skip_state: bool = True) -> dict[str, tuple[str, int]]:
     """sha256 and mode of every file below root, without bytecode caches (and the state dir)."""
     out = {}
@@ -58,7 +69,8 @@ def tree(root: Path, skip_state: bool = True) -> dict[str, tuple[str, int]]:
             if p.is_symlink():
                 out[str(p.relative_to(root))] = (os.readlink(p), 0)
                 continue
-            out[str(p.relative_to(root))] = (hashlib.sha256(p.read_bytes()).hexdigest(), stat.S_IMODE(p.stat().st_mode))
+            st = p.stat()
+            out[str(p.relative_to(root))] = (_sha256(p, st), stat.S_IMODE(st.st_mode))
     return out
 
 

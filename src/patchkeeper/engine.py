@@ -6,7 +6,7 @@ import posixpath
 import time
 from dataclasses import dataclass, field
 
-from . import patching, patchset, transaction
+from . import faults, patching, patchset, transaction
 from .agent import hash_bytes
 from .errors import BadInput, Refused, StoreError
 from .ledger import LedgerEntry, State, new_id, who
@@ -57,6 +57,7 @@ def record_state(s: Session, kind: str, name: str, bytes_kept: bool = True) -> L
         bad = target.agent.store_put_files(target.info.store, files)
         if bad:
             raise Refused("files changed while patchkeeper was recording them", "retry when the package is quiet")
+        faults.point(f"{kind}-stored")
     current = ledger.current()
     state = State.make(ledger.save_manifest(manifest), current.stack if current else (), name, bytes_kept)
     entry = LedgerEntry(id=new_id(), seq=ledger.next_seq(), time=time.time(), who=who(), command=s.command,
