@@ -28,6 +28,7 @@ $(TESTENV)/.done: $(WHEELS)/.sglang
 	rm -rf $(TESTENV)
 	$(PY) -m venv $(TESTENV)
 	$(TESTENV)/bin/pip install -q --no-deps $(WHEELS)/sglang-0.5.23-*.whl
+	cd $(TESTENV) && find . -type f ! -name .done ! -name .files -printf '%P\t%m\t%s\t%T@\n' | sort > .files
 	touch $@
 
 # OpenSSH's sshd for the remote-target tests; installed where it is missing.

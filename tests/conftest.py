@@ -31,7 +31,26 @@ def _isolated_home(tmp_path_factory, monkeypatch):
 def pristine_venv() -> Path:
     if not (PRISTINE / ".done").exists():
         pytest.fail(f"{PRISTINE} is missing: run the tests with `make test`, which builds it")
+    damaged = _damaged(PRISTINE)
+    if damaged:
+        pytest.fail(f"{PRISTINE} was written through a hardlink ({', '.join(damaged[:5])}): "
+                    f"a test changed a file in place; `rm -rf {PRISTINE}` and fix the test to use edit_file/chmod_file")
     return PRISTINE
+
+
+def _damaged(venv: Path) -> list[str]:
+    """Files of the pristine venv whose mode, size or mtime changed since the Makefile built it."""
+    bad = []
+    for line in (venv / ".files").read_text().splitlines():
+        rel, mode, size, mtime = line.split("\t")
+        try:
+            st = (venv / rel).stat()
+        except FileNotFoundError:
+            bad.append(rel)
+            continue
+        if (f"{stat.S_IMODE(st.st_mode):o}", st.st_size) != (mode, int(size)) or abs(st.st_mtime - float(mtime)) > 1e-3:
+            bad.append(rel)
+    return bad
 
 
 def copy_venv(pristine: Path, dest: Path) -> Path:
@@ -57,6 +76,12 @@ def _sha256(p: Path, st: os.stat_result) -> str:
     if key not in _hashes:
         _hashes[key] = hashlib.sha256(p.read_bytes()).hexdigest()
     return _hashes[key]
+
+
+def chmod_file(path: Path, mode: int) -> None:
+    """Change a file's mode by hand on an inode of our own (chmod goes through hardlinks too)."""
+    edit_file(path, path.read_bytes())
+    path.chmod(mode)
 
 
 def tree(root: Path, skip_state: bool = True) -> dict[str, tuple[str, int]]:

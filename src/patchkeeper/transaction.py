@@ -20,7 +20,7 @@ from . import faults
 from .errors import Refused, StoreError
 from .ledger import Ledger, LedgerEntry
 from .manifest import Entry
-from .agent import STAGE_PREFIX
+from .agent import STAGE_PREFIX, AgentError
 
 
 @dataclass(frozen=True)
@@ -57,12 +57,18 @@ def run(ledger: Ledger, ops: list[FileOp], contents: dict[str, bytes], entry: Le
                "entry": entry.to_dict()}
     agent.write_atomic(ledger.journal_path, json.dumps(journal).encode())
     faults.point("journal-prepared")
-    for op in ops:
-        if op.new is not None:
-            agent.stage(store, op.new.digest, op.stage_path(entry.id), op.new.mode)
-            faults.point(f"staged {op.key}")
-    journal["status"] = "committed"
-    agent.write_atomic(ledger.journal_path, json.dumps(journal).encode())
+    try:
+        for op in ops:
+            if op.new is not None:
+                agent.stage(store, op.new.digest, op.stage_path(entry.id), op.new.mode)
+                faults.point(f"staged {op.key}")
+        journal["status"] = "committed"
+        agent.write_atomic(ledger.journal_path, json.dumps(journal).encode())
+    except Exception as exc:  # before the commit point: undo, so the target stays as it was
+        _undo(ledger, ops, entry.id)
+        if isinstance(exc, AgentError):
+            raise StoreError(f"{exc}; nothing was changed", "see `patchkeeper log`; the store may need repair") from None
+        raise
     faults.point("journal-committed")
     _finish(ledger, ops, entry)
 
@@ -78,6 +84,12 @@ def _backup(ledger: Ledger, ops: list[FileOp]) -> None:
             names = ", ".join(olds[d] for d in bad)
             raise Refused(f"files changed while patchkeeper was reading them: {names}",
                           "make sure nothing else writes to the package, then retry")
+
+
+def _undo(ledger: Ledger, ops: list[FileOp], tx: str) -> None:
+    for op in ops:
+        ledger.target.agent.unlink(op.stage_path(tx))
+    ledger.target.agent.unlink(ledger.journal_path)
 
 
 def _finish(ledger: Ledger, ops: list[FileOp], entry: LedgerEntry) -> None:
@@ -110,9 +122,7 @@ def recover(ledger: Ledger) -> str | None:
     entry = LedgerEntry.from_dict(journal["entry"])
     tx = journal["id"]
     if journal["status"] == "prepared":
-        for op in ops:
-            agent.unlink(op.stage_path(tx))
-        agent.unlink(ledger.journal_path)
+        _undo(ledger, ops, tx)
         return f"undid transaction {tx} ({entry.command}): it had not committed; the target is as before it"
     for op in ops:
         if op.new is None:

@@ -1,0 +1,107 @@
+"""Bad input: a clear one-line error, exit 2, and nothing changed on the target."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from conftest import make_workspace
+
+ESCAPE = """diff --git a/{p} b/{p}
+new file mode 100644
+index 0000000..e69de29
+--- /dev/null
++++ b/{p}
+@@ -0,0 +1 @@
++pwned = True
+"""
+
+
+def _patchset(env, name, patch_text, toml_extra=""):
+    d = env.root / "patchsets" / name
+    d.mkdir()
+    (d / "patchset.toml").write_text(
+        f'name = "{name}"\nversion = "1.0.0"\npackage = "sglang"\npackage_version = "==0.5.23"\n{toml_extra}')
+    if patch_text is not None:
+        (d / "0001.patch").write_text(patch_text)
+
+
+def _refused(env, *args, expect):
+    before = env.snapshot()
+    proc = env.pk(*args, check=2)
+    assert expect in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("patchkeeper: error:")
+    assert env.snapshot() == before
+    assert not (env.state_dir / "journal.json").exists()
+
+
+def test_unknown_patchset_and_target(env):
+    _refused(env, "apply", "nope", expect="unknown patch set 'nope'")
+    _refused(env, "apply", "ddtree", "-t", "ct999", expect="unknown target 'ct999'")
+
+
+@pytest.mark.parametrize("path, expect", [
+    ("../evil.py", "escapes site-packages"),
+    ("sglang/../../evil.py", "escapes site-packages"),
+])
+def test_paths_escaping_site_packages(env, path, expect):
+    _patchset(env, "evil", ESCAPE.format(p=path))
+    _refused(env, "apply", "evil", expect=expect)
+
+
+def test_absolute_path_in_a_diff(env):
+    _patchset(env, "evil", ESCAPE.format(p="/tmp/evil.py").replace("b//tmp", "b/tmp"))
+    text = ESCAPE.format(p="x").replace("a/x", "/etc/evil").replace("b/x", "/etc/evil")
+    (env.root / "patchsets/evil/0001.patch").write_text(text)
+    _refused(env, "apply", "evil", expect="evil")
+
+
+def test_path_through_a_symlink_out_of_site_packages(env, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.symlink(outside, env.site / "sglang" / "linked")
+    _patchset(env, "evil", ESCAPE.format(p="sglang/linked/evil.py"))
+    _refused(env, "apply", "evil", expect="outside site-packages")
+    assert not (outside / "evil.py").exists()
+
+
+def test_malformed_patchset_toml_and_diff(env):
+    _patchset(env, "badtoml", None, toml_extra="requires = [unclosed\n")
+    _refused(env, "apply", "badtoml", expect="malformed TOML")
+    _patchset(env, "baddiff", "diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1,2 +1,2 @@\n-only one line\n")
+    _refused(env, "apply", "baddiff", expect="not a unified diff")
+    _patchset(env, "nokey", None)
+    (env.root / "patchsets/nokey/patchset.toml").write_text('name = "nokey"\n')
+    _refused(env, "apply", "nokey", expect="version must be a non-empty string")
+
+
+def test_hunk_that_does_not_apply_names_file_hunk_and_line(env):
+    spec = "sglang/srt/speculative/spec_info.py"
+    _patchset(env, "stale", f"""diff --git a/{spec} b/{spec}
+--- a/{spec}
++++ b/{spec}
+@@ -1,3 +1,3 @@
+-this line is not in the file
++replacement
+ context
+ more context
+""")
+    _refused(env, "apply", "stale", expect=f"{spec}: hunk @@ -1,3 +1,3 @@ does not apply: line 1: expected 'this line is not in the file'")
+
+
+def test_missing_interpreter_and_missing_package(env, tmp_path):
+    ws = make_workspace(tmp_path / "ws2", tmp_path / "no-venv")
+    proc = ws.pk("apply", "ddtree", check=2)
+    assert "cannot run its interpreter" in proc.stderr
+    toml = env.root / "patchkeeper.toml"
+    toml.write_text(toml.read_text().replace('package = "sglang"', 'package = "vllm"'))
+    _refused(env, "apply", "ddtree", expect="'vllm' is not installed")
+
+
+def test_no_workspace(tmp_path):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "patchkeeper", "status"], cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 2 and "no patchkeeper.toml" in proc.stderr
