@@ -310,17 +310,22 @@ class Agent:
             else:
                 out[key] = _entry(st, digest)
 
-        def work(job: tuple[str, str, os.stat_result]) -> tuple[str, list]:
-            key, path, st = job
-            digest = hash_file(path, st.st_size)
-            cached.remember(key, st, digest)
-            return key, _entry(st, digest)
+        def work(batch: list[tuple[str, str, os.stat_result]]) -> list[tuple[str, list]]:
+            done = []
+            for key, path, st in batch:
+                digest = hash_file(path, st.st_size)
+                cached.remember(key, st, digest)
+                done.append((key, _entry(st, digest)))
+            return done
 
-        if len(todo) > 64:
+        batches = [todo[i:i + 64] for i in range(0, len(todo), 64)]
+        if len(batches) > 1:
             with ThreadPoolExecutor(max_workers=min(8, (os.cpu_count() or 2) * 2)) as pool:
-                out.update(pool.map(work, todo, chunksize=32))
+                for done in pool.map(work, batches):
+                    out.update(done)
         else:
-            out.update(map(work, todo))
+            for batch in batches:
+                out.update(work(batch))
         cached.save()
         return dict(sorted(out.items()))
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Iterator, Mapping
 
+_AMBIGUOUS = re.compile(r'^"|[\x00-\x1f\x7f\\]')
 ROLE_PREFIX = "@"  # manifest keys of role files (the unit file...) are "@unit"; the rest are paths
 
 
@@ -47,21 +49,26 @@ class Manifest(Mapping[str, Entry]):
         return Manifest(entries)
 
     def to_text(self) -> bytes:
-        lines = [f"{e.mode:o} {e.size} {e.digest} {json.dumps(k, ensure_ascii=False)}\n"
-                 for k, e in self._entries.items()]
-        return "".join(lines).encode("utf-8")
+        lines = [f"{e.mode:o} {e.size} {e.digest} {_quote(k)}\n" for k, e in self._entries.items()]
+        return "".join(lines).encode("utf-8", "surrogateescape")
 
     @classmethod
     def from_text(cls, data: bytes) -> "Manifest":
         entries = {}
-        for line in data.decode("utf-8").splitlines():
-            mode, size, digest, key = line.split(" ", 3)
-            entries[json.loads(key)] = Entry(digest, int(size), int(mode, 8))
+        for line in data.decode("utf-8", "surrogateescape").split("\n"):
+            if line:
+                mode, size, digest, key = line.split(" ", 3)
+                entries[json.loads(key) if key[0] == '"' else key] = Entry(digest, int(size), int(mode, 8))
         return cls(entries)
 
     @classmethod
     def from_scan(cls, rows: Mapping[str, list]) -> "Manifest":
         return cls({k: Entry.of(v) for k, v in rows.items()})
+
+
+def _quote(key: str) -> str:
+    """Paths are written bare unless a quote, backslash or control character makes them ambiguous."""
+    return json.dumps(key) if _AMBIGUOUS.search(key) else key
 
 
 def differences(recorded: Mapping[str, Entry], actual: Mapping[str, Entry]) -> dict[str, str]:

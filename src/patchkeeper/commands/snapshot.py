@@ -37,7 +37,7 @@ def mirror(ws: Workspace, s: Session) -> list:
     current = s.ledger.current()
     if current is not None:
         path = out / "manifest.txt"
-        path.write_bytes(s.ledger.load_manifest(current).to_text())
+        path.write_bytes(s.target.agent.store_get(s.target.info.store, current.manifest))
         (out / "state.json").write_text(json.dumps({"target": s.target.name, **current.to_dict()}, indent=1) + "\n")
         written += [path, out / "state.json"]
     return written

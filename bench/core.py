@@ -1,0 +1,76 @@
+"""Issue 2 figures: apply+rollback against git apply+checkout, torch beside sglang, baseline vs git add."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import PK, REPO, SITE_REL, copy_venv, median, print_rows, row, run, workspace  # noqa: E402
+
+TORCH_VENV = Path(os.environ.get("PK_TORCH_VENV", REPO / ".cache" / "torch-venv"))
+
+
+def _git_copy(tmp: Path, site: Path) -> Path:
+    repo = tmp / "git-copy"
+    subprocess.run(["cp", "-a", str(site), str(repo)], check=True)
+    env = {"GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b", "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@b"}
+    for argv in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "base"]):
+        subprocess.run(argv, cwd=repo, check=True, env={**os.environ, **env})
+    return repo
+
+
+def apply_rollback(venv: Path, ws: Path, repeat: int = 5) -> float:
+    args = ["--workspace", str(ws)]
+    run(PK + args + ["snapshot", "--name", "bench-start"])  # baseline recorded outside the timing
+
+    def once() -> float:
+        return run(PK + args + ["apply", "ddtree"]) + run(PK + args + ["rollback", "--to", "baseline"])
+
+    return median(once, repeat)
+
+
+def main() -> list[dict]:
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="pk-bench-core-") as t:
+        tmp = Path(t)
+        venv = copy_venv(tmp / "venv")
+        ws = workspace(tmp / "ws", venv)
+        diff = tmp / "ddtree.diff"
+        diff.write_bytes(b"".join(p.read_bytes() for p in sorted((REPO / "patchsets/ddtree").glob("*.patch"))))
+
+        # baseline recording (bytes included) against git add -A of the same tree
+        base_ws = workspace(tmp / "ws-base", copy_venv(tmp / "venv-base"))
+        ours_base = run(PK + ["--workspace", str(base_ws), "snapshot", "--name", "x"])
+        git_tree = tmp / "git-add"
+        subprocess.run(["cp", "-a", str(venv / SITE_REL), str(git_tree)], check=True)
+        subprocess.run(["git", "init", "-q"], cwd=git_tree, check=True)
+        git_add = run(["git", "add", "-A"], cwd=git_tree)
+        rows.append(row("record baseline (bytes kept)", ours_base, "git add -A", git_add, "<= 0.5x"))
+
+        ours = apply_rollback(venv, ws)
+        repo = _git_copy(tmp, venv / SITE_REL)
+
+        def git_once() -> float:
+            return (run(["git", "apply", str(diff)], cwd=repo)
+                    + run(["sh", "-c", "git checkout -- . && git clean -fdq"], cwd=repo))
+
+        peer = median(git_once)
+        rows.append(row("apply ddtree + rollback --to baseline", ours, "git apply + git checkout -- .", peer, "<= 3x"))
+
+        if (TORCH_VENV / ".done").exists():
+            tvenv = copy_venv(tmp / "venv-torch", TORCH_VENV)
+            tws = workspace(tmp / "ws-torch", tvenv)
+            with_torch = apply_rollback(tvenv, tws)
+            rows.append(row("same, torch 2.13.0 in site-packages", with_torch, "same without torch", ours, "<= 1.2x"))
+        else:
+            print(f"(skipped the torch figure: {TORCH_VENV} is not built; `make bench` builds it)")
+    print_rows("core: apply, rollback, baseline (sglang 0.5.23)", rows)
+    return rows
+
+
+if __name__ == "__main__":
+    main()
