@@ -398,7 +398,10 @@ class Agent:
         return {name: _check_record(site, name, cache_dir) for name in dist_infos}
 
     def audit_bytecode(self, site: str, cache_tag: str, verify: list[str]) -> dict:
-        """Every .pyc below `site` that would not run its source: stale, mismatched, sourceless.
+        """Every .pyc below `site` that Python would run instead of its source: a header that
+        matches a changed source, an unchecked-hash pyc of other code, a legacy pyc with no source.
+        Stale pycs (header differs: Python recompiles them) and __pycache__ entries without a
+        source (never imported) are only counted.
 
         `verify` names sources (relative to site) whose pyc is also recompiled and compared,
         which catches a pyc whose header matches a source that was changed in the same tick.
@@ -662,6 +665,9 @@ def _check_record(site: str, name: str, cache_dir: str | None) -> dict:
             size = -1
         findings.append([rel, "changed", f"differs from RECORD ({expected.partition(':')[0]}, {size} bytes)"])
     cache.save()
+    if cache.path and not os.path.exists(cache.path):  # an audit has run here: status may audit cheaply
+        os.makedirs(os.path.dirname(cache.path), exist_ok=True)
+        write_atomic(cache.path, b"{}")
     return {"files": checked, "findings": sorted(findings)}
 
 
@@ -714,7 +720,7 @@ def _check_bytecode(site: str, cache_tag: str, verify: list[str]) -> dict:
     magic = importlib.util.MAGIC_NUMBER
     deep = set(verify)
     findings: list[list] = []
-    pycs = orphans = 0
+    pycs = orphans = stale = 0
     for rel, in_cache in _walk_pyc(site):
         pyc = os.path.join(site, rel)
         if not in_cache:  # a legacy pyc beside its module: imported only when there is no source
@@ -741,7 +747,7 @@ def _check_bytecode(site: str, cache_tag: str, verify: list[str]) -> dict:
             continue
         src_rel = os.path.relpath(src, site)
         if len(head) < 16:
-            findings.append([rel, "stale", "truncated header (Python recompiles it on import)"])
+            stale += 1  # Python recompiles it on import: never run, not a finding
             continue
         flags = int.from_bytes(head[4:8], "little")
         if flags & 1:  # hash-based (PEP 552)
@@ -751,8 +757,7 @@ def _check_bytecode(site: str, cache_tag: str, verify: list[str]) -> dict:
                 source_hash = importlib.util.source_hash(f.read())
             if source_hash != head[8:16]:
                 if flags & 2:
-                    findings.append([rel, "stale", "checked-hash pyc does not match its source "
-                                     "(Python recompiles it on import)"])
+                    stale += 1
                 else:
                     findings.append([rel, "mismatch", f"unchecked-hash pyc was compiled from other code than "
                                      f"{os.path.basename(src)}: Python runs it without checking"])
@@ -760,8 +765,7 @@ def _check_bytecode(site: str, cache_tag: str, verify: list[str]) -> dict:
         mtime = int.from_bytes(head[8:12], "little")
         size = int.from_bytes(head[12:16], "little")
         if mtime != (int(st.st_mtime) & 0xFFFFFFFF) or size != (st.st_size & 0xFFFFFFFF):
-            findings.append([rel, "stale", f"compiled from an older {os.path.basename(src)} "
-                             "(mtime/size in its header differ; Python recompiles it on import)"])
+            stale += 1
             continue
         if src_rel in deep and head[:4] == magic:
             try:
@@ -775,4 +779,4 @@ def _check_bytecode(site: str, cache_tag: str, verify: list[str]) -> dict:
             if code != fresh:
                 findings.append([rel, "mismatch", f"its header matches {os.path.basename(src)} but its code "
                                  "does not: Python runs the old code"])
-    return {"pycs": pycs, "orphans": orphans, "findings": sorted(findings)}
+    return {"pycs": pycs, "orphans": orphans, "stale": stale, "findings": sorted(findings)}

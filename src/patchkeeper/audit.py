@@ -115,7 +115,8 @@ def cache_dir(target: Target) -> str:
 def is_warm(target: Target) -> bool:
     """True when every distribution of the target has a stat cache, so an audit hashes little."""
     have = set(target.agent.listdir(cache_dir(target)))
-    return all(name + ".json" in have for name in target.agent.dist_infos(target.info.site))
+    return bool(have) and all(name + ".json" in have for name in target.agent.dist_infos(target.info.site)
+                              if name != target.info.dist_info)
 
 
 def run(target: Target, ledger: Ledger, probes: Iterable[str] = (), progress: Progress | None = None,
@@ -157,6 +158,9 @@ def run(target: Target, ledger: Ledger, probes: Iterable[str] = (), progress: Pr
     pyc = agent.audit_bytecode(info.site, tag, verify)
     files += pyc["pycs"]
     findings.extend(Finding("bytecode", p, kind, detail) for p, kind, detail in pyc["findings"])
+    if pyc["stale"]:
+        notes.append(f"{pyc['stale']} pyc file(s) are older than their source; Python recompiles them on "
+                     "import, so they run no old code")
     done += 1
     tell("bytecode", done, steps)
 
