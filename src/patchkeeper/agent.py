@@ -745,7 +745,6 @@ def _check_bytecode(site: str, cache_tag: str, verify: list[str]) -> dict:
         except OSError as exc:
             findings.append([rel, "unreadable", exc.strerror or str(exc)])
             continue
-        src_rel = os.path.relpath(src, site)
         if len(head) < 16:
             stale += 1  # Python recompiles it on import: never run, not a finding
             continue
@@ -767,7 +766,7 @@ def _check_bytecode(site: str, cache_tag: str, verify: list[str]) -> dict:
         if mtime != (int(st.st_mtime) & 0xFFFFFFFF) or size != (st.st_size & 0xFFFFFFFF):
             stale += 1
             continue
-        if src_rel in deep and head[:4] == magic:
+        if deep and head[:4] == magic and os.path.relpath(src, site) in deep:
             try:
                 with open(pyc, "rb") as f:
                     code = marshal.loads(f.read()[16:])

@@ -73,7 +73,7 @@ class Report:
             parts.append(f"no recorded state; {self.package} matches its RECORD" if not drift else
                          f"no recorded state; {self.package} differs from its RECORD in {drift} file(s)")
         else:
-            name = f"{self.state.id} ({self.state.stack_text()})"
+            name = f"{self.state.id} ({self.state.stack_text().strip('()')})"
             parts.append(f"code state matches {name}" if not drift else
                          f"code state {name} has {drift} file(s) changed outside patchkeeper")
         dists = _unique(f.dist or f.path for f in self.findings if f.cls == "environment")
