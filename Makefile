@@ -31,6 +31,21 @@ $(TESTENV)/.done: $(WHEELS)/.sglang
 	cd $(TESTENV) && find . -type f ! -name .done ! -name .files -printf '%P\t%m\t%s\t%T@\n' | sort > .files
 	touch $@
 
+# Small real wheels the audit tests install beside sglang and corrupt (markupsafe carries a .so).
+AUDIT_WHEELS := markupsafe==3.0.4 six==1.17.0
+$(WHEELS)/.audit:
+	mkdir -p $(WHEELS)
+	$(PY) -m pip download -q --no-deps --only-binary=:all: $(AUDIT_WHEELS) -d $(WHEELS)
+	touch $@
+
+# For bench/audit.py only: sglang with torch 2.13.0 (CPU) beside it, a site-packages of real size.
+TORCHENV := .cache/torch-venv
+$(TORCHENV)/.done: $(WHEELS)/.sglang
+	rm -rf $(TORCHENV)
+	$(PY) -m venv $(TORCHENV)
+	$(TORCHENV)/bin/pip install -q --no-deps $(WHEELS)/sglang-0.5.23-*.whl torch==2.13.0
+	touch $@
+
 # OpenSSH's sshd for the remote-target tests; installed where it is missing.
 sshd:
 	@test -x /usr/sbin/sshd || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server openssh-client >/dev/null; }
@@ -38,10 +53,10 @@ sshd:
 demo: install $(TESTENV)/.done
 	bash scripts/demo.sh
 
-test: install $(TESTENV)/.done sshd
+test: install $(TESTENV)/.done $(WHEELS)/.audit sshd
 	$(BIN)/pytest -q -n 2
 
-bench: install $(TESTENV)/.done sshd
+bench: install $(TESTENV)/.done $(WHEELS)/.audit $(TORCHENV)/.done sshd
 	@command -v rsync >/dev/null && command -v b3sum >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rsync b3sum >/dev/null; }
 	$(BIN)/python bench/run.py
 

@@ -138,5 +138,21 @@ def recover(ctx, target):
     return run(_workspace(ctx), target)
 
 
+@main.command()
+@target_option
+@click.option("--probe", "probes", multiple=True, metavar="MODULE",
+              help="import MODULE in the target's interpreter (a separate process); repeatable")
+@click.option("--all", "every", is_flag=True, help="every target in the workspace, concurrently, one table")
+@json_option
+@click.option("-v", "--verbose", is_flag=True, help="also list the files the applied patch sets changed")
+@click.option("--quiet", "-q", is_flag=True, help="no progress bar")
+@click.pass_context
+@command
+def audit(ctx, target, probes, every, as_json, verbose, quiet):
+    """What differs in the target's site-packages, and why: patched, drift, environment, bytecode, probe."""
+    from .commands.audit import run
+
+    return run(_workspace(ctx), target, list(probes), every, as_json, verbose, quiet)
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .. import engine
+from .. import audit, engine
 from ..manifest import differences
 from ..session import Session
 from ..workspace import Workspace
@@ -28,6 +28,8 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
         print(f"state {current.id}{' (' + current.name + ')' if current.name else ''}: {current.stack_text()}")
         for p in current.stack:
             print(f"  {p['name']}@{p['version']}  {p['digest'][:19]}…")
+        if audit.is_warm(s.target):  # cheap only when the audit's stat caches are warm
+            print("audit: " + audit.run(s.target, s.ledger).summary())
         diffs = doc["differences"]
         if not diffs:
             print("files match the recorded state")

@@ -1,0 +1,209 @@
+"""Audit a target: sort every file that is not as installed into patched, drift, environment, bytecode, probe."""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from . import engine
+from .errors import BadInput
+from .ledger import Ledger, State
+from .manifest import ROLE_PREFIX, Manifest, differences
+from .targets import Target
+
+CLASSES = ("drift", "environment", "bytecode", "probe", "patched")
+PROBE_TIMEOUT = 60.0
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+_PROBE = (
+    "import sys\n"
+    "if sys.path and sys.path[0] in ('', '.'):\n"
+    "    del sys.path[0]\n"
+    "import importlib, traceback\n"
+    "try:\n"
+    "    importlib.import_module(sys.argv[1])\n"
+    "except BaseException as exc:\n"
+    "    print(traceback.format_exception_only(type(exc), exc)[-1].strip())\n"
+    "    sys.exit(3)\n"
+)
+
+Progress = Callable[[str, int, int], None]  # (what, done, total)
+
+
+@dataclass(frozen=True)
+class Finding:
+    cls: str  # one of CLASSES
+    path: str  # site-relative path, "@role", or a module name for probes
+    kind: str  # changed | added | removed | mode | missing | stale | mismatch | sourceless | import-failed …
+    detail: str
+    dist: str = ""  # the distribution a file belongs to, where known
+
+    def to_dict(self) -> dict:
+        return {"class": self.cls, "path": self.path, "kind": self.kind, "detail": self.detail, "dist": self.dist}
+
+
+@dataclass(frozen=True)
+class Report:
+    target: str
+    host: str
+    package: str
+    state: State | None
+    files: int  # files checked (package, other distributions' RECORD entries, bytecode)
+    findings: tuple[Finding, ...]
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def count(self, cls: str) -> int:
+        return sum(1 for f in self.findings if f.cls == cls)
+
+    @property
+    def trouble(self) -> bool:
+        return any(f.cls != "patched" for f in self.findings)
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.trouble else 0
+
+    def summary(self) -> str:
+        """One line saying where the trouble is."""
+        parts = []
+        drift = self.count("drift")
+        if self.state is None:
+            parts.append(f"no recorded state; {self.package} matches its RECORD" if not drift else
+                         f"no recorded state; {self.package} differs from its RECORD in {drift} file(s)")
+        else:
+            name = f"{self.state.id} ({self.state.stack_text().strip('()')})"
+            parts.append(f"code state matches {name}" if not drift else
+                         f"code state {name} has {drift} file(s) changed outside patchkeeper")
+        dists = _unique(f.dist or f.path for f in self.findings if f.cls == "environment")
+        if dists:
+            parts.append("environment drift in " + ", ".join(dists))
+        pycs = self.count("bytecode")
+        if pycs:
+            parts.append(f"{pycs} pyc file(s) do not match their source")
+        probes = _unique(f.path for f in self.findings if f.cls == "probe")
+        if probes:
+            parts.append("import fails: " + ", ".join(probes))
+        if len(parts) == 1:
+            parts.append("environment clean")
+        return "; ".join(parts)
+
+    def to_dict(self) -> dict:
+        return {"target": self.target, "host": self.host, "package": self.package,
+                "state": self.state.to_dict() if self.state else None, "files": self.files,
+                "counts": {c: self.count(c) for c in CLASSES}, "findings": [f.to_dict() for f in self.findings],
+                "notes": list(self.notes), "summary": self.summary(), "exit": self.exit_code}
+
+
+def _unique(items: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+def check_probes(modules: Iterable[str]) -> list[str]:
+    modules = list(modules)
+    bad = [m for m in modules if not _MODULE.fullmatch(m)]
+    if bad:
+        raise BadInput(f"--probe {bad[0]!r} is not a module name", "pass a dotted import path, e.g. sglang.srt.server_args")
+    return modules
+
+
+def cache_dir(target: Target) -> str:
+    return posixpath.join(target.info.state_dir, "audit")
+
+
+def is_warm(target: Target) -> bool:
+    """True when every distribution of the target has a stat cache, so an audit hashes little."""
+    have = set(target.agent.listdir(cache_dir(target)))
+    return bool(have) and all(name + ".json" in have for name in target.agent.dist_infos(target.info.site)
+                              if name != target.info.dist_info)
+
+
+def run(target: Target, ledger: Ledger, probes: Iterable[str] = (), progress: Progress | None = None,
+        probe_timeout: float = PROBE_TIMEOUT) -> Report:
+    """Audit one target, opened in a Session (so an interrupted transaction was recovered first)."""
+    info, agent = target.info, target.agent
+    tell = progress or (lambda what, done, total: None)
+    probes = check_probes(probes)
+    current = ledger.current()
+    findings: list[Finding] = []
+    notes: list[str] = []
+    files = 0
+
+    dists = agent.dist_infos(info.site)
+    others = [d for d in dists if d != info.dist_info or current is None]
+    steps = len(others) + 2 + len(probes)
+    tell("package", 0, steps)
+    if current is not None:  # the managed package against its recorded state and the baseline
+        actual = engine.scan_all(target)
+        files += len(actual)
+        findings.extend(_classify(ledger, current, actual))
+    tell("package", 1, steps)
+
+    done = 1
+    for chunk in _chunks(others, 16):  # every distribution against its RECORD
+        for name, result in agent.audit_record(info.site, chunk, cache_dir(target)).items():
+            files += result["files"]
+            dist = name[: -len(".dist-info")].rpartition("-")[0] or name
+            cls = "drift" if name == info.dist_info else "environment"
+            findings.extend(Finding(cls, p, kind, detail, dist) for p, kind, detail in result["findings"])
+            if result.get("note"):
+                notes.append(f"{dist}: {result['note']}")
+        done += len(chunk)
+        tell("distributions", done, steps)
+
+    verify = sorted({f.path for f in findings if f.path.endswith(".py") and f.kind in ("changed", "added", "mode")
+                     and not f.path.startswith(("../", ROLE_PREFIX))})
+    tag = "cpython-" + "".join(info.python_version.split(".")[:2])
+    pyc = agent.audit_bytecode(info.site, tag, verify)
+    files += pyc["pycs"]
+    findings.extend(Finding("bytecode", p, kind, detail) for p, kind, detail in pyc["findings"])
+    if pyc["stale"]:
+        notes.append(f"{pyc['stale']} pyc file(s) are older than their source; Python recompiles them on "
+                     "import, so they run no old code")
+    done += 1
+    tell("bytecode", done, steps)
+
+    if probes:
+        with ThreadPoolExecutor(max_workers=min(4, len(probes))) as pool:
+            for module, line in zip(probes, pool.map(lambda m: _probe(target, m, probe_timeout), probes)):
+                done += 1
+                tell("probes", done, steps)
+                if line is not None:
+                    findings.append(Finding("probe", module, "import-failed", line))
+    order = {c: i for i, c in enumerate(CLASSES)}
+    findings.sort(key=lambda f: (order[f.cls], f.dist, f.path))
+    return Report(target.name, info.host, info.package, current, files, tuple(findings), tuple(notes))
+
+
+def _classify(ledger: Ledger, current: State, actual: Manifest) -> list[Finding]:
+    """drift: differs from the recorded state; patched: as recorded, but not as in the baseline."""
+    recorded = ledger.load_manifest(current)
+    base_state = ledger.baseline()
+    baseline = ledger.load_manifest(base_state) if base_state and base_state.manifest != current.manifest else recorded
+    out = []
+    drift = differences(recorded, actual)
+    for key, kind in drift.items():
+        out.append(Finding("drift", key, kind, f"{kind} since state {current.id}, by no transaction"))
+    for key, kind in differences(baseline, recorded).items():
+        if key not in drift:
+            out.append(Finding("patched", key, kind, f"{kind} by the applied patch sets ({current.stack_text()})"))
+    return out
+
+
+def _chunks(items: list[str], n: int) -> Iterable[list[str]]:
+    for i in range(0, len(items), n):
+        yield items[i:i + n]
+
+
+def _probe(target: Target, module: str, timeout: float) -> str | None:
+    """None when `module` imports in the target's interpreter, else the exception's last line."""
+    code, out, err = target.run([target.info.python, "-c", _PROBE, module], timeout=timeout)
+    if code == 0:
+        return None
+    if code == 124 and b"timed out" in err:
+        return f"timed out after {timeout:g}s"
+    lines = out.decode(errors="replace").strip().splitlines() or err.decode(errors="replace").strip().splitlines()
+    if code < 0:
+        return f"the interpreter died of signal {-code}" + (f": {lines[-1]}" if lines else "")
+    return lines[-1] if lines else f"exit {code}"

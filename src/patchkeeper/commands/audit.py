@@ -1,0 +1,116 @@
+"""`patchkeeper audit`: what differs in a site-packages and why, for one target or every target."""
+
+from __future__ import annotations
+
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from .. import audit
+from ..agent import AgentError
+from ..errors import PatchkeeperError
+from ..session import Session
+from ..workspace import Workspace
+from . import emit_json
+
+_SHOWN = 50  # findings per class printed before "… and N more"
+
+
+class ProgressBar:
+    """A one-line bar on stderr for runs longer than half a second; silent when not wanted."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.start = time.monotonic()
+        self.drawn = False
+
+    def __call__(self, what: str, done: int, total: int) -> None:
+        if not self.enabled or time.monotonic() - self.start < 0.5:
+            return
+        width = 30
+        filled = width * done // max(total, 1)
+        sys.stderr.write(f"\raudit [{'#' * filled}{'.' * (width - filled)}] {done}/{total} {what:<14}")
+        sys.stderr.flush()
+        self.drawn = True
+
+    def close(self) -> None:
+        if self.drawn:
+            sys.stderr.write("\r" + " " * 70 + "\r")
+            sys.stderr.flush()
+
+
+def _audit_one(ws: Workspace, name: str | None, probes: list[str], progress) -> audit.Report:
+    with Session(ws, name, "audit", write=False) as s:
+        return audit.run(s.target, s.ledger, probes, progress)
+
+
+def run(ws: Workspace, target: str | None, probes: list[str], every: bool, as_json: bool,
+        verbose: bool, quiet: bool) -> int:
+    probes = audit.check_probes(probes)
+    if every:
+        return _run_all(ws, probes, as_json)
+    bar = ProgressBar(not quiet and not as_json and sys.stdout.isatty() and sys.stderr.isatty())
+    try:
+        report = _audit_one(ws, target, probes, bar)
+    finally:
+        bar.close()
+    if as_json:
+        emit_json(report.to_dict())
+    else:
+        print_report(report, verbose)
+    return report.exit_code
+
+
+def print_report(report: audit.Report, verbose: bool) -> None:
+    print(f"target {report.target}: {report.package} on {report.host}, {report.files} files checked")
+    for cls in audit.CLASSES:
+        found = [f for f in report.findings if f.cls == cls]
+        if not found or (cls == "patched" and not verbose):
+            continue
+        print(f"{cls} ({len(found)}):")
+        for f in found[:_SHOWN]:
+            where = f"{f.dist}: " if f.dist and cls == "environment" else ""
+            print(f"  {f.kind:13} {where}{f.path}  {f.detail}")
+        if len(found) > _SHOWN:
+            print(f"  … and {len(found) - _SHOWN} more (--json lists all)")
+    for note in report.notes:
+        print(f"note: {note}")
+    counts = ", ".join(f"{report.count(c)} {c}" for c in audit.CLASSES)
+    print(f"{counts}")
+    print(report.summary())
+
+
+def _run_all(ws: Workspace, probes: list[str], as_json: bool) -> int:
+    names = sorted(ws.targets)
+
+    def one(name: str) -> audit.Report | str:
+        try:
+            return _audit_one(ws, name, probes, None)
+        except (PatchkeeperError, AgentError) as exc:
+            return str(exc).splitlines()[0]
+
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(names)))) as pool:
+        results = dict(zip(names, pool.map(one, names)))
+    errors = {n: r for n, r in results.items() if isinstance(r, str)}
+    reports = {n: r for n, r in results.items() if not isinstance(r, str)}
+    if as_json:
+        emit_json({n: (r.to_dict() if not isinstance(r, str) else {"error": r}) for n, r in results.items()})
+    else:
+        head = ["target", "state", *audit.CLASSES, "summary"]
+        rows = []
+        for n in names:
+            r = results[n]
+            if isinstance(r, str):
+                rows.append([n, "-", *("-" for _ in audit.CLASSES), f"error: {r}"])
+            else:
+                rows.append([n, r.state.id if r.state else "-", *(str(r.count(c)) for c in audit.CLASSES),
+                             r.summary()])
+        widths = [max(len(row[i]) for row in [head, *rows]) for i in range(len(head) - 1)]
+        for row in [head, *rows]:
+            print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])
+        bad = [n for n, r in reports.items() if r.trouble]
+        print(f"{len(names)} target(s): {len(names) - len(bad) - len(errors)} clean, {len(bad)} with findings, "
+              f"{len(errors)} unreachable")
+    if errors:
+        return 2
+    return 1 if any(r.trouble for r in reports.values()) else 0

@@ -1,0 +1,205 @@
+"""`patchkeeper audit` on a real site-packages: sglang plus real markupsafe and six wheels, corrupted."""
+
+from __future__ import annotations
+
+import json
+import os
+import py_compile
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, SITE_REL, copy_venv, edit_file, make_workspace, tree
+
+WHEELS = Path(os.environ.get("PK_WHEELS", REPO / ".cache" / "wheels"))
+
+
+@pytest.fixture(scope="session")
+def audit_pristine(pristine_venv, tmp_path_factory) -> Path:
+    """The sglang venv with markupsafe (it has a compiled .so) and six installed from real wheels."""
+    wheels = sorted(WHEELS.glob("markupsafe-*.whl")) + sorted(WHEELS.glob("six-*.whl"))
+    if len(wheels) < 2:
+        pytest.fail(f"markupsafe and six wheels are missing from {WHEELS}: run `make test`, which downloads them")
+    venv = tmp_path_factory.mktemp("audit-pristine") / "venv"
+    subprocess.run(["cp", "-a", str(pristine_venv), str(venv)], check=True)
+    subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+                    *map(str, wheels)], check=True, capture_output=True)
+    return venv
+
+
+@pytest.fixture
+def aenv(tmp_path, audit_pristine):
+    return make_workspace(tmp_path / "ws", copy_venv(audit_pristine, tmp_path / "venv"))
+
+
+def audit(env, *args, check=None):
+    proc = env.pk("audit", "--json", *args, check=check)
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def found(doc, cls):
+    return {f["path"]: f for f in doc["findings"] if f["class"] == cls}
+
+
+def test_clean_target_then_applied_patch_sets_are_patched_not_drift(aenv):
+    code, doc = audit(aenv)
+    assert code == 0 and doc["findings"] == [] and doc["files"] > 10_000
+    assert "no recorded state; sglang matches its RECORD; environment clean" == doc["summary"]
+    aenv.pk("apply", "ddtree")
+    code, doc = audit(aenv)
+    assert code == 0 and doc["counts"]["drift"] == 0
+    patched = found(doc, "patched")
+    assert patched["sglang/srt/speculative/ddtree_utils.py"]["kind"] == "added"
+    assert patched["@unit"]["kind"] == "changed"
+    out = aenv.pk("audit").stdout
+    assert "ddtree_utils.py" not in out and f"{doc['counts']['patched']} patched" in out
+    assert out.strip().splitlines()[-1] == f"code state matches {doc['state']['id']} (ddtree@1.0.0); environment clean"
+    assert "ddtree_utils.py" in aenv.pk("audit", "-v").stdout
+
+
+def test_hand_edits_after_apply_are_drift(aenv):
+    aenv.pk("apply", "ddtree")
+    spec = aenv.site / "sglang/srt/speculative/spec_info.py"
+    edit_file(spec, spec.read_bytes() + b"# hot fix\n")
+    (aenv.site / "sglang/srt/copied_in.py").write_text("X = 1\n")
+    edit_file(aenv.unit, b"[Service]\nExecStart=/bin/true\n")
+    code, doc = audit(aenv)
+    assert code == 1
+    drift = found(doc, "drift")
+    assert {k: v["kind"] for k, v in drift.items()} == {
+        "sglang/srt/speculative/spec_info.py": "changed", "sglang/srt/copied_in.py": "added", "@unit": "changed"}
+    assert "sglang/srt/speculative/spec_info.py" not in found(doc, "patched")  # each file once
+    assert "3 file(s) changed outside patchkeeper" in doc["summary"]
+
+
+def test_environment_corruption_is_found_and_the_probe_names_the_broken_library(aenv, audit_pristine):
+    site = aenv.site
+    so = next((site / "markupsafe").glob("_speedups*.so"))
+    init = site / "markupsafe/__init__.py"
+    edit_file(init, init.read_bytes()[:100])  # truncated
+    edit_file(so, b"\x7fELF garbage, not a library")  # replaced .so
+    (site / "six.py").unlink()  # deleted
+    pip = aenv.venv / "bin/pip"  # a console script whose shebang was rewritten (venv relocated): no alarm
+    edit_file(pip, b"#!/opt/elsewhere/bin/python3\n" + pip.read_bytes().split(b"\n", 1)[1])
+    code, doc = audit(aenv, "--probe", "markupsafe._speedups", "--probe", "pip")
+    assert code == 1
+    env = found(doc, "environment")
+    assert set(env) == {"markupsafe/__init__.py", f"markupsafe/{so.name}", "six.py"}
+    assert env["six.py"]["kind"] == "missing" and env["six.py"]["dist"] == "six"
+    assert env[f"markupsafe/{so.name}"]["kind"] == "changed" and env["markupsafe/__init__.py"]["dist"] == "markupsafe"
+    probe = found(doc, "probe")
+    assert set(probe) == {"markupsafe._speedups"}  # pip imports fine
+    assert probe["markupsafe._speedups"]["detail"].startswith("ImportError: ")
+    assert str(so) in probe["markupsafe._speedups"]["detail"]
+    assert doc["summary"] == ("no recorded state; sglang matches its RECORD; environment drift in markupsafe, six; "
+                              "import fails: markupsafe._speedups")
+    assert doc["counts"]["bytecode"] == 0  # the truncated module's pyc is stale: recompiled, never run
+    assert tree(audit_pristine) != tree(aenv.venv) and (audit_pristine / SITE_REL / "six.py").exists()
+
+
+def test_bytecode_stale_mismatched_and_sourceless(aenv):
+    site = aenv.site
+    src = site / "sglang/_version.py"
+    pyc = site / "sglang/__pycache__/_version.cpython-311.pyc"
+    assert pyc.exists()
+    st = src.stat()
+    old = src.read_bytes()
+    new = old.replace(b"0.5.23", b"9.9.99")
+    assert len(new) == len(old)
+    edit_file(src, new)
+    code, doc = audit(aenv)
+    assert code == 1 and found(doc, "drift")["sglang/_version.py"]["kind"] == "changed"
+    # the pyc is now stale by its header: Python recompiles it, so it is counted, not a finding
+    assert found(doc, "bytecode") == {} and "1 pyc file(s) are older than their source" in doc["notes"][0]
+    # the same edit with the old mtime: the pyc header matches, its code does not, Python would run it
+    os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns))
+    code, doc = audit(aenv)
+    pyc_finding = found(doc, "bytecode")["sglang/__pycache__/_version.cpython-311.pyc"]
+    assert pyc_finding["kind"] == "mismatch" and "runs the old code" in pyc_finding["detail"]
+    # an unchecked-hash pyc compiled from other code than its source
+    helper = site / "six.py"
+    other = aenv.root / "other.py"
+    other.write_text("print('not six')\n")
+    six_pyc = site / "__pycache__/six.cpython-311.pyc"
+    six_pyc.unlink()
+    py_compile.compile(str(other), cfile=str(six_pyc), invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    # a pyc beside a module without source is imported; one in __pycache__ without source is not
+    py_compile.compile(str(other), cfile=str(site / "sglang/legacy.pyc"))
+    py_compile.compile(str(other), cfile=str(site / "sglang/__pycache__/gone.cpython-311.pyc"))
+    code, doc = audit(aenv)
+    byte = found(doc, "bytecode")
+    assert byte["__pycache__/six.cpython-311.pyc"]["kind"] == "mismatch"
+    assert byte["sglang/legacy.pyc"]["kind"] == "sourceless"
+    assert "sglang/__pycache__/gone.cpython-311.pyc" not in byte
+    assert helper.exists() and "pyc file(s) do not match their source" in doc["summary"]
+
+
+def test_stat_cache_is_never_fooled_by_same_size_edits_in_the_same_tick(aenv):
+    six = aenv.site / "six.py"
+    good = six.read_bytes()
+    bad = good.replace(b"Utilities for writing", b"Utilities FOR writing")
+    assert len(bad) == len(good) and bad != good
+    cache = aenv.venv / ".patchkeeper/audit/six-1.17.0.dist-info.json"
+
+    # racily clean: written, audited at once, rewritten in place within the same tick, same size
+    edit_file(six, good)
+    assert audit(aenv)[0] == 0
+    st = six.stat()
+    six.write_bytes(bad)  # our own inode now (edit_file unlinked the hardlink), so in place is safe
+    os.utime(six, ns=(st.st_atime_ns, st.st_mtime_ns))
+    code, doc = audit(aenv)
+    assert code == 1 and found(doc, "environment")["six.py"]["kind"] == "changed"
+
+    # an old entry that the cache holds: an in-place same-size rewrite with the mtime put back
+    six.write_bytes(good)
+    time.sleep(2.2)  # past the cache's timestamp granularity, so the entry is cached
+    assert audit(aenv)[0] == 0
+    assert "six.py" in json.loads(cache.read_bytes())
+    st = six.stat()
+    six.write_bytes(bad)
+    os.utime(six, ns=(st.st_atime_ns, st.st_mtime_ns))
+    code, doc = audit(aenv)
+    assert code == 1 and found(doc, "environment")["six.py"]["kind"] == "changed"
+
+    # the managed package's cache (blake3, under a recorded state) likewise
+    aenv.pk("snapshot", "--name", "base")
+    ver = aenv.site / "sglang/_version.py"
+    edit_file(ver, ver.read_bytes())
+    assert audit(aenv)[1]["counts"]["drift"] == 0
+    st = ver.stat()
+    ver.write_bytes(ver.read_bytes().replace(b"0.5.23", b"0.5.24"))
+    os.utime(ver, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert found(audit(aenv)[1], "drift")["sglang/_version.py"]["kind"] == "changed"
+
+
+def test_audit_all_runs_every_target_into_one_table(tmp_path, audit_pristine):
+    second = copy_venv(audit_pristine, tmp_path / "venv2")
+    env = make_workspace(tmp_path / "ws", copy_venv(audit_pristine, tmp_path / "venv1"),
+                         f'\n[targets.ct2]\npython = "{second}/bin/python"\npackage = "sglang"\n'
+                         '\n[targets.gone]\npython = "/nonexistent/bin/python"\npackage = "sglang"\n')
+    (second / SITE_REL / "six.py").unlink()
+    proc = env.pk("audit", "--all", check=2)  # one target cannot be reached
+    lines = proc.stdout.splitlines()
+    assert lines[0].split()[:3] == ["target", "state", "drift"]
+    rows = {line.split()[0]: line for line in lines[1:-1]}
+    assert "environment drift in six" in rows["ct2"] and "environment clean" in rows["local"]
+    assert "error:" in rows["gone"]
+    assert lines[-1] == "3 target(s): 1 clean, 1 with findings, 1 unreachable"
+    doc = json.loads(env.pk("audit", "--all", "--json", check=2).stdout)
+    assert doc["ct2"]["counts"]["environment"] == 1 and doc["local"]["exit"] == 0 and "error" in doc["gone"]
+
+
+def test_status_shows_the_audit_line_once_the_cache_is_warm(aenv):
+    aenv.pk("apply", "nextn")
+    assert "audit:" not in aenv.pk("status").stdout
+    audit(aenv)
+    out = aenv.pk("status").stdout
+    assert "audit: code state matches" in out and "(nextn@" in out
+
+
+def test_bad_probe_name_is_refused_and_nothing_runs(aenv):
+    proc = aenv.pk("audit", "--probe", "os; rm -rf /", check=2)
+    assert "is not a module name" in proc.stderr and proc.stdout == ""
+    assert not (aenv.venv / ".patchkeeper").exists()
