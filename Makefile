@@ -17,6 +17,8 @@ $(BIN)/patchkeeper: pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
+	@# bytecode for our own modules, so no command pays for compiling them (even with PYTHONDONTWRITEBYTECODE)
+	$(BIN)/python -m compileall -q src/patchkeeper
 
 $(WHEELS)/.sglang:
 	mkdir -p $(WHEELS)

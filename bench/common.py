@@ -17,8 +17,9 @@ PK = [str(REPO / ".venv" / "bin" / "patchkeeper")]
 
 def run(argv, cwd=None, env=None, quiet=True) -> float:
     """Run a command to completion; return its wall time in seconds; raise if it fails."""
+    env = {k: v for k, v in {**os.environ, **(env or {})}.items() if k != "PYTHONDONTWRITEBYTECODE"}
     t = time.perf_counter()
-    proc = subprocess.run(argv, cwd=cwd, env={**os.environ, **(env or {})},
+    proc = subprocess.run(argv, cwd=cwd, env=env,
                           stdout=subprocess.DEVNULL if quiet else None, stderr=subprocess.PIPE)
     elapsed = time.perf_counter() - t
     if proc.returncode not in (0, 1):

@@ -65,9 +65,11 @@ def hash_file(path: str, size: int = 0) -> str:
 
 def is_managed_name(rel: str) -> bool:
     """Bytecode caches are derived from sources and never part of a code state."""
-    parts = rel.split("/")
-    return not (_SKIP_DIRS.intersection(parts) or rel.endswith(_SKIP_SUFFIXES)
-                or parts[-1].startswith(STAGE_PREFIX))
+    if rel.endswith(_SKIP_SUFFIXES) or "__pycache__" in rel or STAGE_PREFIX in rel:
+        parts = rel.split("/")
+        return not (_SKIP_DIRS.intersection(parts) or rel.endswith(_SKIP_SUFFIXES)
+                    or parts[-1].startswith(STAGE_PREFIX))
+    return True
 
 
 def _fsync_dir(path: str) -> None:
@@ -146,19 +148,23 @@ class StatCache:
 
 
 def _walk(root: str, rel_dir: str) -> Iterator[str]:
-    base = os.path.join(root, rel_dir) if rel_dir else root
-    try:
-        with os.scandir(base) as it:
-            entries = list(it)
-    except (FileNotFoundError, NotADirectoryError):
-        return
-    for entry in entries:
-        rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
-        if entry.is_dir(follow_symlinks=False):
-            if entry.name not in _SKIP_DIRS:
-                yield from _walk(root, rel)
-        elif is_managed_name(rel):
-            yield rel
+    """Relative paths of the managed files below root/rel_dir, directory by directory."""
+    stack = [rel_dir]
+    while stack:
+        current = stack.pop()
+        try:
+            with os.scandir(os.path.join(root, current) if current else root) as it:
+                entries = list(it)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        prefix = current + "/" if current else ""
+        for entry in entries:
+            name = entry.name
+            if entry.is_dir(follow_symlinks=False):
+                if name not in _SKIP_DIRS:
+                    stack.append(prefix + name)
+            elif not (name.endswith(_SKIP_SUFFIXES) or name.startswith(STAGE_PREFIX)):
+                yield prefix + name
 
 
 def _entry(st: os.stat_result, digest: str) -> list:
@@ -290,9 +296,9 @@ class Agent:
         Missing paths are left out. Unchanged files (by the stat cache) are not re-read.
         """
         cached = StatCache(cache)
-        names = dict.fromkeys(p for p in paths if is_managed_name(p))
-        for rel_dir in walk:
-            names.update(dict.fromkeys(_walk(root, rel_dir)))
+        names = dict.fromkeys(_walked for rel_dir in walk for _walked in _walk(root, rel_dir))
+        walked = tuple(d + "/" for d in walk)
+        names.update(dict.fromkeys(p for p in paths if not p.startswith(walked) and is_managed_name(p)))
         jobs: list[tuple[str, str]] = [(rel, os.path.join(root, rel)) for rel in names]
         jobs.extend((key, path) for key, path in (absolute or {}).items())
         out: dict[str, list] = {}

@@ -120,7 +120,7 @@ def is_warm(target: Target) -> bool:
 
 
 def run(target: Target, ledger: Ledger, probes: Iterable[str] = (), progress: Progress | None = None,
-        probe_timeout: float = PROBE_TIMEOUT) -> Report:
+        probe_timeout: float = PROBE_TIMEOUT, actual: Manifest | None = None) -> Report:
     """Audit one target, opened in a Session (so an interrupted transaction was recovered first)."""
     info, agent = target.info, target.agent
     tell = progress or (lambda what, done, total: None)
@@ -135,7 +135,7 @@ def run(target: Target, ledger: Ledger, probes: Iterable[str] = (), progress: Pr
     steps = len(others) + 2 + len(probes)
     tell("package", 0, steps)
     if current is not None:  # the managed package against its recorded state and the baseline
-        actual = engine.scan_all(target)
+        actual = actual if actual is not None else engine.scan_all(target)
         files += len(actual)
         findings.extend(_classify(ledger, current, actual))
     tell("package", 1, steps)
