@@ -30,13 +30,28 @@ def import_patch(ws: Workspace, name: str, file: str, version: str | None, subdi
     text = data.decode(*_ENC)
     if not text.strip():
         raise BadInput(f"{file} is empty", "give a patch file made by git diff or git format-patch")
-    for fp in patching.parse(text, file):
+    parsed = patching.parse(text, file)
+    for fp in parsed:
         patchset.check_relative(fp.path, file)
+    package = package or _default_package(ws)
+    _refuse_source_layout([fp.path for fp in parsed], package, file)
     subject = re.search(r"^Subject: (?:\[PATCH[^\]]*\] )?(.+)$", text, re.M)
-    draft = authoring.Draft(name=name, package=package or _default_package(ws), patches=((f"{name}.patch", data),),
+    draft = authoring.Draft(name=name, package=package, patches=((f"{name}.patch", data),),
                             description=description if description is not None else
                             (subject.group(1).strip() if subject else f"imported from {Path(file).name}"))
     return _report(ws, authoring.save(ws.patchsets_dir, draft, version=version), len(patching.parse(text, file)), 0)
+
+
+def _refuse_source_layout(paths: list[str], package: str, origin: str) -> None:
+    """A patch made in a source checkout (python/sglang/...) names no site-packages path: say how to fix it."""
+    top = package.replace("-", "_")
+    if any(p.split("/", 1)[0] == top for p in paths):
+        return
+    for p in paths:
+        m = re.match(rf"(.+?)/{re.escape(top)}/", p)
+        if m:
+            raise BadInput(f"{origin}: paths like {p!r} are laid out as in a source checkout, not site-packages",
+                           f"pass --subdir {m.group(1)}")
 
 
 def _strip_subdir(data: bytes, subdir: str, origin: str) -> bytes:
