@@ -154,5 +154,91 @@ def audit(ctx, target, probes, every, as_json, verbose, quiet):
 
     return run(_workspace(ctx), target, list(probes), every, as_json, verbose, quiet)
 
+
+# ---- authoring: record, import, export, check, show --------------------------------------------
+bump_option = click.option("--bump", type=click.Choice(["major", "minor", "patch"]),
+                           help="raise the version of an existing patch set whose content changes")
+
+
+@main.command()
+@click.argument("name")
+@target_option
+@click.option("--from", "since", metavar="STATE", help="record the target's edits since this state")
+@click.option("--git", "checkout", metavar="DIR", help="record from a git checkout of the package's source")
+@click.option("--range", "span", metavar="A..B", help="with --git: the refs to diff")
+@click.option("--subdir", default="", metavar="DIR", help="with --git: the directory holding the package (python)")
+@bump_option
+@click.option("-m", "--description", help="the patch set's description")
+@click.option("--package", help="with --git: the package it is for (default: the default target's)")
+@click.option("--package-version", metavar="SPEC", help="with --git: PEP 440 specifier of fitting versions")
+@click.pass_context
+@command
+def record(ctx, name, target, since, checkout, span, subdir, bump, description, package, package_version):
+    """Write patch set NAME from a target's edits since a state, or from a git range."""
+    from .commands import record as rec
+
+    if bool(since) == bool(checkout):
+        raise click.UsageError("give either -t T --from STATE, or --git DIR --range A..B")
+    if checkout:
+        if not span:
+            raise click.UsageError("--git needs --range A..B")
+        return rec.record_git(_workspace(ctx), name, checkout, span, subdir, bump, description, package,
+                              package_version)
+    return rec.record_target(_workspace(ctx), target, name, since, bump, description)
+
+
+@main.command("import")
+@click.argument("name")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--version", "version", help="the version to give it (default 1.0.0, or the export's)")
+@click.option("--subdir", default="", metavar="DIR", help="strip DIR/ from the patch's paths (python)")
+@click.option("--package", help="the package it is for (default: the default target's)")
+@click.option("-m", "--description", help="the patch set's description")
+@click.pass_context
+@command
+def import_cmd(ctx, name, file, version, subdir, package, description):
+    """Make patch set NAME from a patch file, or restore one from `patchkeeper export`."""
+    from .commands.import_patch import import_patch
+
+    return import_patch(_workspace(ctx), name, file, version, subdir, package, description)
+
+
+@main.command()
+@click.argument("name")
+@click.pass_context
+@command
+def export(ctx, name):
+    """Print patch set NAME as one patch that git apply and patch -p1 accept in site-packages."""
+    from .commands.export import export as run
+
+    return run(_workspace(ctx), name)
+
+
+@main.command()
+@click.argument("name")
+@target_option
+@click.option("--wheel", metavar="FILE.whl", help="check against a wheel's files instead of a target")
+@json_option
+@click.pass_context
+@command
+def check(ctx, name, target, wheel, as_json):
+    """Would patch set NAME apply? Per file: clean, at an offset, or the failing hunk. Changes nothing."""
+    from .commands.check import check as run
+
+    return run(_workspace(ctx), target, name, wheel, as_json)
+
+
+@main.command()
+@click.argument("name")
+@json_option
+@click.pass_context
+@command
+def show(ctx, name, as_json):
+    """Patch set NAME: metadata, files, diffstat, and the targets it is applied on."""
+    from .commands.show import show as run
+
+    return run(_workspace(ctx), name, as_json)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

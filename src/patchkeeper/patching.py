@@ -59,7 +59,12 @@ def parse(text: str, origin: str) -> tuple[FilePatch, ...]:
                            "ship the file whole instead")
         if pf.is_rename:
             raise BadInput(f"{origin}: {pf.path} is a rename", "express it as a delete and an add")
-        kind = "add" if pf.is_added_file else "delete" if pf.is_removed_file else "modify"
+        # by the file names and git's headers: unidiff calls an edit of an empty file an add
+        headers = [str(i) for i in pf.patch_info]
+        kind = ("add" if pf.source_file == "/dev/null" or any(h.startswith("new file mode ") for h in headers)
+                else "delete" if pf.target_file == "/dev/null"
+                or any(h.startswith("deleted file mode ") for h in headers)
+                else "modify")
         path = _strip_prefix(pf.target_file if kind != "delete" else pf.source_file, origin)
         new_mode = None
         for info in pf.patch_info:
@@ -156,3 +161,50 @@ def _mismatch(lines: list[str], hunk: Hunk, want: int) -> str:
         if found != expected:
             return f"line {want + i + 1}: expected {expected.rstrip()!r}, found {found.rstrip()!r}"
     return "context lines do not match"
+
+
+@dataclass(frozen=True)
+class HunkCheck:
+    """How one hunk fares against a file: where it lands (offset), or why it does not."""
+
+    header: str
+    offset: int | None  # None: the hunk does not apply
+    problem: str = ""
+    expected: tuple[str, ...] = ()  # the lines the hunk needs ...
+    found: tuple[str, ...] = ()  # ... and what is there instead, from where it should start
+    found_at: int = 0  # 1-based line of found[0]
+
+
+def check(patch: FilePatch, data: bytes | None) -> tuple[HunkCheck, ...]:
+    """Like `apply`, but try every hunk and report each, instead of stopping at the first failure."""
+    if patch.kind == "add":
+        ok = data is None
+        return (HunkCheck("new file", 0 if ok else None, "" if ok else "the file already exists"),)
+    if data is None:
+        return (HunkCheck("file", None, "the file does not exist"),)
+    lines = split_lines(data.decode(*_ENC))
+    if patch.kind == "delete":
+        expected = tuple(l for h in patch.hunks for l in h.old_lines)
+        ok = tuple(lines) == expected
+        return (HunkCheck("deleted file", 0 if ok else None, "" if ok else
+                          "the file to delete differs from the patch's copy", expected, tuple(lines), 1),)
+    out, pos, shift = [], 0, 0
+    for hunk in patch.hunks:
+        want = max(hunk.source_start - 1 + shift, pos) if hunk.old_lines else hunk.source_start + shift
+        at = _locate(lines, hunk.old_lines, want, pos)
+        if at is None:
+            n = len(hunk.old_lines)
+            out.append(HunkCheck(hunk.header, None, _mismatch(lines, hunk, want), hunk.old_lines,
+                                 tuple(lines[max(want, 0):max(want, 0) + n]), max(want, 0) + 1))
+            continue
+        out.append(HunkCheck(hunk.header, at - (hunk.source_start - 1 if hunk.old_lines else hunk.source_start)))
+        shift = at - (hunk.source_start - 1) if hunk.old_lines else shift
+        pos = at + len(hunk.old_lines)
+    return tuple(out)
+
+
+def diffstat(text: str) -> list[tuple[str, int, int]]:
+    """(path as written, lines added, lines removed) for each file of a diff."""
+    import unidiff
+
+    return [(pf.path, pf.added, pf.removed) for pf in unidiff.PatchSet(text)]

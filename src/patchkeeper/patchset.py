@@ -45,7 +45,7 @@ class PatchSet:
 def names(root: Path) -> list[str]:
     if not root.is_dir():
         return []
-    return sorted(p.name for p in root.iterdir() if (p / MANIFEST).is_file())
+    return sorted(p.name for p in root.iterdir() if (p / MANIFEST).is_file() and not p.name.startswith("."))
 
 
 def load(root: Path, name: str) -> PatchSet:

@@ -20,7 +20,20 @@ def apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bo
             print(f"{s.target.name}: {name} is already applied; nothing to do")
             return 0
         if not dry_run:
+            plan = with_workspace_ref(ws, plan)
             engine.execute(s, plan)
             mirror(ws, s)
         describe(plan, s.target.name, dry_run)
         return 0
+
+
+def with_workspace_ref(ws: Workspace, plan: engine.Plan) -> engine.Plan:
+    """Note in the ledger entry the workspace commit that held the patch sets being applied."""
+    from dataclasses import replace
+
+    from .. import history
+
+    ref = history.workspace_ref(ws.root, {p["name"]: ws.patchsets_dir / p["name"] for p in plan.entry.patchsets})
+    if ref is None:
+        return plan
+    return replace(plan, entry=replace(plan.entry, extra={**plan.entry.extra, "workspace": ref}))

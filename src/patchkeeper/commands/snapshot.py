@@ -28,16 +28,33 @@ def mirror(ws: Workspace, s: Session) -> list:
     """Copy the target's ledger entries and current manifest into snapshots/<target>/."""
     out = ws.snapshots_dir / s.target.name
     (out / "ledger").mkdir(parents=True, exist_ok=True)
-    written = []
+    written, fresh = [], []
     for entry in s.ledger.entries():
         path = out / "ledger" / entry.file_name()
         if not path.exists():
             path.write_text(json.dumps(entry.to_dict(), indent=1) + "\n")
             written.append(path)
+            fresh.append(entry)
     current = s.ledger.current()
     if current is not None:
         path = out / "manifest.txt"
         path.write_bytes(s.target.agent.store_get(s.target.info.store, current.manifest))
         (out / "state.json").write_text(json.dumps({"target": s.target.name, **current.to_dict()}, indent=1) + "\n")
         written += [path, out / "state.json"]
+    if fresh:
+        from .. import history
+
+        history.commit_paths(ws.root, written, history_message(s.target.name, fresh))
     return written
+
+
+def history_message(target: str, entries: list) -> str:
+    """Commit message of a target's history: the command, the patch sets (name@version), the target."""
+    last = entries[-1]
+    sets = ", ".join(f"{p['name']}@{p['version']}" for p in last.patchsets)
+    what = sets or (f"state {last.after.name!r}" if last.after.name else last.after.stack_text())
+    lines = [f"{target}: {last.kind} {what} (patchkeeper {last.command})", ""]
+    for e in entries:
+        lines.append(f"{e.kind} {e.before.id if e.before else '-'} -> {e.after.id}: {e.after.stack_text()}; "
+                     f"{len(e.changed)} file(s) changed; transaction {e.id}")
+    return "\n".join(lines) + "\n"

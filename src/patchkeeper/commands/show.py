@@ -1,0 +1,64 @@
+"""`patchkeeper show NAME`: a patch set's metadata, files, diffstat, and where it is applied."""
+
+from __future__ import annotations
+
+import json
+
+from .. import patching, patchset
+from ..workspace import Workspace
+from . import emit_json
+
+
+def applied_on(ws: Workspace, name: str) -> list[dict]:
+    """Targets whose last mirrored state (snapshots/<target>/state.json) has `name` in its stack."""
+    out = []
+    for path in sorted(ws.snapshots_dir.glob("*/state.json")):
+        try:
+            state = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        for ref in state.get("stack", ()):
+            if ref.get("name") == name:
+                out.append({"target": state.get("target", path.parent.name), "version": ref.get("version"),
+                            "digest": ref.get("digest"), "state": state.get("id")})
+    return out
+
+
+def show(ws: Workspace, name: str, as_json: bool) -> int:
+    ps = patchset.load(ws.patchsets_dir, name)
+    directory = ws.patchsets_dir / name
+    stats = []
+    for origin, _ in ps.patches:
+        text = (directory / origin).read_bytes().decode("utf-8", "surrogateescape")
+        kinds = {fp.path: (fp.kind, fp.new_mode) for fp in patching.parse(text, origin)}
+        for path, added, removed in patching.diffstat(text):
+            path = path.removeprefix("a/").removeprefix("b/")
+            kind, mode = kinds.get(path, ("modify", None))
+            stats.append({"patch": origin, "path": path, "added": added, "removed": removed, "kind": kind,
+                          "mode": f"{mode:o}" if mode is not None else None})
+    where = applied_on(ws, name)
+    for w in where:
+        w["current"] = w["digest"] == ps.digest
+    if as_json:
+        emit_json({**ps.summary(), "diffstat": stats, "applied_on": where})
+        return 0
+    print(f"{ps.ident}  {ps.description}")
+    print(f"  package   {ps.package}{ps.package_version or ' (any version)'}")
+    print(f"  group     {ps.group or '-'}")
+    print(f"  requires  {', '.join(ps.requires) or '-'}")
+    print(f"  digest    {ps.digest}")
+    print(f"  files     {', '.join(sorted(p.name for p in directory.rglob('*') if p.is_file()))}")
+    for role, data in ps.files:
+        print(f"  role      @{role}: {len(data)} bytes")
+    width = max((len(s["path"]) for s in stats), default=0)
+    for s in stats:
+        tag = {"add": " (new)", "delete": " (deleted)"}.get(s["kind"], "")
+        mode = f" mode {s['mode']}" if s["mode"] and s["kind"] == "modify" else ""
+        print(f"  {s['path']:{width}}  +{s['added']:<4} -{s['removed']:<4}{tag}{mode}")
+    print(f"  {len(stats)} file(s), +{sum(s['added'] for s in stats)} -{sum(s['removed'] for s in stats)}")
+    if not where:
+        print("not applied on any target recorded in snapshots/")
+    for w in where:
+        note = "" if w["current"] else " (other content than the workspace's now)"
+        print(f"applied on {w['target']}: {name}@{w['version']} in state {w['state']}{note}")
+    return 0
