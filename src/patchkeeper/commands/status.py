@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from .. import engine
-from ..manifest import differences
 from ..session import Session
 from ..workspace import Workspace
 from . import emit_json
@@ -17,7 +16,7 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
                "site": info.site, "state_dir": info.state_dir, "state": current.to_dict() if current else None,
                "differences": {}}
         if current is not None:
-            doc["differences"] = differences(s.ledger.load_manifest(current), engine.scan_all(s.target))
+            doc["differences"] = engine.drift(s.target, current.manifest)  # compared on the target
         if as_json:
             emit_json(doc)
             return 0

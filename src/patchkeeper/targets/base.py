@@ -76,6 +76,17 @@ class Target(ABC):
         pass
 
     @cached_property
+    def algorithm(self) -> str:
+        """The hash the target's agent uses for its digests (blake3, or sha256 without blake3)."""
+        return self.agent.algorithm()
+
+    def hash_bytes(self, data: bytes) -> str:
+        """The digest of `data` as this target's agent and store name it."""
+        from ..agent import hash_bytes
+
+        return hash_bytes(data, self.algorithm)
+
+    @cached_property
     def info(self) -> TargetInfo:
         cfg = self.config
         try:
