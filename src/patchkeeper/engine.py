@@ -30,10 +30,16 @@ def _cache(target: Target) -> str:
     return posixpath.join(target.info.state_dir, "statcache.json")
 
 
-def scan_all(target: Target) -> Manifest:
-    """Every managed file now: the package (RECORD plus a walk of its top directories) and roles."""
+def scan_all(target: Target, algorithm: str | None = None) -> Manifest:
+    """Every managed file now: the package (RECORD plus a walk of its top directories) and roles.
+
+    `algorithm` asks for digests in another hash than the target's own (to compare two targets)."""
     info = target.info
-    rows = target.agent.scan(info.site, info.package_paths(), info.top_dirs(), _cache(target), info.role_keys())
+    if algorithm and algorithm != target.algorithm:
+        rows = target.agent.scan(info.site, info.package_paths(), info.top_dirs(), f"{_cache(target)}.{algorithm}",
+                                 info.role_keys(), algorithm)
+    else:
+        rows = target.agent.scan(info.site, info.package_paths(), info.top_dirs(), _cache(target), info.role_keys())
     return Manifest.from_scan(rows)
 
 
