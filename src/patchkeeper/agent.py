@@ -179,6 +179,15 @@ class Agent:
     def hostname(self) -> str:
         return socket.gethostname()
 
+    def interpreter(self) -> dict:
+        """This Python's prefix, site directories and version (the agent runs in the target's Python)."""
+        import sys
+        import sysconfig
+
+        paths = sysconfig.get_paths()
+        return {"prefix": sys.prefix, "purelib": paths["purelib"], "platlib": paths["platlib"],
+                "python": "%d.%d.%d" % sys.version_info[:3]}
+
     def algorithm(self) -> str:
         """The hash this agent's digests use: blake3, or sha256 where blake3 is not importable."""
         return ALGORITHM

@@ -30,16 +30,23 @@ def _cache(target: Target) -> str:
     return posixpath.join(target.info.state_dir, "statcache.json")
 
 
+def _loose_paths(info) -> list[str]:
+    """RECORD paths the walk of the top directories does not already find (top-level modules):
+    the rest need not be listed, which keeps a remote scan's request small."""
+    walked = set(info.top_dirs())
+    return [p for p in info.package_paths() if p.split("/", 1)[0] not in walked or "/" not in p]
+
+
 def scan_all(target: Target, algorithm: str | None = None) -> Manifest:
     """Every managed file now: the package (RECORD plus a walk of its top directories) and roles.
 
     `algorithm` asks for digests in another hash than the target's own (to compare two targets)."""
     info = target.info
     if algorithm and algorithm != target.algorithm:
-        rows = target.agent.scan(info.site, info.package_paths(), info.top_dirs(), f"{_cache(target)}.{algorithm}",
+        rows = target.agent.scan(info.site, _loose_paths(info), info.top_dirs(), f"{_cache(target)}.{algorithm}",
                                  info.role_keys(), algorithm)
     else:
-        rows = target.agent.scan(info.site, info.package_paths(), info.top_dirs(), _cache(target), info.role_keys())
+        rows = target.agent.scan(info.site, _loose_paths(info), info.top_dirs(), _cache(target), info.role_keys())
     return Manifest.from_scan(rows)
 
 
@@ -56,7 +63,7 @@ def compare(target: Target, manifest_digest: str) -> dict[str, tuple[Entry | Non
     """Every managed file that differs from a recorded manifest, compared on the target itself:
     key -> (recorded entry, actual entry). Only the differences cross the network."""
     info = target.info
-    rows = target.agent.compare(info.store, manifest_digest, info.site, info.package_paths(), info.top_dirs(),
+    rows = target.agent.compare(info.store, manifest_digest, info.site, _loose_paths(info), info.top_dirs(),
                                 _cache(target), info.role_keys())
     return {k: (Entry.of(old) if old else None, Entry.of(new) if new else None) for k, (old, new) in rows.items()}
 

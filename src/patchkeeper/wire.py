@@ -1,8 +1,8 @@
 """The agent protocol: length-prefixed frames (a JSON header, then raw byte payloads).
 
 This module is shipped to a remote host after agent.py and executed there, so it uses the
-standard library only. A frame is a 4-byte big-endian header length, the header (JSON), then
-the payloads the header lists by length. Bytes inside a value travel as payloads and are
+standard library only. A frame is a 4-byte big-endian header length (its top bit set when the
+header is zlib-compressed), the header (JSON), then the payloads the header lists by length. Bytes inside a value travel as payloads and are
 referred to from the JSON as {"\\u0000b": index}, so file contents are never base64-bloated.
 """
 
@@ -10,8 +10,11 @@ import json
 import struct
 import sys
 import traceback
+import zlib
 
 _BYTES = "\x00b"  # a key no path or field can be
+_SQUEEZE = 16 << 10  # headers larger than this (long path lists, scans) travel zlib-compressed
+_SQUEEZED = 1 << 31  # flag in the length prefix
 
 
 def pack(value, blobs: list):
@@ -41,13 +44,17 @@ def encode(header: dict, value=None) -> bytes:
     blobs: list = []
     doc = dict(header, v=pack(value, blobs), n=[len(b) for b in blobs])
     head = json.dumps(doc, separators=(",", ":")).encode()  # ensure_ascii keeps surrogates intact
-    return b"".join([struct.pack(">I", len(head)), head, *blobs])
+    flag = 0
+    if len(head) > _SQUEEZE:
+        head, flag = zlib.compress(head, 1), _SQUEEZED
+    return b"".join([struct.pack(">I", len(head) | flag), head, *blobs])
 
 
 def decode(read_exact) -> tuple[dict, object]:
     """Read one frame with `read_exact(n)`; return (header, value)."""
     (size,) = struct.unpack(">I", read_exact(4))
-    doc = json.loads(read_exact(size))
+    head = read_exact(size & ~_SQUEEZED)
+    doc = json.loads(zlib.decompress(head) if size & _SQUEEZED else head)
     blobs = [read_exact(n) for n in doc.pop("n")]
     return doc, unpack(doc.pop("v"), blobs)
 

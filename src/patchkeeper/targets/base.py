@@ -86,8 +86,8 @@ class Target(ABC):
 
         return hash_bytes(data, self.algorithm)
 
-    @cached_property
-    def info(self) -> TargetInfo:
+    def interpreter(self) -> dict:
+        """The target interpreter's prefix, purelib, platlib and version."""
         cfg = self.config
         try:
             code, out, err = self.run([cfg.python, "-I", "-c", _INFO], timeout=60)
@@ -97,7 +97,12 @@ class Target(ABC):
             raise TargetError(f"target {self.name}: cannot run its interpreter {cfg.python}: "
                               f"{err.decode(errors='replace').strip().splitlines()[-1:] or code}",
                               f"fix python = ... in [targets.{self.name}]")
-        py = json.loads(out)
+        return json.loads(out)
+
+    @cached_property
+    def info(self) -> TargetInfo:
+        cfg = self.config
+        py = self.interpreter()
         sites = list(dict.fromkeys([py["purelib"], py["platlib"]]))
         dist = self.agent.dist_info(sites, cfg.package)
         if dist is None:

@@ -43,8 +43,30 @@ class Endpoint:
         return self.host if self.port == 22 else f"[{self.host}]:{self.port}"
 
 
-def _ssh_config():
+def _paramiko():
+    """paramiko, imported without `invoke` (half its import time) unless ~/.ssh/config uses
+    `Match exec`, the only thing paramiko needs invoke for."""
+    import sys
+
+    if "paramiko" not in sys.modules and "invoke" not in sys.modules:
+        try:
+            with open(os.path.expanduser("~/.ssh/config"), encoding="utf-8", errors="replace") as f:
+                uses_exec = "exec" in f.read().lower()
+        except OSError:
+            uses_exec = False
+        if not uses_exec:
+            sys.modules["invoke"] = None  # makes paramiko.config's optional `import invoke` fail fast
+            try:
+                import paramiko
+            finally:
+                del sys.modules["invoke"]
     import paramiko
+
+    return paramiko
+
+
+def _ssh_config():
+    paramiko = _paramiko()
 
     path = os.path.expanduser("~/.ssh/config")
     if not os.path.isfile(path):
@@ -91,7 +113,7 @@ def _keyscan(ep: Endpoint) -> str:
 
 def connect(ep: Endpoint, target: str, sock=None):
     """An authenticated paramiko client for one hop (through `sock` for a ProxyJump)."""
-    import paramiko
+    paramiko = _paramiko()
 
     class Refuse(paramiko.MissingHostKeyPolicy):
         def missing_host_key(self, client, hostname, key):
@@ -172,7 +194,7 @@ class SshTarget(Target):
         return clients
 
     def _session(self, timeout: float | None = None):
-        import paramiko
+        paramiko = _paramiko()
 
         try:
             chan = self._client().get_transport().open_session(timeout=20)
@@ -187,6 +209,10 @@ class SshTarget(Target):
         if self._agent is None:
             self._agent = RemoteAgent(self._session(), self.name, self.config.python)
         return self._agent
+
+    def interpreter(self) -> dict:
+        """Asked of the agent, which already runs in the target's Python: no second exec."""
+        return self.agent.interpreter()
 
     @cached_property
     def algorithm(self) -> str:
