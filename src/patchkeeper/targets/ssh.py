@@ -24,6 +24,7 @@ from .base import Target
 from .remote_agent import RemoteAgent
 
 _SYSTEM_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"
+_IMPORT_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -48,19 +49,20 @@ def _paramiko():
     `Match exec`, the only thing paramiko needs invoke for."""
     import sys
 
-    if "paramiko" not in sys.modules and "invoke" not in sys.modules:
-        try:
-            with open(os.path.expanduser("~/.ssh/config"), encoding="utf-8", errors="replace") as f:
-                uses_exec = "exec" in f.read().lower()
-        except OSError:
-            uses_exec = False
-        if not uses_exec:
-            sys.modules["invoke"] = None  # makes paramiko.config's optional `import invoke` fail fast
+    with _IMPORT_LOCK:  # targets connect from several threads at once
+        if "paramiko" not in sys.modules and "invoke" not in sys.modules:
             try:
-                import paramiko
-            finally:
-                del sys.modules["invoke"]
-    import paramiko
+                with open(os.path.expanduser("~/.ssh/config"), encoding="utf-8", errors="replace") as f:
+                    uses_exec = "exec" in f.read().lower()
+            except OSError:
+                uses_exec = False
+            if not uses_exec:
+                sys.modules["invoke"] = None  # makes paramiko.config's optional `import invoke` fail fast
+                try:
+                    import paramiko
+                finally:
+                    sys.modules.pop("invoke", None)
+        import paramiko
 
     return paramiko
 
