@@ -51,6 +51,7 @@ $(TORCHENV)/.done: $(WHEELS)/.sglang
 # OpenSSH's sshd for the remote-target tests; installed where it is missing.
 sshd:
 	@test -x /usr/sbin/sshd || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server openssh-client >/dev/null; }
+	@mkdir -p /run/sshd  # sshd's privilege separation directory (the test sshd runs from a tmp config)
 
 demo: install $(TESTENV)/.done
 	bash scripts/demo.sh

@@ -38,29 +38,37 @@ class AgentError(Exception):
         self.kind = kind
 
 
-def _hasher(size: int = 0):
-    if _blake3 is None:
+def _hasher(size: int = 0, algorithm: str | None = None):
+    algorithm = algorithm or ALGORITHM
+    if algorithm == "sha256":
         return hashlib.sha256()
+    if algorithm != "blake3" or _blake3 is None:
+        raise AgentError("no-algorithm", f"this Python cannot hash with {algorithm!r} (it has {ALGORITHM})")
     if size >= _BIG:
         return _blake3.blake3(max_threads=_blake3.blake3.AUTO)
     return _blake3.blake3()
 
 
-def hash_bytes(data: bytes) -> str:
-    h = _hasher(len(data))
+def algorithm_of(digest: str) -> str:
+    """The algorithm a digest names: "blake3:<hex>" -> "blake3"."""
+    return digest.partition(":")[0]
+
+
+def hash_bytes(data: bytes, algorithm: str | None = None) -> str:
+    h = _hasher(len(data), algorithm)
     h.update(data)
-    return f"{ALGORITHM}:{h.hexdigest()}"
+    return f"{algorithm or ALGORITHM}:{h.hexdigest()}"
 
 
-def hash_file(path: str, size: int = 0) -> str:
-    h = _hasher(size)
+def hash_file(path: str, size: int = 0, algorithm: str | None = None) -> str:
+    h = _hasher(size, algorithm)
     with open(path, "rb") as f:
         if size and size < _CHUNK:
             h.update(f.read())
         else:
             for chunk in iter(lambda: f.read(_CHUNK), b""):
                 h.update(chunk)
-    return f"{ALGORITHM}:{h.hexdigest()}"
+    return f"{algorithm or ALGORITHM}:{h.hexdigest()}"
 
 
 def is_managed_name(rel: str) -> bool:
@@ -177,6 +185,19 @@ class Agent:
     def hostname(self) -> str:
         return socket.gethostname()
 
+    def interpreter(self) -> dict:
+        """This Python's prefix, site directories and version (the agent runs in the target's Python)."""
+        import sys
+        import sysconfig
+
+        paths = sysconfig.get_paths()
+        return {"prefix": sys.prefix, "purelib": paths["purelib"], "platlib": paths["platlib"],
+                "python": "%d.%d.%d" % sys.version_info[:3]}
+
+    def algorithm(self) -> str:
+        """The hash this agent's digests use: blake3, or sha256 where blake3 is not importable."""
+        return ALGORITHM
+
     def pid(self) -> int:
         return os.getpid()
 
@@ -289,12 +310,14 @@ class Agent:
 
     # ---- scanning ----------------------------------------------------------------------
     def scan(self, root: str, paths: list[str], walk: list[str], cache: str | None = None,
-             absolute: dict[str, str] | None = None) -> dict[str, list]:
+             absolute: dict[str, str] | None = None, algorithm: str | None = None) -> dict[str, list]:
         """Digest, size and mode of files under `root`: the given relative paths plus every
         file below the `walk` directories, and the `absolute` key -> path extras.
 
         Missing paths are left out. Unchanged files (by the stat cache) are not re-read.
+        `algorithm` asks for another hash than the agent's own (give it its own `cache`).
         """
+        algorithm = algorithm or ALGORITHM
         cached = StatCache(cache)
         names = dict.fromkeys(_walked for rel_dir in walk for _walked in _walk(root, rel_dir))
         walked = tuple(d + "/" for d in walk)
@@ -311,7 +334,7 @@ class Agent:
             if not stat.S_ISREG(st.st_mode):
                 continue
             digest = cached.lookup(key, st)
-            if digest is None:
+            if digest is None or not digest.startswith(algorithm + ":"):
                 todo.append((key, path, st))
             else:
                 out[key] = _entry(st, digest)
@@ -319,7 +342,7 @@ class Agent:
         def work(batch: list[tuple[str, str, os.stat_result]]) -> list[tuple[str, list]]:
             done = []
             for key, path, st in batch:
-                digest = hash_file(path, st.st_size)
+                digest = hash_file(path, st.st_size, algorithm)
                 cached.remember(key, st, digest)
                 done.append((key, _entry(st, digest)))
             return done
@@ -334,6 +357,22 @@ class Agent:
                 out.update(work(batch))
         cached.save()
         return dict(sorted(out.items()))
+
+    def compare(self, store: str, manifest: str, root: str, paths: list[str], walk: list[str],
+                cache: str | None = None, absolute: dict[str, str] | None = None) -> dict[str, list]:
+        """Scan as `scan` does and compare with the stored manifest object `manifest`, here, next
+        to the files: only differing keys come back, as key -> [recorded row, actual row] (None
+        where absent). Files are hashed with the algorithm the manifest's digests use."""
+        recorded: dict[str, list] = {}
+        for line in Store(store).get(manifest).decode("utf-8").splitlines():
+            mode, size, digest, key = line.split(" ", 3)
+            recorded[json.loads(key)] = [digest, int(size), int(mode, 8)]
+        algorithm = algorithm_of(next(iter(recorded.values()))[0]) if recorded else ALGORITHM
+        if algorithm != ALGORITHM:
+            cache = f"{cache}.{algorithm}" if cache else None
+        actual = self.scan(root, paths, walk, cache, absolute, algorithm)
+        return {k: [recorded.get(k), actual.get(k)] for k in sorted(set(recorded) | set(actual))
+                if recorded.get(k) != actual.get(k)}
 
     # ---- object store ------------------------------------------------------------------
     def store_put(self, store: str, data: bytes, digest: str | None = None) -> str:
@@ -470,7 +509,7 @@ class Store:
         return os.path.exists(self._loose(digest)) or digest in self._packs()
 
     def put(self, data: bytes, digest: str | None = None) -> str:
-        actual = hash_bytes(data)
+        actual = hash_bytes(data, algorithm_of(digest) if digest else None)
         if digest is not None and digest != actual:
             raise AgentError("digest-mismatch", f"bytes hash to {actual}, not {digest}")
         if not self.has(actual):
@@ -492,7 +531,7 @@ class Store:
             with open(pack, "rb") as f:
                 f.seek(offset)
                 data = f.read(size)
-        if hash_bytes(data) != digest:
+        if hash_bytes(data, algorithm_of(digest)) != digest:
             raise AgentError("corrupt-object",
                              f"object {digest} in {self.root} is corrupt (its bytes hash differently); "
                              "it will not be restored")
@@ -513,7 +552,7 @@ class Store:
             for digest, path in todo:
                 with open(path, "rb") as f:
                     data = f.read()
-                actual = hash_bytes(data)
+                actual = hash_bytes(data, algorithm_of(digest))
                 if actual != digest:
                     mismatched[digest] = actual
                 if actual in index:

@@ -240,5 +240,19 @@ def show(ctx, name, as_json):
     return run(_workspace(ctx), name, as_json)
 
 
+@click.argument("targets", nargs=-1, metavar="[TARGET [TARGET2]]")
+@click.option("--against", metavar="STATE", help="compare one target with this recorded state (default: its current one)")
+@click.option("--patch", "-p", is_flag=True, help="add unified diffs of the differing text files")
+@json_option
+@click.pass_context
+@command
+def diff(ctx, targets, against, patch, as_json):
+    """What differs on TARGET from its recorded state, and which patch set owns it; or TARGET against
+    TARGET2, side by side. Exit 0 when nothing differs, 1 when something does."""
+    from .commands.diff import diff as run
+
+    return run(_workspace(ctx), tuple(targets), against, patch, as_json)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -7,7 +7,6 @@ import time
 from dataclasses import dataclass, field
 
 from . import faults, patching, patchset, transaction
-from .agent import hash_bytes
 from .errors import BadInput, Refused, StoreError
 from .ledger import LedgerEntry, State, new_id, who
 from .manifest import ROLE_PREFIX, Entry, Manifest, differences
@@ -31,10 +30,23 @@ def _cache(target: Target) -> str:
     return posixpath.join(target.info.state_dir, "statcache.json")
 
 
-def scan_all(target: Target) -> Manifest:
-    """Every managed file now: the package (RECORD plus a walk of its top directories) and roles."""
+def _loose_paths(info) -> list[str]:
+    """RECORD paths the walk of the top directories does not already find (top-level modules):
+    the rest need not be listed, which keeps a remote scan's request small."""
+    walked = set(info.top_dirs())
+    return [p for p in info.package_paths() if p.split("/", 1)[0] not in walked or "/" not in p]
+
+
+def scan_all(target: Target, algorithm: str | None = None) -> Manifest:
+    """Every managed file now: the package (RECORD plus a walk of its top directories) and roles.
+
+    `algorithm` asks for digests in another hash than the target's own (to compare two targets)."""
     info = target.info
-    rows = target.agent.scan(info.site, info.package_paths(), info.top_dirs(), _cache(target), info.role_keys())
+    if algorithm and algorithm != target.algorithm:
+        rows = target.agent.scan(info.site, _loose_paths(info), info.top_dirs(), f"{_cache(target)}.{algorithm}",
+                                 info.role_keys(), algorithm)
+    else:
+        rows = target.agent.scan(info.site, _loose_paths(info), info.top_dirs(), _cache(target), info.role_keys())
     return Manifest.from_scan(rows)
 
 
@@ -45,6 +57,21 @@ def scan_keys(target: Target, keys) -> dict[str, Entry]:
     extra = {k: roles[k] for k in keys if k in roles}
     rows = target.agent.scan(info.site, paths, [], None, extra)
     return {k: Entry.of(v) for k, v in rows.items()}
+
+
+def compare(target: Target, manifest_digest: str) -> dict[str, tuple[Entry | None, Entry | None]]:
+    """Every managed file that differs from a recorded manifest, compared on the target itself:
+    key -> (recorded entry, actual entry). Only the differences cross the network."""
+    info = target.info
+    rows = target.agent.compare(info.store, manifest_digest, info.site, _loose_paths(info), info.top_dirs(),
+                                _cache(target), info.role_keys())
+    return {k: (Entry.of(old) if old else None, Entry.of(new) if new else None) for k, (old, new) in rows.items()}
+
+
+def drift(target: Target, manifest_digest: str) -> dict[str, str]:
+    """key -> changed | added | removed | mode for every file that differs from a recorded manifest."""
+    pairs = compare(target, manifest_digest)
+    return differences({k: old for k, (old, _) in pairs.items() if old}, {k: new for k, (_, new) in pairs.items() if new})
 
 
 # ---- recorded states -------------------------------------------------------------------------
@@ -193,7 +220,7 @@ def plan_apply(s: Session, name: str, force: bool) -> Plan | None:
     ops, contents = _ops(target, actual, files, modes)
     kind = "switch" if removed else "apply"
     manifest_text = cur_manifest.replace({op.key: op.new for op in ops}).to_text()
-    manifest_digest = hash_bytes(manifest_text)
+    manifest_digest = target.hash_bytes(manifest_text)
     contents[manifest_digest] = manifest_text
     after = State.make(manifest_digest, new_stack)
     if removed:
@@ -213,7 +240,7 @@ def _recorded(s: Session) -> tuple[State, Manifest]:
     if current is not None:
         return current, s.ledger.load_manifest(current)
     manifest = scan_all(s.target)
-    return State.make(hash_bytes(manifest.to_text()), (), "baseline"), manifest
+    return State.make(s.target.hash_bytes(manifest.to_text()), (), "baseline"), manifest
 
 
 def _load_applied(ws, ref: dict) -> PatchSet:
@@ -262,7 +289,7 @@ def _ops(target: Target, actual: dict[str, Entry], files: dict[str, bytes | None
         if data is None:
             new = None
         else:
-            digest = hash_bytes(data)
+            digest = target.hash_bytes(data)
             new = Entry(digest, len(data), modes.get(key, 0o644))
             contents[digest] = data
         if old != new:

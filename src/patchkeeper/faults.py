@@ -1,4 +1,8 @@
-"""Fault injection for crash tests: PATCHKEEPER_CRASH_AT=N kills the process at the Nth step."""
+"""Fault injection for crash tests: PATCHKEEPER_CRASH_AT=N kills the process at the Nth step.
+
+PATCHKEEPER_CRASH_AT may also name a step ("journal-committed"); PATCHKEEPER_CRASH_SIGNAL=STOP
+freezes the process there instead (a test then cuts its SSH connection and lets it go on).
+"""
 
 from __future__ import annotations
 
@@ -19,5 +23,6 @@ def point(name: str) -> None:
     if trace:
         with open(trace, "a") as f:
             f.write(f"{_count} {name}\n")
-    if int(at) == _count:
-        os.kill(os.getpid(), signal.SIGKILL)
+    if at == name or (at.isdigit() and int(at) == _count):
+        sig = getattr(signal, "SIG" + os.environ.get("PATCHKEEPER_CRASH_SIGNAL", "KILL").upper().removeprefix("SIG"))
+        os.kill(os.getpid(), sig)

@@ -67,7 +67,7 @@ def parse(text: str, origin: str) -> tuple[FilePatch, ...]:
                 else "modify")
         path = _strip_prefix(pf.target_file if kind != "delete" else pf.source_file, origin)
         new_mode = None
-        for info in pf.patch_info:
+        for info in pf.patch_info or ():
             words = info.split()
             if info.startswith(("new mode ", "new file mode ")):
                 new_mode = int(words[-1], 8) & 0o7777

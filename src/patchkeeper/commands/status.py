@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from .. import audit, engine
-from ..manifest import differences
 from ..session import Session
 from ..workspace import Workspace
 from . import emit_json
@@ -16,9 +15,8 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
         doc = {"target": s.target.name, "host": info.host, "package": info.package, "version": info.version,
                "site": info.site, "state_dir": info.state_dir, "state": current.to_dict() if current else None,
                "differences": {}}
-        actual = engine.scan_all(s.target) if current is not None else None
         if current is not None:
-            doc["differences"] = differences(s.ledger.load_manifest(current), actual)
+            doc["differences"] = engine.drift(s.target, current.manifest)  # compared on the target
         if as_json:
             emit_json(doc)
             return 0
@@ -30,7 +28,7 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
         for p in current.stack:
             print(f"  {p['name']}@{p['version']}  {p['digest'][:19]}…")
         if audit.is_warm(s.target):  # cheap only when the audit's stat caches are warm
-            print("audit: " + audit.run(s.target, s.ledger, actual=actual).summary())
+            print("audit: " + audit.run(s.target, s.ledger).summary())
         diffs = doc["differences"]
         if not diffs:
             print("files match the recorded state")

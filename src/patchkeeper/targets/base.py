@@ -76,7 +76,18 @@ class Target(ABC):
         pass
 
     @cached_property
-    def info(self) -> TargetInfo:
+    def algorithm(self) -> str:
+        """The hash the target's agent uses for its digests (blake3, or sha256 without blake3)."""
+        return self.agent.algorithm()
+
+    def hash_bytes(self, data: bytes) -> str:
+        """The digest of `data` as this target's agent and store name it."""
+        from ..agent import hash_bytes
+
+        return hash_bytes(data, self.algorithm)
+
+    def interpreter(self) -> dict:
+        """The target interpreter's prefix, purelib, platlib and version."""
         cfg = self.config
         try:
             code, out, err = self.run([cfg.python, "-I", "-c", _INFO], timeout=60)
@@ -86,7 +97,12 @@ class Target(ABC):
             raise TargetError(f"target {self.name}: cannot run its interpreter {cfg.python}: "
                               f"{err.decode(errors='replace').strip().splitlines()[-1:] or code}",
                               f"fix python = ... in [targets.{self.name}]")
-        py = json.loads(out)
+        return json.loads(out)
+
+    @cached_property
+    def info(self) -> TargetInfo:
+        cfg = self.config
+        py = self.interpreter()
         sites = list(dict.fromkeys([py["purelib"], py["platlib"]]))
         dist = self.agent.dist_info(sites, cfg.package)
         if dist is None:

@@ -1,0 +1,171 @@
+"""`patchkeeper diff`: a target against its recorded state, or two targets side by side."""
+
+from __future__ import annotations
+
+import difflib
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from dataclasses import dataclass
+
+from .. import engine, patchset
+from ..errors import BadInput, PatchkeeperError, Refused
+from ..manifest import ROLE_PREFIX, Entry, differences
+from ..session import Session
+from ..workspace import Workspace
+from . import emit_json
+
+_PATCH_LIMIT = 4 << 20  # larger files are reported, not diffed
+
+
+@dataclass(frozen=True)
+class Difference:
+    key: str
+    kind: str  # changed | added | removed | mode (added: only on the second side)
+    a: Entry | None
+    b: Entry | None
+    owners: tuple[tuple[str, str], ...]  # (side, patch set that owns the file there)
+
+    def to_dict(self) -> dict:
+        row = lambda e: [e.digest, e.size, e.mode] if e else None  # noqa: E731
+        return {"key": self.key, "kind": self.kind, "a": row(self.a), "b": row(self.b),
+                "owners": dict(self.owners)}
+
+
+def diff(ws: Workspace, names: tuple[str, ...], against: str | None, patch: bool, as_json: bool) -> int:
+    if len(names) > 2:
+        raise BadInput(f"diff compares one or two targets, not {len(names)}",
+                       "patchkeeper diff HOST, or patchkeeper diff HOST1 HOST2")
+    if len(names) == 2:
+        if against:
+            raise BadInput("--against compares one target with its own recorded state",
+                           "drop --against to compare two targets' files")
+        return _two(ws, names[0], names[1], patch, as_json)
+    return _one(ws, names[0] if names else None, against, patch, as_json)
+
+
+def owners_of(ws: Workspace, stack) -> dict[str, str]:
+    """key -> the patch set(s) of `stack` that touch it, by their paths and role files."""
+    owners: dict[str, list[str]] = {}
+    for ref in stack:
+        ident = f"{ref['name']}@{ref['version']}"
+        try:
+            ps = patchset.load(ws.patchsets_dir, ref["name"])
+        except PatchkeeperError:
+            continue  # no longer in this workspace: its files cannot be named
+        for key in [*ps.paths, *(ROLE_PREFIX + role for role, _ in ps.files)]:
+            owners.setdefault(key, []).append(ident)
+    return {k: ", ".join(v) for k, v in owners.items()}
+
+
+def _classify(pairs: dict[str, tuple[Entry | None, Entry | None]], owners: dict[str, dict[str, str]]) -> list[Difference]:
+    kinds = differences({k: a for k, (a, _) in pairs.items() if a}, {k: b for k, (_, b) in pairs.items() if b})
+    return [Difference(k, kind, *pairs[k], tuple((side, o[k]) for side, o in owners.items() if k in o))
+            for k, kind in kinds.items()]
+
+
+def _one(ws: Workspace, name: str | None, against: str | None, patch: bool, as_json: bool) -> int:
+    with Session(ws, name, "diff", write=False) as s:
+        current = s.ledger.current()
+        if current is None:
+            raise Refused(f"target {s.target.name} has no recorded state to compare with",
+                          f"record one with `patchkeeper snapshot -t {s.target.name} --name NAME`, "
+                          "or compare two targets: patchkeeper diff HOST1 HOST2")
+        state = s.ledger.find_state(against) if against else current
+        owners = owners_of(ws, list(current.stack) + [p for p in state.stack if p not in current.stack])
+        diffs = _classify(engine.compare(s.target, state.manifest), {s.target.name: owners})
+        patches = {}
+        if patch:
+            store, info = s.target.info.store, s.target.info
+            old = lambda d: s.target.agent.store_get(store, d.a.digest) if d.a else b""  # noqa: E731
+            new = lambda d: s.target.agent.read(info.path_of(d.key)) if d.b else b""  # noqa: E731
+            patches = _patches(diffs, old, new, f"{state.id}", s.target.name)
+        label = f"state {state.id}" + (f" ({state.name})" if state.name else "")
+        if as_json:
+            emit_json({"target": s.target.name, "against": state.to_dict(), "algorithm": s.target.algorithm,
+                       "differences": [d.to_dict() for d in diffs], "patches": patches})
+            return 1 if diffs else 0
+        print(f"{s.target.name} against {label}: {state.stack_text()}")
+        _print(diffs, patches, f"{len(diffs)} file(s) differ from {label}",
+               f"{s.target.name}: files match {label}")
+        return 1 if diffs else 0
+
+
+def _two(ws: Workspace, a: str, b: str, patch: bool, as_json: bool) -> int:
+    with ExitStack() as stack, ThreadPoolExecutor(max_workers=2) as pool:
+        sessions = [Session(ws, n, f"diff {a} {b}", write=False) for n in (a, b)]
+        opening = [pool.submit(s.__enter__) for s in sessions]  # connect to both hosts concurrently
+        for future in opening:
+            if future.exception() is None:
+                stack.push(future.result().__exit__)
+        for future in opening:
+            future.result()  # the first failure, once every opened session will be closed
+        algorithms = {s.target.algorithm for s in sessions}
+        common = next(iter(algorithms)) if len(algorithms) == 1 else "sha256"  # every Python has sha256
+        ma, mb = pool.map(lambda s: engine.scan_all(s.target, common), sessions)
+        owners = {}
+        for s in sessions:
+            current = s.ledger.current()
+            owners[s.target.name] = owners_of(ws, current.stack) if current else {}
+        diffs = _classify({k: (ma.get(k), mb.get(k)) for k in set(ma) | set(mb)}, owners)
+        patches = {}
+        if patch:
+            ta, tb = (s.target for s in sessions)
+            read = lambda t, key: t.agent.read(t.info.path_of(key))  # noqa: E731
+            wanted = [d for d in diffs if d.kind != "mode" and max(d.a.size if d.a else 0, d.b.size if d.b else 0) <= _PATCH_LIMIT]
+            got_a = dict(zip([d.key for d in wanted if d.a], pool.map(lambda d: read(ta, d.key), [d for d in wanted if d.a])))
+            got_b = dict(zip([d.key for d in wanted if d.b], pool.map(lambda d: read(tb, d.key), [d for d in wanted if d.b])))
+            patches = _patches(diffs, lambda d: got_a.get(d.key, b""), lambda d: got_b.get(d.key, b""), a, b)
+        if as_json:
+            emit_json({"a": a, "b": b, "algorithm": common, "differences": [d.to_dict() for d in diffs],
+                       "patches": patches, "states": {s.target.name: (s.ledger.current().to_dict()
+                                                                      if s.ledger.current() else None)
+                                                      for s in sessions}})
+            return 1 if diffs else 0
+        for s in sessions:
+            current = s.ledger.current()
+            print(f"{s.target.name}: {current.stack_text() if current else '(no recorded state)'}"
+                  f"{f', state {current.id}' if current else ''}")
+        _print(diffs, patches, f"{len(diffs)} file(s) differ between {a} and {b} "
+               f"(added: only on {b}; removed: only on {a}; compared by {common})",
+               f"{a} and {b} have the same files ({len(ma)} compared by {common})")
+        return 1 if diffs else 0
+
+
+def _patches(diffs: list[Difference], old, new, label_a: str, label_b: str) -> dict[str, str]:
+    """Unified diffs of the differing text files; binary or oversized files get a one-line note."""
+    out = {}
+    for d in diffs:
+        if d.kind == "mode":
+            continue
+        if max(d.a.size if d.a else 0, d.b.size if d.b else 0) > _PATCH_LIMIT:
+            out[d.key] = f"(file over {_PATCH_LIMIT >> 20} MiB: not diffed)\n"
+            continue
+        try:
+            before, after = old(d), new(d)
+        except Exception as exc:  # e.g. a state recorded without its bytes
+            out[d.key] = f"(bytes not available: {exc})\n"
+            continue
+        try:
+            if b"\0" in before or b"\0" in after:
+                raise UnicodeDecodeError("utf-8", b"", 0, 1, "NUL byte")
+            la, lb = before.decode("utf-8").splitlines(True), after.decode("utf-8").splitlines(True)
+        except UnicodeDecodeError:
+            out[d.key] = "Binary files differ\n"
+            continue
+        lines = difflib.unified_diff(la, lb, f"{label_a}/{d.key}" if d.a else "/dev/null",
+                                     f"{label_b}/{d.key}" if d.b else "/dev/null")
+        out[d.key] = "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
+                             for line in lines)
+    return out
+
+
+def _print(diffs: list[Difference], patches: dict[str, str], headline: str, same: str) -> None:
+    if not diffs:
+        print(same)
+        return
+    print(headline + ":")
+    for d in diffs:
+        owner = "; ".join(f"{o} on {side}" if len(d.owners) > 1 else o for side, o in d.owners)
+        print(f"  {d.kind:8} {d.key}" + (f"  [{owner}]" if owner else ""))
+    for key, text in patches.items():
+        print(text, end="")

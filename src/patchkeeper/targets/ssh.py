@@ -1,0 +1,265 @@
+"""A target on another machine, reached with paramiko as ~/.ssh/config describes it.
+
+`ssh = "alias"` (looked up in ~/.ssh/config: HostName, User, Port, IdentityFile, ProxyJump,
+UserKnownHostsFile) or `ssh = "user@host[:port]"`. Authentication uses the configured keys, the
+SSH agent and the usual ~/.ssh/id_* keys; never a password. Host keys are checked against
+known_hosts and an unknown or changed key is refused. The connection is opened on first use,
+once per target; the near-disk agent runs in the target's own Python on the host.
+"""
+
+from __future__ import annotations
+
+import base64
+import getpass
+import hashlib
+import os
+import shlex
+import socket
+import threading
+from dataclasses import dataclass
+from functools import cached_property
+
+from ..errors import BadInput, TargetError
+from .base import Target
+from .remote_agent import RemoteAgent
+
+_SYSTEM_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"
+_IMPORT_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where one SSH hop goes, with what the config says about it."""
+
+    alias: str
+    host: str
+    port: int
+    user: str
+    identity_files: tuple[str, ...]
+    known_hosts: tuple[str, ...]
+    jumps: tuple[str, ...]  # ProxyJump hops, first to last
+
+    @property
+    def known_hosts_name(self) -> str:
+        return self.host if self.port == 22 else f"[{self.host}]:{self.port}"
+
+
+def _paramiko():
+    """paramiko, imported without `invoke` (half its import time) unless ~/.ssh/config uses
+    `Match exec`, the only thing paramiko needs invoke for."""
+    import sys
+
+    with _IMPORT_LOCK:  # targets connect from several threads at once
+        if "paramiko" not in sys.modules and "invoke" not in sys.modules:
+            try:
+                with open(os.path.expanduser("~/.ssh/config"), encoding="utf-8", errors="replace") as f:
+                    uses_exec = "exec" in f.read().lower()
+            except OSError:
+                uses_exec = False
+            if not uses_exec:
+                sys.modules["invoke"] = None  # makes paramiko.config's optional `import invoke` fail fast
+                try:
+                    import paramiko
+                finally:
+                    sys.modules.pop("invoke", None)
+        import paramiko
+
+    return paramiko
+
+
+def _ssh_config():
+    paramiko = _paramiko()
+
+    path = os.path.expanduser("~/.ssh/config")
+    if not os.path.isfile(path):
+        return paramiko.SSHConfig()
+    try:
+        return paramiko.SSHConfig.from_path(path)
+    except Exception as exc:
+        raise BadInput(f"cannot read {path}: {exc}", "fix its syntax") from None
+
+
+def resolve(spec: str, config=None) -> Endpoint:
+    """`alias` or `user@host[:port]` -> an Endpoint, with ~/.ssh/config applied."""
+    config = config if config is not None else _ssh_config()
+    user, _, rest = spec.rpartition("@")
+    host, port = rest, None
+    if rest.startswith("["):  # [v6 address]:port
+        host, _, tail = rest[1:].partition("]")
+        port = tail[1:] if tail.startswith(":") else None
+    elif rest.count(":") == 1:
+        host, port = rest.split(":")
+    if not host or (port is not None and not port.isdigit()):
+        raise BadInput(f"ssh = {spec!r} is not an ssh alias or user@host[:port]",
+                       'write ssh = "alias" (from ~/.ssh/config) or ssh = "user@host:port"')
+    found = config.lookup(host)
+    identity = tuple(os.path.expanduser(p) for p in found.get("identityfile", []))
+    known = tuple(os.path.expanduser(p) for p in
+                  (found.get("userknownhostsfile") or "~/.ssh/known_hosts ~/.ssh/known_hosts2").split())
+    jump = found.get("proxyjump", "")
+    jumps = tuple(j.strip() for j in jump.split(",") if j.strip()) if jump.lower() != "none" else ()
+    return Endpoint(alias=host, host=found.get("hostname", host), port=int(port or found.get("port", 22)),
+                    user=user or found.get("user") or getpass.getuser(),
+                    identity_files=tuple(p for p in identity if os.path.exists(p)),
+                    known_hosts=known + (_SYSTEM_KNOWN_HOSTS,), jumps=jumps)
+
+
+def fingerprint(key) -> str:
+    return "SHA256:" + base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
+
+
+def _keyscan(ep: Endpoint) -> str:
+    port = f"-p {ep.port} " if ep.port != 22 else ""
+    return f"ssh-keyscan {port}{shlex.quote(ep.host)} >> ~/.ssh/known_hosts"
+
+
+def connect(ep: Endpoint, target: str, sock=None):
+    """An authenticated paramiko client for one hop (through `sock` for a ProxyJump)."""
+    paramiko = _paramiko()
+
+    class Refuse(paramiko.MissingHostKeyPolicy):
+        def missing_host_key(self, client, hostname, key):
+            raise TargetError(
+                f"target {target}: host key of {ep.known_hosts_name} is unknown "
+                f"({key.get_name()} {fingerprint(key)}); refusing to connect",
+                f"check that fingerprint with the host's owner, then accept it: {_keyscan(ep)}")
+
+    client = paramiko.SSHClient()
+    for path in ep.known_hosts:
+        if os.path.isfile(path):
+            try:
+                client.load_system_host_keys(path)
+            except (OSError, paramiko.SSHException) as exc:
+                raise TargetError(f"cannot read known hosts file {path}: {exc}", "fix or remove it") from None
+    client.set_missing_host_key_policy(Refuse())
+    where = f"{ep.user}@{ep.known_hosts_name}" + (f" ({ep.alias})" if ep.alias != ep.host else "")
+    try:
+        client.connect(ep.host, ep.port, ep.user, key_filename=list(ep.identity_files) or None,
+                       allow_agent=True, look_for_keys=True, sock=sock, timeout=20, banner_timeout=20,
+                       auth_timeout=20)
+    except paramiko.BadHostKeyException as exc:
+        client.close()
+        raise TargetError(
+            f"target {target}: the host key of {ep.known_hosts_name} has CHANGED (now {exc.key.get_name()} "
+            f"{fingerprint(exc.key)}, known_hosts has {fingerprint(exc.expected_key)}); refusing to connect: "
+            "this may be an attack, or the host was reinstalled",
+            f"if the host was reinstalled, verify the new fingerprint, then: "
+            f"ssh-keygen -R {shlex.quote(ep.known_hosts_name)} && {_keyscan(ep)}") from None
+    except paramiko.AuthenticationException as exc:
+        client.close()
+        raise TargetError(f"target {target}: cannot log in to {where}: {exc}",
+                          "load a key into ssh-agent or set IdentityFile for this host in ~/.ssh/config") from None
+    except TargetError:
+        client.close()
+        raise
+    except (OSError, paramiko.SSHException, EOFError) as exc:
+        client.close()
+        raise TargetError(f"target {target}: cannot reach {where}: {exc}",
+                          "check the host is up and `ssh` to it works") from None
+    client.get_transport().set_keepalive(15)
+    return client
+
+
+class SshTarget(Target):
+    """A remote target: one SSH connection, one agent process on the host, opened lazily."""
+
+    def __init__(self, config) -> None:
+        super().__init__(config)
+        self.endpoint = resolve(config.ssh)
+        self._clients: list = []  # jump hosts first, the target last
+        self._agent: RemoteAgent | None = None
+        self._open_lock = threading.Lock()
+
+    def _client(self):
+        with self._open_lock:
+            if not self._clients:
+                self._clients = self._connect_chain()
+            return self._clients[-1]
+
+    def _connect_chain(self) -> list:
+        config = _ssh_config()
+        hops = [resolve(j, config) for j in self.endpoint.jumps] + [self.endpoint]
+        if len(hops) > 8:
+            raise BadInput(f"target {self.name}: ProxyJump chain of {config} is too long")
+        clients, sock = [], None
+        try:
+            for i, hop in enumerate(hops):
+                clients.append(connect(hop, self.name, sock))
+                if i + 1 < len(hops):
+                    nxt = hops[i + 1]
+                    sock = clients[-1].get_transport().open_channel("direct-tcpip", (nxt.host, nxt.port),
+                                                                    ("127.0.0.1", 0))
+        except BaseException:
+            for c in reversed(clients):
+                c.close()
+            raise
+        return clients
+
+    def _session(self, timeout: float | None = None):
+        paramiko = _paramiko()
+
+        try:
+            chan = self._client().get_transport().open_session(timeout=20)
+        except (paramiko.SSHException, OSError, AttributeError) as exc:
+            raise TargetError(f"target {self.name}: the SSH connection failed: {exc}",
+                              f"retry; if a command was interrupted, run `patchkeeper recover -t {self.name}`") from None
+        chan.settimeout(timeout)
+        return chan
+
+    @property
+    def agent(self) -> RemoteAgent:
+        if self._agent is None:
+            self._agent = RemoteAgent(self._session(), self.name, self.config.python)
+        return self._agent
+
+    def interpreter(self) -> dict:
+        """Asked of the agent, which already runs in the target's Python: no second exec."""
+        return self.agent.interpreter()
+
+    @cached_property
+    def algorithm(self) -> str:
+        return self.agent.remote_algorithm
+
+    def run(self, argv: list[str], timeout: float = 60.0, input: bytes | None = None) -> tuple[int, bytes, bytes]:
+        """Run argv on the host: each argument quoted, so the login shell only ever sees words."""
+        chan = self._session(timeout)
+        try:
+            chan.exec_command(" ".join(shlex.quote(a) for a in argv))
+            err = bytearray()
+            reader = threading.Thread(target=_drain_into, args=(chan.recv_stderr, err), daemon=True)
+            reader.start()
+            if input:
+                chan.sendall(input)
+            chan.shutdown_write()
+            try:
+                out = _drain(chan.recv)
+            except socket.timeout:
+                return 124, b"", f"timed out after {timeout}s".encode()
+            reader.join(timeout)
+            return chan.recv_exit_status(), out, bytes(err)
+        finally:
+            chan.close()
+
+    def close(self) -> None:
+        if self._agent is not None:
+            self._agent.close()
+            self._agent = None
+        for client in reversed(self._clients):
+            client.close()
+        self._clients = []
+
+
+def _drain(recv) -> bytes:
+    out = bytearray()
+    while True:
+        chunk = recv(1 << 16)
+        if not chunk:
+            return bytes(out)
+        out += chunk
+
+
+def _drain_into(recv, out: bytearray) -> None:
+    try:
+        out.extend(_drain(recv))
+    except (socket.timeout, OSError):
+        pass

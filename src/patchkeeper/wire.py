@@ -1,0 +1,108 @@
+"""The agent protocol: length-prefixed frames (a JSON header, then raw byte payloads).
+
+This module is shipped to a remote host after agent.py and executed there, so it uses the
+standard library only. A frame is a 4-byte big-endian header length (its top bit set when the
+header is zlib-compressed), the header (JSON), then the payloads the header lists by length. Bytes inside a value travel as payloads and are
+referred to from the JSON as {"\\u0000b": index}, so file contents are never base64-bloated.
+"""
+
+import json
+import struct
+import sys
+import traceback
+import zlib
+
+_BYTES = "\x00b"  # a key no path or field can be
+_SQUEEZE = 16 << 10  # headers larger than this (long path lists, scans) travel zlib-compressed
+_SQUEEZED = 1 << 31  # flag in the length prefix
+
+
+def pack(value, blobs: list):
+    """`value` as JSON-able data, with every bytes object moved to `blobs`."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        blobs.append(bytes(value))
+        return {_BYTES: len(blobs) - 1}
+    if isinstance(value, dict):
+        return {k: pack(v, blobs) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [pack(v, blobs) for v in value]
+    return value
+
+
+def unpack(value, blobs: list):
+    if isinstance(value, dict):
+        if len(value) == 1 and _BYTES in value:
+            return blobs[value[_BYTES]]
+        return {k: unpack(v, blobs) for k, v in value.items()}
+    if isinstance(value, list):
+        return [unpack(v, blobs) for v in value]
+    return value
+
+
+def encode(header: dict, value=None) -> bytes:
+    """One frame: `header` plus `value` (under "v"), bytes split out as payloads."""
+    blobs: list = []
+    doc = dict(header, v=pack(value, blobs), n=[len(b) for b in blobs])
+    head = json.dumps(doc, separators=(",", ":")).encode()  # ensure_ascii keeps surrogates intact
+    flag = 0
+    if len(head) > _SQUEEZE:
+        head, flag = zlib.compress(head, 1), _SQUEEZED
+    return b"".join([struct.pack(">I", len(head) | flag), head, *blobs])
+
+
+def decode(read_exact) -> tuple[dict, object]:
+    """Read one frame with `read_exact(n)`; return (header, value)."""
+    (size,) = struct.unpack(">I", read_exact(4))
+    head = read_exact(size & ~_SQUEEZED)
+    doc = json.loads(zlib.decompress(head) if size & _SQUEEZED else head)
+    blobs = [read_exact(n) for n in doc.pop("n")]
+    return doc, unpack(doc.pop("v"), blobs)
+
+
+def error_doc(exc: BaseException) -> dict:
+    """How an exception raised on the host travels back to the controller."""
+    doc = {"type": type(exc).__name__, "message": str(exc)}
+    if isinstance(exc, OSError):
+        doc.update(errno=exc.errno, strerror=exc.strerror, filename=exc.filename)
+    kind = getattr(exc, "kind", None)
+    if isinstance(kind, str):
+        doc["kind"] = kind
+    if not isinstance(exc, OSError) and kind is None:
+        doc["trace"] = traceback.format_exc(limit=3)[-1500:]
+    return doc
+
+
+def serve(agent, stdin=None, stdout=None) -> None:
+    """Answer requests {"m": method, "v": [args, kwargs]} until end of input."""
+    stdin = stdin or sys.stdin.buffer
+    stdout = stdout or sys.stdout.buffer
+    sys.stdout = sys.stderr  # nothing but frames may reach the controller on stdout
+
+    def read_exact(n: int) -> bytes:
+        data = stdin.read(n)
+        if len(data) != n:
+            raise EOFError
+        return data
+
+    import os
+    stdout.write(encode({"hello": 1}, {"pid": os.getpid(), "algorithm": agent.algorithm(),
+                                       "python": "%d.%d.%d" % sys.version_info[:3]}))
+    stdout.flush()
+    while True:
+        try:
+            header, (args, kwargs) = decode(read_exact)
+        except EOFError:
+            return
+        try:
+            method = header["m"]
+            if method.startswith("_"):
+                raise AttributeError(f"no agent method {method!r}")
+            result = getattr(agent, method)(*args, **kwargs)
+            frame = encode({"ok": 1}, result)
+        except Exception as exc:  # every failure goes back to the controller, the loop goes on
+            frame = encode({"error": error_doc(exc)})
+        try:
+            stdout.write(frame)
+            stdout.flush()
+        except (BrokenPipeError, OSError):  # the connection is gone: nothing left to answer
+            return

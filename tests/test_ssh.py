@@ -1,0 +1,319 @@
+"""Remote targets through a real OpenSSH sshd on 127.0.0.1: two hosts (ssh aliases), each a real
+sglang venv; every verb, diff, host keys, a connection cut mid-apply, hostile file names."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, SITE_REL, Env, copy_venv, edit_file, make_workspace, tree
+from sshd import agent_session_pid, keygen, sshd, write_client_config  # noqa: F401 (sshd is a fixture)
+
+HOSTS = ("ct129", "ct200")
+
+
+@dataclass
+class Fleet:
+    env: Env  # the workspace; its `local` target is a third venv, copied on demand
+    sshd: object
+    venvs: dict[str, Path]
+    units: dict[str, Path]
+
+    def site(self, host: str) -> Path:
+        return self.venvs[host] / SITE_REL
+
+    def state(self, host: str) -> dict:
+        """Every file of a host's venv (not its state dir) and its unit file: sha256 and mode."""
+        files = tree(self.venvs[host])
+        files["@unit"] = tree(self.units[host].parent)[self.units[host].name]
+        return files
+
+    def pk(self, *args, **kw):
+        return self.env.pk(*args, **kw)
+
+
+@pytest.fixture
+def fleet(tmp_path, pristine_venv, sshd) -> Fleet:  # noqa: F811
+    write_client_config(Path(os.environ["HOME"]), sshd, list(HOSTS))
+    toml, venvs, units = "", {}, {}
+    for host in HOSTS:
+        venvs[host] = copy_venv(pristine_venv, tmp_path / f"venv-{host}")
+        units[host] = tmp_path / f"unit-{host}" / "sglang-qwen.service"
+        units[host].parent.mkdir()
+        shutil.copy(REPO / "demo" / "sglang-qwen.service", units[host])
+        toml += (f'\n[targets.{host}]\nssh = "{host}"\npython = "{venvs[host]}/bin/python"\npackage = "sglang"\n'
+                 f'[targets.{host}.files]\nunit = "{units[host]}"\n')
+    env = make_workspace(tmp_path / "ws", tmp_path / "venv-local", toml)
+    return Fleet(env, sshd, venvs, units)
+
+
+def _chmod(path: Path, mode: int) -> None:
+    """chmod a file of a hardlinked venv without changing the pristine venv's inode."""
+    edit_file(path, path.read_bytes())
+    path.chmod(mode)
+
+
+def _ops(out: str) -> list[str]:
+    """The per-file lines of a printed plan ("  M key  size"), which do not depend on the target."""
+    return sorted(line for line in out.splitlines() if line[:4] in ("  M ", "  A ", "  D ", "  m "))
+
+
+def test_verbs_over_ssh_work_as_locally(fleet, pristine_venv):
+    copy_venv(pristine_venv, fleet.env.venv)
+    pristine = fleet.state("ct129")
+    for args in (["apply", "ddtree"], ["apply", "nextn"], ["rollback", "--to", "previous"]):
+        local = fleet.pk(*args, "-t", "local").stdout
+        remote = fleet.pk(*args, "-t", "ct129").stdout
+        assert _ops(remote) == _ops(local) and _ops(remote)
+        assert tree(fleet.venvs["ct129"]) == tree(fleet.env.venv)
+        assert fleet.units["ct129"].read_bytes() == fleet.env.unit.read_bytes()
+
+    st = json.loads(fleet.pk("status", "-t", "ct129", "--json").stdout)
+    assert [p["name"] for p in st["state"]["stack"]] == ["ddtree"] and st["differences"] == {}
+    assert st["site"] == str(fleet.site("ct129"))
+    fleet.pk("rollback", "-t", "ct129", "--to", "baseline")
+    assert fleet.state("ct129") == pristine
+    log = json.loads(fleet.pk("log", "-t", "ct129", "--json").stdout)
+    assert [e["kind"] for e in log] == ["rollback", "rollback", "switch", "apply", "baseline"]
+    assert [e["kind"] for e in log[1:]] == [e["kind"] for e in json.loads(fleet.pk("log", "-t", "local", "--json").stdout)]
+    # the venv's Python has no blake3: the host's store and manifests say sha256, and compare by it
+    objects = fleet.venvs["ct129"] / ".patchkeeper" / "store" / "objects"
+    assert [p.name for p in objects.iterdir()] == ["sha256"]
+    assert log[0]["after"]["manifest"].startswith("sha256:")
+    mirrored = fleet.env.root / "snapshots" / "ct129"
+    assert len(list((mirrored / "ledger").iterdir())) == 5 and (mirrored / "manifest.txt").is_file()
+    # the host's pristine inodes were never written through
+    assert tree(pristine_venv) == tree(fleet.venvs["ct129"])
+
+
+def test_diff_host_against_its_record_names_kinds_and_owners(fleet):
+    assert "ct129" in fleet.pk("diff", "ct129", check=2).stderr  # nothing recorded yet: refused
+    fleet.pk("apply", "ddtree", "-t", "ct129")
+    assert fleet.pk("diff", "ct129").stdout.startswith("ct129 against state")
+    site = fleet.site("ct129")
+    spec = site / "sglang/srt/speculative/spec_info.py"
+    edit_file(spec, spec.read_bytes() + b"# tuned by hand\n")
+    edit_file(site / "sglang/srt/extra_by_hand.py", b"x = 1\n")
+    _chmod(site / "sglang/version.py", 0o600)
+    (site / "sglang/srt/utils/common.py").unlink()
+
+    out = fleet.pk("diff", "ct129", "--json", check=1)
+    doc = json.loads(out.stdout)
+    got = {d["key"]: (d["kind"], d["owners"].get("ct129")) for d in doc["differences"]}
+    assert got == {"sglang/srt/speculative/spec_info.py": ("changed", "ddtree@1.0.0"),
+                   "sglang/srt/extra_by_hand.py": ("added", None),
+                   "sglang/version.py": ("mode", None),
+                   "sglang/srt/utils/common.py": ("removed", None)}
+    assert doc["algorithm"] == "sha256"
+
+    text = fleet.pk("diff", "ct129", "--patch", check=1).stdout
+    assert "  changed  sglang/srt/speculative/spec_info.py  [ddtree@1.0.0]" in text
+    assert "+# tuned by hand\n" in text and "+x = 1\n" in text
+
+    base = json.loads(fleet.pk("diff", "ct129", "--against", "baseline", "--json", check=1).stdout)
+    owned = {d["key"]: d["owners"].get("ct129") for d in base["differences"]}
+    assert owned["@unit"] == "ddtree@1.0.0" and owned["sglang/srt/speculative/ddtree_utils.py"] == "ddtree@1.0.0"
+    assert owned["sglang/srt/extra_by_hand.py"] is None and len(owned) == 6 + 3
+
+    fleet.pk("rollback", "-t", "ct129", "--to", "baseline")
+    state = json.loads(fleet.pk("status", "-t", "ct129", "--json").stdout)["state"]["id"]
+    assert f"ct129: files match state {state} (baseline)" in fleet.pk("diff", "ct129").stdout
+
+
+def _expected(a: dict, b: dict) -> dict[str, str]:
+    out = {}
+    for key in set(a) | set(b):
+        if a.get(key) == b.get(key):
+            continue
+        out[key] = "added" if key not in a else "removed" if key not in b else \
+            "mode" if a[key][0] == b[key][0] else "changed"
+    return out
+
+
+def _site_keys(states: dict, site_rel: str = SITE_REL + "/") -> dict:
+    return {k[len(site_rel):] if k.startswith(site_rel) else k: v for k, v in states.items()
+            if k.startswith(site_rel) and not k.startswith(site_rel + "sglang-0.5.23.dist-info/") or k == "@unit"}
+
+
+def test_diff_two_hosts_reports_exactly_the_files_that_differ(fleet, pristine_venv):
+    fleet.pk("apply", "ddtree", "-t", "ct129")
+    site = fleet.site("ct200")
+    edit_file(site / "sglang/srt/server_args.py", (site / "sglang/srt/server_args.py").read_bytes() + b"# ct200\n")
+    edit_file(site / "sglang/srt/only_on_ct200.py", b"print('hi')\n")
+    _chmod(site / "sglang/lang/api.py", 0o755)
+    expected = _expected(_site_keys(fleet.state("ct129")), _site_keys(fleet.state("ct200")))
+    assert len(expected) == 9  # ddtree's 6 files, one edit, one added file, one mode
+
+    doc = json.loads(fleet.pk("diff", "ct129", "ct200", "--json", check=1).stdout)
+    assert {d["key"]: d["kind"] for d in doc["differences"]} == expected
+    owners = {d["key"]: d["owners"] for d in doc["differences"]}
+    assert owners["sglang/srt/speculative/ddtree_utils.py"] == {"ct129": "ddtree@1.0.0"}
+    assert owners["sglang/srt/only_on_ct200.py"] == {}
+
+    text = fleet.pk("diff", "ct129", "ct200", "--patch", check=1).stdout
+    assert "--- ct129/sglang/srt/server_args.py\n+++ ct200/sglang/srt/server_args.py\n" in text
+    assert "+# ct200\n" in text and "--- ct129/sglang/srt/speculative/ddtree_utils.py\n+++ /dev/null\n" in text
+
+    # a local target hashes with blake3, the hosts with sha256: they are compared by sha256
+    copy_venv(pristine_venv, fleet.env.venv)
+    shutil.copy(fleet.units["ct200"], fleet.env.unit)
+    doc = json.loads(fleet.pk("diff", "local", "ct200", "--json", check=1).stdout)
+    assert doc["algorithm"] == "sha256"
+    assert {d["key"]: d["kind"] for d in doc["differences"]} == {
+        "sglang/srt/server_args.py": "changed", "sglang/srt/only_on_ct200.py": "added", "sglang/lang/api.py": "mode"}
+    fleet.pk("rollback", "-t", "ct129", "--to", "baseline")
+    assert "have the same files" in fleet.pk("diff", "ct129", "local").stdout
+
+
+def test_unknown_or_changed_host_key_is_refused(fleet, tmp_path):
+    known = Path(os.environ["HOME"]) / ".ssh" / "known_hosts"
+    known.unlink()
+    err = fleet.pk("status", "-t", "ct129", check=2).stderr
+    assert "host key of [127.0.0.1]:%d is unknown" % fleet.sshd.port in err
+    hint = f"ssh-keyscan -p {fleet.sshd.port} 127.0.0.1 >> ~/.ssh/known_hosts"
+    assert hint in err
+
+    other = keygen(tmp_path / "impostor")
+    kind, blob = other.with_suffix(".pub").read_text().split()[:2]
+    known.write_text(f"[127.0.0.1]:{fleet.sshd.port} {kind} {blob}\n")
+    err = fleet.pk("diff", "ct129", "ct200", check=2).stderr
+    assert "has CHANGED" in err and f"ssh-keygen -R '[127.0.0.1]:{fleet.sshd.port}'" in err
+    assert not (fleet.venvs["ct129"] / ".patchkeeper").exists()
+
+    known.unlink()  # the hint, followed, is enough to connect
+    subprocess.run(hint.replace("~", os.environ["HOME"]), shell=True, check=True, capture_output=True)
+    assert "no recorded state" in fleet.pk("status", "-t", "ct129").stdout
+
+
+def _wait(predicate, what: str, limit: float = 60.0) -> None:
+    deadline = time.monotonic() + limit
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        time.sleep(0.05)
+
+
+def _proc_state(pid: int) -> str:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return "gone"
+    return stat[stat.rindex(")") + 2]
+
+
+@pytest.mark.parametrize("step, outcome", [("journal-prepared", "old"), ("journal-committed", "new")])
+def test_connection_killed_mid_apply_leaves_host_recoverable(fleet, step, outcome):
+    fleet.pk("apply", "ddtree", "-t", "ct200")  # the reference for the new state
+    before = fleet.state("ct129")
+    proc = subprocess.Popen([sys.executable, "-m", "patchkeeper", "--workspace", str(fleet.env.root),
+                             "apply", "ddtree", "-t", "ct129"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "PATCHKEEPER_CRASH_AT": step, "PATCHKEEPER_CRASH_SIGNAL": "STOP"})
+    try:
+        _wait(lambda: _proc_state(proc.pid) in ("T", "gone"), "the controller to stop at " + step)
+        assert proc.poll() is None, proc.stderr.read()
+        state_dir = fleet.venvs["ct129"] / ".patchkeeper"
+        holder = json.loads((state_dir / "lock").read_text())  # the agent on the host holds the lock
+        agent = holder["pid"]
+        os.kill(agent_session_pid(agent), signal.SIGKILL)  # cut the connection under the agent
+        _wait(lambda: _proc_state(agent) == "gone", "the host's agent to exit")
+    finally:
+        proc.send_signal(signal.SIGCONT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and b"connection to target ct129 was lost" in err, err
+    assert json.loads((state_dir / "journal.json").read_text())["status"] == step.split("-")[1]
+
+    if outcome == "old":  # not committed: recover undoes it
+        out = fleet.pk("recover", "-t", "ct129").stdout
+        assert "undid transaction" in out
+        assert fleet.state("ct129") == before
+    else:  # committed: the next command (any) finishes it
+        err = fleet.pk("status", "-t", "ct129").stderr
+        assert "finished transaction" in err
+        assert fleet.state("ct129") == fleet.state("ct200")
+    assert not (state_dir / "journal.json").exists() and not (state_dir / "lock").exists()
+    assert not [p for p in fleet.site("ct129").rglob(".pk-stage-*")]
+    fleet.pk("rollback", "-t", "ct129", "--to", "baseline")
+    assert fleet.state("ct129") == before
+
+
+HOSTILE = "we ird 'q\" $(touch {marker}) `touch {marker}` é ü.py"
+MARKER = "pk-pwned"  # a relative name, so it can be part of a file name
+
+
+def test_hostile_file_names_are_data_everywhere(fleet, tmp_path):
+    name = HOSTILE.format(marker=MARKER)
+    # a patch set that adds a file with that name, in a new directory with a space
+    ps = fleet.env.root / "patchsets" / "hostile"
+    ps.mkdir()
+    (ps / "patchset.toml").write_text('name = "hostile"\nversion = "1"\npackage = "sglang"\n')
+    rel = f"sglang/odd dir $(x)/{name}"
+    (ps / "0001-add.patch").write_bytes(f"diff --git a/{rel} b/{rel}\nnew file mode 100644\n--- /dev/null\n"
+                                        f"+++ b/{rel}\n@@ -0,0 +1,2 @@\n+A = 1\n+B = 'é'\n".encode())
+    fleet.pk("apply", "hostile", "-t", "ct129")
+    added = fleet.site("ct129") / rel
+    assert added.read_bytes() == "A = 1\nB = 'é'\n".encode()
+
+    by_hand = fleet.site("ct129") / "sglang" / name
+    edit_file(by_hand, b"\x00\xff binary \n")
+    doc = json.loads(fleet.pk("diff", "ct129", "--json", check=1).stdout)
+    assert [(d["key"], d["kind"]) for d in doc["differences"]] == [(f"sglang/{name}", "added")]
+    assert json.loads(fleet.pk("status", "-t", "ct129", "--json").stdout)["differences"] == {f"sglang/{name}": "added"}
+    fleet.pk("snapshot", "-t", "ct129", "--name", "with odd names")
+    assert "Binary files differ" in fleet.pk("diff", "ct129", "ct200", "--patch", check=1).stdout
+
+    fleet.pk("rollback", "-t", "ct129", "--to", "baseline")
+    assert not by_hand.exists() and not added.exists()
+    fleet.pk("rollback", "-t", "ct129", "--to", "with odd names")
+    assert by_hand.read_bytes() == b"\x00\xff binary \n" and added.is_file()
+    assert not [p for p in (Path.cwd(), Path("~root").expanduser(), fleet.env.root) if (p / MARKER).exists()]
+
+
+def test_ssh_target_in_process(fleet, tmp_path):
+    """SshTarget itself: run() quotes every argument, errors map back, ProxyJump, one agent."""
+    from patchkeeper.agent import AgentError
+    from patchkeeper.errors import TargetError
+    from patchkeeper.targets import open_target
+    from patchkeeper.workspace import load
+
+    marker = tmp_path / "pwned"
+    with (Path(os.environ["HOME"]) / ".ssh" / "config").open("a") as f:
+        f.write("\nHost jumped\n  HostName 127.0.0.1\n  ProxyJump ct129\n  Port %d\n  User root\n"
+                "  IdentityFile %s\n" % (fleet.sshd.port, fleet.sshd.client_key))
+    shutil.copy(fleet.sshd.client_key, Path(os.environ["HOME"]) / ".ssh" / "id_ed25519")  # for user@host:port
+    ws = load(fleet.env.root)
+    config = ws.targets["ct129"]
+    for via in ("ct129", f"root@127.0.0.1:{fleet.sshd.port}", "jumped"):
+        target = open_target(type(config)(**{**config.__dict__, "ssh": via}))
+        try:
+            word = HOSTILE.format(marker=marker)
+            code, out, err = target.run(["printf", "%s|", word, "", "a\nb"], input=b"ignored")
+            assert (code, out, err) == (0, f"{word}||a\nb|".encode(), b"")
+            assert target.run(["sh", "-c", "cat; exit 3"], input=b"\x00\xff" * 70000)[:2] == (3, b"\x00\xff" * 70000)
+            assert target.info.version == "0.5.23" and target.algorithm == "sha256"
+            data = bytes(range(256)) * 1000
+            path = str(tmp_path / f"out {via}" / word)
+            target.agent.write_atomic(path, data, 0o640)
+            assert target.agent.read(path) == data and target.agent.lstat(path)["mode"] == 0o640
+            with pytest.raises(FileNotFoundError):
+                target.agent.read(path + ".missing")
+            with pytest.raises(AgentError) as exc:
+                target.agent.store_get(str(tmp_path / "store"), "sha256:" + "0" * 64)
+            assert exc.value.kind == "missing-object"
+            with pytest.raises(AgentError) as exc:  # the host's Python has no blake3
+                target.agent.scan(str(tmp_path / f"out {via}"), [word], [], None, None, "blake3")
+            assert exc.value.kind == "no-algorithm"
+            with pytest.raises(TargetError, match="listdir failed on the host: NotADirectoryError"):
+                target.agent.listdir(path)
+            assert target.agent.pid() == target.agent.pid() != os.getpid()
+        finally:
+            target.close()
+    assert not marker.exists()
