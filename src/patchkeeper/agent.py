@@ -113,6 +113,16 @@ def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
     _fsync_dir(directory)
 
 
+def manifest_rows(data: bytes) -> dict[str, list]:
+    """Parse a manifest's text form (see manifest.Manifest): key -> [digest, size, mode]."""
+    rows: dict[str, list] = {}
+    for line in data.decode("utf-8", "surrogateescape").split("\n"):
+        if line:
+            mode, size, digest, key = line.split(" ", 3)
+            rows[json.loads(key) if key[0] == '"' else key] = [digest, int(size), int(mode, 8)]
+    return rows
+
+
 class StatCache:
     """Digest cache keyed by (size, mtime_ns, ctime_ns, inode), immune to racily clean files.
 
@@ -363,10 +373,7 @@ class Agent:
         """Scan as `scan` does and compare with the stored manifest object `manifest`, here, next
         to the files: only differing keys come back, as key -> [recorded row, actual row] (None
         where absent). Files are hashed with the algorithm the manifest's digests use."""
-        recorded: dict[str, list] = {}
-        for line in Store(store).get(manifest).decode("utf-8").splitlines():
-            mode, size, digest, key = line.split(" ", 3)
-            recorded[json.loads(key)] = [digest, int(size), int(mode, 8)]
+        recorded = manifest_rows(Store(store).get(manifest))
         algorithm = algorithm_of(next(iter(recorded.values()))[0]) if recorded else ALGORITHM
         if algorithm != ALGORITHM:
             cache = f"{cache}.{algorithm}" if cache else None

@@ -240,6 +240,7 @@ def show(ctx, name, as_json):
     return run(_workspace(ctx), name, as_json)
 
 
+@main.command()
 @click.argument("targets", nargs=-1, metavar="[TARGET [TARGET2]]")
 @click.option("--against", metavar="STATE", help="compare one target with this recorded state (default: its current one)")
 @click.option("--patch", "-p", is_flag=True, help="add unified diffs of the differing text files")

@@ -54,12 +54,9 @@ class Manifest(Mapping[str, Entry]):
 
     @classmethod
     def from_text(cls, data: bytes) -> "Manifest":
-        entries = {}
-        for line in data.decode("utf-8", "surrogateescape").split("\n"):
-            if line:
-                mode, size, digest, key = line.split(" ", 3)
-                entries[json.loads(key) if key[0] == '"' else key] = Entry(digest, int(size), int(mode, 8))
-        return cls(entries)
+        from .agent import manifest_rows
+
+        return cls({key: Entry(*row) for key, row in manifest_rows(data).items()})
 
     @classmethod
     def from_scan(cls, rows: Mapping[str, list]) -> "Manifest":

@@ -60,17 +60,16 @@ def parse(text: str, origin: str) -> tuple[FilePatch, ...]:
         if pf.is_rename:
             raise BadInput(f"{origin}: {pf.path} is a rename", "express it as a delete and an add")
         # by the file names and git's headers: unidiff calls an edit of an empty file an add
-        headers = [str(i) for i in pf.patch_info]
+        headers = [str(i) for i in pf.patch_info or ()]
         kind = ("add" if pf.source_file == "/dev/null" or any(h.startswith("new file mode ") for h in headers)
                 else "delete" if pf.target_file == "/dev/null"
                 or any(h.startswith("deleted file mode ") for h in headers)
                 else "modify")
         path = _strip_prefix(pf.target_file if kind != "delete" else pf.source_file, origin)
         new_mode = None
-        for info in pf.patch_info or ():
-            words = info.split()
+        for info in headers:
             if info.startswith(("new mode ", "new file mode ")):
-                new_mode = int(words[-1], 8) & 0o7777
+                new_mode = int(info.split()[-1], 8) & 0o7777
         hunks = []
         for h in pf:
             old: list[str] = []
