@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from .. import engine
+from .. import engine, service
 from ..session import Session
 from ..workspace import Workspace
 from .show_plan import describe
 from .snapshot import mirror
 
 
-def apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bool) -> int:
+def apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bool, verify: bool = True) -> int:
     with Session(ws, target, f"apply {name}") as s:
+        svc = service.load(s.config) if verify else None
         if dry_run and s.ledger.current() is None:
             print(f"{s.target.name}: no baseline yet; a real apply records one first")
         elif not dry_run:
@@ -23,4 +24,8 @@ def apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bo
             engine.execute(s, plan)
             mirror(ws, s)
         describe(plan, s.target.name, dry_run)
+        if svc is not None and not dry_run:
+            from .verify import after_change
+
+            return after_change(ws, s, svc, plan.entry)
         return 0
