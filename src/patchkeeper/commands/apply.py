@@ -10,8 +10,8 @@ from .snapshot import mirror
 
 
 def apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bool, verify: bool = True) -> int:
+    svc = service.load(ws.target(target)) if verify else None
     with Session(ws, target, f"apply {name}") as s:
-        svc = service.load(s.config) if verify else None
         if dry_run and s.ledger.current() is None:
             print(f"{s.target.name}: no baseline yet; a real apply records one first")
         elif not dry_run:

@@ -10,8 +10,8 @@ from .snapshot import mirror
 
 
 def rollback(ws: Workspace, target: str | None, to: str, dry_run: bool, verify: bool = True) -> int:
+    svc = service.load(ws.target(target)) if verify else None
     with Session(ws, target, f"rollback --to {to}") as s:
-        svc = service.load(s.config) if verify else None
         plan = engine.plan_rollback(s, to)
         if plan is None:
             print(f"{s.target.name}: already in state {to}; nothing to do")
