@@ -253,3 +253,12 @@ def test_probe_is_stdlib_only():
     names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert names and names <= set(sys.stdlib_module_names), names - set(sys.stdlib_module_names)
+
+
+def test_probe_reads_chunked_answers_and_bracketed_hosts():
+    from patchkeeper import probe_http
+
+    assert probe_http._dechunk(b"4\r\n{\"a\"\r\n3;x=1\r\n: 1\r\n1\r\n}\r\n0\r\n\r\n") == b'{"a": 1}'
+    assert probe_http._split("http://[::1]:8000/v1") == ("http", "[::1]:8000", "::1", 8000, "/v1")
+    assert probe_http._split("https://h.example") == ("https", "h.example", "h.example", 443, "/")
+    assert probe_http._call(f"http://127.0.0.1:{free_port()}/v1/models", timeout=1)[2] == "Connection refused"

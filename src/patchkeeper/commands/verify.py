@@ -31,7 +31,7 @@ def verify(ws: Workspace, target: str | None, as_json: bool, with_restart: bool)
         report = run_checks(s.target, svc, with_restart, progress=sys.stderr)
         entry = record(s, report, "verify", None)
         if entry is not None:
-            mirror(ws, s)
+            mirror(ws, s, manifest=False)
         if as_json:
             emit_json({"target": s.target.name, "state": s.ledger.current().to_dict() if s.ledger.current() else None,
                        **report.to_dict()})
@@ -46,10 +46,10 @@ def after_change(ws: Workspace, s: Session, svc: ServiceConfig, change: LedgerEn
     print(f"{name}: restarting and verifying the service (--no-verify skips this)")
     report = _verify(s, svc, change.kind, change.id)
     if report.ok:
-        mirror(ws, s)
+        mirror(ws, s, manifest=False)  # the state is the one the change just mirrored
         return 0
     if change.kind not in ("apply", "switch") or change.before is None:
-        mirror(ws, s)
+        mirror(ws, s, manifest=False)
         print(f"{name}: state {change.after.id} is in place, but the service fails verification ({report.reason})")
         print(f"  hint: run `patchkeeper audit -t {name}` to see what differs on the target")
         return EXIT_VERIFY_FAILED
