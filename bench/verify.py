@@ -121,10 +121,10 @@ def main() -> list[dict]:
     rows.append(_row("`patchkeeper --version` (start-up)", startup, "curl /v1/models + /v1/completions", curl, "-"))
     print("\n## verify: the cost of verification when the server answers at once (medians of "
           f"{REPEAT})")
-    print(f"{"measure":46} {'ours (s)':>9} {'peer':>36} {'peer (s)':>9} {'ratio':>7}  goal")
+    print(f"{'measure':46} {'ours (s)':>9} {'peer':>36} {'peer (s)':>9} {'ratio':>7}  goal")
     for r in rows:
         ratio = f"{r['ratio']:.2f}x" if r.get("ratio") is not None else "-"
-        print(f"{r["measure"]:46} {r['ours_s']:9.3f} {r['peer']:>36} {r['peer_s']:9.3f} {ratio:>7}  {r['goal']}")
+        print(f"{r['measure']:46} {r['ours_s']:9.3f} {r['peer']:>36} {r['peer_s']:9.3f} {ratio:>7}  {r['goal']}")
     return rows
 
 
