@@ -185,7 +185,9 @@ def test_verify_alone_reports_and_changes_nothing(env, service):
     # without --restart it checks the server as it runs now
     svc.stop()
     proc = env.pk("verify", check=1)
-    assert "verification FAILED (not-ready)" in proc.stdout and "[restart]" not in proc.stdout
+    assert "verification FAILED (not-ready)" in proc.stdout and "Connection refused" in proc.stdout
+    doc = ledger(env)[-1]["extra"]["verify"]
+    assert [c["name"] for c in doc["checks"]] == ["ready"] and doc["reason"] == "not-ready"
     assert [e["kind"] for e in ledger(env)][-2:] == ["verify", "verify"]
 
 

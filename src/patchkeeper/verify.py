@@ -145,6 +145,7 @@ def probe(target: Target, svc: ServiceConfig, progress: TextIO | None = sys.stde
     window = 1.0
     while True:
         window = min(window, max(0.0, deadline - time.monotonic()))
+        launched = time.monotonic()
         request = json.dumps({"base_url": svc.base_url, "window": window, "interval": 0.1, "generate": gen})
         try:
             code, out, err = target.run([target.config.python, "-I", "-c", source],
@@ -158,7 +159,8 @@ def probe(target: Target, svc: ServiceConfig, progress: TextIO | None = sys.stde
                          err.decode(errors="replace")[-OUTPUT_KEEP:]), {"reason": "probe"}
         result = json.loads(out)
         waited = time.monotonic() - start
-        if result["ready"]:
+        if result["ready"]:  # the probe's own clock: `waited` includes the generation that followed
+            waited = launched - start + float(result.get("seconds", 0.0))
             detail = f"{result['url']} answered after {waited:.2f}s"
             if result.get("models"):
                 detail += f" (model {result['models'][0]})"
@@ -216,7 +218,7 @@ def record(s: Session, report: Report, phase: str, of: str | None) -> LedgerEntr
 
 
 def describe(report: Report, target: str, state: State | None, out: TextIO = sys.stdout) -> None:
-    where = f"state {state.id} ({state.stack_text()})" if state else "no recorded state"
+    where = f"state {state.id}: {state.stack_text()}" if state else "no recorded state"
     print(f"verify {target}, {where}:", file=out)
     for c in report.checks:
         print(f"  {c.name:9} {'ok  ' if c.ok else 'FAIL'}  {c.seconds:6.2f}s  {c.detail}", file=out)

@@ -55,7 +55,7 @@ def after_change(ws: Workspace, s: Session, svc: ServiceConfig, change: LedgerEn
         return EXIT_VERIFY_FAILED
     previous = change.before
     print(f"{name}: verification failed after {change.kind} ({report.reason}); "
-          f"rolling back to the previous state {previous.id} ({previous.stack_text()})")
+          f"rolling back to the previous state {previous.id}: {previous.stack_text()}")
     plan = engine.plan_rollback(s, previous.id)
     if plan is not None:
         entry = dataclasses.replace(plan.entry, command=f"{s.command} (automatic rollback)",
