@@ -67,13 +67,18 @@ def list_cmd(ctx, as_json):
 @target_option
 @click.option("--dry-run", "-n", is_flag=True, help="print the plan; change nothing")
 @click.option("--force", is_flag=True, help="apply over hand edits (backed up first) or another package version")
+@click.option("--no-verify", is_flag=True, help="do not restart and verify the target's [service] afterwards")
 @click.pass_context
 @command
-def apply(ctx, name, target, dry_run, force):
-    """Apply patch set NAME (switching within its group) in one transaction."""
+def apply(ctx, name, target, dry_run, force, no_verify):
+    """Apply patch set NAME (switching within its group) in one transaction.
+
+    With a [service] table the service is then restarted and verified by a real generation;
+    if that fails the previous state is put back (exit 3).
+    """
     from .commands.apply import apply as run
 
-    return run(_workspace(ctx), target, name, dry_run, force)
+    return run(_workspace(ctx), target, name, dry_run, force, verify=not no_verify)
 
 
 @main.command()
@@ -81,13 +86,14 @@ def apply(ctx, name, target, dry_run, force):
 @click.option("--to", "to", required=True, metavar="STATE",
               help="baseline | previous | a state name | a state id | a transaction id")
 @click.option("--dry-run", "-n", is_flag=True, help="print the plan; change nothing")
+@click.option("--no-verify", is_flag=True, help="do not restart and verify the target's [service] afterwards")
 @click.pass_context
 @command
-def rollback(ctx, target, to, dry_run):
+def rollback(ctx, target, to, dry_run, no_verify):
     """Give every managed file the exact bytes and mode of STATE."""
     from .commands.rollback import rollback as run
 
-    return run(_workspace(ctx), target, to, dry_run)
+    return run(_workspace(ctx), target, to, dry_run, verify=not no_verify)
 
 
 @main.command()
@@ -253,6 +259,22 @@ def diff(ctx, targets, against, patch, as_json):
     from .commands.diff import diff as run
 
     return run(_workspace(ctx), tuple(targets), against, patch, as_json)
+
+
+@main.command("verify")
+@target_option
+@json_option
+@click.option("--restart", "with_restart", is_flag=True, help="run the service's restart command first")
+@click.pass_context
+@command
+def verify_cmd(ctx, target, as_json, with_restart):
+    """Check the target's service: it answers, and generates enough, fast enough, not degenerate.
+
+    Exit 0 when it passes, 1 when a check fails (nothing is changed or rolled back).
+    """
+    from .commands.verify import verify as run
+
+    return run(_workspace(ctx), target, as_json, with_restart)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from .. import engine
+from .. import engine, service
 from ..session import Session
 from ..workspace import Workspace
 from .show_plan import describe
 from .snapshot import mirror
 
 
-def apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bool) -> int:
+def apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bool, verify: bool = True) -> int:
+    svc = service.load(ws.target(target)) if verify else None
     with Session(ws, target, f"apply {name}") as s:
         if dry_run and s.ledger.current() is None:
             print(f"{s.target.name}: no baseline yet; a real apply records one first")
@@ -24,6 +25,10 @@ def apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bo
             engine.execute(s, plan)
             mirror(ws, s)
         describe(plan, s.target.name, dry_run)
+        if svc is not None and not dry_run:
+            from .verify import after_change
+
+            return after_change(ws, s, svc, plan.entry)
         return 0
 
 

@@ -20,6 +20,9 @@ def log(ws: Workspace, target: str | None, as_json: bool) -> int:
         for e in entries:
             when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.time))
             sets = ", ".join(f"{p['name']}@{p['version']}+{p['digest'].partition(':')[2][:12]}" for p in e.patchsets)
+            if e.kind == "verify":
+                print(_verify_line(e, when))
+                continue
             before = e.before.id if e.before else "-"
             print(f"{e.id}  {when}  {e.who}  {e.kind:8} {before} -> {e.after.id}"
                   f"{' (' + e.after.name + ')' if e.after.name else ''}  `{e.command}`"
@@ -27,3 +30,10 @@ def log(ws: Workspace, target: str | None, as_json: bool) -> int:
             if e.hand_edits:
                 print(f"    backed up hand edits first: {', '.join(e.hand_edits)}")
         return 0
+
+
+def _verify_line(e, when: str) -> str:
+    report = e.extra.get("verify", {})
+    result = "passed" if report.get("ok") else f"FAILED ({report.get('reason')})"
+    figures = f"  {report['tokens']} tokens, {report['tokens_per_s'] or 0:.1f} tokens/s" if report.get("tokens") else ""
+    return f"{e.id}  {when}  {e.who}  verify   {e.after.id} {result}{figures}  `{e.command}` ({e.extra.get('phase')})"

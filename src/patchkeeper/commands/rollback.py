@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from .. import engine
+from .. import engine, service
 from ..session import Session
 from ..workspace import Workspace
 from .show_plan import describe
 from .snapshot import mirror
 
 
-def rollback(ws: Workspace, target: str | None, to: str, dry_run: bool) -> int:
+def rollback(ws: Workspace, target: str | None, to: str, dry_run: bool, verify: bool = True) -> int:
+    svc = service.load(ws.target(target)) if verify else None
     with Session(ws, target, f"rollback --to {to}") as s:
         plan = engine.plan_rollback(s, to)
         if plan is None:
@@ -19,4 +20,8 @@ def rollback(ws: Workspace, target: str | None, to: str, dry_run: bool) -> int:
             engine.execute(s, plan)
             mirror(ws, s)
         describe(plan, s.target.name, dry_run)
+        if svc is not None and not dry_run:
+            from .verify import after_change
+
+            return after_change(ws, s, svc, plan.entry)
         return 0

@@ -24,7 +24,7 @@ def snapshot(ws: Workspace, target: str | None, name: str, manifest_only: bool) 
         return 0
 
 
-def mirror(ws: Workspace, s: Session) -> list:
+def mirror(ws: Workspace, s: Session, manifest: bool = True) -> list:
     """Copy the target's ledger entries and current manifest into snapshots/<target>/."""
     out = ws.snapshots_dir / s.target.name
     (out / "ledger").mkdir(parents=True, exist_ok=True)
@@ -36,7 +36,7 @@ def mirror(ws: Workspace, s: Session) -> list:
             written.append(path)
             fresh.append(entry)
     current = s.ledger.current()
-    if current is not None:
+    if current is not None and manifest:
         path = out / "manifest.txt"
         path.write_bytes(s.target.agent.store_get(s.target.info.store, current.manifest))
         (out / "state.json").write_text(json.dumps({"target": s.target.name, **current.to_dict()}, indent=1) + "\n")
