@@ -5,8 +5,7 @@ from __future__ import annotations
 from .. import engine, service
 from ..session import Session
 from ..workspace import Workspace
-from .show_plan import describe
-from .snapshot import mirror
+from .show_plan import carry_out
 
 
 def apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bool, verify: bool = True) -> int:
@@ -20,16 +19,7 @@ def apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bo
         if plan is None:
             print(f"{s.target.name}: {name} is already applied; nothing to do")
             return 0
-        if not dry_run:
-            plan = with_workspace_ref(ws, plan)
-            engine.execute(s, plan)
-            mirror(ws, s)
-        describe(plan, s.target.name, dry_run)
-        if svc is not None and not dry_run:
-            from .verify import after_change
-
-            return after_change(ws, s, svc, plan.entry)
-        return 0
+        return carry_out(ws, s, plan if dry_run else with_workspace_ref(ws, plan), dry_run, svc)
 
 
 def with_workspace_ref(ws: Workspace, plan: engine.Plan) -> engine.Plan:

@@ -5,8 +5,7 @@ from __future__ import annotations
 from .. import engine, service
 from ..session import Session
 from ..workspace import Workspace
-from .show_plan import describe
-from .snapshot import mirror
+from .show_plan import carry_out
 
 
 def rollback(ws: Workspace, target: str | None, to: str, dry_run: bool, verify: bool = True) -> int:
@@ -16,12 +15,4 @@ def rollback(ws: Workspace, target: str | None, to: str, dry_run: bool, verify: 
         if plan is None:
             print(f"{s.target.name}: already in state {to}; nothing to do")
             return 0
-        if not dry_run:
-            engine.execute(s, plan)
-            mirror(ws, s)
-        describe(plan, s.target.name, dry_run)
-        if svc is not None and not dry_run:
-            from .verify import after_change
-
-            return after_change(ws, s, svc, plan.entry)
-        return 0
+        return carry_out(ws, s, plan, dry_run, svc)

@@ -1,8 +1,11 @@
-"""Print a plan or a finished transaction the same way for every verb."""
+"""Carry out a plan and print it the same way for every verb that changes a target."""
 
 from __future__ import annotations
 
+from .. import engine
 from ..engine import Plan
+from ..session import Session
+from ..workspace import Workspace
 
 _MARK = {"changed": "M", "added": "A", "removed": "D", "mode": "m"}
 
@@ -24,3 +27,18 @@ def describe(plan: Plan, target: str, dry_run: bool) -> None:
         print(f"  {_MARK[kind]} {op.key}  {size}{mode}")
     print(f"{len(plan.ops)} file(s) {verb}; state {e.before.id if e.before else '-'} -> {e.after.id}"
           + ("" if dry_run else f" (transaction {e.id})"))
+
+
+def carry_out(ws: Workspace, s: Session, plan: Plan, dry_run: bool, svc) -> int:
+    """Execute the plan (unless a dry run), mirror the records, print it, verify the service."""
+    from .snapshot import mirror
+
+    if not dry_run:
+        engine.execute(s, plan)
+        mirror(ws, s)
+    describe(plan, s.target.name, dry_run)
+    if svc is not None and not dry_run:
+        from .verify import after_change
+
+        return after_change(ws, s, svc, plan.entry)
+    return 0

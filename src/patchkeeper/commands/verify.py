@@ -27,7 +27,7 @@ def verify(ws: Workspace, target: str | None, as_json: bool, with_restart: bool)
         svc = service.load(s.config)
         if svc is None:
             raise BadInput(f"target {s.target.name} has no [targets.{s.target.name}.service] table",
-                           "add one with restart and base_url (see docs/verify.md)")
+                           "add one with restart and base_url (see 'Verifying a service by generation' in the README)")
         report = run_checks(s.target, svc, with_restart, progress=sys.stderr)
         entry = record(s, report, "verify", None)
         if entry is not None:
