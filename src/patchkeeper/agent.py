@@ -11,10 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import socket
 import stat
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator
 
 try:  # blake3 is patchkeeper's hash; a host without it falls back to sha256 (and says so).
@@ -88,11 +86,12 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
+def write_atomic(path: str, data: bytes, mode: int = 0o644, durable: bool = True) -> None:
     """Write a new file at `path` by temp file, fsync, rename, fsync of the directory.
 
     The destination inode is replaced, never written into, so a file hardlinked elsewhere
-    (a uv cache, a test's pristine copy) keeps its bytes.
+    (a uv cache, a test's pristine copy) keeps its bytes. `durable=False` skips the fsyncs, for
+    caches whose loss after a power cut only costs time.
     """
     directory = os.path.dirname(path) or "."
     tmp = os.path.join(directory, f".pk-tmp-{os.getpid()}-{time.monotonic_ns()}")
@@ -100,8 +99,9 @@ def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.chmod(tmp, stat.S_IMODE(mode))
         os.replace(tmp, path)
     except BaseException:
@@ -110,7 +110,8 @@ def write_atomic(path: str, data: bytes, mode: int = 0o644) -> None:
         except FileNotFoundError:
             pass
         raise
-    _fsync_dir(directory)
+    if durable:
+        _fsync_dir(directory)
 
 
 def manifest_rows(data: bytes) -> dict[str, list]:
@@ -162,7 +163,7 @@ class StatCache:
     def save(self) -> None:
         if self.path and self.fresh != self.entries:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            write_atomic(self.path, json.dumps(self.fresh, separators=(",", ":")).encode())
+            write_atomic(self.path, json.dumps(self.fresh, separators=(",", ":")).encode(), durable=False)
 
 
 def _walk(root: str, rel_dir: str) -> Iterator[str]:
@@ -192,8 +193,17 @@ def _entry(st: os.stat_result, digest: str) -> list:
 class Agent:
     """The near-disk half of a target; the controller calls these methods locally or over SSH."""
 
+    def __init__(self) -> None:
+        self._stores: dict[str, Store] = {}
+
+    def _store(self, root: str) -> "Store":
+        """One Store per root, so its pack index is read once per process."""
+        if root not in self._stores:
+            self._stores[root] = Store(root)
+        return self._stores[root]
+
     def hostname(self) -> str:
-        return socket.gethostname()
+        return _hostname()
 
     def interpreter(self) -> dict:
         """This Python's prefix, site directories and version (the agent runs in the target's Python)."""
@@ -359,7 +369,7 @@ class Agent:
 
         batches = [todo[i:i + 64] for i in range(0, len(todo), 64)]
         if len(batches) > 1:
-            with ThreadPoolExecutor(max_workers=min(8, (os.cpu_count() or 2) * 2)) as pool:
+            with _pool(max_workers=min(8, (os.cpu_count() or 2) * 2)) as pool:
                 for done in pool.map(work, batches):
                     out.update(done)
         else:
@@ -373,45 +383,55 @@ class Agent:
         """Scan as `scan` does and compare with the stored manifest object `manifest`, here, next
         to the files: only differing keys come back, as key -> [recorded row, actual row] (None
         where absent). Files are hashed with the algorithm the manifest's digests use."""
-        recorded = manifest_rows(Store(store).get(manifest))
-        algorithm = algorithm_of(next(iter(recorded.values()))[0]) if recorded else ALGORITHM
-        if algorithm != ALGORITHM:
-            cache = f"{cache}.{algorithm}" if cache else None
-        actual = self.scan(root, paths, walk, cache, absolute, algorithm)
-        return {k: [recorded.get(k), actual.get(k)] for k in sorted(set(recorded) | set(actual))
-                if recorded.get(k) != actual.get(k)}
+        return self.compare_many(store, [manifest], root, paths, walk, cache, absolute)[0]
+
+    def compare_many(self, store: str, manifests: list[str], root: str, paths: list[str], walk: list[str],
+                     cache: str | None = None, absolute: dict[str, str] | None = None) -> list[dict[str, list]]:
+        """`compare` against several manifests of this target with one scan."""
+        recorded = [manifest_rows(self._store(store).get(m)) for m in manifests]
+        out: list[dict[str, list]] = []
+        scans: dict[str, dict[str, list]] = {}
+        for rows in recorded:
+            algorithm = algorithm_of(next(iter(rows.values()))[0]) if rows else ALGORITHM
+            if algorithm not in scans:
+                own = cache if algorithm == ALGORITHM or not cache else f"{cache}.{algorithm}"
+                scans[algorithm] = self.scan(root, paths, walk, own, absolute, algorithm)
+            actual = scans[algorithm]
+            out.append({k: [rows.get(k), actual.get(k)] for k in sorted(set(rows) | set(actual))
+                        if rows.get(k) != actual.get(k)})
+        return out
 
     # ---- object store ------------------------------------------------------------------
     def store_put(self, store: str, data: bytes, digest: str | None = None) -> str:
-        return Store(store).put(data, digest)
+        return self._store(store).put(data, digest)
 
     def store_get(self, store: str, digest: str) -> bytes:
-        return Store(store).get(digest)
+        return self._store(store).get(digest)
 
     def store_missing(self, store: str, digests: list[str]) -> list[str]:
-        s = Store(store)
+        s = self._store(store)
         return [d for d in digests if not s.has(d)]
 
     def store_put_files(self, store: str, files: dict[str, str]) -> dict[str, str]:
         """Copy files (digest -> path) into the store as one pack; return digests that failed
         verification (the file changed since it was hashed) with their actual digest."""
-        return Store(store).put_files(files)
+        return self._store(store).put_files(files)
 
     def stage(self, store: str, digest: str, path: str, mode: int) -> None:
         """Write an object's verified bytes to the stage file `path`."""
-        self.write_new(path, Store(store).get(digest), mode)
+        self.write_new(path, self._store(store).get(digest), mode)
 
     # ---- lock --------------------------------------------------------------------------
     def lock(self, path: str, holder: dict) -> dict | None:
         """Take the lock file; return None on success or the live holder's record."""
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        holder = dict(holder, pid=os.getpid(), host=socket.gethostname(), since=time.time())
+        holder = dict(holder, pid=os.getpid(), host=_hostname(), since=time.time())
         for _ in range(3):
             try:
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             except FileExistsError:
                 current = self._read_lock(path)
-                if current and current.get("host") == socket.gethostname() and not _alive(current.get("pid", 0)):
+                if current and current.get("host") == _hostname() and not _alive(current.get("pid", 0)):
                     stale = f"{path}.stale-{os.getpid()}"
                     try:
                         os.rename(path, stale)
@@ -464,6 +484,19 @@ class Agent:
         which catches a pyc whose header matches a source that was changed in the same tick.
         """
         return _check_bytecode(site, cache_tag, verify)
+
+
+def _hostname() -> str:
+    import socket
+
+    return socket.gethostname()
+
+
+def _pool(max_workers: int):
+    """A thread pool, imported only when a scan is big enough to want one."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    return ThreadPoolExecutor(max_workers=max_workers)
 
 
 def _alive(pid: int) -> bool:
@@ -735,7 +768,7 @@ def _in_batches(fn, jobs: list) -> list:
         return [fn(j) for j in jobs]
     size = max(16, len(jobs) // (_AUDIT_WORKERS * 8))
     batches = [jobs[i:i + size] for i in range(0, len(jobs), size)]
-    with ThreadPoolExecutor(max_workers=_AUDIT_WORKERS) as pool:
+    with _pool(max_workers=_AUDIT_WORKERS) as pool:
         return [r for rs in pool.map(lambda b: [fn(j) for j in b], batches) for r in rs]
 
 

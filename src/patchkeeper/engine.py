@@ -30,23 +30,16 @@ def _cache(target: Target) -> str:
     return posixpath.join(target.info.state_dir, "statcache.json")
 
 
-def _loose_paths(info) -> list[str]:
-    """RECORD paths the walk of the top directories does not already find (top-level modules):
-    the rest need not be listed, which keeps a remote scan's request small."""
-    walked = set(info.top_dirs())
-    return [p for p in info.package_paths() if p.split("/", 1)[0] not in walked or "/" not in p]
-
-
 def scan_all(target: Target, algorithm: str | None = None) -> Manifest:
     """Every managed file now: the package (RECORD plus a walk of its top directories) and roles.
 
     `algorithm` asks for digests in another hash than the target's own (to compare two targets)."""
     info = target.info
     if algorithm and algorithm != target.algorithm:
-        rows = target.agent.scan(info.site, _loose_paths(info), info.top_dirs(), f"{_cache(target)}.{algorithm}",
+        rows = target.agent.scan(info.site, info.loose_paths(), info.top_dirs(), f"{_cache(target)}.{algorithm}",
                                  info.role_keys(), algorithm)
     else:
-        rows = target.agent.scan(info.site, _loose_paths(info), info.top_dirs(), _cache(target), info.role_keys())
+        rows = target.agent.scan(info.site, info.loose_paths(), info.top_dirs(), _cache(target), info.role_keys())
     return Manifest.from_scan(rows)
 
 
@@ -59,18 +52,23 @@ def scan_keys(target: Target, keys) -> dict[str, Entry]:
     return {k: Entry.of(v) for k, v in rows.items()}
 
 
-def compare(target: Target, manifest_digest: str) -> dict[str, tuple[Entry | None, Entry | None]]:
-    """Every managed file that differs from a recorded manifest, compared on the target itself:
-    key -> (recorded entry, actual entry). Only the differences cross the network."""
+def compare(target: Target, *manifest_digests: str) -> list[dict[str, tuple[Entry | None, Entry | None]]]:
+    """For each recorded manifest, every managed file that differs from it, compared on the target
+    itself with one scan: key -> (recorded entry, actual entry). Only differences cross the network."""
     info = target.info
-    rows = target.agent.compare(info.store, manifest_digest, info.site, _loose_paths(info), info.top_dirs(),
-                                _cache(target), info.role_keys())
-    return {k: (Entry.of(old) if old else None, Entry.of(new) if new else None) for k, (old, new) in rows.items()}
+    results = target.agent.compare_many(info.store, list(manifest_digests), info.site, info.loose_paths(),
+                                        info.top_dirs(), _cache(target), info.role_keys())
+    return [{k: (Entry.of(old) if old else None, Entry.of(new) if new else None) for k, (old, new) in rows.items()}
+            for rows in results]
 
 
 def drift(target: Target, manifest_digest: str) -> dict[str, str]:
     """key -> changed | added | removed | mode for every file that differs from a recorded manifest."""
-    pairs = compare(target, manifest_digest)
+    pairs, = compare(target, manifest_digest)
+    return _kinds(pairs)
+
+
+def _kinds(pairs: dict[str, tuple[Entry | None, Entry | None]]) -> dict[str, str]:
     return differences({k: old for k, (old, _) in pairs.items() if old}, {k: new for k, (_, new) in pairs.items() if new})
 
 
@@ -305,12 +303,9 @@ def plan_rollback(s: Session, spec: str) -> Plan | None:
         raise Refused(f"target {target.name} has no recorded state to roll back to",
                       "patchkeeper has not changed it yet")
     goal = ledger.find_state(spec)
-    want = ledger.load_manifest(goal)
-    recorded = ledger.load_manifest(current)
-    actual = scan_all(target)
-    hand = differences(recorded, actual)
-    ops = [FileOp(k, target.info.path_of(k), actual.get(k), want.get(k))
-           for k in sorted(set(actual) | set(want)) if actual.get(k) != want.get(k)]
+    to_goal, to_recorded = compare(target, goal.manifest, current.manifest)
+    hand = _kinds(to_recorded)  # changed by hand since the last transaction: backed up, then named
+    ops = [FileOp(k, target.info.path_of(k), actual, want) for k, (want, actual) in to_goal.items()]
     missing = target.agent.store_missing(target.info.store, sorted({op.new.digest for op in ops if op.new}))
     if missing:
         names = [op.key for op in ops if op.new and op.new.digest in missing]

@@ -72,7 +72,7 @@ def _one(ws: Workspace, name: str | None, against: str | None, patch: bool, as_j
                           "or compare two targets: patchkeeper diff HOST1 HOST2")
         state = s.ledger.find_state(against) if against else current
         owners = owners_of(ws, list(current.stack) + [p for p in state.stack if p not in current.stack])
-        diffs = _classify(engine.compare(s.target, state.manifest), {s.target.name: owners})
+        diffs = _classify(engine.compare(s.target, state.manifest)[0], {s.target.name: owners})
         patches = {}
         if patch:
             store, info = s.target.info.store, s.target.info

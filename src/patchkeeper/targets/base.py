@@ -41,11 +41,22 @@ class TargetInfo:
 
     def top_dirs(self) -> list[str]:
         """Top-level directories of the distribution (from RECORD), walked to catch added files."""
-        tops = {p.split("/", 1)[0] for p in self.record if "/" in p and not p.startswith("..")}
-        return sorted(tops)
+        return list(self._layout[0])
 
     def package_paths(self) -> list[str]:
         return [p for p in self.record if not p.startswith(("../", "/"))]
+
+    def loose_paths(self) -> list[str]:
+        """RECORD paths the walk of the top directories does not find (top-level modules): the
+        rest need not be listed, which keeps a remote scan's request small."""
+        return list(self._layout[1])
+
+    @cached_property
+    def _layout(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        inside = [p for p in self.record if not p.startswith(("../", "/"))]
+        tops = sorted({p.split("/", 1)[0] for p in inside if "/" in p})
+        walked = set(tops)
+        return tuple(tops), tuple(p for p in inside if "/" not in p or p.split("/", 1)[0] not in walked)
 
     def path_of(self, key: str) -> str:
         if key.startswith(ROLE_PREFIX):

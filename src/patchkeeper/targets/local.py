@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 
-from ..agent import Agent
+from ..agent import Agent, write_atomic
 from .base import Target
 
 
@@ -21,3 +23,41 @@ class LocalTarget(Target):
         except subprocess.TimeoutExpired as exc:
             return 124, exc.stdout or b"", (exc.stderr or b"") + f"\ntimed out after {timeout}s".encode()
         return proc.returncode, proc.stdout, proc.stderr
+
+    def interpreter(self) -> dict:
+        """As Target.interpreter, remembered per interpreter in ~/.cache/patchkeeper (the answer
+        depends only on the executable and its pyvenv.cfg, whose identities key the entry)."""
+        python = self.config.python
+        try:
+            key = [list(_identity(os.path.realpath(python))), list(_identity(os.path.join(
+                os.path.dirname(os.path.dirname(python)), "pyvenv.cfg")))]
+        except OSError:
+            return super().interpreter()  # a missing interpreter: let the real run say why
+        cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+                             "patchkeeper", "interpreters.json")
+        try:
+            with open(cache, "rb") as f:
+                known = json.loads(f.read())
+        except (OSError, ValueError):
+            known = {}
+        hit = known.get(python)
+        if hit and hit["key"] == key:
+            return hit["info"]
+        info = super().interpreter()
+        known[python] = {"key": key, "info": info}
+        try:
+            os.makedirs(os.path.dirname(cache), exist_ok=True)
+            write_atomic(cache, json.dumps(known).encode(), durable=False)
+        except OSError:
+            pass  # a cache we cannot write only costs time
+        return info
+
+
+def _identity(path: str) -> tuple[int, int, int]:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        if path.endswith("pyvenv.cfg"):
+            return (0, 0, 0)
+        raise
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
