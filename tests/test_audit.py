@@ -203,3 +203,29 @@ def test_bad_probe_name_is_refused_and_nothing_runs(aenv):
     proc = aenv.pk("audit", "--probe", "os; rm -rf /", check=2)
     assert "is not a module name" in proc.stderr and proc.stdout == ""
     assert not (aenv.venv / ".patchkeeper").exists()
+
+
+def test_bytecode_verdict_cache_follows_the_pyc_and_its_source(aenv):
+    """Warm audits reuse a pyc's verdict only while neither the pyc nor its source has changed."""
+    site = aenv.site
+    time.sleep(2.2)  # past the racy window: now verdicts are cached
+    code, doc = audit(aenv)
+    assert code == 0 and found(doc, "bytecode") == {}
+    assert (aenv.state_dir / "audit" / "bytecode.cache").stat().st_size > 1000
+    # a pyc replaced by bytecode of other code (unchecked hash: Python runs it without looking)
+    pyc = site / "sglang/__pycache__/_version.cpython-311.pyc"
+    other = aenv.root / "other.py"
+    other.write_text("VERSION = 'not sglang'\n")
+    pyc.unlink()
+    py_compile.compile(str(other), cfile=str(pyc), invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    code, doc = audit(aenv)
+    assert found(doc, "bytecode")["sglang/__pycache__/_version.cpython-311.pyc"]["kind"] == "mismatch"
+    # a source changed under a clean, cached pyc whose header still matches (mtime put back)
+    src = site / "sglang/srt/speculative/spec_info.py"
+    spc = site / "sglang/srt/speculative/__pycache__/spec_info.cpython-311.pyc"
+    st = src.stat()
+    edit_file(src, src.read_bytes().replace(b"DFLASH = auto()", b"DFLAZH = auto()"))
+    os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert spc.exists()
+    code, doc = audit(aenv)
+    assert found(doc, "bytecode")["sglang/srt/speculative/__pycache__/spec_info.cpython-311.pyc"]["kind"] == "mismatch"

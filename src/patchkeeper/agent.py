@@ -474,7 +474,7 @@ class Agent:
         """
         return {name: _check_record(site, name, cache_dir) for name in dist_infos}
 
-    def audit_bytecode(self, site: str, cache_tag: str, verify: list[str]) -> dict:
+    def audit_bytecode(self, site: str, cache_tag: str, verify: list[str], cache: str | None = None) -> dict:
         """Every .pyc below `site` that Python would run instead of its source: a header that
         matches a changed source, an unchecked-hash pyc of other code, a legacy pyc with no source.
         Stale pycs (header differs: Python recompiles them) and __pycache__ entries without a
@@ -482,8 +482,9 @@ class Agent:
 
         `verify` names sources (relative to site) whose pyc is also recompiled and compared,
         which catches a pyc whose header matches a source that was changed in the same tick.
+        `cache` keeps each clean pyc's verdict keyed by its own and its source's stat identity.
         """
-        return _check_bytecode(site, cache_tag, verify)
+        return _check_bytecode(site, cache_tag, verify, cache)
 
 
 def _hostname() -> str:
@@ -772,100 +773,121 @@ def _in_batches(fn, jobs: list) -> list:
         return [r for rs in pool.map(lambda b: [fn(j) for j in b], batches) for r in rs]
 
 
-def _pyc_source(pyc: str, cache_tag: str) -> tuple[str, int] | None:
-    """(source path, optimization level) of a `__pycache__/<stem>.<tag>[.opt-N].pyc`, or None
-    when the pyc belongs to another interpreter."""
-    parts = os.path.basename(pyc)[:-4].split(".")
+def _pyc_source(rel: str, cache_tag: str) -> tuple[str, int] | None:
+    """(source path, optimization level), both relative, of `<dir>/__pycache__/<stem>.<tag>[.opt-N].pyc`,
+    or None when the pyc belongs to another interpreter."""
+    cache_dir, _, name = rel.rpartition("/")
+    parts = name[:-4].split(".")
     opt = 0
     if len(parts) > 2 and parts[-1].startswith("opt-"):
         opt = int(parts.pop()[4:] or 0) if parts[-1][4:].isdigit() else 0
     if len(parts) < 2 or parts[-1] != cache_tag:
         return None
+    parent = cache_dir.rpartition("/")[0]
     stem = ".".join(parts[:-1])
-    return os.path.join(os.path.dirname(os.path.dirname(pyc)), stem + ".py"), opt
+    return (f"{parent}/{stem}.py" if parent else f"{stem}.py"), opt
 
 
-def _walk_pyc(root: str, rel_dir: str = "") -> Iterator[tuple[str, bool]]:
+def _walk_pyc(root: str) -> Iterator[tuple[str, bool]]:
     """(relative path, in __pycache__) of every .pyc below root, streamed directory by directory."""
-    base = os.path.join(root, rel_dir) if rel_dir else root
-    try:
-        with os.scandir(base) as it:
-            entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
-    except (FileNotFoundError, NotADirectoryError, PermissionError):
-        return
-    in_cache = os.path.basename(rel_dir) == "__pycache__"
-    for name, is_dir in entries:
-        rel = f"{rel_dir}/{name}" if rel_dir else name
-        if is_dir:
-            if not name.endswith(".dist-info"):
-                yield from _walk_pyc(root, rel)
-        elif name.endswith(".pyc"):
-            yield rel, in_cache
+    stack = [""]
+    while stack:
+        rel_dir = stack.pop()
+        try:
+            with os.scandir(f"{root}/{rel_dir}" if rel_dir else root) as it:
+                entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+        except (FileNotFoundError, NotADirectoryError, PermissionError):
+            continue
+        in_cache = rel_dir.endswith("__pycache__") and rel_dir.rpartition("/")[2] == "__pycache__"
+        prefix = f"{rel_dir}/" if rel_dir else ""
+        for name, is_dir in entries:
+            if is_dir:
+                if not name.endswith(".dist-info"):
+                    stack.append(prefix + name)
+            elif name.endswith(".pyc"):
+                yield prefix + name, in_cache
 
 
-def _check_bytecode(site: str, cache_tag: str, verify: list[str]) -> dict:
-    import importlib.util
-    import marshal
-
-    magic = importlib.util.MAGIC_NUMBER
+def _check_bytecode(site: str, cache_tag: str, verify: list[str], cache_path: str | None = None) -> dict:
     deep = set(verify)
+    cache = StatCache(cache_path)  # verdicts of clean pycs, keyed by the pyc's and its source's identity
     findings: list[list] = []
     pycs = orphans = stale = 0
     for rel, in_cache in _walk_pyc(site):
-        pyc = os.path.join(site, rel)
+        pyc = f"{site}/{rel}"
         if not in_cache:  # a legacy pyc beside its module: imported only when there is no source
             src = pyc[:-1]
             if not os.path.exists(src):
                 pycs += 1
                 findings.append([rel, "sourceless", "a .pyc without its .py: Python imports this bytecode"])
             continue
-        found = _pyc_source(pyc, cache_tag)
+        found = _pyc_source(rel, cache_tag)
         if found is None:
             continue
-        src, opt = found
+        src_rel, opt = found
+        src = f"{site}/{src_rel}"
         pycs += 1
         try:
-            st = os.stat(src)
+            st, pst = os.stat(src), os.stat(pyc)
         except (FileNotFoundError, NotADirectoryError):
             orphans += 1  # a __pycache__ entry without source is never imported
             continue
+        source_id = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+        compare = src_rel in deep
+        known = None if compare else cache.lookup(rel, pst)
+        if known is not None and known[0] == source_id:
+            stale += known[1]
+            continue
+        verdict = _pyc_verdict(pyc, src, st, opt, compare)
+        if verdict is None or verdict == "stale":
+            stale += verdict == "stale"
+            if max(st.st_mtime_ns, st.st_ctime_ns) + cache.GRANULARITY_NS < cache.started_ns:
+                cache.remember(rel, pst, [source_id, int(verdict == "stale")])
+        else:
+            findings.append([rel, *verdict])
+    cache.save()
+    return {"pycs": pycs, "orphans": orphans, "stale": stale, "findings": sorted(findings)}
+
+
+def _pyc_verdict(pyc: str, src: str, st: os.stat_result, opt: int, compare: bool) -> tuple[str, str] | str | None:
+    """None when the pyc runs its source's code, "stale" when Python will recompile it, else a
+    finding (kind, detail). With `compare`, a pyc whose header matches is also recompiled."""
+    import importlib.util
+    import marshal
+
+    magic = importlib.util.MAGIC_NUMBER
+    try:
+        with open(pyc, "rb") as f:
+            head = f.read(16)
+    except OSError as exc:
+        return "unreadable", exc.strerror or str(exc)
+    if len(head) < 16:
+        return "stale"  # Python recompiles it on import: never run, not a finding
+    flags = int.from_bytes(head[4:8], "little")
+    if flags & 1:  # hash-based (PEP 552)
+        if head[:4] != magic:
+            return None  # compiled by another interpreter version: its source hash cannot be computed here
+        with open(src, "rb") as f:
+            source_hash = importlib.util.source_hash(f.read())
+        if source_hash == head[8:16]:
+            return None
+        if flags & 2:
+            return "stale"
+        return "mismatch", (f"unchecked-hash pyc was compiled from other code than "
+                            f"{os.path.basename(src)}: Python runs it without checking")
+    mtime = int.from_bytes(head[8:12], "little")
+    size = int.from_bytes(head[12:16], "little")
+    if mtime != (int(st.st_mtime) & 0xFFFFFFFF) or size != (st.st_size & 0xFFFFFFFF):
+        return "stale"
+    if compare and head[:4] == magic:
         try:
             with open(pyc, "rb") as f:
-                head = f.read(16)
-        except OSError as exc:
-            findings.append([rel, "unreadable", exc.strerror or str(exc)])
-            continue
-        if len(head) < 16:
-            stale += 1  # Python recompiles it on import: never run, not a finding
-            continue
-        flags = int.from_bytes(head[4:8], "little")
-        if flags & 1:  # hash-based (PEP 552)
-            if head[:4] != magic:
-                continue  # compiled by another interpreter version: its source hash cannot be computed here
+                code = marshal.loads(f.read()[16:])
             with open(src, "rb") as f:
-                source_hash = importlib.util.source_hash(f.read())
-            if source_hash != head[8:16]:
-                if flags & 2:
-                    stale += 1
-                else:
-                    findings.append([rel, "mismatch", f"unchecked-hash pyc was compiled from other code than "
-                                     f"{os.path.basename(src)}: Python runs it without checking"])
-            continue
-        mtime = int.from_bytes(head[8:12], "little")
-        size = int.from_bytes(head[12:16], "little")
-        if mtime != (int(st.st_mtime) & 0xFFFFFFFF) or size != (st.st_size & 0xFFFFFFFF):
-            stale += 1
-            continue
-        if deep and head[:4] == magic and os.path.relpath(src, site) in deep:
-            try:
-                with open(pyc, "rb") as f:
-                    code = marshal.loads(f.read()[16:])
-                with open(src, "rb") as f:
-                    fresh = compile(f.read(), src, "exec", dont_inherit=True, optimize=opt)
-            except (ValueError, EOFError, TypeError, SyntaxError) as exc:
-                findings.append([rel, "mismatch", f"cannot be compared with its source: {exc}"])
-                continue
-            if code != fresh:
-                findings.append([rel, "mismatch", f"its header matches {os.path.basename(src)} but its code "
-                                 "does not: Python runs the old code"])
-    return {"pycs": pycs, "orphans": orphans, "stale": stale, "findings": sorted(findings)}
+                fresh = compile(f.read(), src, "exec", dont_inherit=True, optimize=opt)
+        except (ValueError, EOFError, TypeError, SyntaxError) as exc:
+            return "mismatch", f"cannot be compared with its source: {exc}"
+        if code != fresh:
+            return "mismatch", (f"its header matches {os.path.basename(src)} but its code "
+                                "does not: Python runs the old code")
+    return None

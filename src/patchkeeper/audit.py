@@ -155,7 +155,7 @@ def run(target: Target, ledger: Ledger, probes: Iterable[str] = (), progress: Pr
     verify = sorted({f.path for f in findings if f.path.endswith(".py") and f.kind in ("changed", "added", "mode")
                      and not f.path.startswith(("../", ROLE_PREFIX))})
     tag = "cpython-" + "".join(info.python_version.split(".")[:2])
-    pyc = agent.audit_bytecode(info.site, tag, verify)
+    pyc = agent.audit_bytecode(info.site, tag, verify, posixpath.join(cache_dir(target), "bytecode.cache"))
     files += pyc["pycs"]
     findings.extend(Finding("bytecode", p, kind, detail) for p, kind, detail in pyc["findings"])
     if pyc["stale"]:
