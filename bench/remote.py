@@ -22,7 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-from sshd import Sshd, free_port, write_client_config  # noqa: E402
+from sshd import Sshd, write_client_config  # noqa: E402
 
 PRISTINE = Path(os.environ.get("PK_SGLANG_VENV", REPO / ".cache" / "sglang-venv"))
 SITE_REL = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"

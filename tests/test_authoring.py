@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import stat
 import subprocess
@@ -13,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from checkout import make_checkout
-from conftest import copy_venv, edit_file, make_workspace, tree
+from conftest import edit_file, make_workspace, tree
 
 SPEC = "sglang/srt/speculative/spec_info.py"
 

@@ -9,7 +9,8 @@ import sys
 
 from conftest import edit_file
 
-from patchkeeper.agent import Store, hash_bytes
+from patchkeeper.disk import hash_bytes
+from patchkeeper.store import Store
 
 SPEC = "sglang/srt/speculative/spec_info.py"
 VERSION = "sglang/version.py"

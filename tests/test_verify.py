@@ -132,7 +132,7 @@ def test_each_bad_mode_is_detected_and_rolled_back_to_exact_bytes(env, service, 
 def test_slow_load_within_ready_timeout_passes_with_progress(env, service):
     service("DDTREE=slow-load", server_args="--load-seconds 1.5", ready_timeout=20)
     proc = env.pk("apply", "ddtree")
-    assert f"waiting for http://127.0.0.1:" in proc.stderr and "HTTP 503" in proc.stderr
+    assert "waiting for http://127.0.0.1:" in proc.stderr and "HTTP 503" in proc.stderr
     assert "verification passed" in proc.stdout and stack(env) == ["ddtree"]
 
 

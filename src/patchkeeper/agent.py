@@ -1,193 +1,22 @@
-"""Near-disk operations on a target: hashing, scanning, atomic writes, the object store.
+"""The near-disk half of a target: the methods the controller calls, locally or on a host.
 
-This module is the part of patchkeeper that runs next to the target's files. It uses the
-standard library only (blake3 when importable), so it can run in-process for a local target
-or inside the target's own interpreter on a remote host. Every argument and result is a
-plain value (str, int, bytes, list, dict) so calls can cross a process boundary unchanged.
+Every argument and result is a plain value (str, int, bytes, list, dict) so calls can cross a
+process boundary unchanged; the work itself is in disk.py, store.py and distcheck.py, which,
+like this module, use the standard library only (blake3 when importable).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import stat
 import time
-from typing import Iterator
 
-try:  # blake3 is patchkeeper's hash; a host without it falls back to sha256 (and says so).
-    import blake3 as _blake3
-except ImportError:  # pragma: no cover - exercised on hosts without blake3
-    _blake3 = None
-
-ALGORITHM = "blake3" if _blake3 is not None else "sha256"
-_CHUNK = 1 << 20
-_BIG = 4 << 20  # files above this size are hashed with blake3's own threads
-_SKIP_DIRS = {"__pycache__"}
-_SKIP_SUFFIXES = (".pyc", ".pyo")
-STAGE_PREFIX = ".pk-stage-"
-
-
-class AgentError(Exception):
-    """A near-disk operation failed; `kind` names the failure for the controller."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-
-
-def _hasher(size: int = 0, algorithm: str | None = None):
-    algorithm = algorithm or ALGORITHM
-    if algorithm == "sha256":
-        return hashlib.sha256()
-    if algorithm != "blake3" or _blake3 is None:
-        raise AgentError("no-algorithm", f"this Python cannot hash with {algorithm!r} (it has {ALGORITHM})")
-    if size >= _BIG:
-        return _blake3.blake3(max_threads=_blake3.blake3.AUTO)
-    return _blake3.blake3()
-
-
-def algorithm_of(digest: str) -> str:
-    """The algorithm a digest names: "blake3:<hex>" -> "blake3"."""
-    return digest.partition(":")[0]
-
-
-def hash_bytes(data: bytes, algorithm: str | None = None) -> str:
-    h = _hasher(len(data), algorithm)
-    h.update(data)
-    return f"{algorithm or ALGORITHM}:{h.hexdigest()}"
-
-
-def hash_file(path: str, size: int = 0, algorithm: str | None = None) -> str:
-    h = _hasher(size, algorithm)
-    with open(path, "rb") as f:
-        if size and size < _CHUNK:
-            h.update(f.read())
-        else:
-            for chunk in iter(lambda: f.read(_CHUNK), b""):
-                h.update(chunk)
-    return f"{algorithm or ALGORITHM}:{h.hexdigest()}"
-
-
-def is_managed_name(rel: str) -> bool:
-    """Bytecode caches are derived from sources and never part of a code state."""
-    if rel.endswith(_SKIP_SUFFIXES) or "__pycache__" in rel or STAGE_PREFIX in rel:
-        parts = rel.split("/")
-        return not (_SKIP_DIRS.intersection(parts) or rel.endswith(_SKIP_SUFFIXES)
-                    or parts[-1].startswith(STAGE_PREFIX))
-    return True
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomic(path: str, data: bytes, mode: int = 0o644, durable: bool = True) -> None:
-    """Write a new file at `path` by temp file, fsync, rename, fsync of the directory.
-
-    The destination inode is replaced, never written into, so a file hardlinked elsewhere
-    (a uv cache, a test's pristine copy) keeps its bytes. `durable=False` skips the fsyncs, for
-    caches whose loss after a power cut only costs time.
-    """
-    directory = os.path.dirname(path) or "."
-    tmp = os.path.join(directory, f".pk-tmp-{os.getpid()}-{time.monotonic_ns()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            if durable:
-                f.flush()
-                os.fsync(f.fileno())
-        os.chmod(tmp, stat.S_IMODE(mode))
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    if durable:
-        _fsync_dir(directory)
-
-
-def manifest_rows(data: bytes) -> dict[str, list]:
-    """Parse a manifest's text form (see manifest.Manifest): key -> [digest, size, mode]."""
-    rows: dict[str, list] = {}
-    for line in data.decode("utf-8", "surrogateescape").split("\n"):
-        if line:
-            mode, size, digest, key = line.split(" ", 3)
-            rows[json.loads(key) if key[0] == '"' else key] = [digest, int(size), int(mode, 8)]
-    return rows
-
-
-class StatCache:
-    """Digest cache keyed by (size, mtime_ns, ctime_ns, inode), immune to racily clean files.
-
-    An entry is only cached when the file's mtime and ctime are older than the scan's start by
-    more than the file system's timestamp granularity; any later change then moves ctime forward,
-    so a cached digest is never trusted for a file that could have changed within the same tick
-    it was hashed in (git's "racily clean" problem).
-    """
-
-    GRANULARITY_NS = 2_000_000_000
-
-    def __init__(self, path: str | None) -> None:
-        self.path = path
-        self.entries: dict[str, list] = {}
-        self.fresh: dict[str, list] = {}
-        self.started_ns = time.time_ns()
-        if path:
-            try:
-                with open(path, "rb") as f:
-                    self.entries = json.loads(f.read())
-            except (FileNotFoundError, ValueError):
-                self.entries = {}
-
-    def lookup(self, rel: str, st: os.stat_result) -> str | None:
-        key = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
-        hit = self.entries.get(rel)
-        if hit is not None and hit[:4] == key:
-            self.fresh[rel] = hit
-            return hit[4]
-        return None
-
-    def remember(self, rel: str, st: os.stat_result, digest: str) -> None:
-        newest = max(st.st_mtime_ns, st.st_ctime_ns)
-        if newest + self.GRANULARITY_NS < self.started_ns:
-            self.fresh[rel] = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, digest]
-
-    def save(self) -> None:
-        if self.path and self.fresh != self.entries:
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            write_atomic(self.path, json.dumps(self.fresh, separators=(",", ":")).encode(), durable=False)
-
-
-def _walk(root: str, rel_dir: str) -> Iterator[str]:
-    """Relative paths of the managed files below root/rel_dir, directory by directory."""
-    stack = [rel_dir]
-    while stack:
-        current = stack.pop()
-        try:
-            with os.scandir(os.path.join(root, current) if current else root) as it:
-                entries = list(it)
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        prefix = current + "/" if current else ""
-        for entry in entries:
-            name = entry.name
-            if entry.is_dir(follow_symlinks=False):
-                if name not in _SKIP_DIRS:
-                    stack.append(prefix + name)
-            elif not (name.endswith(_SKIP_SUFFIXES) or name.startswith(STAGE_PREFIX)):
-                yield prefix + name
-
-
-def _entry(st: os.stat_result, digest: str) -> list:
-    return [digest, st.st_size, stat.S_IMODE(st.st_mode)]
+from .disk import (ALGORITHM, StatCache, algorithm_of, entry_row, fsync_dir,
+                   hash_file, hostname, is_managed_name, manifest_rows, normalize_name, pid_alive,
+                   thread_pool, walk_files, write_atomic)
+from .distcheck import check_bytecode, check_record
+from .store import Store
 
 
 class Agent:
@@ -203,7 +32,7 @@ class Agent:
         return self._stores[root]
 
     def hostname(self) -> str:
-        return _hostname()
+        return hostname()
 
     def interpreter(self) -> dict:
         """This Python's prefix, site directories and version (the agent runs in the target's Python)."""
@@ -263,14 +92,14 @@ class Agent:
 
     def rename(self, src: str, dst: str) -> None:
         os.replace(src, dst)
-        _fsync_dir(os.path.dirname(dst))
+        fsync_dir(os.path.dirname(dst))
 
     def unlink(self, path: str) -> bool:
         try:
             os.unlink(path)
         except FileNotFoundError:
             return False
-        _fsync_dir(os.path.dirname(path))
+        fsync_dir(os.path.dirname(path))
         return True
 
     def listdir(self, path: str) -> list[str]:
@@ -297,13 +126,13 @@ class Agent:
 
     def dist_info(self, site_dirs: list[str], package: str) -> dict | None:
         """Find an installed distribution's metadata: name, version, dist-info dir, RECORD paths."""
-        want = _normalize(package)
+        want = normalize_name(package)
         for site in site_dirs:
             for name in self.listdir(site):
                 if not name.endswith(".dist-info"):
                     continue
                 dist, _, version = name[: -len(".dist-info")].partition("-")
-                if _normalize(dist) != want:
+                if normalize_name(dist) != want:
                     continue
                 meta = os.path.join(site, name, "METADATA")
                 try:
@@ -339,7 +168,7 @@ class Agent:
         """
         algorithm = algorithm or ALGORITHM
         cached = StatCache(cache)
-        names = dict.fromkeys(_walked for rel_dir in walk for _walked in _walk(root, rel_dir))
+        names = dict.fromkeys(_walked for rel_dir in walk for _walked in walk_files(root, rel_dir))
         walked = tuple(d + "/" for d in walk)
         names.update(dict.fromkeys(p for p in paths if not p.startswith(walked) and is_managed_name(p)))
         jobs: list[tuple[str, str]] = [(rel, os.path.join(root, rel)) for rel in names]
@@ -357,19 +186,19 @@ class Agent:
             if digest is None or not digest.startswith(algorithm + ":"):
                 todo.append((key, path, st))
             else:
-                out[key] = _entry(st, digest)
+                out[key] = entry_row(st, digest)
 
         def work(batch: list[tuple[str, str, os.stat_result]]) -> list[tuple[str, list]]:
             done = []
             for key, path, st in batch:
                 digest = hash_file(path, st.st_size, algorithm)
                 cached.remember(key, st, digest)
-                done.append((key, _entry(st, digest)))
+                done.append((key, entry_row(st, digest)))
             return done
 
         batches = [todo[i:i + 64] for i in range(0, len(todo), 64)]
         if len(batches) > 1:
-            with _pool(max_workers=min(8, (os.cpu_count() or 2) * 2)) as pool:
+            with thread_pool(max_workers=min(8, (os.cpu_count() or 2) * 2)) as pool:
                 for done in pool.map(work, batches):
                     out.update(done)
         else:
@@ -425,13 +254,13 @@ class Agent:
     def lock(self, path: str, holder: dict) -> dict | None:
         """Take the lock file; return None on success or the live holder's record."""
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        holder = dict(holder, pid=os.getpid(), host=_hostname(), since=time.time())
+        holder = dict(holder, pid=os.getpid(), host=hostname(), since=time.time())
         for _ in range(3):
             try:
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             except FileExistsError:
                 current = self._read_lock(path)
-                if current and current.get("host") == _hostname() and not _alive(current.get("pid", 0)):
+                if current and current.get("host") == hostname() and not pid_alive(current.get("pid", 0)):
                     stale = f"{path}.stale-{os.getpid()}"
                     try:
                         os.rename(path, stale)
@@ -472,7 +301,7 @@ class Agent:
         Entries without a hash (bytecode, RECORD itself) are skipped; a console script whose
         shebang line alone was rewritten is not a finding.
         """
-        return {name: _check_record(site, name, cache_dir) for name in dist_infos}
+        return {name: check_record(site, name, cache_dir) for name in dist_infos}
 
     def audit_bytecode(self, site: str, cache_tag: str, verify: list[str], cache: str | None = None) -> dict:
         """Every .pyc below `site` that Python would run instead of its source: a header that
@@ -484,410 +313,4 @@ class Agent:
         which catches a pyc whose header matches a source that was changed in the same tick.
         `cache` keeps each clean pyc's verdict keyed by its own and its source's stat identity.
         """
-        return _check_bytecode(site, cache_tag, verify, cache)
-
-
-def _hostname() -> str:
-    import socket
-
-    return socket.gethostname()
-
-
-def _pool(max_workers: int):
-    """A thread pool, imported only when a scan is big enough to want one."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    return ThreadPoolExecutor(max_workers=max_workers)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, ValueError, TypeError):
-        return True
-    return True
-
-
-def _normalize(name: str) -> str:
-    import re
-
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-class Store:
-    """Content-addressed objects: loose files at objects/<algo>/ab/cdef…, packs for bulk.
-
-    Objects are written once, atomically, made read-only, and verified whenever read back:
-    a corrupt object raises and is never handed out.
-    """
-
-    def __init__(self, root: str) -> None:
-        self.root = root
-        self._index: dict[str, tuple[str, int, int]] | None = None
-
-    def _loose(self, digest: str) -> str:
-        algo, _, hexd = digest.partition(":")
-        if not hexd or not all(c in "0123456789abcdef" for c in hexd):
-            raise AgentError("bad-digest", f"not a digest: {digest!r}")
-        return os.path.join(self.root, "objects", algo, hexd[:2], hexd[2:])
-
-    def _packs(self) -> dict[str, tuple[str, int, int]]:
-        if self._index is None:
-            self._index = {}
-            pack_dir = os.path.join(self.root, "packs")
-            for name in sorted(os.listdir(pack_dir)) if os.path.isdir(pack_dir) else []:
-                if name.endswith(".idx"):
-                    with open(os.path.join(pack_dir, name), "rb") as f:
-                        idx = json.loads(f.read())
-                    pack = os.path.join(pack_dir, name[:-4] + ".pack")
-                    for digest, (offset, size) in idx.items():
-                        self._index.setdefault(digest, (pack, offset, size))
-        return self._index
-
-    def has(self, digest: str) -> bool:
-        return os.path.exists(self._loose(digest)) or digest in self._packs()
-
-    def put(self, data: bytes, digest: str | None = None) -> str:
-        actual = hash_bytes(data, algorithm_of(digest) if digest else None)
-        if digest is not None and digest != actual:
-            raise AgentError("digest-mismatch", f"bytes hash to {actual}, not {digest}")
-        if not self.has(actual):
-            path = self._loose(actual)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            write_atomic(path, data, 0o444)
-        return actual
-
-    def get(self, digest: str) -> bytes:
-        path = self._loose(digest)
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
-            where = self._packs().get(digest)
-            if where is None:
-                raise AgentError("missing-object", f"object {digest} is not in the store {self.root}")
-            pack, offset, size = where
-            with open(pack, "rb") as f:
-                f.seek(offset)
-                data = f.read(size)
-        if hash_bytes(data, algorithm_of(digest)) != digest:
-            raise AgentError("corrupt-object",
-                             f"object {digest} in {self.root} is corrupt (its bytes hash differently); "
-                             "it will not be restored")
-        return data
-
-    def put_files(self, files: dict[str, str]) -> dict[str, str]:
-        """Pack the files not yet stored; verify each against its expected digest while copying."""
-        todo = [(d, p) for d, p in files.items() if not self.has(d)]
-        mismatched: dict[str, str] = {}
-        if not todo:
-            return mismatched
-        pack_dir = os.path.join(self.root, "packs")
-        os.makedirs(pack_dir, exist_ok=True)
-        tmp = os.path.join(pack_dir, f".tmp-{os.getpid()}-{time.monotonic_ns()}")
-        index: dict[str, tuple[int, int]] = {}
-        offset = 0
-        with open(tmp, "wb") as out:
-            for digest, path in todo:
-                with open(path, "rb") as f:
-                    data = f.read()
-                actual = hash_bytes(data, algorithm_of(digest))
-                if actual != digest:
-                    mismatched[digest] = actual
-                if actual in index:
-                    continue
-                out.write(data)
-                index[actual] = (offset, len(data))
-                offset += len(data)
-            out.flush()
-            os.fsync(out.fileno())
-        pack_id = hash_bytes(json.dumps(sorted(index)).encode()).partition(":")[2][:32]
-        base = os.path.join(pack_dir, pack_id)
-        os.chmod(tmp, 0o444)
-        os.replace(tmp, base + ".pack")
-        write_atomic(base + ".idx", json.dumps(index).encode(), 0o444)
-        self._index = None
-        return mismatched
-
-
-
-# ---- audit: installed files against RECORD, bytecode against its source ------------------------
-_AUDIT_WORKERS = min(8, (os.cpu_count() or 2) * 2)
-
-
-def _record_digest(path: str, algo: str, size: int = 0) -> str:
-    """`algo:<urlsafe base64 without padding>`, the form RECORD files use."""
-    import base64
-
-    h = hashlib.new(algo)
-    with open(path, "rb") as f:
-        if 0 < size < _CHUNK:
-            h.update(f.read())
-        else:
-            for chunk in iter(lambda: f.read(_CHUNK), b""):
-                h.update(chunk)
-    return f"{algo}:{base64.urlsafe_b64encode(h.digest()).rstrip(b'=').decode()}"
-
-
-def _record_rows(path: str) -> Iterator[tuple[str, str, str, int | None]]:
-    """(path, algo, b64 digest, size) of every RECORD row that carries a hash."""
-    import csv
-
-    with open(path, newline="", encoding="utf-8") as f:
-        for row in csv.reader(f):
-            if len(row) < 2 or not row[1] or "=" not in row[1]:
-                continue
-            algo, _, b64 = row[1].partition("=")
-            size = int(row[2]) if len(row) > 2 and row[2].isdigit() else None
-            yield row[0], algo, b64, size
-
-
-_LAUNCHER = None
-
-
-def _is_launcher(rest: bytes, entry_points: set[str]) -> bool:
-    """pip/distlib's console-script template calling one of this distribution's entry points."""
-    import re
-
-    global _LAUNCHER
-    if _LAUNCHER is None:
-        _LAUNCHER = re.compile(
-            rb"(?:# -\*- coding: utf-8 -\*-\n)?import re\nimport sys\nfrom ([\w.]+) import ([\w.]+)\n"
-            rb"if __name__ == ['\"]__main__['\"]:\n    sys\.argv\[0\] = re\.sub\(.*\)\n"
-            rb"    sys\.exit\(([\w.]+)\(\)\)\n?")
-    m = _LAUNCHER.fullmatch(rest)
-    return bool(m) and f"{m.group(1).decode()}:{m.group(2).decode()}" in entry_points
-
-
-def _shebang_only(path: str, algo: str, expected: str, entry_points: set[str]) -> bool:
-    """True when a script differs from RECORD in its interpreter line alone (rewritten on install
-    or relocation): its body is the wheel's with `#!python`, or a generated launcher."""
-    import base64
-
-    try:
-        with open(path, "rb") as f:
-            data = f.read(1 << 20)
-    except OSError:
-        return False
-    if not data.startswith(b"#!"):
-        return False
-    first, _, rest = data.partition(b"\n")
-    if rest.startswith(b"'''exec' "):  # pip's long-shebang form: #!/bin/sh, '''exec' python "$0" "$@", ' '''
-        rest = rest.split(b"\n", 2)[-1]
-    elif b"python" not in first:
-        return False
-    for head in (b"#!python\n", b"#!python\r\n"):
-        h = hashlib.new(algo, head + rest).digest()
-        if f"{algo}:{base64.urlsafe_b64encode(h).rstrip(b'=').decode()}" == expected:
-            return True
-    return _is_launcher(rest, entry_points)
-
-
-def _console_scripts(dist_dir: str) -> set[str]:
-    out: set[str] = set()
-    section = ""
-    try:
-        with open(os.path.join(dist_dir, "entry_points.txt"), encoding="utf-8") as f:
-            for line in f:
-                line = line.strip()
-                if line.startswith("["):
-                    section = line.strip("[]").strip()
-                elif "=" in line and section in ("console_scripts", "gui_scripts"):
-                    out.add(line.split("=", 1)[1].split("[", 1)[0].strip())
-    except (FileNotFoundError, UnicodeDecodeError):
-        pass
-    return out
-
-
-def _check_record(site: str, name: str, cache_dir: str | None) -> dict:
-    dist_dir = os.path.join(site, name)
-    record = os.path.join(dist_dir, "RECORD")
-    if not os.path.exists(record):
-        return {"files": 0, "findings": [], "note": "no RECORD: its files cannot be verified"}
-    cache = StatCache(os.path.join(cache_dir, name + ".json") if cache_dir else None)
-    findings: list[list] = []
-    todo: list[tuple[str, str, str, str, os.stat_result]] = []
-    checked = 0
-    mismatched: list[tuple[str, str, str, str]] = []
-    for rel, algo, b64, size in _record_rows(record):
-        checked += 1
-        path = os.path.normpath(os.path.join(site, rel))
-        try:
-            st = os.stat(path)
-        except (FileNotFoundError, NotADirectoryError):
-            findings.append([rel, "missing", "listed in RECORD, not on disk"])
-            continue
-        if not stat.S_ISREG(st.st_mode):
-            findings.append([rel, "not-a-file", "RECORD lists a file; this is not a regular file"])
-            continue
-        expected = f"{algo}:{b64}"
-        digest = cache.lookup(rel, st) if size is None or st.st_size == size else None
-        if digest is not None:
-            if digest != expected:
-                mismatched.append((rel, path, algo, expected))
-        elif size is not None and st.st_size != size:
-            mismatched.append((rel, path, algo, expected))
-        else:
-            todo.append((rel, path, algo, expected, st))
-
-    def work(job: tuple[str, str, str, str, os.stat_result]) -> tuple[str, str, str, str, str]:
-        rel, path, algo, expected, st = job
-        try:
-            digest = _record_digest(path, algo, st.st_size)
-        except OSError as exc:
-            return rel, path, algo, expected, f"unreadable: {exc.strerror}"
-        cache.remember(rel, st, digest)
-        return rel, path, algo, expected, digest
-
-    results = _in_batches(work, todo)
-    mismatched.extend((rel, path, algo, expected) for rel, path, algo, expected, digest in results
-                      if digest != expected)
-    scripts = None
-    for rel, path, algo, expected in mismatched:
-        if rel.startswith("../") or os.path.isabs(rel):
-            scripts = _console_scripts(dist_dir) if scripts is None else scripts
-            if _shebang_only(path, algo, expected, scripts):
-                continue
-        try:
-            size = os.stat(path).st_size
-        except OSError:
-            size = -1
-        findings.append([rel, "changed", f"differs from RECORD ({expected.partition(':')[0]}, {size} bytes)"])
-    cache.save()
-    if cache.path and not os.path.exists(cache.path):  # an audit has run here: status may audit cheaply
-        os.makedirs(os.path.dirname(cache.path), exist_ok=True)
-        write_atomic(cache.path, b"{}")
-    return {"files": checked, "findings": sorted(findings)}
-
-
-def _in_batches(fn, jobs: list) -> list:
-    """fn over jobs on all cores: batches of files per task, so that small files cost no more
-    in pool overhead than they do to hash."""
-    if len(jobs) <= 32:
-        return [fn(j) for j in jobs]
-    size = max(16, len(jobs) // (_AUDIT_WORKERS * 8))
-    batches = [jobs[i:i + size] for i in range(0, len(jobs), size)]
-    with _pool(max_workers=_AUDIT_WORKERS) as pool:
-        return [r for rs in pool.map(lambda b: [fn(j) for j in b], batches) for r in rs]
-
-
-def _pyc_source(rel: str, cache_tag: str) -> tuple[str, int] | None:
-    """(source path, optimization level), both relative, of `<dir>/__pycache__/<stem>.<tag>[.opt-N].pyc`,
-    or None when the pyc belongs to another interpreter."""
-    cache_dir, _, name = rel.rpartition("/")
-    parts = name[:-4].split(".")
-    opt = 0
-    if len(parts) > 2 and parts[-1].startswith("opt-"):
-        opt = int(parts.pop()[4:] or 0) if parts[-1][4:].isdigit() else 0
-    if len(parts) < 2 or parts[-1] != cache_tag:
-        return None
-    parent = cache_dir.rpartition("/")[0]
-    stem = ".".join(parts[:-1])
-    return (f"{parent}/{stem}.py" if parent else f"{stem}.py"), opt
-
-
-def _walk_pyc(root: str) -> Iterator[tuple[str, bool]]:
-    """(relative path, in __pycache__) of every .pyc below root, streamed directory by directory."""
-    stack = [""]
-    while stack:
-        rel_dir = stack.pop()
-        try:
-            with os.scandir(f"{root}/{rel_dir}" if rel_dir else root) as it:
-                entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
-        except (FileNotFoundError, NotADirectoryError, PermissionError):
-            continue
-        in_cache = rel_dir.endswith("__pycache__") and rel_dir.rpartition("/")[2] == "__pycache__"
-        prefix = f"{rel_dir}/" if rel_dir else ""
-        for name, is_dir in entries:
-            if is_dir:
-                if not name.endswith(".dist-info"):
-                    stack.append(prefix + name)
-            elif name.endswith(".pyc"):
-                yield prefix + name, in_cache
-
-
-def _check_bytecode(site: str, cache_tag: str, verify: list[str], cache_path: str | None = None) -> dict:
-    deep = set(verify)
-    cache = StatCache(cache_path)  # verdicts of clean pycs, keyed by the pyc's and its source's identity
-    findings: list[list] = []
-    pycs = orphans = stale = 0
-    for rel, in_cache in _walk_pyc(site):
-        pyc = f"{site}/{rel}"
-        if not in_cache:  # a legacy pyc beside its module: imported only when there is no source
-            src = pyc[:-1]
-            if not os.path.exists(src):
-                pycs += 1
-                findings.append([rel, "sourceless", "a .pyc without its .py: Python imports this bytecode"])
-            continue
-        found = _pyc_source(rel, cache_tag)
-        if found is None:
-            continue
-        src_rel, opt = found
-        src = f"{site}/{src_rel}"
-        pycs += 1
-        try:
-            st, pst = os.stat(src), os.stat(pyc)
-        except (FileNotFoundError, NotADirectoryError):
-            orphans += 1  # a __pycache__ entry without source is never imported
-            continue
-        source_id = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
-        compare = src_rel in deep
-        known = None if compare else cache.lookup(rel, pst)
-        if known is not None and known[0] == source_id:
-            stale += known[1]
-            continue
-        verdict = _pyc_verdict(pyc, src, st, opt, compare)
-        if verdict is None or verdict == "stale":
-            stale += verdict == "stale"
-            if max(st.st_mtime_ns, st.st_ctime_ns) + cache.GRANULARITY_NS < cache.started_ns:
-                cache.remember(rel, pst, [source_id, int(verdict == "stale")])
-        else:
-            findings.append([rel, *verdict])
-    cache.save()
-    return {"pycs": pycs, "orphans": orphans, "stale": stale, "findings": sorted(findings)}
-
-
-def _pyc_verdict(pyc: str, src: str, st: os.stat_result, opt: int, compare: bool) -> tuple[str, str] | str | None:
-    """None when the pyc runs its source's code, "stale" when Python will recompile it, else a
-    finding (kind, detail). With `compare`, a pyc whose header matches is also recompiled."""
-    import importlib.util
-    import marshal
-
-    magic = importlib.util.MAGIC_NUMBER
-    try:
-        with open(pyc, "rb") as f:
-            head = f.read(16)
-    except OSError as exc:
-        return "unreadable", exc.strerror or str(exc)
-    if len(head) < 16:
-        return "stale"  # Python recompiles it on import: never run, not a finding
-    flags = int.from_bytes(head[4:8], "little")
-    if flags & 1:  # hash-based (PEP 552)
-        if head[:4] != magic:
-            return None  # compiled by another interpreter version: its source hash cannot be computed here
-        with open(src, "rb") as f:
-            source_hash = importlib.util.source_hash(f.read())
-        if source_hash == head[8:16]:
-            return None
-        if flags & 2:
-            return "stale"
-        return "mismatch", (f"unchecked-hash pyc was compiled from other code than "
-                            f"{os.path.basename(src)}: Python runs it without checking")
-    mtime = int.from_bytes(head[8:12], "little")
-    size = int.from_bytes(head[12:16], "little")
-    if mtime != (int(st.st_mtime) & 0xFFFFFFFF) or size != (st.st_size & 0xFFFFFFFF):
-        return "stale"
-    if compare and head[:4] == magic:
-        try:
-            with open(pyc, "rb") as f:
-                code = marshal.loads(f.read()[16:])
-            with open(src, "rb") as f:
-                fresh = compile(f.read(), src, "exec", dont_inherit=True, optimize=opt)
-        except (ValueError, EOFError, TypeError, SyntaxError) as exc:
-            return "mismatch", f"cannot be compared with its source: {exc}"
-        if code != fresh:
-            return "mismatch", (f"its header matches {os.path.basename(src)} but its code "
-                                "does not: Python runs the old code")
-    return None
+        return check_bytecode(site, cache_tag, verify, cache)

@@ -22,7 +22,7 @@ def command(fn):
 
     @wraps(fn)
     def wrapper(*args, **kwargs):
-        from .agent import AgentError
+        from .disk import AgentError
 
         try:
             code = fn(*args, **kwargs)

@@ -10,7 +10,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field
 
-from .agent import hash_bytes
+from .disk import hash_bytes
 from .errors import BadInput, Refused
 from .manifest import Manifest
 from .targets import Target

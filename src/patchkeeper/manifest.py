@@ -54,7 +54,7 @@ class Manifest(Mapping[str, Entry]):
 
     @classmethod
     def from_text(cls, data: bytes) -> "Manifest":
-        from .agent import manifest_rows
+        from .disk import manifest_rows
 
         return cls({key: Entry(*row) for key, row in manifest_rows(data).items()})
 

@@ -20,7 +20,7 @@ from . import faults
 from .errors import Refused, StoreError
 from .ledger import Ledger, LedgerEntry
 from .manifest import Entry
-from .agent import STAGE_PREFIX, AgentError
+from .disk import STAGE_PREFIX, AgentError
 
 
 @dataclass(frozen=True)

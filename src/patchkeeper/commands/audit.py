@@ -7,7 +7,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from .. import audit
-from ..agent import AgentError
+from ..disk import AgentError
 from ..errors import PatchkeeperError
 from ..session import Session
 from ..workspace import Workspace

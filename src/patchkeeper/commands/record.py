@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .. import authoring, diffwrite, engine
-from ..agent import hash_bytes
+from ..disk import hash_bytes
 from ..errors import BadInput, Refused
 from ..manifest import ROLE_PREFIX, differences
 from ..session import Session

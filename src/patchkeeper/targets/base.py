@@ -93,7 +93,7 @@ class Target(ABC):
 
     def hash_bytes(self, data: bytes) -> str:
         """The digest of `data` as this target's agent and store name it."""
-        from ..agent import hash_bytes
+        from ..disk import hash_bytes
 
         return hash_bytes(data, self.algorithm)
 

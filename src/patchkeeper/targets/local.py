@@ -6,7 +6,8 @@ import json
 import os
 import subprocess
 
-from ..agent import Agent, write_atomic
+from ..agent import Agent
+from ..disk import write_atomic
 from .base import Target
 
 

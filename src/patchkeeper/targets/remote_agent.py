@@ -1,8 +1,9 @@
 """The agent on a remote host: started in the target's Python over an SSH exec channel.
 
 Nothing is installed on the host. The target's interpreter is started with a bootstrap that
-reads a given number of bytes from stdin and executes them: the source of agent.py followed by
-wire.py, which then answers framed requests on stdin/stdout. Calls look exactly like calls on
+reads a given number of bytes from stdin and executes them: the sources of the agent's modules
+(disk, store, distcheck, agent, wire), built there into a package, then answering framed requests
+on stdin/stdout. Calls look exactly like calls on
 `patchkeeper.agent.Agent`; exceptions come back as the same types where that matters
 (FileNotFoundError, AgentError) and as TargetError otherwise.
 """
@@ -14,18 +15,28 @@ import threading
 from importlib import resources
 
 from .. import wire
-from ..agent import AgentError
+from ..disk import AgentError
 from ..errors import TargetError
 
-_FUTURE = "from __future__ import annotations"
+# The agent's modules, in import order; on the host they become the package `pkagent`.
+AGENT_MODULES = ("disk", "store", "distcheck", "agent", "wire")
+_BOOT = """
+import sys, types
+pkg = types.ModuleType("pkagent"); pkg.__path__ = []; sys.modules["pkagent"] = pkg
+for name, source in MODULES:
+    mod = types.ModuleType("pkagent." + name); mod.__package__ = "pkagent"
+    sys.modules[mod.__name__] = mod; setattr(pkg, name, mod)
+    exec(compile(source, name + ".py", "exec"), mod.__dict__)
+pkg.wire.serve(pkg.agent.Agent())
+"""
 
 
 def program() -> bytes:
-    """agent.py and wire.py as one script that serves an Agent on stdin/stdout."""
-    agent_src = resources.files("patchkeeper").joinpath("agent.py").read_text(encoding="utf-8")
-    wire_src = resources.files("patchkeeper").joinpath("wire.py").read_text(encoding="utf-8")
-    wire_src = "\n".join(line for line in wire_src.splitlines() if line.strip() != _FUTURE)
-    return f"{agent_src}\n\n{wire_src}\n\nserve(Agent())\n".encode("utf-8")
+    """The agent's modules as one script that builds them as a package and serves an Agent on
+    stdin/stdout (relative imports between them work as they do locally)."""
+    sources = [(name, resources.files("patchkeeper").joinpath(f"{name}.py").read_text(encoding="utf-8"))
+               for name in AGENT_MODULES]
+    return f"MODULES = {sources!r}\n{_BOOT}".encode("utf-8")
 
 
 def command_line(python: str, size: int) -> str:

@@ -1,0 +1,217 @@
+"""Near-disk primitives shared by the agent's parts: hashing, atomic writes, walks, the stat cache.
+
+Standard library only (blake3 when importable): these modules also run inside a remote host's
+own interpreter, sent there by targets/remote_agent.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import time
+from typing import Iterator
+
+try:  # blake3 is patchkeeper's hash; a host without it falls back to sha256 (and says so).
+    import blake3 as _blake3
+except ImportError:  # pragma: no cover - exercised on hosts without blake3
+    _blake3 = None
+
+ALGORITHM = "blake3" if _blake3 is not None else "sha256"
+CHUNK = 1 << 20
+_BIG = 4 << 20  # files above this size are hashed with blake3's own threads
+_SKIP_DIRS = {"__pycache__"}
+_SKIP_SUFFIXES = (".pyc", ".pyo")
+STAGE_PREFIX = ".pk-stage-"
+
+
+class AgentError(Exception):
+    """A near-disk operation failed; `kind` names the failure for the controller."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def _hasher(size: int = 0, algorithm: str | None = None):
+    algorithm = algorithm or ALGORITHM
+    if algorithm == "sha256":
+        return hashlib.sha256()
+    if algorithm != "blake3" or _blake3 is None:
+        raise AgentError("no-algorithm", f"this Python cannot hash with {algorithm!r} (it has {ALGORITHM})")
+    if size >= _BIG:
+        return _blake3.blake3(max_threads=_blake3.blake3.AUTO)
+    return _blake3.blake3()
+
+
+def algorithm_of(digest: str) -> str:
+    """The algorithm a digest names: "blake3:<hex>" -> "blake3"."""
+    return digest.partition(":")[0]
+
+
+def hash_bytes(data: bytes, algorithm: str | None = None) -> str:
+    h = _hasher(len(data), algorithm)
+    h.update(data)
+    return f"{algorithm or ALGORITHM}:{h.hexdigest()}"
+
+
+def hash_file(path: str, size: int = 0, algorithm: str | None = None) -> str:
+    h = _hasher(size, algorithm)
+    with open(path, "rb") as f:
+        if size and size < CHUNK:
+            h.update(f.read())
+        else:
+            for chunk in iter(lambda: f.read(CHUNK), b""):
+                h.update(chunk)
+    return f"{algorithm or ALGORITHM}:{h.hexdigest()}"
+
+
+def is_managed_name(rel: str) -> bool:
+    """Bytecode caches are derived from sources and never part of a code state."""
+    if rel.endswith(_SKIP_SUFFIXES) or "__pycache__" in rel or STAGE_PREFIX in rel:
+        parts = rel.split("/")
+        return not (_SKIP_DIRS.intersection(parts) or rel.endswith(_SKIP_SUFFIXES)
+                    or parts[-1].startswith(STAGE_PREFIX))
+    return True
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: str, data: bytes, mode: int = 0o644, durable: bool = True) -> None:
+    """Write a new file at `path` by temp file, fsync, rename, fsync of the directory.
+
+    The destination inode is replaced, never written into, so a file hardlinked elsewhere
+    (a uv cache, a test's pristine copy) keeps its bytes. `durable=False` skips the fsyncs, for
+    caches whose loss after a power cut only costs time.
+    """
+    directory = os.path.dirname(path) or "."
+    tmp = os.path.join(directory, f".pk-tmp-{os.getpid()}-{time.monotonic_ns()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        os.chmod(tmp, stat.S_IMODE(mode))
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    if durable:
+        fsync_dir(directory)
+
+
+def manifest_rows(data: bytes) -> dict[str, list]:
+    """Parse a manifest's text form (see manifest.Manifest): key -> [digest, size, mode]."""
+    rows: dict[str, list] = {}
+    for line in data.decode("utf-8", "surrogateescape").split("\n"):
+        if line:
+            mode, size, digest, key = line.split(" ", 3)
+            rows[json.loads(key) if key[0] == '"' else key] = [digest, int(size), int(mode, 8)]
+    return rows
+
+
+class StatCache:
+    """Digest cache keyed by (size, mtime_ns, ctime_ns, inode), immune to racily clean files.
+
+    An entry is only cached when the file's mtime and ctime are older than the scan's start by
+    more than the file system's timestamp granularity; any later change then moves ctime forward,
+    so a cached digest is never trusted for a file that could have changed within the same tick
+    it was hashed in (git's "racily clean" problem).
+    """
+
+    GRANULARITY_NS = 2_000_000_000
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+        self.entries: dict[str, list] = {}
+        self.fresh: dict[str, list] = {}
+        self.started_ns = time.time_ns()
+        if path:
+            try:
+                with open(path, "rb") as f:
+                    self.entries = json.loads(f.read())
+            except (FileNotFoundError, ValueError):
+                self.entries = {}
+
+    def lookup(self, rel: str, st: os.stat_result) -> str | None:
+        key = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+        hit = self.entries.get(rel)
+        if hit is not None and hit[:4] == key:
+            self.fresh[rel] = hit
+            return hit[4]
+        return None
+
+    def remember(self, rel: str, st: os.stat_result, digest: str) -> None:
+        newest = max(st.st_mtime_ns, st.st_ctime_ns)
+        if newest + self.GRANULARITY_NS < self.started_ns:
+            self.fresh[rel] = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, digest]
+
+    def save(self) -> None:
+        if self.path and self.fresh != self.entries:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            write_atomic(self.path, json.dumps(self.fresh, separators=(",", ":")).encode(), durable=False)
+
+
+def walk_files(root: str, rel_dir: str) -> Iterator[str]:
+    """Relative paths of the managed files below root/rel_dir, directory by directory."""
+    stack = [rel_dir]
+    while stack:
+        current = stack.pop()
+        try:
+            with os.scandir(os.path.join(root, current) if current else root) as it:
+                entries = list(it)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        prefix = current + "/" if current else ""
+        for entry in entries:
+            name = entry.name
+            if entry.is_dir(follow_symlinks=False):
+                if name not in _SKIP_DIRS:
+                    stack.append(prefix + name)
+            elif not (name.endswith(_SKIP_SUFFIXES) or name.startswith(STAGE_PREFIX)):
+                yield prefix + name
+
+
+def entry_row(st: os.stat_result, digest: str) -> list:
+    return [digest, st.st_size, stat.S_IMODE(st.st_mode)]
+
+
+def hostname() -> str:
+    import socket
+
+    return socket.gethostname()
+
+
+def thread_pool(max_workers: int):
+    """A thread pool, imported only when a scan is big enough to want one."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    return ThreadPoolExecutor(max_workers=max_workers)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, ValueError, TypeError):
+        return True
+    return True
+
+
+def normalize_name(name: str) -> str:
+    import re
+
+    return re.sub(r"[-_.]+", "-", name).lower()

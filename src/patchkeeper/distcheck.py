@@ -1,0 +1,288 @@
+"""Installed distributions against their RECORD, and bytecode against its source (for audit)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from typing import Iterator
+
+from .disk import CHUNK, StatCache, thread_pool, write_atomic
+
+_AUDIT_WORKERS = min(8, (os.cpu_count() or 2) * 2)
+
+
+def _record_digest(path: str, algo: str, size: int = 0) -> str:
+    """`algo:<urlsafe base64 without padding>`, the form RECORD files use."""
+    import base64
+
+    h = hashlib.new(algo)
+    with open(path, "rb") as f:
+        if 0 < size < CHUNK:
+            h.update(f.read())
+        else:
+            for chunk in iter(lambda: f.read(CHUNK), b""):
+                h.update(chunk)
+    return f"{algo}:{base64.urlsafe_b64encode(h.digest()).rstrip(b'=').decode()}"
+
+
+def _record_rows(path: str) -> Iterator[tuple[str, str, str, int | None]]:
+    """(path, algo, b64 digest, size) of every RECORD row that carries a hash."""
+    import csv
+
+    with open(path, newline="", encoding="utf-8") as f:
+        for row in csv.reader(f):
+            if len(row) < 2 or not row[1] or "=" not in row[1]:
+                continue
+            algo, _, b64 = row[1].partition("=")
+            size = int(row[2]) if len(row) > 2 and row[2].isdigit() else None
+            yield row[0], algo, b64, size
+
+
+_LAUNCHER = None
+
+
+def _is_launcher(rest: bytes, entry_points: set[str]) -> bool:
+    """pip/distlib's console-script template calling one of this distribution's entry points."""
+    import re
+
+    global _LAUNCHER
+    if _LAUNCHER is None:
+        _LAUNCHER = re.compile(
+            rb"(?:# -\*- coding: utf-8 -\*-\n)?import re\nimport sys\nfrom ([\w.]+) import ([\w.]+)\n"
+            rb"if __name__ == ['\"]__main__['\"]:\n    sys\.argv\[0\] = re\.sub\(.*\)\n"
+            rb"    sys\.exit\(([\w.]+)\(\)\)\n?")
+    m = _LAUNCHER.fullmatch(rest)
+    return bool(m) and f"{m.group(1).decode()}:{m.group(2).decode()}" in entry_points
+
+
+def _shebang_only(path: str, algo: str, expected: str, entry_points: set[str]) -> bool:
+    """True when a script differs from RECORD in its interpreter line alone (rewritten on install
+    or relocation): its body is the wheel's with `#!python`, or a generated launcher."""
+    import base64
+
+    try:
+        with open(path, "rb") as f:
+            data = f.read(1 << 20)
+    except OSError:
+        return False
+    if not data.startswith(b"#!"):
+        return False
+    first, _, rest = data.partition(b"\n")
+    if rest.startswith(b"'''exec' "):  # pip's long-shebang form: #!/bin/sh, '''exec' python "$0" "$@", ' '''
+        rest = rest.split(b"\n", 2)[-1]
+    elif b"python" not in first:
+        return False
+    for head in (b"#!python\n", b"#!python\r\n"):
+        h = hashlib.new(algo, head + rest).digest()
+        if f"{algo}:{base64.urlsafe_b64encode(h).rstrip(b'=').decode()}" == expected:
+            return True
+    return _is_launcher(rest, entry_points)
+
+
+def _console_scripts(dist_dir: str) -> set[str]:
+    out: set[str] = set()
+    section = ""
+    try:
+        with open(os.path.join(dist_dir, "entry_points.txt"), encoding="utf-8") as f:
+            for line in f:
+                line = line.strip()
+                if line.startswith("["):
+                    section = line.strip("[]").strip()
+                elif "=" in line and section in ("console_scripts", "gui_scripts"):
+                    out.add(line.split("=", 1)[1].split("[", 1)[0].strip())
+    except (FileNotFoundError, UnicodeDecodeError):
+        pass
+    return out
+
+
+def check_record(site: str, name: str, cache_dir: str | None) -> dict:
+    dist_dir = os.path.join(site, name)
+    record = os.path.join(dist_dir, "RECORD")
+    if not os.path.exists(record):
+        return {"files": 0, "findings": [], "note": "no RECORD: its files cannot be verified"}
+    cache = StatCache(os.path.join(cache_dir, name + ".json") if cache_dir else None)
+    findings: list[list] = []
+    todo: list[tuple[str, str, str, str, os.stat_result]] = []
+    checked = 0
+    mismatched: list[tuple[str, str, str, str]] = []
+    for rel, algo, b64, size in _record_rows(record):
+        checked += 1
+        path = os.path.normpath(os.path.join(site, rel))
+        try:
+            st = os.stat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            findings.append([rel, "missing", "listed in RECORD, not on disk"])
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            findings.append([rel, "not-a-file", "RECORD lists a file; this is not a regular file"])
+            continue
+        expected = f"{algo}:{b64}"
+        digest = cache.lookup(rel, st) if size is None or st.st_size == size else None
+        if digest is not None:
+            if digest != expected:
+                mismatched.append((rel, path, algo, expected))
+        elif size is not None and st.st_size != size:
+            mismatched.append((rel, path, algo, expected))
+        else:
+            todo.append((rel, path, algo, expected, st))
+
+    def work(job: tuple[str, str, str, str, os.stat_result]) -> tuple[str, str, str, str, str]:
+        rel, path, algo, expected, st = job
+        try:
+            digest = _record_digest(path, algo, st.st_size)
+        except OSError as exc:
+            return rel, path, algo, expected, f"unreadable: {exc.strerror}"
+        cache.remember(rel, st, digest)
+        return rel, path, algo, expected, digest
+
+    results = _in_batches(work, todo)
+    mismatched.extend((rel, path, algo, expected) for rel, path, algo, expected, digest in results
+                      if digest != expected)
+    scripts = None
+    for rel, path, algo, expected in mismatched:
+        if rel.startswith("../") or os.path.isabs(rel):
+            scripts = _console_scripts(dist_dir) if scripts is None else scripts
+            if _shebang_only(path, algo, expected, scripts):
+                continue
+        try:
+            size = os.stat(path).st_size
+        except OSError:
+            size = -1
+        findings.append([rel, "changed", f"differs from RECORD ({expected.partition(':')[0]}, {size} bytes)"])
+    cache.save()
+    if cache.path and not os.path.exists(cache.path):  # an audit has run here: status may audit cheaply
+        os.makedirs(os.path.dirname(cache.path), exist_ok=True)
+        write_atomic(cache.path, b"{}")
+    return {"files": checked, "findings": sorted(findings)}
+
+
+def _in_batches(fn, jobs: list) -> list:
+    """fn over jobs on all cores: batches of files per task, so that small files cost no more
+    in pool overhead than they do to hash."""
+    if len(jobs) <= 32:
+        return [fn(j) for j in jobs]
+    size = max(16, len(jobs) // (_AUDIT_WORKERS * 8))
+    batches = [jobs[i:i + size] for i in range(0, len(jobs), size)]
+    with thread_pool(max_workers=_AUDIT_WORKERS) as pool:
+        return [r for rs in pool.map(lambda b: [fn(j) for j in b], batches) for r in rs]
+
+
+def _pyc_source(rel: str, cache_tag: str) -> tuple[str, int] | None:
+    """(source path, optimization level), both relative, of `<dir>/__pycache__/<stem>.<tag>[.opt-N].pyc`,
+    or None when the pyc belongs to another interpreter."""
+    cache_dir, _, name = rel.rpartition("/")
+    parts = name[:-4].split(".")
+    opt = 0
+    if len(parts) > 2 and parts[-1].startswith("opt-"):
+        opt = int(parts.pop()[4:] or 0) if parts[-1][4:].isdigit() else 0
+    if len(parts) < 2 or parts[-1] != cache_tag:
+        return None
+    parent = cache_dir.rpartition("/")[0]
+    stem = ".".join(parts[:-1])
+    return (f"{parent}/{stem}.py" if parent else f"{stem}.py"), opt
+
+
+def _walk_pyc(root: str) -> Iterator[tuple[str, bool]]:
+    """(relative path, in __pycache__) of every .pyc below root, streamed directory by directory."""
+    stack = [""]
+    while stack:
+        rel_dir = stack.pop()
+        try:
+            with os.scandir(f"{root}/{rel_dir}" if rel_dir else root) as it:
+                entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+        except (FileNotFoundError, NotADirectoryError, PermissionError):
+            continue
+        in_cache = rel_dir.endswith("__pycache__") and rel_dir.rpartition("/")[2] == "__pycache__"
+        prefix = f"{rel_dir}/" if rel_dir else ""
+        for name, is_dir in entries:
+            if is_dir:
+                if not name.endswith(".dist-info"):
+                    stack.append(prefix + name)
+            elif name.endswith(".pyc"):
+                yield prefix + name, in_cache
+
+
+def check_bytecode(site: str, cache_tag: str, verify: list[str], cache_path: str | None = None) -> dict:
+    deep = set(verify)
+    cache = StatCache(cache_path)  # verdicts of clean pycs, keyed by the pyc's and its source's identity
+    findings: list[list] = []
+    pycs = orphans = stale = 0
+    for rel, in_cache in _walk_pyc(site):
+        pyc = f"{site}/{rel}"
+        if not in_cache:  # a legacy pyc beside its module: imported only when there is no source
+            src = pyc[:-1]
+            if not os.path.exists(src):
+                pycs += 1
+                findings.append([rel, "sourceless", "a .pyc without its .py: Python imports this bytecode"])
+            continue
+        found = _pyc_source(rel, cache_tag)
+        if found is None:
+            continue
+        src_rel, opt = found
+        src = f"{site}/{src_rel}"
+        pycs += 1
+        try:
+            st, pst = os.stat(src), os.stat(pyc)
+        except (FileNotFoundError, NotADirectoryError):
+            orphans += 1  # a __pycache__ entry without source is never imported
+            continue
+        source_id = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+        compare = src_rel in deep
+        known = None if compare else cache.lookup(rel, pst)
+        if known is not None and known[0] == source_id:
+            stale += known[1]
+            continue
+        verdict = _pyc_verdict(pyc, src, st, opt, compare)
+        if verdict is None or verdict == "stale":
+            stale += verdict == "stale"
+            if max(st.st_mtime_ns, st.st_ctime_ns) + cache.GRANULARITY_NS < cache.started_ns:
+                cache.remember(rel, pst, [source_id, int(verdict == "stale")])
+        else:
+            findings.append([rel, *verdict])
+    cache.save()
+    return {"pycs": pycs, "orphans": orphans, "stale": stale, "findings": sorted(findings)}
+
+
+def _pyc_verdict(pyc: str, src: str, st: os.stat_result, opt: int, compare: bool) -> tuple[str, str] | str | None:
+    """None when the pyc runs its source's code, "stale" when Python will recompile it, else a
+    finding (kind, detail). With `compare`, a pyc whose header matches is also recompiled."""
+    import importlib.util
+    import marshal
+
+    magic = importlib.util.MAGIC_NUMBER
+    try:
+        with open(pyc, "rb") as f:
+            head = f.read(16)
+    except OSError as exc:
+        return "unreadable", exc.strerror or str(exc)
+    if len(head) < 16:
+        return "stale"  # Python recompiles it on import: never run, not a finding
+    flags = int.from_bytes(head[4:8], "little")
+    if flags & 1:  # hash-based (PEP 552)
+        if head[:4] != magic:
+            return None  # compiled by another interpreter version: its source hash cannot be computed here
+        with open(src, "rb") as f:
+            source_hash = importlib.util.source_hash(f.read())
+        if source_hash == head[8:16]:
+            return None
+        if flags & 2:
+            return "stale"
+        return "mismatch", (f"unchecked-hash pyc was compiled from other code than "
+                            f"{os.path.basename(src)}: Python runs it without checking")
+    mtime = int.from_bytes(head[8:12], "little")
+    size = int.from_bytes(head[12:16], "little")
+    if mtime != (int(st.st_mtime) & 0xFFFFFFFF) or size != (st.st_size & 0xFFFFFFFF):
+        return "stale"
+    if compare and head[:4] == magic:
+        try:
+            with open(pyc, "rb") as f:
+                code = marshal.loads(f.read()[16:])
+            with open(src, "rb") as f:
+                fresh = compile(f.read(), src, "exec", dont_inherit=True, optimize=opt)
+        except (ValueError, EOFError, TypeError, SyntaxError) as exc:
+            return "mismatch", f"cannot be compared with its source: {exc}"
+        if code != fresh:
+            return "mismatch", (f"its header matches {os.path.basename(src)} but its code "
+                                "does not: Python runs the old code")
+    return None

@@ -1,0 +1,108 @@
+"""The content-addressed object store: loose objects at objects/<algo>/ab/cdef…, packs for bulk."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from .disk import AgentError, algorithm_of, hash_bytes, write_atomic
+
+class Store:
+    """Content-addressed objects: loose files at objects/<algo>/ab/cdef…, packs for bulk.
+
+    Objects are written once, atomically, made read-only, and verified whenever read back:
+    a corrupt object raises and is never handed out.
+    """
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self._index: dict[str, tuple[str, int, int]] | None = None
+
+    def _loose(self, digest: str) -> str:
+        algo, _, hexd = digest.partition(":")
+        if not hexd or not all(c in "0123456789abcdef" for c in hexd):
+            raise AgentError("bad-digest", f"not a digest: {digest!r}")
+        return os.path.join(self.root, "objects", algo, hexd[:2], hexd[2:])
+
+    def _packs(self) -> dict[str, tuple[str, int, int]]:
+        if self._index is None:
+            self._index = {}
+            pack_dir = os.path.join(self.root, "packs")
+            for name in sorted(os.listdir(pack_dir)) if os.path.isdir(pack_dir) else []:
+                if name.endswith(".idx"):
+                    with open(os.path.join(pack_dir, name), "rb") as f:
+                        idx = json.loads(f.read())
+                    pack = os.path.join(pack_dir, name[:-4] + ".pack")
+                    for digest, (offset, size) in idx.items():
+                        self._index.setdefault(digest, (pack, offset, size))
+        return self._index
+
+    def has(self, digest: str) -> bool:
+        return os.path.exists(self._loose(digest)) or digest in self._packs()
+
+    def put(self, data: bytes, digest: str | None = None) -> str:
+        actual = hash_bytes(data, algorithm_of(digest) if digest else None)
+        if digest is not None and digest != actual:
+            raise AgentError("digest-mismatch", f"bytes hash to {actual}, not {digest}")
+        if not self.has(actual):
+            path = self._loose(actual)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            write_atomic(path, data, 0o444)
+        return actual
+
+    def get(self, digest: str) -> bytes:
+        path = self._loose(digest)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            where = self._packs().get(digest)
+            if where is None:
+                raise AgentError("missing-object", f"object {digest} is not in the store {self.root}")
+            pack, offset, size = where
+            with open(pack, "rb") as f:
+                f.seek(offset)
+                data = f.read(size)
+        if hash_bytes(data, algorithm_of(digest)) != digest:
+            raise AgentError("corrupt-object",
+                             f"object {digest} in {self.root} is corrupt (its bytes hash differently); "
+                             "it will not be restored")
+        return data
+
+    def put_files(self, files: dict[str, str]) -> dict[str, str]:
+        """Pack the files not yet stored; verify each against its expected digest while copying."""
+        todo = [(d, p) for d, p in files.items() if not self.has(d)]
+        mismatched: dict[str, str] = {}
+        if not todo:
+            return mismatched
+        pack_dir = os.path.join(self.root, "packs")
+        os.makedirs(pack_dir, exist_ok=True)
+        tmp = os.path.join(pack_dir, f".tmp-{os.getpid()}-{time.monotonic_ns()}")
+        index: dict[str, tuple[int, int]] = {}
+        offset = 0
+        with open(tmp, "wb") as out:
+            for digest, path in todo:
+                with open(path, "rb") as f:
+                    data = f.read()
+                actual = hash_bytes(data, algorithm_of(digest))
+                if actual != digest:
+                    mismatched[digest] = actual
+                if actual in index:
+                    continue
+                out.write(data)
+                index[actual] = (offset, len(data))
+                offset += len(data)
+            out.flush()
+            os.fsync(out.fileno())
+        pack_id = hash_bytes(json.dumps(sorted(index)).encode()).partition(":")[2][:32]
+        base = os.path.join(pack_dir, pack_id)
+        os.chmod(tmp, 0o444)
+        os.replace(tmp, base + ".pack")
+        write_atomic(base + ".idx", json.dumps(index).encode(), 0o444)
+        self._index = None
+        return mismatched
+
+
+
+# ---- audit: installed files against RECORD, bytecode against its source ------------------------
