@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from .. import audit
 from ..disk import AgentError
@@ -80,17 +79,25 @@ def print_report(report: audit.Report, verbose: bool) -> None:
     print(report.summary())
 
 
+def _audit_or_error(ws: Workspace, name: str, probes: list[str]) -> audit.Report | str:
+    try:
+        return _audit_one(ws, name, probes, None)
+    except (PatchkeeperError, AgentError) as exc:
+        return str(exc).splitlines()[0]
+
+
 def _run_all(ws: Workspace, probes: list[str], as_json: bool) -> int:
+    """Every target concurrently, one process each (hashing and walking are CPU-bound in Python,
+    so threads would take turns), at most one per core at a time."""
+    import multiprocessing
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+    from functools import partial
+
     names = sorted(ws.targets)
-
-    def one(name: str) -> audit.Report | str:
-        try:
-            return _audit_one(ws, name, probes, None)
-        except (PatchkeeperError, AgentError) as exc:
-            return str(exc).splitlines()[0]
-
-    with ThreadPoolExecutor(max_workers=max(1, min(8, len(names)))) as pool:
-        results = dict(zip(names, pool.map(one, names)))
+    workers = max(1, min(len(names), os.cpu_count() or 1))
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        results = dict(zip(names, pool.map(partial(_audit_or_error, ws, probes=probes), names)))
     errors = {n: r for n, r in results.items() if isinstance(r, str)}
     reports = {n: r for n, r in results.items() if not isinstance(r, str)}
     if as_json:
