@@ -317,3 +317,31 @@ def test_ssh_target_in_process(fleet, tmp_path):
         finally:
             target.close()
     assert not marker.exists()
+
+
+def test_verification_runs_on_the_host_and_rolls_back_over_ssh(fleet, tmp_path):
+    """The restart, readiness and generation checks run on the host's side of the SSH connection;
+    a degenerate service after apply is rolled back there to exact bytes."""
+    import json
+    import shlex
+    import subprocess
+    import sys
+
+    from test_verify import FAKE, free_port
+
+    port, pidfile, log = free_port(), tmp_path / "fake.pid", tmp_path / "fake.log"
+    restart = shlex.join([sys.executable, str(FAKE), "start", "--state", str(fleet.units["ct129"]), "--port", str(port),
+                          "--pidfile", str(pidfile), "--log", str(log), "--default", "healthy",
+                          "--when", "DDTREE=degenerate"])
+    with open(fleet.env.root / "patchkeeper.toml", "a") as f:
+        f.write(f"\n[targets.ct129.service]\nrestart = {json.dumps(restart)}\nbase_url = \"http://127.0.0.1:{port}\"\n"
+                f"ready_timeout = 10\nrestart_timeout = 20\n[targets.ct129.service.smoke]\nmax_tokens = 24\n"
+                f"timeout = 5\nmin_tokens = 16\nmin_tokens_per_s = 20\n")
+    try:
+        before = fleet.state("ct129")
+        proc = fleet.pk("apply", "ddtree", "-t", "ct129", check=3)
+        assert "verification FAILED (degenerate)" in proc.stdout and "FAILED and rolled back" in proc.stdout
+        assert fleet.state("ct129") == before
+        assert "verification passed" in fleet.pk("verify", "-t", "ct129").stdout
+    finally:
+        subprocess.run([sys.executable, str(FAKE), "stop", "--pidfile", str(pidfile), "--port", str(port)], check=False)
