@@ -105,3 +105,21 @@ def test_no_workspace(tmp_path):
 
     proc = subprocess.run([sys.executable, "-m", "patchkeeper", "status"], cwd=tmp_path, capture_output=True, text=True)
     assert proc.returncode == 2 and "no patchkeeper.toml" in proc.stderr
+
+
+def test_rollback_never_writes_through_a_symlinked_directory(env, tmp_path):
+    env.pk("apply", "ddtree")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    spec_dir = env.site / "sglang/srt/speculative"
+    spec_dir.rename(tmp_path / "moved-away")
+    os.symlink(outside, spec_dir)
+    _refused(env, "rollback", "--to", "baseline", expect="lead outside site-packages (through a symlink)")
+    assert list(outside.iterdir()) == []
+
+
+def test_a_stage_that_cannot_be_written_changes_nothing_and_leaves_no_journal(env):
+    env.unit.parent.rename(env.unit.parent.with_name("systemd-moved"))
+    env.unit.parent.write_text("a file where the unit's directory was\n")
+    _refused(env, "apply", "nextn", expect="nothing was changed")
+    assert "nothing to recover" in env.pk("recover").stdout

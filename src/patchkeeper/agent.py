@@ -67,6 +67,25 @@ class Agent:
     def realpath(self, path: str) -> str:
         return os.path.realpath(path)
 
+    def escaping(self, root: str, rels: list[str]) -> dict[str, str]:
+        """rel -> where it really leads, for each relative path whose directory resolves (through a
+        symlink) outside `root`; directories that do not exist yet are judged by their nearest
+        existing ancestor."""
+        top = os.path.realpath(root)
+        seen: dict[str, str | None] = {}
+        out = {}
+        for rel in rels:
+            parent = os.path.dirname(os.path.join(root, rel))
+            if parent not in seen:
+                probe = parent
+                while not os.path.lexists(probe) and probe != root and len(probe) > len(root):
+                    probe = os.path.dirname(probe)
+                real = os.path.realpath(probe)
+                seen[parent] = None if real == top or real.startswith(top.rstrip("/") + "/") else real
+            if seen[parent] is not None:
+                out[rel] = seen[parent]
+        return out
+
     def write_atomic(self, path: str, data: bytes, mode: int = 0o644) -> None:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         write_atomic(path, data, mode)
@@ -97,7 +116,7 @@ class Agent:
     def unlink(self, path: str) -> bool:
         try:
             os.unlink(path)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # not there (or its parent is no directory)
             return False
         fsync_dir(os.path.dirname(path))
         return True

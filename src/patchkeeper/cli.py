@@ -32,6 +32,11 @@ def command(fn):
         except AgentError as exc:
             click.echo(f"patchkeeper: error: {exc}", err=True)
             sys.exit(2)
+        except OSError as exc:  # the file system said no (permissions, a full disk): one line, not a traceback
+            where = f": {exc.filename}" if exc.filename else ""
+            click.echo(f"patchkeeper: error: {exc.strerror or exc}{where}\n  hint: fix that, then run the command "
+                       "again; an interrupted change is finished or undone by the next command", err=True)
+            sys.exit(2)
         sys.exit(code)
 
     return wrapper

@@ -203,10 +203,10 @@ def plan_apply(s: Session, name: str, force: bool) -> Plan | None:
     else:
         files = {k: (target.agent.read(target.info.path_of(k)) if k in actual else None) for k in keys}
         modes = {k: actual[k].mode for k in actual}
+    _refuse_escaping(target, [k for k in keys if not k.startswith(ROLE_PREFIX)], "the patch sets write")
     for ps in build:
         for origin, fps in ps.patches:
             for fp in fps:
-                _check_inside(target, fp.path, f"{ps.name}/{origin}")
                 files[fp.path] = patching.apply(fp, files[fp.path], f"{ps.name}/{origin}").data
                 if fp.new_mode is not None:
                     modes[fp.path] = fp.new_mode
@@ -270,13 +270,13 @@ def _baseline_bytes(target: Target, base: Manifest, actual: dict[str, Entry], ke
                          "the baseline was recorded --manifest-only; restore the file first") from None
 
 
-def _check_inside(target: Target, rel: str, origin: str) -> None:
-    """Refuse a path that leaves site-packages through a symlinked directory."""
-    site = target.agent.realpath(target.info.site)
-    parent = target.agent.realpath(posixpath.dirname(target.info.path_of(rel)))
-    if parent != site and not parent.startswith(site.rstrip("/") + "/"):
-        raise BadInput(f"{origin}: path {rel!r} leads outside site-packages (through a symlink) to {parent}",
-                       "remove the symlink or fix the patch path")
+def _refuse_escaping(target: Target, rels: list[str], what: str) -> None:
+    """Refuse paths that leave site-packages through a symlinked directory: nothing is written there."""
+    outside = target.agent.escaping(target.info.site, rels)
+    if outside:
+        listed = ", ".join(f"{rel} -> {where}" for rel, where in list(outside.items())[:5])
+        raise BadInput(f"{len(outside)} path(s) {what} lead outside site-packages (through a symlink): {listed}",
+                       "remove the symlink (or restore the directory it replaced), then retry")
 
 
 def _ops(target: Target, actual: dict[str, Entry], files: dict[str, bytes | None],
@@ -306,6 +306,7 @@ def plan_rollback(s: Session, spec: str) -> Plan | None:
     to_goal, to_recorded = compare(target, goal.manifest, current.manifest)
     hand = _kinds(to_recorded)  # changed by hand since the last transaction: backed up, then named
     ops = [FileOp(k, target.info.path_of(k), actual, want) for k, (want, actual) in to_goal.items()]
+    _refuse_escaping(target, [op.key for op in ops if not op.key.startswith(ROLE_PREFIX)], "the rollback writes")
     missing = target.agent.store_missing(target.info.store, sorted({op.new.digest for op in ops if op.new}))
     if missing:
         names = [op.key for op in ops if op.new and op.new.digest in missing]

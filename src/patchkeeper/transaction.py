@@ -68,6 +68,10 @@ def run(ledger: Ledger, ops: list[FileOp], contents: dict[str, bytes], entry: Le
         _undo(ledger, ops, entry.id)
         if isinstance(exc, AgentError):
             raise StoreError(f"{exc}; nothing was changed", "see `patchkeeper log`; the store may need repair") from None
+        if isinstance(exc, OSError):
+            raise Refused(f"cannot stage the new files: {exc.strerror or exc}"
+                          f"{' (' + exc.filename + ')' if getattr(exc, 'filename', None) else ''}; nothing was changed",
+                          "check that the target's directories exist and are writable") from None
         raise
     faults.point("journal-committed")
     _finish(ledger, ops, entry)
@@ -87,8 +91,12 @@ def _backup(ledger: Ledger, ops: list[FileOp]) -> None:
 
 
 def _undo(ledger: Ledger, ops: list[FileOp], tx: str) -> None:
+    """Remove whatever was staged, then the journal: a transaction that never committed is gone."""
     for op in ops:
-        ledger.target.agent.unlink(op.stage_path(tx))
+        try:
+            ledger.target.agent.unlink(op.stage_path(tx))
+        except OSError:
+            pass  # a stage that cannot be removed is inert: it is never renamed into place
     ledger.target.agent.unlink(ledger.journal_path)
 
 
