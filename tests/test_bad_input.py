@@ -123,3 +123,23 @@ def test_a_stage_that_cannot_be_written_changes_nothing_and_leaves_no_journal(en
     env.unit.parent.write_text("a file where the unit's directory was\n")
     _refused(env, "apply", "nextn", expect="nothing was changed")
     assert "nothing to recover" in env.pk("recover").stdout
+
+
+@pytest.mark.parametrize("toml, expect", [
+    ('targets = 3\n', "targets must be a table"),
+    ('[targets.local]\npython = "/x"\npackage = "sglang"\nfiles = "x"\n', "has a bad files"),
+    ('[targets.local]\npython = "/x"\npackage = "sglang"\nssh = 3\n', "has a bad ssh"),
+    ('[targets.local]\npackage = "sglang"\n', "lacks python"),
+])
+def test_malformed_workspace_values(env, toml, expect):
+    (env.root / "patchkeeper.toml").write_text('default_target = "local"\n' + toml)
+    _refused(env, "status", expect=expect)
+
+
+@pytest.mark.parametrize("extra, expect", [
+    ('group = ["a"]\n', "group must be a string"),
+    ('files = "x"\n', "[files] must be a table"),
+])
+def test_malformed_patchset_values(env, extra, expect):
+    _patchset(env, "odd", None, toml_extra=extra)
+    _refused(env, "apply", "odd", expect=expect)

@@ -271,29 +271,29 @@ class Agent:
 
     # ---- lock --------------------------------------------------------------------------
     def lock(self, path: str, holder: dict) -> dict | None:
-        """Take the lock file; return None on success or the live holder's record."""
+        """Take the lock file; return None on success or the live holder's record.
+
+        A lock whose holder is a dead process on this host is broken and taken over. Breaking and
+        taking happen under a short flock on `<path>.guard`, so two takers never both succeed.
+        """
+        import fcntl
+
         os.makedirs(os.path.dirname(path), exist_ok=True)
         holder = dict(holder, pid=os.getpid(), host=hostname(), since=time.time())
-        for _ in range(3):
+        with open(path + ".guard", "a") as guard:
+            fcntl.flock(guard, fcntl.LOCK_EX)
+            current = self._read_lock(path)
+            if current and current.get("host") == hostname() and not pid_alive(current.get("pid", 0)):
+                os.unlink(path)  # its holder is gone: detected, not waited on
             try:
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             except FileExistsError:
-                current = self._read_lock(path)
-                if current and current.get("host") == hostname() and not pid_alive(current.get("pid", 0)):
-                    stale = f"{path}.stale-{os.getpid()}"
-                    try:
-                        os.rename(path, stale)
-                        os.unlink(stale)
-                    except FileNotFoundError:
-                        pass
-                    continue
-                return current or {"pid": "?", "host": "?", "command": "?", "since": 0}
+                return self._read_lock(path) or {"pid": "?", "host": "?", "command": "?", "since": 0}
             with os.fdopen(fd, "w") as f:
                 json.dump(holder, f)
                 f.flush()
                 os.fsync(f.fileno())
             return None
-        return self._read_lock(path)
 
     def unlock(self, path: str) -> None:
         current = self._read_lock(path)

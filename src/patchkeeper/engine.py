@@ -121,7 +121,17 @@ def resolve(ws_patchsets, name: str) -> list[PatchSet]:
 
 
 def _ref(ps: PatchSet) -> dict:
-    return {"name": ps.name, "version": ps.version, "digest": ps.digest}
+    return {"name": ps.name, "version": ps.version, "digest": ps.digest, "group": ps.group}
+
+
+def group_of(ws_patchsets, ref: dict) -> str | None:
+    """An applied patch set's group, from its ledger ref (or, for older refs, its directory)."""
+    if "group" in ref:
+        return ref["group"]
+    try:
+        return patchset.load(ws_patchsets, ref["name"]).group
+    except BadInput:
+        return None  # removed from the workspace: it cannot be in the group being applied
 
 
 def check_fits(target: Target, sets: list[PatchSet], force: bool) -> list[str]:
@@ -171,7 +181,7 @@ def plan_apply(s: Session, name: str, force: bool) -> Plan | None:
     for p in stack:
         if p["name"] in replaced_names:
             removed.append(p)
-        elif groups and patchset.load(ws.patchsets_dir, p["name"]).group in groups:
+        elif groups and group_of(ws.patchsets_dir, p) in groups:
             removed.append(p)
     kept = [p for p in stack if p not in removed]
     adding = [ps for ps in incoming if not any(k["name"] == ps.name for k in kept) or ps is top]
@@ -185,11 +195,11 @@ def plan_apply(s: Session, name: str, force: bool) -> Plan | None:
                               "restore it, or roll back to baseline first")
         old_sets = [_load_applied(ws, p) for p in removed]
         build = kept_sets + adding
-        keys = _keys(build + old_sets)
+        keys = touched_keys(build + old_sets)
         base_manifest = ledger.load_manifest(ledger.baseline())
     else:
         build = adding
-        keys = _keys(build)
+        keys = touched_keys(build)
         base_manifest = None
     actual = scan_keys(target, keys)
     drift = tuple(k for k in keys if actual.get(k) != cur_manifest.get(k))
@@ -249,7 +259,7 @@ def _load_applied(ws, ref: dict) -> PatchSet:
     return ps
 
 
-def _keys(sets: list[PatchSet]) -> list[str]:
+def touched_keys(sets: list[PatchSet]) -> list[str]:
     keys: dict[str, None] = {}
     for ps in sets:
         keys.update(dict.fromkeys(ps.paths))

@@ -76,8 +76,15 @@ def load(root: Path, name: str) -> PatchSet:
             SpecifierSet(spec)
         except InvalidSpecifier:
             problems.append(f"package_version {spec!r} is not a PEP 440 specifier")
+    for key in ("description", "group"):
+        if key in doc and not isinstance(doc[key], str):
+            problems.append(f"{key} must be a string")
+    roles = doc.get("files") or {}
+    if not isinstance(roles, dict):
+        problems.append('[files] must be a table of role = "file"')
+        roles = {}
     files = []
-    for role, rel in (doc.get("files") or {}).items():
+    for role, rel in roles.items():
         source = (directory / str(rel)).resolve()
         if not source.is_relative_to(directory.resolve()) or not source.is_file():
             problems.append(f"[files] {role} = {rel!r} is not a file inside {directory}")

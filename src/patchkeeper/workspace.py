@@ -76,22 +76,32 @@ def load(root: Path) -> Workspace:
         raise BadInput(f"cannot read {path}: {exc}", "fix the file's TOML syntax") from None
     targets: dict[str, TargetConfig] = {}
     problems: list[str] = []
-    for name, table in (doc.get("targets") or {}).items():
+    tables = doc.get("targets") or {}
+    if not isinstance(tables, dict):
+        tables, problems = {}, ["targets must be a table of [targets.NAME] tables"]
+    if not isinstance(doc.get("default_target", ""), str):
+        problems.append("default_target must be a string")
+    for name, table in tables.items():
         if not isinstance(table, dict):
             problems.append(f"[targets.{name}] is not a table")
             continue
         missing = [k for k in ("python", "package") if not isinstance(table.get(k), str)]
-        if missing:
-            problems.append(f"[targets.{name}] lacks {', '.join(missing)}")
+        wrong = [k for k in ("ssh", "state_dir") if k in table and not isinstance(table[k], str)]
+        files = table.get("files") or {}
+        if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+            wrong.append("files (a table of role = \"path\")")
+            files = {}
+        if missing or wrong:
+            problems.append(f"[targets.{name}] " + "; ".join(
+                ([f"lacks {', '.join(missing)}"] if missing else []) + ([f"has a bad {', '.join(wrong)}"] if wrong else [])))
             continue
         ssh = table.get("ssh")
-        files = {role: _local_path(root, p, ssh) for role, p in (table.get("files") or {}).items()}
         state_dir = table.get("state_dir")
         targets[name] = TargetConfig(
             name=name,
             python=_local_path(root, table["python"], ssh),
             package=table["package"],
-            files=files,
+            files={role: _local_path(root, p, ssh) for role, p in files.items()},
             state_dir=_local_path(root, state_dir, ssh) if state_dir else None,
             ssh=ssh,
             raw=table,

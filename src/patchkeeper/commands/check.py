@@ -78,7 +78,7 @@ def check(ws: Workspace, target: str | None, name: str, wheel: str | None, as_js
         names = {ps.name for ps in sets}
         groups = {ps.group for ps in sets if ps.group}
         replaced = [p for p in stack if p["name"] in names or (
-            groups and _group_of(ws, p["name"]) in groups)]
+            groups and engine.group_of(ws.patchsets_dir, p) in groups)]
         kept = [p["name"] for p in stack if p not in replaced]
         adding = [ps for ps in sets if ps.name not in kept or ps is top]
         info, agent = t.info, t.agent
@@ -102,20 +102,13 @@ def check(ws: Workspace, target: str | None, name: str, wheel: str | None, as_js
         drift = []
         if current is not None:
             recorded = ledger.load_manifest(current)
-            keys = engine._keys(adding) + [k for p in replaced for k in _paths_of(ws, p["name"])]
+            keys = engine.touched_keys(adding) + [k for p in replaced for k in _paths_of(ws, p["name"])]
             actual = engine.scan_keys(t, list(dict.fromkeys(keys)))
             drift = [k for k in dict.fromkeys(keys) if actual.get(k) != recorded.get(k)]
         if drift:
             problems.append(f"{len(drift)} file(s) differ from the recorded state {current.id} (edited by hand?): "
                             + ", ".join(drift) + "; apply refuses them without --force")
         return _report(top.ident, against, reports, problems, as_json)
-
-
-def _group_of(ws: Workspace, name: str) -> str | None:
-    try:
-        return patchset.load(ws.patchsets_dir, name).group
-    except BadInput:
-        return None
 
 
 def _paths_of(ws: Workspace, name: str) -> list[str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from .. import authoring, diffwrite, engine
-from ..disk import hash_bytes
 from ..errors import BadInput, Refused
 from ..manifest import ROLE_PREFIX, differences
 from ..session import Session
@@ -27,7 +26,7 @@ def record_target(ws: Workspace, target: str | None, name: str, since: str, bump
         for key in changed:
             old_entry, new_entry = then.get(key), now.get(key)
             new = agent.read(info.path_of(key)) if new_entry else None
-            if new is not None and hash_bytes(new) != new_entry.digest:
+            if new is not None and s.target.hash_bytes(new) != new_entry.digest:
                 raise Refused(f"{key} changed while it was being recorded", "retry when the files are quiet")
             if key.startswith(ROLE_PREFIX):
                 if new is None:

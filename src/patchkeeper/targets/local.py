@@ -19,11 +19,27 @@ class LocalTarget(Target):
         return self._agent
 
     def run(self, argv: list[str], timeout: float = 60.0, input: bytes | None = None) -> tuple[int, bytes, bytes]:
-        try:
-            proc = subprocess.run(argv, input=input, capture_output=True, timeout=timeout)
-        except subprocess.TimeoutExpired as exc:
-            return 124, exc.stdout or b"", (exc.stderr or b"") + f"\ntimed out after {timeout}s".encode()
-        return proc.returncode, proc.stdout, proc.stderr
+        """Output goes to files, not pipes, so a daemon the command leaves running (a restart
+        command's service) cannot hold us; on timeout the command's whole process group is killed."""
+        import signal
+        import tempfile
+
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                                    stdout=out, stderr=err, start_new_session=True)
+            try:
+                proc.communicate(input, timeout=timeout)
+                code, note = proc.returncode, b""
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait()
+                code, note = 124, f"\ntimed out after {timeout}s".encode()
+            out.seek(0)
+            err.seek(0)
+            return code, out.read(), err.read() + note
 
     def interpreter(self) -> dict:
         """As Target.interpreter, remembered per interpreter in ~/.cache/patchkeeper (the answer

@@ -1,0 +1,47 @@
+"""LocalTarget.run: no shell, output captured, a daemon left behind does not hold it, timeouts kill the group."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from patchkeeper.targets.local import LocalTarget
+from patchkeeper.workspace import TargetConfig
+
+
+def _target(tmp_path) -> LocalTarget:
+    return LocalTarget(TargetConfig(name="t", python="/nonexistent/python", package="x"))
+
+
+def test_a_background_child_holding_stdout_does_not_hold_the_command(tmp_path):
+    pidfile = tmp_path / "pid"
+    code, out, err = _target(tmp_path).run(["sh", "-c", f"sleep 30 & echo $! > {pidfile}; echo started"], timeout=5)
+    try:
+        assert (code, out) == (0, b"started\n"), err  # before: the pipe stayed open until the timeout (124)
+    finally:
+        os.kill(int(pidfile.read_text()), 9)
+
+
+def test_timeout_kills_the_whole_process_group(tmp_path):
+    pidfile = tmp_path / "pid"
+    code, _, err = _target(tmp_path).run(["sh", "-c", f"sleep 30 & echo $! > {pidfile}; sleep 30"], timeout=0.5)
+    assert code == 124 and b"timed out" in err
+    child = int(pidfile.read_text())
+
+    def state() -> str:
+        try:
+            return open(f"/proc/{child}/stat").read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return "gone"
+
+    for _ in range(100):  # SIGKILL is delivered asynchronously: wait for the kernel to finish it
+        if state() in ("gone", "Z"):
+            break
+        time.sleep(0.05)
+    assert state() in ("gone", "Z")
+
+
+def test_arguments_are_not_interpreted_by_a_shell(tmp_path):
+    code, out, _ = _target(tmp_path).run(["printf", "%s", "$(touch /tmp/pk-never) `x` ; rm -rf /"], timeout=5)
+    assert code == 0 and out == b"$(touch /tmp/pk-never) `x` ; rm -rf /"
+    assert not os.path.exists("/tmp/pk-never")
