@@ -229,3 +229,14 @@ def test_bytecode_verdict_cache_follows_the_pyc_and_its_source(aenv):
     assert spc.exists()
     code, doc = audit(aenv)
     assert found(doc, "bytecode")["sglang/srt/speculative/__pycache__/spec_info.cpython-311.pyc"]["kind"] == "mismatch"
+
+
+def test_a_hand_edit_recorded_by_a_snapshot_is_not_called_patched(aenv):
+    aenv.pk("apply", "ddtree")
+    version = aenv.site / "sglang/version.py"
+    edit_file(version, version.read_bytes() + b"# hand edit\n")
+    aenv.pk("snapshot", "--name", "with-edit")
+    code, doc = audit(aenv, "-v")
+    assert "sglang/version.py" not in found(doc, "patched")
+    assert found(doc, "drift")["sglang/version.py"]["kind"] == "changed"
+    assert "sglang/srt/speculative/spec_info.py" in found(doc, "patched") and code == 1

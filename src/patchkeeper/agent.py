@@ -127,9 +127,6 @@ class Agent:
         except FileNotFoundError:
             return []
 
-    def makedirs(self, path: str) -> None:
-        os.makedirs(path, exist_ok=True)
-
     def remove_bytecode(self, paths: list[str]) -> int:
         """Remove the cached bytecode of each source path; return how many files went."""
         removed = 0
@@ -226,16 +223,11 @@ class Agent:
         cached.save()
         return dict(sorted(out.items()))
 
-    def compare(self, store: str, manifest: str, root: str, paths: list[str], walk: list[str],
-                cache: str | None = None, absolute: dict[str, str] | None = None) -> dict[str, list]:
-        """Scan as `scan` does and compare with the stored manifest object `manifest`, here, next
-        to the files: only differing keys come back, as key -> [recorded row, actual row] (None
-        where absent). Files are hashed with the algorithm the manifest's digests use."""
-        return self.compare_many(store, [manifest], root, paths, walk, cache, absolute)[0]
-
     def compare_many(self, store: str, manifests: list[str], root: str, paths: list[str], walk: list[str],
                      cache: str | None = None, absolute: dict[str, str] | None = None) -> list[dict[str, list]]:
-        """`compare` against several manifests of this target with one scan."""
+        """Scan as `scan` does and compare with each stored manifest object, here, next to the
+        files, with one scan per hash algorithm: for each manifest only the differing keys come
+        back, as key -> [recorded row, actual row] (None where absent)."""
         recorded = [manifest_rows(self._store(store).get(m)) for m in manifests]
         out: list[dict[str, list]] = []
         scans: dict[str, dict[str, list]] = {}

@@ -120,7 +120,7 @@ def is_warm(target: Target) -> bool:
 
 
 def run(target: Target, ledger: Ledger, probes: Iterable[str] = (), progress: Progress | None = None,
-        probe_timeout: float = PROBE_TIMEOUT, actual: Manifest | None = None) -> Report:
+        probe_timeout: float = PROBE_TIMEOUT, owners: dict[str, str] | None = None) -> Report:
     """Audit one target, opened in a Session (so an interrupted transaction was recovered first)."""
     info, agent = target.info, target.agent
     tell = progress or (lambda what, done, total: None)
@@ -135,9 +135,9 @@ def run(target: Target, ledger: Ledger, probes: Iterable[str] = (), progress: Pr
     steps = len(others) + 2 + len(probes)
     tell("package", 0, steps)
     if current is not None:  # the managed package against its recorded state and the baseline
-        actual = actual if actual is not None else engine.scan_all(target)
+        actual = engine.scan_all(target)
         files += len(actual)
-        findings.extend(_classify(ledger, current, actual))
+        findings.extend(_classify(ledger, current, actual, owners))
     tell("package", 1, steps)
 
     done = 1
@@ -176,8 +176,9 @@ def run(target: Target, ledger: Ledger, probes: Iterable[str] = (), progress: Pr
     return Report(target.name, info.host, info.package, current, files, tuple(findings), tuple(notes))
 
 
-def _classify(ledger: Ledger, current: State, actual: Manifest) -> list[Finding]:
-    """drift: differs from the recorded state; patched: as recorded, but not as in the baseline."""
+def _classify(ledger: Ledger, current: State, actual: Manifest, owners: dict[str, str] | None) -> list[Finding]:
+    """drift: differs from the recorded state; patched: as recorded, but not as in the baseline, in a
+    file the applied patch sets touch (`owners`, when known; a snapshot can record other edits)."""
     recorded = ledger.load_manifest(current)
     base_state = ledger.baseline()
     baseline = ledger.load_manifest(base_state) if base_state and base_state.manifest != current.manifest else recorded
@@ -186,8 +187,14 @@ def _classify(ledger: Ledger, current: State, actual: Manifest) -> list[Finding]
     for key, kind in drift.items():
         out.append(Finding("drift", key, kind, f"{kind} since state {current.id}, by no transaction"))
     for key, kind in differences(baseline, recorded).items():
-        if key not in drift:
-            out.append(Finding("patched", key, kind, f"{kind} by the applied patch sets ({current.stack_text()})"))
+        if key in drift:
+            continue
+        if owners is None or key in owners:
+            by = owners[key] if owners else current.stack_text()
+            out.append(Finding("patched", key, kind, f"{kind} by the applied patch sets ({by})"))
+        else:
+            out.append(Finding("drift", key, kind, f"{kind} since the baseline by no applied patch set "
+                                                   f"(a hand edit recorded in state {current.id})"))
     return out
 
 

@@ -259,6 +259,20 @@ def _load_applied(ws, ref: dict) -> PatchSet:
     return ps
 
 
+def owners_of(ws, stack) -> dict[str, str]:
+    """key -> the patch set(s) of `stack` that touch it, by their paths and role files."""
+    owners: dict[str, list[str]] = {}
+    for ref in stack:
+        ident = f"{ref['name']}@{ref['version']}"
+        try:
+            ps = patchset.load(ws.patchsets_dir, ref["name"])
+        except BadInput:
+            continue  # no longer in this workspace: its files cannot be named
+        for key in [*ps.paths, *(ROLE_PREFIX + role for role, _ in ps.files)]:
+            owners.setdefault(key, []).append(ident)
+    return {k: ", ".join(v) for k, v in owners.items()}
+
+
 def touched_keys(sets: list[PatchSet]) -> list[str]:
     keys: dict[str, None] = {}
     for ps in sets:

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-EXIT_OK = 0
-EXIT_DIFFERS = 1
-EXIT_REFUSED = 2
-EXIT_ROLLED_BACK = 3
+EXIT_DIFFERS = 1  # a check found differences (diff, audit, verify)
+EXIT_REFUSED = 2  # bad input or refused; nothing changed
+EXIT_ROLLED_BACK = 3  # failed and rolled back
 
 
 class PatchkeeperError(Exception):

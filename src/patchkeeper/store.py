@@ -45,11 +45,18 @@ class Store:
         actual = hash_bytes(data, algorithm_of(digest) if digest else None)
         if digest is not None and digest != actual:
             raise AgentError("digest-mismatch", f"bytes hash to {actual}, not {digest}")
-        if not self.has(actual):
-            path = self._loose(actual)
+        if not self.has(actual) or not self._intact(actual):
+            path = self._loose(actual)  # a loose object is read before a packed one: it mends a bad copy
             os.makedirs(os.path.dirname(path), exist_ok=True)
             write_atomic(path, data, 0o444)
         return actual
+
+    def _intact(self, digest: str) -> bool:
+        try:
+            self.get(digest)
+        except AgentError:
+            return False
+        return True
 
     def get(self, digest: str) -> bytes:
         path = self._loose(digest)
@@ -102,7 +109,3 @@ class Store:
         write_atomic(base + ".idx", json.dumps(index).encode(), 0o444)
         self._index = None
         return mismatched
-
-
-
-# ---- audit: installed files against RECORD, bytecode against its source ------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
-from .. import audit
+from .. import audit, engine
 from ..disk import AgentError
 from ..errors import PatchkeeperError
 from ..session import Session
@@ -40,7 +40,9 @@ class ProgressBar:
 
 def _audit_one(ws: Workspace, name: str | None, probes: list[str], progress) -> audit.Report:
     with Session(ws, name, "audit", write=False) as s:
-        return audit.run(s.target, s.ledger, probes, progress)
+        current = s.ledger.current()
+        owners = engine.owners_of(ws, current.stack) if current else None
+        return audit.run(s.target, s.ledger, probes, progress, owners=owners)
 
 
 def run(ws: Workspace, target: str | None, probes: list[str], every: bool, as_json: bool,

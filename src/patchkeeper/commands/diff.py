@@ -7,9 +7,9 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
 
-from .. import engine, patchset
-from ..errors import BadInput, PatchkeeperError, Refused
-from ..manifest import ROLE_PREFIX, Entry, differences
+from .. import engine
+from ..errors import BadInput, Refused
+from ..manifest import Entry, differences
 from ..session import Session
 from ..workspace import Workspace
 from . import emit_json
@@ -43,20 +43,6 @@ def diff(ws: Workspace, names: tuple[str, ...], against: str | None, patch: bool
     return _one(ws, names[0] if names else None, against, patch, as_json)
 
 
-def owners_of(ws: Workspace, stack) -> dict[str, str]:
-    """key -> the patch set(s) of `stack` that touch it, by their paths and role files."""
-    owners: dict[str, list[str]] = {}
-    for ref in stack:
-        ident = f"{ref['name']}@{ref['version']}"
-        try:
-            ps = patchset.load(ws.patchsets_dir, ref["name"])
-        except PatchkeeperError:
-            continue  # no longer in this workspace: its files cannot be named
-        for key in [*ps.paths, *(ROLE_PREFIX + role for role, _ in ps.files)]:
-            owners.setdefault(key, []).append(ident)
-    return {k: ", ".join(v) for k, v in owners.items()}
-
-
 def _classify(pairs: dict[str, tuple[Entry | None, Entry | None]], owners: dict[str, dict[str, str]]) -> list[Difference]:
     kinds = differences({k: a for k, (a, _) in pairs.items() if a}, {k: b for k, (_, b) in pairs.items() if b})
     return [Difference(k, kind, *pairs[k], tuple((side, o[k]) for side, o in owners.items() if k in o))
@@ -71,7 +57,7 @@ def _one(ws: Workspace, name: str | None, against: str | None, patch: bool, as_j
                           f"record one with `patchkeeper snapshot -t {s.target.name} --name NAME`, "
                           "or compare two targets: patchkeeper diff HOST1 HOST2")
         state = s.ledger.find_state(against) if against else current
-        owners = owners_of(ws, list(current.stack) + [p for p in state.stack if p not in current.stack])
+        owners = engine.owners_of(ws, list(current.stack) + [p for p in state.stack if p not in current.stack])
         diffs = _classify(engine.compare(s.target, state.manifest)[0], {s.target.name: owners})
         patches = {}
         if patch:
@@ -105,7 +91,7 @@ def _two(ws: Workspace, a: str, b: str, patch: bool, as_json: bool) -> int:
         owners = {}
         for s in sessions:
             current = s.ledger.current()
-            owners[s.target.name] = owners_of(ws, current.stack) if current else {}
+            owners[s.target.name] = engine.owners_of(ws, current.stack) if current else {}
         diffs = _classify({k: (ma.get(k), mb.get(k)) for k in set(ma) | set(mb)}, owners)
         patches = {}
         if patch:

@@ -6,7 +6,7 @@ import dataclasses
 import sys
 
 from .. import engine, service
-from ..errors import EXIT_ROLLED_BACK, BadInput
+from ..errors import EXIT_DIFFERS, EXIT_ROLLED_BACK, BadInput
 from ..ledger import LedgerEntry
 from ..service import ServiceConfig
 from ..session import Session
@@ -16,7 +16,6 @@ from . import emit_json
 from .show_plan import describe as describe_plan
 from .snapshot import mirror
 
-EXIT_VERIFY_FAILED = 1  # the checks found a problem; nothing was changed by this command
 
 PREVIOUS_FAILS = "the previous code state fails as well: the fault is likely not in the patch set"
 
@@ -37,7 +36,7 @@ def verify(ws: Workspace, target: str | None, as_json: bool, with_restart: bool)
                        **report.to_dict()})
         else:
             describe(report, s.target.name, s.ledger.current())
-        return 0 if report.ok else EXIT_VERIFY_FAILED
+        return 0 if report.ok else EXIT_DIFFERS
 
 
 def after_change(ws: Workspace, s: Session, svc: ServiceConfig, change: LedgerEntry) -> int:
@@ -52,7 +51,7 @@ def after_change(ws: Workspace, s: Session, svc: ServiceConfig, change: LedgerEn
         mirror(ws, s, manifest=False)
         print(f"{name}: state {change.after.id} is in place, but the service fails verification ({report.reason})")
         print(f"  hint: run `patchkeeper audit -t {name}` to see what differs on the target")
-        return EXIT_VERIFY_FAILED
+        return EXIT_DIFFERS
     previous = change.before
     print(f"{name}: verification failed after {change.kind} ({report.reason}); "
           f"rolling back to the previous state {previous.id}: {previous.stack_text()}")

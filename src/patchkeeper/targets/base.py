@@ -43,9 +43,6 @@ class TargetInfo:
         """Top-level directories of the distribution (from RECORD), walked to catch added files."""
         return list(self._layout[0])
 
-    def package_paths(self) -> list[str]:
-        return [p for p in self.record if not p.startswith(("../", "/"))]
-
     def loose_paths(self) -> list[str]:
         """RECORD paths the walk of the top directories does not find (top-level modules): the
         rest need not be listed, which keeps a remote scan's request small."""

@@ -63,9 +63,7 @@ class RemoteAgent:
             raise TargetError(f"target {target_name}: cannot start its interpreter {python} on the host"
                               + (f": {err}" if err else ""),
                               f"fix python = ... in [targets.{target_name}]") from None
-        self.remote_pid: int = hello["pid"]
         self.remote_algorithm: str = hello["algorithm"]
-        self.remote_python: str = hello["python"]
 
     def _stderr(self) -> str:
         out = b""

@@ -1,0 +1,49 @@
+"""The content-addressed store: write once, verify on read, never hand out a corrupt object."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from patchkeeper.disk import AgentError, hash_bytes
+from patchkeeper.store import Store
+
+
+def _corrupt(path: str) -> None:
+    os.chmod(path, 0o644)
+    with open(path, "r+b") as f:
+        f.write(b"X")
+
+
+def test_objects_are_read_only_verified_and_deduplicated(tmp_path):
+    store = Store(str(tmp_path))
+    digest = store.put(b"hello\n")
+    assert digest == hash_bytes(b"hello\n") and store.get(digest) == b"hello\n"
+    path = store._loose(digest)
+    assert os.stat(path).st_mode & 0o777 == 0o444
+    assert store.put(b"hello\n") == digest and len(list((tmp_path / "objects").rglob("*"))) == 3  # algo/ab/obj
+    with pytest.raises(AgentError, match="digest-mismatch|hash to"):
+        store.put(b"hello\n", hash_bytes(b"other"))
+
+
+def test_a_corrupt_object_is_an_error_and_a_later_put_of_the_bytes_mends_it(tmp_path):
+    store = Store(str(tmp_path))
+    digest = store.put(b"payload " * 100)
+    _corrupt(store._loose(digest))
+    with pytest.raises(AgentError, match="corrupt"):
+        store.get(digest)
+    store.put(b"payload " * 100)
+    assert store.get(digest) == b"payload " * 100
+
+
+def test_packs_are_indexed_and_verified(tmp_path):
+    files = {}
+    for i in range(5):
+        p = tmp_path / f"f{i}"
+        p.write_bytes(f"file {i}\n".encode() * 50)
+        files[hash_bytes(p.read_bytes())] = str(p)
+    store = Store(str(tmp_path / "store"))
+    assert store.put_files(files) == {}
+    assert all(Store(str(tmp_path / "store")).get(d) == open(p, "rb").read() for d, p in files.items())
+    assert len(list((tmp_path / "store" / "packs").glob("*.pack"))) == 1
