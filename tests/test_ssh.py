@@ -322,10 +322,7 @@ def test_ssh_target_in_process(fleet, tmp_path):
 def test_verification_runs_on_the_host_and_rolls_back_over_ssh(fleet, tmp_path):
     """The restart, readiness and generation checks run on the host's side of the SSH connection;
     a degenerate service after apply is rolled back there to exact bytes."""
-    import json
     import shlex
-    import subprocess
-    import sys
 
     from test_verify import FAKE, free_port
 
@@ -345,3 +342,20 @@ def test_verification_runs_on_the_host_and_rolls_back_over_ssh(fleet, tmp_path):
         assert "verification passed" in fleet.pk("verify", "-t", "ct129").stdout
     finally:
         subprocess.run([sys.executable, str(FAKE), "stop", "--pidfile", str(pidfile), "--port", str(port)], check=False)
+
+
+def test_audit_record_check_and_show_over_ssh(fleet):
+    """The authoring and audit verbs on hosts whose Python has no blake3 (digests are sha256 there)."""
+    fleet.pk("snapshot", "-t", "ct129", "--name", "s0")
+    rel = "sglang/srt/speculative/spec_utils.py"
+    edited = (fleet.site("ct129") / rel).read_bytes().replace(b"import ", b"import  ", 1)
+    edit_file(fleet.site("ct129") / rel, edited)
+    code = fleet.pk("audit", "-t", "ct129", "--json", check=1)
+    doc = json.loads(code.stdout)
+    assert [f["path"] for f in doc["findings"] if f["class"] == "drift"] == [rel]
+    fleet.pk("record", "fix", "-t", "ct129", "--from", "s0")
+    assert (fleet.env.root / "patchsets" / "fix" / "patchset.toml").exists()
+    assert "fix@" in fleet.pk("show", "fix").stdout
+    fleet.pk("check", "fix", "-t", "ct200")
+    fleet.pk("apply", "fix", "-t", "ct200")
+    assert (fleet.site("ct200") / rel).read_bytes() == edited
