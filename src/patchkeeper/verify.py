@@ -157,9 +157,15 @@ def probe(target: Target, svc: ServiceConfig, progress: TextIO | None = sys.stde
             return Check("ready", False, time.monotonic() - start,
                          f"the HTTP probe could not run with {target.config.python} on the target: {tail[0]}",
                          err.decode(errors="replace")[-OUTPUT_KEEP:]), {"reason": "probe"}
-        result = json.loads(out)
+        try:
+            result = json.loads(out)
+            ready = bool(result["ready"])
+        except (ValueError, TypeError, KeyError):  # something else printed on stdout (a sitecustomize?)
+            return Check("ready", False, time.monotonic() - start,
+                         f"the HTTP probe's answer was not understood: {out[:200]!r}",
+                         err.decode(errors="replace")[-OUTPUT_KEEP:]), {"reason": "probe"}
         waited = time.monotonic() - start
-        if result["ready"]:  # the probe's own clock: `waited` includes the generation that followed
+        if ready:  # the probe's own clock: `waited` includes the generation that followed
             waited = launched - start + float(result.get("seconds", 0.0))
             detail = f"{result['url']} answered after {waited:.2f}s"
             if result.get("models"):
