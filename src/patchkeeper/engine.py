@@ -124,6 +124,29 @@ def _ref(ps: PatchSet) -> dict:
     return {"name": ps.name, "version": ps.version, "digest": ps.digest, "group": ps.group}
 
 
+@dataclass(frozen=True)
+class StackChange:
+    """What applying patch sets does to the applied stack."""
+
+    removed: tuple[dict, ...]  # refs replaced: the same names, or the same groups (a switch)
+    kept: tuple[dict, ...]  # refs that stay, in order
+    adding: tuple[PatchSet, ...]  # applied after the kept ones, requirements first
+
+
+def stack_change(ws_patchsets, stack, incoming: list[PatchSet]) -> StackChange | None:
+    """The change applying `incoming` (requirements first, the named one last) makes to `stack`;
+    None when that very version and content is already applied."""
+    top = incoming[-1]
+    if any(p["name"] == top.name and p["version"] == top.version and p["digest"] == top.digest for p in stack):
+        return None
+    names = {ps.name for ps in incoming}
+    groups = {ps.group for ps in incoming if ps.group}
+    removed = tuple(p for p in stack if p["name"] in names or (groups and group_of(ws_patchsets, p) in groups))
+    kept = tuple(p for p in stack if p not in removed)
+    adding = tuple(ps for ps in incoming if not any(k["name"] == ps.name for k in kept) or ps is top)
+    return StackChange(removed, kept, adding)
+
+
 def group_of(ws_patchsets, ref: dict) -> str | None:
     """An applied patch set's group, from its ledger ref (or, for older refs, its directory)."""
     if "group" in ref:
@@ -171,20 +194,10 @@ def plan_apply(s: Session, name: str, force: bool) -> Plan | None:
     notes = check_fits(target, incoming, force)
     _check_history(s, incoming)
     current, cur_manifest = _recorded(s)
-    stack = list(current.stack)
-    top = incoming[-1]
-    if any(p["name"] == top.name and p["version"] == top.version and p["digest"] == top.digest for p in stack):
+    change = stack_change(ws.patchsets_dir, current.stack, incoming)
+    if change is None:
         return None
-    replaced_names = {ps.name for ps in incoming}
-    groups = {ps.group for ps in incoming if ps.group}
-    removed = []
-    for p in stack:
-        if p["name"] in replaced_names:
-            removed.append(p)
-        elif groups and group_of(ws.patchsets_dir, p) in groups:
-            removed.append(p)
-    kept = [p for p in stack if p not in removed]
-    adding = [ps for ps in incoming if not any(k["name"] == ps.name for k in kept) or ps is top]
+    removed, kept, adding = list(change.removed), list(change.kept), list(change.adding)
     new_stack = kept + [_ref(ps) for ps in adding]
 
     if removed:  # a switch: rebuild every file any of the old or new patch sets touches from baseline

@@ -70,17 +70,11 @@ def check(ws: Workspace, target: str | None, name: str, wheel: str | None, as_js
                 if role not in dict(t.info.roles):
                     problems.append(f"{ps.ident} sets the {role!r} file; target {t.name} has no such role")
         current = ledger.current()
-        stack = list(current.stack) if current else []
-        top = sets[-1]
-        if any(p["name"] == top.name and p["digest"] == top.digest for p in stack):
-            print(f"{t.name}: {top.ident} is already applied (state {current.id}); nothing to check")
+        change = engine.stack_change(ws.patchsets_dir, current.stack if current else (), sets)
+        if change is None:
+            print(f"{t.name}: {sets[-1].ident} is already applied (state {current.id}); nothing to check")
             return 0
-        names = {ps.name for ps in sets}
-        groups = {ps.group for ps in sets if ps.group}
-        replaced = [p for p in stack if p["name"] in names or (
-            groups and engine.group_of(ws.patchsets_dir, p) in groups)]
-        kept = [p["name"] for p in stack if p not in replaced]
-        adding = [ps for ps in sets if ps.name not in kept or ps is top]
+        replaced, kept, adding = change.removed, [p["name"] for p in change.kept], list(change.adding)
         info, agent = t.info, t.agent
         if replaced:  # a switch rebuilds from the baseline, as apply does
             base = ledger.load_manifest(ledger.baseline())
@@ -108,7 +102,7 @@ def check(ws: Workspace, target: str | None, name: str, wheel: str | None, as_js
         if drift:
             problems.append(f"{len(drift)} file(s) differ from the recorded state {current.id} (edited by hand?): "
                             + ", ".join(drift) + "; apply refuses them without --force")
-        return _report(top.ident, against, reports, problems, as_json)
+        return _report(sets[-1].ident, against, reports, problems, as_json)
 
 
 def _paths_of(ws: Workspace, name: str) -> list[str]:
