@@ -12,9 +12,22 @@ import os
 import stat
 import time
 
-from .disk import (ALGORITHM, StatCache, algorithm_of, entry_row, fsync_dir,
-                   hash_file, hostname, is_managed_name, manifest_rows, normalize_name, pid_alive,
-                   thread_pool, walk_files, write_atomic)
+from .disk import (
+    ALGORITHM,
+    StatCache,
+    algorithm_of,
+    entry_row,
+    fsync_dir,
+    hash_file,
+    hostname,
+    is_managed_name,
+    manifest_rows,
+    normalize_name,
+    pid_alive,
+    thread_pool,
+    walk_files,
+    write_atomic,
+)
 from .distcheck import check_bytecode, check_record
 from .store import Store
 

@@ -7,6 +7,7 @@ import hashlib
 from dataclasses import dataclass
 
 from .errors import BadInput
+from .patching import split_lines
 
 _ENC = ("utf-8", "surrogateescape")
 _NO_NEWLINE = "\\ No newline at end of file\n"
@@ -46,14 +47,7 @@ def _git_mode(mode: int) -> str:
 
 
 def _lines(data: bytes | None) -> list[str]:
-    if not data:
-        return []
-    text = data.decode(*_ENC)
-    lines = text.split("\n")
-    out = [line + "\n" for line in lines[:-1]]
-    if lines[-1]:
-        out.append(lines[-1])
-    return out
+    return split_lines(data.decode(*_ENC)) if data else []
 
 
 def _range(start: int, stop: int) -> str:

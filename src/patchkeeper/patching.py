@@ -124,22 +124,35 @@ def apply(patch: FilePatch, data: bytes | None, origin: str) -> Applied:
         return Applied(None, ())
     out: list[str] = []
     pos = 0
-    shift = 0
     offsets = []
-    for hunk in patch.hunks:
-        want = max(hunk.source_start - 1 + shift, pos) if hunk.old_lines else hunk.source_start + shift
-        at = _locate(lines, hunk.old_lines, want, pos)
+    for hunk, want, at in _placements(lines, patch.hunks):
         if at is None:
             raise HunkFailed(f"{where}: hunk {hunk.header} does not apply: {_mismatch(lines, hunk, want)}",
                              "the file differs from what the patch set was written against; "
                              "run `patchkeeper check` or rebuild the patch set")
-        offsets.append(at - (hunk.source_start - 1 if hunk.old_lines else hunk.source_start))
-        shift = at - (hunk.source_start - 1) if hunk.old_lines else shift
+        offsets.append(_offset(hunk, at))
         out.extend(lines[pos:at])
         out.extend(hunk.new_lines)
         pos = at + len(hunk.old_lines)
     out.extend(lines[pos:])
     return Applied("".join(out).encode(*_ENC), tuple(offsets))
+
+
+def _placements(lines: list[str], hunks: tuple[Hunk, ...]):
+    """(hunk, where its header puts it, where it lands or None), hunk by hunk, as patch places them:
+    in order, each at or after the previous one's end, the nearest exact match to where it should be."""
+    pos = shift = 0
+    for hunk in hunks:
+        want = max(hunk.source_start - 1 + shift, pos) if hunk.old_lines else hunk.source_start + shift
+        at = _locate(lines, hunk.old_lines, want, pos)
+        yield hunk, want, at
+        if at is not None:
+            shift = at - (hunk.source_start - 1) if hunk.old_lines else shift
+            pos = at + len(hunk.old_lines)
+
+
+def _offset(hunk: Hunk, at: int) -> int:
+    return at - (hunk.source_start - 1 if hunk.old_lines else hunk.source_start)
 
 
 def _locate(lines: list[str], old: tuple[str, ...], want: int, floor: int) -> int | None:
@@ -187,18 +200,14 @@ def check(patch: FilePatch, data: bytes | None) -> tuple[HunkCheck, ...]:
         ok = tuple(lines) == expected
         return (HunkCheck("deleted file", 0 if ok else None, "" if ok else
                           "the file to delete differs from the patch's copy", expected, tuple(lines), 1),)
-    out, pos, shift = [], 0, 0
-    for hunk in patch.hunks:
-        want = max(hunk.source_start - 1 + shift, pos) if hunk.old_lines else hunk.source_start + shift
-        at = _locate(lines, hunk.old_lines, want, pos)
+    out = []
+    for hunk, want, at in _placements(lines, patch.hunks):
         if at is None:
             n = len(hunk.old_lines)
             out.append(HunkCheck(hunk.header, None, _mismatch(lines, hunk, want), hunk.old_lines,
                                  tuple(lines[max(want, 0):max(want, 0) + n]), max(want, 0) + 1))
-            continue
-        out.append(HunkCheck(hunk.header, at - (hunk.source_start - 1 if hunk.old_lines else hunk.source_start)))
-        shift = at - (hunk.source_start - 1) if hunk.old_lines else shift
-        pos = at + len(hunk.old_lines)
+        else:
+            out.append(HunkCheck(hunk.header, _offset(hunk, at)))
     return tuple(out)
 
 

@@ -8,6 +8,7 @@ import time
 
 from .disk import AgentError, algorithm_of, hash_bytes, write_atomic
 
+
 class Store:
     """Content-addressed objects: loose files at objects/<algo>/ab/cdef…, packs for bulk.
 

@@ -17,10 +17,10 @@ import posixpath
 from dataclasses import dataclass
 
 from . import faults
+from .disk import STAGE_PREFIX, AgentError
 from .errors import Refused, StoreError
 from .ledger import Ledger, LedgerEntry
 from .manifest import Entry
-from .disk import STAGE_PREFIX, AgentError
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,6 @@ from . import emit_json
 from .show_plan import describe as describe_plan
 from .snapshot import mirror
 
-
 PREVIOUS_FAILS = "the previous code state fails as well: the fault is likely not in the patch set"
 
 
