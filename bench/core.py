@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import PK, REPO, SITE_REL, copy_venv, median, print_rows, row, run, workspace  # noqa: E402
+from common import PK, REPO, SITE_REL, copy_venv, print_rows, row, run, workspace  # noqa: E402
 
 TORCH_VENV = Path(os.environ.get("PK_TORCH_VENV", REPO / ".cache" / "torch-venv"))
 
@@ -23,14 +25,25 @@ def _git_copy(tmp: Path, site: Path) -> Path:
     return repo
 
 
-def apply_rollback(venv: Path, ws: Path, repeat: int = 5) -> float:
+def prepare(ws: Path) -> None:
+    """Record the baseline outside the timing and let the stat cache reach its steady state."""
+    run(PK + ["--workspace", str(ws), "snapshot", "--name", "bench-start"])
+    time.sleep(2.5)  # past the stat cache's racy window for the freshly copied tree
+    run(PK + ["--workspace", str(ws), "status"])  # as any earlier command on a real target would
+
+
+def apply_rollback(ws: Path) -> float:
     args = ["--workspace", str(ws)]
-    run(PK + args + ["snapshot", "--name", "bench-start"])  # baseline recorded outside the timing
+    return run(PK + args + ["apply", "ddtree"]) + run(PK + args + ["rollback", "--to", "baseline"])
 
-    def once() -> float:
-        return run(PK + args + ["apply", "ddtree"]) + run(PK + args + ["rollback", "--to", "baseline"])
 
-    return median(once, repeat)
+def interleaved(fns: list, repeat: int = 9) -> list[float]:
+    """Medians of each fn, run in turns, so that drifting machine load falls on all of them alike."""
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeat):
+        for i, fn in enumerate(fns):
+            times[i].append(fn())
+    return [statistics.median(t) for t in times]
 
 
 def main() -> list[dict]:
@@ -51,23 +64,24 @@ def main() -> list[dict]:
         git_add = run(["git", "add", "-A"], cwd=git_tree)
         rows.append(row("record baseline (bytes kept)", ours_base, "git add -A", git_add, "<= 0.5x"))
 
-        ours = apply_rollback(venv, ws)
         repo = _git_copy(tmp, venv / SITE_REL)
 
         def git_once() -> float:
             return (run(["git", "apply", str(diff)], cwd=repo)
                     + run(["sh", "-c", "git checkout -- . && git clean -fdq"], cwd=repo))
 
-        peer = median(git_once)
-        rows.append(row("apply ddtree + rollback --to baseline", ours, "git apply + git checkout -- .", peer, "<= 3x"))
-
+        prepare(ws)
+        fns = [lambda: apply_rollback(ws), git_once]
         if (TORCH_VENV / ".done").exists():
-            tvenv = copy_venv(tmp / "venv-torch", TORCH_VENV)
-            tws = workspace(tmp / "ws-torch", tvenv)
-            with_torch = apply_rollback(tvenv, tws)
-            rows.append(row("same, torch 2.13.0 in site-packages", with_torch, "same without torch", ours, "<= 1.2x"))
+            tws = workspace(tmp / "ws-torch", copy_venv(tmp / "venv-torch", TORCH_VENV))
+            prepare(tws)
+            fns.append(lambda: apply_rollback(tws))
         else:
             print(f"(skipped the torch figure: {TORCH_VENV} is not built; `make bench` builds it)")
+        ours, peer, *torch = interleaved(fns)
+        rows.append(row("apply ddtree + rollback --to baseline", ours, "git apply + git checkout -- .", peer, "<= 3x"))
+        if torch:
+            rows.append(row("same, torch 2.13.0 in site-packages", torch[0], "same without torch", ours, "<= 1.2x"))
     print_rows("core: apply, rollback, baseline (sglang 0.5.23)", rows)
     return rows
 
