@@ -178,13 +178,19 @@ class Agent:
 
     @staticmethod
     def _record_paths(record: str) -> list[str]:
-        import csv
-
+        """The paths of a RECORD (CSV: path,hash,size); csv only for the rare quoted path."""
         try:
             with open(record, newline="", encoding="utf-8") as f:
-                return [row[0] for row in csv.reader(f) if row]
+                lines = f.read().splitlines()
         except FileNotFoundError:
             return []
+        quoted = [line for line in lines if line.startswith('"')]
+        if quoted:
+            import csv
+
+            paths = dict(zip(quoted, (row[0] for row in csv.reader(quoted))))
+            return [paths[line] if line[0] == '"' else line.rsplit(",", 2)[0] for line in lines if line]
+        return [line.rsplit(",", 2)[0] for line in lines if line]
 
     # ---- scanning ----------------------------------------------------------------------
     def scan(self, root: str, paths: list[str], walk: list[str], cache: str | None = None,

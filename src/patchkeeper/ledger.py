@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import getpass
 import json
+import os
+import pwd
 import posixpath
 import socket
 import time
-import uuid
 from dataclasses import asdict, dataclass, field
 
 from .disk import hash_bytes
@@ -79,12 +79,12 @@ class LedgerEntry:
 
 
 def new_id() -> str:
-    return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + os.urandom(3).hex()
 
 
 def who() -> str:
     try:
-        user = getpass.getuser()
+        user = os.environ.get("USER") or os.environ.get("LOGNAME") or pwd.getpwuid(os.getuid()).pw_name
     except (KeyError, OSError):
         user = "?"
     return f"{user}@{socket.gethostname()}"

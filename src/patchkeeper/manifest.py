@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Iterator, Mapping
 
 _AMBIGUOUS = re.compile(r'^"|[\x00-\x1f\x7f\\]')
+_AMBIGUOUS_ANYWHERE = re.compile(r'(?:^|\x1f)"|[\x00-\x1e\x7f\\]')  # over keys joined by \x1f
 ROLE_PREFIX = "@"  # manifest keys of role files (the unit file...) are "@unit"; the rest are paths
 
 
@@ -49,7 +50,8 @@ class Manifest(Mapping[str, Entry]):
         return Manifest(entries)
 
     def to_text(self) -> bytes:
-        lines = [f"{e.mode:o} {e.size} {e.digest} {_quote(k)}\n" for k, e in self._entries.items()]
+        plain = not _AMBIGUOUS_ANYWHERE.search("\x1f".join(self._entries))  # one search for the common case
+        lines = [f"{e.mode:o} {e.size} {e.digest} {k if plain else _quote(k)}\n" for k, e in self._entries.items()]
         return "".join(lines).encode("utf-8", "surrogateescape")
 
     @classmethod
