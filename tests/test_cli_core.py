@@ -31,3 +31,18 @@ def test_apply_switch_rollback_restores_exact_bytes(env, pristine_venv):
     log = json.loads(env.pk("log", "--json").stdout)
     assert [e["kind"] for e in log] == ["rollback", "switch", "apply", "baseline"]
     assert log[2]["patchsets"][0]["name"] == "ddtree"
+
+
+def test_workspace_keeps_the_ledger_and_every_state_manifest(env):
+    env.pk("apply", "ddtree")
+    env.pk("apply", "nextn")
+    env.pk("rollback", "--to", "baseline")
+    out = env.root / "snapshots" / "local"
+    log = json.loads(env.pk("log", "--json").stdout)
+    assert sorted(p.name for p in (out / "ledger").iterdir()) == sorted(
+        f"{e['seq']:06d}-{e['id']}.json" for e in log)
+    states = {e["after"]["id"] for e in log}
+    assert {p.stem for p in (out / "manifests").iterdir()} == states and len(states) == 3
+    baseline = next(e["after"]["id"] for e in log if e["kind"] == "baseline")
+    assert (out / "manifest.txt").read_bytes() == (out / "manifests" / f"{baseline}.txt").read_bytes()
+    assert b"sglang/srt/speculative/ddtree_utils.py" not in (out / "manifest.txt").read_bytes()

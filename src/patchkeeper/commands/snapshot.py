@@ -25,20 +25,29 @@ def snapshot(ws: Workspace, target: str | None, name: str, manifest_only: bool) 
 
 
 def mirror(ws: Workspace, s: Session, manifest: bool = True) -> list:
-    """Copy the target's ledger entries and current manifest into snapshots/<target>/."""
+    """Copy the target's ledger entries and the manifest of every state they name into
+    snapshots/<target>/ (manifests/<state id>.txt, each written once), and the current state as
+    manifest.txt and state.json, whose git history reads as the target's."""
     out = ws.snapshots_dir / s.target.name
     (out / "ledger").mkdir(parents=True, exist_ok=True)
+    (out / "manifests").mkdir(exist_ok=True)
     written, fresh = [], []
+    texts: dict[str, bytes] = {}
     for entry in s.ledger.entries():
         path = out / "ledger" / entry.file_name()
         if not path.exists():
             path.write_text(json.dumps(entry.to_dict(), indent=1) + "\n")
             written.append(path)
             fresh.append(entry)
+        kept = out / "manifests" / f"{entry.after.id}.txt"
+        if manifest and not kept.exists():
+            texts.setdefault(entry.after.manifest, s.target.agent.store_get(s.target.info.store, entry.after.manifest))
+            kept.write_bytes(texts[entry.after.manifest])
+            written.append(kept)
     current = s.ledger.current()
     if current is not None and manifest:
         path = out / "manifest.txt"
-        path.write_bytes(s.target.agent.store_get(s.target.info.store, current.manifest))
+        path.write_bytes(texts.get(current.manifest) or (out / "manifests" / f"{current.id}.txt").read_bytes())
         (out / "state.json").write_text(json.dumps({"target": s.target.name, **current.to_dict()}, indent=1) + "\n")
         written += [path, out / "state.json"]
     if fresh:
