@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import resource
 import shutil
 import subprocess
@@ -11,21 +10,17 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-SGLANG = Path(os.environ.get("PK_SGLANG_VENV", REPO / ".cache" / "sglang-venv"))
+sys.path.insert(0, str(Path(__file__).parent))
+from common import PRISTINE as SGLANG, REPO, SITE_REL as SITE, best, run  # noqa: E402
+
 TORCH = REPO / ".cache" / "torch-venv"
-SITE = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
 PK = [sys.executable, "-m", "patchkeeper"]
 
 
 def _timed(argv: list[str], cwd: Path | None = None, repeat: int = 3) -> tuple[float, int]:
     """Best wall time of `repeat` runs, and the peak RSS (KiB) of the children so far."""
-    best = float("inf")
-    for _ in range(repeat):
-        t = time.perf_counter()
-        subprocess.run(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        best = min(best, time.perf_counter() - t)
-    return best, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    took = best(lambda: run(argv, cwd=cwd, ok=(0, 1)), repeat)
+    return took, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
 
 
 def _workspace(root: Path, venvs: list[Path]) -> Path:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import statistics
 import subprocess
 import sys
@@ -10,9 +9,9 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-PRISTINE = Path(os.environ.get("PK_SGLANG_VENV", REPO / ".cache" / "sglang-venv"))
-SITE_REL = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
+sys.path.insert(0, str(Path(__file__).parent))
+from common import PRISTINE, REPO, SITE_REL, run  # noqa: E402
+
 FILES = 30
 RUNS = 5
 
@@ -48,15 +47,6 @@ def _change_30_files(site: Path) -> list[str]:
     return touched
 
 
-def _time(argv: list[str], cwd: Path | None = None, ok=(0,)) -> float:
-    start = time.perf_counter()
-    proc = subprocess.run(argv, cwd=cwd, capture_output=True)
-    took = time.perf_counter() - start
-    if proc.returncode not in ok:
-        raise SystemExit(f"{argv[:4]} failed ({proc.returncode}): {proc.stderr.decode()[-400:]}")
-    return took
-
-
 def main() -> None:
     if not (PRISTINE / ".done").exists():
         raise SystemExit(f"{PRISTINE} missing: run `make bench`")
@@ -74,9 +64,9 @@ def main() -> None:
         touched = _change_30_files(site)
 
         record, gitdiff = [], []
-        for run in range(RUNS):
-            record.append(_time([*pk, "record", f"bench{run}", "--from", "start"]))
-            gitdiff.append(_time(["git", "diff", "--no-index", "--no-renames", "--no-color",
+        for i in range(RUNS):
+            record.append(run([*pk, "record", f"bench{i}", "--from", "start"], ok=(0,)))
+            gitdiff.append(run(["git", "diff", "--no-index", "--no-renames", "--no-color",
                                   str(PRISTINE / SITE_REL / "sglang"), str(site / "sglang")], ok=(1,)))
         patch = (ws / "patchsets/bench0/bench0.patch").read_bytes()
 
@@ -94,7 +84,7 @@ def main() -> None:
             start = time.perf_counter()
             diffwrite.diff(pairs)
             writer.append(time.perf_counter() - start)
-        startup = [_time([*pk, "--version"]) for _ in range(RUNS)]
+        startup = [run([*pk, "--version"], ok=(0,)) for _ in range(RUNS)]
         per_pair = []  # the alternative writer: git itself, one `git diff --no-index` per changed file
         for _ in range(RUNS):
             start = time.perf_counter()

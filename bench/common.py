@@ -15,20 +15,25 @@ SITE_REL = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-pa
 PK = [str(REPO / ".venv" / "bin" / "patchkeeper")]
 
 
-def run(argv, cwd=None, env=None, quiet=True) -> float:
-    """Run a command to completion; return its wall time in seconds; raise if it fails."""
+def run(argv, cwd=None, env=None, quiet=True, ok=(0, 1)) -> float:
+    """Run a command to completion; return its wall time in seconds; raise unless it exits in `ok`."""
     env = {k: v for k, v in {**os.environ, **(env or {})}.items() if k != "PYTHONDONTWRITEBYTECODE"}
     t = time.perf_counter()
     proc = subprocess.run(argv, cwd=cwd, env=env,
                           stdout=subprocess.DEVNULL if quiet else None, stderr=subprocess.PIPE)
     elapsed = time.perf_counter() - t
-    if proc.returncode not in (0, 1):
+    if proc.returncode not in ok:
         raise RuntimeError(f"{argv} failed ({proc.returncode}): {proc.stderr.decode()[-500:]}")
     return elapsed
 
 
 def median(fn, repeat: int = 5) -> float:
     return statistics.median(fn() for _ in range(repeat))
+
+
+def best(fn, repeat: int = 3) -> float:
+    """The fastest of `repeat` runs: the one least disturbed by other load."""
+    return min(fn() for _ in range(repeat))
 
 
 def row(name: str, ours: float, peer_name: str, peer: float, goal: str) -> dict:

@@ -19,13 +19,13 @@ import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).parent))
+from common import PRISTINE, REPO, SITE_REL, best, run  # noqa: E402
+
 sys.path.insert(0, str(REPO / "tests"))
 
 from sshd import Sshd, write_client_config  # noqa: E402
 
-PRISTINE = Path(os.environ.get("PK_SGLANG_VENV", REPO / ".cache" / "sglang-venv"))
-SITE_REL = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
 RUNS = int(os.environ.get("PK_BENCH_RUNS", "3"))
 
 
@@ -67,18 +67,14 @@ class Relay:
         self.sent = self.received = 0
 
 
-def timed(argv: list[str], env: dict, ok=(0,), runs: int = RUNS, before=None) -> float:
-    """Best wall time of `runs` runs (the fastest is the least disturbed by other load)."""
-    best = float("inf")
-    for _ in range(runs):
+def timed(argv: list[str], env: dict, runs: int = RUNS, before=None) -> float:
+    """Best wall time of `runs` runs; `before` runs ahead of each, outside the timing."""
+    def once() -> float:
         if before:
             before()
-        t0 = time.perf_counter()
-        proc = subprocess.run(argv, env=env, capture_output=True)
-        best = min(best, time.perf_counter() - t0)
-        if proc.returncode not in ok:
-            raise SystemExit(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.decode()[-2000:]}")
-    return best
+        return run(argv, env=env, ok=(0,))
+
+    return best(once, runs)
 
 
 def main() -> None:

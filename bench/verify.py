@@ -9,7 +9,6 @@ Rows have the same keys as bench/common.py's `row` so bench/run.py can collect t
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
 import statistics
@@ -19,30 +18,12 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-PRISTINE = Path(os.environ.get("PK_SGLANG_VENV", REPO / ".cache" / "sglang-venv"))
-PK = [str(REPO / ".venv" / "bin" / "patchkeeper")]
+sys.path.insert(0, str(Path(__file__).parent))
+from common import PK, PRISTINE, REPO, median, row, run  # noqa: E402
+
 FAKE = REPO / "tests" / "fake_openai.py"
 PROMPT = "Write a Python function that returns the n-th Fibonacci number."
 REPEAT = 9
-
-
-def _run(argv: list[str], ok=(0,)) -> float:
-    t = time.perf_counter()
-    proc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    elapsed = time.perf_counter() - t
-    if proc.returncode not in ok:
-        raise RuntimeError(f"{argv} failed ({proc.returncode}): {proc.stderr.decode()[-500:]}")
-    return elapsed
-
-
-def _median(fn, repeat: int = REPEAT) -> float:
-    return statistics.median(fn() for _ in range(repeat))
-
-
-def _row(name: str, ours: float, peer_name: str, peer: float, goal: str) -> dict:
-    return {"measure": name, "ours_s": round(ours, 4), "peer": peer_name, "peer_s": round(peer, 4),
-            "ratio": round(ours / peer, 3) if peer else None, "goal": goal}
 
 
 def _free_port() -> int:
@@ -78,12 +59,12 @@ def main() -> list[dict]:
         subprocess.run([server[0], server[1], "start", *server[2:]], check=True, stdout=subprocess.DEVNULL)
         try:
             pk = PK + ["--workspace", str(ws)]
-            _run(pk + ["snapshot", "--name", "bench-start"])  # the baseline, outside the timing
-            _run(pk + ["verify"])  # the server is up and answers (this waits for it to bind)
+            run(pk + ["snapshot", "--name", "bench-start"])  # the baseline, outside the timing
+            run(pk + ["verify"])  # the server is up and answers (this waits for it to bind)
 
             def apply_then_rollback(*flags: str) -> float:
-                took = _run(pk + ["apply", "ddtree", *flags])
-                _run(pk + ["rollback", "--to", "baseline", "--no-verify"])
+                took = run(pk + ["apply", "ddtree", *flags])
+                run(pk + ["rollback", "--to", "baseline", "--no-verify"])
                 return took
 
             pairs = [(apply_then_rollback("--no-verify"), apply_then_rollback()) for _ in range(REPEAT)]
@@ -92,11 +73,11 @@ def main() -> list[dict]:
             added = statistics.median(v - b for b, v in pairs)
             base = f"http://127.0.0.1:{port}"
             body = json.dumps({"model": "qwen3-8b", "prompt": PROMPT, "max_tokens": 64, "temperature": 0})
-            curl = _median(lambda: _run(["curl", "-sf", "-o", "/dev/null", base + "/v1/models"])
-                           + _run(["curl", "-sf", "-o", "/dev/null", "-H", "Content-Type: application/json",
+            curl = median(lambda: run(["curl", "-sf", "-o", "/dev/null", base + "/v1/models"])
+                           + run(["curl", "-sf", "-o", "/dev/null", "-H", "Content-Type: application/json",
                                    "-d", body, base + "/v1/completions"]))
-            alone = _median(lambda: _run(pk + ["verify"]))
-            startup = _median(lambda: _run(PK + ["--version"]))
+            alone = median(lambda: run(pk + ["verify"]), REPEAT)
+            startup = median(lambda: run(PK + ["--version"]))
             probe_src = (REPO / "src" / "patchkeeper" / "probe_http.py").read_text()
             request = json.dumps({"base_url": base, "window": 5, "interval": 0.1,
                                   "generate": {"prompt": PROMPT, "max_tokens": 64, "timeout": 30,
@@ -108,17 +89,17 @@ def main() -> list[dict]:
                                capture_output=True, check=True)
                 return time.perf_counter() - t0
 
-            probe_s = _median(probe)
+            probe_s = median(probe)
         finally:
             subprocess.run([server[0], server[1], "stop", *server[2:]], check=False)
-    rows.append(_row("verification added to `apply ddtree` (paired)", added, "curl /v1/models + /v1/completions", curl,
+    rows.append(row("verification added to `apply ddtree` (paired)", added, "curl /v1/models + /v1/completions", curl,
                      f"added - curl < 0.3 s: {added - curl:.3f} s {'ok' if added - curl < 0.3 else 'MISSED'}"))
-    rows.append(_row("`patchkeeper verify` (no restart)", alone, "curl /v1/models + /v1/completions", curl,
+    rows.append(row("`patchkeeper verify` (no restart)", alone, "curl /v1/models + /v1/completions", curl,
                      "the checks alone, with the ledger entry"))
-    rows.append(_row("the HTTP probe alone (python -I -c)", probe_s, "curl /v1/models + /v1/completions", curl,
+    rows.append(row("the HTTP probe alone (python -I -c)", probe_s, "curl /v1/models + /v1/completions", curl,
                      "what runs on the target"))
-    rows.append(_row("`apply ddtree` with verification", verified, "`apply ddtree --no-verify`", bare, "-"))
-    rows.append(_row("`patchkeeper --version` (start-up)", startup, "curl /v1/models + /v1/completions", curl, "-"))
+    rows.append(row("`apply ddtree` with verification", verified, "`apply ddtree --no-verify`", bare, "-"))
+    rows.append(row("`patchkeeper --version` (start-up)", startup, "curl /v1/models + /v1/completions", curl, "-"))
     print("\n## verify: the cost of verification when the server answers at once (medians of "
           f"{REPEAT})")
     print(f"{'measure':46} {'ours (s)':>9} {'peer':>36} {'peer (s)':>9} {'ratio':>7}  goal")
