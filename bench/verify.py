@@ -78,7 +78,7 @@ def main() -> list[dict]:
                                    "-d", body, base + "/v1/completions"]))
             alone = median(lambda: run(pk + ["verify"]), REPEAT)
             startup = median(lambda: run(PK + ["--version"]))
-            probe_src = (REPO / "src" / "patchkeeper" / "probe_http.py").read_text()
+            probe_src = (REPO / "src" / "patchkeeper" / "host" / "probe_http.py").read_text()
             request = json.dumps({"base_url": base, "window": 5, "interval": 0.1,
                                   "generate": {"prompt": PROMPT, "max_tokens": 64, "timeout": 30,
                                                "endpoint": "completions", "model": None}}).encode()

@@ -9,8 +9,8 @@ import sys
 
 from conftest import edit_file
 
-from patchkeeper.disk import hash_bytes
-from patchkeeper.store import Store
+from patchkeeper.host.disk import hash_bytes
+from patchkeeper.host.store import Store
 
 SPEC = "sglang/srt/speculative/spec_info.py"
 VERSION = "sglang/version.py"
@@ -107,7 +107,7 @@ def test_lock_names_its_holder_and_a_dead_holder_is_detected(env):
     env.pk("status")
     holder = subprocess.Popen(
         [sys.executable, "-c",
-         "import sys,time; from patchkeeper.agent import Agent;"
+         "import sys,time; from patchkeeper.host.agent import Agent;"
          f"assert Agent().lock({str(env.state_dir / 'lock')!r}, {{'command': 'apply ddtree'}}) is None;"
          "print('locked', flush=True); time.sleep(60)"],
         stdout=subprocess.PIPE, text=True)

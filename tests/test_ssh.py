@@ -279,7 +279,7 @@ def test_hostile_file_names_are_data_everywhere(fleet, tmp_path):
 
 def test_ssh_target_in_process(fleet, tmp_path):
     """SshTarget itself: run() quotes every argument, errors map back, ProxyJump, one agent."""
-    from patchkeeper.disk import AgentError
+    from patchkeeper.host.disk import AgentError
     from patchkeeper.errors import TargetError
     from patchkeeper.targets import open_target
     from patchkeeper.workspace import load

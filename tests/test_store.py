@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from patchkeeper.disk import AgentError, hash_bytes
-from patchkeeper.store import Store
+from patchkeeper.host.disk import AgentError, hash_bytes
+from patchkeeper.host.store import Store
 
 
 def _corrupt(path: str) -> None:

@@ -258,7 +258,7 @@ def test_probe_is_stdlib_only():
 
 
 def test_probe_reads_chunked_answers_and_bracketed_hosts():
-    from patchkeeper import probe_http
+    from patchkeeper.host import probe_http
 
     assert probe_http._dechunk(b"4\r\n{\"a\"\r\n3;x=1\r\n: 1\r\n1\r\n}\r\n0\r\n\r\n") == b'{"a": 1}'
     assert probe_http._split("http://[::1]:8000/v1") == ("http", "[::1]:8000", "::1", 8000, "/v1")

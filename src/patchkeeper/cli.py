@@ -22,16 +22,11 @@ def command(fn):
 
     @wraps(fn)
     def wrapper(*args, **kwargs):
-        from .disk import AgentError
-
         try:
             code = fn(*args, **kwargs)
         except PatchkeeperError as exc:
             click.echo(f"patchkeeper: error: {exc}", err=True)
             sys.exit(exc.exit_code)
-        except AgentError as exc:
-            click.echo(f"patchkeeper: error: {exc}", err=True)
-            sys.exit(2)
         except OSError as exc:  # the file system said no (permissions, a full disk): one line, not a traceback
             where = f": {exc.filename}" if exc.filename else ""
             click.echo(f"patchkeeper: error: {exc.strerror or exc}{where}\n  hint: fix that, then run the command "

@@ -2,23 +2,10 @@
 
 from __future__ import annotations
 
+from .host.errors import EXIT_REFUSED, AgentError, PatchkeeperError  # noqa: F401  (the root, shared with the host)
+
 EXIT_DIFFERS = 1  # a check found differences (diff, audit, verify)
-EXIT_REFUSED = 2  # bad input or refused; nothing changed
 EXIT_ROLLED_BACK = 3  # failed and rolled back
-
-
-class PatchkeeperError(Exception):
-    """Something patchkeeper will not do or could not do; nothing was changed unless said."""
-
-    exit_code = EXIT_REFUSED
-
-    def __init__(self, message: str, hint: str = "") -> None:
-        super().__init__(message)
-        self.message = message
-        self.hint = hint
-
-    def __str__(self) -> str:
-        return f"{self.message}\n  hint: {self.hint}" if self.hint else self.message
 
 
 class BadInput(PatchkeeperError):

@@ -10,7 +10,7 @@ import socket
 import time
 from dataclasses import asdict, dataclass, field
 
-from .disk import hash_bytes
+from .host.disk import hash_bytes
 from .errors import BadInput, Refused
 from .manifest import Manifest
 from .targets import Target

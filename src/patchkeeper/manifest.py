@@ -56,7 +56,7 @@ class Manifest(Mapping[str, Entry]):
 
     @classmethod
     def from_text(cls, data: bytes) -> "Manifest":
-        from .disk import manifest_rows
+        from .host.disk import manifest_rows
 
         return cls({key: Entry(*row) for key, row in manifest_rows(data).items()})
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import patching
-from .disk import hash_bytes
+from .host.disk import hash_bytes
 from .errors import BadInput
 
 MANIFEST = "patchset.toml"

@@ -17,7 +17,7 @@ import posixpath
 from dataclasses import dataclass
 
 from . import faults
-from .disk import STAGE_PREFIX, AgentError
+from .host.disk import STAGE_PREFIX, AgentError
 from .errors import Refused, StoreError
 from .ledger import Ledger, LedgerEntry
 from .manifest import Entry

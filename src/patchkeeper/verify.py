@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from . import probe_http
+from .host import probe_http
 from .ledger import LedgerEntry, State, new_id, who
 from .service import ServiceConfig
 from .session import Session

@@ -6,7 +6,6 @@ import sys
 import time
 
 from .. import audit, engine
-from ..disk import AgentError
 from ..errors import PatchkeeperError
 from ..session import Session
 from ..workspace import Workspace
@@ -84,7 +83,7 @@ def print_report(report: audit.Report, verbose: bool) -> None:
 def _audit_or_error(ws: Workspace, name: str, probes: list[str]) -> audit.Report | str:
     try:
         return _audit_one(ws, name, probes, None)
-    except (PatchkeeperError, AgentError) as exc:
+    except PatchkeeperError as exc:
         return str(exc).splitlines()[0]
 
 

@@ -74,7 +74,7 @@ class Target(ABC):
     @property
     @abstractmethod
     def agent(self):
-        """An object with the methods of `patchkeeper.agent.Agent`, running next to the files."""
+        """An object with the methods of `patchkeeper.host.agent.Agent`, running next to the files."""
 
     @abstractmethod
     def run(self, argv: list[str], timeout: float = 60.0, input: bytes | None = None) -> tuple[int, bytes, bytes]:
@@ -90,7 +90,7 @@ class Target(ABC):
 
     def hash_bytes(self, data: bytes) -> str:
         """The digest of `data` as this target's agent and store name it."""
-        from ..disk import hash_bytes
+        from ..host.disk import hash_bytes
 
         return hash_bytes(data, self.algorithm)
 

@@ -6,8 +6,8 @@ import json
 import os
 import subprocess
 
-from ..agent import Agent
-from ..disk import write_atomic
+from ..host.agent import Agent
+from ..host.disk import write_atomic
 from .base import Target
 
 

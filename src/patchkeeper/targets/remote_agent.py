@@ -2,9 +2,9 @@
 
 Nothing is installed on the host. The target's interpreter is started with a bootstrap that
 reads a given number of bytes from stdin and executes them: the sources of the agent's modules
-(disk, store, distcheck, agent, wire), built there into a package, then answering framed requests
+(everything in `patchkeeper.host`), built there into a package, then answering framed requests
 on stdin/stdout. Calls look exactly like calls on
-`patchkeeper.agent.Agent`; exceptions come back as the same types where that matters
+`patchkeeper.host.agent.Agent`; exceptions come back as the same types where that matters
 (FileNotFoundError, AgentError) and as TargetError otherwise.
 """
 
@@ -14,12 +14,12 @@ import shlex
 import threading
 from importlib import resources
 
-from .. import wire
-from ..disk import AgentError
+from ..host import wire
+from ..errors import AgentError
 from ..errors import TargetError
 
 # The agent's modules, in import order; on the host they become the package `pkagent`.
-AGENT_MODULES = ("disk", "store", "distcheck", "agent", "wire")
+AGENT_MODULES = ("errors", "disk", "store", "distcheck", "agent", "wire")
 _BOOT = """
 import sys, types
 pkg = types.ModuleType("pkagent"); pkg.__path__ = []; sys.modules["pkagent"] = pkg
@@ -34,7 +34,7 @@ pkg.wire.serve(pkg.agent.Agent())
 def program() -> bytes:
     """The agent's modules as one script that builds them as a package and serves an Agent on
     stdin/stdout (relative imports between them work as they do locally)."""
-    sources = [(name, resources.files("patchkeeper").joinpath(f"{name}.py").read_text(encoding="utf-8"))
+    sources = [(name, resources.files("patchkeeper.host").joinpath(f"{name}.py").read_text(encoding="utf-8"))
                for name in AGENT_MODULES]
     return f"MODULES = {sources!r}\n{_BOOT}".encode("utf-8")
 

@@ -13,6 +13,8 @@ import stat
 import time
 from typing import Iterator
 
+from .errors import AgentError
+
 try:  # blake3 is patchkeeper's hash; a host without it falls back to sha256 (and says so).
     import blake3 as _blake3
 except ImportError:  # pragma: no cover - exercised on hosts without blake3
@@ -24,14 +26,6 @@ _BIG = 4 << 20  # files above this size are hashed with blake3's own threads
 _SKIP_DIRS = {"__pycache__"}
 _SKIP_SUFFIXES = (".pyc", ".pyo")
 STAGE_PREFIX = ".pk-stage-"
-
-
-class AgentError(Exception):
-    """A near-disk operation failed; `kind` names the failure for the controller."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
 
 
 def _hasher(size: int = 0, algorithm: str | None = None):

@@ -6,7 +6,8 @@ import json
 import os
 import time
 
-from .disk import AgentError, algorithm_of, hash_bytes, write_atomic
+from .errors import AgentError
+from .disk import algorithm_of, hash_bytes, write_atomic
 
 
 class Store:
