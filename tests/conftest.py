@@ -25,6 +25,31 @@ def _isolated_home(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("PATCHKEEPER_WORKSPACE", raising=False)
     monkeypatch.delenv("PATCHKEEPER_CRASH_AT", raising=False)
+    runtime = home / "run"  # held SSH connections put their sockets here (targets/persist.py)
+    runtime.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    yield
+    end_holders(runtime / "patchkeeper")
+
+
+def end_holders(directory: Path) -> None:
+    """No test leaves a held connection running: ask each holder to stop, SIGKILL what remains."""
+    import signal
+    import socket
+    import struct
+
+    if not directory.is_dir():
+        return
+    for sock_path in directory.glob("*.sock"):
+        s = socket.socket(socket.AF_UNIX)
+        try:
+            s.connect(str(sock_path))
+            pid = struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+        finally:
+            s.close()
 
 
 @pytest.fixture(scope="session")

@@ -56,7 +56,7 @@ class Sshd:
                 f"PidFile {directory / 'sshd.pid'}", f"AuthorizedKeysFile {directory / 'authorized_keys'}",
                 "UsePAM no", "StrictModes no", "PasswordAuthentication no", "KbdInteractiveAuthentication no",
                 "PubkeyAuthentication yes", "PermitRootLogin prohibit-password", "AllowTcpForwarding yes",
-                "MaxSessions 100", "MaxStartups 100:30:200", "LogLevel ERROR", "PrintMotd no", "UseDNS no", ""]))
+                "MaxSessions 100", "MaxStartups 100:30:200", "LogLevel INFO", "PrintMotd no", "UseDNS no", ""]))
             proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config), "-E", str(directory / "sshd.log")])
             for _ in range(200):
                 if proc.poll() is not None:
@@ -94,6 +94,12 @@ def write_client_config(home: Path, sshd: Sshd, aliases: list[str], extra: str =
     if known_hosts:
         (ssh / "known_hosts").write_text(sshd.host_key_line())
     return ssh
+
+
+def accepted(sshd: Sshd) -> int:
+    """How many SSH connections the sshd has accepted so far (LogLevel INFO logs each login)."""
+    log = sshd.dir / "sshd.log"
+    return log.read_text(errors="replace").count("Accepted publickey") if log.exists() else 0
 
 
 def agent_session_pid(agent_pid: int) -> int:

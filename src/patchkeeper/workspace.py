@@ -22,6 +22,7 @@ class TargetConfig:
     files: dict[str, str] = field(default_factory=dict)  # role -> path
     state_dir: str | None = None
     ssh: str | None = None
+    persist: float = 60.0  # seconds an SSH target's held connection outlives its last command; 0: none
     raw: dict = field(default_factory=dict)  # the whole table, for verbs with their own keys
 
 
@@ -81,12 +82,17 @@ def load(root: Path) -> Workspace:
         tables, problems = {}, ["targets must be a table of [targets.NAME] tables"]
     if not isinstance(doc.get("default_target", ""), str):
         problems.append("default_target must be a string")
+    persist = doc.get("persist", 60)
+    if not _seconds(persist):
+        problems.append("persist must be a number of seconds >= 0")
     for name, table in tables.items():
         if not isinstance(table, dict):
             problems.append(f"[targets.{name}] is not a table")
             continue
         missing = [k for k in ("python", "package") if not isinstance(table.get(k), str)]
         wrong = [k for k in ("ssh", "state_dir") if k in table and not isinstance(table[k], str)]
+        if not _seconds(table.get("persist", 0)):
+            wrong.append("persist (seconds >= 0)")
         files = table.get("files") or {}
         if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
             wrong.append("files (a table of role = \"path\")")
@@ -104,11 +110,16 @@ def load(root: Path) -> Workspace:
             files={role: _local_path(root, p, ssh) for role, p in files.items()},
             state_dir=_local_path(root, state_dir, ssh) if state_dir else None,
             ssh=ssh,
+            persist=float(table.get("persist", persist if _seconds(persist) else 60)),
             raw=table,
         )
     if problems:
         raise BadInput(f"{path}: " + "; ".join(problems), "see the README for the target keys")
     return Workspace(root=root, default_target=doc.get("default_target"), targets=targets)
+
+
+def _seconds(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
 
 
 def _local_path(root: Path, value: str, ssh: str | None) -> str:

@@ -48,21 +48,25 @@ def command_line(python: str, size: int) -> str:
 class RemoteAgent:
     """Proxy with the methods of Agent; one request at a time over one channel."""
 
-    def __init__(self, channel, target_name: str, python: str) -> None:
+    def __init__(self, channel, target_name: str, python: str, hello: dict | None = None) -> None:
+        """Start the agent on an SSH exec channel; given its `hello`, `channel` is a stream to an
+        agent that already runs (a held connection's, see persist.py)."""
         self._chan = channel
         self._name = target_name
         self._lock = threading.Lock()
         self._buf = bytearray()
-        code = program()
-        channel.exec_command(command_line(python, len(code)))
-        channel.sendall(code)
-        try:
-            header, hello = wire.decode(self._read_exact)
-        except TargetError:
-            err = self._stderr()
-            raise TargetError(f"target {target_name}: cannot start its interpreter {python} on the host"
-                              + (f": {err}" if err else ""),
-                              f"fix python = ... in [targets.{target_name}]") from None
+        if hello is None:
+            code = program()
+            channel.exec_command(command_line(python, len(code)))
+            channel.sendall(code)
+            try:
+                header, hello = wire.decode(self._read_exact)
+            except TargetError:
+                err = self._stderr()
+                raise TargetError(f"target {target_name}: cannot start its interpreter {python} on the host"
+                                  + (f": {err}" if err else ""),
+                                  f"fix python = ... in [targets.{target_name}]") from None
+        self.hello: dict = hello
         self.remote_algorithm: str = hello["algorithm"]
 
     def _stderr(self) -> str:

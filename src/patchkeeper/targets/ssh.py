@@ -161,14 +161,42 @@ def connect(ep: Endpoint, target: str, sock=None):
 
 
 class SshTarget(Target):
-    """A remote target: one SSH connection, one agent process on the host, opened lazily."""
+    """A remote target: one SSH connection, one agent process on the host, opened lazily.
 
-    def __init__(self, config) -> None:
+    Unless `persist` is 0 the connection is held by a holder process between commands
+    (persist.py); this process then imports no paramiko and makes no handshake of its own.
+    """
+
+    def __init__(self, config, persist: float | None = None) -> None:
         super().__init__(config)
-        self.endpoint = resolve(config.ssh)
+        self.persist = config.persist if persist is None else persist
         self._clients: list = []  # jump hosts first, the target last
         self._agent: RemoteAgent | None = None
         self._open_lock = threading.Lock()
+        self._holder = None
+        if self.persist > 0:
+            from .persist import Holder, Unavailable
+
+            try:
+                self._holder = Holder(self.name, config.ssh, config.python, self.persist)
+            except Unavailable:
+                self._holder = None  # no safe place for its socket: connect directly
+
+    @cached_property
+    def endpoint(self) -> Endpoint:
+        return resolve(self.config.ssh)
+
+    def _held(self, call):
+        """`call(holder)` through the held connection; None when it cannot be used (connect directly)."""
+        if self._holder is None:
+            return None
+        from .persist import Unavailable
+
+        try:
+            return call(self._holder)
+        except Unavailable:
+            self._holder = None
+            return None
 
     def _client(self):
         with self._open_lock:
@@ -209,7 +237,8 @@ class SshTarget(Target):
     @property
     def agent(self) -> RemoteAgent:
         if self._agent is None:
-            self._agent = RemoteAgent(self._session(), self.name, self.config.python)
+            self._agent = self._held(lambda h: h.agent()) or RemoteAgent(self._session(), self.name,
+                                                                         self.config.python)
         return self._agent
 
     def interpreter(self) -> dict:
@@ -222,6 +251,9 @@ class SshTarget(Target):
 
     def run(self, argv: list[str], timeout: float = 60.0, input: bytes | None = None) -> tuple[int, bytes, bytes]:
         """Run argv on the host: each argument quoted, so the login shell only ever sees words."""
+        held = self._held(lambda h: h.run(argv, timeout, input))
+        if held is not None:
+            return held
         chan = self._session(timeout)
         try:
             chan.exec_command(" ".join(shlex.quote(a) for a in argv))

@@ -1,0 +1,221 @@
+"""The holder process of one SSH target: keeps the connection and a ready agent for later commands.
+
+Started by persist.Holder.start as `python -m patchkeeper.targets.holder SPEC`. It connects, starts
+a spare agent, publishes its socket, prints one JSON line (ready, or the error) and then serves
+requests, one thread per command: `agent` hands the spare agent to the command and relays bytes
+until either side closes (then the agent's stdin ends and it exits, releasing what it held, and a
+new spare is started); `run` runs a program on the host; `ping`; `stop`. It exits after `persist`
+seconds without a command, on `stop`, or when the host drops the connection.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import threading
+import time
+
+from ..errors import PatchkeeperError, TargetError
+from ..host import wire
+from ..workspace import TargetConfig
+from .persist import _read_exact, error_doc, peer
+from .remote_agent import RemoteAgent
+from .ssh import SshTarget
+
+
+class Held:
+    """One kept SSH transport, the spare agent, and the bookkeeping of idleness."""
+
+    def __init__(self, target: SshTarget, persist: float) -> None:
+        self.target = target
+        self.persist = persist
+        self.active = 0
+        self.last = time.monotonic()
+        self.lock = threading.Lock()
+        self.spare: RemoteAgent | None = None
+        self.filling = threading.Lock()
+        self.stopping = threading.Event()
+
+    # ---- the spare agent ---------------------------------------------------------------------
+    def fill(self) -> None:
+        """Start an agent for the next command, unless one is ready."""
+        with self.filling:
+            if self.spare is None and not self.stopping.is_set():
+                self.spare = RemoteAgent(self.target._session(), self.target.name, self.target.config.python)
+
+    def take(self) -> RemoteAgent:
+        with self.filling:
+            if self.spare is None or self.spare._chan.closed or self.spare._chan.exit_status_ready():
+                self.spare = None
+        self.fill()
+        with self.filling:
+            agent, self.spare = self.spare, None
+        if agent is None:
+            raise TargetError(f"target {self.target.name}: the held connection is closing", "retry")
+        return agent
+
+    def alive(self) -> bool:
+        transport = self.target._clients[-1].get_transport() if self.target._clients else None
+        return transport is not None and transport.is_active()
+
+    # ---- serving -----------------------------------------------------------------------------
+    def serve(self, listener: socket.socket) -> None:
+        listener.settimeout(0.5)
+        while not self.stopping.is_set():
+            try:
+                conn, _ = listener.accept()
+            except socket.timeout:
+                with self.lock:
+                    idle = self.active == 0 and time.monotonic() - self.last > self.persist
+                if idle or not self.alive():
+                    return
+                continue
+            with self.lock:
+                self.active += 1
+            threading.Thread(target=self.handle, args=(conn,), daemon=True).start()
+
+    def handle(self, conn: socket.socket) -> None:
+        try:
+            if peer(conn)[1] != os.getuid():  # the directory is 0700; this holds even if it were not
+                return
+            conn.settimeout(10)
+            header, value = wire.decode(_read_exact(conn))
+            conn.sendall(wire.encode({"ack": 1}))
+            conn.settimeout(None)
+            op = header.get("op")
+            if op == "agent":
+                self.relay(conn)
+            elif op == "run":
+                argv, timeout, data = value
+                try:
+                    answer = wire.encode({"ok": 1}, list(self.target.run(argv, timeout, data)))
+                except PatchkeeperError as exc:
+                    answer = wire.encode({"error": error_doc(exc)})
+                conn.sendall(answer)
+            elif op == "ping":
+                conn.sendall(wire.encode({"ok": 1}, {"pid": os.getpid(), "target": self.target.name}))
+            elif op == "stop":
+                self.stopping.set()
+                conn.sendall(wire.encode({"ok": 1}))
+        except (OSError, EOFError, ValueError):
+            pass
+        finally:
+            conn.close()
+            with self.lock:
+                self.active -= 1
+                self.last = time.monotonic()
+
+    def relay(self, conn: socket.socket) -> None:
+        """Give the spare agent to this command: its hello, then bytes both ways until one side ends."""
+        try:
+            agent = self.take()
+        except PatchkeeperError as exc:
+            conn.sendall(wire.encode({"error": error_doc(exc)}))
+            return
+        chan = agent._chan
+        try:
+            conn.sendall(wire.encode({"hello": 1}, agent.hello))
+
+            def upstream() -> None:
+                try:
+                    while data := conn.recv(1 << 16):
+                        chan.sendall(data)
+                except OSError:
+                    pass
+                try:
+                    chan.shutdown_write()  # the command is gone or done: the agent reads EOF and exits
+                except Exception:
+                    pass
+
+            pump = threading.Thread(target=upstream, daemon=True)
+            pump.start()
+            try:
+                while data := chan.recv(1 << 16):
+                    conn.sendall(data)
+            except OSError:
+                pass
+            try:
+                conn.shutdown(socket.SHUT_RDWR)  # the agent is gone: so is the command's connection
+            except OSError:
+                pass
+            pump.join()
+        finally:
+            chan.close()
+            if not self.stopping.is_set():
+                try:
+                    self.fill()
+                except (PatchkeeperError, OSError, EOFError):
+                    pass  # the next command starts one, or finds the holder gone
+
+
+def _publish(listener_path: str, path: str) -> bool:
+    """Link our socket under its public name; False when a live holder already has it."""
+    for _ in range(3):
+        try:
+            os.link(listener_path, path)
+            return True
+        except FileExistsError:
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                probe.connect(path)
+                return False
+            except (ConnectionRefusedError, FileNotFoundError):
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
+            finally:
+                probe.close()
+    return False
+
+
+def main(spec: dict) -> int:
+    report = os.fdopen(os.dup(1), "w")
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 1)  # nothing may reach the starter's pipe but the one report line
+    os.dup2(devnull, 0)
+    config = TargetConfig(name=spec["name"], python=spec["python"], package="", ssh=spec["ssh"])
+    target = SshTarget(config, persist=0)
+    path = spec["path"]
+    temp = f"{path}.{os.getpid()}"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    os.umask(0o077)
+    listener.bind(temp)
+    listener.listen(64)
+    held = Held(target, float(spec["persist"]))
+    ident = None
+    try:
+        try:
+            target._client()
+            held.fill()
+        except PatchkeeperError as exc:
+            report.write(json.dumps({"error": error_doc(exc)}) + "\n")
+            return 1
+        published = _publish(temp, path)
+        if published:
+            ident = os.stat(path).st_ino
+        report.write(json.dumps({"ready": os.getpid(), "published": published}) + "\n")
+        report.close()
+        if published:  # else another holder won the race: commands use that one
+            held.serve(listener)
+        return 0
+    finally:
+        held.stopping.set()
+        listener.close()
+        try:
+            if ident is not None and os.stat(path).st_ino == ident:
+                os.unlink(path)  # still ours (a replacement may have taken the name)
+        except FileNotFoundError:
+            pass
+        try:
+            os.unlink(temp)
+        except FileNotFoundError:
+            pass
+        if not report.closed:
+            report.close()
+        target.close()
+
+if __name__ == "__main__":
+    sys.exit(main(json.loads(sys.argv[1])))
