@@ -99,13 +99,14 @@ def rollback(ctx, target, to, dry_run, no_verify):
 @main.command()
 @target_option
 @json_option
+@click.option("--all", "every", is_flag=True, help="every target in the workspace, concurrently, one table")
 @click.pass_context
 @command
-def status(ctx, target, as_json):
+def status(ctx, target, as_json, every):
     """The applied stack, and whether the files still match the recorded state."""
-    from .commands.status import status as run
+    from .commands import status as cmd
 
-    return run(_workspace(ctx), target, as_json)
+    return cmd.status_all(_workspace(ctx), as_json) if every else cmd.status(_workspace(ctx), target, as_json)
 
 
 @main.command()
@@ -159,6 +160,18 @@ def audit(ctx, target, probes, every, as_json, verbose, quiet):
     from .commands.audit import run
 
     return run(_workspace(ctx), target, list(probes), every, as_json, verbose, quiet)
+
+
+@main.command()
+@target_option
+@click.option("--all", "every", is_flag=True, help="every held connection of this user")
+@click.pass_context
+@command
+def disconnect(ctx, target, every):
+    """End the held SSH connection of a target (or --all), before its `persist` seconds run out."""
+    from .commands.disconnect import disconnect as run
+
+    return run(None if every else _workspace(ctx), target, every)
 
 
 # ---- authoring: record, import, export, check, show --------------------------------------------
@@ -251,30 +264,38 @@ def show(ctx, name, as_json):
 @click.option("--against", metavar="STATE", help="compare one target with this recorded state (default: its current one)")
 @click.option("--patch", "-p", is_flag=True, help="add unified diffs of the differing text files")
 @json_option
+@click.option("--all", "every", is_flag=True, help="every target in the workspace, concurrently, one table")
 @click.pass_context
 @command
-def diff(ctx, targets, against, patch, as_json):
+def diff(ctx, targets, against, patch, as_json, every):
     """What differs on TARGET from its recorded state, and which patch set owns it; or TARGET against
     TARGET2, side by side. Exit 0 when nothing differs, 1 when something does."""
-    from .commands.diff import diff as run
+    from .commands import diff as cmd
 
-    return run(_workspace(ctx), tuple(targets), against, patch, as_json)
+    if every:
+        if targets or against or patch:
+            raise click.UsageError("--all compares every target with its own recorded state: no TARGET, --against or --patch")
+        return cmd.diff_all(_workspace(ctx), as_json)
+    return cmd.diff(_workspace(ctx), tuple(targets), against, patch, as_json)
 
 
 @main.command("verify")
 @target_option
 @json_option
 @click.option("--restart", "with_restart", is_flag=True, help="run the service's restart command first")
+@click.option("--all", "every", is_flag=True, help="every target in the workspace, concurrently, one table")
 @click.pass_context
 @command
-def verify_cmd(ctx, target, as_json, with_restart):
+def verify_cmd(ctx, target, as_json, with_restart, every):
     """Check the target's service: it answers, and generates enough, fast enough, not degenerate.
 
     Exit 0 when it passes, 1 when a check fails (nothing is changed or rolled back).
     """
-    from .commands.verify import verify as run
+    from .commands import verify as cmd
 
-    return run(_workspace(ctx), target, as_json, with_restart)
+    if every:
+        return cmd.verify_all(_workspace(ctx), as_json, with_restart)
+    return cmd.verify(_workspace(ctx), target, as_json, with_restart)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -80,25 +80,18 @@ def print_report(report: audit.Report, verbose: bool) -> None:
     print(report.summary())
 
 
-def _audit_or_error(ws: Workspace, name: str, probes: list[str]) -> audit.Report | str:
-    try:
-        return _audit_one(ws, name, probes, None)
-    except PatchkeeperError as exc:
-        return str(exc).splitlines()[0]
+def _audit_quiet(ws: Workspace, name: str, probes: list[str]) -> audit.Report:
+    return _audit_one(ws, name, probes, None)
 
 
 def _run_all(ws: Workspace, probes: list[str], as_json: bool) -> int:
-    """Every target concurrently, one process each (hashing and walking are CPU-bound in Python,
-    so threads would take turns), at most one per core at a time."""
-    import multiprocessing
-    import os
-    from concurrent.futures import ProcessPoolExecutor
+    """Every target concurrently (commands/fleet.py): hosts on threads, local targets in processes."""
     from functools import partial
 
+    from .fleet import each, table
+
     names = sorted(ws.targets)
-    workers = max(1, min(len(names), os.cpu_count() or 1))
-    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as pool:
-        results = dict(zip(names, pool.map(partial(_audit_or_error, ws, probes=probes), names)))
+    results = each(ws, partial(_audit_quiet, probes=probes), "audit", None if not as_json else False)
     errors = {n: r for n, r in results.items() if isinstance(r, str)}
     reports = {n: r for n, r in results.items() if not isinstance(r, str)}
     if as_json:
@@ -113,9 +106,7 @@ def _run_all(ws: Workspace, probes: list[str], as_json: bool) -> int:
             else:
                 rows.append([n, r.state.id if r.state else "-", *(str(r.count(c)) for c in audit.CLASSES),
                              r.summary()])
-        widths = [max(len(row[i]) for row in [head, *rows]) for i in range(len(head) - 1)]
-        for row in [head, *rows]:
-            print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])
+        table(head, rows)
         bad = [n for n, r in reports.items() if r.trouble]
         print(f"{len(names)} target(s): {len(names) - len(bad) - len(errors)} clean, {len(bad)} with findings, "
               f"{len(errors)} unreachable")

@@ -43,6 +43,41 @@ def diff(ws: Workspace, names: tuple[str, ...], against: str | None, patch: bool
     return _one(ws, names[0] if names else None, against, patch, as_json)
 
 
+def _one_result(ws: Workspace, name: str) -> dict:
+    with Session(ws, name, "diff", write=False) as s:
+        current = s.ledger.current()
+        if current is None:
+            return {"state": None, "differences": []}
+        owners = engine.owners_of(ws, current.stack)
+        diffs = _classify(engine.compare(s.target, current.manifest)[0], {s.target.name: owners})
+        return {"state": current.to_dict(), "differences": [d.to_dict() for d in diffs]}
+
+
+def diff_all(ws: Workspace, as_json: bool) -> int:
+    """Every target against its own recorded state, at once; one row each."""
+    from .fleet import each, table
+
+    results = each(ws, _one_result, "diff")
+    errors = [n for n, r in results.items() if isinstance(r, str)]
+    differing = [n for n, r in results.items() if not isinstance(r, str) and r["differences"]]
+    if as_json:
+        emit_json({n: ({"error": r} if isinstance(r, str) else r) for n, r in results.items()})
+    else:
+        rows = []
+        for n, r in results.items():
+            if isinstance(r, str):
+                rows.append([n, "-", f"error: {r}"])
+            elif r["state"] is None:
+                rows.append([n, "-", "no recorded state"])
+            else:
+                kinds = [d["kind"] for d in r["differences"]]
+                rows.append([n, r["state"]["id"], ", ".join(f"{kinds.count(k)} {k}" for k in dict.fromkeys(kinds))
+                             or "files match"])
+        table(["target", "state", "differences"], rows)
+        print(f"{len(results)} target(s): {len(differing)} differ, {len(errors)} unreachable")
+    return 2 if errors else 1 if differing else 0
+
+
 def _classify(pairs: dict[str, tuple[Entry | None, Entry | None]], owners: dict[str, dict[str, str]]) -> list[Difference]:
     kinds = differences({k: a for k, (a, _) in pairs.items() if a}, {k: b for k, (_, b) in pairs.items() if b})
     return [Difference(k, kind, *pairs[k], tuple((side, o[k]) for side, o in owners.items() if k in o))

@@ -39,3 +39,36 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
             if len(diffs) > 20:
                 print(f"  … and {len(diffs) - 20} more")
         return 0
+
+
+def _one_doc(ws: Workspace, name: str) -> dict:
+    with Session(ws, name, "status", write=False) as s:
+        info, current = s.target.info, s.ledger.current()
+        return {"target": s.target.name, "host": info.host, "package": info.package, "version": info.version,
+                "site": info.site, "state_dir": info.state_dir, "state": current.to_dict() if current else None,
+                "differences": engine.drift(s.target, current.manifest) if current else {}}
+
+
+def status_all(ws: Workspace, as_json: bool) -> int:
+    """Every target at once, one row each: state, stack, whether the files match it."""
+    from .fleet import each, table
+
+    results = each(ws, _one_doc, "status")
+    errors = [n for n, r in results.items() if isinstance(r, str)]
+    if as_json:
+        emit_json({n: ({"error": r} if isinstance(r, str) else r) for n, r in results.items()})
+        return 2 if errors else 0
+    rows = []
+    for n, r in results.items():
+        if isinstance(r, str):
+            rows.append([n, "-", "-", f"error: {r}"])
+            continue
+        state = r["state"]
+        stack = " + ".join(f"{p['name']}@{p['version']}" for p in state["stack"]) if state else ""
+        diffs = len(r["differences"])
+        rows.append([n, f"{r['package']} {r['version']}", state["id"] if state else "-",
+                     ("no recorded state" if state is None else
+                      f"{stack or '(no patch sets)'}; " + (f"{diffs} file(s) differ" if diffs else "files match"))])
+    table(["target", "package", "state", "stack; files"], rows)
+    print(f"{len(results)} target(s): {len(errors)} unreachable")
+    return 2 if errors else 0

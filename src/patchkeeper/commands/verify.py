@@ -38,6 +38,37 @@ def verify(ws: Workspace, target: str | None, as_json: bool, with_restart: bool)
         return 0 if report.ok else EXIT_DIFFERS
 
 
+def _verify_quiet(ws: Workspace, name: str, with_restart: bool) -> dict | None:
+    """One target's checks without progress lines (they would interleave); None without [service]."""
+    if service.load(ws.target(name)) is None:
+        return None
+    with Session(ws, name, "verify --all" + (" --restart" if with_restart else "")) as s:
+        report = run_checks(s.target, service.load(s.config), with_restart, progress=None)
+        if record(s, report, "verify", None) is not None:
+            mirror(ws, s, manifest=False)
+        return report.to_dict()
+
+
+def verify_all(ws: Workspace, as_json: bool, with_restart: bool) -> int:
+    """Every target with a [service] table, at once; one row each."""
+    from functools import partial
+
+    from .fleet import each, table
+
+    results = each(ws, partial(_verify_quiet, with_restart=with_restart), "verify")
+    errors = [n for n, r in results.items() if isinstance(r, str)]
+    failed = [n for n, r in results.items() if isinstance(r, dict) and not r.get("ok")]
+    if as_json:
+        emit_json({n: ({"error": r} if isinstance(r, str) else r) for n, r in results.items()})
+    else:
+        rows = [[n, f"error: {r}" if isinstance(r, str) else "no [service] table" if r is None else
+                 "passed" if r.get("ok") else f"FAILED ({r.get('reason')}): {r.get('message', '')}"]
+                for n, r in results.items()]
+        table(["target", "verification"], rows)
+        print(f"{len(results)} target(s): {len(failed)} failed, {len(errors)} unreachable")
+    return 2 if errors else EXIT_DIFFERS if failed else 0
+
+
 def after_change(ws: Workspace, s: Session, svc: ServiceConfig, change: LedgerEntry) -> int:
     """Restart and verify after `change` committed; an apply or switch that fails is rolled back."""
     name = s.target.name

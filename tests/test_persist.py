@@ -1,0 +1,191 @@
+"""Held SSH connections (targets/persist.py, targets/holder.py) through the real test sshd: started on
+first use and reused, peers of another uid refused, idle exit, replacement of a dead or wedged holder,
+`disconnect`, and crashes of the controller or the holder in the middle of an apply."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sshd import accepted, sshd  # noqa: F401 (sshd is a fixture)
+from test_ssh import _proc_state, _wait, fleet  # noqa: F401 (fleet is a fixture)
+
+from patchkeeper.host import wire
+from patchkeeper.targets.persist import peer
+
+
+def _sockets() -> list[Path]:
+    directory = Path(os.environ["XDG_RUNTIME_DIR"]) / "patchkeeper"
+    return sorted(directory.glob("*.sock")) if directory.is_dir() else []
+
+
+def _holder_pid() -> int:
+    """The pid of the one holder in this test's socket directory (as the kernel names the peer)."""
+    socks = _sockets()
+    assert len(socks) == 1, socks
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(str(socks[0]))
+        return peer(s)[0]
+
+
+def _gone(pid: int) -> bool:
+    return _proc_state(pid) in ("gone", "Z")
+
+
+def test_holder_started_on_first_use_reused_and_ended_by_disconnect(fleet):
+    before = accepted(fleet.sshd)
+    fleet.pk("status", "-t", "ct129")
+    assert accepted(fleet.sshd) == before + 1
+    pid = _holder_pid()
+    fleet.pk("apply", "ddtree", "-t", "ct129", "--no-verify")
+    fleet.pk("audit", "-t", "ct129", check=0)
+    assert "files match the recorded state" in fleet.pk("status", "-t", "ct129").stdout
+    assert accepted(fleet.sshd) == before + 1, "a later command opened its own SSH connection"
+    assert _holder_pid() == pid
+
+    assert "ct129: connection ended" in fleet.pk("disconnect", "-t", "ct129").stdout
+    _wait(lambda: _gone(pid), "the holder to exit")
+    assert _sockets() == []
+    assert "no held connection" in fleet.pk("disconnect", "-t", "ct129").stdout
+    fleet.pk("status", "-t", "ct200")
+    fleet.pk("status", "-t", "ct129")
+    assert accepted(fleet.sshd) == before + 3 and len(_sockets()) == 2
+    assert "ended 2 held connection(s)" in fleet.pk("disconnect", "--all").stdout
+    _wait(lambda: _sockets() == [], "every holder to exit")
+
+
+def test_holder_exits_when_idle_and_persist_0_holds_nothing(fleet):
+    toml = fleet.env.root / "patchkeeper.toml"
+    toml.write_text("persist = 1\n" + toml.read_text().replace('[targets.ct200]\n', '[targets.ct200]\npersist = 0\n'))
+    fleet.pk("status", "-t", "ct129")
+    pid = _holder_pid()
+    _wait(lambda: _gone(pid), "the idle holder to exit")
+    assert _sockets() == []
+    before = accepted(fleet.sshd)
+    fleet.pk("status", "-t", "ct200")
+    fleet.pk("status", "-t", "ct200")
+    assert accepted(fleet.sshd) == before + 2 and _sockets() == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="running a client as another uid needs root (os.setuid)")
+def test_holder_refuses_a_peer_of_another_uid(fleet):
+    fleet.pk("status", "-t", "ct129")
+    sock_path = _sockets()[0]
+    # loosen what normally keeps others out, so that only the holder's own check is left
+    sock_path.parent.chmod(0o711)
+    sock_path.chmod(0o777)
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports by its exit code
+        code = 3
+        try:
+            os.chdir(sock_path.parent)  # the tmp dirs above it stay closed to that uid
+            os.setgid(65534)
+            os.setuid(65534)
+            with socket.socket(socket.AF_UNIX) as s:
+                s.connect(sock_path.name)
+                s.settimeout(30)
+                s.sendall(wire.encode({"op": "ping"}))
+                code = 0 if s.recv(1 << 16) == b"" else 1  # refused: closed without a word
+        except (ConnectionResetError, BrokenPipeError):
+            code = 0  # refused before our request was even read
+        except BaseException:
+            code = 2
+        os._exit(code)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "the holder answered (1) or the client failed (2)"
+    # and a command refuses to use a socket directory others can enter: it connects by itself
+    before, pid = accepted(fleet.sshd), _holder_pid()
+    assert "no recorded state" in fleet.pk("status", "-t", "ct129").stdout
+    assert accepted(fleet.sshd) == before + 1 and _holder_pid() == pid
+    sock_path.parent.chmod(0o700)
+
+
+def test_wedged_holder_is_killed_and_replaced(fleet):
+    fleet.pk("status", "-t", "ct129")
+    pid = _holder_pid()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        assert "no recorded state" in fleet.pk("status", "-t", "ct129").stdout
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    _wait(lambda: _gone(pid), "the wedged holder to be killed")
+    assert _holder_pid() != pid
+
+
+def _apply(fleet, step: str, stop: bool) -> subprocess.Popen:
+    env = {**os.environ, "PATCHKEEPER_CRASH_AT": step}
+    if stop:
+        env["PATCHKEEPER_CRASH_SIGNAL"] = "STOP"
+    return subprocess.Popen([sys.executable, "-m", "patchkeeper", "--workspace", str(fleet.env.root),
+                             "apply", "ddtree", "-t", "ct129"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=env)
+
+
+@pytest.mark.parametrize("killed, step, outcome", [
+    ("controller", "journal-prepared", "old"), ("controller", "journal-committed", "new"),
+    ("controller", "ledger", "new"), ("holder", "journal-prepared", "old"), ("holder", "journal-committed", "new")])
+def test_sigkill_mid_apply_through_a_holder_recovers_byte_for_byte(fleet, killed, step, outcome):
+    fleet.pk("apply", "ddtree", "-t", "ct200")  # the reference for the new state
+    fleet.pk("status", "-t", "ct129")  # the holder runs before the apply
+    holder = _holder_pid()
+    old = fleet.state("ct129")
+    state_dir = fleet.venvs["ct129"] / ".patchkeeper"
+    proc = _apply(fleet, step, stop=killed == "holder")
+    if killed == "holder":
+        try:
+            _wait(lambda: _proc_state(proc.pid) in ("T", "gone"), "the controller to stop at " + step)
+            assert proc.poll() is None, proc.stderr.read()
+            os.kill(holder, signal.SIGKILL)
+            _wait(lambda: _gone(holder), "the holder to die")
+        finally:
+            proc.send_signal(signal.SIGCONT)
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 2 and b"connection to target ct129 was lost" in err, err
+    else:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == -signal.SIGKILL, err
+    agent = json.loads((state_dir / "lock").read_text())["pid"]  # the lock's holder: that command's agent
+    _wait(lambda: _gone(agent), "the command's agent on the host to exit")
+
+    rec = fleet.pk("recover", "-t", "ct129").stdout
+    assert ("undid transaction" if outcome == "old" else "finished transaction") in rec or step == "ledger"
+    assert fleet.state("ct129") == (old if outcome == "old" else fleet.state("ct200"))
+    assert not (state_dir / "journal.json").exists() and not (state_dir / "lock").exists()
+    assert not [p for p in fleet.site("ct129").rglob(".pk-stage-*")]
+    assert "files match the recorded state" in fleet.pk("status", "-t", "ct129").stdout
+    if killed == "holder":
+        assert _holder_pid() != holder  # replaced by the next command
+    fleet.pk("rollback", "-t", "ct129", "--to", "baseline")
+    assert fleet.state("ct129") == old
+
+
+def test_all_with_one_host_unreachable_reports_it_and_finishes_the_others(fleet, pristine_venv):
+    from conftest import copy_venv
+    from sshd import free_port
+
+    copy_venv(pristine_venv, fleet.env.venv)
+    home = Path(os.environ["HOME"])
+    with (home / ".ssh" / "config").open("a") as f:
+        f.write(f"\nHost gone\n  HostName 127.0.0.1\n  Port {free_port()}\n  User root\n")
+    with (fleet.env.root / "patchkeeper.toml").open("a") as f:
+        f.write(f'\n[targets.gone]\nssh = "gone"\npython = "/usr/bin/python3"\npackage = "sglang"\n')
+    fleet.pk("apply", "ddtree", "-t", "ct129")
+    for verb in ("audit", "status", "diff"):
+        proc = fleet.pk(verb, "--all", check=2)
+        rows = {line.split()[0]: line for line in proc.stdout.splitlines() if line.split()}
+        assert "cannot reach" in rows["gone"], proc.stdout
+        assert "error" not in rows["ct129"] and "error" not in rows["ct200"], proc.stdout
+        assert "1 unreachable" in proc.stdout
+    doc = json.loads(fleet.pk("audit", "--all", "--json", check=2).stdout)
+    assert "cannot reach" in doc["gone"]["error"]
+    assert doc["ct129"]["summary"].startswith("code state matches") and doc["ct200"]["state"] is None
