@@ -18,7 +18,7 @@ from sshd import accepted, sshd  # noqa: F401 (sshd is a fixture)
 from test_ssh import _proc_state, _wait, fleet  # noqa: F401 (fleet is a fixture)
 
 from patchkeeper.host import wire
-from patchkeeper.targets.persist import peer
+from patchkeeper.targets.persist import peer, socket_path
 
 
 def _sockets() -> list[Path]:
@@ -26,12 +26,11 @@ def _sockets() -> list[Path]:
     return sorted(directory.glob("*.sock")) if directory.is_dir() else []
 
 
-def _holder_pid() -> int:
-    """The pid of the one holder in this test's socket directory (as the kernel names the peer)."""
-    socks = _sockets()
-    assert len(socks) == 1, socks
+def _holder_pid(fleet, host: str = "ct129") -> int:
+    """The pid of a host's holder (as the kernel names the peer of its socket)."""
+    path = socket_path(host, f"{fleet.venvs[host]}/bin/python")
     with socket.socket(socket.AF_UNIX) as s:
-        s.connect(str(socks[0]))
+        s.connect(path)
         return peer(s)[0]
 
 
@@ -43,12 +42,12 @@ def test_holder_started_on_first_use_reused_and_ended_by_disconnect(fleet):
     before = accepted(fleet.sshd)
     fleet.pk("status", "-t", "ct129")
     assert accepted(fleet.sshd) == before + 1
-    pid = _holder_pid()
+    pid = _holder_pid(fleet)
     fleet.pk("apply", "ddtree", "-t", "ct129", "--no-verify")
     fleet.pk("audit", "-t", "ct129", check=0)
     assert "files match the recorded state" in fleet.pk("status", "-t", "ct129").stdout
     assert accepted(fleet.sshd) == before + 1, "a later command opened its own SSH connection"
-    assert _holder_pid() == pid
+    assert _holder_pid(fleet) == pid
 
     assert "ct129: connection ended" in fleet.pk("disconnect", "-t", "ct129").stdout
     _wait(lambda: _gone(pid), "the holder to exit")
@@ -65,7 +64,7 @@ def test_holder_exits_when_idle_and_persist_0_holds_nothing(fleet):
     toml = fleet.env.root / "patchkeeper.toml"
     toml.write_text("persist = 1\n" + toml.read_text().replace('[targets.ct200]\n', '[targets.ct200]\npersist = 0\n'))
     fleet.pk("status", "-t", "ct129")
-    pid = _holder_pid()
+    pid = _holder_pid(fleet)
     _wait(lambda: _gone(pid), "the idle holder to exit")
     assert _sockets() == []
     before = accepted(fleet.sshd)
@@ -101,15 +100,15 @@ def test_holder_refuses_a_peer_of_another_uid(fleet):
     _, status = os.waitpid(child, 0)
     assert os.waitstatus_to_exitcode(status) == 0, "the holder answered (1) or the client failed (2)"
     # and a command refuses to use a socket directory others can enter: it connects by itself
-    before, pid = accepted(fleet.sshd), _holder_pid()
+    before, pid = accepted(fleet.sshd), _holder_pid(fleet)
     assert "no recorded state" in fleet.pk("status", "-t", "ct129").stdout
-    assert accepted(fleet.sshd) == before + 1 and _holder_pid() == pid
+    assert accepted(fleet.sshd) == before + 1 and _holder_pid(fleet) == pid
     sock_path.parent.chmod(0o700)
 
 
 def test_wedged_holder_is_killed_and_replaced(fleet):
     fleet.pk("status", "-t", "ct129")
-    pid = _holder_pid()
+    pid = _holder_pid(fleet)
     os.kill(pid, signal.SIGSTOP)
     try:
         assert "no recorded state" in fleet.pk("status", "-t", "ct129").stdout
@@ -119,7 +118,7 @@ def test_wedged_holder_is_killed_and_replaced(fleet):
         except ProcessLookupError:
             pass
     _wait(lambda: _gone(pid), "the wedged holder to be killed")
-    assert _holder_pid() != pid
+    assert _holder_pid(fleet) != pid
 
 
 def _apply(fleet, step: str, stop: bool) -> subprocess.Popen:
@@ -137,7 +136,7 @@ def _apply(fleet, step: str, stop: bool) -> subprocess.Popen:
 def test_sigkill_mid_apply_through_a_holder_recovers_byte_for_byte(fleet, killed, step, outcome):
     fleet.pk("apply", "ddtree", "-t", "ct200")  # the reference for the new state
     fleet.pk("status", "-t", "ct129")  # the holder runs before the apply
-    holder = _holder_pid()
+    holder = _holder_pid(fleet)
     old = fleet.state("ct129")
     state_dir = fleet.venvs["ct129"] / ".patchkeeper"
     proc = _apply(fleet, step, stop=killed == "holder")
@@ -164,7 +163,7 @@ def test_sigkill_mid_apply_through_a_holder_recovers_byte_for_byte(fleet, killed
     assert not [p for p in fleet.site("ct129").rglob(".pk-stage-*")]
     assert "files match the recorded state" in fleet.pk("status", "-t", "ct129").stdout
     if killed == "holder":
-        assert _holder_pid() != holder  # replaced by the next command
+        assert _holder_pid(fleet) != holder  # replaced by the next command
     fleet.pk("rollback", "-t", "ct129", "--to", "baseline")
     assert fleet.state("ct129") == old
 

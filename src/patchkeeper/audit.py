@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import posixpath
 import re
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
@@ -165,6 +164,8 @@ def run(target: Target, ledger: Ledger, probes: Iterable[str] = (), progress: Pr
     tell("bytecode", done, steps)
 
     if probes:
+        from concurrent.futures import ThreadPoolExecutor
+
         with ThreadPoolExecutor(max_workers=min(4, len(probes))) as pool:
             for module, line in zip(probes, pool.map(lambda m: _probe(target, m, probe_timeout), probes)):
                 done += 1

@@ -158,14 +158,12 @@ def group_of(ws_patchsets, ref: dict) -> str | None:
 
 
 def check_fits(target: Target, sets: list[PatchSet], force: bool) -> list[str]:
-    from packaging.specifiers import SpecifierSet
-
     info, notes = target.info, []
     for ps in sets:
         if ps.package != target.config.package:
             raise BadInput(f"patch set {ps.ident} is for package {ps.package!r}, "
                            f"target {target.name} manages {target.config.package!r}")
-        if ps.package_version and not SpecifierSet(ps.package_version).contains(info.version, prereleases=True):
+        if ps.package_version and not patchset.fits(ps.package_version, info.version):
             msg = f"patch set {ps.ident} needs {ps.package}{ps.package_version}, target {target.name} has {info.version}"
             if not force:
                 raise Refused(msg, "use --force to apply it anyway")

@@ -69,7 +69,7 @@ def load(root: Path, name: str) -> PatchSet:
     if not isinstance(requires, list) or not all(isinstance(r, str) for r in requires):
         problems.append("requires must be a list of patch set names")
     spec = doc.get("package_version", "")
-    if spec:
+    if spec and pinned(spec) is None:  # an exact pin needs no PEP 440 parser (packaging is slow to import)
         from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
         try:
@@ -121,3 +121,33 @@ def check_relative(rel: str, origin: str) -> None:
     if rel.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\\" in rel or "\0" in rel:
         raise BadInput(f"{origin}: path {rel!r} escapes site-packages",
                        "patch paths must be relative to site-packages, without '..'")
+
+
+_PIN = None
+
+
+def pinned(spec: str) -> tuple[int, ...] | None:
+    """The release of an exact pin like "==0.5.23" (trailing zeros dropped), None for anything else."""
+    import re
+
+    global _PIN
+    _PIN = _PIN or re.compile(r"\s*==\s*v?(\d+(?:\.\d+)*)\s*")
+    m = _PIN.fullmatch(spec)
+    return _release(m.group(1)) if m else None
+
+
+def fits(spec: str, version: str) -> bool:
+    """Does `version` satisfy the PEP 440 specifier `spec` (pre-releases allowed)?"""
+    pin = pinned(spec)
+    if pin is not None and version.replace(".", "").isdigit():  # both plain releases: compare them
+        return pin == _release(version)
+    from packaging.specifiers import SpecifierSet
+
+    return SpecifierSet(spec).contains(version, prereleases=True)
+
+
+def _release(text: str) -> tuple[int, ...]:
+    parts = [int(p) for p in text.lstrip("v").split(".")]
+    while len(parts) > 1 and parts[-1] == 0:
+        parts.pop()
+    return tuple(parts)

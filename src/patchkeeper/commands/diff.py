@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
 
@@ -112,6 +110,8 @@ def _one(ws: Workspace, name: str | None, against: str | None, patch: bool, as_j
 
 
 def _two(ws: Workspace, a: str, b: str, patch: bool, as_json: bool) -> int:
+    from concurrent.futures import ThreadPoolExecutor
+
     with ExitStack() as stack, ThreadPoolExecutor(max_workers=2) as pool:
         sessions = [Session(ws, n, f"diff {a} {b}", write=False) for n in (a, b)]
         opening = [pool.submit(s.__enter__) for s in sessions]  # connect to both hosts concurrently
@@ -154,6 +154,8 @@ def _two(ws: Workspace, a: str, b: str, patch: bool, as_json: bool) -> int:
 
 def _patches(diffs: list[Difference], old, new, label_a: str, label_b: str) -> dict[str, str]:
     """Unified diffs of the differing text files; binary or oversized files get a one-line note."""
+    import difflib
+
     out = {}
     for d in diffs:
         if d.kind == "mode":

@@ -24,7 +24,7 @@ from .disk import (
     manifest_rows,
     normalize_name,
     pid_alive,
-    thread_pool,
+    map_threads,
     walk_files,
     write_atomic,
 )
@@ -233,9 +233,8 @@ class Agent:
 
         batches = [todo[i:i + 64] for i in range(0, len(todo), 64)]
         if len(batches) > 1:
-            with thread_pool(max_workers=min(8, (os.cpu_count() or 2) * 2)) as pool:
-                for done in pool.map(work, batches):
-                    out.update(done)
+            for done in map_threads(work, batches, min(8, (os.cpu_count() or 2) * 2)):
+                out.update(done)
         else:
             for batch in batches:
                 out.update(work(batch))

@@ -188,11 +188,36 @@ def hostname() -> str:
     return socket.gethostname()
 
 
-def thread_pool(max_workers: int):
-    """A thread pool, imported only when a scan is big enough to want one."""
-    from concurrent.futures import ThreadPoolExecutor
+def map_threads(fn, items: list, workers: int) -> list:
+    """[fn(item) for item in items] on up to `workers` threads, in order; the first error is raised.
 
-    return ThreadPoolExecutor(max_workers=max_workers)
+    Plain threading: concurrent.futures would cost its import (logging with it) on every command."""
+    import threading
+
+    results: list = [None] * len(items)
+    errors: list[BaseException] = []
+    indices = iter(range(len(items)))
+    lock = threading.Lock()
+
+    def worker() -> None:
+        while not errors:
+            with lock:
+                i = next(indices, None)
+            if i is None:
+                return
+            try:
+                results[i] = fn(items[i])
+            except BaseException as exc:  # handed to the caller's thread
+                errors.append(exc)
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, min(workers, len(items))))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return results
 
 
 def pid_alive(pid: int) -> bool:

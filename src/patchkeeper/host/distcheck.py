@@ -7,7 +7,7 @@ import os
 import stat
 from typing import Iterator
 
-from .disk import CHUNK, StatCache, thread_pool, write_atomic
+from .disk import CHUNK, StatCache, map_threads, write_atomic
 
 _AUDIT_WORKERS = min(8, (os.cpu_count() or 2) * 2)
 
@@ -164,8 +164,7 @@ def _in_batches(fn, jobs: list) -> list:
         return [fn(j) for j in jobs]
     size = max(16, len(jobs) // (_AUDIT_WORKERS * 8))
     batches = [jobs[i:i + size] for i in range(0, len(jobs), size)]
-    with thread_pool(max_workers=_AUDIT_WORKERS) as pool:
-        return [r for rs in pool.map(lambda b: [fn(j) for j in b], batches) for r in rs]
+    return [r for rs in map_threads(lambda b: [fn(j) for j in b], batches, _AUDIT_WORKERS) for r in rs]
 
 
 def _pyc_source(rel: str, cache_tag: str) -> tuple[str, int] | None:

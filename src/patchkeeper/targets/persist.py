@@ -18,7 +18,6 @@ import signal
 import socket
 import stat
 import struct
-import subprocess
 import sys
 
 from ..errors import BadInput, PatchkeeperError, TargetError
@@ -223,6 +222,8 @@ class Holder:
     # ---- starting ----------------------------------------------------------------------------
     def start(self) -> None:
         """Start a holder and wait until it is connected (or says why it cannot be)."""
+        import subprocess
+
         spec = json.dumps({"name": self.name, "ssh": self.ssh, "python": self.python, "persist": self.persist,
                            "path": self.path})
         log = open(self.path[:-5] + ".log", "ab")
