@@ -6,6 +6,7 @@ import zipfile
 
 from .. import engine, patching
 from ..errors import BadInput
+from ..host.distinfo import metadata_fields
 from ..patchset import PatchSet
 from ..session import Session
 from ..workspace import Workspace
@@ -57,12 +58,7 @@ def _against_wheel(sets: list[PatchSet], wheel: str, as_json: bool) -> int:
         metadata = [n for n in names if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
         if not metadata:
             raise BadInput(f"{wheel} has no .dist-info/METADATA; it is not a wheel", "give the path of a .whl file")
-        fields = {}
-        for line in archive.read(metadata[0]).decode("utf-8", "replace").splitlines():
-            if not line.strip():
-                break
-            key, _, value = line.partition(": ")
-            fields.setdefault(key, value.strip())
+        fields = metadata_fields(archive.read(metadata[0]).decode("utf-8", "replace").splitlines())
         package, version = fields.get("Name", "?"), fields.get("Version", "?")
         problems = [_misfit(m, f"wheel {wheel}") for m in engine.misfits(sets, package, version, None)]
         files = {p: archive.read(p) if p in names else None for ps in sets for p in ps.paths}

@@ -22,7 +22,6 @@ from .disk import (
     hash_file,
     hostname,
     is_managed_name,
-    manifest_rows,
     normalize_name,
     pid_alive,
     thread_pool,
@@ -31,6 +30,8 @@ from .disk import (
 )
 from .contract import AgentContract, CompareRequest, Pair, Rows, ScanRequest
 from .distcheck import check_bytecode, check_record
+from .distinfo import installed_version, record_paths
+from .manifest_text import parse as manifest_rows
 from .store import Store
 
 
@@ -165,34 +166,10 @@ class Agent(AgentContract):
                 dist, _, version = name[: -len(".dist-info")].partition("-")
                 if normalize_name(dist) != want:
                     continue
-                meta = os.path.join(site, name, "METADATA")
-                try:
-                    with open(meta, encoding="utf-8", errors="replace") as f:
-                        for line in f:
-                            if line.startswith("Version:"):
-                                version = line.split(":", 1)[1].strip()
-                                break
-                except FileNotFoundError:
-                    pass
-                return {"site": site, "dist_info": name, "version": version,
-                        "record": self._record_paths(os.path.join(site, name, "RECORD"))}
+                return {"site": site, "dist_info": name,
+                        "version": installed_version(os.path.join(site, name)) or version,
+                        "record": record_paths(os.path.join(site, name, "RECORD"))}
         return None
-
-    @staticmethod
-    def _record_paths(record: str) -> list[str]:
-        """The paths of a RECORD (CSV: path,hash,size); csv only for the rare quoted path."""
-        try:
-            with open(record, newline="", encoding="utf-8") as f:
-                lines = f.read().splitlines()
-        except FileNotFoundError:
-            return []
-        quoted = [line for line in lines if line.startswith('"')]
-        if quoted:
-            import csv
-
-            paths = dict(zip(quoted, (row[0] for row in csv.reader(quoted))))
-            return [paths[line] if line[0] == '"' else line.rsplit(",", 2)[0] for line in lines if line]
-        return [line.rsplit(",", 2)[0] for line in lines if line]
 
     # ---- scanning ----------------------------------------------------------------------
     def scan(self, request: ScanRequest) -> Rows:

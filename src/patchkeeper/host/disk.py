@@ -106,16 +106,6 @@ def write_atomic(path: str, data: bytes, mode: int = 0o644, durable: bool = True
         fsync_dir(directory)
 
 
-def manifest_rows(data: bytes) -> dict[str, list]:
-    """Parse a manifest's text form (see manifest.Manifest): key -> [digest, size, mode]."""
-    rows: dict[str, list] = {}
-    for line in data.decode("utf-8", "surrogateescape").split("\n"):
-        if line:
-            mode, size, digest, key = line.split(" ", 3)
-            rows[json.loads(key) if key[0] == '"' else key] = [digest, int(size), int(mode, 8)]
-    return rows
-
-
 class StatCache:
     """Digest cache keyed by (size, mtime_ns, ctime_ns, inode), immune to racily clean files.
 

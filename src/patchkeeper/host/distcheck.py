@@ -8,6 +8,7 @@ import stat
 from typing import Iterator
 
 from .disk import CHUNK, StatCache, thread_pool, write_atomic
+from .distinfo import console_scripts, record_rows
 
 _AUDIT_WORKERS = min(8, (os.cpu_count() or 2) * 2)
 
@@ -24,19 +25,6 @@ def _record_digest(path: str, algo: str, size: int = 0) -> str:
             for chunk in iter(lambda: f.read(CHUNK), b""):
                 h.update(chunk)
     return f"{algo}:{base64.urlsafe_b64encode(h.digest()).rstrip(b'=').decode()}"
-
-
-def _record_rows(path: str) -> Iterator[tuple[str, str, str, int | None]]:
-    """(path, algo, b64 digest, size) of every RECORD row that carries a hash."""
-    import csv
-
-    with open(path, newline="", encoding="utf-8") as f:
-        for row in csv.reader(f):
-            if len(row) < 2 or not row[1] or "=" not in row[1]:
-                continue
-            algo, _, b64 = row[1].partition("=")
-            size = int(row[2]) if len(row) > 2 and row[2].isdigit() else None
-            yield row[0], algo, b64, size
 
 
 _LAUNCHER = None
@@ -80,22 +68,6 @@ def _shebang_only(path: str, algo: str, expected: str, entry_points: set[str]) -
     return _is_launcher(rest, entry_points)
 
 
-def _console_scripts(dist_dir: str) -> set[str]:
-    out: set[str] = set()
-    section = ""
-    try:
-        with open(os.path.join(dist_dir, "entry_points.txt"), encoding="utf-8") as f:
-            for line in f:
-                line = line.strip()
-                if line.startswith("["):
-                    section = line.strip("[]").strip()
-                elif "=" in line and section in ("console_scripts", "gui_scripts"):
-                    out.add(line.split("=", 1)[1].split("[", 1)[0].strip())
-    except (FileNotFoundError, UnicodeDecodeError):
-        pass
-    return out
-
-
 def check_record(site: str, name: str, cache_dir: str | None) -> dict:
     dist_dir = os.path.join(site, name)
     record = os.path.join(dist_dir, "RECORD")
@@ -106,7 +78,7 @@ def check_record(site: str, name: str, cache_dir: str | None) -> dict:
     todo: list[tuple[str, str, str, str, os.stat_result]] = []
     checked = 0
     mismatched: list[tuple[str, str, str, str]] = []
-    for rel, algo, b64, size in _record_rows(record):
+    for rel, algo, b64, size in record_rows(record):
         checked += 1
         path = os.path.normpath(os.path.join(site, rel))
         try:
@@ -142,7 +114,7 @@ def check_record(site: str, name: str, cache_dir: str | None) -> dict:
     scripts = None
     for rel, path, algo, expected in mismatched:
         if rel.startswith("../") or os.path.isabs(rel):
-            scripts = _console_scripts(dist_dir) if scripts is None else scripts
+            scripts = console_scripts(dist_dir) if scripts is None else scripts
             if _shebang_only(path, algo, expected, scripts):
                 continue
         try:
