@@ -10,7 +10,7 @@ from typing import Collection
 from . import faults, patching, patchset, transaction
 from .errors import BadInput, PatchkeeperError, Refused, StoreError
 from .host.contract import CompareRequest, ScanRequest
-from .ledger import LedgerEntry, State, new_id, who
+from .ledger import ApplyExtra, LedgerEntry, RecordExtra, State, new_id, who
 from .manifest import ROLE_PREFIX, Entry, Manifest, differences
 from .patchset import PatchSet
 from .session import Session
@@ -95,7 +95,7 @@ def record_state(s: Session, kind: str, name: str, bytes_kept: bool = True) -> L
     state = State.make(ledger.save_manifest(manifest), current.stack if current else (), name, bytes_kept)
     entry = LedgerEntry(id=new_id(), seq=ledger.next_seq(), time=time.time(), who=who(), command=s.command,
                         kind=kind, after=state, before=current,
-                        extra={"files": len(manifest), "package_version": target.info.version})
+                        extra=RecordExtra(files=len(manifest), package_version=target.info.version))
     ledger.append(entry)
     return entry
 
@@ -277,7 +277,7 @@ def plan_apply(s: Session, name: str, force: bool, trial: bool = False) -> Plan 
                         kind=kind, before=current, after=after, patchsets=tuple(_ref(ps) for ps in adding),
                         changed=differences({op.key: op.old for op in ops if op.old},
                                             {op.key: op.new for op in ops if op.new}),
-                        hand_edits=drift, extra={"removed": removed})
+                        hand_edits=drift, extra=ApplyExtra(removed=removed))
     return Plan(tuple(ops), contents, entry, drift, tuple(notes), checks, tuple(found))
 
 
@@ -429,4 +429,4 @@ def plan_rollback(s: Session, spec: str) -> Plan | None:
 
 
 def execute(s: Session, plan: Plan) -> None:
-    transaction.run(s.ledger, list(plan.ops), plan.contents, plan.entry)
+    transaction.carry_out(s.ledger, list(plan.ops), plan.contents, plan.entry)

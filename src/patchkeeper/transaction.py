@@ -46,7 +46,7 @@ class FileOp:
                    Entry.of(d["new"]) if d["new"] else None)
 
 
-def run(ledger: Ledger, ops: list[FileOp], contents: dict[str, bytes], entry: LedgerEntry) -> None:
+def carry_out(ledger: Ledger, ops: list[FileOp], contents: dict[str, bytes], entry: LedgerEntry) -> None:
     """Carry out `ops` as one transaction and record `entry`. `contents` maps new digests to bytes."""
     target = ledger.target
     agent, store = target.agent, target.info.store

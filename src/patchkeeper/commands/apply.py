@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .. import changes, engine, service
+from ..ledger import ApplyExtra
 from ..session import Session
 from ..workspace import Workspace
 from .show_plan import step_printer
@@ -36,4 +37,6 @@ def with_workspace_ref(ws: Workspace, plan: engine.Plan) -> engine.Plan:
     ref = history.workspace_ref(ws.root, {p["name"]: ws.patchsets_dir / p["name"] for p in plan.entry.patchsets})
     if ref is None:
         return plan
-    return replace(plan, entry=replace(plan.entry, extra={**plan.entry.extra, "workspace": ref}))
+    extra = ApplyExtra(**plan.entry.extra)  # type: ignore[typeddict-item]  (an apply's extra is ApplyExtra)
+    extra["workspace"] = ref
+    return replace(plan, entry=replace(plan.entry, extra=extra))
