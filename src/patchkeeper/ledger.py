@@ -39,7 +39,7 @@ class ApplyExtra(TypedDict, total=False):
     held the patch sets (absent outside a git workspace)."""
 
     removed: list[PatchSetRef]
-    workspace: str
+    workspace: dict[str, Any]  # history.workspace_ref: the commit, and whether each patch set is as committed
 
 
 class RollbackExtra(TypedDict, total=False):

@@ -17,7 +17,8 @@ import posixpath
 from dataclasses import dataclass
 
 from . import faults
-from .host.disk import STAGE_PREFIX, AgentError
+from .host.disk import STAGE_PREFIX
+from .host.errors import AgentError
 from .errors import PatchkeeperError, Refused, StoreError
 from .host.contract import ScanRequest
 from .ledger import Ledger, LedgerEntry

@@ -5,7 +5,10 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-from typing import Iterator
+from typing import Any, Callable, Iterator, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 from .disk import CHUNK, StatCache, thread_pool, write_atomic
 from .distinfo import console_scripts, record_rows
@@ -41,7 +44,7 @@ def _is_launcher(rest: bytes, entry_points: set[str]) -> bool:
             rb"if __name__ == ['\"]__main__['\"]:\n    sys\.argv\[0\] = re\.sub\(.*\)\n"
             rb"    sys\.exit\(([\w.]+)\(\)\)\n?")
     m = _LAUNCHER.fullmatch(rest)
-    return bool(m) and f"{m.group(1).decode()}:{m.group(2).decode()}" in entry_points
+    return m is not None and f"{m.group(1).decode()}:{m.group(2).decode()}" in entry_points
 
 
 def _shebang_only(path: str, algo: str, expected: str, entry_points: set[str]) -> bool:
@@ -68,13 +71,13 @@ def _shebang_only(path: str, algo: str, expected: str, entry_points: set[str]) -
     return _is_launcher(rest, entry_points)
 
 
-def check_record(site: str, name: str, cache_dir: str | None) -> dict:
+def check_record(site: str, name: str, cache_dir: str | None) -> dict[str, Any]:
     dist_dir = os.path.join(site, name)
     record = os.path.join(dist_dir, "RECORD")
     if not os.path.exists(record):
         return {"files": 0, "findings": [], "note": "no RECORD: its files cannot be verified"}
     cache = StatCache(os.path.join(cache_dir, name + ".json") if cache_dir else None)
-    findings: list[list] = []
+    findings: list[list[str]] = []
     todo: list[tuple[str, str, str, str, os.stat_result]] = []
     checked = 0
     mismatched: list[tuple[str, str, str, str]] = []
@@ -129,7 +132,7 @@ def check_record(site: str, name: str, cache_dir: str | None) -> dict:
     return {"files": checked, "findings": sorted(findings)}
 
 
-def _in_batches(fn, jobs: list) -> list:
+def _in_batches(fn: Callable[[T], R], jobs: list[T]) -> list[R]:
     """fn over jobs on all cores: batches of files per task, so that small files cost no more
     in pool overhead than they do to hash."""
     if len(jobs) <= 32:
@@ -175,10 +178,10 @@ def _walk_pyc(root: str) -> Iterator[tuple[str, bool]]:
                 yield prefix + name, in_cache
 
 
-def check_bytecode(site: str, cache_tag: str, verify: list[str], cache_path: str | None = None) -> dict:
+def check_bytecode(site: str, cache_tag: str, verify: list[str], cache_path: str | None = None) -> dict[str, Any]:
     deep = set(verify)
     cache = StatCache(cache_path)  # verdicts of clean pycs, keyed by the pyc's and its source's identity
-    findings: list[list] = []
+    findings: list[list[str]] = []
     pycs = orphans = stale = 0
     for rel, in_cache in _walk_pyc(site):
         pyc = f"{site}/{rel}"

@@ -20,9 +20,9 @@ def write(entries: Mapping[str, Any]) -> bytes:
     return "".join(lines).encode("utf-8", "surrogateescape")
 
 
-def parse(data: bytes) -> dict[str, list]:
+def parse(data: bytes) -> dict[str, list[Any]]:
     """key -> [digest, size, mode] of every line of a manifest's text."""
-    rows: dict[str, list] = {}
+    rows: dict[str, list[Any]] = {}
     for line in data.decode("utf-8", "surrogateescape").split("\n"):
         if line:
             mode, size, digest, key = line.split(" ", 3)

@@ -6,17 +6,20 @@ It prints one JSON document. Request keys: base_url, window (seconds to poll for
 interval, and generate (null, or prompt, max_tokens, timeout, endpoint, model).
 """
 
+from __future__ import annotations
+
 import json
 import socket
 import sys
 import time
+from typing import Any
 
 TEXT_KEEP = 4000
 # http.client, not urllib.request: ~0.1 s less of imports on every run, and it never goes through
 # a proxy, which a check of the target's own loopback must not.
 
 
-def _split(url):
+def _split(url: str) -> tuple[str, str, int, str]:
     scheme, _, rest = url.partition("://")
     hostport, _, path = rest.partition("/")
     host, port = hostport, 443 if scheme == "https" else 80
@@ -29,7 +32,7 @@ def _split(url):
     return scheme, host, port, "/" + path
 
 
-def _exchange(url, body, timeout):
+def _exchange(url: str, body: Any, timeout: float) -> tuple[int, str, bytes]:
     """(status, reason, payload) of one request, the whole answer read within `timeout` seconds."""
     import http.client
 
@@ -46,7 +49,7 @@ def _exchange(url, body, timeout):
         conn.request("GET" if body is None else "POST", path, body=data, headers=headers)
         sock = conn.sock  # kept: the connection lets go of it once the answer says it closes
 
-        def left():
+        def left() -> None:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise socket.timeout("deadline")
@@ -54,7 +57,7 @@ def _exchange(url, body, timeout):
 
         left()
         resp = conn.getresponse()
-        chunks = []
+        chunks: list[bytes] = []
         while True:
             left()
             chunk = resp.read1(65536) if hasattr(resp, "read1") else resp.read(65536)
@@ -65,7 +68,7 @@ def _exchange(url, body, timeout):
         conn.close()
 
 
-def _call(url, body=None, timeout=5.0):
+def _call(url: str, body: Any = None, timeout: float = 5.0) -> tuple[int, Any, str | None]:
     """(status, parsed JSON or None, error text or None); status 0 when no HTTP answer came."""
     import http.client
 
@@ -87,7 +90,7 @@ def _call(url, body=None, timeout=5.0):
         return status, None, f"HTTP {status} but the body is not JSON: {payload[:120]!r}"
 
 
-def ready(base, window, interval):
+def ready(base: str, window: float, interval: float) -> dict[str, Any]:
     """Poll /v1/models (then /health where that is 404) until one answers 200 or the window ends."""
     start = time.monotonic()
     last = "not tried"
@@ -106,11 +109,11 @@ def ready(base, window, interval):
         time.sleep(interval)
 
 
-def generate(base, models, g):
+def generate(base: str, models: list[str], g: dict[str, Any]) -> dict[str, Any]:
     """One completion; the text, the token count the server reports, the seconds it took."""
     model = g.get("model") or (models[0] if models else "default")
     endpoint = g.get("endpoint") or "completions"
-    out = {"model": model}
+    out: dict[str, Any] = {"model": model}
     for attempt in ("completions", "chat") if endpoint == "completions" else ("chat",):
         if attempt == "completions":
             url = base + "/v1/completions"
@@ -144,7 +147,7 @@ def generate(base, models, g):
     return out
 
 
-def main():
+def main() -> None:
     req = json.load(sys.stdin)
     base = req["base_url"].rstrip("/")
     start = time.monotonic()
