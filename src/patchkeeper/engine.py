@@ -5,15 +5,19 @@ from __future__ import annotations
 import posixpath
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Collection, Iterable
 
 from . import faults, patching, patchset, transaction
-from .errors import BadInput, Refused, StoreError
-from .ledger import LedgerEntry, State, new_id, who
+from .errors import BadInput, PatchkeeperError, Refused, StoreError
+from .host.contract import CompareRequest, ScanRequest
+from .ledger import ApplyExtra, LedgerEntry, PatchSetRef, RecordExtra, State, new_id, who
 from .manifest import ROLE_PREFIX, Entry, Manifest, differences
 from .patchset import PatchSet
 from .session import Session
 from .targets import Target
 from .transaction import FileOp
+from .workspace import Workspace
 
 
 @dataclass(frozen=True)
@@ -23,6 +27,8 @@ class Plan:
     entry: LedgerEntry
     drift: tuple[str, ...] = ()  # keys that differ from the recorded state before the change
     notes: tuple[str, ...] = field(default_factory=tuple)
+    checks: tuple[FileCheck, ...] = ()  # a trial's report of every file patch of the sets applied
+    misfits: tuple[Misfit, ...] = ()  # a trial's misfits of those sets for the target
 
 
 # ---- scanning --------------------------------------------------------------------------------
@@ -30,34 +36,38 @@ def _cache(target: Target) -> str:
     return posixpath.join(target.info.state_dir, "statcache.json")
 
 
+def _scan_request(target: Target, cache: str | None = None, algorithm: str | None = None) -> ScanRequest:
+    """Every managed file: the package (RECORD plus a walk of its top directories) and the roles."""
+    info = target.info
+    return ScanRequest(info.site, tuple(info.loose_paths()), tuple(info.top_dirs()), cache, info.role_keys(),
+                       algorithm)
+
+
 def scan_all(target: Target, algorithm: str | None = None) -> Manifest:
     """Every managed file now: the package (RECORD plus a walk of its top directories) and roles.
 
     `algorithm` asks for digests in another hash than the target's own (to compare two targets)."""
-    info = target.info
     if algorithm and algorithm != target.algorithm:
-        rows = target.agent.scan(info.site, info.loose_paths(), info.top_dirs(), f"{_cache(target)}.{algorithm}",
-                                 info.role_keys(), algorithm)
+        request = _scan_request(target, f"{_cache(target)}.{algorithm}", algorithm)
     else:
-        rows = target.agent.scan(info.site, info.loose_paths(), info.top_dirs(), _cache(target), info.role_keys())
-    return Manifest.from_scan(rows)
+        request = _scan_request(target, _cache(target))
+    return Manifest.from_scan(target.agent.scan(request))
 
 
-def scan_keys(target: Target, keys) -> dict[str, Entry]:
+def scan_keys(target: Target, keys: Iterable[str]) -> dict[str, Entry]:
     info = target.info
     roles = info.role_keys()
-    paths = [k for k in keys if not k.startswith(ROLE_PREFIX)]
+    paths = tuple(k for k in keys if not k.startswith(ROLE_PREFIX))
     extra = {k: roles[k] for k in keys if k in roles}
-    rows = target.agent.scan(info.site, paths, [], None, extra)
+    rows = target.agent.scan(ScanRequest(info.site, paths, (), None, extra))
     return {k: Entry.of(v) for k, v in rows.items()}
 
 
 def compare(target: Target, *manifest_digests: str) -> list[dict[str, tuple[Entry | None, Entry | None]]]:
     """For each recorded manifest, every managed file that differs from it, compared on the target
     itself with one scan: key -> (recorded entry, actual entry). Only differences cross the network."""
-    info = target.info
-    results = target.agent.compare_many(info.store, list(manifest_digests), info.site, info.loose_paths(),
-                                        info.top_dirs(), _cache(target), info.role_keys())
+    request = CompareRequest(target.info.store, tuple(manifest_digests), _scan_request(target, _cache(target)))
+    results = target.agent.compare_many(request)
     return [{k: (Entry.of(old) if old else None, Entry.of(new) if new else None) for k, (old, new) in rows.items()}
             for rows in results]
 
@@ -87,22 +97,20 @@ def record_state(s: Session, kind: str, name: str, bytes_kept: bool = True) -> L
     state = State.make(ledger.save_manifest(manifest), current.stack if current else (), name, bytes_kept)
     entry = LedgerEntry(id=new_id(), seq=ledger.next_seq(), time=time.time(), who=who(), command=s.command,
                         kind=kind, after=state, before=current,
-                        extra={"files": len(manifest), "package_version": target.info.version})
+                        extra=RecordExtra(files=len(manifest), package_version=target.info.version))
     ledger.append(entry)
     return entry
 
 
-def ensure_baseline(s: Session, bytes_kept: bool = True) -> State:
-    current = s.ledger.current()
-    if current is not None:
-        return current
-    entry = record_state(s, "baseline", "baseline", bytes_kept)
-    print(f"recorded baseline of {s.target.name}: {entry.extra['files']} files, state {entry.after.id}")
-    return entry.after
+def ensure_baseline(s: Session, bytes_kept: bool = True) -> LedgerEntry | None:
+    """Record the baseline unless a state is recorded already; the new baseline entry, or None."""
+    if s.ledger.current() is not None:
+        return None
+    return record_state(s, "baseline", "baseline", bytes_kept)
 
 
 # ---- apply / switch --------------------------------------------------------------------------
-def resolve(ws_patchsets, name: str) -> list[PatchSet]:
+def resolve(ws_patchsets: Path, name: str) -> list[PatchSet]:
     """The patch set and everything it requires, requirements first."""
     out: dict[str, PatchSet] = {}
 
@@ -120,7 +128,7 @@ def resolve(ws_patchsets, name: str) -> list[PatchSet]:
     return list(out.values())
 
 
-def _ref(ps: PatchSet) -> dict:
+def _ref(ps: PatchSet) -> PatchSetRef:
     return {"name": ps.name, "version": ps.version, "digest": ps.digest, "group": ps.group}
 
 
@@ -128,12 +136,12 @@ def _ref(ps: PatchSet) -> dict:
 class StackChange:
     """What applying patch sets does to the applied stack."""
 
-    removed: tuple[dict, ...]  # refs replaced: the same names, or the same groups (a switch)
-    kept: tuple[dict, ...]  # refs that stay, in order
+    removed: tuple[PatchSetRef, ...]  # refs replaced: the same names, or the same groups (a switch)
+    kept: tuple[PatchSetRef, ...]  # refs that stay, in order
     adding: tuple[PatchSet, ...]  # applied after the kept ones, requirements first
 
 
-def stack_change(ws_patchsets, stack, incoming: list[PatchSet]) -> StackChange | None:
+def stack_change(ws_patchsets: Path, stack: Iterable[PatchSetRef], incoming: list[PatchSet]) -> StackChange | None:
     """The change applying `incoming` (requirements first, the named one last) makes to `stack`;
     None when that very version and content is already applied."""
     top = incoming[-1]
@@ -147,7 +155,7 @@ def stack_change(ws_patchsets, stack, incoming: list[PatchSet]) -> StackChange |
     return StackChange(removed, kept, adding)
 
 
-def group_of(ws_patchsets, ref: dict) -> str | None:
+def group_of(ws_patchsets: Path, ref: PatchSetRef) -> str | None:
     """An applied patch set's group, from its ledger ref (or, for older refs, its directory)."""
     if "group" in ref:
         return ref["group"]
@@ -157,21 +165,47 @@ def group_of(ws_patchsets, ref: dict) -> str | None:
         return None  # removed from the workspace: it cannot be in the group being applied
 
 
+@dataclass(frozen=True)
+class Misfit:
+    """Why a patch set does not fit a package: another package, a version outside its range, a role
+    the target lacks (`have` is the package, the version or the role)."""
+
+    kind: str  # package | version | role
+    patchset: PatchSet
+    have: str
+
+
+def misfits(sets: list[PatchSet], package: str, version: str, roles: Collection[str] | None) -> list[Misfit]:
+    """Every misfit of `sets` for `package` `version` (names compared canonically); roles unchecked if None."""
+    from .host.disk import normalize_name as canonicalize_name  # packaging's rule, without importing packaging
+
+    out = []
+    for ps in sets:
+        if canonicalize_name(ps.package) != canonicalize_name(package):
+            out.append(Misfit("package", ps, package))
+        elif ps.package_version and not patchset.fits(ps.package_version, version):
+            out.append(Misfit("version", ps, version))
+        for role, _ in ps.files:
+            if roles is not None and role not in roles:
+                out.append(Misfit("role", ps, role))
+    return out
+
+
 def check_fits(target: Target, sets: list[PatchSet], force: bool) -> list[str]:
     info, notes = target.info, []
-    for ps in sets:
-        if ps.package != target.config.package:
+    for m in misfits(sets, target.config.package, info.version, dict(info.roles)):
+        ps = m.patchset
+        if m.kind == "package":
             raise BadInput(f"patch set {ps.ident} is for package {ps.package!r}, "
                            f"target {target.name} manages {target.config.package!r}")
-        if ps.package_version and not patchset.fits(ps.package_version, info.version):
+        if m.kind == "version":
             msg = f"patch set {ps.ident} needs {ps.package}{ps.package_version}, target {target.name} has {info.version}"
             if not force:
                 raise Refused(msg, "use --force to apply it anyway")
             notes.append(f"warning: {msg} (--force)")
-        for role, _ in ps.files:
-            if role not in dict(info.roles):
-                raise BadInput(f"patch set {ps.ident} sets the {role!r} file, but target {target.name} "
-                               f"has no such role", f"add {role} = \"...\" to [targets.{target.name}.files]")
+        if m.kind == "role":
+            raise BadInput(f"patch set {ps.ident} sets the {m.have!r} file, but target {target.name} "
+                           f"has no such role", f"add {m.have} = \"...\" to [targets.{target.name}.files]")
     return notes
 
 
@@ -185,12 +219,17 @@ def _check_history(s: Session, sets: list[PatchSet]) -> None:
                                   f"raise version in patchsets/{ps.name}/patchset.toml")
 
 
-def plan_apply(s: Session, name: str, force: bool) -> Plan | None:
-    """Plan applying `name` (and what it requires) on the current stack; None if already applied."""
+def plan_apply(s: Session, name: str, force: bool, trial: bool = False) -> Plan | None:
+    """Plan applying `name` (and what it requires) on the current stack; None if already applied.
+
+    A `trial` (what `check` shows) refuses nothing: misfits, hand edits and hunks that do not
+    apply are kept in the plan (misfits, drift, checks) instead, and the files they concern left out."""
     ws, target, ledger = s.workspace, s.target, s.ledger
     incoming = resolve(ws.patchsets_dir, name)
-    notes = check_fits(target, incoming, force)
-    _check_history(s, incoming)
+    found = misfits(incoming, target.config.package, target.info.version, dict(target.info.roles)) if trial else []
+    notes = [] if trial else check_fits(target, incoming, force)
+    if not trial:
+        _check_history(s, incoming)
     current, cur_manifest = _recorded(s)
     change = stack_change(ws.patchsets_dir, current.stack, incoming)
     if change is None:
@@ -207,14 +246,14 @@ def plan_apply(s: Session, name: str, force: bool) -> Plan | None:
         old_sets = [_load_applied(ws, p) for p in removed]
         build = kept_sets + adding
         keys = touched_keys(build + old_sets)
-        base_manifest = ledger.load_manifest(ledger.baseline())
+        base_manifest = ledger.load_manifest(_baseline(s))
     else:
         build = adding
         keys = touched_keys(build)
         base_manifest = None
     actual = scan_keys(target, keys)
     drift = tuple(k for k in keys if actual.get(k) != cur_manifest.get(k))
-    if drift and not force:
+    if drift and not force and not trial:
         raise Refused(f"{len(drift)} file(s) differ from the recorded state {current.id} (edited by hand?): "
                       + ", ".join(drift), "inspect them; --force applies anyway and backs them up first")
 
@@ -225,17 +264,7 @@ def plan_apply(s: Session, name: str, force: bool) -> Plan | None:
         files = {k: (target.agent.read(target.info.path_of(k)) if k in actual else None) for k in keys}
         modes = {k: actual[k].mode for k in actual}
     _refuse_escaping(target, [k for k in keys if not k.startswith(ROLE_PREFIX)], "the patch sets write")
-    for ps in build:
-        for origin, fps in ps.patches:
-            for fp in fps:
-                files[fp.path] = patching.apply(fp, files[fp.path], f"{ps.name}/{origin}").data
-                if fp.new_mode is not None:
-                    modes[fp.path] = fp.new_mode
-                elif fp.kind == "add":
-                    modes[fp.path] = 0o644
-        for role, data in ps.files:
-            files[ROLE_PREFIX + role] = data
-            modes.setdefault(ROLE_PREFIX + role, 0o644)
+    checks = build_files(build, files, modes, dict(target.info.roles), adding if trial else None)
     ops, contents = _ops(target, actual, files, modes)
     kind = "switch" if removed else "apply"
     manifest_text = cur_manifest.replace({op.key: op.new for op in ops}).to_text()
@@ -249,8 +278,50 @@ def plan_apply(s: Session, name: str, force: bool) -> Plan | None:
                         kind=kind, before=current, after=after, patchsets=tuple(_ref(ps) for ps in adding),
                         changed=differences({op.key: op.old for op in ops if op.old},
                                             {op.key: op.new for op in ops if op.new}),
-                        hand_edits=drift, extra={"removed": removed})
-    return Plan(tuple(ops), contents, entry, drift, tuple(notes))
+                        hand_edits=drift, extra=ApplyExtra(removed=removed))
+    return Plan(tuple(ops), contents, entry, drift, tuple(notes), checks, tuple(found))
+
+
+@dataclass(frozen=True)
+class FileCheck:
+    """How one file patch of a patch set fares in a trial: every hunk's offset, or why it fails."""
+
+    patchset: str
+    origin: str
+    path: str
+    hunks: tuple[patching.HunkCheck, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(h.offset is not None for h in self.hunks)
+
+
+def build_files(sets: list[PatchSet], files: dict[str, bytes | None], modes: dict[str, int],
+                roles: Collection[str], trial_of: Collection[PatchSet] | None = None) -> tuple[FileCheck, ...]:
+    """Apply `sets` in order to `files` (and their `modes`), in place, with their files for `roles`.
+
+    With `trial_of`, each file patch is checked first: a failing one is reported (for the sets in
+    `trial_of`) and skipped, instead of raising."""
+    checks = []
+    for ps in sets:
+        for origin, fps in ps.patches:
+            for fp in fps:
+                if trial_of is not None:
+                    hunks = patching.check(fp, files[fp.path])
+                    if ps in trial_of:
+                        checks.append(FileCheck(ps.ident, origin, fp.path, hunks))
+                    if any(h.offset is None for h in hunks):
+                        continue
+                files[fp.path] = patching.apply(fp, files[fp.path], f"{ps.name}/{origin}").data
+                if fp.new_mode is not None:
+                    modes[fp.path] = fp.new_mode
+                elif fp.kind == "add":
+                    modes[fp.path] = 0o644
+        for role, data in ps.files:
+            if role in roles:
+                files[ROLE_PREFIX + role] = data
+                modes.setdefault(ROLE_PREFIX + role, 0o644)
+    return tuple(checks)
 
 
 def _recorded(s: Session) -> tuple[State, Manifest]:
@@ -262,7 +333,15 @@ def _recorded(s: Session) -> tuple[State, Manifest]:
     return State.make(s.target.hash_bytes(manifest.to_text()), (), "baseline"), manifest
 
 
-def _load_applied(ws, ref: dict) -> PatchSet:
+def _baseline(s: Session) -> State:
+    baseline = s.ledger.baseline()
+    if baseline is None:  # every recorded state descends from a baseline
+        raise StoreError(f"target {s.target.name} has recorded states but no baseline",
+                         "its ledger is damaged; see `patchkeeper log`")
+    return baseline
+
+
+def _load_applied(ws: Workspace, ref: PatchSetRef) -> PatchSet:
     ps = patchset.load(ws.patchsets_dir, ref["name"])
     if ps.digest != ref["digest"]:
         raise Refused(f"applied patch set {ref['name']}@{ref['version']} is no longer in the workspace as applied "
@@ -270,7 +349,7 @@ def _load_applied(ws, ref: dict) -> PatchSet:
     return ps
 
 
-def owners_of(ws, stack) -> dict[str, str]:
+def owners_of(ws: Workspace, stack: Iterable[PatchSetRef]) -> dict[str, str]:
     """key -> the patch set(s) of `stack` that touch it, by their paths and role files."""
     owners: dict[str, list[str]] = {}
     for ref in stack:
@@ -300,7 +379,7 @@ def _baseline_bytes(target: Target, base: Manifest, actual: dict[str, Entry], ke
         return target.agent.read(target.info.path_of(key))
     try:
         return target.agent.store_get(target.info.store, entry.digest)
-    except Exception as exc:
+    except (PatchkeeperError, OSError) as exc:  # AgentError (missing, corrupt), TargetError (remote)
         raise StoreError(f"baseline bytes of {key} are not available: {exc}",
                          "the baseline was recorded --manifest-only; restore the file first") from None
 
@@ -359,4 +438,4 @@ def plan_rollback(s: Session, spec: str) -> Plan | None:
 
 
 def execute(s: Session, plan: Plan) -> None:
-    transaction.run(s.ledger, list(plan.ops), plan.contents, plan.entry)
+    transaction.carry_out(s.ledger, list(plan.ops), plan.contents, plan.entry)

@@ -13,6 +13,7 @@ def disconnect(ws: Workspace | None, target: str | None, every: bool) -> int:
         pids = persist.stop_all()
         print(f"ended {len(pids)} held connection(s)" if pids else "no held connections")
         return 0
+    assert ws is not None, "a workspace names the target"
     config = ws.target(target)
     if not config.ssh:
         raise BadInput(f"target {config.name} is local: there is no connection to end",

@@ -16,12 +16,13 @@ import socket
 import sys
 import threading
 import time
+from typing import Any
 
 from ..errors import PatchkeeperError, TargetError
 from ..host import wire
 from ..workspace import TargetConfig
 from .persist import _read_exact, error_doc, peer
-from .remote_agent import RemoteAgent
+from .remote_agent import AgentProxy
 from .ssh import SshTarget
 
 
@@ -34,7 +35,7 @@ class Held:
         self.active = 0
         self.last = time.monotonic()
         self.lock = threading.Lock()
-        self.spare: RemoteAgent | None = None
+        self.spare: AgentProxy | None = None
         self.filling = threading.Lock()
         self.stopping = threading.Event()
 
@@ -43,11 +44,11 @@ class Held:
         """Start an agent for the next command, unless one is ready."""
         with self.filling:
             if self.spare is None and not self.stopping.is_set():
-                self.spare = RemoteAgent(self.target._session(), self.target.name, self.target.config.python)
+                self.spare = AgentProxy.over_ssh(self.target._session(), self.target.name, self.target.config.python)
 
-    def take(self) -> RemoteAgent:
+    def take(self) -> AgentProxy:
         with self.filling:
-            if self.spare is None or self.spare._chan.closed or self.spare._chan.exit_status_ready():
+            if self.spare is None or _chan(self.spare).closed or _chan(self.spare).exit_status_ready():
                 self.spare = None
         self.fill()
         with self.filling:
@@ -114,7 +115,7 @@ class Held:
         except PatchkeeperError as exc:
             conn.sendall(wire.encode({"error": error_doc(exc)}))
             return
-        chan = agent._chan
+        chan = _chan(agent)
         try:
             conn.sendall(wire.encode({"hello": 1}, agent.hello))
 
@@ -148,6 +149,11 @@ class Held:
                     self.fill()
                 except (PatchkeeperError, OSError, EOFError):
                     pass  # the next command starts one, or finds the holder gone
+
+
+def _chan(agent: AgentProxy) -> Any:
+    """The paramiko channel an agent started by this holder runs on."""
+    return agent._link._chan  # type: ignore[attr-defined]
 
 
 def _publish(listener_path: str, path: str) -> bool:

@@ -19,9 +19,13 @@ import socket
 import stat
 import struct
 import sys
+from typing import TYPE_CHECKING
 
 from ..errors import BadInput, PatchkeeperError, TargetError
 from ..host import wire
+
+if TYPE_CHECKING:
+    from .remote_agent import AgentProxy
 
 DEFAULT_PERSIST = 60.0
 ACK_TIMEOUT = 5.0  # a holder that does not acknowledge a request within this is wedged
@@ -81,29 +85,30 @@ def _read_exact(sock: socket.socket):
     return read
 
 
-class Stream:
-    """A socket to a holder's agent, with the channel methods RemoteAgent uses."""
+class SocketLink:
+    """The wire to an agent through its holder's socket (a remote_agent.Link)."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, first: bytes = b"") -> None:
         self.sock = sock
+        self.first = first  # bytes already read from the socket, given back first
 
-    def sendall(self, data: bytes) -> None:
+    def send(self, data: bytes) -> None:
         self.sock.sendall(data)
 
     def recv(self, n: int) -> bytes:
+        if self.first:
+            data, self.first = self.first[:n], self.first[n:]
+            return data
         try:
             return self.sock.recv(n)
         except (ConnectionResetError, socket.timeout):
             return b""
 
-    def shutdown_write(self) -> None:
-        self.sock.shutdown(socket.SHUT_WR)
-
-    def recv_exit_status(self) -> int:
-        return 0  # the agent exits on end of input; nothing waits for it
+    def stderr(self) -> str:
+        return ""
 
     def close(self) -> None:
-        self.sock.close()
+        self.sock.close()  # the holder ends the agent's input: it returns and exits
 
 
 class Holder:
@@ -175,13 +180,22 @@ class Holder:
             self.start()
         raise Unavailable("the holder did not answer after being started")
 
-    def agent(self):
-        """A RemoteAgent of this command's own, reached through the holder (which sends its hello)."""
-        from .remote_agent import RemoteAgent
+    def agent(self) -> "AgentProxy":
+        """An agent of this command's own, reached through the holder, which first sends its hello
+        (or the error that kept it from starting one)."""
+        from .remote_agent import AgentProxy
 
         sock = self._open("agent")
+        seen = bytearray()
+        read = _read_exact(sock)
+
+        def keep(n: int) -> bytes:
+            data = read(n)
+            seen.extend(data)
+            return data
+
         try:
-            header, hello = wire.decode(_read_exact(sock))
+            header, _ = wire.decode(keep)
         except (OSError, EOFError):
             sock.close()
             raise TargetError(f"the connection to target {self.name} was lost before its agent started",
@@ -189,7 +203,7 @@ class Holder:
         if "error" in header:
             sock.close()
             raise _error(header["error"])
-        return RemoteAgent(Stream(sock), self.name, self.python, hello=hello)
+        return AgentProxy(SocketLink(sock, bytes(seen)), self.name, self.python)
 
     def run(self, argv: list[str], timeout: float, input: bytes | None) -> tuple[int, bytes, bytes]:
         sock = self._open("run", [argv, timeout, input])
@@ -226,13 +240,14 @@ class Holder:
 
         spec = json.dumps({"name": self.name, "ssh": self.ssh, "python": self.python, "persist": self.persist,
                            "path": self.path})
-        log = open(self.path[:-5] + ".log", "ab")
+        log = open(self.path[:-5] + ".log", "wb")  # the holder's own stderr, for a post-mortem
         try:
             proc = subprocess.Popen([sys.executable, "-m", "patchkeeper.targets.holder", spec],
                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
                                     start_new_session=True, close_fds=True)
         finally:
             log.close()
+        assert proc.stdout is not None
         with proc.stdout:
             line = proc.stdout.readline()
         try:
@@ -245,13 +260,13 @@ class Holder:
             raise _error(doc["error"])
 
 
-def error_doc(exc: PatchkeeperError) -> dict:
+def error_doc(exc: PatchkeeperError) -> dict[str, str]:
     """How a holder tells a command why it failed (the same error, raised again there)."""
     return {"type": type(exc).__name__, "message": exc.message, "hint": exc.hint}
 
 
-def _error(doc: dict) -> PatchkeeperError:
-    kind = {"BadInput": BadInput, "TargetError": TargetError}.get(doc.get("type"), PatchkeeperError)
+def _error(doc: dict[str, str]) -> PatchkeeperError:
+    kind = {"BadInput": BadInput, "TargetError": TargetError}.get(doc.get("type", ""), PatchkeeperError)
     return kind(doc.get("message", "the held connection failed"), doc.get("hint", ""))
 
 

@@ -21,7 +21,7 @@ from functools import cached_property
 
 from ..errors import BadInput, TargetError
 from .base import Target
-from .remote_agent import RemoteAgent
+from .remote_agent import AgentProxy
 
 _SYSTEM_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"
 _IMPORT_LOCK = threading.Lock()
@@ -171,7 +171,7 @@ class SshTarget(Target):
         super().__init__(config)
         self.persist = config.persist if persist is None else persist
         self._clients: list = []  # jump hosts first, the target last
-        self._agent: RemoteAgent | None = None
+        self._agent: AgentProxy | None = None
         self._open_lock = threading.Lock()
         self._holder = None
         if self.persist > 0:
@@ -235,10 +235,10 @@ class SshTarget(Target):
         return chan
 
     @property
-    def agent(self) -> RemoteAgent:
+    def agent(self) -> AgentProxy:
         if self._agent is None:
-            self._agent = self._held(lambda h: h.agent()) or RemoteAgent(self._session(), self.name,
-                                                                         self.config.python)
+            self._agent = self._held(lambda h: h.agent()) or AgentProxy.over_ssh(self._session(), self.name,
+                                                                                 self.config.python)
         return self._agent
 
     def interpreter(self) -> dict:
