@@ -189,7 +189,7 @@ class Ledger:
         return self.target.agent.store_put(self.target.info.store, manifest.to_text())
 
     def load_manifest(self, state: State) -> Manifest:
-        return Manifest.from_text(self.target.agent.store_get(self.target.info.store, state.manifest))
+        return Manifest.from_scan(self.target.agent.manifest_rows(self.target.info.store, state.manifest))
 
     def find_state(self, spec: str) -> State:
         """baseline | previous | a state name | a state id (prefix) | a ledger entry id."""

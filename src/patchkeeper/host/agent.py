@@ -35,12 +35,17 @@ from .distinfo import installed_version, record_paths
 from .manifest_text import parse as manifest_rows
 from .store import Store
 
+_MANIFEST_CACHE = 1  # version of the manifest-cache/*.rows format
+
 
 class Agent(AgentContract):
     """The near-disk half of a target; the controller calls these methods locally or over SSH."""
 
     def __init__(self) -> None:
         self._stores: dict[str, Store] = {}
+        # the last scan's walk: (root, walked dirs, bytecode files passed, source stats), for the
+        # bytecode check right after it; any change made through this agent forgets it
+        self._walked: tuple[str, tuple[str, ...], list[tuple[str, bool]], dict[str, os.stat_result]] | None = None
 
     def _store(self, root: str) -> "Store":
         """One Store per root, so its pack index is read once per process."""
@@ -105,11 +110,13 @@ class Agent(AgentContract):
         return out
 
     def write_atomic(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        self._walked = None
         os.makedirs(os.path.dirname(path), exist_ok=True)
         write_atomic(path, data, mode)
 
     def write_new(self, path: str, data: bytes, mode: int) -> None:
         """Write `path` directly (a stage file named in the journal, so recovery can remove it)."""
+        self._walked = None
         os.makedirs(os.path.dirname(path), exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "wb") as f:
@@ -128,10 +135,12 @@ class Agent(AgentContract):
         return out
 
     def rename(self, src: str, dst: str) -> None:
+        self._walked = None
         os.replace(src, dst)
         fsync_dir(os.path.dirname(dst))
 
     def unlink(self, path: str) -> bool:
+        self._walked = None
         try:
             os.unlink(path)
         except (FileNotFoundError, NotADirectoryError):  # not there (or its parent is no directory)
@@ -147,6 +156,7 @@ class Agent(AgentContract):
 
     def remove_bytecode(self, paths: list[str]) -> int:
         """Remove the cached bytecode of each source path; return how many files went."""
+        self._walked = None
         removed = 0
         for path in paths:
             if not path.endswith(".py"):
@@ -183,13 +193,15 @@ class Agent(AgentContract):
         cache, algorithm = request.cache, request.algorithm
         algorithm = algorithm or ALGORITHM
         cached = StatCache(cache)
-        names = dict.fromkeys(_walked for rel_dir in walk for _walked in walk_files(root, rel_dir))
+        pycs: list[tuple[str, bool]] = []
+        names = dict.fromkeys(_walked for rel_dir in walk for _walked in walk_files(root, rel_dir, pycs))
         walked = tuple(d + "/" for d in walk)
         names.update(dict.fromkeys(p for p in paths if not p.startswith(walked) and is_managed_name(p)))
         jobs: list[tuple[str, str]] = [(rel, os.path.join(root, rel)) for rel in names]
         jobs.extend((key, path) for key, path in (absolute or {}).items())
         out: Rows = {}
         todo: list[tuple[str, str, os.stat_result]] = []
+        stats: dict[str, os.stat_result] = {}
         for key, path in jobs:
             try:
                 st = os.lstat(path)
@@ -197,6 +209,7 @@ class Agent(AgentContract):
                 continue
             if not stat.S_ISREG(st.st_mode):
                 continue
+            stats[key] = st
             digest = cached.lookup(key, st)
             if digest is None or not digest.startswith(algorithm + ":"):
                 todo.append((key, path, st))
@@ -219,6 +232,7 @@ class Agent(AgentContract):
             for batch in batches:
                 out.update(work(batch))
         cached.save()
+        self._walked = (root, tuple(walk), pycs, stats)
         return dict(sorted(out.items()))
 
     def compare_many(self, request: CompareRequest) -> list[dict[str, Pair]]:
@@ -227,7 +241,7 @@ class Agent(AgentContract):
         back, as key -> [recorded row, actual row] (None where absent)."""
         store, manifests, scan = request.store, request.manifests, request.scan
         cache = scan.cache
-        recorded = [manifest_rows(self._store(store).get(m)) for m in manifests]
+        recorded = [self._manifest(store, m) for m in manifests]
         out: list[dict[str, Pair]] = []
         scans: dict[str, Rows] = {}
         for rows in recorded:
@@ -239,6 +253,37 @@ class Agent(AgentContract):
             out.append({k: [rows.get(k), actual.get(k)] for k in sorted(set(rows) | set(actual))
                         if rows.get(k) != actual.get(k)})
         return out
+
+    def manifest_rows(self, store: str, digest: str) -> Rows:
+        """A stored manifest as key -> [digest, size, mode], parsed at most once while it lasts."""
+        return self._manifest(store, digest)
+
+    def _manifest(self, store: str, digest: str) -> Rows:
+        """A stored manifest's rows, from a compact cache beside the store when it is current
+        (same version, same digest, the object's file unchanged), else parsed and cached again."""
+        import marshal
+        import sys
+
+        objects = self._store(store)
+        ident = objects.identity(digest)
+        path = os.path.join(os.path.dirname(store), "manifest-cache", digest.replace(":", "-") + ".rows")
+        stamp = [_MANIFEST_CACHE, list(sys.version_info[:2]), digest, ident]
+        if ident is not None:
+            try:
+                with open(path, "rb") as f:
+                    head, rows = marshal.loads(f.read())
+                if head == stamp and isinstance(rows, dict):
+                    return rows
+            except (OSError, ValueError, EOFError, TypeError):
+                pass
+        rows = manifest_rows(objects.get(digest))
+        if ident is not None:
+            try:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                write_atomic(path, marshal.dumps((stamp, rows)), 0o644, durable=False)
+            except OSError:
+                pass  # a cache that cannot be written only costs time
+        return rows
 
     # ---- object store ------------------------------------------------------------------
     def store_put(self, store: str, data: bytes, digest: str | None = None) -> str:
@@ -324,4 +369,5 @@ class Agent(AgentContract):
         which catches a pyc whose header matches a source that was changed in the same tick.
         `cache` keeps each clean pyc's verdict keyed by its own and its source's stat identity.
         """
-        return check_bytecode(site, cache_tag, verify, cache)
+        walked, self._walked = self._walked, None
+        return check_bytecode(site, cache_tag, verify, cache, walked[1:] if walked and walked[0] == site else None)

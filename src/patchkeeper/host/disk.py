@@ -153,24 +153,32 @@ class StatCache:
             write_atomic(self.path, json.dumps(self.fresh, separators=(",", ":")).encode(), durable=False)
 
 
-def walk_files(root: str, rel_dir: str) -> Iterator[str]:
-    """Relative paths of the managed files below root/rel_dir, directory by directory."""
-    stack = [rel_dir]
+def walk_files(root: str, rel_dir: str, pycs: list[tuple[str, bool]] | None = None) -> Iterator[str]:
+    """Relative paths of the managed files below root/rel_dir, directory by directory.
+
+    Given `pycs`, the same walk also appends every bytecode file it passes as (relative path, in a
+    __pycache__ directory), so that the bytecode check need not walk these directories again."""
+    collect = pycs is not None and not rel_dir.endswith(".dist-info")
+    stack = [(rel_dir, False)]  # (directory, inside a bytecode cache: nothing there is managed)
     while stack:
-        current = stack.pop()
+        current, cached = stack.pop()
         try:
             with os.scandir(os.path.join(root, current) if current else root) as it:
-                entries = list(it)
+                entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
         except (FileNotFoundError, NotADirectoryError):
             continue
         prefix = current + "/" if current else ""
-        for entry in entries:
-            name = entry.name
-            if entry.is_dir(follow_symlinks=False):
-                if name not in _SKIP_DIRS:
-                    stack.append(prefix + name)
-            elif not (name.endswith(_SKIP_SUFFIXES) or name.startswith(STAGE_PREFIX)):
+        in_cache = current.rpartition("/")[2] == "__pycache__"
+        for name, is_dir in entries:
+            if is_dir:
+                if name not in _SKIP_DIRS and not cached:
+                    stack.append((prefix + name, False))
+                elif collect:
+                    stack.append((prefix + name, True))
+            elif not cached and not (name.endswith(_SKIP_SUFFIXES) or name.startswith(STAGE_PREFIX)):
                 yield prefix + name
+            elif collect and name.endswith(".pyc"):
+                pycs.append((prefix + name, in_cache))  # type: ignore[union-attr]
 
 
 def entry_row(st: os.stat_result, digest: str) -> list[Any]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-from typing import Any, Callable, Iterator, TypeVar
+from itertools import chain
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Tuple, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -157,9 +158,10 @@ def _pyc_source(rel: str, cache_tag: str) -> tuple[str, int] | None:
     return (f"{parent}/{stem}.py" if parent else f"{stem}.py"), opt
 
 
-def _walk_pyc(root: str) -> Iterator[tuple[str, bool]]:
-    """(relative path, in __pycache__) of every .pyc below root, streamed directory by directory."""
-    stack = [""]
+def _walk_pyc(root: str, skip: frozenset[str] = frozenset()) -> Iterator[tuple[str, bool]]:
+    """(relative path, in __pycache__) of every .pyc below root, streamed directory by directory;
+    the top-level directories in `skip` are left out (a scan already walked them)."""
+    stack = [d for d in _top_entries(root) if d not in skip] if skip else [""]  # skip: see _top_pycs
     while stack:
         rel_dir = stack.pop()
         try:
@@ -177,16 +179,48 @@ def _walk_pyc(root: str) -> Iterator[tuple[str, bool]]:
                 yield prefix + name, in_cache
 
 
-def check_bytecode(site: str, cache_tag: str, verify: list[str], cache_path: str | None = None) -> dict[str, Any]:
+def _top_entries(root: str) -> list[str]:
+    """The top-level directories of root (to walk), and its top-level .pyc files, oddly placed."""
+    try:
+        with os.scandir(root) as it:
+            entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
+        return []
+    return [name for name, is_dir in entries if is_dir and not name.endswith(".dist-info")]
+
+
+def _top_pycs(root: str) -> Iterator[tuple[str, bool]]:
+    try:
+        with os.scandir(root) as it:
+            names = [e.name for e in it if e.name.endswith(".pyc") and not e.is_dir(follow_symlinks=False)]
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
+        return
+    for name in names:
+        yield name, False
+
+
+Walked = Tuple[Tuple[str, ...], List[Tuple[str, bool]], Dict[str, os.stat_result]]
+
+
+def check_bytecode(site: str, cache_tag: str, verify: list[str], cache_path: str | None = None,
+                   walked: Walked | None = None) -> dict[str, Any]:
+    """See Agent.audit_bytecode. `walked` is what a scan of `site` just saw: the top directories it
+    walked, the bytecode files it passed there and the stat of each source; only the rest of `site`
+    is walked here, and a source's verdict comes from the stat the scan took."""
     deep = set(verify)
     cache = StatCache(cache_path)  # verdicts of clean pycs, keyed by the pyc's and its source's identity
     findings: list[list[str]] = []
     pycs = orphans = stale = 0
-    for rel, in_cache in _walk_pyc(site):
+    stats: Dict[str, os.stat_result] = {}
+    found_pycs: Iterable[tuple[str, bool]] = _walk_pyc(site)
+    if walked is not None and walked[0]:
+        dirs, seen, stats = walked
+        found_pycs = chain(seen, _top_pycs(site), _walk_pyc(site, frozenset(dirs)))
+    for rel, in_cache in found_pycs:
         pyc = f"{site}/{rel}"
         if not in_cache:  # a legacy pyc beside its module: imported only when there is no source
             src = pyc[:-1]
-            if not os.path.exists(src):
+            if rel[:-1] not in stats and not os.path.exists(src):
                 pycs += 1
                 findings.append([rel, "sourceless", "a .pyc without its .py: Python imports this bytecode"])
             continue
@@ -197,7 +231,7 @@ def check_bytecode(site: str, cache_tag: str, verify: list[str], cache_path: str
         src = f"{site}/{src_rel}"
         pycs += 1
         try:
-            st, pst = os.stat(src), os.stat(pyc)
+            st, pst = stats.get(src_rel) or os.stat(src), os.stat(pyc)
         except (FileNotFoundError, NotADirectoryError):
             orphans += 1  # a __pycache__ entry without source is never imported
             continue

@@ -40,6 +40,15 @@ class Store:
                         self._index.setdefault(digest, (pack, offset, size))
         return self._index
 
+    def identity(self, digest: str) -> list[int] | None:
+        """(size, mtime, ctime, inode) of a loose object's file, None when it is not one: what a
+        cache derived from the object checks before it is believed."""
+        try:
+            st = os.stat(self._loose(digest))
+        except FileNotFoundError:
+            return None
+        return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
     def has(self, digest: str) -> bool:
         return os.path.exists(self._loose(digest)) or digest in self._packs()
 

@@ -262,6 +262,9 @@ class AgentProxy(AgentContract):
     def store_get(self, store: str, digest: str) -> bytes:
         return self._call("store_get", store, digest)
 
+    def manifest_rows(self, store: str, digest: str) -> Rows:
+        return self._call("manifest_rows", store, digest)
+
     def store_missing(self, store: str, digests: list[str]) -> list[str]:
         return self._call("store_missing", store, digests)
 
