@@ -45,7 +45,7 @@ def test_bytecode_check_reuses_the_scan_walk_and_finds_the_same(env, monkeypatch
                      f"outside/__pycache__/mod.{TAG}.pyc": "mismatch"}
 
     agent = Agent()
-    agent.scan(ScanRequest(root=site, walk=("sglang",)))
+    agent.scan(ScanRequest(root=site, walk=("sglang",), bytecode=True))
     listed: list[str] = []
     real_scandir = os.scandir
     monkeypatch.setattr(os, "scandir", lambda path=".": listed.append(str(path)) or real_scandir(path))

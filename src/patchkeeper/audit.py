@@ -134,7 +134,7 @@ def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), pro
     steps = len(others) + 2 + len(probes)
     tell("package", 0, steps)
     if current is not None:  # the managed package against its recorded state and the baseline
-        actual = engine.scan_all(target)
+        actual = engine.scan_all(target, bytecode=True)  # one walk: the bytecode check below reuses it
         files += len(actual)
         findings.extend(_classify(ledger, current, actual, owners))
     tell("package", 1, steps)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import posixpath
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Collection, Iterable
 
@@ -43,14 +43,17 @@ def _scan_request(target: Target, cache: str | None = None, algorithm: str | Non
                        algorithm)
 
 
-def scan_all(target: Target, algorithm: str | None = None) -> Manifest:
+def scan_all(target: Target, algorithm: str | None = None, bytecode: bool = False) -> Manifest:
     """Every managed file now: the package (RECORD plus a walk of its top directories) and roles.
 
-    `algorithm` asks for digests in another hash than the target's own (to compare two targets)."""
+    `algorithm` asks for digests in another hash than the target's own (to compare two targets);
+    `bytecode` has the same walk note the bytecode it passes, for the audit's check right after."""
     if algorithm and algorithm != target.algorithm:
         request = _scan_request(target, f"{_cache(target)}.{algorithm}", algorithm)
     else:
         request = _scan_request(target, _cache(target))
+    if bytecode:
+        request = replace(request, bytecode=True)
     return Manifest.from_scan(target.agent.scan(request))
 
 

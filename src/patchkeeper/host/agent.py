@@ -193,7 +193,7 @@ class Agent(AgentContract):
         cache, algorithm = request.cache, request.algorithm
         algorithm = algorithm or ALGORITHM
         cached = StatCache(cache)
-        pycs: list[tuple[str, bool]] = []
+        pycs: list[tuple[str, bool]] | None = [] if request.bytecode else None
         names = dict.fromkeys(_walked for rel_dir in walk for _walked in walk_files(root, rel_dir, pycs))
         walked = tuple(d + "/" for d in walk)
         names.update(dict.fromkeys(p for p in paths if not p.startswith(walked) and is_managed_name(p)))
@@ -232,7 +232,7 @@ class Agent(AgentContract):
             for batch in batches:
                 out.update(work(batch))
         cached.save()
-        self._walked = (root, tuple(walk), pycs, stats)
+        self._walked = (root, tuple(walk), pycs, stats) if pycs is not None else None
         return dict(sorted(out.items()))
 
     def compare_many(self, request: CompareRequest) -> list[dict[str, Pair]]:

@@ -33,11 +33,14 @@ class ScanRequest:
     cache: Optional[str] = None
     absolute: Dict[str, str] = field(default_factory=dict)
     algorithm: Optional[str] = None
+    bytecode: bool = False  # also note the bytecode the walk passes, for an audit_bytecode right after
+
 
     @classmethod
     def from_wire(cls, doc: Dict[str, Any]) -> "ScanRequest":
         return cls(root=doc["root"], paths=tuple(doc.get("paths") or ()), walk=tuple(doc.get("walk") or ()),
-                   cache=doc.get("cache"), absolute=dict(doc.get("absolute") or {}), algorithm=doc.get("algorithm"))
+                   cache=doc.get("cache"), absolute=dict(doc.get("absolute") or {}), algorithm=doc.get("algorithm"),
+                   bytecode=bool(doc.get("bytecode")))
 
 
 @dataclass(frozen=True)
