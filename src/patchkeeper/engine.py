@@ -238,9 +238,11 @@ def plan_apply(s: Session, name: str, force: bool) -> Plan | None:
         for role, data in ps.files:
             files[ROLE_PREFIX + role] = data
             modes.setdefault(ROLE_PREFIX + role, 0o644)
-    ops, contents = _ops(target, actual, files, modes)
+    planned, contents = _planned(target, files, modes)
+    ops = [FileOp(k, target.info.path_of(k), actual.get(k), new) for k, new in planned.items() if actual.get(k) != new]
     kind = "switch" if removed else "apply"
-    manifest_text = cur_manifest.replace({op.key: op.new for op in ops}).to_text()
+    # every touched key as planned, also where the file already holds it (a hand edit equal to the result)
+    manifest_text = cur_manifest.replace(planned).to_text()
     manifest_digest = target.hash_bytes(manifest_text)
     contents[manifest_digest] = manifest_text
     after = State.make(manifest_digest, new_stack)
@@ -316,20 +318,18 @@ def _refuse_escaping(target: Target, rels: list[str], what: str) -> None:
                        "remove the symlink (or restore the directory it replaced), then retry")
 
 
-def _ops(target: Target, actual: dict[str, Entry], files: dict[str, bytes | None],
-         modes: dict[str, int]) -> tuple[list[FileOp], dict[str, bytes]]:
-    ops, contents = [], {}
+def _planned(target: Target, files: dict[str, bytes | None],
+             modes: dict[str, int]) -> tuple[dict[str, Entry | None], dict[str, bytes]]:
+    """The entry each key will have after the change (None: absent), and the new contents by digest."""
+    planned, contents = {}, {}
     for key, data in files.items():
-        old = actual.get(key)
         if data is None:
-            new = None
+            planned[key] = None
         else:
             digest = target.hash_bytes(data)
-            new = Entry(digest, len(data), modes.get(key, 0o644))
+            planned[key] = Entry(digest, len(data), modes.get(key, 0o644))
             contents[digest] = data
-        if old != new:
-            ops.append(FileOp(key, target.info.path_of(key), old, new))
-    return ops, contents
+    return planned, contents
 
 
 # ---- rollback --------------------------------------------------------------------------------

@@ -9,11 +9,16 @@ from ..session import Session
 from ..workspace import Workspace
 
 
+RESERVED = {"baseline": "the state recorded before the first change",
+            "previous": "the state before the current one"}  # names `rollback --to` gives a meaning of its own
+
+
 def snapshot(ws: Workspace, target: str | None, name: str, manifest_only: bool) -> int:
     from ..errors import BadInput
 
-    if name in ("previous",) or not name.strip():
-        raise BadInput(f"{name!r} cannot name a state", "pick another name")
+    if name in RESERVED or not name.strip():
+        raise BadInput(f"{name!r} cannot name a state: rollback --to {name} means "
+                       + (RESERVED[name] if name in RESERVED else "nothing"), "pick another name")
     with Session(ws, target, f"snapshot --name {name}") as s:
         engine.ensure_baseline(s, bytes_kept=not manifest_only)
         entry = engine.record_state(s, "snapshot", name, bytes_kept=not manifest_only)
