@@ -60,3 +60,25 @@ def test_snapshot_names_that_rollback_gives_a_meaning_of_their_own_are_refused(e
     assert [e["kind"] for e in json.loads(env.pk("log", "--json").stdout)] == ["apply", "baseline"]
     env.pk("rollback", "--to", "baseline")
     assert "NEXTN" not in env.unit.read_text()
+
+
+# ---- 5: paths a patch set writes outside what patchkeeper manages ------------------------------
+PIP_PATCH = ('diff --git a/pip/__init__.py b/pip/__init__.py\n--- a/pip/__init__.py\n+++ b/pip/__init__.py\n'
+             '@@ -1,3 +1,3 @@\n from typing import List, Optional\n \n-__version__ = "23.2.1"\n+__version__ = "23.2.1+pk"\n')
+
+
+def test_paths_outside_the_managed_package_are_refused_by_name_even_forced(env):
+    env.pk("apply", "nextn")  # the baseline exists: the refusals below must not add to the ledger
+    before, log = env.snapshot(), env.pk("log", "--json").stdout
+    cases = {"pth": ("zz_pk_adv.pth", "not a file of package sglang"),
+             "pyc": ("sglang/x.pyc", "bytecode"),
+             "pycache": ("sglang/__pycache__/x.py", "bytecode"),
+             "stage": ("sglang/.pk-stage-x.py", "a stage file name"),
+             "pip": ("pip/__init__.py", "not a file of package sglang")}
+    for name, (rel, why) in cases.items():
+        patch = PIP_PATCH if name == "pip" else _add_patch(rel, "import os; os.system('true')\n")
+        _patchset(env, f"adv-{name}", "", {"0001.patch": patch})
+        for force in ((), ("--force",)):
+            proc = env.pk("apply", f"adv-{name}", *force, check=2)
+            assert f"{rel} ({why}" in proc.stderr and "hint:" in proc.stderr, proc.stderr
+    assert env.snapshot() == before and env.pk("log", "--json").stdout == log

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from . import faults, patching, patchset, transaction
 from .errors import BadInput, Refused, StoreError
+from .host.disk import STAGE_PREFIX, is_managed_name
 from .ledger import LedgerEntry, State, new_id, who
 from .manifest import ROLE_PREFIX, Entry, Manifest, differences
 from .patchset import PatchSet
@@ -170,11 +171,32 @@ def check_fits(target: Target, sets: list[PatchSet], force: bool) -> list[str]:
             if not force:
                 raise Refused(msg, "use --force to apply it anyway")
             notes.append(f"warning: {msg} (--force)")
+        _refuse_unmanaged(info, ps)
         for role, _ in ps.files:
             if role not in dict(info.roles):
                 raise BadInput(f"patch set {ps.ident} sets the {role!r} file, but target {target.name} "
                                f"has no such role", f"add {role} = \"...\" to [targets.{target.name}.files]")
     return notes
+
+
+def _refuse_unmanaged(info, ps: PatchSet) -> None:
+    """Refuse a patch set that writes where no scan looks (so no rollback would undo it): outside the
+    package's own files and top-level directories, bytecode, or patchkeeper's stage names."""
+    tops, loose = set(info.top_dirs()), set(info.loose_paths())
+    bad = []
+    for path in ps.paths:
+        if not is_managed_name(path):
+            why = "a stage file name of patchkeeper" if STAGE_PREFIX in path else "bytecode, derived from sources"
+        elif path.split("/", 1)[0] not in tops and path not in loose:
+            why = f"not a file of package {info.package}"
+        else:
+            continue
+        bad.append(f"{path} ({why})")
+    if bad:
+        raise Refused(f"patch set {ps.ident} writes {len(bad)} path(s) patchkeeper does not manage, so no rollback "
+                      "would undo them: " + ", ".join(bad[:10]) + (" …" if len(bad) > 10 else ""),
+                      f"limit the patch set to the files of {info.package} ({', '.join(sorted(tops))}"
+                      f"{', ' + ', '.join(sorted(loose)[:5]) if loose else ''}), without bytecode")
 
 
 def _check_history(s: Session, sets: list[PatchSet]) -> None:
