@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
 
-from conftest import edit_file
+import pytest
+from conftest import copy_venv, edit_file, make_workspace, tree
 
 from patchkeeper.host.disk import hash_bytes
 from patchkeeper.host.store import Store
@@ -82,3 +91,108 @@ def test_paths_outside_the_managed_package_are_refused_by_name_even_forced(env):
             proc = env.pk("apply", f"adv-{name}", *force, check=2)
             assert f"{rel} ({why}" in proc.stderr and "hint:" in proc.stderr, proc.stderr
     assert env.snapshot() == before and env.pk("log", "--json").stdout == log
+
+
+# ---- 3 and 4: whatever would make a rename fail is refused before the commit point -------------
+@contextlib.contextmanager
+def _immutable(path: Path):
+    """chattr +i on a file of our own inode (never on one hardlinked to the pristine venv)."""
+    edit_file(path, path.read_bytes())
+    if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0:
+        pytest.skip("this file system (or user) cannot set the immutable flag")
+    try:
+        yield path
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+def _files(env) -> tuple:
+    """The venv's files and the unit path as it is (whatever its type)."""
+    st = env.unit.lstat()
+    return tree(env.venv), st.st_mode, st.st_ino, env.unit.read_bytes() if stat.S_ISREG(st.st_mode) else None
+
+
+def _refused_unchanged(env, *args: str) -> str:
+    before, log = _files(env), sorted(os.listdir(env.state_dir / "ledger"))
+    proc = env.pk(*args, check=2)
+    assert "nothing was changed" in proc.stderr and "hint:" in proc.stderr
+    assert _files(env) == before and sorted(os.listdir(env.state_dir / "ledger")) == log
+    assert not list(env.site.rglob(".pk-stage-*")) and not (env.state_dir / "journal.json").exists()
+    return proc.stderr
+
+
+def test_obstacles_at_destinations_are_refused_by_name_before_anything_changes(env):
+    env.pk("snapshot", "--name", "start")
+    (env.site / ADDED).mkdir()  # an empty directory where ddtree adds a file
+    err = _refused_unchanged(env, "apply", "ddtree")
+    assert f"{env.site / ADDED} is a directory" in err
+    (env.site / ADDED).rmdir()
+
+    with _immutable(env.site / SPEC):
+        assert f"{env.site / SPEC} is immutable" in _refused_unchanged(env, "apply", "ddtree")
+    pyc = next((env.site / SPEC).parent.glob("__pycache__/spec_info.*.pyc"))
+    with _immutable(pyc):
+        err = _refused_unchanged(env, "apply", "ddtree")
+        assert f"{pyc} is immutable" in err and f"bytecode of {env.site / SPEC}" in err
+
+    unit = env.unit.read_bytes()
+    env.unit.unlink()
+    env.unit.mkdir()  # the role path is a directory (a hand change: --force goes past the pre-image check)
+    assert f"{env.unit} is a directory" in _refused_unchanged(env, "apply", "ddtree", "--force")
+    env.unit.rmdir()
+    env.unit.write_bytes(unit)
+    env.pk("apply", "ddtree")  # with the obstacles gone it goes through
+
+
+def test_non_regular_files_at_managed_paths_are_refused_not_replaced(env, tmp_path):
+    real = tmp_path / "real.service"
+    real.write_bytes(env.unit.read_bytes())
+    env.unit.unlink()
+    env.unit.symlink_to(real)  # the unit is a symlink when the baseline is recorded
+    env.pk("snapshot", "--name", "start")
+    assert f"{env.unit} is a symbolic link (to {real})" in _refused_unchanged(env, "apply", "nextn")
+    env.unit.unlink()
+    os.mknod(env.unit, stat.S_IFCHR | 0o644, os.makedev(1, 3))  # a device node, as /dev/null is
+    assert f"{env.unit} is a character device" in _refused_unchanged(env, "apply", "nextn")
+    assert stat.S_ISCHR(env.unit.lstat().st_mode)
+    env.unit.unlink()
+    env.unit.symlink_to(real)
+    (env.site / ADDED).symlink_to(real)  # a symlink where ddtree adds a file
+    assert f"{env.site / ADDED} is a symbolic link" in _refused_unchanged(env, "apply", "ddtree")
+    assert (env.site / ADDED).is_symlink()
+
+
+def _stopped(pid: int) -> bool:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def test_an_obstacle_after_the_commit_point_is_named_and_recover_finishes_once_it_is_gone(env):
+    env.pk("snapshot", "--name", "start")
+    done = copy_venv(env.venv, env.root.parent / "done-venv")
+    done_env = make_workspace(env.root.parent / "done-ws", done)
+    done_env.pk("apply", "ddtree")
+    # stop the apply right after its commit point, put a directory in the way, let it go on
+    proc = subprocess.Popen([sys.executable, "-m", "patchkeeper", "--workspace", str(env.root), "apply", "ddtree"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PATCHKEEPER_CRASH_AT": "journal-committed",
+                                 "PATCHKEEPER_CRASH_SIGNAL": "STOP"})
+    while not _stopped(proc.pid):
+        time.sleep(0.05)
+    (env.site / ADDED).mkdir()
+    os.kill(proc.pid, signal.SIGCONT)
+    out, err = proc.communicate()
+    assert proc.returncode == 4, err
+    assert "nothing was changed" not in err and "passed its commit point" in err
+    assert f"{env.site / ADDED} is a directory" in err and ".pk-stage-" not in err
+    assert "patchkeeper recover" in err
+
+    rec = env.pk("recover", check=4)  # names the obstacle, not the stage file, and what to do
+    assert f"{env.site / ADDED} is a directory" in rec.stderr and ".pk-stage-" not in rec.stderr
+    status = env.pk("status")  # a reading command still reads, and says the target is between states
+    assert "UNFINISHED" in status.stdout and str(env.site / ADDED) in status.stdout
+    assert env.pk("apply", "nextn", check=4).stderr.count("passed its commit point") == 1
+
+    (env.site / ADDED).rmdir()
+    assert "finished transaction" in env.pk("recover").stdout
+    assert "files match the recorded state" in env.pk("status").stdout
+    assert tree(env.site) == tree(done_env.site)

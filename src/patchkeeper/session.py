@@ -6,7 +6,7 @@ import sys
 import time
 
 from . import transaction
-from .errors import Refused
+from .errors import Refused, Unfinished
 from .ledger import Ledger
 from .targets import Target, open_target
 from .workspace import Workspace
@@ -26,6 +26,7 @@ class Session:
         self.target: Target | None = None
         self.ledger: Ledger | None = None
         self.recovered: str | None = None
+        self.unfinished: Unfinished | None = None  # a committed transaction recovery could not finish
         self._locked = False
 
     def __enter__(self) -> "Session":
@@ -34,7 +35,13 @@ class Session:
             self.ledger = Ledger(self.target)
             if self.write or self.target.agent.lstat(self.ledger.journal_path) is not None:
                 self._lock()
-                self.recovered = transaction.recover(self.ledger)
+                try:
+                    self.recovered = transaction.recover(self.ledger)
+                except Unfinished as exc:
+                    if self.write:
+                        raise  # no further change on a target that is between two states
+                    self.unfinished = exc  # a reading command still reads, and says so
+                    print(f"patchkeeper: warning: {exc}", file=sys.stderr)
                 if self.recovered:
                     print(f"recovered {self.target.name}: {self.recovered}", file=sys.stderr)
         except BaseException:

@@ -1,6 +1,8 @@
 """The journal: back up, stage, commit, rename into place; recover after a crash.
 
 Order of a transaction (each step survives SIGKILL):
+0. every destination is checked (type, directory, flags): what would make a rename or unlink fail
+   after the commit point refuses the transaction while nothing has changed;
 1. every old and new file content is in the store (old bytes verified against the plan);
 2. the journal is written with status "prepared" — a crash until step 4 undoes the transaction;
 3. new contents are staged beside their destinations (.pk-stage-<id>-<name>);
@@ -8,17 +10,19 @@ Order of a transaction (each step survives SIGKILL):
    finishes the transaction, re-staging from the store whatever a crash lost;
 5. stage files are renamed over their destinations, deleted files unlinked, bytecode removed;
 6. the ledger entry is written, then the journal removed.
+A failure after the commit point is `Unfinished` (exit 4), naming what stands in the way; `recover`
+finishes the transaction once it is gone, backing up first any file changed by hand meanwhile.
 """
 
 from __future__ import annotations
 
 import json
 import posixpath
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from . import faults
 from .host.disk import STAGE_PREFIX, AgentError
-from .errors import Refused, StoreError
+from .errors import Refused, StoreError, Unfinished
 from .ledger import Ledger, LedgerEntry
 from .manifest import Entry
 
@@ -49,6 +53,11 @@ def run(ledger: Ledger, ops: list[FileOp], contents: dict[str, bytes], entry: Le
     """Carry out `ops` as one transaction and record `entry`. `contents` maps new digests to bytes."""
     target = ledger.target
     agent, store = target.agent, target.info.store
+    found = obstacles(ledger, ops)
+    if found:
+        raise Refused(f"{len(found)} file(s) cannot be replaced or removed, so nothing was changed: "
+                      + "; ".join(f"{path} {why}" for path, why in found.items()),
+                      "deal with each as it says, then run the command again")
     _backup(ledger, ops)
     for digest, data in contents.items():
         agent.store_put(store, data, digest)
@@ -100,21 +109,54 @@ def _undo(ledger: Ledger, ops: list[FileOp], tx: str) -> None:
     ledger.target.agent.unlink(ledger.journal_path)
 
 
+def obstacles(ledger: Ledger, ops: list[FileOp]) -> dict[str, str]:
+    """path -> what would make placing or removing it fail (a directory, a symlink, a device, an
+    immutable file, a read-only directory...), for every op's destination and bytecode."""
+    return ledger.target.agent.obstacles([op.path for op in ops if op.new is not None],
+                                         [op.path for op in ops if op.new is None])
+
+
 def _finish(ledger: Ledger, ops: list[FileOp], entry: LedgerEntry) -> None:
     agent = ledger.target.agent
-    for op in ops:
-        if op.new is not None:
-            agent.rename(op.stage_path(entry.id), op.path)
-        else:
-            agent.unlink(op.path)
-        faults.point(f"placed {op.key}")
-    agent.remove_bytecode([op.path for op in ops])
-    faults.point("bytecode")
-    if not ledger.has(entry.id):
-        ledger.append(entry)
-    faults.point("ledger")
-    agent.unlink(ledger.journal_path)
+    done = 0
+    try:
+        for op in ops:
+            if op.new is not None:
+                agent.rename(op.stage_path(entry.id), op.path)
+            else:
+                agent.unlink(op.path)
+            done += 1
+            faults.point(f"placed {op.key}")
+        agent.remove_bytecode([op.path for op in ops])
+        faults.point("bytecode")
+        if not ledger.has(entry.id):
+            ledger.append(entry)
+        faults.point("ledger")
+        agent.unlink(ledger.journal_path)
+    except Exception as exc:  # after the commit point nothing is undone: say what is unfinished and why
+        raise _unfinished(ledger, entry, ops[done:], exc) from None
     faults.point("done")
+
+
+def _unfinished(ledger: Ledger, entry: LedgerEntry, rest: list[FileOp], exc: Exception) -> Unfinished:
+    try:
+        found = obstacles(ledger, rest)
+    except Exception:  # the target may be out of reach; the error itself is all there is to say
+        found = {}
+    if found:
+        what = "; ".join(f"{path} {why}" for path, why in found.items())
+    else:
+        where = f"placing {rest[0].path}" if rest else "recording it"
+        what = f"{where} failed: {getattr(exc, 'strerror', None) or exc}"
+    return unfinished(ledger, entry, what, len(rest))
+
+
+def unfinished(ledger: Ledger, entry: LedgerEntry, what: str, left: int) -> Unfinished:
+    name = ledger.target.name
+    state = f"{left} file(s) are not in place yet" if left else "it is not recorded yet"
+    return Unfinished(f"transaction {entry.id} (`{entry.command}`) passed its commit point, but {state}: {what}",
+                      f"fix that, then run `patchkeeper recover -t {name}`, which finishes the transaction "
+                      "(the new files wait in the store); until then the target is between two states")
 
 
 def recover(ledger: Ledger) -> str | None:
@@ -132,6 +174,7 @@ def recover(ledger: Ledger) -> str | None:
     if journal["status"] == "prepared":
         _undo(ledger, ops, tx)
         return f"undid transaction {tx} ({entry.command}): it had not committed; the target is as before it"
+    entry, edits = _back_up_hand_edits(ledger, ops, entry)
     for op in ops:
         if op.new is None:
             continue
@@ -143,9 +186,38 @@ def recover(ledger: Ledger) -> str | None:
             try:  # the stage was lost (or already renamed and then disturbed): re-stage from the store
                 agent.stage(target.info.store, op.new.digest, stage, op.new.mode)
             except Exception as exc:  # agent errors cross process boundaries as plain exceptions
+                found = obstacles(ledger, [op])
+                if found:
+                    raise unfinished(ledger, entry, f"{op.path} {found[op.path]}", 1) from None
                 raise StoreError(f"cannot finish transaction {tx}: {exc}",
                                  "the store is damaged; restore the file by hand") from None
     pending = [op for op in ops if op.new is None or agent.lstat(op.stage_path(tx)) is not None]
+    found = obstacles(ledger, pending)
+    if found:
+        raise unfinished(ledger, entry, "; ".join(f"{path} {why}" for path, why in found.items()), len(pending))
     _finish(ledger, pending, entry)
     agent.remove_bytecode([op.path for op in ops])
-    return f"finished transaction {tx} ({entry.command}): it had committed; the target is in its new state"
+    saved = ("; changed by hand since it was interrupted, backed up first: "
+             + ", ".join(f"{key} ({digest})" for key, digest in edits.items())) if edits else ""
+    return f"finished transaction {tx} ({entry.command}): it had committed; the target is in its new state{saved}"
+
+
+def _back_up_hand_edits(ledger: Ledger, ops: list[FileOp], entry: LedgerEntry) -> tuple[LedgerEntry, dict[str, str]]:
+    """Files of an interrupted transaction that hold neither its old nor its new bytes were changed by
+    hand since: put their bytes in the store before they are replaced; name them in the entry."""
+    target = ledger.target
+    now = target.agent.scan("/", [], [], None, {op.key: op.path for op in ops})
+    edits = {op.key: Entry.of(now[op.key]) for op in ops
+             if op.key in now and Entry.of(now[op.key]) not in (op.old, op.new)}
+    if not edits:
+        return entry, {}
+    where = {op.key: op.path for op in ops}
+    paths = {e.digest: where[k] for k, e in edits.items()}
+    missing = target.agent.store_missing(target.info.store, list(paths))
+    if missing and target.agent.store_put_files(target.info.store, {d: paths[d] for d in missing}):
+        raise Refused(f"files changed while patchkeeper was backing them up: {', '.join(edits)}",
+                      "make sure nothing else writes to the package, then run `patchkeeper recover` again")
+    digests = {k: e.digest for k, e in edits.items()}
+    entry = replace(entry, hand_edits=tuple(dict.fromkeys([*entry.hand_edits, *edits])),
+                    extra={**entry.extra, "backed_up_at_recovery": digests})
+    return entry, digests

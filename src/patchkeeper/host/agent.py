@@ -29,6 +29,7 @@ from .disk import (
     write_atomic,
 )
 from .distcheck import check_bytecode, check_record
+from .preflight import obstacles
 from .store import Store
 
 
@@ -113,6 +114,11 @@ class Agent:
             os.fchmod(f.fileno(), stat.S_IMODE(mode))
             os.fsync(f.fileno())
 
+    def obstacles(self, writes: list[str], removes: list[str]) -> dict[str, str]:
+        """path -> what stands in the way of replacing it by a regular file (`writes`) or unlinking it
+        (`removes`), for each path where a rename or unlink would fail (see preflight.py)."""
+        return obstacles(writes, removes)
+
     def read_all(self, directory: str, suffix: str) -> dict[str, bytes]:
         """Every file of a directory whose name ends with `suffix`, by name."""
         out = {}
@@ -137,7 +143,7 @@ class Agent:
     def listdir(self, path: str) -> list[str]:
         try:
             return sorted(os.listdir(path))
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return []
 
     def remove_bytecode(self, paths: list[str]) -> int:
