@@ -196,3 +196,49 @@ def test_an_obstacle_after_the_commit_point_is_named_and_recover_finishes_once_i
     assert "finished transaction" in env.pk("recover").stdout
     assert "files match the recorded state" in env.pk("status").stdout
     assert tree(env.site) == tree(done_env.site)
+
+
+# ---- 6: recover over a hand edit ---------------------------------------------------------------
+def test_recover_backs_up_and_names_a_hand_edit_made_after_the_crash(env):
+    proc = env.pk("apply", "ddtree", check=None, env={"PATCHKEEPER_CRASH_AT": "journal-committed"})
+    assert proc.returncode == -signal.SIGKILL
+    edited = (env.site / SPEC).read_bytes() + b"\n# edited by hand while the transaction was interrupted\n"
+    edit_file(env.site / SPEC, edited)
+    out = env.pk("recover").stdout
+    assert "finished transaction" in out and f"{SPEC} ({hash_bytes(edited)})" in out
+    assert Store(str(env.state_dir / "store")).get(hash_bytes(edited)) == edited  # the bytes are kept
+    entry = json.loads(env.pk("log", "--json").stdout)[0]
+    assert SPEC in entry["hand_edits"] and entry["extra"]["backed_up_at_recovery"] == {SPEC: hash_bytes(edited)}
+    assert b"DDTREE" in (env.site / SPEC).read_bytes()
+    assert "files match the recorded state" in env.pk("status").stdout
+
+
+# ---- 7 and 8: where the state dir is -------------------------------------------------------------
+def _with_state_dir(env, root: Path, state_dir: Path):
+    other = make_workspace(root, env.venv)
+    toml = other.root / "patchkeeper.toml"
+    toml.write_text(toml.read_text().replace('package = "sglang"\n', f'package = "sglang"\nstate_dir = "{state_dir}"\n'))
+    return other
+
+
+def test_a_second_state_dir_for_one_venv_is_refused_by_name(env, tmp_path):
+    env.pk("apply", "nextn")
+    other = _with_state_dir(env, tmp_path / "ws2", tmp_path / "state2")
+    before = _files(env)
+    for args in (("status",), ("apply", "ddtree")):
+        err = other.pk(*args, check=2).stderr
+        assert f"managed from the state dir {env.state_dir}" in err and "state_dir =" in err, err
+    assert _files(env) == before and not (tmp_path / "state2").exists()
+    # a venv managed before the marker existed: its default state dir's ledger says who manages it
+    (env.state_dir / "state_dir").unlink()
+    assert f"state dir {env.state_dir}" in other.pk("apply", "ddtree", check=2).stderr
+    assert "files match the recorded state" in env.pk("status").stdout
+
+
+def test_a_state_dir_inside_site_packages_is_a_configuration_error(env, tmp_path):
+    for i, inside in enumerate((env.site / "sglang" / ".pk-state", env.site / "sglang", env.site)):
+        other = _with_state_dir(env, tmp_path / f"ws{i}", inside)
+        for args in (("status",), ("apply", "nextn")):
+            err = other.pk(*args, check=2).stderr
+            assert f"state_dir {inside} is inside site-packages" in err and "hint:" in err
+    assert not (env.site / "sglang" / ".pk-state").exists() and not (env.site / "ledger").exists()

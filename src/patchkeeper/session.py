@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
-from . import transaction
+from . import statedir, transaction
 from .errors import Refused, Unfinished
 from .ledger import Ledger
 from .targets import Target, open_target
@@ -32,6 +32,7 @@ class Session:
     def __enter__(self) -> "Session":
         self.target = open_target(self.config)
         try:
+            statedir.check(self.target, claim=self.write)
             self.ledger = Ledger(self.target)
             if self.write or self.target.agent.lstat(self.ledger.journal_path) is not None:
                 self._lock()

@@ -286,6 +286,46 @@ class Agent:
         """Write an object's verified bytes to the stage file `path`."""
         self.write_new(path, self._store(store).get(digest), mode)
 
+    # ---- where the state lives ---------------------------------------------------------
+    def state_dir_owner(self, prefix: str, state_dir: str, site: str, claim: bool) -> dict:
+        """The real paths of `state_dir` and `site`, and the state dir the venv at `prefix` is
+        managed from, as its marker `<prefix>/.patchkeeper/state_dir` names it (None: no marker).
+
+        With `claim`, a missing marker is created, once and exclusively, naming `state_dir` (or the
+        default `<prefix>/.patchkeeper` if that already holds a ledger). It holds a path relative to
+        `<prefix>/.patchkeeper` when inside the venv, so a copied venv keeps its own."""
+        home = os.path.join(os.path.realpath(prefix), ".patchkeeper")
+        marker = os.path.join(home, "state_dir")
+        real = os.path.realpath(state_dir)
+        owner = self._marked(marker, home)
+        if owner is None and claim:
+            owner = home if real != home and self.listdir(os.path.join(home, "ledger")) else real
+            inside = owner.startswith(os.path.dirname(home) + os.sep)
+            text = (os.path.relpath(owner, home) if inside else owner) + "\n"
+            try:
+                os.makedirs(home, exist_ok=True)
+                tmp = f"{marker}.{os.getpid()}.tmp"
+                write_atomic(tmp, text.encode())
+                try:
+                    os.link(tmp, marker)  # exclusive: of two claims at once, one names the state dir
+                except FileExistsError:
+                    pass
+                finally:
+                    os.unlink(tmp)
+            except OSError:
+                return {"state_dir": real, "site": os.path.realpath(site), "owner": None}  # no venv to write
+            owner = self._marked(marker, home)
+        return {"state_dir": real, "site": os.path.realpath(site), "owner": owner}
+
+    @staticmethod
+    def _marked(marker: str, home: str) -> str | None:
+        try:
+            with open(marker, encoding="utf-8") as f:
+                named = f.read().strip()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return os.path.normpath(os.path.join(home, named)) if named else None
+
     # ---- lock --------------------------------------------------------------------------
     def lock(self, path: str, holder: dict) -> dict | None:
         """Take the lock file; return None on success or the live holder's record.
