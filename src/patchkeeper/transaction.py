@@ -22,7 +22,8 @@ from dataclasses import dataclass, replace
 
 from . import faults
 from .host.disk import STAGE_PREFIX, AgentError
-from .errors import Refused, StoreError, Unfinished
+from .errors import PatchkeeperError, Refused, StoreError, Unfinished
+from .host.contract import ScanRequest
 from .ledger import Ledger, LedgerEntry
 from .manifest import Entry
 
@@ -133,7 +134,7 @@ def _finish(ledger: Ledger, ops: list[FileOp], entry: LedgerEntry) -> None:
             ledger.append(entry)
         faults.point("ledger")
         agent.unlink(ledger.journal_path)
-    except Exception as exc:  # after the commit point nothing is undone: say what is unfinished and why
+    except (PatchkeeperError, OSError) as exc:  # after the commit point nothing is undone: say what is left and why
         raise _unfinished(ledger, entry, ops[done:], exc) from None
     faults.point("done")
 
@@ -141,7 +142,7 @@ def _finish(ledger: Ledger, ops: list[FileOp], entry: LedgerEntry) -> None:
 def _unfinished(ledger: Ledger, entry: LedgerEntry, rest: list[FileOp], exc: Exception) -> Unfinished:
     try:
         found = obstacles(ledger, rest)
-    except Exception:  # the target may be out of reach; the error itself is all there is to say
+    except (PatchkeeperError, OSError):  # the target may be out of reach; the error itself is all there is to say
         found = {}
     if found:
         what = "; ".join(f"{path} {why}" for path, why in found.items())
@@ -181,11 +182,11 @@ def recover(ledger: Ledger) -> str | None:
         stage = op.stage_path(tx)
         if agent.lstat(stage) is not None:
             continue
-        current = agent.scan("/", [], [], None, {op.key: op.path}).get(op.key)
+        current = agent.scan(ScanRequest("/", absolute={op.key: op.path})).get(op.key)
         if current is None or Entry.of(current) != op.new:
             try:  # the stage was lost (or already renamed and then disturbed): re-stage from the store
                 agent.stage(target.info.store, op.new.digest, stage, op.new.mode)
-            except Exception as exc:  # agent errors cross process boundaries as plain exceptions
+            except (PatchkeeperError, OSError) as exc:  # a missing or corrupt object, or an obstacle
                 found = obstacles(ledger, [op])
                 if found:
                     raise unfinished(ledger, entry, f"{op.path} {found[op.path]}", 1) from None
@@ -206,7 +207,7 @@ def _back_up_hand_edits(ledger: Ledger, ops: list[FileOp], entry: LedgerEntry) -
     """Files of an interrupted transaction that hold neither its old nor its new bytes were changed by
     hand since: put their bytes in the store before they are replaced; name them in the entry."""
     target = ledger.target
-    now = target.agent.scan("/", [], [], None, {op.key: op.path for op in ops})
+    now = target.agent.scan(ScanRequest("/", absolute={op.key: op.path for op in ops}))
     edits = {op.key: Entry.of(now[op.key]) for op in ops
              if op.key in now and Entry.of(now[op.key]) not in (op.old, op.new)}
     if not edits:
