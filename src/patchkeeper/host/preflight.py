@@ -8,12 +8,19 @@ from __future__ import annotations
 
 import os
 import stat
+import struct
+
+try:
+    import fcntl
+except ImportError:  # not a POSIX host: no flags to read
+    fcntl = None  # type: ignore[assignment]
 
 _FS_IOC_GETFLAGS = 0x80086601  # Linux: _IOR('f', 1, long)
 _FL_IMMUTABLE, _FL_APPEND = 0x10, 0x20
 _FLAG_NAMES = {"i": "immutable", "a": "append-only"}
-_KINDS = ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a directory"), (stat.S_ISLNK, "a symbolic link"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket"))
+_KINDS = ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a directory"), (stat.S_ISLNK, "a symbolic link"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a named pipe"),
+          (stat.S_ISSOCK, "a socket"))
 
 
 def obstacles(writes: list[str], removes: list[str]) -> dict[str, str]:
@@ -21,17 +28,15 @@ def obstacles(writes: list[str], removes: list[str]) -> dict[str, str]:
     unlinked (`removes`) that cannot be; the cached bytecode of touched modules is checked too,
     since it is removed after the commit point."""
     out: dict[str, str] = {}
-    for path in writes:
-        problem = _destination(path, removing=False)
-        if problem:
-            out[path] = problem
-    for path in removes:
-        problem = _destination(path, removing=True)
-        if problem:
-            out[path] = problem
-    for path in [*writes, *removes]:
-        if path.endswith(".py") and path not in out:
-            out.update(_bytecode(path))
+    dirs: dict[str, tuple[str, str | None]] = {}  # each directory is judged once
+    caches: dict[str, dict[str, list[str]]] = {}  # and each __pycache__ listed once, by module
+    for paths, removing in ((writes, False), (removes, True)):
+        for path in paths:
+            problem = _destination(path, removing, dirs)
+            if problem:
+                out[path] = problem
+            elif path.endswith(".py"):
+                out.update(_bytecode(path, dirs, caches))
     return out
 
 
@@ -42,7 +47,7 @@ def kind_of(st: os.stat_result) -> str:
     return "not a regular file"
 
 
-def _destination(path: str, removing: bool) -> str | None:
+def _destination(path: str, removing: bool, dirs: dict) -> str | None:
     try:
         st = os.lstat(path)
     except (FileNotFoundError, NotADirectoryError):
@@ -56,11 +61,14 @@ def _destination(path: str, removing: bool) -> str | None:
     if st is not None:
         flag = _flags(path, st)
         if flag:
-            return f"is {_FLAG_NAMES[flag]}; clear the flag (chattr -{flag} {path}) or leave the file out"
-    directory, problem = _directory(os.path.dirname(path))
+            return f"is {_FLAG_NAMES[flag]}; clear the flag first (chattr -{flag} {path})"
+    parent = os.path.dirname(path)
+    if parent not in dirs:
+        dirs[parent] = _directory(parent)
+    directory, problem = dirs[parent]
     if problem:
         return problem
-    if st is not None:
+    if st is not None and os.geteuid() != 0:
         return _sticky(directory, st)
     return None
 
@@ -82,7 +90,7 @@ def _directory(directory: str) -> tuple[str, str | None]:
         return probe, f"its directory {probe} is {why}"
     flag = _flags(probe, st)
     if flag:
-        return probe, f"its directory {probe} is {_FLAG_NAMES[flag]}; clear the flag (chattr -{flag} {probe})"
+        return probe, f"its directory {probe} is {_FLAG_NAMES[flag]}; clear the flag first (chattr -{flag} {probe})"
     return probe, None
 
 
@@ -99,17 +107,21 @@ def _sticky(directory: str, st: os.stat_result) -> str | None:
     return None
 
 
-def _bytecode(source: str) -> dict[str, str]:
+def _bytecode(source: str, dirs: dict, caches: dict[str, dict[str, list[str]]]) -> dict[str, str]:
     cache = os.path.join(os.path.dirname(source), "__pycache__")
-    stem = os.path.basename(source)[:-3] + "."
-    try:
-        names = [n for n in os.listdir(cache) if n.startswith(stem) and n.endswith(".pyc")]
-    except OSError:
-        return {}  # no cache directory (or none to read): nothing to remove
+    if cache not in caches:
+        caches[cache] = {}
+        try:
+            names = os.listdir(cache)
+        except OSError:
+            names = []  # no cache directory (or none to read): nothing to remove
+        for name in names:
+            if name.endswith(".pyc"):  # <module>.<tag>[.opt-N].pyc
+                caches[cache].setdefault(name.partition(".")[0], []).append(name)
     out = {}
-    for name in names:
+    for name in caches[cache].get(os.path.basename(source)[:-3], ()):
         pyc = os.path.join(cache, name)
-        problem = _destination(pyc, removing=True)
+        problem = _destination(pyc, True, dirs)
         if problem:
             out[pyc] = problem + f" (the cached bytecode of {source}, removed with it)"
     return out
@@ -125,12 +137,11 @@ def _flags(path: str, st: os.stat_result) -> str | None:
         if flags & (stat.UF_APPEND | stat.SF_APPEND):
             return "a"
         return None
+    if fcntl is None:
+        return None
     try:
-        import fcntl
-        import struct
-
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a regular file or a directory, by the callers
-    except (ImportError, OSError):
+    except OSError:
         return None
     try:
         value = struct.unpack_from("i", fcntl.ioctl(fd, _FS_IOC_GETFLAGS, bytes(8)))[0]
