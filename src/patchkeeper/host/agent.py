@@ -145,7 +145,7 @@ class Agent(AgentContract):
     def listdir(self, path: str) -> list[str]:
         try:
             return sorted(os.listdir(path))
-        except (FileNotFoundError, NotADirectoryError):
+        except FileNotFoundError:
             return []
 
     def remove_bytecode(self, paths: list[str]) -> int:
@@ -156,7 +156,11 @@ class Agent(AgentContract):
                 continue
             cache = os.path.join(os.path.dirname(path), "__pycache__")
             stem = os.path.basename(path)[:-3] + "."
-            for name in self.listdir(cache):
+            try:
+                names = os.listdir(cache)
+            except (FileNotFoundError, NotADirectoryError):  # none, or a file in its place: no bytecode
+                continue
+            for name in names:
                 if name.startswith(stem) and name.endswith(".pyc"):  # <stem>.<tag>[.opt-N].pyc
                     removed += self.unlink(os.path.join(cache, name))
         return removed
