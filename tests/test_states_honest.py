@@ -242,3 +242,23 @@ def test_a_state_dir_inside_site_packages_is_a_configuration_error(env, tmp_path
             err = other.pk(*args, check=2).stderr
             assert f"state_dir {inside} is inside site-packages" in err and "hint:" in err
     assert not (env.site / "sglang" / ".pk-state").exists() and not (env.site / "ledger").exists()
+
+
+def test_the_new_agent_methods_answer_over_the_wire(tmp_path):
+    """obstacles and state_dir_owner as a host answers them: the agent program on pipes (as over SSH)."""
+    from patchkeeper.targets.remote_agent import AgentProxy
+
+    (tmp_path / "dir.py").mkdir()
+    (tmp_path / "venv").mkdir()
+    agent = AgentProxy.in_subprocess("wire", sys.executable)
+    try:
+        found = agent.obstacles([str(tmp_path / "dir.py"), str(tmp_path / "new.py")], [])
+        assert list(found) == [str(tmp_path / "dir.py")] and found[str(tmp_path / "dir.py")].startswith("is a directory")
+        prefix = str(tmp_path / "venv")
+        state = os.path.join(prefix, ".patchkeeper")
+        assert agent.state_dir_owner(prefix, state, str(tmp_path), False)["owner"] is None
+        assert agent.state_dir_owner(prefix, state, str(tmp_path), True)["owner"] == state
+        assert (Path(state) / "state_dir").read_text() == ".\n"  # relative: a copied venv keeps its own
+        assert agent.state_dir_owner(prefix, str(tmp_path / "other"), str(tmp_path), True)["owner"] == state
+    finally:
+        agent.close()
