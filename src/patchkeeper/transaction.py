@@ -19,12 +19,14 @@ from __future__ import annotations
 import json
 import posixpath
 from dataclasses import dataclass, replace
+from typing import cast
 
 from . import faults
-from .host.disk import STAGE_PREFIX, AgentError
+from .host.disk import STAGE_PREFIX
+from .host.errors import AgentError
 from .errors import PatchkeeperError, Refused, StoreError, Unfinished
 from .host.contract import ScanRequest
-from .ledger import Ledger, LedgerEntry
+from .ledger import ApplyExtra, Ledger, LedgerEntry, RollbackExtra
 from .manifest import Entry
 
 
@@ -50,7 +52,7 @@ class FileOp:
                    Entry.of(d["new"]) if d["new"] else None)
 
 
-def run(ledger: Ledger, ops: list[FileOp], contents: dict[str, bytes], entry: LedgerEntry) -> None:
+def carry_out(ledger: Ledger, ops: list[FileOp], contents: dict[str, bytes], entry: LedgerEntry) -> None:
     """Carry out `ops` as one transaction and record `entry`. `contents` maps new digests to bytes."""
     target = ledger.target
     agent, store = target.agent, target.info.store
@@ -219,6 +221,7 @@ def _back_up_hand_edits(ledger: Ledger, ops: list[FileOp], entry: LedgerEntry) -
         raise Refused(f"files changed while patchkeeper was backing them up: {', '.join(edits)}",
                       "make sure nothing else writes to the package, then run `patchkeeper recover` again")
     digests = {k: e.digest for k, e in edits.items()}
-    entry = replace(entry, hand_edits=tuple(dict.fromkeys([*entry.hand_edits, *edits])),
-                    extra={**entry.extra, "backed_up_at_recovery": digests})
+    extra = cast("ApplyExtra | RollbackExtra", dict(entry.extra))
+    extra["backed_up_at_recovery"] = digests
+    entry = replace(entry, hand_edits=tuple(dict.fromkeys([*entry.hand_edits, *edits])), extra=extra)
     return entry, digests

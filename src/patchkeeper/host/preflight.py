@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import stat
 import struct
+from typing import Dict, List, Optional, Tuple
 
 try:
     import fcntl
@@ -18,18 +19,19 @@ except ImportError:  # not a POSIX host: no flags to read
 _FS_IOC_GETFLAGS = 0x80086601  # Linux: _IOR('f', 1, long)
 _FL_IMMUTABLE, _FL_APPEND = 0x10, 0x20
 _FLAG_NAMES = {"i": "immutable", "a": "append-only"}
+Judged = Tuple[str, Optional[str]]  # a directory: its nearest existing ancestor, and what is wrong there
 _KINDS = ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a directory"), (stat.S_ISLNK, "a symbolic link"),
           (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a named pipe"),
           (stat.S_ISSOCK, "a socket"))
 
 
-def obstacles(writes: list[str], removes: list[str]) -> dict[str, str]:
+def obstacles(writes: List[str], removes: List[str]) -> Dict[str, str]:
     """path -> what stands in the way, for each path to be replaced by a regular file (`writes`) or
     unlinked (`removes`) that cannot be; the cached bytecode of touched modules is checked too,
     since it is removed after the commit point."""
-    out: dict[str, str] = {}
-    dirs: dict[str, tuple[str, str | None]] = {}  # each directory is judged once
-    caches: dict[str, dict[str, list[str]]] = {}  # and each __pycache__ listed once, by module
+    out: Dict[str, str] = {}
+    dirs: Dict[str, Judged] = {}  # each directory is judged once
+    caches: Dict[str, Dict[str, List[str]]] = {}  # and each __pycache__ listed once, by module
     for paths, removing in ((writes, False), (removes, True)):
         for path in paths:
             problem = _destination(path, removing, dirs)
@@ -47,7 +49,7 @@ def kind_of(st: os.stat_result) -> str:
     return "not a regular file"
 
 
-def _destination(path: str, removing: bool, dirs: dict) -> str | None:
+def _destination(path: str, removing: bool, dirs: Dict[str, Judged]) -> Optional[str]:
     try:
         st = os.lstat(path)
     except (FileNotFoundError, NotADirectoryError):
@@ -73,7 +75,7 @@ def _destination(path: str, removing: bool, dirs: dict) -> str | None:
     return None
 
 
-def _directory(directory: str) -> tuple[str, str | None]:
+def _directory(directory: str) -> Judged:
     """The nearest existing ancestor of `directory` (where a write would create what is missing),
     and why a file cannot be renamed into or unlinked from it."""
     probe = directory
@@ -94,7 +96,7 @@ def _directory(directory: str) -> tuple[str, str | None]:
     return probe, None
 
 
-def _sticky(directory: str, st: os.stat_result) -> str | None:
+def _sticky(directory: str, st: os.stat_result) -> Optional[str]:
     """In a sticky directory only the file's or the directory's owner (or root) may replace it."""
     euid = os.geteuid()
     try:
@@ -107,7 +109,7 @@ def _sticky(directory: str, st: os.stat_result) -> str | None:
     return None
 
 
-def _bytecode(source: str, dirs: dict, caches: dict[str, dict[str, list[str]]]) -> dict[str, str]:
+def _bytecode(source: str, dirs: Dict[str, Judged], caches: Dict[str, Dict[str, List[str]]]) -> Dict[str, str]:
     cache = os.path.join(os.path.dirname(source), "__pycache__")
     if cache not in caches:
         caches[cache] = {}
@@ -127,7 +129,7 @@ def _bytecode(source: str, dirs: dict, caches: dict[str, dict[str, list[str]]]) 
     return out
 
 
-def _flags(path: str, st: os.stat_result) -> str | None:
+def _flags(path: str, st: os.stat_result) -> Optional[str]:
     """"i" (immutable) or "a" (append-only) where the file system shows it (Linux ioctl, BSD st_flags);
     either makes the kernel refuse to replace or unlink the file, or any entry of the directory."""
     flags = getattr(st, "st_flags", 0)
@@ -144,7 +146,7 @@ def _flags(path: str, st: os.stat_result) -> str | None:
     except OSError:
         return None
     try:
-        value = struct.unpack_from("i", fcntl.ioctl(fd, _FS_IOC_GETFLAGS, bytes(8)))[0]
+        value: int = struct.unpack_from("i", fcntl.ioctl(fd, _FS_IOC_GETFLAGS, bytes(8)))[0]
     except OSError:
         return None  # this file system keeps no such flags
     finally:
