@@ -170,6 +170,12 @@ def check_fits(target: Target, sets: list[PatchSet], force: bool) -> list[str]:
             if not force:
                 raise Refused(msg, "use --force to apply it anyway")
             notes.append(f"warning: {msg} (--force)")
+        unsafe = patchset.unsafe_modes([ps])
+        if unsafe:
+            msg = (f"patch set {ps.ident} makes file(s) setuid, setgid or world-writable: " + ", ".join(unsafe))
+            if not force:
+                raise Refused(msg, "fix the modes in its patches; --force applies them anyway")
+            notes.append(f"warning: {msg} (--force)")
         for role, _ in ps.files:
             if role not in dict(info.roles):
                 raise BadInput(f"patch set {ps.ident} sets the {role!r} file, but target {target.name} "
@@ -187,10 +193,11 @@ def _check_history(s: Session, sets: list[PatchSet]) -> None:
                                   f"raise version in patchsets/{ps.name}/patchset.toml")
 
 
-def plan_apply(s: Session, name: str, force: bool) -> Plan | None:
-    """Plan applying `name` (and what it requires) on the current stack; None if already applied."""
+def plan_apply(s: Session, name: str, force: bool, incoming: list[PatchSet] | None = None) -> Plan | None:
+    """Plan applying `name` (and what it requires: `incoming`, when already resolved) on the current
+    stack; None if already applied."""
     ws, target, ledger = s.workspace, s.target, s.ledger
-    incoming = resolve(ws.patchsets_dir, name)
+    incoming = incoming or resolve(ws.patchsets_dir, name)
     notes = check_fits(target, incoming, force)
     _check_history(s, incoming)
     current, cur_manifest = _recorded(s)

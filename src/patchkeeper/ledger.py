@@ -90,6 +90,9 @@ def who() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
+MIN_PREFIX = 4  # a shorter state id prefix is refused: `--to 1` is a typo, not a state
+
+
 class Ledger:
     """Read and append the ledger of one target, in its state dir."""
 
@@ -156,10 +159,16 @@ class Ledger:
         for e in reversed(entries):
             if e.after.name == spec or e.id == spec:
                 return e.after
+        if len(spec) < MIN_PREFIX:
+            raise BadInput(f"no state named {spec!r} on target {self.target.name}, and a state id prefix "
+                           f"needs at least {MIN_PREFIX} characters",
+                           "give more of the id (`patchkeeper log` shows them), or baseline | previous | a name")
         matches = {e.after.id: e.after for e in entries if e.after.id.startswith(spec)}
         if len(matches) == 1:
             return next(iter(matches.values()))
         if len(matches) > 1:
-            raise BadInput(f"state id {spec!r} is ambiguous: {', '.join(sorted(matches))}")
+            listed = "; ".join(f"{sid} ({state.name or state.stack_text()})" for sid, state in sorted(matches.items()))
+            raise BadInput(f"state id prefix {spec!r} is ambiguous: {len(matches)} states start with it",
+                           f"give more characters; the candidates: {listed}")
         raise BadInput(f"no state {spec!r} on target {self.target.name}",
                        "run `patchkeeper log` to see its states")

@@ -69,7 +69,14 @@ def parse(text: str, origin: str) -> tuple[FilePatch, ...]:
         new_mode = None
         for info in headers:
             if info.startswith(("new mode ", "new file mode ")):
-                new_mode = int(info.split()[-1], 8) & 0o7777
+                try:
+                    mode = int(info.split()[-1], 8)
+                except ValueError:
+                    mode = -1
+                if mode < 0 or mode & 0o170000 != 0o100000:
+                    raise BadInput(f"{origin}: {path} gets mode {info.split()[-1]}, not a regular file's (100644, 100755)",
+                                   "patchkeeper manages regular files only; ship a file's content instead")
+                new_mode = mode & 0o7777
         hunks = []
         for h in pf:
             old: list[str] = []

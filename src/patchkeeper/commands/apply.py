@@ -11,11 +11,13 @@ from .show_plan import carry_out
 def apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bool, verify: bool = True) -> int:
     svc = service.load(ws.target(target)) if verify else None
     with Session(ws, target, f"apply {name}") as s:
+        incoming = engine.resolve(ws.patchsets_dir, name)
+        engine.check_fits(s.target, incoming, force)  # bad input is refused before a baseline is recorded
         if dry_run and s.ledger.current() is None:
             print(f"{s.target.name}: no baseline yet; a real apply records one first")
         elif not dry_run:
             engine.ensure_baseline(s)
-        plan = engine.plan_apply(s, name, force)
+        plan = engine.plan_apply(s, name, force, incoming)
         if plan is None:
             print(f"{s.target.name}: {name} is already applied; nothing to do")
             return 0
