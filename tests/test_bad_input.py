@@ -223,3 +223,56 @@ def test_apply_on_a_target_without_the_role_records_nothing(env):
     toml.write_text(toml.read_text().split("[targets.local.files]")[0])
     _refused(env, "apply", "nextn", expect="has no such role")
     _no_records(env)
+
+
+def test_a_crlf_patch_is_refused_as_crlf(env):
+    _patchset(env, "crlf", None)
+    text = (env.root / "patchsets/ddtree/0001-spec-info-ddtree.patch").read_bytes()
+    (env.root / "patchsets/crlf/0001.patch").write_bytes(text.replace(b"\n", b"\r\n"))
+    _refused(env, "apply", "crlf", expect="has CRLF (Windows) line endings, first on line 1")
+
+
+def test_git_quoted_paths_are_accepted(env, tmp_path):
+    """git quotes names with a quote, a backslash or non-ASCII bytes: the diff git writes applies."""
+    import subprocess
+
+    repo = tmp_path / "git"
+    (repo / "sglang").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    names = ['sglang/name with "quote".py', "sglang/café.py", "sglang/tab\there.py"]
+    for name in names:
+        (repo / name).write_text(f"# {name}\n")
+    subprocess.run(["git", "-C", str(repo), "add", "-N", "."], check=True)
+    text = subprocess.run(["git", "-C", str(repo), "diff"], check=True, capture_output=True, text=True).stdout
+    assert '"b/sglang/name with \\"quote\\".py"' in text and "caf\\303\\251" in text and "tab\\there" in text
+    _patchset(env, "quoted", text)
+    env.pk("apply", "quoted", "--no-verify")
+    for name in names:
+        assert (env.site / name).read_text() == f"# {name}\n"
+    env.pk("rollback", "--to", "baseline", "--no-verify")
+    assert not any((env.site / name).exists() for name in names)
+
+
+def test_a_symlinked_file_is_named_a_symlink(env, tmp_path):
+    version = env.site / "sglang/version.py"
+    real = tmp_path / "version.py"
+    real.write_bytes(version.read_bytes())
+    version.unlink()
+    version.symlink_to(real)
+    _patchset(env, "v", f"""diff --git a/sglang/version.py b/sglang/version.py
+--- a/sglang/version.py
++++ b/sglang/version.py
+@@ -1 +1,2 @@
+ {real.read_text().splitlines()[0]}
++patched = True
+""")
+    _refused(env, "apply", "v", expect="sglang/version.py (a symlink)")
+
+
+def test_a_deleted_pack_index_is_named(env):
+    env.pk("apply", "nextn", "--no-verify")
+    index, = (env.state_dir / "store" / "packs").glob("*.idx")
+    index.unlink()
+    proc = env.pk("rollback", "--to", "baseline", check=2)
+    assert f"the pack index {index} is missing" in proc.stderr and "@unit" in proc.stderr
+    assert "recorded without bytes" not in proc.stderr

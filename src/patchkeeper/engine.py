@@ -222,6 +222,7 @@ def plan_apply(s: Session, name: str, force: bool, incoming: list[PatchSet] | No
         keys = touched_keys(build)
         base_manifest = None
     actual = scan_keys(target, keys)
+    _refuse_non_regular(target, [k for k in keys if k not in actual])
     drift = tuple(k for k in keys if actual.get(k) != cur_manifest.get(k))
     if drift and not force:
         raise Refused(f"{len(drift)} file(s) differ from the recorded state {current.id} (edited by hand?): "
@@ -314,6 +315,19 @@ def _baseline_bytes(target: Target, base: Manifest, actual: dict[str, Entry], ke
                          "the baseline was recorded --manifest-only; restore the file first") from None
 
 
+def _refuse_non_regular(target: Target, absent: list[str]) -> None:
+    """Keys the scan did not find as regular files: refuse a symlink, directory or device there by name
+    (a scan sees regular files only, so they would otherwise read as "does not exist")."""
+    odd = []
+    for key in absent:
+        st = target.agent.lstat(target.info.path_of(key))
+        if st is not None:
+            odd.append(f"{key} ({'a symlink' if st['is_link'] else 'a directory' if st['is_dir'] else 'not a regular file'})")
+    if odd:
+        raise BadInput(f"{len(odd)} path(s) the patch sets touch are not regular files: " + ", ".join(odd),
+                       "patchkeeper manages regular files only; replace them with the files themselves")
+
+
 def _refuse_escaping(target: Target, rels: list[str], what: str) -> None:
     """Refuse paths that leave site-packages through a symlinked directory: nothing is written there."""
     outside = target.agent.escaping(target.info.site, rels)
@@ -354,6 +368,13 @@ def plan_rollback(s: Session, spec: str) -> Plan | None:
     missing = target.agent.store_missing(target.info.store, sorted({op.new.digest for op in ops if op.new}))
     if missing:
         names = [op.key for op in ops if op.new and op.new.digest in missing]
+        if goal.bytes_kept:  # its bytes were stored: the store lost them
+            damage = target.agent.store_damage(target.info.store)
+            raise StoreError(f"the store lacks the bytes of {len(names)} file(s) state {goal.id} "
+                             f"({goal.name or 'unnamed'}) kept"
+                             + (f" ({'; '.join(damage)})" if damage else "") + ": " + ", ".join(names[:20]),
+                             f"the store {target.info.store} is damaged: restore it from a backup, "
+                             "or restore those files by other means (e.g. reinstall the package)")
         raise StoreError(f"state {goal.id} ({goal.name or 'unnamed'}) was recorded without bytes; "
                          f"{len(names)} file(s) cannot be restored: " + ", ".join(names[:20]),
                          "restore those files by other means (e.g. reinstall the package)")

@@ -164,6 +164,9 @@ def digest_dir(directory: Path) -> str:
 def check_relative(rel: str, origin: str) -> None:
     """A patch path must stay inside site-packages: relative, no '..', no empty parts."""
     parts = rel.split("/")
-    if rel.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\\" in rel or "\0" in rel:
+    if "\\" in rel:
+        raise BadInput(f"{origin}: path {rel!r} holds a backslash (a Windows path separator?)",
+                       "patch paths are relative to site-packages with / between directories")
+    if rel.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\0" in rel:
         raise BadInput(f"{origin}: path {rel!r} escapes site-packages",
                        "patch paths must be relative to site-packages, without '..'")

@@ -271,6 +271,10 @@ class Agent:
         s = self._store(store)
         return [d for d in digests if not s.has(d)]
 
+    def store_damage(self, store: str) -> list[str]:
+        """What is visibly broken in the store (a pack without its index...), for error messages."""
+        return self._store(store).damage()
+
     def store_put_files(self, store: str, files: dict[str, str]) -> dict[str, str]:
         """Copy files (digest -> path) into the store as one pack; return digests that failed
         verification (the file changed since it was hashed) with their actual digest."""
