@@ -30,3 +30,37 @@ def test_output_into_a_pipe_whose_reader_left_stops_quietly(env):
         proc = _closed_reader(env, *args)
         assert proc.stderr == "", (args, proc.stderr)
         assert proc.returncode in (code, 141), (args, proc.returncode)
+
+
+def test_diff_takes_the_target_as_every_per_target_verb_does(env, tmp_path):
+    second = copy_venv(env.venv, tmp_path / "venv2")
+    toml = env.root / "patchkeeper.toml"
+    toml.write_text(toml.read_text() + f'\n[targets.other]\npython = "{second}/bin/python"\npackage = "sglang"\n')
+    env.pk("snapshot", "-t", "other", "--name", "start")
+    edit_file(second / "lib/python3.11/site-packages/sglang/version.py", b"edited = True\n")
+    proc = env.pk("diff", "-t", "other", check=1)
+    assert proc.stdout.startswith("other against state") and "changed  sglang/version.py" in proc.stdout
+    env.pk("diff", "-t", "local", "other", check=1)  # -t A B: A against B
+
+
+def _complete(env, *words: str) -> list[str]:
+    """What bash completion offers for the last word, through click's completion protocol."""
+    exe = os.path.join(os.path.dirname(sys.executable), "patchkeeper")
+    proc = subprocess.run([exe], capture_output=True, text=True, check=True,
+                          env={**os.environ, "_PATCHKEEPER_COMPLETE": "bash_complete", "PATCHKEEPER_WORKSPACE": str(env.root),
+                               "COMP_WORDS": " ".join(("patchkeeper",) + words), "COMP_CWORD": str(len(words))})
+    return [line.split(",", 1)[1] for line in proc.stdout.splitlines()]
+
+
+def test_shell_completion_of_patch_set_target_and_state_names(env):
+    toml = env.root / "patchkeeper.toml"
+    toml.write_text(toml.read_text() + '\n[targets.ct129]\nssh = "ct129"\npython = "/usr/bin/python3"\npackage = "sglang"\n')
+    assert _complete(env, "apply", "d") == ["ddtree", "dflash"]
+    assert _complete(env, "show", "") == ["ddtree", "dflash", "nextn"]
+    assert _complete(env, "status", "-t", "c") == ["ct129"]
+    assert _complete(env, "diff", "") == ["ct129", "local"]
+    env.pk("snapshot", "--name", "before-ddtree")
+    state = json.loads((env.root / "snapshots/local/state.json").read_text())["id"]
+    assert _complete(env, "rollback", "--to", "b") == ["baseline", "before-ddtree"]
+    assert _complete(env, "rollback", "--to", state[:3]) == [state]
+    assert _complete(env, "rollback", "-t", "ct129", "--to", "") == ["baseline", "previous"]  # never contacts ct129

@@ -109,7 +109,57 @@ def _quiet_when_reader_leaves() -> None:
         sys.stdout = _ReaderGone(sys.stdout)
 
 
-target_option = click.option("-t", "--target", help="target name from patchkeeper.toml (default: default_target)")
+# ---- shell completion of names: read from the workspace only (never a target, never SSH) ----------
+def _completion_workspace(ctx: click.Context):
+    from . import workspace
+
+    root = ctx.find_root().params.get("workspace")
+    return workspace.load(workspace.find(root))
+
+
+def _completing(names):
+    """A click shell_complete function over the names `names(ctx)` gives; none when that fails."""
+
+    def complete(ctx: click.Context, param, incomplete: str) -> list[str]:
+        try:
+            return [n for n in names(ctx) if n.startswith(incomplete)]
+        except Exception:  # completion never prints errors into the user's shell
+            return []
+
+    return complete
+
+
+def _patchset_names(ctx: click.Context) -> list[str]:
+    from . import patchset
+
+    return patchset.names(_completion_workspace(ctx).patchsets_dir)
+
+
+def _target_names(ctx: click.Context) -> list[str]:
+    return sorted(_completion_workspace(ctx).targets)
+
+
+def _state_names(ctx: click.Context) -> list[str]:
+    """baseline, previous, and the names and ids of the states in the workspace's copy of the ledger."""
+    import json
+
+    ws = _completion_workspace(ctx)
+    target = ctx.params.get("target") or ws.default_target
+    names, ids = ["baseline", "previous"], []
+    for path in sorted((ws.snapshots_dir / str(target) / "ledger").glob("*.json")):
+        after = json.loads(path.read_text()).get("after") or {}
+        if after.get("name"):
+            names.append(after["name"])
+        ids.append(after.get("id", ""))
+    return list(dict.fromkeys(names + [i for i in ids if i]))
+
+
+complete_patchsets = _completing(_patchset_names)
+complete_targets = _completing(_target_names)
+complete_states = _completing(_state_names)
+
+target_option = click.option("-t", "--target", help="target name from patchkeeper.toml (default: default_target)",
+                             shell_complete=complete_targets)
 json_option = click.option("--json", "as_json", is_flag=True, help="print one JSON document")
 
 
@@ -135,7 +185,7 @@ def list_cmd(ctx, as_json):
 
 
 @main.command()
-@click.argument("name")
+@click.argument("name", shell_complete=complete_patchsets)
 @target_option
 @click.option("--dry-run", "-n", is_flag=True, help="print the plan; change nothing")
 @click.option("--force", is_flag=True, help="apply over hand edits (backed up first) or another package version")
@@ -155,7 +205,7 @@ def apply(ctx, name, target, dry_run, force, no_verify):
 
 @main.command()
 @target_option
-@click.option("--to", "to", required=True, metavar="STATE",
+@click.option("--to", "to", required=True, metavar="STATE", shell_complete=complete_states,
               help="baseline | previous | a state name | a state id | a transaction id")
 @click.option("--dry-run", "-n", is_flag=True, help="print the plan; change nothing")
 @click.option("--no-verify", is_flag=True, help="do not restart and verify the target's [service] afterwards")
@@ -241,7 +291,8 @@ bump_option = click.option("--bump", type=click.Choice(["major", "minor", "patch
 @main.command()
 @click.argument("name")
 @target_option
-@click.option("--from", "since", metavar="STATE", help="record the target's edits since this state")
+@click.option("--from", "since", metavar="STATE", shell_complete=complete_states,
+              help="record the target's edits since this state")
 @click.option("--git", "checkout", metavar="DIR", help="record from a git checkout of the package's source")
 @click.option("--range", "span", metavar="A..B", help="with --git: the refs to diff")
 @click.option("--subdir", default="", metavar="DIR", help="with --git: the directory holding the package (python)")
@@ -282,7 +333,7 @@ def import_cmd(ctx, name, file, version, subdir, package, description):
 
 
 @main.command()
-@click.argument("name")
+@click.argument("name", shell_complete=complete_patchsets)
 @click.pass_context
 @command
 def export(ctx, name):
@@ -293,7 +344,7 @@ def export(ctx, name):
 
 
 @main.command()
-@click.argument("name")
+@click.argument("name", shell_complete=complete_patchsets)
 @target_option
 @click.option("--wheel", metavar="FILE.whl", help="check against a wheel's files instead of a target")
 @json_option
@@ -307,7 +358,7 @@ def check(ctx, name, target, wheel, as_json):
 
 
 @main.command()
-@click.argument("name")
+@click.argument("name", shell_complete=complete_patchsets)
 @json_option
 @click.pass_context
 @command
@@ -319,18 +370,20 @@ def show(ctx, name, as_json):
 
 
 @main.command()
-@click.argument("targets", nargs=-1, metavar="[TARGET [TARGET2]]")
-@click.option("--against", metavar="STATE", help="compare one target with this recorded state (default: its current one)")
+@click.argument("targets", nargs=-1, metavar="[TARGET [TARGET2]]", shell_complete=complete_targets)
+@target_option
+@click.option("--against", metavar="STATE", shell_complete=complete_states,
+              help="compare one target with this recorded state (default: its current one)")
 @click.option("--patch", "-p", is_flag=True, help="add unified diffs of the differing text files")
 @json_option
 @click.pass_context
 @command
-def diff(ctx, targets, against, patch, as_json):
-    """What differs on TARGET from its recorded state, and which patch set owns it; or TARGET against
-    TARGET2, side by side. Exit 0 when nothing differs, 1 when something does."""
+def diff(ctx, targets, target, against, patch, as_json):
+    """What differs on TARGET (or -t TARGET) from its recorded state, and which patch set owns it; or
+    TARGET against TARGET2, side by side. Exit 0 when nothing differs, 1 when something does."""
     from .commands.diff import diff as run
 
-    return run(_workspace(ctx), tuple(targets), against, patch, as_json)
+    return run(_workspace(ctx), ((target,) if target else ()) + tuple(targets), against, patch, as_json)
 
 
 @main.command("verify")
