@@ -36,7 +36,7 @@ def test_diff_takes_the_target_as_every_per_target_verb_does(env, tmp_path):
     second = copy_venv(env.venv, tmp_path / "venv2")
     toml = env.root / "patchkeeper.toml"
     toml.write_text(toml.read_text() + f'\n[targets.other]\npython = "{second}/bin/python"\npackage = "sglang"\n')
-    env.pk("snapshot", "-t", "other", "--name", "start")
+    env.pk("snapshot", "-t", "other", "--name", "start", "--manifest-only")
     edit_file(second / "lib/python3.11/site-packages/sglang/version.py", b"edited = True\n")
     proc = env.pk("diff", "-t", "other", check=1)
     assert proc.stdout.startswith("other against state") and "changed  sglang/version.py" in proc.stdout
@@ -64,3 +64,25 @@ def test_shell_completion_of_patch_set_target_and_state_names(env):
     assert _complete(env, "rollback", "--to", "b") == ["baseline", "before-ddtree"]
     assert _complete(env, "rollback", "--to", state[:3]) == [state]
     assert _complete(env, "rollback", "-t", "ct129", "--to", "") == ["baseline", "previous"]  # never contacts ct129
+
+
+def test_backed_up_hand_edits_are_named_by_digest_and_can_be_got_back(env):
+    env.pk("apply", "ddtree", "--no-verify")
+    spec = env.site / "sglang/srt/speculative/spec_info.py"
+    mine = spec.read_bytes() + b"# my hand edit\n"
+    edit_file(spec, mine)
+    proc = env.pk("rollback", "--to", "baseline", "--no-verify")
+    line, = [l for l in proc.stdout.splitlines() if l.startswith("  backup of sglang/srt/speculative/spec_info.py: ")]
+    digest = line.split(": ", 1)[1]
+    assert digest.startswith("blake3:") and len(digest) == len("blake3:") + 64
+    assert "patchkeeper show-backup DIGEST -t local > FILE" in proc.stdout
+    newest = json.loads(env.pk("log", "--json").stdout)[0]
+    assert newest["extra"]["backups"] == {"sglang/srt/speculative/spec_info.py": digest}
+    assert f"spec_info.py ({digest[:len('blake3:') + 16]}…)" in env.pk("log").stdout
+    got = subprocess.run([sys.executable, "-m", "patchkeeper", "--workspace", str(env.root), "show-backup", digest],
+                         capture_output=True, check=True)
+    assert got.stdout == mine
+    short = env.pk("show-backup", digest.partition(":")[2][:10], "-t", "local")
+    assert short.stdout.encode() == mine
+    env.pk("show-backup", "blake3:" + "0" * 64, check=2)
+    env.pk("show-backup", "abc", check=2)

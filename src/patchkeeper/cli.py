@@ -255,6 +255,19 @@ def snapshot(ctx, target, name, manifest_only):
     return run(_workspace(ctx), target, name, manifest_only)
 
 
+@main.command("show-backup")
+@click.argument("digest")
+@target_option
+@click.pass_context
+@command
+def show_backup(ctx, digest, target):
+    """Print the bytes of a backed-up file (a hand edit a change replaced), verified: DIGEST as
+    rollback and log show it, or 8+ of its hex digits. `patchkeeper show-backup D > FILE`."""
+    from .commands.show_backup import show_backup as run
+
+    return run(_workspace(ctx), target, digest)
+
+
 @main.command()
 @target_option
 @click.pass_context

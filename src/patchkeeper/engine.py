@@ -259,8 +259,15 @@ def plan_apply(s: Session, name: str, force: bool, incoming: list[PatchSet] | No
                         kind=kind, before=current, after=after, patchsets=tuple(_ref(ps) for ps in adding),
                         changed=differences({op.key: op.old for op in ops if op.old},
                                             {op.key: op.new for op in ops if op.new}),
-                        hand_edits=drift, extra={"removed": removed})
+                        hand_edits=drift, extra={"removed": removed, **_backups(ops, drift)})
     return Plan(tuple(ops), contents, entry, drift, tuple(notes))
+
+
+def _backups(ops: list[FileOp], hand: tuple[str, ...]) -> dict:
+    """{"backups": key -> digest} of the hand-edited files the change overwrites (their bytes are put
+    in the store before anything changes, and `patchkeeper show-backup DIGEST` gives them back)."""
+    backups = {op.key: op.old.digest for op in ops if op.key in hand and op.old is not None}
+    return {"backups": backups} if backups else {}
 
 
 def _recorded(s: Session) -> tuple[State, Manifest]:
@@ -384,7 +391,7 @@ def plan_rollback(s: Session, spec: str) -> Plan | None:
                         kind="rollback", before=current, after=goal,
                         changed=differences({op.key: op.old for op in ops if op.old},
                                             {op.key: op.new for op in ops if op.new}),
-                        hand_edits=tuple(hand))
+                        hand_edits=tuple(hand), extra=_backups(ops, tuple(hand)))
     return Plan(tuple(ops), {}, entry, tuple(hand))
 
 
