@@ -9,7 +9,9 @@ import sys
 
 import pytest
 
-from conftest import REPO, copy_venv, edit_file, make_workspace
+from pathlib import Path
+
+from conftest import REPO, SITE_REL, copy_venv, edit_file, make_workspace
 
 
 def _closed_reader(env, *args: str) -> subprocess.CompletedProcess:
@@ -86,3 +88,32 @@ def test_backed_up_hand_edits_are_named_by_digest_and_can_be_got_back(env):
     assert short.stdout.encode() == mine
     env.pk("show-backup", "blake3:" + "0" * 64, check=2)
     env.pk("show-backup", "abc", check=2)
+
+
+def _installed_venv(path, wheel) -> None:
+    """A venv with the sglang wheel installed by pip, as a user would (console scripts in bin/)."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(path / "bin/python"), "install", "-q",
+                    "--no-deps", "--no-index", str(wheel)], check=True)
+
+
+def test_two_installs_of_one_wheel_at_different_paths_are_the_same_code_state(tmp_path):
+    wheels = sorted(Path(os.environ.get("PK_WHEELS", REPO / ".cache/wheels")).glob("sglang-0.5.23-*.whl"))
+    if not wheels:
+        pytest.fail("the sglang wheel is missing: run the tests with `make test`")
+    a, b = tmp_path / "venv-a", tmp_path / "somewhere" / "else" / "venv-b"
+    for venv in (a, b):
+        _installed_venv(venv, wheels[0])
+    record = f"{SITE_REL}/sglang-0.5.23.dist-info/RECORD"
+    assert (a / record).read_bytes() != (b / record).read_bytes()  # the console scripts' rows name the venv
+    unit_b = tmp_path / "unit-b.service"
+    unit_b.write_bytes((REPO / "demo/sglang-qwen.service").read_bytes())
+    env = make_workspace(tmp_path / "ws", a, f'\n[targets.b]\npython = "{b}/bin/python"\npackage = "sglang"\n'
+                                             f'[targets.b.files]\nunit = "{unit_b}"\n')
+    assert "have the same files" in env.pk("diff", "local", "b").stdout
+    ids = []
+    for target in ("local", "b"):
+        env.pk("snapshot", "-t", target, "--name", "installed", "--manifest-only")
+        ids.append(json.loads(env.pk("log", "-t", target, "--json").stdout)[-1]["after"]["id"])  # the baseline
+    assert ids[0] == ids[1]
+    assert "dist-info/RECORD" not in (env.root / "snapshots/local/manifests" / f"{ids[0]}.txt").read_text()

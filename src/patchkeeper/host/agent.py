@@ -21,6 +21,7 @@ from .disk import (
     fsync_dir,
     hash_file,
     hostname,
+    is_install_record,
     is_managed_name,
     manifest_rows,
     normalize_name,
@@ -249,7 +250,8 @@ class Agent(AgentContract):
         back, as key -> [recorded row, actual row] (None where absent)."""
         store, manifests, scan = request.store, request.manifests, request.scan
         cache = scan.cache
-        recorded = [manifest_rows(self._store(store).get(m)) for m in manifests]
+        recorded = [{k: row for k, row in manifest_rows(self._store(store).get(m)).items() if not is_install_record(k)}
+                    for m in manifests]  # states recorded before install records were left out
         out: list[dict[str, list]] = []
         scans: dict[str, dict[str, list]] = {}
         for rows in recorded:
