@@ -117,3 +117,25 @@ def test_two_installs_of_one_wheel_at_different_paths_are_the_same_code_state(tm
         ids.append(json.loads(env.pk("log", "-t", target, "--json").stdout)[-1]["after"]["id"])  # the baseline
     assert ids[0] == ids[1]
     assert "dist-info/RECORD" not in (env.root / "snapshots/local/manifests" / f"{ids[0]}.txt").read_text()
+
+
+def test_the_demo_target_is_a_venv_of_its_own(tmp_path, pristine_venv):
+    """scripts/demo.sh from a fresh checkout: the demo venv shares no inode with the pristine test venv."""
+    import shutil
+
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    for part in ("scripts", "demo", "patchsets"):
+        shutil.copytree(REPO / part, checkout / part)
+    shutil.copy(REPO / "patchkeeper.toml", checkout)
+    (checkout / ".venv").symlink_to(Path(sys.executable).parent.parent)
+    proc = subprocess.run(["bash", "scripts/demo.sh"], cwd=checkout, capture_output=True, text=True,
+                          env={**os.environ, "PY": sys.executable})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "demo done: the target is byte for byte back at its baseline" in proc.stdout
+    venv = checkout / ".demo/venv"
+    assert not (venv / ".done").exists()
+    pristine = {(st.st_dev, st.st_ino) for st in (p.lstat() for p in pristine_venv.rglob("*"))}
+    assert not any((p.lstat().st_dev, p.lstat().st_ino) in pristine for p in venv.rglob("*"))
+    pip = (venv / "bin/pip").read_text().splitlines()[0]
+    assert pip == f"#!{venv}/bin/python3" or pip == f"#!{venv}/bin/python", pip  # its own pip
