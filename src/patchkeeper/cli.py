@@ -91,7 +91,7 @@ def _stdout_gone() -> bool:
             return True
     try:
         poll = select.poll()
-        poll.register(sys.__stdout__.fileno(), select.POLLOUT)
+        poll.register(sys.__stdout__.fileno() if sys.__stdout__ else 1, select.POLLOUT)
         gone = any(events & select.POLLERR for _, events in poll.poll(0))  # a pipe without a reader
     except (AttributeError, OSError, ValueError):
         return False
@@ -291,7 +291,7 @@ def recover(ctx, target):
 @command
 def audit(ctx, target, probes, every, as_json, verbose, quiet):
     """What differs in the target's site-packages, and why: patched, drift, environment, bytecode, probe."""
-    from .commands.audit import run
+    from .commands.audit import audit as run
 
     return run(_workspace(ctx), target, list(probes), every, as_json, verbose, quiet)
 

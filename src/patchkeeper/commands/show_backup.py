@@ -34,7 +34,7 @@ def _resolve(s: Session, digest: str) -> str:
     if len(hexpart) < MIN_HEX or any(c not in "0123456789abcdef" for c in hexpart):
         raise BadInput(f"{digest!r} is neither a digest nor a prefix of {MIN_HEX}+ hex digits of one",
                        "copy the digest from `patchkeeper rollback` or `patchkeeper log`")
-    found = {d: k for e in s.ledger.entries() for k, d in e.extra.get("backups", {}).items()
+    found = {d: k for e in s.ledger.entries() for k, d in e.backups.items()
              if d.partition(":")[2].startswith(hexpart) and (not algorithm or d.startswith(algorithm + ":"))}
     if len(found) == 1:
         return next(iter(found))

@@ -8,7 +8,7 @@ from typing import TextIO
 from ..changes import Changed, KeptFailing, RolledBack, RollingBack, Step, Verified, Verifying
 from ..engine import Plan
 from ..ledger import State
-from ..verify import Report
+from ..verify import Verification
 
 _MARK = {"changed": "M", "added": "A", "removed": "D", "mode": "m"}
 PREVIOUS_FAILS = "the previous code state fails as well: the fault is likely not in the patch set"
@@ -22,9 +22,9 @@ def render_plan(plan: Plan, target: str, dry_run: bool) -> None:
     if plan.drift:
         print(f"files changed by hand since state {e.before.id if e.before else '?'} "
               f"(backed up{' first' if dry_run else ''}): " + ", ".join(plan.drift))
-        for key, digest in e.extra.get("backups", {}).items():
+        for key, digest in e.backups.items():
             print(f"  backup of {key}: {digest}")
-        if e.extra.get("backups"):
+        if e.backups:
             print(f"  (get one back: patchkeeper show-backup DIGEST -t {target} > FILE)")
     print(f"{target}: {e.kind} {e.before.stack_text() if e.before else '(nothing)'} -> {e.after.stack_text()}")
     for op in plan.ops:
@@ -37,7 +37,7 @@ def render_plan(plan: Plan, target: str, dry_run: bool) -> None:
           + ("" if dry_run else f" (transaction {e.id})"))
 
 
-def render_report(report: Report, target: str, state: State | None, out: TextIO = sys.stdout) -> None:
+def render_report(report: Verification, target: str, state: State | None, out: TextIO = sys.stdout) -> None:
     """One verification: each check, the output sample, the verdict and, on failure, the logs."""
     where = f"state {state.id}: {state.stack_text()}" if state else "no recorded state"
     print(f"verify {target}, {where}:", file=out)
