@@ -11,7 +11,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypedDict, Union
 
-from .host.disk import hash_bytes
+from .host.disk import INSTALL_RECORDS, hash_bytes, is_install_record
 from .errors import BadInput, Refused
 from .manifest import Manifest
 from .targets import Target
@@ -200,7 +200,9 @@ class Ledger:
         return self.target.agent.store_put(self.target.info.store, manifest.to_text())
 
     def load_manifest(self, state: State) -> Manifest:
-        return Manifest.from_text(self.target.agent.store_get(self.target.info.store, state.manifest))
+        manifest = Manifest.from_text(self.target.agent.store_get(self.target.info.store, state.manifest))
+        old = [k for k in manifest if k.endswith(INSTALL_RECORDS) and is_install_record(k)]
+        return manifest.replace(dict.fromkeys(old)) if old else manifest  # recorded before they were left out
 
     def find_state(self, spec: str) -> State:
         """baseline | previous | a state name | a state id (prefix) | a ledger entry id."""
