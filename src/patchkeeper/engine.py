@@ -12,7 +12,7 @@ from . import faults, patching, patchset, transaction
 from .errors import BadInput, PatchkeeperError, Refused, StoreError
 from .host.contract import CompareRequest, ScanRequest
 from .host.disk import STAGE_PREFIX, is_managed_name
-from .ledger import ApplyExtra, LedgerEntry, PatchSetRef, RecordExtra, State, new_id, who
+from .ledger import ApplyExtra, LedgerEntry, PatchSetRef, RecordExtra, RollbackExtra, State, new_id, who
 from .manifest import ROLE_PREFIX, Entry, Manifest, differences
 from .patchset import PatchSet
 from .session import Session
@@ -210,6 +210,12 @@ def check_fits(target: Target, sets: list[PatchSet], force: bool) -> list[str]:
                            f"has no such role", f"add {m.have} = \"...\" to [targets.{target.name}.files]")
     for ps in sets:
         _refuse_unmanaged(info, ps)
+    unsafe = patchset.unsafe_modes(sets)
+    if unsafe:
+        msg = "patch sets make file(s) setuid, setgid or world-writable: " + ", ".join(unsafe)
+        if not force:
+            raise Refused(msg, "fix the modes in the patches; --force applies them anyway")
+        notes.append(f"warning: {msg} (--force)")
     return notes
 
 
@@ -243,13 +249,15 @@ def _check_history(s: Session, sets: list[PatchSet]) -> None:
                                   f"raise version in patchsets/{ps.name}/patchset.toml")
 
 
-def plan_apply(s: Session, name: str, force: bool, trial: bool = False) -> Plan | None:
-    """Plan applying `name` (and what it requires) on the current stack; None if already applied.
+def plan_apply(s: Session, name: str, force: bool, trial: bool = False,
+               incoming: list[PatchSet] | None = None) -> Plan | None:
+    """Plan applying `name` (and what it requires: `incoming`, if already resolved) on the current
+    stack; None if already applied.
 
     A `trial` (what `check` shows) refuses nothing: misfits, hand edits and hunks that do not
     apply are kept in the plan (misfits, drift, checks) instead, and the files they concern left out."""
     ws, target, ledger = s.workspace, s.target, s.ledger
-    incoming = resolve(ws.patchsets_dir, name)
+    incoming = incoming or resolve(ws.patchsets_dir, name)
     found = misfits(incoming, target.config.package, target.info.version, dict(target.info.roles)) if trial else []
     notes = [] if trial else check_fits(target, incoming, force)
     if not trial:
@@ -276,6 +284,7 @@ def plan_apply(s: Session, name: str, force: bool, trial: bool = False) -> Plan 
         keys = touched_keys(build)
         base_manifest = None
     actual = scan_keys(target, keys)
+    _refuse_non_regular(target, [k for k in keys if k not in actual])
     drift = tuple(k for k in keys if actual.get(k) != cur_manifest.get(k))
     if drift and not force and not trial:
         raise Refused(f"{len(drift)} file(s) differ from the recorded state {current.id} (edited by hand?): "
@@ -300,11 +309,15 @@ def plan_apply(s: Session, name: str, force: bool, trial: bool = False) -> Plan 
     if removed:
         notes.append("switching: " + ", ".join(f"{p['name']}@{p['version']}" for p in removed)
                      + " -> " + ", ".join(ps.ident for ps in adding))
+    extra = ApplyExtra(removed=removed)
+    backups = _backups(ops, drift)
+    if backups:
+        extra["backups"] = backups
     entry = LedgerEntry(id=new_id(), seq=ledger.next_seq(), time=time.time(), who=who(), command=s.command,
                         kind=kind, before=current, after=after, patchsets=tuple(_ref(ps) for ps in adding),
                         changed=differences({op.key: op.old for op in ops if op.old},
                                             {op.key: op.new for op in ops if op.new}),
-                        hand_edits=drift, extra=ApplyExtra(removed=removed))
+                        hand_edits=drift, extra=extra)
     return Plan(tuple(ops), contents, entry, drift, tuple(notes), checks, tuple(found))
 
 
@@ -348,6 +361,12 @@ def build_files(sets: list[PatchSet], files: dict[str, bytes | None], modes: dic
                 files[ROLE_PREFIX + role] = data
                 modes.setdefault(ROLE_PREFIX + role, 0o644)
     return tuple(checks)
+
+
+def _backups(ops: list[FileOp], hand: tuple[str, ...]) -> dict[str, str]:
+    """key -> digest of the hand-edited files the change overwrites (their bytes are put in the store
+    before anything changes, and `patchkeeper show-backup DIGEST` gives them back)."""
+    return {op.key: op.old.digest for op in ops if op.key in hand and op.old is not None}
 
 
 def _recorded(s: Session) -> tuple[State, Manifest]:
@@ -410,6 +429,22 @@ def _baseline_bytes(target: Target, base: Manifest, actual: dict[str, Entry], ke
                          "the baseline was recorded --manifest-only; restore the file first") from None
 
 
+def _refuse_non_regular(target: Target, absent: list[str]) -> None:
+    """Keys the scan did not find as regular files: refuse a symlink, directory or device there by name
+    (a scan sees regular files only, so they would otherwise read as "does not exist")."""
+    odd = []
+    for key in absent:
+        try:
+            st = target.agent.lstat(target.info.path_of(key))
+        except (OSError, PatchkeeperError):  # e.g. a parent that is no directory: the stage step says so
+            continue
+        if st is not None:
+            odd.append(f"{key} ({'a symlink' if st['is_link'] else 'a directory' if st['is_dir'] else 'not a regular file'})")
+    if odd:
+        raise BadInput(f"{len(odd)} path(s) the patch sets touch are not regular files: " + ", ".join(odd),
+                       "patchkeeper manages regular files only; replace them with the files themselves")
+
+
 def _refuse_escaping(target: Target, rels: list[str], what: str) -> None:
     """Refuse paths that leave site-packages through a symlinked directory: nothing is written there."""
     outside = target.agent.escaping(target.info.site, rels)
@@ -449,16 +484,27 @@ def plan_rollback(s: Session, spec: str) -> Plan | None:
     missing = target.agent.store_missing(target.info.store, sorted({op.new.digest for op in ops if op.new}))
     if missing:
         names = [op.key for op in ops if op.new and op.new.digest in missing]
+        if goal.bytes_kept:  # its bytes were stored: the store lost them
+            damage = target.agent.store_damage(target.info.store)
+            raise StoreError(f"the store lacks the bytes of {len(names)} file(s) state {goal.id} "
+                             f"({goal.name or 'unnamed'}) kept"
+                             + (f" ({'; '.join(damage)})" if damage else "") + ": " + ", ".join(names[:20]),
+                             f"the store {target.info.store} is damaged: restore it from a backup, "
+                             "or restore those files by other means (e.g. reinstall the package)")
         raise StoreError(f"state {goal.id} ({goal.name or 'unnamed'}) was recorded without bytes; "
                          f"{len(names)} file(s) cannot be restored: " + ", ".join(names[:20]),
                          "restore those files by other means (e.g. reinstall the package)")
     if not ops and goal.id == current.id:
         return None
+    extra = RollbackExtra()
+    backups = _backups(ops, tuple(hand))
+    if backups:
+        extra["backups"] = backups
     entry = LedgerEntry(id=new_id(), seq=ledger.next_seq(), time=time.time(), who=who(), command=s.command,
                         kind="rollback", before=current, after=goal,
                         changed=differences({op.key: op.old for op in ops if op.old},
                                             {op.key: op.new for op in ops if op.new}),
-                        hand_edits=tuple(hand))
+                        hand_edits=tuple(hand), extra=extra)
     return Plan(tuple(ops), {}, entry, tuple(hand))
 
 

@@ -22,6 +22,10 @@ def render_plan(plan: Plan, target: str, dry_run: bool) -> None:
     if plan.drift:
         print(f"files changed by hand since state {e.before.id if e.before else '?'} "
               f"(backed up{' first' if dry_run else ''}): " + ", ".join(plan.drift))
+        for key, digest in e.backups.items():
+            print(f"  backup of {key}: {digest}")
+        if e.backups:
+            print(f"  (get one back: patchkeeper show-backup DIGEST -t {target} > FILE)")
     print(f"{target}: {e.kind} {e.before.stack_text() if e.before else '(nothing)'} -> {e.after.stack_text()}")
     for op in plan.ops:
         kind = "added" if op.old is None else "removed" if op.new is None else \

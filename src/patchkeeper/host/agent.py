@@ -22,6 +22,7 @@ from .disk import (
     fsync_dir,
     hash_file,
     hostname,
+    is_install_record,
     is_managed_name,
     normalize_name,
     pid_alive,
@@ -238,7 +239,8 @@ class Agent(AgentContract):
         back, as key -> [recorded row, actual row] (None where absent)."""
         store, manifests, scan = request.store, request.manifests, request.scan
         cache = scan.cache
-        recorded = [manifest_rows(self._store(store).get(m)) for m in manifests]
+        recorded = [{k: row for k, row in manifest_rows(self._store(store).get(m)).items() if not is_install_record(k)}
+                    for m in manifests]  # states recorded before install records were left out
         out: list[dict[str, Pair]] = []
         scans: dict[str, Rows] = {}
         for rows in recorded:
@@ -261,6 +263,10 @@ class Agent(AgentContract):
     def store_missing(self, store: str, digests: list[str]) -> list[str]:
         s = self._store(store)
         return [d for d in digests if not s.has(d)]
+
+    def store_damage(self, store: str) -> list[str]:
+        """What is visibly broken in the store (a pack without its index...), for error messages."""
+        return self._store(store).damage()
 
     def store_put_files(self, store: str, files: dict[str, str]) -> dict[str, str]:
         """Copy files (digest -> path) into the store as one pack; return digests that failed

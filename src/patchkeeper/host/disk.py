@@ -30,6 +30,11 @@ _BIG = 4 << 20  # files above this size are hashed with blake3's own threads
 _SKIP_DIRS = {"__pycache__"}
 _SKIP_SUFFIXES = (".pyc", ".pyo")
 STAGE_PREFIX = ".pk-stage-"
+# What an installer writes in a dist-info about this installation rather than the package: RECORD
+# (whose rows hash the console scripts, whose shebangs name the venv's path) and direct_url.json
+# (where the wheel was). They differ between two installs of one wheel, so they are no part of a
+# code state; `audit` checks the installation against RECORD instead.
+INSTALL_RECORDS = ("RECORD", "direct_url.json")
 
 
 def _hasher(size: int = 0, algorithm: str | None = None) -> Any:
@@ -65,8 +70,16 @@ def hash_file(path: str, size: int = 0, algorithm: str | None = None) -> str:
     return f"{algorithm or ALGORITHM}:{h.hexdigest()}"
 
 
+def is_install_record(rel: str) -> bool:
+    """`<name>.dist-info/RECORD` and the like: see INSTALL_RECORDS."""
+    head, _, name = rel.rpartition("/")
+    return name in INSTALL_RECORDS and head.endswith(".dist-info") and "/" not in head
+
+
 def is_managed_name(rel: str) -> bool:
-    """Bytecode caches are derived from sources and never part of a code state."""
+    """Bytecode caches are derived from sources and never part of a code state; nor are install records."""
+    if is_install_record(rel):
+        return False
     if rel.endswith(_SKIP_SUFFIXES) or "__pycache__" in rel or STAGE_PREFIX in rel:
         parts = rel.split("/")
         return not (_SKIP_DIRS.intersection(parts) or rel.endswith(_SKIP_SUFFIXES)
@@ -169,7 +182,8 @@ def walk_files(root: str, rel_dir: str) -> Iterator[str]:
             if entry.is_dir(follow_symlinks=False):
                 if name not in _SKIP_DIRS:
                     stack.append(prefix + name)
-            elif not (name.endswith(_SKIP_SUFFIXES) or name.startswith(STAGE_PREFIX)):
+            elif not (name.endswith(_SKIP_SUFFIXES) or name.startswith(STAGE_PREFIX)
+                      or (name in INSTALL_RECORDS and is_install_record(prefix + name))):
                 yield prefix + name
 
 

@@ -40,6 +40,21 @@ class Store:
                         self._index.setdefault(digest, (pack, offset, size))
         return self._index
 
+    def damage(self) -> list[str]:
+        """What is visibly broken in the store's layout: a pack without its index, or the reverse."""
+        pack_dir = os.path.join(self.root, "packs")
+        names = set(os.listdir(pack_dir)) if os.path.isdir(pack_dir) else set()
+        out = []
+        for name in sorted(names):
+            stem, ext = os.path.splitext(name)
+            if ext == ".pack" and stem + ".idx" not in names:
+                out.append(f"the pack index {os.path.join(pack_dir, stem + '.idx')} is missing")
+            elif ext == ".idx" and stem + ".pack" not in names:
+                out.append(f"the pack {os.path.join(pack_dir, stem + '.pack')} is missing")
+        if not os.path.isdir(self.root):
+            out.append(f"the store {self.root} is missing")
+        return out
+
     def has(self, digest: str) -> bool:
         return os.path.exists(self._loose(digest)) or digest in self._packs()
 

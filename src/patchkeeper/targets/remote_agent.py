@@ -268,6 +268,9 @@ class AgentProxy(AgentContract):
     def store_missing(self, store: str, digests: list[str]) -> list[str]:
         return self._call("store_missing", store, digests)
 
+    def store_damage(self, store: str) -> list[str]:
+        return self._call("store_damage", store)
+
     def store_put_files(self, store: str, files: dict[str, str]) -> dict[str, str]:
         return self._call("store_put_files", store, files)
 
