@@ -11,7 +11,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from .host.disk import hash_bytes
-from .errors import BadInput, Refused
+from .errors import BadInput, Refused, StoreError
 from .manifest import Manifest
 from .targets import Target
 
@@ -109,9 +109,19 @@ class Ledger:
     def entries(self) -> list[LedgerEntry]:
         if self._entries is None:
             raw = self.target.agent.read_all(self.dir, ".json")
-            self._entries = sorted((LedgerEntry.from_dict(json.loads(b)) for b in raw.values()),
-                                   key=lambda e: e.seq)
+            self._entries = sorted((self._parse(name, b) for name, b in raw.items()), key=lambda e: e.seq)
         return self._entries
+
+    def _parse(self, name: str, data: bytes) -> LedgerEntry:
+        try:
+            return LedgerEntry.from_dict(json.loads(data))
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+            path = posixpath.join(self.dir, name)
+            raise StoreError(
+                f"ledger entry {path} of target {self.target.name} is damaged ({type(exc).__name__}: "
+                f"{str(exc)[:120]})",
+                f"put back the workspace's copy (snapshots/{self.target.name}/ledger/{name}) if it has one, "
+                "else move the file aside; nothing was changed") from None
 
     def current(self) -> State | None:
         entries = self.entries()

@@ -14,13 +14,20 @@ from __future__ import annotations
 
 import json
 import posixpath
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from . import faults
 from .host.disk import STAGE_PREFIX, AgentError
 from .errors import Refused, StoreError
 from .ledger import Ledger, LedgerEntry
 from .manifest import Entry
+
+
+CREATED_DIRS = "created_dirs"  # key of a ledger entry's extra: the directories its transaction created
+
+
+class JournalDamaged(StoreError):
+    """The journal of an interrupted transaction cannot be read."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,9 @@ def run(ledger: Ledger, ops: list[FileOp], contents: dict[str, bytes], entry: Le
     target = ledger.target
     agent, store = target.agent, target.info.store
     _backup(ledger, ops)
+    created = agent.missing_dirs([op.path for op in ops if op.new is not None and op.old is None])
+    if created:  # named in the entry, so a later removal of their files removes them too
+        entry = replace(entry, extra={**entry.extra, CREATED_DIRS: created})
     for digest, data in contents.items():
         agent.store_put(store, data, digest)
     faults.point("stored")
@@ -109,12 +119,32 @@ def _finish(ledger: Ledger, ops: list[FileOp], entry: LedgerEntry) -> None:
             agent.unlink(op.path)
         faults.point(f"placed {op.key}")
     agent.remove_bytecode([op.path for op in ops])
+    _remove_created_dirs(ledger, ops, entry)
     faults.point("bytecode")
     if not ledger.has(entry.id):
         ledger.append(entry)
     faults.point("ledger")
     agent.unlink(ledger.journal_path)
     faults.point("done")
+
+
+def _remove_created_dirs(ledger: Ledger, ops: list[FileOp], entry: LedgerEntry) -> None:
+    """Remove the directories a transaction of patchkeeper created once they are empty again
+    (a directory that was there before any of them, or holds anything else, stays)."""
+    gone = [op.path for op in ops if op.new is None]
+    if not gone:
+        return
+    created = set(entry.extra.get(CREATED_DIRS, ()))
+    for e in ledger.entries():
+        created.update(e.extra.get(CREATED_DIRS, ()))
+    candidates: set[str] = set()
+    for path in gone:
+        parent = posixpath.dirname(path)
+        while parent in created:
+            candidates.add(parent)
+            parent = posixpath.dirname(parent)
+    if candidates:
+        ledger.target.agent.remove_empty_dirs(sorted(candidates))
 
 
 def recover(ledger: Ledger) -> str | None:
@@ -125,10 +155,21 @@ def recover(ledger: Ledger) -> str | None:
         raw = agent.read(ledger.journal_path)
     except FileNotFoundError:
         return None
-    journal = json.loads(raw)
-    ops = [FileOp.from_dict(d) for d in journal["ops"]]
-    entry = LedgerEntry.from_dict(journal["entry"])
-    tx = journal["id"]
+    try:
+        journal = json.loads(raw)
+        ops = [FileOp.from_dict(d) for d in journal["ops"]]
+        entry = LedgerEntry.from_dict(journal["entry"])
+        tx = journal["id"]
+        if journal["status"] not in ("prepared", "committed"):
+            raise ValueError(f"unknown status {journal['status']!r}")
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+        raise JournalDamaged(
+            f"the journal of target {target.name} ({ledger.journal_path}) is damaged "
+            f"({type(exc).__name__}: {str(exc)[:120]}): the interrupted transaction it describes can be "
+            "neither finished nor undone from it",
+            f"move it aside (mv {ledger.journal_path} {ledger.journal_path}.damaged); then `patchkeeper status` "
+            "lists the files that differ from the recorded state, and `patchkeeper rollback --to "
+            "<that state's id>` puts them back") from None
     if journal["status"] == "prepared":
         _undo(ledger, ops, tx)
         return f"undid transaction {tx} ({entry.command}): it had not committed; the target is as before it"

@@ -31,11 +31,11 @@ def describe(plan: Plan, target: str, dry_run: bool) -> None:
 
 def carry_out(ws: Workspace, s: Session, plan: Plan, dry_run: bool, svc) -> int:
     """Execute the plan (unless a dry run), mirror the records, print it, verify the service."""
-    from .snapshot import mirror
+    from .snapshot import mirror_or_warn
 
     if not dry_run:
         engine.execute(s, plan)
-        mirror(ws, s)
+        mirror_or_warn(ws, s, f"{s.target.name} was changed (transaction {plan.entry.id})")
     describe(plan, s.target.name, dry_run)
     if svc is not None and not dry_run:
         from .verify import after_change

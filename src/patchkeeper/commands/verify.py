@@ -14,7 +14,7 @@ from ..verify import Report, describe, record, run_checks
 from ..workspace import Workspace
 from . import emit_json
 from .show_plan import describe as describe_plan
-from .snapshot import mirror
+from .snapshot import mirror_or_warn
 
 PREVIOUS_FAILS = "the previous code state fails as well: the fault is likely not in the patch set"
 
@@ -29,7 +29,7 @@ def verify(ws: Workspace, target: str | None, as_json: bool, with_restart: bool)
         report = run_checks(s.target, svc, with_restart, progress=sys.stderr)
         entry = record(s, report, "verify", None)
         if entry is not None:
-            mirror(ws, s, manifest=False)
+            mirror_or_warn(ws, s, "the verification was recorded", manifest=False)
         if as_json:
             emit_json({"target": s.target.name, "state": s.ledger.current().to_dict() if s.ledger.current() else None,
                        **report.to_dict()})
@@ -44,10 +44,10 @@ def after_change(ws: Workspace, s: Session, svc: ServiceConfig, change: LedgerEn
     print(f"{name}: restarting and verifying the service (--no-verify skips this)")
     report = _verify(s, svc, change.kind, change.id)
     if report.ok:
-        mirror(ws, s, manifest=False)  # the state is the one the change just mirrored
+        mirror_or_warn(ws, s, "the verification was recorded", manifest=False)  # the state was mirrored
         return 0
     if change.kind not in ("apply", "switch") or change.before is None:
-        mirror(ws, s, manifest=False)
+        mirror_or_warn(ws, s, "the verification was recorded", manifest=False)
         print(f"{name}: state {change.after.id} is in place, but the service fails verification ({report.reason})")
         print(f"  hint: run `patchkeeper audit -t {name}` to see what differs on the target")
         return EXIT_DIFFERS
@@ -62,7 +62,7 @@ def after_change(ws: Workspace, s: Session, svc: ServiceConfig, change: LedgerEn
         engine.execute(s, plan)
         describe_plan(plan, name, dry_run=False)
     again = _verify(s, svc, "automatic rollback", plan.entry.id if plan else change.id)
-    mirror(ws, s)
+    mirror_or_warn(ws, s, f"{name} was rolled back")
     if again.ok:
         print(f"{name}: FAILED and rolled back: {change.kind} to {change.after.stack_text()} failed verification "
               f"({report.reason}); state {previous.id} is back in place and verifies")
