@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+from ..changes import try_mirror
 from ..session import Session
 from ..workspace import Workspace
+from .show_plan import render_not_mirrored
 
 
 def recover(ws: Workspace, target: str | None) -> int:
-    from .snapshot import mirror_or_warn
-
     with Session(ws, target, "recover") as s:
         if s.recovered is None:
             print(f"{s.target.name}: nothing to recover; no transaction was interrupted")
         else:
             print(f"{s.target.name}: {s.recovered}")
-        copied = mirror_or_warn(ws, s, f"{s.target.name} is recovered" if s.recovered else
-                                f"{s.target.name} needed no recovery", check_all=True)
-        return 0 if copied or s.recovered else 2
+        failed = try_mirror(ws, s, f"{s.target.name} is recovered" if s.recovered else
+                            f"{s.target.name} needed no recovery", check_all=True)
+        if failed is not None:
+            render_not_mirrored(failed)
+            return 0 if s.recovered else 2
+        return 0

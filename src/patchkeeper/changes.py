@@ -1,0 +1,263 @@
+"""The change pipeline: execute a plan, mirror it to snapshots/, verify, roll back automatically."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Union
+
+from . import engine, faults
+from .engine import Plan
+from .errors import EXIT_DIFFERS, EXIT_ROLLED_BACK, PatchkeeperError
+from .host.disk import algorithm_of, hash_bytes, write_atomic
+from .ledger import LedgerEntry, State
+from .service import ServiceConfig
+from .session import Session
+from .verify import Report, record_verification, run_checks
+from .workspace import Workspace
+
+
+# ---- the steps, in the order they happen; a command renders each one as it comes -----------------
+@dataclass(frozen=True)
+class Changed:
+    """A plan carried out (or, on a dry run, the plan that would be)."""
+
+    plan: Plan
+    dry_run: bool
+
+
+@dataclass(frozen=True)
+class Verifying:
+    """The service is being restarted and verified after `change`."""
+
+    change: LedgerEntry
+
+
+@dataclass(frozen=True)
+class Verified:
+    """One verification, recorded in the ledger while `state` was current."""
+
+    report: Report
+    state: State | None
+
+
+@dataclass(frozen=True)
+class KeptFailing:
+    """The change stays (it cannot be rolled back automatically) although verification failed."""
+
+    change: LedgerEntry
+    report: Report
+
+
+@dataclass(frozen=True)
+class RollingBack:
+    """Verification failed after `change`: the target goes back to `previous`."""
+
+    change: LedgerEntry
+    report: Report
+    previous: State
+
+
+@dataclass(frozen=True)
+class RolledBack:
+    """The automatic rollback is done; `again` is the verification of the state restored."""
+
+    change: LedgerEntry
+    report: Report
+    previous: State
+    again: Report
+
+
+@dataclass(frozen=True)
+class NotMirrored:
+    """`done` happened on the target, but its records could not be copied into `where` (the
+    workspace's snapshots/<target>/): a warning, never an error that would say nothing changed."""
+
+    done: str
+    target: str
+    where: Path
+    reason: str
+
+
+Step = Union[Changed, Verifying, Verified, KeptFailing, RollingBack, RolledBack, NotMirrored]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the pipeline did, step by step, and the exit code it means."""
+
+    steps: tuple[Step, ...]
+    exit_code: int
+
+
+def carry_out(ws: Workspace, s: Session, plan: Plan, dry_run: bool, svc: ServiceConfig | None,
+              show: Callable[[Step], None] = lambda step: None) -> Outcome:
+    """Execute the plan (unless a dry run), mirror the records, verify the service (when one is
+    configured); an apply or switch that fails verification is rolled back. `show` sees each step."""
+    steps: list[Step] = []
+
+    def step(item: Step) -> None:
+        steps.append(item)
+        show(item)
+
+    if not dry_run:
+        engine.execute(s, plan)
+        _mirror(ws, s, f"{s.target.name} was changed (transaction {plan.entry.id})", step)
+    step(Changed(plan, dry_run))
+    code = 0
+    if svc is not None and not dry_run:
+        code = _after_change(ws, s, svc, plan.entry, step)
+    return Outcome(tuple(steps), code)
+
+
+def _after_change(ws: Workspace, s: Session, svc: ServiceConfig, change: LedgerEntry,
+                  step: Callable[[Step], None]) -> int:
+    """Restart and verify after `change` committed; an apply or switch that fails is rolled back."""
+    step(Verifying(change))
+    report = _verify(s, svc, change.kind, change.id, step)
+    if report.ok:
+        _mirror(ws, s, "the verification was recorded", step, manifest=False)  # the state was mirrored
+        return 0
+    if change.kind not in ("apply", "switch") or change.before is None:
+        _mirror(ws, s, "the verification was recorded", step, manifest=False)
+        step(KeptFailing(change, report))
+        return EXIT_DIFFERS
+    previous = change.before
+    step(RollingBack(change, report, previous))
+    plan = engine.plan_rollback(s, previous.id)
+    if plan is not None:
+        entry = dataclasses.replace(plan.entry, command=f"{s.command} (automatic rollback)",
+                                    extra={"automatic": True, "undoes": change.id, "reason": report.reason})
+        plan = dataclasses.replace(plan, entry=entry)
+        engine.execute(s, plan)
+        step(Changed(plan, False))
+    again = _verify(s, svc, "automatic rollback", plan.entry.id if plan else change.id, step)
+    _mirror(ws, s, f"{s.target.name} was rolled back", step)
+    step(RolledBack(change, report, previous, again))
+    return EXIT_ROLLED_BACK
+
+
+def _verify(s: Session, svc: ServiceConfig, phase: str, of: str, step: Callable[[Step], None]) -> Report:
+    report = run_checks(s.target, svc, with_restart=True, progress=sys.stderr)
+    record_verification(s, report, phase, of)
+    step(Verified(report, s.ledger.current()))
+    return report
+
+
+# ---- the workspace's copy of a target's records ---------------------------------------------------
+RECENT = 20  # the manifests of the states of the newest ledger entries are checked on every mirror
+
+
+def mirror(ws: Workspace, s: Session, manifest: bool = True, check_all: bool = False) -> list[Path]:
+    """Copy the target's ledger entries and the manifest of every state they name into
+    snapshots/<target>/ (manifests/<state id>.txt), and the current state as manifest.txt and
+    state.json, whose git history reads as the target's.
+
+    Every file is written whole or not at all (temp file, fsync, rename). A copy that is missing or
+    damaged (a ledger entry that differs, a manifest whose bytes do not hash to its digest) is
+    written again; manifests are checked for the newest states, or all of them with `check_all`.
+    """
+    out = ws.snapshots_dir / s.target.name
+    (out / "ledger").mkdir(parents=True, exist_ok=True)
+    (out / "manifests").mkdir(exist_ok=True)
+    written, fresh = [], []
+    repaired = False
+    texts: dict[str, bytes] = {}
+    entries = s.ledger.entries()
+    recent = {e.after.id for e in entries[-RECENT:]}
+    checked: set[str] = set()
+    for entry in entries:
+        path = out / "ledger" / entry.file_name()
+        doc = entry.to_dict()
+        copy = _read(path)
+        if copy is None or _parsed(copy) != doc:
+            _write(path, (json.dumps(doc, indent=1) + "\n").encode())
+            written.append(path)
+            if copy is None:
+                fresh.append(entry)
+            else:
+                repaired = True
+        state = entry.after
+        if not manifest or state.id in checked:
+            continue
+        checked.add(state.id)
+        kept = out / "manifests" / f"{state.id}.txt"
+        if check_all or state.id in recent:
+            copy = _read(kept)
+            intact = copy is not None and hash_bytes(copy, algorithm_of(state.manifest)) == state.manifest
+        else:
+            intact = kept.exists()
+        if not intact:
+            texts.setdefault(state.manifest, s.target.agent.store_get(s.target.info.store, state.manifest))
+            _write(kept, texts[state.manifest])
+            written.append(kept)
+            repaired = repaired or entry not in fresh
+    current = s.ledger.current()
+    if current is not None and manifest:
+        text = texts.get(current.manifest) or (out / "manifests" / f"{current.id}.txt").read_bytes()
+        state_doc = (json.dumps({"target": s.target.name, **current.to_dict()}, indent=1) + "\n").encode()
+        for path, data in ((out / "manifest.txt", text), (out / "state.json", state_doc)):
+            if _read(path) != data:
+                _write(path, data)
+            written.append(path)
+    if fresh or repaired:
+        from . import history
+
+        message = history_message(s.target.name, fresh) if fresh else \
+            f"{s.target.name}: records copied again into the workspace (patchkeeper {s.command})\n"
+        history.commit_paths(ws.root, [out] if repaired else written, message)  # all: an earlier copy may be uncommitted
+    return written
+
+
+def try_mirror(ws: Workspace, s: Session, done: str, manifest: bool = True,
+               check_all: bool = False) -> NotMirrored | None:
+    """Mirror after `done` happened on the target; a failure comes back as a NotMirrored step."""
+    try:
+        mirror(ws, s, manifest=manifest, check_all=check_all)
+        return None
+    except (OSError, PatchkeeperError) as exc:
+        if isinstance(exc, OSError) and exc.strerror:
+            reason = exc.strerror + (f": {exc.filename}" if exc.filename else "")
+        else:
+            reason = str(exc).splitlines()[0]
+        return NotMirrored(done, s.target.name, ws.snapshots_dir / s.target.name, reason)
+
+
+def _mirror(ws: Workspace, s: Session, done: str, step: Callable[[Step], None], manifest: bool = True) -> None:
+    failed = try_mirror(ws, s, done, manifest)
+    if failed is not None:
+        step(failed)
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+def _parsed(data: bytes) -> object:
+    try:
+        return json.loads(data)
+    except ValueError:
+        return None
+
+
+def _write(path: Path, data: bytes) -> None:
+    faults.disk_full(str(path))
+    write_atomic(str(path), data)
+
+
+def history_message(target: str, entries: list[LedgerEntry]) -> str:
+    """Commit message of a target's history: the command, the patch sets (name@version), the target."""
+    last = entries[-1]
+    sets = ", ".join(f"{p['name']}@{p['version']}" for p in last.patchsets)
+    what = sets or (f"state {last.after.name!r}" if last.after.name else last.after.stack_text())
+    lines = [f"{target}: {last.kind} {what} (patchkeeper {last.command})", ""]
+    for e in entries:
+        lines.append(f"{e.kind} {e.before.id if e.before else '-'} -> {e.after.id}: {e.after.stack_text()}; "
+                     f"{len(e.changed)} file(s) changed; transaction {e.id}")
+    return "\n".join(lines) + "\n"
