@@ -148,17 +148,15 @@ def _verify(s: Session, svc: ServiceConfig, phase: str, of: str, step: Callable[
 
 
 # ---- the workspace's copy of a target's records ---------------------------------------------------
-RECENT = 20  # the manifests of the states of the newest ledger entries are checked on every mirror
-
-
 def mirror(ws: Workspace, s: Session, manifest: bool = True, check_all: bool = False) -> list[Path]:
     """Copy the target's ledger entries and the manifest of every state they name into
     snapshots/<target>/ (manifests/<state id>.txt), and the current state as manifest.txt and
     state.json, whose git history reads as the target's.
 
-    Every file is written whole or not at all (temp file, fsync, rename). A copy that is missing or
-    damaged (a ledger entry that differs, a manifest whose bytes do not hash to its digest) is
-    written again; manifests are checked for the newest states, or all of them with `check_all`.
+    Every file is written whole or not at all (temp file, fsync, rename), so a copy that exists is
+    whole; a missing one is written again. `check_all` (what `recover` asks for) also reads every
+    copy and writes again a damaged one: a ledger entry that differs, a manifest whose bytes do not
+    hash to its digest (an older version could leave one cut short on a full disk).
     """
     out = ws.snapshots_dir / s.target.name
     (out / "ledger").mkdir(parents=True, exist_ok=True)
@@ -166,14 +164,12 @@ def mirror(ws: Workspace, s: Session, manifest: bool = True, check_all: bool = F
     written, fresh = [], []
     repaired = False
     texts: dict[str, bytes] = {}
-    entries = s.ledger.entries()
-    recent = {e.after.id for e in entries[-RECENT:]}
     checked: set[str] = set()
-    for entry in entries:
+    for entry in s.ledger.entries():
         path = out / "ledger" / entry.file_name()
         doc = entry.to_dict()
-        copy = _read(path)
-        if copy is None or _parsed(copy) != doc:
+        copy = _read(path) if check_all else (b"" if path.exists() else None)
+        if copy is None or (check_all and _parsed(copy) != doc):
             _write(path, (json.dumps(doc, indent=1) + "\n").encode())
             written.append(path)
             if copy is None:
@@ -185,7 +181,7 @@ def mirror(ws: Workspace, s: Session, manifest: bool = True, check_all: bool = F
             continue
         checked.add(state.id)
         kept = out / "manifests" / f"{state.id}.txt"
-        if check_all or state.id in recent:
+        if check_all:
             copy = _read(kept)
             intact = copy is not None and hash_bytes(copy, algorithm_of(state.manifest)) == state.manifest
         else:

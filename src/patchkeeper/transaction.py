@@ -58,7 +58,8 @@ def run(ledger: Ledger, ops: list[FileOp], contents: dict[str, bytes], entry: Le
     target = ledger.target
     agent, store = target.agent, target.info.store
     _backup(ledger, ops)
-    created = agent.missing_dirs([op.path for op in ops if op.new is not None and op.old is None])
+    added = [op.path for op in ops if op.new is not None and op.old is None]
+    created = agent.missing_dirs(added) if added else []
     if created:  # named in the entry, so a later removal of their files removes them too
         entry = replace(entry, extra={**entry.extra, CREATED_DIRS: created})
     for digest, data in contents.items():

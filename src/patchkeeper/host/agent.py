@@ -161,7 +161,7 @@ class Agent(AgentContract):
                     continue
                 try:
                     os.rmdir(os.path.join(path, "__pycache__"))
-                except (FileNotFoundError, NotADirectoryError, OSError):
+                except OSError:
                     pass  # absent, or holds bytecode of other modules: then the directory stays too
                 os.rmdir(path)
             except OSError:  # not empty, or already gone
