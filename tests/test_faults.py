@@ -52,7 +52,7 @@ def test_a_write_failing_while_taking_the_lock_leaves_no_lock(env):
 
 def test_an_empty_or_damaged_lock_nobody_holds_is_taken_over(env):
     env.pk("apply", "ddtree")
-    for content in ("", "[1,2]", '{"pid": "x", "since": "yesterday"'):  # older versions left the first on a full disk
+    for content in ("", "[1,2]", '{"pid": "x"}', '{"pid": 1'):  # older versions left the first on a full disk
         (env.state_dir / "lock").write_text(content)
         env.pk("recover")
         assert not (env.state_dir / "lock").exists()
@@ -214,6 +214,11 @@ def test_rollback_removes_the_directories_an_apply_created_and_only_those(env):
     (d / "patchset.toml").write_text('name = "advpkg"\nversion = "1.0.0"\npackage = "sglang"\n')
     (d / "0001-add.patch").write_text(_add("sglang/pk_adv_pkg/x.py", "X = 1") + _add("sglang/pk_adv_pkg/sub/y.py", "Y = 2")
                                        + _add("sglang/pk_user_dir/z.py", "Z = 3"))
+    killed = env.pk("apply", "advpkg", check=None, env={"PATCHKEEPER_CRASH_AT": "staged sglang/pk_adv_pkg/sub/y.py"})
+    assert killed.returncode == -signal.SIGKILL and (env.site / "sglang" / "pk_adv_pkg" / "sub").is_dir()
+    assert "undid transaction" in env.pk("recover").stdout  # not committed: its new directories go too
+    assert not (env.site / "sglang" / "pk_adv_pkg").exists() and mine.is_dir()
+
     env.pk("apply", "advpkg")
     subprocess.run([str(env.venv / "bin" / "python"), "-m", "compileall", "-q", str(env.site / "sglang" / "pk_adv_pkg")],
                    check=True)  # imported once: bytecode beside it

@@ -77,7 +77,7 @@ def run(ledger: Ledger, ops: list[FileOp], contents: dict[str, bytes], entry: Le
         journal["status"] = "committed"
         agent.write_atomic(ledger.journal_path, json.dumps(journal).encode())
     except Exception as exc:  # before the commit point: undo, so the target stays as it was
-        _undo(ledger, ops, entry.id)
+        _undo(ledger, ops, entry)
         if isinstance(exc, AgentError):
             raise StoreError(f"{exc}; nothing was changed", "see `patchkeeper log`; the store may need repair") from None
         if isinstance(exc, OSError):
@@ -102,13 +102,16 @@ def _backup(ledger: Ledger, ops: list[FileOp]) -> None:
                           "make sure nothing else writes to the package, then retry")
 
 
-def _undo(ledger: Ledger, ops: list[FileOp], tx: str) -> None:
-    """Remove whatever was staged, then the journal: a transaction that never committed is gone."""
+def _undo(ledger: Ledger, ops: list[FileOp], entry: LedgerEntry) -> None:
+    """Remove whatever was staged (and the directories staging created), then the journal: a
+    transaction that never committed is gone."""
     for op in ops:
         try:
-            ledger.target.agent.unlink(op.stage_path(tx))
+            ledger.target.agent.unlink(op.stage_path(entry.id))
         except OSError:
             pass  # a stage that cannot be removed is inert: it is never renamed into place
+    if entry.extra.get(CREATED_DIRS):
+        ledger.target.agent.remove_empty_dirs(list(entry.extra[CREATED_DIRS]))
     ledger.target.agent.unlink(ledger.journal_path)
 
 
@@ -173,7 +176,7 @@ def recover(ledger: Ledger) -> str | None:
             "lists the files that differ from the recorded state, and `patchkeeper rollback --to "
             "<that state's id>` puts them back") from None
     if journal["status"] == "prepared":
-        _undo(ledger, ops, tx)
+        _undo(ledger, ops, entry)
         return f"undid transaction {tx} ({entry.command}): it had not committed; the target is as before it"
     for op in ops:
         if op.new is None:

@@ -36,6 +36,9 @@ from .distcheck import check_bytecode, check_record
 from .store import Store
 
 
+_DAMAGED_LOCK = {"pid": "?", "host": "?", "command": "? (its lock file is damaged)", "since": 0}
+
+
 class Agent(AgentContract):
     """The near-disk half of a target; the controller calls these methods locally or over SSH."""
 
@@ -340,8 +343,7 @@ class Agent(AgentContract):
                 else:
                     gone = current.get("host") == hostname() and not pid_alive(current.get("pid", 0))
                 if not gone:
-                    return current or {"pid": "?", "host": "?", "command": "? (its lock file is damaged)",
-                                       "since": 0}
+                    return current or _DAMAGED_LOCK
                 os.unlink(path)  # its holder is gone: detected, not waited on
             tmp = os.path.join(os.path.dirname(path), f"{TEMP_PREFIX}{os.getpid()}-{time.monotonic_ns()}")
             try:
@@ -351,8 +353,8 @@ class Agent(AgentContract):
                     os.fsync(f.fileno())
                 try:
                     os.link(tmp, path)  # the lock appears complete or not at all
-                except FileExistsError:
-                    raise
+                except FileExistsError:  # only a taker that ignores the guard could get here first
+                    return self._read_lock(path) or _DAMAGED_LOCK
                 except OSError:  # a file system without hardlinks; under the guard a rename is as safe
                     os.rename(tmp, path)
             finally:
@@ -401,13 +403,13 @@ class Agent(AgentContract):
 
     @staticmethod
     def _read_lock(path: str) -> dict | None:
-        """The lock's holder record; None when absent, empty or damaged (not a JSON object)."""
+        """The lock's holder record; None when absent, empty or damaged (not a JSON object with a pid)."""
         try:
             with open(path, "rb") as f:
                 current = json.loads(f.read())
         except (FileNotFoundError, ValueError):
             return None
-        return current if isinstance(current, dict) else None
+        return current if isinstance(current, dict) and isinstance(current.get("pid"), int) else None
 
     # ---- audit -------------------------------------------------------------------------
     def dist_infos(self, site: str) -> list[str]:
