@@ -40,6 +40,7 @@ class ApplyExtra(TypedDict, total=False):
 
     removed: list[PatchSetRef]
     workspace: dict[str, Any]  # history.workspace_ref: the commit, and whether each patch set is as committed
+    created_dirs: list[str]  # directories its transaction created (absent when none): see transaction.py
 
 
 class RollbackExtra(TypedDict, total=False):
@@ -48,6 +49,7 @@ class RollbackExtra(TypedDict, total=False):
     automatic: bool
     undoes: str
     reason: str | None
+    created_dirs: list[str]  # as ApplyExtra's
 
 
 class VerifyExtra(TypedDict):

@@ -15,13 +15,14 @@ from __future__ import annotations
 import json
 import posixpath
 from dataclasses import dataclass, replace
+from typing import Any, cast
 
 from . import faults
 from .host.disk import STAGE_PREFIX
 from .host.errors import AgentError
 from .errors import PatchkeeperError, Refused, StoreError
 from .host.contract import ScanRequest
-from .ledger import Ledger, LedgerEntry
+from .ledger import Extra, Ledger, LedgerEntry
 from .manifest import Entry
 
 
@@ -62,7 +63,7 @@ def carry_out(ledger: Ledger, ops: list[FileOp], contents: dict[str, bytes], ent
     added = [op.path for op in ops if op.new is not None and op.old is None]
     created = agent.missing_dirs(added) if added else []
     if created:  # named in the entry, so a later removal of their files removes them too
-        entry = replace(entry, extra={**entry.extra, CREATED_DIRS: created})
+        entry = replace(entry, extra=cast(Extra, {**entry.extra, CREATED_DIRS: created}))
     for digest, data in contents.items():
         agent.store_put(store, data, digest)
     faults.point("stored")
@@ -111,8 +112,8 @@ def _undo(ledger: Ledger, ops: list[FileOp], entry: LedgerEntry) -> None:
             ledger.target.agent.unlink(op.stage_path(entry.id))
         except OSError:
             pass  # a stage that cannot be removed is inert: it is never renamed into place
-    if entry.extra.get(CREATED_DIRS):
-        ledger.target.agent.remove_empty_dirs(list(entry.extra[CREATED_DIRS]))
+    if created_dirs(entry):
+        ledger.target.agent.remove_empty_dirs(created_dirs(entry))
     ledger.target.agent.unlink(ledger.journal_path)
 
 
@@ -140,9 +141,9 @@ def _remove_created_dirs(ledger: Ledger, ops: list[FileOp], entry: LedgerEntry) 
     gone = [op.path for op in ops if op.new is None]
     if not gone:
         return
-    created = set(entry.extra.get(CREATED_DIRS, ()))
+    created = set(created_dirs(entry))
     for e in ledger.entries():
-        created.update(e.extra.get(CREATED_DIRS, ()))
+        created.update(created_dirs(e))
     candidates: set[str] = set()
     for path in gone:
         parent = posixpath.dirname(path)
@@ -151,6 +152,11 @@ def _remove_created_dirs(ledger: Ledger, ops: list[FileOp], entry: LedgerEntry) 
             parent = posixpath.dirname(parent)
     if candidates:
         ledger.target.agent.remove_empty_dirs(sorted(candidates))
+
+
+def created_dirs(entry: LedgerEntry) -> list[str]:
+    """The directories the transaction of `entry` created (ApplyExtra/RollbackExtra.created_dirs)."""
+    return list(cast(dict[str, Any], entry.extra).get(CREATED_DIRS) or ())
 
 
 def recover(ledger: Ledger) -> str | None:

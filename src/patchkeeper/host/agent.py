@@ -364,7 +364,7 @@ class Agent(AgentContract):
             os.close(fd)
         return False
 
-    def clean_temps(self, state_dir: str, store: str) -> list[list]:
+    def clean_temps(self, state_dir: str, store: str) -> list[list[Any]]:
         """Remove the temporary files interrupted commands left in the state dir, its ledger and
         the store's packs; [path, size] of each. Only under the lock (see Store.clean)."""
         removed = remove_stale_temps(state_dir, (TEMP_PREFIX,))

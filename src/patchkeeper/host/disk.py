@@ -210,7 +210,7 @@ def pid_alive(pid: int) -> bool:
 def remove_stale_temps(directory: str, prefixes: tuple[str, ...]) -> list[tuple[str, int]]:
     """Remove temporary files `<prefix><pid>-...` in `directory` whose writer (`pid`) is dead;
     return (path, size) of each. Call it under the target's lock."""
-    removed = []
+    removed: list[tuple[str, int]] = []
     try:
         names = os.listdir(directory)
     except (FileNotFoundError, NotADirectoryError):
