@@ -33,7 +33,7 @@ def command(fn):
                        "again; an interrupted change is finished or undone by the next command", err=True)
             sys.exit(2)
         except KeyboardInterrupt:  # Ctrl-C: its own code, not 1 ("differences found")
-            click.echo("\npatchkeeper: interrupted\n  hint: a change that was under way is finished or undone by "
+            click.echo("\npatchkeeper: error: interrupted (Ctrl-C)\n  hint: a change that was under way is finished or undone by "
                        "`patchkeeper recover` (or by the next command on the target)", err=True)
             sys.exit(EXIT_INTERRUPTED)
         sys.exit(code)
