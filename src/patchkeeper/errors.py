@@ -7,6 +7,7 @@ from .host.errors import EXIT_REFUSED, AgentError, PatchkeeperError  # noqa: F40
 EXIT_DIFFERS = 1  # a check found differences (diff, audit, verify)
 EXIT_ROLLED_BACK = 3  # failed and rolled back
 EXIT_UNFINISHED = 4  # a committed change could not be finished: the target is between two states
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as shells report it)
 
 
 class BadInput(PatchkeeperError):

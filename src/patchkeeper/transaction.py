@@ -19,15 +19,22 @@ from __future__ import annotations
 import json
 import posixpath
 from dataclasses import dataclass, replace
-from typing import cast
+from typing import Any, cast
 
 from . import faults
 from .host.disk import STAGE_PREFIX
 from .host.errors import AgentError
 from .errors import PatchkeeperError, Refused, StoreError, Unfinished
 from .host.contract import ScanRequest
-from .ledger import ApplyExtra, Ledger, LedgerEntry, RollbackExtra
+from .ledger import ApplyExtra, Extra, Ledger, LedgerEntry, RollbackExtra
 from .manifest import Entry
+
+
+CREATED_DIRS = "created_dirs"  # key of a ledger entry's extra: the directories its transaction created
+
+
+class JournalDamaged(StoreError):
+    """The journal of an interrupted transaction cannot be read."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +69,10 @@ def carry_out(ledger: Ledger, ops: list[FileOp], contents: dict[str, bytes], ent
                       + "; ".join(f"{path} {why}" for path, why in found.items()),
                       "deal with each as it says, then run the command again")
     _backup(ledger, ops)
+    added = [op.path for op in ops if op.new is not None and op.old is None]
+    created = agent.missing_dirs(added) if added else []
+    if created:  # named in the entry, so a later removal of their files removes them too
+        entry = replace(entry, extra=cast(Extra, {**entry.extra, CREATED_DIRS: created}))
     for digest, data in contents.items():
         agent.store_put(store, data, digest)
     faults.point("stored")
@@ -77,7 +88,7 @@ def carry_out(ledger: Ledger, ops: list[FileOp], contents: dict[str, bytes], ent
         journal["status"] = "committed"
         agent.write_atomic(ledger.journal_path, json.dumps(journal).encode())
     except Exception as exc:  # before the commit point: undo, so the target stays as it was
-        _undo(ledger, ops, entry.id)
+        _undo(ledger, ops, entry)
         if isinstance(exc, AgentError):
             raise StoreError(f"{exc}; nothing was changed", "see `patchkeeper log`; the store may need repair") from None
         if isinstance(exc, OSError):
@@ -102,13 +113,16 @@ def _backup(ledger: Ledger, ops: list[FileOp]) -> None:
                           "make sure nothing else writes to the package, then retry")
 
 
-def _undo(ledger: Ledger, ops: list[FileOp], tx: str) -> None:
-    """Remove whatever was staged, then the journal: a transaction that never committed is gone."""
+def _undo(ledger: Ledger, ops: list[FileOp], entry: LedgerEntry) -> None:
+    """Remove whatever was staged (and the directories staging created), then the journal: a
+    transaction that never committed is gone."""
     for op in ops:
         try:
-            ledger.target.agent.unlink(op.stage_path(tx))
+            ledger.target.agent.unlink(op.stage_path(entry.id))
         except OSError:
             pass  # a stage that cannot be removed is inert: it is never renamed into place
+    if created_dirs(entry):
+        ledger.target.agent.remove_empty_dirs(created_dirs(entry))
     ledger.target.agent.unlink(ledger.journal_path)
 
 
@@ -131,6 +145,7 @@ def _finish(ledger: Ledger, ops: list[FileOp], entry: LedgerEntry) -> None:
             done += 1
             faults.point(f"placed {op.key}")
         agent.remove_bytecode([op.path for op in ops])
+        _remove_created_dirs(ledger, ops, entry)
         faults.point("bytecode")
         if not ledger.has(entry.id):
             ledger.append(entry)
@@ -162,6 +177,30 @@ def unfinished(ledger: Ledger, entry: LedgerEntry, what: str, left: int) -> Unfi
                       "(the new files wait in the store); until then the target is between two states")
 
 
+def _remove_created_dirs(ledger: Ledger, ops: list[FileOp], entry: LedgerEntry) -> None:
+    """Remove the directories a transaction of patchkeeper created once they are empty again
+    (a directory that was there before any of them, or holds anything else, stays)."""
+    gone = [op.path for op in ops if op.new is None]
+    if not gone:
+        return
+    created = set(created_dirs(entry))
+    for e in ledger.entries():
+        created.update(created_dirs(e))
+    candidates: set[str] = set()
+    for path in gone:
+        parent = posixpath.dirname(path)
+        while parent in created:
+            candidates.add(parent)
+            parent = posixpath.dirname(parent)
+    if candidates:
+        ledger.target.agent.remove_empty_dirs(sorted(candidates))
+
+
+def created_dirs(entry: LedgerEntry) -> list[str]:
+    """The directories the transaction of `entry` created (ApplyExtra/RollbackExtra.created_dirs)."""
+    return list(cast(dict[str, Any], entry.extra).get(CREATED_DIRS) or ())
+
+
 def recover(ledger: Ledger) -> str | None:
     """Finish or undo an interrupted transaction; return what was done, None if nothing was pending."""
     target = ledger.target
@@ -170,12 +209,23 @@ def recover(ledger: Ledger) -> str | None:
         raw = agent.read(ledger.journal_path)
     except FileNotFoundError:
         return None
-    journal = json.loads(raw)
-    ops = [FileOp.from_dict(d) for d in journal["ops"]]
-    entry = LedgerEntry.from_dict(journal["entry"])
-    tx = journal["id"]
+    try:
+        journal = json.loads(raw)
+        ops = [FileOp.from_dict(d) for d in journal["ops"]]
+        entry = LedgerEntry.from_dict(journal["entry"])
+        tx = journal["id"]
+        if journal["status"] not in ("prepared", "committed"):
+            raise ValueError(f"unknown status {journal['status']!r}")
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+        raise JournalDamaged(
+            f"the journal of target {target.name} ({ledger.journal_path}) is damaged "
+            f"({type(exc).__name__}: {str(exc)[:120]}): the interrupted transaction it describes can be "
+            "neither finished nor undone from it",
+            f"move it aside (mv {ledger.journal_path} {ledger.journal_path}.damaged); then `patchkeeper status` "
+            "lists the files that differ from the recorded state, and `patchkeeper rollback --to "
+            "<that state's id>` puts them back") from None
     if journal["status"] == "prepared":
-        _undo(ledger, ops, tx)
+        _undo(ledger, ops, entry)
         return f"undid transaction {tx} ({entry.command}): it had not committed; the target is as before it"
     entry, edits = _back_up_hand_edits(ledger, ops, entry)
     for op in ops:

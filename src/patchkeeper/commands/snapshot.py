@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import cast
 
 from .. import engine
-from ..changes import mirror
+from ..changes import try_mirror
 from ..errors import BadInput
 from ..ledger import RecordExtra
 from ..session import Session
 from ..workspace import Workspace
+from .show_plan import render_not_mirrored
 
 RESERVED = {"baseline": "the state recorded before the first change",
             "previous": "the state before the current one"}  # names `rollback --to` gives a meaning of its own
@@ -25,7 +26,9 @@ def snapshot(ws: Workspace, target: str | None, name: str, manifest_only: bool) 
             files = cast(RecordExtra, baseline.extra)["files"]
             print(f"recorded baseline of {s.target.name}: {files} files, state {baseline.after.id}")
         entry = engine.record_state(s, "snapshot", name, bytes_kept=not manifest_only)
-        mirror(ws, s)
+        failed = try_mirror(ws, s, f"state {entry.after.id} was recorded on {s.target.name}")
+        if failed is not None:
+            render_not_mirrored(failed)
         kept = "digests only" if manifest_only else "bytes kept"
         print(f"{s.target.name}: recorded state {entry.after.id} as {name!r} "
               f"({cast(RecordExtra, entry.extra)['files']} files, {kept})")

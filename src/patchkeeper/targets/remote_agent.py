@@ -250,6 +250,12 @@ class AgentProxy(AgentContract):
     def remove_bytecode(self, paths: list[str]) -> int:
         return self._call("remove_bytecode", paths)
 
+    def missing_dirs(self, paths: list[str]) -> list[str]:
+        return self._call("missing_dirs", paths)
+
+    def remove_empty_dirs(self, dirs: list[str]) -> list[str]:
+        return self._call("remove_empty_dirs", dirs)
+
     def dist_info(self, site_dirs: list[str], package: str) -> dict[str, Any] | None:
         return self._call("dist_info", site_dirs, package)
 
@@ -285,6 +291,9 @@ class AgentProxy(AgentContract):
 
     def unlock(self, path: str) -> None:
         self._call("unlock", path)
+
+    def clean_temps(self, state_dir: str, store: str) -> list[list[Any]]:
+        return self._call("clean_temps", state_dir, store)
 
     def dist_infos(self, site: str) -> list[str]:
         return self._call("dist_infos", site)
