@@ -76,8 +76,9 @@ def load(root: Path, name: str) -> PatchSet:
         if isinstance(value, str) and (len(value) > MAX_TEXT or not value.isprintable()):
             problems.append(f"{key} must be one line of printable text under {MAX_TEXT} characters")
     version = doc.get("version")
-    if isinstance(version, str) and version and version.isprintable():
-        from packaging.version import InvalidVersion, Version
+    plain = isinstance(version, str) and len(version) <= MAX_VERSION and _plain_release(version)
+    if isinstance(version, str) and version and version.isprintable() and not plain:
+        from packaging.version import InvalidVersion, Version  # only past the plain N.N.N case
 
         try:
             if len(version) > MAX_VERSION or version != version.strip():
@@ -200,3 +201,9 @@ def _release(text: str) -> tuple[int, ...]:
     while len(parts) > 1 and parts[-1] == 0:
         parts.pop()
     return tuple(parts)
+
+
+def _plain_release(version: str) -> bool:
+    """A release number like 1.0.0: valid PEP 440, no parser needed."""
+    parts = version.split(".")
+    return all(p.isdigit() and p.isascii() for p in parts)
