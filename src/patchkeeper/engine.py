@@ -73,7 +73,8 @@ def _kinds(pairs: dict[str, tuple[Entry | None, Entry | None]]) -> dict[str, str
 
 
 # ---- recorded states -------------------------------------------------------------------------
-def record_state(s: Session, kind: str, name: str, bytes_kept: bool = True) -> LedgerEntry:
+def record_state(s: Session, kind: str, name: str, bytes_kept: bool = True, hand_edits: tuple[str, ...] = (),
+                 extra: dict | None = None) -> LedgerEntry:
     """Record the target's files as they are now as a named state (kind: baseline | snapshot)."""
     target, ledger = s.target, s.ledger
     manifest = scan_all(target)
@@ -86,18 +87,23 @@ def record_state(s: Session, kind: str, name: str, bytes_kept: bool = True) -> L
     current = ledger.current()
     state = State.make(ledger.save_manifest(manifest), current.stack if current else (), name, bytes_kept)
     entry = LedgerEntry(id=new_id(), seq=ledger.next_seq(), time=time.time(), who=who(), command=s.command,
-                        kind=kind, after=state, before=current,
-                        extra={"files": len(manifest), "package_version": target.info.version})
+                        kind=kind, after=state, before=current, hand_edits=hand_edits,
+                        extra={"files": len(manifest), "package_version": target.info.version, **(extra or {})})
     ledger.append(entry)
     return entry
 
 
-def ensure_baseline(s: Session, bytes_kept: bool = True) -> State:
+def ensure_baseline(s: Session, bytes_kept: bool = True, adopt: str | None = None) -> State:
+    """The current state; before the first one, the baseline, once the package is checked
+    against its RECORD (hand edits: refused, or `adopt` = restore-pristine | accept-edits)."""
     current = s.ledger.current()
     if current is not None:
         return current
-    entry = record_state(s, "baseline", "baseline", bytes_kept)
-    print(f"recorded baseline of {s.target.name}: {entry.extra['files']} files, state {entry.after.id}")
+    from . import adopt as adopting
+
+    entry = adopting.record_baseline(s, bytes_kept, adopt)
+    print(f"recorded baseline of {s.target.name}: {entry.extra['files']} files, state {entry.after.id}"
+          + adopting.describe(entry))
     return entry.after
 
 
@@ -339,11 +345,15 @@ def plan_rollback(s: Session, spec: str) -> Plan | None:
     if current is None:
         raise Refused(f"target {target.name} has no recorded state to roll back to",
                       "patchkeeper has not changed it yet")
-    goal = ledger.find_state(spec)
+    from . import repair
+
+    goal, upto = repair.rollback_goal(ledger, spec)
     to_goal, to_recorded = compare(target, goal.manifest, current.manifest)
     hand = _kinds(to_recorded)  # changed by hand since the last transaction: backed up, then named
     ops = [FileOp(k, target.info.path_of(k), actual, want) for k, (want, actual) in to_goal.items()]
+    env_ops = repair.environment_ops(target, ledger, upto)  # files repairs changed outside the package
     _refuse_escaping(target, [op.key for op in ops if not op.key.startswith(ROLE_PREFIX)], "the rollback writes")
+    ops += env_ops
     missing = target.agent.store_missing(target.info.store, sorted({op.new.digest for op in ops if op.new}))
     if missing:
         names = [op.key for op in ops if op.new and op.new.digest in missing]
@@ -356,7 +366,7 @@ def plan_rollback(s: Session, spec: str) -> Plan | None:
                         kind="rollback", before=current, after=goal,
                         changed=differences({op.key: op.old for op in ops if op.old},
                                             {op.key: op.new for op in ops if op.new}),
-                        hand_edits=tuple(hand))
+                        hand_edits=tuple(hand), extra={"env": repair.env_extra(env_ops)} if env_ops else {})
     return Plan(tuple(ops), {}, entry, tuple(hand))
 
 

@@ -8,13 +8,16 @@ from ..workspace import Workspace
 from .show_plan import carry_out
 
 
-def apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bool, verify: bool = True) -> int:
+def apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bool, verify: bool = True,
+          adopt: str | None = None) -> int:
     svc = service.load(ws.target(target)) if verify else None
     with Session(ws, target, f"apply {name}") as s:
         if dry_run and s.ledger.current() is None:
-            print(f"{s.target.name}: no baseline yet; a real apply records one first")
+            from ..adopt import preview
+
+            preview(s, adopt)
         elif not dry_run:
-            engine.ensure_baseline(s)
+            engine.ensure_baseline(s, adopt=adopt)
         plan = engine.plan_apply(s, name, force)
         if plan is None:
             print(f"{s.target.name}: {name} is already applied; nothing to do")

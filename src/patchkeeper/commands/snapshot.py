@@ -9,13 +9,13 @@ from ..session import Session
 from ..workspace import Workspace
 
 
-def snapshot(ws: Workspace, target: str | None, name: str, manifest_only: bool) -> int:
+def snapshot(ws: Workspace, target: str | None, name: str, manifest_only: bool, adopt: str | None = None) -> int:
     from ..errors import BadInput
 
     if name in ("previous",) or not name.strip():
         raise BadInput(f"{name!r} cannot name a state", "pick another name")
     with Session(ws, target, f"snapshot --name {name}") as s:
-        engine.ensure_baseline(s, bytes_kept=not manifest_only)
+        engine.ensure_baseline(s, bytes_kept=not manifest_only, adopt=adopt)
         entry = engine.record_state(s, "snapshot", name, bytes_kept=not manifest_only)
         mirror(ws, s)
         kept = "digests only" if manifest_only else "bytes kept"

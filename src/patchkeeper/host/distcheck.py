@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from .disk import CHUNK, StatCache, thread_pool, write_atomic
 
@@ -28,15 +28,20 @@ def _record_digest(path: str, algo: str, size: int = 0) -> str:
 
 def _record_rows(path: str) -> Iterator[tuple[str, str, str, int | None]]:
     """(path, algo, b64 digest, size) of every RECORD row that carries a hash."""
+    with open(path, newline="", encoding="utf-8") as f:
+        yield from record_rows(f)
+
+
+def record_rows(lines: Iterable[str]) -> Iterator[tuple[str, str, str, int | None]]:
+    """(path, algo, b64 digest, size) of every row of RECORD text that carries a hash."""
     import csv
 
-    with open(path, newline="", encoding="utf-8") as f:
-        for row in csv.reader(f):
-            if len(row) < 2 or not row[1] or "=" not in row[1]:
-                continue
-            algo, _, b64 = row[1].partition("=")
-            size = int(row[2]) if len(row) > 2 and row[2].isdigit() else None
-            yield row[0], algo, b64, size
+    for row in csv.reader(lines):
+        if len(row) < 2 or not row[1] or "=" not in row[1]:
+            continue
+        algo, _, b64 = row[1].partition("=")
+        size = int(row[2]) if len(row) > 2 and row[2].isdigit() else None
+        yield row[0], algo, b64, size
 
 
 _LAUNCHER = None
@@ -56,11 +61,16 @@ def _is_launcher(rest: bytes, entry_points: set[str]) -> bool:
     return bool(m) and f"{m.group(1).decode()}:{m.group(2).decode()}" in entry_points
 
 
+def record_hash(data: bytes, algo: str) -> str:
+    """`algo:<urlsafe base64 without padding>` of bytes, the form RECORD files use."""
+    import base64
+
+    return f"{algo}:{base64.urlsafe_b64encode(hashlib.new(algo, data).digest()).rstrip(b'=').decode()}"
+
+
 def _shebang_only(path: str, algo: str, expected: str, entry_points: set[str]) -> bool:
     """True when a script differs from RECORD in its interpreter line alone (rewritten on install
     or relocation): its body is the wheel's with `#!python`, or a generated launcher."""
-    import base64
-
     try:
         with open(path, "rb") as f:
             data = f.read(1 << 20)
@@ -74,8 +84,7 @@ def _shebang_only(path: str, algo: str, expected: str, entry_points: set[str]) -
     elif b"python" not in first:
         return False
     for head in (b"#!python\n", b"#!python\r\n"):
-        h = hashlib.new(algo, head + rest).digest()
-        if f"{algo}:{base64.urlsafe_b64encode(h).rstrip(b'=').decode()}" == expected:
+        if record_hash(head + rest, algo) == expected:
             return True
     return _is_launcher(rest, entry_points)
 
