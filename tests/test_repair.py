@@ -206,6 +206,8 @@ def test_accept_edits_records_them_and_the_ledger_says_so(handmade):
     assert "2 hand edit(s) accepted as they are (--accept-edits)" in out
     base = json.loads(handmade.pk("log", "--json").stdout)[-1]
     assert base["extra"]["adopted"] == "accept-edits" and base["extra"]["edits"][SPEC] == "changed"
+    assert f"recorded as they are (--accept-edits): sglang/srt/speculative/ddtree_by_hand.py, {SPEC}" \
+        in handmade.pk("log").stdout
     handmade.pk("apply", "nextn", "--no-verify")
     handmade.pk("rollback", "--to", "baseline", "--no-verify")
     assert (handmade.site / SPEC).read_bytes() == edited
