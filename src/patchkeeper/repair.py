@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import BadInput, Refused
+from .host.contract import ScanRequest
 from .host.disk import hash_bytes, normalize_name
 from .host.distcheck import record_rows
 from .ledger import Ledger, LedgerEntry, State, new_id, who
@@ -121,7 +122,7 @@ def env_key(target: Target, path: str) -> str:
 def file_ops(target: Target, paths: dict[str, str], files: dict[str, tuple[bytes, int] | None]
              ) -> tuple[list[FileOp], dict[str, bytes]]:
     """One FileOp per key whose file is not already as wanted (None: removed), with the new bytes."""
-    actual = {k: Entry.of(v) for k, v in target.agent.scan("/", [], [], None, paths).items()}
+    actual = {k: Entry.of(v) for k, v in target.agent.scan(ScanRequest("/", absolute=paths)).items()}
     ops, contents = [], {}
     for key, want in files.items():
         new = None
@@ -191,7 +192,7 @@ def environment_ops(target: Target, ledger: Ledger, upto: int) -> list[FileOp]:
     if not want:
         return []
     paths = {key: path for key, (path, _) in want.items()}
-    actual = {k: Entry.of(v) for k, v in target.agent.scan("/", [], [], None, paths).items()}
+    actual = {k: Entry.of(v) for k, v in target.agent.scan(ScanRequest("/", absolute=paths)).items()}
     ops = []
     for key, (path, row) in sorted(want.items()):
         new = Entry.of(row) if row else None

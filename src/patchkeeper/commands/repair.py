@@ -33,7 +33,13 @@ def run(ws: Workspace, target: str | None, dist: str, wheel: str | None, dry_run
 
                 adopting.preview(s, adopt)
         else:
-            current = engine.ensure_baseline(s, adopt=adopt)
+            baseline = engine.ensure_baseline(s, adopt=adopt)
+            if baseline is not None:
+                from ..adopt import describe
+
+                print(f"recorded baseline of {s.target.name}: {baseline.extra['files']} files, "
+                      f"state {baseline.after.id}{describe(baseline)}")
+            current = s.ledger.current()
         if current is None:  # a dry run before any baseline: the entry is only printed
             from ..ledger import State
 
@@ -41,7 +47,7 @@ def run(ws: Workspace, target: str | None, dist: str, wheel: str | None, dry_run
         ops, contents, entry = repair.plan(s.target, s.ledger, current, s.command, damage, found)
         if not dry_run:
             engine.execute(s, engine.Plan(tuple(ops), contents, entry))
-            from .snapshot import mirror
+            from ..changes import mirror
 
             mirror(ws, s)
         verb = "would be restored" if dry_run else "restored"
