@@ -4,10 +4,11 @@ its RECORD; hand edits are refused, restored to the release's bytes, or recorded
 from __future__ import annotations
 
 import time
+from typing import cast
 
 from . import engine, repair, transaction
 from .errors import BadInput, Refused
-from .ledger import LedgerEntry, State, new_id, who
+from .ledger import AdoptExtra, LedgerEntry, State, new_id, who
 from .manifest import ROLE_PREFIX, Manifest, differences
 from .session import Session
 
@@ -74,27 +75,27 @@ def _restore_pristine(s: Session, bytes_kept: bool, damage: repair.Damage, edits
         if target.agent.store_put_files(info.store, unchanged):
             raise Refused("files changed while patchkeeper was recording them", "retry when the package is quiet")
     state = State.make(ledger.save_manifest(after), (), "baseline", bytes_kept)
-    row = lambda e: [e.digest, e.size, e.mode] if e else None  # noqa: E731
     entry = LedgerEntry(id=new_id(), seq=ledger.next_seq(), time=time.time(), who=who(), command=s.command,
                         kind="baseline", before=None, after=state, hand_edits=tuple(edits),
                         changed=differences({op.key: op.old for op in ops if op.old},
                                             {op.key: op.new for op in ops if op.new}),
-                        extra={"files": len(after), "package_version": info.version, "adopted": "restore-pristine",
-                               "edits": edits, "wheel": found.wheel, "source": found.source,
-                               "replaced": {op.key: row(op.old) for op in ops}})
-    transaction.run(ledger, ops, contents, entry)
+                        extra=AdoptExtra(files=len(after), package_version=info.version, adopted="restore-pristine",
+                                         edits=edits, wheel=found.wheel, source=found.source,
+                                         replaced={op.key: repair.row(op.old) for op in ops}))
+    transaction.carry_out(ledger, ops, contents, entry)
     return entry
 
 
 def describe(entry: LedgerEntry) -> str:
     """What the baseline's ledger entry says about adopting the host, for the line that reports it."""
-    how = entry.extra.get("adopted")
+    extra = cast(AdoptExtra, entry.extra)
+    how = extra.get("adopted")
     if how == "accept-edits":
         return (f"; {len(entry.hand_edits)} hand edit(s) accepted as they are (--accept-edits): "
                 + ", ".join(entry.hand_edits))
     if how == "restore-pristine":
         return (f"; {len(entry.hand_edits)} hand-edited file(s) restored to the release's bytes from "
-                f"{entry.extra['wheel']} first (old bytes backed up): " + ", ".join(entry.hand_edits))
+                f"{extra.get('wheel')} first (old bytes backed up): " + ", ".join(entry.hand_edits))
     return ""
 
 
@@ -104,5 +105,6 @@ def preview(s: Session, how: str | None) -> None:
     if edits and how is None:
         raise _refusal(s, edits)
     what = {"accept-edits": "accept them as they are", "restore-pristine": "restore the release's bytes first"}
-    extra = f"; {len(edits)} file(s) differ from its RECORD, it would {what[how]}: {', '.join(edits)}" if edits else ""
+    extra = f"; {len(edits)} file(s) differ from its RECORD, it would {what[how or '']}: {', '.join(edits)}" \
+        if edits and how else ""
     print(f"{s.target.name}: no baseline yet; a real run records one first{extra}")

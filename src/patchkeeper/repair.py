@@ -8,12 +8,13 @@ import posixpath
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 from .errors import BadInput, Refused
 from .host.contract import ScanRequest
 from .host.disk import hash_bytes, normalize_name
-from .host.distcheck import record_rows
-from .ledger import Ledger, LedgerEntry, State, new_id, who
+from .host.distinfo import record_text_rows
+from .ledger import EnvChange, Ledger, LedgerEntry, RepairExtra, State, new_id, who
 from .manifest import Entry, differences
 from .targets import Target
 from .transaction import FileOp
@@ -65,7 +66,7 @@ def find_damage(target: Target, dist: str, only_inside: bool = False) -> Damage:
     files = {rel: kind for rel, kind, _ in result["findings"]
              if not only_inside or not (rel.startswith("../") or posixpath.isabs(rel))}
     text = target.agent.read(posixpath.join(site, name, "RECORD")).decode("utf-8")
-    record = {rel: f"{algo}:{b64}" for rel, algo, b64, _ in record_rows(text.splitlines()) if rel in files}
+    record = {rel: f"{algo}:{b64}" for rel, algo, b64, _ in record_text_rows(text.splitlines()) if rel in files}
     label = name[: -len(".dist-info")].rpartition("-")[0] or dist
     return Damage(label, found["version"], site, name, files, record)
 
@@ -136,10 +137,13 @@ def file_ops(target: Target, paths: dict[str, str], files: dict[str, tuple[bytes
     return ops, contents
 
 
-def env_extra(ops: list[FileOp]) -> dict:
+def row(e: Entry | None) -> list[Any] | None:
+    return [e.digest, e.size, e.mode] if e else None
+
+
+def env_extra(ops: list[FileOp]) -> dict[str, EnvChange]:
     """What a ledger entry keeps of the files it changed outside the package: path, old, new."""
-    row = lambda e: [e.digest, e.size, e.mode] if e else None  # noqa: E731
-    return {op.key: {"path": op.path, "old": row(op.old), "new": row(op.new)} for op in ops}
+    return {op.key: EnvChange(path=op.path, old=row(op.old), new=row(op.new)) for op in ops}
 
 
 def repaired_state(current: State, entry_id: str) -> State:
@@ -160,8 +164,8 @@ def plan(target: Target, ledger: Ledger, current: State, command: str, damage: D
                         kind="repair", before=current, after=repaired_state(current, entry_id),
                         changed=differences({op.key: op.old for op in ops if op.old},
                                             {op.key: op.new for op in ops if op.new}),
-                        extra={"dist": damage.name, "version": damage.version, "wheel": found.wheel,
-                               "source": found.source, "env": env_extra(ops), "left": found.left})
+                        extra=RepairExtra(dist=damage.name, version=damage.version, wheel=found.wheel,
+                                          source=found.source, env=env_extra(ops), left=found.left))
     return ops, contents, entry
 
 
@@ -181,14 +185,18 @@ def rollback_goal(ledger: Ledger, spec: str) -> tuple[State, int]:
 
 def environment_ops(target: Target, ledger: Ledger, upto: int) -> list[FileOp]:
     """Every file outside the package that a transaction changed, given the bytes it had at
-    ledger position `upto`: the last change at or before it, else what the first later change found."""
-    want: dict[str, tuple[str, list | None]] = {}
+    ledger position `upto`: what the first later change found there (so undoing a repair puts
+    back exactly the bytes it replaced), else what the last change up to then left."""
+    earlier: dict[str, tuple[str, list | None]] = {}
+    later: dict[str, tuple[str, list | None]] = {}
     for i, e in enumerate(ledger.entries()):
-        for key, change in (e.extra.get("env") or {}).items():
+        env = cast("dict[str, EnvChange]", e.extra.get("env") or {})
+        for key, change in env.items():
             if i <= upto:
-                want[key] = (change["path"], change["new"])
-            elif key not in want:
-                want[key] = (change["path"], change["old"])
+                earlier[key] = (change["path"], change["new"])
+            elif key not in later:
+                later[key] = (change["path"], change["old"])
+    want = {**earlier, **later}
     if not want:
         return []
     paths = {key: path for key, (path, _) in want.items()}

@@ -30,7 +30,7 @@ def log(ws: Workspace, target: str | None, as_json: bool) -> int:
             adopted = {"accept-edits": "hand edits found before the first baseline, recorded as they are "
                                        "(--accept-edits)",
                        "restore-pristine": "hand edits found before the first baseline, backed up, then given "
-                                           "the release's bytes (--restore-pristine)"}.get(e.extra.get("adopted"))
+                                           "the release's bytes (--restore-pristine)"}.get(str(e.extra.get("adopted")))
             if e.hand_edits:
                 print(f"    {adopted or 'backed up hand edits first'}: {', '.join(e.hand_edits)}")
         return 0

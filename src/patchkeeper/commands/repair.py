@@ -37,7 +37,7 @@ def run(ws: Workspace, target: str | None, dist: str, wheel: str | None, dry_run
             if baseline is not None:
                 from ..adopt import describe
 
-                print(f"recorded baseline of {s.target.name}: {baseline.extra['files']} files, "
+                print(f"recorded baseline of {s.target.name}: {baseline.extra.get('files')} files, "
                       f"state {baseline.after.id}{describe(baseline)}")
             current = s.ledger.current()
         if current is None:  # a dry run before any baseline: the entry is only printed
@@ -53,10 +53,11 @@ def run(ws: Workspace, target: str | None, dist: str, wheel: str | None, dry_run
         verb = "would be restored" if dry_run else "restored"
         print(f"{s.target.name}: repair {damage.name} {damage.version} from {found.wheel} ({found.source})")
         for op in ops:
+            assert op.new is not None  # a repair writes every file it changes
             kind = "added" if op.old is None else "mode" if op.old.digest == op.new.digest else "changed"
             print(f"  {_MARK[kind]} {op.key[len(repair.ENV_PREFIX):]}  {op.new.size} bytes, checked against RECORD")
         for rel, why in found.left.items():
             print(f"  ! {rel}  left as it is: {why}")
-        tail = "" if dry_run else f"; state {entry.before.id} -> {entry.after.id} (transaction {entry.id})"
+        tail = "" if dry_run else f"; state {current.id} -> {entry.after.id} (transaction {entry.id})"
         print(f"{len(ops)} file(s) {verb}{tail}" + (f"; {len(found.left)} left" if found.left else ""))
         return 1 if found.left else 0
