@@ -96,6 +96,12 @@ def test_repair_restores_six_and_markupsafe_so_byte_exact_and_rollback_puts_the_
     assert (site / "six.py").read_bytes() == damaged_six
     assert renv.pk("repair", "six", "--dry-run", "--wheel", str(wheel("six-1.17.0-*.whl"))).returncode == 0
     assert (site / "six.py").read_bytes() == damaged_six
+    # damaged again by hand, repaired again: undoing that repair gives back these bytes, not the older damage
+    damaged_again = b"six = None\n"
+    edit_file(site / "six.py", damaged_again)
+    renv.pk("repair", "six", "--wheel", str(wheel("six-1.17.0-*.whl")))
+    renv.pk("rollback", "--to", "previous")
+    assert (site / "six.py").read_bytes() == damaged_again
     # the managed package's manifest never names files of other distributions
     manifests = list((renv.root / "snapshots/local/manifests").iterdir())
     assert manifests and not any(b"six.py" in m.read_bytes() for m in manifests)
