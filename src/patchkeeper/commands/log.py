@@ -32,7 +32,9 @@ def log(ws: Workspace, target: str | None, as_json: bool) -> int:
                        "restore-pristine": "hand edits found before the first baseline, backed up, then given "
                                            "the release's bytes (--restore-pristine)"}.get(str(e.extra.get("adopted")))
             if e.hand_edits:
-                print(f"    {adopted or 'backed up hand edits first'}: {', '.join(e.hand_edits)}")
+                backups = e.backups
+                print(f"    {adopted or 'backed up hand edits first'}: " + ", ".join(
+                    f"{k} ({backups[k][:len('blake3:') + 16]}…)" if k in backups else k for k in e.hand_edits))
         return 0
 
 
