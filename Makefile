@@ -40,6 +40,14 @@ $(WHEELS)/.audit:
 	$(PY) -m pip download -q --no-deps --only-binary=:all: $(AUDIT_WHEELS) -d $(WHEELS)
 	touch $@
 
+# Another release of six, for repair's refusal of a wheel whose version is not the installed one
+# (a directory of its own, so the audit tests' six-*.whl stays one version).
+OLDER_WHEELS := six==1.16.0
+$(WHEELS)/older/.done:
+	mkdir -p $(WHEELS)/older
+	$(PY) -m pip download -q --no-deps --only-binary=:all: $(OLDER_WHEELS) -d $(WHEELS)/older
+	touch $@
+
 # For bench/audit.py only: sglang with torch 2.13.0 (CPU) beside it, a site-packages of real size.
 TORCHENV := .cache/torch-venv
 $(TORCHENV)/.done: $(WHEELS)/.sglang
@@ -57,7 +65,7 @@ sshd:
 demo: install $(WHEELS)/.sglang
 	PY=$(PY) bash scripts/demo.sh
 
-test: install $(TESTENV)/.done $(WHEELS)/.audit sshd
+test: install $(TESTENV)/.done $(WHEELS)/.audit $(WHEELS)/older/.done sshd
 	$(BIN)/mypy  # [tool.mypy] in pyproject.toml: strict on host/, the engine and changes.py
 	$(BIN)/pytest -q -n 2
 
