@@ -19,7 +19,7 @@ from ..errors import AgentError
 from ..errors import TargetError
 
 # The agent's modules, in import order; on the host they become the package `pkagent`.
-AGENT_MODULES = ("errors", "disk", "store", "distcheck", "agent", "wire")
+AGENT_MODULES = ("errors", "disk", "store", "distcheck", "elf", "interp", "fingerprint", "agent", "wire")
 _BOOT = """
 import sys, types
 pkg = types.ModuleType("pkagent"); pkg.__path__ = []; sys.modules["pkagent"] = pkg
