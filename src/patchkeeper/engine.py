@@ -6,7 +6,7 @@ import posixpath
 import time
 from dataclasses import dataclass, field
 
-from . import faults, patching, patchset, transaction
+from . import environment, faults, patching, patchset, transaction
 from .errors import BadInput, Refused, StoreError
 from .ledger import LedgerEntry, State, new_id, who
 from .manifest import ROLE_PREFIX, Entry, Manifest, differences
@@ -87,7 +87,8 @@ def record_state(s: Session, kind: str, name: str, bytes_kept: bool = True) -> L
     state = State.make(ledger.save_manifest(manifest), current.stack if current else (), name, bytes_kept)
     entry = LedgerEntry(id=new_id(), seq=ledger.next_seq(), time=time.time(), who=who(), command=s.command,
                         kind=kind, after=state, before=current,
-                        extra={"files": len(manifest), "package_version": target.info.version})
+                        extra={"files": len(manifest), "package_version": target.info.version,
+                               **environment.record(target)})
     ledger.append(entry)
     return entry
 
@@ -361,4 +362,8 @@ def plan_rollback(s: Session, spec: str) -> Plan | None:
 
 
 def execute(s: Session, plan: Plan) -> None:
-    transaction.run(s.ledger, list(plan.ops), plan.contents, plan.entry)
+    """Carry out a plan; its ledger entry keeps the environment fingerprint it was made in."""
+    from dataclasses import replace
+
+    entry = replace(plan.entry, extra={**plan.entry.extra, **environment.record(s.target)})
+    transaction.run(s.ledger, list(plan.ops), plan.contents, entry)

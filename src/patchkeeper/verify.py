@@ -213,12 +213,15 @@ def run_checks(target: Target, svc: ServiceConfig, with_restart: bool = True,
 
 def record(s: Session, report: Report, phase: str, of: str | None) -> LedgerEntry | None:
     """Append a `verify` ledger entry for the current state (none before any state is recorded)."""
+    from . import environment
+
     state: State | None = s.ledger.current()
     if state is None:
         return None
+    env = environment.record(s.target) if report.ok else {}  # what a later failure is compared with
     entry = LedgerEntry(id=new_id(), seq=s.ledger.next_seq(), time=time.time(), who=who(), command=s.command,
                         kind="verify", before=state, after=state,
-                        extra={"phase": phase, "of": of, "verify": report.to_dict()})
+                        extra={"phase": phase, "of": of, "verify": report.to_dict(), **env})
     s.ledger.append(entry)
     return entry
 
