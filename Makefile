@@ -40,6 +40,14 @@ $(WHEELS)/.audit:
 	$(PY) -m pip download -q --no-deps --only-binary=:all: $(AUDIT_WHEELS) -d $(WHEELS)
 	touch $@
 
+# Wheels of the environment tests: a second six for version differences, torchcodec whose .so files
+# need FFmpeg and libtorch (absent here: unresolved, and must not count as drift).
+ENV_WHEELS := six==1.16.0 torchcodec==0.17.0
+$(WHEELS)/.env:
+	mkdir -p $(WHEELS)
+	$(PY) -m pip download -q --no-deps --only-binary=:all: $(ENV_WHEELS) -d $(WHEELS)
+	touch $@
+
 # For bench/audit.py only: sglang with torch 2.13.0 (CPU) beside it, a site-packages of real size.
 TORCHENV := .cache/torch-venv
 $(TORCHENV)/.done: $(WHEELS)/.sglang
@@ -56,10 +64,10 @@ sshd:
 demo: install $(TESTENV)/.done
 	bash scripts/demo.sh
 
-test: install $(TESTENV)/.done $(WHEELS)/.audit sshd
+test: install $(TESTENV)/.done $(WHEELS)/.audit $(WHEELS)/.env sshd
 	$(BIN)/pytest -q -n 2
 
-bench: install $(TESTENV)/.done $(WHEELS)/.audit $(TORCHENV)/.done sshd
+bench: install $(TESTENV)/.done $(WHEELS)/.audit $(WHEELS)/.env $(TORCHENV)/.done sshd
 	@command -v rsync >/dev/null && command -v b3sum >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rsync b3sum >/dev/null; }
 	$(BIN)/python bench/run.py
 

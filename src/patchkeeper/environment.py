@@ -118,6 +118,16 @@ def gpu_text(g: dict | None) -> str:
     return f"driver {g['driver']}, CUDA {g.get('cuda') or '?'}, {len(gpus)} GPU(s)" + (f": {names}" if names else "")
 
 
+def gpu_health(g: dict | None) -> list[str]:
+    """One line per GPU: bus id, name, and the retired pages / remapped rows it reports."""
+    out = []
+    for x in (g or {}).get("gpus") or []:
+        facts = [f"{k} {' '.join(f'{n}={v}' for n, v in (x.get(k) or {}).items())}"
+                 for k in ("retired_pages", "remapped_rows") if x.get(k)]
+        out.append(f"{x.get('bus_id')} {x.get('name')} {x.get('uuid')}: " + ("; ".join(facts) or "no memory health reported"))
+    return out
+
+
 def _health(x: dict) -> dict:
     return {"retired_pages": x.get("retired_pages"), "remapped_rows": x.get("remapped_rows")}
 

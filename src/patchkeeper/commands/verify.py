@@ -70,7 +70,39 @@ def after_change(ws: Workspace, s: Session, svc: ServiceConfig, change: LedgerEn
         print(f"{name}: FAILED and rolled back to state {previous.id}, but {PREVIOUS_FAILS} "
               f"({again.reason}: {again.problems[0] if again.problems else again.message})")
         print(f"  hint: run `patchkeeper audit -t {name}` to see what else differs on the target")
+        since_last_pass(s, previous)
     return EXIT_ROLLED_BACK
+
+
+def since_last_pass(s: Session, state) -> None:
+    """What changed since the last passing verification of `state`: its code is back in place,
+    so the environment (distributions, native libraries, interpreter, system, GPU) is what is left."""
+    import time
+
+    from .. import environment
+
+    name = s.target.name
+    last = environment.last_passing(s.ledger, state)
+    if last is None:
+        print(f"{name}: no passing verification of state {state.id} was recorded with its environment; "
+              "nothing to compare with")
+        return
+    v = last.extra["verify"]
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last.time))
+    figures = f"{v.get('tokens')} tokens in {v.get('seconds') or 0:.2f}s" if v.get("tokens") is not None else "passed"
+    print(f"{name}: since state {state.id} last passed verification ({when}, {figures}; ledger entry {last.id}):")
+    print(f"  code         none: state {state.id} is in place again")
+    then, now = environment.load(s.target, last.extra["env"]), environment.take(s.target)
+    changes = environment.compare(then, now)
+    for c in changes:
+        print(f"  {c.area:12} {c.kind:10} {c.subject}  {c.detail}")
+    if not changes:
+        print("  environment  no differences (interpreter, system, distributions, native libraries, GPU stack)")
+    print(f"  GPU now      {environment.gpu_text(now.get('gpu'))}")
+    for line in environment.gpu_health(now.get("gpu")):
+        print(f"    {line}")
+    for line in ((now.get("gpu") or {}).get("xid") or [])[-5:]:
+        print(f"    | {line}")
 
 
 def _verify(s: Session, svc: ServiceConfig, phase: str, of: str) -> Report:
