@@ -13,7 +13,11 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, SITE_REL, copy_venv, edit_file, make_workspace
+from patchkeeper.commands.verify import PREVIOUS_FAILS
 from patchkeeper.host import elf, fingerprint
+from sshd import sshd  # noqa: F401 (a fixture)
+from test_ssh import fleet  # noqa: F401 (a fixture)
+from test_verify import service  # noqa: F401 (a fixture)
 
 WHEELS = Path(os.environ.get("PK_WHEELS", REPO / ".cache" / "wheels"))
 GPU_XML = REPO.parent / "shared" / "fixtures" / "gpu-host-h200" / "nvidia-smi-q.xml"
@@ -232,3 +236,38 @@ def test_every_state_and_passing_verification_keeps_a_fingerprint_and_old_ledger
     proc = eenv.pk("diff", "--env", check=2)
     assert "without an environment fingerprint" in proc.stderr and "hint:" in proc.stderr
     assert eenv.pk("log").returncode == 0
+
+
+def test_a_previous_state_that_fails_too_is_reported_with_what_changed_since_it_passed(env, service, tmp_path):
+    service()  # healthy until the toml says otherwise
+    h200 = stand_in_nvidia_smi(tmp_path / "bin-a")
+    env.pk("snapshot", "--name", "good", env=h200)
+    assert "verification passed" in env.pk("verify", "--restart", env=h200).stdout  # keeps the fingerprint
+    # then the driver changes, six appears, and every code state fails to generate
+    toml = env.root / "patchkeeper.toml"
+    toml.write_text(toml.read_text().replace("--default healthy", "--default degenerate"))
+    pip_install(env.venv, wheel("six-1.16.0-*.whl"))
+    newer = stand_in_nvidia_smi(tmp_path / "bin-b", driver="590.48.01")
+    out = env.pk("apply", "ddtree", env=newer, check=3).stdout
+    assert PREVIOUS_FAILS in out
+    state = json.loads(env.pk("status", "--json").stdout)["state"]["id"]
+    assert f"local: since state {state} last passed verification (" in out and " 24 tokens in " in out
+    assert "  code         none: state " in out
+    assert "  distribution added      six  1.16.0 (installed by pip)" in out
+    assert "  gpu          changed    driver  580.159.04 -> 590.48.01" in out
+    assert "  GPU now      driver 590.48.01, CUDA 13.0, 1 GPU(s): NVIDIA H200 (143771 MiB)" in out
+    assert "remapped_rows correctable=0 uncorrectable=0 pending=No failure=No" in out
+
+
+def test_diff_env_between_two_ssh_hosts(fleet):
+    assert "alike" in fleet.pk("diff", "--env", "ct129", "ct200").stdout
+    pip_install(fleet.venvs["ct129"], wheel("six-1.17.0-*.whl"))
+    pip_install(fleet.venvs["ct200"], wheel("six-1.16.0-*.whl"), wheel("markupsafe-*.whl"))
+    doc = json.loads(fleet.pk("diff", "--env", "ct129", "ct200", "--json", check=1).stdout)
+    assert [(c["area"], c["subject"], c["kind"]) for c in doc["changes"]] == [
+        ("distribution", "markupsafe", "added"), ("distribution", "six", "version")]
+    assert doc["a"] == "ct129 (now)" and doc["b"] == "ct200 (now)"
+    fp = json.loads(fleet.pk("env", "-t", "ct200", "--json").stdout)  # taken on the host, by its own Python
+    assert fp["where"]["python"] == f"{fleet.venvs['ct200']}/bin/python"
+    assert fp["distributions"]["six"]["version"] == "1.16.0"
+    assert any(k.startswith("markupsafe/_speedups") for k in fp["native"])
