@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import posixpath
-import sys
 from dataclasses import dataclass
 
 from .errors import PatchkeeperError, StoreError
@@ -59,9 +58,7 @@ def record(target: Target) -> dict:
     try:
         return {"env": target.agent.store_put(target.info.store, encode(take(target)))}
     except (PatchkeeperError, OSError) as exc:
-        why = str(exc).splitlines()[0]
-        print(f"warning: {target.name}: the environment fingerprint could not be taken: {why}", file=sys.stderr)
-        return {"env_error": why}
+        return {"env_error": str(exc).splitlines()[0]}
 
 
 def load(target: Target, digest: str) -> dict:
@@ -94,6 +91,16 @@ def last_passing(ledger: Ledger, state: State) -> LedgerEntry | None:
                 and (e.extra.get("verify") or {}).get("ok")):
             return e
     return None
+
+
+def since_last_pass(target: Target, ledger: Ledger, state: State) -> tuple[LedgerEntry | None, list["Change"], dict]:
+    """The newest passing verification of `state` with a fingerprint, what changed in the
+    environment since then, and the GPU facts now (the fingerprint's `gpu` part)."""
+    last = last_passing(ledger, state)
+    if last is None:
+        return None, [], {}
+    now = take(target)
+    return last, compare(load(target, last.extra["env"]), now), now.get("gpu") or {}
 
 
 # ---- comparing ---------------------------------------------------------------------------------

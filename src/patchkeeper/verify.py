@@ -211,7 +211,7 @@ def run_checks(target: Target, svc: ServiceConfig, with_restart: bool = True,
                   problems=tuple(figures.get("problems", ())), logs=logs)
 
 
-def record(s: Session, report: Report, phase: str, of: str | None) -> LedgerEntry | None:
+def record_verification(s: Session, report: Report, phase: str, of: str | None) -> LedgerEntry | None:
     """Append a `verify` ledger entry for the current state (none before any state is recorded)."""
     from . import environment
 
@@ -224,28 +224,3 @@ def record(s: Session, report: Report, phase: str, of: str | None) -> LedgerEntr
                         extra={"phase": phase, "of": of, "verify": report.to_dict(), **env})
     s.ledger.append(entry)
     return entry
-
-
-def describe(report: Report, target: str, state: State | None, out: TextIO = sys.stdout) -> None:
-    where = f"state {state.id}: {state.stack_text()}" if state else "no recorded state"
-    print(f"verify {target}, {where}:", file=out)
-    for c in report.checks:
-        print(f"  {c.name:9} {'ok  ' if c.ok else 'FAIL'}  {c.seconds:6.2f}s  {c.detail}", file=out)
-        if not c.ok and c.output.strip():
-            _block(c.output, out)
-    if report.sample:
-        print(f"  output: {report.sample!r}", file=out)
-    if report.ok:
-        print(f"verification passed: {report.tokens} tokens in {report.seconds:.2f}s "
-              f"({report.tokens_per_s or 0:.1f} tokens/s)", file=out)
-        return
-    print(f"verification FAILED ({report.reason}): {'; '.join(report.problems)}", file=out)
-    if report.logs is not None:
-        print("  logs:", file=out)
-        _block(report.logs, out)
-
-
-def _block(text: str, out: TextIO, lines: int = 40) -> None:
-    rows = text.rstrip().splitlines()
-    for row in rows[-lines:]:
-        print(f"    | {row}", file=out)

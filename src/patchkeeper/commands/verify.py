@@ -1,22 +1,17 @@
-"""`patchkeeper verify`, and verification after a change with an automatic rollback when it fails."""
+"""`patchkeeper verify`: restart (with --restart) and verify the service, recorded in the ledger."""
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 
-from .. import engine, service
-from ..errors import EXIT_DIFFERS, EXIT_ROLLED_BACK, BadInput
-from ..ledger import LedgerEntry
-from ..service import ServiceConfig
+from .. import service
+from ..changes import mirror
+from ..errors import EXIT_DIFFERS, BadInput
 from ..session import Session
-from ..verify import Report, describe, record, run_checks
+from ..verify import record_verification, run_checks
 from ..workspace import Workspace
 from . import emit_json
-from .show_plan import describe as describe_plan
-from .snapshot import mirror
-
-PREVIOUS_FAILS = "the previous code state fails as well: the fault is likely not in the patch set"
+from .show_plan import PREVIOUS_FAILS, render_report  # noqa: F401  (PREVIOUS_FAILS: the tests read it here)
 
 
 def verify(ws: Workspace, target: str | None, as_json: bool, with_restart: bool) -> int:
@@ -27,86 +22,12 @@ def verify(ws: Workspace, target: str | None, as_json: bool, with_restart: bool)
             raise BadInput(f"target {s.target.name} has no [targets.{s.target.name}.service] table",
                            "add one with restart and base_url (see 'Verifying a service by generation' in the README)")
         report = run_checks(s.target, svc, with_restart, progress=sys.stderr)
-        entry = record(s, report, "verify", None)
+        entry = record_verification(s, report, "verify", None)
         if entry is not None:
             mirror(ws, s, manifest=False)
         if as_json:
             emit_json({"target": s.target.name, "state": s.ledger.current().to_dict() if s.ledger.current() else None,
                        **report.to_dict()})
         else:
-            describe(report, s.target.name, s.ledger.current())
+            render_report(report, s.target.name, s.ledger.current())
         return 0 if report.ok else EXIT_DIFFERS
-
-
-def after_change(ws: Workspace, s: Session, svc: ServiceConfig, change: LedgerEntry) -> int:
-    """Restart and verify after `change` committed; an apply or switch that fails is rolled back."""
-    name = s.target.name
-    print(f"{name}: restarting and verifying the service (--no-verify skips this)")
-    report = _verify(s, svc, change.kind, change.id)
-    if report.ok:
-        mirror(ws, s, manifest=False)  # the state is the one the change just mirrored
-        return 0
-    if change.kind not in ("apply", "switch") or change.before is None:
-        mirror(ws, s, manifest=False)
-        print(f"{name}: state {change.after.id} is in place, but the service fails verification ({report.reason})")
-        print(f"  hint: run `patchkeeper audit -t {name}` to see what differs on the target")
-        return EXIT_DIFFERS
-    previous = change.before
-    print(f"{name}: verification failed after {change.kind} ({report.reason}); "
-          f"rolling back to the previous state {previous.id}: {previous.stack_text()}")
-    plan = engine.plan_rollback(s, previous.id)
-    if plan is not None:
-        entry = dataclasses.replace(plan.entry, command=f"{s.command} (automatic rollback)",
-                                    extra={"automatic": True, "undoes": change.id, "reason": report.reason})
-        plan = dataclasses.replace(plan, entry=entry)
-        engine.execute(s, plan)
-        describe_plan(plan, name, dry_run=False)
-    again = _verify(s, svc, "automatic rollback", plan.entry.id if plan else change.id)
-    mirror(ws, s)
-    if again.ok:
-        print(f"{name}: FAILED and rolled back: {change.kind} to {change.after.stack_text()} failed verification "
-              f"({report.reason}); state {previous.id} is back in place and verifies")
-    else:
-        print(f"{name}: FAILED and rolled back to state {previous.id}, but {PREVIOUS_FAILS} "
-              f"({again.reason}: {again.problems[0] if again.problems else again.message})")
-        print(f"  hint: run `patchkeeper audit -t {name}` to see what else differs on the target")
-        since_last_pass(s, previous)
-    return EXIT_ROLLED_BACK
-
-
-def since_last_pass(s: Session, state) -> None:
-    """What changed since the last passing verification of `state`: its code is back in place,
-    so the environment (distributions, native libraries, interpreter, system, GPU) is what is left."""
-    import time
-
-    from .. import environment
-
-    name = s.target.name
-    last = environment.last_passing(s.ledger, state)
-    if last is None:
-        print(f"{name}: no passing verification of state {state.id} was recorded with its environment; "
-              "nothing to compare with")
-        return
-    v = last.extra["verify"]
-    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last.time))
-    figures = f"{v.get('tokens')} tokens in {v.get('seconds') or 0:.2f}s" if v.get("tokens") is not None else "passed"
-    print(f"{name}: since state {state.id} last passed verification ({when}, {figures}; ledger entry {last.id}):")
-    print(f"  code         none: state {state.id} is in place again")
-    then, now = environment.load(s.target, last.extra["env"]), environment.take(s.target)
-    changes = environment.compare(then, now)
-    for c in changes:
-        print(f"  {c.area:12} {c.kind:10} {c.subject}  {c.detail}")
-    if not changes:
-        print("  environment  no differences (interpreter, system, distributions, native libraries, GPU stack)")
-    print(f"  GPU now      {environment.gpu_text(now.get('gpu'))}")
-    for line in environment.gpu_health(now.get("gpu")):
-        print(f"    {line}")
-    for line in ((now.get("gpu") or {}).get("xid") or [])[-5:]:
-        print(f"    | {line}")
-
-
-def _verify(s: Session, svc: ServiceConfig, phase: str, of: str) -> Report:
-    report = run_checks(s.target, svc, with_restart=True, progress=sys.stderr)
-    record(s, report, phase, of)
-    describe(report, s.target.name, s.ledger.current())
-    return report
