@@ -40,12 +40,13 @@ $(WHEELS)/.audit:
 	$(PY) -m pip download -q --no-deps --only-binary=:all: $(AUDIT_WHEELS) -d $(WHEELS)
 	touch $@
 
-# Wheels of the environment tests: a second six for version differences, torchcodec whose .so files
-# need FFmpeg and libtorch (absent here: unresolved, and must not count as drift).
+# Wheels of the environment tests, in their own directory (the audit tests take every six-*.whl):
+# a second six for version differences, torchcodec whose .so files need FFmpeg and libtorch
+# (absent here: unresolved, and that must not count as drift).
 ENV_WHEELS := six==1.16.0 torchcodec==0.17.0
-$(WHEELS)/.env:
-	mkdir -p $(WHEELS)
-	$(PY) -m pip download -q --no-deps --only-binary=:all: $(ENV_WHEELS) -d $(WHEELS)
+$(WHEELS)/env/.done:
+	mkdir -p $(WHEELS)/env
+	$(PY) -m pip download -q --no-deps --only-binary=:all: $(ENV_WHEELS) -d $(WHEELS)/env
 	touch $@
 
 # For bench/audit.py only: sglang with torch 2.13.0 (CPU) beside it, a site-packages of real size.
@@ -64,10 +65,10 @@ sshd:
 demo: install $(TESTENV)/.done
 	bash scripts/demo.sh
 
-test: install $(TESTENV)/.done $(WHEELS)/.audit $(WHEELS)/.env sshd
+test: install $(TESTENV)/.done $(WHEELS)/.audit $(WHEELS)/env/.done sshd
 	$(BIN)/pytest -q -n 2
 
-bench: install $(TESTENV)/.done $(WHEELS)/.audit $(WHEELS)/.env $(TORCHENV)/.done sshd
+bench: install $(TESTENV)/.done $(WHEELS)/.audit $(WHEELS)/env/.done $(TORCHENV)/.done sshd
 	@command -v rsync >/dev/null && command -v b3sum >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rsync b3sum >/dev/null; }
 	$(BIN)/python bench/run.py
 

@@ -26,7 +26,7 @@ if not GPU_XML.exists():  # the worktrees of this repository sit one level deepe
 
 
 def wheel(pattern: str) -> Path:
-    found = sorted(WHEELS.glob(pattern))
+    found = sorted(WHEELS.glob(pattern)) or sorted((WHEELS / "env").glob(pattern))
     if not found:
         pytest.fail(f"no {pattern} in {WHEELS}: run `make test`, which downloads it")
     return found[0]
