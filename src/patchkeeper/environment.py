@@ -29,8 +29,10 @@ class Change:
 
 # ---- taking and keeping ------------------------------------------------------------------------
 def cache_root(target: Target) -> str:
-    """The audit's stat caches, shared: a fingerprint after an audit (or before one) hashes nothing."""
-    return posixpath.join(target.info.state_dir, "audit")
+    """The fingerprint's stat caches (RECORD digests, ELF headers, library digests): the audit's
+    kind, in a directory of their own, so a change's fingerprint does not make the audit's caches
+    look warm to `status` (which audits only when an audit has run)."""
+    return posixpath.join(target.info.state_dir, "env")
 
 
 def take(target: Target, parts: tuple[str, ...] | None = None) -> dict:
