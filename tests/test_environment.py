@@ -219,7 +219,7 @@ def test_every_state_and_passing_verification_keeps_a_fingerprint_and_old_ledger
     eenv.pk("rollback", "--to", "baseline")
     entries = [json.loads(p.read_text()) for p in sorted((eenv.state_dir / "ledger").glob("*.json"))]
     assert [e["kind"] for e in entries] == ["baseline", "apply", "rollback"]
-    digests = {e["extra"]["env"] for e in entries}
+    digests = {e["env"] for e in entries}
     assert len(digests) == 1  # the same environment each time: one object in the store
     digest = digests.pop()
     algo, _, hexd = digest.partition(":")
@@ -229,7 +229,7 @@ def test_every_state_and_passing_verification_keeps_a_fingerprint_and_old_ledger
     # a ledger from before fingerprints: audit says so, diff --env refuses, nothing breaks
     for p in (eenv.state_dir / "ledger").glob("*.json"):
         doc = json.loads(p.read_text())
-        doc["extra"].pop("env")
+        doc.pop("env")
         edit_file(p, json.dumps(doc).encode())
     doc = json.loads(eenv.pk("audit", "--json").stdout)
     assert doc["exit"] == 0 and any("without an environment fingerprint" in n for n in doc["notes"])

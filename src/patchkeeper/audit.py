@@ -215,7 +215,7 @@ def _native(target: Target, ledger: Ledger, current: State) -> tuple[list[Findin
     if entry is None:
         return [], [f"state {current.id} was recorded without an environment fingerprint: native libraries "
                     "not compared (the next change or snapshot records one)"]
-    then = environment.load(target, entry.extra["env"])
+    then = environment.load(target, entry.env)
     now = environment.take(target, parts=("native",))
     changes = environment.native_changes(then.get("native") or {}, now.get("native") or {},
                                          same_hash=then.get("algorithm") == now.get("algorithm"))

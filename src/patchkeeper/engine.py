@@ -90,8 +90,8 @@ def record_state(s: Session, kind: str, name: str, bytes_kept: bool = True) -> L
     state = State.make(ledger.save_manifest(manifest), current.stack if current else (), name, bytes_kept)
     entry = LedgerEntry(id=new_id(), seq=ledger.next_seq(), time=time.time(), who=who(), command=s.command,
                         kind=kind, after=state, before=current,
-                        extra={"files": len(manifest), "package_version": target.info.version,
-                               **environment.record(target)})
+                        extra={"files": len(manifest), "package_version": target.info.version})
+    entry = environment.record(entry, target)
     ledger.append(entry)
     return entry
 
@@ -426,7 +426,4 @@ def plan_rollback(s: Session, spec: str) -> Plan | None:
 
 def execute(s: Session, plan: Plan) -> None:
     """Carry out a plan; its ledger entry keeps the environment fingerprint it was made in."""
-    from dataclasses import replace
-
-    entry = replace(plan.entry, extra={**plan.entry.extra, **environment.record(s.target)})
-    transaction.run(s.ledger, list(plan.ops), plan.contents, entry)
+    transaction.run(s.ledger, list(plan.ops), plan.contents, environment.record(plan.entry, s.target))

@@ -54,13 +54,15 @@ def encode(fp: dict) -> bytes:
     return json.dumps(fp, sort_keys=True, separators=(",", ":")).encode()
 
 
-def record(target: Target) -> dict:
-    """Take a fingerprint and keep it in the target's store: {"env": digest} for a ledger entry's
-    extra, or {"env_error": why} when it could not be taken (the change itself goes on)."""
+def record(entry: LedgerEntry, target: Target) -> LedgerEntry:
+    """`entry` with a fingerprint taken now and kept in the target's store (its digest in `env`);
+    when it cannot be taken, the change goes on and the entry says why in extra["env_error"]."""
+    from dataclasses import replace
+
     try:
-        return {"env": target.agent.store_put(target.info.store, encode(take(target)))}
+        return replace(entry, env=target.agent.store_put(target.info.store, encode(take(target))))
     except (PatchkeeperError, OSError) as exc:
-        return {"env_error": str(exc).splitlines()[0]}
+        return replace(entry, extra={**entry.extra, "env_error": str(exc).splitlines()[0]})
 
 
 def load(target: Target, digest: str) -> dict:
@@ -78,10 +80,10 @@ def entry_of(ledger: Ledger, spec: str | State) -> LedgerEntry | None:
     if isinstance(spec, str):
         exact = [e for e in entries if e.id == spec]
         if exact:
-            return exact[0] if "env" in exact[0].extra else None
+            return exact[0] if exact[0].env else None
         spec = ledger.find_state(spec)
     for e in reversed(entries):
-        if e.after.id == spec.id and "env" in e.extra:
+        if e.after.id == spec.id and e.env:
             return e
     return None
 
@@ -89,7 +91,7 @@ def entry_of(ledger: Ledger, spec: str | State) -> LedgerEntry | None:
 def last_passing(ledger: Ledger, state: State) -> LedgerEntry | None:
     """The newest passing verification of a state that kept a fingerprint."""
     for e in reversed(ledger.entries()):
-        if (e.kind == "verify" and e.after.id == state.id and "env" in e.extra
+        if (e.kind == "verify" and e.after.id == state.id and e.env
                 and (e.extra.get("verify") or {}).get("ok")):
             return e
     return None
@@ -102,7 +104,7 @@ def since_last_pass(target: Target, ledger: Ledger, state: State) -> tuple[Ledge
     if last is None:
         return None, [], {}
     now = take(target)
-    return last, compare(load(target, last.extra["env"]), now), now.get("gpu") or {}
+    return last, compare(load(target, last.env), now), now.get("gpu") or {}
 
 
 # ---- comparing ---------------------------------------------------------------------------------

@@ -218,9 +218,10 @@ def record_verification(s: Session, report: Report, phase: str, of: str | None) 
     state: State | None = s.ledger.current()
     if state is None:
         return None
-    env = environment.record(s.target) if report.ok else {}  # what a later failure is compared with
     entry = LedgerEntry(id=new_id(), seq=s.ledger.next_seq(), time=time.time(), who=who(), command=s.command,
                         kind="verify", before=state, after=state,
-                        extra={"phase": phase, "of": of, "verify": report.to_dict(), **env})
+                        extra={"phase": phase, "of": of, "verify": report.to_dict()})
+    if report.ok:  # what a later failure of this state is compared with
+        entry = environment.record(entry, s.target)
     s.ledger.append(entry)
     return entry

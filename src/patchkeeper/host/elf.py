@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import struct
+import sys
 
 ET_DYN = 3
 DT_NULL, DT_NEEDED, DT_STRTAB, DT_SONAME, DT_STRSZ, DT_RPATH, DT_RUNPATH = 0, 1, 5, 14, 10, 15, 29
@@ -118,7 +119,7 @@ def parse_ld_cache(data: bytes, machine: int | None) -> dict[str, str]:
     start = data.find(_CACHE_MAGIC)
     if start < 0 or len(data) < start + 48:
         return {}
-    order = "<" if __import__("sys").byteorder == "little" else ">"
+    order = "<" if sys.byteorder == "little" else ">"
     nlibs, _ = struct.unpack_from(order + "II", data, start + 20)
     want = _CACHE_ARCH.get(machine) if machine is not None else None
     out: dict[str, str] = {}
