@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from typing import Collection
 
 from . import environment, faults, patching, patchset, transaction
-from .errors import BadInput, Refused, StoreError
+from .errors import BadInput, PatchkeeperError, Refused, StoreError
+from .host.contract import CompareRequest, ScanRequest
 from .ledger import LedgerEntry, State, new_id, who
 from .manifest import ROLE_PREFIX, Entry, Manifest, differences
 from .patchset import PatchSet
@@ -33,34 +34,38 @@ def _cache(target: Target) -> str:
     return posixpath.join(target.info.state_dir, "statcache.json")
 
 
+def _scan_request(target: Target, cache: str | None = None, algorithm: str | None = None) -> ScanRequest:
+    """Every managed file: the package (RECORD plus a walk of its top directories) and the roles."""
+    info = target.info
+    return ScanRequest(info.site, tuple(info.loose_paths()), tuple(info.top_dirs()), cache, info.role_keys(),
+                       algorithm)
+
+
 def scan_all(target: Target, algorithm: str | None = None) -> Manifest:
     """Every managed file now: the package (RECORD plus a walk of its top directories) and roles.
 
     `algorithm` asks for digests in another hash than the target's own (to compare two targets)."""
-    info = target.info
     if algorithm and algorithm != target.algorithm:
-        rows = target.agent.scan(info.site, info.loose_paths(), info.top_dirs(), f"{_cache(target)}.{algorithm}",
-                                 info.role_keys(), algorithm)
+        request = _scan_request(target, f"{_cache(target)}.{algorithm}", algorithm)
     else:
-        rows = target.agent.scan(info.site, info.loose_paths(), info.top_dirs(), _cache(target), info.role_keys())
-    return Manifest.from_scan(rows)
+        request = _scan_request(target, _cache(target))
+    return Manifest.from_scan(target.agent.scan(request))
 
 
 def scan_keys(target: Target, keys) -> dict[str, Entry]:
     info = target.info
     roles = info.role_keys()
-    paths = [k for k in keys if not k.startswith(ROLE_PREFIX)]
+    paths = tuple(k for k in keys if not k.startswith(ROLE_PREFIX))
     extra = {k: roles[k] for k in keys if k in roles}
-    rows = target.agent.scan(info.site, paths, [], None, extra)
+    rows = target.agent.scan(ScanRequest(info.site, paths, (), None, extra))
     return {k: Entry.of(v) for k, v in rows.items()}
 
 
 def compare(target: Target, *manifest_digests: str) -> list[dict[str, tuple[Entry | None, Entry | None]]]:
     """For each recorded manifest, every managed file that differs from it, compared on the target
     itself with one scan: key -> (recorded entry, actual entry). Only differences cross the network."""
-    info = target.info
-    results = target.agent.compare_many(info.store, list(manifest_digests), info.site, info.loose_paths(),
-                                        info.top_dirs(), _cache(target), info.role_keys())
+    request = CompareRequest(target.info.store, tuple(manifest_digests), _scan_request(target, _cache(target)))
+    results = target.agent.compare_many(request)
     return [{k: (Entry.of(old) if old else None, Entry.of(new) if new else None) for k, (old, new) in rows.items()}
             for rows in results]
 
@@ -366,7 +371,7 @@ def _baseline_bytes(target: Target, base: Manifest, actual: dict[str, Entry], ke
         return target.agent.read(target.info.path_of(key))
     try:
         return target.agent.store_get(target.info.store, entry.digest)
-    except Exception as exc:
+    except (PatchkeeperError, OSError) as exc:  # AgentError (missing, corrupt), TargetError (remote)
         raise StoreError(f"baseline bytes of {key} are not available: {exc}",
                          "the baseline was recorded --manifest-only; restore the file first") from None
 
