@@ -5,17 +5,19 @@ from __future__ import annotations
 import posixpath
 import time
 from dataclasses import dataclass, field
-from typing import Collection
+from pathlib import Path
+from typing import Collection, Iterable
 
 from . import environment, faults, patching, patchset, transaction
 from .errors import BadInput, PatchkeeperError, Refused, StoreError
 from .host.contract import CompareRequest, ScanRequest
-from .ledger import LedgerEntry, State, new_id, who
+from .ledger import ApplyExtra, LedgerEntry, PatchSetRef, RecordExtra, State, new_id, who
 from .manifest import ROLE_PREFIX, Entry, Manifest, differences
 from .patchset import PatchSet
 from .session import Session
 from .targets import Target
 from .transaction import FileOp
+from .workspace import Workspace
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,7 @@ def scan_all(target: Target, algorithm: str | None = None) -> Manifest:
     return Manifest.from_scan(target.agent.scan(request))
 
 
-def scan_keys(target: Target, keys) -> dict[str, Entry]:
+def scan_keys(target: Target, keys: Iterable[str]) -> dict[str, Entry]:
     info = target.info
     roles = info.role_keys()
     paths = tuple(k for k in keys if not k.startswith(ROLE_PREFIX))
@@ -95,7 +97,7 @@ def record_state(s: Session, kind: str, name: str, bytes_kept: bool = True) -> L
     state = State.make(ledger.save_manifest(manifest), current.stack if current else (), name, bytes_kept)
     entry = LedgerEntry(id=new_id(), seq=ledger.next_seq(), time=time.time(), who=who(), command=s.command,
                         kind=kind, after=state, before=current,
-                        extra={"files": len(manifest), "package_version": target.info.version})
+                        extra=RecordExtra(files=len(manifest), package_version=target.info.version))
     entry = environment.record(entry, target)
     ledger.append(entry)
     return entry
@@ -109,7 +111,7 @@ def ensure_baseline(s: Session, bytes_kept: bool = True) -> LedgerEntry | None:
 
 
 # ---- apply / switch --------------------------------------------------------------------------
-def resolve(ws_patchsets, name: str) -> list[PatchSet]:
+def resolve(ws_patchsets: Path, name: str) -> list[PatchSet]:
     """The patch set and everything it requires, requirements first."""
     out: dict[str, PatchSet] = {}
 
@@ -127,7 +129,7 @@ def resolve(ws_patchsets, name: str) -> list[PatchSet]:
     return list(out.values())
 
 
-def _ref(ps: PatchSet) -> dict:
+def _ref(ps: PatchSet) -> PatchSetRef:
     return {"name": ps.name, "version": ps.version, "digest": ps.digest, "group": ps.group}
 
 
@@ -135,12 +137,12 @@ def _ref(ps: PatchSet) -> dict:
 class StackChange:
     """What applying patch sets does to the applied stack."""
 
-    removed: tuple[dict, ...]  # refs replaced: the same names, or the same groups (a switch)
-    kept: tuple[dict, ...]  # refs that stay, in order
+    removed: tuple[PatchSetRef, ...]  # refs replaced: the same names, or the same groups (a switch)
+    kept: tuple[PatchSetRef, ...]  # refs that stay, in order
     adding: tuple[PatchSet, ...]  # applied after the kept ones, requirements first
 
 
-def stack_change(ws_patchsets, stack, incoming: list[PatchSet]) -> StackChange | None:
+def stack_change(ws_patchsets: Path, stack: Iterable[PatchSetRef], incoming: list[PatchSet]) -> StackChange | None:
     """The change applying `incoming` (requirements first, the named one last) makes to `stack`;
     None when that very version and content is already applied."""
     top = incoming[-1]
@@ -154,7 +156,7 @@ def stack_change(ws_patchsets, stack, incoming: list[PatchSet]) -> StackChange |
     return StackChange(removed, kept, adding)
 
 
-def group_of(ws_patchsets, ref: dict) -> str | None:
+def group_of(ws_patchsets: Path, ref: PatchSetRef) -> str | None:
     """An applied patch set's group, from its ledger ref (or, for older refs, its directory)."""
     if "group" in ref:
         return ref["group"]
@@ -185,8 +187,8 @@ def misfits(sets: list[PatchSet], package: str, version: str, roles: Collection[
             out.append(Misfit("package", ps, package))
         elif ps.package_version and not SpecifierSet(ps.package_version).contains(version, prereleases=True):
             out.append(Misfit("version", ps, version))
-        for role, _ in ps.files if roles is not None else ():
-            if role not in roles:
+        for role, _ in ps.files:
+            if roles is not None and role not in roles:
                 out.append(Misfit("role", ps, role))
     return out
 
@@ -246,7 +248,7 @@ def plan_apply(s: Session, name: str, force: bool, trial: bool = False) -> Plan 
         old_sets = [_load_applied(ws, p) for p in removed]
         build = kept_sets + adding
         keys = touched_keys(build + old_sets)
-        base_manifest = ledger.load_manifest(ledger.baseline())
+        base_manifest = ledger.load_manifest(_baseline(s))
     else:
         build = adding
         keys = touched_keys(build)
@@ -278,7 +280,7 @@ def plan_apply(s: Session, name: str, force: bool, trial: bool = False) -> Plan 
                         kind=kind, before=current, after=after, patchsets=tuple(_ref(ps) for ps in adding),
                         changed=differences({op.key: op.old for op in ops if op.old},
                                             {op.key: op.new for op in ops if op.new}),
-                        hand_edits=drift, extra={"removed": removed})
+                        hand_edits=drift, extra=ApplyExtra(removed=removed))
     return Plan(tuple(ops), contents, entry, drift, tuple(notes), checks, tuple(found))
 
 
@@ -333,7 +335,15 @@ def _recorded(s: Session) -> tuple[State, Manifest]:
     return State.make(s.target.hash_bytes(manifest.to_text()), (), "baseline"), manifest
 
 
-def _load_applied(ws, ref: dict) -> PatchSet:
+def _baseline(s: Session) -> State:
+    baseline = s.ledger.baseline()
+    if baseline is None:  # every recorded state descends from a baseline
+        raise StoreError(f"target {s.target.name} has recorded states but no baseline",
+                         "its ledger is damaged; see `patchkeeper log`")
+    return baseline
+
+
+def _load_applied(ws: Workspace, ref: PatchSetRef) -> PatchSet:
     ps = patchset.load(ws.patchsets_dir, ref["name"])
     if ps.digest != ref["digest"]:
         raise Refused(f"applied patch set {ref['name']}@{ref['version']} is no longer in the workspace as applied "
@@ -341,7 +351,7 @@ def _load_applied(ws, ref: dict) -> PatchSet:
     return ps
 
 
-def owners_of(ws, stack) -> dict[str, str]:
+def owners_of(ws: Workspace, stack: Iterable[PatchSetRef]) -> dict[str, str]:
     """key -> the patch set(s) of `stack` that touch it, by their paths and role files."""
     owners: dict[str, list[str]] = {}
     for ref in stack:
@@ -431,4 +441,4 @@ def plan_rollback(s: Session, spec: str) -> Plan | None:
 
 def execute(s: Session, plan: Plan) -> None:
     """Carry out a plan; its ledger entry keeps the environment fingerprint it was made in."""
-    transaction.run(s.ledger, list(plan.ops), plan.contents, environment.record(plan.entry, s.target))
+    transaction.carry_out(s.ledger, list(plan.ops), plan.contents, environment.record(plan.entry, s.target))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import posixpath
 from dataclasses import dataclass
+from typing import Any
 
 from .errors import PatchkeeperError, StoreError
 from .ledger import Ledger, LedgerEntry, State
@@ -56,13 +57,13 @@ def encode(fp: dict) -> bytes:
 
 def record(entry: LedgerEntry, target: Target) -> LedgerEntry:
     """`entry` with a fingerprint taken now and kept in the target's store (its digest in `env`);
-    when it cannot be taken, the change goes on and the entry says why in extra["env_error"]."""
+    when it cannot be taken, the change goes on and the entry says why in `env_error`."""
     from dataclasses import replace
 
     try:
         return replace(entry, env=target.agent.store_put(target.info.store, encode(take(target))))
     except (PatchkeeperError, OSError) as exc:
-        return replace(entry, extra={**entry.extra, "env_error": str(exc).splitlines()[0]})
+        return replace(entry, env_error=str(exc).splitlines()[0])
 
 
 def load(target: Target, digest: str) -> dict:
@@ -91,8 +92,8 @@ def entry_of(ledger: Ledger, spec: str | State) -> LedgerEntry | None:
 def last_passing(ledger: Ledger, state: State) -> LedgerEntry | None:
     """The newest passing verification of a state that kept a fingerprint."""
     for e in reversed(ledger.entries()):
-        if (e.kind == "verify" and e.after.id == state.id and e.env
-                and (e.extra.get("verify") or {}).get("ok")):
+        verdict: Any = dict(e.extra).get("verify") or {}
+        if e.kind == "verify" and e.after.id == state.id and e.env and verdict.get("ok"):
             return e
     return None
 
@@ -101,7 +102,7 @@ def since_last_pass(target: Target, ledger: Ledger, state: State) -> tuple[Ledge
     """The newest passing verification of `state` with a fingerprint, what changed in the
     environment since then, and the GPU facts now (the fingerprint's `gpu` part)."""
     last = last_passing(ledger, state)
-    if last is None:
+    if last is None or last.env is None:
         return None, [], {}
     now = take(target)
     return last, compare(load(target, last.env), now), now.get("gpu") or {}
@@ -167,7 +168,8 @@ def _distributions(a: dict, b: dict, managed: set) -> list[Change]:
     managed = {normalize_name(m) for m in managed if m}
     out = []
     for key in sorted(set(a) | set(b)):
-        da, db = a.get(key), b.get(key)
+        da: Any = a.get(key)
+        db: Any = b.get(key)
         if da is None:
             out.append(Change("distribution", db["name"], "added", f"{db['version']} (installed by {db['installer']})"))
         elif db is None:
@@ -199,7 +201,8 @@ def native_changes(a: dict, b: dict, same_hash: bool = True, both_ways: bool = F
     for path in sorted(set(a) & set(b)):
         ra, rb = a[path].get("resolved") or {}, b[path].get("resolved") or {}
         for so in sorted(set(ra) | set(rb)):
-            was, now = ra.get(so), rb.get(so)
+            was: Any = ra.get(so)
+            now: Any = rb.get(so)
             if was is not None and now is None:
                 out.append((path, "unresolved", f"{so}: {_where(was)} then, not found now"))
             elif was is not None and now["path"] != was["path"]:
@@ -215,7 +218,7 @@ def native_changes(a: dict, b: dict, same_hash: bool = True, both_ways: bool = F
 
 
 def _gpu(a: dict, b: dict) -> list[Change]:
-    out = []
+    out: list[Change] = []
     if bool(a.get("driver")) != bool(b.get("driver")):
         return [Change("gpu", "driver", "changed", f"{gpu_text(a)} -> {gpu_text(b)}")]
     if not a.get("driver"):

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TextIO
 
 from .host import probe_http
-from .ledger import LedgerEntry, State, new_id, who
+from .ledger import LedgerEntry, State, VerifyExtra, new_id, who
 from .service import ServiceConfig
 from .session import Session
 from .targets import Target
@@ -35,7 +35,7 @@ class Check:
 
 
 @dataclass(frozen=True)
-class Report:
+class Verification:
     """The outcome of one verification; `reason` names the first failure, None when it passed."""
 
     ok: bool
@@ -181,7 +181,7 @@ def probe(target: Target, svc: ServiceConfig, progress: TextIO | None = sys.stde
 
 
 def run_checks(target: Target, svc: ServiceConfig, with_restart: bool = True,
-               progress: TextIO | None = sys.stderr) -> Report:
+               progress: TextIO | None = sys.stderr) -> Verification:
     """Restart (optionally), Ready, Generates; on failure the logs command's output is attached."""
     checks: list[Check] = []
     figures: dict = {}
@@ -205,13 +205,13 @@ def run_checks(target: Target, svc: ServiceConfig, with_restart: bool = True,
         code, text = _shell(target, svc.logs, svc.logs_timeout)
         logs = text if code == 0 else f"(`{svc.logs}` exited {code})\n{text}"
     message = "passed" if ok else f"{figures['reason']}: {figures['problems'][0]}"
-    return Report(ok=ok, reason=None if ok else figures["reason"], message=message, checks=tuple(checks),
+    return Verification(ok=ok, reason=None if ok else figures["reason"], message=message, checks=tuple(checks),
                   tokens=figures.get("tokens"), seconds=figures.get("seconds"),
                   tokens_per_s=figures.get("tokens_per_s"), sample=figures.get("sample", ""),
                   problems=tuple(figures.get("problems", ())), logs=logs)
 
 
-def record_verification(s: Session, report: Report, phase: str, of: str | None) -> LedgerEntry | None:
+def record_verification(s: Session, report: Verification, phase: str, of: str | None) -> LedgerEntry | None:
     """Append a `verify` ledger entry for the current state (none before any state is recorded)."""
     from . import environment
 
@@ -220,7 +220,7 @@ def record_verification(s: Session, report: Report, phase: str, of: str | None) 
         return None
     entry = LedgerEntry(id=new_id(), seq=s.ledger.next_seq(), time=time.time(), who=who(), command=s.command,
                         kind="verify", before=state, after=state,
-                        extra={"phase": phase, "of": of, "verify": report.to_dict()})
+                        extra=VerifyExtra(phase=phase, of=of, verify=report.to_dict()))
     if report.ok:  # what a later failure of this state is compared with
         entry = environment.record(entry, s.target)
     s.ledger.append(entry)

@@ -28,7 +28,7 @@ def _recorded(s: Session, state: str) -> tuple[str, dict]:
                       "fingerprint (before patchkeeper kept them)",
                       f"record one: patchkeeper snapshot -t {s.target.name} --name NAME")
     label = f"{s.target.name}:{entry.after.id}" + (f" ({entry.after.name})" if entry.after.name else "")
-    return f"{label} as of {entry.kind} {entry.id}", environment.load(s.target, entry.env)
+    return f"{label} as of {entry.kind} {entry.id}", environment.load(s.target, entry.env or "")
 
 
 def _side(ws: Workspace, spec: str) -> tuple[str, dict]:

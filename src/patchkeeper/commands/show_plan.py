@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import sys
-from typing import TextIO
+from typing import Any, TextIO
 
 from ..changes import Changed, KeptFailing, RolledBack, RollingBack, SincePassed, Step, Verified, Verifying
 from ..engine import Plan
 from ..ledger import State
-from ..verify import Report
+from ..verify import Verification
 
 _MARK = {"changed": "M", "added": "A", "removed": "D", "mode": "m"}
 PREVIOUS_FAILS = "the previous code state fails as well: the fault is likely not in the patch set"
@@ -33,7 +33,7 @@ def render_plan(plan: Plan, target: str, dry_run: bool) -> None:
           + ("" if dry_run else f" (transaction {e.id})"))
 
 
-def render_report(report: Report, target: str, state: State | None, out: TextIO = sys.stdout) -> None:
+def render_report(report: Verification, target: str, state: State | None, out: TextIO = sys.stdout) -> None:
     """One verification: each check, the output sample, the verdict and, on failure, the logs."""
     where = f"state {state.id}: {state.stack_text()}" if state else "no recorded state"
     print(f"verify {target}, {where}:", file=out)
@@ -103,7 +103,7 @@ def render_since_passed(step: SincePassed, target: str) -> None:
         print(f"{target}: no passing verification of state {state.id} was recorded with its environment; "
               "nothing to compare with")
         return
-    v = last.extra.get("verify") or {}
+    v: Any = dict(last.extra).get("verify") or {}
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last.time))
     figures = f"{v['tokens']} tokens in {v.get('seconds') or 0:.2f}s" if v.get("tokens") is not None else "passed"
     print(f"{target}: since state {state.id} last passed verification ({when}, {figures}; ledger entry {last.id}):")

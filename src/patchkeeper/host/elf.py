@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import struct
 import sys
+from typing import Any, Dict, List, Tuple
 
 ET_DYN = 3
 DT_NULL, DT_NEEDED, DT_STRTAB, DT_SONAME, DT_STRSZ, DT_RPATH, DT_RUNPATH = 0, 1, 5, 14, 10, 15, 29
@@ -26,7 +27,7 @@ def is_candidate(name: str) -> bool:
     return name.endswith(".so") or ".so." in name
 
 
-def read_dynamic(path: str) -> dict:
+def read_dynamic(path: str) -> Dict[str, Any]:
     """{"class", "machine", "soname", "needed", "rpath", "runpath"} of an ELF shared object (ET_DYN).
 
     Raises NotElf for anything else (other files, executables, object files, truncated files)."""
@@ -63,7 +64,7 @@ def read_dynamic(path: str) -> dict:
                 loads.append((vaddr, offset, filesz))
             elif p_type == PT_DYNAMIC:
                 dynamic = (offset, filesz)
-        out = {"class": 64 if cls == 2 else 32, "machine": machine, "soname": None,
+        out: Dict[str, Any] = {"class": 64 if cls == 2 else 32, "machine": machine, "soname": None,
                "needed": [], "rpath": [], "runpath": []}
         if dynamic is None:
             return out  # statically linked: needs nothing

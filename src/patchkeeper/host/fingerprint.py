@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from . import elf
 from .disk import ALGORITHM, StatCache, hash_file, normalize_name
@@ -23,12 +24,12 @@ PARTS = ("system", "distributions", "native", "gpu")
 
 
 def take(sites: list[str], cache_root: str | None, main_site: str | None = None,
-         parts: tuple[str, ...] = PARTS, managed: str | None = None) -> dict:
+         parts: tuple[str, ...] = PARTS, managed: str | None = None) -> Dict[str, Any]:
     """The fingerprint's parts, as plain JSON-able values, with the hash its digests use.
     `managed` names the dist-info (in `main_site`) of the package whose files are a code state:
     the manifests compare those, so it is not checked against its RECORD again here."""
     caches = {site: _cache_dir(cache_root, site, main_site) for site in sites}
-    out: dict = {"algorithm": ALGORITHM}
+    out: Dict[str, Any] = {"algorithm": ALGORITHM}
     if "system" in parts:
         out["system"] = system()
     if "distributions" in parts:
@@ -51,7 +52,7 @@ def _cache_dir(root: str | None, site: str, main_site: str | None) -> str | None
 
 
 # ---- system ----------------------------------------------------------------------------------
-def system() -> dict:
+def system() -> Dict[str, Any]:
     pretty = None
     for path in ("/etc/os-release", "/usr/lib/os-release"):
         try:
@@ -66,23 +67,24 @@ def system() -> dict:
 
 
 # ---- distributions ---------------------------------------------------------------------------
-def distributions(sites: list[str], caches: dict[str, str | None], managed: str | None = None) -> dict[str, dict]:
+def distributions(sites: list[str], caches: dict[str, str | None], managed: str | None = None) -> Dict[str, Dict[str, Any]]:
     """normalized name -> {name, version, installer, files, differ: [[path, kind], ...]}; the first
     site directory on sys.path that holds a distribution wins, as for imports."""
-    out: dict[str, dict] = {}
+    out: Dict[str, Dict[str, Any]] = {}
     for site in sites:
         try:
             names = sorted(n for n in os.listdir(site) if n.endswith((".dist-info", ".egg-info")))
         except OSError:
             continue
-        installers = StatCache(os.path.join(caches[site], "installers.json") if caches.get(site) else None)
+        cache_dir = caches.get(site)
+        installers = StatCache(os.path.join(cache_dir, "installers.json") if cache_dir else None)
         for dist_info in names:
             stem = dist_info.rsplit(".", 1)[0]
             name, _, version = stem.partition("-")
             key = normalize_name(name)
             if key in out:
                 continue
-            row = {"name": name, "version": version.split("-")[0] or "unknown",
+            row: Dict[str, Any] = {"name": name, "version": version.split("-")[0] or "unknown",
                    "installer": _installer(site, dist_info, installers)}
             if dist_info.endswith(".egg-info"):
                 row.update(files=0, differ=[], note="egg-info: no RECORD to verify against")
@@ -106,7 +108,7 @@ def _installer(site: str, dist_info: str, cache: StatCache) -> str:
         return "unknown"
     known = cache.lookup(rel, st)
     if known is not None:
-        return known
+        return str(known)
     try:
         with open(os.path.join(site, rel), encoding="utf-8", errors="replace") as f:
             value = f.read(200).strip() or "unknown"
@@ -117,7 +119,7 @@ def _installer(site: str, dist_info: str, cache: StatCache) -> str:
 
 
 # ---- native libraries ------------------------------------------------------------------------
-def shared_objects(site: str):
+def shared_objects(site: str) -> Iterator[Tuple[str, str, os.stat_result]]:
     """(relative path, absolute path, stat) of every candidate shared object below a site dir."""
     stack = [""]
     while stack:
@@ -150,7 +152,7 @@ class Resolver:
         self.ids = StatCache(os.path.join(cache_dir, "libraries.json") if cache_dir else None)
         self.ld_cache = StatCache(os.path.join(cache_dir, "ld.so.cache.json") if cache_dir else None)
         self._tables: dict[int, dict[str, str]] = {}
-        self._memo: dict[tuple, dict | None] = {}
+        self._memo: Dict[Tuple[Any, ...], Optional[Dict[str, Any]]] = {}
 
     def table(self, machine: int) -> dict[str, str]:
         """The loader cache for one architecture, parsed once per stat identity of the file."""
@@ -177,7 +179,7 @@ class Resolver:
                     return SITE_TOKEN + path[len(base):]
         return path
 
-    def identity(self, path: str) -> dict | None:
+    def identity(self, path: str) -> Optional[Dict[str, Any]]:
         try:
             st = os.stat(path)
         except OSError:
@@ -193,7 +195,7 @@ class Resolver:
             self.ids.remember(path, st, digest)
         return {"path": self.portable(path), "size": st.st_size, "digest": digest}
 
-    def resolve(self, soname: str, info: dict, origin: str) -> dict | None:
+    def resolve(self, soname: str, info: Dict[str, Any], origin: str) -> Optional[Dict[str, Any]]:
         """{"path", "size", "digest", "via"} of the file the loader would load, or None.
         Order as ld.so(8): DT_RPATH (only without DT_RUNPATH), DT_RUNPATH, the loader cache, the
         default directories. LD_LIBRARY_PATH is left out on purpose: it is the environment of
@@ -225,12 +227,12 @@ class Resolver:
         self.ld_cache.save()
 
 
-def native(sites: list[str], cache_dir: str | None) -> dict[str, dict]:
+def native(sites: list[str], cache_dir: str | None) -> Dict[str, Dict[str, Any]]:
     """`<rel path>` -> {needed, rpath, runpath, resolved: {soname: identity or None}} for every ELF
     shared object below the site dirs (extension modules and bundled `*.libs/` libraries)."""
     parsed = StatCache(os.path.join(cache_dir, "elf.json") if cache_dir else None)
     resolver = Resolver(sites, cache_dir)
-    out: dict[str, dict] = {}
+    out: Dict[str, Dict[str, Any]] = {}
     for index, site in enumerate(sites):
         for rel, path, st in shared_objects(site):
             info = parsed.lookup(path, st)
@@ -252,10 +254,12 @@ def native(sites: list[str], cache_dir: str | None) -> dict[str, dict]:
 
 
 # ---- GPU stack -------------------------------------------------------------------------------
-def gpu() -> dict:
+def gpu() -> Dict[str, Any]:
     """One `nvidia-smi -q -x`, parsed; or {"driver": None, "note": "no NVIDIA driver"}."""
     import shutil
     import subprocess
+
+    out: Dict[str, Any]
 
     exe = shutil.which("nvidia-smi")
     if exe is None:
@@ -279,13 +283,13 @@ def gpu() -> dict:
     return out
 
 
-def _text(node, path: str) -> str | None:
+def _text(node: Any, path: str) -> Optional[str]:
     found = node.find(path) if node is not None else None
     value = (found.text or "").strip() if found is not None else ""
     return value if value and value not in ("N/A", "Unknown Error", "[N/A]") else None
 
 
-def parse_nvidia_smi(xml: bytes) -> dict:
+def parse_nvidia_smi(xml: bytes) -> Dict[str, Any]:
     """Driver, CUDA, and per GPU: name, UUID, bus id, memory total, retired pages, remapped rows."""
     import xml.etree.ElementTree as ET
 
@@ -295,9 +299,9 @@ def parse_nvidia_smi(xml: bytes) -> dict:
         raise ValueError(str(exc)) from None
     if root.tag != "nvidia_smi_log":
         raise ValueError(f"root element <{root.tag}>")
-    gpus = []
+    gpus: List[Dict[str, Any]] = []
     for g in root.findall("gpu"):
-        row = {"name": _text(g, "product_name"), "uuid": _text(g, "uuid"),
+        row: Dict[str, Any] = {"name": _text(g, "product_name"), "uuid": _text(g, "uuid"),
                "bus_id": _text(g, "pci/pci_bus_id") or g.get("id"),
                "memory_total": _text(g, "fb_memory_usage/total")}
         retired = {k: v for k, v in (("single_bit", _text(g, "retired_pages/multiple_single_bit_retirement/retired_count")),
@@ -315,7 +319,7 @@ def parse_nvidia_smi(xml: bytes) -> dict:
     return {"driver": _text(root, "driver_version"), "cuda": _text(root, "cuda_version"), "gpus": gpus}
 
 
-def xid_lines(records) -> list[str]:
+def xid_lines(records: Iterable[str]) -> List[str]:
     """The NVRM Xid lines among kernel log records (`/dev/kmsg` records or dmesg lines), newest last."""
     out = []
     for rec in records:

@@ -10,9 +10,10 @@ import os
 import platform
 import sys
 import sysconfig
+from typing import Any, Dict, List
 
 
-def _libc() -> dict:
+def _libc() -> Dict[str, str]:
     try:
         name, _, version = (os.confstr("CS_GNU_LIBC_VERSION") or "").partition(" ")
         if name and version:
@@ -26,9 +27,9 @@ def _libc() -> dict:
     return {"name": name or "unknown", "version": version or "unknown"}
 
 
-def site_dirs() -> list:
+def site_dirs() -> List[str]:
     """The site directories on sys.path (the interpreter's own, not the caller's environment)."""
-    seen = []
+    seen: List[str] = []
     for p in sys.path:
         if os.path.basename(p.rstrip("/")) in ("site-packages", "dist-packages") and os.path.isdir(p):
             real = os.path.realpath(p)
@@ -37,7 +38,7 @@ def site_dirs() -> list:
     return seen
 
 
-def facts() -> dict:
+def facts() -> Dict[str, Any]:
     impl = sys.implementation.name
     short = {"cpython": "cp", "pypy": "pp"}.get(impl, impl)
     nodot = "%d%d" % sys.version_info[:2]
