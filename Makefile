@@ -62,8 +62,9 @@ sshd:
 	@test -x /usr/sbin/sshd || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server openssh-client >/dev/null; }
 	@mkdir -p /run/sshd  # sshd's privilege separation directory (the test sshd runs from a tmp config)
 
-demo: install $(TESTENV)/.done
-	bash scripts/demo.sh
+# The demo target is a venv of its own (scripts/demo.sh), installed from the cached wheel.
+demo: install $(WHEELS)/.sglang
+	PY=$(PY) bash scripts/demo.sh
 
 test: install $(TESTENV)/.done $(WHEELS)/.audit $(WHEELS)/env/.done sshd
 	$(BIN)/mypy  # [tool.mypy] in pyproject.toml: strict on host/, the engine and changes.py

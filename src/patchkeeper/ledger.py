@@ -11,8 +11,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypedDict, Union
 
-from .host.disk import hash_bytes
-from .errors import BadInput, Refused
+from .host.disk import INSTALL_RECORDS, hash_bytes, is_install_record
+from .errors import BadInput, Refused, StoreError
 from .manifest import Manifest
 from .targets import Target
 
@@ -40,6 +40,9 @@ class ApplyExtra(TypedDict, total=False):
 
     removed: list[PatchSetRef]
     workspace: dict[str, Any]  # history.workspace_ref: the commit, and whether each patch set is as committed
+    backed_up_at_recovery: dict[str, str]  # key -> digest of a file changed by hand before `recover` finished
+    backups: dict[str, str]  # hand-edited key -> digest of its bytes in the store (--force), for show-backup
+    created_dirs: list[str]  # directories its transaction created (absent when none): see transaction.py
 
 
 class RollbackExtra(TypedDict, total=False):
@@ -48,6 +51,9 @@ class RollbackExtra(TypedDict, total=False):
     automatic: bool
     undoes: str
     reason: str | None
+    backed_up_at_recovery: dict[str, str]  # as for apply
+    backups: dict[str, str]  # hand-edited key -> digest of its bytes in the store, for show-backup
+    created_dirs: list[str]  # as ApplyExtra's
 
 
 class VerifyExtra(TypedDict):
@@ -129,6 +135,12 @@ class LedgerEntry:
                    hand_edits=tuple(d.get("hand_edits", ())), extra=d.get("extra", {}),
                    env=d.get("env"), env_error=d.get("env_error"))
 
+    @property
+    def backups(self) -> dict[str, str]:
+        """Hand-edited key -> digest of the bytes backed up before the change (apply --force, rollback)."""
+        found = dict(self.extra).get("backups")
+        return dict(found) if isinstance(found, dict) else {}
+
     def file_name(self) -> str:
         return f"{self.seq:06d}-{self.id}.json"
 
@@ -143,6 +155,9 @@ def who() -> str:
     except (KeyError, OSError):
         user = "?"
     return f"{user}@{socket.gethostname()}"
+
+
+MIN_PREFIX = 4  # a shorter state id prefix is refused: `--to 1` is a typo, not a state
 
 
 class Ledger:
@@ -164,9 +179,19 @@ class Ledger:
     def entries(self) -> list[LedgerEntry]:
         if self._entries is None:
             raw = self.target.agent.read_all(self.dir, ".json")
-            self._entries = sorted((LedgerEntry.from_dict(json.loads(b)) for b in raw.values()),
-                                   key=lambda e: e.seq)
+            self._entries = sorted((self._parse(name, b) for name, b in raw.items()), key=lambda e: e.seq)
         return self._entries
+
+    def _parse(self, name: str, data: bytes) -> LedgerEntry:
+        try:
+            return LedgerEntry.from_dict(json.loads(data))
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+            path = posixpath.join(self.dir, name)
+            raise StoreError(
+                f"ledger entry {path} of target {self.target.name} is damaged ({type(exc).__name__}: "
+                f"{str(exc)[:120]})",
+                f"put back the workspace's copy (snapshots/{self.target.name}/ledger/{name}) if it has one, "
+                "else move the file aside; nothing was changed") from None
 
     def current(self) -> State | None:
         entries = self.entries()
@@ -194,7 +219,9 @@ class Ledger:
         return self.target.agent.store_put(self.target.info.store, manifest.to_text())
 
     def load_manifest(self, state: State) -> Manifest:
-        return Manifest.from_text(self.target.agent.store_get(self.target.info.store, state.manifest))
+        manifest = Manifest.from_text(self.target.agent.store_get(self.target.info.store, state.manifest))
+        old = [k for k in manifest if k.endswith(INSTALL_RECORDS) and is_install_record(k)]
+        return manifest.replace(dict.fromkeys(old)) if old else manifest  # recorded before they were left out
 
     def find_state(self, spec: str) -> State:
         """baseline | previous | a state name | a state id (prefix) | a ledger entry id."""
@@ -211,10 +238,16 @@ class Ledger:
         for e in reversed(entries):
             if e.after.name == spec or e.id == spec:
                 return e.after
+        if len(spec) < MIN_PREFIX:
+            raise BadInput(f"no state named {spec!r} on target {self.target.name}, and a state id prefix "
+                           f"needs at least {MIN_PREFIX} characters",
+                           "give more of the id (`patchkeeper log` shows them), or baseline | previous | a name")
         matches = {e.after.id: e.after for e in entries if e.after.id.startswith(spec)}
         if len(matches) == 1:
             return next(iter(matches.values()))
         if len(matches) > 1:
-            raise BadInput(f"state id {spec!r} is ambiguous: {', '.join(sorted(matches))}")
+            listed = "; ".join(f"{sid} ({state.name or state.stack_text()})" for sid, state in sorted(matches.items()))
+            raise BadInput(f"state id prefix {spec!r} is ambiguous: {len(matches)} states start with it",
+                           f"give more characters; the candidates: {listed}")
         raise BadInput(f"no state {spec!r} on target {self.target.name}",
                        "run `patchkeeper log` to see its states")

@@ -14,6 +14,8 @@ from .show_plan import step_printer
 def apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bool, verify: bool = True) -> int:
     svc = service.load(ws.target(target)) if verify else None
     with Session(ws, target, f"apply {name}") as s:
+        incoming = engine.resolve(ws.patchsets_dir, name)
+        engine.check_fits(s.target, incoming, force)  # bad input is refused before a baseline is recorded
         if dry_run and s.ledger.current() is None:
             print(f"{s.target.name}: no baseline yet; a real apply records one first")
         elif not dry_run:
@@ -21,7 +23,7 @@ def apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bo
             if baseline is not None:
                 print(f"recorded baseline of {s.target.name}: {cast(RecordExtra, baseline.extra)['files']} files, "
                       f"state {baseline.after.id}")
-        plan = engine.plan_apply(s, name, force)
+        plan = engine.plan_apply(s, name, force, incoming=incoming)
         if plan is None:
             print(f"{s.target.name}: {name} is already applied; nothing to do")
             return 0

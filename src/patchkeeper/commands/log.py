@@ -28,7 +28,9 @@ def log(ws: Workspace, target: str | None, as_json: bool) -> int:
                   f"{' (' + e.after.name + ')' if e.after.name else ''}  `{e.command}`"
                   f"{'  ' + sets if sets else ''}  {len(e.changed)} file(s)")
             if e.hand_edits:
-                print(f"    backed up hand edits first: {', '.join(e.hand_edits)}")
+                backups = e.backups
+                print("    backed up hand edits first: " + ", ".join(
+                    f"{k} ({backups[k][:len('blake3:') + 16]}…)" if k in backups else k for k in e.hand_edits))
         return 0
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 from typing import Any, TextIO
 
-from ..changes import Changed, KeptFailing, RolledBack, RollingBack, SincePassed, Step, Verified, Verifying
+from ..changes import (Changed, KeptFailing, NotMirrored, RolledBack, RollingBack, SincePassed, Step, Verified,
+                       Verifying)
 from ..engine import Plan
 from ..ledger import State
 from ..verify import Verification
@@ -22,6 +23,10 @@ def render_plan(plan: Plan, target: str, dry_run: bool) -> None:
     if plan.drift:
         print(f"files changed by hand since state {e.before.id if e.before else '?'} "
               f"(backed up{' first' if dry_run else ''}): " + ", ".join(plan.drift))
+        for key, digest in e.backups.items():
+            print(f"  backup of {key}: {digest}")
+        if e.backups:
+            print(f"  (get one back: patchkeeper show-backup DIGEST -t {target} > FILE)")
     print(f"{target}: {e.kind} {e.before.stack_text() if e.before else '(nothing)'} -> {e.after.stack_text()}")
     for op in plan.ops:
         kind = "added" if op.old is None else "removed" if op.new is None else \
@@ -59,6 +64,12 @@ def _block(text: str, out: TextIO, lines: int = 40) -> None:
         print(f"    | {row}", file=out)
 
 
+def render_not_mirrored(step: NotMirrored) -> None:
+    print(f"patchkeeper: warning: {step.done}, but its records could not be copied into {step.where}: "
+          f"{step.reason}\n  hint: make room, then run `patchkeeper recover -t {step.target}`: it copies them again",
+          file=sys.stderr)
+
+
 def step_printer(target: str):
     """A `show` callback for changes.carry_out that prints each step as it happens."""
 
@@ -76,6 +87,8 @@ def step_printer(target: str):
         elif isinstance(step, RollingBack):
             print(f"{target}: verification failed after {step.change.kind} ({step.report.reason}); "
                   f"rolling back to the previous state {step.previous.id}: {step.previous.stack_text()}")
+        elif isinstance(step, NotMirrored):
+            render_not_mirrored(step)
         elif isinstance(step, RolledBack):
             again, previous = step.again, step.previous
             if again.ok:
