@@ -49,6 +49,14 @@ $(WHEELS)/env/.done:
 	$(PY) -m pip download -q --no-deps --only-binary=:all: $(ENV_WHEELS) -d $(WHEELS)/env
 	touch $@
 
+# Another release of six, for repair's refusal of a wheel whose version is not the installed one
+# (a directory of its own, so the audit tests' six-*.whl stays one version).
+OLDER_WHEELS := six==1.16.0
+$(WHEELS)/older/.done:
+	mkdir -p $(WHEELS)/older
+	$(PY) -m pip download -q --no-deps --only-binary=:all: $(OLDER_WHEELS) -d $(WHEELS)/older
+	touch $@
+
 # For bench/audit.py only: sglang with torch 2.13.0 (CPU) beside it, a site-packages of real size.
 TORCHENV := .cache/torch-venv
 $(TORCHENV)/.done: $(WHEELS)/.sglang
@@ -66,7 +74,7 @@ sshd:
 demo: install $(WHEELS)/.sglang
 	PY=$(PY) bash scripts/demo.sh
 
-test: install $(TESTENV)/.done $(WHEELS)/.audit $(WHEELS)/env/.done sshd
+test: install $(TESTENV)/.done $(WHEELS)/.audit $(WHEELS)/env/.done $(WHEELS)/older/.done sshd
 	$(BIN)/mypy  # [tool.mypy] in pyproject.toml: strict on host/, the engine and changes.py
 	$(BIN)/pytest -q -n 2
 
