@@ -426,15 +426,37 @@ def show(ctx, name, as_json):
 @click.option("--against", metavar="STATE", shell_complete=complete_states,
               help="compare one target with this recorded state (default: its current one)")
 @click.option("--patch", "-p", is_flag=True, help="add unified diffs of the differing text files")
+@click.option("--env", "environment", is_flag=True,
+              help="compare environments (interpreter, system, distributions, native libraries, GPU) instead of "
+                   "files; a side may be TARGET:STATE")
 @json_option
 @click.pass_context
 @command
-def diff(ctx, targets, target, against, patch, as_json):
+def diff(ctx, targets, target, against, patch, environment, as_json):
     """What differs on TARGET (or -t TARGET) from its recorded state, and which patch set owns it; or
     TARGET against TARGET2, side by side. Exit 0 when nothing differs, 1 when something does."""
+    targets = ((target,) if target else ()) + tuple(targets)
+    if environment:
+        from .commands.env import diff_env
+
+        if patch:
+            raise click.UsageError("--patch shows file contents; it does not go with --env")
+        return diff_env(_workspace(ctx), targets, against, as_json)
     from .commands.diff import diff as run
 
-    return run(_workspace(ctx), ((target,) if target else ()) + tuple(targets), against, patch, as_json)
+    return run(_workspace(ctx), targets, against, patch, as_json)
+
+
+@main.command("env")
+@target_option
+@json_option
+@click.pass_context
+@command
+def env_cmd(ctx, target, as_json):
+    """The target's environment: interpreter, system, GPU stack, distributions, native libraries."""
+    from .commands.env import env as run
+
+    return run(_workspace(ctx), target, as_json)
 
 
 @main.command("verify")

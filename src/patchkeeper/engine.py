@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Collection, Iterable, cast
 
-from . import faults, patching, patchset, transaction
+from . import environment, faults, patching, patchset, transaction
 from .errors import BadInput, PatchkeeperError, Refused, StoreError
 from .host.contract import CompareRequest, ScanRequest
 from .host.disk import STAGE_PREFIX, is_managed_name
@@ -101,6 +101,7 @@ def record_state(s: Session, kind: str, name: str, bytes_kept: bool = True, hand
                         kind=kind, after=state, before=current, hand_edits=hand_edits,
                         extra=cast(RecordExtra, {"files": len(manifest), "package_version": target.info.version,
                                                      **(extra or {})}))
+    entry = environment.record(entry, target)
     ledger.append(entry)
     return entry
 
@@ -521,4 +522,5 @@ def plan_rollback(s: Session, spec: str) -> Plan | None:
 
 
 def execute(s: Session, plan: Plan) -> None:
-    transaction.carry_out(s.ledger, list(plan.ops), plan.contents, plan.entry)
+    """Carry out a plan; its ledger entry keeps the environment fingerprint it was made in."""
+    transaction.carry_out(s.ledger, list(plan.ops), plan.contents, environment.record(plan.entry, s.target))

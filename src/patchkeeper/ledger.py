@@ -148,12 +148,16 @@ class LedgerEntry:
     changed: dict[str, str] = field(default_factory=dict)  # key -> changed | added | removed | mode
     hand_edits: tuple[str, ...] = ()  # keys found changed by hand, backed up before the change
     extra: Extra = field(default_factory=lambda: RollbackExtra())
+    env: str | None = None  # digest of the environment fingerprint in the store (None: not kept)
+    env_error: str | None = None  # why no fingerprint could be taken
 
     def to_dict(self) -> dict:
         return {"id": self.id, "seq": self.seq, "time": self.time, "who": self.who,
                 "command": self.command, "kind": self.kind, "patchsets": list(self.patchsets),
                 "before": self.before.to_dict() if self.before else None, "after": self.after.to_dict(),
-                "changed": self.changed, "hand_edits": list(self.hand_edits), "extra": self.extra}
+                "changed": self.changed, "hand_edits": list(self.hand_edits), "extra": self.extra,
+                **({"env": self.env} if self.env else {}),
+                **({"env_error": self.env_error} if self.env_error else {})}
 
     @classmethod
     def from_dict(cls, d: dict) -> "LedgerEntry":
@@ -161,7 +165,8 @@ class LedgerEntry:
                    kind=d["kind"], after=State.from_dict(d["after"]),
                    before=State.from_dict(d["before"]) if d.get("before") else None,
                    patchsets=tuple(d.get("patchsets", ())), changed=d.get("changed", {}),
-                   hand_edits=tuple(d.get("hand_edits", ())), extra=d.get("extra", {}))
+                   hand_edits=tuple(d.get("hand_edits", ())), extra=d.get("extra", {}),
+                   env=d.get("env"), env_error=d.get("env_error"))
 
     @property
     def backups(self) -> dict[str, str]:
