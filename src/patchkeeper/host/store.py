@@ -160,16 +160,7 @@ class Store:
         return mismatched
 
     def clean(self) -> list[tuple[str, int]]:
-        """Remove what interrupted writers left in the packs directory (a temporary pack or index of
-        a dead process, a pack whose index was never written); return (path, size) of each.
-        Call it only under the target's lock: every pack writer holds it."""
-        pack_dir = os.path.join(self.root, "packs")
-        removed = remove_stale_temps(pack_dir, (TEMP_PACK, TEMP_PREFIX))
-        names = set(os.listdir(pack_dir)) if os.path.isdir(pack_dir) else set()
-        for name in sorted(names):
-            if name.endswith(".pack") and not name.startswith(".") and name[:-5] + ".idx" not in names:
-                path = os.path.join(pack_dir, name)
-                size = os.lstat(path).st_size
-                os.unlink(path)
-                removed.append((path, size))
-        return removed
+        """Remove the temporary packs and indexes of dead writers; return (path, size) of each.
+        A finished pack whose index is missing is kept: its bytes are backups, and the store's
+        check names the missing index. Call it only under the target's lock: every pack writer holds it."""
+        return remove_stale_temps(os.path.join(self.root, "packs"), (TEMP_PACK, TEMP_PREFIX))
