@@ -8,7 +8,7 @@ from functools import wraps
 
 import click
 
-from .errors import PatchkeeperError
+from .errors import EXIT_INTERRUPTED, PatchkeeperError
 
 
 def _workspace(ctx: click.Context):
@@ -38,6 +38,10 @@ def command(fn):
             click.echo(f"patchkeeper: error: {exc.strerror or exc}{where}\n  hint: fix that, then run the command "
                        "again; an interrupted change is finished or undone by the next command", err=True)
             sys.exit(2)
+        except KeyboardInterrupt:  # Ctrl-C: its own code, not 1 ("differences found")
+            click.echo("\npatchkeeper: error: interrupted (Ctrl-C)\n  hint: a change that was under way is finished or undone by "
+                       "`patchkeeper recover` (or by the next command on the target)", err=True)
+            sys.exit(EXIT_INTERRUPTED)
         sys.exit(code)
 
     return wrapper

@@ -11,11 +11,12 @@ from typing import Collection, Iterable
 from . import faults, patching, patchset, transaction
 from .errors import BadInput, PatchkeeperError, Refused, StoreError
 from .host.contract import CompareRequest, ScanRequest
+from .host.disk import STAGE_PREFIX, is_managed_name
 from .ledger import ApplyExtra, LedgerEntry, PatchSetRef, RecordExtra, RollbackExtra, State, new_id, who
 from .manifest import ROLE_PREFIX, Entry, Manifest, differences
 from .patchset import PatchSet
 from .session import Session
-from .targets import Target
+from .targets import Target, TargetInfo
 from .transaction import FileOp
 from .workspace import Workspace
 
@@ -207,6 +208,8 @@ def check_fits(target: Target, sets: list[PatchSet], force: bool) -> list[str]:
         if m.kind == "role":
             raise BadInput(f"patch set {ps.ident} sets the {m.have!r} file, but target {target.name} "
                            f"has no such role", f"add {m.have} = \"...\" to [targets.{target.name}.files]")
+    for ps in sets:
+        _refuse_unmanaged(info, ps)
     unsafe = patchset.unsafe_modes(sets)
     if unsafe:
         msg = "patch sets make file(s) setuid, setgid or world-writable: " + ", ".join(unsafe)
@@ -214,6 +217,26 @@ def check_fits(target: Target, sets: list[PatchSet], force: bool) -> list[str]:
             raise Refused(msg, "fix the modes in the patches; --force applies them anyway")
         notes.append(f"warning: {msg} (--force)")
     return notes
+
+
+def _refuse_unmanaged(info: TargetInfo, ps: PatchSet) -> None:
+    """Refuse a patch set that writes where no scan looks (so no rollback would undo it): outside the
+    package's own files and top-level directories, bytecode, or patchkeeper's stage names."""
+    tops, loose = set(info.top_dirs()), set(info.loose_paths())
+    bad = []
+    for path in ps.paths:
+        if not is_managed_name(path):
+            why = "a stage file name of patchkeeper" if STAGE_PREFIX in path else "bytecode, derived from sources"
+        elif path.split("/", 1)[0] not in tops and path not in loose:
+            why = f"not a file of package {info.package}"
+        else:
+            continue
+        bad.append(f"{path} ({why})")
+    if bad:
+        raise Refused(f"patch set {ps.ident} writes {len(bad)} path(s) patchkeeper does not manage, so no rollback "
+                      "would undo them: " + ", ".join(bad[:10]) + (" …" if len(bad) > 10 else ""),
+                      f"limit the patch set to the files of {info.package} ({', '.join(sorted(tops))}"
+                      f"{', ' + ', '.join(sorted(loose)[:5]) if loose else ''}), without bytecode")
 
 
 def _check_history(s: Session, sets: list[PatchSet]) -> None:
@@ -275,9 +298,11 @@ def plan_apply(s: Session, name: str, force: bool, trial: bool = False,
         modes = {k: actual[k].mode for k in actual}
     _refuse_escaping(target, [k for k in keys if not k.startswith(ROLE_PREFIX)], "the patch sets write")
     checks = build_files(build, files, modes, dict(target.info.roles), adding if trial else None)
-    ops, contents = _ops(target, actual, files, modes)
+    planned, contents = _planned(target, files, modes)
+    ops = [FileOp(k, target.info.path_of(k), actual.get(k), new) for k, new in planned.items() if actual.get(k) != new]
     kind = "switch" if removed else "apply"
-    manifest_text = cur_manifest.replace({op.key: op.new for op in ops}).to_text()
+    # every touched key as planned, also where the file already holds it (a hand edit equal to the result)
+    manifest_text = cur_manifest.replace(planned).to_text()
     manifest_digest = target.hash_bytes(manifest_text)
     contents[manifest_digest] = manifest_text
     after = State.make(manifest_digest, new_stack)
@@ -429,20 +454,19 @@ def _refuse_escaping(target: Target, rels: list[str], what: str) -> None:
                        "remove the symlink (or restore the directory it replaced), then retry")
 
 
-def _ops(target: Target, actual: dict[str, Entry], files: dict[str, bytes | None],
-         modes: dict[str, int]) -> tuple[list[FileOp], dict[str, bytes]]:
-    ops, contents = [], {}
+def _planned(target: Target, files: dict[str, bytes | None],
+             modes: dict[str, int]) -> tuple[dict[str, Entry | None], dict[str, bytes]]:
+    """The entry each key will have after the change (None: absent), and the new contents by digest."""
+    planned: dict[str, Entry | None] = {}
+    contents: dict[str, bytes] = {}
     for key, data in files.items():
-        old = actual.get(key)
         if data is None:
-            new = None
+            planned[key] = None
         else:
             digest = target.hash_bytes(data)
-            new = Entry(digest, len(data), modes.get(key, 0o644))
+            planned[key] = Entry(digest, len(data), modes.get(key, 0o644))
             contents[digest] = data
-        if old != new:
-            ops.append(FileOp(key, target.info.path_of(key), old, new))
-    return ops, contents
+    return planned, contents
 
 
 # ---- rollback --------------------------------------------------------------------------------

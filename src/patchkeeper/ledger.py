@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, TypedDict, Union
 
 from .host.disk import INSTALL_RECORDS, hash_bytes, is_install_record
-from .errors import BadInput, Refused
+from .errors import BadInput, Refused, StoreError
 from .manifest import Manifest
 from .targets import Target
 
@@ -40,7 +40,9 @@ class ApplyExtra(TypedDict, total=False):
 
     removed: list[PatchSetRef]
     workspace: dict[str, Any]  # history.workspace_ref: the commit, and whether each patch set is as committed
+    backed_up_at_recovery: dict[str, str]  # key -> digest of a file changed by hand before `recover` finished
     backups: dict[str, str]  # hand-edited key -> digest of its bytes in the store (--force), for show-backup
+    created_dirs: list[str]  # directories its transaction created (absent when none): see transaction.py
 
 
 class RollbackExtra(TypedDict, total=False):
@@ -49,7 +51,9 @@ class RollbackExtra(TypedDict, total=False):
     automatic: bool
     undoes: str
     reason: str | None
+    backed_up_at_recovery: dict[str, str]  # as for apply
     backups: dict[str, str]  # hand-edited key -> digest of its bytes in the store, for show-backup
+    created_dirs: list[str]  # as ApplyExtra's
 
 
 class VerifyExtra(TypedDict):
@@ -170,9 +174,19 @@ class Ledger:
     def entries(self) -> list[LedgerEntry]:
         if self._entries is None:
             raw = self.target.agent.read_all(self.dir, ".json")
-            self._entries = sorted((LedgerEntry.from_dict(json.loads(b)) for b in raw.values()),
-                                   key=lambda e: e.seq)
+            self._entries = sorted((self._parse(name, b) for name, b in raw.items()), key=lambda e: e.seq)
         return self._entries
+
+    def _parse(self, name: str, data: bytes) -> LedgerEntry:
+        try:
+            return LedgerEntry.from_dict(json.loads(data))
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+            path = posixpath.join(self.dir, name)
+            raise StoreError(
+                f"ledger entry {path} of target {self.target.name} is damaged ({type(exc).__name__}: "
+                f"{str(exc)[:120]})",
+                f"put back the workspace's copy (snapshots/{self.target.name}/ledger/{name}) if it has one, "
+                "else move the file aside; nothing was changed") from None
 
     def current(self) -> State | None:
         entries = self.entries()

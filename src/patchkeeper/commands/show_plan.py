@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from ..changes import Changed, KeptFailing, RolledBack, RollingBack, Step, Verified, Verifying
+from ..changes import Changed, KeptFailing, NotMirrored, RolledBack, RollingBack, Step, Verified, Verifying
 from ..engine import Plan
 from ..ledger import State
 from ..verify import Verification
@@ -63,6 +63,12 @@ def _block(text: str, out: TextIO, lines: int = 40) -> None:
         print(f"    | {row}", file=out)
 
 
+def render_not_mirrored(step: NotMirrored) -> None:
+    print(f"patchkeeper: warning: {step.done}, but its records could not be copied into {step.where}: "
+          f"{step.reason}\n  hint: make room, then run `patchkeeper recover -t {step.target}`: it copies them again",
+          file=sys.stderr)
+
+
 def step_printer(target: str):
     """A `show` callback for changes.carry_out that prints each step as it happens."""
 
@@ -80,6 +86,8 @@ def step_printer(target: str):
         elif isinstance(step, RollingBack):
             print(f"{target}: verification failed after {step.change.kind} ({step.report.reason}); "
                   f"rolling back to the previous state {step.previous.id}: {step.previous.stack_text()}")
+        elif isinstance(step, NotMirrored):
+            render_not_mirrored(step)
         elif isinstance(step, RolledBack):
             again, previous = step.again, step.previous
             if again.ok:

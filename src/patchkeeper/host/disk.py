@@ -35,6 +35,7 @@ STAGE_PREFIX = ".pk-stage-"
 # (where the wheel was). They differ between two installs of one wheel, so they are no part of a
 # code state; `audit` checks the installation against RECORD instead.
 INSTALL_RECORDS = ("RECORD", "direct_url.json")
+TEMP_PREFIX = ".pk-tmp-"  # write_atomic's temporary files: .pk-tmp-<pid>-<ns>
 
 
 def _hasher(size: int = 0, algorithm: str | None = None) -> Any:
@@ -103,7 +104,7 @@ def write_atomic(path: str, data: bytes, mode: int = 0o644, durable: bool = True
     caches whose loss after a power cut only costs time.
     """
     directory = os.path.dirname(path) or "."
-    tmp = os.path.join(directory, f".pk-tmp-{os.getpid()}-{time.monotonic_ns()}")
+    tmp = os.path.join(directory, f"{TEMP_PREFIX}{os.getpid()}-{time.monotonic_ns()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -205,13 +206,44 @@ def thread_pool(max_workers: int) -> "ThreadPoolExecutor":
 
 
 def pid_alive(pid: int) -> bool:
+    """Whether process `pid` of this host still runs; a zombie (dead, not yet reaped) does not."""
     try:
         os.kill(int(pid), 0)
     except ProcessLookupError:
         return False
-    except (PermissionError, ValueError, TypeError):
+    except (PermissionError, ValueError, TypeError, OverflowError):
         return True
-    return True
+    try:
+        with open(f"/proc/{int(pid)}/stat", "rb") as f:
+            stat_line = f.read()
+    except OSError:  # no /proc (not Linux), or it went away just now
+        return True
+    return stat_line[stat_line.rfind(b")") + 2:][:1] not in (b"Z", b"X")  # field 3, after "(comm)"
+
+
+def remove_stale_temps(directory: str, prefixes: tuple[str, ...]) -> list[tuple[str, int]]:
+    """Remove temporary files `<prefix><pid>-...` in `directory` whose writer (`pid`) is dead;
+    return (path, size) of each. Call it under the target's lock."""
+    removed: list[tuple[str, int]] = []
+    try:
+        names = os.listdir(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        return removed
+    for name in names:
+        prefix = next((p for p in prefixes if name.startswith(p)), None)
+        if prefix is None:
+            continue
+        pid = name[len(prefix):].split("-", 1)[0].split(".", 1)[0]
+        if not pid.isdigit() or (int(pid) == os.getpid() or pid_alive(int(pid))):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            size = os.lstat(path).st_size
+            os.unlink(path)
+        except FileNotFoundError:
+            continue
+        removed.append((path, size))
+    return removed
 
 
 def normalize_name(name: str) -> str:

@@ -24,7 +24,8 @@ from ..host import wire
 from ..host.contract import AgentContract, CompareRequest, Pair, Rows, ScanRequest, as_wire
 
 # The agent's modules, in import order; on the host they become the package `pkagent`.
-AGENT_MODULES = ("errors", "disk", "store", "distinfo", "distcheck", "manifest_text", "contract", "agent", "wire")
+AGENT_MODULES = ("errors", "disk", "store", "distinfo", "distcheck", "manifest_text", "preflight", "contract",
+                 "agent", "wire")
 _BOOT = """
 import sys, types
 pkg = types.ModuleType("pkagent"); pkg.__path__ = []; sys.modules["pkagent"] = pkg
@@ -231,6 +232,9 @@ class AgentProxy(AgentContract):
     def write_new(self, path: str, data: bytes, mode: int) -> None:
         self._call("write_new", path, data, mode)
 
+    def obstacles(self, writes: list[str], removes: list[str]) -> dict[str, str]:
+        return self._call("obstacles", writes, removes)
+
     def read_all(self, directory: str, suffix: str) -> dict[str, bytes]:
         return self._call("read_all", directory, suffix)
 
@@ -245,6 +249,12 @@ class AgentProxy(AgentContract):
 
     def remove_bytecode(self, paths: list[str]) -> int:
         return self._call("remove_bytecode", paths)
+
+    def missing_dirs(self, paths: list[str]) -> list[str]:
+        return self._call("missing_dirs", paths)
+
+    def remove_empty_dirs(self, dirs: list[str]) -> list[str]:
+        return self._call("remove_empty_dirs", dirs)
 
     def dist_info(self, site_dirs: list[str], package: str) -> dict[str, Any] | None:
         return self._call("dist_info", site_dirs, package)
@@ -273,11 +283,17 @@ class AgentProxy(AgentContract):
     def stage(self, store: str, digest: str, path: str, mode: int) -> None:
         self._call("stage", store, digest, path, mode)
 
+    def state_dir_owner(self, prefix: str, state_dir: str, site: str, claim: bool) -> dict[str, str | None]:
+        return self._call("state_dir_owner", prefix, state_dir, site, claim)
+
     def lock(self, path: str, holder: dict[str, Any]) -> dict[str, Any] | None:
         return self._call("lock", path, holder)
 
     def unlock(self, path: str) -> None:
         self._call("unlock", path)
+
+    def clean_temps(self, state_dir: str, store: str) -> list[list[Any]]:
+        return self._call("clean_temps", state_dir, store)
 
     def dist_infos(self, site: str) -> list[str]:
         return self._call("dist_infos", site)
