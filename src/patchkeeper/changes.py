@@ -7,7 +7,7 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Union
+from typing import Any, Callable, Union
 
 from . import engine, faults
 from .engine import Plan
@@ -82,7 +82,18 @@ class NotMirrored:
     reason: str
 
 
-Step = Union[Changed, Verifying, Verified, KeptFailing, RollingBack, RolledBack, NotMirrored]
+@dataclass(frozen=True)
+class SincePassed:
+    """The previous state fails too: what changed since it last passed verification. Its code is
+    back in place, so the environment is what is left to blame."""
+
+    state: State
+    last: LedgerEntry | None  # that passing verification; None when none kept a fingerprint
+    changes: tuple[Any, ...] = ()  # environment.Change, from then to now
+    gpu: dict[str, Any] = dataclasses.field(default_factory=dict)  # the GPU facts now
+
+
+Step = Union[Changed, Verifying, Verified, KeptFailing, RollingBack, RolledBack, SincePassed, NotMirrored]
 
 
 @dataclass(frozen=True)
@@ -137,6 +148,11 @@ def _after_change(ws: Workspace, s: Session, svc: ServiceConfig, change: LedgerE
     again = _verify(s, svc, "automatic rollback", plan.entry.id if plan else change.id, step)
     _mirror(ws, s, f"{s.target.name} was rolled back", step)
     step(RolledBack(change, report, previous, again))
+    if not again.ok:
+        from . import environment
+
+        last, changes, gpu = environment.since_last_pass(s.target, s.ledger, previous)
+        step(SincePassed(previous, last, tuple(changes), gpu))
     return EXIT_ROLLED_BACK
 
 

@@ -167,6 +167,14 @@ target_option = click.option("-t", "--target", help="target name from patchkeepe
 json_option = click.option("--json", "as_json", is_flag=True, help="print one JSON document")
 
 
+def adopt_options(fn):
+    """--restore-pristine / --accept-edits: what to do with hand edits found before the first baseline."""
+    fn = click.option("--accept-edits", is_flag=True,
+                      help="before the first baseline: record files that differ from RECORD as they are")(fn)
+    return click.option("--restore-pristine", is_flag=True,
+                        help="before the first baseline: give files that differ from RECORD the release's bytes")(fn)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--workspace", "-w", metavar="DIR", help="workspace directory (default: $PATCHKEEPER_WORKSPACE, "
               "else the current directory and its parents)")
@@ -194,17 +202,20 @@ def list_cmd(ctx, as_json):
 @click.option("--dry-run", "-n", is_flag=True, help="print the plan; change nothing")
 @click.option("--force", is_flag=True, help="apply over hand edits (backed up first) or another package version")
 @click.option("--no-verify", is_flag=True, help="do not restart and verify the target's [service] afterwards")
+@adopt_options
 @click.pass_context
 @command
-def apply(ctx, name, target, dry_run, force, no_verify):
+def apply(ctx, name, target, dry_run, force, no_verify, restore_pristine, accept_edits):
     """Apply patch set NAME (switching within its group) in one transaction.
 
     With a [service] table the service is then restarted and verified by a real generation;
     if that fails the previous state is put back (exit 3).
     """
+    from .adopt import check_mode
     from .commands.apply import apply as run
 
-    return run(_workspace(ctx), target, name, dry_run, force, verify=not no_verify)
+    return run(_workspace(ctx), target, name, dry_run, force, verify=not no_verify,
+               adopt=check_mode(restore_pristine, accept_edits))
 
 
 @main.command()
@@ -250,13 +261,36 @@ def log(ctx, target, as_json):
 @target_option
 @click.option("--name", required=True, help="the state's name, for rollback --to NAME")
 @click.option("--manifest-only", is_flag=True, help="record digests only, not the bytes")
+@adopt_options
 @click.pass_context
 @command
-def snapshot(ctx, target, name, manifest_only):
+def snapshot(ctx, target, name, manifest_only, restore_pristine, accept_edits):
     """Record the target's files as a named state."""
+    from .adopt import check_mode
     from .commands.snapshot import snapshot as run
 
-    return run(_workspace(ctx), target, name, manifest_only)
+    return run(_workspace(ctx), target, name, manifest_only, adopt=check_mode(restore_pristine, accept_edits))
+
+
+@main.command()
+@click.argument("dist")
+@target_option
+@click.option("--wheel", metavar="FILE.whl", help="the release wheel (default: the workspace's wheels directory, "
+              "else pip download for the target's interpreter)")
+@click.option("--dry-run", "-n", is_flag=True, help="print what would be restored; change nothing")
+@adopt_options
+@click.pass_context
+@command
+def repair(ctx, dist, target, wheel, dry_run, restore_pristine, accept_edits):
+    """Give the files of installed distribution DIST that differ from its RECORD their release bytes back.
+
+    One transaction (backups in the store, a ledger entry of kind repair): `rollback --to previous`
+    undoes it. Exit 0 when all were restored, 1 when some are left (named), 2 when no wheel matches.
+    """
+    from .adopt import check_mode
+    from .commands.repair import run
+
+    return run(_workspace(ctx), target, dist, wheel, dry_run, adopt=check_mode(restore_pristine, accept_edits))
 
 
 @main.command("show-backup")
@@ -392,15 +426,37 @@ def show(ctx, name, as_json):
 @click.option("--against", metavar="STATE", shell_complete=complete_states,
               help="compare one target with this recorded state (default: its current one)")
 @click.option("--patch", "-p", is_flag=True, help="add unified diffs of the differing text files")
+@click.option("--env", "environment", is_flag=True,
+              help="compare environments (interpreter, system, distributions, native libraries, GPU) instead of "
+                   "files; a side may be TARGET:STATE")
 @json_option
 @click.pass_context
 @command
-def diff(ctx, targets, target, against, patch, as_json):
+def diff(ctx, targets, target, against, patch, environment, as_json):
     """What differs on TARGET (or -t TARGET) from its recorded state, and which patch set owns it; or
     TARGET against TARGET2, side by side. Exit 0 when nothing differs, 1 when something does."""
+    targets = ((target,) if target else ()) + tuple(targets)
+    if environment:
+        from .commands.env import diff_env
+
+        if patch:
+            raise click.UsageError("--patch shows file contents; it does not go with --env")
+        return diff_env(_workspace(ctx), targets, against, as_json)
     from .commands.diff import diff as run
 
-    return run(_workspace(ctx), ((target,) if target else ()) + tuple(targets), against, patch, as_json)
+    return run(_workspace(ctx), targets, against, patch, as_json)
+
+
+@main.command("env")
+@target_option
+@json_option
+@click.pass_context
+@command
+def env_cmd(ctx, target, as_json):
+    """The target's environment: interpreter, system, GPU stack, distributions, native libraries."""
+    from .commands.env import env as run
+
+    return run(_workspace(ctx), target, as_json)
 
 
 @main.command("verify")

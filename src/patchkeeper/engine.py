@@ -6,9 +6,9 @@ import posixpath
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Collection, Iterable
+from typing import Any, Collection, Iterable, cast
 
-from . import faults, patching, patchset, transaction
+from . import environment, faults, patching, patchset, transaction
 from .errors import BadInput, PatchkeeperError, Refused, StoreError
 from .host.contract import CompareRequest, ScanRequest
 from .host.disk import STAGE_PREFIX, is_managed_name
@@ -84,7 +84,8 @@ def _kinds(pairs: dict[str, tuple[Entry | None, Entry | None]]) -> dict[str, str
 
 
 # ---- recorded states -------------------------------------------------------------------------
-def record_state(s: Session, kind: str, name: str, bytes_kept: bool = True) -> LedgerEntry:
+def record_state(s: Session, kind: str, name: str, bytes_kept: bool = True, hand_edits: tuple[str, ...] = (),
+                 extra: dict[str, Any] | None = None) -> LedgerEntry:
     """Record the target's files as they are now as a named state (kind: baseline | snapshot)."""
     target, ledger = s.target, s.ledger
     manifest = scan_all(target)
@@ -97,17 +98,23 @@ def record_state(s: Session, kind: str, name: str, bytes_kept: bool = True) -> L
     current = ledger.current()
     state = State.make(ledger.save_manifest(manifest), current.stack if current else (), name, bytes_kept)
     entry = LedgerEntry(id=new_id(), seq=ledger.next_seq(), time=time.time(), who=who(), command=s.command,
-                        kind=kind, after=state, before=current,
-                        extra=RecordExtra(files=len(manifest), package_version=target.info.version))
+                        kind=kind, after=state, before=current, hand_edits=hand_edits,
+                        extra=cast(RecordExtra, {"files": len(manifest), "package_version": target.info.version,
+                                                     **(extra or {})}))
+    entry = environment.record(entry, target)
     ledger.append(entry)
     return entry
 
 
-def ensure_baseline(s: Session, bytes_kept: bool = True) -> LedgerEntry | None:
-    """Record the baseline unless a state is recorded already; the new baseline entry, or None."""
+def ensure_baseline(s: Session, bytes_kept: bool = True, adopt: str | None = None) -> LedgerEntry | None:
+    """Record the baseline unless a state is recorded already; the new baseline entry, or None.
+    The package is checked against its RECORD first: hand edits are refused, or handled as
+    `adopt` says (restore-pristine | accept-edits; see adopt.py)."""
     if s.ledger.current() is not None:
         return None
-    return record_state(s, "baseline", "baseline", bytes_kept)
+    from . import adopt as adopting
+
+    return adopting.record_baseline(s, bytes_kept, adopt)
 
 
 # ---- apply / switch --------------------------------------------------------------------------
@@ -479,11 +486,15 @@ def plan_rollback(s: Session, spec: str) -> Plan | None:
     if current is None:
         raise Refused(f"target {target.name} has no recorded state to roll back to",
                       "patchkeeper has not changed it yet")
-    goal = ledger.find_state(spec)
+    from . import repair
+
+    goal, upto = repair.rollback_goal(ledger, spec)
     to_goal, to_recorded = compare(target, goal.manifest, current.manifest)
     hand = _kinds(to_recorded)  # changed by hand since the last transaction: backed up, then named
     ops = [FileOp(k, target.info.path_of(k), actual, want) for k, (want, actual) in to_goal.items()]
+    env_ops = repair.environment_ops(target, ledger, upto)  # files repairs changed outside the package
     _refuse_escaping(target, [op.key for op in ops if not op.key.startswith(ROLE_PREFIX)], "the rollback writes")
+    ops += env_ops
     missing = target.agent.store_missing(target.info.store, sorted({op.new.digest for op in ops if op.new}))
     if missing:
         names = [op.key for op in ops if op.new and op.new.digest in missing]
@@ -503,6 +514,8 @@ def plan_rollback(s: Session, spec: str) -> Plan | None:
     backups = _backups(ops, tuple(hand))
     if backups:
         extra["backups"] = backups
+    if env_ops:
+        extra["env"] = repair.env_extra(env_ops)
     entry = LedgerEntry(id=new_id(), seq=ledger.next_seq(), time=time.time(), who=who(), command=s.command,
                         kind="rollback", before=current, after=goal,
                         changed=differences({op.key: op.old for op in ops if op.old},
@@ -512,4 +525,5 @@ def plan_rollback(s: Session, spec: str) -> Plan | None:
 
 
 def execute(s: Session, plan: Plan) -> None:
-    transaction.carry_out(s.ledger, list(plan.ops), plan.contents, plan.entry)
+    """Carry out a plan; its ledger entry keeps the environment fingerprint it was made in."""
+    transaction.carry_out(s.ledger, list(plan.ops), plan.contents, environment.record(plan.entry, s.target))

@@ -46,7 +46,8 @@ class ApplyExtra(TypedDict, total=False):
 
 
 class RollbackExtra(TypedDict, total=False):
-    """rollback: nothing for one asked for; an automatic one names what it undid and why."""
+    """rollback: nothing for one asked for; an automatic one names what it undid and why;
+    `env` the files outside the package it gave back their bytes (see repair)."""
 
     automatic: bool
     undoes: str
@@ -54,6 +55,7 @@ class RollbackExtra(TypedDict, total=False):
     backed_up_at_recovery: dict[str, str]  # as for apply
     backups: dict[str, str]  # hand-edited key -> digest of its bytes in the store, for show-backup
     created_dirs: list[str]  # as ApplyExtra's
+    env: dict[str, "EnvChange"]  # files outside the package it changed (files earlier repairs had changed)
 
 
 class VerifyExtra(TypedDict):
@@ -65,8 +67,39 @@ class VerifyExtra(TypedDict):
     verify: dict[str, Any]
 
 
-Extra = Union[RecordExtra, ApplyExtra, RollbackExtra, VerifyExtra]
-KINDS = ("baseline", "snapshot", "apply", "switch", "rollback", "verify")
+class EnvChange(TypedDict):
+    """A file outside the managed package that a transaction changed: its path and [digest, size,
+    mode] before and after (None: absent). Rollback gives such files the bytes of the goal's time."""
+
+    path: str
+    old: list[Any] | None
+    new: list[Any] | None
+
+
+class AdoptExtra(RecordExtra, total=False):
+    """A first baseline over hand edits: how they were adopted (accept-edits | restore-pristine),
+    which files and how they differed; restore-pristine adds the wheel and each file's old entry."""
+
+    adopted: str
+    edits: dict[str, str]
+    wheel: str
+    source: str
+    replaced: dict[str, list[Any] | None]
+
+
+class RepairExtra(TypedDict):
+    """repair: the distribution, the wheel its bytes came from, the files changed, those left (why)."""
+
+    dist: str
+    version: str
+    wheel: str
+    source: str
+    env: dict[str, EnvChange]
+    left: dict[str, str]
+
+
+Extra = Union[RecordExtra, ApplyExtra, RollbackExtra, VerifyExtra, RepairExtra]
+KINDS = ("baseline", "snapshot", "apply", "switch", "rollback", "verify", "repair")
 
 
 @dataclass(frozen=True)
@@ -115,12 +148,16 @@ class LedgerEntry:
     changed: dict[str, str] = field(default_factory=dict)  # key -> changed | added | removed | mode
     hand_edits: tuple[str, ...] = ()  # keys found changed by hand, backed up before the change
     extra: Extra = field(default_factory=lambda: RollbackExtra())
+    env: str | None = None  # digest of the environment fingerprint in the store (None: not kept)
+    env_error: str | None = None  # why no fingerprint could be taken
 
     def to_dict(self) -> dict:
         return {"id": self.id, "seq": self.seq, "time": self.time, "who": self.who,
                 "command": self.command, "kind": self.kind, "patchsets": list(self.patchsets),
                 "before": self.before.to_dict() if self.before else None, "after": self.after.to_dict(),
-                "changed": self.changed, "hand_edits": list(self.hand_edits), "extra": self.extra}
+                "changed": self.changed, "hand_edits": list(self.hand_edits), "extra": self.extra,
+                **({"env": self.env} if self.env else {}),
+                **({"env_error": self.env_error} if self.env_error else {})}
 
     @classmethod
     def from_dict(cls, d: dict) -> "LedgerEntry":
@@ -128,7 +165,8 @@ class LedgerEntry:
                    kind=d["kind"], after=State.from_dict(d["after"]),
                    before=State.from_dict(d["before"]) if d.get("before") else None,
                    patchsets=tuple(d.get("patchsets", ())), changed=d.get("changed", {}),
-                   hand_edits=tuple(d.get("hand_edits", ())), extra=d.get("extra", {}))
+                   hand_edits=tuple(d.get("hand_edits", ())), extra=d.get("extra", {}),
+                   env=d.get("env"), env_error=d.get("env_error"))
 
     @property
     def backups(self) -> dict[str, str]:

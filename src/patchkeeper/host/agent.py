@@ -448,6 +448,20 @@ class Agent(AgentContract):
             return current
         return None
 
+    # ---- environment -------------------------------------------------------------------
+    def interpreter_facts(self) -> dict[str, Any]:
+        """Implementation, version, tags, libc and site dirs of the Python this agent runs in."""
+        from . import interp
+
+        return interp.facts()
+
+    def fingerprint(self, sites: list[str], cache_root: str | None, main_site: str | None = None,
+                    parts: list[str] | None = None, managed: str | None = None) -> dict[str, Any]:
+        """The environment fingerprint of these site dirs and this host (see fingerprint.py)."""
+        from . import fingerprint
+
+        return fingerprint.take(sites, cache_root, main_site, tuple(parts) if parts else fingerprint.PARTS, managed)
+
     # ---- audit -------------------------------------------------------------------------
     def dist_infos(self, site: str) -> list[str]:
         """The names of every *.dist-info directory in a site-packages directory."""

@@ -150,3 +150,9 @@ class AgentContract(Protocol):
 
     def audit_bytecode(self, site: str, cache_tag: str, verify: List[str],
                        cache: Optional[str] = None) -> Dict[str, Any]: ...
+
+    # ---- environment ---------------------------------------------------------------------------
+    def interpreter_facts(self) -> Dict[str, Any]: ...
+
+    def fingerprint(self, sites: List[str], cache_root: Optional[str], main_site: Optional[str] = None,
+                    parts: Optional[List[str]] = None, managed: Optional[str] = None) -> Dict[str, Any]: ...

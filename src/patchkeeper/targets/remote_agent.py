@@ -24,8 +24,8 @@ from ..host import wire
 from ..host.contract import AgentContract, CompareRequest, Pair, Rows, ScanRequest, as_wire
 
 # The agent's modules, in import order; on the host they become the package `pkagent`.
-AGENT_MODULES = ("errors", "disk", "store", "distinfo", "distcheck", "manifest_text", "preflight", "contract",
-                 "agent", "wire")
+AGENT_MODULES = ("errors", "disk", "store", "distinfo", "distcheck", "manifest_text", "preflight", "elf", "interp",
+                 "fingerprint", "contract", "agent", "wire")
 _BOOT = """
 import sys, types
 pkg = types.ModuleType("pkagent"); pkg.__path__ = []; sys.modules["pkagent"] = pkg
@@ -303,6 +303,13 @@ class AgentProxy(AgentContract):
 
     def audit_bytecode(self, site: str, cache_tag: str, verify: list[str], cache: str | None = None) -> dict[str, Any]:
         return self._call("audit_bytecode", site, cache_tag, verify, cache)
+
+    def interpreter_facts(self) -> dict[str, Any]:
+        return self._call("interpreter_facts")
+
+    def fingerprint(self, sites: list[str], cache_root: str | None, main_site: str | None = None,
+                    parts: list[str] | None = None, managed: str | None = None) -> dict[str, Any]:
+        return self._call("fingerprint", sites, cache_root, main_site, parts, managed)
 
 
 def _exception(doc: dict, target: str, method: str) -> Exception:
