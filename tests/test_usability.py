@@ -93,7 +93,7 @@ def test_backed_up_hand_edits_are_named_by_digest_and_can_be_got_back(env):
 def _installed_venv(path, wheel) -> None:
     """A venv with the sglang wheel installed by pip, as a user would (console scripts in bin/)."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(path / "bin/python"), "install", "-q",
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(path / "bin/python"), "install", "-q", "--no-compile",
                     "--no-deps", "--no-index", str(wheel)], check=True)
 
 

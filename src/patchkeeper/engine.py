@@ -293,7 +293,8 @@ def plan_apply(s: Session, name: str, force: bool, trial: bool = False,
         keys = touched_keys(build)
         base_manifest = None
     actual = scan_keys(target, keys)
-    _refuse_non_regular(target, [k for k in keys if k not in actual])
+    present = {fp.path for ps in build for _, fps in ps.patches for fp in fps if fp.kind != "add"}
+    _refuse_non_regular(target, [k for k in keys if k not in actual and k in present])  # else "does not exist"
     drift = tuple(k for k in keys if actual.get(k) != cur_manifest.get(k))
     if drift and not force and not trial:
         raise Refused(f"{len(drift)} file(s) differ from the recorded state {current.id} (edited by hand?): "
@@ -439,8 +440,9 @@ def _baseline_bytes(target: Target, base: Manifest, actual: dict[str, Entry], ke
 
 
 def _refuse_non_regular(target: Target, absent: list[str]) -> None:
-    """Keys the scan did not find as regular files: refuse a symlink, directory or device there by name
-    (a scan sees regular files only, so they would otherwise read as "does not exist")."""
+    """Files a patch modifies or deletes that the scan did not find as regular files: refuse a symlink,
+    directory or device there by name (a scan sees regular files only: they would read as "does not
+    exist"). Added files and role files meet the transaction's check of destinations instead."""
     odd = []
     for key in absent:
         try:
@@ -450,7 +452,8 @@ def _refuse_non_regular(target: Target, absent: list[str]) -> None:
         if st is not None:
             odd.append(f"{key} ({'a symlink' if st['is_link'] else 'a directory' if st['is_dir'] else 'not a regular file'})")
     if odd:
-        raise BadInput(f"{len(odd)} path(s) the patch sets touch are not regular files: " + ", ".join(odd),
+        raise BadInput(f"{len(odd)} path(s) the patch sets change are not regular files, so nothing was changed: "
+                       + ", ".join(odd),
                        "patchkeeper manages regular files only; replace them with the files themselves")
 
 
