@@ -13,6 +13,7 @@ from .manifest import ROLE_PREFIX, Entry, Manifest, differences
 from .patchset import PatchSet
 from .session import Session
 from .targets import Target
+from .workspace import TargetConfig
 from .transaction import FileOp
 
 
@@ -102,8 +103,9 @@ def ensure_baseline(s: Session, bytes_kept: bool = True) -> State:
 
 
 # ---- apply / switch --------------------------------------------------------------------------
-def resolve(ws_patchsets, name: str) -> list[PatchSet]:
-    """The patch set and everything it requires, requirements first."""
+def resolve(ws_patchsets, name: str, bind_to: TargetConfig | None = None) -> list[PatchSet]:
+    """The patch set and everything it requires, requirements first; with `bind_to`, their role
+    files rendered with that target's vars (a missing value is refused here, before any change)."""
     out: dict[str, PatchSet] = {}
 
     def visit(n: str, trail: tuple[str, ...]) -> None:
@@ -114,14 +116,17 @@ def resolve(ws_patchsets, name: str) -> list[PatchSet]:
         ps = patchset.load(ws_patchsets, n)
         for req in ps.requires:
             visit(req, trail + (n,))
-        out[n] = ps
+        out[n] = ps.bind(bind_to.vars, bind_to.name) if bind_to is not None else ps
 
     visit(name, ())
     return list(out.values())
 
 
 def _ref(ps: PatchSet) -> dict:
-    return {"name": ps.name, "version": ps.version, "digest": ps.digest, "group": ps.group}
+    ref = {"name": ps.name, "version": ps.version, "digest": ps.digest, "group": ps.group}
+    if ps.values:
+        ref["vars"] = dict(ps.values)  # the values its role-file templates were rendered with
+    return ref
 
 
 @dataclass(frozen=True)
@@ -137,7 +142,8 @@ def stack_change(ws_patchsets, stack, incoming: list[PatchSet]) -> StackChange |
     """The change applying `incoming` (requirements first, the named one last) makes to `stack`;
     None when that very version and content is already applied."""
     top = incoming[-1]
-    if any(p["name"] == top.name and p["version"] == top.version and p["digest"] == top.digest for p in stack):
+    if any(p["name"] == top.name and p["version"] == top.version and p["digest"] == top.digest
+           and (top.values is None or p.get("vars", {}) == dict(top.values)) for p in stack):
         return None
     names = {ps.name for ps in incoming}
     groups = {ps.group for ps in incoming if ps.group}
@@ -190,7 +196,7 @@ def _check_history(s: Session, sets: list[PatchSet]) -> None:
 def plan_apply(s: Session, name: str, force: bool) -> Plan | None:
     """Plan applying `name` (and what it requires) on the current stack; None if already applied."""
     ws, target, ledger = s.workspace, s.target, s.ledger
-    incoming = resolve(ws.patchsets_dir, name)
+    incoming = resolve(ws.patchsets_dir, name, s.config)
     notes = check_fits(target, incoming, force)
     _check_history(s, incoming)
     current, cur_manifest = _recorded(s)
@@ -201,7 +207,7 @@ def plan_apply(s: Session, name: str, force: bool) -> Plan | None:
     new_stack = kept + [_ref(ps) for ps in adding]
 
     if removed:  # a switch: rebuild every file any of the old or new patch sets touches from baseline
-        kept_sets = [patchset.load(ws.patchsets_dir, p["name"]) for p in kept]
+        kept_sets = [patchset.load(ws.patchsets_dir, p["name"]).bind(s.config.vars, s.config.name) for p in kept]
         for old_ref, ps in zip(kept, kept_sets):
             if ps.digest != old_ref["digest"]:
                 raise Refused(f"applied patch set {old_ref['name']}@{old_ref['version']} changed in the workspace",

@@ -11,6 +11,7 @@ from .show_plan import carry_out
 def apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bool, verify: bool = True) -> int:
     svc = service.load(ws.target(target)) if verify else None
     with Session(ws, target, f"apply {name}") as s:
+        engine.resolve(ws.patchsets_dir, name, s.config)  # every template renders, before even a baseline
         if dry_run and s.ledger.current() is None:
             print(f"{s.target.name}: no baseline yet; a real apply records one first")
         elif not dry_run:

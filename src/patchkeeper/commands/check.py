@@ -65,6 +65,7 @@ def check(ws: Workspace, target: str | None, name: str, wheel: str | None, as_js
     with Session(ws, target, f"check {name}", write=False) as s:
         t, ledger = s.target, s.ledger
         problems = _version_problems(sets, t.config.package, t.info.version, f"target {t.name}")
+        sets = [_bound(ps, s.config, problems) for ps in sets]  # role files as this target gets them
         for ps in sets:
             for role, _ in ps.files:
                 if role not in dict(t.info.roles):
@@ -103,6 +104,15 @@ def check(ws: Workspace, target: str | None, name: str, wheel: str | None, as_js
             problems.append(f"{len(drift)} file(s) differ from the recorded state {current.id} (edited by hand?): "
                             + ", ".join(drift) + "; apply refuses them without --force")
         return _report(sets[-1].ident, against, reports, problems, as_json)
+
+
+def _bound(ps: PatchSet, config, problems: list[str]) -> PatchSet:
+    """The patch set rendered for the target; a template that cannot render is a problem, not an error."""
+    try:
+        return ps.bind(config.vars, config.name)
+    except BadInput as exc:
+        problems.append(exc.message)
+        return ps
 
 
 def _paths_of(ws: Workspace, name: str) -> list[str]:

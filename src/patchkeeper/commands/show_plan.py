@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .. import engine
 from ..engine import Plan
+from ..manifest import ROLE_PREFIX
 from ..session import Session
 from ..workspace import Workspace
 
@@ -25,6 +26,9 @@ def describe(plan: Plan, target: str, dry_run: bool) -> None:
         size = f"{op.new.size} bytes" if op.new else ""
         mode = f" mode {op.new.mode:o}" if op.new and op.old and op.old.mode != op.new.mode else ""
         print(f"  {_MARK[kind]} {op.key}  {size}{mode}")
+        if dry_run and op.key.startswith(ROLE_PREFIX) and op.new and op.new.digest in plan.contents:
+            for line in plan.contents[op.new.digest].decode("utf-8", "replace").splitlines():
+                print(f"      | {line}")  # the role file as it would be written, templates rendered
     print(f"{len(plan.ops)} file(s) {verb}; state {e.before.id if e.before else '-'} -> {e.after.id}"
           + ("" if dry_run else f" (transaction {e.id})"))
 

@@ -10,7 +10,7 @@ from ..errors import EXIT_DIFFERS, EXIT_ROLLED_BACK, BadInput
 from ..ledger import LedgerEntry
 from ..service import ServiceConfig
 from ..session import Session
-from ..verify import Report, describe, record, run_checks
+from ..verify import Report, describe, last_pass, record, run_checks
 from ..workspace import Workspace
 from . import emit_json
 from .show_plan import describe as describe_plan
@@ -26,7 +26,8 @@ def verify(ws: Workspace, target: str | None, as_json: bool, with_restart: bool)
         if svc is None:
             raise BadInput(f"target {s.target.name} has no [targets.{s.target.name}.service] table",
                            "add one with restart and base_url (see 'Verifying a service by generation' in the README)")
-        report = run_checks(s.target, svc, with_restart, progress=sys.stderr)
+        report = run_checks(s.target, svc, with_restart, progress=sys.stderr,
+                            last_pass=last_pass(s.ledger, s.ledger.current()))
         entry = record(s, report, "verify", None)
         if entry is not None:
             mirror(ws, s, manifest=False)
@@ -74,7 +75,8 @@ def after_change(ws: Workspace, s: Session, svc: ServiceConfig, change: LedgerEn
 
 
 def _verify(s: Session, svc: ServiceConfig, phase: str, of: str) -> Report:
-    report = run_checks(s.target, svc, with_restart=True, progress=sys.stderr)
+    report = run_checks(s.target, svc, with_restart=True, progress=sys.stderr,
+                        last_pass=last_pass(s.ledger, s.ledger.current()))
     record(s, report, phase, of)
     describe(report, s.target.name, s.ledger.current())
     return report

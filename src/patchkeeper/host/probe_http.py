@@ -3,10 +3,12 @@
 patchkeeper sends this file's source to `python -I -c` on the target with a JSON request on stdin,
 so the server is reached as the target sees it (a loopback-only server on a remote host included).
 It prints one JSON document. Request keys: base_url, window (seconds to poll for readiness),
-interval, and generate (null, or prompt, max_tokens, timeout, endpoint, model).
+interval, generate (null, or prompt, max_tokens, timeout, endpoint, model, warmup) and listener_port
+(null, or the port whose listening process's command line is wanted, found through /proc).
 """
 
 import json
+import os
 import socket
 import sys
 import time
@@ -121,7 +123,70 @@ def ready(base, window, interval):
         time.sleep(interval)
 
 
+def listener(port):
+    """The processes holding the socket listening on `port` (Linux /proc): pid and argv of each, or why not."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            cols = row.split()
+            if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rpartition(":")[2], 16) == port:
+                inodes.add(f"socket:[{cols[9]}]")
+    if not inodes:
+        return {"error": f"no socket listening on port {port} in /proc/net/tcp or /proc/net/tcp6"}
+    found, unreadable = [], 0
+    for pid in _pids():
+        if not pid.isdigit():
+            continue
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            unreadable += 1
+            continue
+        for fd in fds:
+            try:
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if link in inodes:
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        raw = f.read()
+                    argv = [a.decode("utf-8", "replace") for a in raw.split(b"\0")[:-1]]
+                except OSError:
+                    argv = None
+                found.append({"pid": int(pid), "argv": argv})
+                break
+    if not found:
+        return {"error": f"no process whose open files could be read holds the socket listening on port {port} "
+                         f"({unreadable} process(es) could not be read: another user's?)"}
+    return {"processes": sorted(found, key=lambda p: p["pid"])}
+
+
+def _pids():
+    try:
+        return os.listdir("/proc")
+    except OSError:
+        return []
+
+
 def generate(base, models, g):
+    """The warm-up completions, then the judged one: its text, token count (as reported) and seconds."""
+    warmups = []
+    for _ in range(int(g.get("warmup") or 0)):
+        w = _complete(base, models, g)
+        warmups.append({"seconds": w["seconds"], "error": w.get("error")})
+    out = _complete(base, models, g)
+    if warmups:
+        out["warmups"] = warmups
+    return out
+
+
+def _complete(base, models, g):
     """One completion; the text, the token count the server reports, the seconds it took."""
     model = g.get("model") or (models[0] if models else "default")
     endpoint = g.get("endpoint") or "completions"
@@ -165,6 +230,8 @@ def main():
     start = time.monotonic()
     result = ready(base, float(req.get("window", 5.0)), float(req.get("interval", 0.2)))
     result["seconds"] = time.monotonic() - start
+    if result["ready"] and req.get("listener_port"):
+        result["listener"] = listener(int(req["listener_port"]))
     if result["ready"] and req.get("generate"):
         result["generate"] = generate(base, result.get("models") or [], req["generate"])
     json.dump(result, sys.stdout)
