@@ -240,3 +240,46 @@ def test_a_hand_edit_recorded_by_a_snapshot_is_not_called_patched(aenv):
     assert "sglang/version.py" not in found(doc, "patched")
     assert found(doc, "drift")["sglang/version.py"]["kind"] == "changed"
     assert "sglang/srt/speculative/spec_info.py" in found(doc, "patched") and code == 1
+
+
+PY312 = Path("/root/.pyenv/versions/3.12.1/bin/python3")
+
+
+@pytest.mark.skipif(not PY312.exists(), reason=f"no Python 3.12 at {PY312} to make a target of another version")
+def test_a_target_on_another_python_is_judged_by_its_own_interpreter(tmp_path, pristine_venv):
+    """A 3.12 target's pyc of other code (unchecked hash) is found: its agent runs in 3.12, over the wire."""
+    import sys
+
+    from patchkeeper.targets.local import LocalTarget
+    from patchkeeper.workspace import TargetConfig
+
+    venv = tmp_path / "venv312"
+    subprocess.run([str(PY312), "-m", "venv", "--without-pip", str(venv)], check=True)
+    six = sorted(WHEELS.glob("six-*.whl"))[-1]
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin/python"), "install", "-q", "--no-deps",
+                    "--no-index", "--no-compile", str(six)], check=True, capture_output=True)
+    site = venv / "lib/python3.12/site-packages"
+    other = tmp_path / "other.py"
+    other.write_text("def ensure_str(s):\n    return 'not six'\n")
+    pyc = site / "__pycache__/six.cpython-312.pyc"
+    subprocess.run([str(venv / "bin/python"), "-c", "import py_compile, sys; py_compile.compile(sys.argv[1], "
+                    "cfile=sys.argv[2], invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)",
+                    str(other), str(pyc)], check=True)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "patchkeeper.toml").write_text(f'default_target = "py312"\n\n[targets.py312]\n'
+                                         f'python = "{venv}/bin/python"\npackage = "six"\n')
+    proc = subprocess.run([sys.executable, "-m", "patchkeeper", "--workspace", str(ws), "audit", "--json"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert found(json.loads(proc.stdout), "bytecode")["__pycache__/six.cpython-312.pyc"]["kind"] == "mismatch"
+
+    other_python = LocalTarget(TargetConfig(name="py312", python=f"{venv}/bin/python", package="six"))
+    same_python = LocalTarget(TargetConfig(name="local", python=f"{pristine_venv}/bin/python", package="sglang"))
+    try:
+        assert not other_python.same_interpreter and other_python.agent.interpreter()["python"].startswith("3.12.")
+        assert other_python.agent.pid() != os.getpid()  # a subprocess in the target's interpreter
+        assert same_python.same_interpreter and same_python.agent.pid() == os.getpid()  # in-process
+    finally:
+        other_python.close()
+        same_python.close()

@@ -281,6 +281,7 @@ def test_ssh_target_in_process(fleet, tmp_path):
     """SshTarget itself: run() quotes every argument, errors map back, ProxyJump, one agent."""
     from patchkeeper.host.disk import AgentError
     from patchkeeper.errors import TargetError
+    from patchkeeper.host.contract import ScanRequest
     from patchkeeper.targets import open_target
     from patchkeeper.workspace import load
 
@@ -309,7 +310,7 @@ def test_ssh_target_in_process(fleet, tmp_path):
                 target.agent.store_get(str(tmp_path / "store"), "sha256:" + "0" * 64)
             assert exc.value.kind == "missing-object"
             with pytest.raises(AgentError) as exc:  # the host's Python has no blake3
-                target.agent.scan(str(tmp_path / f"out {via}"), [word], [], None, None, "blake3")
+                target.agent.scan(ScanRequest(str(tmp_path / f"out {via}"), (word,), algorithm="blake3"))
             assert exc.value.kind == "no-algorithm"
             with pytest.raises(TargetError, match="listdir failed on the host: NotADirectoryError"):
                 target.agent.listdir(path)

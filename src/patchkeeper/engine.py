@@ -5,9 +5,11 @@ from __future__ import annotations
 import posixpath
 import time
 from dataclasses import dataclass, field
+from typing import Collection
 
 from . import faults, patching, patchset, transaction
-from .errors import BadInput, Refused, StoreError
+from .errors import BadInput, PatchkeeperError, Refused, StoreError
+from .host.contract import CompareRequest, ScanRequest
 from .ledger import LedgerEntry, State, new_id, who
 from .manifest import ROLE_PREFIX, Entry, Manifest, differences
 from .patchset import PatchSet
@@ -24,6 +26,8 @@ class Plan:
     entry: LedgerEntry
     drift: tuple[str, ...] = ()  # keys that differ from the recorded state before the change
     notes: tuple[str, ...] = field(default_factory=tuple)
+    checks: tuple[FileCheck, ...] = ()  # a trial's report of every file patch of the sets applied
+    misfits: tuple[Misfit, ...] = ()  # a trial's misfits of those sets for the target
 
 
 # ---- scanning --------------------------------------------------------------------------------
@@ -31,34 +35,38 @@ def _cache(target: Target) -> str:
     return posixpath.join(target.info.state_dir, "statcache.json")
 
 
+def _scan_request(target: Target, cache: str | None = None, algorithm: str | None = None) -> ScanRequest:
+    """Every managed file: the package (RECORD plus a walk of its top directories) and the roles."""
+    info = target.info
+    return ScanRequest(info.site, tuple(info.loose_paths()), tuple(info.top_dirs()), cache, info.role_keys(),
+                       algorithm)
+
+
 def scan_all(target: Target, algorithm: str | None = None) -> Manifest:
     """Every managed file now: the package (RECORD plus a walk of its top directories) and roles.
 
     `algorithm` asks for digests in another hash than the target's own (to compare two targets)."""
-    info = target.info
     if algorithm and algorithm != target.algorithm:
-        rows = target.agent.scan(info.site, info.loose_paths(), info.top_dirs(), f"{_cache(target)}.{algorithm}",
-                                 info.role_keys(), algorithm)
+        request = _scan_request(target, f"{_cache(target)}.{algorithm}", algorithm)
     else:
-        rows = target.agent.scan(info.site, info.loose_paths(), info.top_dirs(), _cache(target), info.role_keys())
-    return Manifest.from_scan(rows)
+        request = _scan_request(target, _cache(target))
+    return Manifest.from_scan(target.agent.scan(request))
 
 
 def scan_keys(target: Target, keys) -> dict[str, Entry]:
     info = target.info
     roles = info.role_keys()
-    paths = [k for k in keys if not k.startswith(ROLE_PREFIX)]
+    paths = tuple(k for k in keys if not k.startswith(ROLE_PREFIX))
     extra = {k: roles[k] for k in keys if k in roles}
-    rows = target.agent.scan(info.site, paths, [], None, extra)
+    rows = target.agent.scan(ScanRequest(info.site, paths, (), None, extra))
     return {k: Entry.of(v) for k, v in rows.items()}
 
 
 def compare(target: Target, *manifest_digests: str) -> list[dict[str, tuple[Entry | None, Entry | None]]]:
     """For each recorded manifest, every managed file that differs from it, compared on the target
     itself with one scan: key -> (recorded entry, actual entry). Only differences cross the network."""
-    info = target.info
-    results = target.agent.compare_many(info.store, list(manifest_digests), info.site, info.loose_paths(),
-                                        info.top_dirs(), _cache(target), info.role_keys())
+    request = CompareRequest(target.info.store, tuple(manifest_digests), _scan_request(target, _cache(target)))
+    results = target.agent.compare_many(request)
     return [{k: (Entry.of(old) if old else None, Entry.of(new) if new else None) for k, (old, new) in rows.items()}
             for rows in results]
 
@@ -93,13 +101,11 @@ def record_state(s: Session, kind: str, name: str, bytes_kept: bool = True) -> L
     return entry
 
 
-def ensure_baseline(s: Session, bytes_kept: bool = True) -> State:
-    current = s.ledger.current()
-    if current is not None:
-        return current
-    entry = record_state(s, "baseline", "baseline", bytes_kept)
-    print(f"recorded baseline of {s.target.name}: {entry.extra['files']} files, state {entry.after.id}")
-    return entry.after
+def ensure_baseline(s: Session, bytes_kept: bool = True) -> LedgerEntry | None:
+    """Record the baseline unless a state is recorded already; the new baseline entry, or None."""
+    if s.ledger.current() is not None:
+        return None
+    return record_state(s, "baseline", "baseline", bytes_kept)
 
 
 # ---- apply / switch --------------------------------------------------------------------------
@@ -120,6 +126,21 @@ def resolve(ws_patchsets, name: str, bind_to: TargetConfig | None = None) -> lis
 
     visit(name, ())
     return list(out.values())
+
+
+def _bound(sets: list[PatchSet], config: TargetConfig, trial: bool) -> tuple[list[PatchSet], list["Misfit"]]:
+    """The sets with role files rendered for the target; a template without a value raises BadInput,
+    or in a trial is a misfit (kind "template") and that set keeps its templates."""
+    out, unrendered = [], []
+    for ps in sets:
+        try:
+            out.append(ps.bind(config.vars, config.name))
+        except BadInput as exc:
+            if not trial:
+                raise
+            out.append(ps)
+            unrendered.append(Misfit("template", ps, exc.message))
+    return out, unrendered
 
 
 def _ref(ps: PatchSet) -> dict:
@@ -163,23 +184,48 @@ def group_of(ws_patchsets, ref: dict) -> str | None:
         return None  # removed from the workspace: it cannot be in the group being applied
 
 
-def check_fits(target: Target, sets: list[PatchSet], force: bool) -> list[str]:
-    from packaging.specifiers import SpecifierSet
+@dataclass(frozen=True)
+class Misfit:
+    """Why a patch set does not fit a package: another package, a version outside its range, a role
+    the target lacks (`have` is the package, the version or the role)."""
 
-    info, notes = target.info, []
+    kind: str  # package | version | role | template (`have`: which variable lacks a value, where)
+    patchset: PatchSet
+    have: str
+
+
+def misfits(sets: list[PatchSet], package: str, version: str, roles: Collection[str] | None) -> list[Misfit]:
+    """Every misfit of `sets` for `package` `version` (names compared canonically); roles unchecked if None."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.utils import canonicalize_name
+
+    out = []
     for ps in sets:
-        if ps.package != target.config.package:
+        if canonicalize_name(ps.package) != canonicalize_name(package):
+            out.append(Misfit("package", ps, package))
+        elif ps.package_version and not SpecifierSet(ps.package_version).contains(version, prereleases=True):
+            out.append(Misfit("version", ps, version))
+        for role, _ in ps.files if roles is not None else ():
+            if role not in roles:
+                out.append(Misfit("role", ps, role))
+    return out
+
+
+def check_fits(target: Target, sets: list[PatchSet], force: bool) -> list[str]:
+    info, notes = target.info, []
+    for m in misfits(sets, target.config.package, info.version, dict(info.roles)):
+        ps = m.patchset
+        if m.kind == "package":
             raise BadInput(f"patch set {ps.ident} is for package {ps.package!r}, "
                            f"target {target.name} manages {target.config.package!r}")
-        if ps.package_version and not SpecifierSet(ps.package_version).contains(info.version, prereleases=True):
+        if m.kind == "version":
             msg = f"patch set {ps.ident} needs {ps.package}{ps.package_version}, target {target.name} has {info.version}"
             if not force:
                 raise Refused(msg, "use --force to apply it anyway")
             notes.append(f"warning: {msg} (--force)")
-        for role, _ in ps.files:
-            if role not in dict(info.roles):
-                raise BadInput(f"patch set {ps.ident} sets the {role!r} file, but target {target.name} "
-                               f"has no such role", f"add {role} = \"...\" to [targets.{target.name}.files]")
+        if m.kind == "role":
+            raise BadInput(f"patch set {ps.ident} sets the {m.have!r} file, but target {target.name} "
+                           f"has no such role", f"add {m.have} = \"...\" to [targets.{target.name}.files]")
     return notes
 
 
@@ -193,12 +239,18 @@ def _check_history(s: Session, sets: list[PatchSet]) -> None:
                                   f"raise version in patchsets/{ps.name}/patchset.toml")
 
 
-def plan_apply(s: Session, name: str, force: bool) -> Plan | None:
-    """Plan applying `name` (and what it requires) on the current stack; None if already applied."""
+def plan_apply(s: Session, name: str, force: bool, trial: bool = False) -> Plan | None:
+    """Plan applying `name` (and what it requires) on the current stack; None if already applied.
+
+    A `trial` (what `check` shows) refuses nothing: misfits, hand edits and hunks that do not
+    apply are kept in the plan (misfits, drift, checks) instead, and the files they concern left out."""
     ws, target, ledger = s.workspace, s.target, s.ledger
-    incoming = resolve(ws.patchsets_dir, name, s.config)
-    notes = check_fits(target, incoming, force)
-    _check_history(s, incoming)
+    incoming, unrendered = _bound(resolve(ws.patchsets_dir, name), s.config, trial)
+    found = misfits(incoming, target.config.package, target.info.version, dict(target.info.roles)) if trial else []
+    found += unrendered
+    notes = [] if trial else check_fits(target, incoming, force)
+    if not trial:
+        _check_history(s, incoming)
     current, cur_manifest = _recorded(s)
     change = stack_change(ws.patchsets_dir, current.stack, incoming)
     if change is None:
@@ -222,7 +274,7 @@ def plan_apply(s: Session, name: str, force: bool) -> Plan | None:
         base_manifest = None
     actual = scan_keys(target, keys)
     drift = tuple(k for k in keys if actual.get(k) != cur_manifest.get(k))
-    if drift and not force:
+    if drift and not force and not trial:
         raise Refused(f"{len(drift)} file(s) differ from the recorded state {current.id} (edited by hand?): "
                       + ", ".join(drift), "inspect them; --force applies anyway and backs them up first")
 
@@ -233,17 +285,7 @@ def plan_apply(s: Session, name: str, force: bool) -> Plan | None:
         files = {k: (target.agent.read(target.info.path_of(k)) if k in actual else None) for k in keys}
         modes = {k: actual[k].mode for k in actual}
     _refuse_escaping(target, [k for k in keys if not k.startswith(ROLE_PREFIX)], "the patch sets write")
-    for ps in build:
-        for origin, fps in ps.patches:
-            for fp in fps:
-                files[fp.path] = patching.apply(fp, files[fp.path], f"{ps.name}/{origin}").data
-                if fp.new_mode is not None:
-                    modes[fp.path] = fp.new_mode
-                elif fp.kind == "add":
-                    modes[fp.path] = 0o644
-        for role, data in ps.files:
-            files[ROLE_PREFIX + role] = data
-            modes.setdefault(ROLE_PREFIX + role, 0o644)
+    checks = build_files(build, files, modes, dict(target.info.roles), adding if trial else None)
     ops, contents = _ops(target, actual, files, modes)
     kind = "switch" if removed else "apply"
     manifest_text = cur_manifest.replace({op.key: op.new for op in ops}).to_text()
@@ -258,7 +300,49 @@ def plan_apply(s: Session, name: str, force: bool) -> Plan | None:
                         changed=differences({op.key: op.old for op in ops if op.old},
                                             {op.key: op.new for op in ops if op.new}),
                         hand_edits=drift, extra={"removed": removed})
-    return Plan(tuple(ops), contents, entry, drift, tuple(notes))
+    return Plan(tuple(ops), contents, entry, drift, tuple(notes), checks, tuple(found))
+
+
+@dataclass(frozen=True)
+class FileCheck:
+    """How one file patch of a patch set fares in a trial: every hunk's offset, or why it fails."""
+
+    patchset: str
+    origin: str
+    path: str
+    hunks: tuple[patching.HunkCheck, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(h.offset is not None for h in self.hunks)
+
+
+def build_files(sets: list[PatchSet], files: dict[str, bytes | None], modes: dict[str, int],
+                roles: Collection[str], trial_of: Collection[PatchSet] | None = None) -> tuple[FileCheck, ...]:
+    """Apply `sets` in order to `files` (and their `modes`), in place, with their files for `roles`.
+
+    With `trial_of`, each file patch is checked first: a failing one is reported (for the sets in
+    `trial_of`) and skipped, instead of raising."""
+    checks = []
+    for ps in sets:
+        for origin, fps in ps.patches:
+            for fp in fps:
+                if trial_of is not None:
+                    hunks = patching.check(fp, files[fp.path])
+                    if ps in trial_of:
+                        checks.append(FileCheck(ps.ident, origin, fp.path, hunks))
+                    if any(h.offset is None for h in hunks):
+                        continue
+                files[fp.path] = patching.apply(fp, files[fp.path], f"{ps.name}/{origin}").data
+                if fp.new_mode is not None:
+                    modes[fp.path] = fp.new_mode
+                elif fp.kind == "add":
+                    modes[fp.path] = 0o644
+        for role, data in ps.files:
+            if role in roles:
+                files[ROLE_PREFIX + role] = data
+                modes.setdefault(ROLE_PREFIX + role, 0o644)
+    return tuple(checks)
 
 
 def _recorded(s: Session) -> tuple[State, Manifest]:
@@ -308,7 +392,7 @@ def _baseline_bytes(target: Target, base: Manifest, actual: dict[str, Entry], ke
         return target.agent.read(target.info.path_of(key))
     try:
         return target.agent.store_get(target.info.store, entry.digest)
-    except Exception as exc:
+    except (PatchkeeperError, OSError) as exc:  # AgentError (missing, corrupt), TargetError (remote)
         raise StoreError(f"baseline bytes of {key} are not available: {exc}",
                          "the baseline was recorded --manifest-only; restore the file first") from None
 

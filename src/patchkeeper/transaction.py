@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 from . import faults
 from .host.disk import STAGE_PREFIX, AgentError
-from .errors import Refused, StoreError
+from .errors import PatchkeeperError, Refused, StoreError
+from .host.contract import ScanRequest
 from .ledger import Ledger, LedgerEntry
 from .manifest import Entry
 
@@ -138,11 +139,11 @@ def recover(ledger: Ledger) -> str | None:
         stage = op.stage_path(tx)
         if agent.lstat(stage) is not None:
             continue
-        current = agent.scan("/", [], [], None, {op.key: op.path}).get(op.key)
+        current = agent.scan(ScanRequest("/", absolute={op.key: op.path})).get(op.key)
         if current is None or Entry.of(current) != op.new:
             try:  # the stage was lost (or already renamed and then disturbed): re-stage from the store
                 agent.stage(target.info.store, op.new.digest, stage, op.new.mode)
-            except Exception as exc:  # agent errors cross process boundaries as plain exceptions
+            except (PatchkeeperError, OSError) as exc:  # a missing or corrupt object, locally or on a host
                 raise StoreError(f"cannot finish transaction {tx}: {exc}",
                                  "the store is damaged; restore the file by hand") from None
     pending = [op for op in ops if op.new is None or agent.lstat(op.stage_path(tx)) is not None]

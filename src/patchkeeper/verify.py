@@ -360,7 +360,7 @@ def first_errors(text: str, limit: int = FIRST_ERRORS) -> tuple[str, ...]:
     return tuple(hits[:limit])
 
 
-def record(s: Session, report: Report, phase: str, of: str | None) -> LedgerEntry | None:
+def record_verification(s: Session, report: Report, phase: str, of: str | None) -> LedgerEntry | None:
     """Append a `verify` ledger entry for the current state (none before any state is recorded)."""
     state: State | None = s.ledger.current()
     if state is None:
@@ -370,35 +370,3 @@ def record(s: Session, report: Report, phase: str, of: str | None) -> LedgerEntr
                         extra={"phase": phase, "of": of, "verify": report.to_dict()})
     s.ledger.append(entry)
     return entry
-
-
-def describe(report: Report, target: str, state: State | None, out: TextIO = sys.stdout) -> None:
-    where = f"state {state.id}: {state.stack_text()}" if state else "no recorded state"
-    print(f"verify {target}, {where}:", file=out)
-    for c in report.checks:
-        status = "skip" if c.skipped else "ok  " if c.ok else "FAIL"
-        print(f"  {c.name:9} {status}  {c.seconds:6.2f}s  {c.detail}", file=out)
-        if not c.ok and c.output.strip():
-            _block(c.output, out)
-    for i, w in enumerate(report.extra.get("warmups", ()), 1):
-        print(f"  warm-up {i}: {w['seconds']:.2f}s" + (f" ({w['error']})" if w.get("error") else ""), file=out)
-    if report.sample:
-        print(f"  output: {report.sample!r}", file=out)
-    if report.ok:
-        print(f"verification passed: {report.tokens} tokens in {report.seconds:.2f}s "
-              f"({report.tokens_per_s or 0:.1f} tokens/s)", file=out)
-        return
-    print(f"verification FAILED ({report.reason}): {'; '.join(report.problems)}", file=out)
-    if report.errors:
-        print("  first errors in the logs:", file=out)
-        for line in report.errors:
-            print(f"    ! {line}", file=out)
-    if report.logs is not None:
-        print("  logs (the end):", file=out)
-        _block(report.logs, out)
-
-
-def _block(text: str, out: TextIO, lines: int = 40) -> None:
-    rows = text.rstrip().splitlines()
-    for row in rows[-lines:]:
-        print(f"    | {row}", file=out)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from .. import engine, service
+from .. import changes, engine, service
 from ..session import Session
 from ..workspace import Workspace
-from .show_plan import carry_out
+from .show_plan import step_printer
 
 
 def apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bool, verify: bool = True) -> int:
@@ -15,12 +15,17 @@ def apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bo
         if dry_run and s.ledger.current() is None:
             print(f"{s.target.name}: no baseline yet; a real apply records one first")
         elif not dry_run:
-            engine.ensure_baseline(s)
+            baseline = engine.ensure_baseline(s)
+            if baseline is not None:
+                print(f"recorded baseline of {s.target.name}: {baseline.extra['files']} files, "
+                      f"state {baseline.after.id}")
         plan = engine.plan_apply(s, name, force)
         if plan is None:
             print(f"{s.target.name}: {name} is already applied; nothing to do")
             return 0
-        return carry_out(ws, s, plan if dry_run else with_workspace_ref(ws, plan), dry_run, svc)
+        if not dry_run:
+            plan = with_workspace_ref(ws, plan)
+        return changes.carry_out(ws, s, plan, dry_run, svc, step_printer(s.target.name)).exit_code
 
 
 def with_workspace_ref(ws: Workspace, plan: engine.Plan) -> engine.Plan:

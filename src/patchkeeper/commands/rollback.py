@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from .. import engine, service
+from .. import changes, engine, service
 from ..session import Session
 from ..workspace import Workspace
-from .show_plan import carry_out
+from .show_plan import step_printer
 
 
 def rollback(ws: Workspace, target: str | None, to: str, dry_run: bool, verify: bool = True) -> int:
@@ -15,4 +15,4 @@ def rollback(ws: Workspace, target: str | None, to: str, dry_run: bool, verify: 
         if plan is None:
             print(f"{s.target.name}: already in state {to}; nothing to do")
             return 0
-        return carry_out(ws, s, plan, dry_run, svc)
+        return changes.carry_out(ws, s, plan, dry_run, svc, step_printer(s.target.name)).exit_code

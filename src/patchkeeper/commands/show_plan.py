@@ -1,17 +1,21 @@
-"""Carry out a plan and print it the same way for every verb that changes a target."""
+"""Print a change the same way for every verb that makes one: the plan, then each later step."""
 
 from __future__ import annotations
 
-from .. import engine
+import sys
+from typing import TextIO
+
+from ..changes import Changed, KeptFailing, RolledBack, RollingBack, Step, Verified, Verifying
 from ..engine import Plan
+from ..ledger import State
 from ..manifest import ROLE_PREFIX
-from ..session import Session
-from ..workspace import Workspace
+from ..verify import Report
 
 _MARK = {"changed": "M", "added": "A", "removed": "D", "mode": "m"}
+PREVIOUS_FAILS = "the previous code state fails as well: the fault is likely not in the patch set"
 
 
-def describe(plan: Plan, target: str, dry_run: bool) -> None:
+def render_plan(plan: Plan, target: str, dry_run: bool) -> None:
     e = plan.entry
     verb = "would change" if dry_run else "changed"
     for note in plan.notes:
@@ -33,16 +37,65 @@ def describe(plan: Plan, target: str, dry_run: bool) -> None:
           + ("" if dry_run else f" (transaction {e.id})"))
 
 
-def carry_out(ws: Workspace, s: Session, plan: Plan, dry_run: bool, svc) -> int:
-    """Execute the plan (unless a dry run), mirror the records, print it, verify the service."""
-    from .snapshot import mirror
+def render_report(report: Report, target: str, state: State | None, out: TextIO = sys.stdout) -> None:
+    """One verification: each check, the output sample, the verdict and, on failure, the logs."""
+    where = f"state {state.id}: {state.stack_text()}" if state else "no recorded state"
+    print(f"verify {target}, {where}:", file=out)
+    for c in report.checks:
+        status = "skip" if c.skipped else "ok  " if c.ok else "FAIL"
+        print(f"  {c.name:9} {status}  {c.seconds:6.2f}s  {c.detail}", file=out)
+        if not c.ok and c.output.strip():
+            _block(c.output, out)
+    for i, w in enumerate(report.extra.get("warmups", ()), 1):
+        print(f"  warm-up {i}: {w['seconds']:.2f}s" + (f" ({w['error']})" if w.get("error") else ""), file=out)
+    if report.sample:
+        print(f"  output: {report.sample!r}", file=out)
+    if report.ok:
+        print(f"verification passed: {report.tokens} tokens in {report.seconds:.2f}s "
+              f"({report.tokens_per_s or 0:.1f} tokens/s)", file=out)
+        return
+    print(f"verification FAILED ({report.reason}): {'; '.join(report.problems)}", file=out)
+    if report.errors:
+        print("  first errors in the logs:", file=out)
+        for line in report.errors:
+            print(f"    ! {line}", file=out)
+    if report.logs is not None:
+        print("  logs (the end):", file=out)
+        _block(report.logs, out)
 
-    if not dry_run:
-        engine.execute(s, plan)
-        mirror(ws, s)
-    describe(plan, s.target.name, dry_run)
-    if svc is not None and not dry_run:
-        from .verify import after_change
 
-        return after_change(ws, s, svc, plan.entry)
-    return 0
+def _block(text: str, out: TextIO, lines: int = 40) -> None:
+    rows = text.rstrip().splitlines()
+    for row in rows[-lines:]:
+        print(f"    | {row}", file=out)
+
+
+def step_printer(target: str):
+    """A `show` callback for changes.carry_out that prints each step as it happens."""
+
+    def show(step: Step) -> None:
+        if isinstance(step, Changed):
+            render_plan(step.plan, target, step.dry_run)
+        elif isinstance(step, Verifying):
+            print(f"{target}: restarting and verifying the service (--no-verify skips this)")
+        elif isinstance(step, Verified):
+            render_report(step.report, target, step.state)
+        elif isinstance(step, KeptFailing):
+            print(f"{target}: state {step.change.after.id} is in place, but the service fails verification "
+                  f"({step.report.reason})")
+            print(f"  hint: run `patchkeeper audit -t {target}` to see what differs on the target")
+        elif isinstance(step, RollingBack):
+            print(f"{target}: verification failed after {step.change.kind} ({step.report.reason}); "
+                  f"rolling back to the previous state {step.previous.id}: {step.previous.stack_text()}")
+        elif isinstance(step, RolledBack):
+            again, previous = step.again, step.previous
+            if again.ok:
+                print(f"{target}: FAILED and rolled back: {step.change.kind} to {step.change.after.stack_text()} "
+                      f"failed verification ({step.report.reason}); state {previous.id} is back in place and "
+                      "verifies")
+            else:
+                print(f"{target}: FAILED and rolled back to state {previous.id}, but {PREVIOUS_FAILS} "
+                      f"({again.reason}: {again.problems[0] if again.problems else again.message})")
+                print(f"  hint: run `patchkeeper audit -t {target}` to see what else differs on the target")
+
+    return show

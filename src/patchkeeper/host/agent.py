@@ -11,6 +11,7 @@ import json
 import os
 import stat
 import time
+from dataclasses import replace
 
 from .disk import (
     ALGORITHM,
@@ -28,11 +29,12 @@ from .disk import (
     walk_files,
     write_atomic,
 )
+from .contract import AgentContract, CompareRequest, Pair, Rows, ScanRequest
 from .distcheck import check_bytecode, check_record
 from .store import Store
 
 
-class Agent:
+class Agent(AgentContract):
     """The near-disk half of a target; the controller calls these methods locally or over SSH."""
 
     def __init__(self) -> None:
@@ -54,7 +56,7 @@ class Agent:
 
         paths = sysconfig.get_paths()
         return {"prefix": sys.prefix, "purelib": paths["purelib"], "platlib": paths["platlib"],
-                "python": "%d.%d.%d" % sys.version_info[:3]}
+                "python": "%d.%d.%d" % sys.version_info[:3], "cache_tag": sys.implementation.cache_tag}
 
     def algorithm(self) -> str:
         """The hash this agent's digests use: blake3, or sha256 where blake3 is not importable."""
@@ -193,14 +195,13 @@ class Agent:
         return [line.rsplit(",", 2)[0] for line in lines if line]
 
     # ---- scanning ----------------------------------------------------------------------
-    def scan(self, root: str, paths: list[str], walk: list[str], cache: str | None = None,
-             absolute: dict[str, str] | None = None, algorithm: str | None = None) -> dict[str, list]:
-        """Digest, size and mode of files under `root`: the given relative paths plus every
-        file below the `walk` directories, and the `absolute` key -> path extras.
+    def scan(self, request: ScanRequest) -> Rows:
+        """Digest, size and mode of the files the request names (see ScanRequest).
 
         Missing paths are left out. Unchanged files (by the stat cache) are not re-read.
-        `algorithm` asks for another hash than the agent's own (give it its own `cache`).
         """
+        root, paths, walk, absolute = request.root, request.paths, request.walk, request.absolute
+        cache, algorithm = request.cache, request.algorithm
         algorithm = algorithm or ALGORITHM
         cached = StatCache(cache)
         names = dict.fromkeys(_walked for rel_dir in walk for _walked in walk_files(root, rel_dir))
@@ -242,11 +243,12 @@ class Agent:
         cached.save()
         return dict(sorted(out.items()))
 
-    def compare_many(self, store: str, manifests: list[str], root: str, paths: list[str], walk: list[str],
-                     cache: str | None = None, absolute: dict[str, str] | None = None) -> list[dict[str, list]]:
+    def compare_many(self, request: CompareRequest) -> list[dict[str, Pair]]:
         """Scan as `scan` does and compare with each stored manifest object, here, next to the
         files, with one scan per hash algorithm: for each manifest only the differing keys come
         back, as key -> [recorded row, actual row] (None where absent)."""
+        store, manifests, scan = request.store, request.manifests, request.scan
+        cache = scan.cache
         recorded = [manifest_rows(self._store(store).get(m)) for m in manifests]
         out: list[dict[str, list]] = []
         scans: dict[str, dict[str, list]] = {}
@@ -254,7 +256,7 @@ class Agent:
             algorithm = algorithm_of(next(iter(rows.values()))[0]) if rows else ALGORITHM
             if algorithm not in scans:
                 own = cache if algorithm == ALGORITHM or not cache else f"{cache}.{algorithm}"
-                scans[algorithm] = self.scan(root, paths, walk, own, absolute, algorithm)
+                scans[algorithm] = self.scan(replace(scan, cache=own, algorithm=algorithm))
             actual = scans[algorithm]
             out.append({k: [rows.get(k), actual.get(k)] for k in sorted(set(rows) | set(actual))
                         if rows.get(k) != actual.get(k)})

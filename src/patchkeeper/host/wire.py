@@ -12,6 +12,8 @@ import sys
 import traceback
 import zlib
 
+from .contract import requests_from_wire
+
 _BYTES = "\x00b"  # a key no path or field can be
 _SQUEEZE = 16 << 10  # headers larger than this (long path lists, scans) travel zlib-compressed
 _SQUEEZED = 1 << 31  # flag in the length prefix
@@ -97,7 +99,7 @@ def serve(agent, stdin=None, stdout=None) -> None:
             method = header["m"]
             if method.startswith("_"):
                 raise AttributeError(f"no agent method {method!r}")
-            result = getattr(agent, method)(*args, **kwargs)
+            result = getattr(agent, method)(*requests_from_wire(method, args), **kwargs)
             frame = encode({"ok": 1}, result)
         except Exception as exc:  # every failure goes back to the controller, the loop goes on
             frame = encode({"error": error_doc(exc)})

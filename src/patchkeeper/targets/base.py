@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ..errors import BadInput, TargetError
+from ..host.contract import AgentContract
 from ..manifest import ROLE_PREFIX
 from ..workspace import TargetConfig
 
@@ -16,7 +17,7 @@ _INFO = (
     "import json, sys, sysconfig\n"
     "p = sysconfig.get_paths()\n"
     "print(json.dumps({'prefix': sys.prefix, 'purelib': p['purelib'], 'platlib': p['platlib'],"
-    " 'python': '%d.%d.%d' % sys.version_info[:3]}))\n"
+    " 'python': '%d.%d.%d' % sys.version_info[:3], 'cache_tag': sys.implementation.cache_tag}))\n"
 )
 
 
@@ -73,8 +74,8 @@ class Target(ABC):
 
     @property
     @abstractmethod
-    def agent(self):
-        """An object with the methods of `patchkeeper.host.agent.Agent`, running next to the files."""
+    def agent(self) -> AgentContract:
+        """The near-disk agent, running next to the files in the target's own interpreter."""
 
     @abstractmethod
     def run(self, argv: list[str], timeout: float = 60.0, input: bytes | None = None) -> tuple[int, bytes, bytes]:

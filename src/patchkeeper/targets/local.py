@@ -1,22 +1,55 @@
-"""A target on this machine: the agent runs in-process, programs run as subprocesses."""
+"""A target on this machine: its agent runs in its own interpreter; programs run as subprocesses.
+
+When the target's interpreter is this very Python version and implementation, the agent runs
+in-process (the same answers, no process to start); otherwise it runs in the target's
+interpreter, over the wire the remote agent uses, so that bytecode is judged by the
+MAGIC_NUMBER and `compile` of the Python that will run it."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
+import sys
+from functools import cached_property
 
 from ..host.agent import Agent
+from ..host.contract import AgentContract
 from ..host.disk import write_atomic
 from .base import Target
+from .remote_agent import AgentProxy
+from ..workspace import TargetConfig
+
+THIS_PYTHON = "%d.%d.%d" % sys.version_info[:3]
 
 
 class LocalTarget(Target):
-    _agent = Agent()
+    _in_process = Agent()
+
+    def __init__(self, config: TargetConfig) -> None:
+        super().__init__(config)
+        self._proxy: AgentProxy | None = None
 
     @property
-    def agent(self) -> Agent:
-        return self._agent
+    def agent(self) -> AgentContract:
+        if self._proxy is not None:
+            return self._proxy
+        if self.same_interpreter:
+            return self._in_process
+        self._proxy = AgentProxy.in_subprocess(self.name, self.config.python)
+        return self._proxy
+
+    @cached_property
+    def same_interpreter(self) -> bool:
+        """Whether the target's Python is this one (version and implementation): then the agent
+        can run in-process and give the answers the target's own interpreter would."""
+        py = self.interpreter()
+        return py["python"] == THIS_PYTHON and py.get("cache_tag") == sys.implementation.cache_tag
+
+    def close(self) -> None:
+        if self._proxy is not None:
+            self._proxy.close()
+            self._proxy = None
 
     def run(self, argv: list[str], timeout: float = 60.0, input: bytes | None = None) -> tuple[int, bytes, bytes]:
         """Output goes to files, not pipes, so a daemon the command leaves running (a restart
@@ -58,7 +91,7 @@ class LocalTarget(Target):
         except (OSError, ValueError):
             known = {}
         hit = known.get(python)
-        if hit and hit["key"] == key:
+        if hit and hit["key"] == key and "cache_tag" in hit["info"]:
             return hit["info"]
         info = super().interpreter()
         known[python] = {"key": key, "info": info}

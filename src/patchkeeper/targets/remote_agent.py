@@ -1,25 +1,30 @@
-"""The agent on a remote host: started in the target's Python over an SSH exec channel.
+"""The agent in the target's own Python, reached over the wire: on a host through an SSH exec
+channel, on this machine through the pipes of a subprocess.
 
 Nothing is installed on the host. The target's interpreter is started with a bootstrap that
 reads a given number of bytes from stdin and executes them: the sources of the agent's modules
 (everything in `patchkeeper.host`), built there into a package, then answering framed requests
-on stdin/stdout. Calls look exactly like calls on
-`patchkeeper.host.agent.Agent`; exceptions come back as the same types where that matters
-(FileNotFoundError, AgentError) and as TargetError otherwise.
+on stdin/stdout. `AgentProxy` declares the agent contract (`host.contract.AgentContract`) method
+by method; exceptions come back as the same types where that matters (FileNotFoundError,
+AgentError) and as TargetError otherwise.
 """
 
 from __future__ import annotations
 
+import os
 import shlex
+import subprocess
+import tempfile
 import threading
 from importlib import resources
+from typing import Any, Protocol
 
+from ..errors import AgentError, TargetError
 from ..host import wire
-from ..errors import AgentError
-from ..errors import TargetError
+from ..host.contract import AgentContract, CompareRequest, Pair, Rows, ScanRequest, as_wire
 
 # The agent's modules, in import order; on the host they become the package `pkagent`.
-AGENT_MODULES = ("errors", "disk", "store", "distcheck", "agent", "wire")
+AGENT_MODULES = ("errors", "disk", "store", "distcheck", "contract", "agent", "wire")
 _BOOT = """
 import sys, types
 pkg = types.ModuleType("pkagent"); pkg.__path__ = []; sys.modules["pkagent"] = pkg
@@ -39,43 +44,138 @@ def program() -> bytes:
     return f"MODULES = {sources!r}\n{_BOOT}".encode("utf-8")
 
 
+def argv(python: str, size: int) -> list[str]:
+    """The interpreter, isolated, reading `size` bytes of program from stdin."""
+    return [python, "-I", "-c", f"import sys;exec(sys.stdin.buffer.read({size}))"]
+
+
 def command_line(python: str, size: int) -> str:
-    """The exec request: the interpreter, isolated, reading `size` bytes of program from stdin."""
-    boot = f"import sys;exec(sys.stdin.buffer.read({size}))"
-    return " ".join(shlex.quote(a) for a in [python, "-I", "-c", boot])
+    """The exec request of an SSH channel: `argv`, quoted for the login shell."""
+    return " ".join(shlex.quote(a) for a in argv(python, size))
 
 
-class RemoteAgent:
-    """Proxy with the methods of Agent; one request at a time over one channel."""
+class Link(Protocol):
+    """A started agent's end of the wire: bytes in, bytes out, its stderr for an error message."""
 
-    def __init__(self, channel, target_name: str, python: str) -> None:
+    def send(self, data: bytes) -> None: ...
+
+    def recv(self, n: int) -> bytes: ...  # b"" at the end
+
+    def stderr(self) -> str: ...  # its last line
+
+    def close(self) -> None: ...
+
+
+class SshLink:
+    """The agent started on a host through an SSH exec channel (a paramiko Channel)."""
+
+    def __init__(self, channel: Any, python: str, program: bytes) -> None:
         self._chan = channel
-        self._name = target_name
-        self._lock = threading.Lock()
-        self._buf = bytearray()
-        code = program()
-        channel.exec_command(command_line(python, len(code)))
-        channel.sendall(code)
-        try:
-            header, hello = wire.decode(self._read_exact)
-        except TargetError:
-            err = self._stderr()
-            raise TargetError(f"target {target_name}: cannot start its interpreter {python} on the host"
-                              + (f": {err}" if err else ""),
-                              f"fix python = ... in [targets.{target_name}]") from None
-        self.remote_algorithm: str = hello["algorithm"]
+        channel.exec_command(command_line(python, len(program)))
+        channel.sendall(program)
 
-    def _stderr(self) -> str:
+    def send(self, data: bytes) -> None:
+        self._chan.sendall(data)
+
+    def recv(self, n: int) -> bytes:
+        return self._chan.recv(n)
+
+    def stderr(self) -> str:
         out = b""
         while self._chan.recv_stderr_ready():
             out += self._chan.recv_stderr(65536)
-        lines = out.decode(errors="replace").strip().splitlines()
-        return lines[-1] if lines else ""
+        return _last_line(out)
+
+    def close(self) -> None:
+        try:
+            self._chan.shutdown_write()  # end of input: the agent returns and exits
+            self._chan.recv_exit_status()
+        except Exception:
+            pass
+        self._chan.close()
+
+
+class PipeLink:
+    """The agent started on this machine in another interpreter, over its stdin and stdout."""
+
+    def __init__(self, python: str, program: bytes) -> None:
+        self._err = tempfile.TemporaryFile()  # a file, not a pipe: a chatty stderr cannot block it
+        try:
+            self._proc = subprocess.Popen(argv(python, len(program)), stdin=subprocess.PIPE,
+                                          stdout=subprocess.PIPE, stderr=self._err)
+        except OSError:
+            self._err.close()
+            raise
+        self.send(program)
+
+    def send(self, data: bytes) -> None:
+        assert self._proc.stdin is not None
+        self._proc.stdin.write(data)
+        self._proc.stdin.flush()
+
+    def recv(self, n: int) -> bytes:
+        assert self._proc.stdout is not None
+        return os.read(self._proc.stdout.fileno(), n)
+
+    def stderr(self) -> str:
+        self._err.seek(0)
+        return _last_line(self._err.read())
+
+    def close(self) -> None:
+        try:
+            if self._proc.stdin is not None:
+                self._proc.stdin.close()  # end of input: the agent returns and exits
+            self._proc.wait(timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            self._proc.kill()
+            self._proc.wait()
+        if self._proc.stdout is not None:
+            self._proc.stdout.close()
+        self._err.close()
+
+
+def _last_line(out: bytes) -> str:
+    lines = out.decode(errors="replace").strip().splitlines()
+    return lines[-1] if lines else ""
+
+
+class AgentProxy(AgentContract):
+    """The agent contract, each call one request over one link, one at a time."""
+
+    def __init__(self, link: Link, target_name: str, python: str) -> None:
+        self._link = link
+        self._name = target_name
+        self._lock = threading.Lock()
+        self._buf = bytearray()
+        try:
+            header, hello = wire.decode(self._read_exact)
+        except TargetError:
+            err = link.stderr()
+            link.close()
+            raise TargetError(f"target {target_name}: cannot start its interpreter {python}"
+                              + (" on the host" if isinstance(link, SshLink) else "")
+                              + (f": {err}" if err else ""),
+                              f"fix python = ... in [targets.{target_name}]") from None
+        self.remote_algorithm: str = hello["algorithm"]
+        self.remote_python: str = hello["python"]
+
+    @classmethod
+    def over_ssh(cls, channel: Any, target_name: str, python: str) -> "AgentProxy":
+        return cls(SshLink(channel, python, program()), target_name, python)
+
+    @classmethod
+    def in_subprocess(cls, target_name: str, python: str) -> "AgentProxy":
+        try:
+            link = PipeLink(python, program())
+        except OSError as exc:
+            raise TargetError(f"target {target_name}: cannot start its interpreter {python}: {exc}",
+                              f"fix python = ... in [targets.{target_name}]") from None
+        return cls(link, target_name, python)
 
     def _read_exact(self, n: int) -> bytes:
         buf = self._buf
         while len(buf) < n:
-            chunk = self._chan.recv(max(n - len(buf), 1 << 18))
+            chunk = self._link.recv(max(n - len(buf), 1 << 18))
             if not chunk:
                 raise TargetError(f"the connection to target {self._name} was lost",
                                   f"run `patchkeeper recover -t {self._name}` (or any command on it): "
@@ -85,10 +185,10 @@ class RemoteAgent:
         del buf[:n]
         return data
 
-    def call(self, method: str, *args, **kwargs):
+    def _call(self, method: str, *args: Any) -> Any:
         with self._lock:
             try:
-                self._chan.sendall(wire.encode({"m": method}, [list(args), kwargs]))
+                self._link.send(wire.encode({"m": method}, [[as_wire(a) for a in args], {}]))
             except OSError as exc:
                 raise TargetError(f"the connection to target {self._name} was lost ({exc})",
                                   f"run `patchkeeper recover -t {self._name}`") from None
@@ -97,18 +197,93 @@ class RemoteAgent:
             raise _exception(header["error"], self._name, method)
         return value
 
-    def __getattr__(self, method: str):
-        if method.startswith("_"):
-            raise AttributeError(method)
-        return lambda *args, **kwargs: self.call(method, *args, **kwargs)
-
     def close(self) -> None:
-        try:
-            self._chan.shutdown_write()  # end of input: the agent returns and exits
-            self._chan.recv_exit_status()
-        except Exception:
-            pass
-        self._chan.close()
+        self._link.close()
+
+    # ---- the contract, method by method (host.contract.AgentContract) -------------------------
+    def hostname(self) -> str:
+        return self._call("hostname")
+
+    def interpreter(self) -> dict[str, str]:
+        return self._call("interpreter")
+
+    def algorithm(self) -> str:
+        return self._call("algorithm")
+
+    def pid(self) -> int:
+        return self._call("pid")
+
+    def read(self, path: str) -> bytes:
+        return self._call("read", path)
+
+    def lstat(self, path: str) -> dict[str, Any] | None:
+        return self._call("lstat", path)
+
+    def realpath(self, path: str) -> str:
+        return self._call("realpath", path)
+
+    def escaping(self, root: str, rels: list[str]) -> dict[str, str]:
+        return self._call("escaping", root, rels)
+
+    def write_atomic(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        self._call("write_atomic", path, data, mode)
+
+    def write_new(self, path: str, data: bytes, mode: int) -> None:
+        self._call("write_new", path, data, mode)
+
+    def read_all(self, directory: str, suffix: str) -> dict[str, bytes]:
+        return self._call("read_all", directory, suffix)
+
+    def rename(self, src: str, dst: str) -> None:
+        self._call("rename", src, dst)
+
+    def unlink(self, path: str) -> bool:
+        return self._call("unlink", path)
+
+    def listdir(self, path: str) -> list[str]:
+        return self._call("listdir", path)
+
+    def remove_bytecode(self, paths: list[str]) -> int:
+        return self._call("remove_bytecode", paths)
+
+    def dist_info(self, site_dirs: list[str], package: str) -> dict[str, Any] | None:
+        return self._call("dist_info", site_dirs, package)
+
+    def scan(self, request: ScanRequest) -> Rows:
+        return self._call("scan", request)
+
+    def compare_many(self, request: CompareRequest) -> list[dict[str, Pair]]:
+        return self._call("compare_many", request)
+
+    def store_put(self, store: str, data: bytes, digest: str | None = None) -> str:
+        return self._call("store_put", store, data, digest)
+
+    def store_get(self, store: str, digest: str) -> bytes:
+        return self._call("store_get", store, digest)
+
+    def store_missing(self, store: str, digests: list[str]) -> list[str]:
+        return self._call("store_missing", store, digests)
+
+    def store_put_files(self, store: str, files: dict[str, str]) -> dict[str, str]:
+        return self._call("store_put_files", store, files)
+
+    def stage(self, store: str, digest: str, path: str, mode: int) -> None:
+        self._call("stage", store, digest, path, mode)
+
+    def lock(self, path: str, holder: dict[str, Any]) -> dict[str, Any] | None:
+        return self._call("lock", path, holder)
+
+    def unlock(self, path: str) -> None:
+        self._call("unlock", path)
+
+    def dist_infos(self, site: str) -> list[str]:
+        return self._call("dist_infos", site)
+
+    def audit_record(self, site: str, dist_infos: list[str], cache_dir: str | None = None) -> dict[str, dict[str, Any]]:
+        return self._call("audit_record", site, dist_infos, cache_dir)
+
+    def audit_bytecode(self, site: str, cache_tag: str, verify: list[str], cache: str | None = None) -> dict[str, Any]:
+        return self._call("audit_bytecode", site, cache_tag, verify, cache)
 
 
 def _exception(doc: dict, target: str, method: str) -> Exception:

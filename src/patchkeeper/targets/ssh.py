@@ -21,7 +21,7 @@ from functools import cached_property
 
 from ..errors import BadInput, TargetError
 from .base import Target
-from .remote_agent import RemoteAgent
+from .remote_agent import AgentProxy
 
 _SYSTEM_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"
 _IMPORT_LOCK = threading.Lock()
@@ -167,7 +167,7 @@ class SshTarget(Target):
         super().__init__(config)
         self.endpoint = resolve(config.ssh)
         self._clients: list = []  # jump hosts first, the target last
-        self._agent: RemoteAgent | None = None
+        self._agent: AgentProxy | None = None
         self._open_lock = threading.Lock()
 
     def _client(self):
@@ -207,9 +207,9 @@ class SshTarget(Target):
         return chan
 
     @property
-    def agent(self) -> RemoteAgent:
+    def agent(self) -> AgentProxy:
         if self._agent is None:
-            self._agent = RemoteAgent(self._session(), self.name, self.config.python)
+            self._agent = AgentProxy.over_ssh(self._session(), self.name, self.config.python)
         return self._agent
 
     def interpreter(self) -> dict:
