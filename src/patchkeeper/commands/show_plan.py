@@ -60,7 +60,7 @@ def render_report(report: Report, target: str, state: State | None, out: TextIO 
         for line in report.errors:
             print(f"    ! {line}", file=out)
     if report.logs is not None:
-        print("  logs (the end):", file=out)
+        print("  logs (the end):" if report.logs.strip() else "  logs: (no output)", file=out)
         _block(report.logs, out)
 
 
