@@ -57,6 +57,7 @@ demo: install $(TESTENV)/.done
 	bash scripts/demo.sh
 
 test: install $(TESTENV)/.done $(WHEELS)/.audit sshd
+	$(BIN)/mypy  # [tool.mypy] in pyproject.toml: strict on host/, the engine and changes.py
 	$(BIN)/pytest -q -n 2
 
 bench: install $(TESTENV)/.done $(WHEELS)/.audit $(TORCHENV)/.done sshd

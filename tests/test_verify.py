@@ -259,9 +259,27 @@ def test_probe_is_stdlib_only():
 
 
 def test_probe_reads_chunked_answers_and_bracketed_hosts():
+    import socket
+    import threading
+
     from patchkeeper.host import probe_http
 
-    assert probe_http._dechunk(b"4\r\n{\"a\"\r\n3;x=1\r\n: 1\r\n1\r\n}\r\n0\r\n\r\n") == b'{"a": 1}'
-    assert probe_http._split("http://[::1]:8000/v1") == ("http", "[::1]:8000", "::1", 8000, "/v1")
-    assert probe_http._split("https://h.example") == ("https", "h.example", "h.example", 443, "/")
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def answer() -> None:  # one chunked HTTP/1.1 answer, chunk extensions included
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+                         b"4\r\n{\"a\"\r\n3;x=1\r\n: 1\r\n1\r\n}\r\n0\r\n\r\n")
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    try:
+        assert probe_http._call(f"http://127.0.0.1:{server.getsockname()[1]}/v1/models") == (200, {"a": 1}, None)
+    finally:
+        thread.join(10)
+        server.close()
+    assert probe_http._split("http://[::1]:8000/v1") == ("http", "::1", 8000, "/v1")
+    assert probe_http._split("https://h.example") == ("https", "h.example", 443, "/")
     assert probe_http._call(f"http://127.0.0.1:{free_port()}/v1/models", timeout=1)[2] == "Connection refused"

@@ -45,7 +45,7 @@ class Finding:
 
 
 @dataclass(frozen=True)
-class Report:
+class AuditReport:
     target: str
     host: str
     package: str
@@ -119,8 +119,8 @@ def is_warm(target: Target) -> bool:
                               if name != target.info.dist_info)
 
 
-def run(target: Target, ledger: Ledger, probes: Iterable[str] = (), progress: Progress | None = None,
-        probe_timeout: float = PROBE_TIMEOUT, owners: dict[str, str] | None = None) -> Report:
+def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), progress: Progress | None = None,
+        probe_timeout: float = PROBE_TIMEOUT, owners: dict[str, str] | None = None) -> AuditReport:
     """Audit one target, opened in a Session (so an interrupted transaction was recovered first)."""
     info, agent = target.info, target.agent
     tell = progress or (lambda what, done, total: None)
@@ -173,7 +173,7 @@ def run(target: Target, ledger: Ledger, probes: Iterable[str] = (), progress: Pr
                     findings.append(Finding("probe", module, "import-failed", line))
     order = {c: i for i, c in enumerate(CLASSES)}
     findings.sort(key=lambda f: (order[f.cls], f.dist, f.path))
-    return Report(target.name, info.host, info.package, current, files, tuple(findings), tuple(notes))
+    return AuditReport(target.name, info.host, info.package, current, files, tuple(findings), tuple(notes))
 
 
 def _classify(ledger: Ledger, current: State, actual: Manifest, owners: dict[str, str] | None) -> list[Finding]:

@@ -12,10 +12,10 @@ from typing import Callable, Union
 from . import engine
 from .engine import Plan
 from .errors import EXIT_DIFFERS, EXIT_ROLLED_BACK
-from .ledger import LedgerEntry, State
+from .ledger import LedgerEntry, RollbackExtra, State
 from .service import ServiceConfig
 from .session import Session
-from .verify import Report, last_pass, record_verification, run_checks
+from .verify import Verification, last_pass, record_verification, run_checks
 from .workspace import Workspace
 
 
@@ -39,7 +39,7 @@ class Verifying:
 class Verified:
     """One verification, recorded in the ledger while `state` was current."""
 
-    report: Report
+    report: Verification
     state: State | None
 
 
@@ -48,7 +48,7 @@ class KeptFailing:
     """The change stays (it cannot be rolled back automatically) although verification failed."""
 
     change: LedgerEntry
-    report: Report
+    report: Verification
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class RollingBack:
     """Verification failed after `change`: the target goes back to `previous`."""
 
     change: LedgerEntry
-    report: Report
+    report: Verification
     previous: State
 
 
@@ -65,9 +65,9 @@ class RolledBack:
     """The automatic rollback is done; `again` is the verification of the state restored."""
 
     change: LedgerEntry
-    report: Report
+    report: Verification
     previous: State
-    again: Report
+    again: Verification
 
 
 Step = Union[Changed, Verifying, Verified, KeptFailing, RollingBack, RolledBack]
@@ -118,7 +118,7 @@ def _after_change(ws: Workspace, s: Session, svc: ServiceConfig, change: LedgerE
     plan = engine.plan_rollback(s, previous.id)
     if plan is not None:
         entry = dataclasses.replace(plan.entry, command=f"{s.command} (automatic rollback)",
-                                    extra={"automatic": True, "undoes": change.id, "reason": report.reason})
+                                    extra=RollbackExtra(automatic=True, undoes=change.id, reason=report.reason))
         plan = dataclasses.replace(plan, entry=entry)
         engine.execute(s, plan)
         step(Changed(plan, False))
@@ -128,7 +128,7 @@ def _after_change(ws: Workspace, s: Session, svc: ServiceConfig, change: LedgerE
     return EXIT_ROLLED_BACK
 
 
-def _verify(s: Session, svc: ServiceConfig, phase: str, of: str, step: Callable[[Step], None]) -> Report:
+def _verify(s: Session, svc: ServiceConfig, phase: str, of: str, step: Callable[[Step], None]) -> Verification:
     report = run_checks(s.target, svc, with_restart=True, progress=sys.stderr,
                         last_pass=last_pass(s.ledger, s.ledger.current()))
     record_verification(s, report, phase, of)

@@ -156,7 +156,7 @@ def recover(ctx, target):
 @command
 def audit(ctx, target, probes, every, as_json, verbose, quiet):
     """What differs in the target's site-packages, and why: patched, drift, environment, bytecode, probe."""
-    from .commands.audit import run
+    from .commands.audit import audit as run
 
     return run(_workspace(ctx), target, list(probes), every, as_json, verbose, quiet)
 

@@ -5,18 +5,19 @@ from __future__ import annotations
 import posixpath
 import time
 from dataclasses import dataclass, field
-from typing import Collection
+from pathlib import Path
+from typing import Collection, Iterable
 
 from . import faults, patching, patchset, transaction
 from .errors import BadInput, PatchkeeperError, Refused, StoreError
 from .host.contract import CompareRequest, ScanRequest
-from .ledger import LedgerEntry, State, new_id, who
+from .ledger import ApplyExtra, LedgerEntry, PatchSetRef, RecordExtra, State, new_id, who
 from .manifest import ROLE_PREFIX, Entry, Manifest, differences
 from .patchset import PatchSet
 from .session import Session
 from .targets import Target
-from .workspace import TargetConfig
 from .transaction import FileOp
+from .workspace import TargetConfig, Workspace
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ def scan_all(target: Target, algorithm: str | None = None) -> Manifest:
     return Manifest.from_scan(target.agent.scan(request))
 
 
-def scan_keys(target: Target, keys) -> dict[str, Entry]:
+def scan_keys(target: Target, keys: Iterable[str]) -> dict[str, Entry]:
     info = target.info
     roles = info.role_keys()
     paths = tuple(k for k in keys if not k.startswith(ROLE_PREFIX))
@@ -96,7 +97,7 @@ def record_state(s: Session, kind: str, name: str, bytes_kept: bool = True) -> L
     state = State.make(ledger.save_manifest(manifest), current.stack if current else (), name, bytes_kept)
     entry = LedgerEntry(id=new_id(), seq=ledger.next_seq(), time=time.time(), who=who(), command=s.command,
                         kind=kind, after=state, before=current,
-                        extra={"files": len(manifest), "package_version": target.info.version})
+                        extra=RecordExtra(files=len(manifest), package_version=target.info.version))
     ledger.append(entry)
     return entry
 
@@ -109,7 +110,7 @@ def ensure_baseline(s: Session, bytes_kept: bool = True) -> LedgerEntry | None:
 
 
 # ---- apply / switch --------------------------------------------------------------------------
-def resolve(ws_patchsets, name: str, bind_to: TargetConfig | None = None) -> list[PatchSet]:
+def resolve(ws_patchsets: Path, name: str, bind_to: TargetConfig | None = None) -> list[PatchSet]:
     """The patch set and everything it requires, requirements first; with `bind_to`, their role
     files rendered with that target's vars (a missing value is refused here, before any change)."""
     out: dict[str, PatchSet] = {}
@@ -128,7 +129,7 @@ def resolve(ws_patchsets, name: str, bind_to: TargetConfig | None = None) -> lis
     return list(out.values())
 
 
-def _bound(sets: list[PatchSet], config: TargetConfig, trial: bool) -> tuple[list[PatchSet], list["Misfit"]]:
+def _bound(sets: list[PatchSet], config: TargetConfig, trial: bool) -> tuple[list[PatchSet], list[Misfit]]:
     """The sets with role files rendered for the target; a template without a value raises BadInput,
     or in a trial is a misfit (kind "template") and that set keeps its templates."""
     out, unrendered = [], []
@@ -143,8 +144,8 @@ def _bound(sets: list[PatchSet], config: TargetConfig, trial: bool) -> tuple[lis
     return out, unrendered
 
 
-def _ref(ps: PatchSet) -> dict:
-    ref = {"name": ps.name, "version": ps.version, "digest": ps.digest, "group": ps.group}
+def _ref(ps: PatchSet) -> PatchSetRef:
+    ref: PatchSetRef = {"name": ps.name, "version": ps.version, "digest": ps.digest, "group": ps.group}
     if ps.values:
         ref["vars"] = dict(ps.values)  # the values its role-file templates were rendered with
     return ref
@@ -154,12 +155,12 @@ def _ref(ps: PatchSet) -> dict:
 class StackChange:
     """What applying patch sets does to the applied stack."""
 
-    removed: tuple[dict, ...]  # refs replaced: the same names, or the same groups (a switch)
-    kept: tuple[dict, ...]  # refs that stay, in order
+    removed: tuple[PatchSetRef, ...]  # refs replaced: the same names, or the same groups (a switch)
+    kept: tuple[PatchSetRef, ...]  # refs that stay, in order
     adding: tuple[PatchSet, ...]  # applied after the kept ones, requirements first
 
 
-def stack_change(ws_patchsets, stack, incoming: list[PatchSet]) -> StackChange | None:
+def stack_change(ws_patchsets: Path, stack: Iterable[PatchSetRef], incoming: list[PatchSet]) -> StackChange | None:
     """The change applying `incoming` (requirements first, the named one last) makes to `stack`;
     None when that very version and content is already applied."""
     top = incoming[-1]
@@ -174,7 +175,7 @@ def stack_change(ws_patchsets, stack, incoming: list[PatchSet]) -> StackChange |
     return StackChange(removed, kept, adding)
 
 
-def group_of(ws_patchsets, ref: dict) -> str | None:
+def group_of(ws_patchsets: Path, ref: PatchSetRef) -> str | None:
     """An applied patch set's group, from its ledger ref (or, for older refs, its directory)."""
     if "group" in ref:
         return ref["group"]
@@ -205,8 +206,8 @@ def misfits(sets: list[PatchSet], package: str, version: str, roles: Collection[
             out.append(Misfit("package", ps, package))
         elif ps.package_version and not SpecifierSet(ps.package_version).contains(version, prereleases=True):
             out.append(Misfit("version", ps, version))
-        for role, _ in ps.files if roles is not None else ():
-            if role not in roles:
+        for role, _ in ps.files:
+            if roles is not None and role not in roles:
                 out.append(Misfit("role", ps, role))
     return out
 
@@ -267,7 +268,7 @@ def plan_apply(s: Session, name: str, force: bool, trial: bool = False) -> Plan 
         old_sets = [_load_applied(ws, p) for p in removed]
         build = kept_sets + adding
         keys = touched_keys(build + old_sets)
-        base_manifest = ledger.load_manifest(ledger.baseline())
+        base_manifest = ledger.load_manifest(_baseline(s))
     else:
         build = adding
         keys = touched_keys(build)
@@ -299,7 +300,7 @@ def plan_apply(s: Session, name: str, force: bool, trial: bool = False) -> Plan 
                         kind=kind, before=current, after=after, patchsets=tuple(_ref(ps) for ps in adding),
                         changed=differences({op.key: op.old for op in ops if op.old},
                                             {op.key: op.new for op in ops if op.new}),
-                        hand_edits=drift, extra={"removed": removed})
+                        hand_edits=drift, extra=ApplyExtra(removed=removed))
     return Plan(tuple(ops), contents, entry, drift, tuple(notes), checks, tuple(found))
 
 
@@ -354,7 +355,15 @@ def _recorded(s: Session) -> tuple[State, Manifest]:
     return State.make(s.target.hash_bytes(manifest.to_text()), (), "baseline"), manifest
 
 
-def _load_applied(ws, ref: dict) -> PatchSet:
+def _baseline(s: Session) -> State:
+    baseline = s.ledger.baseline()
+    if baseline is None:  # every recorded state descends from a baseline
+        raise StoreError(f"target {s.target.name} has recorded states but no baseline",
+                         "its ledger is damaged; see `patchkeeper log`")
+    return baseline
+
+
+def _load_applied(ws: Workspace, ref: PatchSetRef) -> PatchSet:
     ps = patchset.load(ws.patchsets_dir, ref["name"])
     if ps.digest != ref["digest"]:
         raise Refused(f"applied patch set {ref['name']}@{ref['version']} is no longer in the workspace as applied "
@@ -362,7 +371,7 @@ def _load_applied(ws, ref: dict) -> PatchSet:
     return ps
 
 
-def owners_of(ws, stack) -> dict[str, str]:
+def owners_of(ws: Workspace, stack: Iterable[PatchSetRef]) -> dict[str, str]:
     """key -> the patch set(s) of `stack` that touch it, by their paths and role files."""
     owners: dict[str, list[str]] = {}
     for ref in stack:
@@ -451,4 +460,4 @@ def plan_rollback(s: Session, spec: str) -> Plan | None:
 
 
 def execute(s: Session, plan: Plan) -> None:
-    transaction.run(s.ledger, list(plan.ops), plan.contents, plan.entry)
+    transaction.carry_out(s.ledger, list(plan.ops), plan.contents, plan.entry)

@@ -148,3 +148,16 @@ def read_range(directory: str, span: str, subdir: str) -> list[Change]:
         raise BadInput(f"{directory}: symlinks or submodules cannot be recorded: {', '.join(odd)}",
                        "keep such changes out of the range")
     return changes
+
+
+def range_patch(directory: str, span: str, subdir: str) -> bytes:
+    """The patch git itself writes for `span` below `subdir`, paths relative to `subdir` (call
+    after read_range, which checks the range); the options fix what a user's git config could vary."""
+    import git
+
+    left, _, right = span.partition("..")
+    subdir = subdir.strip("/")
+    args = ["--binary", "--no-renames", "--no-color", "--no-ext-diff", "--no-textconv", "-U3",
+            "--src-prefix=a/", "--dst-prefix=b/", *([f"--relative={subdir}"] if subdir else []),
+            left, right, "--", subdir or "."]
+    return git.Repo(directory).git.diff(*args, stdout_as_string=False, strip_newline_in_stdout=False)

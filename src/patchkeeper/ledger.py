@@ -9,11 +9,59 @@ import posixpath
 import socket
 import time
 from dataclasses import asdict, dataclass, field
+from typing import Any, TypedDict, Union
 
 from .host.disk import hash_bytes
 from .errors import BadInput, Refused
 from .manifest import Manifest
 from .targets import Target
+
+
+class PatchSetRef(TypedDict, total=False):
+    """An applied patch set as the ledger names it (`group` since it was written; older refs lack it)."""
+
+    name: str
+    version: str
+    digest: str
+    group: str | None
+    vars: dict[str, str]  # the values its role-file templates were rendered with (only when they use any)
+
+
+# ---- what each kind of entry adds (LedgerEntry.extra), typed per kind; written as JSON as is ----
+class RecordExtra(TypedDict):
+    """baseline | snapshot: the files recorded and the package version they were recorded at."""
+
+    files: int
+    package_version: str
+
+
+class ApplyExtra(TypedDict, total=False):
+    """apply | switch: the refs a switch replaced ([] for an apply), and the workspace commit that
+    held the patch sets (absent outside a git workspace)."""
+
+    removed: list[PatchSetRef]
+    workspace: dict[str, Any]  # history.workspace_ref: the commit, and whether each patch set is as committed
+
+
+class RollbackExtra(TypedDict, total=False):
+    """rollback: nothing for one asked for; an automatic one names what it undid and why."""
+
+    automatic: bool
+    undoes: str
+    reason: str | None
+
+
+class VerifyExtra(TypedDict):
+    """verify: the phase (verify, apply, switch, rollback, automatic rollback), the entry it
+    verified (None for `patchkeeper verify`) and the report (verify.Verification.to_dict())."""
+
+    phase: str
+    of: str | None
+    verify: dict[str, Any]
+
+
+Extra = Union[RecordExtra, ApplyExtra, RollbackExtra, VerifyExtra]
+KINDS = ("baseline", "snapshot", "apply", "switch", "rollback", "verify")
 
 
 @dataclass(frozen=True)
@@ -22,7 +70,7 @@ class State:
 
     id: str
     manifest: str  # digest of the manifest object in the store
-    stack: tuple[dict, ...] = ()  # [{"name", "version", "digest"}], in apply order
+    stack: tuple[PatchSetRef, ...] = ()  # the applied patch sets, in apply order
     name: str | None = None
     bytes_kept: bool = True
 
@@ -47,18 +95,21 @@ class State:
 
 @dataclass(frozen=True)
 class LedgerEntry:
+    """One write-once record of the ledger; `extra` is typed by `kind` (RecordExtra for baseline and
+    snapshot, ApplyExtra for apply and switch, RollbackExtra for rollback, VerifyExtra for verify)."""
+
     id: str
     seq: int
     time: float
     who: str
     command: str
-    kind: str  # baseline | snapshot | apply | switch | rollback
+    kind: str  # one of KINDS
     after: State
     before: State | None = None
-    patchsets: tuple[dict, ...] = ()
-    changed: dict = field(default_factory=dict)  # key -> changed | added | removed | mode
+    patchsets: tuple[PatchSetRef, ...] = ()  # the patch sets an apply or switch added
+    changed: dict[str, str] = field(default_factory=dict)  # key -> changed | added | removed | mode
     hand_edits: tuple[str, ...] = ()  # keys found changed by hand, backed up before the change
-    extra: dict = field(default_factory=dict)
+    extra: Extra = field(default_factory=lambda: RollbackExtra())
 
     def to_dict(self) -> dict:
         return {"id": self.id, "seq": self.seq, "time": self.time, "who": self.who,

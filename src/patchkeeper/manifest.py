@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import dataclass
 from typing import Iterator, Mapping
 
-_AMBIGUOUS = re.compile(r'^"|[\x00-\x1f\x7f\\]')
-_AMBIGUOUS_ANYWHERE = re.compile(r'(?:^|\x1f)"|[\x00-\x1e\x7f\\]')  # over keys joined by \x1f
+from .host import manifest_text
 ROLE_PREFIX = "@"  # manifest keys of role files (the unit file...) are "@unit"; the rest are paths
 
 
@@ -25,8 +22,8 @@ class Entry:
 
 
 class Manifest(Mapping[str, Entry]):
-    """An immutable map of manifest key to Entry, serialized one sorted line per file:
-    `<mode octal> <size> <digest> <json path>`, so that git diffs of manifests read well."""
+    """An immutable map of manifest key to Entry, sorted by key, with a text form
+    (host/manifest_text.py) that diffs well in git."""
 
     def __init__(self, entries: Mapping[str, Entry]) -> None:
         self._entries = dict(sorted(entries.items()))
@@ -50,24 +47,16 @@ class Manifest(Mapping[str, Entry]):
         return Manifest(entries)
 
     def to_text(self) -> bytes:
-        plain = not _AMBIGUOUS_ANYWHERE.search("\x1f".join(self._entries))  # one search for the common case
-        lines = [f"{e.mode:o} {e.size} {e.digest} {k if plain else _quote(k)}\n" for k, e in self._entries.items()]
-        return "".join(lines).encode("utf-8", "surrogateescape")
+        """The text form (host/manifest_text.py, its one writer and reader)."""
+        return manifest_text.write(self._entries)
 
     @classmethod
     def from_text(cls, data: bytes) -> "Manifest":
-        from .host.disk import manifest_rows
-
-        return cls({key: Entry(*row) for key, row in manifest_rows(data).items()})
+        return cls({key: Entry(*row) for key, row in manifest_text.parse(data).items()})
 
     @classmethod
     def from_scan(cls, rows: Mapping[str, list]) -> "Manifest":
         return cls({k: Entry.of(v) for k, v in rows.items()})
-
-
-def _quote(key: str) -> str:
-    """Paths are written bare unless a quote, backslash or control character makes them ambiguous."""
-    return json.dumps(key) if _AMBIGUOUS.search(key) else key
 
 
 def differences(recorded: Mapping[str, Entry], actual: Mapping[str, Entry]) -> dict[str, str]:

@@ -23,15 +23,29 @@ class Session:
         self.config = workspace.target(target_name)
         self.command = command
         self.write = write
-        self.target: Target | None = None
-        self.ledger: Ledger | None = None
+        self._target: Target | None = None
+        self._ledger: Ledger | None = None
         self.recovered: str | None = None
         self._locked = False
 
+    @property
+    def target(self) -> Target:
+        """The open target (inside the `with` block)."""
+        if self._target is None:
+            raise RuntimeError("the session is not open")
+        return self._target
+
+    @property
+    def ledger(self) -> Ledger:
+        """The target's ledger (inside the `with` block)."""
+        if self._ledger is None:
+            raise RuntimeError("the session is not open")
+        return self._ledger
+
     def __enter__(self) -> "Session":
-        self.target = open_target(self.config)
+        self._target = open_target(self.config)
         try:
-            self.ledger = Ledger(self.target)
+            self._ledger = Ledger(self._target)
             if self.write or self.target.agent.lstat(self.ledger.journal_path) is not None:
                 self._lock()
                 self.recovered = transaction.recover(self.ledger)
@@ -57,5 +71,5 @@ class Session:
         if self._locked:
             self.target.agent.unlock(self.ledger.lock_path)
             self._locked = False
-        if self.target is not None:
-            self.target.close()
+        if self._target is not None:
+            self._target.close()

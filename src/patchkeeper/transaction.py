@@ -17,7 +17,8 @@ import posixpath
 from dataclasses import dataclass
 
 from . import faults
-from .host.disk import STAGE_PREFIX, AgentError
+from .host.disk import STAGE_PREFIX
+from .host.errors import AgentError
 from .errors import PatchkeeperError, Refused, StoreError
 from .host.contract import ScanRequest
 from .ledger import Ledger, LedgerEntry
@@ -46,7 +47,7 @@ class FileOp:
                    Entry.of(d["new"]) if d["new"] else None)
 
 
-def run(ledger: Ledger, ops: list[FileOp], contents: dict[str, bytes], entry: LedgerEntry) -> None:
+def carry_out(ledger: Ledger, ops: list[FileOp], contents: dict[str, bytes], entry: LedgerEntry) -> None:
     """Carry out `ops` as one transaction and record `entry`. `contents` maps new digests to bytes."""
     target = ledger.target
     agent, store = target.agent, target.info.store

@@ -14,7 +14,7 @@ from typing import TextIO
 
 from . import units
 from .host import probe_http
-from .ledger import Ledger, LedgerEntry, State, new_id, who
+from .ledger import Ledger, LedgerEntry, State, VerifyExtra, new_id, who
 from .service import ServiceConfig
 from .session import Session
 from .targets import Target
@@ -42,7 +42,7 @@ class Check:
 
 
 @dataclass(frozen=True)
-class Report:
+class Verification:
     """The outcome of one verification; `reason` names the first failure, None when it passed."""
 
     ok: bool
@@ -208,7 +208,7 @@ def probe(target: Target, svc: ServiceConfig, progress: TextIO | None = sys.stde
 
 
 def run_checks(target: Target, svc: ServiceConfig, with_restart: bool = True,
-               progress: TextIO | None = sys.stderr, last_pass: dict | None = None) -> Report:
+               progress: TextIO | None = sys.stderr, last_pass: dict | None = None) -> Verification:
     """Restart (optionally), Ready, Server (the process on the port runs the unit's ExecStart),
     Generates, and no regression against `last_pass` (the figures of the last passing verification
     of this code state); on failure the logs command's output is attached, its first errors quoted."""
@@ -256,7 +256,7 @@ def run_checks(target: Target, svc: ServiceConfig, with_restart: bool = True,
     extra = {"since": since} if since else {}
     if figures.get("warmups"):
         extra["warmups"] = figures["warmups"]
-    return Report(ok=ok, reason=None if ok else figures["reason"], message=message, checks=tuple(checks),
+    return Verification(ok=ok, reason=None if ok else figures["reason"], message=message, checks=tuple(checks),
                   tokens=figures.get("tokens"), seconds=figures.get("seconds"),
                   tokens_per_s=figures.get("tokens_per_s"), sample=figures.get("sample", ""),
                   problems=tuple(figures.get("problems", ())), logs=logs, extra=extra, errors=errors)
@@ -264,8 +264,7 @@ def run_checks(target: Target, svc: ServiceConfig, with_restart: bool = True,
 
 # ---- the server on the port is the one the unit starts ------------------------------------------
 def _port(base_url: str) -> int:
-    _, _, _, port, _ = probe_http._split(base_url)
-    return port
+    return probe_http._split(base_url)[2]
 
 
 def _unit_command(target: Target) -> units.Command | str | None:
@@ -360,13 +359,13 @@ def first_errors(text: str, limit: int = FIRST_ERRORS) -> tuple[str, ...]:
     return tuple(hits[:limit])
 
 
-def record_verification(s: Session, report: Report, phase: str, of: str | None) -> LedgerEntry | None:
+def record_verification(s: Session, report: Verification, phase: str, of: str | None) -> LedgerEntry | None:
     """Append a `verify` ledger entry for the current state (none before any state is recorded)."""
     state: State | None = s.ledger.current()
     if state is None:
         return None
     entry = LedgerEntry(id=new_id(), seq=s.ledger.next_seq(), time=time.time(), who=who(), command=s.command,
                         kind="verify", before=state, after=state,
-                        extra={"phase": phase, "of": of, "verify": report.to_dict()})
+                        extra=VerifyExtra(phase=phase, of=of, verify=report.to_dict()))
     s.ledger.append(entry)
     return entry

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from .. import changes, engine, service
+from ..ledger import ApplyExtra, RecordExtra
 from ..session import Session
 from ..workspace import Workspace
 from .show_plan import step_printer
@@ -17,7 +20,7 @@ def apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bo
         elif not dry_run:
             baseline = engine.ensure_baseline(s)
             if baseline is not None:
-                print(f"recorded baseline of {s.target.name}: {baseline.extra['files']} files, "
+                print(f"recorded baseline of {s.target.name}: {cast(RecordExtra, baseline.extra)['files']} files, "
                       f"state {baseline.after.id}")
         plan = engine.plan_apply(s, name, force)
         if plan is None:
@@ -37,4 +40,6 @@ def with_workspace_ref(ws: Workspace, plan: engine.Plan) -> engine.Plan:
     ref = history.workspace_ref(ws.root, {p["name"]: ws.patchsets_dir / p["name"] for p in plan.entry.patchsets})
     if ref is None:
         return plan
-    return replace(plan, entry=replace(plan.entry, extra={**plan.entry.extra, "workspace": ref}))
+    extra = cast(ApplyExtra, dict(plan.entry.extra))  # an apply's or a switch's extra
+    extra["workspace"] = ref
+    return replace(plan, entry=replace(plan.entry, extra=extra))

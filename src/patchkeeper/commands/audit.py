@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 import time
 
-from .. import audit, engine
+from .. import audit as audit_core
+from .. import engine
 from ..errors import PatchkeeperError
 from ..session import Session
 from ..workspace import Workspace
@@ -37,16 +38,16 @@ class ProgressBar:
             sys.stderr.flush()
 
 
-def _audit_one(ws: Workspace, name: str | None, probes: list[str], progress) -> audit.Report:
+def _audit_one(ws: Workspace, name: str | None, probes: list[str], progress) -> audit_core.AuditReport:
     with Session(ws, name, "audit", write=False) as s:
         current = s.ledger.current()
         owners = engine.owners_of(ws, current.stack) if current else None
-        return audit.run(s.target, s.ledger, probes, progress, owners=owners)
+        return audit_core.audit_target(s.target, s.ledger, probes, progress, owners=owners)
 
 
-def run(ws: Workspace, target: str | None, probes: list[str], every: bool, as_json: bool,
+def audit(ws: Workspace, target: str | None, probes: list[str], every: bool, as_json: bool,
         verbose: bool, quiet: bool) -> int:
-    probes = audit.check_probes(probes)
+    probes = audit_core.check_probes(probes)
     if every:
         return _run_all(ws, probes, as_json)
     bar = ProgressBar(not quiet and not as_json and sys.stdout.isatty() and sys.stderr.isatty())
@@ -61,9 +62,9 @@ def run(ws: Workspace, target: str | None, probes: list[str], every: bool, as_js
     return report.exit_code
 
 
-def print_report(report: audit.Report, verbose: bool) -> None:
+def print_report(report: audit_core.AuditReport, verbose: bool) -> None:
     print(f"target {report.target}: {report.package} on {report.host}, {report.files} files checked")
-    for cls in audit.CLASSES:
+    for cls in audit_core.CLASSES:
         found = [f for f in report.findings if f.cls == cls]
         if not found or (cls == "patched" and not verbose):
             continue
@@ -75,12 +76,12 @@ def print_report(report: audit.Report, verbose: bool) -> None:
             print(f"  … and {len(found) - _SHOWN} more (--json lists all)")
     for note in report.notes:
         print(f"note: {note}")
-    counts = ", ".join(f"{report.count(c)} {c}" for c in audit.CLASSES)
+    counts = ", ".join(f"{report.count(c)} {c}" for c in audit_core.CLASSES)
     print(f"{counts}")
     print(report.summary())
 
 
-def _audit_or_error(ws: Workspace, name: str, probes: list[str]) -> audit.Report | str:
+def _audit_or_error(ws: Workspace, name: str, probes: list[str]) -> audit_core.AuditReport | str:
     try:
         return _audit_one(ws, name, probes, None)
     except PatchkeeperError as exc:
@@ -104,14 +105,14 @@ def _run_all(ws: Workspace, probes: list[str], as_json: bool) -> int:
     if as_json:
         emit_json({n: (r.to_dict() if not isinstance(r, str) else {"error": r}) for n, r in results.items()})
     else:
-        head = ["target", "state", *audit.CLASSES, "summary"]
+        head = ["target", "state", *audit_core.CLASSES, "summary"]
         rows = []
         for n in names:
             r = results[n]
             if isinstance(r, str):
-                rows.append([n, "-", *("-" for _ in audit.CLASSES), f"error: {r}"])
+                rows.append([n, "-", *("-" for _ in audit_core.CLASSES), f"error: {r}"])
             else:
-                rows.append([n, r.state.id if r.state else "-", *(str(r.count(c)) for c in audit.CLASSES),
+                rows.append([n, r.state.id if r.state else "-", *(str(r.count(c)) for c in audit_core.CLASSES),
                              r.summary()])
         widths = [max(len(row[i]) for row in [head, *rows]) for i in range(len(head) - 1)]
         for row in [head, *rows]:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import zipfile
+from typing import Sequence, cast
 
 from .. import engine, patching
 from ..errors import BadInput
+from ..host.distinfo import metadata_fields
+from ..ledger import ApplyExtra
 from ..patchset import PatchSet
 from ..session import Session
 from ..workspace import Workspace
@@ -23,16 +26,17 @@ def check(ws: Workspace, target: str | None, name: str, wheel: str | None, as_js
         plan = engine.plan_apply(s, name, force=False, trial=True)
         if plan is None:
             current = s.ledger.current()
-            print(f"{t.name}: {sets[-1].ident} is already applied (state {current.id}); nothing to check")
+            print(f"{t.name}: {sets[-1].ident} is already applied (state {current.id if current else '-'}); "
+                  "nothing to check")
             return 0
         problems = [_misfit(m, f"target {t.name}") for m in plan.misfits]
-        replaced = plan.entry.extra.get("removed") or []
+        replaced = cast(ApplyExtra, plan.entry.extra).get("removed") or []
         if replaced:  # a switch rebuilds from the baseline, as apply does
             against = f"the baseline of {t.name} (switching from " + \
                 ", ".join(f"{p['name']}@{p['version']}" for p in replaced) + ")"
         else:
             against = f"the files of {t.name} ({t.info.package} {t.info.version})"
-        if plan.drift:
+        if plan.drift and plan.entry.before is not None:
             problems.append(f"{len(plan.drift)} file(s) differ from the recorded state {plan.entry.before.id} "
                             "(edited by hand?): " + ", ".join(plan.drift) + "; apply refuses them without --force")
         return _report(sets[-1].ident, against, list(plan.checks), problems, as_json)
@@ -59,12 +63,7 @@ def _against_wheel(sets: list[PatchSet], wheel: str, as_json: bool) -> int:
         metadata = [n for n in names if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
         if not metadata:
             raise BadInput(f"{wheel} has no .dist-info/METADATA; it is not a wheel", "give the path of a .whl file")
-        fields = {}
-        for line in archive.read(metadata[0]).decode("utf-8", "replace").splitlines():
-            if not line.strip():
-                break
-            key, _, value = line.partition(": ")
-            fields.setdefault(key, value.strip())
+        fields = metadata_fields(archive.read(metadata[0]).decode("utf-8", "replace").splitlines())
         package, version = fields.get("Name", "?"), fields.get("Version", "?")
         problems = [_misfit(m, f"wheel {wheel}") for m in engine.misfits(sets, package, version, None)]
         files = {p: archive.read(p) if p in names else None for ps in sets for p in ps.paths}
@@ -76,7 +75,7 @@ def _against_wheel(sets: list[PatchSet], wheel: str, as_json: bool) -> int:
 
 
 def _report(ident: str, against: str, reports: list[engine.FileCheck], problems: list[str], as_json: bool,
-            notes: list[str] = ()) -> int:
+            notes: Sequence[str] = ()) -> int:
     ok = all(r.ok for r in reports) and not problems
     if as_json:
         emit_json({"patchset": ident, "against": against, "applies": ok, "files": [_as_dict(r) for r in reports],

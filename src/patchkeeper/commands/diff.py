@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import difflib
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
 
-from .. import engine
+from .. import diffwrite, engine
 from ..errors import BadInput, Refused
 from ..manifest import Entry, differences
 from ..session import Session
@@ -134,14 +133,13 @@ def _patches(diffs: list[Difference], old, new, label_a: str, label_b: str) -> d
         try:
             if b"\0" in before or b"\0" in after:
                 raise UnicodeDecodeError("utf-8", b"", 0, 1, "NUL byte")
-            la, lb = before.decode("utf-8").splitlines(True), after.decode("utf-8").splitlines(True)
+            before.decode("utf-8"), after.decode("utf-8")
         except UnicodeDecodeError:
             out[d.key] = "Binary files differ\n"
             continue
-        lines = difflib.unified_diff(la, lb, f"{label_a}/{d.key}" if d.a else "/dev/null",
-                                     f"{label_b}/{d.key}" if d.b else "/dev/null")
-        out[d.key] = "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
-                             for line in lines)
+        body = diffwrite.hunks(before, after)
+        out[d.key] = (f"--- {label_a + '/' + d.key if d.a else '/dev/null'}\n"
+                      f"+++ {label_b + '/' + d.key if d.b else '/dev/null'}\n{body}") if body else ""
     return out
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from .. import authoring, exchange, patching, patchset
 from ..errors import BadInput
 from ..workspace import Workspace
-from .record import _default_package, _report
+from .record import default_package, report_saved
 
 _ENC = ("utf-8", "surrogateescape")
 
@@ -33,13 +33,13 @@ def import_patch(ws: Workspace, name: str, file: str, version: str | None, subdi
     parsed = patching.parse(text, file)
     for fp in parsed:
         patchset.check_relative(fp.path, file)
-    package = package or _default_package(ws)
+    package = package or default_package(ws)
     _refuse_source_layout([fp.path for fp in parsed], package, file)
     subject = re.search(r"^Subject: (?:\[PATCH[^\]]*\] )?(.+)$", text, re.M)
     draft = authoring.Draft(name=name, package=package, patches=((f"{name}.patch", data),),
                             description=description if description is not None else
                             (subject.group(1).strip() if subject else f"imported from {Path(file).name}"))
-    return _report(ws, authoring.save(ws.patchsets_dir, draft, version=version), len(patching.parse(text, file)), 0)
+    return report_saved(ws, authoring.save(ws.patchsets_dir, draft, version=version), len(patching.parse(text, file)), 0)
 
 
 def _refuse_source_layout(paths: list[str], package: str, origin: str) -> None:
@@ -72,6 +72,22 @@ def _strip_subdir(data: bytes, subdir: str, origin: str) -> bytes:
     return b"\n".join(out)
 
 
+def _retitled(toml: bytes, name: str, version: str, origin: str) -> bytes:
+    """An exported patchset.toml under another name or version: read with tomllib, written by the
+    one patchset.toml renderer (authoring.render_toml)."""
+    import tomllib
+
+    try:
+        doc = tomllib.loads(toml.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise BadInput(f"{origin}: its {patchset.MANIFEST} is malformed: {exc}", "export the patch set again") from None
+    draft = authoring.Draft(name=name, package=str(doc.get("package", "")), patches=(),
+                            roles=tuple((role, str(fname), b"") for role, fname in (doc.get("files") or {}).items()),
+                            description=doc.get("description", ""), package_version=doc.get("package_version", ""),
+                            requires=tuple(doc.get("requires", ())), group=doc.get("group"))
+    return authoring.render_toml(draft, version)
+
+
 def _import_export(ws: Workspace, name: str, file: str, data: bytes, version: str | None) -> int:
     ident, digest, files = exchange.restore(data, file)
     if patchset.MANIFEST not in files:
@@ -85,14 +101,10 @@ def _import_export(ws: Workspace, name: str, file: str, data: bytes, version: st
             raise BadInput(f"{file}: the restored patch set does not match the digest {digest} in its header",
                            "the patch was edited; strip the '#' header lines to import it as a plain patch")
         shutil.rmtree(check)
-    toml = files[patchset.MANIFEST].decode("utf-8")
     old_name, _, old_version = ident.partition("@")
-    if name != old_name:
-        toml = re.sub(r'(?m)^name = .*$', f'name = "{name}"', toml, count=1)
-    if version is not None and version != old_version:
-        toml = re.sub(r'(?m)^version = .*$', f'version = "{version}"', toml, count=1)
-    files[patchset.MANIFEST] = toml.encode("utf-8")
+    if name != old_name or (version is not None and version != old_version):
+        files[patchset.MANIFEST] = _retitled(files[patchset.MANIFEST], name, version or old_version, file)
     draft = authoring.Draft(name=name, package="", patches=(), extra_files=tuple(sorted(files.items())))
     saved = authoring.save(ws.patchsets_dir, draft, version=version or old_version)
     paths = patchset.load(ws.patchsets_dir, name).paths
-    return _report(ws, saved, len(paths), 0)
+    return report_saved(ws, saved, len(paths), 0)

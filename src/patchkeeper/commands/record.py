@@ -52,7 +52,7 @@ def record_target(ws: Workspace, target: str | None, name: str, since: str, bump
             f"recorded from {s.target.name} since state {state.name or state.id}",
             package_version=f"=={info.version}", requires=tuple(p["name"] for p in state.stack))
         saved = authoring.save(ws.patchsets_dir, draft, bump)
-        return _report(ws, saved, len(changes), len(role_files))
+        return report_saved(ws, saved, len(changes), len(role_files))
 
 
 def record_git(ws: Workspace, name: str, checkout: str, span: str, subdir: str, bump: str | None,
@@ -60,20 +60,22 @@ def record_git(ws: Workspace, name: str, checkout: str, span: str, subdir: str, 
     from .. import history
 
     authoring.check_name(name)
-    package = package or _default_package(ws)
+    package = package or default_package(ws)
     changes = history.read_range(checkout, span, subdir)
     if not changes:
         raise Refused(f"{checkout}: nothing differs in {subdir or 'the tree'} over {span}",
                       "check the range and --subdir")
     diffwrite.refuse_binary(changes, checkout)
-    draft = authoring.Draft(name=name, package=package, patches=((f"{name}.patch", diffwrite.diff(changes)),),
+    patch = history.range_patch(checkout, span, subdir)  # git writes it: its diff, not a second one
+    draft = authoring.Draft(name=name, package=package, patches=((f"{name}.patch", patch),),
                             description=description if description is not None else f"recorded from {span}",
                             package_version=package_version)
     saved = authoring.save(ws.patchsets_dir, draft, bump)
-    return _report(ws, saved, len(changes), 0)
+    return report_saved(ws, saved, len(changes), 0)
 
 
-def _default_package(ws: Workspace) -> str:
+def default_package(ws: Workspace) -> str:
+    """The package a new patch set is for: the default target's, or the one every target has."""
     packages = {t.package for t in ws.targets.values()}
     if ws.default_target in ws.targets:
         return ws.targets[ws.default_target].package
@@ -82,7 +84,8 @@ def _default_package(ws: Workspace) -> str:
     raise BadInput("cannot tell which package the patch set is for", "pass --package NAME")
 
 
-def _report(ws: Workspace, saved: authoring.Saved, files: int, roles: int) -> int:
+def report_saved(ws: Workspace, saved: authoring.Saved, files: int, roles: int) -> int:
+    """Print what was written (and commit it to the workspace's history)."""
     where = ws.patchsets_dir / saved.ident.partition("@")[0]
     if saved.status == "unchanged":
         print(f"{saved.ident} already holds exactly this content; nothing written ({where})")

@@ -9,7 +9,7 @@ from ..changes import Changed, KeptFailing, RolledBack, RollingBack, Step, Verif
 from ..engine import Plan
 from ..ledger import State
 from ..manifest import ROLE_PREFIX
-from ..verify import Report
+from ..verify import Verification
 
 _MARK = {"changed": "M", "added": "A", "removed": "D", "mode": "m"}
 PREVIOUS_FAILS = "the previous code state fails as well: the fault is likely not in the patch set"
@@ -37,7 +37,7 @@ def render_plan(plan: Plan, target: str, dry_run: bool) -> None:
           + ("" if dry_run else f" (transaction {e.id})"))
 
 
-def render_report(report: Report, target: str, state: State | None, out: TextIO = sys.stdout) -> None:
+def render_report(report: Verification, target: str, state: State | None, out: TextIO = sys.stdout) -> None:
     """One verification: each check, the output sample, the verdict and, on failure, the logs."""
     where = f"state {state.id}: {state.stack_text()}" if state else "no recorded state"
     print(f"verify {target}, {where}:", file=out)

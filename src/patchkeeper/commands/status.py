@@ -28,7 +28,7 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
         for p in current.stack:
             print(f"  {p['name']}@{p['version']}  {p['digest'][:19]}…")
         if audit.is_warm(s.target):  # cheap only when the audit's stat caches are warm
-            print("audit: " + audit.run(s.target, s.ledger, owners=engine.owners_of(ws, current.stack)).summary())
+            print("audit: " + audit.audit_target(s.target, s.ledger, owners=engine.owners_of(ws, current.stack)).summary())
         diffs = doc["differences"]
         if not diffs:
             print("files match the recorded state")

@@ -12,6 +12,7 @@ import os
 import stat
 import time
 from dataclasses import replace
+from typing import Any
 
 from .disk import (
     ALGORITHM,
@@ -22,15 +23,16 @@ from .disk import (
     hash_file,
     hostname,
     is_managed_name,
-    manifest_rows,
     normalize_name,
     pid_alive,
     thread_pool,
     walk_files,
     write_atomic,
 )
-from .contract import AgentContract, CompareRequest, Pair, Rows, ScanRequest
+from .contract import AgentContract, CompareRequest, Pair, Row, Rows, ScanRequest
 from .distcheck import check_bytecode, check_record
+from .distinfo import installed_version, record_paths
+from .manifest_text import parse as manifest_rows
 from .store import Store
 
 
@@ -49,7 +51,7 @@ class Agent(AgentContract):
     def hostname(self) -> str:
         return hostname()
 
-    def interpreter(self) -> dict:
+    def interpreter(self) -> dict[str, str]:
         """This Python's prefix, site directories and version (the agent runs in the target's Python)."""
         import sys
         import sysconfig
@@ -70,7 +72,7 @@ class Agent(AgentContract):
         with open(path, "rb") as f:
             return f.read()
 
-    def lstat(self, path: str) -> dict | None:
+    def lstat(self, path: str) -> dict[str, Any] | None:
         try:
             st = os.lstat(path)
         except FileNotFoundError:
@@ -88,7 +90,7 @@ class Agent(AgentContract):
         existing ancestor."""
         top = os.path.realpath(root)
         seen: dict[str, str | None] = {}
-        out = {}
+        out: dict[str, str] = {}
         for rel in rels:
             parent = os.path.dirname(os.path.join(root, rel))
             if parent not in seen:
@@ -97,8 +99,9 @@ class Agent(AgentContract):
                     probe = os.path.dirname(probe)
                 real = os.path.realpath(probe)
                 seen[parent] = None if real == top or real.startswith(top.rstrip("/") + "/") else real
-            if seen[parent] is not None:
-                out[rel] = seen[parent]
+            where = seen[parent]
+            if where is not None:
+                out[rel] = where
         return out
 
     def write_atomic(self, path: str, data: bytes, mode: int = 0o644) -> None:
@@ -155,7 +158,7 @@ class Agent(AgentContract):
                     removed += self.unlink(os.path.join(cache, name))
         return removed
 
-    def dist_info(self, site_dirs: list[str], package: str) -> dict | None:
+    def dist_info(self, site_dirs: list[str], package: str) -> dict[str, Any] | None:
         """Find an installed distribution's metadata: name, version, dist-info dir, RECORD paths."""
         want = normalize_name(package)
         for site in site_dirs:
@@ -165,34 +168,10 @@ class Agent(AgentContract):
                 dist, _, version = name[: -len(".dist-info")].partition("-")
                 if normalize_name(dist) != want:
                     continue
-                meta = os.path.join(site, name, "METADATA")
-                try:
-                    with open(meta, encoding="utf-8", errors="replace") as f:
-                        for line in f:
-                            if line.startswith("Version:"):
-                                version = line.split(":", 1)[1].strip()
-                                break
-                except FileNotFoundError:
-                    pass
-                return {"site": site, "dist_info": name, "version": version,
-                        "record": self._record_paths(os.path.join(site, name, "RECORD"))}
+                return {"site": site, "dist_info": name,
+                        "version": installed_version(os.path.join(site, name)) or version,
+                        "record": record_paths(os.path.join(site, name, "RECORD"))}
         return None
-
-    @staticmethod
-    def _record_paths(record: str) -> list[str]:
-        """The paths of a RECORD (CSV: path,hash,size); csv only for the rare quoted path."""
-        try:
-            with open(record, newline="", encoding="utf-8") as f:
-                lines = f.read().splitlines()
-        except FileNotFoundError:
-            return []
-        quoted = [line for line in lines if line.startswith('"')]
-        if quoted:
-            import csv
-
-            paths = dict(zip(quoted, (row[0] for row in csv.reader(quoted))))
-            return [paths[line] if line[0] == '"' else line.rsplit(",", 2)[0] for line in lines if line]
-        return [line.rsplit(",", 2)[0] for line in lines if line]
 
     # ---- scanning ----------------------------------------------------------------------
     def scan(self, request: ScanRequest) -> Rows:
@@ -209,7 +188,7 @@ class Agent(AgentContract):
         names.update(dict.fromkeys(p for p in paths if not p.startswith(walked) and is_managed_name(p)))
         jobs: list[tuple[str, str]] = [(rel, os.path.join(root, rel)) for rel in names]
         jobs.extend((key, path) for key, path in (absolute or {}).items())
-        out: dict[str, list] = {}
+        out: Rows = {}
         todo: list[tuple[str, str, os.stat_result]] = []
         for key, path in jobs:
             try:
@@ -224,7 +203,7 @@ class Agent(AgentContract):
             else:
                 out[key] = entry_row(st, digest)
 
-        def work(batch: list[tuple[str, str, os.stat_result]]) -> list[tuple[str, list]]:
+        def work(batch: list[tuple[str, str, os.stat_result]]) -> list[tuple[str, Row]]:
             done = []
             for key, path, st in batch:
                 digest = hash_file(path, st.st_size, algorithm)
@@ -250,8 +229,8 @@ class Agent(AgentContract):
         store, manifests, scan = request.store, request.manifests, request.scan
         cache = scan.cache
         recorded = [manifest_rows(self._store(store).get(m)) for m in manifests]
-        out: list[dict[str, list]] = []
-        scans: dict[str, dict[str, list]] = {}
+        out: list[dict[str, Pair]] = []
+        scans: dict[str, Rows] = {}
         for rows in recorded:
             algorithm = algorithm_of(next(iter(rows.values()))[0]) if rows else ALGORITHM
             if algorithm not in scans:
@@ -283,7 +262,7 @@ class Agent(AgentContract):
         self.write_new(path, self._store(store).get(digest), mode)
 
     # ---- lock --------------------------------------------------------------------------
-    def lock(self, path: str, holder: dict) -> dict | None:
+    def lock(self, path: str, holder: dict[str, Any]) -> dict[str, Any] | None:
         """Take the lock file; return None on success or the live holder's record.
 
         A lock whose holder is a dead process on this host is broken and taken over. Breaking and
@@ -314,10 +293,11 @@ class Agent(AgentContract):
             os.unlink(path)
 
     @staticmethod
-    def _read_lock(path: str) -> dict | None:
+    def _read_lock(path: str) -> dict[str, Any] | None:
         try:
             with open(path) as f:
-                return json.load(f)
+                doc: dict[str, Any] = json.load(f)
+                return doc
         except (FileNotFoundError, ValueError):
             return None
 
@@ -326,7 +306,7 @@ class Agent(AgentContract):
         """The names of every *.dist-info directory in a site-packages directory."""
         return [n for n in self.listdir(site) if n.endswith(".dist-info")]
 
-    def audit_record(self, site: str, dist_infos: list[str], cache_dir: str | None = None) -> dict[str, dict]:
+    def audit_record(self, site: str, dist_infos: list[str], cache_dir: str | None = None) -> dict[str, dict[str, Any]]:
         """Check installed distributions against their RECORD (hash, size), one stat cache each.
 
         Returns, per dist-info name: {"files": checked, "findings": [[path, kind, detail], ...]}.
@@ -335,7 +315,7 @@ class Agent(AgentContract):
         """
         return {name: check_record(site, name, cache_dir) for name in dist_infos}
 
-    def audit_bytecode(self, site: str, cache_tag: str, verify: list[str], cache: str | None = None) -> dict:
+    def audit_bytecode(self, site: str, cache_tag: str, verify: list[str], cache: str | None = None) -> dict[str, Any]:
         """Every .pyc below `site` that Python would run instead of its source: a header that
         matches a changed source, an unchecked-hash pyc of other code, a legacy pyc with no source.
         Stale pycs (header differs: Python recompiles them) and __pycache__ entries without a

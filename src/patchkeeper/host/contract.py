@@ -9,7 +9,7 @@ fields (`as_wire`) and is rebuilt on the other side (`requests_from_wire`).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 try:
     from typing import Protocol
@@ -53,7 +53,8 @@ class CompareRequest:
         return cls(store=doc["store"], manifests=tuple(doc["manifests"]), scan=ScanRequest.from_wire(doc["scan"]))
 
 
-_REQUESTS = {"scan": ScanRequest, "compare_many": CompareRequest}
+_REQUESTS: Dict[str, Callable[[Dict[str, Any]], Any]] = {"scan": ScanRequest.from_wire,
+                                                          "compare_many": CompareRequest.from_wire}
 
 
 def as_wire(value: Any) -> Any:
@@ -66,7 +67,7 @@ def requests_from_wire(method: str, args: List[Any]) -> List[Any]:
     kind = _REQUESTS.get(method)
     if kind is None or not args or not isinstance(args[0], dict):
         return args
-    return [kind.from_wire(args[0]), *args[1:]]
+    return [kind(args[0]), *args[1:]]
 
 
 class AgentContract(Protocol):

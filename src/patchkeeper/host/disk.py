@@ -11,10 +11,14 @@ import json
 import os
 import stat
 import time
-from typing import Iterator
+from typing import TYPE_CHECKING, Any, Iterator
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
 
 from .errors import AgentError
 
+_blake3: Any
 try:  # blake3 is patchkeeper's hash; a host without it falls back to sha256 (and says so).
     import blake3 as _blake3
 except ImportError:  # pragma: no cover - exercised on hosts without blake3
@@ -28,7 +32,7 @@ _SKIP_SUFFIXES = (".pyc", ".pyo")
 STAGE_PREFIX = ".pk-stage-"
 
 
-def _hasher(size: int = 0, algorithm: str | None = None):
+def _hasher(size: int = 0, algorithm: str | None = None) -> Any:
     algorithm = algorithm or ALGORITHM
     if algorithm == "sha256":
         return hashlib.sha256()
@@ -106,16 +110,6 @@ def write_atomic(path: str, data: bytes, mode: int = 0o644, durable: bool = True
         fsync_dir(directory)
 
 
-def manifest_rows(data: bytes) -> dict[str, list]:
-    """Parse a manifest's text form (see manifest.Manifest): key -> [digest, size, mode]."""
-    rows: dict[str, list] = {}
-    for line in data.decode("utf-8", "surrogateescape").split("\n"):
-        if line:
-            mode, size, digest, key = line.split(" ", 3)
-            rows[json.loads(key) if key[0] == '"' else key] = [digest, int(size), int(mode, 8)]
-    return rows
-
-
 class StatCache:
     """Digest cache keyed by (size, mtime_ns, ctime_ns, inode), immune to racily clean files.
 
@@ -129,8 +123,8 @@ class StatCache:
 
     def __init__(self, path: str | None) -> None:
         self.path = path
-        self.entries: dict[str, list] = {}
-        self.fresh: dict[str, list] = {}
+        self.entries: dict[str, list[Any]] = {}
+        self.fresh: dict[str, list[Any]] = {}
         self.started_ns = time.time_ns()
         if path:
             try:
@@ -139,7 +133,8 @@ class StatCache:
             except (FileNotFoundError, ValueError):
                 self.entries = {}
 
-    def lookup(self, rel: str, st: os.stat_result) -> str | None:
+    def lookup(self, rel: str, st: os.stat_result) -> Any:
+        """The value remembered for `rel` (a digest, or a verdict) while its identity is unchanged."""
         key = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
         hit = self.entries.get(rel)
         if hit is not None and hit[:4] == key:
@@ -147,7 +142,7 @@ class StatCache:
             return hit[4]
         return None
 
-    def remember(self, rel: str, st: os.stat_result, digest: str) -> None:
+    def remember(self, rel: str, st: os.stat_result, digest: Any) -> None:
         newest = max(st.st_mtime_ns, st.st_ctime_ns)
         if newest + self.GRANULARITY_NS < self.started_ns:
             self.fresh[rel] = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, digest]
@@ -178,7 +173,7 @@ def walk_files(root: str, rel_dir: str) -> Iterator[str]:
                 yield prefix + name
 
 
-def entry_row(st: os.stat_result, digest: str) -> list:
+def entry_row(st: os.stat_result, digest: str) -> list[Any]:
     return [digest, st.st_size, stat.S_IMODE(st.st_mode)]
 
 
@@ -188,7 +183,7 @@ def hostname() -> str:
     return socket.gethostname()
 
 
-def thread_pool(max_workers: int):
+def thread_pool(max_workers: int) -> "ThreadPoolExecutor":
     """A thread pool, imported only when a scan is big enough to want one."""
     from concurrent.futures import ThreadPoolExecutor
 

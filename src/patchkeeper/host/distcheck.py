@@ -5,9 +5,13 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-from typing import Iterator
+from typing import Any, Callable, Iterator, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 from .disk import CHUNK, StatCache, thread_pool, write_atomic
+from .distinfo import console_scripts, record_rows
 
 _AUDIT_WORKERS = min(8, (os.cpu_count() or 2) * 2)
 
@@ -26,19 +30,6 @@ def _record_digest(path: str, algo: str, size: int = 0) -> str:
     return f"{algo}:{base64.urlsafe_b64encode(h.digest()).rstrip(b'=').decode()}"
 
 
-def _record_rows(path: str) -> Iterator[tuple[str, str, str, int | None]]:
-    """(path, algo, b64 digest, size) of every RECORD row that carries a hash."""
-    import csv
-
-    with open(path, newline="", encoding="utf-8") as f:
-        for row in csv.reader(f):
-            if len(row) < 2 or not row[1] or "=" not in row[1]:
-                continue
-            algo, _, b64 = row[1].partition("=")
-            size = int(row[2]) if len(row) > 2 and row[2].isdigit() else None
-            yield row[0], algo, b64, size
-
-
 _LAUNCHER = None
 
 
@@ -53,7 +44,7 @@ def _is_launcher(rest: bytes, entry_points: set[str]) -> bool:
             rb"if __name__ == ['\"]__main__['\"]:\n    sys\.argv\[0\] = re\.sub\(.*\)\n"
             rb"    sys\.exit\(([\w.]+)\(\)\)\n?")
     m = _LAUNCHER.fullmatch(rest)
-    return bool(m) and f"{m.group(1).decode()}:{m.group(2).decode()}" in entry_points
+    return m is not None and f"{m.group(1).decode()}:{m.group(2).decode()}" in entry_points
 
 
 def _shebang_only(path: str, algo: str, expected: str, entry_points: set[str]) -> bool:
@@ -80,33 +71,17 @@ def _shebang_only(path: str, algo: str, expected: str, entry_points: set[str]) -
     return _is_launcher(rest, entry_points)
 
 
-def _console_scripts(dist_dir: str) -> set[str]:
-    out: set[str] = set()
-    section = ""
-    try:
-        with open(os.path.join(dist_dir, "entry_points.txt"), encoding="utf-8") as f:
-            for line in f:
-                line = line.strip()
-                if line.startswith("["):
-                    section = line.strip("[]").strip()
-                elif "=" in line and section in ("console_scripts", "gui_scripts"):
-                    out.add(line.split("=", 1)[1].split("[", 1)[0].strip())
-    except (FileNotFoundError, UnicodeDecodeError):
-        pass
-    return out
-
-
-def check_record(site: str, name: str, cache_dir: str | None) -> dict:
+def check_record(site: str, name: str, cache_dir: str | None) -> dict[str, Any]:
     dist_dir = os.path.join(site, name)
     record = os.path.join(dist_dir, "RECORD")
     if not os.path.exists(record):
         return {"files": 0, "findings": [], "note": "no RECORD: its files cannot be verified"}
     cache = StatCache(os.path.join(cache_dir, name + ".json") if cache_dir else None)
-    findings: list[list] = []
+    findings: list[list[str]] = []
     todo: list[tuple[str, str, str, str, os.stat_result]] = []
     checked = 0
     mismatched: list[tuple[str, str, str, str]] = []
-    for rel, algo, b64, size in _record_rows(record):
+    for rel, algo, b64, size in record_rows(record):
         checked += 1
         path = os.path.normpath(os.path.join(site, rel))
         try:
@@ -142,7 +117,7 @@ def check_record(site: str, name: str, cache_dir: str | None) -> dict:
     scripts = None
     for rel, path, algo, expected in mismatched:
         if rel.startswith("../") or os.path.isabs(rel):
-            scripts = _console_scripts(dist_dir) if scripts is None else scripts
+            scripts = console_scripts(dist_dir) if scripts is None else scripts
             if _shebang_only(path, algo, expected, scripts):
                 continue
         try:
@@ -157,7 +132,7 @@ def check_record(site: str, name: str, cache_dir: str | None) -> dict:
     return {"files": checked, "findings": sorted(findings)}
 
 
-def _in_batches(fn, jobs: list) -> list:
+def _in_batches(fn: Callable[[T], R], jobs: list[T]) -> list[R]:
     """fn over jobs on all cores: batches of files per task, so that small files cost no more
     in pool overhead than they do to hash."""
     if len(jobs) <= 32:
@@ -203,10 +178,10 @@ def _walk_pyc(root: str) -> Iterator[tuple[str, bool]]:
                 yield prefix + name, in_cache
 
 
-def check_bytecode(site: str, cache_tag: str, verify: list[str], cache_path: str | None = None) -> dict:
+def check_bytecode(site: str, cache_tag: str, verify: list[str], cache_path: str | None = None) -> dict[str, Any]:
     deep = set(verify)
     cache = StatCache(cache_path)  # verdicts of clean pycs, keyed by the pyc's and its source's identity
-    findings: list[list] = []
+    findings: list[list[str]] = []
     pycs = orphans = stale = 0
     for rel, in_cache in _walk_pyc(site):
         pyc = f"{site}/{rel}"

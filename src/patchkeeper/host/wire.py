@@ -6,11 +6,14 @@ header is zlib-compressed), the header (JSON), then the payloads the header list
 referred to from the JSON as {"\\u0000b": index}, so file contents are never base64-bloated.
 """
 
+from __future__ import annotations
+
 import json
 import struct
 import sys
 import traceback
 import zlib
+from typing import Any, BinaryIO, Callable
 
 from .contract import requests_from_wire
 
@@ -19,7 +22,7 @@ _SQUEEZE = 16 << 10  # headers larger than this (long path lists, scans) travel 
 _SQUEEZED = 1 << 31  # flag in the length prefix
 
 
-def pack(value, blobs: list):
+def pack(value: Any, blobs: list[bytes]) -> Any:
     """`value` as JSON-able data, with every bytes object moved to `blobs`."""
     if isinstance(value, (bytes, bytearray, memoryview)):
         blobs.append(bytes(value))
@@ -31,7 +34,7 @@ def pack(value, blobs: list):
     return value
 
 
-def unpack(value, blobs: list):
+def unpack(value: Any, blobs: list[bytes]) -> Any:
     if isinstance(value, dict):
         if len(value) == 1 and _BYTES in value:
             return blobs[value[_BYTES]]
@@ -41,9 +44,9 @@ def unpack(value, blobs: list):
     return value
 
 
-def encode(header: dict, value=None) -> bytes:
+def encode(header: dict[str, Any], value: Any = None) -> bytes:
     """One frame: `header` plus `value` (under "v"), bytes split out as payloads."""
-    blobs: list = []
+    blobs: list[bytes] = []
     doc = dict(header, v=pack(value, blobs), n=[len(b) for b in blobs])
     head = json.dumps(doc, separators=(",", ":")).encode()  # ensure_ascii keeps surrogates intact
     flag = 0
@@ -52,7 +55,7 @@ def encode(header: dict, value=None) -> bytes:
     return b"".join([struct.pack(">I", len(head) | flag), head, *blobs])
 
 
-def decode(read_exact) -> tuple[dict, object]:
+def decode(read_exact: Callable[[int], bytes]) -> tuple[dict[str, Any], Any]:
     """Read one frame with `read_exact(n)`; return (header, value)."""
     (size,) = struct.unpack(">I", read_exact(4))
     head = read_exact(size & ~_SQUEEZED)
@@ -61,9 +64,9 @@ def decode(read_exact) -> tuple[dict, object]:
     return doc, unpack(doc.pop("v"), blobs)
 
 
-def error_doc(exc: BaseException) -> dict:
+def error_doc(exc: BaseException) -> dict[str, Any]:
     """How an exception raised on the host travels back to the controller."""
-    doc = {"type": type(exc).__name__, "message": str(exc)}
+    doc: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc)}
     if isinstance(exc, OSError):
         doc.update(errno=exc.errno, strerror=exc.strerror, filename=exc.filename)
     kind = getattr(exc, "kind", None)
@@ -74,25 +77,26 @@ def error_doc(exc: BaseException) -> dict:
     return doc
 
 
-def serve(agent, stdin=None, stdout=None) -> None:
+def serve(agent: Any, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> None:
     """Answer requests {"m": method, "v": [args, kwargs]} until end of input."""
-    stdin = stdin or sys.stdin.buffer
-    stdout = stdout or sys.stdout.buffer
+    source: BinaryIO = stdin or sys.stdin.buffer
+    sink: BinaryIO = stdout or sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but frames may reach the controller on stdout
 
     def read_exact(n: int) -> bytes:
-        data = stdin.read(n)
+        data = source.read(n)
         if len(data) != n:
             raise EOFError
         return data
 
     import os
-    stdout.write(encode({"hello": 1}, {"pid": os.getpid(), "algorithm": agent.algorithm(),
+    sink.write(encode({"hello": 1}, {"pid": os.getpid(), "algorithm": agent.algorithm(),
                                        "python": "%d.%d.%d" % sys.version_info[:3]}))
-    stdout.flush()
+    sink.flush()
     while True:
         try:
-            header, (args, kwargs) = decode(read_exact)
+            header, call = decode(read_exact)
+            args, kwargs = call
         except EOFError:
             return
         try:
@@ -104,7 +108,7 @@ def serve(agent, stdin=None, stdout=None) -> None:
         except Exception as exc:  # every failure goes back to the controller, the loop goes on
             frame = encode({"error": error_doc(exc)})
         try:
-            stdout.write(frame)
-            stdout.flush()
+            sink.write(frame)
+            sink.flush()
         except (BrokenPipeError, OSError):  # the connection is gone: nothing left to answer
             return

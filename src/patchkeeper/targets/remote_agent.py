@@ -24,7 +24,7 @@ from ..host import wire
 from ..host.contract import AgentContract, CompareRequest, Pair, Rows, ScanRequest, as_wire
 
 # The agent's modules, in import order; on the host they become the package `pkagent`.
-AGENT_MODULES = ("errors", "disk", "store", "distcheck", "contract", "agent", "wire")
+AGENT_MODULES = ("errors", "disk", "store", "distinfo", "distcheck", "manifest_text", "contract", "agent", "wire")
 _BOOT = """
 import sys, types
 pkg = types.ModuleType("pkagent"); pkg.__path__ = []; sys.modules["pkagent"] = pkg

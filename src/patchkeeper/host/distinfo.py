@@ -1,0 +1,78 @@
+"""An installed distribution's metadata files, read here only: RECORD, METADATA, entry_points.txt.
+
+Standard library only (the agent and distcheck use it on the host; `check --wheel` on a wheel's
+METADATA). Hand-written rather than importlib.metadata: the scans read one RECORD per command and
+audit reads every distribution's, where the csv module and email parser cost more than the work.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterable, Iterator
+
+
+def record_paths(record: str) -> list[str]:
+    """The paths of a RECORD (CSV: path,hash,size), [] without one; csv only for the rare quoted path."""
+    try:
+        with open(record, newline="", encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return []
+    quoted = [line for line in lines if line.startswith('"')]
+    if quoted:
+        import csv
+
+        paths = dict(zip(quoted, (row[0] for row in csv.reader(quoted))))
+        return [paths[line] if line[0] == '"' else line.rsplit(",", 2)[0] for line in lines if line]
+    return [line.rsplit(",", 2)[0] for line in lines if line]
+
+
+def record_rows(record: str) -> Iterator[tuple[str, str, str, int | None]]:
+    """(path, algorithm, urlsafe-b64 digest, size) of every RECORD row that carries a hash."""
+    import csv
+
+    with open(record, newline="", encoding="utf-8") as f:
+        for row in csv.reader(f):
+            if len(row) < 2 or not row[1] or "=" not in row[1]:
+                continue
+            algo, _, b64 = row[1].partition("=")
+            size = int(row[2]) if len(row) > 2 and row[2].isdigit() else None
+            yield row[0], algo, b64, size
+
+
+def metadata_fields(lines: Iterable[str]) -> dict[str, str]:
+    """The header fields of a METADATA file (the first value of each), up to its body."""
+    fields: dict[str, str] = {}
+    for line in lines:
+        if not line.strip():
+            break
+        key, sep, value = line.partition(":")
+        if sep and not key.startswith((" ", "\t")):
+            fields.setdefault(key, value.strip())
+    return fields
+
+
+def installed_version(dist_dir: str) -> str | None:
+    """The Version field of a dist-info directory's METADATA, None without one."""
+    try:
+        with open(os.path.join(dist_dir, "METADATA"), encoding="utf-8", errors="replace") as f:
+            return metadata_fields(f).get("Version")
+    except FileNotFoundError:
+        return None
+
+
+def console_scripts(dist_dir: str) -> set[str]:
+    """The `module:function` targets of a distribution's console and GUI scripts (entry_points.txt)."""
+    out: set[str] = set()
+    section = ""
+    try:
+        with open(os.path.join(dist_dir, "entry_points.txt"), encoding="utf-8") as f:
+            for line in f:
+                line = line.strip()
+                if line.startswith("["):
+                    section = line.strip("[]").strip()
+                elif "=" in line and section in ("console_scripts", "gui_scripts"):
+                    out.add(line.split("=", 1)[1].split("[", 1)[0].strip())
+    except (FileNotFoundError, UnicodeDecodeError):
+        pass
+    return out

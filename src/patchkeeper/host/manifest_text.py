@@ -1,0 +1,35 @@
+"""The manifest's text form, written and read here only: one sorted line per file,
+`<mode octal> <size> <digest> <path>`, the path JSON-quoted only where it would be ambiguous,
+so that git diffs of manifests read well. Standard library only: the agent reads manifests too."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Mapping
+
+_AMBIGUOUS = re.compile(r'^"|[\x00-\x1f\x7f\\]')
+_AMBIGUOUS_ANYWHERE = re.compile(r'(?:^|\x1f)"|[\x00-\x1e\x7f\\]')  # over keys joined by \x1f
+
+
+def write(entries: Mapping[str, Any]) -> bytes:
+    """The text of a manifest whose `entries` (key -> a value with digest, size and mode) are in
+    sorted key order."""
+    plain = not _AMBIGUOUS_ANYWHERE.search("\x1f".join(entries))  # one search for the common case
+    lines = [f"{e.mode:o} {e.size} {e.digest} {k if plain else _quote(k)}\n" for k, e in entries.items()]
+    return "".join(lines).encode("utf-8", "surrogateescape")
+
+
+def parse(data: bytes) -> dict[str, list[Any]]:
+    """key -> [digest, size, mode] of every line of a manifest's text."""
+    rows: dict[str, list[Any]] = {}
+    for line in data.decode("utf-8", "surrogateescape").split("\n"):
+        if line:
+            mode, size, digest, key = line.split(" ", 3)
+            rows[json.loads(key) if key[0] == '"' else key] = [digest, int(size), int(mode, 8)]
+    return rows
+
+
+def _quote(key: str) -> str:
+    """Paths are written bare unless a quote, backslash or control character makes them ambiguous."""
+    return json.dumps(key) if _AMBIGUOUS.search(key) else key
