@@ -23,6 +23,7 @@ SAMPLE_CHARS = 200
 OUTPUT_KEEP = 8000  # characters of restart / log output kept in a report
 WINDOW_MAX = 10.0  # seconds one probe run polls for readiness before progress is shown
 MIN_SLOWER = 1.0  # seconds a regression must add too, so a server answering in milliseconds is not judged by jitter
+MIN_SLOWER_READY = 30.0  # the same for the ready time, which a cold page cache alone can stretch by tens of seconds
 FIRST_ERRORS = 8  # error-looking log lines quoted before the tail
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 _ERROR_LINE = re.compile(r"Traceback \(most recent call last\)|\w*Error:|\bERROR\b|\bOSError\b|CUDA error|"
@@ -330,13 +331,14 @@ def _figures_text(f: dict) -> str:
 
 
 def regression(then: dict, now: dict, ready_now: float | None, svc: ServiceConfig) -> list[str]:
-    """What is over max_slowdown times slower than the last pass (and at least MIN_SLOWER seconds more)."""
+    """What is over max_slowdown times slower than the last pass (and at least MIN_SLOWER seconds more;
+    MIN_SLOWER_READY for the ready time after a restart)."""
     limit, out = svc.smoke.max_slowdown, []
-    pairs = [("the smoke request", then.get("seconds"), now.get("seconds"))]
+    pairs = [("the smoke request", then.get("seconds"), now.get("seconds"), MIN_SLOWER)]
     if ready_now is not None:
-        pairs.append(("ready after restart", then.get("ready"), ready_now))
-    for what, old, new in pairs:
-        if old is None or new is None or new <= limit * old or new - old < MIN_SLOWER:
+        pairs.append(("ready after restart", then.get("ready"), ready_now, MIN_SLOWER_READY))
+    for what, old, new, floor in pairs:
+        if old is None or new is None or new <= limit * old or new - old < floor:
             continue
         rates = ""
         if what == "the smoke request" and then.get("tokens_per_s") and now.get("tokens_per_s"):
