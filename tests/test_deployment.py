@@ -169,3 +169,19 @@ def test_exec_start_is_read_as_systemd_reads_it():
     assert units.exec_start("[Service]\nExecStart=@/bin/sh mysh -c x\n").argv == ("mysh", "-c", "x")
     assert "%i" in units.exec_start("[Service]\nExecStart=/bin/x %i\n").problem
     assert units.exec_start("[Service]\nType=oneshot\n") is None
+
+
+def test_a_regression_needs_the_ratio_and_a_floor_and_errors_are_found_anywhere():
+    from patchkeeper import verify
+    from patchkeeper.service import ServiceConfig
+
+    svc = ServiceConfig(restart="true", base_url="http://x")
+    then = {"entry": "e1", "seconds": 2.15, "tokens_per_s": 29.8, "ready": 60.0}
+    found = verify.regression(then, {"seconds": 141.0, "tokens_per_s": 0.45}, None, svc)
+    assert len(found) == 1 and found[0].startswith("the smoke request: 2.15 s then, 141 s now (65.6x")
+    assert verify.regression({**then, "seconds": 0.01}, {"seconds": 0.05}, None, svc) == []  # 5x of jitter
+    assert verify.regression(then, {"seconds": 2.2}, 400.0, svc)[0].startswith("ready after restart: 60 s then")
+    assert verify.regression({**then, "ready": 5.0}, {"seconds": 2.2}, 30.0, svc) == []  # 6x, but 25 s more
+    log = ["INFO start", "ERROR: CUDA out of memory", *["INFO ok"] * 200, "Traceback (most recent call last):"]
+    assert verify.first_errors("\n".join(log)) == ("line 2 of 203: ERROR: CUDA out of memory",
+                                                   "line 203 of 203: Traceback (most recent call last):")
