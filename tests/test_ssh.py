@@ -122,7 +122,7 @@ def test_diff_host_against_its_record_names_kinds_and_owners(fleet):
     base = json.loads(fleet.pk("diff", "ct129", "--against", "baseline", "--json", check=1).stdout)
     owned = {d["key"]: d["owners"].get("ct129") for d in base["differences"]}
     assert owned["@unit"] == "ddtree@2.0.0" and owned["sglang/srt/speculative/ddtree_utils.py"] == "ddtree@2.0.0"
-    assert owned["sglang/srt/extra_by_hand.py"] is None and len(owned) == 6 + 3
+    assert owned["sglang/srt/extra_by_hand.py"] is None and len(owned) == 18 + 3
 
     fleet.pk("rollback", "-t", "ct129", "--to", "baseline")
     state = json.loads(fleet.pk("status", "-t", "ct129", "--json").stdout)["state"]["id"]
@@ -151,7 +151,7 @@ def test_diff_two_hosts_reports_exactly_the_files_that_differ(fleet, pristine_ve
     edit_file(site / "sglang/srt/only_on_ct200.py", b"print('hi')\n")
     _chmod(site / "sglang/lang/api.py", 0o755)
     expected = _expected(_site_keys(fleet.state("ct129")), _site_keys(fleet.state("ct200")))
-    assert len(expected) == 9  # ddtree's 6 files, one edit, one added file, one mode
+    assert len(expected) == 21  # ddtree's 18 files (17 and the unit), one edit, one added file, one mode
 
     doc = json.loads(fleet.pk("diff", "ct129", "ct200", "--json", check=1).stdout)
     assert {d["key"]: d["kind"] for d in doc["differences"]} == expected
