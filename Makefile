@@ -40,6 +40,23 @@ $(WHEELS)/.audit:
 	$(PY) -m pip download -q --no-deps --only-binary=:all: $(AUDIT_WHEELS) -d $(WHEELS)
 	touch $@
 
+# Wheels of the environment tests, in their own directory (the audit tests take every six-*.whl):
+# a second six for version differences, torchcodec whose .so files need FFmpeg and libtorch
+# (absent here: unresolved, and that must not count as drift).
+ENV_WHEELS := six==1.16.0 torchcodec==0.17.0
+$(WHEELS)/env/.done:
+	mkdir -p $(WHEELS)/env
+	$(PY) -m pip download -q --no-deps --only-binary=:all: $(ENV_WHEELS) -d $(WHEELS)/env
+	touch $@
+
+# Another release of six, for repair's refusal of a wheel whose version is not the installed one
+# (a directory of its own, so the audit tests' six-*.whl stays one version).
+OLDER_WHEELS := six==1.16.0
+$(WHEELS)/older/.done:
+	mkdir -p $(WHEELS)/older
+	$(PY) -m pip download -q --no-deps --only-binary=:all: $(OLDER_WHEELS) -d $(WHEELS)/older
+	touch $@
+
 # For bench/audit.py only: sglang with torch 2.13.0 (CPU) beside it, a site-packages of real size.
 TORCHENV := .cache/torch-venv
 $(TORCHENV)/.done: $(WHEELS)/.sglang
@@ -53,14 +70,15 @@ sshd:
 	@test -x /usr/sbin/sshd || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server openssh-client >/dev/null; }
 	@mkdir -p /run/sshd  # sshd's privilege separation directory (the test sshd runs from a tmp config)
 
-demo: install $(TESTENV)/.done
-	bash scripts/demo.sh
+# The demo target is a venv of its own (scripts/demo.sh), installed from the cached wheel.
+demo: install $(WHEELS)/.sglang
+	PY=$(PY) bash scripts/demo.sh
 
-test: install $(TESTENV)/.done $(WHEELS)/.audit sshd
+test: install $(TESTENV)/.done $(WHEELS)/.audit $(WHEELS)/env/.done $(WHEELS)/older/.done sshd
 	$(BIN)/mypy  # [tool.mypy] in pyproject.toml: strict on host/, the engine and changes.py
 	$(BIN)/pytest -q -n 2
 
-bench: install $(TESTENV)/.done $(WHEELS)/.audit $(TORCHENV)/.done sshd
+bench: install $(TESTENV)/.done $(WHEELS)/.audit $(WHEELS)/env/.done $(TORCHENV)/.done sshd
 	@command -v rsync >/dev/null && command -v b3sum >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rsync b3sum >/dev/null; }
 	$(BIN)/python bench/run.py
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-MODULES = ["core", "audit", "authoring", "remote", "verify"]
+MODULES = ["core", "audit", "authoring", "remote", "verify", "environment"]
 
 
 def main() -> None:

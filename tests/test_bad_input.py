@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -143,3 +144,135 @@ def test_malformed_workspace_values(env, toml, expect):
 def test_malformed_patchset_values(env, extra, expect):
     _patchset(env, "odd", None, toml_extra=extra)
     _refused(env, "apply", "odd", expect=expect)
+
+
+def _no_records(env):
+    """Nothing recorded either: a refusal comes before the baseline."""
+    ledger = env.state_dir / "ledger"
+    assert not ledger.exists() or not list(ledger.iterdir())
+
+
+MODE = """diff --git a/sglang/version.py b/sglang/version.py
+old mode 100644
+new mode {mode}
+"""
+
+
+@pytest.mark.parametrize("extra, expect", [
+    ('pacakge_version = "==0.5.24"\n', "unknown key 'pacakge_version' (did you mean 'package_version'?)"),
+    ('[files]\nunit = "u"\n[service]\nx = 1\n', "unknown key 'service'"),
+])
+def test_unknown_patchset_keys_are_refused_by_name(env, extra, expect):
+    _patchset(env, "typo", None, toml_extra=extra)
+    _refused(env, "apply", "typo", expect=expect)
+    _no_records(env)
+
+
+@pytest.mark.parametrize("version", ["1.0.0\n20991231T000000-forged  root@x  apply", "1" + ".1" * 20_000,
+                                     "1" + ".1" * 1_000_000, "banana", " 1.0"])
+def test_versions_must_be_pep440_and_short(env, version):
+    d = env.root / "patchsets" / "odd"
+    d.mkdir()
+    (d / "patchset.toml").write_text(f'name = "odd"\nversion = {json.dumps(version)}\npackage = "sglang"\n')
+    proc = env.pk("apply", "odd", check=2)
+    assert ("version" in proc.stderr and ("PEP 440" in proc.stderr or "one line" in proc.stderr)
+            or "over the 64 KiB" in proc.stderr), proc.stderr
+    assert len(proc.stderr) < 1000 and proc.stderr.count("\n") == 2  # one line and its hint
+    _no_records(env)
+
+
+def test_oversized_patch_files_are_refused(env):
+    _patchset(env, "huge", None)
+    with open(env.root / "patchsets/huge/0001.patch", "wb") as f:
+        f.truncate(33 << 20)  # sparse: 33 MiB without writing them
+    _refused(env, "apply", "huge", expect="over the 32 MiB")
+
+
+@pytest.mark.parametrize("mode", ["100777", "104755", "102755"])
+def test_setuid_setgid_and_world_writable_modes_need_force(env, mode):
+    _patchset(env, "modes", MODE.format(mode=mode))
+    _refused(env, "apply", "modes", expect=f"setuid, setgid or world-writable: sglang/version.py {int(mode, 8) & 0o7777:o}")
+    _no_records(env)
+    proc = env.pk("apply", "modes", "--force", "--no-verify")
+    assert "warning:" in proc.stdout
+    assert (env.site / "sglang/version.py").stat().st_mode & 0o7777 == int(mode, 8) & 0o7777
+
+
+def test_a_symlink_mode_in_a_patch_is_bad_input(env):
+    _patchset(env, "link", MODE.format(mode="120000"))
+    _refused(env, "apply", "link", expect="not a regular file's")
+
+
+def test_short_state_prefix_is_refused_and_ambiguous_lists_candidates(env):
+    env.pk("apply", "nextn")
+    entries = sorted((env.state_dir / "ledger").iterdir())
+    base = json.loads(entries[0].read_text())
+    _refused(env, "rollback", "--to", base["after"]["id"][:1], expect="needs at least 4 characters")
+    # a second state whose id shares the baseline's first 4 characters, as a 65,536th state would
+    twin = dict(base, id="20990101T000000-aaaaaa", seq=3, kind="snapshot",
+                after=dict(base["after"], id=base["after"]["id"][:4] + "ffffffff", name="twin"))
+    (env.state_dir / "ledger" / "000003-20990101T000000-aaaaaa.json").write_text(json.dumps(twin))
+    proc = env.pk("rollback", "--to", base["after"]["id"][:4], "--dry-run", check=2)
+    assert "is ambiguous" in proc.stderr
+    hint = proc.stderr.split("hint:")[1]
+    assert f"{base['after']['id']} (baseline)" in hint and f"{twin['after']['id']} (twin)" in hint
+
+
+def test_apply_on_a_target_without_the_role_records_nothing(env):
+    toml = env.root / "patchkeeper.toml"
+    toml.write_text(toml.read_text().split("[targets.local.files]")[0])
+    _refused(env, "apply", "nextn", expect="has no such role")
+    _no_records(env)
+
+
+def test_a_crlf_patch_is_refused_as_crlf(env):
+    _patchset(env, "crlf", None)
+    text = (env.root / "patchsets/ddtree/0001-spec-info-ddtree.patch").read_bytes()
+    (env.root / "patchsets/crlf/0001.patch").write_bytes(text.replace(b"\n", b"\r\n"))
+    _refused(env, "apply", "crlf", expect="has CRLF (Windows) line endings, first on line 1")
+
+
+def test_git_quoted_paths_are_accepted(env, tmp_path):
+    """git quotes names with a quote, a backslash or non-ASCII bytes: the diff git writes applies."""
+    import subprocess
+
+    repo = tmp_path / "git"
+    (repo / "sglang").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    names = ['sglang/name with "quote".py', "sglang/café.py", "sglang/tab\there.py"]
+    for name in names:
+        (repo / name).write_text(f"# {name}\n")
+    subprocess.run(["git", "-C", str(repo), "add", "-N", "."], check=True)
+    text = subprocess.run(["git", "-C", str(repo), "diff"], check=True, capture_output=True, text=True).stdout
+    assert '"b/sglang/name with \\"quote\\".py"' in text and "caf\\303\\251" in text and "tab\\there" in text
+    _patchset(env, "quoted", text)
+    env.pk("apply", "quoted", "--no-verify")
+    for name in names:
+        assert (env.site / name).read_text() == f"# {name}\n"
+    env.pk("rollback", "--to", "baseline", "--no-verify")
+    assert not any((env.site / name).exists() for name in names)
+
+
+def test_a_symlinked_file_is_named_a_symlink(env, tmp_path):
+    version = env.site / "sglang/version.py"
+    real = tmp_path / "version.py"
+    real.write_bytes(version.read_bytes())
+    version.unlink()
+    version.symlink_to(real)
+    _patchset(env, "v", f"""diff --git a/sglang/version.py b/sglang/version.py
+--- a/sglang/version.py
++++ b/sglang/version.py
+@@ -1 +1,2 @@
+ {real.read_text().splitlines()[0]}
++patched = True
+""")
+    _refused(env, "apply", "v", expect="sglang/version.py (a symlink)")
+
+
+def test_a_deleted_pack_index_is_named(env):
+    env.pk("apply", "nextn", "--no-verify")
+    index, = (env.state_dir / "store" / "packs").glob("*.idx")
+    index.unlink()
+    proc = env.pk("rollback", "--to", "baseline", check=2)
+    assert f"the pack index {index} is missing" in proc.stderr and "@unit" in proc.stderr
+    assert "recorded without bytes" not in proc.stderr

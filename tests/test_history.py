@@ -80,9 +80,12 @@ def test_record_commits_the_patch_set_it_wrote(repo_env):
     env = repo_env
     env.pk("snapshot", "--name", "start")
     (env.site / "sglang/srt/speculative/extra.py").write_text("A = 1\n")
-    env.pk("record", "extra", "--from", "start")
+    proc = env.pk("record", "extra", "--from", "start")
     repo = git.Repo(env.root)
     assert repo.head.commit.message.startswith("patch set extra@1.0.0: created")
+    # and says so: the user's repository got a commit
+    assert f"committed patchsets/extra/ to the workspace's git repository as {repo.head.commit.hexsha[:12]}" \
+        in proc.stdout
     assert sorted(repo.head.commit.stats.files) == ["patchsets/extra/extra.patch", "patchsets/extra/patchset.toml"]
 
 

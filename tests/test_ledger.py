@@ -7,13 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from patchkeeper.ledger import KINDS, ApplyExtra, LedgerEntry, RecordExtra, RollbackExtra, VerifyExtra
+from patchkeeper.ledger import (KINDS, AdoptExtra, ApplyExtra, LedgerEntry, RecordExtra, RepairExtra, RollbackExtra,
+                                VerifyExtra)
 
 # Written by `main` at ddc636b+changes.py (a six venv: snapshot, apply, switch, rollback, verify, and an
 # apply whose verification failed and was rolled back automatically).
 WRITTEN_BY_MAIN = sorted((Path(__file__).parent / "data" / "ledger-main").glob("*.json"))
-EXTRA_OF_KIND = {"baseline": RecordExtra, "snapshot": RecordExtra, "apply": ApplyExtra, "switch": ApplyExtra,
-                 "rollback": RollbackExtra, "verify": VerifyExtra}
+# Written by branch h6 (repair): a repair, the rollback that undid it, a --restore-pristine baseline.
+WRITTEN_BY_MAIN += sorted((Path(__file__).parent / "data" / "ledger-repair").glob("*.json"))
+EXTRA_OF_KIND = {"baseline": AdoptExtra, "snapshot": RecordExtra, "apply": ApplyExtra, "switch": ApplyExtra,
+                 "rollback": RollbackExtra, "verify": VerifyExtra, "repair": RepairExtra}
 
 
 @pytest.mark.parametrize("path", WRITTEN_BY_MAIN, ids=lambda p: p.name.split("-")[0])

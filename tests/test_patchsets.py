@@ -30,7 +30,8 @@ def produce(name: str, without: str | None = None) -> dict[str, bytes | None]:
 
 
 def test_shipped_patchsets_are_listed_in_one_group():
-    assert patchset.names(REPO / "patchsets") == SHIPPED
+    # present, not alone: a user's own `patchkeeper record` here (as the README shows) adds more
+    assert set(SHIPPED) <= set(patchset.names(REPO / "patchsets"))
     for name in SHIPPED:
         ps = patchset.load(REPO / "patchsets", name)
         assert ps.group == "speculative-algo" and ps.package_version == "==0.5.23"

@@ -360,3 +360,16 @@ def test_audit_record_check_and_show_over_ssh(fleet):
     fleet.pk("check", "fix", "-t", "ct200")
     fleet.pk("apply", "fix", "-t", "ct200")
     assert (fleet.site("ct200") / rel).read_bytes() == edited
+
+
+def test_backups_come_back_over_ssh(fleet):
+    fleet.pk("apply", "nextn", "-t", "ct129")
+    mine = fleet.units["ct129"].read_bytes() + b"# my hand edit\n"
+    fleet.units["ct129"].write_bytes(mine)
+    out = fleet.pk("rollback", "-t", "ct129", "--to", "baseline").stdout
+    digest = next(l for l in out.splitlines() if l.startswith("  backup of @unit: ")).split(": ", 1)[1]
+    assert digest.startswith("sha256:")  # the host's own algorithm
+    got = subprocess.run([sys.executable, "-m", "patchkeeper", "--workspace", str(fleet.env.root),
+                          "show-backup", digest, "-t", "ct129"], capture_output=True, check=True)
+    assert got.stdout == mine
+    assert "ct129: files match state" in fleet.pk("diff", "-t", "ct129").stdout

@@ -14,7 +14,7 @@ from .ledger import Ledger, State
 from .manifest import ROLE_PREFIX, Manifest, differences
 from .targets import Target
 
-CLASSES = ("drift", "environment", "bytecode", "probe", "patched")
+CLASSES = ("drift", "environment", "native", "bytecode", "probe", "patched")
 PROBE_TIMEOUT = 60.0
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 _PROBE = (
@@ -79,6 +79,9 @@ class AuditReport:
         dists = _unique(f.dist or f.path for f in self.findings if f.cls == "environment")
         if dists:
             parts.append("environment drift in " + ", ".join(dists))
+        natives = _unique(f.path for f in self.findings if f.cls == "native")
+        if natives:
+            parts.append(f"{len(natives)} shared object(s) no longer load their libraries as recorded")
         pycs = self.count("bytecode")
         if pycs:
             parts.append(f"{pycs} pyc file(s) do not match their source")
@@ -152,6 +155,11 @@ def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), pro
         done += len(chunk)
         tell("distributions", done, steps)
 
+    if current is not None:
+        native, note = _native(target, ledger, current)
+        findings.extend(native)
+        notes.extend(note)
+
     verify = sorted({f.path for f in findings if f.path.endswith(".py") and f.kind in ("changed", "added", "mode")
                      and not f.path.startswith(("../", ROLE_PREFIX))})
     tag = "cpython-" + "".join(info.python_version.split(".")[:2])
@@ -196,6 +204,22 @@ def _classify(ledger: Ledger, current: State, actual: Manifest, owners: dict[str
             out.append(Finding("drift", key, kind, f"{kind} since the baseline by no applied patch set "
                                                    f"(a hand edit recorded in state {current.id})"))
     return out
+
+
+def _native(target: Target, ledger: Ledger, current: State) -> tuple[list[Finding], list[str]]:
+    """Sonames that resolved when the current state's fingerprint was taken and do not now, or
+    resolve to another file or other bytes (never one already unresolved then)."""
+    from . import environment
+
+    entry = environment.entry_of(ledger, current)
+    if entry is None:
+        return [], [f"state {current.id} was recorded without an environment fingerprint: native libraries "
+                    "not compared (the next change or snapshot records one)"]
+    then = environment.load(target, entry.env or "")
+    now = environment.take(target, parts=("native",))
+    changes = environment.native_changes(then.get("native") or {}, now.get("native") or {},
+                                         same_hash=then.get("algorithm") == now.get("algorithm"))
+    return [Finding("native", path, kind, f"{detail} (as of {entry.kind} {entry.id})") for path, kind, detail in changes], []
 
 
 def _chunks(items: list[str], n: int) -> Iterable[list[str]]:

@@ -7,11 +7,12 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Union
+from typing import Any, Callable, Union
 
-from . import engine
+from . import engine, faults
 from .engine import Plan
-from .errors import EXIT_DIFFERS, EXIT_ROLLED_BACK
+from .errors import EXIT_DIFFERS, EXIT_ROLLED_BACK, PatchkeeperError
+from .host.disk import algorithm_of, hash_bytes, write_atomic
 from .ledger import LedgerEntry, RollbackExtra, State
 from .service import ServiceConfig
 from .session import Session
@@ -70,7 +71,29 @@ class RolledBack:
     again: Verification
 
 
-Step = Union[Changed, Verifying, Verified, KeptFailing, RollingBack, RolledBack]
+@dataclass(frozen=True)
+class NotMirrored:
+    """`done` happened on the target, but its records could not be copied into `where` (the
+    workspace's snapshots/<target>/): a warning, never an error that would say nothing changed."""
+
+    done: str
+    target: str
+    where: Path
+    reason: str
+
+
+@dataclass(frozen=True)
+class SincePassed:
+    """The previous state fails too: what changed since it last passed verification. Its code is
+    back in place, so the environment is what is left to blame."""
+
+    state: State
+    last: LedgerEntry | None  # that passing verification; None when none kept a fingerprint
+    changes: tuple[Any, ...] = ()  # environment.Change, from then to now
+    gpu: dict[str, Any] = dataclasses.field(default_factory=dict)  # the GPU facts now
+
+
+Step = Union[Changed, Verifying, Verified, KeptFailing, RollingBack, RolledBack, SincePassed, NotMirrored]
 
 
 @dataclass(frozen=True)
@@ -93,7 +116,7 @@ def carry_out(ws: Workspace, s: Session, plan: Plan, dry_run: bool, svc: Service
 
     if not dry_run:
         engine.execute(s, plan)
-        mirror(ws, s)
+        _mirror(ws, s, f"{s.target.name} was changed (transaction {plan.entry.id})", step)
     step(Changed(plan, dry_run))
     code = 0
     if svc is not None and not dry_run:
@@ -107,10 +130,10 @@ def _after_change(ws: Workspace, s: Session, svc: ServiceConfig, change: LedgerE
     step(Verifying(change))
     report = _verify(s, svc, change.kind, change.id, step)
     if report.ok:
-        mirror(ws, s, manifest=False)  # the state is the one the change just mirrored
+        _mirror(ws, s, "the verification was recorded", step, manifest=False)  # the state was mirrored
         return 0
     if change.kind not in ("apply", "switch") or change.before is None:
-        mirror(ws, s, manifest=False)
+        _mirror(ws, s, "the verification was recorded", step, manifest=False)
         step(KeptFailing(change, report))
         return EXIT_DIFFERS
     previous = change.before
@@ -123,8 +146,13 @@ def _after_change(ws: Workspace, s: Session, svc: ServiceConfig, change: LedgerE
         engine.execute(s, plan)
         step(Changed(plan, False))
     again = _verify(s, svc, "automatic rollback", plan.entry.id if plan else change.id, step)
-    mirror(ws, s)
+    _mirror(ws, s, f"{s.target.name} was rolled back", step)
     step(RolledBack(change, report, previous, again))
+    if not again.ok:
+        from . import environment
+
+        last, changes, gpu = environment.since_last_pass(s.target, s.ledger, previous)
+        step(SincePassed(previous, last, tuple(changes), gpu))
     return EXIT_ROLLED_BACK
 
 
@@ -137,37 +165,103 @@ def _verify(s: Session, svc: ServiceConfig, phase: str, of: str, step: Callable[
 
 
 # ---- the workspace's copy of a target's records ---------------------------------------------------
-def mirror(ws: Workspace, s: Session, manifest: bool = True) -> list[Path]:
+def mirror(ws: Workspace, s: Session, manifest: bool = True, check_all: bool = False) -> list[Path]:
     """Copy the target's ledger entries and the manifest of every state they name into
-    snapshots/<target>/ (manifests/<state id>.txt, each written once), and the current state as
-    manifest.txt and state.json, whose git history reads as the target's."""
+    snapshots/<target>/ (manifests/<state id>.txt), and the current state as manifest.txt and
+    state.json, whose git history reads as the target's.
+
+    Every file is written whole or not at all (temp file, fsync, rename), so a copy that exists is
+    whole; a missing one is written again. `check_all` (what `recover` asks for) also reads every
+    copy and writes again a damaged one: a ledger entry that differs, a manifest whose bytes do not
+    hash to its digest (an older version could leave one cut short on a full disk).
+    """
     out = ws.snapshots_dir / s.target.name
     (out / "ledger").mkdir(parents=True, exist_ok=True)
     (out / "manifests").mkdir(exist_ok=True)
     written, fresh = [], []
+    repaired = False
     texts: dict[str, bytes] = {}
+    checked: set[str] = set()
     for entry in s.ledger.entries():
         path = out / "ledger" / entry.file_name()
-        if not path.exists():
-            path.write_text(json.dumps(entry.to_dict(), indent=1) + "\n")
+        doc = entry.to_dict()
+        copy = _read(path) if check_all else (b"" if path.exists() else None)
+        if copy is None or (check_all and _parsed(copy) != doc):
+            _write(path, (json.dumps(doc, indent=1) + "\n").encode())
             written.append(path)
-            fresh.append(entry)
-        kept = out / "manifests" / f"{entry.after.id}.txt"
-        if manifest and not kept.exists():
-            texts.setdefault(entry.after.manifest, s.target.agent.store_get(s.target.info.store, entry.after.manifest))
-            kept.write_bytes(texts[entry.after.manifest])
+            if copy is None:
+                fresh.append(entry)
+            else:
+                repaired = True
+        state = entry.after
+        if not manifest or state.id in checked:
+            continue
+        checked.add(state.id)
+        kept = out / "manifests" / f"{state.id}.txt"
+        if check_all:
+            copy = _read(kept)
+            intact = copy is not None and hash_bytes(copy, algorithm_of(state.manifest)) == state.manifest
+        else:
+            intact = kept.exists()
+        if not intact:
+            texts.setdefault(state.manifest, s.target.agent.store_get(s.target.info.store, state.manifest))
+            _write(kept, texts[state.manifest])
             written.append(kept)
+            repaired = repaired or entry not in fresh
     current = s.ledger.current()
     if current is not None and manifest:
-        path = out / "manifest.txt"
-        path.write_bytes(texts.get(current.manifest) or (out / "manifests" / f"{current.id}.txt").read_bytes())
-        (out / "state.json").write_text(json.dumps({"target": s.target.name, **current.to_dict()}, indent=1) + "\n")
-        written += [path, out / "state.json"]
-    if fresh:
+        text = texts.get(current.manifest) or (out / "manifests" / f"{current.id}.txt").read_bytes()
+        state_doc = (json.dumps({"target": s.target.name, **current.to_dict()}, indent=1) + "\n").encode()
+        for path, data in ((out / "manifest.txt", text), (out / "state.json", state_doc)):
+            if _read(path) != data:
+                _write(path, data)
+            written.append(path)
+    if fresh or repaired:
         from . import history
 
-        history.commit_paths(ws.root, written, history_message(s.target.name, fresh))
+        message = history_message(s.target.name, fresh) if fresh else \
+            f"{s.target.name}: records copied again into the workspace (patchkeeper {s.command})\n"
+        history.commit_paths(ws.root, [out] if repaired else written, message)  # all: an earlier copy may be uncommitted
     return written
+
+
+def try_mirror(ws: Workspace, s: Session, done: str, manifest: bool = True,
+               check_all: bool = False) -> NotMirrored | None:
+    """Mirror after `done` happened on the target; a failure comes back as a NotMirrored step."""
+    try:
+        mirror(ws, s, manifest=manifest, check_all=check_all)
+        return None
+    except (OSError, PatchkeeperError) as exc:
+        if isinstance(exc, OSError) and exc.strerror:
+            reason = exc.strerror + (f": {exc.filename}" if exc.filename else "")
+        else:
+            reason = str(exc).splitlines()[0]
+        return NotMirrored(done, s.target.name, ws.snapshots_dir / s.target.name, reason)
+
+
+def _mirror(ws: Workspace, s: Session, done: str, step: Callable[[Step], None], manifest: bool = True) -> None:
+    failed = try_mirror(ws, s, done, manifest)
+    if failed is not None:
+        step(failed)
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+def _parsed(data: bytes) -> object:
+    try:
+        return json.loads(data)
+    except ValueError:
+        return None
+
+
+def _write(path: Path, data: bytes) -> None:
+    faults.disk_full(str(path))
+    write_atomic(str(path), data)
 
 
 def history_message(target: str, entries: list[LedgerEntry]) -> str:

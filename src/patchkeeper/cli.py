@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from functools import wraps
 
 import click
 
-from .errors import PatchkeeperError
+from .errors import EXIT_INTERRUPTED, PatchkeeperError
 
 
 def _workspace(ctx: click.Context):
@@ -22,23 +23,156 @@ def command(fn):
 
     @wraps(fn)
     def wrapper(*args, **kwargs):
+        _quiet_when_reader_leaves()
         try:
             code = fn(*args, **kwargs)
         except PatchkeeperError as exc:
             click.echo(f"patchkeeper: error: {exc}", err=True)
             sys.exit(exc.exit_code)
+        except BrokenPipeError:
+            if not _stdout_gone():
+                raise  # another pipe (a host's channel...): a real error, reported below
+            sys.exit(141)  # as git does when its reader leaves in the middle of raw bytes: 128 + SIGPIPE
         except OSError as exc:  # the file system said no (permissions, a full disk): one line, not a traceback
             where = f": {exc.filename}" if exc.filename else ""
             click.echo(f"patchkeeper: error: {exc.strerror or exc}{where}\n  hint: fix that, then run the command "
                        "again; an interrupted change is finished or undone by the next command", err=True)
             sys.exit(2)
+        except KeyboardInterrupt:  # Ctrl-C: its own code, not 1 ("differences found")
+            click.echo("\npatchkeeper: error: interrupted (Ctrl-C)\n  hint: a change that was under way is finished or undone by "
+                       "`patchkeeper recover` (or by the next command on the target)", err=True)
+            sys.exit(EXIT_INTERRUPTED)
         sys.exit(code)
 
     return wrapper
 
 
-target_option = click.option("-t", "--target", help="target name from patchkeeper.toml (default: default_target)")
+class _ReaderGone:
+    """sys.stdout that, once the reader has closed the pipe (`| head`), sends the rest to /dev/null.
+
+    Like git, the output simply stops: no "Broken pipe" error, and the command still runs to its
+    end, so a change it made is mirrored and verified and its exit code keeps its meaning."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+        self.gone = False
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._to_devnull()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._to_devnull()
+
+    def _to_devnull(self) -> None:
+        self.gone = True
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, self._stream.fileno())  # the buffered rest (and the flush at exit) goes nowhere
+        os.close(null)
+        try:
+            self._stream.flush()
+        except BrokenPipeError:  # a part of the buffer the failed write kept: now it goes nowhere
+            self._stream.flush()
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+def _stdout_gone() -> bool:
+    """Whether stdout's reader has left; if so, whatever is still buffered goes to /dev/null."""
+    import select
+
+    out = sys.stdout
+    if isinstance(out, _ReaderGone):
+        out.flush()
+        if out.gone:
+            return True
+    try:
+        poll = select.poll()
+        poll.register(sys.__stdout__.fileno() if sys.__stdout__ else 1, select.POLLOUT)
+        gone = any(events & select.POLLERR for _, events in poll.poll(0))  # a pipe without a reader
+    except (AttributeError, OSError, ValueError):
+        return False
+    if gone and isinstance(out, _ReaderGone):
+        out._to_devnull()
+    return gone
+
+
+def _quiet_when_reader_leaves() -> None:
+    if not isinstance(sys.stdout, _ReaderGone):
+        try:
+            sys.stdout.fileno()
+        except (AttributeError, OSError, ValueError):  # not a real file (a test runner's capture)
+            return
+        sys.stdout = _ReaderGone(sys.stdout)
+
+
+# ---- shell completion of names: read from the workspace only (never a target, never SSH) ----------
+def _completion_workspace(ctx: click.Context):
+    from . import workspace
+
+    root = ctx.find_root().params.get("workspace")
+    return workspace.load(workspace.find(root))
+
+
+def _completing(names):
+    """A click shell_complete function over the names `names(ctx)` gives; none when that fails."""
+
+    def complete(ctx: click.Context, param, incomplete: str) -> list[str]:
+        try:
+            return [n for n in names(ctx) if n.startswith(incomplete)]
+        except Exception:  # completion never prints errors into the user's shell
+            return []
+
+    return complete
+
+
+def _patchset_names(ctx: click.Context) -> list[str]:
+    from . import patchset
+
+    return patchset.names(_completion_workspace(ctx).patchsets_dir)
+
+
+def _target_names(ctx: click.Context) -> list[str]:
+    return sorted(_completion_workspace(ctx).targets)
+
+
+def _state_names(ctx: click.Context) -> list[str]:
+    """baseline, previous, and the names and ids of the states in the workspace's copy of the ledger."""
+    import json
+
+    ws = _completion_workspace(ctx)
+    target = ctx.params.get("target") or ws.default_target
+    names, ids = ["baseline", "previous"], []
+    for path in sorted((ws.snapshots_dir / str(target) / "ledger").glob("*.json")):
+        after = json.loads(path.read_text()).get("after") or {}
+        if after.get("name"):
+            names.append(after["name"])
+        ids.append(after.get("id", ""))
+    return list(dict.fromkeys(names + [i for i in ids if i]))
+
+
+complete_patchsets = _completing(_patchset_names)
+complete_targets = _completing(_target_names)
+complete_states = _completing(_state_names)
+
+target_option = click.option("-t", "--target", help="target name from patchkeeper.toml (default: default_target)",
+                             shell_complete=complete_targets)
 json_option = click.option("--json", "as_json", is_flag=True, help="print one JSON document")
+
+
+def adopt_options(fn):
+    """--restore-pristine / --accept-edits: what to do with hand edits found before the first baseline."""
+    fn = click.option("--accept-edits", is_flag=True,
+                      help="before the first baseline: record files that differ from RECORD as they are")(fn)
+    return click.option("--restore-pristine", is_flag=True,
+                        help="before the first baseline: give files that differ from RECORD the release's bytes")(fn)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -63,27 +197,30 @@ def list_cmd(ctx, as_json):
 
 
 @main.command()
-@click.argument("name")
+@click.argument("name", shell_complete=complete_patchsets)
 @target_option
 @click.option("--dry-run", "-n", is_flag=True, help="print the plan; change nothing")
 @click.option("--force", is_flag=True, help="apply over hand edits (backed up first) or another package version")
 @click.option("--no-verify", is_flag=True, help="do not restart and verify the target's [service] afterwards")
+@adopt_options
 @click.pass_context
 @command
-def apply(ctx, name, target, dry_run, force, no_verify):
+def apply(ctx, name, target, dry_run, force, no_verify, restore_pristine, accept_edits):
     """Apply patch set NAME (switching within its group) in one transaction.
 
     With a [service] table the service is then restarted and verified by a real generation;
     if that fails the previous state is put back (exit 3).
     """
+    from .adopt import check_mode
     from .commands.apply import apply as run
 
-    return run(_workspace(ctx), target, name, dry_run, force, verify=not no_verify)
+    return run(_workspace(ctx), target, name, dry_run, force, verify=not no_verify,
+               adopt=check_mode(restore_pristine, accept_edits))
 
 
 @main.command()
 @target_option
-@click.option("--to", "to", required=True, metavar="STATE",
+@click.option("--to", "to", required=True, metavar="STATE", shell_complete=complete_states,
               help="baseline | previous | a state name | a state id | a transaction id")
 @click.option("--dry-run", "-n", is_flag=True, help="print the plan; change nothing")
 @click.option("--no-verify", is_flag=True, help="do not restart and verify the target's [service] afterwards")
@@ -124,13 +261,49 @@ def log(ctx, target, as_json):
 @target_option
 @click.option("--name", required=True, help="the state's name, for rollback --to NAME")
 @click.option("--manifest-only", is_flag=True, help="record digests only, not the bytes")
+@adopt_options
 @click.pass_context
 @command
-def snapshot(ctx, target, name, manifest_only):
+def snapshot(ctx, target, name, manifest_only, restore_pristine, accept_edits):
     """Record the target's files as a named state."""
+    from .adopt import check_mode
     from .commands.snapshot import snapshot as run
 
-    return run(_workspace(ctx), target, name, manifest_only)
+    return run(_workspace(ctx), target, name, manifest_only, adopt=check_mode(restore_pristine, accept_edits))
+
+
+@main.command()
+@click.argument("dist")
+@target_option
+@click.option("--wheel", metavar="FILE.whl", help="the release wheel (default: the workspace's wheels directory, "
+              "else pip download for the target's interpreter)")
+@click.option("--dry-run", "-n", is_flag=True, help="print what would be restored; change nothing")
+@adopt_options
+@click.pass_context
+@command
+def repair(ctx, dist, target, wheel, dry_run, restore_pristine, accept_edits):
+    """Give the files of installed distribution DIST that differ from its RECORD their release bytes back.
+
+    One transaction (backups in the store, a ledger entry of kind repair): `rollback --to previous`
+    undoes it. Exit 0 when all were restored, 1 when some are left (named), 2 when no wheel matches.
+    """
+    from .adopt import check_mode
+    from .commands.repair import run
+
+    return run(_workspace(ctx), target, dist, wheel, dry_run, adopt=check_mode(restore_pristine, accept_edits))
+
+
+@main.command("show-backup")
+@click.argument("digest")
+@target_option
+@click.pass_context
+@command
+def show_backup(ctx, digest, target):
+    """Print the bytes of a backed-up file (a hand edit a change replaced), verified: DIGEST as
+    rollback and log show it, or 8+ of its hex digits. `patchkeeper show-backup D > FILE`."""
+    from .commands.show_backup import show_backup as run
+
+    return run(_workspace(ctx), target, digest)
 
 
 @main.command()
@@ -169,7 +342,8 @@ bump_option = click.option("--bump", type=click.Choice(["major", "minor", "patch
 @main.command()
 @click.argument("name")
 @target_option
-@click.option("--from", "since", metavar="STATE", help="record the target's edits since this state")
+@click.option("--from", "since", metavar="STATE", shell_complete=complete_states,
+              help="record the target's edits since this state")
 @click.option("--git", "checkout", metavar="DIR", help="record from a git checkout of the package's source")
 @click.option("--range", "span", metavar="A..B", help="with --git: the refs to diff")
 @click.option("--subdir", default="", metavar="DIR", help="with --git: the directory holding the package (python)")
@@ -210,7 +384,7 @@ def import_cmd(ctx, name, file, version, subdir, package, description):
 
 
 @main.command()
-@click.argument("name")
+@click.argument("name", shell_complete=complete_patchsets)
 @click.pass_context
 @command
 def export(ctx, name):
@@ -221,7 +395,7 @@ def export(ctx, name):
 
 
 @main.command()
-@click.argument("name")
+@click.argument("name", shell_complete=complete_patchsets)
 @target_option
 @click.option("--wheel", metavar="FILE.whl", help="check against a wheel's files instead of a target")
 @json_option
@@ -235,7 +409,7 @@ def check(ctx, name, target, wheel, as_json):
 
 
 @main.command()
-@click.argument("name")
+@click.argument("name", shell_complete=complete_patchsets)
 @json_option
 @click.pass_context
 @command
@@ -247,18 +421,42 @@ def show(ctx, name, as_json):
 
 
 @main.command()
-@click.argument("targets", nargs=-1, metavar="[TARGET [TARGET2]]")
-@click.option("--against", metavar="STATE", help="compare one target with this recorded state (default: its current one)")
+@click.argument("targets", nargs=-1, metavar="[TARGET [TARGET2]]", shell_complete=complete_targets)
+@target_option
+@click.option("--against", metavar="STATE", shell_complete=complete_states,
+              help="compare one target with this recorded state (default: its current one)")
 @click.option("--patch", "-p", is_flag=True, help="add unified diffs of the differing text files")
+@click.option("--env", "environment", is_flag=True,
+              help="compare environments (interpreter, system, distributions, native libraries, GPU) instead of "
+                   "files; a side may be TARGET:STATE")
 @json_option
 @click.pass_context
 @command
-def diff(ctx, targets, against, patch, as_json):
-    """What differs on TARGET from its recorded state, and which patch set owns it; or TARGET against
-    TARGET2, side by side. Exit 0 when nothing differs, 1 when something does."""
+def diff(ctx, targets, target, against, patch, environment, as_json):
+    """What differs on TARGET (or -t TARGET) from its recorded state, and which patch set owns it; or
+    TARGET against TARGET2, side by side. Exit 0 when nothing differs, 1 when something does."""
+    targets = ((target,) if target else ()) + tuple(targets)
+    if environment:
+        from .commands.env import diff_env
+
+        if patch:
+            raise click.UsageError("--patch shows file contents; it does not go with --env")
+        return diff_env(_workspace(ctx), targets, against, as_json)
     from .commands.diff import diff as run
 
-    return run(_workspace(ctx), tuple(targets), against, patch, as_json)
+    return run(_workspace(ctx), targets, against, patch, as_json)
+
+
+@main.command("env")
+@target_option
+@json_option
+@click.pass_context
+@command
+def env_cmd(ctx, target, as_json):
+    """The target's environment: interpreter, system, GPU stack, distributions, native libraries."""
+    from .commands.env import env as run
+
+    return run(_workspace(ctx), target, as_json)
 
 
 @main.command("verify")

@@ -6,16 +6,17 @@ import posixpath
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Collection, Iterable
+from typing import Any, Collection, Iterable, cast
 
-from . import faults, patching, patchset, transaction
+from . import environment, faults, patching, patchset, transaction
 from .errors import BadInput, PatchkeeperError, Refused, StoreError
 from .host.contract import CompareRequest, ScanRequest
-from .ledger import ApplyExtra, LedgerEntry, PatchSetRef, RecordExtra, State, new_id, who
+from .host.disk import STAGE_PREFIX, is_managed_name
+from .ledger import ApplyExtra, LedgerEntry, PatchSetRef, RecordExtra, RollbackExtra, State, new_id, who
 from .manifest import ROLE_PREFIX, Entry, Manifest, differences
 from .patchset import PatchSet
 from .session import Session
-from .targets import Target
+from .targets import Target, TargetInfo
 from .transaction import FileOp
 from .workspace import TargetConfig, Workspace
 
@@ -83,7 +84,8 @@ def _kinds(pairs: dict[str, tuple[Entry | None, Entry | None]]) -> dict[str, str
 
 
 # ---- recorded states -------------------------------------------------------------------------
-def record_state(s: Session, kind: str, name: str, bytes_kept: bool = True) -> LedgerEntry:
+def record_state(s: Session, kind: str, name: str, bytes_kept: bool = True, hand_edits: tuple[str, ...] = (),
+                 extra: dict[str, Any] | None = None) -> LedgerEntry:
     """Record the target's files as they are now as a named state (kind: baseline | snapshot)."""
     target, ledger = s.target, s.ledger
     manifest = scan_all(target)
@@ -96,17 +98,23 @@ def record_state(s: Session, kind: str, name: str, bytes_kept: bool = True) -> L
     current = ledger.current()
     state = State.make(ledger.save_manifest(manifest), current.stack if current else (), name, bytes_kept)
     entry = LedgerEntry(id=new_id(), seq=ledger.next_seq(), time=time.time(), who=who(), command=s.command,
-                        kind=kind, after=state, before=current,
-                        extra=RecordExtra(files=len(manifest), package_version=target.info.version))
+                        kind=kind, after=state, before=current, hand_edits=hand_edits,
+                        extra=cast(RecordExtra, {"files": len(manifest), "package_version": target.info.version,
+                                                     **(extra or {})}))
+    entry = environment.record(entry, target)
     ledger.append(entry)
     return entry
 
 
-def ensure_baseline(s: Session, bytes_kept: bool = True) -> LedgerEntry | None:
-    """Record the baseline unless a state is recorded already; the new baseline entry, or None."""
+def ensure_baseline(s: Session, bytes_kept: bool = True, adopt: str | None = None) -> LedgerEntry | None:
+    """Record the baseline unless a state is recorded already; the new baseline entry, or None.
+    The package is checked against its RECORD first: hand edits are refused, or handled as
+    `adopt` says (restore-pristine | accept-edits; see adopt.py)."""
     if s.ledger.current() is not None:
         return None
-    return record_state(s, "baseline", "baseline", bytes_kept)
+    from . import adopt as adopting
+
+    return adopting.record_baseline(s, bytes_kept, adopt)
 
 
 # ---- apply / switch --------------------------------------------------------------------------
@@ -227,7 +235,35 @@ def check_fits(target: Target, sets: list[PatchSet], force: bool) -> list[str]:
         if m.kind == "role":
             raise BadInput(f"patch set {ps.ident} sets the {m.have!r} file, but target {target.name} "
                            f"has no such role", f"add {m.have} = \"...\" to [targets.{target.name}.files]")
+    for ps in sets:
+        _refuse_unmanaged(info, ps)
+    unsafe = patchset.unsafe_modes(sets)
+    if unsafe:
+        msg = "patch sets make file(s) setuid, setgid or world-writable: " + ", ".join(unsafe)
+        if not force:
+            raise Refused(msg, "fix the modes in the patches; --force applies them anyway")
+        notes.append(f"warning: {msg} (--force)")
     return notes
+
+
+def _refuse_unmanaged(info: TargetInfo, ps: PatchSet) -> None:
+    """Refuse a patch set that writes where no scan looks (so no rollback would undo it): outside the
+    package's own files and top-level directories, bytecode, or patchkeeper's stage names."""
+    tops, loose = set(info.top_dirs()), set(info.loose_paths())
+    bad = []
+    for path in ps.paths:
+        if not is_managed_name(path):
+            why = "a stage file name of patchkeeper" if STAGE_PREFIX in path else "bytecode, derived from sources"
+        elif path.split("/", 1)[0] not in tops and path not in loose:
+            why = f"not a file of package {info.package}"
+        else:
+            continue
+        bad.append(f"{path} ({why})")
+    if bad:
+        raise Refused(f"patch set {ps.ident} writes {len(bad)} path(s) patchkeeper does not manage, so no rollback "
+                      "would undo them: " + ", ".join(bad[:10]) + (" …" if len(bad) > 10 else ""),
+                      f"limit the patch set to the files of {info.package} ({', '.join(sorted(tops))}"
+                      f"{', ' + ', '.join(sorted(loose)[:5]) if loose else ''}), without bytecode")
 
 
 def _check_history(s: Session, sets: list[PatchSet]) -> None:
@@ -240,13 +276,15 @@ def _check_history(s: Session, sets: list[PatchSet]) -> None:
                                   f"raise version in patchsets/{ps.name}/patchset.toml")
 
 
-def plan_apply(s: Session, name: str, force: bool, trial: bool = False) -> Plan | None:
-    """Plan applying `name` (and what it requires) on the current stack; None if already applied.
+def plan_apply(s: Session, name: str, force: bool, trial: bool = False,
+               incoming: list[PatchSet] | None = None) -> Plan | None:
+    """Plan applying `name` (and what it requires: `incoming`, if already resolved) on the current
+    stack; None if already applied.
 
     A `trial` (what `check` shows) refuses nothing: misfits, hand edits and hunks that do not
     apply are kept in the plan (misfits, drift, checks) instead, and the files they concern left out."""
     ws, target, ledger = s.workspace, s.target, s.ledger
-    incoming, unrendered = _bound(resolve(ws.patchsets_dir, name), s.config, trial)
+    incoming, unrendered = _bound(incoming or resolve(ws.patchsets_dir, name), s.config, trial)
     found = misfits(incoming, target.config.package, target.info.version, dict(target.info.roles)) if trial else []
     found += unrendered
     notes = [] if trial else check_fits(target, incoming, force)
@@ -274,6 +312,7 @@ def plan_apply(s: Session, name: str, force: bool, trial: bool = False) -> Plan 
         keys = touched_keys(build)
         base_manifest = None
     actual = scan_keys(target, keys)
+    _refuse_non_regular(target, [k for k in keys if k not in actual])
     drift = tuple(k for k in keys if actual.get(k) != cur_manifest.get(k))
     if drift and not force and not trial:
         raise Refused(f"{len(drift)} file(s) differ from the recorded state {current.id} (edited by hand?): "
@@ -287,20 +326,26 @@ def plan_apply(s: Session, name: str, force: bool, trial: bool = False) -> Plan 
         modes = {k: actual[k].mode for k in actual}
     _refuse_escaping(target, [k for k in keys if not k.startswith(ROLE_PREFIX)], "the patch sets write")
     checks = build_files(build, files, modes, dict(target.info.roles), adding if trial else None)
-    ops, contents = _ops(target, actual, files, modes)
+    planned, contents = _planned(target, files, modes)
+    ops = [FileOp(k, target.info.path_of(k), actual.get(k), new) for k, new in planned.items() if actual.get(k) != new]
     kind = "switch" if removed else "apply"
-    manifest_text = cur_manifest.replace({op.key: op.new for op in ops}).to_text()
+    # every touched key as planned, also where the file already holds it (a hand edit equal to the result)
+    manifest_text = cur_manifest.replace(planned).to_text()
     manifest_digest = target.hash_bytes(manifest_text)
     contents[manifest_digest] = manifest_text
     after = State.make(manifest_digest, new_stack)
     if removed:
         notes.append("switching: " + ", ".join(f"{p['name']}@{p['version']}" for p in removed)
                      + " -> " + ", ".join(ps.ident for ps in adding))
+    extra = ApplyExtra(removed=removed)
+    backups = _backups(ops, drift)
+    if backups:
+        extra["backups"] = backups
     entry = LedgerEntry(id=new_id(), seq=ledger.next_seq(), time=time.time(), who=who(), command=s.command,
                         kind=kind, before=current, after=after, patchsets=tuple(_ref(ps) for ps in adding),
                         changed=differences({op.key: op.old for op in ops if op.old},
                                             {op.key: op.new for op in ops if op.new}),
-                        hand_edits=drift, extra=ApplyExtra(removed=removed))
+                        hand_edits=drift, extra=extra)
     return Plan(tuple(ops), contents, entry, drift, tuple(notes), checks, tuple(found))
 
 
@@ -344,6 +389,12 @@ def build_files(sets: list[PatchSet], files: dict[str, bytes | None], modes: dic
                 files[ROLE_PREFIX + role] = data
                 modes.setdefault(ROLE_PREFIX + role, 0o644)
     return tuple(checks)
+
+
+def _backups(ops: list[FileOp], hand: tuple[str, ...]) -> dict[str, str]:
+    """key -> digest of the hand-edited files the change overwrites (their bytes are put in the store
+    before anything changes, and `patchkeeper show-backup DIGEST` gives them back)."""
+    return {op.key: op.old.digest for op in ops if op.key in hand and op.old is not None}
 
 
 def _recorded(s: Session) -> tuple[State, Manifest]:
@@ -406,6 +457,22 @@ def _baseline_bytes(target: Target, base: Manifest, actual: dict[str, Entry], ke
                          "the baseline was recorded --manifest-only; restore the file first") from None
 
 
+def _refuse_non_regular(target: Target, absent: list[str]) -> None:
+    """Keys the scan did not find as regular files: refuse a symlink, directory or device there by name
+    (a scan sees regular files only, so they would otherwise read as "does not exist")."""
+    odd = []
+    for key in absent:
+        try:
+            st = target.agent.lstat(target.info.path_of(key))
+        except (OSError, PatchkeeperError):  # e.g. a parent that is no directory: the stage step says so
+            continue
+        if st is not None:
+            odd.append(f"{key} ({'a symlink' if st['is_link'] else 'a directory' if st['is_dir'] else 'not a regular file'})")
+    if odd:
+        raise BadInput(f"{len(odd)} path(s) the patch sets touch are not regular files: " + ", ".join(odd),
+                       "patchkeeper manages regular files only; replace them with the files themselves")
+
+
 def _refuse_escaping(target: Target, rels: list[str], what: str) -> None:
     """Refuse paths that leave site-packages through a symlinked directory: nothing is written there."""
     outside = target.agent.escaping(target.info.site, rels)
@@ -415,20 +482,19 @@ def _refuse_escaping(target: Target, rels: list[str], what: str) -> None:
                        "remove the symlink (or restore the directory it replaced), then retry")
 
 
-def _ops(target: Target, actual: dict[str, Entry], files: dict[str, bytes | None],
-         modes: dict[str, int]) -> tuple[list[FileOp], dict[str, bytes]]:
-    ops, contents = [], {}
+def _planned(target: Target, files: dict[str, bytes | None],
+             modes: dict[str, int]) -> tuple[dict[str, Entry | None], dict[str, bytes]]:
+    """The entry each key will have after the change (None: absent), and the new contents by digest."""
+    planned: dict[str, Entry | None] = {}
+    contents: dict[str, bytes] = {}
     for key, data in files.items():
-        old = actual.get(key)
         if data is None:
-            new = None
+            planned[key] = None
         else:
             digest = target.hash_bytes(data)
-            new = Entry(digest, len(data), modes.get(key, 0o644))
+            planned[key] = Entry(digest, len(data), modes.get(key, 0o644))
             contents[digest] = data
-        if old != new:
-            ops.append(FileOp(key, target.info.path_of(key), old, new))
-    return ops, contents
+    return planned, contents
 
 
 # ---- rollback --------------------------------------------------------------------------------
@@ -438,26 +504,44 @@ def plan_rollback(s: Session, spec: str) -> Plan | None:
     if current is None:
         raise Refused(f"target {target.name} has no recorded state to roll back to",
                       "patchkeeper has not changed it yet")
-    goal = ledger.find_state(spec)
+    from . import repair
+
+    goal, upto = repair.rollback_goal(ledger, spec)
     to_goal, to_recorded = compare(target, goal.manifest, current.manifest)
     hand = _kinds(to_recorded)  # changed by hand since the last transaction: backed up, then named
     ops = [FileOp(k, target.info.path_of(k), actual, want) for k, (want, actual) in to_goal.items()]
+    env_ops = repair.environment_ops(target, ledger, upto)  # files repairs changed outside the package
     _refuse_escaping(target, [op.key for op in ops if not op.key.startswith(ROLE_PREFIX)], "the rollback writes")
+    ops += env_ops
     missing = target.agent.store_missing(target.info.store, sorted({op.new.digest for op in ops if op.new}))
     if missing:
         names = [op.key for op in ops if op.new and op.new.digest in missing]
+        if goal.bytes_kept:  # its bytes were stored: the store lost them
+            damage = target.agent.store_damage(target.info.store)
+            raise StoreError(f"the store lacks the bytes of {len(names)} file(s) state {goal.id} "
+                             f"({goal.name or 'unnamed'}) kept"
+                             + (f" ({'; '.join(damage)})" if damage else "") + ": " + ", ".join(names[:20]),
+                             f"the store {target.info.store} is damaged: restore it from a backup, "
+                             "or restore those files by other means (e.g. reinstall the package)")
         raise StoreError(f"state {goal.id} ({goal.name or 'unnamed'}) was recorded without bytes; "
                          f"{len(names)} file(s) cannot be restored: " + ", ".join(names[:20]),
                          "restore those files by other means (e.g. reinstall the package)")
     if not ops and goal.id == current.id:
         return None
+    extra = RollbackExtra()
+    backups = _backups(ops, tuple(hand))
+    if backups:
+        extra["backups"] = backups
+    if env_ops:
+        extra["env"] = repair.env_extra(env_ops)
     entry = LedgerEntry(id=new_id(), seq=ledger.next_seq(), time=time.time(), who=who(), command=s.command,
                         kind="rollback", before=current, after=goal,
                         changed=differences({op.key: op.old for op in ops if op.old},
                                             {op.key: op.new for op in ops if op.new}),
-                        hand_edits=tuple(hand))
+                        hand_edits=tuple(hand), extra=extra)
     return Plan(tuple(ops), {}, entry, tuple(hand))
 
 
 def execute(s: Session, plan: Plan) -> None:
-    transaction.carry_out(s.ledger, list(plan.ops), plan.contents, plan.entry)
+    """Carry out a plan; its ledger entry keeps the environment fingerprint it was made in."""
+    transaction.carry_out(s.ledger, list(plan.ops), plan.contents, environment.record(plan.entry, s.target))

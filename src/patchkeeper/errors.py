@@ -6,6 +6,8 @@ from .host.errors import EXIT_REFUSED, AgentError, PatchkeeperError  # noqa: F40
 
 EXIT_DIFFERS = 1  # a check found differences (diff, audit, verify)
 EXIT_ROLLED_BACK = 3  # failed and rolled back
+EXIT_UNFINISHED = 4  # a committed change could not be finished: the target is between two states
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as shells report it)
 
 
 class BadInput(PatchkeeperError):
@@ -26,3 +28,9 @@ class StoreError(PatchkeeperError):
 
 class TargetError(PatchkeeperError):
     """The target cannot be reached or its interpreter or package cannot be found."""
+
+
+class Unfinished(PatchkeeperError):
+    """A transaction passed its commit point but could not be finished; `recover` finishes it."""
+
+    exit_code = EXIT_UNFINISHED

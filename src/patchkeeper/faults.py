@@ -1,11 +1,13 @@
 """Fault injection for crash tests: PATCHKEEPER_CRASH_AT=N kills the process at the Nth step.
 
+PATCHKEEPER_DISK_FULL=TEXT makes the workspace's writes of paths containing TEXT fail with ENOSPC.
 PATCHKEEPER_CRASH_AT may also name a step ("journal-committed"); PATCHKEEPER_CRASH_SIGNAL=STOP
 freezes the process there instead (a test then cuts its SSH connection and lets it go on).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 
@@ -26,3 +28,10 @@ def point(name: str) -> None:
     if at == name or (at.isdigit() and int(at) == _count):
         sig = getattr(signal, "SIG" + os.environ.get("PATCHKEEPER_CRASH_SIGNAL", "KILL").upper().removeprefix("SIG"))
         os.kill(os.getpid(), sig)
+
+
+def disk_full(path: str) -> None:
+    """Fail a write of `path` as a full disk would, if PATCHKEEPER_DISK_FULL names part of it."""
+    where = os.environ.get("PATCHKEEPER_DISK_FULL")
+    if where and where in path:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)

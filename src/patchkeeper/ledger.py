@@ -11,8 +11,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypedDict, Union
 
-from .host.disk import hash_bytes
-from .errors import BadInput, Refused
+from .host.disk import INSTALL_RECORDS, hash_bytes, is_install_record
+from .errors import BadInput, Refused, StoreError
 from .manifest import Manifest
 from .targets import Target
 
@@ -41,14 +41,22 @@ class ApplyExtra(TypedDict, total=False):
 
     removed: list[PatchSetRef]
     workspace: dict[str, Any]  # history.workspace_ref: the commit, and whether each patch set is as committed
+    backed_up_at_recovery: dict[str, str]  # key -> digest of a file changed by hand before `recover` finished
+    backups: dict[str, str]  # hand-edited key -> digest of its bytes in the store (--force), for show-backup
+    created_dirs: list[str]  # directories its transaction created (absent when none): see transaction.py
 
 
 class RollbackExtra(TypedDict, total=False):
-    """rollback: nothing for one asked for; an automatic one names what it undid and why."""
+    """rollback: nothing for one asked for; an automatic one names what it undid and why;
+    `env` the files outside the package it gave back their bytes (see repair)."""
 
     automatic: bool
     undoes: str
     reason: str | None
+    backed_up_at_recovery: dict[str, str]  # as for apply
+    backups: dict[str, str]  # hand-edited key -> digest of its bytes in the store, for show-backup
+    created_dirs: list[str]  # as ApplyExtra's
+    env: dict[str, "EnvChange"]  # files outside the package it changed (files earlier repairs had changed)
 
 
 class VerifyExtra(TypedDict):
@@ -60,8 +68,39 @@ class VerifyExtra(TypedDict):
     verify: dict[str, Any]
 
 
-Extra = Union[RecordExtra, ApplyExtra, RollbackExtra, VerifyExtra]
-KINDS = ("baseline", "snapshot", "apply", "switch", "rollback", "verify")
+class EnvChange(TypedDict):
+    """A file outside the managed package that a transaction changed: its path and [digest, size,
+    mode] before and after (None: absent). Rollback gives such files the bytes of the goal's time."""
+
+    path: str
+    old: list[Any] | None
+    new: list[Any] | None
+
+
+class AdoptExtra(RecordExtra, total=False):
+    """A first baseline over hand edits: how they were adopted (accept-edits | restore-pristine),
+    which files and how they differed; restore-pristine adds the wheel and each file's old entry."""
+
+    adopted: str
+    edits: dict[str, str]
+    wheel: str
+    source: str
+    replaced: dict[str, list[Any] | None]
+
+
+class RepairExtra(TypedDict):
+    """repair: the distribution, the wheel its bytes came from, the files changed, those left (why)."""
+
+    dist: str
+    version: str
+    wheel: str
+    source: str
+    env: dict[str, EnvChange]
+    left: dict[str, str]
+
+
+Extra = Union[RecordExtra, ApplyExtra, RollbackExtra, VerifyExtra, RepairExtra]
+KINDS = ("baseline", "snapshot", "apply", "switch", "rollback", "verify", "repair")
 
 
 @dataclass(frozen=True)
@@ -110,12 +149,16 @@ class LedgerEntry:
     changed: dict[str, str] = field(default_factory=dict)  # key -> changed | added | removed | mode
     hand_edits: tuple[str, ...] = ()  # keys found changed by hand, backed up before the change
     extra: Extra = field(default_factory=lambda: RollbackExtra())
+    env: str | None = None  # digest of the environment fingerprint in the store (None: not kept)
+    env_error: str | None = None  # why no fingerprint could be taken
 
     def to_dict(self) -> dict:
         return {"id": self.id, "seq": self.seq, "time": self.time, "who": self.who,
                 "command": self.command, "kind": self.kind, "patchsets": list(self.patchsets),
                 "before": self.before.to_dict() if self.before else None, "after": self.after.to_dict(),
-                "changed": self.changed, "hand_edits": list(self.hand_edits), "extra": self.extra}
+                "changed": self.changed, "hand_edits": list(self.hand_edits), "extra": self.extra,
+                **({"env": self.env} if self.env else {}),
+                **({"env_error": self.env_error} if self.env_error else {})}
 
     @classmethod
     def from_dict(cls, d: dict) -> "LedgerEntry":
@@ -123,7 +166,14 @@ class LedgerEntry:
                    kind=d["kind"], after=State.from_dict(d["after"]),
                    before=State.from_dict(d["before"]) if d.get("before") else None,
                    patchsets=tuple(d.get("patchsets", ())), changed=d.get("changed", {}),
-                   hand_edits=tuple(d.get("hand_edits", ())), extra=d.get("extra", {}))
+                   hand_edits=tuple(d.get("hand_edits", ())), extra=d.get("extra", {}),
+                   env=d.get("env"), env_error=d.get("env_error"))
+
+    @property
+    def backups(self) -> dict[str, str]:
+        """Hand-edited key -> digest of the bytes backed up before the change (apply --force, rollback)."""
+        found = dict(self.extra).get("backups")
+        return dict(found) if isinstance(found, dict) else {}
 
     def file_name(self) -> str:
         return f"{self.seq:06d}-{self.id}.json"
@@ -139,6 +189,9 @@ def who() -> str:
     except (KeyError, OSError):
         user = "?"
     return f"{user}@{socket.gethostname()}"
+
+
+MIN_PREFIX = 4  # a shorter state id prefix is refused: `--to 1` is a typo, not a state
 
 
 class Ledger:
@@ -160,9 +213,19 @@ class Ledger:
     def entries(self) -> list[LedgerEntry]:
         if self._entries is None:
             raw = self.target.agent.read_all(self.dir, ".json")
-            self._entries = sorted((LedgerEntry.from_dict(json.loads(b)) for b in raw.values()),
-                                   key=lambda e: e.seq)
+            self._entries = sorted((self._parse(name, b) for name, b in raw.items()), key=lambda e: e.seq)
         return self._entries
+
+    def _parse(self, name: str, data: bytes) -> LedgerEntry:
+        try:
+            return LedgerEntry.from_dict(json.loads(data))
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+            path = posixpath.join(self.dir, name)
+            raise StoreError(
+                f"ledger entry {path} of target {self.target.name} is damaged ({type(exc).__name__}: "
+                f"{str(exc)[:120]})",
+                f"put back the workspace's copy (snapshots/{self.target.name}/ledger/{name}) if it has one, "
+                "else move the file aside; nothing was changed") from None
 
     def current(self) -> State | None:
         entries = self.entries()
@@ -190,7 +253,9 @@ class Ledger:
         return self.target.agent.store_put(self.target.info.store, manifest.to_text())
 
     def load_manifest(self, state: State) -> Manifest:
-        return Manifest.from_text(self.target.agent.store_get(self.target.info.store, state.manifest))
+        manifest = Manifest.from_text(self.target.agent.store_get(self.target.info.store, state.manifest))
+        old = [k for k in manifest if k.endswith(INSTALL_RECORDS) and is_install_record(k)]
+        return manifest.replace(dict.fromkeys(old)) if old else manifest  # recorded before they were left out
 
     def find_state(self, spec: str) -> State:
         """baseline | previous | a state name | a state id (prefix) | a ledger entry id."""
@@ -207,10 +272,16 @@ class Ledger:
         for e in reversed(entries):
             if e.after.name == spec or e.id == spec:
                 return e.after
+        if len(spec) < MIN_PREFIX:
+            raise BadInput(f"no state named {spec!r} on target {self.target.name}, and a state id prefix "
+                           f"needs at least {MIN_PREFIX} characters",
+                           "give more of the id (`patchkeeper log` shows them), or baseline | previous | a name")
         matches = {e.after.id: e.after for e in entries if e.after.id.startswith(spec)}
         if len(matches) == 1:
             return next(iter(matches.values()))
         if len(matches) > 1:
-            raise BadInput(f"state id {spec!r} is ambiguous: {', '.join(sorted(matches))}")
+            listed = "; ".join(f"{sid} ({state.name or state.stack_text()})" for sid, state in sorted(matches.items()))
+            raise BadInput(f"state id prefix {spec!r} is ambiguous: {len(matches)} states start with it",
+                           f"give more characters; the candidates: {listed}")
         raise BadInput(f"no state {spec!r} on target {self.target.name}",
                        "run `patchkeeper log` to see its states")

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from .errors import BadInput, HunkFailed
 
 _ENC = ("utf-8", "surrogateescape")
+_C_ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}
+_CRLF_HEADER = re.compile(r"^(?:diff --git |--- |\+\+\+ |@@ ).*\r$", re.M)
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,11 @@ def parse(text: str, origin: str) -> tuple[FilePatch, ...]:
     """Parse a unified diff as `git diff` writes it; raise BadInput naming `origin` if it is not one."""
     import unidiff
 
+    crlf = _CRLF_HEADER.search(text)
+    if crlf:
+        raise BadInput(f"{origin}: has CRLF (Windows) line endings, first on line "
+                       f"{text.count(chr(10), 0, crlf.start()) + 1}: {crlf.group(0).strip()!r}",
+                       "convert it to LF endings (e.g. dos2unix), or write it again with git diff")
     try:
         patch_set = unidiff.PatchSet(text)
     except unidiff.UnidiffParseError as exc:
@@ -69,7 +77,14 @@ def parse(text: str, origin: str) -> tuple[FilePatch, ...]:
         new_mode = None
         for info in headers:
             if info.startswith(("new mode ", "new file mode ")):
-                new_mode = int(info.split()[-1], 8) & 0o7777
+                try:
+                    mode = int(info.split()[-1], 8)
+                except ValueError:
+                    mode = -1
+                if mode < 0 or mode & 0o170000 != 0o100000:
+                    raise BadInput(f"{origin}: {path} gets mode {info.split()[-1]}, not a regular file's (100644, 100755)",
+                                   "patchkeeper manages regular files only; ship a file's content instead")
+                new_mode = mode & 0o7777
         hunks = []
         for h in pf:
             old: list[str] = []
@@ -96,7 +111,31 @@ def parse(text: str, origin: str) -> tuple[FilePatch, ...]:
     return tuple(patches)
 
 
+def unquote(name: str) -> str:
+    """A path as git writes it: bare, or in double quotes with C escapes (\\", \\\\, \\t, \\n, octal
+    bytes) when it holds a quote, a backslash, a control or non-ASCII character."""
+    if not (len(name) >= 2 and name[0] == name[-1] == '"'):
+        return name
+    out = bytearray()
+    body, i = name[1:-1], 0
+    while i < len(body):
+        c = body[i]
+        if c != "\\":
+            out += c.encode("utf-8", "surrogateescape")
+            i += 1
+        elif body[i + 1:i + 2] in _C_ESCAPES:
+            out.append(_C_ESCAPES[body[i + 1]])
+            i += 2
+        elif body[i + 1:i + 4].isdigit() and len(body[i + 1:i + 4]) == 3:
+            out.append(int(body[i + 1:i + 4], 8) & 0xFF)
+            i += 4
+        else:
+            raise BadInput(f"bad escape in the quoted path {name}", "write the diff again with git diff")
+    return out.decode("utf-8", "surrogateescape")
+
+
 def _strip_prefix(name: str, origin: str) -> str:
+    name = unquote(name)
     if name.startswith(("a/", "b/")):
         name = name[2:]
     else:

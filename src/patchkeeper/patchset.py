@@ -11,6 +11,13 @@ from .host.disk import hash_bytes
 from .errors import BadInput
 
 MANIFEST = "patchset.toml"
+KEYS = ("name", "version", "description", "package", "package_version", "requires", "group", "files", "vars")
+MAX_TOML = 64 << 10  # patchset.toml: a few lines of metadata
+MAX_PATCH = 32 << 20  # one *.patch file; the shipped ones are under 20 KB
+MAX_ROLE_FILE = 1 << 20  # a role file (a systemd unit...)
+MAX_VERSION = 64
+MAX_TEXT = 1000  # description and the other one-line strings
+UNSAFE_MODE_BITS = 0o6002  # setuid, setgid, world-writable: refused unless --force
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,8 @@ class PatchSet:
         """The patch set with its role files rendered for a target (its vars, then the [vars] defaults).
 
         A placeholder that has neither is refused (BadInput) by variable and file, before anything changes."""
+        if self.values is not None:
+            return self  # already bound
         values = {**dict(self.defaults), **target_vars}
         hint = (f"set it in [targets.{target}.vars] of patchkeeper.toml, "
                 f"or give it a default in [vars] of patchsets/{self.name}/{MANIFEST}")
@@ -78,14 +87,30 @@ def load(root: Path, name: str) -> PatchSet:
         known = ", ".join(names(root)) or "none"
         raise BadInput(f"unknown patch set {name!r} (known: {known})",
                        f"create {directory}/{MANIFEST}, or run `patchkeeper list`")
+    _cap(path, MAX_TOML)
     try:
         doc = tomllib.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise BadInput(f"{path}: malformed TOML: {exc}", "fix the file's syntax") from None
-    problems = []
+    problems = [_unknown(key) for key in doc if key not in KEYS]
     for key in ("name", "version", "package"):
         if not isinstance(doc.get(key), str) or not doc.get(key):
             problems.append(f"{key} must be a non-empty string")
+    for key in ("name", "version", "description", "package", "package_version", "group"):
+        value = doc.get(key)
+        if isinstance(value, str) and (len(value) > MAX_TEXT or not value.isprintable()):
+            problems.append(f"{key} must be one line of printable text under {MAX_TEXT} characters")
+    version = doc.get("version")
+    if isinstance(version, str) and version and version.isprintable():
+        from packaging.version import InvalidVersion, Version
+
+        try:
+            if len(version) > MAX_VERSION or version != version.strip():
+                raise InvalidVersion(version)
+            Version(version)
+        except InvalidVersion:
+            problems.append(f"version {version[:40]!r}{'…' if len(version) > 40 else ''} is not a PEP 440 "
+                            f"version of at most {MAX_VERSION} characters (e.g. 1.0.0)")
     if doc.get("name") not in (None, name):
         problems.append(f"name {doc.get('name')!r} does not match its directory {name!r}")
     requires = doc.get("requires", [])
@@ -114,12 +139,14 @@ def load(root: Path, name: str) -> PatchSet:
         if not source.is_relative_to(directory.resolve()) or not source.is_file():
             problems.append(f"[files] {role} = {rel!r} is not a file inside {directory}")
         else:
+            _cap(source, MAX_ROLE_FILE)
             files.append((role, source.read_bytes()))
             sources.append((role, str(rel)))
     if problems:
         raise BadInput(f"{path}: " + "; ".join(problems), "see the README for patchset.toml keys")
     patches = []
     for diff in sorted(directory.glob("*.patch")):
+        _cap(diff, MAX_PATCH)
         parsed = patching.parse(diff.read_bytes().decode("utf-8", "surrogateescape"), str(diff))
         for fp in parsed:
             check_relative(fp.path, str(diff))
@@ -134,6 +161,27 @@ def load(root: Path, name: str) -> PatchSet:
     )
 
 
+def _unknown(key: str) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(key, KEYS, n=1)
+    return f"unknown key {key!r}" + (f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(KEYS)})")
+
+
+def _cap(path: Path, limit: int) -> None:
+    size = path.stat().st_size
+    if size > limit:
+        cap = f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit >> 10} KiB"
+        raise BadInput(f"{path}: {size} bytes, over the {cap} a {path.suffix or 'role'} file may hold",
+                       "a patch set holds source patches and small role files; ship large files another way")
+
+
+def unsafe_modes(sets: list[PatchSet]) -> list[str]:
+    """`path mode` for every file a patch set would make setuid, setgid or world-writable."""
+    return [f"{fp.path} {fp.new_mode:o}" for ps in sets for _, fps in ps.patches for fp in fps
+            if fp.new_mode is not None and fp.new_mode & UNSAFE_MODE_BITS]
+
+
 def digest_dir(directory: Path) -> str:
     """Identity of a patch set's content: names and bytes of every file, in name order."""
     parts = []
@@ -146,6 +194,9 @@ def digest_dir(directory: Path) -> str:
 def check_relative(rel: str, origin: str) -> None:
     """A patch path must stay inside site-packages: relative, no '..', no empty parts."""
     parts = rel.split("/")
-    if rel.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\\" in rel or "\0" in rel:
+    if "\\" in rel:
+        raise BadInput(f"{origin}: path {rel!r} holds a backslash (a Windows path separator?)",
+                       "patch paths are relative to site-packages with / between directories")
+    if rel.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\0" in rel:
         raise BadInput(f"{origin}: path {rel!r} escapes site-packages",
                        "patch paths must be relative to site-packages, without '..'")

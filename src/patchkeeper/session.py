@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 import time
 
-from . import transaction
-from .errors import Refused
+from . import statedir, transaction
+from .errors import Refused, Unfinished
 from .ledger import Ledger
 from .targets import Target, open_target
 from .workspace import Workspace
@@ -26,6 +26,7 @@ class Session:
         self._target: Target | None = None
         self._ledger: Ledger | None = None
         self.recovered: str | None = None
+        self.unfinished: Unfinished | None = None  # a committed transaction recovery could not finish
         self._locked = False
 
     @property
@@ -45,10 +46,22 @@ class Session:
     def __enter__(self) -> "Session":
         self._target = open_target(self.config)
         try:
+            statedir.check(self._target, claim=self.write)
             self._ledger = Ledger(self._target)
             if self.write or self.target.agent.lstat(self.ledger.journal_path) is not None:
                 self._lock()
-                self.recovered = transaction.recover(self.ledger)
+                self._clean()
+                try:
+                    self.recovered = transaction.recover(self.ledger)
+                except Unfinished as exc:
+                    if self.write:
+                        raise  # no further change on a target that is between two states
+                    self.unfinished = exc  # a reading command still reads, and says so
+                    print(f"patchkeeper: warning: {exc}", file=sys.stderr)
+                except transaction.JournalDamaged as exc:
+                    if self.write:
+                        raise
+                    print(f"patchkeeper: warning: {exc}", file=sys.stderr)  # a read-only verb goes on
                 if self.recovered:
                     print(f"recovered {self.target.name}: {self.recovered}", file=sys.stderr)
         except BaseException:
@@ -59,13 +72,25 @@ class Session:
     def _lock(self) -> None:
         holder = self.target.agent.lock(self.ledger.lock_path, {"command": self.command})
         if holder is not None:
-            since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(holder.get("since", 0))))
+            try:
+                since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(holder.get("since", 0))))
+            except (TypeError, ValueError, OverflowError, OSError):
+                since = "?"
             raise Refused(
                 f"target {self.target.name} is locked by pid {holder.get('pid')} on {holder.get('host')} "
                 f"running `{holder.get('command')}` since {since}",
                 "wait for it to finish; if that process is gone from another host, remove "
                 f"{self.ledger.lock_path}")
         self._locked = True
+
+    def _clean(self) -> None:
+        """Remove the temporary files an interrupted command left in the target's state dir and store."""
+        info = self.target.info
+        removed = self.target.agent.clean_temps(info.state_dir, info.store)
+        if removed:
+            size = sum(s for _, s in removed)
+            print(f"{self.target.name}: removed {len(removed)} temporary file(s) ({size / 1e6:.1f} MB) "
+                  "left by an interrupted command", file=sys.stderr)
 
     def __exit__(self, *exc) -> None:
         if self._locked:

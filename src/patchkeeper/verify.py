@@ -363,11 +363,15 @@ def first_errors(text: str, limit: int = FIRST_ERRORS) -> tuple[str, ...]:
 
 def record_verification(s: Session, report: Verification, phase: str, of: str | None) -> LedgerEntry | None:
     """Append a `verify` ledger entry for the current state (none before any state is recorded)."""
+    from . import environment
+
     state: State | None = s.ledger.current()
     if state is None:
         return None
     entry = LedgerEntry(id=new_id(), seq=s.ledger.next_seq(), time=time.time(), who=who(), command=s.command,
                         kind="verify", before=state, after=state,
                         extra=VerifyExtra(phase=phase, of=of, verify=report.to_dict()))
+    if report.ok:  # what a later failure of this state is compared with
+        entry = environment.record(entry, s.target)
     s.ledger.append(entry)
     return entry

@@ -32,6 +32,7 @@ class Workspace:
     root: Path
     default_target: str | None
     targets: dict[str, TargetConfig]
+    wheels: Path | None = None  # release wheels for repair and --restore-pristine (`wheels = "dir"`)
 
     @property
     def patchsets_dir(self) -> Path:
@@ -83,6 +84,8 @@ def load(root: Path) -> Workspace:
         tables, problems = {}, ["targets must be a table of [targets.NAME] tables"]
     if not isinstance(doc.get("default_target", ""), str):
         problems.append("default_target must be a string")
+    if not isinstance(doc.get("wheels", ""), str):
+        problems.append("wheels must be a string (a directory of wheels, relative to the workspace)")
     for name, table in tables.items():
         if not isinstance(table, dict):
             problems.append(f"[targets.{name}] is not a table")
@@ -116,7 +119,9 @@ def load(root: Path) -> Workspace:
         )
     if problems:
         raise BadInput(f"{path}: " + "; ".join(problems), "see the README for the target keys")
-    return Workspace(root=root, default_target=doc.get("default_target"), targets=targets)
+    wheels = doc.get("wheels")
+    return Workspace(root=root, default_target=doc.get("default_target"), targets=targets,
+                     wheels=root / wheels if wheels else None)
 
 
 def _local_path(root: Path, value: str, ssh: str | None) -> str:

@@ -5,24 +5,29 @@ from __future__ import annotations
 from typing import cast
 
 from .. import changes, engine, service
+from ..adopt import describe
 from ..ledger import ApplyExtra, RecordExtra
 from ..session import Session
 from ..workspace import Workspace
 from .show_plan import step_printer
 
 
-def apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bool, verify: bool = True) -> int:
+def apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bool, verify: bool = True,
+          adopt: str | None = None) -> int:
     svc = service.load(ws.target(target)) if verify else None
     with Session(ws, target, f"apply {name}") as s:
-        engine.resolve(ws.patchsets_dir, name, s.config)  # every template renders, before even a baseline
+        incoming = engine.resolve(ws.patchsets_dir, name, s.config)  # every template renders, before a baseline
+        engine.check_fits(s.target, incoming, force)  # bad input is refused before a baseline is recorded
         if dry_run and s.ledger.current() is None:
-            print(f"{s.target.name}: no baseline yet; a real apply records one first")
+            from ..adopt import preview
+
+            preview(s, adopt)
         elif not dry_run:
-            baseline = engine.ensure_baseline(s)
+            baseline = engine.ensure_baseline(s, adopt=adopt)
             if baseline is not None:
                 print(f"recorded baseline of {s.target.name}: {cast(RecordExtra, baseline.extra)['files']} files, "
-                      f"state {baseline.after.id}")
-        plan = engine.plan_apply(s, name, force)
+                      f"state {baseline.after.id}{describe(baseline)}")
+        plan = engine.plan_apply(s, name, force, incoming=incoming)
         if plan is None:
             print(f"{s.target.name}: {name} is already applied; nothing to do")
             return 0

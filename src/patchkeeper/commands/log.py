@@ -27,8 +27,14 @@ def log(ws: Workspace, target: str | None, as_json: bool) -> int:
             print(f"{e.id}  {when}  {e.who}  {e.kind:8} {before} -> {e.after.id}"
                   f"{' (' + e.after.name + ')' if e.after.name else ''}  `{e.command}`"
                   f"{'  ' + sets if sets else ''}  {len(e.changed)} file(s)")
+            adopted = {"accept-edits": "hand edits found before the first baseline, recorded as they are "
+                                       "(--accept-edits)",
+                       "restore-pristine": "hand edits found before the first baseline, backed up, then given "
+                                           "the release's bytes (--restore-pristine)"}.get(str(e.extra.get("adopted")))
             if e.hand_edits:
-                print(f"    backed up hand edits first: {', '.join(e.hand_edits)}")
+                backups = e.backups
+                print(f"    {adopted or 'backed up hand edits first'}: " + ", ".join(
+                    f"{k} ({backups[k][:len('blake3:') + 16]}…)" if k in backups else k for k in e.hand_edits))
         return 0
 
 

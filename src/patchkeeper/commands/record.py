@@ -93,13 +93,17 @@ def report_saved(ws: Workspace, saved: authoring.Saved, files: int, roles: int) 
     was = f" (was {saved.previous})" if saved.previous else ""
     print(f"{saved.status} {saved.ident}{was} in {where}: {files} file(s)"
           + (f", {roles} role file(s)" if roles else "") + f"; digest {saved.digest}")
-    commit_patchset(ws, saved)
+    commit = commit_patchset(ws, saved)
+    if commit:
+        print(f"committed {where.relative_to(ws.root)}/ to the workspace's git repository as {commit[:12]} "
+              "(only that directory; undo with git revert)")
     return 0
 
 
-def commit_patchset(ws: Workspace, saved: authoring.Saved) -> None:
-    """Commit the patch set's directory, which patchkeeper just wrote whole, to the workspace."""
+def commit_patchset(ws: Workspace, saved: authoring.Saved) -> str | None:
+    """Commit the patch set's directory, which patchkeeper just wrote whole, to the workspace, so the
+    apply that names this version can name the commit holding it; returns the commit, if one was made."""
     from .. import history
 
     directory = ws.patchsets_dir / saved.ident.partition("@")[0]
-    history.commit_paths(ws.root, [directory], f"patch set {saved.ident}: {saved.status} by patchkeeper\n")
+    return history.commit_paths(ws.root, [directory], f"patch set {saved.ident}: {saved.status} by patchkeeper\n")

@@ -1,9 +1,11 @@
-"""`patchkeeper recover`: finish or undo an interrupted transaction (the session does the work)."""
+"""`patchkeeper recover`: finish or undo an interrupted transaction (the session does it), copy the records again."""
 
 from __future__ import annotations
 
+from ..changes import try_mirror
 from ..session import Session
 from ..workspace import Workspace
+from .show_plan import render_not_mirrored
 
 
 def recover(ws: Workspace, target: str | None) -> int:
@@ -12,4 +14,9 @@ def recover(ws: Workspace, target: str | None) -> int:
             print(f"{s.target.name}: nothing to recover; no transaction was interrupted")
         else:
             print(f"{s.target.name}: {s.recovered}")
+        failed = try_mirror(ws, s, f"{s.target.name} is recovered" if s.recovered else
+                            f"{s.target.name} needed no recovery", check_all=True)
+        if failed is not None:
+            render_not_mirrored(failed)
+            return 0 if s.recovered else 2
         return 0

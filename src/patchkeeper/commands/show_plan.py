@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import sys
-from typing import TextIO
+from typing import Any, TextIO
 
-from ..changes import Changed, KeptFailing, RolledBack, RollingBack, Step, Verified, Verifying
+from ..changes import (Changed, KeptFailing, NotMirrored, RolledBack, RollingBack, SincePassed, Step, Verified,
+                       Verifying)
 from ..engine import Plan
 from ..ledger import State
 from ..manifest import ROLE_PREFIX
@@ -23,6 +24,10 @@ def render_plan(plan: Plan, target: str, dry_run: bool) -> None:
     if plan.drift:
         print(f"files changed by hand since state {e.before.id if e.before else '?'} "
               f"(backed up{' first' if dry_run else ''}): " + ", ".join(plan.drift))
+        for key, digest in e.backups.items():
+            print(f"  backup of {key}: {digest}")
+        if e.backups:
+            print(f"  (get one back: patchkeeper show-backup DIGEST -t {target} > FILE)")
     print(f"{target}: {e.kind} {e.before.stack_text() if e.before else '(nothing)'} -> {e.after.stack_text()}")
     for op in plan.ops:
         kind = "added" if op.old is None else "removed" if op.new is None else \
@@ -70,6 +75,12 @@ def _block(text: str, out: TextIO, lines: int = 40) -> None:
         print(f"    | {row}", file=out)
 
 
+def render_not_mirrored(step: NotMirrored) -> None:
+    print(f"patchkeeper: warning: {step.done}, but its records could not be copied into {step.where}: "
+          f"{step.reason}\n  hint: make room, then run `patchkeeper recover -t {step.target}`: it copies them again",
+          file=sys.stderr)
+
+
 def step_printer(target: str):
     """A `show` callback for changes.carry_out that prints each step as it happens."""
 
@@ -87,6 +98,8 @@ def step_printer(target: str):
         elif isinstance(step, RollingBack):
             print(f"{target}: verification failed after {step.change.kind} ({step.report.reason}); "
                   f"rolling back to the previous state {step.previous.id}: {step.previous.stack_text()}")
+        elif isinstance(step, NotMirrored):
+            render_not_mirrored(step)
         elif isinstance(step, RolledBack):
             again, previous = step.again, step.previous
             if again.ok:
@@ -97,5 +110,34 @@ def step_printer(target: str):
                 print(f"{target}: FAILED and rolled back to state {previous.id}, but {PREVIOUS_FAILS} "
                       f"({again.reason}: {again.problems[0] if again.problems else again.message})")
                 print(f"  hint: run `patchkeeper audit -t {target}` to see what else differs on the target")
+        elif isinstance(step, SincePassed):
+            render_since_passed(step, target)
 
     return show
+
+
+def render_since_passed(step: SincePassed, target: str) -> None:
+    """What changed since the previous state last passed: code (nothing), environment, GPU facts."""
+    import time
+
+    from .. import environment
+
+    state, last = step.state, step.last
+    if last is None:
+        print(f"{target}: no passing verification of state {state.id} was recorded with its environment; "
+              "nothing to compare with")
+        return
+    v: Any = dict(last.extra).get("verify") or {}
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last.time))
+    figures = f"{v['tokens']} tokens in {v.get('seconds') or 0:.2f}s" if v.get("tokens") is not None else "passed"
+    print(f"{target}: since state {state.id} last passed verification ({when}, {figures}; ledger entry {last.id}):")
+    print(f"  code         none: state {state.id} is in place again")
+    for c in step.changes:
+        print(f"  {c.area:12} {c.kind:10} {c.subject}  {c.detail}")
+    if not step.changes:
+        print("  environment  no differences (interpreter, system, distributions, native libraries, GPU stack)")
+    print(f"  GPU now      {environment.gpu_text(step.gpu)}")
+    for line in environment.gpu_health(step.gpu):
+        print(f"    {line}")
+    for line in (step.gpu.get("xid") or [])[-5:]:
+        print(f"    | {line}")

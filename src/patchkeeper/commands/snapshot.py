@@ -5,23 +5,31 @@ from __future__ import annotations
 from typing import cast
 
 from .. import engine
-from ..changes import mirror
+from ..adopt import describe
+from ..changes import try_mirror
 from ..errors import BadInput
 from ..ledger import RecordExtra
 from ..session import Session
 from ..workspace import Workspace
+from .show_plan import render_not_mirrored
+
+RESERVED = {"baseline": "the state recorded before the first change",
+            "previous": "the state before the current one"}  # names `rollback --to` gives a meaning of its own
 
 
-def snapshot(ws: Workspace, target: str | None, name: str, manifest_only: bool) -> int:
-    if name in ("previous",) or not name.strip():
-        raise BadInput(f"{name!r} cannot name a state", "pick another name")
+def snapshot(ws: Workspace, target: str | None, name: str, manifest_only: bool, adopt: str | None = None) -> int:
+    if name in RESERVED or not name.strip():
+        raise BadInput(f"{name!r} cannot name a state: rollback --to {name} means "
+                       + (RESERVED[name] if name in RESERVED else "nothing"), "pick another name")
     with Session(ws, target, f"snapshot --name {name}") as s:
-        baseline = engine.ensure_baseline(s, bytes_kept=not manifest_only)
+        baseline = engine.ensure_baseline(s, bytes_kept=not manifest_only, adopt=adopt)
         if baseline is not None:
             files = cast(RecordExtra, baseline.extra)["files"]
-            print(f"recorded baseline of {s.target.name}: {files} files, state {baseline.after.id}")
+            print(f"recorded baseline of {s.target.name}: {files} files, state {baseline.after.id}{describe(baseline)}")
         entry = engine.record_state(s, "snapshot", name, bytes_kept=not manifest_only)
-        mirror(ws, s)
+        failed = try_mirror(ws, s, f"state {entry.after.id} was recorded on {s.target.name}")
+        if failed is not None:
+            render_not_mirrored(failed)
         kept = "digests only" if manifest_only else "bytes kept"
         print(f"{s.target.name}: recorded state {entry.after.id} as {name!r} "
               f"({cast(RecordExtra, entry.extra)['files']} files, {kept})")

@@ -14,13 +14,15 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
         current = s.ledger.current()
         doc = {"target": s.target.name, "host": info.host, "package": info.package, "version": info.version,
                "site": info.site, "state_dir": info.state_dir, "state": current.to_dict() if current else None,
-               "differences": {}}
+               "differences": {}, "unfinished": s.unfinished.message if s.unfinished else None}
         if current is not None:
             doc["differences"] = engine.drift(s.target, current.manifest)  # compared on the target
         if as_json:
             emit_json(doc)
             return 0
         print(f"target {s.target.name}: {info.package} {info.version} in {info.site}")
+        if s.unfinished is not None:
+            print(f"UNFINISHED: {s.unfinished.message}\n  hint: {s.unfinished.hint}")
         if current is None:
             print("no recorded state: patchkeeper has not changed this target yet")
             return 0

@@ -5,13 +5,13 @@ from __future__ import annotations
 import sys
 
 from .. import service
-from ..changes import mirror
+from ..changes import try_mirror
 from ..errors import EXIT_DIFFERS, BadInput
 from ..session import Session
 from ..verify import last_pass, record_verification, run_checks
 from ..workspace import Workspace
 from . import emit_json
-from .show_plan import PREVIOUS_FAILS, render_report  # noqa: F401  (PREVIOUS_FAILS: the tests read it here)
+from .show_plan import PREVIOUS_FAILS, render_not_mirrored, render_report  # noqa: F401  (PREVIOUS_FAILS: the tests read it here)
 
 
 def verify(ws: Workspace, target: str | None, as_json: bool, with_restart: bool) -> int:
@@ -25,7 +25,9 @@ def verify(ws: Workspace, target: str | None, as_json: bool, with_restart: bool)
                             last_pass=last_pass(s.ledger, s.ledger.current()))
         entry = record_verification(s, report, "verify", None)
         if entry is not None:
-            mirror(ws, s, manifest=False)
+            failed = try_mirror(ws, s, "the verification was recorded", manifest=False)
+            if failed is not None:
+                render_not_mirrored(failed)
         if as_json:
             emit_json({"target": s.target.name, "state": s.ledger.current().to_dict() if s.ledger.current() else None,
                        **report.to_dict()})

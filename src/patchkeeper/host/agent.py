@@ -16,15 +16,18 @@ from typing import Any
 
 from .disk import (
     ALGORITHM,
+    TEMP_PREFIX,
     StatCache,
     algorithm_of,
     entry_row,
     fsync_dir,
     hash_file,
     hostname,
+    is_install_record,
     is_managed_name,
     normalize_name,
     pid_alive,
+    remove_stale_temps,
     thread_pool,
     walk_files,
     write_atomic,
@@ -33,7 +36,11 @@ from .contract import AgentContract, CompareRequest, Pair, Row, Rows, ScanReques
 from .distcheck import check_bytecode, check_record
 from .distinfo import installed_version, record_paths
 from .manifest_text import parse as manifest_rows
+from .preflight import obstacles
 from .store import Store
+
+
+_DAMAGED_LOCK = {"pid": "?", "host": "?", "command": "? (its lock file is damaged)", "since": 0}
 
 
 class Agent(AgentContract):
@@ -41,6 +48,7 @@ class Agent(AgentContract):
 
     def __init__(self) -> None:
         self._stores: dict[str, Store] = {}
+        self._held: dict[str, int] = {}  # lock path -> the descriptor whose flock says we hold it
 
     def _store(self, root: str) -> "Store":
         """One Store per root, so its pack index is read once per process."""
@@ -118,6 +126,11 @@ class Agent(AgentContract):
             os.fchmod(f.fileno(), stat.S_IMODE(mode))
             os.fsync(f.fileno())
 
+    def obstacles(self, writes: list[str], removes: list[str]) -> dict[str, str]:
+        """path -> what stands in the way of replacing it by a regular file (`writes`) or unlinking it
+        (`removes`), for each path where a rename or unlink would fail (see preflight.py)."""
+        return obstacles(writes, removes)
+
     def read_all(self, directory: str, suffix: str) -> dict[str, bytes]:
         """Every file of a directory whose name ends with `suffix`, by name."""
         out = {}
@@ -139,6 +152,37 @@ class Agent(AgentContract):
         fsync_dir(os.path.dirname(path))
         return True
 
+    def missing_dirs(self, paths: list[str]) -> list[str]:
+        """The directories that writing each path would create: its missing ancestors."""
+        out: dict[str, None] = {}
+        for path in paths:
+            parent = os.path.dirname(path)
+            chain = []
+            while parent and parent != os.path.dirname(parent) and not os.path.lexists(parent):
+                chain.append(parent)
+                parent = os.path.dirname(parent)
+            out.update(dict.fromkeys(reversed(chain)))
+        return list(out)
+
+    def remove_empty_dirs(self, dirs: list[str]) -> list[str]:
+        """Remove each directory that is empty (but for an empty __pycache__), deepest first;
+        return those removed. A directory with anything else in it stays."""
+        removed = []
+        for path in sorted(dirs, key=lambda d: d.count("/"), reverse=True):
+            try:
+                if not stat.S_ISDIR(os.lstat(path).st_mode):
+                    continue
+                try:
+                    os.rmdir(os.path.join(path, "__pycache__"))
+                except OSError:
+                    pass  # absent, or holds bytecode of other modules: then the directory stays too
+                os.rmdir(path)
+            except OSError:  # not empty, or already gone
+                continue
+            fsync_dir(os.path.dirname(path))
+            removed.append(path)
+        return removed
+
     def listdir(self, path: str) -> list[str]:
         try:
             return sorted(os.listdir(path))
@@ -153,7 +197,11 @@ class Agent(AgentContract):
                 continue
             cache = os.path.join(os.path.dirname(path), "__pycache__")
             stem = os.path.basename(path)[:-3] + "."
-            for name in self.listdir(cache):
+            try:
+                names = os.listdir(cache)
+            except (FileNotFoundError, NotADirectoryError):  # none, or a file in its place: no bytecode
+                continue
+            for name in names:
                 if name.startswith(stem) and name.endswith(".pyc"):  # <stem>.<tag>[.opt-N].pyc
                     removed += self.unlink(os.path.join(cache, name))
         return removed
@@ -228,7 +276,8 @@ class Agent(AgentContract):
         back, as key -> [recorded row, actual row] (None where absent)."""
         store, manifests, scan = request.store, request.manifests, request.scan
         cache = scan.cache
-        recorded = [manifest_rows(self._store(store).get(m)) for m in manifests]
+        recorded = [{k: row for k, row in manifest_rows(self._store(store).get(m)).items() if not is_install_record(k)}
+                    for m in manifests]  # states recorded before install records were left out
         out: list[dict[str, Pair]] = []
         scans: dict[str, Rows] = {}
         for rows in recorded:
@@ -252,6 +301,10 @@ class Agent(AgentContract):
         s = self._store(store)
         return [d for d in digests if not s.has(d)]
 
+    def store_damage(self, store: str) -> list[str]:
+        """What is visibly broken in the store (a pack without its index...), for error messages."""
+        return self._store(store).damage()
+
     def store_put_files(self, store: str, files: dict[str, str]) -> dict[str, str]:
         """Copy files (digest -> path) into the store as one pack; return digests that failed
         verification (the file changed since it was hashed) with their actual digest."""
@@ -261,12 +314,56 @@ class Agent(AgentContract):
         """Write an object's verified bytes to the stage file `path`."""
         self.write_new(path, self._store(store).get(digest), mode)
 
+    # ---- where the state lives ---------------------------------------------------------
+    def state_dir_owner(self, prefix: str, state_dir: str, site: str, claim: bool) -> dict[str, str | None]:
+        """The real paths of `state_dir` and `site`, and the state dir the venv at `prefix` is
+        managed from, as its marker `<prefix>/.patchkeeper/state_dir` names it (None: no marker).
+
+        With `claim`, a missing marker is created, once and exclusively, naming `state_dir` (or the
+        default `<prefix>/.patchkeeper` if that already holds a ledger). It holds a path relative to
+        `<prefix>/.patchkeeper` when inside the venv, so a copied venv keeps its own."""
+        home = os.path.join(os.path.realpath(prefix), ".patchkeeper")
+        marker = os.path.join(home, "state_dir")
+        real = os.path.realpath(state_dir)
+        owner = self._marked(marker, home)
+        if owner is None and claim:
+            owner = home if real != home and self.listdir(os.path.join(home, "ledger")) else real
+            inside = owner.startswith(os.path.dirname(home) + os.sep)
+            text = (os.path.relpath(owner, home) if inside else owner) + "\n"
+            try:
+                os.makedirs(home, exist_ok=True)
+                tmp = f"{marker}.{os.getpid()}.tmp"
+                write_atomic(tmp, text.encode())
+                try:
+                    os.link(tmp, marker)  # exclusive: of two claims at once, one names the state dir
+                except FileExistsError:
+                    pass
+                finally:
+                    os.unlink(tmp)
+            except OSError:
+                return {"state_dir": real, "site": os.path.realpath(site), "owner": None}  # no venv to write
+            owner = self._marked(marker, home)
+        return {"state_dir": real, "site": os.path.realpath(site), "owner": owner}
+
+    @staticmethod
+    def _marked(marker: str, home: str) -> str | None:
+        try:
+            with open(marker, encoding="utf-8") as f:
+                named = f.read().strip()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return os.path.normpath(os.path.join(home, named)) if named else None
+
     # ---- lock --------------------------------------------------------------------------
     def lock(self, path: str, holder: dict[str, Any]) -> dict[str, Any] | None:
         """Take the lock file; return None on success or the live holder's record.
 
-        A lock whose holder is a dead process on this host is broken and taken over. Breaking and
-        taking happen under a short flock on `<path>.guard`, so two takers never both succeed.
+        The lock is written whole or not at all (a temp file hardlinked into place), and its holder
+        keeps an flock on it for as long as it lives, so the kernel says when a holder is gone.
+        A lock whose holder is a dead (or zombie) process of this host is broken and taken over;
+        so is an empty or damaged lock that no process holds an flock on.
+        Breaking and taking happen under a short flock on `<path>.guard`, so two takers never both
+        succeed.
         """
         import fcntl
 
@@ -274,32 +371,96 @@ class Agent(AgentContract):
         holder = dict(holder, pid=os.getpid(), host=hostname(), since=time.time())
         with open(path + ".guard", "a") as guard:
             fcntl.flock(guard, fcntl.LOCK_EX)
-            current = self._read_lock(path)
-            if current and current.get("host") == hostname() and not pid_alive(current.get("pid", 0)):
+            if os.path.lexists(path):
+                current = self._read_lock(path)
+                if current is None:  # empty or damaged: only an flock can say whether a holder lives
+                    gone = not self._flocked(path)
+                else:
+                    gone = current.get("host") == hostname() and not pid_alive(current.get("pid", 0))
+                if not gone:
+                    return current or _DAMAGED_LOCK
                 os.unlink(path)  # its holder is gone: detected, not waited on
+            tmp = os.path.join(os.path.dirname(path), f"{TEMP_PREFIX}{os.getpid()}-{time.monotonic_ns()}")
             try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            except FileExistsError:
-                return self._read_lock(path) or {"pid": "?", "host": "?", "command": "?", "since": 0}
-            with os.fdopen(fd, "w") as f:
-                json.dump(holder, f)
-                f.flush()
-                os.fsync(f.fileno())
+                with open(tmp, "x") as f:
+                    json.dump(holder, f)
+                    f.flush()
+                    os.fsync(f.fileno())
+                try:
+                    os.link(tmp, path)  # the lock appears complete or not at all
+                except FileExistsError:  # only a taker that ignores the guard could get here first
+                    return self._read_lock(path) or _DAMAGED_LOCK
+                except OSError:  # a file system without hardlinks; under the guard a rename is as safe
+                    os.rename(tmp, path)
+            finally:
+                try:
+                    os.unlink(tmp)
+                except FileNotFoundError:
+                    pass
+            fd = os.open(path, os.O_RDONLY)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.set_inheritable(fd, False)
+            self._held[path] = fd
             return None
+
+    @staticmethod
+    def _flocked(path: str) -> bool:
+        """Whether a live process holds an flock on the lock file (its holder while it runs)."""
+        import fcntl
+
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        return False
+
+    def clean_temps(self, state_dir: str, store: str) -> list[list[Any]]:
+        """Remove the temporary files interrupted commands left in the state dir, its ledger and
+        the store's packs; [path, size] of each. Only under the lock (see Store.clean)."""
+        removed = remove_stale_temps(state_dir, (TEMP_PREFIX,))
+        removed += remove_stale_temps(os.path.join(state_dir, "ledger"), (TEMP_PREFIX,))
+        removed += self._store(store).clean()
+        return [list(r) for r in removed]
 
     def unlock(self, path: str) -> None:
         current = self._read_lock(path)
         if current and current.get("pid") == os.getpid():
             os.unlink(path)
+        fd = self._held.pop(path, None)
+        if fd is not None:
+            os.close(fd)
 
     @staticmethod
     def _read_lock(path: str) -> dict[str, Any] | None:
+        """The lock's holder record; None when absent, empty or damaged (not a JSON object with a pid)."""
         try:
-            with open(path) as f:
-                doc: dict[str, Any] = json.load(f)
-                return doc
+            with open(path, "rb") as f:
+                current: Any = json.loads(f.read())
         except (FileNotFoundError, ValueError):
             return None
+        if isinstance(current, dict) and isinstance(current.get("pid"), int):
+            return current
+        return None
+
+    # ---- environment -------------------------------------------------------------------
+    def interpreter_facts(self) -> dict[str, Any]:
+        """Implementation, version, tags, libc and site dirs of the Python this agent runs in."""
+        from . import interp
+
+        return interp.facts()
+
+    def fingerprint(self, sites: list[str], cache_root: str | None, main_site: str | None = None,
+                    parts: list[str] | None = None, managed: str | None = None) -> dict[str, Any]:
+        """The environment fingerprint of these site dirs and this host (see fingerprint.py)."""
+        from . import fingerprint
+
+        return fingerprint.take(sites, cache_root, main_site, tuple(parts) if parts else fingerprint.PARTS, managed)
 
     # ---- audit -------------------------------------------------------------------------
     def dist_infos(self, site: str) -> list[str]:

@@ -30,6 +30,12 @@ _BIG = 4 << 20  # files above this size are hashed with blake3's own threads
 _SKIP_DIRS = {"__pycache__"}
 _SKIP_SUFFIXES = (".pyc", ".pyo")
 STAGE_PREFIX = ".pk-stage-"
+# What an installer writes in a dist-info about this installation rather than the package: RECORD
+# (whose rows hash the console scripts, whose shebangs name the venv's path) and direct_url.json
+# (where the wheel was). They differ between two installs of one wheel, so they are no part of a
+# code state; `audit` checks the installation against RECORD instead.
+INSTALL_RECORDS = ("RECORD", "direct_url.json")
+TEMP_PREFIX = ".pk-tmp-"  # write_atomic's temporary files: .pk-tmp-<pid>-<ns>
 
 
 def _hasher(size: int = 0, algorithm: str | None = None) -> Any:
@@ -65,8 +71,16 @@ def hash_file(path: str, size: int = 0, algorithm: str | None = None) -> str:
     return f"{algorithm or ALGORITHM}:{h.hexdigest()}"
 
 
+def is_install_record(rel: str) -> bool:
+    """`<name>.dist-info/RECORD` and the like: see INSTALL_RECORDS."""
+    head, _, name = rel.rpartition("/")
+    return name in INSTALL_RECORDS and head.endswith(".dist-info") and "/" not in head
+
+
 def is_managed_name(rel: str) -> bool:
-    """Bytecode caches are derived from sources and never part of a code state."""
+    """Bytecode caches are derived from sources and never part of a code state; nor are install records."""
+    if is_install_record(rel):
+        return False
     if rel.endswith(_SKIP_SUFFIXES) or "__pycache__" in rel or STAGE_PREFIX in rel:
         parts = rel.split("/")
         return not (_SKIP_DIRS.intersection(parts) or rel.endswith(_SKIP_SUFFIXES)
@@ -90,7 +104,7 @@ def write_atomic(path: str, data: bytes, mode: int = 0o644, durable: bool = True
     caches whose loss after a power cut only costs time.
     """
     directory = os.path.dirname(path) or "."
-    tmp = os.path.join(directory, f".pk-tmp-{os.getpid()}-{time.monotonic_ns()}")
+    tmp = os.path.join(directory, f"{TEMP_PREFIX}{os.getpid()}-{time.monotonic_ns()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -169,7 +183,8 @@ def walk_files(root: str, rel_dir: str) -> Iterator[str]:
             if entry.is_dir(follow_symlinks=False):
                 if name not in _SKIP_DIRS:
                     stack.append(prefix + name)
-            elif not (name.endswith(_SKIP_SUFFIXES) or name.startswith(STAGE_PREFIX)):
+            elif not (name.endswith(_SKIP_SUFFIXES) or name.startswith(STAGE_PREFIX)
+                      or (name in INSTALL_RECORDS and is_install_record(prefix + name))):
                 yield prefix + name
 
 
@@ -191,13 +206,44 @@ def thread_pool(max_workers: int) -> "ThreadPoolExecutor":
 
 
 def pid_alive(pid: int) -> bool:
+    """Whether process `pid` of this host still runs; a zombie (dead, not yet reaped) does not."""
     try:
         os.kill(int(pid), 0)
     except ProcessLookupError:
         return False
-    except (PermissionError, ValueError, TypeError):
+    except (PermissionError, ValueError, TypeError, OverflowError):
         return True
-    return True
+    try:
+        with open(f"/proc/{int(pid)}/stat", "rb") as f:
+            stat_line = f.read()
+    except OSError:  # no /proc (not Linux), or it went away just now
+        return True
+    return stat_line[stat_line.rfind(b")") + 2:][:1] not in (b"Z", b"X")  # field 3, after "(comm)"
+
+
+def remove_stale_temps(directory: str, prefixes: tuple[str, ...]) -> list[tuple[str, int]]:
+    """Remove temporary files `<prefix><pid>-...` in `directory` whose writer (`pid`) is dead;
+    return (path, size) of each. Call it under the target's lock."""
+    removed: list[tuple[str, int]] = []
+    try:
+        names = os.listdir(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        return removed
+    for name in names:
+        prefix = next((p for p in prefixes if name.startswith(p)), None)
+        if prefix is None:
+            continue
+        pid = name[len(prefix):].split("-", 1)[0].split(".", 1)[0]
+        if not pid.isdigit() or (int(pid) == os.getpid() or pid_alive(int(pid))):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            size = os.lstat(path).st_size
+            os.unlink(path)
+        except FileNotFoundError:
+            continue
+        removed.append((path, size))
+    return removed
 
 
 def normalize_name(name: str) -> str:

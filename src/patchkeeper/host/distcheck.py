@@ -47,11 +47,16 @@ def _is_launcher(rest: bytes, entry_points: set[str]) -> bool:
     return m is not None and f"{m.group(1).decode()}:{m.group(2).decode()}" in entry_points
 
 
+def record_hash(data: bytes, algo: str) -> str:
+    """`algo:<urlsafe base64 without padding>` of bytes, the form RECORD files use."""
+    import base64
+
+    return f"{algo}:{base64.urlsafe_b64encode(hashlib.new(algo, data).digest()).rstrip(b'=').decode()}"
+
+
 def _shebang_only(path: str, algo: str, expected: str, entry_points: set[str]) -> bool:
     """True when a script differs from RECORD in its interpreter line alone (rewritten on install
     or relocation): its body is the wheel's with `#!python`, or a generated launcher."""
-    import base64
-
     try:
         with open(path, "rb") as f:
             data = f.read(1 << 20)
@@ -65,8 +70,7 @@ def _shebang_only(path: str, algo: str, expected: str, entry_points: set[str]) -
     elif b"python" not in first:
         return False
     for head in (b"#!python\n", b"#!python\r\n"):
-        h = hashlib.new(algo, head + rest).digest()
-        if f"{algo}:{base64.urlsafe_b64encode(h).rstrip(b'=').decode()}" == expected:
+        if record_hash(head + rest, algo) == expected:
             return True
     return _is_launcher(rest, entry_points)
 

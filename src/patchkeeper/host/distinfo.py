@@ -29,15 +29,20 @@ def record_paths(record: str) -> list[str]:
 
 def record_rows(record: str) -> Iterator[tuple[str, str, str, int | None]]:
     """(path, algorithm, urlsafe-b64 digest, size) of every RECORD row that carries a hash."""
+    with open(record, newline="", encoding="utf-8") as f:
+        yield from record_text_rows(f)
+
+
+def record_text_rows(lines: Iterable[str]) -> Iterator[tuple[str, str, str, int | None]]:
+    """The rows of RECORD text (a RECORD read elsewhere, e.g. from a remote host), as `record_rows`."""
     import csv
 
-    with open(record, newline="", encoding="utf-8") as f:
-        for row in csv.reader(f):
-            if len(row) < 2 or not row[1] or "=" not in row[1]:
-                continue
-            algo, _, b64 = row[1].partition("=")
-            size = int(row[2]) if len(row) > 2 and row[2].isdigit() else None
-            yield row[0], algo, b64, size
+    for row in csv.reader(lines):
+        if len(row) < 2 or not row[1] or "=" not in row[1]:
+            continue
+        algo, _, b64 = row[1].partition("=")
+        size = int(row[2]) if len(row) > 2 and row[2].isdigit() else None
+        yield row[0], algo, b64, size
 
 
 def metadata_fields(lines: Iterable[str]) -> dict[str, str]:

@@ -7,7 +7,9 @@ import os
 import time
 
 from .errors import AgentError
-from .disk import algorithm_of, hash_bytes, write_atomic
+from .disk import TEMP_PREFIX, algorithm_of, hash_bytes, remove_stale_temps, write_atomic
+
+TEMP_PACK = ".tmp-"  # a pack being written: .tmp-<pid>-<ns>
 
 
 class Store:
@@ -33,12 +35,37 @@ class Store:
             pack_dir = os.path.join(self.root, "packs")
             for name in sorted(os.listdir(pack_dir)) if os.path.isdir(pack_dir) else []:
                 if name.endswith(".idx"):
-                    with open(os.path.join(pack_dir, name), "rb") as f:
-                        idx = json.loads(f.read())
+                    path = os.path.join(pack_dir, name)
                     pack = os.path.join(pack_dir, name[:-4] + ".pack")
-                    for digest, (offset, size) in idx.items():
-                        self._index.setdefault(digest, (pack, offset, size))
+                    try:
+                        with open(path, "rb") as f:
+                            idx = json.loads(f.read())
+                        rows = [(digest, (pack, int(offset), int(size))) for digest, (offset, size) in idx.items()]
+                    except (ValueError, TypeError, AttributeError) as exc:
+                        self._index = None
+                        raise AgentError(
+                            "damaged-index", f"the pack index {path} is damaged ({type(exc).__name__}: {exc}); "
+                            "the backups it lists cannot be found",
+                            f"move it and its pack aside (mv {path} {pack} /some/where/), then retry: states that "
+                            "need those backups are then refused by name; nothing was changed") from None
+                    for digest, where in rows:
+                        self._index.setdefault(digest, where)
         return self._index
+
+    def damage(self) -> list[str]:
+        """What is visibly broken in the store's layout: a pack without its index, or the reverse."""
+        pack_dir = os.path.join(self.root, "packs")
+        names = set(os.listdir(pack_dir)) if os.path.isdir(pack_dir) else set()
+        out = []
+        for name in sorted(names):
+            stem, ext = os.path.splitext(name)
+            if ext == ".pack" and stem + ".idx" not in names:
+                out.append(f"the pack index {os.path.join(pack_dir, stem + '.idx')} is missing")
+            elif ext == ".idx" and stem + ".pack" not in names:
+                out.append(f"the pack {os.path.join(pack_dir, stem + '.pack')} is missing")
+        if not os.path.isdir(self.root):
+            out.append(f"the store {self.root} is missing")
+        return out
 
     def has(self, digest: str) -> bool:
         return os.path.exists(self._loose(digest)) or digest in self._packs()
@@ -87,27 +114,53 @@ class Store:
             return mismatched
         pack_dir = os.path.join(self.root, "packs")
         os.makedirs(pack_dir, exist_ok=True)
-        tmp = os.path.join(pack_dir, f".tmp-{os.getpid()}-{time.monotonic_ns()}")
+        tmp = os.path.join(pack_dir, f"{TEMP_PACK}{os.getpid()}-{time.monotonic_ns()}")
         index: dict[str, tuple[int, int]] = {}
         offset = 0
-        with open(tmp, "wb") as out:
-            for digest, path in todo:
-                with open(path, "rb") as f:
-                    data = f.read()
-                actual = hash_bytes(data, algorithm_of(digest))
-                if actual != digest:
-                    mismatched[digest] = actual
-                if actual in index:
-                    continue
-                out.write(data)
-                index[actual] = (offset, len(data))
-                offset += len(data)
-            out.flush()
-            os.fsync(out.fileno())
-        pack_id = hash_bytes(json.dumps(sorted(index)).encode()).partition(":")[2][:32]
-        base = os.path.join(pack_dir, pack_id)
-        os.chmod(tmp, 0o444)
-        os.replace(tmp, base + ".pack")
-        write_atomic(base + ".idx", json.dumps(index).encode(), 0o444)
+        try:  # a pack that cannot be finished (no space, Ctrl-C) leaves nothing behind
+            with open(tmp, "wb") as out:
+                for digest, path in todo:
+                    with open(path, "rb") as f:
+                        data = f.read()
+                    actual = hash_bytes(data, algorithm_of(digest))
+                    if actual != digest:
+                        mismatched[digest] = actual
+                    if actual in index:
+                        continue
+                    out.write(data)
+                    index[actual] = (offset, len(data))
+                    offset += len(data)
+                out.flush()
+                os.fsync(out.fileno())
+            pack_id = hash_bytes(json.dumps(sorted(index)).encode()).partition(":")[2][:32]
+            base = os.path.join(pack_dir, pack_id)
+            os.chmod(tmp, 0o444)
+            os.replace(tmp, base + ".pack")
+            try:
+                write_atomic(base + ".idx", json.dumps(index).encode(), 0o444)
+            except BaseException:
+                os.unlink(base + ".pack")  # a pack without its index is never read: do not keep it
+                raise
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            raise
         self._index = None
         return mismatched
+
+    def clean(self) -> list[tuple[str, int]]:
+        """Remove what interrupted writers left in the packs directory (a temporary pack or index of
+        a dead process, a pack whose index was never written); return (path, size) of each.
+        Call it only under the target's lock: every pack writer holds it."""
+        pack_dir = os.path.join(self.root, "packs")
+        removed = remove_stale_temps(pack_dir, (TEMP_PACK, TEMP_PREFIX))
+        names = set(os.listdir(pack_dir)) if os.path.isdir(pack_dir) else set()
+        for name in sorted(names):
+            if name.endswith(".pack") and not name.startswith(".") and name[:-5] + ".idx" not in names:
+                path = os.path.join(pack_dir, name)
+                size = os.lstat(path).st_size
+                os.unlink(path)
+                removed.append((path, size))
+        return removed

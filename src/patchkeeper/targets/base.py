@@ -108,6 +108,19 @@ class Target(ABC):
                               f"fix python = ... in [targets.{self.name}]")
         return json.loads(out)
 
+    def interpreter_facts(self) -> dict:
+        """Implementation, version, tags, libc and site dirs of the target's interpreter
+        (host/interp.py run in it)."""
+        from importlib import resources
+
+        source = resources.files("patchkeeper.host").joinpath("interp.py").read_text(encoding="utf-8")
+        code, out, err = self.run([self.config.python, "-I", "-c", source], timeout=60)
+        if code != 0:
+            raise TargetError(f"target {self.name}: cannot run its interpreter {self.config.python}: "
+                              f"{err.decode(errors='replace').strip().splitlines()[-1:] or code}",
+                              f"fix python = ... in [targets.{self.name}]")
+        return json.loads(out)
+
     @cached_property
     def info(self) -> TargetInfo:
         cfg = self.config

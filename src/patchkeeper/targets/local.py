@@ -103,6 +103,35 @@ class LocalTarget(Target):
         return info
 
 
+    def interpreter_facts(self) -> dict:
+        """As Target.interpreter_facts, remembered per interpreter like `interpreter()` (the facts
+        depend only on the executable and its pyvenv.cfg)."""
+        python = self.config.python
+        try:
+            key = [list(_identity(os.path.realpath(python))), list(_identity(os.path.join(
+                os.path.dirname(os.path.dirname(python)), "pyvenv.cfg")))]
+        except OSError:
+            return super().interpreter_facts()
+        cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+                             "patchkeeper", "interpreter-facts.json")
+        try:
+            with open(cache, "rb") as f:
+                known = json.loads(f.read())
+        except (OSError, ValueError):
+            known = {}
+        hit = known.get(python)
+        if hit and hit["key"] == key:
+            return hit["facts"]
+        facts = super().interpreter_facts()
+        known[python] = {"key": key, "facts": facts}
+        try:
+            os.makedirs(os.path.dirname(cache), exist_ok=True)
+            write_atomic(cache, json.dumps(known).encode(), durable=False)
+        except OSError:
+            pass
+        return facts
+
+
 def _identity(path: str) -> tuple[int, int, int]:
     try:
         st = os.stat(path)

@@ -24,7 +24,8 @@ from ..host import wire
 from ..host.contract import AgentContract, CompareRequest, Pair, Rows, ScanRequest, as_wire
 
 # The agent's modules, in import order; on the host they become the package `pkagent`.
-AGENT_MODULES = ("errors", "disk", "store", "distinfo", "distcheck", "manifest_text", "contract", "agent", "wire")
+AGENT_MODULES = ("errors", "disk", "store", "distinfo", "distcheck", "manifest_text", "preflight", "elf", "interp",
+                 "fingerprint", "contract", "agent", "wire")
 _BOOT = """
 import sys, types
 pkg = types.ModuleType("pkagent"); pkg.__path__ = []; sys.modules["pkagent"] = pkg
@@ -231,6 +232,9 @@ class AgentProxy(AgentContract):
     def write_new(self, path: str, data: bytes, mode: int) -> None:
         self._call("write_new", path, data, mode)
 
+    def obstacles(self, writes: list[str], removes: list[str]) -> dict[str, str]:
+        return self._call("obstacles", writes, removes)
+
     def read_all(self, directory: str, suffix: str) -> dict[str, bytes]:
         return self._call("read_all", directory, suffix)
 
@@ -245,6 +249,12 @@ class AgentProxy(AgentContract):
 
     def remove_bytecode(self, paths: list[str]) -> int:
         return self._call("remove_bytecode", paths)
+
+    def missing_dirs(self, paths: list[str]) -> list[str]:
+        return self._call("missing_dirs", paths)
+
+    def remove_empty_dirs(self, dirs: list[str]) -> list[str]:
+        return self._call("remove_empty_dirs", dirs)
 
     def dist_info(self, site_dirs: list[str], package: str) -> dict[str, Any] | None:
         return self._call("dist_info", site_dirs, package)
@@ -264,17 +274,26 @@ class AgentProxy(AgentContract):
     def store_missing(self, store: str, digests: list[str]) -> list[str]:
         return self._call("store_missing", store, digests)
 
+    def store_damage(self, store: str) -> list[str]:
+        return self._call("store_damage", store)
+
     def store_put_files(self, store: str, files: dict[str, str]) -> dict[str, str]:
         return self._call("store_put_files", store, files)
 
     def stage(self, store: str, digest: str, path: str, mode: int) -> None:
         self._call("stage", store, digest, path, mode)
 
+    def state_dir_owner(self, prefix: str, state_dir: str, site: str, claim: bool) -> dict[str, str | None]:
+        return self._call("state_dir_owner", prefix, state_dir, site, claim)
+
     def lock(self, path: str, holder: dict[str, Any]) -> dict[str, Any] | None:
         return self._call("lock", path, holder)
 
     def unlock(self, path: str) -> None:
         self._call("unlock", path)
+
+    def clean_temps(self, state_dir: str, store: str) -> list[list[Any]]:
+        return self._call("clean_temps", state_dir, store)
 
     def dist_infos(self, site: str) -> list[str]:
         return self._call("dist_infos", site)
@@ -284,6 +303,13 @@ class AgentProxy(AgentContract):
 
     def audit_bytecode(self, site: str, cache_tag: str, verify: list[str], cache: str | None = None) -> dict[str, Any]:
         return self._call("audit_bytecode", site, cache_tag, verify, cache)
+
+    def interpreter_facts(self) -> dict[str, Any]:
+        return self._call("interpreter_facts")
+
+    def fingerprint(self, sites: list[str], cache_root: str | None, main_site: str | None = None,
+                    parts: list[str] | None = None, managed: str | None = None) -> dict[str, Any]:
+        return self._call("fingerprint", sites, cache_root, main_site, parts, managed)
 
 
 def _exception(doc: dict, target: str, method: str) -> Exception:

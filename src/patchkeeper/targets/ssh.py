@@ -216,6 +216,9 @@ class SshTarget(Target):
         """Asked of the agent, which already runs in the target's Python: no second exec."""
         return self.agent.interpreter()
 
+    def interpreter_facts(self) -> dict:
+        return self.agent.interpreter_facts()
+
     @cached_property
     def algorithm(self) -> str:
         return self.agent.remote_algorithm

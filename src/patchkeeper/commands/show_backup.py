@@ -1,0 +1,45 @@
+"""`patchkeeper show-backup DIGEST`: the bytes of a backed-up file, verified, on stdout."""
+
+from __future__ import annotations
+
+import sys
+
+from ..errors import BadInput, PatchkeeperError, StoreError
+from ..session import Session
+from ..workspace import Workspace
+
+MIN_HEX = 8  # a shorter prefix of a backup's digest is refused
+
+
+def show_backup(ws: Workspace, target: str | None, digest: str) -> int:
+    with Session(ws, target, "show-backup", write=False) as s:
+        full = _resolve(s, digest)
+        try:
+            data = s.target.agent.store_get(s.target.info.store, full)  # re-hashed: a corrupt object raises
+        except PatchkeeperError as exc:
+            raise StoreError(f"cannot give back {full}: {exc}",
+                             "check the digest with `patchkeeper log`; a damaged store needs its backup") from None
+        out = sys.stdout.buffer
+        sys.stdout.flush()
+        out.write(data)
+        out.flush()
+        return 0
+
+
+def _resolve(s: Session, digest: str) -> str:
+    """A full digest as given, or the one backup in the target's ledger whose digest starts so."""
+    algorithm, _, hexpart = digest.rpartition(":")
+    if algorithm and len(hexpart) == (64 if algorithm in ("blake3", "sha256") else 0):
+        return digest
+    if len(hexpart) < MIN_HEX or any(c not in "0123456789abcdef" for c in hexpart):
+        raise BadInput(f"{digest!r} is neither a digest nor a prefix of {MIN_HEX}+ hex digits of one",
+                       "copy the digest from `patchkeeper rollback` or `patchkeeper log`")
+    found = {d: k for e in s.ledger.entries() for k, d in e.backups.items()
+             if d.partition(":")[2].startswith(hexpart) and (not algorithm or d.startswith(algorithm + ":"))}
+    if len(found) == 1:
+        return next(iter(found))
+    if not found:
+        raise BadInput(f"no backup on target {s.target.name} has a digest starting {digest!r}",
+                       "`patchkeeper log` lists the backed-up hand edits and their digests")
+    raise BadInput(f"{len(found)} backups have a digest starting {digest!r}",
+                   "give more digits; the candidates: " + "; ".join(f"{d} ({k})" for d, k in sorted(found.items())))

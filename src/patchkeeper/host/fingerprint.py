@@ -1,0 +1,362 @@
+"""The environment fingerprint, taken on the target: system, distributions, native libraries, GPU stack.
+
+Standard library only (it runs in a remote host's interpreter). Everything that is compared is
+free of install paths and times: distributions by name, files by their path relative to site,
+libraries found inside a site directory as `$SITE/<path>`, so two installs of the same things
+fingerprint alike. Stat caches (the audit's) keep a warm fingerprint from rereading any file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
+
+from . import elf
+from .disk import ALGORITHM, StatCache, hash_file, normalize_name
+from .distcheck import check_record
+
+SITE_TOKEN = "$SITE/"
+NO_DRIVER = "no NVIDIA driver"
+XID_KEEP = 20  # most recent Xid lines kept
+PARTS = ("system", "distributions", "native", "gpu")
+
+
+def take(sites: list[str], cache_root: str | None, main_site: str | None = None,
+         parts: tuple[str, ...] = PARTS, managed: str | None = None) -> Dict[str, Any]:
+    """The fingerprint's parts, as plain JSON-able values, with the hash its digests use.
+    `managed` names the dist-info (in `main_site`) of the package whose files are a code state:
+    the manifests compare those, so it is not checked against its RECORD again here."""
+    caches = {site: _cache_dir(cache_root, site, main_site) for site in sites}
+    out: Dict[str, Any] = {"algorithm": ALGORITHM}
+    if "system" in parts:
+        out["system"] = system()
+    if "distributions" in parts:
+        skip = os.path.join(main_site, managed) if main_site and managed else None
+        out["distributions"] = distributions(sites, caches, skip)
+    if "native" in parts:
+        out["native"] = native(sites, os.path.join(cache_root, "native") if cache_root else None)
+    if "gpu" in parts:
+        out["gpu"] = gpu()
+    return out
+
+
+def _cache_dir(root: str | None, site: str, main_site: str | None) -> str | None:
+    """The audit's cache dir for the target's own site; one below it per other site directory."""
+    if root is None:
+        return None
+    if main_site is None or os.path.realpath(site) == os.path.realpath(main_site):
+        return root
+    return os.path.join(root, "sites", hashlib.sha256(site.encode()).hexdigest()[:16])
+
+
+# ---- system ----------------------------------------------------------------------------------
+def system() -> Dict[str, Any]:
+    pretty = None
+    for path in ("/etc/os-release", "/usr/lib/os-release"):
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    if line.startswith("PRETTY_NAME="):
+                        pretty = line.split("=", 1)[1].strip().strip('"').strip("'")
+            break
+        except OSError:
+            continue
+    return {"os": pretty or "unknown", "kernel": os.uname().release}
+
+
+# ---- distributions ---------------------------------------------------------------------------
+def distributions(sites: list[str], caches: dict[str, str | None], managed: str | None = None) -> Dict[str, Dict[str, Any]]:
+    """normalized name -> {name, version, installer, files, differ: [[path, kind], ...]}; the first
+    site directory on sys.path that holds a distribution wins, as for imports."""
+    out: Dict[str, Dict[str, Any]] = {}
+    for site in sites:
+        try:
+            names = sorted(n for n in os.listdir(site) if n.endswith((".dist-info", ".egg-info")))
+        except OSError:
+            continue
+        cache_dir = caches.get(site)
+        installers = StatCache(os.path.join(cache_dir, "installers.json") if cache_dir else None)
+        for dist_info in names:
+            stem = dist_info.rsplit(".", 1)[0]
+            name, _, version = stem.partition("-")
+            key = normalize_name(name)
+            if key in out:
+                continue
+            row: Dict[str, Any] = {"name": name, "version": version.split("-")[0] or "unknown",
+                   "installer": _installer(site, dist_info, installers)}
+            if dist_info.endswith(".egg-info"):
+                row.update(files=0, differ=[], note="egg-info: no RECORD to verify against")
+            elif managed and os.path.join(site, dist_info) == managed:
+                row.update(files=None, differ=[], managed=True)
+            else:
+                result = check_record(site, dist_info, caches.get(site))
+                row.update(files=result["files"], differ=sorted([p, k] for p, k, _ in result["findings"]))
+                if result.get("note"):
+                    row["note"] = result["note"]
+            out[key] = row
+        installers.save()
+    return out
+
+
+def _installer(site: str, dist_info: str, cache: StatCache) -> str:
+    rel = f"{dist_info}/INSTALLER"
+    try:
+        st = os.stat(os.path.join(site, rel))
+    except OSError:
+        return "unknown"
+    known = cache.lookup(rel, st)
+    if known is not None:
+        return str(known)
+    try:
+        with open(os.path.join(site, rel), encoding="utf-8", errors="replace") as f:
+            value = f.read(200).strip() or "unknown"
+    except OSError:
+        return "unknown"
+    cache.remember(rel, st, value)
+    return value
+
+
+# ---- native libraries ------------------------------------------------------------------------
+def shared_objects(site: str) -> Iterator[Tuple[str, str, os.stat_result]]:
+    """(relative path, absolute path, stat) of every candidate shared object below a site dir."""
+    stack = [""]
+    while stack:
+        rel_dir = stack.pop()
+        try:
+            with os.scandir(os.path.join(site, rel_dir) if rel_dir else site) as it:
+                entries = list(it)
+        except (FileNotFoundError, NotADirectoryError, PermissionError):
+            continue
+        prefix = f"{rel_dir}/" if rel_dir else ""
+        for e in entries:
+            if e.is_dir(follow_symlinks=False):
+                if e.name != "__pycache__" and not e.name.endswith(".dist-info"):
+                    stack.append(prefix + e.name)
+            elif elf.is_candidate(e.name):
+                try:
+                    st = e.stat()
+                except OSError:
+                    continue
+                if stat.S_ISREG(st.st_mode):
+                    yield prefix + e.name, e.path, st
+
+
+class Resolver:
+    """Where the dynamic loader would find a soname for an object, and that file's identity."""
+
+    def __init__(self, sites: list[str], cache_dir: str | None) -> None:
+        self.sites = [os.path.join(os.path.realpath(s), "") for s in sites]
+        self.raw_sites = [os.path.join(s, "") for s in sites]
+        self.ids = StatCache(os.path.join(cache_dir, "libraries.json") if cache_dir else None)
+        self.ld_cache = StatCache(os.path.join(cache_dir, "ld.so.cache.json") if cache_dir else None)
+        self._tables: dict[int, dict[str, str]] = {}
+        self._memo: Dict[Tuple[Any, ...], Optional[Dict[str, Any]]] = {}
+
+    def table(self, machine: int) -> dict[str, str]:
+        """The loader cache for one architecture, parsed once per stat identity of the file."""
+        if machine not in self._tables:
+            path = "/etc/ld.so.cache"
+            try:
+                st = os.stat(path)
+            except OSError:
+                self._tables[machine] = {}
+                return self._tables[machine]
+            known = self.ld_cache.lookup(str(machine), st)
+            if known is None:
+                with open(path, "rb") as f:
+                    known = elf.parse_ld_cache(f.read(), machine)
+                self.ld_cache.remember(str(machine), st, known)
+            self._tables[machine] = known
+        return self._tables[machine]
+
+    def portable(self, path: str) -> str:
+        """`$SITE/<rel>` for a path inside a site directory, else the path itself."""
+        for raw, real in zip(self.raw_sites, self.sites):
+            for base in (raw, real):
+                if path.startswith(base):
+                    return SITE_TOKEN + path[len(base):]
+        return path
+
+    def identity(self, path: str) -> Optional[Dict[str, Any]]:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        digest = self.ids.lookup(path, st)
+        if digest is None:
+            try:
+                digest = hash_file(path, st.st_size)
+            except OSError:
+                return None
+            self.ids.remember(path, st, digest)
+        return {"path": self.portable(path), "size": st.st_size, "digest": digest}
+
+    def resolve(self, soname: str, info: Dict[str, Any], origin: str) -> Optional[Dict[str, Any]]:
+        """{"path", "size", "digest", "via"} of the file the loader would load, or None.
+        Order as ld.so(8): DT_RPATH (only without DT_RUNPATH), DT_RUNPATH, the loader cache, the
+        default directories. LD_LIBRARY_PATH is left out on purpose: it is the environment of
+        whoever runs patchkeeper, not of the service (its unit sets its own)."""
+        runpath = [("runpath", elf.expand_origin(p, origin)) for p in info["runpath"]]
+        rpath = [] if runpath else [("rpath", elf.expand_origin(p, origin)) for p in info["rpath"]]
+        key = (soname, tuple(rpath), tuple(runpath), info["machine"], info["class"])
+        if key in self._memo:
+            return self._memo[key]
+        found = None
+        if "/" in soname:
+            candidates = [("path", soname if os.path.isabs(soname) else os.path.join(origin, soname))]
+        else:
+            candidates = [(via, os.path.join(d, soname)) for via, d in rpath + runpath]
+            cached = self.table(info["machine"]).get(soname)
+            if cached:
+                candidates.append(("cache", cached))
+            candidates += [("default", os.path.join(d, soname)) for d in elf.default_dirs(info["machine"], info["class"])]
+        for via, path in candidates:
+            ident = self.identity(path)
+            if ident is not None:
+                found = dict(ident, via=via)
+                break
+        self._memo[key] = found
+        return found
+
+    def save(self) -> None:
+        self.ids.save()
+        self.ld_cache.save()
+
+
+def native(sites: list[str], cache_dir: str | None) -> Dict[str, Dict[str, Any]]:
+    """`<rel path>` -> {needed, rpath, runpath, resolved: {soname: identity or None}} for every ELF
+    shared object below the site dirs (extension modules and bundled `*.libs/` libraries)."""
+    parsed = StatCache(os.path.join(cache_dir, "elf.json") if cache_dir else None)
+    resolver = Resolver(sites, cache_dir)
+    out: Dict[str, Dict[str, Any]] = {}
+    for index, site in enumerate(sites):
+        for rel, path, st in shared_objects(site):
+            info = parsed.lookup(path, st)
+            if info is None:
+                try:
+                    info = elf.read_dynamic(path)
+                except (elf.NotElf, OSError, ValueError) as exc:
+                    info = {"not_elf": str(exc)}
+                parsed.remember(path, st, info)
+            if "not_elf" in info:
+                continue
+            origin = os.path.dirname(path)
+            key = rel if index == 0 or rel not in out else f"{site}/{rel}"
+            out[key] = {"needed": info["needed"], "rpath": info["rpath"], "runpath": info["runpath"],
+                        "resolved": {so: resolver.resolve(so, info, origin) for so in info["needed"]}}
+    parsed.save()
+    resolver.save()
+    return out
+
+
+# ---- GPU stack -------------------------------------------------------------------------------
+def gpu() -> Dict[str, Any]:
+    """One `nvidia-smi -q -x`, parsed; or {"driver": None, "note": "no NVIDIA driver"}."""
+    import shutil
+    import subprocess
+
+    out: Dict[str, Any]
+
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return {"driver": None, "note": NO_DRIVER}
+    try:
+        proc = subprocess.run([exe, "-q", "-x"], capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        out = {"driver": None, "note": f"nvidia-smi failed: {exc}"}
+    else:
+        if proc.returncode != 0:
+            tail = (proc.stderr or proc.stdout).decode(errors="replace").strip().splitlines()[-1:]
+            out = {"driver": None, "note": f"nvidia-smi exited {proc.returncode}" + (f": {tail[0]}" if tail else "")}
+        else:
+            try:
+                out = parse_nvidia_smi(proc.stdout)
+            except ValueError as exc:
+                out = {"driver": None, "note": f"nvidia-smi -q -x printed no XML this parser reads: {exc}"}
+    xid = kernel_xid()
+    if xid is not None:
+        out["xid"] = xid
+    return out
+
+
+def _text(node: Any, path: str) -> Optional[str]:
+    found = node.find(path) if node is not None else None
+    value = (found.text or "").strip() if found is not None else ""
+    return value if value and value not in ("N/A", "Unknown Error", "[N/A]") else None
+
+
+def parse_nvidia_smi(xml: bytes) -> Dict[str, Any]:
+    """Driver, CUDA, and per GPU: name, UUID, bus id, memory total, retired pages, remapped rows."""
+    import xml.etree.ElementTree as ET
+
+    try:
+        root = ET.fromstring(xml)
+    except ET.ParseError as exc:
+        raise ValueError(str(exc)) from None
+    if root.tag != "nvidia_smi_log":
+        raise ValueError(f"root element <{root.tag}>")
+    gpus: List[Dict[str, Any]] = []
+    for g in root.findall("gpu"):
+        row: Dict[str, Any] = {"name": _text(g, "product_name"), "uuid": _text(g, "uuid"),
+               "bus_id": _text(g, "pci/pci_bus_id") or g.get("id"),
+               "memory_total": _text(g, "fb_memory_usage/total")}
+        retired = {k: v for k, v in (("single_bit", _text(g, "retired_pages/multiple_single_bit_retirement/retired_count")),
+                                     ("double_bit", _text(g, "retired_pages/double_bit_retirement/retired_count")),
+                                     ("pending", _text(g, "retired_pages/pending_retirement"))) if v is not None}
+        if retired:
+            row["retired_pages"] = retired
+        remapped = {k: v for k, v in (("correctable", _text(g, "remapped_rows/remapped_row_corr")),
+                                      ("uncorrectable", _text(g, "remapped_rows/remapped_row_unc")),
+                                      ("pending", _text(g, "remapped_rows/remapped_row_pending")),
+                                      ("failure", _text(g, "remapped_rows/remapped_row_failure"))) if v is not None}
+        if remapped:
+            row["remapped_rows"] = remapped
+        gpus.append(row)
+    return {"driver": _text(root, "driver_version"), "cuda": _text(root, "cuda_version"), "gpus": gpus}
+
+
+def xid_lines(records: Iterable[str]) -> List[str]:
+    """The NVRM Xid lines among kernel log records (`/dev/kmsg` records or dmesg lines), newest last."""
+    out = []
+    for rec in records:
+        if "Xid" not in rec:
+            continue
+        head, sep, text = rec.partition(";")
+        if sep and head.count(",") >= 2:  # /dev/kmsg: "prio,seq,usec,flags;text"
+            usec = head.split(",")[2]
+            line = f"[{int(usec) / 1e6:12.6f}] {text.strip()}" if usec.isdigit() else text.strip()
+        else:
+            line = rec.strip()
+        if "NVRM: Xid" in line:
+            out.append(line)
+    return out[-XID_KEEP:]
+
+
+def kernel_xid() -> list[str] | None:
+    """Recent Xid lines of the kernel log, when the login may read it; None when it may not."""
+    try:
+        fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    records = []
+    try:
+        while True:
+            try:
+                chunk = os.read(fd, 8192)
+            except BlockingIOError:
+                break
+            except OSError as exc:
+                if exc.errno == 32:  # EPIPE: the record was overwritten while reading; go on
+                    continue
+                break
+            if not chunk:
+                break
+            records.append(chunk.decode("utf-8", "replace"))
+    finally:
+        os.close(fd)
+    return xid_lines(records)
+

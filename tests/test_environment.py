@@ -1,0 +1,273 @@
+"""The environment fingerprint on real things: real wheels (six 1.16/1.17, markupsafe, torchcodec
+--no-deps), a shared library built here with cc in the auditwheel layout, a stand-in nvidia-smi
+printing a real H200 host's XML, and two hosts behind the test sshd."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, SITE_REL, copy_venv, edit_file, make_workspace
+from patchkeeper.commands.verify import PREVIOUS_FAILS
+from patchkeeper.host import elf, fingerprint
+from sshd import sshd  # noqa: F401 (a fixture)
+from test_ssh import fleet  # noqa: F401 (a fixture)
+from test_verify import service  # noqa: F401 (a fixture)
+
+WHEELS = Path(os.environ.get("PK_WHEELS", REPO / ".cache" / "wheels"))
+GPU_XML = REPO.parent / "shared" / "fixtures" / "gpu-host-h200" / "nvidia-smi-q.xml"
+if not GPU_XML.exists():  # the worktrees of this repository sit one level deeper than main
+    GPU_XML = Path("/work/shared/fixtures/gpu-host-h200/nvidia-smi-q.xml")
+
+
+def wheel(pattern: str) -> Path:
+    found = sorted(WHEELS.glob(pattern)) or sorted((WHEELS / "env").glob(pattern))
+    if not found:
+        pytest.fail(f"no {pattern} in {WHEELS}: run `make test`, which downloads it")
+    return found[0]
+
+
+def pip_install(venv: Path, *wheels: Path) -> None:
+    subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+                    *map(str, wheels)], check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def env_pristine(pristine_venv, tmp_path_factory) -> Path:
+    """sglang plus six 1.17.0, markupsafe (a .so) and torchcodec --no-deps (its .so files need
+    FFmpeg and libtorch, which are not here)."""
+    venv = tmp_path_factory.mktemp("env-pristine") / "venv"
+    subprocess.run(["cp", "-a", str(pristine_venv), str(venv)], check=True)
+    pip_install(venv, wheel("six-1.17.0-*.whl"), wheel("markupsafe-*.whl"), wheel("torchcodec-0.17.0-*.whl"))
+    return venv
+
+
+def build_ext(site: Path, marker: str = "one") -> None:
+    """pkg/_ext.so with RUNPATH $ORIGIN/../pkg.libs needing pkg.libs/libdep.so.1, built with cc."""
+    src = site.parent / f"csrc-{marker}"
+    src.mkdir(exist_ok=True)
+    (src / "dep.c").write_text(f'const char *dep_marker(void) {{ return "{marker}"; }}\n')
+    (src / "ext.c").write_text("#include <string.h>\nconst char *dep_marker(void);\n"
+                               "size_t ext(void) { return strlen(dep_marker()); }\n")
+    (site / "pkg.libs").mkdir(exist_ok=True)
+    (site / "pkg").mkdir(exist_ok=True)
+    dep = site / "pkg.libs" / "libdep.so.1"
+    tmp = src / "libdep.so.1"
+    subprocess.run(["cc", "-shared", "-fPIC", "-Wl,-soname,libdep.so.1", "-o", str(tmp), str(src / "dep.c")], check=True)
+    dep.unlink(missing_ok=True)
+    shutil.copy(tmp, dep)
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(site / "pkg" / "_ext.so"), str(src / "ext.c"),
+                    f"-L{src}", "-l:libdep.so.1", "-Wl,--enable-new-dtags,-rpath,$ORIGIN/../pkg.libs"], check=True)
+
+
+@pytest.fixture
+def eenv(tmp_path, env_pristine):
+    venv = copy_venv(env_pristine, tmp_path / "venv")
+    build_ext(venv / SITE_REL)
+    return make_workspace(tmp_path / "ws", venv)
+
+
+def stand_in_nvidia_smi(bindir: Path, driver: str | None = None, gpus: int = 1) -> dict:
+    """A `nvidia-smi` that prints the real H200 host's `-q -x` output (optionally with another
+    driver version, or its GPU repeated): the environment for a CLI run with it on PATH."""
+    xml = GPU_XML.read_text()
+    if driver:
+        xml = xml.replace("<driver_version>580.159.04</driver_version>", f"<driver_version>{driver}</driver_version>")
+    if gpus > 1:
+        start, end = xml.index("\t<gpu id="), xml.index("</gpu>") + len("</gpu>\n")
+        block = xml[start:end]
+        copies = [block.replace("GPU-24f329aa", f"GPU-{i:08x}").replace("00:06.0", f"00:{6 + i:02x}.0")
+                  for i in range(1, gpus)]
+        xml = xml[:end] + "".join(copies) + xml[end:]
+        xml = xml.replace("<attached_gpus>1</attached_gpus>", f"<attached_gpus>{gpus}</attached_gpus>")
+    bindir.mkdir(parents=True, exist_ok=True)
+    (bindir / "nvidia-smi.xml").write_text(xml)
+    script = bindir / "nvidia-smi"
+    script.write_text(f'#!/bin/sh\n[ "$1 $2" = "-q -x" ] || exit 2\nexec cat "{bindir / "nvidia-smi.xml"}"\n')
+    script.chmod(0o755)
+    return {"PATH": f"{bindir}:{os.environ['PATH']}"}
+
+
+def env_json(e, *args, env=None) -> dict:
+    return json.loads(e.pk("env", "--json", *args, env=env).stdout)
+
+
+# ---- the parts, on real files ------------------------------------------------------------------
+def test_elf_reader_and_loader_cache_agree_with_the_toolchain(tmp_path):
+    site = tmp_path / "site-packages"
+    site.mkdir()
+    build_ext(site)
+    ext = elf.read_dynamic(str(site / "pkg" / "_ext.so"))
+    assert "libdep.so.1" in ext["needed"] and ext["runpath"] == ["$ORIGIN/../pkg.libs"] and ext["rpath"] == []
+    assert elf.read_dynamic(str(site / "pkg.libs" / "libdep.so.1"))["soname"] == "libdep.so.1"
+    (site / "not-elf.so").write_bytes(b"#!/bin/sh\n")
+    with pytest.raises(elf.NotElf):
+        elf.read_dynamic(str(site / "not-elf.so"))
+    # /etc/ld.so.cache parsed with struct gives what `ldconfig -p` prints (first entry per name)
+    cache = elf.parse_ld_cache(Path("/etc/ld.so.cache").read_bytes(), ext["machine"])
+    printed: dict[str, str] = {}
+    arch = {62: "x86-64", 183: "AArch64"}.get(ext["machine"], "")
+    for line in subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, check=True).stdout.splitlines()[1:]:
+        name, _, path = line.strip().partition(" => ")
+        if arch in name:
+            printed.setdefault(name.split(" (")[0], path)
+    assert cache == printed and "libc.so.6" in cache
+    # the resolver follows RUNPATH ($ORIGIN expanded), then the cache, and names site files portably
+    got = fingerprint.native([str(site)], None)["pkg/_ext.so"]["resolved"]
+    assert got["libdep.so.1"]["path"] == "$SITE/pkg.libs/libdep.so.1" and got["libdep.so.1"]["via"] == "runpath"
+    assert got["libc.so.6"]["via"] in ("cache", "default")
+
+
+def test_xid_lines_from_kmsg_records_and_dmesg_lines():
+    records = ["6,100,5000000,-;NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  580.159.04\n",
+               "4,101,7123456,-;NVRM: Xid (PCI:0000:00:06): 79, pid=1234, name=python3, GPU has fallen off the bus.\n",
+               "[  912.5] NVRM: Xid (PCI:0000:00:06): 48, pid=77, DBE (0x2,0x1) has been detected.\n"]
+    assert fingerprint.xid_lines(records) == [
+        "[    7.123456] NVRM: Xid (PCI:0000:00:06): 79, pid=1234, name=python3, GPU has fallen off the bus.",
+        "[  912.5] NVRM: Xid (PCI:0000:00:06): 48, pid=77, DBE (0x2,0x1) has been detected."]
+    gpu = fingerprint.parse_nvidia_smi(GPU_XML.read_bytes())
+    assert gpu["driver"] == "580.159.04" and gpu["cuda"] == "13.0"
+    assert gpu["gpus"] == [{"name": "NVIDIA H200", "uuid": "GPU-24f329aa-fbed-d450-0b08-05de21981072",
+                            "bus_id": "00000000:00:06.0", "memory_total": "143771 MiB",
+                            "remapped_rows": {"correctable": "0", "uncorrectable": "0", "pending": "No",
+                                              "failure": "No"}}]
+
+
+# ---- through the CLI ---------------------------------------------------------------------------
+def test_env_of_real_wheels_and_two_installs_fingerprint_alike(eenv, pristine_venv, tmp_path):
+    fp = env_json(eenv)
+    dists = fp["distributions"]
+    assert dists["six"]["version"] == "1.17.0" and dists["six"]["differ"] == [] and dists["six"]["installer"] == "pip"
+    assert dists["torchcodec"]["differ"] == [] and dists["sglang"]["managed"]
+    speedups = next(k for k in fp["native"] if k.startswith("markupsafe/_speedups"))
+    assert fp["native"][speedups]["resolved"]["libc.so.6"] is not None
+    core5 = fp["native"]["torchcodec/libtorchcodec_core5.so"]
+    assert core5["resolved"]["libtorch.so"] is None and core5["resolved"]["libavutil.so.57"] is None
+    assert fp["gpu"] == {"driver": None, "note": "no NVIDIA driver"}
+    assert fp["interpreter"]["tags"]["abi"].startswith("cp3") and fp["interpreter"]["libc"]["name"] == "glibc"
+
+    screen = eenv.pk("env").stdout
+    assert "gpu          no NVIDIA driver" in screen and "with unresolved sonames" in screen
+    assert "torchcodec/libtorchcodec_core5.so: " in screen
+
+    # another install of the same wheels at another path, at another time: alike
+    other = tmp_path / "other-venv"
+    copy_venv(pristine_venv, other)  # pip adds files; it writes into none of the linked ones
+    pip_install(other, wheel("torchcodec-0.17.0-*.whl"), wheel("markupsafe-*.whl"), wheel("six-1.17.0-*.whl"))
+    build_ext(other / SITE_REL, "one")
+    with open(eenv.root / "patchkeeper.toml", "a") as f:
+        f.write(f'\n[targets.other]\npython = "{other}/bin/python"\npackage = "sglang"\n')
+    proc = eenv.pk("diff", "--env", "local", "other")
+    assert "alike" in proc.stdout
+    # six downgraded on one side: exit 1, named
+    pip_install(other, wheel("six-1.16.0-*.whl"))
+    doc = json.loads(eenv.pk("diff", "--env", "local", "other", "--json", check=1).stdout)
+    assert doc["changes"] == [{"area": "distribution", "subject": "six", "kind": "version", "detail": "1.17.0 -> 1.16.0"}]
+
+
+def test_audit_native_and_diff_env_find_a_removed_or_replaced_library(eenv):
+    eenv.pk("snapshot", "--name", "before")
+    doc = json.loads(eenv.pk("audit", "--json").stdout)
+    assert doc["counts"]["native"] == 0 and doc["exit"] == 0  # torchcodec's unresolved sonames are no finding
+    assert eenv.pk("diff", "--env", "-t", "local", "--against", "before").returncode == 0
+
+    libs = eenv.site / "pkg.libs"
+    (libs / "libdep.so.1").unlink()
+    doc = json.loads(eenv.pk("audit", "--json", check=1).stdout)
+    native = [f for f in doc["findings"] if f["class"] == "native"]
+    assert [(f["path"], f["kind"]) for f in native] == [("pkg/_ext.so", "unresolved")]
+    assert "libdep.so.1: $SITE/pkg.libs/libdep.so.1 then, not found now" in native[0]["detail"]
+    assert "no longer load their libraries" in doc["summary"]
+    out = eenv.pk("diff", "--env", "--against", "before", check=1).stdout
+    assert "native       unresolved pkg/_ext.so  libdep.so.1" in out
+
+    build_ext(eenv.site, "two")  # another libdep.so.1 in its place: resolves, to other bytes
+    doc = json.loads(eenv.pk("audit", "--json", check=1).stdout)
+    native = [f for f in doc["findings"] if f["class"] == "native"]
+    assert [(f["path"], f["kind"]) for f in native] == [("pkg/_ext.so", "changed")]
+    out = eenv.pk("diff", "--env", "local:before", "local", check=1).stdout
+    assert "native       changed    pkg/_ext.so  libdep.so.1: $SITE/pkg.libs/libdep.so.1 has other bytes" in out
+
+
+def test_gpu_stack_from_a_stand_in_nvidia_smi(eenv, tmp_path):
+    h200 = stand_in_nvidia_smi(tmp_path / "bin-a")
+    fp = env_json(eenv, env=h200)
+    assert fp["gpu"]["driver"] == "580.159.04" and fp["gpu"]["cuda"] == "13.0"
+    assert [g["name"] for g in fp["gpu"]["gpus"]] == ["NVIDIA H200"]
+    assert "gpu          driver 580.159.04, CUDA 13.0, 1 GPU(s): NVIDIA H200 (143771 MiB)" in \
+        eenv.pk("env", env=h200).stdout
+    eenv.pk("snapshot", "--name", "h200", env=h200)
+    assert eenv.pk("diff", "--env", "--against", "h200", env=h200).returncode == 0
+
+    newer = stand_in_nvidia_smi(tmp_path / "bin-b", driver="590.48.01", gpus=2)
+    doc = json.loads(eenv.pk("diff", "--env", "--against", "h200", "--json", env=newer, check=1).stdout)
+    assert {(c["subject"], c["detail"]) for c in doc["changes"]} == {
+        ("driver", "580.159.04 -> 590.48.01"), ("count", "1 -> 2 GPU(s)"),
+        ("models", "driver 580.159.04, CUDA 13.0, 1 GPU(s): NVIDIA H200 (143771 MiB) -> "
+                   "driver 590.48.01, CUDA 13.0, 2 GPU(s): 2x NVIDIA H200 (143771 MiB)")}
+    doc = json.loads(eenv.pk("diff", "--env", "--against", "h200", "--json", check=1).stdout)  # no driver now
+    assert [c["subject"] for c in doc["changes"]] == ["driver"] and "no NVIDIA driver" in doc["changes"][0]["detail"]
+
+
+def test_every_state_and_passing_verification_keeps_a_fingerprint_and_old_ledgers_still_read(eenv):
+    eenv.pk("apply", "ddtree")
+    eenv.pk("rollback", "--to", "baseline")
+    entries = [json.loads(p.read_text()) for p in sorted((eenv.state_dir / "ledger").glob("*.json"))]
+    assert [e["kind"] for e in entries] == ["baseline", "apply", "rollback"]
+    digests = {e["env"] for e in entries}
+    assert len(digests) == 1  # the same environment each time: one object in the store
+    digest = digests.pop()
+    algo, _, hexd = digest.partition(":")
+    stored = json.loads((eenv.state_dir / "store" / "objects" / algo / hexd[:2] / hexd[2:]).read_bytes())
+    assert stored["distributions"]["six"]["version"] == "1.17.0"
+
+    # a ledger from before fingerprints: audit says so, diff --env refuses, nothing breaks
+    for p in (eenv.state_dir / "ledger").glob("*.json"):
+        doc = json.loads(p.read_text())
+        doc.pop("env")
+        edit_file(p, json.dumps(doc).encode())
+    doc = json.loads(eenv.pk("audit", "--json").stdout)
+    assert doc["exit"] == 0 and any("without an environment fingerprint" in n for n in doc["notes"])
+    proc = eenv.pk("diff", "--env", check=2)
+    assert "without an environment fingerprint" in proc.stderr and "hint:" in proc.stderr
+    assert eenv.pk("log").returncode == 0
+
+
+def test_a_previous_state_that_fails_too_is_reported_with_what_changed_since_it_passed(env, service, tmp_path):
+    service()  # healthy until the toml says otherwise
+    h200 = stand_in_nvidia_smi(tmp_path / "bin-a")
+    env.pk("snapshot", "--name", "good", env=h200)
+    assert "verification passed" in env.pk("verify", "--restart", env=h200).stdout  # keeps the fingerprint
+    # then the driver changes, six appears, and every code state fails to generate
+    toml = env.root / "patchkeeper.toml"
+    toml.write_text(toml.read_text().replace("--default healthy", "--default degenerate"))
+    pip_install(env.venv, wheel("six-1.16.0-*.whl"))
+    newer = stand_in_nvidia_smi(tmp_path / "bin-b", driver="590.48.01")
+    out = env.pk("apply", "ddtree", env=newer, check=3).stdout
+    assert PREVIOUS_FAILS in out
+    state = json.loads(env.pk("status", "--json").stdout)["state"]["id"]
+    assert f"local: since state {state} last passed verification (" in out and " 24 tokens in " in out
+    assert "  code         none: state " in out
+    assert "  distribution added      six  1.16.0 (installed by pip)" in out
+    assert "  gpu          changed    driver  580.159.04 -> 590.48.01" in out
+    assert "  GPU now      driver 590.48.01, CUDA 13.0, 1 GPU(s): NVIDIA H200 (143771 MiB)" in out
+    assert "remapped_rows correctable=0 uncorrectable=0 pending=No failure=No" in out
+
+
+def test_diff_env_between_two_ssh_hosts(fleet):
+    assert "alike" in fleet.pk("diff", "--env", "ct129", "ct200").stdout
+    pip_install(fleet.venvs["ct129"], wheel("six-1.17.0-*.whl"))
+    pip_install(fleet.venvs["ct200"], wheel("six-1.16.0-*.whl"), wheel("markupsafe-*.whl"))
+    doc = json.loads(fleet.pk("diff", "--env", "ct129", "ct200", "--json", check=1).stdout)
+    assert [(c["area"], c["subject"], c["kind"]) for c in doc["changes"]] == [
+        ("distribution", "markupsafe", "added"), ("distribution", "six", "version")]
+    assert doc["a"] == "ct129 (now)" and doc["b"] == "ct200 (now)"
+    fp = json.loads(fleet.pk("env", "-t", "ct200", "--json").stdout)  # taken on the host, by its own Python
+    assert fp["where"]["python"] == f"{fleet.venvs['ct200']}/bin/python"
+    assert fp["distributions"]["six"]["version"] == "1.16.0"
+    assert any(k.startswith("markupsafe/_speedups") for k in fp["native"])

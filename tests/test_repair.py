@@ -1,0 +1,220 @@
+"""`patchkeeper repair` on real wheels (six, markupsafe's .so, pip's console scripts), locally and over
+SSH, and adopting a hand-patched host before its first baseline (--restore-pristine, --accept-edits)."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import json
+import os
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, SITE_REL, copy_venv, edit_file, make_workspace, tree
+from sshd import sshd, write_client_config  # noqa: F401 (sshd is a fixture)
+
+WHEELS = Path(os.environ.get("PK_WHEELS", REPO / ".cache" / "wheels"))
+SO = "markupsafe/_speedups.cpython-311-x86_64-linux-gnu.so"
+NO_INDEX = {"PIP_NO_INDEX": "1", "PIP_CONFIG_FILE": os.devnull}  # pip download never leaves this machine
+
+
+def wheel(pattern: str) -> Path:
+    found = sorted(WHEELS.glob(pattern))
+    if not found:
+        pytest.fail(f"{pattern} is missing from {WHEELS}: run `make test`, which downloads it")
+    return found[0]
+
+
+@pytest.fixture(scope="session")
+def repair_pristine(pristine_venv, tmp_path_factory) -> Path:
+    """The sglang venv (hardlinked) with six and markupsafe installed from their real wheels."""
+    venv = copy_venv(pristine_venv, tmp_path_factory.mktemp("repair-pristine") / "venv")
+    subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+                    str(wheel("six-1.17.0-*.whl")), str(wheel("markupsafe-3.0.4-*.whl"))],
+                   check=True, capture_output=True)
+    return venv
+
+
+@pytest.fixture
+def renv(tmp_path, repair_pristine):
+    return make_workspace(tmp_path / "ws", copy_venv(repair_pristine, tmp_path / "venv"))
+
+
+def record_sha256(site: Path, dist_info: str) -> dict[str, str]:
+    with open(site / dist_info / "RECORD", newline="") as f:
+        return {row[0]: row[1] for row in csv.reader(f) if len(row) > 1 and row[1]}
+
+
+def sha256_row(data: bytes) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def log_kinds(env, target="local") -> list[str]:
+    return [e["kind"] for e in json.loads(env.pk("log", "-t", target, "--json").stdout)]
+
+
+def test_repair_restores_six_and_markupsafe_so_byte_exact_and_rollback_puts_the_damage_back(renv, repair_pristine, tmp_path):
+    site, pristine_site = renv.site, repair_pristine / SITE_REL
+    damaged_six = (site / "six.py").read_bytes().replace(b"def ", b"def  ", 3)
+    edit_file(site / "six.py", damaged_six)
+    damaged_so = b"\x7fELF" + b"\0" * 1000
+    edit_file(site / SO, damaged_so)
+    (site / "markupsafe/_native.py").unlink()
+    assert renv.pk("audit", check=1).returncode == 1
+
+    out = renv.pk("repair", "six", "--wheel", str(wheel("six-1.17.0-*.whl"))).stdout
+    assert "  M six.py  34703 bytes, checked against RECORD" in out and "(--wheel)" in out
+    assert (site / "six.py").read_bytes() == (pristine_site / "six.py").read_bytes()
+    assert sha256_row((site / "six.py").read_bytes()) == record_sha256(site, "six-1.17.0.dist-info")["six.py"]
+
+    # the workspace's wheels directory; pip could find nothing (an empty find-links), so it is not what ran
+    (tmp_path / "empty").mkdir()
+    toml = (renv.root / "patchkeeper.toml").read_text()
+    (renv.root / "patchkeeper.toml").write_text(f'wheels = "{os.path.relpath(WHEELS, renv.root)}"\n' + toml)
+    out = renv.pk("repair", "markupsafe", env={**NO_INDEX, "PIP_FIND_LINKS": str(tmp_path / "empty")}).stdout
+    assert "the workspace's wheels directory" in out and "2 file(s) restored" in out
+    record = record_sha256(site, "markupsafe-3.0.4.dist-info")
+    for rel in (SO, "markupsafe/_native.py"):
+        assert (site / rel).read_bytes() == (pristine_site / rel).read_bytes()
+        assert sha256_row((site / rel).read_bytes()) == record[rel]
+    assert (site / SO).stat().st_mode & 0o777 == (pristine_site / SO).stat().st_mode & 0o777
+    assert renv.pk("audit", "--json").returncode == 0
+    assert log_kinds(renv) == ["repair", "repair", "baseline"]
+    repair_six = json.loads(renv.pk("log", "--json").stdout)[1]
+    assert repair_six["extra"]["dist"] == "six" and "%six.py" in repair_six["extra"]["env"]
+
+    renv.pk("rollback", "--to", "previous")  # undoes the markupsafe repair: its damage is back, byte for byte
+    assert (site / SO).read_bytes() == damaged_so and not (site / "markupsafe/_native.py").exists()
+    assert (site / "six.py").read_bytes() == (pristine_site / "six.py").read_bytes()
+    renv.pk("rollback", "--to", repair_six["id"])  # a repair's own id: the state before it
+    assert (site / "six.py").read_bytes() == damaged_six
+    renv.pk("rollback", "--to", "previous", "--dry-run")
+    assert (site / "six.py").read_bytes() == damaged_six
+    assert renv.pk("repair", "six", "--dry-run", "--wheel", str(wheel("six-1.17.0-*.whl"))).returncode == 0
+    assert (site / "six.py").read_bytes() == damaged_six
+    # damaged again by hand, repaired again: undoing that repair gives back these bytes, not the older damage
+    damaged_again = b"six = None\n"
+    edit_file(site / "six.py", damaged_again)
+    renv.pk("repair", "six", "--wheel", str(wheel("six-1.17.0-*.whl")))
+    renv.pk("rollback", "--to", "previous")
+    assert (site / "six.py").read_bytes() == damaged_again
+    # the managed package's manifest never names files of other distributions
+    manifests = list((renv.root / "snapshots/local/manifests").iterdir())
+    assert manifests and not any(b"six.py" in m.read_bytes() for m in manifests)
+    assert renv.pk("status").stdout.strip().endswith("files match the recorded state")
+
+
+def test_repair_refuses_a_wheel_of_another_version_or_other_bytes(renv, tmp_path):
+    site = renv.site
+    edit_file(site / "six.py", b"broken = True\n")
+    before = tree(renv.venv)
+    proc = renv.pk("repair", "six", "--wheel", str(WHEELS / "older" / "six-1.16.0-py2.py3-none-any.whl"), check=2)
+    assert "six-1.16.0-py2.py3-none-any.whl is six 1.16.0, not six 1.17.0" in proc.stderr and "hint:" in proc.stderr
+
+    tampered = tmp_path / "six-1.17.0-py2.py3-none-any.whl"  # the release, with six.py not as released
+    with zipfile.ZipFile(wheel("six-1.17.0-*.whl")) as src, zipfile.ZipFile(tampered, "w") as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            dst.writestr(info, data + b"# not the release\n" if info.filename == "six.py" else data)
+    proc = renv.pk("repair", "six", "--wheel", str(tampered), check=2)
+    assert "does not match the installed RECORD in six.py" in proc.stderr
+    proc = renv.pk("repair", "six", env={**NO_INDEX, "PIP_FIND_LINKS": str(tmp_path / "nowhere")}, check=2)
+    assert "no wheel of six 1.17.0 for local" in proc.stderr and "pip download failed" in proc.stderr
+    assert tree(renv.venv) == before and not (renv.state_dir / "ledger").exists()  # nothing changed, no baseline
+    assert renv.pk("repair", "sglang", check=2).stderr.count("rollback --to baseline") == 1
+
+
+def test_repair_downloads_the_wheel_for_the_target_interpreter_with_pip(renv, repair_pristine, tmp_path):
+    links = tmp_path / "links"
+    links.mkdir()
+    (links / wheel("markupsafe-3.0.4-*.whl").name).symlink_to(wheel("markupsafe-3.0.4-*.whl"))
+    edit_file(renv.site / SO, b"not an ELF file")
+    out = renv.pk("repair", "markupsafe", env={**NO_INDEX, "PIP_FIND_LINKS": str(links)}).stdout
+    assert "(pip download)" in out and f"  M {SO}" in out
+    assert (renv.site / SO).read_bytes() == (repair_pristine / SITE_REL / SO).read_bytes()
+
+
+def test_repair_regenerates_console_scripts_the_installer_wrote_or_names_them(renv, repair_pristine):
+    import ensurepip
+
+    bundled = sorted((Path(ensurepip.__file__).parent / "_bundled").glob("pip-*.whl"))
+    version = subprocess.run([str(renv.venv / "bin/python"), "-m", "pip", "--version"], capture_output=True,
+                             text=True).stdout.split()[1]
+    if not any(p.name.startswith(f"pip-{version}-") for p in bundled):
+        pytest.skip(f"the venv's pip {version} is not the wheel this Python bundles")
+    pip_wheel = next(p for p in bundled if p.name.startswith(f"pip-{version}-"))
+    pip3, pip = renv.venv / "bin/pip3", renv.venv / "bin/pip"
+    shebang = pip3.read_bytes().split(b"\n", 1)[0]
+    edit_file(pip3, shebang + b"\nbroken\n")  # its interpreter line survives: the launcher is regenerated
+    edit_file(pip, b"garbage\n")  # nothing says which interpreter it was written for
+    proc = renv.pk("repair", "pip", "--wheel", str(pip_wheel), check=1)
+    assert "  M ../../../bin/pip3  " in proc.stdout
+    assert "  ! ../../../bin/pip  left as it is: a script the installer wrote" in proc.stdout
+    assert pip3.read_bytes() == (repair_pristine / "bin/pip3").read_bytes()
+    assert pip.read_bytes() == b"garbage\n"
+
+
+def test_repair_over_ssh_sends_the_bytes_to_the_host(tmp_path, repair_pristine, sshd):  # noqa: F811
+    write_client_config(Path(os.environ["HOME"]), sshd, ["ct129"])
+    venv = copy_venv(repair_pristine, tmp_path / "venv-ct129")
+    env = make_workspace(tmp_path / "ws", tmp_path / "venv-local",
+                         f'\n[targets.ct129]\nssh = "ct129"\npython = "{venv}/bin/python"\npackage = "sglang"\n')
+    site = venv / SITE_REL
+    damaged = b"\x7fELF" + b"\1" * 64
+    edit_file(site / SO, damaged)
+    out = env.pk("repair", "markupsafe", "-t", "ct129", "--wheel", str(wheel("markupsafe-3.0.4-*.whl"))).stdout
+    assert f"  M {SO}" in out
+    assert (site / SO).read_bytes() == (repair_pristine / SITE_REL / SO).read_bytes()
+    assert log_kinds(env, "ct129") == ["repair", "baseline"]
+    env.pk("rollback", "-t", "ct129", "--to", "previous")
+    assert (site / SO).read_bytes() == damaged
+
+
+# ---- adopting a hand-patched host ----------------------------------------------------------------
+SPEC = "sglang/srt/speculative/spec_info.py"
+
+
+@pytest.fixture
+def handmade(env):
+    """A fresh copy with files changed by hand (scp'd in) before patchkeeper ever ran there."""
+    edit_file(env.site / SPEC, (env.site / SPEC).read_bytes() + b"# copied in by scp\n")
+    edit_file(env.site / "sglang/srt/speculative/ddtree_by_hand.py", b"TREE = 1\n")
+    return env
+
+
+def test_first_baseline_over_hand_edits_is_refused_naming_them(handmade):
+    before = tree(handmade.venv)
+    for args in (["apply", "ddtree"], ["apply", "ddtree", "--dry-run"], ["snapshot", "--name", "x"]):
+        err = handmade.pk(*args, check=2).stderr
+        assert f"{SPEC} (changed)" in err and "ddtree_by_hand.py (added)" in err and "--restore-pristine" in err
+    assert tree(handmade.venv) == before and not (handmade.state_dir / "ledger").exists()
+
+
+def test_restore_pristine_gives_the_release_as_baseline(handmade, pristine_venv):
+    toml = (handmade.root / "patchkeeper.toml").read_text()
+    (handmade.root / "patchkeeper.toml").write_text(f'wheels = "{WHEELS}"\n' + toml)
+    out = handmade.pk("apply", "ddtree", "--restore-pristine", "--no-verify").stdout
+    assert "2 hand-edited file(s) restored to the release's bytes" in out
+    handmade.pk("rollback", "--to", "baseline", "--no-verify")
+    assert tree(handmade.venv) == tree(pristine_venv)
+    base = json.loads(handmade.pk("log", "--json").stdout)[-1]
+    assert base["kind"] == "baseline" and base["extra"]["adopted"] == "restore-pristine"
+    assert sorted(base["hand_edits"]) == ["sglang/srt/speculative/ddtree_by_hand.py", SPEC]
+
+
+def test_accept_edits_records_them_and_the_ledger_says_so(handmade):
+    edited = (handmade.site / SPEC).read_bytes()
+    out = handmade.pk("snapshot", "--name", "adopted", "--accept-edits").stdout
+    assert "2 hand edit(s) accepted as they are (--accept-edits)" in out
+    base = json.loads(handmade.pk("log", "--json").stdout)[-1]
+    assert base["extra"]["adopted"] == "accept-edits" and base["extra"]["edits"][SPEC] == "changed"
+    assert f"recorded as they are (--accept-edits): sglang/srt/speculative/ddtree_by_hand.py, {SPEC}" \
+        in handmade.pk("log").stdout
+    handmade.pk("apply", "nextn", "--no-verify")
+    handmade.pk("rollback", "--to", "baseline", "--no-verify")
+    assert (handmade.site / SPEC).read_bytes() == edited
+    assert (handmade.site / "sglang/srt/speculative/ddtree_by_hand.py").exists()
