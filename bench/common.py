@@ -67,5 +67,6 @@ def workspace(root: Path, venv: Path, name: str = "local") -> Path:
         if f.tell() == 0:
             f.write(f'default_target = "{name}"\n')
         f.write(f'\n[targets.{name}]\npython = "{venv}/bin/python"\npackage = "sglang"\n'
+                f'[targets.{name}.vars]\ndraft_model_path = "/root/models/Qwen3.6-27B-DFlash"\n'
                 f'[targets.{name}.files]\nunit = "{unit}"\n')
     return root

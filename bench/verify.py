@@ -39,8 +39,10 @@ def _workspace(root: Path, venv: Path, port: int) -> Path:
     shutil.copy(REPO / "demo" / "sglang-qwen.service", unit)
     (root / "patchkeeper.toml").write_text(
         f'default_target = "local"\n[targets.local]\npython = "{venv}/bin/python"\npackage = "sglang"\n'
+        f'[targets.local.vars]\ndraft_model_path = "/root/models/Qwen3.6-27B-DFlash"\n'
         f'[targets.local.files]\nunit = "{unit}"\n'
         f'[targets.local.service]\nrestart = "true"\nbase_url = "http://127.0.0.1:{port}"\nready_timeout = 30\n'
+        f'match_unit = false\n'  # the bench's server is not started from the unit
         f'[targets.local.service.smoke]\nprompt = "{PROMPT}"\nmax_tokens = 64\ntimeout = 30\n'
         f'min_tokens = 16\nmin_tokens_per_s = 5\n')
     return root

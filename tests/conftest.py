@@ -15,6 +15,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PRISTINE = Path(os.environ.get("PK_SGLANG_VENV", REPO / ".cache" / "sglang-venv"))
+DRAFT = "/root/models/Qwen3.6-27B-DFlash"  # the draft model path the shipped dflash/ddtree units need
 SITE_REL = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
 
 
@@ -163,6 +164,7 @@ def make_workspace(root: Path, venv: Path, extra_toml: str = "") -> Env:
     shutil.copy(REPO / "demo" / "sglang-qwen.service", unit)
     (root / "patchkeeper.toml").write_text(
         f'default_target = "local"\n\n[targets.local]\npython = "{venv}/bin/python"\npackage = "sglang"\n\n'
+        f'[targets.local.vars]\ndraft_model_path = "{DRAFT}"\n\n'
         f'[targets.local.files]\nunit = "{unit}"\n{extra_toml}')
     return Env(root, venv, unit)
 

@@ -3,23 +3,26 @@
 from __future__ import annotations
 
 import ast
+import os
 import py_compile
 
 import pytest
 
 from conftest import PRISTINE, REPO, SITE_REL
 
-from patchkeeper import patching, patchset
+from patchkeeper import patching, patchset, units
 
 SHIPPED = ["ddtree", "dflash", "nextn"]
 
 
-def produce(name: str) -> dict[str, bytes | None]:
-    """Apply a shipped patch set to the pristine sglang files in memory."""
+def produce(name: str, without: str | None = None) -> dict[str, bytes | None]:
+    """Apply a shipped patch set (but its patch `without`) to the pristine sglang files in memory."""
     ps = patchset.load(REPO / "patchsets", name)
     site = PRISTINE / SITE_REL
     out: dict[str, bytes | None] = {}
     for origin, fps in ps.patches:
+        if origin == without:
+            continue
         for fp in fps:
             current = out[fp.path] if fp.path in out else ((site / fp.path).read_bytes() if (site / fp.path).exists() else None)
             out[fp.path] = patching.apply(fp, current, origin).data
@@ -59,3 +62,90 @@ def test_ddtree_adds_the_algorithm_everywhere_it_must(pristine_venv):
     assert "--speculative-algorithm DDTREE" in unit
     nextn = dict(patchset.load(REPO / "patchsets", "nextn").files)["unit"].decode()
     assert "NEXTN --speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4" in nextn
+
+
+# ---- ddtree: no place in sglang that compares the algorithm to DFLASH by name leaves DDTREE out ----
+def _names_in(node: ast.AST, tuples: dict[str, set[str]]) -> set[str]:
+    """DFLASH / DDTREE as an expression names them: "DFLASH", SpeculativeAlgorithm.DFLASH(.name), or a
+    variable bound to a tuple/list/set that holds them."""
+    found: set[str] = set()
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Constant) and sub.value in ("DFLASH", "DDTREE"):
+            found.add(sub.value)
+        elif isinstance(sub, ast.Attribute) and sub.attr in ("DFLASH", "DDTREE"):
+            found.add(sub.attr)
+        elif isinstance(sub, ast.Name) and sub.id in tuples:
+            found |= tuples[sub.id]
+    return found
+
+
+_found: dict[tuple[str, bytes], list[str]] = {}  # a file's findings by its bytes: most files are the pristine ones
+
+
+def dflash_only_comparisons(files: dict[str, bytes]) -> list[str]:
+    """Every comparison (==, !=, in, not in, is) that names DFLASH but not DDTREE, as "path:line"."""
+    out = []
+    for rel, data in sorted(files.items()):
+        if (rel, data) not in _found:
+            tree = ast.parse(data)
+            tuples = {t.id: _names_in(n.value, {}) for n in ast.walk(tree) if isinstance(n, ast.Assign)
+                      and isinstance(n.value, (ast.Tuple, ast.List, ast.Set))
+                      for t in n.targets if isinstance(t, ast.Name)}
+            _found[rel, data] = [f"{rel}:{node.lineno}" for node in ast.walk(tree)
+                                 if isinstance(node, ast.Compare) and _names_in(node, tuples) == {"DFLASH"}]
+        out += _found[rel, data]
+    return out
+
+
+def naming_dflash(root) -> dict[str, bytes]:
+    """The .py files below `root` that mention DFLASH at all, by their path relative to root's parent."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+        for name in filenames:
+            if name.endswith(".py"):
+                path = os.path.join(dirpath, name)
+                with open(path, "rb") as f:
+                    data = f.read()
+                if b"DFLASH" in data:
+                    out[os.path.relpath(path, root.parent)] = data
+    return out
+
+
+@pytest.fixture(scope="module")
+def pristine_dflash(pristine_venv) -> dict[str, bytes]:
+    return naming_dflash(pristine_venv / SITE_REL / "sglang")
+
+
+def test_applied_ddtree_leaves_no_dflash_only_comparison(env, pristine_dflash):
+    left = dflash_only_comparisons(pristine_dflash)
+    assert len(left) >= 20 and "sglang/srt/arg_groups/kv_cache_hook.py:647" in left  # what there is to fix
+    env.pk("apply", "ddtree")
+    assert dflash_only_comparisons(naming_dflash(env.site / "sglang")) == []
+
+
+@pytest.mark.parametrize("dropped", [p for p, _ in patchset.load(REPO / "patchsets", "ddtree").patches
+                                     if p != "0004-ddtree-utils.patch"])
+def test_every_ddtree_comparison_patch_is_needed(dropped, pristine_dflash):
+    produced = {rel: data for rel, data in produce("ddtree", without=dropped).items() if data is not None}
+    left = dflash_only_comparisons({**pristine_dflash, **{k: v for k, v in produced.items() if b"DFLASH" in v}})
+    fixed_by_it = {fp.path for origin, fps in patchset.load(REPO / "patchsets", "ddtree").patches
+                   if origin == dropped for fp in fps}
+    assert left and {entry.partition(":")[0] for entry in left} <= fixed_by_it
+
+
+def test_shipped_units_render_the_ct129_deployment():
+    issue = ("/root/ml-env/bin/python3 -m sglang.launch_server --model-path /root/models/Qwen3.6-27B --port 30000 "
+             "--host 0.0.0.0 --tp-size 2 --mem-fraction-static 0.88 --context-length 131072 "
+             "--max-running-requests 16 --mamba-full-memory-ratio 0.5 --mamba-scheduler-strategy extra_buffer "
+             "--reasoning-parser qwen3 --tool-call-parser qwen3_coder").split()
+    nextn = patchset.load(REPO / "patchsets", "nextn").bind({}, "ct129")
+    assert list(units.exec_start(dict(nextn.files)["unit"].decode()).argv) == issue + (
+        "--speculative-algo NEXTN --speculative-num-steps 3 --speculative-eagle-topk 1 "
+        "--speculative-num-draft-tokens 4").split()
+    for name in ("dflash", "ddtree"):
+        ps = patchset.load(REPO / "patchsets", name)
+        assert "draft_model_path" in ps.variables and "draft_model_path" not in dict(ps.defaults)
+        argv = units.exec_start(dict(ps.bind({"draft_model_path": "/d"}, "ct129").files)["unit"].decode()).argv
+        assert list(argv) == issue + ["--speculative-algorithm", name.upper(), "--speculative-draft-model-path", "/d"]
+    assert "not wired yet" in patchset.load(REPO / "patchsets", "ddtree").description

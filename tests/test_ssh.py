@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, SITE_REL, Env, copy_venv, edit_file, make_workspace, tree
+from conftest import DRAFT, REPO, SITE_REL, Env, copy_venv, edit_file, make_workspace, tree
 from sshd import agent_session_pid, keygen, sshd, write_client_config  # noqa: F401 (sshd is a fixture)
 
 HOSTS = ("ct129", "ct200")
@@ -51,7 +51,7 @@ def fleet(tmp_path, pristine_venv, sshd) -> Fleet:  # noqa: F811
         units[host].parent.mkdir()
         shutil.copy(REPO / "demo" / "sglang-qwen.service", units[host])
         toml += (f'\n[targets.{host}]\nssh = "{host}"\npython = "{venvs[host]}/bin/python"\npackage = "sglang"\n'
-                 f'[targets.{host}.files]\nunit = "{units[host]}"\n')
+                 f'[targets.{host}.vars]\ndraft_model_path = "{DRAFT}"\n[targets.{host}.files]\nunit = "{units[host]}"\n')
     env = make_workspace(tmp_path / "ws", tmp_path / "venv-local", toml)
     return Fleet(env, sshd, venvs, units)
 
@@ -109,20 +109,20 @@ def test_diff_host_against_its_record_names_kinds_and_owners(fleet):
     out = fleet.pk("diff", "ct129", "--json", check=1)
     doc = json.loads(out.stdout)
     got = {d["key"]: (d["kind"], d["owners"].get("ct129")) for d in doc["differences"]}
-    assert got == {"sglang/srt/speculative/spec_info.py": ("changed", "ddtree@1.0.0"),
+    assert got == {"sglang/srt/speculative/spec_info.py": ("changed", "ddtree@2.0.0"),
                    "sglang/srt/extra_by_hand.py": ("added", None),
                    "sglang/version.py": ("mode", None),
                    "sglang/srt/utils/common.py": ("removed", None)}
     assert doc["algorithm"] == "sha256"
 
     text = fleet.pk("diff", "ct129", "--patch", check=1).stdout
-    assert "  changed  sglang/srt/speculative/spec_info.py  [ddtree@1.0.0]" in text
+    assert "  changed  sglang/srt/speculative/spec_info.py  [ddtree@2.0.0]" in text
     assert "+# tuned by hand\n" in text and "+x = 1\n" in text
 
     base = json.loads(fleet.pk("diff", "ct129", "--against", "baseline", "--json", check=1).stdout)
     owned = {d["key"]: d["owners"].get("ct129") for d in base["differences"]}
-    assert owned["@unit"] == "ddtree@1.0.0" and owned["sglang/srt/speculative/ddtree_utils.py"] == "ddtree@1.0.0"
-    assert owned["sglang/srt/extra_by_hand.py"] is None and len(owned) == 6 + 3
+    assert owned["@unit"] == "ddtree@2.0.0" and owned["sglang/srt/speculative/ddtree_utils.py"] == "ddtree@2.0.0"
+    assert owned["sglang/srt/extra_by_hand.py"] is None and len(owned) == 18 + 3
 
     fleet.pk("rollback", "-t", "ct129", "--to", "baseline")
     state = json.loads(fleet.pk("status", "-t", "ct129", "--json").stdout)["state"]["id"]
@@ -151,12 +151,12 @@ def test_diff_two_hosts_reports_exactly_the_files_that_differ(fleet, pristine_ve
     edit_file(site / "sglang/srt/only_on_ct200.py", b"print('hi')\n")
     _chmod(site / "sglang/lang/api.py", 0o755)
     expected = _expected(_site_keys(fleet.state("ct129")), _site_keys(fleet.state("ct200")))
-    assert len(expected) == 9  # ddtree's 6 files, one edit, one added file, one mode
+    assert len(expected) == 21  # ddtree's 18 files (17 and the unit), one edit, one added file, one mode
 
     doc = json.loads(fleet.pk("diff", "ct129", "ct200", "--json", check=1).stdout)
     assert {d["key"]: d["kind"] for d in doc["differences"]} == expected
     owners = {d["key"]: d["owners"] for d in doc["differences"]}
-    assert owners["sglang/srt/speculative/ddtree_utils.py"] == {"ct129": "ddtree@1.0.0"}
+    assert owners["sglang/srt/speculative/ddtree_utils.py"] == {"ct129": "ddtree@2.0.0"}
     assert owners["sglang/srt/only_on_ct200.py"] == {}
 
     text = fleet.pk("diff", "ct129", "ct200", "--patch", check=1).stdout
@@ -333,7 +333,7 @@ def test_verification_runs_on_the_host_and_rolls_back_over_ssh(fleet, tmp_path):
                           "--when", "DDTREE=degenerate"])
     with open(fleet.env.root / "patchkeeper.toml", "a") as f:
         f.write(f"\n[targets.ct129.service]\nrestart = {json.dumps(restart)}\nbase_url = \"http://127.0.0.1:{port}\"\n"
-                f"ready_timeout = 10\nrestart_timeout = 20\n[targets.ct129.service.smoke]\nmax_tokens = 24\n"
+                f"ready_timeout = 10\nrestart_timeout = 20\nmatch_unit = false\n[targets.ct129.service.smoke]\nmax_tokens = 24\n"
                 f"timeout = 5\nmin_tokens = 16\nmin_tokens_per_s = 20\n")
     try:
         before = fleet.state("ct129")

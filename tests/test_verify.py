@@ -62,6 +62,7 @@ def service(env, tmp_path):
             f.write(f"\n[targets.local.service]\nrestart = {json.dumps(restart)}\n"
                     f"logs = {json.dumps('tail -n 20 ' + shlex.quote(str(svc.log)))}\n"
                     f'base_url = "{svc.base_url}"\nready_timeout = {ready_timeout}\nrestart_timeout = 20\n'
+                    "match_unit = false\n"  # this stand-in is not started from the unit's ExecStart
                     f"[targets.local.service.smoke]\nmax_tokens = 24\ntimeout = 3\nmin_tokens = 16\n"
                     f"min_tokens_per_s = 20\n{smoke}")
         started.append(svc)
@@ -148,7 +149,7 @@ def test_failed_switch_goes_back_to_the_previous_patch_set(env, service):
 
 
 def test_a_bad_previous_state_is_reported_as_such(env, service):
-    service("Qwen3-8B=degenerate")  # the model line is in every unit: every code state fails
+    service("Qwen3.6-27B=degenerate")  # the model path is in every unit: every code state fails
     before = env.snapshot()
     proc = env.pk("apply", "ddtree", check=3)
     assert PREVIOUS_FAILS in proc.stdout and "patchkeeper audit -t local" in proc.stdout

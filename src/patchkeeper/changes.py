@@ -16,7 +16,7 @@ from .host.disk import algorithm_of, hash_bytes, write_atomic
 from .ledger import LedgerEntry, RollbackExtra, State
 from .service import ServiceConfig
 from .session import Session
-from .verify import Verification, record_verification, run_checks
+from .verify import Verification, last_pass, record_verification, run_checks
 from .workspace import Workspace
 
 
@@ -157,7 +157,8 @@ def _after_change(ws: Workspace, s: Session, svc: ServiceConfig, change: LedgerE
 
 
 def _verify(s: Session, svc: ServiceConfig, phase: str, of: str, step: Callable[[Step], None]) -> Verification:
-    report = run_checks(s.target, svc, with_restart=True, progress=sys.stderr)
+    report = run_checks(s.target, svc, with_restart=True, progress=sys.stderr,
+                        last_pass=last_pass(s.ledger, s.ledger.current()))
     record_verification(s, report, phase, of)
     step(Verified(report, s.ledger.current()))
     return report

@@ -18,7 +18,7 @@ from .patchset import PatchSet
 from .session import Session
 from .targets import Target, TargetInfo
 from .transaction import FileOp
-from .workspace import Workspace
+from .workspace import TargetConfig, Workspace
 
 
 @dataclass(frozen=True)
@@ -121,8 +121,9 @@ def ensure_baseline(s: Session, bytes_kept: bool = True, adopt: str | None = Non
 
 
 # ---- apply / switch --------------------------------------------------------------------------
-def resolve(ws_patchsets: Path, name: str) -> list[PatchSet]:
-    """The patch set and everything it requires, requirements first."""
+def resolve(ws_patchsets: Path, name: str, bind_to: TargetConfig | None = None) -> list[PatchSet]:
+    """The patch set and everything it requires, requirements first; with `bind_to`, their role
+    files rendered with that target's vars (a missing value is refused here, before any change)."""
     out: dict[str, PatchSet] = {}
 
     def visit(n: str, trail: tuple[str, ...]) -> None:
@@ -133,14 +134,32 @@ def resolve(ws_patchsets: Path, name: str) -> list[PatchSet]:
         ps = patchset.load(ws_patchsets, n)
         for req in ps.requires:
             visit(req, trail + (n,))
-        out[n] = ps
+        out[n] = ps.bind(bind_to.vars, bind_to.name) if bind_to is not None else ps
 
     visit(name, ())
     return list(out.values())
 
 
+def _bound(sets: list[PatchSet], config: TargetConfig, trial: bool) -> tuple[list[PatchSet], list[Misfit]]:
+    """The sets with role files rendered for the target; a template without a value raises BadInput,
+    or in a trial is a misfit (kind "template") and that set keeps its templates."""
+    out, unrendered = [], []
+    for ps in sets:
+        try:
+            out.append(ps.bind(config.vars, config.name))
+        except BadInput as exc:
+            if not trial:
+                raise
+            out.append(ps)
+            unrendered.append(Misfit("template", ps, exc.message))
+    return out, unrendered
+
+
 def _ref(ps: PatchSet) -> PatchSetRef:
-    return {"name": ps.name, "version": ps.version, "digest": ps.digest, "group": ps.group}
+    ref: PatchSetRef = {"name": ps.name, "version": ps.version, "digest": ps.digest, "group": ps.group}
+    if ps.values:
+        ref["vars"] = dict(ps.values)  # the values its role-file templates were rendered with
+    return ref
 
 
 @dataclass(frozen=True)
@@ -156,7 +175,8 @@ def stack_change(ws_patchsets: Path, stack: Iterable[PatchSetRef], incoming: lis
     """The change applying `incoming` (requirements first, the named one last) makes to `stack`;
     None when that very version and content is already applied."""
     top = incoming[-1]
-    if any(p["name"] == top.name and p["version"] == top.version and p["digest"] == top.digest for p in stack):
+    if any(p["name"] == top.name and p["version"] == top.version and p["digest"] == top.digest
+           and (top.values is None or p.get("vars", {}) == dict(top.values)) for p in stack):
         return None
     names = {ps.name for ps in incoming}
     groups = {ps.group for ps in incoming if ps.group}
@@ -181,7 +201,7 @@ class Misfit:
     """Why a patch set does not fit a package: another package, a version outside its range, a role
     the target lacks (`have` is the package, the version or the role)."""
 
-    kind: str  # package | version | role
+    kind: str  # package | version | role | template (`have`: which variable lacks a value, where)
     patchset: PatchSet
     have: str
 
@@ -266,8 +286,9 @@ def plan_apply(s: Session, name: str, force: bool, trial: bool = False,
     A `trial` (what `check` shows) refuses nothing: misfits, hand edits and hunks that do not
     apply are kept in the plan (misfits, drift, checks) instead, and the files they concern left out."""
     ws, target, ledger = s.workspace, s.target, s.ledger
-    incoming = incoming or resolve(ws.patchsets_dir, name)
+    incoming, unrendered = _bound(incoming or resolve(ws.patchsets_dir, name), s.config, trial)
     found = misfits(incoming, target.config.package, target.info.version, dict(target.info.roles)) if trial else []
+    found += unrendered
     notes = [] if trial else check_fits(target, incoming, force)
     if not trial:
         _check_history(s, incoming)
@@ -279,7 +300,7 @@ def plan_apply(s: Session, name: str, force: bool, trial: bool = False,
     new_stack = kept + [_ref(ps) for ps in adding]
 
     if removed:  # a switch: rebuild every file any of the old or new patch sets touches from baseline
-        kept_sets = [patchset.load(ws.patchsets_dir, p["name"]) for p in kept]
+        kept_sets = [patchset.load(ws.patchsets_dir, p["name"]).bind(s.config.vars, s.config.name) for p in kept]
         for old_ref, ps in zip(kept, kept_sets):
             if ps.digest != old_ref["digest"]:
                 raise Refused(f"applied patch set {old_ref['name']}@{old_ref['version']} changed in the workspace",

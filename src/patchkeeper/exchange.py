@@ -13,13 +13,14 @@ MAGIC = "# patchkeeper-export 1"
 _TEXT = "#| "
 
 
-def export(directory: Path, ident: str, digest: str) -> bytes:
-    """The patch set in `directory` as one patch, restorable exactly by `restore`."""
+def export(directory: Path, ident: str, digest: str, notes: tuple[str, ...] = ()) -> bytes:
+    """The patch set in `directory` as one patch, restorable exactly by `restore`; `notes` become comment lines."""
     files = sorted(p for p in directory.rglob("*") if p.is_file())
     rels = [p.relative_to(directory).as_posix() for p in files]
     head = [f"{MAGIC} {ident} {digest}",
             "# `patchkeeper import NAME FILE` restores this patch set exactly from the lines starting with '#';",
-            "# `git apply` and `patch -p1` in site-packages skip them and apply the diffs below."]
+            "# `git apply` and `patch -p1` in site-packages skip them and apply the diffs below.",
+            *(f"# {note}" for note in notes)]
     body: list[bytes] = []
     for path, rel in zip(files, rels):
         data = path.read_bytes()

@@ -24,6 +24,7 @@ class PatchSetRef(TypedDict, total=False):
     version: str
     digest: str
     group: str | None
+    vars: dict[str, str]  # the values its role-file templates were rendered with (only when they use any)
 
 
 # ---- what each kind of entry adds (LedgerEntry.extra), typed per kind; written as JSON as is ----

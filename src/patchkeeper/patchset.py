@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from . import patching
+from . import patching, templates
 from .host.disk import hash_bytes
 from .errors import BadInput
 
 MANIFEST = "patchset.toml"
-KEYS = ("name", "version", "description", "package", "package_version", "requires", "group", "files")
+KEYS = ("name", "version", "description", "package", "package_version", "requires", "group", "files", "vars")
 MAX_TOML = 64 << 10  # patchset.toml: a few lines of metadata
 MAX_PATCH = 32 << 20  # one *.patch file; the shipped ones are under 20 KB
 MAX_ROLE_FILE = 1 << 20  # a role file (a systemd unit...)
@@ -29,9 +29,12 @@ class PatchSet:
     package_version: str  # a PEP 440 specifier, "" for any
     requires: tuple[str, ...]
     group: str | None
-    files: tuple[tuple[str, bytes], ...]  # (role, bytes the role file becomes)
+    files: tuple[tuple[str, bytes], ...]  # (role, its template; once bound, the bytes the role file becomes)
     patches: tuple[tuple[str, tuple[patching.FilePatch, ...]], ...]  # (patch file name, its file patches)
-    digest: str  # blake3 over every file of the patch set directory
+    digest: str  # blake3 over every file of the patch set directory (the templates, not what they render to)
+    defaults: tuple[tuple[str, str], ...] = ()  # [vars]: a value for a variable no target sets
+    values: tuple[tuple[str, str], ...] | None = None  # once bound to a target: the values its templates used
+    sources: tuple[tuple[str, str], ...] = ()  # (role, its file in the patch set directory)
 
     @property
     def ident(self) -> str:
@@ -42,11 +45,33 @@ class PatchSet:
         """Every site-packages path the patch set touches, in first-touched order."""
         return tuple(dict.fromkeys(fp.path for _, fps in self.patches for fp in fps))
 
+    @property
+    def variables(self) -> tuple[str, ...]:
+        """Every variable its role files use, in first-use order."""
+        return tuple(dict.fromkeys(n for _, data in self.files for n in templates.names(data)))
+
+    def bind(self, target_vars: dict[str, str], target: str) -> "PatchSet":
+        """The patch set with its role files rendered for a target (its vars, then the [vars] defaults).
+
+        A placeholder that has neither is refused (BadInput) by variable and file, before anything changes."""
+        if self.values is not None:
+            return self  # already bound
+        values = {**dict(self.defaults), **target_vars}
+        hint = (f"set it in [targets.{target}.vars] of patchkeeper.toml, "
+                f"or give it a default in [vars] of patchsets/{self.name}/{MANIFEST}")
+        where = dict(self.sources)
+        files = tuple((role, templates.render(data, values, f"patchsets/{self.name}/{where.get(role, role)} "
+                                              f"(role {role} of {self.ident})", hint))
+                      for role, data in self.files)
+        used = tuple((n, values[n]) for n in self.variables)
+        return replace(self, files=files, values=used)
+
     def summary(self) -> dict:
         return {"name": self.name, "version": self.version, "digest": self.digest,
                 "description": self.description, "package": self.package,
                 "package_version": self.package_version, "requires": list(self.requires),
-                "group": self.group, "paths": list(self.paths), "roles": [r for r, _ in self.files]}
+                "group": self.group, "paths": list(self.paths), "roles": [r for r, _ in self.files],
+                "variables": {n: dict(self.defaults).get(n) for n in self.variables}}
 
 
 def names(root: Path) -> list[str]:
@@ -103,11 +128,13 @@ def load(root: Path, name: str) -> PatchSet:
     for key in ("description", "group"):
         if key in doc and not isinstance(doc[key], str):
             problems.append(f"{key} must be a string")
+    defaults = doc.get("vars", {})
+    problems += templates.check_values(defaults, "[vars]")
     roles = doc.get("files") or {}
     if not isinstance(roles, dict):
         problems.append('[files] must be a table of role = "file"')
         roles = {}
-    files = []
+    files, sources = [], []
     for role, rel in roles.items():
         source = (directory / str(rel)).resolve()
         if not source.is_relative_to(directory.resolve()) or not source.is_file():
@@ -115,6 +142,7 @@ def load(root: Path, name: str) -> PatchSet:
         else:
             _cap(source, MAX_ROLE_FILE)
             files.append((role, source.read_bytes()))
+            sources.append((role, str(rel)))
     if problems:
         raise BadInput(f"{path}: " + "; ".join(problems), "see the README for patchset.toml keys")
     patches = []
@@ -129,6 +157,8 @@ def load(root: Path, name: str) -> PatchSet:
         package=doc["package"], package_version=spec, requires=tuple(requires),
         group=doc.get("group"), files=tuple(sorted(files)), patches=tuple(patches),
         digest=digest_dir(directory),
+        sources=tuple(sources),
+        defaults=tuple((k, templates.value_text(v)) for k, v in defaults.items()) if isinstance(defaults, dict) else (),
     )
 
 

@@ -21,6 +21,8 @@ class SmokeConfig:
     min_tokens_per_s: float = 5.0
     endpoint: str = "completions"  # completions | chat (/v1/completions falls back to chat on 404)
     model: str | None = None  # default: the first model /v1/models lists
+    warmup: int = 0  # completions sent (and not judged) before the judged one
+    max_slowdown: float = 3.0  # slower than this times the last pass of the same code state: a regression
 
 
 @dataclass(frozen=True)
@@ -33,13 +35,14 @@ class ServiceConfig:
     ready_timeout: float = 900.0
     restart_timeout: float = 300.0
     logs_timeout: float = 30.0
+    match_unit: bool = True  # the process on base_url's port must run the unit role file's last ExecStart
     smoke: SmokeConfig = SmokeConfig()
 
 
 _SERVICE_KEYS = {"restart": str, "logs": str, "base_url": str, "ready_timeout": float,
-                 "restart_timeout": float, "logs_timeout": float, "smoke": dict}
+                 "restart_timeout": float, "logs_timeout": float, "match_unit": bool, "smoke": dict}
 _SMOKE_KEYS = {"prompt": str, "max_tokens": int, "timeout": float, "min_tokens": int,
-               "min_tokens_per_s": float, "endpoint": str, "model": str}
+               "min_tokens_per_s": float, "endpoint": str, "model": str, "warmup": int, "max_slowdown": float}
 
 
 def load(config: TargetConfig) -> ServiceConfig | None:
@@ -89,8 +92,9 @@ def _check(table: dict, keys: dict, where: str) -> list[str]:
             problems.append(f"{where} {key} must be a number, not {value!r}")
         elif kind is int and (not isinstance(value, int) or isinstance(value, bool)):
             problems.append(f"{where} {key} must be a whole number, not {value!r}")
-        elif kind in (str, dict) and not isinstance(value, kind):
-            problems.append(f"{where} {key} must be a {'string' if kind is str else 'table'}, not {value!r}")
+        elif kind in (str, dict, bool) and not isinstance(value, kind):
+            what = {str: "string", dict: "table", bool: "true or false"}[kind]
+            problems.append(f"{where} {key} must be {'a ' * (kind is not bool)}{what}, not {value!r}")
     return problems
 
 
@@ -109,6 +113,10 @@ def _check_smoke(smoke: dict, where: str) -> list[str]:
         problems.append(f"{where} min_tokens_per_s must not be negative")
     if isinstance(smoke.get("endpoint"), str) and smoke["endpoint"] not in ENDPOINTS:
         problems.append(f"{where} endpoint must be one of {', '.join(ENDPOINTS)}, not {smoke['endpoint']!r}")
+    if isinstance(smoke.get("warmup"), int) and smoke["warmup"] < 0:
+        problems.append(f"{where} warmup must not be negative")
+    if _number(smoke.get("max_slowdown")) and smoke["max_slowdown"] < 1:
+        problems.append(f"{where} max_slowdown must be at least 1")
     if isinstance(smoke.get("prompt"), str) and not smoke["prompt"].strip():
         problems.append(f"{where} prompt is empty")
     return problems

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import sys
 import time
 from collections import Counter
@@ -11,8 +12,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from . import units
 from .host import probe_http
-from .ledger import LedgerEntry, State, VerifyExtra, new_id, who
+from .ledger import Ledger, LedgerEntry, State, VerifyExtra, new_id, who
 from .service import ServiceConfig
 from .session import Session
 from .targets import Target
@@ -20,7 +22,12 @@ from .targets import Target
 SAMPLE_CHARS = 200
 OUTPUT_KEEP = 8000  # characters of restart / log output kept in a report
 WINDOW_MAX = 10.0  # seconds one probe run polls for readiness before progress is shown
+MIN_SLOWER = 1.0  # seconds a regression must add too, so a server answering in milliseconds is not judged by jitter
+MIN_SLOWER_READY = 30.0  # the same for the ready time, which a cold page cache alone can stretch by tens of seconds
+FIRST_ERRORS = 8  # error-looking log lines quoted before the tail
 _TOKEN = re.compile(r"\w+|[^\w\s]")
+_ERROR_LINE = re.compile(r"Traceback \(most recent call last\)|\w*Error:|\bERROR\b|\bOSError\b|CUDA error|"
+                         r"CUDA out of memory|cudaError|CUDA_ERROR|Not enough memory", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -32,6 +39,7 @@ class Check:
     seconds: float
     detail: str
     output: str = ""
+    skipped: bool = False  # the check could not be made (said why in detail); it neither passed nor failed
 
 
 @dataclass(frozen=True)
@@ -39,7 +47,8 @@ class Verification:
     """The outcome of one verification; `reason` names the first failure, None when it passed."""
 
     ok: bool
-    reason: str | None  # restart | not-ready | probe | timeout | error | few-tokens | slow | degenerate
+    reason: str | None  # restart | not-ready | probe | stale-server | timeout | error | few-tokens | slow |
+    #                     degenerate | regression
     message: str
     checks: tuple[Check, ...]
     tokens: int | None = None
@@ -49,11 +58,13 @@ class Verification:
     problems: tuple[str, ...] = ()
     logs: str | None = None
     extra: dict = field(default_factory=dict)
+    errors: tuple[str, ...] = ()  # the first error-looking lines of the logs, wherever they are
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["checks"] = [asdict(c) for c in self.checks]
         d["problems"] = list(self.problems)
+        d["errors"] = list(self.errors)
         return d
 
 
@@ -114,42 +125,56 @@ def judge(gen: dict, svc: ServiceConfig) -> tuple[Check, dict]:
 
 
 # ---- running the checks on a target ----------------------------------------------------------
-def _shell(target: Target, command: str, timeout: float) -> tuple[int, str]:
+def _shell(target: Target, command: str, timeout: float, since: str = "", keep: int | None = OUTPUT_KEEP,
+           stamp: bool = False) -> tuple[int, str]:
+    """`sh -c command` on the target with $PATCHKEEPER_SINCE set; with `stamp`, the target's clock
+    (epoch seconds) is printed on the first line of the output before the command runs."""
+    script = ('PATCHKEEPER_SINCE=$1; export PATCHKEEPER_SINCE; ' + ('date +%s; ' if stamp else '')
+              + 'exec sh -c "$2"')
     try:
-        code, out, err = target.run(["sh", "-c", command], timeout=timeout)
+        code, out, err = target.run(["sh", "-c", script, "sh", since, command], timeout=timeout)
     except OSError as exc:
         return 127, f"cannot run sh on the target: {exc}"
     text = (out + err).decode(errors="replace")
-    return code, text[-OUTPUT_KEEP:]
+    return code, text if keep is None else text[-keep:]
 
 
-def restart(target: Target, svc: ServiceConfig) -> Check:
+def restart(target: Target, svc: ServiceConfig) -> tuple[Check, str]:
+    """The restart check, and the target's clock just before it (epoch seconds, "" when unknown)."""
     start = time.monotonic()
-    code, text = _shell(target, svc.restart, svc.restart_timeout)
+    code, text = _shell(target, svc.restart, svc.restart_timeout, stamp=True)
+    first, _, rest = text.partition("\n")
+    since = first.strip() if first.strip().isdigit() else ""
+    text = rest if since else text
     secs = time.monotonic() - start
     if code == 124 and "timed out after" in text:
-        return Check("restart", False, secs, f"`{svc.restart}` did not finish within {svc.restart_timeout:g}s", text)
+        return Check("restart", False, secs, f"`{svc.restart}` did not finish within {svc.restart_timeout:g}s",
+                     text), since
     if code != 0:
-        return Check("restart", False, secs, f"`{svc.restart}` failed with exit code {code}", text)
-    return Check("restart", True, secs, "exit 0", text)
+        return Check("restart", False, secs, f"`{svc.restart}` failed with exit code {code}", text), since
+    return Check("restart", True, secs, "exit 0", text), since
 
 
-def probe(target: Target, svc: ServiceConfig, progress: TextIO | None = sys.stderr) -> tuple[Check, dict | None]:
-    """Wait for the server (progress on `progress`), then one generation; both from the target's side."""
+def probe(target: Target, svc: ServiceConfig, progress: TextIO | None = sys.stderr,
+          listener_port: int | None = None) -> tuple[Check, dict | None]:
+    """Wait for the server (progress on `progress`), then one generation (after `warmup` others), and
+    with `listener_port` the processes listening there (result["listener"]); all from the target's side."""
     source = Path(probe_http.__file__).read_text(encoding="utf-8")
     smoke = svc.smoke
     gen = {"prompt": smoke.prompt, "max_tokens": smoke.max_tokens, "timeout": smoke.timeout,
-           "endpoint": smoke.endpoint, "model": smoke.model}
+           "endpoint": smoke.endpoint, "model": smoke.model, "warmup": smoke.warmup}
     start = time.monotonic()
     deadline = start + svc.ready_timeout
     window = 1.0
     while True:
         window = min(window, max(0.0, deadline - time.monotonic()))
         launched = time.monotonic()
-        request = json.dumps({"base_url": svc.base_url, "window": window, "interval": 0.1, "generate": gen})
+        request = json.dumps({"base_url": svc.base_url, "window": window, "interval": 0.1, "generate": gen,
+                              "listener_port": listener_port})
         try:
             code, out, err = target.run([target.config.python, "-I", "-c", source],
-                                        timeout=window + 2 * smoke.timeout + 30, input=request.encode())
+                                        timeout=window + (2 + smoke.warmup) * smoke.timeout + 30,
+                                        input=request.encode())
         except OSError as exc:
             code, out, err = 127, b"", str(exc).encode()
         if code != 0:
@@ -170,7 +195,10 @@ def probe(target: Target, svc: ServiceConfig, progress: TextIO | None = sys.stde
             detail = f"{result['url']} answered after {waited:.2f}s"
             if result.get("models"):
                 detail += f" (model {result['models'][0]})"
-            return Check("ready", True, waited, detail), result.get("generate")
+            gen_result = result.get("generate")
+            if gen_result is not None and "listener" in result:
+                gen_result = {**gen_result, "listener": result["listener"]}
+            return Check("ready", True, waited, detail), gen_result
         if time.monotonic() >= deadline:
             return Check("ready", False, waited, f"{svc.base_url} did not answer within ready_timeout = "
                          f"{svc.ready_timeout:g}s (last: {result['detail']})"), {"reason": "not-ready"}
@@ -181,34 +209,156 @@ def probe(target: Target, svc: ServiceConfig, progress: TextIO | None = sys.stde
 
 
 def run_checks(target: Target, svc: ServiceConfig, with_restart: bool = True,
-               progress: TextIO | None = sys.stderr) -> Verification:
-    """Restart (optionally), Ready, Generates; on failure the logs command's output is attached."""
+               progress: TextIO | None = sys.stderr, last_pass: dict | None = None) -> Verification:
+    """Restart (optionally), Ready, Server (the process on the port runs the unit's ExecStart),
+    Generates, and no regression against `last_pass` (the figures of the last passing verification
+    of this code state); on failure the logs command's output is attached, its first errors quoted."""
     checks: list[Check] = []
     figures: dict = {}
+    since = ""
     if with_restart:
-        checks.append(restart(target, svc))
+        check, since = restart(target, svc)
+        checks.append(check)
+    command = _unit_command(target) if svc.match_unit else None
     if not checks or checks[0].ok:
-        ready, gen = probe(target, svc, progress)
+        ready, gen = probe(target, svc, progress, listener_port=_port(svc.base_url) if command else None)
         checks.append(ready)
         if ready.ok:
             if gen is None:
                 gen = {"error": "the probe returned no generation", "url": svc.base_url}
+            if command is not None:
+                checks.append(server_check(command, gen.pop("listener", None)))
             check, figures = judge(gen, svc)
             checks.append(check)
+            figures["warmups"] = gen.get("warmups", [])
+            if all(c.ok for c in checks) and last_pass:
+                slower = regression(last_pass, figures, ready.seconds if with_restart else None, svc)
+                if slower:
+                    figures.update(reason="regression", problems=tuple(slower))
+                    checks.append(Check("history", False, 0.0, "; ".join(slower)))
+                else:
+                    checks.append(Check("history", True, 0.0, f"within max_slowdown = {svc.smoke.max_slowdown:g} "
+                                        f"of the last pass of this state ({_figures_text(last_pass)})"))
+            failed = next((c for c in checks if not c.ok), None)
+            if failed is not None and failed.name == "server":
+                figures.update(reason="stale-server", problems=(failed.detail,) + tuple(figures.get("problems", ())))
         else:
             figures = {"reason": gen["reason"], "problems": (ready.detail,)}
     else:
         figures = {"reason": "restart", "problems": (checks[0].detail,)}
     ok = all(c.ok for c in checks)
-    logs = None
+    logs, errors = None, ()
     if not ok and svc.logs:
-        code, text = _shell(target, svc.logs, svc.logs_timeout)
+        code, text = _shell(target, svc.logs, svc.logs_timeout, since=since, keep=None)
+        errors = first_errors(text)
+        text = text[-OUTPUT_KEEP:]
         logs = text if code == 0 else f"(`{svc.logs}` exited {code})\n{text}"
     message = "passed" if ok else f"{figures['reason']}: {figures['problems'][0]}"
+    extra = {"since": since} if since else {}
+    if figures.get("warmups"):
+        extra["warmups"] = figures["warmups"]
     return Verification(ok=ok, reason=None if ok else figures["reason"], message=message, checks=tuple(checks),
                   tokens=figures.get("tokens"), seconds=figures.get("seconds"),
                   tokens_per_s=figures.get("tokens_per_s"), sample=figures.get("sample", ""),
-                  problems=tuple(figures.get("problems", ())), logs=logs)
+                  problems=tuple(figures.get("problems", ())), logs=logs, extra=extra, errors=errors)
+
+
+# ---- the server on the port is the one the unit starts ------------------------------------------
+def _port(base_url: str) -> int:
+    return probe_http._split(base_url)[2]
+
+
+def _unit_command(target: Target) -> units.Command | str | None:
+    """What the unit role file's last ExecStart= runs; a string saying why not; None without a unit role."""
+    path = target.config.files.get("unit")
+    if path is None:
+        return None
+    try:
+        text = target.agent.read(path).decode("utf-8", "replace")
+    except Exception as exc:  # noqa: BLE001 - any failure to read is reported, and verification goes on
+        return f"the unit file {path} could not be read ({exc})"
+    command = units.exec_start(text)
+    if command is None:
+        return f"the unit file {path} has no ExecStart="
+    return command
+
+
+def server_check(command: units.Command | str, listener: dict | None) -> Check:
+    """Does a process listening on the port run the unit's command line? Unknowable is said, not failed."""
+    if isinstance(command, str):
+        return Check("server", True, 0.0, f"not checked: {command}", skipped=True)
+    if command.problem:
+        return Check("server", True, 0.0, f"not checked: the unit's command line depends on more than the unit "
+                     f"({command.problem})", skipped=True)
+    if not listener or "processes" not in listener:
+        why = (listener or {}).get("error", "the probe did not look")
+        return Check("server", True, 0.0, f"not checked: {why}", skipped=True)
+    procs = listener["processes"]
+    want = list(command.argv)
+    for proc in procs:
+        if proc["argv"] == want:
+            return Check("server", True, 0.0, f"pid {proc['pid']} runs the unit's ExecStart")
+    readable = [p for p in procs if p["argv"] is not None]
+    if not readable:
+        return Check("server", True, 0.0, f"not checked: the command line of pid {procs[0]['pid']} could not be read",
+                     skipped=True)
+    shown = readable[0]
+    return Check("server", False, 0.0,
+                 f"the process on the port, pid {shown['pid']}, is not running the applied unit's ExecStart "
+                 "(an old server still on the port, a daemon-reload that did not happen, a second unit?)",
+                 f"running:  {shlex.join(shown['argv'])}\nthe unit: {shlex.join(want)}")
+
+
+# ---- history: the last pass of the same code state ---------------------------------------------
+def last_pass(ledger: Ledger, state: State | None) -> dict | None:
+    """The figures of the newest passing verification of `state` (ready seconds, smoke seconds, tokens/s)."""
+    if state is None:
+        return None
+    for e in reversed(ledger.entries()):
+        report = e.extra.get("verify") if e.kind == "verify" else None
+        if report and report.get("ok") and e.after.id == state.id and report.get("seconds") is not None:
+            names = {c["name"]: c for c in report.get("checks", ())}
+            ready = names["ready"]["seconds"] if "restart" in names and "ready" in names else None
+            return {"entry": e.id, "time": e.time, "seconds": report["seconds"], "tokens": report.get("tokens"),
+                    "tokens_per_s": report.get("tokens_per_s"), "ready": ready}
+    return None
+
+
+def _figures_text(f: dict) -> str:
+    rate = f" ({f['tokens_per_s']:.1f} tokens/s)" if f.get("tokens_per_s") else ""
+    ready = f", ready after {f['ready']:.2f} s" if f.get("ready") is not None else ""
+    return f"smoke request {f['seconds']:.2f} s{rate}{ready}"
+
+
+def regression(then: dict, now: dict, ready_now: float | None, svc: ServiceConfig) -> list[str]:
+    """What is over max_slowdown times slower than the last pass (and at least MIN_SLOWER seconds more;
+    MIN_SLOWER_READY for the ready time after a restart)."""
+    limit, out = svc.smoke.max_slowdown, []
+    pairs = [("the smoke request", then.get("seconds"), now.get("seconds"), MIN_SLOWER)]
+    if ready_now is not None:
+        pairs.append(("ready after restart", then.get("ready"), ready_now, MIN_SLOWER_READY))
+    for what, old, new, floor in pairs:
+        if old is None or new is None or new <= limit * old or new - old < floor:
+            continue
+        rates = ""
+        if what == "the smoke request" and then.get("tokens_per_s") and now.get("tokens_per_s"):
+            rates = f", {then['tokens_per_s']:.1f} then, {now['tokens_per_s']:.1f} tokens/s now"
+        out.append(f"{what}: {_secs(old)} then, {_secs(new)} now ({new / old:.1f}x, over max_slowdown = "
+                   f"{limit:g}{rates}) for the same code state, last passed in {then['entry']}")
+    return out
+
+
+def _secs(s: float) -> str:
+    return f"{s:.3g} s" if s < 100 else f"{s:.0f} s"
+
+
+# ---- the logs ----------------------------------------------------------------------------------
+def first_errors(text: str, limit: int = FIRST_ERRORS) -> tuple[str, ...]:
+    """The first error-looking lines (Traceback, Error:, ERROR, OSError, CUDA errors, "Not enough
+    memory"), each with its line number in the output, wherever they are."""
+    rows = text.splitlines()
+    hits = [f"line {i + 1} of {len(rows)}: {row.rstrip()}" for i, row in enumerate(rows) if _ERROR_LINE.search(row)]
+    return tuple(hits[:limit])
 
 
 def record_verification(s: Session, report: Verification, phase: str, of: str | None) -> LedgerEntry | None:

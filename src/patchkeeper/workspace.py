@@ -7,6 +7,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import templates
 from .errors import BadInput
 
 CONFIG = "patchkeeper.toml"
@@ -23,6 +24,7 @@ class TargetConfig:
     state_dir: str | None = None
     ssh: str | None = None
     persist: float = 60.0  # seconds an SSH target's held connection outlives its last command; 0: none
+    vars: dict[str, str] = field(default_factory=dict)  # [targets.NAME.vars]: values for role-file templates
     raw: dict = field(default_factory=dict)  # the whole table, for verbs with their own keys
 
 
@@ -104,6 +106,11 @@ def load(root: Path) -> Workspace:
             problems.append(f"[targets.{name}] " + "; ".join(
                 ([f"lacks {', '.join(missing)}"] if missing else []) + ([f"has a bad {', '.join(wrong)}"] if wrong else [])))
             continue
+        values = table.get("vars", {})
+        bad_vars = templates.check_values(values, f"[targets.{name}.vars]")
+        if bad_vars:
+            problems += bad_vars
+            continue
         ssh = table.get("ssh")
         state_dir = table.get("state_dir")
         targets[name] = TargetConfig(
@@ -114,6 +121,7 @@ def load(root: Path) -> Workspace:
             state_dir=_local_path(root, state_dir, ssh) if state_dir else None,
             ssh=ssh,
             persist=float(table.get("persist", persist if _seconds(persist) else 60)),
+            vars={k: templates.value_text(v) for k, v in values.items()},
             raw=table,
         )
     if problems:

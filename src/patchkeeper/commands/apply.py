@@ -16,7 +16,7 @@ def apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bo
           adopt: str | None = None) -> int:
     svc = service.load(ws.target(target)) if verify else None
     with Session(ws, target, f"apply {name}") as s:
-        incoming = engine.resolve(ws.patchsets_dir, name)
+        incoming = engine.resolve(ws.patchsets_dir, name, s.config)  # every template renders, before a baseline
         engine.check_fits(s.target, incoming, force)  # bad input is refused before a baseline is recorded
         if dry_run and s.ledger.current() is None:
             from ..adopt import preview

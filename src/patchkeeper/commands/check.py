@@ -48,6 +48,8 @@ def _misfit(m: engine.Misfit, where: str) -> str:
         return f"{ps.ident} is for package {ps.package!r}; {where} has {m.have!r}"
     if m.kind == "version":
         return f"{ps.ident} needs {ps.package}{ps.package_version}; {where} has {m.have}"
+    if m.kind == "template":
+        return m.have
     return f"{ps.ident} sets the {m.have!r} file; {where} has no such role"
 
 

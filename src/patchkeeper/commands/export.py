@@ -10,7 +10,17 @@ from ..workspace import Workspace
 
 def export(ws: Workspace, name: str) -> int:
     ps = patchset.load(ws.patchsets_dir, name)
-    data = exchange.export(ws.patchsets_dir / name, ps.ident, ps.digest)
+    data = exchange.export(ws.patchsets_dir / name, ps.ident, ps.digest, variable_notes(ps))
     sys.stdout.buffer.write(data)
     sys.stdout.flush()
     return 0
+
+
+def variable_notes(ps: patchset.PatchSet) -> tuple[str, ...]:
+    """Which variables the role files use and their defaults: the export carries the templates unrendered."""
+    if not ps.variables:
+        return ()
+    defaults = dict(ps.defaults)
+    listed = ", ".join(f"{n} = {defaults[n]!r}" if n in defaults else f"{n} (no default)" for n in ps.variables)
+    return (f"variables: the role files are templates using {listed}; "
+            "`patchkeeper apply` renders them with [targets.NAME.vars], then these defaults",)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from .. import patching, patchset
+from .. import patching, patchset, templates
 from ..workspace import Workspace
 from . import emit_json
 
@@ -49,7 +49,11 @@ def show(ws: Workspace, name: str, as_json: bool) -> int:
     print(f"  digest    {ps.digest}")
     print(f"  files     {', '.join(sorted(p.name for p in directory.rglob('*') if p.is_file()))}")
     for role, data in ps.files:
-        print(f"  role      @{role}: {len(data)} bytes")
+        print(f"  role      @{role}: {len(data)} bytes" + (" (a template)" if templates.names(data) else ""))
+    defaults = dict(ps.defaults)
+    for var in ps.variables:
+        print(f"  variable  {var} = {defaults[var]!r}" if var in defaults
+              else f"  variable  {var} (no default: set it in [targets.NAME.vars])")
     width = max((len(s["path"]) for s in stats), default=0)
     for s in stats:
         tag = {"add": " (new)", "delete": " (deleted)"}.get(s["kind"], "")

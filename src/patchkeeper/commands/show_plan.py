@@ -9,6 +9,7 @@ from ..changes import (Changed, KeptFailing, NotMirrored, RolledBack, RollingBac
                        Verifying)
 from ..engine import Plan
 from ..ledger import State
+from ..manifest import ROLE_PREFIX
 from ..verify import Verification
 
 _MARK = {"changed": "M", "added": "A", "removed": "D", "mode": "m"}
@@ -34,6 +35,9 @@ def render_plan(plan: Plan, target: str, dry_run: bool) -> None:
         size = f"{op.new.size} bytes" if op.new else ""
         mode = f" mode {op.new.mode:o}" if op.new and op.old and op.old.mode != op.new.mode else ""
         print(f"  {_MARK[kind]} {op.key}  {size}{mode}")
+        if dry_run and op.key.startswith(ROLE_PREFIX) and op.new and op.new.digest in plan.contents:
+            for line in plan.contents[op.new.digest].decode("utf-8", "replace").splitlines():
+                print(f"      | {line}")  # the role file as it would be written, templates rendered
     print(f"{len(plan.ops)} file(s) {verb}; state {e.before.id if e.before else '-'} -> {e.after.id}"
           + ("" if dry_run else f" (transaction {e.id})"))
 
@@ -43,9 +47,12 @@ def render_report(report: Verification, target: str, state: State | None, out: T
     where = f"state {state.id}: {state.stack_text()}" if state else "no recorded state"
     print(f"verify {target}, {where}:", file=out)
     for c in report.checks:
-        print(f"  {c.name:9} {'ok  ' if c.ok else 'FAIL'}  {c.seconds:6.2f}s  {c.detail}", file=out)
+        status = "skip" if c.skipped else "ok  " if c.ok else "FAIL"
+        print(f"  {c.name:9} {status}  {c.seconds:6.2f}s  {c.detail}", file=out)
         if not c.ok and c.output.strip():
             _block(c.output, out)
+    for i, w in enumerate(report.extra.get("warmups", ()), 1):
+        print(f"  warm-up {i}: {w['seconds']:.2f}s" + (f" ({w['error']})" if w.get("error") else ""), file=out)
     if report.sample:
         print(f"  output: {report.sample!r}", file=out)
     if report.ok:
@@ -53,8 +60,12 @@ def render_report(report: Verification, target: str, state: State | None, out: T
               f"({report.tokens_per_s or 0:.1f} tokens/s)", file=out)
         return
     print(f"verification FAILED ({report.reason}): {'; '.join(report.problems)}", file=out)
+    if report.errors:
+        print("  first errors in the logs:", file=out)
+        for line in report.errors:
+            print(f"    ! {line}", file=out)
     if report.logs is not None:
-        print("  logs:", file=out)
+        print("  logs (the end):" if report.logs.strip() else "  logs: (no output)", file=out)
         _block(report.logs, out)
 
 

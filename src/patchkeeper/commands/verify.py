@@ -8,7 +8,7 @@ from .. import service
 from ..changes import try_mirror
 from ..errors import EXIT_DIFFERS, BadInput
 from ..session import Session
-from ..verify import record_verification, run_checks
+from ..verify import last_pass, record_verification, run_checks
 from ..workspace import Workspace
 from . import emit_json
 from .show_plan import PREVIOUS_FAILS, render_not_mirrored, render_report  # noqa: F401  (PREVIOUS_FAILS: the tests read it here)
@@ -21,7 +21,8 @@ def verify(ws: Workspace, target: str | None, as_json: bool, with_restart: bool)
         if svc is None:
             raise BadInput(f"target {s.target.name} has no [targets.{s.target.name}.service] table",
                            "add one with restart and base_url (see 'Verifying a service by generation' in the README)")
-        report = run_checks(s.target, svc, with_restart, progress=sys.stderr)
+        report = run_checks(s.target, svc, with_restart, progress=sys.stderr,
+                            last_pass=last_pass(s.ledger, s.ledger.current()))
         entry = record_verification(s, report, "verify", None)
         if entry is not None:
             failed = try_mirror(ws, s, "the verification was recorded", manifest=False)

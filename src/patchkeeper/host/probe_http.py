@@ -3,12 +3,14 @@
 patchkeeper sends this file's source to `python -I -c` on the target with a JSON request on stdin,
 so the server is reached as the target sees it (a loopback-only server on a remote host included).
 It prints one JSON document. Request keys: base_url, window (seconds to poll for readiness),
-interval, and generate (null, or prompt, max_tokens, timeout, endpoint, model).
+interval, generate (null, or prompt, max_tokens, timeout, endpoint, model, warmup) and listener_port
+(null, or the port whose listening process's command line is wanted, found through /proc).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import socket
 import sys
 import time
@@ -109,7 +111,71 @@ def ready(base: str, window: float, interval: float) -> dict[str, Any]:
         time.sleep(interval)
 
 
+def listener(port: int) -> dict[str, Any]:
+    """The processes holding the socket listening on `port` (Linux /proc): pid and argv of each, or why not."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            cols = row.split()
+            if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rpartition(":")[2], 16) == port:
+                inodes.add(f"socket:[{cols[9]}]")
+    if not inodes:
+        return {"error": f"no socket listening on port {port} in /proc/net/tcp or /proc/net/tcp6"}
+    found: list[dict[str, Any]] = []
+    unreadable = 0
+    for pid in _pids():
+        if not pid.isdigit():
+            continue
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            unreadable += 1
+            continue
+        for fd in fds:
+            try:
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if link in inodes:
+                argv: list[str] | None
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                        argv = [a.decode("utf-8", "replace") for a in cmdline.read().split(b"\0")[:-1]]
+                except OSError:
+                    argv = None
+                found.append({"pid": int(pid), "argv": argv})
+                break
+    if not found:
+        return {"error": f"no process whose open files could be read holds the socket listening on port {port} "
+                         f"({unreadable} process(es) could not be read: another user's?)"}
+    return {"processes": sorted(found, key=lambda p: int(p["pid"]))}
+
+
+def _pids() -> list[str]:
+    try:
+        return os.listdir("/proc")
+    except OSError:
+        return []
+
+
 def generate(base: str, models: list[str], g: dict[str, Any]) -> dict[str, Any]:
+    """The warm-up completions, then the judged one: its text, token count (as reported) and seconds."""
+    warmups = []
+    for _ in range(int(g.get("warmup") or 0)):
+        w = _complete(base, models, g)
+        warmups.append({"seconds": w["seconds"], "error": w.get("error")})
+    out = _complete(base, models, g)
+    if warmups:
+        out["warmups"] = warmups
+    return out
+
+
+def _complete(base: str, models: list[str], g: dict[str, Any]) -> dict[str, Any]:
     """One completion; the text, the token count the server reports, the seconds it took."""
     model = g.get("model") or (models[0] if models else "default")
     endpoint = g.get("endpoint") or "completions"
@@ -153,6 +219,8 @@ def main() -> None:
     start = time.monotonic()
     result = ready(base, float(req.get("window", 5.0)), float(req.get("interval", 0.2)))
     result["seconds"] = time.monotonic() - start
+    if result["ready"] and req.get("listener_port"):
+        result["listener"] = listener(int(req["listener_port"]))
     if result["ready"] and req.get("generate"):
         result["generate"] = generate(base, result.get("models") or [], req["generate"])
     json.dump(result, sys.stdout)

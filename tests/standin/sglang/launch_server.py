@@ -1,0 +1,81 @@
+"""A stand-in for `python -m sglang.launch_server`: an OpenAI-compatible server started from a unit's ExecStart.
+
+It takes sglang's flags (the ones it does not know are ignored) and behaves by its
+--speculative-algorithm: $STANDIN_RULES names a JSON file {"ALGORITHM": "healthy" | "broken"}; a
+broken one logs an OSError while "loading", 150 more lines after it, and then answers every
+completion with "!!!!…". $STANDIN_DELAY_FILE, when set, holds the seconds each completion waits
+(read per request, so a test can slow a running server down). Stdlib only; logs go to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from fake_openai import healthy_text
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(prog="sglang.launch_server")
+    p.add_argument("--model-path", required=True)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--speculative-algorithm")
+    args, _ = p.parse_known_args()
+    rules = json.load(open(os.environ["STANDIN_RULES"])) if os.environ.get("STANDIN_RULES") else {}
+    mode = rules.get(args.speculative_algorithm or "", "healthy")
+    model = os.path.basename(args.model_path.rstrip("/")).lower()
+    print(f"INFO server_args: model_path={args.model_path} speculative_algorithm={args.speculative_algorithm}")
+    if mode == "broken":
+        print("Traceback (most recent call last):")
+        print('  File "/root/ml-env/lib/python3.11/site-packages/sglang/srt/speculative/ddtree_worker.py", line 12')
+        print("OSError: libddtree_kernels.so: cannot open shared object file: No such file or directory")
+        print("WARNING falling back to the reference draft-tree kernels")
+    for i in range(150 if mode == "broken" else 3):
+        print(f"INFO capture cuda graph bs={i + 1} done")
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, fmt, *a):
+            print(f"INFO {self.command} {self.path} " + (fmt % a), flush=True)
+
+        def send(self, status: int, doc: dict) -> None:
+            body = json.dumps(doc).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self):
+            if self.path != "/v1/models":
+                return self.send(404, {"error": "not found"})
+            self.send(200, {"object": "list", "data": [{"id": model, "object": "model"}]})
+
+        def do_POST(self):
+            req = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+            delay_file = os.environ.get("STANDIN_DELAY_FILE")
+            if delay_file and os.path.exists(delay_file):
+                time.sleep(float(open(delay_file).read()))
+            n = int(req.get("max_tokens") or 16)
+            text, n = ("!" * n, n) if mode == "broken" else healthy_text(n)
+            self.send(200, {"id": "cmpl-standin", "object": "text_completion", "model": model,
+                            "choices": [{"index": 0, "text": text, "finish_reason": "length"}],
+                            "usage": {"prompt_tokens": 12, "completion_tokens": n, "total_tokens": 12 + n}})
+
+    server = ThreadingHTTPServer((args.host, args.port), Handler)
+    server.daemon_threads = True
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    print(f"INFO Uvicorn running on http://{args.host}:{args.port}", flush=True)
+    server.serve_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
