@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from functools import cached_property
+from typing import Callable
 
 from ..host.agent import Agent
 from ..host.contract import AgentContract
@@ -77,59 +78,41 @@ class LocalTarget(Target):
     def interpreter(self) -> dict:
         """As Target.interpreter, remembered per interpreter in ~/.cache/patchkeeper (the answer
         depends only on the executable and its pyvenv.cfg, whose identities key the entry)."""
-        python = self.config.python
-        try:
-            key = [list(_identity(os.path.realpath(python))), list(_identity(os.path.join(
-                os.path.dirname(os.path.dirname(python)), "pyvenv.cfg")))]
-        except OSError:
-            return super().interpreter()  # a missing interpreter: let the real run say why
-        cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
-                             "patchkeeper", "interpreters.json")
-        try:
-            with open(cache, "rb") as f:
-                known = json.loads(f.read())
-        except (OSError, ValueError):
-            known = {}
-        hit = known.get(python)
-        if hit and hit["key"] == key and "cache_tag" in hit["info"]:
-            return hit["info"]
-        info = super().interpreter()
-        known[python] = {"key": key, "info": info}
-        try:
-            os.makedirs(os.path.dirname(cache), exist_ok=True)
-            write_atomic(cache, json.dumps(known).encode(), durable=False)
-        except OSError:
-            pass  # a cache we cannot write only costs time
-        return info
-
+        return _remembered(self.config.python, "interpreters.json", "info", super().interpreter,
+                           lambda info: "cache_tag" in info)
 
     def interpreter_facts(self) -> dict:
         """As Target.interpreter_facts, remembered per interpreter like `interpreter()` (the facts
         depend only on the executable and its pyvenv.cfg)."""
-        python = self.config.python
-        try:
-            key = [list(_identity(os.path.realpath(python))), list(_identity(os.path.join(
-                os.path.dirname(os.path.dirname(python)), "pyvenv.cfg")))]
-        except OSError:
-            return super().interpreter_facts()
-        cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
-                             "patchkeeper", "interpreter-facts.json")
-        try:
-            with open(cache, "rb") as f:
-                known = json.loads(f.read())
-        except (OSError, ValueError):
-            known = {}
-        hit = known.get(python)
-        if hit and hit["key"] == key:
-            return hit["facts"]
-        facts = super().interpreter_facts()
-        known[python] = {"key": key, "facts": facts}
-        try:
-            os.makedirs(os.path.dirname(cache), exist_ok=True)
-            write_atomic(cache, json.dumps(known).encode(), durable=False)
-        except OSError:
-            pass
-        return facts
+        return _remembered(self.config.python, "interpreter-facts.json", "facts", super().interpreter_facts)
+
+
+def _remembered(python: str, file: str, field: str, compute: Callable[[], dict],
+                valid: Callable[[dict], bool] = lambda _: True) -> dict:
+    """compute(), remembered in ~/.cache/patchkeeper/FILE per interpreter, keyed by the identities of
+    its executable and its pyvenv.cfg (what the answer depends on); a cache we cannot use only costs time."""
+    try:
+        key = [list(_identity(os.path.realpath(python))), list(_identity(os.path.join(
+            os.path.dirname(os.path.dirname(python)), "pyvenv.cfg")))]
+    except OSError:
+        return compute()  # a missing interpreter: let the real run say why
+    cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "patchkeeper", file)
+    try:
+        with open(cache, "rb") as f:
+            known = json.loads(f.read())
+    except (OSError, ValueError):
+        known = {}
+    hit = known.get(python)
+    if hit and hit["key"] == key and field in hit and valid(hit[field]):
+        return dict(hit[field])
+    value = compute()
+    known[python] = {"key": key, field: value}
+    try:
+        os.makedirs(os.path.dirname(cache), exist_ok=True)
+        write_atomic(cache, json.dumps(known).encode(), durable=False)
+    except OSError:
+        pass
+    return value
 
 
 def _identity(path: str) -> tuple[int, int, int]:
