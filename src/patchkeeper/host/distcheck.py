@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import stat
 from itertools import chain
@@ -149,17 +150,16 @@ def _in_batches(fn: Callable[[T], R], jobs: list[T]) -> list[R]:
 
 def _pyc_source(rel: str, cache_tag: str) -> tuple[str, int] | None:
     """(source path, optimization level), both relative, of `<dir>/__pycache__/<stem>.<tag>[.opt-N].pyc`,
-    or None when the pyc belongs to another interpreter."""
-    cache_dir, _, name = rel.rpartition("/")
-    parts = name[:-4].split(".")
-    opt = 0
-    if len(parts) > 2 and parts[-1].startswith("opt-"):
-        opt = int(parts.pop()[4:] or 0) if parts[-1][4:].isdigit() else 0
-    if len(parts) < 2 or parts[-1] != cache_tag:
+    or None when the pyc belongs to another interpreter or its name is not one Python writes."""
+    parts = rel.rpartition("/")[2].split(".")
+    if len(parts) < 3 or parts[1] != cache_tag:  # source_from_cache would map another tag's pyc too
         return None
-    parent = cache_dir.rpartition("/")[0]
-    stem = ".".join(parts[:-1])
-    return (f"{parent}/{stem}.py" if parent else f"{stem}.py"), opt
+    try:
+        source = importlib.util.source_from_cache(rel)
+    except (ValueError, NotImplementedError):  # not <stem>.<tag>[.opt-N].pyc in a __pycache__
+        return None
+    level = parts[2][4:] if len(parts) == 4 else ""
+    return source, int(level) if level.isdigit() else 0
 
 
 def _walk_pyc(root: str, skip: frozenset[str] = frozenset()) -> Iterator[tuple[str, bool]]:
@@ -259,7 +259,6 @@ def check_bytecode(site: str, cache_tag: str, verify: list[str], cache_path: str
 def _pyc_verdict(pyc: str, src: str, st: os.stat_result, opt: int, compare: bool) -> tuple[str, str] | str | None:
     """None when the pyc runs its source's code, "stale" when Python will recompile it, else a
     finding (kind, detail). With `compare`, a pyc whose header matches is also recompiled."""
-    import importlib.util
     import marshal
 
     magic = importlib.util.MAGIC_NUMBER
