@@ -277,7 +277,7 @@ def test_a_target_on_another_python_is_judged_by_its_own_interpreter(tmp_path, p
     other_python = LocalTarget(TargetConfig(name="py312", python=f"{venv}/bin/python", package="six"))
     same_python = LocalTarget(TargetConfig(name="local", python=f"{pristine_venv}/bin/python", package="sglang"))
     try:
-        assert not other_python.same_interpreter and other_python.agent.interpreter()["python"].startswith("3.12.")
+        assert not other_python.same_interpreter and other_python.agent.interpreter().python.startswith("3.12.")
         assert other_python.agent.pid() != os.getpid()  # a subprocess in the target's interpreter
         assert same_python.same_interpreter and same_python.agent.pid() == os.getpid()  # in-process
     finally:

@@ -40,7 +40,7 @@ def test_bytecode_check_reuses_the_scan_walk_and_finds_the_same(env, monkeypatch
     site = str(env.site)
     _bytecode_cases(env.site)
     full = Agent().audit_bytecode(site, TAG, [], None)  # no scan before it: walks everything itself
-    kinds = {rel: kind for rel, kind, _ in full["findings"]}
+    kinds = {rel: kind for rel, kind, _ in full.findings}
     assert kinds == {f"sglang/__pycache__/version.{TAG}.pyc": "mismatch", "sglang/legacy.pyc": "sourceless",
                      f"outside/__pycache__/mod.{TAG}.pyc": "mismatch"}
 

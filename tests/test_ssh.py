@@ -303,7 +303,7 @@ def test_ssh_target_in_process(fleet, tmp_path):
             data = bytes(range(256)) * 1000
             path = str(tmp_path / f"out {via}" / word)
             target.agent.write_atomic(path, data, 0o640)
-            assert target.agent.read(path) == data and target.agent.lstat(path)["mode"] == 0o640
+            assert target.agent.read(path) == data and target.agent.lstat(path).mode == 0o640
             with pytest.raises(FileNotFoundError):
                 target.agent.read(path + ".missing")
             with pytest.raises(AgentError) as exc:

@@ -261,9 +261,9 @@ def test_the_new_agent_methods_answer_over_the_wire(tmp_path):
         assert list(found) == [str(tmp_path / "dir.py")] and found[str(tmp_path / "dir.py")].startswith("is a directory")
         prefix = str(tmp_path / "venv")
         state = os.path.join(prefix, ".patchkeeper")
-        assert agent.state_dir_owner(prefix, state, str(tmp_path), False)["owner"] is None
-        assert agent.state_dir_owner(prefix, state, str(tmp_path), True)["owner"] == state
+        assert agent.state_dir_owner(prefix, state, str(tmp_path), False).owner is None
+        assert agent.state_dir_owner(prefix, state, str(tmp_path), True).owner == state
         assert (Path(state) / "state_dir").read_text() == ".\n"  # relative: a copied venv keeps its own
-        assert agent.state_dir_owner(prefix, str(tmp_path / "other"), str(tmp_path), True)["owner"] == state
+        assert agent.state_dir_owner(prefix, str(tmp_path / "other"), str(tmp_path), True).owner == state
     finally:
         agent.close()

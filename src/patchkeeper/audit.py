@@ -145,12 +145,12 @@ def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), pro
     done = 1
     for chunk in _chunks(others, 16):  # every distribution against its RECORD
         for name, result in agent.audit_record(info.site, chunk, cache_dir(target)).items():
-            files += result["files"]
+            files += result.files
             dist = name[: -len(".dist-info")].rpartition("-")[0] or name
             cls = "drift" if name == info.dist_info else "environment"
-            findings.extend(Finding(cls, p, kind, detail, dist) for p, kind, detail in result["findings"])
-            if result.get("note"):
-                notes.append(f"{dist}: {result['note']}")
+            findings.extend(Finding(cls, p, kind, detail, dist) for p, kind, detail in result.findings)
+            if result.note:
+                notes.append(f"{dist}: {result.note}")
         done += len(chunk)
         tell("distributions", done, steps)
 
@@ -163,10 +163,10 @@ def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), pro
                      and not f.path.startswith(("../", ROLE_PREFIX))})
     tag = "cpython-" + "".join(info.python_version.split(".")[:2])
     pyc = agent.audit_bytecode(info.site, tag, verify, posixpath.join(cache_dir(target), "bytecode.cache"))
-    files += pyc["pycs"]
-    findings.extend(Finding("bytecode", p, kind, detail) for p, kind, detail in pyc["findings"])
-    if pyc["stale"]:
-        notes.append(f"{pyc['stale']} pyc file(s) are older than their source; Python recompiles them on "
+    files += pyc.pycs
+    findings.extend(Finding("bytecode", p, kind, detail) for p, kind, detail in pyc.findings)
+    if pyc.stale:
+        notes.append(f"{pyc.stale} pyc file(s) are older than their source; Python recompiles them on "
                      "import, so they run no old code")
     done += 1
     tell("bytecode", done, steps)

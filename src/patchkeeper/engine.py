@@ -55,7 +55,7 @@ def scan_all(target: Target, algorithm: str | None = None, bytecode: bool = Fals
         request = _scan_request(target, _cache(target))
     if bytecode:
         request = replace(request, bytecode=True)
-    return Manifest.from_scan(target.agent.scan(request))
+    return Manifest.from_scan(target.agent.scan(request).rows)
 
 
 def scan_keys(target: Target, keys: Iterable[str]) -> dict[str, Entry]:
@@ -63,7 +63,7 @@ def scan_keys(target: Target, keys: Iterable[str]) -> dict[str, Entry]:
     roles = info.role_keys()
     paths = tuple(k for k in keys if not k.startswith(ROLE_PREFIX))
     extra = {k: roles[k] for k in keys if k in roles}
-    rows = target.agent.scan(ScanRequest(info.site, paths, (), None, extra))
+    rows = target.agent.scan(ScanRequest(info.site, paths, (), None, extra)).rows
     return {k: Entry.of(v) for k, v in rows.items()}
 
 
@@ -72,8 +72,8 @@ def compare(target: Target, *manifest_digests: str) -> list[dict[str, tuple[Entr
     itself with one scan: key -> (recorded entry, actual entry). Only differences cross the network."""
     request = CompareRequest(target.info.store, tuple(manifest_digests), _scan_request(target, _cache(target)))
     results = target.agent.compare_many(request)
-    return [{k: (Entry.of(old) if old else None, Entry.of(new) if new else None) for k, (old, new) in rows.items()}
-            for rows in results]
+    return [{k: (Entry.of(old) if old else None, Entry.of(new) if new else None) for k, (old, new) in c.pairs.items()}
+            for c in results]
 
 
 def drift(target: Target, manifest_digest: str) -> dict[str, str]:
@@ -471,7 +471,7 @@ def _refuse_non_regular(target: Target, absent: list[str]) -> None:
         except (OSError, PatchkeeperError):  # e.g. a parent that is no directory: the stage step says so
             continue
         if st is not None:
-            odd.append(f"{key} ({'a symlink' if st['is_link'] else 'a directory' if st['is_dir'] else 'not a regular file'})")
+            odd.append(f"{key} ({'a symlink' if st.is_link else 'a directory' if st.is_dir else 'not a regular file'})")
     if odd:
         raise BadInput(f"{len(odd)} path(s) the patch sets change are not regular files, so nothing was changed: "
                        + ", ".join(odd),

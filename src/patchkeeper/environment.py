@@ -40,14 +40,15 @@ def take(target: Target, parts: tuple[str, ...] | None = None) -> dict:
     """The target's fingerprint now: one call for its interpreter's facts, one to its agent."""
     info = target.info
     facts = target.interpreter_facts()
-    sites = list(facts["where"]["sites"])
+    sites = list(facts.where["sites"])
     if info.site not in sites:
         sites.append(info.site)
     doc = target.agent.fingerprint(sites, cache_root(target), info.site, list(parts) if parts else None,
-                                   info.dist_info)
+                                   info.dist_info).to_wire()
     doc.update(format=FORMAT, package=info.package,
-               interpreter={k: facts[k] for k in ("implementation", "version", "tags", "machine", "libc")},
-               where={"host": info.host, "python": info.python, "prefix": facts["where"]["prefix"], "sites": sites})
+               interpreter={"implementation": facts.implementation, "version": facts.version, "tags": facts.tags,
+                            "machine": facts.machine, "libc": facts.libc},
+               where={"host": info.host, "python": info.python, "prefix": facts.where["prefix"], "sites": sites})
     return doc
 
 

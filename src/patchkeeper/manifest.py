@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Iterator, Mapping
 
 from .host import manifest_text
+from .host.contract import Row, Rows
 ROLE_PREFIX = "@"  # manifest keys of role files (the unit file...) are "@unit"; the rest are paths
 
 
@@ -16,9 +17,9 @@ class Entry:
     mode: int
 
     @classmethod
-    def of(cls, row: list) -> "Entry":
-        digest, size, mode = row
-        return cls(digest, int(size), int(mode))
+    def of(cls, row: Row) -> "Entry":
+        """The entry of an agent's row (digest, size, mode)."""
+        return cls(*row)
 
 
 class Manifest(Mapping[str, Entry]):
@@ -55,7 +56,7 @@ class Manifest(Mapping[str, Entry]):
         return cls({key: Entry(*row) for key, row in manifest_text.parse(data).items()})
 
     @classmethod
-    def from_scan(cls, rows: Mapping[str, list]) -> "Manifest":
+    def from_scan(cls, rows: Rows) -> "Manifest":
         return cls({k: Entry.of(v) for k, v in rows.items()})
 
 

@@ -54,21 +54,21 @@ def find_damage(target: Target, dist: str, only_inside: bool = False) -> Damage:
 
     info = target.info
     py = target.interpreter()
-    sites = list(dict.fromkeys([info.site, py["purelib"], py["platlib"]]))
+    sites = list(dict.fromkeys([info.site, py.purelib, py.platlib]))
     found = target.agent.dist_info(sites, dist)
     if found is None:
         raise BadInput(f"distribution {dist!r} is not installed on {target.name} ({' or '.join(sites)})",
                        f"check the name with `{info.python} -m pip list` on the target")
-    site, name = found["site"], found["dist_info"]
+    site, name = found.site, found.dist_info
     result = target.agent.audit_record(site, [name], cache_dir(target))[name]
-    if result.get("note"):
-        raise Refused(f"{dist} on {target.name} has {result['note']}", "reinstall it with pip instead")
-    files = {rel: kind for rel, kind, _ in result["findings"]
+    if result.note:
+        raise Refused(f"{dist} on {target.name} has {result.note}", "reinstall it with pip instead")
+    files = {rel: kind for rel, kind, _ in result.findings
              if not only_inside or not (rel.startswith("../") or posixpath.isabs(rel))}
     text = target.agent.read(posixpath.join(site, name, "RECORD")).decode("utf-8")
     record = {rel: f"{algo}:{b64}" for rel, algo, b64, _ in record_text_rows(text.splitlines()) if rel in files}
     label = name[: -len(".dist-info")].rpartition("-")[0] or dist
-    return Damage(label, found["version"], site, name, files, record)
+    return Damage(label, found.version, site, name, files, record)
 
 
 def restore(target: Target, damage: Damage, explicit: str | None, wheels_dir: Path | None) -> Restoration:
@@ -123,7 +123,7 @@ def env_key(target: Target, path: str) -> str:
 def file_ops(target: Target, paths: dict[str, str], files: dict[str, tuple[bytes, int] | None]
              ) -> tuple[list[FileOp], dict[str, bytes]]:
     """One FileOp per key whose file is not already as wanted (None: removed), with the new bytes."""
-    actual = {k: Entry.of(v) for k, v in target.agent.scan(ScanRequest("/", absolute=paths)).items()}
+    actual = {k: Entry.of(v) for k, v in target.agent.scan(ScanRequest("/", absolute=paths)).rows.items()}
     ops, contents = [], {}
     for key, want in files.items():
         new = None
@@ -200,10 +200,10 @@ def environment_ops(target: Target, ledger: Ledger, upto: int) -> list[FileOp]:
     if not want:
         return []
     paths = {key: path for key, (path, _) in want.items()}
-    actual = {k: Entry.of(v) for k, v in target.agent.scan(ScanRequest("/", absolute=paths)).items()}
+    actual = {k: Entry.of(v) for k, v in target.agent.scan(ScanRequest("/", absolute=paths)).rows.items()}
     ops = []
     for key, (path, row) in sorted(want.items()):
-        new = Entry.of(row) if row else None
+        new = Entry(*row) if row else None  # a ledger row: [digest, size, mode]
         if actual.get(key) != new:
             ops.append(FileOp(key, path, actual.get(key), new))
     return ops

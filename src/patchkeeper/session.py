@@ -73,12 +73,12 @@ class Session:
         holder = self.target.agent.lock(self.ledger.lock_path, {"command": self.command})
         if holder is not None:
             try:
-                since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(holder.get("since", 0))))
+                since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(holder.since)))
             except (TypeError, ValueError, OverflowError, OSError):
                 since = "?"
             raise Refused(
-                f"target {self.target.name} is locked by pid {holder.get('pid')} on {holder.get('host')} "
-                f"running `{holder.get('command')}` since {since}",
+                f"target {self.target.name} is locked by pid {holder.pid} on {holder.host} "
+                f"running `{holder.command}` since {since}",
                 "wait for it to finish; if that process is gone from another host, remove "
                 f"{self.ledger.lock_path}")
         self._locked = True

@@ -13,7 +13,7 @@ def check(target: Target, claim: bool) -> None:
     from another one (named by the venv's marker, which `claim` creates when it is missing)."""
     info = target.info
     found = target.agent.state_dir_owner(info.prefix, info.state_dir, info.site, claim)
-    real, site, owner = str(found["state_dir"]), str(found["site"]), found["owner"]
+    real, site, owner = found.state_dir, found.site, found.owner
     if real == site or real.startswith(site.rstrip("/") + "/"):
         raise BadInput(f"target {target.name}: state_dir {info.state_dir} is inside site-packages ({info.site}), "
                        "where patchkeeper manages the files: its own records would count as changes to the package",

@@ -234,7 +234,7 @@ def recover(ledger: Ledger) -> str | None:
         stage = op.stage_path(tx)
         if agent.lstat(stage) is not None:
             continue
-        current = agent.scan(ScanRequest("/", absolute={op.key: op.path})).get(op.key)
+        current = agent.scan(ScanRequest("/", absolute={op.key: op.path})).rows.get(op.key)
         if current is None or Entry.of(current) != op.new:
             try:  # the stage was lost (or already renamed and then disturbed): re-stage from the store
                 agent.stage(target.info.store, op.new.digest, stage, op.new.mode)
@@ -259,7 +259,7 @@ def _back_up_hand_edits(ledger: Ledger, ops: list[FileOp], entry: LedgerEntry) -
     """Files of an interrupted transaction that hold neither its old nor its new bytes were changed by
     hand since: put their bytes in the store before they are replaced; name them in the entry."""
     target = ledger.target
-    now = target.agent.scan(ScanRequest("/", absolute={op.key: op.path for op in ops}))
+    now = target.agent.scan(ScanRequest("/", absolute={op.key: op.path for op in ops})).rows
     edits = {op.key: Entry.of(now[op.key]) for op in ops
              if op.key in now and Entry.of(now[op.key]) not in (op.old, op.new)}
     if not edits:

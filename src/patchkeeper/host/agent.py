@@ -1,7 +1,7 @@
 """The near-disk half of a target: the methods the controller calls, locally or on a host.
 
-Every argument and result is a plain value (str, int, bytes, list, dict) so calls can cross a
-process boundary unchanged; the work itself is in disk.py, store.py and distcheck.py, which,
+Every argument and result is plain data or a request or answer value of contract.py, which
+carries them across a process boundary; the work itself is in disk.py, store.py and distcheck.py, which,
 like this module, use the standard library only (blake3 when importable).
 """
 
@@ -32,14 +32,32 @@ from .disk import (
     walk_files,
     write_atomic,
 )
-from .contract import AgentContract, CompareRequest, Pair, Row, Rows, ScanRequest
+from .contract import (
+    AgentContract,
+    BytecodeCheck,
+    Comparison,
+    CompareRequest,
+    DistInfo,
+    FileStat,
+    Fingerprint,
+    Interpreter,
+    InterpreterFacts,
+    LockHolder,
+    RecordCheck,
+    Removed,
+    Row,
+    Rows,
+    ScanRequest,
+    ScanResult,
+    StateDirOwner,
+)
 from .distcheck import check_bytecode, check_record
 from .distinfo import installed_version, record_paths
 from .manifest_text import parse as manifest_rows
 from .preflight import obstacles
 from .store import Store
 
-_MANIFEST_CACHE = 1  # version of the manifest-cache/*.rows format
+_MANIFEST_CACHE = 2  # version of the manifest-cache/*.rows format (2: rows are tuples)
 
 
 _DAMAGED_LOCK = {"pid": "?", "host": "?", "command": "? (its lock file is damaged)", "since": 0}
@@ -64,14 +82,14 @@ class Agent(AgentContract):
     def hostname(self) -> str:
         return hostname()
 
-    def interpreter(self) -> dict[str, str]:
+    def interpreter(self) -> Interpreter:
         """This Python's prefix, site directories and version (the agent runs in the target's Python)."""
         import sys
         import sysconfig
 
         paths = sysconfig.get_paths()
-        return {"prefix": sys.prefix, "purelib": paths["purelib"], "platlib": paths["platlib"],
-                "python": "%d.%d.%d" % sys.version_info[:3], "cache_tag": sys.implementation.cache_tag}
+        return Interpreter(sys.prefix, paths["purelib"], paths["platlib"], "%d.%d.%d" % sys.version_info[:3],
+                           sys.implementation.cache_tag)
 
     def algorithm(self) -> str:
         """The hash this agent's digests use: blake3, or sha256 where blake3 is not importable."""
@@ -85,14 +103,13 @@ class Agent(AgentContract):
         with open(path, "rb") as f:
             return f.read()
 
-    def lstat(self, path: str) -> dict[str, Any] | None:
+    def lstat(self, path: str) -> FileStat | None:
         try:
             st = os.lstat(path)
         except FileNotFoundError:
             return None
-        return {"size": st.st_size, "mode": stat.S_IMODE(st.st_mode),
-                "is_file": stat.S_ISREG(st.st_mode), "is_dir": stat.S_ISDIR(st.st_mode),
-                "is_link": stat.S_ISLNK(st.st_mode), "mtime_ns": st.st_mtime_ns}
+        return FileStat(st.st_size, stat.S_IMODE(st.st_mode), stat.S_ISREG(st.st_mode), stat.S_ISDIR(st.st_mode),
+                        stat.S_ISLNK(st.st_mode), st.st_mtime_ns)
 
     def realpath(self, path: str) -> str:
         return os.path.realpath(path)
@@ -216,7 +233,7 @@ class Agent(AgentContract):
                     removed += self.unlink(os.path.join(cache, name))
         return removed
 
-    def dist_info(self, site_dirs: list[str], package: str) -> dict[str, Any] | None:
+    def dist_info(self, site_dirs: list[str], package: str) -> DistInfo | None:
         """Find an installed distribution's metadata: name, version, dist-info dir, RECORD paths."""
         want = normalize_name(package)
         for site in site_dirs:
@@ -226,13 +243,12 @@ class Agent(AgentContract):
                 dist, _, version = name[: -len(".dist-info")].partition("-")
                 if normalize_name(dist) != want:
                     continue
-                return {"site": site, "dist_info": name,
-                        "version": installed_version(os.path.join(site, name)) or version,
-                        "record": record_paths(os.path.join(site, name, "RECORD"))}
+                return DistInfo(site, name, installed_version(os.path.join(site, name)) or version,
+                                tuple(record_paths(os.path.join(site, name, "RECORD"))))
         return None
 
     # ---- scanning ----------------------------------------------------------------------
-    def scan(self, request: ScanRequest) -> Rows:
+    def scan(self, request: ScanRequest) -> ScanResult:
         """Digest, size and mode of the files the request names (see ScanRequest).
 
         Missing paths are left out. Unchanged files (by the stat cache) are not re-read.
@@ -281,30 +297,30 @@ class Agent(AgentContract):
                 out.update(work(batch))
         cached.save()
         self._walked = (root, tuple(walk), pycs, stats) if pycs is not None else None
-        return dict(sorted(out.items()))
+        return ScanResult(dict(sorted(out.items())))
 
-    def compare_many(self, request: CompareRequest) -> list[dict[str, Pair]]:
+    def compare_many(self, request: CompareRequest) -> list[Comparison]:
         """Scan as `scan` does and compare with each stored manifest object, here, next to the
         files, with one scan per hash algorithm: for each manifest only the differing keys come
-        back, as key -> [recorded row, actual row] (None where absent)."""
+        back, as key -> (recorded row, actual row) (None where absent)."""
         store, manifests, scan = request.store, request.manifests, request.scan
         cache = scan.cache
         recorded = [{k: row for k, row in self._manifest(store, m).items() if not is_install_record(k)}
                     for m in manifests]  # states recorded before install records were left out
-        out: list[dict[str, Pair]] = []
+        out: list[Comparison] = []
         scans: dict[str, Rows] = {}
         for rows in recorded:
             algorithm = algorithm_of(next(iter(rows.values()))[0]) if rows else ALGORITHM
             if algorithm not in scans:
                 own = cache if algorithm == ALGORITHM or not cache else f"{cache}.{algorithm}"
-                scans[algorithm] = self.scan(replace(scan, cache=own, algorithm=algorithm))
+                scans[algorithm] = self.scan(replace(scan, cache=own, algorithm=algorithm)).rows
             actual = scans[algorithm]
-            out.append({k: [rows.get(k), actual.get(k)] for k in sorted(set(rows) | set(actual))
-                        if rows.get(k) != actual.get(k)})
+            out.append(Comparison({k: (rows.get(k), actual.get(k)) for k in sorted(set(rows) | set(actual))
+                                   if rows.get(k) != actual.get(k)}))
         return out
 
     def manifest_rows(self, store: str, digest: str) -> Rows:
-        """A stored manifest as key -> [digest, size, mode], parsed at most once while it lasts."""
+        """A stored manifest as key -> (digest, size, mode), parsed at most once while it lasts."""
         return self._manifest(store, digest)
 
     def _manifest(self, store: str, digest: str) -> Rows:
@@ -359,7 +375,7 @@ class Agent(AgentContract):
         self.write_new(path, self._store(store).get(digest), mode)
 
     # ---- where the state lives ---------------------------------------------------------
-    def state_dir_owner(self, prefix: str, state_dir: str, site: str, claim: bool) -> dict[str, str | None]:
+    def state_dir_owner(self, prefix: str, state_dir: str, site: str, claim: bool) -> StateDirOwner:
         """The real paths of `state_dir` and `site`, and the state dir the venv at `prefix` is
         managed from, as its marker `<prefix>/.patchkeeper/state_dir` names it (None: no marker).
 
@@ -385,9 +401,9 @@ class Agent(AgentContract):
                 finally:
                     os.unlink(tmp)
             except OSError:
-                return {"state_dir": real, "site": os.path.realpath(site), "owner": None}  # no venv to write
+                return StateDirOwner(real, os.path.realpath(site), None)  # no venv to write
             owner = self._marked(marker, home)
-        return {"state_dir": real, "site": os.path.realpath(site), "owner": owner}
+        return StateDirOwner(real, os.path.realpath(site), owner)
 
     @staticmethod
     def _marked(marker: str, home: str) -> str | None:
@@ -399,7 +415,7 @@ class Agent(AgentContract):
         return os.path.normpath(os.path.join(home, named)) if named else None
 
     # ---- lock --------------------------------------------------------------------------
-    def lock(self, path: str, holder: dict[str, Any]) -> dict[str, Any] | None:
+    def lock(self, path: str, holder: dict[str, Any]) -> LockHolder | None:
         """Take the lock file; return None on success or the live holder's record.
 
         The lock is written whole or not at all (a temp file hardlinked into place), and its holder
@@ -422,7 +438,7 @@ class Agent(AgentContract):
                 else:
                     gone = current.get("host") == hostname() and not pid_alive(current.get("pid", 0))
                 if not gone:
-                    return current or _DAMAGED_LOCK
+                    return LockHolder.from_wire(current or _DAMAGED_LOCK)
                 os.unlink(path)  # its holder is gone: detected, not waited on
             tmp = os.path.join(os.path.dirname(path), f"{TEMP_PREFIX}{os.getpid()}-{time.monotonic_ns()}")
             try:
@@ -433,7 +449,7 @@ class Agent(AgentContract):
                 try:
                     os.link(tmp, path)  # the lock appears complete or not at all
                 except FileExistsError:  # only a taker that ignores the guard could get here first
-                    return self._read_lock(path) or _DAMAGED_LOCK
+                    return LockHolder.from_wire(self._read_lock(path) or _DAMAGED_LOCK)
                 except OSError:  # a file system without hardlinks; under the guard a rename is as safe
                     os.rename(tmp, path)
             finally:
@@ -464,13 +480,13 @@ class Agent(AgentContract):
             os.close(fd)
         return False
 
-    def clean_temps(self, state_dir: str, store: str) -> list[list[Any]]:
+    def clean_temps(self, state_dir: str, store: str) -> list[Removed]:
         """Remove the temporary files interrupted commands left in the state dir, its ledger and
         the store's packs; [path, size] of each. Only under the lock (see Store.clean)."""
         removed = remove_stale_temps(state_dir, (TEMP_PREFIX,))
         removed += remove_stale_temps(os.path.join(state_dir, "ledger"), (TEMP_PREFIX,))
         removed += self._store(store).clean()
-        return [list(r) for r in removed]
+        return [(path, size) for path, size in removed]
 
     def unlock(self, path: str) -> None:
         current = self._read_lock(path)
@@ -493,34 +509,35 @@ class Agent(AgentContract):
         return None
 
     # ---- environment -------------------------------------------------------------------
-    def interpreter_facts(self) -> dict[str, Any]:
+    def interpreter_facts(self) -> InterpreterFacts:
         """Implementation, version, tags, libc and site dirs of the Python this agent runs in."""
         from . import interp
 
-        return interp.facts()
+        return InterpreterFacts.from_wire(interp.facts())
 
     def fingerprint(self, sites: list[str], cache_root: str | None, main_site: str | None = None,
-                    parts: list[str] | None = None, managed: str | None = None) -> dict[str, Any]:
+                    parts: list[str] | None = None, managed: str | None = None) -> Fingerprint:
         """The environment fingerprint of these site dirs and this host (see fingerprint.py)."""
         from . import fingerprint
 
-        return fingerprint.take(sites, cache_root, main_site, tuple(parts) if parts else fingerprint.PARTS, managed)
+        return Fingerprint.from_wire(fingerprint.take(sites, cache_root, main_site,
+                                                      tuple(parts) if parts else fingerprint.PARTS, managed))
 
     # ---- audit -------------------------------------------------------------------------
     def dist_infos(self, site: str) -> list[str]:
         """The names of every *.dist-info directory in a site-packages directory."""
         return [n for n in self.listdir(site) if n.endswith(".dist-info")]
 
-    def audit_record(self, site: str, dist_infos: list[str], cache_dir: str | None = None) -> dict[str, dict[str, Any]]:
+    def audit_record(self, site: str, dist_infos: list[str], cache_dir: str | None = None) -> dict[str, RecordCheck]:
         """Check installed distributions against their RECORD (hash, size), one stat cache each.
 
-        Returns, per dist-info name: {"files": checked, "findings": [[path, kind, detail], ...]}.
+        Returns a RecordCheck per dist-info name.
         Entries without a hash (bytecode, RECORD itself) are skipped; a console script whose
         shebang line alone was rewritten is not a finding.
         """
-        return {name: check_record(site, name, cache_dir) for name in dist_infos}
+        return {name: RecordCheck.from_wire(check_record(site, name, cache_dir)) for name in dist_infos}
 
-    def audit_bytecode(self, site: str, cache_tag: str, verify: list[str], cache: str | None = None) -> dict[str, Any]:
+    def audit_bytecode(self, site: str, cache_tag: str, verify: list[str], cache: str | None = None) -> BytecodeCheck:
         """Every .pyc below `site` that Python would run instead of its source: a header that
         matches a changed source, an unchecked-hash pyc of other code, a legacy pyc with no source.
         Stale pycs (header differs: Python recompiles them) and __pycache__ entries without a
@@ -531,4 +548,5 @@ class Agent(AgentContract):
         `cache` keeps each clean pyc's verdict keyed by its own and its source's stat identity.
         """
         walked, self._walked = self._walked, None
-        return check_bytecode(site, cache_tag, verify, cache, walked[1:] if walked and walked[0] == site else None)
+        return BytecodeCheck.from_wire(check_bytecode(site, cache_tag, verify, cache,
+                                                      walked[1:] if walked and walked[0] == site else None))

@@ -1,24 +1,194 @@
-"""The agent contract: every method a target's agent answers, and the requests of its larger calls.
+"""The agent contract: every method a target's agent answers, its request values and its answer values.
 
 Both sides declare it: `host.agent.Agent` (the implementation, next to the files) and
-`targets.remote_agent.AgentProxy` (the controller's end of the wire). Standard library only: this
-module is shipped to the host with the agent. A request value crosses the wire as a dict of its
-fields (`as_wire`) and is rebuilt on the other side (`requests_from_wire`).
+`targets.remote_agent.AgentProxy` (the controller's end of the wire), and both return the answer
+values of this module, so a caller never knows which one it talks to. Standard library only: this
+module is shipped to the host with the agent. The conversion to and from the wire's plain data is
+here and only here: a value's `to_wire` and `from_wire`, `to_wire` for any call's arguments or
+answer, `requests_from_wire` (on the host) and `answer_from_wire` (on the controller).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Dict, List, Optional, Tuple, Type, TypeVar
 
 try:
     from typing import Protocol
 except ImportError:  # Python 3.7 on an old host: the contract is then documentation only
     Protocol = object  # type: ignore[assignment]
 
-Row = List[Any]  # [digest, size, mode] of one file, as disk.entry_row makes it
+Row = Tuple[str, int, int]  # (digest, size, mode) of one file, as disk.entry_row makes it
 Rows = Dict[str, Row]  # key -> row
-Pair = List[Optional[Row]]  # [recorded row, actual row], None where absent
+Pair = Tuple[Optional[Row], Optional[Row]]  # (recorded row, actual row), None where absent
+Finding = Tuple[str, str, str]  # (path, kind, detail)
+Removed = Tuple[str, int]  # (path, size) of a temporary file removed
+
+A = TypeVar("A", bound="Answer")
+
+
+def _row(value: Any) -> Row:
+    digest, size, mode = value
+    return digest, size, mode
+
+
+def _rows(doc: Dict[str, Any]) -> Rows:
+    return {k: (v[0], v[1], v[2]) for k, v in doc.items()}
+
+
+class Answer:
+    """An answer value: on the wire, a dict of its fields (values of plain data); from the wire,
+    rebuilt from the fields it knows (a field the other side does not send keeps its default)."""
+
+    def to_wire(self) -> Dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
+
+    @classmethod
+    def from_wire(cls: Type[A], doc: Dict[str, Any]) -> A:
+        names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        return cls(**{k: v for k, v in doc.items() if k in names})
+
+
+@dataclass(frozen=True)
+class Interpreter(Answer):
+    """The target's Python: its prefix, site directories, version and bytecode cache tag."""
+
+    prefix: str
+    purelib: str
+    platlib: str
+    python: str  # "3.12.4"
+    cache_tag: Optional[str] = None  # "cpython-312"
+
+
+@dataclass(frozen=True)
+class InterpreterFacts(Answer):
+    """Implementation, version, tags, libc and site dirs of the target's Python (host/interp.py)."""
+
+    implementation: str
+    version: str
+    tags: Dict[str, str]  # interpreter, abi, platform, ext_suffix
+    machine: str
+    libc: Dict[str, str]  # name, version
+    where: Dict[str, Any]  # executable, prefix, sites
+
+
+@dataclass(frozen=True)
+class FileStat(Answer):
+    """What `lstat` says of a path (the link itself, not what it points to)."""
+
+    size: int
+    mode: int  # permission bits
+    is_file: bool
+    is_dir: bool
+    is_link: bool
+    mtime_ns: int
+
+
+@dataclass(frozen=True)
+class DistInfo(Answer):
+    """An installed distribution: where its metadata is, its version and the paths its RECORD lists."""
+
+    site: str
+    dist_info: str  # the directory's name, in `site`
+    version: str
+    record: Tuple[str, ...]  # relative to `site`
+
+    @classmethod
+    def from_wire(cls, doc: Dict[str, Any]) -> "DistInfo":
+        return cls(doc["site"], doc["dist_info"], doc["version"], tuple(doc["record"]))
+
+
+@dataclass(frozen=True)
+class ScanResult(Answer):
+    """The files a scan found: key -> (digest, size, mode); missing files are left out."""
+
+    rows: Rows
+
+    @classmethod
+    def from_wire(cls, doc: Dict[str, Any]) -> "ScanResult":
+        return cls(_rows(doc["rows"]))
+
+
+@dataclass(frozen=True)
+class Comparison(Answer):
+    """The files that differ from one stored manifest: key -> (recorded row, actual row)."""
+
+    pairs: Dict[str, Pair]
+
+    @classmethod
+    def from_wire(cls, doc: Dict[str, Any]) -> "Comparison":
+        return cls({k: (None if old is None else _row(old), None if new is None else _row(new))
+                    for k, (old, new) in doc["pairs"].items()})
+
+
+@dataclass(frozen=True)
+class StateDirOwner(Answer):
+    """The real paths of a state dir and a site dir, and the state dir the venv is managed from
+    (None: its marker names none)."""
+
+    state_dir: str
+    site: str
+    owner: Optional[str]
+
+
+@dataclass(frozen=True)
+class LockHolder(Answer):
+    """Who holds a target's lock: a process (`pid` is "?" when the lock file is damaged) on a host,
+    running a command since a time (seconds since the epoch)."""
+
+    pid: Any
+    host: str
+    command: str
+    since: float = 0.0
+
+    @classmethod
+    def from_wire(cls, doc: Dict[str, Any]) -> "LockHolder":
+        return cls(doc.get("pid", "?"), str(doc.get("host", "?")), str(doc.get("command", "?")),
+                   doc.get("since", 0))
+
+
+@dataclass(frozen=True)
+class RecordCheck(Answer):
+    """An installed distribution against its RECORD: how many files were checked, what differs, and
+    a note when it could not be checked."""
+
+    files: int
+    findings: Tuple[Finding, ...]
+    note: Optional[str] = None
+
+    @classmethod
+    def from_wire(cls, doc: Dict[str, Any]) -> "RecordCheck":
+        return cls(doc["files"], tuple((p, k, d) for p, k, d in doc["findings"]), doc.get("note"))
+
+
+@dataclass(frozen=True)
+class BytecodeCheck(Answer):
+    """The bytecode below a site dir: pycs checked, __pycache__ entries without source, stale pycs
+    (Python recompiles them) and the pycs that run other code than their source."""
+
+    pycs: int
+    orphans: int
+    stale: int
+    findings: Tuple[Finding, ...]
+
+    @classmethod
+    def from_wire(cls, doc: Dict[str, Any]) -> "BytecodeCheck":
+        return cls(doc["pycs"], doc["orphans"], doc["stale"], tuple((p, k, d) for p, k, d in doc["findings"]))
+
+
+@dataclass(frozen=True)
+class Fingerprint(Answer):
+    """The host's part of an environment fingerprint (host/fingerprint.py): the hash its digests
+    use and the parts asked for (None: not taken), each plain JSON-able data kept as it is."""
+
+    algorithm: str
+    system: Optional[Dict[str, Any]] = None
+    distributions: Optional[Dict[str, Any]] = None
+    native: Optional[Dict[str, Any]] = None
+    gpu: Optional[Dict[str, Any]] = None
+
+    def to_wire(self) -> Dict[str, Any]:
+        return {k: v for k, v in super().to_wire().items() if v is not None}
 
 
 @dataclass(frozen=True)
@@ -35,6 +205,9 @@ class ScanRequest:
     algorithm: Optional[str] = None
     bytecode: bool = False  # also note the bytecode the walk passes, for an audit_bytecode right after
 
+    def to_wire(self) -> Dict[str, Any]:
+        return {"root": self.root, "paths": self.paths, "walk": self.walk, "cache": self.cache,
+                "absolute": self.absolute, "algorithm": self.algorithm, "bytecode": self.bytecode}
 
     @classmethod
     def from_wire(cls, doc: Dict[str, Any]) -> "ScanRequest":
@@ -51,6 +224,9 @@ class CompareRequest:
     manifests: Tuple[str, ...]
     scan: ScanRequest
 
+    def to_wire(self) -> Dict[str, Any]:
+        return {"store": self.store, "manifests": self.manifests, "scan": self.scan.to_wire()}
+
     @classmethod
     def from_wire(cls, doc: Dict[str, Any]) -> "CompareRequest":
         return cls(store=doc["store"], manifests=tuple(doc["manifests"]), scan=ScanRequest.from_wire(doc["scan"]))
@@ -60,9 +236,38 @@ _REQUESTS: Dict[str, Callable[[Dict[str, Any]], Any]] = {"scan": ScanRequest.fro
                                                           "compare_many": CompareRequest.from_wire}
 
 
-def as_wire(value: Any) -> Any:
-    """A request value as plain data for the wire (other values pass unchanged)."""
-    return asdict(value) if isinstance(value, (ScanRequest, CompareRequest)) else value
+def _optional(decode: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda doc: None if doc is None else decode(doc)
+
+
+# method -> how its answer is rebuilt from the wire (answers of plain data need nothing)
+_ANSWERS: Dict[str, Callable[[Any], Any]] = {
+    "interpreter": Interpreter.from_wire,
+    "interpreter_facts": InterpreterFacts.from_wire,
+    "lstat": _optional(FileStat.from_wire),
+    "dist_info": _optional(DistInfo.from_wire),
+    "scan": ScanResult.from_wire,
+    "compare_many": lambda docs: [Comparison.from_wire(d) for d in docs],
+    "manifest_rows": _rows,
+    "state_dir_owner": StateDirOwner.from_wire,
+    "lock": _optional(LockHolder.from_wire),
+    "clean_temps": lambda docs: [(path, size) for path, size in docs],
+    "audit_record": lambda docs: {name: RecordCheck.from_wire(d) for name, d in docs.items()},
+    "audit_bytecode": BytecodeCheck.from_wire,
+    "fingerprint": Fingerprint.from_wire,
+}
+
+
+def to_wire(value: Any) -> Any:
+    """A request or answer as plain data for the wire: a value of this module as the dict of its
+    fields, inside a list or a dict too (other values pass unchanged; the wire takes tuples as lists)."""
+    if isinstance(value, (Answer, ScanRequest, CompareRequest)):
+        return value.to_wire()
+    if isinstance(value, list) and value and isinstance(value[0], Answer):
+        return [v.to_wire() for v in value]
+    if isinstance(value, dict) and value and isinstance(next(iter(value.values())), Answer):
+        return {k: v.to_wire() for k, v in value.items()}
+    return value
 
 
 def requests_from_wire(method: str, args: List[Any]) -> List[Any]:
@@ -73,14 +278,21 @@ def requests_from_wire(method: str, args: List[Any]) -> List[Any]:
     return [kind(args[0]), *args[1:]]
 
 
+def answer_from_wire(method: str, value: Any) -> Any:
+    """A method's answer as the agent returned it, from the plain data the wire carried."""
+    decode = _ANSWERS.get(method)
+    return value if decode is None else decode(value)
+
+
 class AgentContract(Protocol):
     """The near-disk half of a target. Every argument and answer is plain data (str, int, bytes,
-    list, dict) or a request value of this module, so calls cross a process boundary unchanged."""
+    list, tuple, dict) or a request or answer value of this module, which `to_wire` and
+    `requests_from_wire` / `answer_from_wire` carry across a process boundary."""
 
     # ---- the host ------------------------------------------------------------------------------
     def hostname(self) -> str: ...
 
-    def interpreter(self) -> Dict[str, str]: ...
+    def interpreter(self) -> Interpreter: ...
 
     def algorithm(self) -> str: ...
 
@@ -89,7 +301,7 @@ class AgentContract(Protocol):
     # ---- files ---------------------------------------------------------------------------------
     def read(self, path: str) -> bytes: ...
 
-    def lstat(self, path: str) -> Optional[Dict[str, Any]]: ...
+    def lstat(self, path: str) -> Optional[FileStat]: ...
 
     def realpath(self, path: str) -> str: ...
 
@@ -115,12 +327,12 @@ class AgentContract(Protocol):
 
     def remove_empty_dirs(self, dirs: List[str]) -> List[str]: ...
 
-    def dist_info(self, site_dirs: List[str], package: str) -> Optional[Dict[str, Any]]: ...
+    def dist_info(self, site_dirs: List[str], package: str) -> Optional[DistInfo]: ...
 
     # ---- scanning ------------------------------------------------------------------------------
-    def scan(self, request: ScanRequest) -> Rows: ...
+    def scan(self, request: ScanRequest) -> ScanResult: ...
 
-    def compare_many(self, request: CompareRequest) -> List[Dict[str, Pair]]: ...
+    def compare_many(self, request: CompareRequest) -> List[Comparison]: ...
 
     # ---- object store --------------------------------------------------------------------------
     def store_put(self, store: str, data: bytes, digest: Optional[str] = None) -> str: ...
@@ -138,26 +350,26 @@ class AgentContract(Protocol):
     def stage(self, store: str, digest: str, path: str, mode: int) -> None: ...
 
     # ---- where the state lives -----------------------------------------------------------------
-    def state_dir_owner(self, prefix: str, state_dir: str, site: str, claim: bool) -> Dict[str, Optional[str]]: ...
+    def state_dir_owner(self, prefix: str, state_dir: str, site: str, claim: bool) -> StateDirOwner: ...
 
     # ---- lock ----------------------------------------------------------------------------------
-    def lock(self, path: str, holder: Dict[str, Any]) -> Optional[Dict[str, Any]]: ...
+    def lock(self, path: str, holder: Dict[str, Any]) -> Optional[LockHolder]: ...
 
     def unlock(self, path: str) -> None: ...
 
-    def clean_temps(self, state_dir: str, store: str) -> List[List[Any]]: ...
+    def clean_temps(self, state_dir: str, store: str) -> List[Removed]: ...
 
     # ---- audit ---------------------------------------------------------------------------------
     def dist_infos(self, site: str) -> List[str]: ...
 
     def audit_record(self, site: str, dist_infos: List[str],
-                     cache_dir: Optional[str] = None) -> Dict[str, Dict[str, Any]]: ...
+                     cache_dir: Optional[str] = None) -> Dict[str, RecordCheck]: ...
 
     def audit_bytecode(self, site: str, cache_tag: str, verify: List[str],
-                       cache: Optional[str] = None) -> Dict[str, Any]: ...
+                       cache: Optional[str] = None) -> BytecodeCheck: ...
 
     # ---- environment ---------------------------------------------------------------------------
-    def interpreter_facts(self) -> Dict[str, Any]: ...
+    def interpreter_facts(self) -> InterpreterFacts: ...
 
     def fingerprint(self, sites: List[str], cache_root: Optional[str], main_site: Optional[str] = None,
-                    parts: Optional[List[str]] = None, managed: Optional[str] = None) -> Dict[str, Any]: ...
+                    parts: Optional[List[str]] = None, managed: Optional[str] = None) -> Fingerprint: ...

@@ -196,8 +196,8 @@ def walk_files(root: str, rel_dir: str, pycs: list[tuple[str, bool]] | None = No
                 pycs.append((prefix + name, in_cache))  # type: ignore[union-attr]
 
 
-def entry_row(st: os.stat_result, digest: str) -> list[Any]:
-    return [digest, st.st_size, stat.S_IMODE(st.st_mode)]
+def entry_row(st: os.stat_result, digest: str) -> tuple[str, int, int]:
+    return digest, st.st_size, stat.S_IMODE(st.st_mode)
 
 
 def hostname() -> str:

@@ -20,13 +20,13 @@ def write(entries: Mapping[str, Any]) -> bytes:
     return "".join(lines).encode("utf-8", "surrogateescape")
 
 
-def parse(data: bytes) -> dict[str, list[Any]]:
-    """key -> [digest, size, mode] of every line of a manifest's text."""
-    rows: dict[str, list[Any]] = {}
+def parse(data: bytes) -> dict[str, tuple[str, int, int]]:
+    """key -> (digest, size, mode) of every line of a manifest's text."""
+    rows: dict[str, tuple[str, int, int]] = {}
     for line in data.decode("utf-8", "surrogateescape").split("\n"):
         if line:
             mode, size, digest, key = line.split(" ", 3)
-            rows[json.loads(key) if key[0] == '"' else key] = [digest, int(size), int(mode, 8)]
+            rows[json.loads(key) if key[0] == '"' else key] = (digest, int(size), int(mode, 8))
     return rows
 
 

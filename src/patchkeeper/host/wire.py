@@ -15,7 +15,7 @@ import traceback
 import zlib
 from typing import Any, BinaryIO, Callable
 
-from .contract import requests_from_wire
+from .contract import requests_from_wire, to_wire
 
 _BYTES = "\x00b"  # a key no path or field can be
 _SQUEEZE = 16 << 10  # headers larger than this (long path lists, scans) travel zlib-compressed
@@ -104,7 +104,7 @@ def serve(agent: Any, stdin: BinaryIO | None = None, stdout: BinaryIO | None = N
             if method.startswith("_"):
                 raise AttributeError(f"no agent method {method!r}")
             result = getattr(agent, method)(*requests_from_wire(method, args), **kwargs)
-            frame = encode({"ok": 1}, result)
+            frame = encode({"ok": 1}, to_wire(result))
         except Exception as exc:  # every failure goes back to the controller, the loop goes on
             frame = encode({"error": error_doc(exc)})
         try:

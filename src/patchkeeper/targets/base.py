@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ..errors import BadInput, TargetError
-from ..host.contract import AgentContract
+from ..host.contract import AgentContract, Interpreter, InterpreterFacts
 from ..manifest import ROLE_PREFIX
 from ..workspace import TargetConfig
 
@@ -95,7 +95,7 @@ class Target(ABC):
 
         return hash_bytes(data, self.algorithm)
 
-    def interpreter(self) -> dict:
+    def interpreter(self) -> Interpreter:
         """The target interpreter's prefix, purelib, platlib and version."""
         cfg = self.config
         try:
@@ -106,9 +106,9 @@ class Target(ABC):
             raise TargetError(f"target {self.name}: cannot run its interpreter {cfg.python}: "
                               f"{err.decode(errors='replace').strip().splitlines()[-1:] or code}",
                               f"fix python = ... in [targets.{self.name}]")
-        return json.loads(out)
+        return Interpreter.from_wire(json.loads(out))
 
-    def interpreter_facts(self) -> dict:
+    def interpreter_facts(self) -> InterpreterFacts:
         """Implementation, version, tags, libc and site dirs of the target's interpreter
         (host/interp.py run in it)."""
         from importlib import resources
@@ -119,13 +119,13 @@ class Target(ABC):
             raise TargetError(f"target {self.name}: cannot run its interpreter {self.config.python}: "
                               f"{err.decode(errors='replace').strip().splitlines()[-1:] or code}",
                               f"fix python = ... in [targets.{self.name}]")
-        return json.loads(out)
+        return InterpreterFacts.from_wire(json.loads(out))
 
     @cached_property
     def info(self) -> TargetInfo:
         cfg = self.config
         py = self.interpreter()
-        sites = list(dict.fromkeys([py["purelib"], py["platlib"]]))
+        sites = list(dict.fromkeys([py.purelib, py.platlib]))
         dist = self.agent.dist_info(sites, cfg.package)
         if dist is None:
             raise TargetError(f"target {self.name}: package {cfg.package!r} is not installed in "
@@ -137,8 +137,8 @@ class Target(ABC):
             roles.append((role, path))
         return TargetInfo(
             name=self.name, host=self.agent.hostname(), python=cfg.python,
-            python_version=py["python"], prefix=py["prefix"], site=dist["site"],
-            package=cfg.package, version=dist["version"], dist_info=dist["dist_info"],
-            record=tuple(dist["record"]), roles=tuple(roles),
-            state_dir=cfg.state_dir or posixpath.join(py["prefix"], ".patchkeeper"),
+            python_version=py.python, prefix=py.prefix, site=dist.site,
+            package=cfg.package, version=dist.version, dist_info=dist.dist_info,
+            record=dist.record, roles=tuple(roles),
+            state_dir=cfg.state_dir or posixpath.join(py.prefix, ".patchkeeper"),
         )

@@ -12,10 +12,10 @@ import os
 import subprocess
 import sys
 from functools import cached_property
-from typing import Callable
+from typing import Any, Callable, TypeVar
 
 from ..host.agent import Agent
-from ..host.contract import AgentContract
+from ..host.contract import AgentContract, Answer, Interpreter, InterpreterFacts
 from ..host.disk import write_atomic
 from .base import Target
 from .remote_agent import AgentProxy
@@ -45,7 +45,7 @@ class LocalTarget(Target):
         """Whether the target's Python is this one (version and implementation): then the agent
         can run in-process and give the answers the target's own interpreter would."""
         py = self.interpreter()
-        return py["python"] == THIS_PYTHON and py.get("cache_tag") == sys.implementation.cache_tag
+        return py.python == THIS_PYTHON and py.cache_tag == sys.implementation.cache_tag
 
     def close(self) -> None:
         if self._proxy is not None:
@@ -75,20 +75,24 @@ class LocalTarget(Target):
             err.seek(0)
             return code, out.read(), err.read() + note
 
-    def interpreter(self) -> dict:
+    def interpreter(self) -> Interpreter:
         """As Target.interpreter, remembered per interpreter in ~/.cache/patchkeeper (the answer
         depends only on the executable and its pyvenv.cfg, whose identities key the entry)."""
-        return _remembered(self.config.python, "interpreters.json", "info", super().interpreter,
+        return _remembered(self.config.python, "interpreters.json", "info", Interpreter, super().interpreter,
                            lambda info: "cache_tag" in info)
 
-    def interpreter_facts(self) -> dict:
+    def interpreter_facts(self) -> InterpreterFacts:
         """As Target.interpreter_facts, remembered per interpreter like `interpreter()` (the facts
         depend only on the executable and its pyvenv.cfg)."""
-        return _remembered(self.config.python, "interpreter-facts.json", "facts", super().interpreter_facts)
+        return _remembered(self.config.python, "interpreter-facts.json", "facts", InterpreterFacts,
+                           super().interpreter_facts)
 
 
-def _remembered(python: str, file: str, field: str, compute: Callable[[], dict],
-                valid: Callable[[dict], bool] = lambda _: True) -> dict:
+A = TypeVar("A", bound=Answer)
+
+
+def _remembered(python: str, file: str, field: str, kind: type[A], compute: Callable[[], A],
+                valid: Callable[[dict[str, Any]], bool] = lambda _: True) -> A:
     """compute(), remembered in ~/.cache/patchkeeper/FILE per interpreter, keyed by the identities of
     its executable and its pyvenv.cfg (what the answer depends on); a cache we cannot use only costs time."""
     try:
@@ -104,9 +108,12 @@ def _remembered(python: str, file: str, field: str, compute: Callable[[], dict],
         known = {}
     hit = known.get(python)
     if hit and hit["key"] == key and field in hit and valid(hit[field]):
-        return dict(hit[field])
+        try:
+            return kind.from_wire(hit[field])
+        except (KeyError, TypeError):
+            pass  # written by another version: compute it again
     value = compute()
-    known[python] = {"key": key, field: value}
+    known[python] = {"key": key, field: value.to_wire()}
     try:
         os.makedirs(os.path.dirname(cache), exist_ok=True)
         write_atomic(cache, json.dumps(known).encode(), durable=False)

@@ -5,7 +5,7 @@ Nothing is installed on the host. The target's interpreter is started with a boo
 reads a given number of bytes from stdin and executes them: the sources of the agent's modules
 (everything in `patchkeeper.host`), built there into a package, then answering framed requests
 on stdin/stdout. `AgentProxy` declares the agent contract (`host.contract.AgentContract`) method
-by method; exceptions come back as the same types where that matters (FileNotFoundError,
+by method and returns the same answer values as the in-process agent (rebuilt by the contract); exceptions come back as the same types where that matters (FileNotFoundError,
 AgentError) and as TargetError otherwise.
 """
 
@@ -21,11 +21,30 @@ from typing import Any, Protocol
 
 from ..errors import AgentError, TargetError
 from ..host import wire
-from ..host.contract import AgentContract, CompareRequest, Pair, Rows, ScanRequest, as_wire
+from ..host.contract import (
+    AgentContract,
+    BytecodeCheck,
+    Comparison,
+    CompareRequest,
+    DistInfo,
+    FileStat,
+    Fingerprint,
+    Interpreter,
+    InterpreterFacts,
+    LockHolder,
+    RecordCheck,
+    Removed,
+    Rows,
+    ScanRequest,
+    ScanResult,
+    StateDirOwner,
+    answer_from_wire,
+    to_wire,
+)
 
 # The agent's modules, in import order; on the host they become the package `pkagent`.
-AGENT_MODULES = ("errors", "disk", "store", "distinfo", "distcheck", "manifest_text", "preflight", "elf", "interp",
-                 "fingerprint", "contract", "agent", "wire")
+AGENT_MODULES = ("errors", "contract", "disk", "store", "distinfo", "distcheck", "manifest_text", "preflight", "elf", "interp",
+                 "fingerprint", "agent", "wire")
 _BOOT = """
 import sys, types
 pkg = types.ModuleType("pkagent"); pkg.__path__ = []; sys.modules["pkagent"] = pkg
@@ -188,16 +207,17 @@ class AgentProxy(AgentContract):
         return data
 
     def _call(self, method: str, *args: Any) -> Any:
+        """The answer of one call, rebuilt as the agent's own value (host.contract.answer_from_wire)."""
         with self._lock:
             try:
-                self._link.send(wire.encode({"m": method}, [[as_wire(a) for a in args], {}]))
+                self._link.send(wire.encode({"m": method}, [[to_wire(a) for a in args], {}]))
             except OSError as exc:
                 raise TargetError(f"the connection to target {self._name} was lost ({exc})",
                                   f"run `patchkeeper recover -t {self._name}`") from None
             header, value = wire.decode(self._read_exact)
         if "error" in header:
             raise _exception(header["error"], self._name, method)
-        return value
+        return answer_from_wire(method, value)
 
     def close(self) -> None:
         self._link.close()
@@ -206,7 +226,7 @@ class AgentProxy(AgentContract):
     def hostname(self) -> str:
         return self._call("hostname")
 
-    def interpreter(self) -> dict[str, str]:
+    def interpreter(self) -> Interpreter:
         return self._call("interpreter")
 
     def algorithm(self) -> str:
@@ -218,7 +238,7 @@ class AgentProxy(AgentContract):
     def read(self, path: str) -> bytes:
         return self._call("read", path)
 
-    def lstat(self, path: str) -> dict[str, Any] | None:
+    def lstat(self, path: str) -> FileStat | None:
         return self._call("lstat", path)
 
     def realpath(self, path: str) -> str:
@@ -257,13 +277,13 @@ class AgentProxy(AgentContract):
     def remove_empty_dirs(self, dirs: list[str]) -> list[str]:
         return self._call("remove_empty_dirs", dirs)
 
-    def dist_info(self, site_dirs: list[str], package: str) -> dict[str, Any] | None:
+    def dist_info(self, site_dirs: list[str], package: str) -> DistInfo | None:
         return self._call("dist_info", site_dirs, package)
 
-    def scan(self, request: ScanRequest) -> Rows:
+    def scan(self, request: ScanRequest) -> ScanResult:
         return self._call("scan", request)
 
-    def compare_many(self, request: CompareRequest) -> list[dict[str, Pair]]:
+    def compare_many(self, request: CompareRequest) -> list[Comparison]:
         return self._call("compare_many", request)
 
     def store_put(self, store: str, data: bytes, digest: str | None = None) -> str:
@@ -287,32 +307,32 @@ class AgentProxy(AgentContract):
     def stage(self, store: str, digest: str, path: str, mode: int) -> None:
         self._call("stage", store, digest, path, mode)
 
-    def state_dir_owner(self, prefix: str, state_dir: str, site: str, claim: bool) -> dict[str, str | None]:
+    def state_dir_owner(self, prefix: str, state_dir: str, site: str, claim: bool) -> StateDirOwner:
         return self._call("state_dir_owner", prefix, state_dir, site, claim)
 
-    def lock(self, path: str, holder: dict[str, Any]) -> dict[str, Any] | None:
+    def lock(self, path: str, holder: dict[str, Any]) -> LockHolder | None:
         return self._call("lock", path, holder)
 
     def unlock(self, path: str) -> None:
         self._call("unlock", path)
 
-    def clean_temps(self, state_dir: str, store: str) -> list[list[Any]]:
+    def clean_temps(self, state_dir: str, store: str) -> list[Removed]:
         return self._call("clean_temps", state_dir, store)
 
     def dist_infos(self, site: str) -> list[str]:
         return self._call("dist_infos", site)
 
-    def audit_record(self, site: str, dist_infos: list[str], cache_dir: str | None = None) -> dict[str, dict[str, Any]]:
+    def audit_record(self, site: str, dist_infos: list[str], cache_dir: str | None = None) -> dict[str, RecordCheck]:
         return self._call("audit_record", site, dist_infos, cache_dir)
 
-    def audit_bytecode(self, site: str, cache_tag: str, verify: list[str], cache: str | None = None) -> dict[str, Any]:
+    def audit_bytecode(self, site: str, cache_tag: str, verify: list[str], cache: str | None = None) -> BytecodeCheck:
         return self._call("audit_bytecode", site, cache_tag, verify, cache)
 
-    def interpreter_facts(self) -> dict[str, Any]:
+    def interpreter_facts(self) -> InterpreterFacts:
         return self._call("interpreter_facts")
 
     def fingerprint(self, sites: list[str], cache_root: str | None, main_site: str | None = None,
-                    parts: list[str] | None = None, managed: str | None = None) -> dict[str, Any]:
+                    parts: list[str] | None = None, managed: str | None = None) -> Fingerprint:
         return self._call("fingerprint", sites, cache_root, main_site, parts, managed)
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ..errors import BadInput, TargetError
+from ..host.contract import Interpreter, InterpreterFacts
 from .base import Target
 from .remote_agent import AgentProxy
 
@@ -241,11 +242,11 @@ class SshTarget(Target):
                                                                                  self.config.python)
         return self._agent
 
-    def interpreter(self) -> dict:
+    def interpreter(self) -> Interpreter:
         """Asked of the agent, which already runs in the target's Python: no second exec."""
         return self.agent.interpreter()
 
-    def interpreter_facts(self) -> dict:
+    def interpreter_facts(self) -> InterpreterFacts:
         return self.agent.interpreter_facts()
 
     @cached_property

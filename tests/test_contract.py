@@ -1,0 +1,102 @@
+"""host/contract.py: the in-process Agent and the AgentProxy over the wire return the same answer values."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import py_compile
+import sys
+from dataclasses import is_dataclass
+
+import pytest
+
+from patchkeeper.host import contract
+from patchkeeper.host.agent import Agent
+from patchkeeper.host.contract import CompareRequest, ScanRequest
+from patchkeeper.manifest import Entry, Manifest
+from patchkeeper.targets.remote_agent import AgentProxy
+
+
+@pytest.fixture
+def site(tmp_path):
+    """A small site-packages: a package, its dist-info with a RECORD (one line that no longer
+    matches), a pyc of other code than its source, and a temporary file an interrupted command left."""
+    site = tmp_path / "site"
+    pkg = site / "demo"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("X = 1\n")
+    (pkg / "util.py").write_text("def f():\n    return 2\n")
+    (pkg / "util.py").chmod(0o640)
+    dist = site / "demo-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n")
+
+    def line(rel: str, data: bytes) -> str:
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        return f"{rel},sha256={digest},{len(data)}\n"
+
+    (dist / "RECORD").write_text(line("demo/__init__.py", b"X = 1\n") + line("demo/util.py", b"other\n")
+                                 + "demo-1.0.dist-info/RECORD,,\n")
+    tag = sys.implementation.cache_tag
+    other = tmp_path / "other.py"
+    other.write_text("X = 2\n")
+    py_compile.compile(str(other), cfile=str(pkg / "__pycache__" / f"__init__.{tag}.pyc"),
+                       invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    return site
+
+
+def _answers(agent, site, tmp_path) -> dict:
+    s = str(site)
+    state = tmp_path / "state"
+    (state / "ledger").mkdir(parents=True, exist_ok=True)
+    scan = ScanRequest(s, ("demo-1.0.dist-info/RECORD",), ("demo",), bytecode=True)
+    rows = agent.scan(scan)
+    manifest = agent.store_put(str(state / "store"), Manifest.from_scan(rows.rows).to_text())
+    out = {
+        "interpreter": agent.interpreter(),
+        "lstat": agent.lstat(str(site / "demo" / "util.py")),
+        "lstat missing": agent.lstat(str(site / "nothing")),
+        "dist_info": agent.dist_info([s], "Demo"),
+        "scan": rows,
+        "bytecode": agent.audit_bytecode(s, sys.implementation.cache_tag, [], None),
+        "compare": agent.compare_many(CompareRequest(str(state / "store"), (manifest, manifest), scan)),
+        "manifest_rows": agent.manifest_rows(str(state / "store"), manifest),
+        "record": agent.audit_record(s, ["demo-1.0.dist-info"], None),
+        "owner": agent.state_dir_owner(str(tmp_path / "venv"), str(state), s, False),
+        "lock": agent.lock(str(state / "lock"), {"command": "test"}),
+        "clean_temps": agent.clean_temps(str(state), str(state / "store")),
+        "facts": agent.interpreter_facts(),
+        "fingerprint": agent.fingerprint([s], None, s, ["distributions"], None),
+    }
+    agent.unlock(str(state / "lock"))
+    return out
+
+
+def test_the_agent_in_process_and_over_the_wire_give_the_same_values(site, tmp_path):
+    here = _answers(Agent(), site, tmp_path / "here")
+    proxy = AgentProxy.in_subprocess("t", sys.executable)  # the same interpreter, over the wire
+    try:
+        there = _answers(proxy, site, tmp_path / "there")
+        held = proxy.lock(str(tmp_path / "here" / "state" / "lock"), {"command": "other"})
+        assert proxy.lock(str(tmp_path / "there" / "state" / "lock"), {"command": "again"}) is None
+        taken = Agent().lock(str(tmp_path / "there" / "state" / "lock"), {"command": "late"})
+    finally:
+        proxy.close()
+    assert held is None  # unlocked above
+    assert isinstance(taken, contract.LockHolder) and taken.command == "again" and taken.pid == proxy.hello["pid"]
+
+    here["owner"], there["owner"] = here["owner"].owner, there["owner"].owner  # the state dirs differ by name
+    assert here == there
+    for name, value in here.items():  # typed values, not dicts, on both sides
+        assert value is None or is_dataclass(value) or name in ("manifest_rows", "clean_temps", "record", "owner",
+                                                                "compare"), name
+    assert [type(c) for c in there["compare"]] == [contract.Comparison] * 2 and not there["compare"][0].pairs
+    assert isinstance(there["record"]["demo-1.0.dist-info"], contract.RecordCheck)
+    assert there["record"]["demo-1.0.dist-info"].findings == (("demo/util.py", "changed", there["record"][
+        "demo-1.0.dist-info"].findings[0][2]),)
+    assert [(p, k) for p, k, _ in there["bytecode"].findings] == [
+        (f"demo/__pycache__/__init__.{sys.implementation.cache_tag}.pyc", "mismatch")]
+    assert there["lstat"].mode == 0o640 and there["lstat"].is_file and there["lstat missing"] is None
+    assert there["dist_info"].record == ("demo/__init__.py", "demo/util.py", "demo-1.0.dist-info/RECORD")
+    assert Entry.of(there["scan"].rows["demo/util.py"]).mode == 0o640
+    assert there["manifest_rows"] == there["scan"].rows  # rows are (digest, size, mode) tuples on both sides
