@@ -192,6 +192,15 @@ def test_verify_alone_reports_and_changes_nothing(env, service):
     assert [e["kind"] for e in ledger(env)][-2:] == ["verify", "verify"]
 
 
+def test_verify_all_records_and_mirrors_each_verification(env, service):
+    service()
+    env.pk("snapshot", "--name", "s0")
+    doc = json.loads(env.pk("verify", "--all", "--restart", "--json").stdout)
+    assert doc["local"]["ok"] and ledger(env)[-1]["kind"] == "verify"
+    # the workspace's mirror of the ledger holds the verification too (was a NameError: `mirror`)
+    assert len(list((env.root / "snapshots" / "local" / "ledger").glob("*.json"))) == len(ledger(env))
+
+
 def test_chat_endpoint(env, service):
     service(smoke='endpoint = "chat"\nmodel = "qwen3-8b"\n')
     doc = json.loads(env.pk("verify", "--restart", "--json").stdout)

@@ -133,10 +133,13 @@ def save(root: Path, d: Draft, bump_part: str | None = None, version: str | None
         if existing is not None and digest == existing.digest:
             return Saved(existing.ident, digest, "unchanged")
         if existing is not None:
-            if version is None and bump_part is None:
+            if version is not None:
+                new_version = version
+            elif bump_part is not None:
+                new_version = bump(existing.version, bump_part)
+            else:
                 raise Refused(f"patch set {existing.ident} exists with other content; recording changed content "
                               "under an unchanged version is refused", "pass --bump patch|minor|major")
-            new_version = version or bump(existing.version, bump_part)
             if Version(new_version) <= Version(existing.version):
                 raise Refused(f"version {new_version} is not above {existing.ident}'s",
                               "give a higher version, or --bump")

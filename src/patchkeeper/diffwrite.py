@@ -134,15 +134,16 @@ def file_diff(change: Change, context: int = 3) -> bytes:
     if c.old == c.new and (c.old is None or c.old_mode == c.new_mode):
         return b""
     head = [f"diff --git a/{c.path} b/{c.path}\n"]
-    if c.old is None:
+    if c.old is None and c.new is not None:
         head.append(f"new file mode {_git_mode(c.new_mode or 0o644)}\n")
         head.append(f"index {_ZERO}..{blob_id(c.new)}\n")
-    elif c.new is None:
+    elif c.new is None and c.old is not None:
         head.append(f"deleted file mode {_git_mode(c.old_mode or 0o644)}\n")
         head.append(f"index {blob_id(c.old)}..{_ZERO}\n")
-    else:
-        mode_changed = c.old_mode is not None and c.new_mode is not None and c.old_mode != c.new_mode
-        if mode_changed:
+    elif c.old is not None and c.new is not None:  # (both absent: returned above)
+        mode_changed = False
+        if c.old_mode is not None and c.new_mode is not None and c.old_mode != c.new_mode:
+            mode_changed = True
             head.append(f"old mode {_git_mode(c.old_mode)}\nnew mode {_git_mode(c.new_mode)}\n")
         if c.old != c.new:
             suffix = "" if mode_changed else f" {_git_mode(c.old_mode or 0o644)}"

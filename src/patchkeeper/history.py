@@ -125,7 +125,7 @@ def read_range(directory: str, span: str, subdir: str) -> list[Change]:
                 raise BadInput(f"{directory}: no directory {subdir!r} at {commit.hexsha[:12]}",
                                "pass --subdir as the directory holding the package (e.g. python)")
     if repo.is_dirty(untracked_files=True):
-        dirty = [d.a_path for d in repo.index.diff(None)] + repo.untracked_files
+        dirty = [d.a_path or d.b_path or "?" for d in repo.index.diff(None)] + repo.untracked_files
         raise BadInput(f"{directory} has uncommitted changes: {', '.join(dirty[:5]) or 'staged changes'}",
                        "commit or stash them first, so the range is exactly what you recorded")
     raw = repo.git.diff_tree("-r", "-z", "--no-renames", commits[0].hexsha, commits[1].hexsha,

@@ -97,7 +97,8 @@ def parse(text: str, origin: str) -> tuple[FilePatch, ...]:
                     continue
                 value = line.value
                 if line.line_type == " ":
-                    old.append(value), new.append(value)
+                    old.append(value)
+                    new.append(value)
                     last = [old, new]
                 elif line.line_type == "-":
                     old.append(value)

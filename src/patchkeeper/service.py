@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from .errors import BadInput
 from .workspace import TargetConfig
@@ -72,8 +73,8 @@ def load(config: TargetConfig) -> ServiceConfig | None:
         problems += _check_smoke(smoke, f"[targets.{config.name}.service.smoke]")
     if problems:
         raise BadInput("; ".join(problems), "see 'Verifying a service by generation' in the README")
-    smoke_values = {k: (float(v) if _SMOKE_KEYS[k] is float else v) for k, v in smoke.items()}
-    values = {k: (float(v) if _SERVICE_KEYS[k] is float else v) for k, v in table.items() if k != "smoke"}
+    smoke_values: dict[str, Any] = {k: (float(v) if _SMOKE_KEYS[k] is float else v) for k, v in smoke.items()}
+    values: dict[str, Any] = {k: (float(v) if _SERVICE_KEYS[k] is float else v) for k, v in table.items() if k != "smoke"}
     values["base_url"] = values["base_url"].rstrip("/")
     return ServiceConfig(**values, smoke=SmokeConfig(**smoke_values))
 

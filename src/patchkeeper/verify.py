@@ -10,7 +10,7 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import TextIO, cast
 
 from . import units
 from .host import probe_http
@@ -243,11 +243,11 @@ def run_checks(target: Target, svc: ServiceConfig, with_restart: bool = True,
             if failed is not None and failed.name == "server":
                 figures.update(reason="stale-server", problems=(failed.detail,) + tuple(figures.get("problems", ())))
         else:
-            figures = {"reason": gen["reason"], "problems": (ready.detail,)}
+            figures = {"reason": gen["reason"] if gen else "not-ready", "problems": (ready.detail,)}
     else:
         figures = {"reason": "restart", "problems": (checks[0].detail,)}
     ok = all(c.ok for c in checks)
-    logs, errors = None, ()
+    logs, errors = None, cast("tuple[str, ...]", ())
     if not ok and svc.logs:
         code, text = _shell(target, svc.logs, svc.logs_timeout, since=since, keep=None)
         errors = first_errors(text)
@@ -315,7 +315,7 @@ def last_pass(ledger: Ledger, state: State | None) -> dict | None:
     if state is None:
         return None
     for e in reversed(ledger.entries()):
-        report = e.extra.get("verify") if e.kind == "verify" else None
+        report = cast(VerifyExtra, e.extra).get("verify") if e.kind == "verify" else None
         if report and report.get("ok") and e.after.id == state.id and report.get("seconds") is not None:
             names = {c["name"]: c for c in report.get("checks", ())}
             ready = names["ready"]["seconds"] if "restart" in names and "ready" in names else None

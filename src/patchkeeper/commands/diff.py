@@ -138,9 +138,7 @@ def _two(ws: Workspace, a: str, b: str, patch: bool, as_json: bool) -> int:
             patches = _patches(diffs, lambda d: got_a.get(d.key, b""), lambda d: got_b.get(d.key, b""), a, b)
         if as_json:
             emit_json({"a": a, "b": b, "algorithm": common, "differences": [d.to_dict() for d in diffs],
-                       "patches": patches, "states": {s.target.name: (s.ledger.current().to_dict()
-                                                                      if s.ledger.current() else None)
-                                                      for s in sessions}})
+                       "patches": patches, "states": {s.target.name: _state_dict(s) for s in sessions}})
             return 1 if diffs else 0
         for s in sessions:
             current = s.ledger.current()
@@ -150,6 +148,11 @@ def _two(ws: Workspace, a: str, b: str, patch: bool, as_json: bool) -> int:
                f"(added: only on {b}; removed: only on {a}; compared by {common})",
                f"{a} and {b} have the same files ({len(ma)} compared by {common})")
         return 1 if diffs else 0
+
+
+def _state_dict(s: Session) -> dict | None:
+    current = s.ledger.current()
+    return current.to_dict() if current else None
 
 
 def _patches(diffs: list[Difference], old, new, label_a: str, label_b: str) -> dict[str, str]:

@@ -25,9 +25,11 @@ def record_target(ws: Workspace, target: str | None, name: str, since: str, bump
         changes, roles = [], []
         for key in changed:
             old_entry, new_entry = then.get(key), now.get(key)
-            new = agent.read(info.path_of(key)) if new_entry else None
-            if new is not None and s.target.hash_bytes(new) != new_entry.digest:
-                raise Refused(f"{key} changed while it was being recorded", "retry when the files are quiet")
+            new = None
+            if new_entry is not None:
+                new = agent.read(info.path_of(key))
+                if s.target.hash_bytes(new) != new_entry.digest:
+                    raise Refused(f"{key} changed while it was being recorded", "retry when the files are quiet")
             if key.startswith(ROLE_PREFIX):
                 if new is None:
                     raise Refused(f"the {key[1:]} role file was removed; a patch set can only set it",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from .. import patching, patchset, templates
 from ..workspace import Workspace
@@ -27,7 +28,7 @@ def applied_on(ws: Workspace, name: str) -> list[dict]:
 def show(ws: Workspace, name: str, as_json: bool) -> int:
     ps = patchset.load(ws.patchsets_dir, name)
     directory = ws.patchsets_dir / name
-    stats = []
+    stats: list[dict[str, Any]] = []
     for origin, _ in ps.patches:
         text = (directory / origin).read_bytes().decode("utf-8", "surrogateescape")
         kinds = {fp.path: (fp.kind, fp.new_mode) for fp in patching.parse(text, origin)}
@@ -57,8 +58,8 @@ def show(ws: Workspace, name: str, as_json: bool) -> int:
     width = max((len(s["path"]) for s in stats), default=0)
     for s in stats:
         tag = {"add": " (new)", "delete": " (deleted)"}.get(s["kind"], "")
-        mode = f" mode {s['mode']}" if s["mode"] and s["kind"] == "modify" else ""
-        print(f"  {s['path']:{width}}  +{s['added']:<4} -{s['removed']:<4}{tag}{mode}")
+        mode_text = f" mode {s['mode']}" if s["mode"] and s["kind"] == "modify" else ""
+        print(f"  {s['path']:{width}}  +{s['added']:<4} -{s['removed']:<4}{tag}{mode_text}")
     print(f"  {len(stats)} file(s), +{sum(s['added'] for s in stats)} -{sum(s['removed'] for s in stats)}")
     if not where:
         print("not applied on any target recorded in snapshots/")

@@ -12,11 +12,10 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
     with Session(ws, target, "status", write=False) as s:
         info = s.target.info
         current = s.ledger.current()
+        diffs: dict[str, str] = engine.drift(s.target, current.manifest) if current else {}  # compared on the target
         doc = {"target": s.target.name, "host": info.host, "package": info.package, "version": info.version,
                "site": info.site, "state_dir": info.state_dir, "state": current.to_dict() if current else None,
-               "differences": {}, "unfinished": s.unfinished.message if s.unfinished else None}
-        if current is not None:
-            doc["differences"] = engine.drift(s.target, current.manifest)  # compared on the target
+               "differences": diffs, "unfinished": s.unfinished.message if s.unfinished else None}
         if as_json:
             emit_json(doc)
             return 0
@@ -31,7 +30,6 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
             print(f"  {p['name']}@{p['version']}  {p['digest'][:19]}…")
         if audit.is_warm(s.target):  # cheap only when the audit's stat caches are warm
             print("audit: " + audit.audit_target(s.target, s.ledger, owners=engine.owners_of(ws, current.stack)).summary())
-        diffs = doc["differences"]
         if not diffs:
             print("files match the recorded state")
         else:

@@ -29,8 +29,8 @@ def verify(ws: Workspace, target: str | None, as_json: bool, with_restart: bool)
             if failed is not None:
                 render_not_mirrored(failed)
         if as_json:
-            emit_json({"target": s.target.name, "state": s.ledger.current().to_dict() if s.ledger.current() else None,
-                       **report.to_dict()})
+            current = s.ledger.current()
+            emit_json({"target": s.target.name, "state": current.to_dict() if current else None, **report.to_dict()})
         else:
             render_report(report, s.target.name, s.ledger.current())
         return 0 if report.ok else EXIT_DIFFERS
@@ -41,9 +41,14 @@ def _verify_quiet(ws: Workspace, name: str, with_restart: bool) -> dict | None:
     if service.load(ws.target(name)) is None:
         return None
     with Session(ws, name, "verify --all" + (" --restart" if with_restart else "")) as s:
-        report = run_checks(s.target, service.load(s.config), with_restart, progress=None)
+        svc = service.load(s.config)
+        if svc is None:  # its [service] table went away since the look above
+            return None
+        report = run_checks(s.target, svc, with_restart, progress=None)
         if record_verification(s, report, "verify", None) is not None:
-            mirror(ws, s, manifest=False)
+            failed = try_mirror(ws, s, "the verification was recorded", manifest=False)
+            if failed is not None:
+                render_not_mirrored(failed)
         return report.to_dict()
 
 

@@ -18,6 +18,7 @@ import socket
 import threading
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 from ..errors import BadInput, TargetError
 from ..host.contract import Interpreter, InterpreterFacts
@@ -118,12 +119,14 @@ def connect(ep: Endpoint, target: str, sock=None):
     """An authenticated paramiko client for one hop (through `sock` for a ProxyJump)."""
     paramiko = _paramiko()
 
-    class Refuse(paramiko.MissingHostKeyPolicy):
-        def missing_host_key(self, client, hostname, key):
-            raise TargetError(
-                f"target {target}: host key of {ep.known_hosts_name} is unknown "
-                f"({key.get_name()} {fingerprint(key)}); refusing to connect",
-                f"check that fingerprint with the host's owner, then accept it: {_keyscan(ep)}")
+    def refuse(policy: Any, client: Any, hostname: str, key: Any) -> None:
+        raise TargetError(
+            f"target {target}: host key of {ep.known_hosts_name} is unknown "
+            f"({key.get_name()} {fingerprint(key)}); refusing to connect",
+            f"check that fingerprint with the host's owner, then accept it: {_keyscan(ep)}")
+
+    # paramiko's policy class, subclassed here because paramiko is imported only when it is needed
+    Refuse = type("Refuse", (paramiko.MissingHostKeyPolicy,), {"missing_host_key": refuse})
 
     client = paramiko.SSHClient()
     for path in ep.known_hosts:
@@ -185,6 +188,8 @@ class SshTarget(Target):
 
     @cached_property
     def endpoint(self) -> Endpoint:
+        if self.config.ssh is None:  # open_target makes an SshTarget only of a target with ssh = ...
+            raise BadInput(f"target {self.name} has no ssh = ... to connect to", f"set ssh in [targets.{self.name}]")
         return resolve(self.config.ssh)
 
     def _held(self, call):
