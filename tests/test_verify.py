@@ -289,6 +289,6 @@ def test_probe_reads_chunked_answers_and_bracketed_hosts():
     finally:
         thread.join(10)
         server.close()
-    assert probe_http._split("http://[::1]:8000/v1") == ("http", "::1", 8000, "/v1")
-    assert probe_http._split("https://h.example") == ("https", "h.example", 443, "/")
+    assert probe_http.split_url("http://[::1]:8000/v1") == ("http", "::1", 8000, "/v1")
+    assert probe_http.split_url("https://h.example") == ("https", "h.example", 443, "/")
     assert probe_http._call(f"http://127.0.0.1:{free_port()}/v1/models", timeout=1)[2] == "Connection refused"

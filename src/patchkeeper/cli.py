@@ -289,9 +289,9 @@ def repair(ctx, dist, target, wheel, dry_run, restore_pristine, accept_edits):
     undoes it. Exit 0 when all were restored, 1 when some are left (named), 2 when no wheel matches.
     """
     from .adopt import check_mode
-    from .commands.repair import run
+    from .commands.repair import repair_dist
 
-    return run(_workspace(ctx), target, dist, wheel, dry_run, adopt=check_mode(restore_pristine, accept_edits))
+    return repair_dist(_workspace(ctx), target, dist, wheel, dry_run, adopt=check_mode(restore_pristine, accept_edits))
 
 
 @main.command("show-backup")

@@ -265,7 +265,7 @@ def run_checks(target: Target, svc: ServiceConfig, with_restart: bool = True,
 
 # ---- the server on the port is the one the unit starts ------------------------------------------
 def _port(base_url: str) -> int:
-    return probe_http._split(base_url)[2]
+    return probe_http.split_url(base_url)[2]
 
 
 def _unit_command(target: Target) -> units.Command | str | None:

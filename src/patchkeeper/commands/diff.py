@@ -6,7 +6,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 
 from .. import diffwrite, engine
-from ..errors import BadInput, Refused
+from ..errors import BadInput, PatchkeeperError, Refused
 from ..manifest import Entry, differences
 from ..session import Session
 from ..workspace import Workspace
@@ -168,7 +168,7 @@ def _patches(diffs: list[Difference], old, new, label_a: str, label_b: str) -> d
             continue
         try:
             before, after = old(d), new(d)
-        except Exception as exc:  # e.g. a state recorded without its bytes
+        except (PatchkeeperError, OSError) as exc:  # e.g. a state recorded without its bytes
             out[d.key] = f"(bytes not available: {exc})\n"
             continue
         try:

@@ -10,8 +10,8 @@ from ..workspace import Workspace
 _MARK = {"changed": "M", "added": "A", "removed": "D", "mode": "m"}
 
 
-def run(ws: Workspace, target: str | None, dist: str, wheel: str | None, dry_run: bool,
-        adopt: str | None = None) -> int:
+def repair_dist(ws: Workspace, target: str | None, dist: str, wheel: str | None, dry_run: bool,
+                adopt: str | None = None) -> int:
     """Exit 0 when every damaged file was restored (or none was damaged), 1 when some are left."""
     from ..host.disk import normalize_name
 

@@ -21,7 +21,8 @@ TEXT_KEEP = 4000
 # a proxy, which a check of the target's own loopback must not.
 
 
-def _split(url: str) -> tuple[str, str, int, str]:
+def split_url(url: str) -> tuple[str, str, int, str]:
+    """(scheme, host, port, path) of an http:// or https:// URL (a bracketed IPv6 host without its brackets)."""
     scheme, _, rest = url.partition("://")
     hostport, _, path = rest.partition("/")
     host, port = hostport, 443 if scheme == "https" else 80
@@ -38,7 +39,7 @@ def _exchange(url: str, body: Any, timeout: float) -> tuple[int, str, bytes]:
     """(status, reason, payload) of one request, the whole answer read within `timeout` seconds."""
     import http.client
 
-    scheme, host, port, path = _split(url)
+    scheme, host, port, path = split_url(url)
     deadline = time.monotonic() + timeout
     kind = http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection
     conn = kind(host, port, timeout=timeout)

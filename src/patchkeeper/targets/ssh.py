@@ -77,7 +77,7 @@ def _ssh_config():
         return paramiko.SSHConfig()
     try:
         return paramiko.SSHConfig.from_path(path)
-    except Exception as exc:
+    except (OSError, ValueError, paramiko.SSHException) as exc:  # unreadable, or a syntax paramiko rejects
         raise BadInput(f"cannot read {path}: {exc}", "fix its syntax") from None
 
 
