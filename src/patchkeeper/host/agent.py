@@ -245,24 +245,27 @@ class Agent(AgentContract):
         names = dict.fromkeys(_walked for rel_dir in walk for _walked in walk_files(root, rel_dir, pycs))
         walked = tuple(d + "/" for d in walk)
         names.update(dict.fromkeys(p for p in paths if not p.startswith(walked) and is_managed_name(p)))
-        jobs: list[tuple[str, str]] = [(rel, os.path.join(root, rel)) for rel in names]
+        jobs: list[tuple[str, str]] = [(rel, f"{root}/{rel}" if rel[:1] != "/" else rel) for rel in names]
         jobs.extend((key, path) for key, path in (absolute or {}).items())
         out: Rows = {}
         todo: list[tuple[str, str, os.stat_result]] = []
         stats: dict[str, os.stat_result] = {}
-        for key, path in jobs:
+        lstat, is_reg, imode, known, prefix = os.lstat, stat.S_ISREG, stat.S_IMODE, cached.entries, algorithm + ":"
+        for key, path in jobs:  # the hot loop of every warm command: StatCache.lookup, inlined
             try:
-                st = os.lstat(path)
+                st = lstat(path)
             except (FileNotFoundError, NotADirectoryError):
                 continue
-            if not stat.S_ISREG(st.st_mode):
+            if not is_reg(st.st_mode):
                 continue
             stats[key] = st
-            digest = cached.lookup(key, st)
-            if digest is None or not digest.startswith(algorithm + ":"):
-                todo.append((key, path, st))
+            hit = known.get(key)
+            if (hit is not None and hit[:4] == (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+                    and hit[4].startswith(prefix)):
+                cached.fresh[key] = hit
+                out[key] = [hit[4], st.st_size, imode(st.st_mode)]
             else:
-                out[key] = entry_row(st, digest)
+                todo.append((key, path, st))
 
         def work(batch: list[tuple[str, str, os.stat_result]]) -> list[tuple[str, Row]]:
             done = []

@@ -7,9 +7,10 @@ own interpreter, sent there by targets/remote_agent.py.
 from __future__ import annotations
 
 import hashlib
-import json
+import marshal
 import os
 import stat
+import sys
 import time
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 
@@ -131,27 +132,32 @@ class StatCache:
     more than the file system's timestamp granularity; any later change then moves ctime forward,
     so a cached digest is never trusted for a file that could have changed within the same tick
     it was hashed in (git's "racily clean" problem).
+
+    The file is marshal data stamped with its format and the Python version that wrote it (fast to
+    load: a warm audit reads several); one in another format or of another Python is simply empty.
     """
 
     GRANULARITY_NS = 2_000_000_000
+    FORMAT = ("pk-statcache", 2, sys.version_info[:2])
 
     def __init__(self, path: str | None) -> None:
         self.path = path
-        self.entries: dict[str, list[Any]] = {}
-        self.fresh: dict[str, list[Any]] = {}
+        self.entries: dict[str, tuple[Any, ...]] = {}
+        self.fresh: dict[str, tuple[Any, ...]] = {}
         self.started_ns = time.time_ns()
         if path:
             try:
                 with open(path, "rb") as f:
-                    self.entries = json.loads(f.read())
-            except (FileNotFoundError, ValueError):
+                    stamp, entries = marshal.loads(f.read())
+                if stamp == self.FORMAT and isinstance(entries, dict):
+                    self.entries = entries
+            except (OSError, ValueError, EOFError, TypeError):  # absent, or not ours: start empty
                 self.entries = {}
 
     def lookup(self, rel: str, st: os.stat_result) -> Any:
         """The value remembered for `rel` (a digest, or a verdict) while its identity is unchanged."""
-        key = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
         hit = self.entries.get(rel)
-        if hit is not None and hit[:4] == key:
+        if hit is not None and hit[:4] == (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino):
             self.fresh[rel] = hit
             return hit[4]
         return None
@@ -159,12 +165,12 @@ class StatCache:
     def remember(self, rel: str, st: os.stat_result, digest: Any) -> None:
         newest = max(st.st_mtime_ns, st.st_ctime_ns)
         if newest + self.GRANULARITY_NS < self.started_ns:
-            self.fresh[rel] = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, digest]
+            self.fresh[rel] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, digest)
 
     def save(self) -> None:
         if self.path and self.fresh != self.entries:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            write_atomic(self.path, json.dumps(self.fresh, separators=(",", ":")).encode(), durable=False)
+            write_atomic(self.path, marshal.dumps((self.FORMAT, self.fresh)), durable=False)
 
 
 def walk_files(root: str, rel_dir: str, pycs: list[tuple[str, bool]] | None = None) -> Iterator[str]:

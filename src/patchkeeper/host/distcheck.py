@@ -216,6 +216,7 @@ def check_bytecode(site: str, cache_tag: str, verify: list[str], cache_path: str
     findings: list[list[str]] = []
     pycs = orphans = stale = 0
     stats: Dict[str, os.stat_result] = {}
+    known_verdicts = cache.entries
     found_pycs: Iterable[tuple[str, bool]] = _walk_pyc(site)
     if walked is not None and walked[0]:
         dirs, seen, stats = walked
@@ -241,9 +242,11 @@ def check_bytecode(site: str, cache_tag: str, verify: list[str], cache_path: str
             continue
         source_id = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
         compare = src_rel in deep
-        known = None if compare else cache.lookup(rel, pst)
-        if known is not None and known[0] == source_id:
-            stale += known[1]
+        hit = None if compare else known_verdicts.get(rel)  # StatCache.lookup, inlined: this loop runs per pyc
+        if (hit is not None and hit[:4] == (pst.st_size, pst.st_mtime_ns, pst.st_ctime_ns, pst.st_ino)
+                and hit[4][0] == source_id):
+            cache.fresh[rel] = hit
+            stale += hit[4][1]
             continue
         verdict = _pyc_verdict(pyc, src, st, opt, compare)
         if verdict is None or verdict == "stale":
