@@ -136,3 +136,33 @@ def test_differences_of_rows_and_of_entries_agree():
     assert differences(same, other) == {"a": "mode", "b": "changed", "c": "removed", "d": "added"}
     assert dict(other) == {"a": Entry("blake3:1", 1, 0o755), "b": Entry("blake3:9", 2, 0o644),
                            "d": Entry("blake3:4", 4, 0o644)} and "c" not in other and len(other) == 3
+
+
+def test_a_remembered_directory_listing_is_never_believed_over_the_directory(env, monkeypatch):
+    """The scan remembers each walked directory's entries by the directory's stat identity: a file
+    added (or removed) in the same directory later is found, because the directory changed."""
+    from patchkeeper.host import disk
+
+    site, cache = str(env.site), str(env.state_dir / "statcache.json")
+    monkeypatch.setattr(disk.StatCache, "GRANULARITY_NS", -10**12)  # remember even this fresh copy
+    request = ScanRequest(root=site, walk=("sglang",), cache=cache)
+    first = Agent().scan(request)
+    lang = env.site / "sglang" / "lang"
+    assert str(lang) in disk.StatCache(cache + ".dirs").entries  # remembered
+
+    listed: list[str] = []
+    real_scandir = os.scandir
+    monkeypatch.setattr(os, "scandir", lambda path=".": listed.append(str(path)) or real_scandir(path))
+    assert Agent().scan(request) == first and listed == []  # a warm walk lists no directory again
+
+    before = lang.stat()
+    n = 0
+    while lang.stat().st_ctime_ns == before.st_ctime_ns:  # the change must land in a later tick of the clock
+        (lang / f"added_{n}.py").write_text("X = 1\n")
+        n += 1
+    again = Agent().scan(request)
+    assert listed == [str(lang)]  # only the changed directory is listed again
+    assert {k for k in again if k not in first} == {f"sglang/lang/added_{i}.py" for i in range(n)}
+    for i in range(n):
+        (lang / f"added_{i}.py").unlink()
+    assert Agent().scan(request) == first

@@ -137,13 +137,14 @@ def _finish(ledger: Ledger, ops: list[FileOp], entry: LedgerEntry) -> None:
     agent = ledger.target.agent
     done = 0
     try:
-        for op in ops:
+        for op in ops:  # each directory is synced once, below, before anything records the change
             if op.new is not None:
-                agent.rename(op.stage_path(entry.id), op.path)
+                agent.rename(op.stage_path(entry.id), op.path, durable=False)
             else:
-                agent.unlink(op.path)
+                agent.unlink(op.path, durable=False)
             done += 1
             faults.point(f"placed {op.key}")
+        agent.sync_dirs([op.path for op in ops])
         agent.remove_bytecode([op.path for op in ops])
         _remove_created_dirs(ledger, ops, entry)
         faults.point("bytecode")

@@ -16,6 +16,7 @@ from typing import Any
 
 from .disk import (
     ALGORITHM,
+    INSTALL_RECORDS,
     TEMP_PREFIX,
     StatCache,
     algorithm_of,
@@ -147,19 +148,31 @@ class Agent(AgentContract):
                     out[name] = f.read()
         return out
 
-    def rename(self, src: str, dst: str) -> None:
+    def rename(self, src: str, dst: str, durable: bool = True) -> None:
+        """Rename; `durable=False` leaves the directory's fsync to a later sync_dirs (one per directory)."""
         self._walked = None
         os.replace(src, dst)
-        fsync_dir(os.path.dirname(dst))
+        if durable:
+            fsync_dir(os.path.dirname(dst))
 
-    def unlink(self, path: str) -> bool:
+    def unlink(self, path: str, durable: bool = True) -> bool:
         self._walked = None
         try:
             os.unlink(path)
         except (FileNotFoundError, NotADirectoryError):  # not there (or its parent is no directory)
             return False
-        fsync_dir(os.path.dirname(path))
+        if durable:
+            fsync_dir(os.path.dirname(path))
         return True
+
+    def sync_dirs(self, paths: list[str]) -> None:
+        """fsync the directory of each path, once per directory: makes renames and unlinks done
+        with durable=False as durable as if each had synced its own."""
+        for directory in dict.fromkeys(os.path.dirname(p) for p in paths):
+            try:
+                fsync_dir(directory)
+            except (FileNotFoundError, NotADirectoryError):  # removed since (an emptied created dir)
+                continue
 
     def missing_dirs(self, paths: list[str]) -> list[str]:
         """The directories that writing each path would create: its missing ancestors."""
@@ -241,8 +254,9 @@ class Agent(AgentContract):
         cache, algorithm = request.cache, request.algorithm
         algorithm = algorithm or ALGORITHM
         cached = StatCache(cache)
+        listings = StatCache(cache + ".dirs") if cache else None  # each walked directory's entries
         pycs: list[tuple[str, bool]] | None = [] if request.bytecode else None
-        names = dict.fromkeys(_walked for rel_dir in walk for _walked in walk_files(root, rel_dir, pycs))
+        names = dict.fromkeys(_walked for rel_dir in walk for _walked in walk_files(root, rel_dir, pycs, listings))
         walked = tuple(d + "/" for d in walk)
         names.update(dict.fromkeys(p for p in paths if not p.startswith(walked) and is_managed_name(p)))
         jobs: list[tuple[str, str]] = [(rel, f"{root}/{rel}" if rel[:1] != "/" else rel) for rel in names]
@@ -283,6 +297,8 @@ class Agent(AgentContract):
             for batch in batches:
                 out.update(work(batch))
         cached.save()
+        if listings is not None:
+            listings.save()
         self._walked = (root, tuple(walk), pycs, stats) if pycs is not None else None
         return dict(sorted(out.items()))
 
@@ -292,8 +308,7 @@ class Agent(AgentContract):
         back, as key -> [recorded row, actual row] (None where absent)."""
         store, manifests, scan = request.store, request.manifests, request.scan
         cache = scan.cache
-        recorded = [{k: row for k, row in self._manifest(store, m).items() if not is_install_record(k)}
-                    for m in manifests]  # states recorded before install records were left out
+        recorded = [_without_install_records(self._manifest(store, m)) for m in manifests]
         out: list[dict[str, Pair]] = []
         scans: dict[str, Rows] = {}
         for rows in recorded:
@@ -302,6 +317,9 @@ class Agent(AgentContract):
                 own = cache if algorithm == ALGORITHM or not cache else f"{cache}.{algorithm}"
                 scans[algorithm] = self.scan(replace(scan, cache=own, algorithm=algorithm))
             actual = scans[algorithm]
+            if rows == actual:  # the common case, at C speed
+                out.append({})
+                continue
             out.append({k: [rows.get(k), actual.get(k)] for k in sorted(set(rows) | set(actual))
                         if rows.get(k) != actual.get(k)})
         return out
@@ -535,3 +553,11 @@ class Agent(AgentContract):
         """
         walked, self._walked = self._walked, None
         return check_bytecode(site, cache_tag, verify, cache, walked[1:] if walked and walked[0] == site else None)
+
+
+def _without_install_records(rows: Rows) -> Rows:
+    """A manifest's rows without install records (states recorded before they were left out had them)."""
+    old = [k for k in rows if k.endswith(INSTALL_RECORDS) and is_install_record(k)]
+    if not old:
+        return rows
+    return {k: row for k, row in rows.items() if k not in old}

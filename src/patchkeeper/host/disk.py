@@ -6,7 +6,6 @@ own interpreter, sent there by targets/remote_agent.py.
 
 from __future__ import annotations
 
-import hashlib
 import marshal
 import os
 import stat
@@ -42,6 +41,8 @@ TEMP_PREFIX = ".pk-tmp-"  # write_atomic's temporary files: .pk-tmp-<pid>-<ns>
 def _hasher(size: int = 0, algorithm: str | None = None) -> Any:
     algorithm = algorithm or ALGORITHM
     if algorithm == "sha256":
+        import hashlib
+
         return hashlib.sha256()
     if algorithm != "blake3" or _blake3 is None:
         raise AgentError("no-algorithm", f"this Python cannot hash with {algorithm!r} (it has {ALGORITHM})")
@@ -173,19 +174,19 @@ class StatCache:
             write_atomic(self.path, marshal.dumps((self.FORMAT, self.fresh)), durable=False)
 
 
-def walk_files(root: str, rel_dir: str, pycs: list[tuple[str, bool]] | None = None) -> Iterator[str]:
+def walk_files(root: str, rel_dir: str, pycs: list[tuple[str, bool]] | None = None,
+               listings: StatCache | None = None) -> Iterator[str]:
     """Relative paths of the managed files below root/rel_dir, directory by directory.
 
     Given `pycs`, the same walk also appends every bytecode file it passes as (relative path, in a
-    __pycache__ directory), so that the bytecode check need not walk these directories again."""
+    __pycache__ directory), so that the bytecode check need not walk these directories again.
+    Given `listings`, a directory's entries are remembered by its own stat identity (see listing)."""
     collect = pycs is not None and not rel_dir.endswith(".dist-info")
     stack = [(rel_dir, False)]  # (directory, inside a bytecode cache: nothing there is managed)
     while stack:
         current, cached = stack.pop()
-        try:
-            with os.scandir(os.path.join(root, current) if current else root) as it:
-                entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
-        except (FileNotFoundError, NotADirectoryError):
+        entries = listing(os.path.join(root, current) if current else root, listings)
+        if entries is None:
             continue
         prefix = current + "/" if current else ""
         in_cache = current.rpartition("/")[2] == "__pycache__"
@@ -202,14 +203,38 @@ def walk_files(root: str, rel_dir: str, pycs: list[tuple[str, bool]] | None = No
                 pycs.append((prefix + name, in_cache))  # type: ignore[union-attr]
 
 
+def listing(path: str, listings: StatCache | None = None) -> list[tuple[str, bool]] | None:
+    """(name, is a directory) of each entry of a directory, None when it is not one (or is gone).
+
+    With `listings`, one lstat of the directory stands for the listing while the directory's
+    identity is unchanged: adding, removing or renaming an entry moves its mtime and ctime, and,
+    as for files, a listing is never remembered within the clock's granularity of a change."""
+    if listings is not None:
+        try:
+            st = os.lstat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        if not stat.S_ISDIR(st.st_mode):
+            return None
+        known = listings.lookup(path, st)
+        if known is not None:
+            return known
+    try:
+        with os.scandir(path) as it:
+            entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if listings is not None:
+        listings.remember(path, st, entries)
+    return entries
+
+
 def entry_row(st: os.stat_result, digest: str) -> list[Any]:
     return [digest, st.st_size, stat.S_IMODE(st.st_mode)]
 
 
 def hostname() -> str:
-    import socket
-
-    return socket.gethostname()
+    return os.uname().nodename  # what gethostname(2) answers, without loading the socket module
 
 
 def map_threads(fn: Callable[[_T], _R], items: Sequence[_T], workers: int) -> list[_R]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 from itertools import chain
@@ -20,6 +19,8 @@ _AUDIT_WORKERS = min(8, (os.cpu_count() or 2) * 2)
 def _record_digest(path: str, algo: str, size: int = 0) -> str:
     """`algo:<urlsafe base64 without padding>`, the form RECORD files use."""
     import base64
+
+    import hashlib
 
     h = hashlib.new(algo)
     with open(path, "rb") as f:
@@ -51,6 +52,8 @@ def _is_launcher(rest: bytes, entry_points: set[str]) -> bool:
 def record_hash(data: bytes, algo: str) -> str:
     """`algo:<urlsafe base64 without padding>` of bytes, the form RECORD files use."""
     import base64
+
+    import hashlib
 
     return f"{algo}:{base64.urlsafe_b64encode(hashlib.new(algo, data).digest()).rstrip(b'=').decode()}"
 

@@ -239,11 +239,14 @@ class AgentProxy(AgentContract):
     def read_all(self, directory: str, suffix: str) -> dict[str, bytes]:
         return self._call("read_all", directory, suffix)
 
-    def rename(self, src: str, dst: str) -> None:
-        self._call("rename", src, dst)
+    def rename(self, src: str, dst: str, durable: bool = True) -> None:
+        self._call("rename", src, dst, durable)
 
-    def unlink(self, path: str) -> bool:
-        return self._call("unlink", path)
+    def unlink(self, path: str, durable: bool = True) -> bool:
+        return self._call("unlink", path, durable)
+
+    def sync_dirs(self, paths: list[str]) -> None:
+        self._call("sync_dirs", paths)
 
     def listdir(self, path: str) -> list[str]:
         return self._call("listdir", path)
