@@ -52,6 +52,14 @@ class Manifest(Mapping[str, Entry]):
         return len(self._entries if self._entries is not None else (self._rows or {}))
 
     def replace(self, changes: Mapping[str, Entry | None]) -> "Manifest":
+        if self._entries is None:  # rows stay rows
+            rows = dict(self._rows or {})
+            for key, change in changes.items():
+                if change is None:
+                    rows.pop(key, None)
+                else:
+                    rows[key] = [change.digest, change.size, change.mode]
+            return Manifest.from_scan(rows)
         entries = dict(self._all())
         for key, entry in changes.items():
             if entry is None:
@@ -62,7 +70,9 @@ class Manifest(Mapping[str, Entry]):
 
     def to_text(self) -> bytes:
         """The text form (host/manifest_text.py, its one writer and reader)."""
-        return manifest_text.write(self._all())
+        if self._entries is None:
+            return manifest_text.write_rows(self._rows or {})
+        return manifest_text.write(self._entries)
 
     @classmethod
     def from_text(cls, data: bytes) -> "Manifest":

@@ -81,10 +81,11 @@ def carry_out(ledger: Ledger, ops: list[FileOp], contents: dict[str, bytes], ent
     agent.write_atomic(ledger.journal_path, json.dumps(journal).encode())
     faults.point("journal-prepared")
     try:
-        for op in ops:
+        for op in ops:  # synced together below, before the commit point
             if op.new is not None:
-                agent.stage(store, op.new.digest, op.stage_path(entry.id), op.new.mode)
+                agent.stage(store, op.new.digest, op.stage_path(entry.id), op.new.mode, durable=False)
                 faults.point(f"staged {op.key}")
+        agent.sync_files([op.stage_path(entry.id) for op in ops if op.new is not None])
         journal["status"] = "committed"
         agent.write_atomic(ledger.journal_path, json.dumps(journal).encode())
     except Exception as exc:  # before the commit point: undo, so the target stays as it was

@@ -230,8 +230,11 @@ class AgentProxy(AgentContract):
     def write_atomic(self, path: str, data: bytes, mode: int = 0o644) -> None:
         self._call("write_atomic", path, data, mode)
 
-    def write_new(self, path: str, data: bytes, mode: int) -> None:
-        self._call("write_new", path, data, mode)
+    def write_new(self, path: str, data: bytes, mode: int, durable: bool = True) -> None:
+        self._call("write_new", path, data, mode, durable)
+
+    def sync_files(self, paths: list[str]) -> None:
+        self._call("sync_files", paths)
 
     def obstacles(self, writes: list[str], removes: list[str]) -> dict[str, str]:
         return self._call("obstacles", writes, removes)
@@ -287,8 +290,8 @@ class AgentProxy(AgentContract):
     def store_put_files(self, store: str, files: dict[str, str]) -> dict[str, str]:
         return self._call("store_put_files", store, files)
 
-    def stage(self, store: str, digest: str, path: str, mode: int) -> None:
-        self._call("stage", store, digest, path, mode)
+    def stage(self, store: str, digest: str, path: str, mode: int, durable: bool = True) -> None:
+        self._call("stage", store, digest, path, mode, durable)
 
     def state_dir_owner(self, prefix: str, state_dir: str, site: str, claim: bool) -> dict[str, str | None]:
         return self._call("state_dir_owner", prefix, state_dir, site, claim)
