@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Tuple, TypeVar
 T = TypeVar("T")
 R = TypeVar("R")
 
-from .disk import CHUNK, StatCache, map_threads, write_atomic
+from .disk import CHUNK, StatCache, listing, map_threads, write_atomic
 from .distinfo import console_scripts, record_rows
 
 _AUDIT_WORKERS = min(8, (os.cpu_count() or 2) * 2)
@@ -165,16 +165,19 @@ def _pyc_source(rel: str, cache_tag: str) -> tuple[str, int] | None:
     return (f"{parent}/{stem}.py" if parent else f"{stem}.py"), opt
 
 
-def _walk_pyc(root: str, skip: frozenset[str] = frozenset()) -> Iterator[tuple[str, bool]]:
+def _walk_pyc(root: str, skip: frozenset[str] = frozenset(),
+              listings: StatCache | None = None) -> Iterator[tuple[str, bool]]:
     """(relative path, in __pycache__) of every .pyc below root, streamed directory by directory;
-    the top-level directories in `skip` are left out (a scan already walked them)."""
+    the top-level directories in `skip` are left out (a scan already walked them). `listings`
+    remembers directories' entries by their stat identity (disk.listing)."""
     stack = [d for d in _top_entries(root) if d not in skip] if skip else [""]  # skip: see _top_pycs
     while stack:
         rel_dir = stack.pop()
         try:
-            with os.scandir(f"{root}/{rel_dir}" if rel_dir else root) as it:
-                entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
-        except (FileNotFoundError, NotADirectoryError, PermissionError):
+            entries = listing(f"{root}/{rel_dir}" if rel_dir else root, listings)
+        except PermissionError:
+            continue
+        if entries is None:
             continue
         in_cache = rel_dir.endswith("__pycache__") and rel_dir.rpartition("/")[2] == "__pycache__"
         prefix = f"{rel_dir}/" if rel_dir else ""
@@ -216,14 +219,15 @@ def check_bytecode(site: str, cache_tag: str, verify: list[str], cache_path: str
     is walked here, and a source's verdict comes from the stat the scan took."""
     deep = set(verify)
     cache = StatCache(cache_path)  # verdicts of clean pycs, keyed by the pyc's and its source's identity
+    listings = StatCache(cache_path + ".dirs") if cache_path else None
     findings: list[list[str]] = []
     pycs = orphans = stale = 0
     stats: Dict[str, os.stat_result] = {}
     known_verdicts = cache.entries
-    found_pycs: Iterable[tuple[str, bool]] = _walk_pyc(site)
+    found_pycs: Iterable[tuple[str, bool]] = _walk_pyc(site, listings=listings)
     if walked is not None and walked[0]:
         dirs, seen, stats = walked
-        found_pycs = chain(seen, _top_pycs(site), _walk_pyc(site, frozenset(dirs)))
+        found_pycs = chain(seen, _top_pycs(site), _walk_pyc(site, frozenset(dirs), listings))
     for rel, in_cache in found_pycs:
         pyc = f"{site}/{rel}"
         if not in_cache:  # a legacy pyc beside its module: imported only when there is no source
@@ -259,6 +263,8 @@ def check_bytecode(site: str, cache_tag: str, verify: list[str], cache_path: str
         else:
             findings.append([rel, *verdict])
     cache.save()
+    if listings is not None:
+        listings.save()
     return {"pycs": pycs, "orphans": orphans, "stale": stale, "findings": sorted(findings)}
 
 
