@@ -11,7 +11,7 @@ import os
 import stat
 import sys
 import time
-from typing import Any, Callable, Iterator, Sequence, TypeVar
+from typing import Any, Callable, Iterator, Sequence, TypeVar, cast
 
 from .errors import AgentError
 
@@ -218,7 +218,7 @@ def listing(path: str, listings: StatCache | None = None) -> list[tuple[str, boo
             return None
         known = listings.lookup(path, st)
         if known is not None:
-            return known
+            return cast("list[tuple[str, bool]]", known)
     try:
         with os.scandir(path) as it:
             entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
