@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, SITE_REL, copy_venv, edit_file, make_workspace, tree
+from conftest import REPO, SITE_REL, copy_venv, edit_file, fingerprinted, make_workspace, tree
 from sshd import sshd, write_client_config  # noqa: F401 (sshd is a fixture)
 
 WHEELS = Path(os.environ.get("PK_WHEELS", REPO / ".cache" / "wheels"))
@@ -86,6 +86,7 @@ def test_repair_restores_six_and_markupsafe_so_byte_exact_and_rollback_puts_the_
     assert log_kinds(renv) == ["repair", "repair", "baseline"]
     repair_six = json.loads(renv.pk("log", "--json").stdout)[1]
     assert repair_six["extra"]["dist"] == "six" and "%six.py" in repair_six["extra"]["env"]
+    assert fingerprinted(renv) == [("baseline", True), ("repair", True), ("repair", True)]
 
     renv.pk("rollback", "--to", "previous")  # undoes the markupsafe repair: its damage is back, byte for byte
     assert (site / SO).read_bytes() == damaged_so and not (site / "markupsafe/_native.py").exists()
@@ -204,6 +205,7 @@ def test_restore_pristine_gives_the_release_as_baseline(handmade, pristine_venv)
     base = json.loads(handmade.pk("log", "--json").stdout)[-1]
     assert base["kind"] == "baseline" and base["extra"]["adopted"] == "restore-pristine"
     assert sorted(base["hand_edits"]) == ["sglang/srt/speculative/ddtree_by_hand.py", SPEC]
+    assert fingerprinted(handmade) == [("baseline", True), ("apply", True), ("rollback", True)]
 
 
 def test_accept_edits_records_them_and_the_ledger_says_so(handmade):
@@ -218,3 +220,4 @@ def test_accept_edits_records_them_and_the_ledger_says_so(handmade):
     handmade.pk("rollback", "--to", "baseline", "--no-verify")
     assert (handmade.site / SPEC).read_bytes() == edited
     assert (handmade.site / "sglang/srt/speculative/ddtree_by_hand.py").exists()
+    assert fingerprinted(handmade) == [("baseline", True), ("snapshot", True), ("apply", True), ("rollback", True)]
