@@ -44,6 +44,20 @@ def words(text: str) -> list[str]:
     return out + ([cur] if cur else [])
 
 
+class JsonHandler(BaseHTTPRequestHandler):
+    """HTTP/1.1 with keep-alive; `send` answers one JSON document (the stand-in server shares it)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def send(self, status: int, doc: dict) -> None:
+        body = json.dumps(doc).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
 def healthy_text(max_tokens: int) -> tuple[str, int]:
     pieces = words(TEXT)
     chosen = [pieces[i % len(pieces)] for i in range(max_tokens)]
@@ -112,19 +126,9 @@ def serve(args: argparse.Namespace) -> int:
     mode, why = choose_mode(args.state, args.when, args.default)
     started = time.monotonic()
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
+    class Handler(JsonHandler):
         def log_message(self, fmt, *a):  # one line per request in the service log
             log(args.log, f"{self.command} {self.path} mode={mode} " + (fmt % a))
-
-        def send(self, status: int, doc: dict) -> None:
-            body = json.dumps(doc).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
 
         def do_GET(self):
             if self.path not in ("/v1/models", "/health"):

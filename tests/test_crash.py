@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import signal
 
 import pytest
@@ -28,6 +29,30 @@ def _clone(tmp_path, template, n):
     return env
 
 
+def _fault_points(tmp_path, template, op) -> list[tuple[int, str]]:
+    """Every step the transaction passes, numbered as PATCHKEEPER_CRASH_AT counts them (a run that never dies)."""
+    env = _clone(tmp_path, template, "trace")
+    trace = tmp_path / "trace-all"
+    env.pk(*_args(op), env={"PATCHKEEPER_CRASH_AT": "no such step", "PATCHKEEPER_CRASH_TRACE": str(trace)})
+    _discard(env)
+    return [(int(n), name) for n, name in (line.split(" ", 1) for line in trace.read_text().splitlines())]
+
+
+def _chosen(points: list[tuple[int, str]]) -> list[int]:
+    """Each kind of step at its first, second and last occurrence ("placed" for the 1st, 2nd and 18th file):
+    every boundary of the journal is crossed, without dying once per file in between."""
+    by_kind: dict[str, list[int]] = {}
+    for n, name in points:
+        by_kind.setdefault(name.split(" ", 1)[0], []).append(n)
+    return sorted({n for ns in by_kind.values() for n in (ns[0], ns[1:2] and ns[1], ns[-1]) if n})
+
+
+def _discard(env) -> None:
+    """A finished iteration's venv and workspace (a baseline pack each: ~130 MB) go at once."""
+    shutil.rmtree(env.venv)
+    shutil.rmtree(env.root)
+
+
 @pytest.mark.parametrize("op", ["apply", "switch", "rollback"])
 def test_kill_at_every_step_then_recover(op, tmp_path, pristine_venv):
     template = _prepare(tmp_path, pristine_venv, op)
@@ -36,19 +61,18 @@ def test_kill_at_every_step_then_recover(op, tmp_path, pristine_venv):
     done.pk(*_args(op))
     new = done.snapshot()
     assert old != new
+    points = _fault_points(tmp_path, template, op)
+    kinds = {name.split(" ", 1)[0] for _, name in points}
+    assert {"stored", "journal-prepared", "staged", "journal-committed", "placed", "ledger", "done"} <= kinds, kinds
 
     crashed_before_commit = crashed_after_commit = 0
-    n = 0
-    while True:
-        n += 1
+    for n in _chosen(points):
         env = _clone(tmp_path, template, n)
         trace = tmp_path / f"trace-{n}"
         proc = env.pk(*_args(op), check=None, env={"PATCHKEEPER_CRASH_AT": str(n), "PATCHKEEPER_CRASH_TRACE": str(trace)})
-        if proc.returncode == 0:
-            assert n > 5, "the transaction should pass through several fault points"
-            break
         assert proc.returncode == -signal.SIGKILL, proc.stderr
         step = trace.read_text().splitlines()[-1].split(" ", 1)[1]
+        assert step == dict(points)[n], "the run took another path than the traced one"
         rec = env.pk("recover")
         state = env.snapshot()
         names = [l.split(" ", 1)[1] for l in trace.read_text().splitlines()]
@@ -64,4 +88,5 @@ def test_kill_at_every_step_then_recover(op, tmp_path, pristine_venv):
         status = env.pk("status").stdout
         assert "files match the recorded state" in status or "no recorded state" in status
         assert "nothing to recover" in env.pk("recover").stdout
+        _discard(env)
     assert crashed_before_commit >= 3 and crashed_after_commit >= 3

@@ -115,13 +115,18 @@ def write_atomic(path: str, data: bytes, mode: int = 0o644, durable: bool = True
         os.chmod(tmp, stat.S_IMODE(mode))
         os.replace(tmp, path)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        discard(tmp)
         raise
     if durable:
         fsync_dir(directory)
+
+
+def discard(path: str) -> None:
+    """Remove a temporary file of ours if it is there (the cleanup of a write that failed)."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 class StatCache:

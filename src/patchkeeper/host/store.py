@@ -7,7 +7,7 @@ import os
 import time
 
 from .errors import AgentError
-from .disk import TEMP_PREFIX, algorithm_of, hash_bytes, remove_stale_temps, write_atomic
+from .disk import TEMP_PREFIX, algorithm_of, discard, hash_bytes, remove_stale_temps, write_atomic
 
 TEMP_PACK = ".tmp-"  # a pack being written: .tmp-<pid>-<ns>
 
@@ -126,7 +126,7 @@ class Store:
         tmp = os.path.join(pack_dir, f"{TEMP_PACK}{os.getpid()}-{time.monotonic_ns()}")
         index: dict[str, tuple[int, int]] = {}
         offset = 0
-        try:  # a pack that cannot be finished (no space, Ctrl-C) leaves nothing behind
+        try:
             with open(tmp, "wb") as out:
                 for digest, path in todo:
                     with open(path, "rb") as f:
@@ -151,10 +151,7 @@ class Store:
                 os.unlink(base + ".pack")  # a pack without its index is never read: do not keep it
                 raise
         except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
+            discard(tmp)  # a pack that cannot be finished (no space, Ctrl-C) leaves nothing behind
             raise
         self._index = None
         return mismatched

@@ -15,9 +15,9 @@ import os
 import signal
 import sys
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
-from fake_openai import healthy_text
+from fake_openai import JsonHandler, healthy_text
 
 
 def main() -> int:
@@ -39,19 +39,9 @@ def main() -> int:
     for i in range(150 if mode == "broken" else 3):
         print(f"INFO capture cuda graph bs={i + 1} done")
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
+    class Handler(JsonHandler):
         def log_message(self, fmt, *a):
             print(f"INFO {self.command} {self.path} " + (fmt % a), flush=True)
-
-        def send(self, status: int, doc: dict) -> None:
-            body = json.dumps(doc).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
 
         def do_GET(self):
             if self.path != "/v1/models":
