@@ -73,7 +73,8 @@ def main() -> None:
         def drop_caches_only() -> None:
             state = venv / ".patchkeeper"
             shutil.rmtree(state / "audit", ignore_errors=True)
-            (state / "statcache.json").unlink(missing_ok=True)
+            for cache in state.glob("statcache.json*"):  # digests, and the walked directories' listings
+                cache.unlink()
 
         best = float("inf")
         for _ in range(3):
@@ -95,7 +96,8 @@ def main() -> None:
             tws = _workspace(tmp / "tws", [tv])
             subprocess.run([*PK, "-w", str(tws), "snapshot", "--name", "base"], check=True, stdout=subprocess.DEVNULL)
             shutil.rmtree(tv / ".patchkeeper" / "audit", ignore_errors=True)
-            (tv / ".patchkeeper" / "statcache.json").unlink(missing_ok=True)
+            for cache in (tv / ".patchkeeper").glob("statcache.json*"):
+                cache.unlink()
             time.sleep(2.2)
             taudit = [*PK, "-w", str(tws), "audit", "-q"]
             t = time.perf_counter()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import stat
@@ -154,6 +155,18 @@ class Env:
         files["@unit"] = (hashlib.sha256(self.unit.read_bytes()).hexdigest(), stat.S_IMODE(self.unit.stat().st_mode)) \
             if self.unit.exists() else None
         return files
+
+
+def fingerprinted(env: Env) -> list[tuple[str, bool]]:
+    """Each ledger entry's kind, and whether it keeps an environment fingerprint that reads back
+    from the target's store (issue 9: every recorded state and transaction carries one)."""
+    out = []
+    for path in sorted((env.state_dir / "ledger").glob("*.json")):
+        entry = json.loads(path.read_text())
+        algo, _, hexd = entry.get("env", "").partition(":")
+        obj = env.state_dir / "store" / "objects" / algo / hexd[:2] / hexd[2:]
+        out.append((entry["kind"], bool(hexd) and obj.is_file() and "distributions" in json.loads(obj.read_bytes())))
+    return out
 
 
 def make_workspace(root: Path, venv: Path, extra_toml: str = "") -> Env:

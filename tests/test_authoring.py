@@ -232,3 +232,51 @@ def test_show_lists_metadata_diffstat_and_targets(env):
     assert doc["applied_on"][0]["target"] == "local" and doc["applied_on"][0]["current"]
     stat_of = {s["path"]: s for s in doc["diffstat"]}
     assert stat_of["sglang/srt/speculative/ddtree_utils.py"]["added"] == 194
+
+
+def test_record_over_a_templated_unit_keeps_the_template_and_maps_edits_back(env):
+    """nextn's unit is a template: recording the target's rendered unit keeps the {{ }} placeholders
+    (and the [vars] defaults), an edit beside them is written into the template, and an edit of a
+    value the template fills in per target is refused by name, writing nothing."""
+    env.pk("apply", "nextn")
+    template = (env.root / "patchsets/nextn/sglang-qwen.service").read_bytes()
+    assert b"{{ tp_size }}" in template and b"{{" not in env.unit.read_bytes()
+    # a value changed in patchkeeper.toml since the apply: the unit is still the rendering the ledger recorded
+    toml = (env.root / "patchkeeper.toml").read_text()
+    (env.root / "patchkeeper.toml").write_text(toml.replace("[targets.local.vars]\n",
+                                                            "[targets.local.vars]\nport = 31000\n"))
+    out = env.pk("record", "nextn", "--from", "baseline", "--bump", "minor").stdout
+    assert "updated nextn@2.1.0" in out
+    (env.root / "patchkeeper.toml").write_text(toml)
+    assert (env.root / "patchsets/nextn/sglang-qwen.service").read_bytes() == template
+    recorded = patchset.load(env.root / "patchsets", "nextn")
+    assert dict(recorded.defaults) == {"python": "/root/ml-env/bin/python3", "model_path": "/root/models/Qwen3.6-27B",
+                                       "host": "0.0.0.0", "port": "30000", "tp_size": "2"}
+
+    rendered = env.unit.read_bytes()
+    edit_file(env.unit, rendered.replace(b"--mem-fraction-static 0.88", b"--mem-fraction-static 0.85")
+              .replace(b"RestartSec=10\n", b"RestartSec=10\nEnvironment=MODEL=/root/models/Qwen3.6-27B\n"))
+    out = env.pk("record", "nextn", "--from", "baseline", "--bump", "patch").stdout
+    assert "updated nextn@2.1.1" in out and "the value of {{ model_path }}" in out
+    edited = (env.root / "patchsets/nextn/sglang-qwen.service").read_bytes()
+    assert edited == template.replace(b"--mem-fraction-static 0.88", b"--mem-fraction-static 0.85").replace(
+        b"RestartSec=10\n", b"RestartSec=10\nEnvironment=MODEL=/root/models/Qwen3.6-27B\n")
+    other = patchset.load(env.root / "patchsets", "nextn").bind({"tp_size": "8", "port": "31000"}, "ct200")
+    unit = dict(other.files)["unit"]
+    assert b"--port 31000 \\\n    --host 0.0.0.0 --tp-size 8 --mem-fraction-static 0.85" in unit
+    env.pk("rollback", "--to", "baseline")
+    assert env.pk("apply", "nextn").returncode == 0 and env.unit.read_bytes() == rendered.replace(
+        b"--mem-fraction-static 0.88", b"--mem-fraction-static 0.85").replace(
+        b"RestartSec=10\n", b"RestartSec=10\nEnvironment=MODEL=/root/models/Qwen3.6-27B\n")
+
+    # a new patch set over the applied nextn's rendered unit takes nextn's template and its defaults
+    assert "created tuned@1.0.0" in env.pk("record", "tuned", "--from", "baseline").stdout
+    assert (env.root / "patchsets/tuned/sglang-qwen.service").read_bytes() == edited
+    assert patchset.load(env.root / "patchsets", "tuned").defaults == recorded.defaults
+
+    before = tree(env.root / "patchsets")
+    edit_file(env.unit, env.unit.read_bytes().replace(b"--tp-size 2 ", b"--tp-size 4 "))
+    err = env.pk("record", "nextn", "--from", "baseline", "--bump", "patch", check=2).stderr
+    assert "changes the value of {{ tp_size }} ('2')" in err and "patchsets/nextn/sglang-qwen.service" in err
+    assert "hint: give local its own value in [targets.local.vars]" in err
+    assert tree(env.root / "patchsets") == before

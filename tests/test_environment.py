@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, SITE_REL, copy_venv, edit_file, make_workspace
+from conftest import REPO, SITE_REL, copy_venv, edit_file, fingerprinted, make_workspace
 from patchkeeper.commands.verify import PREVIOUS_FAILS
 from patchkeeper.host import elf, fingerprint
 from sshd import sshd  # noqa: F401 (a fixture)
@@ -257,6 +257,8 @@ def test_a_previous_state_that_fails_too_is_reported_with_what_changed_since_it_
     assert "  gpu          changed    driver  580.159.04 -> 590.48.01" in out
     assert "  GPU now      driver 590.48.01, CUDA 13.0, 1 GPU(s): NVIDIA H200 (143771 MiB)" in out
     assert "remapped_rows correctable=0 uncorrectable=0 pending=No failure=No" in out
+    kept = fingerprinted(env)  # every state and transaction, and the passing verification (not the failing ones)
+    assert ("verify", True) in kept and all(ok for kind, ok in kept if kind != "verify")
 
 
 def test_diff_env_between_two_ssh_hosts(fleet):

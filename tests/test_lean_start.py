@@ -7,6 +7,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from conftest import edit_file
+
 HEAVY = ("paramiko", "invoke", "git", "gitdb", "packaging", "concurrent", "multiprocessing", "http", "urllib.request",
          "ssl", "email", "logging")
 
@@ -27,9 +29,27 @@ def test_fast_paths_import_no_heavy_modules(env):
     for args in (["apply", "ddtree", "--no-verify"], ["status"], ["audit", "-q"], ["diff", "local"],
                  ["rollback", "--to", "baseline", "--no-verify"], ["audit", "-q"]):
         modules = imported(env, *args)
-        assert {"click", "patchkeeper.cli", "patchkeeper.host.agent"} <= modules, args  # the probe sees imports
+        assert {"patchkeeper.host.agent"} <= modules, args  # the probe sees imports
         assert heavy(modules) == [], args
     # a command that needs one of them does import it: the check above is not blind
     (env.root / "patchsets" / "ddtree" / "patchset.toml").write_text(
         (env.root / "patchsets" / "ddtree" / "patchset.toml").read_text().replace('"==0.5.23"', '">=0.5,<0.6"'))
     assert "packaging.specifiers" in imported(env, "check", "ddtree")
+
+
+def test_plain_audit_runs_without_click_and_says_what_click_says(env):
+    """`audit` in its plain forms is parsed by launch.py, not click: same report, same exit code;
+    any other form (an option spelled with `=`, --all, --help) is still click's."""
+    modules = imported(env, "audit", "-q")
+    assert "click" not in modules and "patchkeeper.cli" not in modules
+    assert {"patchkeeper.host.agent", "patchkeeper.commands.audit"} <= modules  # the probe sees imports
+    edit_file(env.site / "sglang" / "version.py", b"__version__ = 'edited'\n")  # drift: exit 1
+    plain = env.pk("audit", "-q", "-v", "-t", "local", check=1)
+    proc = subprocess.run([sys.executable, "-m", "patchkeeper", f"--workspace={env.root}", "audit", "--quiet",
+                           "--verbose", "--target=local"], capture_output=True, text=True)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (plain.returncode, plain.stdout, plain.stderr)
+    assert "sglang/version.py" in plain.stdout
+    assert "click" in imported(env, "audit", "--all", code=1)
+    bad = env.pk("audit", "-t", "nowhere", check=2)  # errors end as in click's path: one line and a hint
+    assert bad.stderr.startswith("patchkeeper: error: unknown target 'nowhere'") and "hint:" in bad.stderr
+    assert "Usage:" in env.pk("audit", "-q", "-x", check=2).stderr  # an unknown option: click explains

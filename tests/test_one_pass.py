@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from conftest import edit_file
 from patchkeeper.host import agent as agent_module
 from patchkeeper.host.agent import Agent
 from patchkeeper.host.contract import ScanRequest
@@ -86,3 +87,88 @@ def test_manifests_come_from_their_cache_and_never_over_the_stored_object(env, m
     with pytest.raises(AgentError) as exc:
         Agent().manifest_rows(store, digest)
     assert exc.value.kind == "corrupt-object"
+
+
+def test_stat_cache_is_never_believed_over_the_file(env, monkeypatch):
+    """The scan's stat cache (marshal, stamped): a file edited in place with its size and mtime kept
+    is hashed again (its ctime moved); a cache in another format or of another Python is ignored."""
+    from patchkeeper.host import disk
+
+    site, cache = str(env.site), str(env.state_dir / "statcache.json")
+    rel = "sglang/version.py"
+    path = env.site / rel
+    edit_file(path, path.read_bytes())  # an inode of our own: the edit below is in place
+    monkeypatch.setattr(disk.StatCache, "GRANULARITY_NS", -10**12)  # remember even this fresh copy
+    request = ScanRequest(root=site, walk=("sglang",), cache=cache)
+    first = Agent().scan(request)
+    assert disk.StatCache(cache).entries[rel][4] == first[rel][0]  # remembered, by stat identity
+
+    before = path.stat()
+    data = path.read_bytes()
+    edited = data.replace(b"0", b"9", 1) if b"0" in data else data[:-1] + b"#"
+    assert len(edited) == len(data) and edited != data
+    while path.stat().st_ctime_ns == before.st_ctime_ns:  # the edit must land in a later tick of the clock
+        with open(path, "r+b") as f:
+            f.write(edited)
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))  # size and mtime as before
+    again = Agent().scan(request)
+    assert again[rel][0] != first[rel][0] and again[rel][0] == disk.hash_file(str(path))
+
+    # a cache file that is not ours (the old JSON form, another stamp) is empty, never misread
+    for foreign in (b'{"sglang/version.py": [1, 2, 3, 4, "blake3:00"]}',
+                    __import__("marshal").dumps((("pk-statcache", 1, (3, 0)), {rel: (0, 0, 0, 0, "x")}))):
+        with open(cache, "wb") as f:
+            f.write(foreign)
+        assert disk.StatCache(cache).entries == {}
+    assert Agent().scan(request) == again
+
+
+def test_differences_of_rows_and_of_entries_agree():
+    """Manifests made from rows compare by rows first; rows that differ only in type still agree."""
+    from patchkeeper.manifest import Entry, Manifest, differences
+
+    rows = {"a": ["blake3:1", 1, 0o644], "b": ["blake3:2", 2, 0o644], "c": ["blake3:3", 3, 0o644]}
+    same = Manifest.from_scan(rows)
+    assert differences(same, Manifest.from_scan(dict(rows))) == {}
+    assert differences(same, Manifest.from_scan({k: tuple(v) for k, v in rows.items()})) == {}  # tuples, not lists
+    assert differences(same, Manifest({k: Entry.of(v) for k, v in rows.items()})) == {}
+    other = Manifest.from_scan({"a": ["blake3:1", 1, 0o755], "b": ["blake3:9", 2, 0o644], "d": ["blake3:4", 4, 0o644]})
+    assert differences(same, other) == {"a": "mode", "b": "changed", "c": "removed", "d": "added"}
+    assert dict(other) == {"a": Entry("blake3:1", 1, 0o755), "b": Entry("blake3:9", 2, 0o644),
+                           "d": Entry("blake3:4", 4, 0o644)} and "c" not in other and len(other) == 3
+    # rows stay rows through replace and the text form, which is the one Entries give
+    changes = {"a": None, "e": Entry("blake3:5", 5, 0o600), "b": Entry("blake3:6", 2, 0o644)}
+    as_entries = Manifest({k: Entry.of(v) for k, v in rows.items()})
+    assert same.replace(changes).to_text() == as_entries.replace(changes).to_text()
+    assert dict(same.replace(changes)) == dict(as_entries.replace(changes))
+    assert Manifest.from_text(same.to_text()).to_text() == as_entries.to_text()
+
+
+def test_a_remembered_directory_listing_is_never_believed_over_the_directory(env, monkeypatch):
+    """The scan remembers each walked directory's entries by the directory's stat identity: a file
+    added (or removed) in the same directory later is found, because the directory changed."""
+    from patchkeeper.host import disk
+
+    site, cache = str(env.site), str(env.state_dir / "statcache.json")
+    monkeypatch.setattr(disk.StatCache, "GRANULARITY_NS", -10**12)  # remember even this fresh copy
+    request = ScanRequest(root=site, walk=("sglang",), cache=cache)
+    first = Agent().scan(request)
+    lang = env.site / "sglang" / "lang"
+    assert str(lang) in disk.StatCache(cache + ".dirs").entries  # remembered
+
+    listed: list[str] = []
+    real_scandir = os.scandir
+    monkeypatch.setattr(os, "scandir", lambda path=".": listed.append(str(path)) or real_scandir(path))
+    assert Agent().scan(request) == first and listed == []  # a warm walk lists no directory again
+
+    before = lang.stat()
+    n = 0
+    while lang.stat().st_ctime_ns == before.st_ctime_ns:  # the change must land in a later tick of the clock
+        (lang / f"added_{n}.py").write_text("X = 1\n")
+        n += 1
+    again = Agent().scan(request)
+    assert listed == [str(lang)]  # only the changed directory is listed again
+    assert {k for k in again if k not in first} == {f"sglang/lang/added_{i}.py" for i in range(n)}
+    for i in range(n):
+        (lang / f"added_{i}.py").unlink()
+    assert Agent().scan(request) == first

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, SITE_REL, copy_venv, edit_file, make_workspace, tree
+from conftest import REPO, SITE_REL, copy_venv, edit_file, fingerprinted, make_workspace, tree
 from sshd import sshd, write_client_config  # noqa: F401 (sshd is a fixture)
 
 WHEELS = Path(os.environ.get("PK_WHEELS", REPO / ".cache" / "wheels"))
@@ -86,6 +86,7 @@ def test_repair_restores_six_and_markupsafe_so_byte_exact_and_rollback_puts_the_
     assert log_kinds(renv) == ["repair", "repair", "baseline"]
     repair_six = json.loads(renv.pk("log", "--json").stdout)[1]
     assert repair_six["extra"]["dist"] == "six" and "%six.py" in repair_six["extra"]["env"]
+    assert fingerprinted(renv) == [("baseline", True), ("repair", True), ("repair", True)]
 
     renv.pk("rollback", "--to", "previous")  # undoes the markupsafe repair: its damage is back, byte for byte
     assert (site / SO).read_bytes() == damaged_so and not (site / "markupsafe/_native.py").exists()
@@ -204,6 +205,7 @@ def test_restore_pristine_gives_the_release_as_baseline(handmade, pristine_venv)
     base = json.loads(handmade.pk("log", "--json").stdout)[-1]
     assert base["kind"] == "baseline" and base["extra"]["adopted"] == "restore-pristine"
     assert sorted(base["hand_edits"]) == ["sglang/srt/speculative/ddtree_by_hand.py", SPEC]
+    assert fingerprinted(handmade) == [("baseline", True), ("apply", True), ("rollback", True)]
 
 
 def test_accept_edits_records_them_and_the_ledger_says_so(handmade):
@@ -218,3 +220,37 @@ def test_accept_edits_records_them_and_the_ledger_says_so(handmade):
     handmade.pk("rollback", "--to", "baseline", "--no-verify")
     assert (handmade.site / SPEC).read_bytes() == edited
     assert (handmade.site / "sglang/srt/speculative/ddtree_by_hand.py").exists()
+    assert fingerprinted(handmade) == [("baseline", True), ("snapshot", True), ("apply", True), ("rollback", True)]
+
+
+def test_repair_restores_a_wheels_headers_data_and_scripts_where_pip_put_them(renv, tmp_path):
+    """A wheel's .data/headers, .data/data and .data/scripts, installed by pip into the venv's scheme
+    paths (include/site/pythonX.Y/<dist>, the prefix, bin with its shebang rewritten), come back."""
+    members = {"hdr_demo/__init__.py": b"X = 1\n", "hdr_demo-1.0.data/headers/hdr_demo.h": b"#define HDR_DEMO 1\n",
+               "hdr_demo-1.0.data/headers/sub/inner.h": b"int inner(void);\n",
+               "hdr_demo-1.0.data/data/share/hdr-demo/table.txt": b"a b c\n",
+               "hdr_demo-1.0.data/scripts/hdr-demo-run": b"#!python\nprint('run')\n",
+               "hdr_demo-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: hdr-demo\nVersion: 1.0\n",
+               "hdr_demo-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                               b"Tag: py3-none-any\n"}
+    whl = tmp_path / "hdr_demo-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(whl, "w") as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+        rows = "".join(f"{name},{sha256_row(data)},{len(data)}\n" for name, data in members.items())
+        z.writestr("hdr_demo-1.0.dist-info/RECORD", rows + "hdr_demo-1.0.dist-info/RECORD,,\n")
+    subprocess.run([str(renv.venv / "bin/python"), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(whl)],
+                   check=True, capture_output=True)
+    headers = renv.venv / f"include/site/python{SITE_REL.split('python')[1].split('/')[0]}/hdr-demo"
+    installed = [headers / "hdr_demo.h", headers / "sub/inner.h", renv.venv / "share/hdr-demo/table.txt",
+                 renv.venv / "bin/hdr-demo-run"]
+    released = {p: (p.read_bytes(), p.stat().st_mode & 0o777) for p in installed}  # the script: 0644, as in the zip
+    assert released[installed[3]][0].startswith(f"#!{renv.venv}/bin/python".encode())
+    for p in installed[:3]:
+        edit_file(p, b"broken\n")
+    installed[3].unlink()
+
+    out = renv.pk("repair", "hdr-demo", "--wheel", str(whl)).stdout
+    assert "4 file(s) restored" in out and "left" not in out
+    assert f"  M ../../../{headers.relative_to(renv.venv)}/sub/inner.h  17 bytes" in out
+    assert {p: (p.read_bytes(), p.stat().st_mode & 0o777) for p in installed} == released

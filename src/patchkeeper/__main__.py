@@ -1,5 +1,5 @@
 """`python -m patchkeeper`."""
 
-from .cli import main
+from .launch import main
 
 main()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import cast
 
-from . import engine, repair, transaction
+from . import engine, environment, repair, transaction
 from .errors import BadInput, Refused
 from .ledger import AdoptExtra, LedgerEntry, State, new_id, who
 from .manifest import ROLE_PREFIX, Manifest, differences
@@ -82,6 +82,7 @@ def _restore_pristine(s: Session, bytes_kept: bool, damage: repair.Damage, edits
                         extra=AdoptExtra(files=len(after), package_version=info.version, adopted="restore-pristine",
                                          edits=edits, wheel=found.wheel, source=found.source,
                                          replaced={op.key: repair.row(op.old) for op in ops}))
+    entry = environment.record(entry, target)  # a baseline keeps the fingerprint like every other state
     transaction.carry_out(ledger, ops, contents, entry)
     return entry
 

@@ -7,10 +7,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from . import engine
 from .errors import BadInput
 from .ledger import Ledger, State
 from .manifest import ROLE_PREFIX, Manifest, differences
+from .scan import scan_all
 from .targets import Target
 
 CLASSES = ("drift", "environment", "native", "bytecode", "probe", "patched")
@@ -137,7 +137,7 @@ def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), pro
     steps = len(others) + 2 + len(probes)
     tell("package", 0, steps)
     if current is not None:  # the managed package against its recorded state and the baseline
-        actual = engine.scan_all(target, bytecode=True)  # one walk: the bytecode check below reuses it
+        actual = scan_all(target, bytecode=True)  # one walk: the bytecode check below reuses it
         files += len(actual)
         findings.extend(_classify(ledger, current, actual, owners))
     tell("package", 1, steps)

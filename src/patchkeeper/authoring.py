@@ -32,6 +32,7 @@ class Draft:
     requires: tuple[str, ...] | None = None
     group: str | None = None
     extra_files: tuple[tuple[str, bytes], ...] = ()  # files written verbatim (import of an export)
+    defaults: tuple[tuple[str, str], ...] | None = None  # [vars]: defaults of the role-file templates
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,8 @@ def render_toml(d: Draft, version: str) -> bytes:
         lines.append(f"group = {_toml_str(d.group)}")
     if d.roles:
         lines += ["", "[files]"] + [f"{role} = {_toml_str(fname)}" for role, fname, _ in d.roles]
+    if d.defaults:
+        lines += ["", "[vars]"] + [f"{key} = {_toml_str(value)}" for key, value in d.defaults]
     return ("\n".join(lines) + "\n").encode("utf-8")
 
 
@@ -101,7 +104,8 @@ def inherit(d: Draft, existing: PatchSet | None) -> Draft:
     return replace(d, description=d.description if d.description is not None else existing.description,
                    package_version=d.package_version if d.package_version is not None else existing.package_version,
                    requires=d.requires if d.requires is not None else existing.requires,
-                   group=d.group if d.group is not None else existing.group)
+                   group=d.group if d.group is not None else existing.group,
+                   defaults=d.defaults if d.defaults is not None else existing.defaults or None)
 
 
 def _write_dir(directory: Path, files: dict[str, bytes]) -> None:

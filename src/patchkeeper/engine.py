@@ -15,6 +15,7 @@ from .host.disk import STAGE_PREFIX, is_managed_name
 from .ledger import ApplyExtra, LedgerEntry, PatchSetRef, RecordExtra, RollbackExtra, State, new_id, who
 from .manifest import ROLE_PREFIX, Entry, Manifest, differences
 from .patchset import PatchSet
+from .scan import _cache, _scan_request, scan_all as scan_all  # scan.py: the audit loads it alone
 from .session import Session
 from .targets import Target, TargetInfo
 from .transaction import FileOp
@@ -30,32 +31,6 @@ class Plan:
     notes: tuple[str, ...] = field(default_factory=tuple)
     checks: tuple[FileCheck, ...] = ()  # a trial's report of every file patch of the sets applied
     misfits: tuple[Misfit, ...] = ()  # a trial's misfits of those sets for the target
-
-
-# ---- scanning --------------------------------------------------------------------------------
-def _cache(target: Target) -> str:
-    return posixpath.join(target.info.state_dir, "statcache.json")
-
-
-def _scan_request(target: Target, cache: str | None = None, algorithm: str | None = None) -> ScanRequest:
-    """Every managed file: the package (RECORD plus a walk of its top directories) and the roles."""
-    info = target.info
-    return ScanRequest(info.site, tuple(info.loose_paths()), tuple(info.top_dirs()), cache, info.role_keys(),
-                       algorithm)
-
-
-def scan_all(target: Target, algorithm: str | None = None, bytecode: bool = False) -> Manifest:
-    """Every managed file now: the package (RECORD plus a walk of its top directories) and roles.
-
-    `algorithm` asks for digests in another hash than the target's own (to compare two targets);
-    `bytecode` has the same walk note the bytecode it passes, for the audit's check right after."""
-    if algorithm and algorithm != target.algorithm:
-        request = _scan_request(target, f"{_cache(target)}.{algorithm}", algorithm)
-    else:
-        request = _scan_request(target, _cache(target))
-    if bytecode:
-        request = replace(request, bytecode=True)
-    return Manifest.from_scan(target.agent.scan(request).rows)
 
 
 def scan_keys(target: Target, keys: Iterable[str]) -> dict[str, Entry]:

@@ -6,7 +6,6 @@ import json
 import os
 import pwd
 import posixpath
-import socket
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypedDict, Union
@@ -188,7 +187,7 @@ def who() -> str:
         user = os.environ.get("USER") or os.environ.get("LOGNAME") or pwd.getpwuid(os.getuid()).pw_name
     except (KeyError, OSError):
         user = "?"
-    return f"{user}@{socket.gethostname()}"
+    return f"{user}@{os.uname().nodename}"  # gethostname(2), without loading the socket module
 
 
 MIN_PREFIX = 4  # a shorter state id prefix is refused: `--to 1` is a typo, not a state

@@ -81,10 +81,11 @@ def carry_out(ledger: Ledger, ops: list[FileOp], contents: dict[str, bytes], ent
     agent.write_atomic(ledger.journal_path, json.dumps(journal).encode())
     faults.point("journal-prepared")
     try:
-        for op in ops:
+        for op in ops:  # synced together below, before the commit point
             if op.new is not None:
-                agent.stage(store, op.new.digest, op.stage_path(entry.id), op.new.mode)
+                agent.stage(store, op.new.digest, op.stage_path(entry.id), op.new.mode, durable=False)
                 faults.point(f"staged {op.key}")
+        agent.sync_files([op.stage_path(entry.id) for op in ops if op.new is not None])
         journal["status"] = "committed"
         agent.write_atomic(ledger.journal_path, json.dumps(journal).encode())
     except Exception as exc:  # before the commit point: undo, so the target stays as it was
@@ -137,13 +138,14 @@ def _finish(ledger: Ledger, ops: list[FileOp], entry: LedgerEntry) -> None:
     agent = ledger.target.agent
     done = 0
     try:
-        for op in ops:
+        for op in ops:  # each directory is synced once, below, before anything records the change
             if op.new is not None:
-                agent.rename(op.stage_path(entry.id), op.path)
+                agent.rename(op.stage_path(entry.id), op.path, durable=False)
             else:
-                agent.unlink(op.path)
+                agent.unlink(op.path, durable=False)
             done += 1
             faults.point(f"placed {op.key}")
+        agent.sync_dirs([op.path for op in ops])
         agent.remove_bytecode([op.path for op in ops])
         _remove_created_dirs(ledger, ops, entry)
         faults.point("bytecode")

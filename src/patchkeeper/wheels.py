@@ -207,12 +207,28 @@ class Wheel:
         if posixpath.dirname(path) == scripts:
             return self._script(posixpath.basename(path), expected, interpreters, current)
         if path.startswith(prefix.rstrip("/") + "/"):
-            got = self._member(f"{self.data_dir}/data/{posixpath.relpath(path, prefix)}")
+            under = posixpath.relpath(path, prefix)
+            got, kind = self._member(f"{self.data_dir}/data/{under}"), "data file"
+            if got is None and under.startswith("include/"):
+                got, kind = self._header(under), "header"
             if got is None:
                 return Unavailable("not in the wheel")
             return got if record_hash(got[0], algo) == expected else \
-                Unavailable("the wheel's data file does not match RECORD", True)
+                Unavailable(f"the wheel's {kind} does not match RECORD", True)
         return Unavailable("outside the interpreter's prefix: not restored")
+
+    def _header(self, under: str) -> tuple[bytes, int] | None:
+        """The wheel's `.data/headers/H` for a file installed (below the prefix) at
+        `include/.../<distribution>/H`: the headers scheme path, `include/site/pythonX.Y/<dist>` in a
+        venv and `include/pythonX.Y/<dist>` outside one, names the distribution as its METADATA does."""
+        inside = f"{self.data_dir}/headers/"
+        for name in sorted(self._names):
+            header = name[len(inside):]
+            if name.startswith(inside) and under.endswith("/" + header):
+                directory = under[: -len(header) - 1].rsplit("/", 1)[-1]
+                if normalize_name(directory) == normalize_name(self.name):
+                    return self._member(name)
+        return None
 
     def _script(self, name: str, expected: str, interpreters: list[str], current: bytes | None) -> tuple[bytes, int] | Unavailable:
         """A script as the installer wrote it: the wheel's with its `#!python` line rewritten, or
@@ -231,22 +247,22 @@ class Wheel:
             if not re.fullmatch(rb"#!pythonw?\r?", first):
                 return member if record_hash(member[0], algo) == expected else \
                     Unavailable("the wheel's script does not match RECORD", True)
-            bodies.append(rest)
+            bodies.append((rest, member[1]))  # pip keeps the member's executable bit
         entry = self._entry_points()
         targets = [entry[name]] if name in entry else list(dict.fromkeys(entry.values()))
         for spec in targets:
             module, _, attr = spec.partition(":")
             head = attr.split(".", 1)[0]
             for q in ("'", '"'):
-                bodies.append(f"# -*- coding: utf-8 -*-\nimport re\nimport sys\nfrom {module.strip()} import {head}\n"
-                              f"if __name__ == {q}__main__{q}:\n"
-                              f"    sys.argv[0] = re.sub(r{q}(-script\\.pyw|\\.exe)?${q}, {q}{q}, sys.argv[0])\n"
-                              f"    sys.exit({attr.strip()}())\n".encode())
+                bodies.append((f"# -*- coding: utf-8 -*-\nimport re\nimport sys\nfrom {module.strip()} import {head}\n"
+                               f"if __name__ == {q}__main__{q}:\n"
+                               f"    sys.argv[0] = re.sub(r{q}(-script\\.pyw|\\.exe)?${q}, {q}{q}, sys.argv[0])\n"
+                               f"    sys.exit({attr.strip()}())\n".encode(), 0o755))
         for shebang in dict.fromkeys(shebangs):
-            for body in bodies:
+            for body, mode in bodies:
                 data = shebang + b"\n" + body
                 if record_hash(data, algo) == expected:
-                    return data, 0o755
+                    return data, mode
         return Unavailable("a script the installer wrote for its interpreter; no interpreter path tried "
                            "gives RECORD's hash: not regenerated")
 

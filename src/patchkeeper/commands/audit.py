@@ -6,7 +6,6 @@ import sys
 import time
 
 from .. import audit as audit_core
-from .. import engine
 from ..session import Session
 from ..workspace import Workspace
 from . import emit_json
@@ -40,8 +39,17 @@ class ProgressBar:
 def _audit_one(ws: Workspace, name: str | None, probes: list[str], progress) -> audit_core.AuditReport:
     with Session(ws, name, "audit", write=False) as s:
         current = s.ledger.current()
-        owners = engine.owners_of(ws, current.stack) if current else None
+        owners = _owners(ws, current.stack) if current else None
         return audit_core.audit_target(s.target, s.ledger, probes, progress, owners=owners)
+
+
+def _owners(ws: Workspace, stack) -> dict[str, str]:
+    """engine.owners_of, loading the engine (patch sets, patching) only when a patch set is applied."""
+    if not stack:
+        return {}
+    from .. import engine
+
+    return engine.owners_of(ws, stack)
 
 
 def audit(ws: Workspace, target: str | None, probes: list[str], every: bool, as_json: bool,

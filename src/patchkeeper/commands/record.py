@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from .. import authoring, diffwrite, engine
+from .. import authoring, diffwrite, engine, patchset, templates
 from ..errors import BadInput, Refused
+from ..ledger import State
 from ..manifest import ROLE_PREFIX, differences
+from ..patchset import PatchSet
 from ..session import Session
-from ..workspace import Workspace
+from ..workspace import TargetConfig, Workspace
 
 
 def record_target(ws: Workspace, target: str | None, name: str, since: str, bump: str | None,
@@ -41,10 +43,17 @@ def record_target(ws: Workspace, target: str | None, name: str, since: str, bump
                                             new_entry.mode if new_entry else None))
         diffwrite.refuse_binary(changes, f"target {s.target.name}")
         taken: set[str] = {f"{name}.patch"}
-        role_files = []
+        role_files: list[tuple[str, str, bytes]] = []
+        defaults: dict[str, str] = {}
+        sources = template_sources(ws, name, s.ledger.current(), [role for role, _, _ in roles])
         for role, path, data in roles:
-            fname = authoring.role_file_name(role, path, taken)
+            source, applied = sources.get(role, (None, None))
+            fname = authoring.role_file_name(role, dict(source.sources)[role] if source else path, taken)
             taken.add(fname)
+            if source is not None:
+                data = as_template(source, applied, role, data, s.target.config, name, fname)
+                used = templates.names(data)
+                defaults.update((k, v) for k, v in source.defaults if k in used)
             role_files.append((role, fname, data))
         patch = diffwrite.diff(changes)
         draft = authoring.Draft(
@@ -52,9 +61,50 @@ def record_target(ws: Workspace, target: str | None, name: str, since: str, bump
             patches=((f"{name}.patch", patch),) if patch else (), roles=tuple(role_files),
             description=description if description is not None else
             f"recorded from {s.target.name} since state {state.name or state.id}",
-            package_version=f"=={info.version}", requires=tuple(p["name"] for p in state.stack))
+            package_version=f"=={info.version}", requires=tuple(p["name"] for p in state.stack),
+            defaults=tuple(sorted(defaults.items())) if defaults else None)
         saved = authoring.save(ws.patchsets_dir, draft, bump)
         return report_saved(ws, saved, len(changes), len(role_files))
+
+
+def template_sources(ws: Workspace, name: str, current: State | None,
+                     roles: list[str]) -> dict[str, tuple[PatchSet, dict[str, str] | None]]:
+    """Role -> the patch set whose template the target's role file was rendered from, and the values
+    it was rendered with when the ledger says (None: the target's values now): the patch set being
+    recorded if it has that role, else the last one of the target's stack that sets it (the version
+    applied, still in the workspace). A role no patch set sets is recorded as it is."""
+    found: dict[str, tuple[PatchSet, dict[str, str] | None]] = {}
+    stack = {p["name"]: p for p in (current.stack if current else ())}
+    for ps_name in dict.fromkeys([name, *reversed(stack)]):
+        try:
+            ps = patchset.load(ws.patchsets_dir, ps_name)
+        except BadInput:
+            continue
+        ref = stack.get(ps_name)
+        applied = ref is not None and ref["version"] == ps.version and ref["digest"] == ps.digest
+        if ps_name != name and not applied:
+            continue
+        for role, _ in ps.files:
+            if role in roles and role not in found:
+                found[role] = (ps, dict(ref.get("vars") or {}) if applied and ref is not None else None)
+    return found
+
+
+def as_template(source: PatchSet, applied: dict[str, str] | None, role: str, data: bytes, config: TargetConfig,
+                name: str, fname: str) -> bytes:
+    """The role file as `source`'s template again (see templates.record), with a note for values
+    written out in text the user added; the edited file of the target is never the template."""
+    where = f"patchsets/{source.name}/{dict(source.sources)[role]}"
+    values = {**dict(source.defaults), **config.vars, **(applied or {})}
+    hint = (f"give {config.name} its own value in [targets.{config.name}.vars] of patchkeeper.toml and apply, "
+            f"or edit the template {where} by hand; nothing was written")
+    recorded = templates.record(dict(source.files)[role], values, data,
+                                f"the {role} role file of {config.name}, rendered from {where}", hint)
+    for var in recorded.literal:
+        print(f"note: text added to the {role} role file holds {values[var]!r}, the value of {{{{ {var} }}}} on "
+              f"{config.name}; kept as written in patchsets/{name}/{fname} (write {{{{ {var} }}}} there for "
+              "each target's own value)")
+    return recorded.data
 
 
 def record_git(ws: Workspace, name: str, checkout: str, span: str, subdir: str, bump: str | None,

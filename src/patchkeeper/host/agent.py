@@ -16,6 +16,7 @@ from typing import Any
 
 from .disk import (
     ALGORITHM,
+    INSTALL_RECORDS,
     TEMP_PREFIX,
     StatCache,
     algorithm_of,
@@ -139,8 +140,9 @@ class Agent(AgentContract):
         os.makedirs(os.path.dirname(path), exist_ok=True)
         write_atomic(path, data, mode)
 
-    def write_new(self, path: str, data: bytes, mode: int) -> None:
-        """Write `path` directly (a stage file named in the journal, so recovery can remove it)."""
+    def write_new(self, path: str, data: bytes, mode: int, durable: bool = True) -> None:
+        """Write `path` directly (a stage file named in the journal, so recovery can remove it);
+        `durable=False` leaves its fsync to a later sync_files."""
         self._walked = None
         os.makedirs(os.path.dirname(path), exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -148,7 +150,21 @@ class Agent(AgentContract):
             f.write(data)
             f.flush()
             os.fchmod(f.fileno(), stat.S_IMODE(mode))
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
+
+    def sync_files(self, paths: list[str]) -> None:
+        """fsync each file, several at once (the file system commits them together): makes files
+        written with durable=False as durable as if each had synced itself."""
+
+        def sync(path: str) -> None:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+        map_threads(sync, list(dict.fromkeys(paths)), 8)
 
     def obstacles(self, writes: list[str], removes: list[str]) -> dict[str, str]:
         """path -> what stands in the way of replacing it by a regular file (`writes`) or unlinking it
@@ -164,19 +180,33 @@ class Agent(AgentContract):
                     out[name] = f.read()
         return out
 
-    def rename(self, src: str, dst: str) -> None:
+    def rename(self, src: str, dst: str, durable: bool = True) -> None:
+        """Rename; `durable=False` leaves the directory's fsync to a later sync_dirs (one per directory)."""
         self._walked = None
         os.replace(src, dst)
-        fsync_dir(os.path.dirname(dst))
+        if durable:
+            fsync_dir(os.path.dirname(dst))
 
-    def unlink(self, path: str) -> bool:
+    def unlink(self, path: str, durable: bool = True) -> bool:
         self._walked = None
         try:
             os.unlink(path)
         except (FileNotFoundError, NotADirectoryError):  # not there (or its parent is no directory)
             return False
-        fsync_dir(os.path.dirname(path))
+        if durable:
+            fsync_dir(os.path.dirname(path))
         return True
+
+    def sync_dirs(self, paths: list[str]) -> None:
+        """fsync the directory of each path, once per directory: makes renames and unlinks done
+        with durable=False as durable as if each had synced its own."""
+        def sync(directory: str) -> None:
+            try:
+                fsync_dir(directory)
+            except (FileNotFoundError, NotADirectoryError):  # removed since (an emptied created dir)
+                pass
+
+        map_threads(sync, list(dict.fromkeys(os.path.dirname(p) for p in paths)), 8)
 
     def missing_dirs(self, paths: list[str]) -> list[str]:
         """The directories that writing each path would create: its missing ancestors."""
@@ -257,28 +287,32 @@ class Agent(AgentContract):
         cache, algorithm = request.cache, request.algorithm
         algorithm = algorithm or ALGORITHM
         cached = StatCache(cache)
+        listings = StatCache(cache + ".dirs") if cache else None  # each walked directory's entries
         pycs: list[tuple[str, bool]] | None = [] if request.bytecode else None
-        names = dict.fromkeys(_walked for rel_dir in walk for _walked in walk_files(root, rel_dir, pycs))
+        names = dict.fromkeys(_walked for rel_dir in walk for _walked in walk_files(root, rel_dir, pycs, listings))
         walked = tuple(d + "/" for d in walk)
         names.update(dict.fromkeys(p for p in paths if not p.startswith(walked) and is_managed_name(p)))
-        jobs: list[tuple[str, str]] = [(rel, os.path.join(root, rel)) for rel in names]
+        jobs: list[tuple[str, str]] = [(rel, f"{root}/{rel}" if rel[:1] != "/" else rel) for rel in names]
         jobs.extend((key, path) for key, path in (absolute or {}).items())
         out: Rows = {}
         todo: list[tuple[str, str, os.stat_result]] = []
         stats: dict[str, os.stat_result] = {}
-        for key, path in jobs:
+        lstat, is_reg, imode, known, prefix = os.lstat, stat.S_ISREG, stat.S_IMODE, cached.entries, algorithm + ":"
+        for key, path in jobs:  # the hot loop of every warm command: StatCache.lookup, inlined
             try:
-                st = os.lstat(path)
+                st = lstat(path)
             except (FileNotFoundError, NotADirectoryError):
                 continue
-            if not stat.S_ISREG(st.st_mode):
+            if not is_reg(st.st_mode):
                 continue
             stats[key] = st
-            digest = cached.lookup(key, st)
-            if digest is None or not digest.startswith(algorithm + ":"):
-                todo.append((key, path, st))
+            hit = known.get(key)
+            if (hit is not None and hit[:4] == (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+                    and hit[4].startswith(prefix)):
+                cached.fresh[key] = hit
+                out[key] = (hit[4], st.st_size, imode(st.st_mode))
             else:
-                out[key] = entry_row(st, digest)
+                todo.append((key, path, st))
 
         def work(batch: list[tuple[str, str, os.stat_result]]) -> list[tuple[str, Row]]:
             done = []
@@ -296,6 +330,8 @@ class Agent(AgentContract):
             for batch in batches:
                 out.update(work(batch))
         cached.save()
+        if listings is not None:
+            listings.save()
         self._walked = (root, tuple(walk), pycs, stats) if pycs is not None else None
         return ScanResult(dict(sorted(out.items())))
 
@@ -305,8 +341,7 @@ class Agent(AgentContract):
         back, as key -> (recorded row, actual row) (None where absent)."""
         store, manifests, scan = request.store, request.manifests, request.scan
         cache = scan.cache
-        recorded = [{k: row for k, row in self._manifest(store, m).items() if not is_install_record(k)}
-                    for m in manifests]  # states recorded before install records were left out
+        recorded = [_without_install_records(self._manifest(store, m)) for m in manifests]
         out: list[Comparison] = []
         scans: dict[str, Rows] = {}
         for rows in recorded:
@@ -315,6 +350,9 @@ class Agent(AgentContract):
                 own = cache if algorithm == ALGORITHM or not cache else f"{cache}.{algorithm}"
                 scans[algorithm] = self.scan(replace(scan, cache=own, algorithm=algorithm)).rows
             actual = scans[algorithm]
+            if rows == actual:  # the common case, at C speed
+                out.append(Comparison({}))
+                continue
             out.append(Comparison({k: (rows.get(k), actual.get(k)) for k in sorted(set(rows) | set(actual))
                                    if rows.get(k) != actual.get(k)}))
         return out
@@ -370,9 +408,9 @@ class Agent(AgentContract):
         verification (the file changed since it was hashed) with their actual digest."""
         return self._store(store).put_files(files)
 
-    def stage(self, store: str, digest: str, path: str, mode: int) -> None:
-        """Write an object's verified bytes to the stage file `path`."""
-        self.write_new(path, self._store(store).get(digest), mode)
+    def stage(self, store: str, digest: str, path: str, mode: int, durable: bool = True) -> None:
+        """Write an object's verified bytes to the stage file `path` (synced later: see write_new)."""
+        self.write_new(path, self._store(store).get(digest), mode, durable)
 
     # ---- where the state lives ---------------------------------------------------------
     def state_dir_owner(self, prefix: str, state_dir: str, site: str, claim: bool) -> StateDirOwner:
@@ -550,3 +588,11 @@ class Agent(AgentContract):
         walked, self._walked = self._walked, None
         return BytecodeCheck.from_wire(check_bytecode(site, cache_tag, verify, cache,
                                                       walked[1:] if walked and walked[0] == site else None))
+
+
+def _without_install_records(rows: Rows) -> Rows:
+    """A manifest's rows without install records (states recorded before they were left out had them)."""
+    old = [k for k in rows if k.endswith(INSTALL_RECORDS) and is_install_record(k)]
+    if not old:
+        return rows
+    return {k: row for k, row in rows.items() if k not in old}

@@ -6,12 +6,12 @@ own interpreter, sent there by targets/remote_agent.py.
 
 from __future__ import annotations
 
-import hashlib
-import json
+import marshal
 import os
 import stat
+import sys
 import time
-from typing import Any, Callable, Iterator, Sequence, TypeVar
+from typing import Any, Callable, Iterator, Sequence, TypeVar, cast
 
 from .errors import AgentError
 
@@ -41,6 +41,8 @@ TEMP_PREFIX = ".pk-tmp-"  # write_atomic's temporary files: .pk-tmp-<pid>-<ns>
 def _hasher(size: int = 0, algorithm: str | None = None) -> Any:
     algorithm = algorithm or ALGORITHM
     if algorithm == "sha256":
+        import hashlib
+
         return hashlib.sha256()
     if algorithm != "blake3" or _blake3 is None:
         raise AgentError("no-algorithm", f"this Python cannot hash with {algorithm!r} (it has {ALGORITHM})")
@@ -136,27 +138,32 @@ class StatCache:
     more than the file system's timestamp granularity; any later change then moves ctime forward,
     so a cached digest is never trusted for a file that could have changed within the same tick
     it was hashed in (git's "racily clean" problem).
+
+    The file is marshal data stamped with its format and the Python version that wrote it (fast to
+    load: a warm audit reads several); one in another format or of another Python is simply empty.
     """
 
     GRANULARITY_NS = 2_000_000_000
+    FORMAT = ("pk-statcache", 2, sys.version_info[:2])
 
     def __init__(self, path: str | None) -> None:
         self.path = path
-        self.entries: dict[str, list[Any]] = {}
-        self.fresh: dict[str, list[Any]] = {}
+        self.entries: dict[str, tuple[Any, ...]] = {}
+        self.fresh: dict[str, tuple[Any, ...]] = {}
         self.started_ns = time.time_ns()
         if path:
             try:
                 with open(path, "rb") as f:
-                    self.entries = json.loads(f.read())
-            except (FileNotFoundError, ValueError):
+                    stamp, entries = marshal.loads(f.read())
+                if stamp == self.FORMAT and isinstance(entries, dict):
+                    self.entries = entries
+            except (OSError, ValueError, EOFError, TypeError):  # absent, or not ours: start empty
                 self.entries = {}
 
     def lookup(self, rel: str, st: os.stat_result) -> Any:
         """The value remembered for `rel` (a digest, or a verdict) while its identity is unchanged."""
-        key = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
         hit = self.entries.get(rel)
-        if hit is not None and hit[:4] == key:
+        if hit is not None and hit[:4] == (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino):
             self.fresh[rel] = hit
             return hit[4]
         return None
@@ -164,27 +171,27 @@ class StatCache:
     def remember(self, rel: str, st: os.stat_result, digest: Any) -> None:
         newest = max(st.st_mtime_ns, st.st_ctime_ns)
         if newest + self.GRANULARITY_NS < self.started_ns:
-            self.fresh[rel] = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, digest]
+            self.fresh[rel] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, digest)
 
     def save(self) -> None:
         if self.path and self.fresh != self.entries:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            write_atomic(self.path, json.dumps(self.fresh, separators=(",", ":")).encode(), durable=False)
+            write_atomic(self.path, marshal.dumps((self.FORMAT, self.fresh)), durable=False)
 
 
-def walk_files(root: str, rel_dir: str, pycs: list[tuple[str, bool]] | None = None) -> Iterator[str]:
+def walk_files(root: str, rel_dir: str, pycs: list[tuple[str, bool]] | None = None,
+               listings: StatCache | None = None) -> Iterator[str]:
     """Relative paths of the managed files below root/rel_dir, directory by directory.
 
     Given `pycs`, the same walk also appends every bytecode file it passes as (relative path, in a
-    __pycache__ directory), so that the bytecode check need not walk these directories again."""
+    __pycache__ directory), so that the bytecode check need not walk these directories again.
+    Given `listings`, a directory's entries are remembered by its own stat identity (see listing)."""
     collect = pycs is not None and not rel_dir.endswith(".dist-info")
     stack = [(rel_dir, False)]  # (directory, inside a bytecode cache: nothing there is managed)
     while stack:
         current, cached = stack.pop()
-        try:
-            with os.scandir(os.path.join(root, current) if current else root) as it:
-                entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
-        except (FileNotFoundError, NotADirectoryError):
+        entries = listing(os.path.join(root, current) if current else root, listings)
+        if entries is None:
             continue
         prefix = current + "/" if current else ""
         in_cache = current.rpartition("/")[2] == "__pycache__"
@@ -201,14 +208,38 @@ def walk_files(root: str, rel_dir: str, pycs: list[tuple[str, bool]] | None = No
                 pycs.append((prefix + name, in_cache))  # type: ignore[union-attr]
 
 
+def listing(path: str, listings: StatCache | None = None) -> list[tuple[str, bool]] | None:
+    """(name, is a directory) of each entry of a directory, None when it is not one (or is gone).
+
+    With `listings`, one lstat of the directory stands for the listing while the directory's
+    identity is unchanged: adding, removing or renaming an entry moves its mtime and ctime, and,
+    as for files, a listing is never remembered within the clock's granularity of a change."""
+    if listings is not None:
+        try:
+            st = os.lstat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        if not stat.S_ISDIR(st.st_mode):
+            return None
+        known = listings.lookup(path, st)
+        if known is not None:
+            return cast("list[tuple[str, bool]]", known)
+    try:
+        with os.scandir(path) as it:
+            entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if listings is not None:
+        listings.remember(path, st, entries)
+    return entries
+
+
 def entry_row(st: os.stat_result, digest: str) -> tuple[str, int, int]:
     return digest, st.st_size, stat.S_IMODE(st.st_mode)
 
 
 def hostname() -> str:
-    import socket
-
-    return socket.gethostname()
+    return os.uname().nodename  # what gethostname(2) answers, without loading the socket module
 
 
 def map_threads(fn: Callable[[_T], _R], items: Sequence[_T], workers: int) -> list[_R]:

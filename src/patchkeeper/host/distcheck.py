@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import os
 import stat
@@ -12,7 +11,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Tuple, TypeVar
 T = TypeVar("T")
 R = TypeVar("R")
 
-from .disk import CHUNK, StatCache, map_threads, write_atomic
+from .disk import CHUNK, StatCache, listing, map_threads, write_atomic
 from .distinfo import console_scripts, record_rows
 
 _AUDIT_WORKERS = min(8, (os.cpu_count() or 2) * 2)
@@ -21,6 +20,8 @@ _AUDIT_WORKERS = min(8, (os.cpu_count() or 2) * 2)
 def _record_digest(path: str, algo: str, size: int = 0) -> str:
     """`algo:<urlsafe base64 without padding>`, the form RECORD files use."""
     import base64
+
+    import hashlib
 
     h = hashlib.new(algo)
     with open(path, "rb") as f:
@@ -52,6 +53,8 @@ def _is_launcher(rest: bytes, entry_points: set[str]) -> bool:
 def record_hash(data: bytes, algo: str) -> str:
     """`algo:<urlsafe base64 without padding>` of bytes, the form RECORD files use."""
     import base64
+
+    import hashlib
 
     return f"{algo}:{base64.urlsafe_b64encode(hashlib.new(algo, data).digest()).rstrip(b'=').decode()}"
 
@@ -162,16 +165,19 @@ def _pyc_source(rel: str, cache_tag: str) -> tuple[str, int] | None:
     return source, int(level) if level.isdigit() else 0
 
 
-def _walk_pyc(root: str, skip: frozenset[str] = frozenset()) -> Iterator[tuple[str, bool]]:
+def _walk_pyc(root: str, skip: frozenset[str] = frozenset(),
+              listings: StatCache | None = None) -> Iterator[tuple[str, bool]]:
     """(relative path, in __pycache__) of every .pyc below root, streamed directory by directory;
-    the top-level directories in `skip` are left out (a scan already walked them)."""
+    the top-level directories in `skip` are left out (a scan already walked them). `listings`
+    remembers directories' entries by their stat identity (disk.listing)."""
     stack = [d for d in _top_entries(root) if d not in skip] if skip else [""]  # skip: see _top_pycs
     while stack:
         rel_dir = stack.pop()
         try:
-            with os.scandir(f"{root}/{rel_dir}" if rel_dir else root) as it:
-                entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
-        except (FileNotFoundError, NotADirectoryError, PermissionError):
+            entries = listing(f"{root}/{rel_dir}" if rel_dir else root, listings)
+        except PermissionError:
+            continue
+        if entries is None:
             continue
         in_cache = rel_dir.endswith("__pycache__") and rel_dir.rpartition("/")[2] == "__pycache__"
         prefix = f"{rel_dir}/" if rel_dir else ""
@@ -213,13 +219,15 @@ def check_bytecode(site: str, cache_tag: str, verify: list[str], cache_path: str
     is walked here, and a source's verdict comes from the stat the scan took."""
     deep = set(verify)
     cache = StatCache(cache_path)  # verdicts of clean pycs, keyed by the pyc's and its source's identity
+    listings = StatCache(cache_path + ".dirs") if cache_path else None
     findings: list[list[str]] = []
     pycs = orphans = stale = 0
     stats: Dict[str, os.stat_result] = {}
-    found_pycs: Iterable[tuple[str, bool]] = _walk_pyc(site)
+    known_verdicts = cache.entries
+    found_pycs: Iterable[tuple[str, bool]] = _walk_pyc(site, listings=listings)
     if walked is not None and walked[0]:
         dirs, seen, stats = walked
-        found_pycs = chain(seen, _top_pycs(site), _walk_pyc(site, frozenset(dirs)))
+        found_pycs = chain(seen, _top_pycs(site), _walk_pyc(site, frozenset(dirs), listings))
     for rel, in_cache in found_pycs:
         pyc = f"{site}/{rel}"
         if not in_cache:  # a legacy pyc beside its module: imported only when there is no source
@@ -241,9 +249,11 @@ def check_bytecode(site: str, cache_tag: str, verify: list[str], cache_path: str
             continue
         source_id = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
         compare = src_rel in deep
-        known = None if compare else cache.lookup(rel, pst)
-        if known is not None and known[0] == source_id:
-            stale += known[1]
+        hit = None if compare else known_verdicts.get(rel)  # StatCache.lookup, inlined: this loop runs per pyc
+        if (hit is not None and hit[:4] == (pst.st_size, pst.st_mtime_ns, pst.st_ctime_ns, pst.st_ino)
+                and hit[4][0] == source_id):
+            cache.fresh[rel] = hit
+            stale += hit[4][1]
             continue
         verdict = _pyc_verdict(pyc, src, st, opt, compare)
         if verdict is None or verdict == "stale":
@@ -253,6 +263,8 @@ def check_bytecode(site: str, cache_tag: str, verify: list[str], cache_path: str
         else:
             findings.append([rel, *verdict])
     cache.save()
+    if listings is not None:
+        listings.save()
     return {"pycs": pycs, "orphans": orphans, "stale": stale, "findings": sorted(findings)}
 
 

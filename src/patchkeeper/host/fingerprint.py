@@ -119,28 +119,47 @@ def _installer(site: str, dist_info: str, cache: StatCache) -> str:
 
 
 # ---- native libraries ------------------------------------------------------------------------
-def shared_objects(site: str) -> Iterator[Tuple[str, str, os.stat_result]]:
-    """(relative path, absolute path, stat) of every candidate shared object below a site dir."""
+def shared_objects(site: str, listings: StatCache | None = None) -> Iterator[Tuple[str, str, os.stat_result]]:
+    """(relative path, absolute path, stat) of every candidate shared object below a site dir.
+
+    `listings` remembers, per directory, its subdirectories and candidate names, keyed by the
+    directory's own stat identity: adding, removing or renaming an entry moves the directory's
+    mtime and ctime, so a remembered listing is used only for a directory that has not changed
+    since (and, as StatCache does, never for one changed within the clock's granularity)."""
     stack = [""]
     while stack:
         rel_dir = stack.pop()
-        try:
-            with os.scandir(os.path.join(site, rel_dir) if rel_dir else site) as it:
-                entries = list(it)
-        except (FileNotFoundError, NotADirectoryError, PermissionError):
-            continue
+        path = os.path.join(site, rel_dir) if rel_dir else site
+        listing = None
+        if listings is not None:
+            try:
+                dst = os.lstat(path)
+            except OSError:
+                continue
+            if not stat.S_ISDIR(dst.st_mode):
+                continue
+            listing = listings.lookup(path, dst)
+        if listing is None:
+            try:
+                with os.scandir(path) as it:
+                    entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+            except (FileNotFoundError, NotADirectoryError, PermissionError):
+                continue
+            listing = ([name for name, is_dir in entries
+                        if is_dir and name != "__pycache__" and not name.endswith(".dist-info")],
+                       [name for name, is_dir in entries if not is_dir and elf.is_candidate(name)])
+            if listings is not None:
+                listings.remember(path, dst, listing)
         prefix = f"{rel_dir}/" if rel_dir else ""
-        for e in entries:
-            if e.is_dir(follow_symlinks=False):
-                if e.name != "__pycache__" and not e.name.endswith(".dist-info"):
-                    stack.append(prefix + e.name)
-            elif elf.is_candidate(e.name):
-                try:
-                    st = e.stat()
-                except OSError:
-                    continue
-                if stat.S_ISREG(st.st_mode):
-                    yield prefix + e.name, e.path, st
+        stack.extend(prefix + name for name in listing[0])
+        for name in listing[1]:
+            full = f"{path}/{name}"
+            try:
+                st = os.stat(full)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                yield prefix + name, full, st
 
 
 class Resolver:
@@ -231,10 +250,11 @@ def native(sites: list[str], cache_dir: str | None) -> Dict[str, Dict[str, Any]]
     """`<rel path>` -> {needed, rpath, runpath, resolved: {soname: identity or None}} for every ELF
     shared object below the site dirs (extension modules and bundled `*.libs/` libraries)."""
     parsed = StatCache(os.path.join(cache_dir, "elf.json") if cache_dir else None)
+    listings = StatCache(os.path.join(cache_dir, "dirs.cache")) if cache_dir else None
     resolver = Resolver(sites, cache_dir)
     out: Dict[str, Dict[str, Any]] = {}
     for index, site in enumerate(sites):
-        for rel, path, st in shared_objects(site):
+        for rel, path, st in shared_objects(site, listings):
             info = parsed.lookup(path, st)
             if info is None:
                 try:
@@ -249,6 +269,8 @@ def native(sites: list[str], cache_dir: str | None) -> Dict[str, Dict[str, Any]]
             out[key] = {"needed": info["needed"], "rpath": info["rpath"], "runpath": info["runpath"],
                         "resolved": {so: resolver.resolve(so, info, origin) for so in info["needed"]}}
     parsed.save()
+    if listings is not None:
+        listings.save()
     resolver.save()
     return out
 

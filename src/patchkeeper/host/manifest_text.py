@@ -15,8 +15,13 @@ _AMBIGUOUS_ANYWHERE = re.compile(r'(?:^|\x1f)"|[\x00-\x1e\x7f\\]')  # over keys 
 def write(entries: Mapping[str, Any]) -> bytes:
     """The text of a manifest whose `entries` (key -> a value with digest, size and mode) are in
     sorted key order."""
-    plain = not _AMBIGUOUS_ANYWHERE.search("\x1f".join(entries))  # one search for the common case
-    lines = [f"{e.mode:o} {e.size} {e.digest} {k if plain else _quote(k)}\n" for k, e in entries.items()]
+    return write_rows({k: (e.digest, e.size, e.mode) for k, e in entries.items()})
+
+
+def write_rows(rows: Mapping[str, Any]) -> bytes:
+    """As `write`, from rows (key -> (digest, size, mode)) in sorted key order."""
+    plain = not _AMBIGUOUS_ANYWHERE.search("\x1f".join(rows))  # one search for the common case
+    lines = [f"{mode:o} {size} {digest} {k if plain else _quote(k)}\n" for k, (digest, size, mode) in rows.items()]
     return "".join(lines).encode("utf-8", "surrogateescape")
 
 

@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from functools import cached_property
-from typing import Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from ..host.agent import Agent
 from ..host.contract import AgentContract, Answer, Interpreter, InterpreterFacts
 from ..host.disk import write_atomic
 from .base import Target
-from .remote_agent import AgentProxy
 from ..workspace import TargetConfig
+
+if TYPE_CHECKING:  # the proxy (and the wire under it) loads only for another interpreter
+    from .remote_agent import AgentProxy
 
 THIS_PYTHON = "%d.%d.%d" % sys.version_info[:3]
 
@@ -37,6 +38,8 @@ class LocalTarget(Target):
             return self._proxy
         if self.same_interpreter:
             return self._in_process
+        from .remote_agent import AgentProxy
+
         self._proxy = AgentProxy.in_subprocess(self.name, self.config.python)
         return self._proxy
 
@@ -56,6 +59,7 @@ class LocalTarget(Target):
         """Output goes to files, not pipes, so a daemon the command leaves running (a restart
         command's service) cannot hold us; on timeout the command's whole process group is killed."""
         import signal
+        import subprocess
         import tempfile
 
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:

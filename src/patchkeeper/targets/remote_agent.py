@@ -250,8 +250,11 @@ class AgentProxy(AgentContract):
     def write_atomic(self, path: str, data: bytes, mode: int = 0o644) -> None:
         self._call("write_atomic", path, data, mode)
 
-    def write_new(self, path: str, data: bytes, mode: int) -> None:
-        self._call("write_new", path, data, mode)
+    def write_new(self, path: str, data: bytes, mode: int, durable: bool = True) -> None:
+        self._call("write_new", path, data, mode, durable)
+
+    def sync_files(self, paths: list[str]) -> None:
+        self._call("sync_files", paths)
 
     def obstacles(self, writes: list[str], removes: list[str]) -> dict[str, str]:
         return self._call("obstacles", writes, removes)
@@ -259,11 +262,14 @@ class AgentProxy(AgentContract):
     def read_all(self, directory: str, suffix: str) -> dict[str, bytes]:
         return self._call("read_all", directory, suffix)
 
-    def rename(self, src: str, dst: str) -> None:
-        self._call("rename", src, dst)
+    def rename(self, src: str, dst: str, durable: bool = True) -> None:
+        self._call("rename", src, dst, durable)
 
-    def unlink(self, path: str) -> bool:
-        return self._call("unlink", path)
+    def unlink(self, path: str, durable: bool = True) -> bool:
+        return self._call("unlink", path, durable)
+
+    def sync_dirs(self, paths: list[str]) -> None:
+        self._call("sync_dirs", paths)
 
     def listdir(self, path: str) -> list[str]:
         return self._call("listdir", path)
@@ -304,8 +310,8 @@ class AgentProxy(AgentContract):
     def store_put_files(self, store: str, files: dict[str, str]) -> dict[str, str]:
         return self._call("store_put_files", store, files)
 
-    def stage(self, store: str, digest: str, path: str, mode: int) -> None:
-        self._call("stage", store, digest, path, mode)
+    def stage(self, store: str, digest: str, path: str, mode: int, durable: bool = True) -> None:
+        self._call("stage", store, digest, path, mode, durable)
 
     def state_dir_owner(self, prefix: str, state_dir: str, site: str, claim: bool) -> StateDirOwner:
         return self._call("state_dir_owner", prefix, state_dir, site, claim)

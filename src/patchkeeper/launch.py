@@ -1,0 +1,65 @@
+"""The entry point: `audit` in its plain forms runs without loading click; everything else goes to cli.py.
+
+click costs about as much as the whole of a warm audit's own work, so its commonest forms
+(`patchkeeper [-w DIR] audit [-q] [-v] [--json] [-t NAME]`) are recognised here, token by token.
+Anything else (another verb, --help, --all, --probe, an unknown or combined option, shell
+completion) is left to click, which parses it as it always has; the verb itself and its exit codes
+are the same code either way (commands/audit.py, verb.py).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+_FLAGS = {"-q": "quiet", "--quiet": "quiet", "-v": "verbose", "--verbose": "verbose", "--json": "as_json"}
+
+
+def plain_audit(argv: list[str]) -> tuple[str | None, dict[str, object]] | None:
+    """(workspace, audit's options) when `argv` is a plain audit this module runs itself, else None."""
+    workspace: str | None = None
+    i = 0
+    if argv[:1] in (["-w"], ["--workspace"]) and len(argv) > 2 and not argv[1].startswith("-"):
+        workspace, i = argv[1], 2
+    if argv[i:i + 1] != ["audit"]:
+        return None
+    options: dict[str, object] = {"target": None, "quiet": False, "verbose": False, "as_json": False}
+    rest = argv[i + 1:]
+    j = 0
+    while j < len(rest):
+        token = rest[j]
+        if token in _FLAGS and not options[_FLAGS[token]]:
+            options[_FLAGS[token]] = True
+        elif token in ("-t", "--target") and options["target"] is None and j + 1 < len(rest) \
+                and rest[j + 1] and not rest[j + 1].startswith("-"):
+            options["target"] = rest[j + 1]
+            j += 1
+        else:
+            return None  # click's to parse (and to explain)
+        j += 1
+    return workspace, options
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    plain = None if any(k.endswith("_COMPLETE") for k in os.environ) else plain_audit(argv)
+    if plain is None:
+        from .cli import main as cli_main
+
+        cli_main()
+        return
+    from .verb import run_verb
+
+    run_verb(_audit, *plain)
+
+
+def _audit(workspace_dir: str | None, options: dict) -> int:
+    from . import workspace
+    from .commands.audit import audit
+
+    ws = workspace.load(workspace.find(workspace_dir))
+    return audit(ws, options["target"], [], False, options["as_json"], options["verbose"], options["quiet"])
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
