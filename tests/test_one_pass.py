@@ -100,7 +100,7 @@ def test_stat_cache_is_never_believed_over_the_file(env, monkeypatch):
     edit_file(path, path.read_bytes())  # an inode of our own: the edit below is in place
     monkeypatch.setattr(disk.StatCache, "GRANULARITY_NS", -10**12)  # remember even this fresh copy
     request = ScanRequest(root=site, walk=("sglang",), cache=cache)
-    first = Agent().scan(request)
+    first = Agent().scan(request).rows
     assert disk.StatCache(cache).entries[rel][4] == first[rel][0]  # remembered, by stat identity
 
     before = path.stat()
@@ -111,7 +111,7 @@ def test_stat_cache_is_never_believed_over_the_file(env, monkeypatch):
         with open(path, "r+b") as f:
             f.write(edited)
         os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))  # size and mtime as before
-    again = Agent().scan(request)
+    again = Agent().scan(request).rows
     assert again[rel][0] != first[rel][0] and again[rel][0] == disk.hash_file(str(path))
 
     # a cache file that is not ours (the old JSON form, another stamp) is empty, never misread
@@ -120,7 +120,7 @@ def test_stat_cache_is_never_believed_over_the_file(env, monkeypatch):
         with open(cache, "wb") as f:
             f.write(foreign)
         assert disk.StatCache(cache).entries == {}
-    assert Agent().scan(request) == again
+    assert Agent().scan(request).rows == again
 
 
 def test_differences_of_rows_and_of_entries_agree():
@@ -152,23 +152,23 @@ def test_a_remembered_directory_listing_is_never_believed_over_the_directory(env
     site, cache = str(env.site), str(env.state_dir / "statcache.json")
     monkeypatch.setattr(disk.StatCache, "GRANULARITY_NS", -10**12)  # remember even this fresh copy
     request = ScanRequest(root=site, walk=("sglang",), cache=cache)
-    first = Agent().scan(request)
+    first = Agent().scan(request).rows
     lang = env.site / "sglang" / "lang"
     assert str(lang) in disk.StatCache(cache + ".dirs").entries  # remembered
 
     listed: list[str] = []
     real_scandir = os.scandir
     monkeypatch.setattr(os, "scandir", lambda path=".": listed.append(str(path)) or real_scandir(path))
-    assert Agent().scan(request) == first and listed == []  # a warm walk lists no directory again
+    assert Agent().scan(request).rows == first and listed == []  # a warm walk lists no directory again
 
     before = lang.stat()
     n = 0
     while lang.stat().st_ctime_ns == before.st_ctime_ns:  # the change must land in a later tick of the clock
         (lang / f"added_{n}.py").write_text("X = 1\n")
         n += 1
-    again = Agent().scan(request)
+    again = Agent().scan(request).rows
     assert listed == [str(lang)]  # only the changed directory is listed again
     assert {k for k in again if k not in first} == {f"sglang/lang/added_{i}.py" for i in range(n)}
     for i in range(n):
         (lang / f"added_{i}.py").unlink()
-    assert Agent().scan(request) == first
+    assert Agent().scan(request).rows == first
