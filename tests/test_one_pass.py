@@ -172,3 +172,22 @@ def test_a_remembered_directory_listing_is_never_believed_over_the_directory(env
     for i in range(n):
         (lang / f"added_{i}.py").unlink()
     assert Agent().scan(request).rows == first
+
+
+def test_only_big_files_are_hashed_on_threads_and_answers_keep_their_order():
+    """Small files are hashed in the calling thread (on threads they cost twice the CPU); big ones on threads."""
+    import threading
+
+    from patchkeeper.host.disk import BIG_FILE, map_files
+
+    jobs = [(i, BIG_FILE if i % 3 == 0 else 100) for i in range(9)]
+    ran_on: dict[int, int] = {}
+
+    def fn(job):
+        ran_on[job[0]] = threading.get_ident()
+        return job[0] * 2
+
+    assert map_files(fn, jobs, lambda job: job[1], 4) == [i * 2 for i in range(9)]
+    here = threading.get_ident()
+    assert all(ran_on[i] == here for i in range(9) if i % 3)
+    assert all(ran_on[i] != here for i in range(0, 9, 3))

@@ -28,6 +28,7 @@ from .disk import (
     is_managed_name,
     normalize_name,
     pid_alive,
+    map_files,
     map_threads,
     remove_stale_temps,
     walk_files,
@@ -314,21 +315,13 @@ class Agent(AgentContract):
             else:
                 todo.append((key, path, st))
 
-        def work(batch: list[tuple[str, str, os.stat_result]]) -> list[tuple[str, Row]]:
-            done = []
-            for key, path, st in batch:
-                digest = hash_file(path, st.st_size, algorithm)
-                cached.remember(key, st, digest)
-                done.append((key, entry_row(st, digest)))
-            return done
+        def work(job: tuple[str, str, os.stat_result]) -> tuple[str, Row]:
+            key, path, st = job
+            digest = hash_file(path, st.st_size, algorithm)
+            cached.remember(key, st, digest)
+            return key, entry_row(st, digest)
 
-        batches = [todo[i:i + 64] for i in range(0, len(todo), 64)]
-        if len(batches) > 1:
-            for done in map_threads(work, batches, min(8, (os.cpu_count() or 2) * 2)):
-                out.update(done)
-        else:
-            for batch in batches:
-                out.update(work(batch))
+        out.update(map_files(work, todo, lambda job: job[2].st_size, min(8, (os.cpu_count() or 2) * 2)))
         cached.save()
         if listings is not None:
             listings.save()

@@ -242,6 +242,29 @@ def hostname() -> str:
     return os.uname().nodename  # what gethostname(2) answers, without loading the socket module
 
 
+BIG_FILE = 1 << 20
+
+
+def map_files(fn: Callable[[_T], _R], jobs: Sequence[_T], size: Callable[[_T], int], workers: int) -> list[_R]:
+    """[fn(job) for job in jobs], in order, where each job reads one file of size(job) bytes.
+
+    Files under BIG_FILE are done in this thread: hashing a small file is mostly interpreter work
+    under the GIL, and on threads it cost twice the CPU and more wall time (a first baseline of
+    sglang's 5,771 files on 2 cores: 4.0 s of CPU on 4 threads, 2.0 s in one). Larger files go to up
+    to `workers` threads, where hashing releases the GIL for long stretches."""
+    big = [i for i, job in enumerate(jobs) if size(job) >= BIG_FILE]
+    if len(big) < 2:
+        return [fn(job) for job in jobs]
+    results: list[Any] = [None] * len(jobs)
+    for i, result in zip(big, map_threads(fn, [jobs[i] for i in big], workers)):
+        results[i] = result
+    threaded = set(big)
+    for i, job in enumerate(jobs):
+        if i not in threaded:
+            results[i] = fn(job)
+    return results
+
+
 def map_threads(fn: Callable[[_T], _R], items: Sequence[_T], workers: int) -> list[_R]:
     """[fn(item) for item in items] on up to `workers` threads, in order; the first error is raised.
 

@@ -6,12 +6,9 @@ import importlib.util
 import os
 import stat
 from itertools import chain
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Tuple, TypeVar
+from typing import Any, Dict, Iterable, Iterator, List, Tuple
 
-T = TypeVar("T")
-R = TypeVar("R")
-
-from .disk import CHUNK, StatCache, listing, map_threads, write_atomic
+from .disk import CHUNK, StatCache, listing, map_files, write_atomic
 from .distinfo import console_scripts, record_rows
 
 _AUDIT_WORKERS = min(8, (os.cpu_count() or 2) * 2)
@@ -120,7 +117,7 @@ def check_record(site: str, name: str, cache_dir: str | None) -> dict[str, Any]:
         cache.remember(rel, st, digest)
         return rel, path, algo, expected, digest
 
-    results = _in_batches(work, todo)
+    results = map_files(work, todo, lambda job: job[4].st_size, _AUDIT_WORKERS)
     mismatched.extend((rel, path, algo, expected) for rel, path, algo, expected, digest in results
                       if digest != expected)
     scripts = None
@@ -140,15 +137,6 @@ def check_record(site: str, name: str, cache_dir: str | None) -> dict[str, Any]:
         write_atomic(cache.path, b"{}")
     return {"files": checked, "findings": sorted(findings)}
 
-
-def _in_batches(fn: Callable[[T], R], jobs: list[T]) -> list[R]:
-    """fn over jobs on all cores: batches of files per task, so that small files cost no more
-    in pool overhead than they do to hash."""
-    if len(jobs) <= 32:
-        return [fn(j) for j in jobs]
-    size = max(16, len(jobs) // (_AUDIT_WORKERS * 8))
-    batches = [jobs[i:i + size] for i in range(0, len(jobs), size)]
-    return [r for rs in map_threads(lambda b: [fn(j) for j in b], batches, _AUDIT_WORKERS) for r in rs]
 
 
 def _pyc_source(rel: str, cache_tag: str) -> tuple[str, int] | None:
