@@ -76,7 +76,7 @@ demo: install $(WHEELS)/.sglang
 
 test: install $(TESTENV)/.done $(WHEELS)/.audit $(WHEELS)/env/.done $(WHEELS)/older/.done sshd
 	$(BIN)/mypy  # [tool.mypy] in pyproject.toml: strict on host/, the engine and changes.py
-	$(BIN)/pytest -q -n 2
+	$(BIN)/pytest -q -n 4 --durations=15  # 4 workers on 2 cores: the tests wait on sshd, servers and fsync too
 
 bench: install $(TESTENV)/.done $(WHEELS)/.audit $(WHEELS)/env/.done $(TORCHENV)/.done sshd
 	@command -v rsync >/dev/null && command -v b3sum >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rsync b3sum >/dev/null; }
