@@ -46,13 +46,15 @@ def _refusal(s: Session, edits: dict[str, str]) -> Refused:
 def record_baseline(s: Session, bytes_kept: bool, how: str | None) -> LedgerEntry:
     """Record the first baseline, after checking the package against its RECORD."""
     damage, edits, manifest = hand_edits(s)
+    # the scan that found no edits is the one recorded: on a freshly copied tree (every ctime new, so
+    # nothing is trusted from the stat cache) a second scan would hash every file again
     if not edits:
-        return engine.record_state(s, "baseline", "baseline", bytes_kept)
+        return engine.record_state(s, "baseline", "baseline", bytes_kept, scanned=manifest)
     if how is None:
         raise _refusal(s, edits)
     if how == "accept-edits":
         return engine.record_state(s, "baseline", "baseline", bytes_kept, hand_edits=tuple(edits),
-                                   extra={"adopted": "accept-edits", "edits": edits})
+                                   extra={"adopted": "accept-edits", "edits": edits}, scanned=manifest)
     return _restore_pristine(s, bytes_kept, damage, edits, manifest)
 
 

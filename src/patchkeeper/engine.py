@@ -63,10 +63,11 @@ def _kinds(pairs: dict[str, tuple[Entry | None, Entry | None]]) -> dict[str, str
 
 # ---- recorded states -------------------------------------------------------------------------
 def record_state(s: Session, kind: str, name: str, bytes_kept: bool = True, hand_edits: tuple[str, ...] = (),
-                 extra: dict[str, Any] | None = None) -> LedgerEntry:
-    """Record the target's files as they are now as a named state (kind: baseline | snapshot)."""
+                 extra: dict[str, Any] | None = None, scanned: Manifest | None = None) -> LedgerEntry:
+    """Record the target's files as they are now as a named state (kind: baseline | snapshot).
+    `scanned`: the caller's scan of them a moment ago (the store checks every file's bytes against it)."""
     target, ledger = s.target, s.ledger
-    manifest = scan_all(target)
+    manifest = scanned if scanned is not None else scan_all(target)
     if bytes_kept:
         files = {e.digest: target.info.path_of(k) for k, e in manifest.items()}
         bad = target.agent.store_put_files(target.info.store, files)

@@ -25,7 +25,7 @@ class Store:
 
     def _loose(self, digest: str) -> str:
         algo, _, hexd = digest.partition(":")
-        if not hexd or not all(c in "0123456789abcdef" for c in hexd):
+        if not hexd or hexd.strip("0123456789abcdef"):
             raise AgentError("bad-digest", f"not a digest: {digest!r}")
         return os.path.join(self.root, "objects", algo, hexd[:2], hexd[2:])
 
@@ -77,7 +77,7 @@ class Store:
         return out
 
     def has(self, digest: str) -> bool:
-        return os.path.exists(self._loose(digest)) or digest in self._packs()
+        return digest in self._packs() or os.path.exists(self._loose(digest))
 
     def put(self, data: bytes, digest: str | None = None) -> str:
         actual = hash_bytes(data, algorithm_of(digest) if digest else None)
