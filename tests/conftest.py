@@ -11,6 +11,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -55,14 +56,29 @@ def end_holders(directory: Path) -> None:
 
 
 @pytest.fixture(scope="session")
-def pristine_venv() -> Path:
+def pristine_venv(tmp_path_factory) -> Iterator[Path]:
+    """The pristine venv, on the tmp dirs' file system so that tests can hardlink it.
+
+    `make test` puts the tmp dirs on a tmpfs where there is one (TMPDIR): every test copies a
+    13,000-entry venv and packs a 120 MB baseline, which costs a disk file system most of the
+    suite's time in the kernel. The copy is made once per worker, with modes and mtimes kept."""
     if not (PRISTINE / ".done").exists():
         pytest.fail(f"{PRISTINE} is missing: run the tests with `make test`, which builds it")
     damaged = _damaged(PRISTINE)
     if damaged:
         pytest.fail(f"{PRISTINE} was written through a hardlink ({', '.join(damaged[:5])}): "
                     f"a test changed a file in place; `rm -rf {PRISTINE}` and fix the test to use edit_file/chmod_file")
-    return PRISTINE
+    base = tmp_path_factory.getbasetemp()
+    if base.stat().st_dev == PRISTINE.stat().st_dev:
+        yield PRISTINE
+        return
+    local = base / "pristine-venv"
+    subprocess.run(["cp", "-a", str(PRISTINE), str(local)], check=True)
+    yield local
+    damaged = _damaged(local)  # the copy is shared by this worker's tests: none may have written through it
+    if damaged:
+        pytest.fail(f"a test wrote through a hardlink into the pristine venv ({', '.join(damaged[:5])}): "
+                    "fix the test to use edit_file/chmod_file")
 
 
 def _damaged(venv: Path) -> list[str]:
