@@ -4,13 +4,16 @@ its RECORD; hand edits are refused, restored to the release's bytes, or recorded
 from __future__ import annotations
 
 import time
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
-from . import engine, environment, repair, transaction
+from . import engine, environment, transaction
 from .errors import BadInput, Refused
 from .ledger import AdoptExtra, LedgerEntry, State, new_id, who
 from .manifest import ROLE_PREFIX, Manifest, differences
 from .session import Session
+
+if TYPE_CHECKING:  # repair (RECORD rows, wheels) loads only where a baseline is first recorded
+    from . import repair
 
 MODES = ("restore-pristine", "accept-edits")
 
@@ -24,6 +27,8 @@ def check_mode(restore_pristine: bool, accept_edits: bool) -> str | None:
 def hand_edits(s: Session) -> tuple[repair.Damage, dict[str, str], Manifest]:
     """The package's files that differ from its RECORD (changed, missing) or that RECORD does not
     list (added), with the damage as repair sees it and the files as they are."""
+    from . import repair
+
     info = s.target.info
     damage = repair.find_damage(s.target, info.package, only_inside=True)
     manifest = engine.scan_all(s.target)
@@ -62,6 +67,8 @@ def _restore_pristine(s: Session, bytes_kept: bool, damage: repair.Damage, edits
                       manifest: Manifest) -> LedgerEntry:
     """One transaction whose ledger entry is the baseline: the release's bytes back in every
     changed or missing file, added files removed (all backed up first), then the state recorded."""
+    from . import repair
+
     target, ledger = s.target, s.ledger
     found = repair.restore(target, damage, None, s.workspace.wheels)
     if found.left:

@@ -122,8 +122,10 @@ def is_warm(target: Target) -> bool:
 
 
 def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), progress: Progress | None = None,
-        probe_timeout: float = PROBE_TIMEOUT, owners: dict[str, str] | None = None) -> AuditReport:
-    """Audit one target, opened in a Session (so an interrupted transaction was recovered first)."""
+        probe_timeout: float = PROBE_TIMEOUT, owners: dict[str, str] | None = None,
+        scanned: Manifest | None = None) -> AuditReport:
+    """Audit one target, opened in a Session (so an interrupted transaction was recovered first).
+    `scanned`: the caller's `scan_all(target, bytecode=True)` of a moment ago (status), used instead of another."""
     info, agent = target.info, target.agent
     tell = progress or (lambda what, done, total: None)
     probes = check_probes(probes)
@@ -137,7 +139,7 @@ def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), pro
     steps = len(others) + 2 + len(probes)
     tell("package", 0, steps)
     if current is not None:  # the managed package against its recorded state and the baseline
-        actual = scan_all(target, bytecode=True)  # one walk: the bytecode check below reuses it
+        actual = scanned if scanned is not None else scan_all(target, bytecode=True)  # one walk: the bytecode check below reuses it
         files += len(actual)
         findings.extend(_classify(ledger, current, actual, owners))
     tell("package", 1, steps)

@@ -7,17 +7,19 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Union
+from typing import TYPE_CHECKING, Any, Callable, Union
 
 from . import engine, faults
 from .engine import Plan
 from .errors import EXIT_DIFFERS, EXIT_ROLLED_BACK, PatchkeeperError
 from .host.disk import algorithm_of, hash_bytes, write_atomic
 from .ledger import LedgerEntry, RollbackExtra, State
-from .service import ServiceConfig
 from .session import Session
-from .verify import Verification, last_pass, record_verification, run_checks
-from .workspace import Workspace
+from .workspace import TargetConfig, Workspace
+
+if TYPE_CHECKING:  # the service check loads only after a change on a target with a [service]
+    from .service import ServiceConfig
+    from .verify import Verification
 
 
 # ---- the steps, in the order they happen; a command renders each one as it comes -----------------
@@ -104,6 +106,16 @@ class Outcome:
     exit_code: int
 
 
+def service_of(config: TargetConfig, verify: bool) -> ServiceConfig | None:
+    """The service to verify after a change: None with --no-verify or without a [service] table
+    (the service module, and the HTTP probe behind it, then load not at all)."""
+    if not verify or config.raw.get("service") is None:
+        return None
+    from . import service
+
+    return service.load(config)
+
+
 def carry_out(ws: Workspace, s: Session, plan: Plan, dry_run: bool, svc: ServiceConfig | None,
               show: Callable[[Step], None] = lambda step: None) -> Outcome:
     """Execute the plan (unless a dry run), mirror the records, verify the service (when one is
@@ -157,6 +169,8 @@ def _after_change(ws: Workspace, s: Session, svc: ServiceConfig, change: LedgerE
 
 
 def _verify(s: Session, svc: ServiceConfig, phase: str, of: str, step: Callable[[Step], None]) -> Verification:
+    from .verify import last_pass, record_verification, run_checks
+
     report = run_checks(s.target, svc, with_restart=True, progress=sys.stderr,
                         last_pass=last_pass(s.ledger, s.ledger.current()))
     record_verification(s, report, phase, of)

@@ -6,20 +6,23 @@ import posixpath
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Collection, Iterable, cast
+from typing import TYPE_CHECKING, Any, Collection, Iterable, cast
 
-from . import environment, faults, patching, patchset, transaction
+from . import environment, faults, transaction
 from .errors import BadInput, PatchkeeperError, Refused, StoreError
 from .host.contract import CompareRequest, ScanRequest
 from .host.disk import STAGE_PREFIX, is_managed_name
 from .ledger import ApplyExtra, LedgerEntry, PatchSetRef, RecordExtra, RollbackExtra, State, new_id, who
 from .manifest import ROLE_PREFIX, Entry, Manifest, differences
-from .patchset import PatchSet
 from .scan import _cache, _scan_request, scan_all as scan_all  # scan.py: the audit loads it alone
 from .session import Session
 from .targets import Target, TargetInfo
 from .transaction import FileOp
 from .workspace import TargetConfig, Workspace
+
+if TYPE_CHECKING:  # patch sets are read (and unidiff loaded) only by the verbs that use them: not by rollback
+    from . import patching
+    from .patchset import PatchSet
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,8 @@ def ensure_baseline(s: Session, bytes_kept: bool = True, adopt: str | None = Non
 def resolve(ws_patchsets: Path, name: str, bind_to: TargetConfig | None = None) -> list[PatchSet]:
     """The patch set and everything it requires, requirements first; with `bind_to`, their role
     files rendered with that target's vars (a missing value is refused here, before any change)."""
+    from . import patchset
+
     out: dict[str, PatchSet] = {}
 
     def visit(n: str, trail: tuple[str, ...]) -> None:
@@ -164,6 +169,8 @@ def stack_change(ws_patchsets: Path, stack: Iterable[PatchSetRef], incoming: lis
 
 def group_of(ws_patchsets: Path, ref: PatchSetRef) -> str | None:
     """An applied patch set's group, from its ledger ref (or, for older refs, its directory)."""
+    from . import patchset
+
     if "group" in ref:
         return ref["group"]
     try:
@@ -184,6 +191,7 @@ class Misfit:
 
 def misfits(sets: list[PatchSet], package: str, version: str, roles: Collection[str] | None) -> list[Misfit]:
     """Every misfit of `sets` for `package` `version` (names compared canonically); roles unchecked if None."""
+    from . import patchset
     from .host.disk import normalize_name as canonicalize_name  # packaging's rule, without importing packaging
 
     out = []
@@ -199,6 +207,8 @@ def misfits(sets: list[PatchSet], package: str, version: str, roles: Collection[
 
 
 def check_fits(target: Target, sets: list[PatchSet], force: bool) -> list[str]:
+    from . import patchset
+
     info, notes = target.info, []
     for m in misfits(sets, target.config.package, info.version, dict(info.roles)):
         ps = m.patchset
@@ -261,6 +271,8 @@ def plan_apply(s: Session, name: str, force: bool, trial: bool = False,
 
     A `trial` (what `check` shows) refuses nothing: misfits, hand edits and hunks that do not
     apply are kept in the plan (misfits, drift, checks) instead, and the files they concern left out."""
+    from . import patchset
+
     ws, target, ledger = s.workspace, s.target, s.ledger
     incoming, unrendered = _bound(incoming or resolve(ws.patchsets_dir, name), s.config, trial)
     found = misfits(incoming, target.config.package, target.info.version, dict(target.info.roles)) if trial else []
@@ -348,6 +360,8 @@ def build_files(sets: list[PatchSet], files: dict[str, bytes | None], modes: dic
 
     With `trial_of`, each file patch is checked first: a failing one is reported (for the sets in
     `trial_of`) and skipped, instead of raising."""
+    from . import patching
+
     checks = []
     for ps in sets:
         for origin, fps in ps.patches:
@@ -394,6 +408,8 @@ def _baseline(s: Session) -> State:
 
 
 def _load_applied(ws: Workspace, ref: PatchSetRef) -> PatchSet:
+    from . import patchset
+
     ps = patchset.load(ws.patchsets_dir, ref["name"])
     if ps.digest != ref["digest"]:
         raise Refused(f"applied patch set {ref['name']}@{ref['version']} is no longer in the workspace as applied "
@@ -403,6 +419,8 @@ def _load_applied(ws: Workspace, ref: PatchSetRef) -> PatchSet:
 
 def owners_of(ws: Workspace, stack: Iterable[PatchSetRef]) -> dict[str, str]:
     """key -> the patch set(s) of `stack` that touch it, by their paths and role files."""
+    from . import patchset
+
     owners: dict[str, list[str]] = {}
     for ref in stack:
         ident = f"{ref['name']}@{ref['version']}"

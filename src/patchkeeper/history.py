@@ -6,9 +6,12 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .diffwrite import Change
 from .errors import BadInput
+
+if TYPE_CHECKING:
+    from .diffwrite import Change
 
 NO_HISTORY_MARK = ".no-git-history"
 
@@ -99,6 +102,8 @@ def read_range(directory: str, span: str, subdir: str) -> list[Change]:
     and modes, named relative to `subdir` (python/sglang/x.py -> sglang/x.py)."""
     import git
     from gitdb.exc import BadName, BadObject
+
+    from .diffwrite import Change
 
     try:
         repo = git.Repo(directory)

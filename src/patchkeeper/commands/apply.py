@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import cast
 
-from .. import changes, engine, service
-from ..adopt import describe
+from .. import changes, engine
 from ..ledger import ApplyExtra, RecordExtra
 from ..session import Session
 from ..workspace import Workspace
@@ -14,7 +13,7 @@ from .show_plan import step_printer
 
 def apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bool, verify: bool = True,
           adopt: str | None = None) -> int:
-    svc = service.load(ws.target(target)) if verify else None
+    svc = changes.service_of(ws.target(target), verify)
     with Session(ws, target, f"apply {name}") as s:
         incoming = engine.resolve(ws.patchsets_dir, name, s.config)  # every template renders, before a baseline
         engine.check_fits(s.target, incoming, force)  # bad input is refused before a baseline is recorded
@@ -25,6 +24,8 @@ def apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bo
         elif not dry_run:
             baseline = engine.ensure_baseline(s, adopt=adopt)
             if baseline is not None:
+                from ..adopt import describe
+
                 print(f"recorded baseline of {s.target.name}: {cast(RecordExtra, baseline.extra)['files']} files, "
                       f"state {baseline.after.id}{describe(baseline)}")
         plan = engine.plan_apply(s, name, force, incoming=incoming)

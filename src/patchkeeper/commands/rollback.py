@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from .. import changes, engine, service
+from .. import changes, engine
 from ..session import Session
 from ..workspace import Workspace
 from .show_plan import step_printer
 
 
 def rollback(ws: Workspace, target: str | None, to: str, dry_run: bool, verify: bool = True) -> int:
-    svc = service.load(ws.target(target)) if verify else None
+    svc = changes.service_of(ws.target(target), verify)
     with Session(ws, target, f"rollback --to {to}") as s:
         plan = engine.plan_rollback(s, to)
         if plan is None:

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import sys
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ..changes import (Changed, KeptFailing, NotMirrored, RolledBack, RollingBack, SincePassed, Step, Verified,
                        Verifying)
 from ..engine import Plan
 from ..ledger import State
 from ..manifest import ROLE_PREFIX
-from ..verify import Verification
+
+if TYPE_CHECKING:
+    from ..verify import Verification
 
 _MARK = {"changed": "M", "added": "A", "removed": "D", "mode": "m"}
 PREVIOUS_FAILS = "the previous code state fails as well: the fault is likely not in the patch set"

@@ -8,7 +8,6 @@ fingerprint alike. Stat caches (the audit's) keep a warm fingerprint from reread
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
@@ -48,6 +47,8 @@ def _cache_dir(root: str | None, site: str, main_site: str | None) -> str | None
         return None
     if main_site is None or os.path.realpath(site) == os.path.realpath(main_site):
         return root
+    import hashlib
+
     return os.path.join(root, "sites", hashlib.sha256(site.encode()).hexdigest()[:16])
 
 
@@ -278,14 +279,13 @@ def native(sites: list[str], cache_dir: str | None) -> Dict[str, Dict[str, Any]]
 # ---- GPU stack -------------------------------------------------------------------------------
 def gpu() -> Dict[str, Any]:
     """One `nvidia-smi -q -x`, parsed; or {"driver": None, "note": "no NVIDIA driver"}."""
-    import shutil
-    import subprocess
-
     out: Dict[str, Any]
 
-    exe = shutil.which("nvidia-smi")
+    exe = _which("nvidia-smi")
     if exe is None:
         return {"driver": None, "note": NO_DRIVER}
+    import subprocess
+
     try:
         proc = subprocess.run([exe, "-q", "-x"], capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -303,6 +303,15 @@ def gpu() -> Dict[str, Any]:
     if xid is not None:
         out["xid"] = xid
     return out
+
+
+def _which(name: str) -> Optional[str]:
+    """shutil.which for a bare name, without loading shutil on every fingerprint of a host without GPUs."""
+    for directory in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        path = os.path.join(directory or os.curdir, name)
+        if os.access(path, os.F_OK | os.X_OK) and not os.path.isdir(path):
+            return path
+    return None
 
 
 def _text(node: Any, path: str) -> Optional[str]:
