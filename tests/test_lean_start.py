@@ -37,6 +37,28 @@ def test_fast_paths_import_no_heavy_modules(env):
     assert "packaging.specifiers" in imported(env, "check", "ddtree")
 
 
+# what a verb does not need, beyond HEAVY: the service check and its HTTP probe (no [service] or --no-verify),
+# adopting and repairing (a baseline is recorded already), git's diff values, and for rollback the patch sets
+NOT_NEEDED = ("patchkeeper.verify", "patchkeeper.service", "patchkeeper.host.probe_http", "socket", "patchkeeper.repair",
+              "patchkeeper.diffwrite", "shutil", "subprocess", "hashlib")
+
+
+def test_apply_and_rollback_load_only_their_own_modules(env):
+    env.pk("snapshot", "--name", "start")  # the baseline: apply then records none (adopt's RECORD check stays out)
+    apply = imported(env, "apply", "ddtree")  # no [service] in this workspace: nothing to verify
+    rollback = imported(env, "rollback", "--to", "baseline")
+    assert {"patchkeeper.commands.apply", "patchkeeper.patchset", "unidiff"} <= apply  # the probe sees imports
+    assert [m for m in NOT_NEEDED if m in apply] == []
+    assert {"patchkeeper.commands.rollback", "patchkeeper.repair"} <= rollback  # repair: files outside the package
+    assert [m for m in NOT_NEEDED + ("patchkeeper.patchset", "patchkeeper.patching", "unidiff", "patchkeeper.adopt")
+            if m in rollback and m != "patchkeeper.repair"] == []
+    status = imported(env, "status")
+    assert "patchkeeper.commands.status" in status
+    assert [m for m in NOT_NEEDED + ("patchkeeper.patchset", "unidiff", "patchkeeper.changes") if m in status] == []
+    # a verb that verifies does load the service check: the lists above are not blind
+    assert {"patchkeeper.verify", "patchkeeper.service"} <= imported(env, "verify", code=2)
+
+
 def test_plain_audit_runs_without_click_and_says_what_click_says(env):
     """`audit` in its plain forms is parsed by launch.py, not click: same report, same exit code;
     any other form (an option spelled with `=`, --all, --help) is still click's."""
