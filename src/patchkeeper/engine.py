@@ -542,5 +542,6 @@ def plan_rollback(s: Session, spec: str) -> Plan | None:
 
 
 def execute(s: Session, plan: Plan) -> None:
-    """Carry out a plan; its ledger entry keeps the environment fingerprint it was made in."""
-    transaction.carry_out(s.ledger, list(plan.ops), plan.contents, environment.record(plan.entry, s.target))
+    """Carry out a plan; its ledger entry keeps the environment fingerprint it was made in (taken
+    while the transaction stages its files, and in the entry before the commit point)."""
+    transaction.carry_out(s.ledger, list(plan.ops), plan.contents, plan.entry, environment.taking(s.target).record)

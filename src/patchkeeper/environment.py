@@ -67,6 +67,53 @@ def record(entry: LedgerEntry, target: Target) -> LedgerEntry:
         return replace(entry, env_error=str(exc).splitlines()[0])
 
 
+class Taking:
+    """A fingerprint being taken while a transaction goes on (`taking`); `record` waits for it."""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self._doc: dict | None = None
+        self._error: BaseException | None = None
+        self._thread = None
+        from .host.agent import Agent
+
+        if isinstance(target.agent, Agent):  # answers on any thread; a proxy's channel carries one call at a time
+            import threading
+
+            self._thread = threading.Thread(target=self._take, daemon=True)
+            self._thread.start()
+
+    def _take(self) -> None:
+        try:
+            self._doc = take(self.target)
+        except BaseException as exc:  # handed to `record`, in the caller's thread
+            self._error = exc
+
+    def record(self, entry: LedgerEntry) -> LedgerEntry:
+        """As `record(entry, target)`, with the fingerprint this began taking (or takes now)."""
+        from dataclasses import replace
+
+        if self._thread is not None:
+            self._thread.join()
+        elif self._doc is None and self._error is None:
+            self._take()
+        try:
+            if self._error is not None:
+                raise self._error
+            assert self._doc is not None
+            return replace(entry, env=self.target.agent.store_put(self.target.info.store, encode(self._doc)))
+        except (PatchkeeperError, OSError) as exc:
+            return replace(entry, env_error=str(exc).splitlines()[0])
+
+
+def taking(target: Target) -> Taking:
+    """Begin taking the target's fingerprint: on a thread of its own where the target's agent runs in
+    this process, so that it overlaps the transaction's waits for the disk; else when `record` asks.
+    It reads the environment around the package (other distributions against their RECORD, native
+    libraries, the system), each file once as it is then, and writes only its own stat caches."""
+    return Taking(target)
+
+
 def load(target: Target, digest: str) -> dict:
     try:
         return json.loads(target.agent.store_get(target.info.store, digest))

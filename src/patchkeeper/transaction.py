@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import posixpath
 from dataclasses import dataclass, replace
-from typing import Any, cast
+from typing import Any, Callable, cast
 
 from . import faults
 from .host.disk import STAGE_PREFIX
@@ -59,8 +59,11 @@ class FileOp:
                    Entry.of(d["new"]) if d["new"] else None)
 
 
-def carry_out(ledger: Ledger, ops: list[FileOp], contents: dict[str, bytes], entry: LedgerEntry) -> None:
-    """Carry out `ops` as one transaction and record `entry`. `contents` maps new digests to bytes."""
+def carry_out(ledger: Ledger, ops: list[FileOp], contents: dict[str, bytes], entry: LedgerEntry,
+              complete: Callable[[LedgerEntry], LedgerEntry] | None = None) -> None:
+    """Carry out `ops` as one transaction and record `entry`. `contents` maps new digests to bytes.
+    `complete` gives the entry its last fields (the environment fingerprint, taken meanwhile) before
+    the commit point; the journal of a transaction that never committed holds the entry without them."""
     target = ledger.target
     agent, store = target.agent, target.info.store
     found = obstacles(ledger, ops)
@@ -86,6 +89,9 @@ def carry_out(ledger: Ledger, ops: list[FileOp], contents: dict[str, bytes], ent
                 agent.stage(store, op.new.digest, op.stage_path(entry.id), op.new.mode, durable=False)
                 faults.point(f"staged {op.key}")
         agent.sync_files([op.stage_path(entry.id) for op in ops if op.new is not None])
+        if complete is not None:
+            entry = complete(entry)
+            journal["entry"] = entry.to_dict()
         journal["status"] = "committed"
         agent.write_atomic(ledger.journal_path, json.dumps(journal).encode())
     except Exception as exc:  # before the commit point: undo, so the target stays as it was

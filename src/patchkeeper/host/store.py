@@ -21,7 +21,7 @@ class Store:
 
     def __init__(self, root: str) -> None:
         self.root = root
-        self._index: dict[str, tuple[str, int, int]] | None = None
+        self._index: list[tuple[str, str, dict]] | None = None
 
     def _loose(self, digest: str) -> str:
         algo, _, hexd = digest.partition(":")
@@ -29,9 +29,11 @@ class Store:
             raise AgentError("bad-digest", f"not a digest: {digest!r}")
         return os.path.join(self.root, "objects", algo, hexd[:2], hexd[2:])
 
-    def _packs(self) -> dict[str, tuple[str, int, int]]:
+    def _packs(self) -> list[tuple[str, str, dict]]:
+        """(pack, index path, digest -> [offset, size]) of every pack, oldest name first; an index's
+        rows are read as JSON once and looked up as they are (`_where`), not copied row by row."""
         if self._index is None:
-            self._index = {}
+            packs = []
             pack_dir = os.path.join(self.root, "packs")
             for name in sorted(os.listdir(pack_dir)) if os.path.isdir(pack_dir) else []:
                 if name.endswith(".idx"):
@@ -40,17 +42,25 @@ class Store:
                     try:
                         with open(path, "rb") as f:
                             idx = json.loads(f.read())
-                        rows = [(digest, (pack, int(offset), int(size))) for digest, (offset, size) in idx.items()]
-                    except (ValueError, TypeError, AttributeError) as exc:
-                        self._index = None
-                        raise AgentError(
-                            "damaged-index", f"the pack index {path} is damaged ({type(exc).__name__}: {exc}); "
-                            "the backups it lists cannot be found",
-                            f"move it and its pack aside (mv {path} {pack} /some/where/), then retry: states that "
-                            "need those backups are then refused by name; nothing was changed") from None
-                    for digest, where in rows:
-                        self._index.setdefault(digest, where)
+                        if not isinstance(idx, dict):
+                            raise TypeError(f"a JSON {type(idx).__name__}, not an object")
+                    except (ValueError, TypeError) as exc:
+                        raise _damaged_index(path, pack, exc) from None
+                    packs.append((pack, path, idx))
+            self._index = packs
         return self._index
+
+    def _where(self, digest: str) -> tuple[str, int, int] | None:
+        """(pack, offset, size) of a packed object (the first pack listing it), None when none does."""
+        for pack, path, idx in self._packs():
+            row = idx.get(digest)
+            if row is not None:
+                try:
+                    offset, size = row
+                    return pack, int(offset), int(size)
+                except (ValueError, TypeError) as exc:
+                    raise _damaged_index(path, pack, exc) from None
+        return None
 
     def identity(self, digest: str) -> list[int] | None:
         """(size, mtime, ctime, inode) of a loose object's file, None when it is not one: what a
@@ -77,7 +87,9 @@ class Store:
         return out
 
     def has(self, digest: str) -> bool:
-        return digest in self._packs() or os.path.exists(self._loose(digest))
+        if self._index is not None and self._where(digest) is not None:  # indexes read already: no stat
+            return True
+        return os.path.exists(self._loose(digest)) or self._where(digest) is not None  # else loose first: none read
 
     def put(self, data: bytes, digest: str | None = None) -> str:
         actual = hash_bytes(data, algorithm_of(digest) if digest else None)
@@ -102,7 +114,7 @@ class Store:
             with open(path, "rb") as f:
                 data = f.read()
         except FileNotFoundError:
-            where = self._packs().get(digest)
+            where = self._where(digest)
             if where is None:
                 raise AgentError("missing-object", f"object {digest} is not in the store {self.root}")
             pack, offset, size = where
@@ -161,3 +173,11 @@ class Store:
         A finished pack whose index is missing is kept: its bytes are backups, and the store's
         check names the missing index. Call it only under the target's lock: every pack writer holds it."""
         return remove_stale_temps(os.path.join(self.root, "packs"), (TEMP_PACK, TEMP_PREFIX))
+
+
+def _damaged_index(path: str, pack: str, exc: Exception) -> AgentError:
+    return AgentError(
+        "damaged-index", f"the pack index {path} is damaged ({type(exc).__name__}: {exc}); "
+        "the backups it lists cannot be found",
+        f"move it and its pack aside (mv {path} {pack} /some/where/), then retry: states that "
+        "need those backups are then refused by name; nothing was changed")
