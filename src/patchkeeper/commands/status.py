@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 from .. import audit, engine
-from ..manifest import differences
-from ..scan import scan_all
 from ..session import Session
 from ..workspace import Workspace
 from . import emit_json
@@ -14,12 +12,12 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
     with Session(ws, target, "status", write=False) as s:
         info = s.target.info
         current = s.ledger.current()
-        scanned = None
+        report = None
         if current is None:
             diffs: dict[str, str] = {}
-        elif not as_json and audit.is_warm(s.target):  # the audit below runs: one scan serves both
-            scanned = scan_all(s.target, bytecode=True)
-            diffs = differences(s.ledger.load_manifest(current), scanned)
+        elif not as_json and audit.is_warm(s.target):  # cheap only when the audit's stat caches are warm
+            report = audit.audit_target(s.target, s.ledger, owners=engine.owners_of(ws, current.stack))
+            diffs = report.differences  # its one pass over the package compared it with the recorded state
         else:
             diffs = engine.drift(s.target, current.manifest)  # compared on the target: only differences travel
         doc = {"target": s.target.name, "host": info.host, "package": info.package, "version": info.version,
@@ -37,8 +35,7 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
         print(f"state {current.id}{' (' + current.name + ')' if current.name else ''}: {current.stack_text()}")
         for p in current.stack:
             print(f"  {p['name']}@{p['version']}  {p['digest'][:19]}…")
-        if scanned is not None:  # cheap only when the audit's stat caches are warm
-            report = audit.audit_target(s.target, s.ledger, owners=engine.owners_of(ws, current.stack), scanned=scanned)
+        if report is not None:
             print("audit: " + report.summary())
         if not diffs:
             print("files match the recorded state")

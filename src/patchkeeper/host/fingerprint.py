@@ -47,7 +47,7 @@ def _cache_dir(root: str | None, site: str, main_site: str | None) -> str | None
         return None
     if main_site is None or os.path.realpath(site) == os.path.realpath(main_site):
         return root
-    import hashlib
+    import hashlib  # only for a second site dir: the common audit path does without it
 
     return os.path.join(root, "sites", hashlib.sha256(site.encode()).hexdigest()[:16])
 

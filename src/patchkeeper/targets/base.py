@@ -52,9 +52,8 @@ class TargetInfo:
     @cached_property
     def _layout(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         inside = [p for p in self.record if not p.startswith(("../", "/"))]
-        tops = sorted({p.split("/", 1)[0] for p in inside if "/" in p})
-        walked = set(tops)
-        return tuple(tops), tuple(p for p in inside if "/" not in p or p.split("/", 1)[0] not in walked)
+        nested = [p for p in inside if "/" in p]  # each below a top directory the walk covers
+        return tuple(sorted({p.partition("/")[0] for p in nested})), tuple(p for p in inside if "/" not in p)
 
     def path_of(self, key: str) -> str:
         if key.startswith(ROLE_PREFIX):

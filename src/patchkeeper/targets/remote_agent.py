@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from ..errors import AgentError, TargetError
 from ..host import wire
+from ..host.contract import TreeCheck, TreeRequest
 from ..host.contract import (
     AgentContract,
     BytecodeCheck,
@@ -43,8 +44,8 @@ from ..host.contract import (
 )
 
 # The agent's modules, in import order; on the host they become the package `pkagent`.
-AGENT_MODULES = ("errors", "contract", "disk", "store", "distinfo", "distcheck", "manifest_text", "preflight", "elf", "interp",
-                 "fingerprint", "agent", "wire")
+AGENT_MODULES = ("errors", "contract", "disk", "store", "distinfo", "distcheck", "seal", "manifest_text", "preflight",
+                 "elf", "interp", "fingerprint", "agent", "wire")
 _BOOT = """
 import sys, types
 pkg = types.ModuleType("pkagent"); pkg.__path__ = []; sys.modules["pkagent"] = pkg
@@ -333,6 +334,9 @@ class AgentProxy(AgentContract):
 
     def audit_bytecode(self, site: str, cache_tag: str, verify: list[str], cache: str | None = None) -> BytecodeCheck:
         return self._call("audit_bytecode", site, cache_tag, verify, cache)
+
+    def audit_tree(self, request: TreeRequest) -> TreeCheck:
+        return self._call("audit_tree", request)
 
     def interpreter_facts(self) -> InterpreterFacts:
         return self._call("interpreter_facts")
