@@ -201,10 +201,9 @@ def mirror(ws: Workspace, s: Session, manifest: bool = True, check_all: bool = F
     checked: set[str] = set()
     for entry in s.ledger.entries():
         path = out / "ledger" / entry.file_name()
-        doc = entry.to_dict()
         copy = _read(path) if check_all else (b"" if path.exists() else None)
-        if copy is None or (check_all and _parsed(copy) != doc):
-            pending.append((path, (json.dumps(doc, indent=1) + "\n").encode()))
+        if copy is None or (check_all and _parsed(copy) != entry.to_dict()):  # made only where it is needed
+            pending.append((path, (json.dumps(entry.to_dict(), indent=1) + "\n").encode()))
             written.append(path)
             if copy is None:
                 fresh.append(entry)
