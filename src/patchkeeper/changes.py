@@ -1,27 +1,25 @@
-"""The change pipeline: execute a plan, mirror it to snapshots/, verify, roll back automatically."""
+"""The change pipeline: execute a plan, mirror it to snapshots/, then verify (aftercheck.py)."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Union
+from typing import TYPE_CHECKING, Callable, Union
 
 from . import engine, faults
 from .engine import Plan
-from .errors import EXIT_DIFFERS, EXIT_ROLLED_BACK, PatchkeeperError
+from .errors import PatchkeeperError
 from .host.disk import TEMP_PREFIX, algorithm_of, discard, fsync_dir, hash_bytes, map_threads
-from .ledger import LedgerEntry, RollbackExtra, State
+from .ledger import LedgerEntry
 from .session import Session
 from .workspace import TargetConfig, Workspace
 
 if TYPE_CHECKING:  # the service check loads only after a change on a target with a [service]
+    from . import aftercheck
     from .service import ServiceConfig
-    from .verify import Verification
 
 
 # ---- the steps, in the order they happen; a command renders each one as it comes -----------------
@@ -31,48 +29,6 @@ class Changed:
 
     plan: Plan
     dry_run: bool
-
-
-@dataclass(frozen=True)
-class Verifying:
-    """The service is being restarted and verified after `change`."""
-
-    change: LedgerEntry
-
-
-@dataclass(frozen=True)
-class Verified:
-    """One verification, recorded in the ledger while `state` was current."""
-
-    report: Verification
-    state: State | None
-
-
-@dataclass(frozen=True)
-class KeptFailing:
-    """The change stays (it cannot be rolled back automatically) although verification failed."""
-
-    change: LedgerEntry
-    report: Verification
-
-
-@dataclass(frozen=True)
-class RollingBack:
-    """Verification failed after `change`: the target goes back to `previous`."""
-
-    change: LedgerEntry
-    report: Verification
-    previous: State
-
-
-@dataclass(frozen=True)
-class RolledBack:
-    """The automatic rollback is done; `again` is the verification of the state restored."""
-
-    change: LedgerEntry
-    report: Verification
-    previous: State
-    again: Verification
 
 
 @dataclass(frozen=True)
@@ -86,18 +42,7 @@ class NotMirrored:
     reason: str
 
 
-@dataclass(frozen=True)
-class SincePassed:
-    """The previous state fails too: what changed since it last passed verification. Its code is
-    back in place, so the environment is what is left to blame."""
-
-    state: State
-    last: LedgerEntry | None  # that passing verification; None when none kept a fingerprint
-    changes: tuple[Any, ...] = ()  # environment.Change, from then to now
-    gpu: dict[str, Any] = dataclasses.field(default_factory=dict)  # the GPU facts now
-
-
-Step = Union[Changed, Verifying, Verified, KeptFailing, RollingBack, RolledBack, SincePassed, NotMirrored]
+Step = Union[Changed, NotMirrored, "aftercheck.Step"]  # the steps of verifying after a change: aftercheck.py
 
 
 @dataclass(frozen=True)
@@ -130,54 +75,14 @@ def carry_out(ws: Workspace, s: Session, plan: Plan, dry_run: bool, svc: Service
 
     if not dry_run:
         engine.execute(s, plan)
-        _mirror(ws, s, f"{s.target.name} was changed (transaction {plan.entry.id})", step)
+        mirror_step(ws, s, f"{s.target.name} was changed (transaction {plan.entry.id})", step)
     step(Changed(plan, dry_run))
     code = 0
     if svc is not None and not dry_run:
-        code = _after_change(ws, s, svc, plan.entry, step)
+        from .aftercheck import after_change
+
+        code = after_change(ws, s, svc, plan.entry, step)
     return Outcome(tuple(steps), code)
-
-
-def _after_change(ws: Workspace, s: Session, svc: ServiceConfig, change: LedgerEntry,
-                  step: Callable[[Step], None]) -> int:
-    """Restart and verify after `change` committed; an apply or switch that fails is rolled back."""
-    step(Verifying(change))
-    report = _verify(s, svc, change.kind, change.id, step)
-    if report.ok:
-        _mirror(ws, s, "the verification was recorded", step, manifest=False)  # the state was mirrored
-        return 0
-    if change.kind not in ("apply", "switch") or change.before is None:
-        _mirror(ws, s, "the verification was recorded", step, manifest=False)
-        step(KeptFailing(change, report))
-        return EXIT_DIFFERS
-    previous = change.before
-    step(RollingBack(change, report, previous))
-    plan = engine.plan_rollback(s, previous.id)
-    if plan is not None:
-        entry = dataclasses.replace(plan.entry, command=f"{s.command} (automatic rollback)",
-                                    extra=RollbackExtra(automatic=True, undoes=change.id, reason=report.reason))
-        plan = dataclasses.replace(plan, entry=entry)
-        engine.execute(s, plan)
-        step(Changed(plan, False))
-    again = _verify(s, svc, "automatic rollback", plan.entry.id if plan else change.id, step)
-    _mirror(ws, s, f"{s.target.name} was rolled back", step)
-    step(RolledBack(change, report, previous, again))
-    if not again.ok:
-        from . import environment
-
-        last, changes, gpu = environment.since_last_pass(s.target, s.ledger, previous)
-        step(SincePassed(previous, last, tuple(changes), gpu))
-    return EXIT_ROLLED_BACK
-
-
-def _verify(s: Session, svc: ServiceConfig, phase: str, of: str, step: Callable[[Step], None]) -> Verification:
-    from .verify import last_pass, record_verification, run_checks
-
-    report = run_checks(s.target, svc, with_restart=True, progress=sys.stderr,
-                        last_pass=last_pass(s.ledger, s.ledger.current()))
-    record_verification(s, report, phase, of)
-    step(Verified(report, s.ledger.current()))
-    return report
 
 
 # ---- the workspace's copy of a target's records ---------------------------------------------------
@@ -256,7 +161,7 @@ def try_mirror(ws: Workspace, s: Session, done: str, manifest: bool = True,
         return NotMirrored(done, s.target.name, ws.snapshots_dir / s.target.name, reason)
 
 
-def _mirror(ws: Workspace, s: Session, done: str, step: Callable[[Step], None], manifest: bool = True) -> None:
+def mirror_step(ws: Workspace, s: Session, done: str, step: Callable[[Step], None], manifest: bool = True) -> None:
     failed = try_mirror(ws, s, done, manifest)
     if failed is not None:
         step(failed)

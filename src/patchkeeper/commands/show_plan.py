@@ -5,13 +5,13 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ..changes import (Changed, KeptFailing, NotMirrored, RolledBack, RollingBack, SincePassed, Step, Verified,
-                       Verifying)
+from ..changes import Changed, NotMirrored, Step
 from ..engine import Plan
 from ..ledger import State
 from ..manifest import ROLE_PREFIX
 
 if TYPE_CHECKING:
+    from ..aftercheck import SincePassed
     from ..verify import Verification
 
 _MARK = {"changed": "M", "added": "A", "removed": "D", "mode": "m"}
@@ -89,7 +89,13 @@ def step_printer(target: str):
     def show(step: Step) -> None:
         if isinstance(step, Changed):
             render_plan(step.plan, target, step.dry_run)
-        elif isinstance(step, Verifying):
+            return
+        if isinstance(step, NotMirrored):
+            render_not_mirrored(step)
+            return
+        from ..aftercheck import KeptFailing, RolledBack, RollingBack, SincePassed, Verified, Verifying
+
+        if isinstance(step, Verifying):
             print(f"{target}: restarting and verifying the service (--no-verify skips this)")
         elif isinstance(step, Verified):
             render_report(step.report, target, step.state)
@@ -100,8 +106,6 @@ def step_printer(target: str):
         elif isinstance(step, RollingBack):
             print(f"{target}: verification failed after {step.change.kind} ({step.report.reason}); "
                   f"rolling back to the previous state {step.previous.id}: {step.previous.stack_text()}")
-        elif isinstance(step, NotMirrored):
-            render_not_mirrored(step)
         elif isinstance(step, RolledBack):
             again, previous = step.again, step.previous
             if again.ok:

@@ -21,7 +21,7 @@ class Store:
 
     def __init__(self, root: str) -> None:
         self.root = root
-        self._index: list[tuple[str, str, dict]] | None = None
+        self._index: list[tuple[str, str, dict[str, list[int]]]] | None = None
 
     def _loose(self, digest: str) -> str:
         algo, _, hexd = digest.partition(":")
@@ -29,7 +29,7 @@ class Store:
             raise AgentError("bad-digest", f"not a digest: {digest!r}")
         return os.path.join(self.root, "objects", algo, hexd[:2], hexd[2:])
 
-    def _packs(self) -> list[tuple[str, str, dict]]:
+    def _packs(self) -> list[tuple[str, str, dict[str, list[int]]]]:
         """(pack, index path, digest -> [offset, size]) of every pack, oldest name first; an index's
         rows are read as JSON once and looked up as they are (`_where`), not copied row by row."""
         if self._index is None:
