@@ -79,7 +79,8 @@ def main() -> list[dict]:
         else:
             print(f"(skipped the torch figure: {TORCH_VENV} is not built; `make bench` builds it)")
         ours, peer, *torch = interleaved(fns)
-        rows.append(row("apply ddtree + rollback --to baseline", ours, "git apply + git checkout -- .", peer, "<= 3x"))
+        rows.append(row("apply ddtree + rollback --to baseline", ours, "git apply + checkout -- . + clean -fd", peer,
+                        "<= 3x"))
         if torch:
             rows.append(row("same, torch 2.13.0 in site-packages", torch[0], "same without torch", ours, "<= 1.2x"))
     print_rows("core: apply, rollback, baseline (sglang 0.5.23)", rows)

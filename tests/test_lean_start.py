@@ -39,7 +39,7 @@ def test_fast_paths_import_no_heavy_modules(env):
 
 # what a verb does not need, beyond HEAVY: the service check and its HTTP probe (no [service] or --no-verify),
 # adopting and repairing (a baseline is recorded already), git's diff values, and for rollback the patch sets
-NOT_NEEDED = ("patchkeeper.verify", "patchkeeper.service", "patchkeeper.host.probe_http", "socket", "patchkeeper.repair",
+NOT_NEEDED = ("patchkeeper.aftercheck", "patchkeeper.verify", "patchkeeper.service", "patchkeeper.host.probe_http", "socket", "patchkeeper.repair",
               "patchkeeper.diffwrite", "shutil", "subprocess", "hashlib")
 
 
