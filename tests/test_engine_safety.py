@@ -128,7 +128,7 @@ def test_corrupt_backup_object_is_an_error_never_restored(env):
     original = _pristine(env, SPEC)
     store = Store(str(env.state_dir / "store"))
     digest = hash_bytes(original)
-    pack, offset, size = store._packs()[digest]
+    pack, offset, size = store._where(digest)
     os.chmod(pack, 0o644)
     with open(pack, "r+b") as f:  # flip one byte of the object inside the pack
         f.seek(offset)

@@ -123,6 +123,21 @@ def test_elf_reader_and_loader_cache_agree_with_the_toolchain(tmp_path):
     assert got["libc.so.6"]["via"] in ("cache", "default")
 
 
+def test_the_fingerprint_lists_no_stage_or_temp_file_of_patchkeeper(tmp_path):
+    """A transaction stages `.pk-stage-<id>-<name>` beside a shared object it replaces while its
+    fingerprint may be taken (environment.taking): such names are never libraries anything loads."""
+    site = tmp_path / "site-packages"
+    site.mkdir()
+    build_ext(site)
+    ext = site / "pkg" / "_ext.so"
+    shutil.copy(ext, site / "pkg" / ".pk-stage-20260101T000000-abcdef-_ext.so")
+    shutil.copy(ext, site / "pkg" / ".pk-tmp-1234-5678.so")
+    shutil.copy(ext, site / "pkg" / "_other.so")  # the control: any other name is listed
+    listed = set(fingerprint.native([str(site)], None))
+    assert {"pkg/_ext.so", "pkg/_other.so"} <= listed
+    assert not [k for k in listed if "/.pk-" in k]
+
+
 def test_xid_lines_from_kmsg_records_and_dmesg_lines():
     records = ["6,100,5000000,-;NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  580.159.04\n",
                "4,101,7123456,-;NVRM: Xid (PCI:0000:00:06): 79, pid=1234, name=python3, GPU has fallen off the bus.\n",

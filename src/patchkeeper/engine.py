@@ -544,4 +544,5 @@ def plan_rollback(s: Session, spec: str) -> Plan | None:
 def execute(s: Session, plan: Plan) -> None:
     """Carry out a plan; its ledger entry keeps the environment fingerprint it was made in (taken
     while the transaction stages its files, and in the entry before the commit point)."""
-    transaction.carry_out(s.ledger, list(plan.ops), plan.contents, plan.entry, environment.taking(s.target).record)
+    fingerprint = environment.taking(s.target, alongside=[op.path for op in plan.ops])
+    transaction.carry_out(s.ledger, list(plan.ops), plan.contents, plan.entry, fingerprint.record)

@@ -70,14 +70,17 @@ def record(entry: LedgerEntry, target: Target) -> LedgerEntry:
 class Taking:
     """A fingerprint being taken while a transaction goes on (`taking`); `record` waits for it."""
 
-    def __init__(self, target: Target) -> None:
+    def __init__(self, target: Target, alongside: list[str]) -> None:
         self.target = target
         self._doc: dict | None = None
         self._error: BaseException | None = None
         self._thread = None
         from .host.agent import Agent
+        from .host.elf import is_candidate
 
-        if isinstance(target.agent, Agent):  # answers on any thread; a proxy's channel carries one call at a time
+        if any(is_candidate(posixpath.basename(p)) for p in alongside):  # a shared object changes: the
+            self._take()  # fingerprint (which reads every one) is taken before, as the change's context
+        elif isinstance(target.agent, Agent):  # answers on any thread; a proxy's channel carries one call at a time
             import threading
 
             self._thread = threading.Thread(target=self._take, daemon=True)
@@ -106,12 +109,13 @@ class Taking:
             return replace(entry, env_error=str(exc).splitlines()[0])
 
 
-def taking(target: Target) -> Taking:
-    """Begin taking the target's fingerprint: on a thread of its own where the target's agent runs in
-    this process, so that it overlaps the transaction's waits for the disk; else when `record` asks.
-    It reads the environment around the package (other distributions against their RECORD, native
-    libraries, the system), each file once as it is then, and writes only its own stat caches."""
-    return Taking(target)
+def taking(target: Target, alongside: list[str]) -> Taking:
+    """Begin taking the target's fingerprint for a transaction that changes the files `alongside`: on
+    a thread of its own where the target's agent runs in this process, so that it overlaps the
+    transaction's waits for the disk; else when `record` asks. It reads the environment around the
+    package (other distributions against their RECORD, the system) and every shared object below the
+    site dirs: when the transaction changes one of those, it is taken first, before any file changes."""
+    return Taking(target, alongside)
 
 
 def load(target: Target, digest: str) -> dict:

@@ -13,13 +13,14 @@ import stat
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from . import elf
-from .disk import ALGORITHM, StatCache, hash_file, normalize_name
+from .disk import ALGORITHM, STAGE_PREFIX, TEMP_PREFIX, StatCache, hash_file, normalize_name
 from .distcheck import check_record
 
 SITE_TOKEN = "$SITE/"
 NO_DRIVER = "no NVIDIA driver"
 XID_KEEP = 20  # most recent Xid lines kept
 PARTS = ("system", "distributions", "native", "gpu")
+_OURS = (STAGE_PREFIX, TEMP_PREFIX)  # patchkeeper's stage and temp files: never a library anything loads
 
 
 def take(sites: list[str], cache_root: str | None, main_site: str | None = None,
@@ -148,7 +149,8 @@ def shared_objects(site: str, listings: StatCache | None = None) -> Iterator[Tup
                 continue
             listing = ([name for name, is_dir in entries
                         if is_dir and name != "__pycache__" and not name.endswith(".dist-info")],
-                       [name for name, is_dir in entries if not is_dir and elf.is_candidate(name)])
+                       [name for name, is_dir in entries if not is_dir and elf.is_candidate(name)
+                        and not name.startswith(_OURS)])
             if listings is not None:
                 listings.remember(path, dst, listing)
         prefix = f"{rel_dir}/" if rel_dir else ""
