@@ -283,3 +283,27 @@ def test_no_seal_is_written_within_the_clock_granularity_of_a_change(env):
     sealed = seal.entries(str(env.site), ("sglang",), [])  # a fresh hardlinked copy: every ctime is new
     assert sealed is None
     assert seal.entries(str(env.site / "nowhere"), ("sglang",), []) is None
+
+
+def test_identities_split_over_two_processes_are_the_serial_ones(env, monkeypatch):
+    """seal.identities: a long list is split with a forked second process; the bytes are those of the
+    serial loop, absent paths included, and a fork that fails leaves this process to do it all."""
+    from patchkeeper.host import seal
+
+    paths = [str(p) for p in sorted(env.site.rglob("*"))][:6000]
+    paths[10:10] = [str(env.site / "no such file"), str(env.site / "sglang" / "nowhere" / "x.py")]
+    assert len(paths) >= seal._SPLIT
+    serial = seal._identities(paths)
+    calls = []
+    real_fork = os.fork
+    monkeypatch.setattr(os, "fork", lambda: calls.append(1) or real_fork())
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(seal, "_alone", lambda: True)  # a test runner's worker has threads of its own
+    assert seal.identities(paths) == serial and calls == [1]
+
+    def no_fork():
+        raise OSError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(os, "fork", no_fork)
+    assert seal.identities(paths) == serial
+    assert seal.identities(paths[:100]) == seal._identities(paths[:100])  # short lists stay here
