@@ -45,9 +45,8 @@ def identities(paths: List[str]) -> bytes:
 
 def _alone() -> bool:
     """No other thread runs here (a fork copies only the calling thread, and whatever locks others hold)."""
-    import threading
-
-    return threading.active_count() == 1
+    threading = sys.modules.get("threading")  # never imported: no thread was started from Python
+    return threading is None or threading.active_count() == 1
 
 
 def _forked(paths: List[str]) -> Optional[bytes]:
