@@ -114,10 +114,12 @@ def check_record(site: str, name: str, cache_dir: str | None) -> dict[str, Any]:
             digest = _record_digest(path, algo, st.st_size)
         except OSError as exc:
             return rel, path, algo, expected, f"unreadable: {exc.strerror}"
-        cache.remember(rel, st, digest)
         return rel, path, algo, expected, digest
 
-    results = map_files(work, todo, lambda job: job[4].st_size, _AUDIT_WORKERS)
+    results = map_files(work, todo, lambda job: job[4].st_size, _AUDIT_WORKERS, pure=True)
+    for job, (_, _, _, _, digest) in zip(todo, results):
+        if not digest.startswith("unreadable: "):
+            cache.remember(job[0], job[4], digest)
     mismatched.extend((rel, path, algo, expected) for rel, path, algo, expected, digest in results
                       if digest != expected)
     scripts = None

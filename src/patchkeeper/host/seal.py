@@ -21,68 +21,25 @@ import time
 from array import array
 from typing import Any, Iterable, List, Optional, Tuple
 
-from .disk import StatCache, write_atomic
+from .disk import StatCache, fork_half, write_atomic
 
 FORMAT = ("pk-seal", 1, tuple(sys.version_info[:2]))
 _ABSENT = (-1, 0, 0, 0)
 
 
-_SPLIT = 4096  # from this many paths on, a second process takes half of the lstat calls
-
-
 def identities(paths: List[str]) -> bytes:
     """(size, mtime_ns, ctime_ns, inode) of each path, packed; an absent path packs as _ABSENT.
-
-    As git's preloaded index does with threads, a long list is split over two processes where
-    there are two CPUs (threads would wait on each other here: each call is mostly interpreter
-    work); anything amiss with the second process and this one does all of it."""
-    if len(paths) >= _SPLIT and (os.cpu_count() or 1) > 1 and hasattr(os, "fork") and _alone():
-        both = _forked(paths)
-        if both is not None:
-            return both
-    return _identities(paths)
-
-
-def _alone() -> bool:
-    """No other thread runs here (a fork copies only the calling thread, and whatever locks others hold)."""
-    threading = sys.modules.get("threading")  # never imported: no thread was started from Python
-    return threading is None or threading.active_count() == 1
-
-
-def _forked(paths: List[str]) -> Optional[bytes]:
-    half = len(paths) // 2
-    r, w = os.pipe()
-    try:
-        pid = os.fork()
-    except OSError:
-        os.close(r)
-        os.close(w)
-        return None
-    if pid == 0:  # the child: the second half, down the pipe, and out without any cleanup of the parent's
-        code = 1
-        try:
-            os.close(r)
-            view = memoryview(_identities(paths[half:]))
-            while view:
-                view = view[os.write(w, view):]
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(w)
-    chunks = []
+    A long list is split over two processes where that helps (disk.fork_half)."""
+    forked = fork_half(_identities, paths)
+    if forked is None:
+        return _identities(paths)
+    half, theirs = forked
     try:
         mine = _identities(paths[:half])
-        chunk = os.read(r, 1 << 20)
-        while chunk:
-            chunks.append(chunk)
-            chunk = os.read(r, 1 << 20)
-    finally:
-        os.close(r)
-        status = os.waitpid(pid, 0)[1]
-    theirs = b"".join(chunks)
-    if status != 0 or len(theirs) != (len(paths) - half) * 32:
-        return None
-    return mine + theirs
+    except BaseException:
+        theirs(abandon=True)
+        raise
+    return mine + theirs()
 
 
 def _identities(paths: Iterable[str]) -> bytes:
