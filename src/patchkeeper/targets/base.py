@@ -6,12 +6,35 @@ import json
 import posixpath
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from functools import cached_property
+from typing import Any, Callable, Generic, TypeVar
 
 from ..errors import BadInput, TargetError
 from ..host.contract import AgentContract, Interpreter, InterpreterFacts
 from ..manifest import ROLE_PREFIX
 from ..workspace import TargetConfig
+
+T = TypeVar("T")
+
+
+class memo(Generic[T]):
+    """A property computed once per instance, as functools.cached_property, without its lock: before
+    Python 3.12 that lock is one per class, so every target of a fleet waited for the one whose
+    `info` (a connection, a held agent, round trips) was being computed."""
+
+    def __init__(self, compute: Callable[[Any], T]) -> None:
+        self.compute = compute
+        self.name = compute.__name__
+        self.__doc__ = compute.__doc__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> T:
+        if obj is None:
+            return self  # type: ignore[return-value]
+        value = obj.__dict__[self.name] = self.compute(obj)  # later reads find it in the instance
+        return value
+
 
 _INFO = (
     "import json, sys, sysconfig\n"
@@ -49,7 +72,7 @@ class TargetInfo:
         rest need not be listed, which keeps a remote scan's request small."""
         return list(self._layout[1])
 
-    @cached_property
+    @memo
     def _layout(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         inside = [p for p in self.record if not p.startswith(("../", "/"))]
         tops = sorted({p.split("/", 1)[0] for p in inside if "/" in p})
@@ -84,7 +107,7 @@ class Target(ABC):
     def close(self) -> None:
         pass
 
-    @cached_property
+    @memo
     def algorithm(self) -> str:
         """The hash the target's agent uses for its digests (blake3, or sha256 without blake3)."""
         return self.agent.algorithm()
@@ -121,7 +144,7 @@ class Target(ABC):
                               f"fix python = ... in [targets.{self.name}]")
         return InterpreterFacts.from_wire(json.loads(out))
 
-    @cached_property
+    @memo
     def info(self) -> TargetInfo:
         cfg = self.config
         py = self.interpreter()
