@@ -100,3 +100,18 @@ def test_the_agent_in_process_and_over_the_wire_give_the_same_values(site, tmp_p
     assert there["dist_info"].record == ("demo/__init__.py", "demo/util.py", "demo-1.0.dist-info/RECORD")
     assert Entry.of(there["scan"].rows["demo/util.py"]).mode == 0o640
     assert there["manifest_rows"] == there["scan"].rows  # rows are (digest, size, mode) tuples on both sides
+
+
+def test_a_frame_carries_bytes_nested_anywhere_as_payloads():
+    import io
+
+    from patchkeeper.host import wire
+
+    value = {"rows": [("a.py", b"\x00\xff", 3)], "deep": {"x": [bytearray(b"y"), memoryview(b"zz")]}, "s": "\udc80"}
+    frame = wire.encode({"ok": 1}, value)
+    assert b"\x00\xff" in frame and b"\\u0000b" in frame  # the bytes travel raw, referred to from the header
+    header, back = wire.decode(io.BytesIO(frame).read)
+    assert header == {"ok": 1}
+    assert back == {"rows": [["a.py", b"\x00\xff", 3]], "deep": {"x": [b"y", b"zz"]}, "s": "\udc80"}
+    with pytest.raises(TypeError, match="cannot cross the wire"):
+        wire.encode({"ok": 1}, {1, 2})

@@ -75,6 +75,15 @@ class Agent(AgentContract):
         self._walked: tuple[str, tuple[str, ...], list[tuple[str, bool]], dict[str, os.stat_result]] | None = None
         self._held: dict[str, int] = {}  # lock path -> the descriptor whose flock says we hold it
 
+    def park(self) -> str:
+        """The command using this agent is done: release every lock it still holds and forget its
+        caches, as a newly started agent would be, so a holder can hand this process to the next
+        command (targets/holder.py). Answers "parked"."""
+        for path in list(self._held):
+            self.unlock(path)
+        self.__init__()  # type: ignore[misc]
+        return "parked"
+
     def _store(self, root: str) -> "Store":
         """One Store per root, so its pack index is read once per process."""
         if root not in self._stores:
