@@ -216,16 +216,15 @@ def test_a_finished_command_parks_its_agent_for_the_next_and_holds_no_lock(fleet
     assert proxy.pid() == agent
     assert proxy.lock(lock, {"command": "test"}) is None
     proxy.close()  # without unlocking: parking releases what the command still held
+    _wait(lambda: _ping(fleet)["spare"] == agent, "the parked agent to be the spare again")
     assert not Path(lock).exists()
-    assert _ping(fleet)["spare"] == agent
 
     proxy = holder.agent()
     assert proxy.lock(lock, {"command": "test"}) is None
     proxy._link.close()  # the command dies: its socket closes with no park
     _wait(lambda: _gone(agent), "the agent of a command that died to exit")
     assert json.loads(Path(lock).read_text())["pid"] == agent  # its lock is left, to a dead process
-    fresh = _ping(fleet)["spare"]
-    assert fresh not in (None, agent)
+    _wait(lambda: _ping(fleet)["spare"] not in (None, agent), "a new spare agent")
     assert "files match the recorded state" in fleet.pk("status", "-t", "ct129").stdout  # ...which is broken
     fleet.pk("rollback", "-t", "ct129", "--to", "baseline")  # a write command takes the lock over
     assert not Path(lock).exists()

@@ -92,8 +92,10 @@ def serve(agent: Any, stdin: BinaryIO | None = None, stdout: BinaryIO | None = N
         return data
 
     import os
+    # what every command asks first comes with the hello: a held spare has it ready
     sink.write(encode({"hello": 1}, {"pid": os.getpid(), "algorithm": agent.algorithm(),
-                                       "python": "%d.%d.%d" % sys.version_info[:3]}))
+                                       "python": "%d.%d.%d" % sys.version_info[:3], "hostname": agent.hostname(),
+                                       "interpreter": to_wire(agent.interpreter())}))
     sink.flush()
     while True:
         try:

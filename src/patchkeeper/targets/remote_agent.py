@@ -216,9 +216,13 @@ class AgentProxy(c.AgentContract):
 
     # ---- the contract, method by method (host.contract.AgentContract) -------------------------
     def hostname(self) -> str:
+        if "hostname" in self.hello:  # the agent's answers that cannot change while it runs came with its hello
+            return self.hello["hostname"]
         return self._call("hostname")
 
     def interpreter(self) -> c.Interpreter:
+        if "interpreter" in self.hello:
+            return c.Interpreter.from_wire(self.hello["interpreter"])
         return self._call("interpreter")
 
     def algorithm(self) -> str:
