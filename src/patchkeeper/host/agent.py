@@ -54,7 +54,7 @@ from .contract import (
     StateDirOwner,
 )
 from .distcheck import check_bytecode, check_record
-from .distinfo import installed_version, record_paths
+from .distinfo import installed_version, layout, record_paths
 from .manifest_text import parse as manifest_rows
 from .preflight import obstacles
 from .store import Store
@@ -273,8 +273,9 @@ class Agent(AgentContract):
                     removed += self.unlink(os.path.join(cache, name))
         return removed
 
-    def dist_info(self, site_dirs: list[str], package: str) -> DistInfo | None:
-        """Find an installed distribution's metadata: name, version, dist-info dir, RECORD paths."""
+    def dist_info(self, site_dirs: list[str], package: str, paths: bool = True) -> DistInfo | None:
+        """Find an installed distribution's metadata: name, version, dist-info dir, RECORD paths
+        (`paths`: all of them too, else only their layout, which is all a scan needs)."""
         want = normalize_name(package)
         for site in site_dirs:
             for name in self.listdir(site):
@@ -283,8 +284,9 @@ class Agent(AgentContract):
                 dist, _, version = name[: -len(".dist-info")].partition("-")
                 if normalize_name(dist) != want:
                     continue
+                record = record_paths(os.path.join(site, name, "RECORD"))
                 return DistInfo(site, name, installed_version(os.path.join(site, name)) or version,
-                                tuple(record_paths(os.path.join(site, name, "RECORD"))))
+                                tuple(record) if paths else (), *layout(record))
         return None
 
     # ---- scanning ----------------------------------------------------------------------

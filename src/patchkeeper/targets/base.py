@@ -55,7 +55,8 @@ class TargetInfo:
     package: str
     version: str
     dist_info: str
-    record: tuple[str, ...]  # RECORD paths, relative to site
+    tops: tuple[str, ...]  # the distribution's top-level directories (from RECORD)
+    loose: tuple[str, ...]  # RECORD paths inside site that a walk of `tops` does not reach
     roles: tuple[tuple[str, str], ...]  # role -> absolute path
     state_dir: str
 
@@ -65,19 +66,12 @@ class TargetInfo:
 
     def top_dirs(self) -> list[str]:
         """Top-level directories of the distribution (from RECORD), walked to catch added files."""
-        return list(self._layout[0])
+        return list(self.tops)
 
     def loose_paths(self) -> list[str]:
         """RECORD paths the walk of the top directories does not find (top-level modules): the
         rest need not be listed, which keeps a remote scan's request small."""
-        return list(self._layout[1])
-
-    @memo
-    def _layout(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        inside = [p for p in self.record if not p.startswith(("../", "/"))]
-        tops = sorted({p.split("/", 1)[0] for p in inside if "/" in p})
-        walked = set(tops)
-        return tuple(tops), tuple(p for p in inside if "/" not in p or p.split("/", 1)[0] not in walked)
+        return list(self.loose)
 
     def path_of(self, key: str) -> str:
         if key.startswith(ROLE_PREFIX):
@@ -149,7 +143,7 @@ class Target(ABC):
         cfg = self.config
         py = self.interpreter()
         sites = list(dict.fromkeys([py.purelib, py.platlib]))
-        dist = self.agent.dist_info(sites, cfg.package)
+        dist = self.agent.dist_info(sites, cfg.package, False)  # the layout, not 10,000 RECORD paths
         if dist is None:
             raise TargetError(f"target {self.name}: package {cfg.package!r} is not installed in "
                               f"{' or '.join(sites)}", f"install it with {cfg.python} -m pip install {cfg.package}")
@@ -162,6 +156,6 @@ class Target(ABC):
             name=self.name, host=self.agent.hostname(), python=cfg.python,
             python_version=py.python, prefix=py.prefix, site=dist.site,
             package=cfg.package, version=dist.version, dist_info=dist.dist_info,
-            record=dist.record, roles=tuple(roles),
+            tops=dist.tops, loose=dist.loose, roles=tuple(roles),
             state_dir=cfg.state_dir or posixpath.join(py.prefix, ".patchkeeper"),
         )

@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import os
 import shlex
-import subprocess
-import tempfile
 import threading
-from importlib import resources
 from typing import Any, Protocol
 
 from ..errors import AgentError, TargetError
@@ -40,6 +37,8 @@ pkg.wire.serve(pkg.agent.Agent())
 def program() -> bytes:
     """The agent's modules as one script that builds them as a package and serves an Agent on
     stdin/stdout (relative imports between them work as they do locally)."""
+    from importlib import resources
+
     sources = [(name, resources.files("patchkeeper.host").joinpath(f"{name}.py").read_text(encoding="utf-8"))
                for name in AGENT_MODULES]
     return f"MODULES = {sources!r}\n{_BOOT}".encode("utf-8")
@@ -100,6 +99,9 @@ class PipeLink:
     """The agent started on this machine in another interpreter, over its stdin and stdout."""
 
     def __init__(self, python: str, program: bytes) -> None:
+        import subprocess  # here: a command that reaches its agent through a holder starts no process
+        import tempfile
+
         self._err = tempfile.TemporaryFile()  # a file, not a pipe: a chatty stderr cannot block it
         try:
             self._proc = subprocess.Popen(argv(python, len(program)), stdin=subprocess.PIPE,
@@ -123,6 +125,8 @@ class PipeLink:
         return _last_line(self._err.read())
 
     def close(self) -> None:
+        import subprocess
+
         try:
             if self._proc.stdin is not None:
                 self._proc.stdin.close()  # end of input: the agent returns and exits
@@ -279,8 +283,8 @@ class AgentProxy(c.AgentContract):
     def remove_empty_dirs(self, dirs: list[str]) -> list[str]:
         return self._call("remove_empty_dirs", dirs)
 
-    def dist_info(self, site_dirs: list[str], package: str) -> c.DistInfo | None:
-        return self._call("dist_info", site_dirs, package)
+    def dist_info(self, site_dirs: list[str], package: str, paths: bool = True) -> c.DistInfo | None:
+        return self._call("dist_info", site_dirs, package, paths)
 
     def scan(self, request: c.ScanRequest) -> c.ScanResult:
         return self._call("scan", request)
