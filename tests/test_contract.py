@@ -12,7 +12,7 @@ import pytest
 
 from patchkeeper.host import contract
 from patchkeeper.host.agent import Agent
-from patchkeeper.host.contract import CompareRequest, ScanRequest
+from patchkeeper.host.contract import CompareRequest, ScanRequest, TreeRequest
 from patchkeeper.manifest import Entry, Manifest
 from patchkeeper.targets.remote_agent import AgentProxy
 
@@ -60,6 +60,7 @@ def _answers(agent, site, tmp_path) -> dict:
         "scan": rows,
         "bytecode": agent.audit_bytecode(s, sys.implementation.cache_tag, [], None),
         "compare": agent.compare_many(CompareRequest(str(state / "store"), (manifest, manifest), scan)),
+        "tree": agent.audit_tree(TreeRequest(str(state / "store"), manifest, scan, sys.implementation.cache_tag)),
         "manifest_rows": agent.manifest_rows(str(state / "store"), manifest),
         "record": agent.audit_record(s, ["demo-1.0.dist-info"], None),
         "owner": agent.state_dir_owner(str(tmp_path / "venv"), str(state), s, False),
@@ -100,6 +101,9 @@ def test_the_agent_in_process_and_over_the_wire_give_the_same_values(site, tmp_p
     assert there["dist_info"].record == ("demo/__init__.py", "demo/util.py", "demo-1.0.dist-info/RECORD")
     assert Entry.of(there["scan"].rows["demo/util.py"]).mode == 0o640
     assert there["manifest_rows"] == there["scan"].rows  # rows are (digest, size, mode) tuples on both sides
+    tree = there["tree"]  # the scan and the bytecode check in one pass, typed to the leaves
+    assert isinstance(tree.comparison, contract.Comparison) and isinstance(tree.bytecode, contract.BytecodeCheck)
+    assert tree.files == len(there["scan"].rows) and not tree.comparison.pairs and tree.bytecode == there["bytecode"]
 
 
 def test_a_frame_carries_bytes_nested_anywhere_as_payloads():

@@ -191,3 +191,95 @@ def test_only_big_files_are_hashed_on_threads_and_answers_keep_their_order():
     here = threading.get_ident()
     assert all(ran_on[i] == here for i in range(9) if i % 3)
     assert all(ran_on[i] != here for i in range(0, 9, 3))
+
+
+def test_a_sealed_audit_is_given_again_only_while_nothing_it_read_has_changed(env, monkeypatch):
+    """host/seal.py: once the stat cache exists, audit_tree seals its answer with the identity of
+    every entry it read; while all are unchanged the answer comes back with nothing else read, and
+    any change (an in-place edit keeping size and mtime, a new pyc, a mode, a removal, a role file)
+    is audited in full and found."""
+    from patchkeeper.host import disk, seal
+    from patchkeeper.host.contract import TreeRequest
+
+    env.pk("snapshot", "--name", "s0")
+    digest = json.loads(env.pk("status", "--json").stdout)["state"]["manifest"]
+    site, state = env.site, env.state_dir
+    unit = env.unit
+    edit_file(unit, unit.read_bytes())  # an inode of our own: edited in place below
+    monkeypatch.setattr(disk.StatCache, "GRANULARITY_NS", -10**12)  # seal even this fresh copy
+    sealed_at = str(state / "audit" / "tree.seal")
+    for cache in state.glob("statcache.json*"):
+        cache.unlink()
+    from patchkeeper import workspace
+    from patchkeeper.scan import scan_request
+    from patchkeeper.targets import open_target
+
+    target = open_target(workspace.load(env.root).target(None))
+    scan = scan_request(target)  # the package's RECORD paths, its top directories, the unit file
+    assert scan.absolute == {"@unit": str(unit)} and "sglang" in scan.walk
+    request = TreeRequest(str(state / "store"), digest, scan, TAG, (), str(state / "audit" / "bytecode.cache"),
+                          sealed_at)
+    first = Agent().audit_tree(request)
+    assert not os.path.exists(sealed_at)  # a cold audit (no stat cache yet) pays for no seal
+    assert first.files > 5000 and first.bytecode.pycs > 5000 and first.comparison.pairs == {}
+    clean = Agent().audit_tree(request)
+    assert clean == first and os.path.exists(sealed_at)
+
+    def nothing_else(*args, **kwargs):
+        raise AssertionError("read past the seal")
+
+    with monkeypatch.context() as m:
+        for name in ("check_bytecode", "manifest_rows", "hash_file", "walk_files"):
+            m.setattr(agent_module, name, nothing_else)
+        assert Agent().audit_tree(request) == clean  # from the seal alone
+        assert seal.load(sealed_at, "another key") is None
+
+    version = site / "sglang" / "version.py"
+    edit_file(version, version.read_bytes())
+    Agent().audit_tree(request)  # sealed again over the new inode
+    before, data = version.stat(), version.read_bytes()
+    edited = data.replace(b"0", b"9", 1) if b"0" in data else data[:-1] + b"#"
+    while version.stat().st_ctime_ns == before.st_ctime_ns:  # same size and mtime, a later ctime
+        with open(version, "r+b") as f:
+            f.write(edited)
+        os.utime(version, ns=(before.st_atime_ns, before.st_mtime_ns))
+    found = Agent().audit_tree(request)
+    assert set(found.comparison.pairs) == {"sglang/version.py"}
+    edit_file(version, data)
+    os.utime(version, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert Agent().audit_tree(request).comparison.pairs == {}
+
+    stray = site / "sglang" / "srt" / "zz_stray.pyc"  # a legacy pyc without its source: Python imports it
+    py_compile.compile(str(version), cfile=str(stray))
+    assert [f[:2] for f in Agent().audit_tree(request).bytecode.findings] == [("sglang/srt/zz_stray.pyc", "sourceless")]
+    stray.unlink()
+    assert Agent().audit_tree(request).bytecode.findings == ()
+
+    init = site / "sglang" / "__init__.py"
+    mode = init.stat().st_mode
+    edit_file(init, init.read_bytes())
+    init.chmod(0o600)
+    assert {k: (old[2], new[2]) for k, (old, new) in Agent().audit_tree(request).comparison.pairs.items()} == \
+        {"sglang/__init__.py": (mode & 0o777, 0o600)}
+    init.chmod(mode & 0o777)
+
+    removed = next((site / "sglang" / "srt").glob("*.py"))
+    saved = removed.read_bytes()
+    removed.unlink()
+    assert {k: new for k, (_, new) in Agent().audit_tree(request).comparison.pairs.items()} == \
+        {str(removed.relative_to(site)): None}
+    removed.write_bytes(saved)
+
+    with open(unit, "ab") as f:
+        f.write(b"# by hand\n")
+    assert set(Agent().audit_tree(request).comparison.pairs) >= {"@unit"}
+
+
+def test_no_seal_is_written_within_the_clock_granularity_of_a_change(env):
+    """A tree changed less than the timestamp granularity ago is never sealed: an edit in the same
+    tick could leave every identity as it was (the racily-clean rule)."""
+    from patchkeeper.host import seal
+
+    sealed = seal.entries(str(env.site), ("sglang",), [])  # a fresh hardlinked copy: every ctime is new
+    assert sealed is None
+    assert seal.entries(str(env.site / "nowhere"), ("sglang",), []) is None

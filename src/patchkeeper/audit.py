@@ -9,8 +9,9 @@ from typing import Callable, Iterable
 
 from .errors import BadInput
 from .ledger import Ledger, State
-from .manifest import ROLE_PREFIX, Manifest, differences
-from .scan import scan_all
+from .host.contract import BytecodeCheck, TreeRequest
+from .manifest import ROLE_PREFIX, change_kind, differences
+from .scan import scan_request
 from .targets import Target
 
 CLASSES = ("drift", "environment", "native", "bytecode", "probe", "patched")
@@ -135,14 +136,8 @@ def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), pro
     dists = agent.dist_infos(info.site)
     others = [d for d in dists if d != info.dist_info or current is None]
     steps = len(others) + 2 + len(probes)
-    tell("package", 0, steps)
-    if current is not None:  # the managed package against its recorded state and the baseline
-        actual = scan_all(target, bytecode=True)  # one walk: the bytecode check below reuses it
-        files += len(actual)
-        findings.extend(_classify(ledger, current, actual, owners))
-    tell("package", 1, steps)
-
-    done = 1
+    tell("distributions", 0, steps)
+    done = 0
     for chunk in _chunks(others, 16):  # every distribution against its RECORD
         for name, result in agent.audit_record(info.site, chunk, cache_dir(target)).items():
             files += result.files
@@ -154,16 +149,30 @@ def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), pro
         done += len(chunk)
         tell("distributions", done, steps)
 
+    tag = "cpython-" + "".join(info.python_version.split(".")[:2])
+    bytecode_cache = posixpath.join(cache_dir(target), "bytecode.cache")
+    if current is None:  # no recorded state: the bytecode of the sources that differ from RECORD is recompiled
+        pyc = agent.audit_bytecode(info.site, tag, sorted({f.path for f in findings if _recompile(f)}), bytecode_cache)
+    else:  # the package against its recorded state and the baseline, and the bytecode, in one pass
+        patched = _patched(ledger, current, owners)
+        verify = {f.path for f in (*findings, *patched) if _recompile(f)}
+        tree = agent.audit_tree(TreeRequest(info.store, current.manifest, scan_request(target), tag,
+                                            tuple(sorted(verify)), bytecode_cache,
+                                            posixpath.join(cache_dir(target), "tree.seal")))
+        files += tree.files
+        findings.extend(Finding("drift", key, kind, f"{kind} since state {current.id}, by no transaction")
+                        for key, kind in ((k, change_kind(*pair)) for k, pair in tree.comparison.pairs.items()))
+        findings.extend(f for f in patched if f.path not in tree.comparison.pairs)
+        pyc = tree.bytecode
+    files += pyc.pycs
+    done += 1
+    tell("package", done, steps)
+
     if current is not None:
         native, note = _native(target, ledger, current)
         findings.extend(native)
         notes.extend(note)
 
-    verify = sorted({f.path for f in findings if f.path.endswith(".py") and f.kind in ("changed", "added", "mode")
-                     and not f.path.startswith(("../", ROLE_PREFIX))})
-    tag = "cpython-" + "".join(info.python_version.split(".")[:2])
-    pyc = agent.audit_bytecode(info.site, tag, verify, posixpath.join(cache_dir(target), "bytecode.cache"))
-    files += pyc.pycs
     findings.extend(Finding("bytecode", p, kind, detail) for p, kind, detail in pyc.findings)
     if pyc.stale:
         notes.append(f"{pyc.stale} pyc file(s) are older than their source; Python recompiles them on "
@@ -185,19 +194,16 @@ def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), pro
     return AuditReport(target.name, info.host, info.package, current, files, tuple(findings), tuple(notes))
 
 
-def _classify(ledger: Ledger, current: State, actual: Manifest, owners: dict[str, str] | None) -> list[Finding]:
-    """drift: differs from the recorded state; patched: as recorded, but not as in the baseline, in a
-    file the applied patch sets touch (`owners`, when known; a snapshot can record other edits)."""
-    recorded = ledger.load_manifest(current)
+def _patched(ledger: Ledger, current: State, owners: dict[str, str] | None) -> list[Finding]:
+    """What the current state records as changed since the baseline: patched, in a file the applied
+    patch sets touch (`owners`, when known; a snapshot can record other edits), else drift (a hand
+    edit a snapshot recorded). Nothing is loaded when the current state is the baseline's."""
     base_state = ledger.baseline()
-    baseline = ledger.load_manifest(base_state) if base_state and base_state.manifest != current.manifest else recorded
+    if base_state is None or base_state.manifest == current.manifest:
+        return []
+    recorded = ledger.load_manifest(current)
     out = []
-    drift = differences(recorded, actual)
-    for key, kind in drift.items():
-        out.append(Finding("drift", key, kind, f"{kind} since state {current.id}, by no transaction"))
-    for key, kind in differences(baseline, recorded).items():
-        if key in drift:
-            continue
+    for key, kind in differences(ledger.load_manifest(base_state), recorded).items():
         if owners is None or key in owners:
             by = owners[key] if owners else current.stack_text()
             out.append(Finding("patched", key, kind, f"{kind} by the applied patch sets ({by})"))
@@ -205,6 +211,11 @@ def _classify(ledger: Ledger, current: State, actual: Manifest, owners: dict[str
             out.append(Finding("drift", key, kind, f"{kind} since the baseline by no applied patch set "
                                                    f"(a hand edit recorded in state {current.id})"))
     return out
+
+
+def _recompile(f: Finding) -> bool:
+    """Whether a finding names a source whose pycs the bytecode check recompiles and compares."""
+    return f.path.endswith(".py") and f.kind in ("changed", "added", "mode") and not f.path.startswith(("../", ROLE_PREFIX))
 
 
 def _native(target: Target, ledger: Ledger, current: State) -> tuple[list[Finding], list[str]]:

@@ -99,17 +99,19 @@ def differences(recorded: Mapping[str, Entry], actual: Mapping[str, Entry]) -> d
     out = {}
     for key in sorted(keys):
         old, new = recorded.get(key), actual.get(key)
-        if old == new:
-            continue
-        if old is None:
-            out[key] = "added"
-        elif new is None:
-            out[key] = "removed"
-        elif old.digest == new.digest and old.size == new.size:
-            out[key] = "mode"
-        else:
-            out[key] = "changed"
+        if old != new:
+            out[key] = change_kind(None if old is None else (old.digest, old.size, old.mode),
+                                   None if new is None else (new.digest, new.size, new.mode))
     return out
+
+
+def change_kind(old: Row | None, new: Row | None) -> str:
+    """added | removed | mode | changed, of one key's recorded and actual rows (which differ)."""
+    if old is None:
+        return "added"
+    if new is None:
+        return "removed"
+    return "mode" if old[:2] == new[:2] else "changed"
 
 
 def _rows_of(manifest: Mapping[str, Entry]) -> Rows | None:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import posixpath
-from dataclasses import replace
-
 from .host.contract import ScanRequest
 from .manifest import Manifest
 from .targets import Target
@@ -14,6 +12,11 @@ def _cache(target: Target) -> str:
     return posixpath.join(target.info.state_dir, "statcache.json")
 
 
+def scan_request(target: Target) -> ScanRequest:
+    """Every managed file, with the target's own stat cache."""
+    return _scan_request(target, _cache(target))
+
+
 def _scan_request(target: Target, cache: str | None = None, algorithm: str | None = None) -> ScanRequest:
     """Every managed file: the package (RECORD plus a walk of its top directories) and the roles."""
     info = target.info
@@ -21,15 +24,12 @@ def _scan_request(target: Target, cache: str | None = None, algorithm: str | Non
                        algorithm)
 
 
-def scan_all(target: Target, algorithm: str | None = None, bytecode: bool = False) -> Manifest:
+def scan_all(target: Target, algorithm: str | None = None) -> Manifest:
     """Every managed file now: the package (RECORD plus a walk of its top directories) and roles.
 
-    `algorithm` asks for digests in another hash than the target's own (to compare two targets);
-    `bytecode` has the same walk note the bytecode it passes, for the audit's check right after."""
+    `algorithm` asks for digests in another hash than the target's own (to compare two targets)."""
     if algorithm and algorithm != target.algorithm:
         request = _scan_request(target, f"{_cache(target)}.{algorithm}", algorithm)
     else:
         request = _scan_request(target, _cache(target))
-    if bytecode:
-        request = replace(request, bytecode=True)
     return Manifest.from_scan(target.agent.scan(request).rows)

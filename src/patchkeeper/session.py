@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
-from . import statedir, transaction
+from . import statedir
 from .errors import Refused, Unfinished
 from .ledger import Ledger
 from .targets import Target, open_target
@@ -49,6 +49,8 @@ class Session:
             statedir.check(self._target, claim=self.write)
             self._ledger = Ledger(self._target)
             if self.write or self.target.agent.lstat(self.ledger.journal_path) is not None:
+                from . import transaction  # only for a change, or to finish an interrupted one
+
                 self._lock()
                 self._clean()
                 try:

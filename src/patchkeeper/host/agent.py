@@ -52,7 +52,10 @@ from .contract import (
     ScanRequest,
     ScanResult,
     StateDirOwner,
+    TreeCheck,
+    TreeRequest,
 )
+from . import seal
 from .distcheck import check_bytecode, check_record
 from .distinfo import installed_version, layout, record_paths
 from .manifest_text import parse as manifest_rows
@@ -343,23 +346,22 @@ class Agent(AgentContract):
         """Scan as `scan` does and compare with each stored manifest object, here, next to the
         files, with one scan per hash algorithm: for each manifest only the differing keys come
         back, as key -> (recorded row, actual row) (None where absent)."""
-        store, manifests, scan = request.store, request.manifests, request.scan
-        cache = scan.cache
-        recorded = [_without_install_records(self._manifest(store, m)) for m in manifests]
-        out: list[Comparison] = []
         scans: dict[str, Rows] = {}
-        for rows in recorded:
-            algorithm = algorithm_of(next(iter(rows.values()))[0]) if rows else ALGORITHM
-            if algorithm not in scans:
-                own = cache if algorithm == ALGORITHM or not cache else f"{cache}.{algorithm}"
-                scans[algorithm] = self.scan(replace(scan, cache=own, algorithm=algorithm)).rows
-            actual = scans[algorithm]
-            if rows == actual:  # the common case, at C speed
-                out.append(Comparison({}))
-                continue
-            out.append(Comparison({k: (rows.get(k), actual.get(k)) for k in sorted(set(rows) | set(actual))
-                                   if rows.get(k) != actual.get(k)}))
-        return out
+        return [self._compare(request.store, m, request.scan, scans) for m in request.manifests]
+
+    def _compare(self, store: str, manifest: str, scan: ScanRequest, scans: dict[str, Rows]) -> Comparison:
+        """One stored manifest against a scan in its hash algorithm (`scans` keeps each algorithm's)."""
+        rows = _without_install_records(self._manifest(store, manifest))
+        algorithm = algorithm_of(next(iter(rows.values()))[0]) if rows else ALGORITHM
+        if algorithm not in scans:
+            cache = scan.cache
+            own = cache if algorithm == ALGORITHM or not cache else f"{cache}.{algorithm}"
+            scans[algorithm] = self.scan(replace(scan, cache=own, algorithm=algorithm)).rows
+        actual = scans[algorithm]
+        if rows == actual:  # the common case, at C speed
+            return Comparison({})
+        return Comparison({k: (rows.get(k), actual.get(k)) for k in sorted(set(rows) | set(actual))
+                           if rows.get(k) != actual.get(k)})
 
     def manifest_rows(self, store: str, digest: str) -> Rows:
         """A stored manifest as key -> (digest, size, mode), parsed at most once while it lasts."""
@@ -592,6 +594,37 @@ class Agent(AgentContract):
         walked, self._walked = self._walked, None
         return BytecodeCheck.from_wire(check_bytecode(site, cache_tag, verify, cache,
                                                       walked[1:] if walked and walked[0] == site else None))
+
+
+    def audit_tree(self, request: TreeRequest) -> TreeCheck:
+        """The managed package against a stored manifest and the bytecode below its site dir in one
+        pass: the bytecode check takes the pycs the scan's walk passed and each source's stat from
+        it. With a `seal`, the whole answer is given again while every entry it read is unchanged
+        (seal.py), and sealed anew once the scan's stat cache exists (a cold audit pays no walk for it)."""
+        scan = replace(request.scan, bytecode=True)
+        root = scan.root
+        key = (scan.to_wire(), request.store, request.manifest, request.cache_tag, tuple(sorted(request.verify)))
+        if request.seal:
+            sealed = seal.load(request.seal, key)
+            if sealed is not None:
+                return TreeCheck.from_wire(sealed)
+        taken = None
+        if request.seal and scan.cache and os.path.exists(scan.cache):  # identities first, then the reads
+            named = [p if p[:1] == "/" else f"{root}/{p}" for p in scan.paths]
+            taken = seal.entries(root, scan.walk, [*named, *scan.absolute.values()])
+        scans: dict[str, Rows] = {}
+        comparison = self._compare(request.store, request.manifest, scan, scans)
+        rows = next(iter(scans.values()))
+        verify = set(request.verify)
+        verify.update(k for k, (_, new) in comparison.pairs.items()
+                      if new is not None and k.endswith(".py") and not k.startswith(("../", "@")))
+        walked, self._walked = self._walked, None
+        bytecode = check_bytecode(root, request.cache_tag, sorted(verify), request.bytecode_cache,
+                                  walked[1:] if walked and walked[0] == root else None)
+        answer = TreeCheck(len(rows), comparison, BytecodeCheck.from_wire(bytecode))
+        if taken is not None and request.seal:
+            seal.save(request.seal, key, taken, answer.to_wire())
+        return answer
 
 
 def _without_install_records(rows: Rows) -> Rows:

@@ -236,8 +236,51 @@ class CompareRequest:
         return cls(store=doc["store"], manifests=tuple(doc["manifests"]), scan=ScanRequest.from_wire(doc["scan"]))
 
 
+@dataclass(frozen=True)
+class TreeRequest:
+    """An audit of the managed package in one pass: its files against the stored `manifest`, and
+    the bytecode below its site dir (`scan.root`) for `cache_tag`, recompiling the pycs of `verify`
+    (sources relative to the site dir) and of every source that differs; `bytecode_cache` keeps
+    clean pycs' verdicts and `seal` the whole answer while nothing it read has changed (seal.py)."""
+
+    store: str
+    manifest: str
+    scan: ScanRequest
+    cache_tag: str
+    verify: Tuple[str, ...] = ()
+    bytecode_cache: Optional[str] = None
+    seal: Optional[str] = None
+
+    def to_wire(self) -> Dict[str, Any]:
+        return {"store": self.store, "manifest": self.manifest, "scan": self.scan.to_wire(),
+                "cache_tag": self.cache_tag, "verify": self.verify, "bytecode_cache": self.bytecode_cache,
+                "seal": self.seal}
+
+    @classmethod
+    def from_wire(cls, doc: Dict[str, Any]) -> "TreeRequest":
+        return cls(doc["store"], doc["manifest"], ScanRequest.from_wire(doc["scan"]), doc["cache_tag"],
+                   tuple(doc.get("verify") or ()), doc.get("bytecode_cache"), doc.get("seal"))
+
+
+@dataclass(frozen=True)
+class TreeCheck(Answer):
+    """A TreeRequest's answer: the files scanned, how they differ from the manifest, the bytecode."""
+
+    files: int
+    comparison: Comparison
+    bytecode: BytecodeCheck
+
+    def to_wire(self) -> Dict[str, Any]:
+        return {"files": self.files, "comparison": self.comparison.to_wire(), "bytecode": self.bytecode.to_wire()}
+
+    @classmethod
+    def from_wire(cls, doc: Dict[str, Any]) -> "TreeCheck":
+        return cls(doc["files"], Comparison.from_wire(doc["comparison"]), BytecodeCheck.from_wire(doc["bytecode"]))
+
+
 _REQUESTS: Dict[str, Callable[[Dict[str, Any]], Any]] = {"scan": ScanRequest.from_wire,
-                                                          "compare_many": CompareRequest.from_wire}
+                                                          "compare_many": CompareRequest.from_wire,
+                                                          "audit_tree": TreeRequest.from_wire}
 
 
 def _optional(decode: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -258,6 +301,7 @@ _ANSWERS: Dict[str, Callable[[Any], Any]] = {
     "clean_temps": lambda docs: [(path, size) for path, size in docs],
     "audit_record": lambda docs: {name: RecordCheck.from_wire(d) for name, d in docs.items()},
     "audit_bytecode": BytecodeCheck.from_wire,
+    "audit_tree": TreeCheck.from_wire,
     "fingerprint": Fingerprint.from_wire,
 }
 
@@ -265,7 +309,7 @@ _ANSWERS: Dict[str, Callable[[Any], Any]] = {
 def to_wire(value: Any) -> Any:
     """A request or answer as plain data for the wire: a value of this module as the dict of its
     fields, inside a list or a dict too (other values pass unchanged; the wire takes tuples as lists)."""
-    if isinstance(value, (Answer, ScanRequest, CompareRequest)):
+    if isinstance(value, (Answer, ScanRequest, CompareRequest, TreeRequest)):
         return value.to_wire()
     if isinstance(value, list) and value and isinstance(value[0], Answer):
         return [v.to_wire() for v in value]
@@ -375,6 +419,8 @@ class AgentContract(Protocol):
 
     def audit_bytecode(self, site: str, cache_tag: str, verify: List[str],
                        cache: Optional[str] = None) -> BytecodeCheck: ...
+
+    def audit_tree(self, request: TreeRequest) -> TreeCheck: ...
 
     # ---- environment ---------------------------------------------------------------------------
     def interpreter_facts(self) -> InterpreterFacts: ...

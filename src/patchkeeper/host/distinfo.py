@@ -31,9 +31,8 @@ def layout(paths: Iterable[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """A distribution's RECORD paths as a scan needs them: its top-level directories (walked, to
     catch added files) and the paths inside site-packages that such a walk does not reach."""
     inside = [p for p in paths if not p.startswith(("../", "/"))]
-    tops = sorted({p.split("/", 1)[0] for p in inside if "/" in p})
-    walked = set(tops)
-    return tuple(tops), tuple(p for p in inside if "/" not in p or p.split("/", 1)[0] not in walked)
+    nested = [p for p in inside if "/" in p]  # each below a top directory the walk covers
+    return tuple(sorted({p.partition("/")[0] for p in nested})), tuple(p for p in inside if "/" not in p)
 
 
 def record_rows(record: str) -> Iterator[tuple[str, str, str, int | None]]:

@@ -8,7 +8,6 @@ fingerprint alike. Stat caches (the audit's) keep a warm fingerprint from reread
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
@@ -48,6 +47,8 @@ def _cache_dir(root: str | None, site: str, main_site: str | None) -> str | None
         return None
     if main_site is None or os.path.realpath(site) == os.path.realpath(main_site):
         return root
+    import hashlib  # only for a second site dir: the common audit path does without it
+
     return os.path.join(root, "sites", hashlib.sha256(site.encode()).hexdigest()[:16])
 
 

@@ -21,8 +21,8 @@ from ..host import wire
 from ..host import contract as c
 
 # The agent's modules, in import order; on the host they become the package `pkagent`.
-AGENT_MODULES = ("errors", "contract", "disk", "store", "distinfo", "distcheck", "manifest_text", "preflight", "elf", "interp",
-                 "fingerprint", "agent", "wire")
+AGENT_MODULES = ("errors", "contract", "disk", "store", "distinfo", "distcheck", "seal", "manifest_text", "preflight",
+                 "elf", "interp", "fingerprint", "agent", "wire")
 _BOOT = """
 import sys, types
 pkg = types.ModuleType("pkagent"); pkg.__path__ = []; sys.modules["pkagent"] = pkg
@@ -333,6 +333,9 @@ class AgentProxy(c.AgentContract):
 
     def audit_bytecode(self, site: str, cache_tag: str, verify: list[str], cache: str | None = None) -> c.BytecodeCheck:
         return self._call("audit_bytecode", site, cache_tag, verify, cache)
+
+    def audit_tree(self, request: c.TreeRequest) -> c.TreeCheck:
+        return self._call("audit_tree", request)
 
     def interpreter_facts(self) -> c.InterpreterFacts:
         return self._call("interpreter_facts")

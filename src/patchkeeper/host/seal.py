@@ -1,0 +1,126 @@
+"""A tree's seal: the stat identity of every entry one audit of a site dir read, with its answer.
+
+A warm audit whose inputs are all as they were gives the answer again after one lstat per entry:
+no listing, no digest, no manifest, no bytecode header is read. The entries are every directory
+below the site dir (adding, removing or renaming an entry moves its mtime and ctime), every file
+the scan digests, every .py and .pyc (the bytecode check's inputs) and the paths named outside it.
+Identities are taken before the audit reads anything, so a change made while it runs shows as a
+new identity next time. A seal is only written when every entry is older than the file system's
+timestamp granularity (the racily-clean rule of disk.StatCache) and none is a symlink (whose
+target could change behind an unchanged link); anything else simply leaves no seal.
+Standard library only (shipped to hosts with the agent).
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+import stat
+import sys
+import time
+from array import array
+from typing import Any, Iterable, List, Optional, Tuple
+
+from .disk import StatCache, write_atomic
+
+FORMAT = ("pk-seal", 1, tuple(sys.version_info[:2]))
+_ABSENT = (-1, 0, 0, 0)
+
+
+def identities(paths: Iterable[str]) -> bytes:
+    """(size, mtime_ns, ctime_ns, inode) of each path, packed; an absent path packs as _ABSENT."""
+    out: List[int] = []
+    extend, lstat = out.extend, os.lstat
+    for path in paths:
+        try:
+            st = lstat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            extend(_ABSENT)
+            continue
+        extend((st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
+    return array("q", out).tobytes()
+
+
+def load(path: str, key: Any) -> Optional[Any]:
+    """The answer sealed at `path` for `key` when every entry is as it was, else None."""
+    try:
+        with open(path, "rb") as f:
+            stamp, sealed_key, names, ids, answer = marshal.loads(f.read())
+    except (OSError, ValueError, EOFError, TypeError):  # absent, damaged or not ours: no seal
+        return None
+    if stamp != FORMAT or sealed_key != key:
+        return None
+    return answer if identities(names.split("\0")) == ids else None
+
+
+def entries(root: str, walk: Tuple[str, ...], named: Iterable[str]) -> Optional[Tuple[List[str], bytes]]:
+    """Every entry a seal of `root` covers, with its identity, taken now; None when it may not be
+    sealed (an entry changed within the timestamp granularity, or is a symlink)."""
+    started = time.time_ns()
+    newest = 0
+    paths: List[str] = []
+    ids: List[int] = []
+    tops = tuple(f"{root}/{d}" for d in walk)
+    inside = tuple(t + "/" for t in tops)
+
+    def note(path: str, st: os.stat_result) -> None:
+        nonlocal newest
+        paths.append(path)
+        ids.extend((st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
+        newest = max(newest, st.st_mtime_ns, st.st_ctime_ns)
+
+    try:
+        top = os.lstat(root)
+        if not stat.S_ISDIR(top.st_mode):
+            return None
+        note(root, top)
+        if not _walk(root, tops, inside, note):
+            return None
+    except OSError:  # an entry vanished or cannot be read: no seal this time
+        return None
+    for path in named:
+        try:
+            st = os.lstat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            paths.append(path)
+            ids.extend(_ABSENT)
+            continue
+        except OSError:
+            return None
+        if stat.S_ISLNK(st.st_mode):
+            return None
+        note(path, st)
+    if newest + StatCache.GRANULARITY_NS >= started:
+        return None
+    return paths, array("q", ids).tobytes()
+
+
+def save(path: str, key: Any, sealed: Tuple[List[str], bytes], answer: Any) -> None:
+    """Write a seal (not durably: a lost seal only costs one full audit)."""
+    names, ids = sealed
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        write_atomic(path, marshal.dumps((FORMAT, key, "\0".join(names), ids, answer)), 0o644, durable=False)
+    except OSError:
+        pass  # a seal that cannot be written only costs time
+
+
+def _walk(root: str, tops: Tuple[str, ...], inside: Tuple[str, ...], note: Any) -> bool:
+    """Note every directory below root and each file the seal covers; False at a covered symlink."""
+    stack = [root]
+    while stack:
+        with os.scandir(stack.pop()) as it:
+            found = list(it)
+        for entry in found:  # the entry's type from the listing: only what the seal covers is stat'ed
+            path = entry.path
+            covered = path.endswith((".py", ".pyc")) or path in tops or path.startswith(inside)
+            if entry.is_symlink():
+                if covered:
+                    return False
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                note(path, entry.stat(follow_symlinks=False))
+                stack.append(path)
+            elif covered:
+                note(path, entry.stat(follow_symlinks=False))
+    return True
