@@ -283,3 +283,66 @@ def test_no_seal_is_written_within_the_clock_granularity_of_a_change(env):
     sealed = seal.entries(str(env.site), ("sglang",), [])  # a fresh hardlinked copy: every ctime is new
     assert sealed is None
     assert seal.entries(str(env.site / "nowhere"), ("sglang",), []) is None
+
+
+def test_identities_split_over_two_processes_are_the_serial_ones(env, monkeypatch):
+    """seal.identities: a long list is split with a forked second process; the bytes are those of the
+    serial loop, absent paths included, and a fork that fails leaves this process to do it all."""
+    from patchkeeper.host import seal
+
+    paths = [str(p) for p in sorted(env.site.rglob("*"))][:6000]
+    paths[10:10] = [str(env.site / "no such file"), str(env.site / "sglang" / "nowhere" / "x.py")]
+    from patchkeeper.host import disk
+
+    assert len(paths) >= disk.SPLIT_AT
+    serial = seal._identities(paths)
+    calls = []
+    real_fork = os.fork
+    monkeypatch.setattr(os, "fork", lambda: calls.append(1) or real_fork())
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(disk, "alone", lambda: True)  # a test runner's worker has threads of its own
+    assert seal.identities(paths) == serial and calls == [1]
+
+    def no_fork():
+        raise OSError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(os, "fork", no_fork)
+    assert seal.identities(paths) == serial
+    assert seal.identities(paths[:100]) == seal._identities(paths[:100])  # short lists stay here
+
+
+def test_many_small_files_are_split_with_a_forked_process_and_keep_their_order(monkeypatch, tmp_path):
+    """map_files(pure=True): half of many small jobs go to a forked process, started before the big
+    files' threads; answers keep their order; an error in the child's half is raised here, as it
+    would have been; side effects stay with the caller (the stat cache is remembered after)."""
+    from patchkeeper.host import disk
+
+    monkeypatch.setattr(disk, "alone", lambda: True)  # a test runner's worker has threads of its own
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    pids: list[int] = []
+    real_fork = os.fork
+    monkeypatch.setattr(os, "fork", lambda: pids.append(1) or real_fork())
+    n = disk.SPLIT_AT + 10
+    jobs = [(i, disk.BIG_FILE if i in (5, n - 1) else 10) for i in range(n)]
+    ran: list[int] = []
+
+    def fn(job):
+        ran.append(os.getpid())
+        return (job[0], os.getpid())
+
+    out = disk.map_files(fn, jobs, lambda job: job[1], 4, pure=True)
+    assert [i for i, _ in out] == list(range(n)) and pids == [1]
+    assert len({pid for _, pid in out}) == 2  # two processes did the work
+    assert len(ran) < n  # the child's calls happened elsewhere
+
+    missing = tmp_path / "gone"
+
+    def reads(job):
+        if job[0] == n - 5:  # in the child's half
+            return missing.read_bytes()
+        return job[0]
+
+    with pytest.raises(FileNotFoundError):
+        disk.map_files(reads, jobs, lambda job: job[1], 4, pure=True)
+    assert disk.map_files(lambda job: job[0], jobs, lambda job: job[1], 4) == list(range(n))  # not pure: no fork
+    assert pids == [1, 1]

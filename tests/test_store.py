@@ -47,3 +47,23 @@ def test_packs_are_indexed_and_verified(tmp_path):
     assert store.put_files(files) == {}
     assert all(Store(str(tmp_path / "store")).get(d) == open(p, "rb").read() for d, p in files.items())
     assert len(list((tmp_path / "store" / "packs").glob("*.pack"))) == 1
+
+
+def test_packing_skips_what_the_store_already_holds_loose_or_packed(tmp_path):
+    """put_files packs only new bytes: objects already stored loose (found by one listing per object
+    directory) or in an earlier pack are left out of the new pack."""
+    store = Store(str(tmp_path / "store"))
+    src = tmp_path / "src"
+    src.mkdir()
+    paths = {}
+    for name in ("loose", "packed", "new"):
+        (src / name).write_bytes(name.encode() * 100)
+        paths[name] = (hash_bytes((src / name).read_bytes()), str(src / name))
+    store.put((src / "loose").read_bytes())
+    assert store.put_files(dict([paths["packed"]])) == {}
+    before = set(os.listdir(tmp_path / "store" / "packs"))
+    assert store.put_files(dict(paths.values())) == {}
+    new = [n for n in os.listdir(tmp_path / "store" / "packs") if n not in before and n.endswith(".idx")]
+    index = __import__("json").loads((tmp_path / "store" / "packs" / new[0]).read_bytes())
+    assert list(index) == [paths["new"][0]]
+    assert all(Store(str(tmp_path / "store")).get(d) == (src / n).read_bytes() for n, (d, _) in paths.items())

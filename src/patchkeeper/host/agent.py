@@ -364,13 +364,13 @@ class Agent(AgentContract):
             else:
                 todo.append((key, path, st))
 
-        def work(job: tuple[str, str, os.stat_result]) -> tuple[str, Row]:
-            key, path, st = job
-            digest = hash_file(path, st.st_size, algorithm)
-            cached.remember(key, st, digest)
-            return key, entry_row(st, digest)
+        def work(job: tuple[str, str, os.stat_result]) -> Row:
+            return entry_row(job[2], hash_file(job[1], job[2].st_size, algorithm))
 
-        out.update(map_files(work, todo, lambda job: job[2].st_size, min(8, (os.cpu_count() or 2) * 2)))
+        rows = map_files(work, todo, lambda job: job[2].st_size, min(8, (os.cpu_count() or 2) * 2), pure=True)
+        for (key, _, st), row in zip(todo, rows):
+            cached.remember(key, st, row[0])
+            out[key] = row
         cached.save()
         if listings is not None:
             listings.save()

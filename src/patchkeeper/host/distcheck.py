@@ -8,7 +8,7 @@ import stat
 from itertools import chain
 from typing import Any, Dict, Iterable, Iterator, List, Tuple
 
-from .disk import CHUNK, StatCache, listing, map_files, write_atomic
+from .disk import CHUNK, StatCache, fork_half, listing, map_files, write_atomic
 from .distinfo import console_scripts, record_rows
 
 _AUDIT_WORKERS = min(8, (os.cpu_count() or 2) * 2)
@@ -114,10 +114,12 @@ def check_record(site: str, name: str, cache_dir: str | None) -> dict[str, Any]:
             digest = _record_digest(path, algo, st.st_size)
         except OSError as exc:
             return rel, path, algo, expected, f"unreadable: {exc.strerror}"
-        cache.remember(rel, st, digest)
         return rel, path, algo, expected, digest
 
-    results = map_files(work, todo, lambda job: job[4].st_size, _AUDIT_WORKERS)
+    results = map_files(work, todo, lambda job: job[4].st_size, _AUDIT_WORKERS, pure=True)
+    for job, (_, _, _, _, digest) in zip(todo, results):
+        if not digest.startswith("unreadable: "):
+            cache.remember(job[0], job[4], digest)
     mismatched.extend((rel, path, algo, expected) for rel, path, algo, expected, digest in results
                       if digest != expected)
     scripts = None
@@ -216,40 +218,66 @@ def check_bytecode(site: str, cache_tag: str, verify: list[str], cache_path: str
     if walked is not None and walked[0]:
         dirs, seen, stats = walked
         found_pycs = chain(seen, _top_pycs(site), _walk_pyc(site, frozenset(dirs), listings))
-    for rel, in_cache in found_pycs:
+    limit = cache.started_ns - cache.GRANULARITY_NS  # a verdict is remembered only for files older than this
+
+    def judge(rel: str, in_cache: bool) -> Any:
+        """One pyc's outcome, computed only (see below): it may run in a forked process."""
         pyc = f"{site}/{rel}"
         if not in_cache:  # a legacy pyc beside its module: imported only when there is no source
-            src = pyc[:-1]
-            if rel[:-1] not in stats and not os.path.exists(src):
-                pycs += 1
-                findings.append([rel, "sourceless", "a .pyc without its .py: Python imports this bytecode"])
-            continue
+            return ("sourceless",) if rel[:-1] not in stats and not os.path.exists(pyc[:-1]) else None
         found = _pyc_source(rel, cache_tag)
         if found is None:
-            continue
+            return None
         src_rel, opt = found
-        src = f"{site}/{src_rel}"
-        pycs += 1
         try:
-            st, pst = stats.get(src_rel) or os.stat(src), os.stat(pyc)
+            st, pst = stats.get(src_rel) or os.stat(f"{site}/{src_rel}"), os.stat(pyc)
         except (FileNotFoundError, NotADirectoryError):
-            orphans += 1  # a __pycache__ entry without source is never imported
-            continue
+            return ("orphan",)  # a __pycache__ entry without source is never imported
         source_id = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
         compare = src_rel in deep
-        hit = None if compare else known_verdicts.get(rel)  # StatCache.lookup, inlined: this loop runs per pyc
+        hit = None if compare else known_verdicts.get(rel)  # StatCache.lookup, inlined: this runs per pyc
         if (hit is not None and hit[:4] == (pst.st_size, pst.st_mtime_ns, pst.st_ctime_ns, pst.st_ino)
                 and hit[4][0] == source_id):
+            return ("hit",)
+        verdict = _pyc_verdict(pyc, f"{site}/{src_rel}", st, opt, compare)
+        keep = None
+        if (verdict is None or verdict == "stale") and max(st.st_mtime_ns, st.st_ctime_ns) < limit \
+                and max(pst.st_mtime_ns, pst.st_ctime_ns) < limit:
+            keep = (pst.st_size, pst.st_mtime_ns, pst.st_ctime_ns, pst.st_ino, [source_id, int(verdict == "stale")])
+        return ("judged", verdict, keep)
+
+    found = list(found_pycs)
+    forked = fork_half(lambda part: [judge(rel, in_cache) for rel, in_cache in part], found)
+    half, theirs = forked if forked else (len(found), None)
+    try:
+        outcomes = [judge(rel, in_cache) for rel, in_cache in found[:half]]
+    except BaseException:
+        if theirs is not None:
+            theirs(abandon=True)
+        raise
+    if theirs is not None:
+        outcomes.extend(theirs())
+    for (rel, _), outcome in zip(found, outcomes):  # the counts, findings and cache, here
+        if outcome is None:
+            continue
+        pycs += 1
+        kind = outcome[0]
+        if kind == "sourceless":
+            findings.append([rel, "sourceless", "a .pyc without its .py: Python imports this bytecode"])
+        elif kind == "orphan":
+            orphans += 1
+        elif kind == "hit":
+            hit = known_verdicts[rel]
             cache.fresh[rel] = hit
             stale += hit[4][1]
-            continue
-        verdict = _pyc_verdict(pyc, src, st, opt, compare)
-        if verdict is None or verdict == "stale":
-            stale += verdict == "stale"
-            if max(st.st_mtime_ns, st.st_ctime_ns) + cache.GRANULARITY_NS < cache.started_ns:
-                cache.remember(rel, pst, [source_id, int(verdict == "stale")])
         else:
-            findings.append([rel, *verdict])
+            verdict, keep = outcome[1], outcome[2]
+            if verdict is None or verdict == "stale":
+                stale += verdict == "stale"
+                if keep is not None:
+                    cache.fresh[rel] = tuple(keep)
+            else:
+                findings.append([rel, *verdict])
     cache.save()
     if listings is not None:
         listings.save()

@@ -29,6 +29,23 @@ class Store:
             raise AgentError("bad-digest", f"not a digest: {digest!r}")
         return os.path.join(self.root, "objects", algo, hexd[:2], hexd[2:])
 
+    def _loose_digests(self, algorithms: set[str]) -> set[str]:
+        """Every loose object's digest, from one listing per object directory (not a stat per digest)."""
+        out: set[str] = set()
+        for algo in algorithms:
+            base = os.path.join(self.root, "objects", algo)
+            try:
+                subdirs = os.listdir(base)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            for sub in subdirs:
+                try:
+                    out.update(f"{algo}:{sub}{name}" for name in os.listdir(os.path.join(base, sub))
+                               if not name.startswith(TEMP_PREFIX))
+                except (FileNotFoundError, NotADirectoryError):
+                    continue
+        return out
+
     def _packs(self) -> dict[str, tuple[str, int, int]]:
         if self._index is None:
             self._index = {}
@@ -117,7 +134,8 @@ class Store:
 
     def put_files(self, files: dict[str, str]) -> dict[str, str]:
         """Pack the files not yet stored; verify each against its expected digest while copying."""
-        todo = [(d, p) for d, p in files.items() if not self.has(d)]
+        packed, loose = self._packs(), self._loose_digests({algorithm_of(d) for d in files})
+        todo = [(d, p) for d, p in files.items() if d not in packed and d not in loose]
         mismatched: dict[str, str] = {}
         if not todo:
             return mismatched
