@@ -3,8 +3,9 @@
 Started by persist.Holder.start as `python -m patchkeeper.targets.holder SPEC`. It connects, starts
 a spare agent, publishes its socket, prints one JSON line (ready, or the error) and then serves
 requests, one thread per command: `agent` hands the spare agent to the command and relays its
-requests and answers. A command that finishes cleanly parks the agent (its locks released, its
-caches forgotten), which then stays the spare for the next command: no new process, no upload.
+requests and answers. A command that finishes cleanly parks the agent (its locks released, what
+it remembered for that command forgotten), which then stays the spare for the next command: no
+new process, no upload.
 Any other end (the command killed or interrupted mid-call) closes the agent's input, so it exits
 and releases what it held, and a new spare is started. `run` runs a program on the host; `ping`
 (the holder's pid and its spare agent's); `stop`. It exits after `persist` seconds without a
