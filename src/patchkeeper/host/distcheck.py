@@ -14,19 +14,21 @@ from .distinfo import console_scripts, record_rows
 _AUDIT_WORKERS = min(8, (os.cpu_count() or 2) * 2)
 
 
-def _record_digest(path: str, algo: str, size: int = 0) -> str:
+def _record_digest(path: str, algo: str) -> str:
     """`algo:<urlsafe base64 without padding>`, the form RECORD files use."""
     import base64
 
     import hashlib
 
     h = hashlib.new(algo)
-    with open(path, "rb") as f:
-        if 0 < size < CHUNK:
-            h.update(f.read())
-        else:
-            for chunk in iter(lambda: f.read(CHUNK), b""):
-                h.update(chunk)
+    fd = os.open(path, os.O_RDONLY)  # as disk.hash_file: no buffered file object per file
+    try:
+        chunk = os.read(fd, CHUNK)
+        while chunk:
+            h.update(chunk)
+            chunk = os.read(fd, CHUNK)
+    finally:
+        os.close(fd)
     return f"{algo}:{base64.urlsafe_b64encode(h.digest()).rstrip(b'=').decode()}"
 
 
@@ -111,7 +113,7 @@ def check_record(site: str, name: str, cache_dir: str | None) -> dict[str, Any]:
     def work(job: tuple[str, str, str, str, os.stat_result]) -> tuple[str, str, str, str, str]:
         rel, path, algo, expected, st = job
         try:
-            digest = _record_digest(path, algo, st.st_size)
+            digest = _record_digest(path, algo)
         except OSError as exc:
             return rel, path, algo, expected, f"unreadable: {exc.strerror}"
         return rel, path, algo, expected, digest
