@@ -228,3 +228,12 @@ def test_a_finished_command_parks_its_agent_for_the_next_and_holds_no_lock(fleet
     assert "files match the recorded state" in fleet.pk("status", "-t", "ct129").stdout  # ...which is broken
     fleet.pk("rollback", "-t", "ct129", "--to", "baseline")  # a write command takes the lock over
     assert not Path(lock).exists()
+
+
+def test_disconnect_withdraws_the_socket_before_it_returns_so_the_next_command_gets_a_new_holder(fleet):
+    fleet.pk("status", "-t", "ct129")
+    pid = _holder_pid(fleet)
+    assert "ct129: connection ended" in fleet.pk("disconnect", "-t", "ct129").stdout
+    assert _sockets() == []  # no window in which a command reaches the holder that is ending
+    assert "no recorded state" in fleet.pk("status", "-t", "ct129").stdout
+    assert _holder_pid(fleet) != pid

@@ -44,6 +44,18 @@ class Held:
         self.spare: AgentProxy | None = None
         self.filling = threading.Lock()
         self.stopping = threading.Event()
+        self.public: tuple[str, int] | None = None  # the socket's public name and inode, once published
+
+    def withdraw(self) -> None:
+        """Remove our socket's public name (unless a replacement has taken it): no new command can
+        reach this holder, and the next one starts another."""
+        if self.public is not None:
+            path, ident = self.public
+            try:
+                if os.stat(path).st_ino == ident:
+                    os.unlink(path)
+            except FileNotFoundError:
+                pass
 
     # ---- the spare agent ---------------------------------------------------------------------
     def fill(self) -> None:
@@ -79,6 +91,9 @@ class Held:
                 if idle or not self.alive():
                     return
                 continue
+            if self.stopping.is_set():  # accepted as `stop` was answered: closed unanswered, so the
+                conn.close()            # command starts a new holder instead of losing this one's
+                return
             with self.lock:
                 self.active += 1
             threading.Thread(target=self.handle, args=(conn,), daemon=True).start()
@@ -107,6 +122,7 @@ class Held:
                                                      "spare": spare.hello["pid"] if spare else None}))
             elif op == "stop":
                 self.stopping.set()
+                self.withdraw()  # before answering: a command started after `disconnect` finds no socket
                 conn.sendall(wire.encode({"ok": 1}))
         except (OSError, EOFError, ValueError):
             pass
@@ -254,7 +270,6 @@ def main(spec: dict) -> int:
     listener.bind(temp)
     listener.listen(64)
     held = Held(target, float(spec["persist"]))
-    ident = None
     try:
         try:
             target._client()
@@ -264,7 +279,7 @@ def main(spec: dict) -> int:
             return 1
         published = _publish(temp, path)
         if published:
-            ident = os.stat(path).st_ino
+            held.public = (path, os.stat(path).st_ino)
         report.write(json.dumps({"ready": os.getpid(), "published": published}) + "\n")
         report.close()
         if published:  # else another holder won the race: commands use that one
@@ -273,11 +288,7 @@ def main(spec: dict) -> int:
     finally:
         held.stopping.set()
         listener.close()
-        try:
-            if ident is not None and os.stat(path).st_ino == ident:
-                os.unlink(path)  # still ours (a replacement may have taken the name)
-        except FileNotFoundError:
-            pass
+        held.withdraw()  # still ours (a replacement may have taken the name)
         try:
             os.unlink(temp)
         except FileNotFoundError:
