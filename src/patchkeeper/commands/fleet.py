@@ -48,8 +48,10 @@ def each(ws: Workspace, work: Callable[[Workspace, str], T], what: str,
     procs = None
     try:
         if len(local) > 1:  # forked first, before any thread of ours runs
+            from ..host.disk import no_split
+
             procs = ProcessPoolExecutor(max_workers=max(1, min(len(local), os.cpu_count() or 1)),
-                                        mp_context=multiprocessing.get_context("fork"))
+                                        mp_context=multiprocessing.get_context("fork"), initializer=no_split)
             for n in local:
                 futures[procs.submit(job, n)] = n
         elif local:

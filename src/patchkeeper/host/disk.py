@@ -248,6 +248,7 @@ def hostname() -> str:
 
 BIG_FILE = 1 << 20
 SPLIT_AT = 2048  # from this many small jobs on, a forked second process takes half of them (fork_half)
+_split = True  # off in a process that is itself one of a pool's (no_split)
 
 
 def map_files(fn: Callable[[_T], _R], jobs: Sequence[_T], size: Callable[[_T], int], workers: int,
@@ -295,7 +296,7 @@ def fork_half(fn: Callable[[Sequence[_T]], _R], items: Sequence[_T]) -> tuple[in
     function that waits for the child and gives its result, computed here instead if the child
     failed; called with abandon=True when the caller fails, it only ends the child), or None: then
     the caller does all of it."""
-    if len(items) < SPLIT_AT or (os.cpu_count() or 1) < 2 or not hasattr(os, "fork") or not alone():
+    if not _split or len(items) < SPLIT_AT or (os.cpu_count() or 1) < 2 or not hasattr(os, "fork") or not alone():
         return None
     half = len(items) // 2
     r, w = os.pipe()
@@ -337,6 +338,12 @@ def fork_half(fn: Callable[[Sequence[_T]], _R], items: Sequence[_T]) -> tuple[in
         return fn(items[half:])  # the child failed: its error, if any, is raised here as it would have been
 
     return half, finish
+
+
+def no_split() -> None:
+    """No fork_half in this process: it is one of a pool's workers, which already keep the CPUs busy."""
+    global _split
+    _split = False
 
 
 def alone() -> bool:
