@@ -276,3 +276,10 @@ def test_a_deleted_pack_index_is_named(env):
     proc = env.pk("rollback", "--to", "baseline", check=2)
     assert "the store lacks the bytes of 1 file(s) state" in proc.stderr and "@unit" in proc.stderr
     assert f"the pack index {index} is missing" in proc.stderr and "recorded without bytes" not in proc.stderr
+
+
+def test_diff_and_diff_env_refuse_three_sides_and_against_with_two_alike(env):
+    for verb in (["diff"], ["diff", "--env"]):
+        _refused(env, *verb, "a", "b", "c", expect=f"{' '.join(verb)} compares one target or two, not 3")
+        _refused(env, *verb, "a", "b", "--against", "x",
+                 expect="--against compares one target with its own recorded state")

@@ -104,3 +104,36 @@ def test_the_agent_in_process_and_over_the_wire_give_the_same_values(site, tmp_p
     tree = there["tree"]  # the scan and the bytecode check in one pass, typed to the leaves
     assert isinstance(tree.comparison, contract.Comparison) and isinstance(tree.bytecode, contract.BytecodeCheck)
     assert tree.files == len(there["scan"].rows) and not tree.comparison.pairs and tree.bytecode == there["bytecode"]
+
+
+def test_a_frame_carries_bytes_nested_anywhere_as_payloads():
+    import io
+
+    from patchkeeper.host import wire
+
+    value = {"rows": [("a.py", b"\x00\xff", 3)], "deep": {"x": [bytearray(b"y"), memoryview(b"zz")]}, "s": "\udc80"}
+    frame = wire.encode({"ok": 1}, value)
+    assert b"\x00\xff" in frame and b"\\u0000b" in frame  # the bytes travel raw, referred to from the header
+    header, back = wire.decode(io.BytesIO(frame).read)
+    assert header == {"ok": 1}
+    assert back == {"rows": [["a.py", b"\x00\xff", 3]], "deep": {"x": [b"y", b"zz"]}, "s": "\udc80"}
+    with pytest.raises(TypeError, match="cannot cross the wire"):
+        wire.encode({"ok": 1}, {1, 2})
+
+
+def test_a_kept_agent_answers_dist_info_again_only_while_its_files_are_unchanged(site, monkeypatch):
+    from patchkeeper.host.disk import StatCache
+
+    monkeypatch.setattr(StatCache, "GRANULARITY_NS", -10**12)  # the files were just written: trust them anyway
+    agent = Agent()
+    first = agent.dist_info([str(site)], "demo")
+    agent.park()  # the next command's agent: the same process
+    assert agent.dist_info([str(site)], "demo") is first  # answered from memory
+    assert agent.dist_info([str(site)], "demo", False).record == () and first.tops == ("demo", "demo-1.0.dist-info")
+
+    record = site / "demo-1.0.dist-info" / "RECORD"
+    record.write_text(record.read_text() + "demo/extra.py,,\n")  # a reinstall rewrites RECORD
+    again = agent.dist_info([str(site)], "demo")
+    assert again is not first and "demo/extra.py" in again.record
+    (site / "demo-1.0.dist-info").rename(site / "demo-2.0.dist-info")  # an upgrade: the site dir changes
+    assert agent.dist_info([str(site)], "demo").dist_info == "demo-2.0.dist-info"

@@ -189,3 +189,51 @@ def test_all_with_one_host_unreachable_reports_it_and_finishes_the_others(fleet,
     doc = json.loads(fleet.pk("audit", "--all", "--json", check=2).stdout)
     assert "cannot reach" in doc["gone"]["error"]
     assert doc["ct129"]["summary"].startswith("code state matches") and doc["ct200"]["state"] is None
+
+
+def _ping(fleet, host: str = "ct129") -> dict:
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(socket_path(host, f"{fleet.venvs[host]}/bin/python"))
+        s.settimeout(30)
+        s.sendall(wire.encode({"op": "ping"}))
+        read = s.makefile("rb").read
+        assert "ack" in wire.decode(read)[0]
+        return wire.decode(read)[1]
+
+
+def test_a_finished_command_parks_its_agent_for_the_next_and_holds_no_lock(fleet):
+    from patchkeeper.targets.persist import Holder
+
+    fleet.pk("status", "-t", "ct129")
+    agent = _ping(fleet)["spare"]
+    fleet.pk("apply", "ddtree", "-t", "ct129", "--no-verify")  # takes and releases the lock
+    fleet.pk("audit", "-t", "ct129", check=0)
+    assert _ping(fleet)["spare"] == agent, "a command that ended cleanly did not leave its agent to the next"
+
+    lock = str(fleet.venvs["ct129"] / ".patchkeeper" / "lock")
+    holder = Holder("ct129", "ct129", f"{fleet.venvs['ct129']}/bin/python", 60)
+    proxy = holder.agent()
+    assert proxy.pid() == agent
+    assert proxy.lock(lock, {"command": "test"}) is None
+    proxy.close()  # without unlocking: parking releases what the command still held
+    _wait(lambda: _ping(fleet)["spare"] == agent, "the parked agent to be the spare again")
+    assert not Path(lock).exists()
+
+    proxy = holder.agent()
+    assert proxy.lock(lock, {"command": "test"}) is None
+    proxy._link.close()  # the command dies: its socket closes with no park
+    _wait(lambda: _gone(agent), "the agent of a command that died to exit")
+    assert json.loads(Path(lock).read_text())["pid"] == agent  # its lock is left, to a dead process
+    _wait(lambda: _ping(fleet)["spare"] not in (None, agent), "a new spare agent")
+    assert "files match the recorded state" in fleet.pk("status", "-t", "ct129").stdout  # ...which is broken
+    fleet.pk("rollback", "-t", "ct129", "--to", "baseline")  # a write command takes the lock over
+    assert not Path(lock).exists()
+
+
+def test_disconnect_withdraws_the_socket_before_it_returns_so_the_next_command_gets_a_new_holder(fleet):
+    fleet.pk("status", "-t", "ct129")
+    pid = _holder_pid(fleet)
+    assert "ct129: connection ended" in fleet.pk("disconnect", "-t", "ct129").stdout
+    assert _sockets() == []  # no window in which a command reaches the holder that is ending
+    assert "no recorded state" in fleet.pk("status", "-t", "ct129").stdout
+    assert _holder_pid(fleet) != pid

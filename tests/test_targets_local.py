@@ -45,3 +45,30 @@ def test_arguments_are_not_interpreted_by_a_shell(tmp_path):
     code, out, _ = _target(tmp_path).run(["printf", "%s", "$(touch /tmp/pk-never) `x` ; rm -rf /"], timeout=5)
     assert code == 0 and out == b"$(touch /tmp/pk-never) `x` ; rm -rf /"
     assert not os.path.exists("/tmp/pk-never")
+
+
+def test_memo_computes_once_per_instance_and_lets_instances_compute_at_once():
+    """functools.cached_property (Python < 3.12) holds one lock per class: two targets opening at
+    once waited for each other. Each memo here waits until both are inside their computation."""
+    import threading
+
+    from patchkeeper.targets.base import memo
+
+    both = threading.Barrier(2, timeout=60)  # broken (an error) if the second cannot enter
+    calls = []
+
+    class Thing:
+        @memo
+        def info(self) -> int:
+            calls.append(self)
+            both.wait()
+            return id(self)
+
+    things = [Thing(), Thing()]
+    threads = [threading.Thread(target=lambda t=t: t.info) for t in things]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not both.broken and len(calls) == 2
+    assert [t.info for t in things] == [id(t) for t in things] and len(calls) == 2  # no second computation

@@ -32,7 +32,8 @@ def hand_edits(s: Session) -> tuple[repair.Damage, dict[str, str], Manifest]:
     info = s.target.info
     damage = repair.find_damage(s.target, info.package, only_inside=True)
     manifest = engine.scan_all(s.target)
-    listed = set(info.record)
+    dist = s.target.agent.dist_info([info.site], info.package)
+    listed = set(dist.record) if dist else set()
     edits = dict(damage.files)
     edits.update({k: "added" for k in manifest if not k.startswith(ROLE_PREFIX) and k not in listed})
     return damage, dict(sorted(edits.items())), manifest

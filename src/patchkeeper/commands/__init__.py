@@ -2,6 +2,19 @@
 
 import json
 
+from ..errors import BadInput
+
 
 def emit_json(doc) -> None:
     print(json.dumps(doc, indent=2, sort_keys=True))
+
+
+def check_sides(verb: str, names: tuple[str, ...], against: str | None) -> None:
+    """`verb` (diff, diff --env) compares one target, with its recorded state (--against), or two
+    targets with each other: refuse anything else the same way for both."""
+    if len(names) > 2:
+        raise BadInput(f"{verb} compares one target or two, not {len(names)}",
+                       f"patchkeeper {verb} HOST [--against STATE], or patchkeeper {verb} HOST1 HOST2")
+    if len(names) == 2 and against:
+        raise BadInput("--against compares one target with its own recorded state",
+                       f"drop --against to compare the two targets: patchkeeper {verb} {names[0]} {names[1]}")

@@ -5,12 +5,12 @@ from __future__ import annotations
 from contextlib import ExitStack
 from dataclasses import dataclass
 
-from .. import diffwrite, engine
-from ..errors import BadInput, PatchkeeperError, Refused
+from .. import engine
+from ..errors import PatchkeeperError, Refused
 from ..manifest import Entry, differences
 from ..session import Session
 from ..workspace import Workspace
-from . import emit_json
+from . import check_sides, emit_json
 
 _PATCH_LIMIT = 4 << 20  # larger files are reported, not diffed
 
@@ -30,13 +30,8 @@ class Difference:
 
 
 def diff(ws: Workspace, names: tuple[str, ...], against: str | None, patch: bool, as_json: bool) -> int:
-    if len(names) > 2:
-        raise BadInput(f"diff compares one or two targets, not {len(names)}",
-                       "patchkeeper diff HOST, or patchkeeper diff HOST1 HOST2")
+    check_sides("diff", names, against)
     if len(names) == 2:
-        if against:
-            raise BadInput("--against compares one target with its own recorded state",
-                           "drop --against to compare two targets' files")
         return _two(ws, names[0], names[1], patch, as_json)
     return _one(ws, names[0] if names else None, against, patch, as_json)
 
@@ -157,7 +152,7 @@ def _state_dict(s: Session) -> dict | None:
 
 def _patches(diffs: list[Difference], old, new, label_a: str, label_b: str) -> dict[str, str]:
     """Unified diffs of the differing text files; binary or oversized files get a one-line note."""
-    import difflib
+    from .. import diffwrite
 
     out = {}
     for d in diffs:

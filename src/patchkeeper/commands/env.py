@@ -5,10 +5,10 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 from .. import environment
-from ..errors import BadInput, Refused
+from ..errors import Refused
 from ..session import Session
 from ..workspace import Workspace
-from . import emit_json
+from . import check_sides, emit_json
 
 
 def env(ws: Workspace, target: str | None, as_json: bool) -> int:
@@ -56,13 +56,8 @@ def _one(ws: Workspace, name: str, state: str | None) -> tuple[tuple[str, dict],
 def diff_env(ws: Workspace, names: tuple[str, ...], against: str | None, as_json: bool) -> int:
     """A target now against a recorded state (default: its current one), or two sides: targets
     (now, both talked to concurrently) or `TARGET:STATE`s."""
-    if len(names) > 2:
-        raise BadInput(f"diff --env compares two sides, not {len(names)}",
-                       "patchkeeper diff --env HOST [--against STATE], or diff --env HOST1 HOST2")
+    check_sides("diff --env", names, against)
     if len(names) == 2:
-        if against:
-            raise BadInput("--against compares one target with its own recorded state",
-                           "write TARGET:STATE for a recorded side, e.g. diff --env ct129:baseline ct200")
         with ThreadPoolExecutor(max_workers=2) as pool:
             (la, a), (lb, b) = pool.map(lambda n: _side(ws, n), names)
     else:

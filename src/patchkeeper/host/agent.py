@@ -57,12 +57,27 @@ from .contract import (
 )
 from . import seal
 from .distcheck import check_bytecode, check_record
-from .distinfo import installed_version, record_paths
+from .distinfo import installed_version, layout, record_paths
 from .manifest_text import parse as manifest_rows
 from .preflight import obstacles
 from .store import Store
 
 _MANIFEST_CACHE = 2  # version of the manifest-cache/*.rows format (2: rows are tuples)
+
+
+_DIST_INFOS: dict[tuple[Any, ...], tuple[list[str], list[Any], DistInfo | None]] = {}  # Agent.dist_info's answers
+
+
+def _identities(paths: list[str]) -> list[tuple[int, int, int, int] | None]:
+    out: list[tuple[int, int, int, int] | None] = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            out.append(None)
+        else:
+            out.append((st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+    return out
 
 
 _DAMAGED_LOCK = {"pid": "?", "host": "?", "command": "? (its lock file is damaged)", "since": 0}
@@ -77,6 +92,16 @@ class Agent(AgentContract):
         # bytecode check right after it; any change made through this agent forgets it
         self._walked: tuple[str, tuple[str, ...], list[tuple[str, bool]], dict[str, os.stat_result]] | None = None
         self._held: dict[str, int] = {}  # lock path -> the descriptor whose flock says we hold it
+
+    def park(self) -> str:
+        """The command using this agent is done: release every lock it still holds and forget what
+        it remembered for that command, as a newly started agent would be, so a holder can hand this
+        process to the next command (targets/holder.py); only answers checked against their files'
+        stat identity before each use are kept (dist_info's). Answers "parked"."""
+        for path in list(self._held):
+            self.unlock(path)
+        self.__init__()  # type: ignore[misc]
+        return "parked"
 
     def _store(self, root: str) -> "Store":
         """One Store per root, so its pack index is read once per process."""
@@ -270,8 +295,28 @@ class Agent(AgentContract):
         self.sync_dirs([p for p, gone in zip(pycs, removed) if gone])
         return sum(removed)
 
-    def dist_info(self, site_dirs: list[str], package: str) -> DistInfo | None:
-        """Find an installed distribution's metadata: name, version, dist-info dir, RECORD paths."""
+    def dist_info(self, site_dirs: list[str], package: str, paths: bool = True) -> DistInfo | None:
+        """Find an installed distribution's metadata: name, version, dist-info dir, RECORD paths
+        (`paths`: all of them too, else only their layout, which is all a scan needs).
+
+        A process kept for later commands (a parked agent) answers again from memory while the
+        site dirs, the dist-info dir, its RECORD and METADATA keep their stat identity (any
+        install, removal or rewrite moves a directory's or file's ctime); never for files changed
+        within the clock's granularity of the answer (StatCache's racily-clean rule)."""
+        key = (tuple(site_dirs), package, paths)
+        known = _DIST_INFOS.get(key)
+        if known is not None and _identities(known[0]) == known[1]:
+            return known[2]
+        started = time.time_ns()
+        found = self._find_dist_info(site_dirs, package, paths)
+        watched = list(site_dirs) + ([os.path.join(found.site, found.dist_info, f) for f in ("", "RECORD", "METADATA")]
+                                     if found else [])
+        seen = _identities(watched)
+        if all(s is None or max(s[2], s[3]) + StatCache.GRANULARITY_NS < started for s in seen):
+            _DIST_INFOS[key] = (watched, seen, found)
+        return found
+
+    def _find_dist_info(self, site_dirs: list[str], package: str, paths: bool) -> DistInfo | None:
         want = normalize_name(package)
         for site in site_dirs:
             for name in self.listdir(site):
@@ -280,8 +325,9 @@ class Agent(AgentContract):
                 dist, _, version = name[: -len(".dist-info")].partition("-")
                 if normalize_name(dist) != want:
                     continue
+                record = record_paths(os.path.join(site, name, "RECORD"))
                 return DistInfo(site, name, installed_version(os.path.join(site, name)) or version,
-                                tuple(record_paths(os.path.join(site, name, "RECORD"))))
+                                tuple(record) if paths else (), *layout(record))
         return None
 
     # ---- scanning ----------------------------------------------------------------------

@@ -86,16 +86,20 @@ class FileStat(Answer):
 
 @dataclass(frozen=True)
 class DistInfo(Answer):
-    """An installed distribution: where its metadata is, its version and the paths its RECORD lists."""
+    """An installed distribution: where its metadata is, its version, the paths its RECORD lists
+    (left empty when not asked for) and their layout (host/distinfo.layout)."""
 
     site: str
     dist_info: str  # the directory's name, in `site`
     version: str
     record: Tuple[str, ...]  # relative to `site`
+    tops: Tuple[str, ...] = ()
+    loose: Tuple[str, ...] = ()
 
     @classmethod
     def from_wire(cls, doc: Dict[str, Any]) -> "DistInfo":
-        return cls(doc["site"], doc["dist_info"], doc["version"], tuple(doc["record"]))
+        return cls(doc["site"], doc["dist_info"], doc["version"], tuple(doc["record"]), tuple(doc.get("tops", ())),
+                   tuple(doc.get("loose", ())))
 
 
 @dataclass(frozen=True)
@@ -375,7 +379,7 @@ class AgentContract(Protocol):
 
     def remove_empty_dirs(self, dirs: List[str]) -> List[str]: ...
 
-    def dist_info(self, site_dirs: List[str], package: str) -> Optional[DistInfo]: ...
+    def dist_info(self, site_dirs: List[str], package: str, paths: bool = True) -> Optional[DistInfo]: ...
 
     # ---- scanning ------------------------------------------------------------------------------
     def scan(self, request: ScanRequest) -> ScanResult: ...

@@ -27,6 +27,14 @@ def record_paths(record: str) -> list[str]:
     return [line.rsplit(",", 2)[0] for line in lines if line]
 
 
+def layout(paths: Iterable[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """A distribution's RECORD paths as a scan needs them: its top-level directories (walked, to
+    catch added files) and the paths inside site-packages that such a walk does not reach."""
+    inside = [p for p in paths if not p.startswith(("../", "/"))]
+    nested = [p for p in inside if "/" in p]  # each below a top directory the walk covers
+    return tuple(sorted({p.partition("/")[0] for p in nested})), tuple(p for p in inside if "/" not in p)
+
+
 def record_rows(record: str) -> Iterator[tuple[str, str, str, int | None]]:
     """(path, algorithm, urlsafe-b64 digest, size) of every RECORD row that carries a hash."""
     with open(record, newline="", encoding="utf-8") as f:

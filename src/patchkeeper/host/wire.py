@@ -2,8 +2,9 @@
 
 This module is shipped to a remote host after agent.py and executed there, so it uses the
 standard library only. A frame is a 4-byte big-endian header length (its top bit set when the
-header is zlib-compressed), the header (JSON), then the payloads the header lists by length. Bytes inside a value travel as payloads and are
-referred to from the JSON as {"\\u0000b": index}, so file contents are never base64-bloated.
+header is zlib-compressed), the header (JSON), then the payloads the header lists by length.
+Bytes inside a value travel as payloads and are referred to from the JSON as {"\\u0000b": index},
+so file contents are never base64-bloated.
 """
 
 from __future__ import annotations
@@ -19,22 +20,11 @@ from .contract import requests_from_wire, to_wire
 
 _BYTES = "\x00b"  # a key no path or field can be
 _SQUEEZE = 16 << 10  # headers larger than this (long path lists, scans) travel zlib-compressed
-_SQUEEZED = 1 << 31  # flag in the length prefix
-
-
-def pack(value: Any, blobs: list[bytes]) -> Any:
-    """`value` as JSON-able data, with every bytes object moved to `blobs`."""
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        blobs.append(bytes(value))
-        return {_BYTES: len(blobs) - 1}
-    if isinstance(value, dict):
-        return {k: pack(v, blobs) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [pack(v, blobs) for v in value]
-    return value
+SQUEEZED = 1 << 31  # flag in the length prefix
 
 
 def unpack(value: Any, blobs: list[bytes]) -> Any:
+    """`value` with each {"\\u0000b": index} replaced by its payload."""
     if isinstance(value, dict):
         if len(value) == 1 and _BYTES in value:
             return blobs[value[_BYTES]]
@@ -45,23 +35,35 @@ def unpack(value: Any, blobs: list[bytes]) -> Any:
 
 
 def encode(header: dict[str, Any], value: Any = None) -> bytes:
-    """One frame: `header` plus `value` (under "v"), bytes split out as payloads."""
+    """One frame: `header` plus `value` (under "v"), bytes split out as payloads.
+
+    json's own encoder walks the value (tuples become lists) and hands each bytes object to
+    `default`, in order: no walk in Python over a scan's rows."""
     blobs: list[bytes] = []
-    doc = dict(header, v=pack(value, blobs), n=[len(b) for b in blobs])
-    head = json.dumps(doc, separators=(",", ":")).encode()  # ensure_ascii keeps surrogates intact
+
+    def default(obj: Any) -> Any:
+        if isinstance(obj, (bytes, bytearray, memoryview)):
+            blobs.append(bytes(obj))
+            return {_BYTES: len(blobs) - 1}
+        raise TypeError(f"{type(obj).__name__} cannot cross the wire")
+
+    # ensure_ascii (the default) keeps surrogates intact
+    body = json.dumps(dict(header, v=value), separators=(",", ":"), default=default)
+    head = (body[:-1] + ',"n":' + json.dumps([len(b) for b in blobs]) + "}").encode()
     flag = 0
     if len(head) > _SQUEEZE:
-        head, flag = zlib.compress(head, 1), _SQUEEZED
+        head, flag = zlib.compress(head, 1), SQUEEZED
     return b"".join([struct.pack(">I", len(head) | flag), head, *blobs])
 
 
 def decode(read_exact: Callable[[int], bytes]) -> tuple[dict[str, Any], Any]:
     """Read one frame with `read_exact(n)`; return (header, value)."""
     (size,) = struct.unpack(">I", read_exact(4))
-    head = read_exact(size & ~_SQUEEZED)
-    doc = json.loads(zlib.decompress(head) if size & _SQUEEZED else head)
+    head = read_exact(size & ~SQUEEZED)
+    doc = json.loads(zlib.decompress(head) if size & SQUEEZED else head)
     blobs = [read_exact(n) for n in doc.pop("n")]
-    return doc, unpack(doc.pop("v"), blobs)
+    value = doc.pop("v")
+    return doc, unpack(value, blobs) if blobs else value  # without payloads nothing needs rebuilding
 
 
 def error_doc(exc: BaseException) -> dict[str, Any]:
@@ -90,8 +92,10 @@ def serve(agent: Any, stdin: BinaryIO | None = None, stdout: BinaryIO | None = N
         return data
 
     import os
+    # what every command asks first comes with the hello: a held spare has it ready
     sink.write(encode({"hello": 1}, {"pid": os.getpid(), "algorithm": agent.algorithm(),
-                                       "python": "%d.%d.%d" % sys.version_info[:3]}))
+                                       "python": "%d.%d.%d" % sys.version_info[:3], "hostname": agent.hostname(),
+                                       "interpreter": to_wire(agent.interpreter())}))
     sink.flush()
     while True:
         try:

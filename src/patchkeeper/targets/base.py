@@ -6,12 +6,35 @@ import json
 import posixpath
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from functools import cached_property
+from typing import Any, Callable, Generic, TypeVar
 
 from ..errors import BadInput, TargetError
 from ..host.contract import AgentContract, Interpreter, InterpreterFacts
 from ..manifest import ROLE_PREFIX
 from ..workspace import TargetConfig
+
+T = TypeVar("T")
+
+
+class memo(Generic[T]):
+    """A property computed once per instance, as functools.cached_property, without its lock: before
+    Python 3.12 that lock is one per class, so every target of a fleet waited for the one whose
+    `info` (a connection, a held agent, round trips) was being computed."""
+
+    def __init__(self, compute: Callable[[Any], T]) -> None:
+        self.compute = compute
+        self.name = compute.__name__
+        self.__doc__ = compute.__doc__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> T:
+        if obj is None:
+            return self  # type: ignore[return-value]
+        value = obj.__dict__[self.name] = self.compute(obj)  # later reads find it in the instance
+        return value
+
 
 _INFO = (
     "import json, sys, sysconfig\n"
@@ -32,7 +55,8 @@ class TargetInfo:
     package: str
     version: str
     dist_info: str
-    record: tuple[str, ...]  # RECORD paths, relative to site
+    tops: tuple[str, ...]  # the distribution's top-level directories (from RECORD)
+    loose: tuple[str, ...]  # RECORD paths inside site that a walk of `tops` does not reach
     roles: tuple[tuple[str, str], ...]  # role -> absolute path
     state_dir: str
 
@@ -42,18 +66,12 @@ class TargetInfo:
 
     def top_dirs(self) -> list[str]:
         """Top-level directories of the distribution (from RECORD), walked to catch added files."""
-        return list(self._layout[0])
+        return list(self.tops)
 
     def loose_paths(self) -> list[str]:
         """RECORD paths the walk of the top directories does not find (top-level modules): the
         rest need not be listed, which keeps a remote scan's request small."""
-        return list(self._layout[1])
-
-    @cached_property
-    def _layout(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        inside = [p for p in self.record if not p.startswith(("../", "/"))]
-        nested = [p for p in inside if "/" in p]  # each below a top directory the walk covers
-        return tuple(sorted({p.partition("/")[0] for p in nested})), tuple(p for p in inside if "/" not in p)
+        return list(self.loose)
 
     def path_of(self, key: str) -> str:
         if key.startswith(ROLE_PREFIX):
@@ -83,7 +101,7 @@ class Target(ABC):
     def close(self) -> None:
         pass
 
-    @cached_property
+    @memo
     def algorithm(self) -> str:
         """The hash the target's agent uses for its digests (blake3, or sha256 without blake3)."""
         return self.agent.algorithm()
@@ -120,12 +138,12 @@ class Target(ABC):
                               f"fix python = ... in [targets.{self.name}]")
         return InterpreterFacts.from_wire(json.loads(out))
 
-    @cached_property
+    @memo
     def info(self) -> TargetInfo:
         cfg = self.config
         py = self.interpreter()
         sites = list(dict.fromkeys([py.purelib, py.platlib]))
-        dist = self.agent.dist_info(sites, cfg.package)
+        dist = self.agent.dist_info(sites, cfg.package, False)  # the layout, not 10,000 RECORD paths
         if dist is None:
             raise TargetError(f"target {self.name}: package {cfg.package!r} is not installed in "
                               f"{' or '.join(sites)}", f"install it with {cfg.python} -m pip install {cfg.package}")
@@ -138,6 +156,6 @@ class Target(ABC):
             name=self.name, host=self.agent.hostname(), python=cfg.python,
             python_version=py.python, prefix=py.prefix, site=dist.site,
             package=cfg.package, version=dist.version, dist_info=dist.dist_info,
-            record=dist.record, roles=tuple(roles),
+            tops=dist.tops, loose=dist.loose, roles=tuple(roles),
             state_dir=cfg.state_dir or posixpath.join(py.prefix, ".patchkeeper"),
         )

@@ -2,10 +2,14 @@
 
 Started by persist.Holder.start as `python -m patchkeeper.targets.holder SPEC`. It connects, starts
 a spare agent, publishes its socket, prints one JSON line (ready, or the error) and then serves
-requests, one thread per command: `agent` hands the spare agent to the command and relays bytes
-until either side closes (then the agent's stdin ends and it exits, releasing what it held, and a
-new spare is started); `run` runs a program on the host; `ping`; `stop`. It exits after `persist`
-seconds without a command, on `stop`, or when the host drops the connection.
+requests, one thread per command: `agent` hands the spare agent to the command and relays its
+requests and answers. A command that finishes cleanly parks the agent (its locks released, what
+it remembered for that command forgotten), which then stays the spare for the next command: no
+new process, no upload.
+Any other end (the command killed or interrupted mid-call) closes the agent's input, so it exits
+and releases what it held, and a new spare is started. `run` runs a program on the host; `ping`
+(the holder's pid and its spare agent's); `stop`. It exits after `persist` seconds without a
+command, on `stop`, or when the host drops the connection.
 """
 
 from __future__ import annotations
@@ -13,9 +17,11 @@ from __future__ import annotations
 import json
 import os
 import socket
+import struct
 import sys
 import threading
 import time
+import zlib
 from typing import Any
 
 from ..errors import PatchkeeperError, TargetError
@@ -38,6 +44,18 @@ class Held:
         self.spare: AgentProxy | None = None
         self.filling = threading.Lock()
         self.stopping = threading.Event()
+        self.public: tuple[str, int] | None = None  # the socket's public name and inode, once published
+
+    def withdraw(self) -> None:
+        """Remove our socket's public name (unless a replacement has taken it): no new command can
+        reach this holder, and the next one starts another."""
+        if self.public is not None:
+            path, ident = self.public
+            try:
+                if os.stat(path).st_ino == ident:
+                    os.unlink(path)
+            except FileNotFoundError:
+                pass
 
     # ---- the spare agent ---------------------------------------------------------------------
     def fill(self) -> None:
@@ -73,6 +91,9 @@ class Held:
                 if idle or not self.alive():
                     return
                 continue
+            if self.stopping.is_set():  # accepted as `stop` was answered: closed unanswered, so the
+                conn.close()            # command starts a new holder instead of losing this one's
+                return
             with self.lock:
                 self.active += 1
             threading.Thread(target=self.handle, args=(conn,), daemon=True).start()
@@ -96,9 +117,12 @@ class Held:
                     answer = wire.encode({"error": error_doc(exc)})
                 conn.sendall(answer)
             elif op == "ping":
-                conn.sendall(wire.encode({"ok": 1}, {"pid": os.getpid(), "target": self.target.name}))
+                spare = self.spare
+                conn.sendall(wire.encode({"ok": 1}, {"pid": os.getpid(), "target": self.target.name,
+                                                     "spare": spare.hello["pid"] if spare else None}))
             elif op == "stop":
                 self.stopping.set()
+                self.withdraw()  # before answering: a command started after `disconnect` finds no socket
                 conn.sendall(wire.encode({"ok": 1}))
         except (OSError, EOFError, ValueError):
             pass
@@ -109,46 +133,101 @@ class Held:
                 self.last = time.monotonic()
 
     def relay(self, conn: socket.socket) -> None:
-        """Give the spare agent to this command: its hello, then bytes both ways until one side ends."""
+        """Give the spare agent to this command: its hello, then frames up and bytes down until one
+        side ends. A command that ends by parking the agent (between two calls, its locks released)
+        leaves it to be the next spare; any other end closes the agent's input and it exits."""
         try:
             agent = self.take()
         except PatchkeeperError as exc:
             conn.sendall(wire.encode({"error": error_doc(exc)}))
             return
         chan = _chan(agent)
+        parking = threading.Event()
+        parked: bool | None = False
+        keep: AgentProxy | None = agent
         try:
             conn.sendall(wire.encode({"hello": 1}, agent.hello))
-
-            def upstream() -> None:
-                try:
-                    while data := conn.recv(1 << 16):
-                        chan.sendall(data)
-                except OSError:
-                    pass
-                try:
-                    chan.shutdown_write()  # the command is gone or done: the agent reads EOF and exits
-                except Exception:
-                    pass
-
-            pump = threading.Thread(target=upstream, daemon=True)
+            pump = threading.Thread(target=_upstream, args=(conn, chan, parking), daemon=True)
             pump.start()
+            answer = bytearray()
             try:
                 while data := chan.recv(1 << 16):
-                    conn.sendall(data)
+                    if parking.is_set():  # every earlier answer reached the command before it parked
+                        answer += data
+                        parked = _is_parked(answer)
+                        if parked is not None:
+                            break
+                    else:
+                        conn.sendall(data)
             except OSError:
                 pass
             try:
-                conn.shutdown(socket.SHUT_RDWR)  # the agent is gone: so is the command's connection
+                conn.shutdown(socket.SHUT_RDWR)  # the agent is gone or parked: so is the command's connection
             except OSError:
                 pass
             pump.join()
         finally:
-            chan.close()
+            if parked and not self.stopping.is_set():
+                with self.filling:
+                    if self.spare is None:
+                        self.spare, keep = agent, None
+            if keep is not None:
+                chan.close()
             if not self.stopping.is_set():
                 try:
                     self.fill()
                 except (PatchkeeperError, OSError, EOFError):
                     pass  # the next command starts one, or finds the holder gone
+
+
+def _upstream(conn: socket.socket, chan: Any, parking: threading.Event) -> None:
+    """The command's requests to the agent, frame by frame (wire.py's framing), until the command
+    ends: at a `park` request, sent on with `parking` set first; at anything else (the command
+    gone, a broken frame), the agent's input is closed and it exits."""
+    read = _read_exact(conn)
+    try:
+        while True:
+            prefix = read(4)
+            (size,) = struct.unpack(">I", prefix)
+            head = read(size & ~wire.SQUEEZED)
+            doc = json.loads(zlib.decompress(head) if size & wire.SQUEEZED else head)
+            if doc.get("m") == "park" and not doc.get("n"):
+                parking.set()
+                chan.sendall(prefix + head)
+                return
+            chan.sendall(prefix + head)
+            for n in doc.get("n") or ():
+                while n > 0:
+                    chunk = read(min(n, 1 << 20))
+                    chan.sendall(chunk)
+                    n -= len(chunk)
+    except (OSError, EOFError, ValueError, TypeError, zlib.error):
+        pass
+    try:
+        chan.shutdown_write()  # the command is gone or done: the agent reads EOF and exits
+    except Exception:
+        pass
+
+
+def _is_parked(answer: bytearray) -> bool | None:
+    """None while the park answer is incomplete; then whether it is exactly the agent's "parked"."""
+    view = memoryview(answer)
+    pos = 0
+
+    def read(n: int) -> bytes:
+        nonlocal pos
+        if pos + n > len(view):
+            raise EOFError
+        pos += n
+        return bytes(view[pos - n:pos])
+
+    try:
+        header, value = wire.decode(read)
+    except EOFError:
+        return None
+    except ValueError:
+        return False
+    return header.get("ok") == 1 and value == "parked" and pos == len(answer)
 
 
 def _chan(agent: AgentProxy) -> Any:
@@ -191,7 +270,6 @@ def main(spec: dict) -> int:
     listener.bind(temp)
     listener.listen(64)
     held = Held(target, float(spec["persist"]))
-    ident = None
     try:
         try:
             target._client()
@@ -201,7 +279,7 @@ def main(spec: dict) -> int:
             return 1
         published = _publish(temp, path)
         if published:
-            ident = os.stat(path).st_ino
+            held.public = (path, os.stat(path).st_ino)
         report.write(json.dumps({"ready": os.getpid(), "published": published}) + "\n")
         report.close()
         if published:  # else another holder won the race: commands use that one
@@ -210,11 +288,7 @@ def main(spec: dict) -> int:
     finally:
         held.stopping.set()
         listener.close()
-        try:
-            if ident is not None and os.stat(path).st_ino == ident:
-                os.unlink(path)  # still ours (a replacement may have taken the name)
-        except FileNotFoundError:
-            pass
+        held.withdraw()  # still ours (a replacement may have taken the name)
         try:
             os.unlink(temp)
         except FileNotFoundError:

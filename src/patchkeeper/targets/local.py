@@ -10,13 +10,12 @@ from __future__ import annotations
 import json
 import os
 import sys
-from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from ..host.agent import Agent
 from ..host.contract import AgentContract, Answer, Interpreter, InterpreterFacts
 from ..host.disk import write_atomic
-from .base import Target
+from .base import Target, memo
 from ..workspace import TargetConfig
 
 if TYPE_CHECKING:  # the proxy (and the wire under it) loads only for another interpreter
@@ -43,7 +42,7 @@ class LocalTarget(Target):
         self._proxy = AgentProxy.in_subprocess(self.name, self.config.python)
         return self._proxy
 
-    @cached_property
+    @memo
     def same_interpreter(self) -> bool:
         """Whether the target's Python is this one (version and implementation): then the agent
         can run in-process and give the answers the target's own interpreter would."""

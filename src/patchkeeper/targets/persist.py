@@ -4,8 +4,9 @@ The first command to an SSH target starts a holder (targets/holder.py), a small 
 the paramiko transport and a ready agent, listening on a Unix socket in a directory only this user
 can enter (0700; the holder checks each peer's uid with SO_PEERCRED, and so does the client).
 Later commands ask it over that socket: no paramiko import, no handshake, no agent upload. Each
-command gets an agent process of its own, which exits when the command's socket closes, so a lock
-still dies with the command that took it. A holder that is gone is replaced; one that does not
+command has the agent to itself; a command that ends cleanly parks it (releasing every lock) for
+the next one, and a command that dies leaves it to exit, so a lock still dies with the command
+that took it. A holder that is gone is replaced; one that does not
 answer is killed and replaced; anything else falls back to a direct connection.
 """
 
@@ -87,6 +88,8 @@ def _read_exact(sock: socket.socket):
 
 class SocketLink:
     """The wire to an agent through its holder's socket (a remote_agent.Link)."""
+
+    reusable = True  # the holder can keep the agent for the next command once it is parked
 
     def __init__(self, sock: socket.socket, first: bytes = b"") -> None:
         self.sock = sock

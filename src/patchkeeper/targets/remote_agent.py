@@ -13,35 +13,12 @@ from __future__ import annotations
 
 import os
 import shlex
-import subprocess
-import tempfile
 import threading
-from importlib import resources
 from typing import Any, Protocol
 
 from ..errors import AgentError, TargetError
 from ..host import wire
-from ..host.contract import TreeCheck, TreeRequest
-from ..host.contract import (
-    AgentContract,
-    BytecodeCheck,
-    Comparison,
-    CompareRequest,
-    DistInfo,
-    FileStat,
-    Fingerprint,
-    Interpreter,
-    InterpreterFacts,
-    LockHolder,
-    RecordCheck,
-    Removed,
-    Rows,
-    ScanRequest,
-    ScanResult,
-    StateDirOwner,
-    answer_from_wire,
-    to_wire,
-)
+from ..host import contract as c
 
 # The agent's modules, in import order; on the host they become the package `pkagent`.
 AGENT_MODULES = ("errors", "contract", "disk", "store", "distinfo", "distcheck", "seal", "manifest_text", "preflight",
@@ -60,6 +37,8 @@ pkg.wire.serve(pkg.agent.Agent())
 def program() -> bytes:
     """The agent's modules as one script that builds them as a package and serves an Agent on
     stdin/stdout (relative imports between them work as they do locally)."""
+    from importlib import resources
+
     sources = [(name, resources.files("patchkeeper.host").joinpath(f"{name}.py").read_text(encoding="utf-8"))
                for name in AGENT_MODULES]
     return f"MODULES = {sources!r}\n{_BOOT}".encode("utf-8")
@@ -120,6 +99,9 @@ class PipeLink:
     """The agent started on this machine in another interpreter, over its stdin and stdout."""
 
     def __init__(self, python: str, program: bytes) -> None:
+        import subprocess  # here: a command that reaches its agent through a holder starts no process
+        import tempfile
+
         self._err = tempfile.TemporaryFile()  # a file, not a pipe: a chatty stderr cannot block it
         try:
             self._proc = subprocess.Popen(argv(python, len(program)), stdin=subprocess.PIPE,
@@ -143,6 +125,8 @@ class PipeLink:
         return _last_line(self._err.read())
 
     def close(self) -> None:
+        import subprocess
+
         try:
             if self._proc.stdin is not None:
                 self._proc.stdin.close()  # end of input: the agent returns and exits
@@ -160,7 +144,7 @@ def _last_line(out: bytes) -> str:
     return lines[-1] if lines else ""
 
 
-class AgentProxy(AgentContract):
+class AgentProxy(c.AgentContract):
     """The agent contract, each call one request over one link, one at a time."""
 
     def __init__(self, link: Link, target_name: str, python: str) -> None:
@@ -168,6 +152,7 @@ class AgentProxy(AgentContract):
         self._name = target_name
         self._lock = threading.Lock()
         self._buf = bytearray()
+        self._idle = True  # no request is half sent or half answered: the wire is between frames
         try:
             header, hello = wire.decode(self._read_exact)
         except TargetError:
@@ -210,24 +195,38 @@ class AgentProxy(AgentContract):
     def _call(self, method: str, *args: Any) -> Any:
         """The answer of one call, rebuilt as the agent's own value (host.contract.answer_from_wire)."""
         with self._lock:
+            self._idle = False
             try:
-                self._link.send(wire.encode({"m": method}, [[to_wire(a) for a in args], {}]))
+                self._link.send(wire.encode({"m": method}, [[c.to_wire(a) for a in args], {}]))
             except OSError as exc:
                 raise TargetError(f"the connection to target {self._name} was lost ({exc})",
                                   f"run `patchkeeper recover -t {self._name}`") from None
             header, value = wire.decode(self._read_exact)
+            self._idle = not self._buf
         if "error" in header:
             raise _exception(header["error"], self._name, method)
-        return answer_from_wire(method, value)
+        return c.answer_from_wire(method, value)
 
     def close(self) -> None:
+        """End this command's use of the agent. Over a holder's socket, an agent left between two
+        frames is parked (its locks released, its caches forgotten) for the holder to give to the
+        next command; any other end (an interrupted call, a killed command) ends the agent."""
+        if self._idle and getattr(self._link, "reusable", False):
+            try:
+                self._link.send(wire.encode({"m": "park"}, [[], {}]))
+            except OSError:
+                pass
         self._link.close()
 
     # ---- the contract, method by method (host.contract.AgentContract) -------------------------
     def hostname(self) -> str:
+        if "hostname" in self.hello:  # the agent's answers that cannot change while it runs came with its hello
+            return self.hello["hostname"]
         return self._call("hostname")
 
-    def interpreter(self) -> Interpreter:
+    def interpreter(self) -> c.Interpreter:
+        if "interpreter" in self.hello:
+            return c.Interpreter.from_wire(self.hello["interpreter"])
         return self._call("interpreter")
 
     def algorithm(self) -> str:
@@ -239,7 +238,7 @@ class AgentProxy(AgentContract):
     def read(self, path: str) -> bytes:
         return self._call("read", path)
 
-    def lstat(self, path: str) -> FileStat | None:
+    def lstat(self, path: str) -> c.FileStat | None:
         return self._call("lstat", path)
 
     def realpath(self, path: str) -> str:
@@ -284,13 +283,13 @@ class AgentProxy(AgentContract):
     def remove_empty_dirs(self, dirs: list[str]) -> list[str]:
         return self._call("remove_empty_dirs", dirs)
 
-    def dist_info(self, site_dirs: list[str], package: str) -> DistInfo | None:
-        return self._call("dist_info", site_dirs, package)
+    def dist_info(self, site_dirs: list[str], package: str, paths: bool = True) -> c.DistInfo | None:
+        return self._call("dist_info", site_dirs, package, paths)
 
-    def scan(self, request: ScanRequest) -> ScanResult:
+    def scan(self, request: c.ScanRequest) -> c.ScanResult:
         return self._call("scan", request)
 
-    def compare_many(self, request: CompareRequest) -> list[Comparison]:
+    def compare_many(self, request: c.CompareRequest) -> list[c.Comparison]:
         return self._call("compare_many", request)
 
     def store_put(self, store: str, data: bytes, digest: str | None = None) -> str:
@@ -299,7 +298,7 @@ class AgentProxy(AgentContract):
     def store_get(self, store: str, digest: str) -> bytes:
         return self._call("store_get", store, digest)
 
-    def manifest_rows(self, store: str, digest: str) -> Rows:
+    def manifest_rows(self, store: str, digest: str) -> c.Rows:
         return self._call("manifest_rows", store, digest)
 
     def store_missing(self, store: str, digests: list[str]) -> list[str]:
@@ -314,35 +313,35 @@ class AgentProxy(AgentContract):
     def stage(self, store: str, digest: str, path: str, mode: int, durable: bool = True) -> None:
         self._call("stage", store, digest, path, mode, durable)
 
-    def state_dir_owner(self, prefix: str, state_dir: str, site: str, claim: bool) -> StateDirOwner:
+    def state_dir_owner(self, prefix: str, state_dir: str, site: str, claim: bool) -> c.StateDirOwner:
         return self._call("state_dir_owner", prefix, state_dir, site, claim)
 
-    def lock(self, path: str, holder: dict[str, Any]) -> LockHolder | None:
+    def lock(self, path: str, holder: dict[str, Any]) -> c.LockHolder | None:
         return self._call("lock", path, holder)
 
     def unlock(self, path: str) -> None:
         self._call("unlock", path)
 
-    def clean_temps(self, state_dir: str, store: str) -> list[Removed]:
+    def clean_temps(self, state_dir: str, store: str) -> list[c.Removed]:
         return self._call("clean_temps", state_dir, store)
 
     def dist_infos(self, site: str) -> list[str]:
         return self._call("dist_infos", site)
 
-    def audit_record(self, site: str, dist_infos: list[str], cache_dir: str | None = None) -> dict[str, RecordCheck]:
+    def audit_record(self, site: str, dist_infos: list[str], cache_dir: str | None = None) -> dict[str, c.RecordCheck]:
         return self._call("audit_record", site, dist_infos, cache_dir)
 
-    def audit_bytecode(self, site: str, cache_tag: str, verify: list[str], cache: str | None = None) -> BytecodeCheck:
+    def audit_bytecode(self, site: str, cache_tag: str, verify: list[str], cache: str | None = None) -> c.BytecodeCheck:
         return self._call("audit_bytecode", site, cache_tag, verify, cache)
 
-    def audit_tree(self, request: TreeRequest) -> TreeCheck:
+    def audit_tree(self, request: c.TreeRequest) -> c.TreeCheck:
         return self._call("audit_tree", request)
 
-    def interpreter_facts(self) -> InterpreterFacts:
+    def interpreter_facts(self) -> c.InterpreterFacts:
         return self._call("interpreter_facts")
 
     def fingerprint(self, sites: list[str], cache_root: str | None, main_site: str | None = None,
-                    parts: list[str] | None = None, managed: str | None = None) -> Fingerprint:
+                    parts: list[str] | None = None, managed: str | None = None) -> c.Fingerprint:
         return self._call("fingerprint", sites, cache_root, main_site, parts, managed)
 
 

@@ -17,12 +17,11 @@ import shlex
 import socket
 import threading
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any
 
 from ..errors import BadInput, TargetError
 from ..host.contract import Interpreter, InterpreterFacts
-from .base import Target
+from .base import Target, memo
 from .remote_agent import AgentProxy
 
 _SYSTEM_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"
@@ -186,7 +185,7 @@ class SshTarget(Target):
             except Unavailable:
                 self._holder = None  # no safe place for its socket: connect directly
 
-    @cached_property
+    @memo
     def endpoint(self) -> Endpoint:
         if self.config.ssh is None:  # open_target makes an SshTarget only of a target with ssh = ...
             raise BadInput(f"target {self.name} has no ssh = ... to connect to", f"set ssh in [targets.{self.name}]")
@@ -254,7 +253,7 @@ class SshTarget(Target):
     def interpreter_facts(self) -> InterpreterFacts:
         return self.agent.interpreter_facts()
 
-    @cached_property
+    @memo
     def algorithm(self) -> str:
         return self.agent.remote_algorithm
 
