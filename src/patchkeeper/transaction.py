@@ -172,7 +172,7 @@ def _place(agent: AgentContract, ops: list[FileOp], tx_id: str) -> tuple[list[Fi
 
     Replacing or removing a file frees its old inode, which on some file systems (ext4 with online
     discard) waits for the journal: one wait per file, one after the other. With an agent in this
-    process the ops are handed to threads, whose waits overlap (17 files: 4 ms where there were 65);
+    process the ops are handed to threads, whose waits overlap (freeing 17 files here: 4 ms, not 68);
     each op's fault point is passed in order as it is handed over, so a crash leaves any subset of
     them done, which recovery finishes from the journal as it would a prefix. A proxy's channel
     carries one call at a time: there they go one by one."""
