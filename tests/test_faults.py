@@ -158,14 +158,16 @@ def test_temporary_files_of_a_dead_process_are_removed_by_the_next_command(env):
     env.pk("apply", "ddtree")
     packs = env.state_dir / "store" / "packs"
     dead = _dead_pid()
+    env.pk("audit", check=None)  # the audit's and the fingerprint's caches exist
     leftovers = [packs / f".tmp-{dead}-1", packs / f".pk-tmp-{dead}-2", env.state_dir / f".pk-tmp-{dead}-3",
-                 env.state_dir / "ledger" / f".pk-tmp-{dead}-4"]
+                 env.state_dir / "ledger" / f".pk-tmp-{dead}-4", env.state_dir / "audit" / f".pk-tmp-{dead}-5",
+                 env.state_dir / "env" / "native" / f".pk-tmp-{dead}-6"]  # caches a killed command was saving
     for p in leftovers:
         p.write_bytes(b"x" * 1000)
     mine = packs / f".tmp-{os.getpid()}-5"  # a live writer's (this test's) file stays
     mine.write_bytes(b"y")
     proc = env.pk("apply", "nextn")
-    assert "removed 4 temporary file(s)" in proc.stderr
+    assert "removed 6 temporary file(s)" in proc.stderr
     assert not any(p.exists() for p in leftovers) and mine.exists()
     assert len(list(packs.glob("*.idx"))) == len(list(packs.glob("*.pack")))
     orphan = packs / ("0" * 32 + ".pack")  # a finished pack without its index holds backups: kept, never cleaned

@@ -561,10 +561,14 @@ class Agent(AgentContract):
         return False
 
     def clean_temps(self, state_dir: str, store: str) -> list[Removed]:
-        """Remove the temporary files interrupted commands left in the state dir, its ledger and
-        the store's packs; [path, size] of each. Only under the lock (see Store.clean)."""
-        removed = remove_stale_temps(state_dir, (TEMP_PREFIX,))
-        removed += remove_stale_temps(os.path.join(state_dir, "ledger"), (TEMP_PREFIX,))
+        """Remove the temporary files interrupted commands left in the state dir, its ledger, its
+        caches (the audit's, the fingerprint's, the manifests') and the store's packs; [path, size]
+        of each. Only under the lock (see Store.clean)."""
+        removed = []
+        for sub in ("", "ledger", "audit", "manifest-cache"):
+            removed += remove_stale_temps(os.path.join(state_dir, sub) if sub else state_dir, (TEMP_PREFIX,))
+        for directory, _, _ in os.walk(os.path.join(state_dir, "env")):  # a few small directories
+            removed += remove_stale_temps(directory, (TEMP_PREFIX,))
         removed += self._store(store).clean()
         return [(path, size) for path, size in removed]
 
