@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Callable, Union
 from . import engine, faults
 from .engine import Plan
 from .errors import PatchkeeperError
-from .host.disk import TEMP_PREFIX, algorithm_of, discard, fsync_dir, hash_bytes, map_threads
+from .host.disk import TEMP_PREFIX, algorithm_of, discard, fsync_dir, fsync_path, hash_bytes, map_threads
 from .ledger import LedgerEntry
 from .session import Session
 from .workspace import TargetConfig, Workspace
@@ -197,7 +197,7 @@ def _write_all(files: list[tuple[Path, bytes]]) -> None:
             os.fchmod(fd, 0o644)  # as write_atomic: readable by all whatever the umask
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
-        map_threads(_fsync, temps, 8)
+        map_threads(fsync_path, temps, 8)
         # renamed on threads: replacing a file frees its old inode, a wait for the journal on ext4 with
         # online discard; the waits overlap
         map_threads(lambda pair: os.replace(*pair), [(tmp, str(path)) for tmp, (path, _) in zip(temps, files)], 8)
@@ -207,14 +207,6 @@ def _write_all(files: list[tuple[Path, bytes]]) -> None:
         raise
     for directory in dict.fromkeys(str(path.parent) for path, _ in files):
         fsync_dir(directory)
-
-
-def _fsync(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def history_message(target: str, entries: list[LedgerEntry]) -> str:

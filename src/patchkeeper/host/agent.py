@@ -22,6 +22,7 @@ from .disk import (
     algorithm_of,
     entry_row,
     fsync_dir,
+    fsync_path,
     hash_file,
     hostname,
     is_install_record,
@@ -186,14 +187,7 @@ class Agent(AgentContract):
         """fsync each file, several at once (the file system commits them together): makes files
         written with durable=False as durable as if each had synced itself."""
 
-        def sync(path: str) -> None:
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-
-        map_threads(sync, list(dict.fromkeys(paths)), 8)
+        map_threads(fsync_path, list(dict.fromkeys(paths)), 8)
 
     def obstacles(self, writes: list[str], removes: list[str]) -> dict[str, str]:
         """path -> what stands in the way of replacing it by a regular file (`writes`) or unlinking it

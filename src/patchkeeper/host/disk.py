@@ -66,6 +66,12 @@ def hash_file(path: str, size: int = 0, algorithm: str | None = None) -> str:
     """The digest of a file's bytes, read to its end (os.read: a third cheaper per small file than a
     buffered file object, and audits read thousands)."""
     h = _hasher(size, algorithm)
+    feed(path, h)
+    return f"{algorithm or ALGORITHM}:{h.hexdigest()}"
+
+
+def feed(path: str, h: Any) -> None:
+    """A file's bytes, to its end, into a hash object's update."""
     fd = os.open(path, os.O_RDONLY)
     try:
         chunk = os.read(fd, CHUNK)
@@ -74,7 +80,6 @@ def hash_file(path: str, size: int = 0, algorithm: str | None = None) -> str:
             chunk = os.read(fd, CHUNK)
     finally:
         os.close(fd)
-    return f"{algorithm or ALGORITHM}:{h.hexdigest()}"
 
 
 def is_install_record(rel: str) -> bool:
@@ -95,7 +100,12 @@ def is_managed_name(rel: str) -> bool:
 
 
 def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    fsync_path(path, os.O_DIRECTORY)
+
+
+def fsync_path(path: str, flags: int = 0) -> None:
+    """fsync a file (or, with O_DIRECTORY, a directory) by its path."""
+    fd = os.open(path, os.O_RDONLY | flags)
     try:
         os.fsync(fd)
     finally:
@@ -266,24 +276,43 @@ def map_files(fn: Callable[[_T], _R], jobs: Sequence[_T], size: Callable[[_T], i
         big = []
     threaded = set(big)
     small = [job for i, job in enumerate(jobs) if i not in threaded]
-    forked = fork_half(lambda part: [fn(job) for job in part], small) if pure else None  # before any thread
     results: list[Any] = [None] * len(jobs)
-    done = start_threads(fn, [jobs[i] for i in big], workers) if big else None
-    half, theirs = forked if forked else (len(small), None)
-    try:
-        out = [fn(job) for job in small[:half]]
-    except BaseException:
-        if theirs is not None:
-            theirs(abandon=True)
-        raise
-    if theirs is not None:
-        out.extend(theirs())
+    done: Callable[[], list[_R]] | None = None
+
+    def start() -> None:  # the big files' threads: only once no fork is to come
+        nonlocal done
+        done = start_threads(fn, [jobs[i] for i in big], workers) if big else None
+
+    if pure:
+        out = [r for part in split_work(lambda part: [fn(job) for job in part], small, start) for r in part]
+    else:
+        start()
+        out = [fn(job) for job in small]
     for i, result in zip((i for i in range(len(jobs)) if i not in threaded), out):
         results[i] = result
     if done is not None:
         for i, result in zip(big, done()):
             results[i] = result
     return results
+
+
+def split_work(fn: Callable[[Sequence[_T]], _R], items: Sequence[_T],
+               then: Callable[[], Any] | None = None) -> list[_R]:
+    """[fn(items)], or [fn(first half), fn(second half)] with the second half computed in a forked
+    process where fork_half allows it; `then` runs once the child is forked and before this half
+    (threads may be started there: none may run when a process forks)."""
+    forked = fork_half(fn, items)
+    if then is not None:
+        then()
+    if forked is None:
+        return [fn(items)]
+    half, theirs = forked
+    try:
+        mine = fn(items[:half])
+    except BaseException:
+        theirs(abandon=True)
+        raise
+    return [mine, theirs()]
 
 
 def fork_half(fn: Callable[[Sequence[_T]], _R], items: Sequence[_T]) -> tuple[int, Callable[..., _R]] | None:

@@ -8,7 +8,7 @@ import stat
 from itertools import chain
 from typing import Any, Dict, Iterable, Iterator, List, Tuple
 
-from .disk import CHUNK, StatCache, fork_half, listing, map_files, write_atomic
+from .disk import StatCache, feed, listing, map_files, split_work, write_atomic
 from .distinfo import console_scripts, record_rows
 
 _AUDIT_WORKERS = min(8, (os.cpu_count() or 2) * 2)
@@ -21,14 +21,7 @@ def _record_digest(path: str, algo: str) -> str:
     import hashlib
 
     h = hashlib.new(algo)
-    fd = os.open(path, os.O_RDONLY)  # as disk.hash_file: no buffered file object per file
-    try:
-        chunk = os.read(fd, CHUNK)
-        while chunk:
-            h.update(chunk)
-            chunk = os.read(fd, CHUNK)
-    finally:
-        os.close(fd)
+    feed(path, h)
     return f"{algo}:{base64.urlsafe_b64encode(h.digest()).rstrip(b'=').decode()}"
 
 
@@ -249,16 +242,8 @@ def check_bytecode(site: str, cache_tag: str, verify: list[str], cache_path: str
         return ("judged", verdict, keep)
 
     found = list(found_pycs)
-    forked = fork_half(lambda part: [judge(rel, in_cache) for rel, in_cache in part], found)
-    half, theirs = forked if forked else (len(found), None)
-    try:
-        outcomes = [judge(rel, in_cache) for rel, in_cache in found[:half]]
-    except BaseException:
-        if theirs is not None:
-            theirs(abandon=True)
-        raise
-    if theirs is not None:
-        outcomes.extend(theirs())
+    outcomes = [o for part in split_work(lambda part: [judge(rel, in_cache) for rel, in_cache in part], found)
+                for o in part]
     for (rel, _), outcome in zip(found, outcomes):  # the counts, findings and cache, here
         if outcome is None:
             continue

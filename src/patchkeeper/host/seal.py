@@ -21,7 +21,7 @@ import time
 from array import array
 from typing import Any, Iterable, List, Optional, Tuple
 
-from .disk import StatCache, fork_half, write_atomic
+from .disk import StatCache, split_work, write_atomic
 
 FORMAT = ("pk-seal", 1, tuple(sys.version_info[:2]))
 _ABSENT = (-1, 0, 0, 0)
@@ -29,17 +29,8 @@ _ABSENT = (-1, 0, 0, 0)
 
 def identities(paths: List[str]) -> bytes:
     """(size, mtime_ns, ctime_ns, inode) of each path, packed; an absent path packs as _ABSENT.
-    A long list is split over two processes where that helps (disk.fork_half)."""
-    forked = fork_half(_identities, paths)
-    if forked is None:
-        return _identities(paths)
-    half, theirs = forked
-    try:
-        mine = _identities(paths[:half])
-    except BaseException:
-        theirs(abandon=True)
-        raise
-    return mine + theirs()
+    A long list is split over two processes where that helps (disk.split_work)."""
+    return b"".join(split_work(_identities, paths))
 
 
 def _identities(paths: Iterable[str]) -> bytes:
