@@ -233,6 +233,14 @@ def test_a_sealed_audit_is_given_again_only_while_nothing_it_read_has_changed(en
             m.setattr(agent_module, name, nothing_else)
         assert Agent().audit_tree(request) == clean  # from the seal alone
         assert seal.load(sealed_at, "another key") is None
+        algo, _, hexd = digest.partition(":")  # the stored manifest rewritten (same bytes, a new file):
+        obj = state / "store" / "objects" / algo / hexd[:2] / hexd[2:]  # the seal is not believed over it
+        data = obj.read_bytes()
+        obj.unlink()
+        obj.write_bytes(data)
+        with pytest.raises(AssertionError, match="read past the seal"):
+            Agent().audit_tree(request)
+    assert Agent().audit_tree(request) == clean  # read in full, and sealed again
 
     version = site / "sglang" / "version.py"
     edit_file(version, version.read_bytes())

@@ -645,7 +645,8 @@ class Agent(AgentContract):
         taken = None
         if request.seal and scan.cache and os.path.exists(scan.cache):  # identities first, then the reads
             named = [p if p[:1] == "/" else f"{root}/{p}" for p in scan.paths]
-            taken = seal.entries(root, scan.walk, [*named, *scan.absolute.values()])
+            named += [*scan.absolute.values(), self._store(request.store).loose_path(request.manifest)]
+            taken = seal.entries(root, scan.walk, named)  # the stored manifest too: never believed over it
         scans: dict[str, Rows] = {}
         comparison = self._compare(request.store, request.manifest, scan, scans)
         rows = next(iter(scans.values()))

@@ -3,8 +3,8 @@
 A warm audit whose inputs are all as they were gives the answer again after one lstat per entry:
 no listing, no digest, no manifest, no bytecode header is read. The entries are every directory
 below the site dir (adding, removing or renaming an entry moves its mtime and ctime), every file
-the scan digests, every .py and .pyc (the bytecode check's inputs) and the paths named outside it.
-Identities are taken before the audit reads anything, so a change made while it runs shows as a
+the scan digests, every .py and .pyc (the bytecode check's inputs) and the paths named outside it
+(the role files, and the stored manifest the files are compared with). Identities are taken before the audit reads anything, so a change made while it runs shows as a
 new identity next time. A seal is only written when every entry is older than the file system's
 timestamp granularity (the racily-clean rule of disk.StatCache) and none is a symlink (whose
 target could change behind an unchanged link); anything else simply leaves no seal.

@@ -79,6 +79,10 @@ class Store:
                     raise _damaged_index(path, pack, exc) from None
         return None
 
+    def loose_path(self, digest: str) -> str:
+        """Where the object is (or would be) kept loose."""
+        return self._loose(digest)
+
     def identity(self, digest: str) -> list[int] | None:
         """(size, mtime, ctime, inode) of a loose object's file, None when it is not one: what a
         cache derived from the object checks before it is believed."""
