@@ -66,19 +66,7 @@ from .store import Store
 _MANIFEST_CACHE = 2  # version of the manifest-cache/*.rows format (2: rows are tuples)
 
 
-_DIST_INFOS: dict[tuple[Any, ...], tuple[list[str], list[Any], DistInfo | None]] = {}  # Agent.dist_info's answers
-
-
-def _identities(paths: list[str]) -> list[tuple[int, int, int, int] | None]:
-    out: list[tuple[int, int, int, int] | None] = []
-    for path in paths:
-        try:
-            st = os.stat(path)
-        except OSError:
-            out.append(None)
-        else:
-            out.append((st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
-    return out
+_DIST_INFOS: dict[tuple[Any, ...], tuple[list[str], bytes, DistInfo | None]] = {}  # Agent.dist_info's answers
 
 
 _DAMAGED_LOCK = {"pid": "?", "host": "?", "command": "? (its lock file is damaged)", "since": 0}
@@ -299,14 +287,14 @@ class Agent(AgentContract):
         within the clock's granularity of the answer (StatCache's racily-clean rule)."""
         key = (tuple(site_dirs), package, paths)
         known = _DIST_INFOS.get(key)
-        if known is not None and _identities(known[0]) == known[1]:
+        if known is not None and seal._identities(known[0], os.stat) == known[1]:  # the seal's identities
             return known[2]
         started = time.time_ns()
         found = self._find_dist_info(site_dirs, package, paths)
         watched = list(site_dirs) + ([os.path.join(found.site, found.dist_info, f) for f in ("", "RECORD", "METADATA")]
                                      if found else [])
-        seen = _identities(watched)
-        if all(s is None or max(s[2], s[3]) + StatCache.GRANULARITY_NS < started for s in seen):
+        seen = seal._identities(watched, os.stat)
+        if seal.settled(seen, started):
             _DIST_INFOS[key] = (watched, seen, found)
         return found
 

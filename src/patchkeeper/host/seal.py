@@ -19,7 +19,7 @@ import stat
 import sys
 import time
 from array import array
-from typing import Any, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Iterable, List, Optional, Tuple
 
 from .disk import StatCache, split_work, write_atomic
 
@@ -33,17 +33,25 @@ def identities(paths: List[str]) -> bytes:
     return b"".join(split_work(_identities, paths))
 
 
-def _identities(paths: Iterable[str]) -> bytes:
+def _identities(paths: Iterable[str], stat_of: Callable[[str], os.stat_result] = os.lstat) -> bytes:
     out: List[int] = []
-    extend, lstat = out.extend, os.lstat
+    extend = out.extend
     for path in paths:
         try:
-            st = lstat(path)
-        except (FileNotFoundError, NotADirectoryError):
+            st = stat_of(path)
+        except OSError:  # absent (or unreadable): never equal to an identity a file had
             extend(_ABSENT)
             continue
         extend((st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
     return array("q", out).tobytes()
+
+
+def settled(ids: bytes, started_ns: int) -> bool:
+    """Whether every identity of `ids` (from _identities) is older than the clock granularity
+    before `started_ns`: only then may an answer derived from those files be remembered."""
+    values = array("q", ids)
+    newest = max((max(values[i + 1], values[i + 2]) for i in range(0, len(values), 4)), default=0)
+    return newest + StatCache.GRANULARITY_NS < started_ns
 
 
 def load(path: str, key: Any) -> Optional[Any]:
