@@ -354,3 +354,91 @@ def test_many_small_files_are_split_with_a_forked_process_and_keep_their_order(m
         disk.map_files(reads, jobs, lambda job: job[1], 4, pure=True)
     assert disk.map_files(lambda job: job[0], jobs, lambda job: job[1], 4) == list(range(n))  # not pure: no fork
     assert pids == [1, 1]
+
+
+def _same_tick_edits(site, count):
+    """`count` sources, spread over the package, edited keeping their size and mtime: the headers of
+    their (timestamp) pycs still match, so only a recompile shows that the pyc runs other code."""
+    candidates = []
+    for pyc in sorted((site / "sglang").rglob(f"__pycache__/*.{TAG}.pyc")):
+        src = pyc.parent.parent / (pyc.name.split(".")[0] + ".py")
+        head = pyc.read_bytes()[:16]
+        if not src.is_file() or int.from_bytes(head[4:8], "little") or src.stat().st_size < 8:
+            continue
+        st = src.stat()
+        if (int.from_bytes(head[8:12], "little"), int.from_bytes(head[12:16], "little")) == (int(st.st_mtime), st.st_size):
+            candidates.append((src, pyc))
+    picked = candidates[:: max(1, len(candidates) // count)][:count]
+    for src, _ in picked:
+        st, data = src.stat(), src.read_bytes()
+        edit_file(src, b"x=1\n" + data[:-4])  # other code (or none that compiles), of the same size
+        os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns))
+    return [(str(src.relative_to(site)), str(pyc.relative_to(site))) for src, pyc in picked]
+
+
+def test_a_cold_audit_split_over_two_processes_gives_the_one_process_answer(env, monkeypatch):
+    """audit_tree over many files: a forked process digests half of the files and judges half of the
+    pycs while this one does the rest (one fork, where a scan and a bytecode check each split their
+    own work before). The answer and the caches written are those of one process alone, and a
+    source the scan finds changed, with its pyc's header still matching, is recompiled and compared
+    whichever process judged its pyc first. A failure here ends the forked process."""
+    import marshal
+
+    from patchkeeper.host import disk, distcheck
+    from patchkeeper.host.contract import TreeRequest
+
+    env.pk("snapshot", "--name", "s0")
+    digest = json.loads(env.pk("status", "--json").stdout)["state"]["manifest"]
+    _bytecode_cases(env.site)
+    edits = _same_tick_edits(env.site, 12)
+    assert len(edits) == 12
+    monkeypatch.setattr(disk.StatCache, "GRANULARITY_NS", -10**12)  # remember even this fresh copy
+    state = env.state_dir
+    from patchkeeper import workspace
+    from patchkeeper.scan import scan_request
+    from patchkeeper.targets import open_target
+
+    scan = scan_request(open_target(workspace.load(env.root).target(None)))
+    request = TreeRequest(str(state / "store"), digest, scan, TAG, (), str(state / "audit" / "bytecode.cache"), None)
+    caches = [state / "statcache.json", state / "statcache.json.dirs", state / "audit" / "bytecode.cache",
+              state / "audit" / "bytecode.cache.dirs"]
+    forks: list[int] = []
+    real_fork = os.fork
+    monkeypatch.setattr(os, "fork", lambda: forks.append(1) or real_fork())
+    monkeypatch.setattr(disk, "alone", lambda: True)  # a test runner's worker has threads of its own
+    halves = []
+    real_here = distcheck.PendingBytecode.here
+    monkeypatch.setattr(distcheck.PendingBytecode, "here",
+                        lambda self: halves.append((self.found, self.half)) or real_here(self))
+
+    def cold(cpus):
+        for cache in caches:
+            cache.unlink(missing_ok=True)
+        monkeypatch.setattr(os, "cpu_count", lambda: cpus)
+        answer = Agent().audit_tree(request)
+        return answer, [marshal.loads(c.read_bytes()) for c in caches]
+
+    split, split_caches = cold(2)
+    assert forks == [1]  # one fork for the scan and the bytecode check together
+    found, half = halves[0]
+    pycs = {pyc for _, pyc in edits}
+    assert {rel for rel, _ in found[:half]} & pycs and {rel for rel, _ in found[half:]} & pycs  # both halves
+    alone, alone_caches = cold(1)
+    assert forks == [1]
+    assert split == alone and split_caches == alone_caches
+    assert {src for src, _ in edits} <= set(split.comparison.pairs)
+    mismatched = {rel for rel, kind, _ in split.bytecode.findings if kind == "mismatch"}
+    assert pycs <= mismatched
+    assert f"sglang/__pycache__/version.{TAG}.pyc" in mismatched
+    assert ("sglang/legacy.pyc", "sourceless") in [tuple(f[:2]) for f in split.bytecode.findings]
+
+    def fails(self):
+        raise RuntimeError("this half failed")
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(distcheck.PendingBytecode, "here", fails)
+    with pytest.raises(RuntimeError, match="this half failed"):
+        Agent().audit_tree(request)
+    assert forks == [1, 1]
+    with pytest.raises(ChildProcessError):  # the forked process was ended and waited for
+        os.waitpid(-1, os.WNOHANG)

@@ -12,12 +12,13 @@ import os
 import stat
 import time
 from dataclasses import replace
-from typing import Any
+from typing import Any, Callable, List, Tuple
 
 from .disk import (
     ALGORITHM,
     INSTALL_RECORDS,
     TEMP_PREFIX,
+    SPLIT_AT,
     StatCache,
     algorithm_of,
     entry_row,
@@ -57,7 +58,7 @@ from .contract import (
     TreeRequest,
 )
 from . import seal
-from .distcheck import check_bytecode, check_record
+from .distcheck import PendingBytecode, Walked, check_bytecode, check_record, start_bytecode
 from .distinfo import installed_version, layout, record_paths
 from .manifest_text import parse as manifest_rows
 from .preflight import obstacles
@@ -318,6 +319,13 @@ class Agent(AgentContract):
 
         Missing paths are left out. Unchanged files (by the stat cache) are not re-read.
         """
+        return self._scan(request)
+
+    def _scan(self, request: ScanRequest, on_walk: OnWalk | None = None) -> ScanResult:
+        """scan; `on_walk`, with a bytecode request, is called once the walk is done with what it saw
+        (the walked dirs, the pycs passed, and the dict the sources' stats are about to fill) and the
+        function that digests the second half of the files; it gives a PendingBytecode, whose forked
+        process, when it has one, does that half (see audit_tree)."""
         root, paths, walk, absolute = request.root, request.paths, request.walk, request.absolute
         cache, algorithm = request.cache, request.algorithm
         algorithm = algorithm or ALGORITHM
@@ -329,33 +337,24 @@ class Agent(AgentContract):
         names.update(dict.fromkeys(p for p in paths if not p.startswith(walked) and is_managed_name(p)))
         jobs: list[tuple[str, str]] = [(rel, f"{root}/{rel}" if rel[:1] != "/" else rel) for rel in names]
         jobs.extend((key, path) for key, path in (absolute or {}).items())
-        out: Rows = {}
-        todo: list[tuple[str, str, os.stat_result]] = []
         stats: dict[str, os.stat_result] = {}
-        lstat, is_reg, imode, known, prefix = os.lstat, stat.S_ISREG, stat.S_IMODE, cached.entries, algorithm + ":"
-        for key, path in jobs:  # the hot loop of every warm command: StatCache.lookup, inlined
-            try:
-                st = lstat(path)
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            if not is_reg(st.st_mode):
-                continue
-            stats[key] = st
-            hit = known.get(key)
-            if (hit is not None and hit[:4] == (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-                    and hit[4].startswith(prefix)):
-                cached.fresh[key] = hit
-                out[key] = (hit[4], st.st_size, imode(st.st_mode))
-            else:
-                todo.append((key, path, st))
-
-        def work(job: tuple[str, str, os.stat_result]) -> Row:
-            return entry_row(job[2], hash_file(job[1], job[2].st_size, algorithm))
-
-        rows = map_files(work, todo, lambda job: job[2].st_size, min(8, (os.cpu_count() or 2) * 2), pure=True)
-        for (key, _, st), row in zip(todo, rows):
-            cached.remember(key, st, row[0])
+        known, half = cached.entries, len(jobs) // 2
+        beside = None
+        if on_walk is not None and pycs is not None:
+            beside = on_walk((tuple(walk), pycs, stats), lambda: _digests(jobs[half:], known, algorithm, {}, False))
+        if beside is not None and beside.apart:  # a forked process digests the second half meanwhile
+            done = _digests(jobs[:half], known, algorithm, stats, False)
+            beside.here()
+            done += beside.join()
+        else:
+            done = _digests(jobs, known, algorithm, stats, True)
+        out: Rows = {}
+        for key, row, identity, hit in done:
             out[key] = row
+            if hit:
+                cached.fresh[key] = known[key]
+            else:
+                cached.remember_identity(key, identity, row[0])
         cached.save()
         if listings is not None:
             listings.save()
@@ -369,14 +368,16 @@ class Agent(AgentContract):
         scans: dict[str, Rows] = {}
         return [self._compare(request.store, m, request.scan, scans) for m in request.manifests]
 
-    def _compare(self, store: str, manifest: str, scan: ScanRequest, scans: dict[str, Rows]) -> Comparison:
-        """One stored manifest against a scan in its hash algorithm (`scans` keeps each algorithm's)."""
+    def _compare(self, store: str, manifest: str, scan: ScanRequest, scans: dict[str, Rows],
+                 on_walk: OnWalk | None = None) -> Comparison:
+        """One stored manifest against a scan in its hash algorithm (`scans` keeps each algorithm's;
+        `on_walk`: see _scan)."""
         rows = _without_install_records(self._manifest(store, manifest))
         algorithm = algorithm_of(next(iter(rows.values()))[0]) if rows else ALGORITHM
         if algorithm not in scans:
             cache = scan.cache
             own = cache if algorithm == ALGORITHM or not cache else f"{cache}.{algorithm}"
-            scans[algorithm] = self.scan(replace(scan, cache=own, algorithm=algorithm)).rows
+            scans[algorithm] = self._scan(replace(scan, cache=own, algorithm=algorithm), on_walk).rows
         actual = scans[algorithm]
         if rows == actual:  # the common case, at C speed
             return Comparison({})
@@ -636,18 +637,68 @@ class Agent(AgentContract):
             named += [*scan.absolute.values(), self._store(request.store).loose_path(request.manifest)]
             taken = seal.entries(root, scan.walk, named)  # the stored manifest too: never believed over it
         scans: dict[str, Rows] = {}
-        comparison = self._compare(request.store, request.manifest, scan, scans)
+        begun: list[PendingBytecode] = []
+
+        def walked(seen: Walked, digest_rest: Callable[[], Any]) -> PendingBytecode:
+            """The bytecode check begun once the walk is done: with many files, half of the pycs
+            are judged and half of the files digested in a forked process meanwhile."""
+            begun.append(start_bytecode(root, request.cache_tag, sorted(request.verify), request.bytecode_cache,
+                                        seen, digest_rest if len(seen[1]) >= SPLIT_AT // 2 else None))
+            return begun[0]
+
+        try:
+            comparison = self._compare(request.store, request.manifest, scan, scans, walked)
+        except BaseException:
+            for pending in begun:
+                pending.abandon()
+            raise
+        self._walked = None
         rows = next(iter(scans.values()))
         verify = set(request.verify)
         verify.update(k for k, (_, new) in comparison.pairs.items()
                       if new is not None and k.endswith(".py") and not k.startswith(("../", "@")))
-        walked, self._walked = self._walked, None
-        bytecode = check_bytecode(root, request.cache_tag, sorted(verify), request.bytecode_cache,
-                                  walked[1:] if walked and walked[0] == root else None)
+        pending = begun[0] if begun else start_bytecode(root, request.cache_tag, [], request.bytecode_cache)
+        bytecode = pending.finish(sorted(verify))
         answer = TreeCheck(len(rows), comparison, BytecodeCheck.from_wire(bytecode))
         if taken is not None and request.seal:
             seal.save(request.seal, key, taken, answer.to_wire())
         return answer
+
+
+Digested = Tuple[str, Row, Tuple[int, int, int, int], bool]  # key, row, (size, mtime, ctime, inode), from the cache
+OnWalk = Callable[[Walked, Callable[[], List[Digested]]], PendingBytecode]
+
+
+def _digests(jobs: list[tuple[str, str]], known: dict[str, tuple[Any, ...]], algorithm: str,
+             stats: dict[str, os.stat_result], pure: bool) -> list[Digested]:
+    """Each job (key, path) that is a regular file, digested: from the stat cache's `known` entry
+    while its identity is unchanged, else hashed (map_files; `pure`: may fork). `stats` gets each
+    file's stat. Plain data only: it may run in a forked process."""
+    done: list[Digested] = []
+    todo: list[tuple[str, str, os.stat_result]] = []
+    lstat, is_reg, imode, prefix = os.lstat, stat.S_ISREG, stat.S_IMODE, algorithm + ":"
+    for key, path in jobs:  # the hot loop of every warm command: StatCache.lookup, inlined
+        try:
+            st = lstat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        if not is_reg(st.st_mode):
+            continue
+        stats[key] = st
+        identity = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+        hit = known.get(key)
+        if hit is not None and hit[:4] == identity and hit[4].startswith(prefix):
+            done.append((key, (hit[4], st.st_size, imode(st.st_mode)), identity, True))
+        else:
+            todo.append((key, path, st))
+
+    def work(job: tuple[str, str, os.stat_result]) -> Row:
+        return entry_row(job[2], hash_file(job[1], job[2].st_size, algorithm))
+
+    rows = map_files(work, todo, lambda job: job[2].st_size, min(8, (os.cpu_count() or 2) * 2), pure=pure)
+    done.extend((key, row, (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino), False)
+                for (key, _, st), row in zip(todo, rows))
+    return done
 
 
 def _without_install_records(rows: Rows) -> Rows:

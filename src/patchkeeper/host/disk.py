@@ -187,6 +187,11 @@ class StatCache:
         if newest + self.GRANULARITY_NS < self.started_ns:
             self.fresh[rel] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, digest)
 
+    def remember_identity(self, rel: str, identity: tuple[int, int, int, int], value: Any) -> None:
+        """remember, given the (size, mtime_ns, ctime_ns, inode) of a stat taken elsewhere."""
+        if max(identity[1], identity[2]) + self.GRANULARITY_NS < self.started_ns:
+            self.fresh[rel] = (*identity, value)
+
     def save(self) -> None:
         if self.path and self.fresh != self.entries:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
@@ -258,7 +263,7 @@ def hostname() -> str:
 
 BIG_FILE = 1 << 20
 SPLIT_AT = 2048  # from this many small jobs on, a forked second process takes half of them (fork_half)
-_split = True  # off in a process that is itself one of a pool's (no_split)
+_split = True  # off in a process that is itself one of a pool's (no_split), or a forked child (fork_call)
 
 
 def map_files(fn: Callable[[_T], _R], jobs: Sequence[_T], size: Callable[[_T], int], workers: int,
@@ -316,18 +321,30 @@ def split_work(fn: Callable[[Sequence[_T]], _R], items: Sequence[_T],
 
 
 def fork_half(fn: Callable[[Sequence[_T]], _R], items: Sequence[_T]) -> tuple[int, Callable[..., _R]] | None:
-    """Start fn(items[half:]) in a forked process, as git's preloaded index splits its lstat calls
-    over threads (here threads would wait on each other: the work is mostly interpreter work).
-
-    Only where it can help and is safe: two CPUs, at least SPLIT_AT items, and no other thread in
-    this process (a fork copies only the calling one, and whatever locks the others hold). fn must
-    only compute (what the child changes is lost) and return marshal-able data. Returns (half, the
-    function that waits for the child and gives its result, computed here instead if the child
-    failed; called with abandon=True when the caller fails, it only ends the child), or None: then
-    the caller does all of it."""
-    if not _split or len(items) < SPLIT_AT or (os.cpu_count() or 1) < 2 or not hasattr(os, "fork") or not alone():
+    """Start fn(items[half:]) in a forked process (fork_call), as git's preloaded index splits its
+    lstat calls over threads (here threads would wait on each other: the work is mostly interpreter
+    work). Only from SPLIT_AT items on. Returns (half, fork_call's finish), or None: then the caller
+    does all of it."""
+    if len(items) < SPLIT_AT:
         return None
     half = len(items) // 2
+    finish = fork_call(lambda: fn(items[half:]))
+    return None if finish is None else (half, finish)
+
+
+def fork_call(fn: Callable[[], _R]) -> Callable[..., _R] | None:
+    """Start fn() in a forked process while the caller goes on.
+
+    Only where it can help and is safe: two CPUs, and no other thread in this process (a fork
+    copies only the calling one, and whatever locks the others hold). fn must only compute (what
+    the child changes is lost) and return marshal-able data; in the child no further fork is made
+    (it is already one of two). Returns the function that waits for the child and gives its result
+    (computed here instead if the child failed, so its error, if any, is raised here; called with
+    abandon=True when the caller fails, it only ends the child), or None: then the caller does the
+    work itself."""
+    global _split
+    if not _split or (os.cpu_count() or 1) < 2 or not hasattr(os, "fork") or not alone():
+        return None
     r, w = os.pipe()
     try:
         pid = os.fork()
@@ -335,11 +352,12 @@ def fork_half(fn: Callable[[Sequence[_T]], _R], items: Sequence[_T]) -> tuple[in
         os.close(r)
         os.close(w)
         return None
-    if pid == 0:  # the child: its half down the pipe, then out with none of the parent's cleanup
+    if pid == 0:  # the child: its result down the pipe, then out with none of the parent's cleanup
         code = 1
         try:
+            _split = False
             os.close(r)
-            view = memoryview(marshal.dumps(cast(Any, fn(items[half:]))))
+            view = memoryview(marshal.dumps(cast(Any, fn())))
             while view:
                 view = view[os.write(w, view):]
             code = 0
@@ -364,9 +382,9 @@ def fork_half(fn: Callable[[Sequence[_T]], _R], items: Sequence[_T]) -> tuple[in
                 return cast(_R, marshal.loads(b"".join(chunks)))
             except (ValueError, EOFError, TypeError):
                 pass
-        return fn(items[half:])  # the child failed: its error, if any, is raised here as it would have been
+        return fn()  # the child failed: its error, if any, is raised here as it would have been
 
-    return half, finish
+    return finish
 
 
 def no_split() -> None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import importlib.util
 import os
 import stat
+import sys
 from itertools import chain
-from typing import Any, Dict, Iterable, Iterator, List, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Tuple
 
-from .disk import StatCache, feed, listing, map_files, split_work, write_atomic
+from .disk import StatCache, feed, fork_call, listing, map_files, split_work, write_atomic
 from .distinfo import console_scripts, record_rows
 
 _AUDIT_WORKERS = min(8, (os.cpu_count() or 2) * 2)
@@ -138,14 +139,26 @@ def check_record(site: str, name: str, cache_dir: str | None) -> dict[str, Any]:
 
 def _pyc_source(rel: str, cache_tag: str) -> tuple[str, int] | None:
     """(source path, optimization level), both relative, of `<dir>/__pycache__/<stem>.<tag>[.opt-N].pyc`,
-    or None when the pyc belongs to another interpreter or its name is not one Python writes."""
-    parts = rel.rpartition("/")[2].split(".")
+    or None when the pyc belongs to another interpreter or its name is not one Python writes.
+
+    importlib.util.source_from_cache's rules, in a few string operations (an audit maps thousands
+    of names); under a sys.pycache_prefix, importlib's own."""
+    head, _, name = rel.rpartition("/")
+    parts = name.split(".")
     if len(parts) < 3 or parts[1] != cache_tag:  # source_from_cache would map another tag's pyc too
         return None
-    try:
-        source = importlib.util.source_from_cache(rel)
-    except (ValueError, NotImplementedError):  # not <stem>.<tag>[.opt-N].pyc in a __pycache__
-        return None
+    if sys.pycache_prefix is not None:
+        try:
+            source = importlib.util.source_from_cache(rel)
+        except (ValueError, NotImplementedError):
+            return None
+    else:
+        if len(parts) > 4 or head.rpartition("/")[2] != "__pycache__":  # 2 or 3 dots, in a __pycache__
+            return None
+        if len(parts) == 4 and not (parts[2].startswith("opt-") and parts[2][4:].isalnum()):
+            return None
+        folder = head[: -len("__pycache__")]  # "<dir>/" or ""
+        source = f"{folder}{parts[0]}.py"
     level = parts[2][4:] if len(parts) == 4 else ""
     return source, int(level) if level.isdigit() else 0
 
@@ -202,21 +215,106 @@ def check_bytecode(site: str, cache_tag: str, verify: list[str], cache_path: str
     """See Agent.audit_bytecode. `walked` is what a scan of `site` just saw: the top directories it
     walked, the bytecode files it passed there and the stat of each source; only the rest of `site`
     is walked here, and a source's verdict comes from the stat the scan took."""
-    deep = set(verify)
-    cache = StatCache(cache_path)  # verdicts of clean pycs, keyed by the pyc's and its source's identity
-    listings = StatCache(cache_path + ".dirs") if cache_path else None
-    findings: list[list[str]] = []
-    pycs = orphans = stale = 0
-    stats: Dict[str, os.stat_result] = {}
+    return start_bytecode(site, cache_tag, verify, cache_path, walked).finish(verify)
+
+
+class PendingBytecode:
+    """A bytecode check begun (start_bytecode), finished once the scan beside it is done.
+
+    With other work to share (`beside`), half of the pycs are judged in a forked process
+    (disk.fork_call) together with that work, while this process does its own half of both
+    (`here`, then `join`, which gives the other work's result); `finish(verify)` then judges again,
+    recompiled and compared, the pycs of the sources added to `verify` since (those a scan found
+    changed). Without a fork, all of it happens in `finish`, as check_bytecode does."""
+
+    def __init__(self, site: str, cache_tag: str, verify: list[str], cache_path: str | None,
+                 walked: Walked | None, beside: Callable[[], Any] | None) -> None:
+        self.site, self.cache_tag, self.walked = site, cache_tag, walked
+        self.cache = StatCache(cache_path)  # verdicts of clean pycs, keyed by the pyc's and its source's identity
+        self.listings = StatCache(cache_path + ".dirs") if cache_path else None
+        self.stats: Dict[str, os.stat_result] = walked[2] if walked is not None and walked[0] else {}
+        self.first = frozenset(verify)
+        self.found: list[tuple[str, bool]] | None = None
+        self.outcomes: list[Any] = []
+        self.theirs: Callable[..., Any] | None = None
+        self.half = 0
+        if beside is not None:
+            found = self._found()
+            self.half = half = len(found) // 2
+            judge = _judge(site, cache_tag, self.first, self.stats, self.cache)
+            self.theirs = fork_call(lambda: (beside(), [judge(rel, in_cache) for rel, in_cache in found[half:]]))
+        self.apart = self.theirs is not None  # a forked process works beside this one
+        self.mine: list[Any] | None = None
+        self.joined = False
+
+    def _found(self) -> list[tuple[str, bool]]:
+        """Every pyc below site: those the scan's walk passed, and the rest of site walked now."""
+        if self.found is None:
+            site, walked, listings = self.site, self.walked, self.listings
+            found: Iterable[tuple[str, bool]] = _walk_pyc(site, listings=listings)
+            if walked is not None and walked[0]:
+                found = chain(walked[1], _top_pycs(site), _walk_pyc(site, frozenset(walked[0]), listings))
+            self.found = list(found)
+        return self.found
+
+    def here(self) -> None:
+        """This process's half of the pycs, judged (when a forked process does the other)."""
+        if self.apart and self.mine is None:
+            judge = _judge(self.site, self.cache_tag, self.first, self.stats, self.cache)
+            self.mine = [judge(rel, in_cache) for rel, in_cache in self._found()[: self.half]]
+
+    def join(self) -> Any:
+        """The forked process's answer to the other work (`beside`); its half of the pycs kept."""
+        assert self.theirs is not None and not self.joined
+        self.joined = True
+        other, outcomes = self.theirs()
+        self.outcomes = outcomes
+        return other
+
+    def abandon(self) -> None:
+        """The caller failed: the forked process, if any and not yet joined, is ended."""
+        if self.theirs is not None and not self.joined:
+            self.joined = True
+            self.theirs(abandon=True)
+
+    def finish(self, verify: list[str]) -> dict[str, Any]:
+        deep = frozenset(verify)
+        found = self._found()
+        if not self.apart:
+            judge = _judge(self.site, self.cache_tag, deep, self.stats, self.cache)
+            outcomes = [o for part in split_work(lambda part: [judge(rel, in_cache) for rel, in_cache in part], found)
+                        for o in part]
+        else:
+            self.here()
+            if not self.joined:
+                self.join()
+            outcomes = [*(self.mine or []), *self.outcomes]
+            again = deep - self.first
+            if again:  # sources the scan found changed: their pycs are recompiled and compared
+                judge = _judge(self.site, self.cache_tag, deep, self.stats, self.cache)
+                for i, (rel, in_cache) in enumerate(found):
+                    source = _pyc_source(rel, self.cache_tag) if in_cache else None
+                    if source is not None and source[0] in again:
+                        outcomes[i] = judge(rel, in_cache)
+        if self.listings is not None:
+            self.listings.save()
+        return _tally(found, outcomes, self.cache)
+
+
+def start_bytecode(site: str, cache_tag: str, verify: list[str], cache_path: str | None = None,
+                   walked: Walked | None = None, beside: Callable[[], Any] | None = None) -> PendingBytecode:
+    """check_bytecode, begun (see PendingBytecode): its finish takes the final `verify` (the first
+    one and more) and gives check_bytecode's answer."""
+    return PendingBytecode(site, cache_tag, verify, cache_path, walked, beside)
+
+
+def _judge(site: str, cache_tag: str, deep: frozenset[str], stats: Dict[str, os.stat_result],
+           cache: StatCache) -> Callable[[str, bool], Any]:
+    """The function giving one pyc's outcome, computed only: it may run in a forked process."""
     known_verdicts = cache.entries
-    found_pycs: Iterable[tuple[str, bool]] = _walk_pyc(site, listings=listings)
-    if walked is not None and walked[0]:
-        dirs, seen, stats = walked
-        found_pycs = chain(seen, _top_pycs(site), _walk_pyc(site, frozenset(dirs), listings))
     limit = cache.started_ns - cache.GRANULARITY_NS  # a verdict is remembered only for files older than this
 
     def judge(rel: str, in_cache: bool) -> Any:
-        """One pyc's outcome, computed only (see below): it may run in a forked process."""
         pyc = f"{site}/{rel}"
         if not in_cache:  # a legacy pyc beside its module: imported only when there is no source
             return ("sourceless",) if rel[:-1] not in stats and not os.path.exists(pyc[:-1]) else None
@@ -241,10 +339,15 @@ def check_bytecode(site: str, cache_tag: str, verify: list[str], cache_path: str
             keep = (pst.st_size, pst.st_mtime_ns, pst.st_ctime_ns, pst.st_ino, [source_id, int(verdict == "stale")])
         return ("judged", verdict, keep)
 
-    found = list(found_pycs)
-    outcomes = [o for part in split_work(lambda part: [judge(rel, in_cache) for rel, in_cache in part], found)
-                for o in part]
-    for (rel, _), outcome in zip(found, outcomes):  # the counts, findings and cache, here
+    return judge
+
+
+def _tally(found: list[tuple[str, bool]], outcomes: list[Any], cache: StatCache) -> dict[str, Any]:
+    """The counts and findings of the pycs' outcomes, and the verdict cache saved (here, never in a child)."""
+    findings: list[list[str]] = []
+    pycs = orphans = stale = 0
+    known_verdicts = cache.entries
+    for (rel, _), outcome in zip(found, outcomes):
         if outcome is None:
             continue
         pycs += 1
@@ -266,8 +369,6 @@ def check_bytecode(site: str, cache_tag: str, verify: list[str], cache_path: str
             else:
                 findings.append([rel, *verdict])
     cache.save()
-    if listings is not None:
-        listings.save()
     return {"pycs": pycs, "orphans": orphans, "stale": stale, "findings": sorted(findings)}
 
 
