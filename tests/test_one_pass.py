@@ -442,3 +442,71 @@ def test_a_cold_audit_split_over_two_processes_gives_the_one_process_answer(env,
     assert forks == [1, 1]
     with pytest.raises(ChildProcessError):  # the forked process was ended and waited for
         os.waitpid(-1, os.WNOHANG)
+
+
+def test_pyc_names_map_to_their_sources_as_importlib_maps_them():
+    """distcheck._pyc_source, in string operations, answers as importlib.util.source_from_cache does
+    (None where importlib refuses the name, or the pyc is another interpreter's)."""
+    import importlib.util
+
+    from patchkeeper.host.distcheck import _pyc_source
+
+    def importlib_answer(rel):
+        parts = rel.rpartition("/")[2].split(".")
+        if len(parts) < 3 or parts[1] != TAG:
+            return None
+        try:
+            source = importlib.util.source_from_cache(rel)
+        except ValueError:
+            return None
+        level = parts[2][4:] if len(parts) == 4 else ""
+        return source, int(level) if level.isdigit() else 0
+
+    names = []
+    for stem in ("m", "_m", "m-x", ""):
+        for tail in (f"{TAG}.pyc", f"{TAG}.opt-1.pyc", f"{TAG}.opt-2.pyc", f"{TAG}.opt-.pyc", f"{TAG}.opt-x1.pyc",
+                     f"{TAG}.opt-1.x.pyc", f"{TAG}.x.pyc", "cpython-27.pyc", "pyc", f"{TAG}.opt-a_b.pyc"):
+            for head in ("", "__pycache__/", "a/__pycache__/", "a/b/__pycache__/", "a/", "x__pycache__/",
+                         "__pycache__/__pycache__/", "a.b/__pycache__/"):
+                names.append(f"{head}{stem}.{tail}")
+    assert len(names) > 300
+    for rel in names:
+        assert _pyc_source(rel, TAG) == importlib_answer(rel), rel
+
+
+def test_a_forked_process_hashes_big_files_without_threads(monkeypatch, tmp_path):
+    """disk.fork_call's child starts no thread and asks blake3 for none, even for big files: a pool
+    the parent had started (blake3's own) is copied into the fork without its threads, and waiting
+    on it would never end. The digests are the parent's."""
+    import types
+
+    from patchkeeper.host import disk
+
+    files = []
+    for name in ("a", "b"):
+        files.append(tmp_path / name)
+        files[-1].write_bytes(os.urandom(disk._BIG + 1))
+    jobs = [(str(p), p.stat().st_size) for p in files]
+    expected = disk.map_files(lambda job: disk.hash_file(*job), jobs, lambda job: job[1], 4)  # threads here
+    monkeypatch.setattr(disk, "alone", lambda: True)  # a test runner's worker has threads of its own
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    parent, real = os.getpid(), disk._blake3.blake3
+
+    def blake3(*args, **kwargs):
+        if os.getpid() != parent and kwargs.get("max_threads") is not None:
+            os._exit(3)  # it would wait for threads that are not there
+        return real(*args, **kwargs)
+
+    blake3.AUTO = real.AUTO  # type: ignore[attr-defined]
+    monkeypatch.setattr(disk, "_blake3", types.SimpleNamespace(blake3=blake3))
+    started: list[int] = []
+    real_start = disk.start_threads
+    monkeypatch.setattr(disk, "start_threads", lambda *a: started.append(os.getpid()) or real_start(*a))
+
+    def child():
+        return disk.map_files(lambda job: disk.hash_file(*job), jobs, lambda job: job[1], 4), os.getpid(), started
+
+    finish = disk.fork_call(child)
+    assert finish is not None
+    digests, pid, threads = finish()
+    assert pid != parent and threads == [] and digests == expected

@@ -321,11 +321,12 @@ class Agent(AgentContract):
         """
         return self._scan(request)
 
-    def _scan(self, request: ScanRequest, on_walk: OnWalk | None = None) -> ScanResult:
+    def _scan(self, request: ScanRequest, on_walk: OnWalk | None = None, ordered: bool = True) -> ScanResult:
         """scan; `on_walk`, with a bytecode request, is called once the walk is done with what it saw
         (the walked dirs, the pycs passed, and the dict the sources' stats are about to fill) and the
         function that digests the second half of the files; it gives a PendingBytecode, whose forked
-        process, when it has one, does that half (see audit_tree)."""
+        process, when it has one, does that half (see audit_tree). Rows come sorted by key unless
+        not `ordered` (a comparison needs no order)."""
         root, paths, walk, absolute = request.root, request.paths, request.walk, request.absolute
         cache, algorithm = request.cache, request.algorithm
         algorithm = algorithm or ALGORITHM
@@ -349,17 +350,18 @@ class Agent(AgentContract):
         else:
             done = _digests(jobs, known, algorithm, stats, True)
         out: Rows = {}
-        for key, row, identity, hit in done:
+        fresh, limit = cached.fresh, cached.started_ns - cached.GRANULARITY_NS
+        for key, row, identity, hit in done:  # StatCache.remember, inlined (the racily-clean rule)
             out[key] = row
             if hit:
-                cached.fresh[key] = known[key]
-            else:
-                cached.remember_identity(key, identity, row[0])
+                fresh[key] = known[key]
+            elif identity[1] < limit and identity[2] < limit:
+                fresh[key] = (*identity, row[0])
         cached.save()
         if listings is not None:
             listings.save()
         self._walked = (root, tuple(walk), pycs, stats) if pycs is not None else None
-        return ScanResult(dict(sorted(out.items())))
+        return ScanResult(dict(sorted(out.items())) if ordered else out)
 
     def compare_many(self, request: CompareRequest) -> list[Comparison]:
         """Scan as `scan` does and compare with each stored manifest object, here, next to the
@@ -377,7 +379,7 @@ class Agent(AgentContract):
         if algorithm not in scans:
             cache = scan.cache
             own = cache if algorithm == ALGORITHM or not cache else f"{cache}.{algorithm}"
-            scans[algorithm] = self._scan(replace(scan, cache=own, algorithm=algorithm), on_walk).rows
+            scans[algorithm] = self._scan(replace(scan, cache=own, algorithm=algorithm), on_walk, False).rows
         actual = scans[algorithm]
         if rows == actual:  # the common case, at C speed
             return Comparison({})

@@ -46,7 +46,7 @@ def _hasher(size: int = 0, algorithm: str | None = None) -> Any:
         return hashlib.sha256()
     if algorithm != "blake3" or _blake3 is None:
         raise AgentError("no-algorithm", f"this Python cannot hash with {algorithm!r} (it has {ALGORITHM})")
-    if size >= _BIG:
+    if size >= _BIG and not _forked:  # blake3's thread pool, if the parent had started it, is not in a fork
         return _blake3.blake3(max_threads=_blake3.blake3.AUTO)
     return _blake3.blake3()
 
@@ -187,11 +187,6 @@ class StatCache:
         if newest + self.GRANULARITY_NS < self.started_ns:
             self.fresh[rel] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, digest)
 
-    def remember_identity(self, rel: str, identity: tuple[int, int, int, int], value: Any) -> None:
-        """remember, given the (size, mtime_ns, ctime_ns, inode) of a stat taken elsewhere."""
-        if max(identity[1], identity[2]) + self.GRANULARITY_NS < self.started_ns:
-            self.fresh[rel] = (*identity, value)
-
     def save(self) -> None:
         if self.path and self.fresh != self.entries:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
@@ -264,6 +259,7 @@ def hostname() -> str:
 BIG_FILE = 1 << 20
 SPLIT_AT = 2048  # from this many small jobs on, a forked second process takes half of them (fork_half)
 _split = True  # off in a process that is itself one of a pool's (no_split), or a forked child (fork_call)
+_forked = False  # in a child of fork_call: no threads (a thread pool's state is copied, its threads are not)
 
 
 def map_files(fn: Callable[[_T], _R], jobs: Sequence[_T], size: Callable[[_T], int], workers: int,
@@ -277,7 +273,7 @@ def map_files(fn: Callable[[_T], _R], jobs: Sequence[_T], size: Callable[[_T], i
     computes, and returns marshal-able data), a forked second process takes half of many small
     files (fork_half)."""
     big = [i for i, job in enumerate(jobs) if size(job) >= BIG_FILE]
-    if len(big) < 2:
+    if len(big) < 2 or _forked:
         big = []
     threaded = set(big)
     small = [job for i, job in enumerate(jobs) if i not in threaded]
@@ -338,11 +334,13 @@ def fork_call(fn: Callable[[], _R]) -> Callable[..., _R] | None:
     Only where it can help and is safe: two CPUs, and no other thread in this process (a fork
     copies only the calling one, and whatever locks the others hold). fn must only compute (what
     the child changes is lost) and return marshal-able data; in the child no further fork is made
-    (it is already one of two). Returns the function that waits for the child and gives its result
+    (it is already one of two), nor any thread started: big files are hashed there in one thread
+    (a pool of threads the parent started, blake3's own included, is copied without its threads,
+    and waiting on it would never end). Returns the function that waits for the child and gives its result
     (computed here instead if the child failed, so its error, if any, is raised here; called with
     abandon=True when the caller fails, it only ends the child), or None: then the caller does the
     work itself."""
-    global _split
+    global _split, _forked
     if not _split or (os.cpu_count() or 1) < 2 or not hasattr(os, "fork") or not alone():
         return None
     r, w = os.pipe()
@@ -355,7 +353,7 @@ def fork_call(fn: Callable[[], _R]) -> Callable[..., _R] | None:
     if pid == 0:  # the child: its result down the pipe, then out with none of the parent's cleanup
         code = 1
         try:
-            _split = False
+            _split, _forked = False, True
             os.close(r)
             view = memoryview(marshal.dumps(cast(Any, fn())))
             while view:

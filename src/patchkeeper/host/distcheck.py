@@ -322,20 +322,25 @@ def _judge(site: str, cache_tag: str, deep: frozenset[str], stats: Dict[str, os.
         if found is None:
             return None
         src_rel, opt = found
+        compare = src_rel in deep
+        hit = None if compare else known_verdicts.get(rel)  # StatCache.lookup, inlined: this runs per pyc
+        head: bytes | OSError | None = None
         try:
-            st, pst = stats.get(src_rel) or os.stat(f"{site}/{src_rel}"), os.stat(pyc)
+            st = stats.get(src_rel) or os.stat(f"{site}/{src_rel}")
+            if hit is not None:
+                pst = os.stat(pyc)
+            else:  # no verdict to reuse: the header is read, and the stat taken, through one open
+                pst, head = _stat_and_head(pyc)
         except (FileNotFoundError, NotADirectoryError):
             return ("orphan",)  # a __pycache__ entry without source is never imported
         source_id = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
-        compare = src_rel in deep
-        hit = None if compare else known_verdicts.get(rel)  # StatCache.lookup, inlined: this runs per pyc
         if (hit is not None and hit[:4] == (pst.st_size, pst.st_mtime_ns, pst.st_ctime_ns, pst.st_ino)
                 and hit[4][0] == source_id):
             return ("hit",)
-        verdict = _pyc_verdict(pyc, f"{site}/{src_rel}", st, opt, compare)
+        verdict = _pyc_verdict(pyc, f"{site}/{src_rel}", st, opt, compare, head)
         keep = None
-        if (verdict is None or verdict == "stale") and max(st.st_mtime_ns, st.st_ctime_ns) < limit \
-                and max(pst.st_mtime_ns, pst.st_ctime_ns) < limit:
+        if (verdict is None or verdict == "stale") and st.st_mtime_ns < limit and st.st_ctime_ns < limit \
+                and pst.st_mtime_ns < limit and pst.st_ctime_ns < limit:
             keep = (pst.st_size, pst.st_mtime_ns, pst.st_ctime_ns, pst.st_ino, [source_id, int(verdict == "stale")])
         return ("judged", verdict, keep)
 
@@ -372,20 +377,43 @@ def _tally(found: list[tuple[str, bool]], outcomes: list[Any], cache: StatCache)
     return {"pycs": pycs, "orphans": orphans, "stale": stale, "findings": sorted(findings)}
 
 
-def _pyc_verdict(pyc: str, src: str, st: os.stat_result, opt: int, compare: bool) -> tuple[str, str] | str | None:
-    """None when the pyc runs its source's code, "stale" when Python will recompile it, else a
-    finding (kind, detail). With `compare`, a pyc whose header matches is also recompiled."""
-    import marshal
-
-    magic = importlib.util.MAGIC_NUMBER
+def _stat_and_head(pyc: str) -> tuple[os.stat_result, bytes | OSError]:
+    """A pyc's stat and its first 16 bytes (or the error reading them), through one open: one
+    lookup of its path where os.stat and a read took two. A pyc that is gone raises as os.stat
+    would; one that cannot be opened is stat'ed by its path, as before."""
     try:
         fd = os.open(pyc, os.O_RDONLY)
-        try:
-            head = os.read(fd, 16)
-        finally:
-            os.close(fd)
+    except (FileNotFoundError, NotADirectoryError):
+        raise
     except OSError as exc:
-        return "unreadable", exc.strerror or str(exc)
+        return os.stat(pyc), exc
+    try:
+        st = os.fstat(fd)
+        try:
+            return st, os.read(fd, 16)
+        except OSError as exc:
+            return st, exc
+    finally:
+        os.close(fd)
+
+
+def _pyc_verdict(pyc: str, src: str, st: os.stat_result, opt: int, compare: bool,
+                 head: bytes | OSError | None = None) -> tuple[str, str] | str | None:
+    """None when the pyc runs its source's code, "stale" when Python will recompile it, else a
+    finding (kind, detail). With `compare`, a pyc whose header matches is also recompiled. `head`:
+    its first 16 bytes, or the error reading them, when already read (_stat_and_head)."""
+    magic = importlib.util.MAGIC_NUMBER
+    if head is None:
+        try:
+            fd = os.open(pyc, os.O_RDONLY)
+            try:
+                head = os.read(fd, 16)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            head = exc
+    if isinstance(head, OSError):
+        return "unreadable", head.strerror or str(head)
     if len(head) < 16:
         return "stale"  # Python recompiles it on import: never run, not a finding
     flags = int.from_bytes(head[4:8], "little")
@@ -405,6 +433,8 @@ def _pyc_verdict(pyc: str, src: str, st: os.stat_result, opt: int, compare: bool
     if mtime != (int(st.st_mtime) & 0xFFFFFFFF) or size != (st.st_size & 0xFFFFFFFF):
         return "stale"
     if compare and head[:4] == magic:
+        import marshal
+
         try:
             with open(pyc, "rb") as f:
                 code = marshal.loads(f.read()[16:])
