@@ -151,6 +151,18 @@ def test_each_kind_of_input_ends_the_replay(tmp_path, settled_now, monkeypatch, 
     assert replays(k, capfd)
 
 
+def test_variables_read_are_inputs_and_a_copied_environment_all_of_them(settled_now, monkeypatch, capfd):
+    monkeypatch.setenv("PK_READ", "1")
+    k = record(lambda: (os.environ.get("PK_READ"), print("the answer")))
+    capfd.readouterr()
+    monkeypatch.setenv("PK_UNREAD", "1")
+    assert replays(k, capfd)  # a variable it never read
+    k = record(lambda: (dict(os.environ), print("the answer")))
+    capfd.readouterr()
+    monkeypatch.setenv("PK_UNREAD", "2")
+    assert not replays(k, capfd)
+
+
 def test_a_directory_realpath_passes_through_is_not_listed(tmp_path, settled_now, capfd):
     deep = tmp_path / "a" / "b"
     deep.mkdir(parents=True)
@@ -184,6 +196,7 @@ def test_a_run_that_could_not_see_all_it_read_is_not_kept(tmp_path, settled_now,
                 pass
 
     assert "socket.connect" in save(connect)
+    assert "buffer" in save(lambda: sys.stdout.buffer.write(b"around the recording\n"))
     assert save(lambda: print("the answer")) is None  # and the checks above are not blind
 
 

@@ -109,77 +109,57 @@ def _env_values(recorded: dict) -> dict:
     return {name: os.environ.get(name) for name in recorded}
 
 
-class _Environ(dict):
-    """os.environ while a run is recorded: every read notes its name (iterating notes them all)."""
+def _recording_environ(real: Any, noted: set) -> Any:
+    """os.environ while a run is recorded: a mapping over the real one whose every read notes the
+    name (iterating or copying it notes them all)."""
+    from collections.abc import MutableMapping
 
-    def __init__(self, real: Any, noted: set) -> None:
-        super().__init__()
-        self.real, self.noted = real, noted
+    class Environ(MutableMapping):  # type: ignore[type-arg]
+        def __getitem__(self, name: str) -> str:
+            noted.add(name)
+            return real[name]  # type: ignore[no-any-return]
 
-    def __getitem__(self, name: str) -> str:
-        self.noted.add(name)
-        return self.real[name]  # type: ignore[no-any-return]
+        def __contains__(self, name: object) -> bool:
+            noted.add(name)
+            return name in real
 
-    def get(self, name: str, default: Any = None) -> Any:
-        self.noted.add(name)
-        return self.real.get(name, default)
+        def __setitem__(self, name: str, value: str) -> None:
+            noted.add(name)
+            real[name] = value
 
-    def __contains__(self, name: object) -> bool:
-        self.noted.add(name)
-        return name in self.real
+        def __delitem__(self, name: str) -> None:
+            noted.add(name)
+            del real[name]
 
-    def __setitem__(self, name: str, value: str) -> None:
-        self.noted.add(name)
-        self.real[name] = value
+        def __iter__(self) -> Iterator[str]:
+            noted.add(_ALL)
+            return iter(real)
 
-    def __delitem__(self, name: str) -> None:
-        self.noted.add(name)
-        del self.real[name]
+        def __len__(self) -> int:
+            noted.add(_ALL)
+            return len(real)
 
-    def __iter__(self) -> Iterator[str]:
-        self.noted.add(_ALL)
-        return iter(self.real)
+        def copy(self) -> dict:
+            noted.add(_ALL)
+            return dict(real)
 
-    def __len__(self) -> int:
-        self.noted.add(_ALL)
-        return len(self.real)
-
-    def keys(self) -> Any:
-        self.noted.add(_ALL)
-        return self.real.keys()
-
-    def items(self) -> Any:
-        self.noted.add(_ALL)
-        return self.real.items()
-
-    def values(self) -> Any:
-        self.noted.add(_ALL)
-        return self.real.values()
-
-    def copy(self) -> dict:
-        self.noted.add(_ALL)
-        return dict(self.real)
-
-    def setdefault(self, name: str, default: Any = None) -> Any:
-        self.noted.add(name)
-        return self.real.setdefault(name, default)
-
-    def pop(self, name: str, *default: Any) -> Any:
-        self.noted.add(name)
-        return self.real.pop(name, *default)
+    return Environ()
 
 
 class _Tee:
-    """A stream that keeps what is written to it and passes it on."""
+    """A stream that keeps what is written to it and passes it on; whoever reaches past it (to its
+    bytes or its file descriptor) writes what it cannot keep, and taints the recording."""
 
-    def __init__(self, stream: Any) -> None:
-        self.stream, self.parts = stream, []  # type: ignore[var-annotated]
+    def __init__(self, stream: Any, rec: "Recording") -> None:
+        self.stream, self.rec, self.parts = stream, rec, []  # type: ignore[var-annotated]
 
     def write(self, text: str) -> int:
         self.parts.append(text)
         return self.stream.write(text)  # type: ignore[no-any-return]
 
     def __getattr__(self, name: str) -> Any:
+        if name in ("buffer", "fileno"):
+            self.rec.tainted = self.rec.tainted or f"the stream's {name} was used"
         return getattr(self.stream, name)
 
 
@@ -268,8 +248,8 @@ class Recording:
             return access(where, *a, **kw)
 
         os.stat, os.lstat, os.access, os.path.realpath = noted_stat, noted_lstat, noted_access, noted_realpath  # type: ignore[assignment]
-        os.environ = _Environ(os.environ, self.env)  # type: ignore[assignment]
-        self.out, self.err = _Tee(sys.stdout), _Tee(sys.stderr)
+        os.environ = _recording_environ(os.environ, self.env)
+        self.out, self.err = _Tee(sys.stdout, self), _Tee(sys.stderr, self)
         sys.stdout, sys.stderr = self.out, self.err  # type: ignore[assignment]
         if not _hooked:
             sys.addaudithook(_hook)  # for good (a hook cannot be removed): idle while no recording runs
