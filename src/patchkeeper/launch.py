@@ -73,7 +73,7 @@ def _audit(workspace_dir: str | None, options: dict, sealed: tuple | None) -> in
         ws = workspace.load(workspace.find(workspace_dir))
         code = audit(ws, options["target"], [], False, options["as_json"], options["verbose"], options["quiet"])
     if sealed is not None:
-        rec.save(sealed, code)  # or not, and why not: only time is lost
+        rec.keep_output(sealed, code)  # or not, and why not: only time is lost
     return code
 
 

@@ -47,7 +47,7 @@ _CHANGES = ("os.rename", "os.remove", "os.rmdir", "os.mkdir", "os.link", "os.sym
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only (typing costs the replay ~10 ms)
-    from typing import Any, Iterator, Optional
+    from typing import Any, Callable, Iterator, Optional
 
 
 def key(argv: list[str]) -> tuple:
@@ -61,20 +61,30 @@ def path_of(k: tuple) -> str:
     return os.path.join(base, "patchkeeper", "replay", "%08x" % zlib.crc32(marshal.dumps(k)))
 
 
-def answer(k: tuple) -> None:
-    """Print the recorded answer for `k` and exit with its code, if every input is as it was."""
+def recall(k: tuple) -> Any:
+    """What was kept for `k` (Recording.keep), if every input it was computed from is as it was; else None."""
     try:
         with open(path_of(k), "rb") as f:
-            stamp, recorded, env, lnames, lids, fnames, fids, wnames, wids, out, code = marshal.loads(f.read())
+            stamp, recorded, env, lnames, lids, fnames, fids, wnames, wids, payload = marshal.loads(f.read())
     except (OSError, ValueError, EOFError, TypeError):
-        return
+        return None
     if stamp != FORMAT or recorded != k or env != _env_values(env):
-        return
+        return None
     from .host import seal
 
     if (seal.identities(lnames.split("\0")) != lids or seal._identities(_split(fnames), os.stat) != fids
             or _weak_identities(_split(wnames)) != wids):
+        return None
+    return payload
+
+
+def answer(k: tuple) -> None:
+    """Print the output kept for the command `k` (Recording.keep_output) and exit with its code,
+    if every input it read is as it was."""
+    kept = recall(k)
+    if kept is None:
         return
+    out, code = kept
     try:
         view = memoryview(out)
         while view:
@@ -82,6 +92,22 @@ def answer(k: tuple) -> None:
     except BrokenPipeError:  # the reader left (`| head`): as run_verb ends then
         os._exit(141)
     sys.exit(code)
+
+
+def remembered(k: tuple, compute: Callable[[], Any]) -> Any:
+    """compute()'s value (picklable), kept for `k` and given again while its inputs are as they
+    were; computed afresh, without recording, inside another recording (one per process at a time)."""
+    import pickle
+
+    kept = recall(k)
+    if kept is not None:
+        return pickle.loads(kept)
+    if _active is not None:
+        return compute()
+    with Recording() as rec:
+        value = compute()
+    rec.keep(k, pickle.dumps(value))
+    return value
 
 
 def _split(names: str) -> list:
@@ -192,8 +218,8 @@ _hooked = False
 
 
 class Recording:
-    """`with Recording() as rec:` notes the inputs of what runs inside; `rec.save(k, code)` then
-    keeps the answer for `answer(k)`, when it may be kept (see the module's docstring)."""
+    """`with Recording() as rec:` notes the inputs of what runs inside; `rec.keep(k, payload)` then
+    keeps a payload for `recall(k)`, when it may be kept (see the module's docstring)."""
 
     def __init__(self) -> None:
         self.read: set = set()
@@ -264,8 +290,14 @@ class Recording:
         self._disk.allow_split(self._split)
         os.stat, os.lstat, os.access, os.path.realpath, os.environ, sys.stdout, sys.stderr = self._saved  # type: ignore[misc]
 
-    def save(self, k: tuple, code: int) -> Optional[str]:
-        """Keep the answer for `k`; None when kept, else why not."""
+    def keep_output(self, k: tuple, code: int) -> Optional[str]:
+        """Keep what the run printed and its exit code for answer(k); see keep."""
+        out = "".join(self.out.parts).encode(getattr(sys.stdout, "encoding", None) or "utf-8", "replace")
+        return self.keep(k, (out, code))
+
+    def keep(self, k: tuple, payload: Any) -> Optional[str]:
+        """Keep `payload` (marshal-able) for recall(k) with the identities of the run's inputs;
+        None when kept, else why not (see the module's docstring)."""
         why = self._refusal()
         if why is not None:
             return why
@@ -281,12 +313,11 @@ class Recording:
         if not seal.settled(lids + fids, self.started):
             return "an input changed within the timestamp granularity of the run"
         env = {_ALL: dict(os.environ)} if _ALL in self.env else {n: os.environ.get(n) for n in self.env}
-        out = "".join(self.out.parts).encode(getattr(sys.stdout, "encoding", None) or "utf-8", "replace")
         target = path_of(k)
         try:
             os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
             write_atomic(target, marshal.dumps((FORMAT, k, env, "\0".join(names), lids, "\0".join(links), fids,
-                                                "\0".join(weak), wids, out, code)), 0o600, durable=False)
+                                                "\0".join(weak), wids, payload)), 0o600, durable=False)
         except OSError as exc:
             return f"cannot write {target}: {exc}"
         return None
