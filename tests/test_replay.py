@@ -231,3 +231,10 @@ def test_all_gives_a_local_targets_kept_report_again(env, monkeypatch):
     edit_file(pkg, pkg.read_bytes() + b"# by hand\n")
     report = audit_command._audit_quiet(ws, "local", [])
     assert len(computed) == before + 1 and "sglang/version.py" in report.differences
+
+
+def test_equal_keys_name_one_file():
+    shared = "x" * 40
+    twice = ("k", shared, shared)  # marshal writes the second as a reference to the first
+    apart = ("k", "x" * 40, "".join(["x"] * 40))
+    assert twice == apart and replay.path_of(twice) == replay.path_of(apart)

@@ -36,7 +36,7 @@ import sys
 import time
 import zlib
 
-FORMAT = ("pk-replay", 1)
+FORMAT = ("pk-replay", 2)
 _ALL = "\0all"  # the whole environment was read (iterated or copied)
 _WRITES = ("w", "a", "x", "+")
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
@@ -58,7 +58,8 @@ def key(argv: list[str]) -> tuple:
 
 def path_of(k: tuple) -> str:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "patchkeeper", "replay", "%08x" % zlib.crc32(marshal.dumps(k)))
+    # named by the key's repr: its marshal form is not canonical (shared objects are written as references)
+    return os.path.join(base, "patchkeeper", "replay", "%08x" % zlib.crc32(repr(k).encode()))
 
 
 def recall(k: tuple) -> Any:
