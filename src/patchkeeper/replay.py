@@ -1,31 +1,33 @@
-"""A plain audit's answer, kept whole and printed again while nothing it read has changed.
+"""A plain audit's answer, kept whole and given again while nothing it read has changed.
 
 A warm `audit` of an unchanged target spends most of its time starting: the interpreter, our
 modules, the workspace, the ledger. Its answer is a function of what it read, so the run that
 computes it also records every input, by construction rather than by a list kept by hand:
 
-- every path the process opens, lists, stats or lstats (Python's audit hooks report each open and
-  listing, from whatever module and however the function was bound; `os.stat`, `os.lstat` and
-  `os.access` are wrapped, as our code looks them up at each call), every entry of each listed
-  directory (a listing's DirEntry answers its stat without a call), and the files of every loaded
-  module (our own code among them);
+- every path the process opens, lists, stats, lstats or reads as a link (Python's audit hooks
+  report each open and listing, from whatever module and however the function was bound;
+  `os.stat`, `os.lstat`, `os.access` and `os.readlink` are wrapped, as our code looks them up at
+  each call), every entry of each listed directory (a listing's DirEntry answers its stat without
+  a call), and the files of every loaded module (our own code among them);
 - every environment variable read (os.environ is a recording mapping while the run lasts);
-- the command line, working directory, user, interpreter and whether stdout and stderr are TTYs.
+- the command line, working directory, user, interpreter, its flags, and whether stdout and
+  stderr are TTYs.
 
 The next identical command lstats those paths (a symlink is also followed) and compares their
 identities (size, mtime_ns, ctime_ns, inode: seal.py's) and the variables' values; when all are as
 they were, it prints the recorded output and exits with the recorded code. Anything else runs the
-audit in full, as before.
+audit in full, as before. (`audit --all` keeps each local target's report the same way.)
 
 Caches are no inputs: a cache is never trusted over the files it caches (keyed by their stat
 identity, which is an input), and the code that reads one says so (disk.reading_cache). What the
 run writes can only be its caches (audit is a reading verb); a run that wrote any is not kept, and
-the next one, which finds them, is. Nothing is recorded when the run could have read
-what this process cannot see: it started a process, forked, or opened a socket (a target behind
-SSH, an interpreter of another version); when it wrote to stderr (a warning, a recovery, a note);
-when it ended in an error; or when any input changed within the file system's timestamp
-granularity of the run's start (the racily-clean rule), since a change made while it ran must
-show next time. A replay that cannot be used only costs time.
+the next one, which finds them, is. Nothing is kept when the run could have read what this
+process cannot see: it started a process, forked, opened a socket (a target behind SSH, an
+interpreter of another version) or listed a directory by descriptor; when it wrote to stderr (a
+warning, a recovery, a note) or around stdout's text; when it ended in an error; or when any
+input changed within the file system's timestamp granularity of the run's start (the
+racily-clean rule), since a change made while it ran must show next time. A kept answer that
+cannot be used only costs time.
 """
 
 from __future__ import annotations
@@ -52,8 +54,8 @@ if TYPE_CHECKING:  # annotations only (typing costs the replay ~10 ms)
 
 def key(argv: list[str]) -> tuple:
     """What, besides the inputs, the command's answer depends on."""
-    return (FORMAT, tuple(argv), os.getcwd(), os.geteuid(), sys.executable, sys.version, os.isatty(1), os.isatty(2),
-            getattr(sys.stdout, "encoding", None))
+    return (FORMAT, tuple(argv), os.getcwd(), os.geteuid(), sys.executable, sys.version, tuple(sys.flags),
+            os.isatty(1), os.isatty(2), getattr(sys.stdout, "encoding", None))
 
 
 def path_of(k: tuple) -> str:
@@ -205,7 +207,9 @@ def _hook(event: str, args: tuple) -> None:
         rec.note(where, rec.written if written else rec.read)
     elif event in ("os.listdir", "os.scandir"):
         where = args[0]
-        if not isinstance(where, int):
+        if isinstance(where, int):  # a listing by descriptor names no path to check again
+            rec.tainted = rec.tainted or f"{event} of a file descriptor"
+        else:
             rec.note("." if where is None else where, rec.listed)
     elif event.startswith(_CHANGES):
         for where in args[:2] if event in ("os.rename", "os.link", "os.symlink") else args[:1]:
@@ -250,8 +254,8 @@ class Recording:
         self._disk = disk
         disk._cache_readers.append(self._cache)
         self.started = time.time_ns()
-        self._saved = (os.stat, os.lstat, os.access, os.path.realpath, os.environ, sys.stdout, sys.stderr)
-        stat, lstat, access, realpath = os.stat, os.lstat, os.access, os.path.realpath
+        self._saved = (os.stat, os.lstat, os.access, os.readlink, os.path.realpath, os.environ, sys.stdout, sys.stderr)
+        stat, lstat, access, readlink, realpath = os.stat, os.lstat, os.access, os.readlink, os.path.realpath
 
         def noted_stat(where: Any, *a: Any, **kw: Any) -> os.stat_result:
             if not isinstance(where, int):
@@ -261,6 +265,10 @@ class Recording:
         def noted_lstat(where: Any, *a: Any, **kw: Any) -> os.stat_result:
             self.note(where, self.weak if self._resolving else self.read)
             return lstat(where, *a, **kw)
+
+        def noted_readlink(where: Any, *a: Any, **kw: Any) -> Any:
+            self.note(where, self.weak if self._resolving else self.read)  # a link's identity is its target's text
+            return readlink(where, *a, **kw)
 
         def noted_realpath(where: Any, *a: Any, **kw: Any) -> Any:
             self._resolving += 1  # its lstat of each component only asks: a link, or not?
@@ -274,7 +282,8 @@ class Recording:
                 self.note(where, self.read)
             return access(where, *a, **kw)
 
-        os.stat, os.lstat, os.access, os.path.realpath = noted_stat, noted_lstat, noted_access, noted_realpath  # type: ignore[assignment]
+        os.stat, os.lstat, os.access = noted_stat, noted_lstat, noted_access  # type: ignore[assignment]
+        os.readlink, os.path.realpath = noted_readlink, noted_realpath  # type: ignore[assignment]
         os.environ = _recording_environ(os.environ, self.env)
         self.out, self.err = _Tee(sys.stdout, self), _Tee(sys.stderr, self)
         sys.stdout, sys.stderr = self.out, self.err  # type: ignore[assignment]
@@ -289,7 +298,7 @@ class Recording:
         _active = None
         self._disk._cache_readers.remove(self._cache)
         self._disk.allow_split(self._split)
-        os.stat, os.lstat, os.access, os.path.realpath, os.environ, sys.stdout, sys.stderr = self._saved  # type: ignore[misc]
+        os.stat, os.lstat, os.access, os.readlink, os.path.realpath, os.environ, sys.stdout, sys.stderr = self._saved  # type: ignore[misc]
 
     def keep_output(self, k: tuple, code: int) -> Optional[str]:
         """Keep what the run printed and its exit code for answer(k); see keep."""
