@@ -81,12 +81,13 @@ def recall(k: tuple) -> Any:
     return payload
 
 
-def answer(k: tuple) -> None:
-    """Print the output kept for the command `k` (Recording.keep_output) and exit with its code,
-    if every input it read is as it was."""
+def answer(k: tuple) -> bool:
+    """Print the output kept for the command `k` (Recording.keep_output) and exit with its code, if
+    every input it read is as it was; else whether this command ran here before (mark), so that
+    its run is worth recording: a first run (a cold one, most likely) pays nothing for it."""
     kept = recall(k)
     if kept is None:
-        return
+        return os.path.exists(path_of(k))
     out, code = kept
     try:
         view = memoryview(out)
@@ -95,6 +96,18 @@ def answer(k: tuple) -> None:
     except BrokenPipeError:  # the reader left (`| head`): as run_verb ends then
         os._exit(141)
     sys.exit(code)
+
+
+def mark(k: tuple) -> None:
+    """Note that the command `k` ran here, unrecorded: its next run is recorded."""
+    from .host.disk import write_atomic
+
+    target = path_of(k)
+    try:
+        os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
+        write_atomic(target, marshal.dumps((FORMAT, k)), 0o600, durable=False)
+    except OSError:
+        pass
 
 
 def remembered(k: tuple, compute: Callable[[], Any]) -> Any:
@@ -107,6 +120,10 @@ def remembered(k: tuple, compute: Callable[[], Any]) -> Any:
         return pickle.loads(kept)
     if _active is not None:
         return compute()
+    if not os.path.exists(path_of(k)):  # a first run: only noted
+        value = compute()
+        mark(k)
+        return value
     with Recording() as rec:
         value = compute()
     rec.keep(k, pickle.dumps(value))
@@ -238,6 +255,9 @@ class Recording:
         self.started = 0
 
     def note(self, where: Any, into: set) -> None:
+        if where.__class__ is str and where[:1] == "/":  # most are: kept as given (checked again as given)
+            into.add(where)
+            return
         try:
             into.add(os.path.abspath(os.fsdecode(where)))
         except (TypeError, ValueError):
