@@ -37,6 +37,7 @@ import os
 import sys
 import time
 import zlib
+from _thread import get_ident
 
 FORMAT = ("pk-replay", 2)
 _ALL = "\0all"  # the whole environment was read (iterated or copied)
@@ -250,7 +251,7 @@ class Recording:
         self.weak: set = set()  # directories realpath passed through: only that each is still that directory
         self.caches: set = set()  # files read as caches (disk.reading_cache): never an answer's input
         self.env: set = set()
-        self._resolving = 0
+        self._resolving: dict = {}  # thread -> depth of realpath calls it is in
         self.tainted: Optional[str] = None
         self.started = 0
 
@@ -282,20 +283,23 @@ class Recording:
                 self.note(where, self.read)
             return stat(where, *a, **kw)
 
+        resolving, thread = self._resolving, get_ident
+
         def noted_lstat(where: Any, *a: Any, **kw: Any) -> os.stat_result:
-            self.note(where, self.weak if self._resolving else self.read)
+            self.note(where, self.weak if resolving.get(thread()) else self.read)
             return lstat(where, *a, **kw)
 
         def noted_readlink(where: Any, *a: Any, **kw: Any) -> Any:
-            self.note(where, self.weak if self._resolving else self.read)  # a link's identity is its target's text
+            self.note(where, self.weak if resolving.get(thread()) else self.read)  # a link's identity: its text
             return readlink(where, *a, **kw)
 
         def noted_realpath(where: Any, *a: Any, **kw: Any) -> Any:
-            self._resolving += 1  # its lstat of each component only asks: a link, or not?
+            me = thread()  # its lstat of each component only asks: a link, or not? (this thread's only)
+            resolving[me] = resolving.get(me, 0) + 1
             try:
                 return realpath(where, *a, **kw)
             finally:
-                self._resolving -= 1
+                resolving[me] -= 1
 
         def noted_access(where: Any, *a: Any, **kw: Any) -> bool:
             if not isinstance(where, int):
