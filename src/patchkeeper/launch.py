@@ -1,4 +1,5 @@
-"""The entry point: `audit` in its plain forms runs without loading click; everything else goes to cli.py.
+"""The entry point: `audit` in its plain forms runs without loading click, and its answer is given
+again without running while nothing it read has changed (replay.py); everything else goes to cli.py.
 
 click costs about as much as the whole of a warm audit's own work, so its commonest forms
 (`patchkeeper [-w DIR] audit [-q] [-v] [--json] [-t NAME]`) are recognised here, token by token.
@@ -48,17 +49,40 @@ def main() -> None:
 
         cli_main()
         return
+    from . import replay
+
+    sealed: tuple | None = None
+    ran_before = False
+    try:
+        sealed = replay.key(argv)
+    except OSError:  # no working directory (removed under us): the audit says what it can
+        pass
+    else:
+        ran_before = replay.answer(sealed)  # the kept answer, when nothing it read has changed: exits here
     from .verb import run_verb
 
-    run_verb(_audit, *plain)
+    run_verb(_audit, *plain, sealed, ran_before)
 
 
-def _audit(workspace_dir: str | None, options: dict) -> int:
-    from . import workspace
-    from .commands.audit import audit
+def _audit(workspace_dir: str | None, options: dict, sealed: tuple | None, record: bool) -> int:
+    """Audit; with `record`, record the run and keep its answer for `sealed` (see replay.py), else
+    only note that this command ran here (its next run is recorded)."""
+    from contextlib import nullcontext
 
-    ws = workspace.load(workspace.find(workspace_dir))
-    return audit(ws, options["target"], [], False, options["as_json"], options["verbose"], options["quiet"])
+    from . import replay
+
+    with replay.Recording() if sealed is not None and record else nullcontext() as rec:
+        from . import workspace
+        from .commands.audit import audit
+
+        ws = workspace.load(workspace.find(workspace_dir))
+        code = audit(ws, options["target"], [], False, options["as_json"], options["verbose"], options["quiet"])
+    if sealed is not None:
+        if rec is not None:
+            rec.keep_output(sealed, code)  # or not, and why not: only time is lost
+        else:
+            replay.mark(sealed)
+    return code
 
 
 if __name__ == "__main__":  # pragma: no cover

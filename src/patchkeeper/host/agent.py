@@ -12,7 +12,7 @@ import os
 import stat
 import time
 from dataclasses import replace
-from typing import Any, Callable, List, Tuple
+from typing import Any
 
 from .disk import (
     ALGORITHM,
@@ -21,6 +21,7 @@ from .disk import (
     SPLIT_AT,
     StatCache,
     algorithm_of,
+    reading_cache,
     entry_row,
     fsync_dir,
     fsync_path,
@@ -58,7 +59,7 @@ from .contract import (
     TreeRequest,
 )
 from . import seal
-from .distcheck import PendingBytecode, Walked, check_bytecode, check_record, start_bytecode
+from .distcheck import PendingBytecode, check_bytecode, check_record, start_bytecode
 from .distinfo import installed_version, layout, record_paths
 from .manifest_text import parse as manifest_rows
 from .preflight import obstacles
@@ -401,6 +402,7 @@ class Agent(AgentContract):
         path = os.path.join(os.path.dirname(store), "manifest-cache", digest.replace(":", "-") + ".rows")
         stamp = [_MANIFEST_CACHE, list(sys.version_info[:2]), digest, ident]
         if ident is not None:
+            reading_cache(path)
             try:
                 with open(path, "rb") as f:
                     head, rows = marshal.loads(f.read())
@@ -667,8 +669,14 @@ class Agent(AgentContract):
         return answer
 
 
-Digested = Tuple[str, Row, Tuple[int, int, int, int], bool]  # key, row, (size, mtime, ctime, inode), from the cache
-OnWalk = Callable[[Walked, Callable[[], List[Digested]]], PendingBytecode]
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only
+    from typing import Callable, List, Tuple
+
+    from .distcheck import Walked
+
+    Digested = Tuple[str, Row, Tuple[int, int, int, int], bool]  # key, row, (size, mtime, ctime, inode), cached
+    OnWalk = Callable[[Walked, Callable[[], List[Digested]]], PendingBytecode]
 
 
 def _digests(jobs: list[tuple[str, str]], known: dict[str, tuple[Any, ...]], algorithm: str,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from ..host.agent import Agent
 from ..host.contract import AgentContract, Answer, Interpreter, InterpreterFacts
-from ..host.disk import write_atomic
+from ..host.disk import reading_cache, write_atomic
 from .base import Target, memo
 from ..workspace import TargetConfig
 
@@ -104,6 +104,7 @@ def _remembered(python: str, file: str, field: str, kind: type[A], compute: Call
     except OSError:
         return compute()  # a missing interpreter: let the real run say why
     cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "patchkeeper", file)
+    reading_cache(cache)
     try:
         with open(cache, "rb") as f:
             known = json.loads(f.read())
