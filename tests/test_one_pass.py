@@ -510,3 +510,16 @@ def test_a_forked_process_hashes_big_files_without_threads(monkeypatch, tmp_path
     assert finish is not None
     digests, pid, threads = finish()
     assert pid != parent and threads == [] and digests == expected
+
+
+def test_the_halves_of_a_split_scan_weigh_files_to_hash_by_their_recorded_size():
+    """agent._halfway: a file the stat cache knows costs an lstat; one to hash, by its recorded size."""
+    from patchkeeper.host.agent import _halfway
+
+    jobs = [(f"f{i}", f"/x/f{i}") for i in range(10)]
+    assert _halfway(jobs, {}, {}) == 5
+    big = {"f0": ("blake3:0", 1_000_000, 0o644)}  # as much work as the nine others together, and more
+    assert _halfway(jobs, {}, big) == 1
+    assert _halfway(jobs, {"f0": (1_000_000, 0, 0, 0, "blake3:0")}, big) == 5  # known: an lstat
+    assert _halfway(list(reversed(jobs)), {}, big) == 9
+    assert _halfway([], {}, {}) == 0

@@ -322,12 +322,14 @@ class Agent(AgentContract):
         """
         return self._scan(request)
 
-    def _scan(self, request: ScanRequest, on_walk: OnWalk | None = None, ordered: bool = True) -> ScanResult:
+    def _scan(self, request: ScanRequest, on_walk: OnWalk | None = None, ordered: bool = True,
+              expected: Rows | None = None) -> ScanResult:
         """scan; `on_walk`, with a bytecode request, is called once the walk is done with what it saw
         (the walked dirs, the pycs passed, and the dict the sources' stats are about to fill) and the
         function that digests the second half of the files; it gives a PendingBytecode, whose forked
         process, when it has one, does that half (see audit_tree). Rows come sorted by key unless
-        not `ordered` (a comparison needs no order)."""
+        not `ordered` (a comparison needs no order). `expected` (the recorded rows) only weighs the
+        halves: a file to hash costs by its size."""
         root, paths, walk, absolute = request.root, request.paths, request.walk, request.absolute
         cache, algorithm = request.cache, request.algorithm
         algorithm = algorithm or ALGORITHM
@@ -340,7 +342,8 @@ class Agent(AgentContract):
         jobs: list[tuple[str, str]] = [(rel, f"{root}/{rel}" if rel[:1] != "/" else rel) for rel in names]
         jobs.extend((key, path) for key, path in (absolute or {}).items())
         stats: dict[str, os.stat_result] = {}
-        known, half = cached.entries, len(jobs) // 2
+        known = cached.entries
+        half = _halfway(jobs, known, expected or {}) if on_walk is not None else 0
         beside = None
         if on_walk is not None and pycs is not None:
             beside = on_walk((tuple(walk), pycs, stats), lambda: _digests(jobs[half:], known, algorithm, {}, False))
@@ -380,7 +383,7 @@ class Agent(AgentContract):
         if algorithm not in scans:
             cache = scan.cache
             own = cache if algorithm == ALGORITHM or not cache else f"{cache}.{algorithm}"
-            scans[algorithm] = self._scan(replace(scan, cache=own, algorithm=algorithm), on_walk, False).rows
+            scans[algorithm] = self._scan(replace(scan, cache=own, algorithm=algorithm), on_walk, False, rows).rows
         actual = scans[algorithm]
         if rows == actual:  # the common case, at C speed
             return Comparison({})
@@ -677,6 +680,19 @@ if TYPE_CHECKING:  # annotations only
 
     Digested = Tuple[str, Row, Tuple[int, int, int, int], bool]  # key, row, (size, mtime, ctime, inode), cached
     OnWalk = Callable[[Walked, Callable[[], List[Digested]]], PendingBytecode]
+
+
+def _halfway(jobs: list[tuple[str, str]], known: dict[str, tuple[Any, ...]], expected: Rows) -> int:
+    """Where to cut the jobs in two halves of about equal work: a file the stat cache knows costs an
+    lstat, one to hash about as much as hashing 50 kB more than its recorded size (unknown: 0)."""
+    weights = [1 if key in known else 1 + (expected[key][1] if key in expected else 0) // 50_000
+               for key, _ in jobs]
+    total, acc = sum(weights) / 2, 0
+    for half, weight in enumerate(weights):
+        if acc + weight > total:  # this job on the side that leaves the halves nearer
+            return half + 1 if acc + weight - total < total - acc else half
+        acc += weight
+    return len(jobs)
 
 
 def _digests(jobs: list[tuple[str, str]], known: dict[str, tuple[Any, ...]], algorithm: str,
