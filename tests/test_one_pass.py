@@ -366,7 +366,8 @@ def _same_tick_edits(site, count):
         if not src.is_file() or int.from_bytes(head[4:8], "little") or src.stat().st_size < 8:
             continue
         st = src.stat()
-        if (int.from_bytes(head[8:12], "little"), int.from_bytes(head[12:16], "little")) == (int(st.st_mtime), st.st_size):
+        stamped = (int.from_bytes(head[8:12], "little"), int.from_bytes(head[12:16], "little"))
+        if stamped == (int(st.st_mtime), st.st_size):
             candidates.append((src, pyc))
     picked = candidates[:: max(1, len(candidates) // count)][:count]
     for src, _ in picked:

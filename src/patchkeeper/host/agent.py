@@ -346,7 +346,10 @@ class Agent(AgentContract):
         half = _halfway(jobs, known, expected or {}) if on_walk is not None else 0
         beside = None
         if on_walk is not None and pycs is not None:
-            beside = on_walk((tuple(walk), pycs, stats), lambda: _digests(jobs[half:], known, algorithm, {}, False))
+            def rest() -> list[Digested]:  # in the child its half's stats fill its copy of `stats`, read by
+                return _digests(jobs[half:], known, algorithm, stats, False)  # its pyc verdicts next
+
+            beside = on_walk((tuple(walk), pycs, stats), rest)
         if beside is not None and beside.apart:  # a forked process digests the second half meanwhile
             done = _digests(jobs[:half], known, algorithm, stats, False)
             beside.here()
