@@ -632,7 +632,9 @@ class Agent(AgentContract):
     def audit_tree(self, request: TreeRequest) -> TreeCheck:
         """The managed package against a stored manifest and the bytecode below its site dir in one
         pass: the bytecode check takes the pycs the scan's walk passed and each source's stat from
-        it. With a `seal`, the whole answer is given again while every entry it read is unchanged
+        it. With many pycs, one forked process (disk.fork_call) digests half of the files and judges
+        half of the pycs while this one does the rest; the pycs of sources the comparison then finds
+        changed are judged again here, recompiled and compared. With a `seal`, the whole answer is given again while every entry it read is unchanged
         (seal.py), and sealed anew once the scan's stat cache exists (a cold audit pays no walk for it)."""
         scan = replace(request.scan, bytecode=True)
         root = scan.root
