@@ -28,6 +28,7 @@ def apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bo
 
                 print(f"recorded baseline of {s.target.name}: {cast(RecordExtra, baseline.extra)['files']} files, "
                       f"state {baseline.after.id}{describe(baseline)}")
+            engine.begin_fingerprint(s)
         plan = engine.plan_apply(s, name, force, incoming=incoming)
         if plan is None:
             print(f"{s.target.name}: {name} is already applied; nothing to do")

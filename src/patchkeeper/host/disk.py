@@ -319,15 +319,25 @@ def fork_half(fn: Callable[[Sequence[_T]], _R], items: Sequence[_T]) -> tuple[in
     """Start fn(items[half:]) in a forked process, as git's preloaded index splits its lstat calls
     over threads (here threads would wait on each other: the work is mostly interpreter work).
 
-    Only where it can help and is safe: two CPUs, at least SPLIT_AT items, and no other thread in
-    this process (a fork copies only the calling one, and whatever locks the others hold). fn must
-    only compute (what the child changes is lost) and return marshal-able data. Returns (half, the
-    function that waits for the child and gives its result, computed here instead if the child
-    failed; called with abandon=True when the caller fails, it only ends the child), or None: then
-    the caller does all of it."""
-    if not _split or len(items) < SPLIT_AT or (os.cpu_count() or 1) < 2 or not hasattr(os, "fork") or not alone():
+    Only where it can help and is safe (see fork_call), and for at least SPLIT_AT items. Returns
+    (half, the function that waits for the child and gives its result, computed here instead if the
+    child failed; called with abandon=True when the caller fails, it only ends the child), or None:
+    then the caller does all of it."""
+    if len(items) < SPLIT_AT:
         return None
     half = len(items) // 2
+    finish = fork_call(lambda: fn(items[half:]))
+    return None if finish is None else (half, finish)
+
+
+def fork_call(compute: Callable[[], _R]) -> Callable[..., _R] | None:
+    """Start compute() in a forked process, on the other CPU; the function that waits for it (see
+    fork_half), or None where that cannot help or is unsafe: one CPU, no fork, or another thread
+    in this process (a fork copies only the calling one, and whatever locks the others hold).
+    compute must only compute (what the child changes in memory is lost; files it writes stay)
+    and return marshal-able data."""
+    if not _split or (os.cpu_count() or 1) < 2 or not hasattr(os, "fork") or not alone():
+        return None
     r, w = os.pipe()
     try:
         pid = os.fork()
@@ -335,11 +345,11 @@ def fork_half(fn: Callable[[Sequence[_T]], _R], items: Sequence[_T]) -> tuple[in
         os.close(r)
         os.close(w)
         return None
-    if pid == 0:  # the child: its half down the pipe, then out with none of the parent's cleanup
+    if pid == 0:  # the child: its answer down the pipe, then out with none of the parent's cleanup
         code = 1
         try:
             os.close(r)
-            view = memoryview(marshal.dumps(cast(Any, fn(items[half:]))))
+            view = memoryview(marshal.dumps(cast(Any, compute())))
             while view:
                 view = view[os.write(w, view):]
             code = 0
@@ -364,9 +374,9 @@ def fork_half(fn: Callable[[Sequence[_T]], _R], items: Sequence[_T]) -> tuple[in
                 return cast(_R, marshal.loads(b"".join(chunks)))
             except (ValueError, EOFError, TypeError):
                 pass
-        return fn(items[half:])  # the child failed: its error, if any, is raised here as it would have been
+        return compute()  # the child failed: its error, if any, is raised here as it would have been
 
-    return half, finish
+    return finish
 
 
 def no_split() -> None:

@@ -1,0 +1,197 @@
+"""The change path's costs follow what changed: each distribution's RECORD verdict sealed with the
+identities of the files it read (host/fingerprint.py), the package's layout remembered across
+commands (targets/local.py), the fingerprint taken beside the planning, and the plain forms of
+`apply` and `rollback` parsed without click (launch.py) - each never believed over the files."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import edit_file, fingerprinted
+from patchkeeper.host import disk, distcheck, fingerprint
+
+
+def _take(env) -> dict:
+    state = env.state_dir / "env"
+    return fingerprint.take([str(env.site)], str(state), str(env.site), ("distributions", "native"),
+                            os.path.join(str(env.site), "sglang-0.5.23.dist-info"))
+
+
+def _entry_env(env, kind: str) -> dict:
+    """The fingerprint kept with the newest ledger entry of `kind`, read from the target's store."""
+    entries = [json.loads(p.read_text()) for p in sorted((env.state_dir / "ledger").glob("*.json"))]
+    entry = [e for e in entries if e["kind"] == kind][-1]
+    algo, _, hexd = entry["env"].partition(":")
+    return json.loads((env.state_dir / "store" / "objects" / algo / hexd[:2] / hexd[2:]).read_bytes())
+
+
+def _an_elf_object() -> Path:
+    """A real shared object of this Python's own (an extension module of the standard library)."""
+    import importlib
+
+    for name in ("_json", "_csv", "array", "math", "_struct"):
+        path = getattr(importlib.import_module(name), "__file__", None) or ""
+        if path.endswith(".so"):
+            return Path(path)
+    pytest.fail("this Python has no standard extension module built as a shared object")
+
+
+def test_record_verdicts_are_sealed_and_refused_after_any_change_they_read(env, monkeypatch):
+    """Each distribution's verdict comes back from its seal, with no RECORD read and no file
+    checked, while every file it read keeps its identity; an in-place edit (same size), a file
+    replaced by another inode, a rewritten RECORD and a removed distribution are each checked again
+    and show."""
+    monkeypatch.setattr(disk.StatCache, "GRANULARITY_NS", -10**12)  # seal even this fresh copy
+    # inodes of our own (the copy hardlinks the pristine venv's): edited in place below
+    pip_file = env.site / "pip" / "__init__.py"
+    edit_file(pip_file, pip_file.read_bytes())
+    first = _take(env)
+    assert (env.state_dir / "env" / "records.seal").is_file()
+    assert first["distributions"]["pip"]["differ"] == [] and first["distributions"]["pip"]["files"] > 100
+    assert first["distributions"]["sglang"]["managed"] is True
+
+    checked: list[str] = []
+    real = distcheck.check_record
+
+    def counting(site, name, cache_dir):
+        checked.append(name)
+        return real(site, name, cache_dir)
+
+    monkeypatch.setattr(fingerprint, "check_record", counting)
+    assert _take(env) == first and checked == []  # every verdict from its seal
+
+    data = pip_file.read_bytes()
+    with open(pip_file, "r+b") as f:  # in place, the same size: only the identity's times move
+        f.write(b"#" + data[1:])
+    again = _take(env)
+    assert checked == ["pip-23.2.1.dist-info"]  # only the distribution whose file changed
+    assert again["distributions"]["pip"]["differ"] == [["pip/__init__.py", "changed"]]
+    assert again["distributions"]["setuptools"] == first["distributions"]["setuptools"]
+
+    edit_file(pip_file, data)  # the release's bytes again, in another inode
+    checked.clear()
+    assert _take(env)["distributions"]["pip"]["differ"] == [] and checked == ["pip-23.2.1.dist-info"]
+
+    record = env.site / "setuptools-65.5.0.dist-info" / "RECORD"
+    lines = record.read_text().splitlines(keepends=True)
+    dropped = next(line for line in lines if line.startswith("setuptools/") and ".py," in line)
+    edit_file(record, "".join(line for line in lines if line != dropped).encode())
+    checked.clear()
+    rewritten = _take(env)["distributions"]["setuptools"]
+    assert checked == ["setuptools-65.5.0.dist-info"]
+    assert rewritten["files"] == first["distributions"]["setuptools"]["files"] - 1
+
+    shutil.rmtree(env.site / "setuptools-65.5.0.dist-info")
+    checked.clear()
+    assert "setuptools" not in _take(env)["distributions"] and checked == []
+
+    so = env.site / "pip" / "_speedups.so"  # a new shared object: the native part lists it
+    shutil.copy(_an_elf_object(), so)
+    assert "pip/_speedups.so" in _take(env)["native"]
+
+
+def test_no_record_verdict_is_sealed_within_the_clock_granularity(env):
+    """A fresh copy's files all changed within the granularity: the verdicts are given, never sealed."""
+    _take(env)
+    seals = fingerprint._RecordSeals(str(env.state_dir / "env" / "records.seal"))
+    assert seals.seals == {}
+
+
+def test_the_fingerprint_a_change_records_is_what_the_files_show(env):
+    """apply and rollback take the fingerprint beside their planning (in a second process where
+    they can): the one kept with each entry shows a hand edit of another distribution, a new shared
+    object and a removed distribution made just before the command."""
+    env.pk("apply", "ddtree")
+    assert _entry_env(env, "apply")["distributions"]["pip"]["differ"] == []
+    pip_file = env.site / "pip" / "__init__.py"
+    edit_file(pip_file, pip_file.read_bytes() + b"# by hand\n")
+    env.pk("rollback", "--to", "baseline")
+    assert _entry_env(env, "rollback")["distributions"]["pip"]["differ"] == [["pip/__init__.py", "changed"]]
+    shutil.copy(_an_elf_object(), env.site / "pip" / "_speedups.so")
+    shutil.rmtree(env.site / "setuptools-65.5.0.dist-info")
+    env.pk("apply", "ddtree")
+    fp = _entry_env(env, "apply")
+    assert "pip/_speedups.so" in fp["native"] and "setuptools" not in fp["distributions"]
+    assert all(kept for _, kept in fingerprinted(env))
+
+
+def test_the_package_layout_is_remembered_until_its_files_change(env, monkeypatch):
+    """targets/local.py: the package's layout comes back from ~/.cache/patchkeeper with no RECORD
+    read while the site dirs, the dist-info dir, RECORD and METADATA keep their identities; a new
+    version in METADATA or a RECORD listing another top directory is read again."""
+    from patchkeeper import workspace
+    from patchkeeper.host.agent import Agent
+    from patchkeeper.targets import open_target
+
+    monkeypatch.setattr(disk.StatCache, "GRANULARITY_NS", -10**12)
+    config = workspace.load(env.root).target(None)
+    assert open_target(config).info.version == "0.5.23"
+    asked: list[str] = []
+    real = Agent.dist_info
+
+    def counting(self, sites, package, paths=True):
+        asked.append(package)
+        return real(self, sites, package, paths)
+
+    monkeypatch.setattr(Agent, "dist_info", counting)
+    Agent_memo = __import__("patchkeeper.host.agent", fromlist=["_DIST_INFOS"])._DIST_INFOS
+    Agent_memo.clear()  # this process's memory of answers too: only the cache on disk may answer
+    info = open_target(config).info
+    assert info.version == "0.5.23" and "sglang" in info.tops and asked == []
+
+    dist = env.site / "sglang-0.5.23.dist-info"
+    metadata = dist / "METADATA"
+    edit_file(metadata, metadata.read_bytes().replace(b"Version: 0.5.23", b"Version: 0.5.23.post1"))
+    assert open_target(config).info.version == "0.5.23.post1" and asked == ["sglang"]
+    record = dist / "RECORD"
+    edit_file(record, record.read_bytes() + b"sglang_extra/__init__.py,,\n")
+    assert "sglang_extra" in open_target(config).info.tops and asked == ["sglang", "sglang"]
+
+
+def _run(env, *args: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *kw.get("flags", ()), "-m", "patchkeeper", *args],
+                          capture_output=True, text=True)
+
+
+def _imports(proc: subprocess.CompletedProcess) -> set[str]:
+    return {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+
+
+def test_plain_apply_and_rollback_run_without_click_and_say_what_click_says(env, tmp_path):
+    """`apply NAME` and `rollback --to STATE` in their plain forms are parsed by launch.py: no click,
+    the same output and exit code as click's parse of the same command (`--workspace=DIR`, a form
+    launch.py leaves to click), refusals included; an unknown option is still click's to explain."""
+    from patchkeeper.launch import plain_change
+
+    ws = str(env.root)
+    plain = _run(env, "-w", ws, "apply", "-t", "local", "ddtree", "--no-verify", flags=("-X", "importtime"))
+    assert plain.returncode == 0, plain.stderr[-2000:]
+    modules = _imports(plain)
+    assert "click" not in modules and "patchkeeper.cli" not in modules and "patchkeeper.commands.apply" in modules
+    clicked = _run(env, f"--workspace={ws}", "apply", "ddtree")  # already applied: nothing to do
+    again = _run(env, "-w", ws, "apply", "ddtree")
+    assert (again.returncode, again.stdout, again.stderr) == (clicked.returncode, clicked.stdout, clicked.stderr) \
+        and "already applied" in again.stdout
+
+    back = _run(env, "-w", ws, "rollback", "--to", "baseline", flags=("-X", "importtime"))
+    assert back.returncode == 0 and "click" not in _imports(back)
+    assert "-> (no patch sets)" in back.stdout
+    for args in (["rollback", "--to", "nowhere"], ["apply", "nosuch"], ["apply", "ddtree", "-t", "nowhere"]):
+        mine, theirs = _run(env, "-w", ws, *args), _run(env, f"--workspace={ws}", *args)
+        assert (mine.returncode, mine.stdout, mine.stderr) == (theirs.returncode, theirs.stdout, theirs.stderr), args
+        assert mine.returncode == 2 and "hint:" in mine.stderr, args
+
+    assert plain_change(["apply", "ddtree", "-n", "--force"]) == \
+        ("apply", None, {"dry_run": True, "force": True, "no_verify": False, "target": None, "name": "ddtree"})
+    for form in (["apply"], ["apply", "a", "b"], ["apply", "a", "--force", "--force"], ["apply", "a", "-x"],
+                 ["rollback"], ["rollback", "--to"], ["rollback", "--to", "-x"], ["rollback", "--to=baseline"],
+                 ["apply", "a", "--restore-pristine"], ["apply", "--help"], ["status"]):
+        assert plain_change(form) is None, form  # click's to parse
+    assert "Usage:" in _run(env, "-w", ws, "rollback", "--to", "baseline", "-x").stderr
