@@ -195,3 +195,18 @@ def test_plain_apply_and_rollback_run_without_click_and_say_what_click_says(env,
                  ["apply", "a", "--restore-pristine"], ["apply", "--help"], ["status"]):
         assert plain_change(form) is None, form  # click's to parse
     assert "Usage:" in _run(env, "-w", ws, "rollback", "--to", "baseline", "-x").stderr
+
+
+def test_a_forked_computation_hashes_big_files_after_blake3s_threads_ran(tmp_path):
+    """disk.fork_call after blake3's own thread pool hashed a big file here: a fork does not copy
+    those native threads, so the child hashes on its calling thread instead of waiting on them
+    for ever (the guard below only ends a child that would)."""
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("fork_call forks only where a second CPU can run the child")
+    code = ("import os, sys\nfrom patchkeeper.host import disk\nbig = sys.argv[1]\n"
+            "open(big, 'wb').write(os.urandom(disk._BIG + 1))\nsize = os.path.getsize(big)\n"
+            "here = disk.hash_file(big, size)\nfinish = disk.fork_call(lambda: disk.hash_file(big, size))\n"
+            "print(finish is not None and finish() == here)\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "big")], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.stdout.strip() == "True", proc.stderr[-2000:]

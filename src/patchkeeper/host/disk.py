@@ -46,7 +46,7 @@ def _hasher(size: int = 0, algorithm: str | None = None) -> Any:
         return hashlib.sha256()
     if algorithm != "blake3" or _blake3 is None:
         raise AgentError("no-algorithm", f"this Python cannot hash with {algorithm!r} (it has {ALGORITHM})")
-    if size >= _BIG:
+    if size >= _BIG and not _forked:
         return _blake3.blake3(max_threads=_blake3.blake3.AUTO)
     return _blake3.blake3()
 
@@ -259,6 +259,8 @@ def hostname() -> str:
 BIG_FILE = 1 << 20
 SPLIT_AT = 2048  # from this many small jobs on, a forked second process takes half of them (fork_half)
 _split = True  # off in a process that is itself one of a pool's (no_split)
+_forked = False  # in a child of fork_call: blake3's own thread pool (native threads, which a fork does not
+# copy, and whose locks it may copy held) is not used there: its hashing stays on the calling thread
 
 
 def map_files(fn: Callable[[_T], _R], jobs: Sequence[_T], size: Callable[[_T], int], workers: int,
@@ -346,6 +348,8 @@ def fork_call(compute: Callable[[], _R]) -> Callable[..., _R] | None:
         os.close(w)
         return None
     if pid == 0:  # the child: its answer down the pipe, then out with none of the parent's cleanup
+        global _forked
+        _forked = True
         code = 1
         try:
             os.close(r)
