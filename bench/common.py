@@ -6,6 +6,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -13,6 +14,9 @@ REPO = Path(__file__).resolve().parents[1]
 PRISTINE = Path(os.environ.get("PK_SGLANG_VENV", REPO / ".cache" / "sglang-venv"))
 SITE_REL = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
 PK = [str(REPO / ".venv" / "bin" / "patchkeeper")]
+# patchkeeper's per-user caches (interpreter facts, kept audit answers) in a directory of the run's own,
+# never the user's ~/.cache: a figure must not depend on what earlier runs left there
+CACHE_HOME = Path(os.environ.setdefault("XDG_CACHE_HOME", tempfile.mkdtemp(prefix="pk-bench-cache-")))
 
 
 def run(argv, cwd=None, env=None, quiet=True, ok=(0, 1)) -> float:

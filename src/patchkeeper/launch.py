@@ -1,4 +1,6 @@
-"""The entry point: `audit`, `apply` and `rollback` in their plain forms run without loading click; everything else goes to cli.py.
+"""The entry point: `audit`, `apply` and `rollback` in their plain forms run without loading click, and
+audit's answer is given again without running while nothing it read has changed (replay.py);
+everything else goes to cli.py.
 
 click costs about as much as the whole of a warm audit's own work, so its commonest forms
 (`patchkeeper [-w DIR] audit [-q] [-v] [--json] [-t NAME]`, and `apply NAME` / `rollback --to STATE`
@@ -99,19 +101,33 @@ def main() -> None:
         from .verb import run_verb
 
         verb, workspace_dir, options = change
-        run_verb(_change, verb, workspace_dir, options)
+        run_verb(_change, verb, workspace_dir, options)  # exits
+    from . import replay
+
+    sealed: tuple | None = None
+    try:
+        sealed = replay.key(argv)
+    except OSError:  # no working directory (removed under us): the audit says what it can
+        pass
+    else:
+        replay.answer(sealed)  # the recorded answer, when nothing it read has changed: exits here
     from .verb import run_verb
 
-    run_verb(_audit, *plain)
+    run_verb(_audit, *plain, sealed)
 
 
-def _audit(workspace_dir: str | None, options: dict) -> int:
-    from . import workspace
-    from .commands.audit import audit
+def _audit(workspace_dir: str | None, options: dict, sealed: tuple | None) -> int:
+    from . import replay
 
-    ws = workspace.load(workspace.find(workspace_dir))
-    return audit(ws, options["target"], [], False, options["as_json"], options["verbose"], options["quiet"])
+    with replay.Recording() as rec:
+        from . import workspace
+        from .commands.audit import audit
 
+        ws = workspace.load(workspace.find(workspace_dir))
+        code = audit(ws, options["target"], [], False, options["as_json"], options["verbose"], options["quiet"])
+    if sealed is not None:
+        rec.save(sealed, code)  # or not, and why not: only time is lost
+    return code
 
 
 def _change(verb: str, workspace_dir: str | None, options: dict) -> int:

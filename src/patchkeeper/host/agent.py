@@ -20,6 +20,7 @@ from .disk import (
     TEMP_PREFIX,
     StatCache,
     algorithm_of,
+    reading_cache,
     entry_row,
     fsync_dir,
     fsync_path,
@@ -398,6 +399,7 @@ class Agent(AgentContract):
         path = os.path.join(os.path.dirname(store), "manifest-cache", digest.replace(":", "-") + ".rows")
         stamp = [_MANIFEST_CACHE, list(sys.version_info[:2]), digest, ident]
         if ident is not None:
+            reading_cache(path)
             try:
                 with open(path, "rb") as f:
                     head, rows = marshal.loads(f.read())

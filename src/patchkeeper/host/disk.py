@@ -11,12 +11,15 @@ import os
 import stat
 import sys
 import time
-from typing import Any, Callable, Iterator, Sequence, TypeVar, cast
 
 from .errors import AgentError
 
-_T = TypeVar("_T")
-_R = TypeVar("_R")
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing (with re) costs a command's start about 10 ms
+    from typing import Any, Callable, Iterator, Sequence, TypeVar
+
+    _T = TypeVar("_T")
+    _R = TypeVar("_R")
 
 _blake3: Any
 try:  # blake3 is patchkeeper's hash; a host without it falls back to sha256 (and says so).
@@ -145,6 +148,17 @@ def discard(path: str) -> None:
         pass
 
 
+_cache_readers: list[Callable[[str], None]] = []
+
+
+def reading_cache(path: str) -> None:
+    """Say that the file at `path` is a cache: what is read from it is never trusted over the files
+    it caches (keyed by their stat identity), so no answer depends on it. replay.py's recording
+    listens here, to leave caches out of an answer's inputs; otherwise nothing does."""
+    for reader in _cache_readers:
+        reader(path)
+
+
 class StatCache:
     """Digest cache keyed by (size, mtime_ns, ctime_ns, inode), immune to racily clean files.
 
@@ -166,6 +180,7 @@ class StatCache:
         self.fresh: dict[str, tuple[Any, ...]] = {}
         self.started_ns = time.time_ns()
         if path:
+            reading_cache(path)
             try:
                 with open(path, "rb") as f:
                     stamp, entries = marshal.loads(f.read())
@@ -237,7 +252,7 @@ def listing(path: str, listings: StatCache | None = None) -> list[tuple[str, boo
             return None
         known = listings.lookup(path, st)
         if known is not None:
-            return cast("list[tuple[str, bool]]", known)
+            return known  # type: ignore[no-any-return]
     try:
         with os.scandir(path) as it:
             entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
@@ -353,7 +368,7 @@ def fork_call(compute: Callable[[], _R]) -> Callable[..., _R] | None:
         code = 1
         try:
             os.close(r)
-            view = memoryview(marshal.dumps(cast(Any, compute())))
+            view = memoryview(marshal.dumps(compute()))  # type: ignore[arg-type]
             while view:
                 view = view[os.write(w, view):]
             code = 0
@@ -372,10 +387,10 @@ def fork_call(compute: Callable[[], _R]) -> Callable[..., _R] | None:
             os.close(r)  # an abandoned child's next write fails, and it exits
             status = os.waitpid(pid, 0)[1]
         if abandon:
-            return cast(_R, None)
+            return None  # type: ignore[return-value]
         if status == 0:
             try:
-                return cast(_R, marshal.loads(b"".join(chunks)))
+                return marshal.loads(b"".join(chunks))  # type: ignore[no-any-return]
             except (ValueError, EOFError, TypeError):
                 pass
         return compute()  # the child failed: its error, if any, is raised here as it would have been
@@ -385,8 +400,15 @@ def fork_call(compute: Callable[[], _R]) -> Callable[..., _R] | None:
 
 def no_split() -> None:
     """No fork_half in this process: it is one of a pool's workers, which already keep the CPUs busy."""
+    allow_split(False)
+
+
+def allow_split(allowed: bool) -> bool:
+    """Allow fork_half in this process, or not (replay.py's recording: a child's reads are out of
+    its sight); returns whether it was allowed."""
     global _split
-    _split = False
+    was, _split = _split, allowed
+    return was
 
 
 def alone() -> bool:

@@ -16,7 +16,8 @@ import time
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from . import elf, seal
-from .disk import ALGORITHM, STAGE_PREFIX, TEMP_PREFIX, StatCache, hash_file, normalize_name, write_atomic
+from .disk import (ALGORITHM, STAGE_PREFIX, TEMP_PREFIX, StatCache, hash_file, normalize_name, reading_cache,
+                   write_atomic)
 from .distcheck import check_record
 from .distinfo import record_paths
 
@@ -120,6 +121,7 @@ class _RecordSeals:
         self.seals: Dict[str, Any] = {}
         self.dirty = False
         if path is not None:
+            reading_cache(path)
             try:
                 with open(path, "rb") as f:
                     stamp, seals = marshal.loads(f.read())

@@ -19,9 +19,12 @@ import stat
 import sys
 import time
 from array import array
-from typing import Any, Callable, Iterable, List, Optional, Tuple
 
-from .disk import StatCache, split_work, write_atomic
+from .disk import StatCache, reading_cache, split_work, write_atomic
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only (typing costs a command's start about 10 ms)
+    from typing import Any, Callable, Iterable, List, Optional, Tuple
 
 FORMAT = ("pk-seal", 1, tuple(sys.version_info[:2]))
 _ABSENT = (-1, 0, 0, 0)
@@ -33,7 +36,8 @@ def identities(paths: List[str]) -> bytes:
     return b"".join(split_work(_identities, paths))
 
 
-def _identities(paths: Iterable[str], stat_of: Callable[[str], os.stat_result] = os.lstat) -> bytes:
+def _identities(paths: Iterable[str], stat_of: Optional[Callable[[str], os.stat_result]] = None) -> bytes:
+    stat_of = stat_of or os.lstat  # looked up at each call, as every stat of ours is (replay.py notes them there)
     out: List[int] = []
     extend = out.extend
     for path in paths:
@@ -56,6 +60,7 @@ def settled(ids: bytes, started_ns: int) -> bool:
 
 def load(path: str, key: Any) -> Optional[Any]:
     """The answer sealed at `path` for `key` when every entry is as it was, else None."""
+    reading_cache(path)
     try:
         with open(path, "rb") as f:
             stamp, sealed_key, names, ids, answer = marshal.loads(f.read())

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from ..host.agent import Agent
 from ..host.contract import AgentContract, Answer, DistInfo, Interpreter, InterpreterFacts
-from ..host.disk import write_atomic
+from ..host.disk import reading_cache, write_atomic
 from .base import Target, memo
 from ..workspace import TargetConfig
 
@@ -96,6 +96,7 @@ class LocalTarget(Target):
         from ..host import seal
 
         cache = os.path.join(_cache_home(), "dist-infos.json")
+        reading_cache(cache)
         key = json.dumps([self.config.python, package, sites])
         try:
             with open(cache, "rb") as f:
@@ -144,6 +145,7 @@ def _remembered(python: str, file: str, field: str, kind: type[A], compute: Call
     except OSError:
         return compute()  # a missing interpreter: let the real run say why
     cache = os.path.join(_cache_home(), file)
+    reading_cache(cache)
     try:
         with open(cache, "rb") as f:
             known = json.loads(f.read())
