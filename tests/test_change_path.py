@@ -210,3 +210,48 @@ def test_a_forked_computation_hashes_big_files_after_blake3s_threads_ran(tmp_pat
     proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "big")], capture_output=True, text=True,
                           timeout=300)
     assert proc.stdout.strip() == "True", proc.stderr[-2000:]
+
+
+_CLASSES = '''
+import dataclasses, inspect, sys
+from patchkeeper import classcache
+if sys.argv[1] == "cached":
+    classcache.install()
+from patchkeeper.host.contract import DistInfo, ScanRequest
+from patchkeeper.ledger import LedgerEntry, State
+
+@dataclasses.dataclass(frozen=True)
+class Value:
+    name: str
+    size: int = 0
+    tags: tuple = dataclasses.field(default_factory=tuple)
+
+v = Value("a", 1)
+try:
+    v.size = 2
+    frozen = "no"
+except dataclasses.FrozenInstanceError:
+    frozen = "yes"
+print(repr(v), v == Value("a", 1), hash(v) == hash(Value("a", 1)), frozen, Value.__init__.__annotations__,
+      str(inspect.signature(Value.__init__)), [f.name for f in dataclasses.fields(ScanRequest)],
+      repr(DistInfo("s", "d", "1", ())), str(inspect.signature(State.__init__)), len(classcache._new))
+'''
+
+
+def test_remembered_dataclass_methods_build_the_same_classes(tmp_path):
+    """classcache.install: classes built with the remembered compilations behave as plain
+    dataclasses' (repr, eq, hash, frozen, the __init__ signature and its annotations, fields); the
+    first run compiles and writes the table, the next compiles nothing."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+
+    def run(mode: str) -> list[str]:
+        proc = subprocess.run([sys.executable, "-c", _CLASSES, mode], capture_output=True, text=True, env=env)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return proc.stdout.rsplit(" ", 1)
+
+    plain, _ = run("plain")
+    first, compiled = run("cached")
+    assert first == plain and int(compiled) > 20
+    assert (tmp_path / "cache" / "patchkeeper").glob("dataclass-code-*.marshal")
+    again, compiled = run("cached")
+    assert again == plain and compiled.strip() == "0"  # every method's code came from the table

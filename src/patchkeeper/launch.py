@@ -92,6 +92,9 @@ def main() -> None:
     completing = any(k.endswith("_COMPLETE") for k in os.environ)
     plain = None if completing else plain_audit(argv)
     if plain is None:
+        from .classcache import install
+
+        install()  # before any of our value classes is built
         change = None if completing else plain_change(argv)
         if change is None:
             from .cli import main as cli_main
@@ -111,6 +114,9 @@ def main() -> None:
         pass
     else:
         replay.answer(sealed)  # the recorded answer, when nothing it read has changed: exits here
+    from .classcache import install
+
+    install()
     from .verb import run_verb
 
     run_verb(_audit, *plain, sealed)
