@@ -273,7 +273,7 @@ def hostname() -> str:
 
 BIG_FILE = 1 << 20
 SPLIT_AT = 2048  # from this many small jobs on, a forked second process takes half of them (fork_half)
-_split = True  # off in a process that is itself one of a pool's (no_split)
+_split = True  # off in a process that is itself one of a pool's (no_split), or a forked child (fork_call)
 _forked = False  # in a child of fork_call: blake3's own thread pool (native threads, which a fork does not
 # copy, and whose locks it may copy held) is not used there: its hashing stays on the calling thread
 
@@ -347,12 +347,17 @@ def fork_half(fn: Callable[[Sequence[_T]], _R], items: Sequence[_T]) -> tuple[in
     return None if finish is None else (half, finish)
 
 
-def fork_call(compute: Callable[[], _R]) -> Callable[..., _R] | None:
-    """Start compute() in a forked process, on the other CPU; the function that waits for it (see
-    fork_half), or None where that cannot help or is unsafe: one CPU, no fork, or another thread
-    in this process (a fork copies only the calling one, and whatever locks the others hold).
-    compute must only compute (what the child changes in memory is lost; files it writes stay)
-    and return marshal-able data."""
+def fork_call(fn: Callable[[], _R]) -> Callable[..., _R] | None:
+    """Start fn() in a forked process while the caller goes on.
+
+    Only where it can help and is safe: two CPUs, and no other thread in this process (a fork
+    copies only the calling one, and whatever locks the others hold). fn must only compute (what
+    the child changes is lost; files it writes stay) and return marshal-able data; in the child no
+    further fork is made (it is already one of two), and blake3 hashes on the calling thread (see
+    _forked). Returns the function that waits for the child and gives its result (computed here
+    instead if the child failed, so its error, if any, is raised here; called with abandon=True
+    when the caller fails, it only ends the child), or None: then the caller does the work itself."""
+    global _split, _forked
     if not _split or (os.cpu_count() or 1) < 2 or not hasattr(os, "fork") or not alone():
         return None
     r, w = os.pipe()
@@ -362,13 +367,13 @@ def fork_call(compute: Callable[[], _R]) -> Callable[..., _R] | None:
         os.close(r)
         os.close(w)
         return None
-    if pid == 0:  # the child: its answer down the pipe, then out with none of the parent's cleanup
-        global _forked
-        _forked = True
+    if pid == 0:  # the child: its result down the pipe, then out with none of the parent's cleanup
         code = 1
         try:
+            _split = False
+            _forked = True
             os.close(r)
-            view = memoryview(marshal.dumps(compute()))  # type: ignore[arg-type]
+            view = memoryview(marshal.dumps(fn()))  # type: ignore[arg-type]
             while view:
                 view = view[os.write(w, view):]
             code = 0
@@ -393,7 +398,7 @@ def fork_call(compute: Callable[[], _R]) -> Callable[..., _R] | None:
                 return marshal.loads(b"".join(chunks))  # type: ignore[no-any-return]
             except (ValueError, EOFError, TypeError):
                 pass
-        return compute()  # the child failed: its error, if any, is raised here as it would have been
+        return fn()  # the child failed: its error, if any, is raised here as it would have been
 
     return finish
 
