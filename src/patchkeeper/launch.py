@@ -108,31 +108,39 @@ def main() -> None:
     from . import replay
 
     sealed: tuple | None = None
+    ran_before = False
     try:
         sealed = replay.key(argv)
     except OSError:  # no working directory (removed under us): the audit says what it can
         pass
     else:
-        replay.answer(sealed)  # the recorded answer, when nothing it read has changed: exits here
+        ran_before = replay.answer(sealed)  # the kept answer, when nothing it read has changed: exits here
     from .classcache import install
 
     install()
     from .verb import run_verb
 
-    run_verb(_audit, *plain, sealed)
+    run_verb(_audit, *plain, sealed, ran_before)
 
 
-def _audit(workspace_dir: str | None, options: dict, sealed: tuple | None) -> int:
+def _audit(workspace_dir: str | None, options: dict, sealed: tuple | None, record: bool) -> int:
+    """Audit; with `record`, record the run and keep its answer for `sealed` (see replay.py), else
+    only note that this command ran here (its next run is recorded)."""
+    from contextlib import nullcontext
+
     from . import replay
 
-    with replay.Recording() as rec:
+    with replay.Recording() if sealed is not None and record else nullcontext() as rec:
         from . import workspace
         from .commands.audit import audit
 
         ws = workspace.load(workspace.find(workspace_dir))
         code = audit(ws, options["target"], [], False, options["as_json"], options["verbose"], options["quiet"])
     if sealed is not None:
-        rec.save(sealed, code)  # or not, and why not: only time is lost
+        if rec is not None:
+            rec.keep_output(sealed, code)  # or not, and why not: only time is lost
+        else:
+            replay.mark(sealed)
     return code
 
 

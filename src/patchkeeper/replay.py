@@ -1,31 +1,33 @@
-"""A plain audit's answer, kept whole and printed again while nothing it read has changed.
+"""A plain audit's answer, kept whole and given again while nothing it read has changed.
 
 A warm `audit` of an unchanged target spends most of its time starting: the interpreter, our
 modules, the workspace, the ledger. Its answer is a function of what it read, so the run that
 computes it also records every input, by construction rather than by a list kept by hand:
 
-- every path the process opens, lists, stats or lstats (Python's audit hooks report each open and
-  listing, from whatever module and however the function was bound; `os.stat`, `os.lstat` and
-  `os.access` are wrapped, as our code looks them up at each call), every entry of each listed
-  directory (a listing's DirEntry answers its stat without a call), and the files of every loaded
-  module (our own code among them);
+- every path the process opens, lists, stats, lstats or reads as a link (Python's audit hooks
+  report each open and listing, from whatever module and however the function was bound;
+  `os.stat`, `os.lstat`, `os.access` and `os.readlink` are wrapped, as our code looks them up at
+  each call), every entry of each listed directory (a listing's DirEntry answers its stat without
+  a call), and the files of every loaded module (our own code among them);
 - every environment variable read (os.environ is a recording mapping while the run lasts);
-- the command line, working directory, user, interpreter and whether stdout and stderr are TTYs.
+- the command line, working directory, user, interpreter, its flags, and whether stdout and
+  stderr are TTYs.
 
 The next identical command lstats those paths (a symlink is also followed) and compares their
 identities (size, mtime_ns, ctime_ns, inode: seal.py's) and the variables' values; when all are as
 they were, it prints the recorded output and exits with the recorded code. Anything else runs the
-audit in full, as before.
+audit in full, as before. (`audit --all` keeps each local target's report the same way.)
 
 Caches are no inputs: a cache is never trusted over the files it caches (keyed by their stat
 identity, which is an input), and the code that reads one says so (disk.reading_cache). What the
 run writes can only be its caches (audit is a reading verb); a run that wrote any is not kept, and
-the next one, which finds them, is. Nothing is recorded when the run could have read
-what this process cannot see: it started a process, forked, or opened a socket (a target behind
-SSH, an interpreter of another version); when it wrote to stderr (a warning, a recovery, a note);
-when it ended in an error; or when any input changed within the file system's timestamp
-granularity of the run's start (the racily-clean rule), since a change made while it ran must
-show next time. A replay that cannot be used only costs time.
+the next one, which finds them, is. Nothing is kept when the run could have read what this
+process cannot see: it started a process, forked, opened a socket (a target behind SSH, an
+interpreter of another version) or listed a directory by descriptor; when it wrote to stderr (a
+warning, a recovery, a note) or around stdout's text; when it ended in an error; or when any
+input changed within the file system's timestamp granularity of the run's start (the
+racily-clean rule), since a change made while it ran must show next time. A kept answer that
+cannot be used only costs time.
 """
 
 from __future__ import annotations
@@ -35,8 +37,9 @@ import os
 import sys
 import time
 import zlib
+from _thread import get_ident
 
-FORMAT = ("pk-replay", 1)
+FORMAT = ("pk-replay", 2)
 _ALL = "\0all"  # the whole environment was read (iterated or copied)
 _WRITES = ("w", "a", "x", "+")
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
@@ -47,34 +50,46 @@ _CHANGES = ("os.rename", "os.remove", "os.rmdir", "os.mkdir", "os.link", "os.sym
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only (typing costs the replay ~10 ms)
-    from typing import Any, Iterator, Optional
+    from typing import Any, Callable, Iterator, Optional
 
 
 def key(argv: list[str]) -> tuple:
     """What, besides the inputs, the command's answer depends on."""
-    return (FORMAT, tuple(argv), os.getcwd(), os.geteuid(), sys.executable, sys.version, os.isatty(1), os.isatty(2),
-            getattr(sys.stdout, "encoding", None))
+    return (FORMAT, tuple(argv), os.getcwd(), os.geteuid(), sys.executable, sys.version, tuple(sys.flags),
+            os.isatty(1), os.isatty(2), getattr(sys.stdout, "encoding", None))
 
 
 def path_of(k: tuple) -> str:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "patchkeeper", "replay", "%08x" % zlib.crc32(marshal.dumps(k)))
+    # named by the key's repr: its marshal form is not canonical (shared objects are written as references)
+    return os.path.join(base, "patchkeeper", "replay", "%08x" % zlib.crc32(repr(k).encode()))
 
 
-def answer(k: tuple) -> None:
-    """Print the recorded answer for `k` and exit with its code, if every input is as it was."""
+def recall(k: tuple) -> Any:
+    """What was kept for `k` (Recording.keep), if every input it was computed from is as it was; else None."""
     try:
         with open(path_of(k), "rb") as f:
-            stamp, recorded, env, lnames, lids, fnames, fids, wnames, wids, out, code = marshal.loads(f.read())
+            stamp, recorded, env, lnames, lids, fnames, fids, wnames, wids, payload = marshal.loads(f.read())
     except (OSError, ValueError, EOFError, TypeError):
-        return
+        return None
     if stamp != FORMAT or recorded != k or env != _env_values(env):
-        return
+        return None
     from .host import seal
 
     if (seal.identities(lnames.split("\0")) != lids or seal._identities(_split(fnames), os.stat) != fids
             or _weak_identities(_split(wnames)) != wids):
-        return
+        return None
+    return payload
+
+
+def answer(k: tuple) -> bool:
+    """Print the output kept for the command `k` (Recording.keep_output) and exit with its code, if
+    every input it read is as it was; else whether this command ran here before (mark), so that
+    its run is worth recording: a first run (a cold one, most likely) pays nothing for it."""
+    kept = recall(k)
+    if kept is None:
+        return os.path.exists(path_of(k))
+    out, code = kept
     try:
         view = memoryview(out)
         while view:
@@ -82,6 +97,38 @@ def answer(k: tuple) -> None:
     except BrokenPipeError:  # the reader left (`| head`): as run_verb ends then
         os._exit(141)
     sys.exit(code)
+
+
+def mark(k: tuple) -> None:
+    """Note that the command `k` ran here, unrecorded: its next run is recorded."""
+    from .host.disk import write_atomic
+
+    target = path_of(k)
+    try:
+        os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
+        write_atomic(target, marshal.dumps((FORMAT, k)), 0o600, durable=False)
+    except OSError:
+        pass
+
+
+def remembered(k: tuple, compute: Callable[[], Any]) -> Any:
+    """compute()'s value (picklable), kept for `k` and given again while its inputs are as they
+    were; computed afresh, without recording, inside another recording (one per process at a time)."""
+    import pickle
+
+    kept = recall(k)
+    if kept is not None:
+        return pickle.loads(kept)
+    if _active is not None:
+        return compute()
+    if not os.path.exists(path_of(k)):  # a first run: only noted
+        value = compute()
+        mark(k)
+        return value
+    with Recording() as rec:
+        value = compute()
+    rec.keep(k, pickle.dumps(value))
+    return value
 
 
 def _split(names: str) -> list:
@@ -178,7 +225,9 @@ def _hook(event: str, args: tuple) -> None:
         rec.note(where, rec.written if written else rec.read)
     elif event in ("os.listdir", "os.scandir"):
         where = args[0]
-        if not isinstance(where, int):
+        if isinstance(where, int):  # a listing by descriptor names no path to check again
+            rec.tainted = rec.tainted or f"{event} of a file descriptor"
+        else:
             rec.note("." if where is None else where, rec.listed)
     elif event.startswith(_CHANGES):
         for where in args[:2] if event in ("os.rename", "os.link", "os.symlink") else args[:1]:
@@ -192,8 +241,8 @@ _hooked = False
 
 
 class Recording:
-    """`with Recording() as rec:` notes the inputs of what runs inside; `rec.save(k, code)` then
-    keeps the answer for `answer(k)`, when it may be kept (see the module's docstring)."""
+    """`with Recording() as rec:` notes the inputs of what runs inside; `rec.keep(k, payload)` then
+    keeps a payload for `recall(k)`, when it may be kept (see the module's docstring)."""
 
     def __init__(self) -> None:
         self.read: set = set()
@@ -202,11 +251,14 @@ class Recording:
         self.weak: set = set()  # directories realpath passed through: only that each is still that directory
         self.caches: set = set()  # files read as caches (disk.reading_cache): never an answer's input
         self.env: set = set()
-        self._resolving = 0
+        self._resolving: dict = {}  # thread -> depth of realpath calls it is in
         self.tainted: Optional[str] = None
         self.started = 0
 
     def note(self, where: Any, into: set) -> None:
+        if where.__class__ is str and where[:1] == "/":  # most are: kept as given (checked again as given)
+            into.add(where)
+            return
         try:
             into.add(os.path.abspath(os.fsdecode(where)))
         except (TypeError, ValueError):
@@ -223,31 +275,39 @@ class Recording:
         self._disk = disk
         disk._cache_readers.append(self._cache)
         self.started = time.time_ns()
-        self._saved = (os.stat, os.lstat, os.access, os.path.realpath, os.environ, sys.stdout, sys.stderr)
-        stat, lstat, access, realpath = os.stat, os.lstat, os.access, os.path.realpath
+        self._saved = (os.stat, os.lstat, os.access, os.readlink, os.path.realpath, os.environ, sys.stdout, sys.stderr)
+        stat, lstat, access, readlink, realpath = os.stat, os.lstat, os.access, os.readlink, os.path.realpath
 
         def noted_stat(where: Any, *a: Any, **kw: Any) -> os.stat_result:
             if not isinstance(where, int):
                 self.note(where, self.read)
             return stat(where, *a, **kw)
 
+        resolving, thread = self._resolving, get_ident
+
         def noted_lstat(where: Any, *a: Any, **kw: Any) -> os.stat_result:
-            self.note(where, self.weak if self._resolving else self.read)
+            self.note(where, self.weak if resolving.get(thread()) else self.read)
             return lstat(where, *a, **kw)
 
+        def noted_readlink(where: Any, *a: Any, **kw: Any) -> Any:
+            self.note(where, self.weak if resolving.get(thread()) else self.read)  # a link's identity: its text
+            return readlink(where, *a, **kw)
+
         def noted_realpath(where: Any, *a: Any, **kw: Any) -> Any:
-            self._resolving += 1  # its lstat of each component only asks: a link, or not?
+            me = thread()  # its lstat of each component only asks: a link, or not? (this thread's only)
+            resolving[me] = resolving.get(me, 0) + 1
             try:
                 return realpath(where, *a, **kw)
             finally:
-                self._resolving -= 1
+                resolving[me] -= 1
 
         def noted_access(where: Any, *a: Any, **kw: Any) -> bool:
             if not isinstance(where, int):
                 self.note(where, self.read)
             return access(where, *a, **kw)
 
-        os.stat, os.lstat, os.access, os.path.realpath = noted_stat, noted_lstat, noted_access, noted_realpath  # type: ignore[assignment]
+        os.stat, os.lstat, os.access = noted_stat, noted_lstat, noted_access  # type: ignore[assignment]
+        os.readlink, os.path.realpath = noted_readlink, noted_realpath  # type: ignore[assignment]
         os.environ = _recording_environ(os.environ, self.env)
         self.out, self.err = _Tee(sys.stdout, self), _Tee(sys.stderr, self)
         sys.stdout, sys.stderr = self.out, self.err  # type: ignore[assignment]
@@ -262,10 +322,16 @@ class Recording:
         _active = None
         self._disk._cache_readers.remove(self._cache)
         self._disk.allow_split(self._split)
-        os.stat, os.lstat, os.access, os.path.realpath, os.environ, sys.stdout, sys.stderr = self._saved  # type: ignore[misc]
+        os.stat, os.lstat, os.access, os.readlink, os.path.realpath, os.environ, sys.stdout, sys.stderr = self._saved  # type: ignore[misc]
 
-    def save(self, k: tuple, code: int) -> Optional[str]:
-        """Keep the answer for `k`; None when kept, else why not."""
+    def keep_output(self, k: tuple, code: int) -> Optional[str]:
+        """Keep what the run printed and its exit code for answer(k); see keep."""
+        out = "".join(self.out.parts).encode(getattr(sys.stdout, "encoding", None) or "utf-8", "replace")
+        return self.keep(k, (out, code))
+
+    def keep(self, k: tuple, payload: Any) -> Optional[str]:
+        """Keep `payload` (marshal-able) for recall(k) with the identities of the run's inputs;
+        None when kept, else why not (see the module's docstring)."""
         why = self._refusal()
         if why is not None:
             return why
@@ -281,12 +347,11 @@ class Recording:
         if not seal.settled(lids + fids, self.started):
             return "an input changed within the timestamp granularity of the run"
         env = {_ALL: dict(os.environ)} if _ALL in self.env else {n: os.environ.get(n) for n in self.env}
-        out = "".join(self.out.parts).encode(getattr(sys.stdout, "encoding", None) or "utf-8", "replace")
         target = path_of(k)
         try:
             os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
             write_atomic(target, marshal.dumps((FORMAT, k, env, "\0".join(names), lids, "\0".join(links), fids,
-                                                "\0".join(weak), wids, out, code)), 0o600, durable=False)
+                                                "\0".join(weak), wids, payload)), 0o600, durable=False)
         except OSError as exc:
             return f"cannot write {target}: {exc}"
         return None
