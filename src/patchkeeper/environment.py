@@ -78,8 +78,8 @@ class Taking:
         self._child: Callable[..., dict] | None = None
         from .host.agent import Agent
 
-        if alongside is not None and changes_objects(alongside):
-            self._take()
+        if alongside is not None and changes_objects(alongside):  # a shared object changes: the fingerprint
+            self._take()  # (which reads every one) is taken before any file changes, as the change's context
         elif isinstance(target.agent, Agent):  # an agent in this process; a proxy's channel carries one call at a time
             from .host.disk import fork_call
 
@@ -141,9 +141,10 @@ def changes_objects(paths: list[str]) -> bool:
 
 
 def taking(target: Target, alongside: list[str] | None) -> Taking:
-    """Begin taking the target's fingerprint for a transaction that changes the files `alongside`: on
-    a thread of its own where the target's agent runs in this process, so that it overlaps the
-    transaction's waits for the disk; else when `record` asks. It reads the environment around the
+    """Begin taking the target's fingerprint for a transaction that changes the files `alongside`:
+    where the target's agent runs in this process, in a forked process on the other CPU (disk.fork_call)
+    or, where none may be forked, on a thread, so that it overlaps the transaction (and its waits for
+    the disk); else when `record` asks. It reads the environment around the
     package (other distributions against their RECORD, the system) and every shared object below the
     site dirs: when the transaction changes one of those, it is taken first, before any file changes.
     `alongside` None: the files are not known yet (a command begins it before planning, as
