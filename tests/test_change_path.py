@@ -270,3 +270,21 @@ def test_remembered_dataclass_methods_build_the_same_classes(tmp_path):
     assert (tmp_path / "cache" / "patchkeeper").glob("dataclass-code-*.marshal")
     again, compiled = run("cached")
     assert again == plain and compiled.strip() == "0"  # every method's code came from the table
+
+
+def test_manifest_text_quotes_as_each_key_alone_would_say():
+    """host/manifest_text.write_rows decides with one scan of all keys whether any needs quoting
+    (then every ambiguous one is quoted): the same decision as asking each key (_AMBIGUOUS), for a
+    quote at the start of the first or a later key, a backslash, a control character, none; and
+    the text reads back to the same rows."""
+    from patchkeeper.host import manifest_text
+
+    row = ("blake3:" + "0" * 64, 3, 0o644)
+    cases = [["a.py", "b/c.py"], ['"q.py', "z.py"], ["a.py", '"q.py'], ["a.py", 'b"q.py'], ["a\\b.py", "z.py"],
+             ["a.py", "b\x01.py"], ["a.py", "b\x7f.py"], ["a.py", "tab\there.py"]]
+    for keys in cases:
+        rows = {k: row for k in sorted(keys)}
+        text = manifest_text.write_rows(rows)
+        any_ambiguous = any(manifest_text._AMBIGUOUS.search(k) for k in keys)
+        assert (b'"' in text.replace(b'b"q.py', b"")) == any_ambiguous, keys
+        assert manifest_text.parse(text) == rows, keys
