@@ -288,3 +288,31 @@ def test_manifest_text_quotes_as_each_key_alone_would_say():
         any_ambiguous = any(manifest_text._AMBIGUOUS.search(k) for k in keys)
         assert (b'"' in text.replace(b'b"q.py', b"")) == any_ambiguous, keys
         assert manifest_text.parse(text) == rows, keys
+
+
+def test_parsed_toml_and_diffs_are_remembered_by_their_text(env):
+    """parsed.py: the second `apply` of the same patch set parses neither its TOML nor its diffs
+    (no tomllib, no unidiff loaded) and plans the same; a patch file whose text changed is parsed
+    again, and a broken one is refused with the parser's own words, every time."""
+    from patchkeeper import parsed
+
+    ws = str(env.root)
+    first = _run(env, "-w", ws, "apply", "ddtree", "-n", flags=("-X", "importtime"))
+    assert first.returncode == 0 and {"tomllib", "unidiff"} <= _imports(first)
+    again = _run(env, "-w", ws, "apply", "ddtree", "-n", flags=("-X", "importtime"))
+    assert again.returncode == 0 and again.stdout == first.stdout
+    assert not {"tomllib", "unidiff"} & _imports(again)  # both from the tables kept by the first run
+
+    patch = sorted((env.root / "patchsets" / "ddtree").glob("*.patch"))[0]
+    text = patch.read_text()
+    patch.write_text(text.replace("@@ -", "@@ -9", 1))  # another text: parsed again, and found not to fit
+    changed = _run(env, "-w", ws, "apply", "ddtree", "-n", flags=("-X", "importtime"))
+    assert "unidiff" in _imports(changed) and changed.stdout != first.stdout
+    patch.write_text(text)
+
+    toml = env.root / "patchsets" / "ddtree" / "patchset.toml"
+    toml.write_text(toml.read_text() + "\n[broken\n")
+    for _ in range(2):  # an error is never kept: the parser says it each time
+        bad = _run(env, "-w", ws, "apply", "ddtree", "-n")
+        assert bad.returncode == 2 and "malformed TOML" in bad.stderr
+    assert parsed.toml('a = 1\n[t]\nb = "x"\n') == {"a": 1, "t": {"b": "x"}}
