@@ -316,3 +316,29 @@ def test_parsed_toml_and_diffs_are_remembered_by_their_text(env):
         bad = _run(env, "-w", ws, "apply", "ddtree", "-n")
         assert bad.returncode == 2 and "malformed TOML" in bad.stderr
     assert parsed.toml('a = 1\n[t]\nb = "x"\n') == {"a": 1, "t": {"b": "x"}}
+
+
+def test_the_table_of_compiled_methods_keeps_what_is_used_once_it_grows(tmp_path, monkeypatch):
+    """classcache: a table grown past KEEP entries (classes of many versions) is written back with
+    only the methods this run used."""
+    import dataclasses
+    import marshal
+
+    from patchkeeper import classcache
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(classcache, "_codes", {f"# old {i}": compile("pass", "<string>", "exec")
+                                               for i in range(classcache.KEEP + 1)})
+    monkeypatch.setattr(classcache, "_new", {})
+    monkeypatch.setattr(classcache, "_used", set())
+    monkeypatch.setattr(dataclasses, "exec", classcache._exec, raising=False)
+
+    @dataclasses.dataclass(frozen=True)
+    class Kept:
+        a: int
+
+    assert Kept(1) == Kept(1) and classcache._new
+    classcache._save()
+    stamp, table = marshal.loads(open(classcache.path(), "rb").read())
+    assert stamp == classcache.STAMP and table and not [s for s in table if s.startswith("# old")]
+    assert set(table) == classcache._used

@@ -21,8 +21,10 @@ import sys
 from typing import Any
 
 STAMP = ("pk-dataclass-code", 1, sys.version, sys.implementation.cache_tag)
+KEEP = 2048  # a table grown past this (many versions' classes) keeps only what this run used
 _codes: dict[str, Any] = {}
 _new: dict[str, Any] = {}
+_used: set[str] = set()
 
 
 def path() -> str:
@@ -32,6 +34,7 @@ def path() -> str:
 
 def _exec(source: Any, globals: Any = None, locals: Any = None) -> None:  # noqa: A002 (exec's own names)
     if isinstance(source, str):
+        _used.add(source)
         code = _codes.get(source)
         if code is None:
             code = _new[source] = _codes[source] = compile(source, "<string>", "exec", dont_inherit=True)
@@ -62,6 +65,9 @@ def _save() -> None:
     """Write the table back when this run compiled anything new (not durably: a lost table is rebuilt)."""
     if not _new:
         return
+    if len(_codes) > KEEP:
+        for source in [s for s in _codes if s not in _used]:
+            del _codes[source]
     try:
         from .host.disk import write_atomic
 
