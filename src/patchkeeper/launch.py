@@ -3,9 +3,9 @@ audit's answer is given again without running while nothing it read has changed 
 everything else goes to cli.py.
 
 click costs about as much as the whole of a warm audit's own work, so its commonest forms
-(`patchkeeper [-w DIR] audit [-q] [-v] [--json] [-t NAME]`, and `apply NAME` / `rollback --to STATE`
+(`patchkeeper [-w DIR] audit [-q] [-v] [--json] [-t NAME | --all]`, and `apply NAME` / `rollback --to STATE`
 with -t, -n, --force, --no-verify as plain_change lists them) are recognised here, token by token.
-Anything else (another verb, --help, --all, --probe, an unknown or combined option, shell
+Anything else (another verb, --help, --probe, an unknown or combined option, shell
 completion) is left to click, which parses it as it always has; the verb itself and its exit codes
 are the same code either way (commands/audit.py, verb.py).
 """
@@ -15,7 +15,8 @@ from __future__ import annotations
 import os
 import sys
 
-_FLAGS = {"-q": "quiet", "--quiet": "quiet", "-v": "verbose", "--verbose": "verbose", "--json": "as_json"}
+_FLAGS = {"-q": "quiet", "--quiet": "quiet", "-v": "verbose", "--verbose": "verbose", "--json": "as_json",
+          "--all": "every"}
 
 
 def plain_audit(argv: list[str]) -> tuple[str | None, dict[str, object]] | None:
@@ -26,7 +27,8 @@ def plain_audit(argv: list[str]) -> tuple[str | None, dict[str, object]] | None:
         workspace, i = argv[1], 2
     if argv[i:i + 1] != ["audit"]:
         return None
-    options: dict[str, object] = {"target": None, "quiet": False, "verbose": False, "as_json": False}
+    options: dict[str, object] = {"target": None, "quiet": False, "verbose": False, "as_json": False,
+                                  "every": False}
     rest = argv[i + 1:]
     j = 0
     while j < len(rest):
@@ -40,6 +42,8 @@ def plain_audit(argv: list[str]) -> tuple[str | None, dict[str, object]] | None:
         else:
             return None  # click's to parse (and to explain)
         j += 1
+    if options["every"] and options["target"] is not None:
+        return None  # both: click's to explain
     return workspace, options
 
 
@@ -110,11 +114,13 @@ def main() -> None:
     sealed: tuple | None = None
     ran_before = False
     try:
-        sealed = replay.key(argv)
+        if not plain[1]["every"]:  # --all forks its local targets' audits: each keeps its own report
+            sealed = replay.key(argv)
     except OSError:  # no working directory (removed under us): the audit says what it can
         pass
     else:
-        ran_before = replay.answer(sealed)  # the kept answer, when nothing it read has changed: exits here
+        if sealed is not None:
+            ran_before = replay.answer(sealed)  # the kept answer, when nothing it read has changed: exits here
     from .classcache import install
 
     install()
@@ -135,7 +141,8 @@ def _audit(workspace_dir: str | None, options: dict, sealed: tuple | None, recor
         from .commands.audit import audit
 
         ws = workspace.load(workspace.find(workspace_dir))
-        code = audit(ws, options["target"], [], False, options["as_json"], options["verbose"], options["quiet"])
+        code = audit(ws, options["target"], [], bool(options["every"]), options["as_json"], options["verbose"],
+                     options["quiet"])
     if sealed is not None:
         if rec is not None:
             rec.keep_output(sealed, code)  # or not, and why not: only time is lost
