@@ -62,7 +62,7 @@ def test_apply_and_rollback_load_only_their_own_modules(env):
 
 def test_plain_audit_runs_without_click_and_says_what_click_says(env):
     """`audit` in its plain forms is parsed by launch.py, not click: same report, same exit code;
-    any other form (an option spelled with `=`, --all, --help) is still click's."""
+    any other form (an option spelled with `=`, --probe, --help) is still click's."""
     modules = imported(env, "audit", "-q")
     assert "click" not in modules and "patchkeeper.cli" not in modules
     assert {"patchkeeper.host.agent", "patchkeeper.commands.audit"} <= modules  # the probe sees imports
@@ -72,7 +72,13 @@ def test_plain_audit_runs_without_click_and_says_what_click_says(env):
                            "--verbose", "--target=local"], capture_output=True, text=True)
     assert (proc.returncode, proc.stdout, proc.stderr) == (plain.returncode, plain.stdout, plain.stderr)
     assert "sglang/version.py" in plain.stdout
-    assert "click" in imported(env, "audit", "--all", code=1)
+    every = imported(env, "audit", "--all", code=1)  # --all too, and it says what click says
+    assert "click" not in every and "patchkeeper.commands.fleet" in every
+    plain = env.pk("audit", "--all", check=1)
+    proc = subprocess.run([sys.executable, "-m", "patchkeeper", f"--workspace={env.root}", "audit", "--all"],
+                          capture_output=True, text=True)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (plain.returncode, plain.stdout, plain.stderr)
+    assert "click" in imported(env, "audit", "--all", "--probe", "sglang", code=1)  # --probe is click's
     bad = env.pk("audit", "-t", "nowhere", check=2)  # errors end as in click's path: one line and a hint
     assert bad.stderr.startswith("patchkeeper: error: unknown target 'nowhere'") and "hint:" in bad.stderr
     assert "Usage:" in env.pk("audit", "-q", "-x", check=2).stderr  # an unknown option: click explains

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import posixpath
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from .errors import PatchkeeperError, StoreError
 from .ledger import Ledger, LedgerEntry, State
@@ -70,27 +70,51 @@ def record(entry: LedgerEntry, target: Target) -> LedgerEntry:
 class Taking:
     """A fingerprint being taken while a transaction goes on (`taking`); `record` waits for it."""
 
-    def __init__(self, target: Target, alongside: list[str]) -> None:
+    def __init__(self, target: Target, alongside: list[str] | None) -> None:
         self.target = target
         self._doc: dict | None = None
         self._error: BaseException | None = None
         self._thread = None
+        self._child: Callable[..., dict] | None = None
         from .host.agent import Agent
-        from .host.elf import is_candidate
 
-        if any(is_candidate(posixpath.basename(p)) for p in alongside):  # a shared object changes: the
-            self._take()  # fingerprint (which reads every one) is taken before, as the change's context
-        elif isinstance(target.agent, Agent):  # answers on any thread; a proxy's channel carries one call at a time
-            import threading
+        if alongside is not None and changes_objects(alongside):  # a shared object changes: the fingerprint
+            self._take()  # (which reads every one) is taken before any file changes, as the change's context
+        elif isinstance(target.agent, Agent):  # an agent in this process; a proxy's channel carries one call at a time
+            from .host.disk import fork_call
 
-            self._thread = threading.Thread(target=self._take, daemon=True)
-            self._thread.start()
+            # a process of its own on the other CPU where it can (a thread would hold the GIL against the
+            # transaction's own work), else a thread, which still overlaps the transaction's waits for the disk
+            self._child = fork_call(lambda: take(target))
+            if self._child is None:
+                import threading
+
+                self._thread = threading.Thread(target=self._take, daemon=True)
+                self._thread.start()
 
     def _take(self) -> None:
+        child, self._child = self._child, None
         try:
-            self._doc = take(self.target)
+            self._doc = take(self.target) if child is None else child()
         except BaseException as exc:  # handed to `record`, in the caller's thread
             self._error = exc
+
+    def before(self, alongside: list[str]) -> None:
+        """The transaction about to begin changes the files `alongside`: when a shared object is one
+        of them, the fingerprint (which reads every one) is had now, before any file changes, as the
+        change's context."""
+        if changes_objects(alongside) and self._doc is None and self._error is None:
+            if self._thread is not None:
+                self._thread.join()
+                self._thread = None
+            else:
+                self._take()
+
+    def abandon(self) -> None:
+        """End a fingerprint no transaction will record (the transaction failed before its commit point)."""
+        if self._child is not None:
+            child, self._child = self._child, None
+            child(abandon=True)
 
     def record(self, entry: LedgerEntry) -> LedgerEntry:
         """As `record(entry, target)`, with the fingerprint this began taking (or takes now)."""
@@ -109,12 +133,22 @@ class Taking:
             return replace(entry, env_error=str(exc).splitlines()[0])
 
 
-def taking(target: Target, alongside: list[str]) -> Taking:
-    """Begin taking the target's fingerprint for a transaction that changes the files `alongside`: on
-    a thread of its own where the target's agent runs in this process, so that it overlaps the
-    transaction's waits for the disk; else when `record` asks. It reads the environment around the
+def changes_objects(paths: list[str]) -> bool:
+    """Whether any of `paths` is a candidate shared object (which the fingerprint reads)."""
+    from .host.elf import is_candidate
+
+    return any(is_candidate(posixpath.basename(p)) for p in paths)
+
+
+def taking(target: Target, alongside: list[str] | None) -> Taking:
+    """Begin taking the target's fingerprint for a transaction that changes the files `alongside`:
+    where the target's agent runs in this process, in a forked process on the other CPU (disk.fork_call)
+    or, where none may be forked, on a thread, so that it overlaps the transaction (and its waits for
+    the disk); else when `record` asks. It reads the environment around the
     package (other distributions against their RECORD, the system) and every shared object below the
-    site dirs: when the transaction changes one of those, it is taken first, before any file changes."""
+    site dirs: when the transaction changes one of those, it is taken first, before any file changes.
+    `alongside` None: the files are not known yet (a command begins it before planning, as
+    engine.begin_fingerprint does); `before` is then told them before the transaction begins."""
     return Taking(target, alongside)
 
 

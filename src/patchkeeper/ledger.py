@@ -248,9 +248,10 @@ class Ledger:
         return entries[-1].seq + 1 if entries else 1
 
     def append(self, entry: LedgerEntry) -> None:
-        self.target.agent.write_atomic(posixpath.join(self.dir, entry.file_name()),
-                                       json.dumps(entry.to_dict(), indent=1).encode())
-        self._entries = None
+        data = json.dumps(entry.to_dict(), indent=1).encode()
+        self.target.agent.write_atomic(posixpath.join(self.dir, entry.file_name()), data)
+        if self._entries is not None:  # the entries read already, and this one as a read gives it back
+            self._entries = sorted([*self._entries, self._parse(entry.file_name(), data)], key=lambda e: e.seq)
 
     def save_manifest(self, manifest: Manifest) -> str:
         return self.target.agent.store_put(self.target.info.store, manifest.to_text())

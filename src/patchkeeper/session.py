@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from . import statedir
 from .errors import Refused, Unfinished
 from .ledger import Ledger
 from .targets import Target, open_target
 from .workspace import Workspace
+
+if TYPE_CHECKING:
+    from .environment import Taking
 
 
 class Session:
@@ -28,6 +32,7 @@ class Session:
         self.recovered: str | None = None
         self.unfinished: Unfinished | None = None  # a committed transaction recovery could not finish
         self._locked = False
+        self.fingerprint: Taking | None = None  # begun before planning (engine.begin_fingerprint)
 
     @property
     def target(self) -> Target:
@@ -95,6 +100,9 @@ class Session:
                   "left by an interrupted command", file=sys.stderr)
 
     def __exit__(self, *exc) -> None:
+        if self.fingerprint is not None:  # begun for a change that was not made
+            self.fingerprint.abandon()
+            self.fingerprint = None
         if self._locked:
             self.target.agent.unlock(self.ledger.lock_path)
             self._locked = False

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import os
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import templates
+from . import parsed, templates
 from .errors import BadInput
 
 CONFIG = "patchkeeper.toml"
@@ -75,8 +74,8 @@ def find(explicit: str | None = None, cwd: Path | None = None) -> Path:
 def load(root: Path) -> Workspace:
     path = root / CONFIG
     try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        doc = parsed.toml(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError, tomllib.TOMLDecodeError
         raise BadInput(f"cannot read {path}: {exc}", "fix the file's TOML syntax") from None
     targets: dict[str, TargetConfig] = {}
     problems: list[str] = []

@@ -49,7 +49,7 @@ def _hasher(size: int = 0, algorithm: str | None = None) -> Any:
         return hashlib.sha256()
     if algorithm != "blake3" or _blake3 is None:
         raise AgentError("no-algorithm", f"this Python cannot hash with {algorithm!r} (it has {ALGORITHM})")
-    if size >= _BIG and not _forked:  # blake3's thread pool, if the parent had started it, is not in a fork
+    if size >= _BIG and not _forked:
         return _blake3.blake3(max_threads=_blake3.blake3.AUTO)
     return _blake3.blake3()
 
@@ -274,7 +274,8 @@ def hostname() -> str:
 BIG_FILE = 1 << 20
 SPLIT_AT = 2048  # from this many small jobs on, a forked second process takes half of them (fork_half)
 _split = True  # off in a process that is itself one of a pool's (no_split), or a forked child (fork_call)
-_forked = False  # in a child of fork_call: no threads (a thread pool's state is copied, its threads are not)
+_forked = False  # in a child of fork_call: blake3's own thread pool (native threads, which a fork does not
+# copy, and whose locks it may copy held) is not used there: its hashing stays on the calling thread
 
 
 def map_files(fn: Callable[[_T], _R], jobs: Sequence[_T], size: Callable[[_T], int], workers: int,
@@ -288,7 +289,7 @@ def map_files(fn: Callable[[_T], _R], jobs: Sequence[_T], size: Callable[[_T], i
     computes, and returns marshal-able data), a forked second process takes half of many small
     files (fork_half)."""
     big = [i for i, job in enumerate(jobs) if size(job) >= BIG_FILE]
-    if len(big) < 2 or _forked:
+    if len(big) < 2 or _forked:  # a forked child (fork_call) starts no thread either
         big = []
     threaded = set(big)
     small = [job for i, job in enumerate(jobs) if i not in threaded]
@@ -332,10 +333,13 @@ def split_work(fn: Callable[[Sequence[_T]], _R], items: Sequence[_T],
 
 
 def fork_half(fn: Callable[[Sequence[_T]], _R], items: Sequence[_T]) -> tuple[int, Callable[..., _R]] | None:
-    """Start fn(items[half:]) in a forked process (fork_call), as git's preloaded index splits its
-    lstat calls over threads (here threads would wait on each other: the work is mostly interpreter
-    work). Only from SPLIT_AT items on. Returns (half, fork_call's finish), or None: then the caller
-    does all of it."""
+    """Start fn(items[half:]) in a forked process, as git's preloaded index splits its lstat calls
+    over threads (here threads would wait on each other: the work is mostly interpreter work).
+
+    Only where it can help and is safe (see fork_call), and for at least SPLIT_AT items. Returns
+    (half, the function that waits for the child and gives its result, computed here instead if the
+    child failed; called with abandon=True when the caller fails, it only ends the child), or None:
+    then the caller does all of it."""
     if len(items) < SPLIT_AT:
         return None
     half = len(items) // 2
@@ -348,13 +352,11 @@ def fork_call(fn: Callable[[], _R]) -> Callable[..., _R] | None:
 
     Only where it can help and is safe: two CPUs, and no other thread in this process (a fork
     copies only the calling one, and whatever locks the others hold). fn must only compute (what
-    the child changes is lost) and return marshal-able data; in the child no further fork is made
-    (it is already one of two), nor any thread started: big files are hashed there in one thread
-    (a pool of threads the parent started, blake3's own included, is copied without its threads,
-    and waiting on it would never end). Returns the function that waits for the child and gives its result
-    (computed here instead if the child failed, so its error, if any, is raised here; called with
-    abandon=True when the caller fails, it only ends the child), or None: then the caller does the
-    work itself."""
+    the child changes is lost; files it writes stay) and return marshal-able data; in the child no
+    further fork is made (it is already one of two), and blake3 hashes on the calling thread (see
+    _forked). Returns the function that waits for the child and gives its result (computed here
+    instead if the child failed, so its error, if any, is raised here; called with abandon=True
+    when the caller fails, it only ends the child), or None: then the caller does the work itself."""
     global _split, _forked
     if not _split or (os.cpu_count() or 1) < 2 or not hasattr(os, "fork") or not alone():
         return None
@@ -368,7 +370,8 @@ def fork_call(fn: Callable[[], _R]) -> Callable[..., _R] | None:
     if pid == 0:  # the child: its result down the pipe, then out with none of the parent's cleanup
         code = 1
         try:
-            _split, _forked = False, True
+            _split = False
+            _forked = True
             os.close(r)
             view = memoryview(marshal.dumps(fn()))  # type: ignore[arg-type]
             while view:

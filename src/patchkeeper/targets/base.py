@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Generic, TypeVar
 
 from ..errors import BadInput, TargetError
-from ..host.contract import AgentContract, Interpreter, InterpreterFacts
+from ..host.contract import AgentContract, DistInfo, Interpreter, InterpreterFacts
 from ..manifest import ROLE_PREFIX
 from ..workspace import TargetConfig
 
@@ -138,12 +138,16 @@ class Target(ABC):
                               f"fix python = ... in [targets.{self.name}]")
         return InterpreterFacts.from_wire(json.loads(out))
 
+    def package_layout(self, sites: list[str], package: str) -> DistInfo | None:
+        """The package's distribution in the site dirs: its layout, not its 10,000 RECORD paths."""
+        return self.agent.dist_info(sites, package, False)
+
     @memo
     def info(self) -> TargetInfo:
         cfg = self.config
         py = self.interpreter()
         sites = list(dict.fromkeys([py.purelib, py.platlib]))
-        dist = self.agent.dist_info(sites, cfg.package, False)  # the layout, not 10,000 RECORD paths
+        dist = self.package_layout(sites, cfg.package)
         if dist is None:
             raise TargetError(f"target {self.name}: package {cfg.package!r} is not installed in "
                               f"{' or '.join(sites)}", f"install it with {cfg.python} -m pip install {cfg.package}")

@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from ..host.agent import Agent
-from ..host.contract import AgentContract, Answer, Interpreter, InterpreterFacts
+from ..host.contract import AgentContract, Answer, DistInfo, Interpreter, InterpreterFacts
 from ..host.disk import reading_cache, write_atomic
 from .base import Target, memo
 from ..workspace import TargetConfig
@@ -84,6 +85,46 @@ class LocalTarget(Target):
         return _remembered(self.config.python, "interpreters.json", "info", Interpreter, super().interpreter,
                            lambda info: "cache_tag" in info)
 
+    def package_layout(self, sites: list[str], package: str) -> DistInfo | None:
+        """As Target.package_layout; with the agent in this process, remembered across commands in
+        ~/.cache/patchkeeper, sealed with the stat identities of the site dirs, the dist-info dir, its
+        RECORD and METADATA, which any install, removal or rewrite moves; only when every one is older
+        than the clock's granularity before the answer was sought (the racily-clean rule: then each
+        identity is the one the files had when they were read)."""
+        if not self.same_interpreter:
+            return super().package_layout(sites, package)
+        from ..host import seal
+
+        cache = os.path.join(_cache_home(), "dist-infos.json")
+        reading_cache(cache)
+        key = json.dumps([self.config.python, package, sites])
+        try:
+            with open(cache, "rb") as f:
+                known = json.loads(f.read())
+        except (OSError, ValueError):
+            known = {}
+        hit = known.get(key)
+        if hit is not None:
+            try:
+                if seal._identities(hit["watched"], os.stat).hex() == hit["ids"]:
+                    return DistInfo.from_wire(hit["answer"]) if hit["answer"] is not None else None
+            except (KeyError, TypeError, ValueError):
+                pass  # written by another version: asked again
+        started = time.time_ns()
+        found = super().package_layout(sites, package)
+        watched = list(sites) + ([os.path.join(found.site, found.dist_info, f) for f in ("", "RECORD", "METADATA")]
+                                 if found else [])
+        ids = seal._identities(watched, os.stat)
+        if not seal.settled(ids, started):  # only files unchanged since before `started` are as they were read
+            return found
+        known[key] = {"watched": watched, "ids": ids.hex(), "answer": found.to_wire() if found else None}
+        try:
+            os.makedirs(os.path.dirname(cache), exist_ok=True)
+            write_atomic(cache, json.dumps(known).encode(), durable=False)
+        except OSError:
+            pass
+        return found
+
     def interpreter_facts(self) -> InterpreterFacts:
         """As Target.interpreter_facts, remembered per interpreter like `interpreter()` (the facts
         depend only on the executable and its pyvenv.cfg)."""
@@ -103,7 +144,7 @@ def _remembered(python: str, file: str, field: str, kind: type[A], compute: Call
             os.path.dirname(os.path.dirname(python)), "pyvenv.cfg")))]
     except OSError:
         return compute()  # a missing interpreter: let the real run say why
-    cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "patchkeeper", file)
+    cache = os.path.join(_cache_home(), file)
     reading_cache(cache)
     try:
         with open(cache, "rb") as f:
@@ -124,6 +165,10 @@ def _remembered(python: str, file: str, field: str, kind: type[A], compute: Call
     except OSError:
         pass
     return value
+
+
+def _cache_home() -> str:
+    return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "patchkeeper")
 
 
 def _identity(path: str) -> tuple[int, int, int]:

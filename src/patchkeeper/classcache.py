@@ -1,0 +1,78 @@
+"""The methods `dataclasses` generates, compiled once per source text and remembered across runs.
+
+Building a dataclass compiles the source of each method it generates (`__init__`, `__repr__`,
+`__eq__`, `__hash__`, a frozen class's `__setattr__` and `__delattr__`): about 40 value classes
+load on a change path, and those compilations were half of its import time. `install` gives the
+`dataclasses` module an `exec` that looks the source text up in a table of code objects compiled
+from exactly that text, by this very Python (the table is stamped with its version), as
+`dataclasses` itself would compile it (no inherited `__future__` flags); only an unknown text is
+compiled, and the table is written back once at exit when it grew. The classes are the same
+dataclasses, built by the same code: only the compiling is remembered, as `__pycache__` remembers a
+module's. A table that cannot be read or written only costs time. Only the CLI's entry point
+(launch.py) installs it; a library user or a test importing our modules gets plain `dataclasses`.
+"""
+
+from __future__ import annotations
+
+import builtins
+import marshal
+import os
+import sys
+from typing import Any
+
+STAMP = ("pk-dataclass-code", 1, sys.version, sys.implementation.cache_tag)
+KEEP = 2048  # a table grown past this (many versions' classes) keeps only what this run used
+_codes: dict[str, Any] = {}
+_new: dict[str, Any] = {}
+_used: set[str] = set()
+
+
+def path() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "patchkeeper", f"dataclass-code-{sys.implementation.cache_tag}.marshal")
+
+
+def _exec(source: Any, globals: Any = None, locals: Any = None) -> None:  # noqa: A002 (exec's own names)
+    if isinstance(source, str):
+        _used.add(source)
+        code = _codes.get(source)
+        if code is None:
+            code = _new[source] = _codes[source] = compile(source, "<string>", "exec", dont_inherit=True)
+        source = code
+    builtins.exec(source, globals, locals)
+
+
+def install() -> None:
+    """Remember the compiled methods of every dataclass built from now on in this process."""
+    import dataclasses
+
+    if getattr(dataclasses, "exec", None) is _exec:
+        return
+    try:
+        with open(path(), "rb") as f:
+            stamp, codes = marshal.loads(f.read())
+        if stamp == STAMP and isinstance(codes, dict):
+            _codes.update(codes)
+    except (OSError, ValueError, EOFError, TypeError):
+        pass  # none yet, damaged, or another Python's: compiled as they come
+    dataclasses.exec = _exec  # type: ignore[attr-defined]  # found before the builtin by dataclasses' own calls
+    import atexit
+
+    atexit.register(_save)
+
+
+def _save() -> None:
+    """Write the table back when this run compiled anything new (not durably: a lost table is rebuilt)."""
+    if not _new:
+        return
+    if len(_codes) > KEEP:
+        for source in [s for s in _codes if s not in _used]:
+            del _codes[source]
+    try:
+        from .host.disk import write_atomic
+
+        os.makedirs(os.path.dirname(path()), exist_ok=True)
+        write_atomic(path(), marshal.dumps((STAMP, _codes)), 0o600, durable=False)
+    except (OSError, ValueError):
+        pass
+    _new.clear()

@@ -1,0 +1,344 @@
+"""The change path's costs follow what changed: each distribution's RECORD verdict sealed with the
+identities of the files it read (host/fingerprint.py), the package's layout remembered across
+commands (targets/local.py), the fingerprint taken beside the planning, and the plain forms of
+`apply` and `rollback` parsed without click (launch.py) - each never believed over the files."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import edit_file, fingerprinted
+from patchkeeper.host import disk, distcheck, fingerprint
+
+
+def _take(env) -> dict:
+    state = env.state_dir / "env"
+    return fingerprint.take([str(env.site)], str(state), str(env.site), ("distributions", "native"),
+                            os.path.join(str(env.site), "sglang-0.5.23.dist-info"))
+
+
+def _own_copies(site: Path, names: list[str]) -> None:
+    """Files of our own in place of the hardlinks into the pristine venv, whose ctimes move whenever
+    another test links or unlinks its copy of them (a seal would rightly see a change)."""
+    for name in names:
+        path = site / name
+        copy = site / f".own-{name}"
+        if path.is_dir():
+            shutil.copytree(path, copy, symlinks=True)
+            shutil.rmtree(path)
+        else:
+            shutil.copy2(path, copy)
+            path.unlink()
+        copy.rename(path)
+
+
+def _entry_env(env, kind: str) -> dict:
+    """The fingerprint kept with the newest ledger entry of `kind`, read from the target's store."""
+    entries = [json.loads(p.read_text()) for p in sorted((env.state_dir / "ledger").glob("*.json"))]
+    entry = [e for e in entries if e["kind"] == kind][-1]
+    algo, _, hexd = entry["env"].partition(":")
+    return json.loads((env.state_dir / "store" / "objects" / algo / hexd[:2] / hexd[2:]).read_bytes())
+
+
+def _an_elf_object() -> Path:
+    """A real shared object of this Python's own (an extension module of the standard library)."""
+    import importlib
+
+    for name in ("_json", "_csv", "array", "math", "_struct"):
+        path = getattr(importlib.import_module(name), "__file__", None) or ""
+        if path.endswith(".so"):
+            return Path(path)
+    pytest.fail("this Python has no standard extension module built as a shared object")
+
+
+def test_record_verdicts_are_sealed_and_refused_after_any_change_they_read(env, monkeypatch):
+    """Each distribution's verdict comes back from its seal, with no RECORD read and no file
+    checked, while every file it read keeps its identity; an in-place edit (same size), a file
+    replaced by another inode, a rewritten RECORD and a removed distribution are each checked again
+    and show."""
+    monkeypatch.setattr(disk.StatCache, "GRANULARITY_NS", -10**12)  # seal even this fresh copy
+    _own_copies(env.site, [p.name for p in env.site.iterdir() if not p.name.startswith("sglang")])
+    pip_file = env.site / "pip" / "__init__.py"
+    first = _take(env)
+    assert (env.state_dir / "env" / "records.seal").is_file()
+    assert first["distributions"]["pip"]["differ"] == [] and first["distributions"]["pip"]["files"] > 100
+    assert first["distributions"]["sglang"]["managed"] is True
+
+    checked: list[str] = []
+    real = distcheck.check_record
+
+    def counting(site, name, cache_dir):
+        checked.append(name)
+        return real(site, name, cache_dir)
+
+    monkeypatch.setattr(fingerprint, "check_record", counting)
+    assert _take(env) == first and checked == []  # every verdict from its seal
+
+    data = pip_file.read_bytes()
+    with open(pip_file, "r+b") as f:  # in place, the same size: only the identity's times move
+        f.write(b"#" + data[1:])
+    again = _take(env)
+    assert checked == ["pip-23.2.1.dist-info"]  # only the distribution whose file changed
+    assert again["distributions"]["pip"]["differ"] == [["pip/__init__.py", "changed"]]
+    assert again["distributions"]["setuptools"] == first["distributions"]["setuptools"]
+
+    edit_file(pip_file, data)  # the release's bytes again, in another inode
+    checked.clear()
+    assert _take(env)["distributions"]["pip"]["differ"] == [] and checked == ["pip-23.2.1.dist-info"]
+
+    record = env.site / "setuptools-65.5.0.dist-info" / "RECORD"
+    lines = record.read_text().splitlines(keepends=True)
+    dropped = next(line for line in lines if line.startswith("setuptools/") and ".py," in line)
+    edit_file(record, "".join(line for line in lines if line != dropped).encode())
+    checked.clear()
+    rewritten = _take(env)["distributions"]["setuptools"]
+    assert checked == ["setuptools-65.5.0.dist-info"]
+    assert rewritten["files"] == first["distributions"]["setuptools"]["files"] - 1
+
+    shutil.rmtree(env.site / "setuptools-65.5.0.dist-info")
+    checked.clear()
+    assert "setuptools" not in _take(env)["distributions"] and checked == []
+
+    so = env.site / "pip" / "_speedups.so"  # a new shared object: the native part lists it
+    shutil.copy(_an_elf_object(), so)
+    assert "pip/_speedups.so" in _take(env)["native"]
+
+
+def test_no_record_verdict_is_sealed_within_the_clock_granularity(env):
+    """A fresh copy's files all changed within the granularity: the verdicts are given, never sealed."""
+    _take(env)
+    seals = fingerprint._RecordSeals(str(env.state_dir / "env" / "records.seal"))
+    assert seals.seals == {}
+
+
+def test_the_fingerprint_a_change_records_is_what_the_files_show(env):
+    """apply and rollback take the fingerprint beside their planning (in a second process where
+    they can): the one kept with each entry shows a hand edit of another distribution, a new shared
+    object and a removed distribution made just before the command."""
+    env.pk("apply", "ddtree")
+    assert _entry_env(env, "apply")["distributions"]["pip"]["differ"] == []
+    pip_file = env.site / "pip" / "__init__.py"
+    edit_file(pip_file, pip_file.read_bytes() + b"# by hand\n")
+    env.pk("rollback", "--to", "baseline")
+    assert _entry_env(env, "rollback")["distributions"]["pip"]["differ"] == [["pip/__init__.py", "changed"]]
+    shutil.copy(_an_elf_object(), env.site / "pip" / "_speedups.so")
+    shutil.rmtree(env.site / "setuptools-65.5.0.dist-info")
+    env.pk("apply", "ddtree")
+    fp = _entry_env(env, "apply")
+    assert "pip/_speedups.so" in fp["native"] and "setuptools" not in fp["distributions"]
+    assert all(kept for _, kept in fingerprinted(env))
+
+
+def test_the_package_layout_is_remembered_until_its_files_change(env, monkeypatch):
+    """targets/local.py: the package's layout comes back from ~/.cache/patchkeeper with no RECORD
+    read while the site dirs, the dist-info dir, RECORD and METADATA keep their identities; a new
+    version in METADATA or a RECORD listing another top directory is read again."""
+    from patchkeeper import workspace
+    from patchkeeper.host.agent import Agent
+    from patchkeeper.targets import open_target
+
+    monkeypatch.setattr(disk.StatCache, "GRANULARITY_NS", -10**12)
+    _own_copies(env.site, ["sglang-0.5.23.dist-info"])
+    config = workspace.load(env.root).target(None)
+    assert open_target(config).info.version == "0.5.23"
+    asked: list[str] = []
+    real = Agent.dist_info
+
+    def counting(self, sites, package, paths=True):
+        asked.append(package)
+        return real(self, sites, package, paths)
+
+    monkeypatch.setattr(Agent, "dist_info", counting)
+    Agent_memo = __import__("patchkeeper.host.agent", fromlist=["_DIST_INFOS"])._DIST_INFOS
+    Agent_memo.clear()  # this process's memory of answers too: only the cache on disk may answer
+    info = open_target(config).info
+    assert info.version == "0.5.23" and "sglang" in info.tops and asked == []
+
+    dist = env.site / "sglang-0.5.23.dist-info"
+    metadata = dist / "METADATA"
+    edit_file(metadata, metadata.read_bytes().replace(b"Version: 0.5.23", b"Version: 0.5.23.post1"))
+    assert open_target(config).info.version == "0.5.23.post1" and asked == ["sglang"]
+    record = dist / "RECORD"
+    edit_file(record, record.read_bytes() + b"sglang_extra/__init__.py,,\n")
+    assert "sglang_extra" in open_target(config).info.tops and asked == ["sglang", "sglang"]
+
+
+def _run(env, *args: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *kw.get("flags", ()), "-m", "patchkeeper", *args],
+                          capture_output=True, text=True)
+
+
+def _imports(proc: subprocess.CompletedProcess) -> set[str]:
+    return {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+
+
+def test_plain_apply_and_rollback_run_without_click_and_say_what_click_says(env, tmp_path):
+    """`apply NAME` and `rollback --to STATE` in their plain forms are parsed by launch.py: no click,
+    the same output and exit code as click's parse of the same command (`--workspace=DIR`, a form
+    launch.py leaves to click), refusals included; an unknown option is still click's to explain."""
+    from patchkeeper.launch import plain_change
+
+    ws = str(env.root)
+    plain = _run(env, "-w", ws, "apply", "-t", "local", "ddtree", "--no-verify", flags=("-X", "importtime"))
+    assert plain.returncode == 0, plain.stderr[-2000:]
+    modules = _imports(plain)
+    assert "click" not in modules and "patchkeeper.cli" not in modules and "patchkeeper.commands.apply" in modules
+    clicked = _run(env, f"--workspace={ws}", "apply", "ddtree")  # already applied: nothing to do
+    again = _run(env, "-w", ws, "apply", "ddtree")
+    assert (again.returncode, again.stdout, again.stderr) == (clicked.returncode, clicked.stdout, clicked.stderr) \
+        and "already applied" in again.stdout
+
+    back = _run(env, "-w", ws, "rollback", "--to", "baseline", flags=("-X", "importtime"))
+    assert back.returncode == 0 and "click" not in _imports(back)
+    assert "-> (no patch sets)" in back.stdout
+    for args in (["rollback", "--to", "nowhere"], ["apply", "nosuch"], ["apply", "ddtree", "-t", "nowhere"]):
+        mine, theirs = _run(env, "-w", ws, *args), _run(env, f"--workspace={ws}", *args)
+        assert (mine.returncode, mine.stdout, mine.stderr) == (theirs.returncode, theirs.stdout, theirs.stderr), args
+        assert mine.returncode == 2 and "hint:" in mine.stderr, args
+
+    assert plain_change(["apply", "ddtree", "-n", "--force"]) == \
+        ("apply", None, {"dry_run": True, "force": True, "no_verify": False, "target": None, "name": "ddtree"})
+    for form in (["apply"], ["apply", "a", "b"], ["apply", "a", "--force", "--force"], ["apply", "a", "-x"],
+                 ["rollback"], ["rollback", "--to"], ["rollback", "--to", "-x"], ["rollback", "--to=baseline"],
+                 ["apply", "a", "--restore-pristine"], ["apply", "--help"], ["status"]):
+        assert plain_change(form) is None, form  # click's to parse
+    assert "Usage:" in _run(env, "-w", ws, "rollback", "--to", "baseline", "-x").stderr
+
+
+def test_a_forked_computation_hashes_big_files_after_blake3s_threads_ran(tmp_path):
+    """disk.fork_call after blake3's own thread pool hashed a big file here: a fork does not copy
+    those native threads, so the child hashes on its calling thread instead of waiting on them
+    for ever (the guard below only ends a child that would)."""
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("fork_call forks only where a second CPU can run the child")
+    code = ("import os, sys\nfrom patchkeeper.host import disk\nbig = sys.argv[1]\n"
+            "open(big, 'wb').write(os.urandom(disk._BIG + 1))\nsize = os.path.getsize(big)\n"
+            "here = disk.hash_file(big, size)\nfinish = disk.fork_call(lambda: disk.hash_file(big, size))\n"
+            "print(finish is not None and finish() == here)\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "big")], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.stdout.strip() == "True", proc.stderr[-2000:]
+
+
+_CLASSES = '''
+import dataclasses, inspect, sys
+from patchkeeper import classcache
+if sys.argv[1] == "cached":
+    classcache.install()
+from patchkeeper.host.contract import DistInfo, ScanRequest
+from patchkeeper.ledger import LedgerEntry, State
+
+@dataclasses.dataclass(frozen=True)
+class Value:
+    name: str
+    size: int = 0
+    tags: tuple = dataclasses.field(default_factory=tuple)
+
+v = Value("a", 1)
+try:
+    v.size = 2
+    frozen = "no"
+except dataclasses.FrozenInstanceError:
+    frozen = "yes"
+print(repr(v), v == Value("a", 1), hash(v) == hash(Value("a", 1)), frozen, Value.__init__.__annotations__,
+      str(inspect.signature(Value.__init__)), [f.name for f in dataclasses.fields(ScanRequest)],
+      repr(DistInfo("s", "d", "1", ())), str(inspect.signature(State.__init__)), len(classcache._new))
+'''
+
+
+def test_remembered_dataclass_methods_build_the_same_classes(tmp_path):
+    """classcache.install: classes built with the remembered compilations behave as plain
+    dataclasses' (repr, eq, hash, frozen, the __init__ signature and its annotations, fields); the
+    first run compiles and writes the table, the next compiles nothing."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+
+    def run(mode: str) -> list[str]:
+        proc = subprocess.run([sys.executable, "-c", _CLASSES, mode], capture_output=True, text=True, env=env)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return proc.stdout.rsplit(" ", 1)
+
+    plain, _ = run("plain")
+    first, compiled = run("cached")
+    assert first == plain and int(compiled) > 20
+    assert (tmp_path / "cache" / "patchkeeper").glob("dataclass-code-*.marshal")
+    again, compiled = run("cached")
+    assert again == plain and compiled.strip() == "0"  # every method's code came from the table
+
+
+def test_manifest_text_quotes_as_each_key_alone_would_say():
+    """host/manifest_text.write_rows decides with one scan of all keys whether any needs quoting
+    (then every ambiguous one is quoted): the same decision as asking each key (_AMBIGUOUS), for a
+    quote at the start of the first or a later key, a backslash, a control character, none; and
+    the text reads back to the same rows."""
+    from patchkeeper.host import manifest_text
+
+    row = ("blake3:" + "0" * 64, 3, 0o644)
+    cases = [["a.py", "b/c.py"], ['"q.py', "z.py"], ["a.py", '"q.py'], ["a.py", 'b"q.py'], ["a\\b.py", "z.py"],
+             ["a.py", "b\x01.py"], ["a.py", "b\x7f.py"], ["a.py", "tab\there.py"]]
+    for keys in cases:
+        rows = {k: row for k in sorted(keys)}
+        text = manifest_text.write_rows(rows)
+        any_ambiguous = any(manifest_text._AMBIGUOUS.search(k) for k in keys)
+        assert (b'"' in text.replace(b'b"q.py', b"")) == any_ambiguous, keys
+        assert manifest_text.parse(text) == rows, keys
+
+
+def test_parsed_toml_and_diffs_are_remembered_by_their_text(env):
+    """parsed.py: the second `apply` of the same patch set parses neither its TOML nor its diffs
+    (no tomllib, no unidiff loaded) and plans the same; a patch file whose text changed is parsed
+    again, and a broken one is refused with the parser's own words, every time."""
+    from patchkeeper import parsed
+
+    ws = str(env.root)
+    first = _run(env, "-w", ws, "apply", "ddtree", "-n", flags=("-X", "importtime"))
+    assert first.returncode == 0 and {"tomllib", "unidiff"} <= _imports(first)
+    again = _run(env, "-w", ws, "apply", "ddtree", "-n", flags=("-X", "importtime"))
+    assert again.returncode == 0 and again.stdout == first.stdout
+    assert not {"tomllib", "unidiff"} & _imports(again)  # both from the tables kept by the first run
+
+    patch = sorted((env.root / "patchsets" / "ddtree").glob("*.patch"))[0]
+    text = patch.read_text()
+    patch.write_text(text.replace("@@ -", "@@ -9", 1))  # another text: parsed again, and found not to fit
+    changed = _run(env, "-w", ws, "apply", "ddtree", "-n", flags=("-X", "importtime"))
+    assert "unidiff" in _imports(changed) and changed.stdout != first.stdout
+    patch.write_text(text)
+
+    toml = env.root / "patchsets" / "ddtree" / "patchset.toml"
+    toml.write_text(toml.read_text() + "\n[broken\n")
+    for _ in range(2):  # an error is never kept: the parser says it each time
+        bad = _run(env, "-w", ws, "apply", "ddtree", "-n")
+        assert bad.returncode == 2 and "malformed TOML" in bad.stderr
+    assert parsed.toml('a = 1\n[t]\nb = "x"\n') == {"a": 1, "t": {"b": "x"}}
+
+
+def test_the_table_of_compiled_methods_keeps_what_is_used_once_it_grows(tmp_path, monkeypatch):
+    """classcache: a table grown past KEEP entries (classes of many versions) is written back with
+    only the methods this run used."""
+    import dataclasses
+    import marshal
+
+    from patchkeeper import classcache
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(classcache, "_codes", {f"# old {i}": compile("pass", "<string>", "exec")
+                                               for i in range(classcache.KEEP + 1)})
+    monkeypatch.setattr(classcache, "_new", {})
+    monkeypatch.setattr(classcache, "_used", set())
+    monkeypatch.setattr(dataclasses, "exec", classcache._exec, raising=False)
+
+    @dataclasses.dataclass(frozen=True)
+    class Kept:
+        a: int
+
+    assert Kept(1) == Kept(1) and classcache._new
+    classcache._save()
+    stamp, table = marshal.loads(open(classcache.path(), "rb").read())
+    assert stamp == classcache.STAMP and table and not [s for s in table if s.startswith("# old")]
+    assert set(table) == classcache._used
