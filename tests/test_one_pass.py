@@ -303,7 +303,7 @@ def test_identities_split_over_two_processes_are_the_serial_ones(env, monkeypatc
     from patchkeeper.host import disk
 
     assert len(paths) >= disk.SPLIT_AT
-    serial = seal._identities(paths)
+    serial = seal.stat_identities(paths)
     calls = []
     real_fork = os.fork
     monkeypatch.setattr(os, "fork", lambda: calls.append(1) or real_fork())
@@ -316,7 +316,7 @@ def test_identities_split_over_two_processes_are_the_serial_ones(env, monkeypatc
 
     monkeypatch.setattr(os, "fork", no_fork)
     assert seal.identities(paths) == serial
-    assert seal.identities(paths[:100]) == seal._identities(paths[:100])  # short lists stay here
+    assert seal.identities(paths[:100]) == seal.stat_identities(paths[:100])  # short lists stay here
 
 
 def test_many_small_files_are_split_with_a_forked_process_and_keep_their_order(monkeypatch, tmp_path):

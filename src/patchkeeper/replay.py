@@ -76,7 +76,7 @@ def recall(k: tuple) -> Any:
         return None
     from .host import seal
 
-    if (seal.identities(lnames.split("\0")) != lids or seal._identities(_split(fnames), os.stat) != fids
+    if (seal.identities(lnames.split("\0")) != lids or seal.stat_identities(_split(fnames), os.stat) != fids
             or _weak_identities(_split(wnames)) != wids):
         return None
     return payload
@@ -339,9 +339,9 @@ class Recording:
         from .host.disk import write_atomic
 
         names = self._inputs()
-        lids = seal._identities(names)
+        lids = seal.stat_identities(names)
         links = [p for p in names if os.path.islink(p)]
-        fids = seal._identities(links, os.stat)
+        fids = seal.stat_identities(links, os.stat)
         weak = sorted(self.weak.difference(names, self.written, self.caches))
         wids = _weak_identities(weak)
         if not seal.settled(lids + fids, self.started):

@@ -289,13 +289,13 @@ class Agent(AgentContract):
         within the clock's granularity of the answer (StatCache's racily-clean rule)."""
         key = (tuple(site_dirs), package, paths)
         known = _DIST_INFOS.get(key)
-        if known is not None and seal._identities(known[0], os.stat) == known[1]:  # the seal's identities
+        if known is not None and seal.stat_identities(known[0], os.stat) == known[1]:  # the seal's identities
             return known[2]
         started = time.time_ns()
         found = self._find_dist_info(site_dirs, package, paths)
         watched = list(site_dirs) + ([os.path.join(found.site, found.dist_info, f) for f in ("", "RECORD", "METADATA")]
                                      if found else [])
-        seen = seal._identities(watched, os.stat)
+        seen = seal.stat_identities(watched, os.stat)
         if seal.settled(seen, started):
             _DIST_INFOS[key] = (watched, seen, found)
         return found

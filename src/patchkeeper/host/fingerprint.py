@@ -134,14 +134,14 @@ class _RecordSeals:
         """{files, differ[, note]} of one distribution against its RECORD."""
         dist_dir = os.path.join(site, dist_info)
         sealed = self.seals.get(dist_dir)
-        if sealed is not None and seal._identities(sealed[0].split("\0"), os.stat) == sealed[1]:
+        if sealed is not None and seal.stat_identities(sealed[0].split("\0"), os.stat) == sealed[1]:
             return dict(sealed[2])
         started = time.time_ns()
         record = os.path.join(dist_dir, "RECORD")
         inputs = [dist_dir, record]
-        head = seal._identities(inputs, os.stat)  # before the RECORD is read
+        head = seal.stat_identities(inputs, os.stat)  # before the RECORD is read
         inputs += [os.path.normpath(os.path.join(site, rel)) for rel in record_paths(record)]
-        ids = head + seal._identities(inputs[2:], os.stat)  # before check_record reads any of them
+        ids = head + seal.stat_identities(inputs[2:], os.stat)  # before check_record reads any of them
         result = check_record(site, dist_info, cache_dir)
         verdict: Dict[str, Any] = {"files": result["files"], "differ": sorted([p, k] for p, k, _ in result["findings"])}
         if result.get("note"):

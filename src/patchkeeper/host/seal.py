@@ -33,10 +33,11 @@ _ABSENT = (-1, 0, 0, 0)
 def identities(paths: List[str]) -> bytes:
     """(size, mtime_ns, ctime_ns, inode) of each path, packed; an absent path packs as _ABSENT.
     A long list is split over two processes where that helps (disk.split_work)."""
-    return b"".join(split_work(_identities, paths))
+    return b"".join(split_work(stat_identities, paths))
 
 
-def _identities(paths: Iterable[str], stat_of: Optional[Callable[[str], os.stat_result]] = None) -> bytes:
+def stat_identities(paths: Iterable[str], stat_of: Optional[Callable[[str], os.stat_result]] = None) -> bytes:
+    """As identities, in this process, by `stat_of` (os.lstat; os.stat to follow links)."""
     stat_of = stat_of or os.lstat  # looked up at each call, as every stat of ours is (replay.py notes them there)
     out: List[int] = []
     extend = out.extend
@@ -51,7 +52,7 @@ def _identities(paths: Iterable[str], stat_of: Optional[Callable[[str], os.stat_
 
 
 def settled(ids: bytes, started_ns: int) -> bool:
-    """Whether every identity of `ids` (from _identities) is older than the clock granularity
+    """Whether every identity of `ids` (from stat_identities) is older than the clock granularity
     before `started_ns`: only then may an answer derived from those files be remembered."""
     values = array("q", ids)
     newest = max((max(values[i + 1], values[i + 2]) for i in range(0, len(values), 4)), default=0)

@@ -106,7 +106,7 @@ class LocalTarget(Target):
         hit = known.get(key)
         if hit is not None:
             try:
-                if seal._identities(hit["watched"], os.stat).hex() == hit["ids"]:
+                if seal.stat_identities(hit["watched"], os.stat).hex() == hit["ids"]:
                     return DistInfo.from_wire(hit["answer"]) if hit["answer"] is not None else None
             except (KeyError, TypeError, ValueError):
                 pass  # written by another version: asked again
@@ -114,7 +114,7 @@ class LocalTarget(Target):
         found = super().package_layout(sites, package)
         watched = list(sites) + ([os.path.join(found.site, found.dist_info, f) for f in ("", "RECORD", "METADATA")]
                                  if found else [])
-        ids = seal._identities(watched, os.stat)
+        ids = seal.stat_identities(watched, os.stat)
         if not seal.settled(ids, started):  # only files unchanged since before `started` are as they were read
             return found
         known[key] = {"watched": watched, "ids": ids.hex(), "answer": found.to_wire() if found else None}
