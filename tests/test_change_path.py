@@ -183,7 +183,7 @@ def test_plain_apply_and_rollback_run_without_click_and_say_what_click_says(env,
     """`apply NAME` and `rollback --to STATE` in their plain forms are parsed by launch.py: no click,
     the same output and exit code as click's parse of the same command (`--workspace=DIR`, a form
     launch.py leaves to click), refusals included; an unknown option is still click's to explain."""
-    from patchkeeper.launch import plain_change
+    from patchkeeper.launch import plain as plain_form
 
     ws = str(env.root)
     plain = _run(env, "-w", ws, "apply", "-t", "local", "ddtree", "--no-verify", flags=("-X", "importtime"))
@@ -203,12 +203,13 @@ def test_plain_apply_and_rollback_run_without_click_and_say_what_click_says(env,
         assert (mine.returncode, mine.stdout, mine.stderr) == (theirs.returncode, theirs.stdout, theirs.stderr), args
         assert mine.returncode == 2 and "hint:" in mine.stderr, args
 
-    assert plain_change(["apply", "ddtree", "-n", "--force"]) == \
+    assert plain_form(["apply", "ddtree", "-n", "--force"]) == \
         ("apply", None, {"dry_run": True, "force": True, "no_verify": False, "target": None, "name": "ddtree"})
     for form in (["apply"], ["apply", "a", "b"], ["apply", "a", "--force", "--force"], ["apply", "a", "-x"],
                  ["rollback"], ["rollback", "--to"], ["rollback", "--to", "-x"], ["rollback", "--to=baseline"],
-                 ["apply", "a", "--restore-pristine"], ["apply", "--help"], ["status"]):
-        assert plain_change(form) is None, form  # click's to parse
+                 ["apply", "a", "--restore-pristine"], ["apply", "--help"], ["status"],
+                 ["audit", "--all", "-t", "local"], ["audit", "--probe", "x"]):
+        assert plain_form(form) is None, form  # click's to parse
     assert "Usage:" in _run(env, "-w", ws, "rollback", "--to", "baseline", "-x").stderr
 
 

@@ -4,7 +4,7 @@ everything else goes to cli.py.
 
 click costs about as much as the whole of a warm audit's own work, so its commonest forms
 (`patchkeeper [-w DIR] audit [-q] [-v] [--json] [-t NAME | --all]`, and `apply NAME` / `rollback --to STATE`
-with -t, -n, --force, --no-verify as plain_change lists them) are recognised here, token by token.
+with -t, -n, --force, --no-verify: _PLAIN lists them) are recognised here, token by token.
 Anything else (another verb, --help, --probe, an unknown or combined option, shell
 completion) is left to click, which parses it as it always has; the verb itself and its exit codes
 are the same code either way (commands/audit.py, verb.py).
@@ -15,40 +15,11 @@ from __future__ import annotations
 import os
 import sys
 
-_FLAGS = {"-q": "quiet", "--quiet": "quiet", "-v": "verbose", "--verbose": "verbose", "--json": "as_json",
-          "--all": "every"}
-
-
-def plain_audit(argv: list[str]) -> tuple[str | None, dict[str, object]] | None:
-    """(workspace, audit's options) when `argv` is a plain audit this module runs itself, else None."""
-    workspace: str | None = None
-    i = 0
-    if argv[:1] in (["-w"], ["--workspace"]) and len(argv) > 2 and not argv[1].startswith("-"):
-        workspace, i = argv[1], 2
-    if argv[i:i + 1] != ["audit"]:
-        return None
-    options: dict[str, object] = {"target": None, "quiet": False, "verbose": False, "as_json": False,
-                                  "every": False}
-    rest = argv[i + 1:]
-    j = 0
-    while j < len(rest):
-        token = rest[j]
-        if token in _FLAGS and not options[_FLAGS[token]]:
-            options[_FLAGS[token]] = True
-        elif token in ("-t", "--target") and options["target"] is None and j + 1 < len(rest) \
-                and rest[j + 1] and not rest[j + 1].startswith("-"):
-            options["target"] = rest[j + 1]
-            j += 1
-        else:
-            return None  # click's to parse (and to explain)
-        j += 1
-    if options["every"] and options["target"] is not None:
-        return None  # both: click's to explain
-    return workspace, options
-
-
-# the plain forms of the change verbs: flags, options with a value, the positional argument, what is required
-_CHANGES: dict[str, tuple[dict[str, str], dict[str, str], str | None, tuple[str, ...]]] = {
+# the plain forms this module parses itself: flags, options with a value, the positional argument,
+# what is required
+_PLAIN: dict[str, tuple[dict[str, str], dict[str, str], str | None, tuple[str, ...]]] = {
+    "audit": ({"-q": "quiet", "--quiet": "quiet", "-v": "verbose", "--verbose": "verbose", "--json": "as_json",
+               "--all": "every"}, {"-t": "target", "--target": "target"}, None, ()),
     "apply": ({"-n": "dry_run", "--dry-run": "dry_run", "--force": "force", "--no-verify": "no_verify"},
               {"-t": "target", "--target": "target"}, "name", ("name",)),
     "rollback": ({"-n": "dry_run", "--dry-run": "dry_run", "--no-verify": "no_verify"},
@@ -56,18 +27,17 @@ _CHANGES: dict[str, tuple[dict[str, str], dict[str, str], str | None, tuple[str,
 }
 
 
-def plain_change(argv: list[str]) -> tuple[str, str | None, dict[str, object]] | None:
-    """(verb, workspace, its options) when `argv` is `[-w DIR] apply NAME [-t T] [-n] [--force]
-    [--no-verify]` or `[-w DIR] rollback --to STATE [-t T] [-n] [--no-verify]`, in any order, each
-    option at most once; else None (click's to parse, and to explain)."""
+def plain(argv: list[str]) -> tuple[str, str | None, dict[str, object]] | None:
+    """(verb, workspace, its options) when `argv` is `[-w DIR] VERB ...` in one of _PLAIN's forms: the
+    options in any order, each at most once; else None (click's to parse, and to explain)."""
     workspace: str | None = None
     i = 0
     if argv[:1] in (["-w"], ["--workspace"]) and len(argv) > 2 and not argv[1].startswith("-"):
         workspace, i = argv[1], 2
     verb = argv[i] if i < len(argv) else None
-    if verb not in _CHANGES:
+    if verb not in _PLAIN:
         return None
-    flags, valued, positional, required = _CHANGES[verb]
+    flags, valued, positional, required = _PLAIN[verb]
     options: dict[str, object] = {**{f: False for f in flags.values()}, **{v: None for v in valued.values()}}
     if positional:
         options[positional] = None
@@ -86,47 +56,39 @@ def plain_change(argv: list[str]) -> tuple[str, str | None, dict[str, object]] |
         else:
             return None
         j += 1
-    if any(options[r] is None for r in required):
-        return None
+    if any(options[r] is None for r in required) or (options.get("every") and options.get("target") is not None):
+        return None  # a required one missing, or audit's -t with --all: click's to explain
     return verb, workspace, options
 
 
 def main() -> None:
     argv = sys.argv[1:]
-    completing = any(k.endswith("_COMPLETE") for k in os.environ)
-    plain = None if completing else plain_audit(argv)
-    if plain is None:
-        from .classcache import install
-
-        install()  # before any of our value classes is built
-        change = None if completing else plain_change(argv)
-        if change is None:
-            from .cli import main as cli_main
-
-            cli_main()
-            return
-        from .verb import run_verb
-
-        verb, workspace_dir, options = change
-        run_verb(_change, verb, workspace_dir, options)  # exits
-    from . import replay
-
+    found = None if any(k.endswith("_COMPLETE") for k in os.environ) else plain(argv)
     sealed: tuple | None = None
     ran_before = False
-    try:
-        if not plain[1]["every"]:  # --all forks its local targets' audits: each keeps its own report
+    if found is not None and found[0] == "audit" and not found[2]["every"]:  # --all forks its local
+        from . import replay  # targets' audits: each keeps its own report
+
+        try:
             sealed = replay.key(argv)
-    except OSError:  # no working directory (removed under us): the audit says what it can
-        pass
-    else:
-        if sealed is not None:
+        except OSError:  # no working directory (removed under us): the audit says what it can
+            pass
+        else:
             ran_before = replay.answer(sealed)  # the kept answer, when nothing it read has changed: exits here
     from .classcache import install
 
-    install()
+    install()  # before any of our value classes is built
+    if found is None:
+        from .cli import main as cli_main
+
+        cli_main()
+        return
     from .verb import run_verb
 
-    run_verb(_audit, *plain, sealed, ran_before)
+    verb, workspace_dir, options = found
+    if verb == "audit":
+        run_verb(_audit, workspace_dir, options, sealed, ran_before)
+    run_verb(_change, verb, workspace_dir, options)  # exits
 
 
 def _audit(workspace_dir: str | None, options: dict, sealed: tuple | None, record: bool) -> int:

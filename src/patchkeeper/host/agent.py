@@ -21,7 +21,7 @@ from .disk import (
     SPLIT_AT,
     StatCache,
     algorithm_of,
-    reading_cache,
+    load_cache,
     entry_row,
     fsync_dir,
     fsync_path,
@@ -408,14 +408,9 @@ class Agent(AgentContract):
         path = os.path.join(os.path.dirname(store), "manifest-cache", digest.replace(":", "-") + ".rows")
         stamp = [_MANIFEST_CACHE, list(sys.version_info[:2]), digest, ident]
         if ident is not None:
-            reading_cache(path)
-            try:
-                with open(path, "rb") as f:
-                    head, rows = marshal.loads(f.read())
-                if head == stamp and isinstance(rows, dict):
-                    return rows
-            except (OSError, ValueError, EOFError, TypeError):
-                pass
+            rows = load_cache(path, stamp)
+            if rows is not None:
+                return rows  # type: ignore[no-any-return]
         rows = manifest_rows(objects.get(digest))
         if ident is not None:
             try:

@@ -159,6 +159,18 @@ def reading_cache(path: str) -> None:
         reader(path)
 
 
+def load_cache(path: str, stamp: Any) -> Any:
+    """The body of a cache file written as marshal (stamp, body) with this `stamp` and a dict body, else
+    None (absent, damaged, or another version's: a cache we cannot use only costs time)."""
+    reading_cache(path)
+    try:
+        with open(path, "rb") as f:
+            found, body = marshal.loads(f.read())
+    except (OSError, ValueError, EOFError, TypeError):
+        return None
+    return body if found == stamp and isinstance(body, dict) else None
+
+
 class StatCache:
     """Digest cache keyed by (size, mtime_ns, ctime_ns, inode), immune to racily clean files.
 
@@ -180,14 +192,7 @@ class StatCache:
         self.fresh: dict[str, tuple[Any, ...]] = {}
         self.started_ns = time.time_ns()
         if path:
-            reading_cache(path)
-            try:
-                with open(path, "rb") as f:
-                    stamp, entries = marshal.loads(f.read())
-                if stamp == self.FORMAT and isinstance(entries, dict):
-                    self.entries = entries
-            except (OSError, ValueError, EOFError, TypeError):  # absent, or not ours: start empty
-                self.entries = {}
+            self.entries = load_cache(path, self.FORMAT) or {}  # absent, or not ours: start empty
 
     def lookup(self, rel: str, st: os.stat_result) -> Any:
         """The value remembered for `rel` (a digest, or a verdict) while its identity is unchanged."""

@@ -16,7 +16,7 @@ import time
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from . import elf, seal
-from .disk import (ALGORITHM, STAGE_PREFIX, TEMP_PREFIX, StatCache, hash_file, normalize_name, reading_cache,
+from .disk import (ALGORITHM, STAGE_PREFIX, TEMP_PREFIX, StatCache, hash_file, load_cache, normalize_name,
                    write_atomic)
 from .distcheck import check_record
 from .distinfo import record_paths
@@ -120,15 +120,8 @@ class _RecordSeals:
         self.path = path
         self.seals: Dict[str, Any] = {}
         self.dirty = False
-        if path is not None:
-            reading_cache(path)
-            try:
-                with open(path, "rb") as f:
-                    stamp, seals = marshal.loads(f.read())
-                if stamp == _SEAL_FORMAT and isinstance(seals, dict):
-                    self.seals = seals
-            except (OSError, ValueError, EOFError, TypeError):
-                pass  # absent, damaged or another version's: every verdict is checked again
+        if path is not None:  # absent, damaged or another version's: every verdict is checked again
+            self.seals = load_cache(path, _SEAL_FORMAT) or {}
 
     def checked(self, site: str, dist_info: str, cache_dir: str | None) -> Dict[str, Any]:
         """{files, differ[, note]} of one distribution against its RECORD."""

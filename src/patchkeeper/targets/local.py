@@ -95,14 +95,8 @@ class LocalTarget(Target):
             return super().package_layout(sites, package)
         from ..host import seal
 
-        cache = os.path.join(_cache_home(), "dist-infos.json")
-        reading_cache(cache)
+        cache, known = _read_cache("dist-infos.json")
         key = json.dumps([self.config.python, package, sites])
-        try:
-            with open(cache, "rb") as f:
-                known = json.loads(f.read())
-        except (OSError, ValueError):
-            known = {}
         hit = known.get(key)
         if hit is not None:
             try:
@@ -118,11 +112,7 @@ class LocalTarget(Target):
         if not seal.settled(ids, started):  # only files unchanged since before `started` are as they were read
             return found
         known[key] = {"watched": watched, "ids": ids.hex(), "answer": found.to_wire() if found else None}
-        try:
-            os.makedirs(os.path.dirname(cache), exist_ok=True)
-            write_atomic(cache, json.dumps(known).encode(), durable=False)
-        except OSError:
-            pass
+        _write_cache(cache, known)
         return found
 
     def interpreter_facts(self) -> InterpreterFacts:
@@ -144,13 +134,7 @@ def _remembered(python: str, file: str, field: str, kind: type[A], compute: Call
             os.path.dirname(os.path.dirname(python)), "pyvenv.cfg")))]
     except OSError:
         return compute()  # a missing interpreter: let the real run say why
-    cache = os.path.join(_cache_home(), file)
-    reading_cache(cache)
-    try:
-        with open(cache, "rb") as f:
-            known = json.loads(f.read())
-    except (OSError, ValueError):
-        known = {}
+    cache, known = _read_cache(file)
     hit = known.get(python)
     if hit and hit["key"] == key and field in hit and valid(hit[field]):
         try:
@@ -159,16 +143,29 @@ def _remembered(python: str, file: str, field: str, kind: type[A], compute: Call
             pass  # written by another version: compute it again
     value = compute()
     known[python] = {"key": key, field: value.to_wire()}
-    try:
-        os.makedirs(os.path.dirname(cache), exist_ok=True)
-        write_atomic(cache, json.dumps(known).encode(), durable=False)
-    except OSError:
-        pass
+    _write_cache(cache, known)
     return value
 
 
-def _cache_home() -> str:
-    return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "patchkeeper")
+def _read_cache(name: str) -> tuple[str, dict[str, Any]]:
+    """The path of a JSON cache in ~/.cache/patchkeeper and what it holds ({} when absent or not ours)."""
+    path = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "patchkeeper", name)
+    reading_cache(path)
+    try:
+        with open(path, "rb") as f:
+            known = json.loads(f.read())
+    except (OSError, ValueError):
+        return path, {}
+    return path, known if isinstance(known, dict) else {}
+
+
+def _write_cache(path: str, known: dict[str, Any]) -> None:
+    """Write a cache back (not durably: a cache we cannot use or write only costs time)."""
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        write_atomic(path, json.dumps(known).encode(), durable=False)
+    except OSError:
+        pass
 
 
 def _identity(path: str) -> tuple[int, int, int]:
