@@ -238,3 +238,17 @@ def test_equal_keys_name_one_file():
     twice = ("k", shared, shared)  # marshal writes the second as a reference to the first
     apart = ("k", "x" * 40, "".join(["x"] * 40))
     assert twice == apart and replay.path_of(twice) == replay.path_of(apart)
+
+
+def test_at_most_keep_answers_are_kept_the_least_recent_go_first(tmp_path, settled_now, monkeypatch, capfd):
+    monkeypatch.setattr(replay, "KEEP", 3)
+    oldest = ("test", "oldest")
+    replay.mark(oldest)
+    time.sleep(0.01)
+    for i in range(3):
+        replay.mark(("test", i))
+        time.sleep(0.01)
+    assert not os.path.exists(replay.path_of(oldest)) and os.path.exists(replay.path_of(("test", 0)))
+    k = record(lambda: print("the answer"))  # a kept answer prunes the same way, and is kept itself
+    capfd.readouterr()
+    assert len(os.listdir(os.path.dirname(replay.path_of(k)))) == 3 and replays(k, capfd)

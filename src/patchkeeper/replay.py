@@ -40,6 +40,7 @@ import zlib
 from _thread import get_ident
 
 FORMAT = ("pk-replay", 2)
+KEEP = 64  # kept answers per user (one per command line, directory and target): about 2 MB each for sglang
 _ALL = "\0all"  # the whole environment was read (iterated or copied)
 _WRITES = ("w", "a", "x", "+")
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
@@ -101,14 +102,27 @@ def answer(k: tuple) -> bool:
 
 def mark(k: tuple) -> None:
     """Note that the command `k` ran here, unrecorded: its next run is recorded."""
+    try:
+        _write(k, (FORMAT, k))
+    except OSError:
+        pass  # unwritable: the next run is simply not recorded either
+
+
+def _write(k: tuple, record: tuple) -> None:
+    """Write what is kept for `k`, leaving at most KEEP files (the least recently written go first)."""
     from .host.disk import write_atomic
 
     target = path_of(k)
+    folder = os.path.dirname(target)
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    write_atomic(target, marshal.dumps(record), 0o600, durable=False)
     try:
-        os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
-        write_atomic(target, marshal.dumps((FORMAT, k)), 0o600, durable=False)
+        with os.scandir(folder) as it:
+            kept = sorted((e.stat().st_mtime_ns, e.path) for e in it if e.is_file(follow_symlinks=False))
+        for _, old in kept[:-KEEP]:
+            os.unlink(old)
     except OSError:
-        pass
+        pass  # another command pruning too: only space is lost
 
 
 def remembered(k: tuple, compute: Callable[[], Any]) -> Any:
@@ -336,7 +350,6 @@ class Recording:
         if why is not None:
             return why
         from .host import seal
-        from .host.disk import write_atomic
 
         names = self._inputs()
         lids = seal.stat_identities(names)
@@ -347,13 +360,10 @@ class Recording:
         if not seal.settled(lids + fids, self.started):
             return "an input changed within the timestamp granularity of the run"
         env = {_ALL: dict(os.environ)} if _ALL in self.env else {n: os.environ.get(n) for n in self.env}
-        target = path_of(k)
         try:
-            os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
-            write_atomic(target, marshal.dumps((FORMAT, k, env, "\0".join(names), lids, "\0".join(links), fids,
-                                                "\0".join(weak), wids, payload)), 0o600, durable=False)
+            _write(k, (FORMAT, k, env, "\0".join(names), lids, "\0".join(links), fids, "\0".join(weak), wids, payload))
         except OSError as exc:
-            return f"cannot write {target}: {exc}"
+            return f"cannot write {path_of(k)}: {exc}"
         return None
 
     def _refusal(self) -> Optional[str]:
