@@ -28,8 +28,9 @@ _used: set[str] = set()
 
 
 def path() -> str:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "patchkeeper", f"dataclass-code-{sys.implementation.cache_tag}.marshal")
+    from .host.disk import user_cache
+
+    return user_cache(f"dataclass-code-{sys.implementation.cache_tag}.marshal")
 
 
 def _exec(source: Any, globals: Any = None, locals: Any = None) -> None:  # noqa: A002 (exec's own names)
@@ -48,13 +49,9 @@ def install() -> None:
 
     if getattr(dataclasses, "exec", None) is _exec:
         return
-    try:
-        with open(path(), "rb") as f:
-            stamp, codes = marshal.loads(f.read())
-        if stamp == STAMP and isinstance(codes, dict):
-            _codes.update(codes)
-    except (OSError, ValueError, EOFError, TypeError):
-        pass  # none yet, damaged, or another Python's: compiled as they come
+    from .host.disk import load_cache
+
+    _codes.update(load_cache(path(), STAMP) or {})  # none yet, damaged, or another Python's: compiled as they come
     dataclasses.exec = _exec  # type: ignore[attr-defined]  # found before the builtin by dataclasses' own calls
     import atexit
 

@@ -16,7 +16,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from .host.disk import hash_bytes, reading_cache, write_atomic
+from .host.disk import hash_bytes, load_cache, user_cache, write_atomic
 
 if TYPE_CHECKING:
     from .patching import FilePatch
@@ -27,23 +27,13 @@ _tables: dict[str, dict[str, bytes]] = {}
 
 
 def path(kind: str) -> str:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "patchkeeper", f"parsed-{kind}.marshal")
+    return user_cache(f"parsed-{kind}.marshal")
 
 
 def _table(kind: str) -> dict[str, bytes]:
     if kind not in _tables:
-        table: dict[str, bytes] = {}
-        where = path(kind)
-        reading_cache(where)
-        try:
-            with open(where, "rb") as f:
-                stamp, known = marshal.loads(f.read())
-            if stamp == STAMP and isinstance(known, dict):
-                table = known
-        except (OSError, ValueError, EOFError, TypeError):
-            pass  # none yet, damaged, or another Python's: parsed as they come
-        _tables[kind] = table
+        # none yet, damaged, or another Python's: parsed as they come
+        _tables[kind] = load_cache(path(kind), STAMP) or {}
     return _tables[kind]
 
 

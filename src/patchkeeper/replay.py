@@ -61,9 +61,10 @@ def key(argv: list[str]) -> tuple:
 
 
 def path_of(k: tuple) -> str:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    from .host.disk import user_cache
+
     # named by the key's repr: its marshal form is not canonical (shared objects are written as references)
-    return os.path.join(base, "patchkeeper", "replay", "%08x" % zlib.crc32(repr(k).encode()))
+    return user_cache(os.path.join("replay", "%08x" % zlib.crc32(repr(k).encode())))
 
 
 def recall(k: tuple) -> Any:

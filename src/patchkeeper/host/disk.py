@@ -159,6 +159,12 @@ def reading_cache(path: str) -> None:
         reader(path)
 
 
+def user_cache(name: str) -> str:
+    """The path of `name` in this user's cache directory for patchkeeper ($XDG_CACHE_HOME or ~/.cache)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "patchkeeper", name)
+
+
 def load_cache(path: str, stamp: Any) -> Any:
     """The body of a cache file written as marshal (stamp, body) with this `stamp` and a dict body, else
     None (absent, damaged, or another version's: a cache we cannot use only costs time)."""

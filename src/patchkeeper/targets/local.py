@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from ..host.agent import Agent
 from ..host.contract import AgentContract, Answer, DistInfo, Interpreter, InterpreterFacts
-from ..host.disk import reading_cache, write_atomic
+from ..host.disk import reading_cache, user_cache, write_atomic
 from .base import Target, memo
 from ..workspace import TargetConfig
 
@@ -149,7 +149,7 @@ def _remembered(python: str, file: str, field: str, kind: type[A], compute: Call
 
 def _read_cache(name: str) -> tuple[str, dict[str, Any]]:
     """The path of a JSON cache in ~/.cache/patchkeeper and what it holds ({} when absent or not ours)."""
-    path = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "patchkeeper", name)
+    path = user_cache(name)
     reading_cache(path)
     try:
         with open(path, "rb") as f:
