@@ -34,6 +34,8 @@ Progress = Callable[[str, int, int], None]  # (what, done, total)
 
 @dataclass(frozen=True)
 class Finding:
+    """One thing an audit found, of one class (CLASSES), at one path."""
+
     cls: str  # one of CLASSES
     path: str  # site-relative path, "@role", or a module name for probes
     kind: str  # changed | added | removed | mode | missing | stale | mismatch | sourceless | import-failed …
@@ -46,6 +48,8 @@ class Finding:
 
 @dataclass(frozen=True)
 class AuditReport:
+    """One target's audit: what was checked against which recorded state, and what was found."""
+
     target: str
     host: str
     package: str

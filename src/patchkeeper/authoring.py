@@ -37,6 +37,8 @@ class Draft:
 
 @dataclass(frozen=True)
 class Saved:
+    """A patch set version as saving it left it: its identity, digest and what became of it."""
+
     ident: str
     digest: str
     status: str  # created | updated | unchanged

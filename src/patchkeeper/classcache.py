@@ -44,7 +44,10 @@ def _exec(source: Any, globals: Any = None, locals: Any = None) -> None:  # noqa
 
 
 def install() -> None:
-    """Remember the compiled methods of every dataclass built from now on in this process."""
+    """Remember the compiled methods of every dataclass built from now on in this process; and load
+    `inspect`, which `dataclasses` imports, only when something uses it (see _on_first_use)."""
+    if "dataclasses" not in sys.modules:
+        _on_first_use("inspect")
     import dataclasses
 
     if getattr(dataclasses, "exec", None) is _exec:
@@ -56,6 +59,34 @@ def install() -> None:
     import atexit
 
     atexit.register(_save)
+
+
+def _on_first_use(name: str) -> None:
+    """Stand in for the module `name` until one of its attributes is first read, then import it whole.
+
+    `dataclasses` imports `inspect` (with ast, dis and tokenize: about a tenth of a change path's
+    imports) only to name the signature of a class that has no docstring, and our value classes all
+    have one. The stand-in answers `import inspect` (which reads only its `__spec__`); any other read
+    imports the real module, which replaces the stand-in in sys.modules and fills the stand-in's own
+    namespace, so a module that kept the stand-in finds every name in it from then on.
+    importlib.util.LazyLoader cannot serve here: the import statement itself reads its `__spec__`,
+    which loads it."""
+    if name in sys.modules:
+        return
+    import importlib
+    import types
+
+    stand_in = types.ModuleType(name, f"{name}, imported whole when one of its attributes is first read")
+
+    def load(attribute: str) -> Any:  # PEP 562: read only for a name the namespace lacks
+        if sys.modules.get(name) is stand_in:
+            del sys.modules[name]
+        real = importlib.import_module(name)
+        stand_in.__dict__.update(real.__dict__)
+        return getattr(real, attribute)
+
+    stand_in.__getattr__ = load  # type: ignore[attr-defined]
+    sys.modules[name] = stand_in
 
 
 def _save() -> None:

@@ -27,6 +27,8 @@ if TYPE_CHECKING:  # patch sets are read (and unidiff loaded) only by the verbs 
 
 @dataclass(frozen=True)
 class Plan:
+    """A change worked out in full before anything changes: its file operations, new contents and ledger entry."""
+
     ops: tuple[FileOp, ...]
     contents: dict[str, bytes]
     entry: LedgerEntry

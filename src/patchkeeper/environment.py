@@ -76,11 +76,9 @@ class Taking:
         self._error: BaseException | None = None
         self._thread = None
         self._child: Callable[..., dict] | None = None
-        from .host.agent import Agent
-
         if alongside is not None and changes_objects(alongside):  # a shared object changes: the fingerprint
             self._take()  # (which reads every one) is taken before any file changes, as the change's context
-        elif isinstance(target.agent, Agent):  # an agent in this process; a proxy's channel carries one call at a time
+        elif target.agent.concurrent:  # an agent in this process; a proxy's channel carries one call at a time
             from .host.disk import fork_call
 
             # a process of its own on the other CPU where it can (a thread would hold the GIL against the

@@ -12,6 +12,8 @@ ROLE_PREFIX = "@"  # manifest keys of role files (the unit file...) are "@unit";
 
 @dataclass(frozen=True)
 class Entry:
+    """A file's recorded content: digest, size and mode."""
+
     digest: str
     size: int
     mode: int

@@ -14,6 +14,8 @@ _CRLF_HEADER = re.compile(r"^(?:diff --git |--- |\+\+\+ |@@ ).*\r$", re.M)
 
 @dataclass(frozen=True)
 class Hunk:
+    """One hunk of a file patch: where it starts, and its lines before and after."""
+
     header: str
     source_start: int
     old_lines: tuple[str, ...]  # context and removed lines, with their line endings
@@ -32,6 +34,8 @@ class FilePatch:
 
 @dataclass(frozen=True)
 class Applied:
+    """A file patch applied to some bytes: the result (None: it did not fit) and how far each hunk moved."""
+
     data: bytes | None
     offsets: tuple[int, ...]  # how far each hunk moved from where its header put it
 

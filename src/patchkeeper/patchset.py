@@ -21,6 +21,8 @@ UNSAFE_MODE_BITS = 0o6002  # setuid, setgid, world-writable: refused unless --fo
 
 @dataclass(frozen=True)
 class PatchSet:
+    """A patch set version as read from its directory: its metadata, file patches and role files."""
+
     name: str
     version: str
     description: str

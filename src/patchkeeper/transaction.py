@@ -39,6 +39,8 @@ class JournalDamaged(StoreError):
 
 @dataclass(frozen=True)
 class FileOp:
+    """One file of a transaction: what is there now and what will be there."""
+
     key: str  # manifest key
     path: str  # absolute path on the target
     old: Entry | None  # what is there now (None: absent)
@@ -171,14 +173,13 @@ def _place(agent: AgentContract, ops: list[FileOp], tx_id: str) -> tuple[list[Fi
     """Rename each stage over its destination and unlink each removed file; the ops not done, and why.
 
     Replacing or removing a file frees its old inode, which on some file systems (ext4 with online
-    discard) waits for the journal: one wait per file, one after the other. With an agent in this
-    process the ops are handed to threads, whose waits overlap (freeing 17 files here: 4 ms, not 68);
-    each op's fault point is passed in order as it is handed over, so a crash leaves any subset of
-    them done, which recovery finishes from the journal as it would a prefix. A proxy's channel
-    carries one call at a time: there they go one by one."""
-    from .host.agent import Agent
-
-    if not isinstance(agent, Agent) or len(ops) < 2:
+    discard) waits for the journal: one wait per file, one after the other. Where the agent's calls
+    may overlap (the contract's `concurrent`: an agent in this process) the ops are handed to
+    threads, whose waits overlap (freeing 17 files here: 4 ms, not 68); each op's fault point is
+    passed in order as it is handed over, so a crash leaves any subset of them done, which recovery
+    finishes from the journal as it would a prefix. A proxy's channel carries one call at a time:
+    there they go one by one."""
+    if not agent.concurrent or len(ops) < 2:
         for i, op in enumerate(ops):
             try:
                 _place_one(agent, op, tx_id)

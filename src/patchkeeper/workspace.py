@@ -29,6 +29,8 @@ class TargetConfig:
 
 @dataclass(frozen=True)
 class Workspace:
+    """A workspace as loaded from its patchkeeper.toml: its root, targets and options."""
+
     root: Path
     default_target: str | None
     targets: dict[str, TargetConfig]

@@ -17,6 +17,8 @@ _PATCH_LIMIT = 4 << 20  # larger files are reported, not diffed
 
 @dataclass(frozen=True)
 class Difference:
+    """One file that differs between the two sides of a diff, with the patch sets that own it."""
+
     key: str
     kind: str  # changed | added | removed | mode (added: only on the second side)
     a: Entry | None

@@ -77,6 +77,8 @@ _DAMAGED_LOCK = {"pid": "?", "host": "?", "command": "? (its lock file is damage
 class Agent(AgentContract):
     """The near-disk half of a target; the controller calls these methods locally or over SSH."""
 
+    concurrent = True  # (the contract's) here, in the caller's process: threads and forked copies may call it
+
     def __init__(self) -> None:
         self._stores: dict[str, Store] = {}
         # the last scan's walk: (root, walked dirs, bytecode files passed, source stats), for the

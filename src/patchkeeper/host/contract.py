@@ -337,6 +337,11 @@ class AgentContract(Protocol):
     list, tuple, dict) or a request or answer value of this module, which `to_wire` and
     `requests_from_wire` / `answer_from_wire` carry across a process boundary."""
 
+    # Whether calls may overlap: from several threads, or from a process forked from the caller's. True
+    # where the agent works in the caller's own process (host.agent.Agent); a proxy's channel carries one
+    # call at a time, and a forked copy of it would share that channel.
+    concurrent: bool = False
+
     # ---- the host ------------------------------------------------------------------------------
     def hostname(self) -> str: ...
 

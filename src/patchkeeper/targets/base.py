@@ -46,6 +46,8 @@ _INFO = (
 
 @dataclass(frozen=True)
 class TargetInfo:
+    """What a target is, found once per command: its interpreter, package, layout, role files and state dir."""
+
     name: str
     host: str
     python: str

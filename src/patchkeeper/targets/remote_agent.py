@@ -147,6 +147,8 @@ def _last_line(out: bytes) -> str:
 class AgentProxy(c.AgentContract):
     """The agent contract, each call one request over one link, one at a time."""
 
+    concurrent = False  # (the contract's) one channel: calls never overlap, and a forked copy would share it
+
     def __init__(self, link: Link, target_name: str, python: str) -> None:
         self._link = link
         self._name = target_name
