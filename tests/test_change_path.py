@@ -273,6 +273,33 @@ def test_remembered_dataclass_methods_build_the_same_classes(tmp_path):
     assert again == plain and compiled.strip() == "0"  # every method's code came from the table
 
 
+_STAND_IN = '''
+import sys
+from patchkeeper import classcache
+classcache.install()
+import dataclasses, inspect
+from patchkeeper import engine, transaction, workspace  # our value classes, each with a docstring
+print("real" if "signature" in vars(sys.modules["inspect"]) else "stand-in")
+
+@dataclasses.dataclass(frozen=True)
+class Bare:
+    size: int = 0
+
+print(Bare.__doc__, "real" if "signature" in vars(sys.modules["inspect"]) else "stand-in",
+      sys.modules["inspect"].__file__ == inspect.__file__, inspect.signature(len) == sys.modules["inspect"].signature(len))
+'''
+
+
+def test_inspect_is_imported_only_when_something_uses_it(tmp_path):
+    """classcache.install: `dataclasses` gets a stand-in for `inspect`, which our documented value
+    classes never read; a class without a docstring (whose signature names it) imports the real
+    module, which then answers through the stand-in and sys.modules alike."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    proc = subprocess.run([sys.executable, "-c", _STAND_IN], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split("\n")[:2] == ["stand-in", "Bare(size: int = 0) real True True"]
+
+
 def test_manifest_text_quotes_as_each_key_alone_would_say():
     """host/manifest_text.write_rows decides with one scan of all keys whether any needs quoting
     (then every ambiguous one is quoted): the same decision as asking each key (_AMBIGUOUS), for a
