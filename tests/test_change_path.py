@@ -228,6 +228,83 @@ def test_a_forked_computation_hashes_big_files_after_blake3s_threads_ran(tmp_pat
     assert proc.stdout.strip() == "True", proc.stderr[-2000:]
 
 
+_SPLIT_SCAN = '''
+import json, marshal, os, shutil, sys
+from dataclasses import replace
+from patchkeeper.host import agent, disk
+from patchkeeper.host.contract import ScanRequest
+
+disk.StatCache.GRANULARITY_NS = -10**12  # remember even these freshly copied files
+site, work, edited = sys.argv[1], sys.argv[2], sys.argv[3:]
+request = ScanRequest(site, (), ("sglang",), os.path.join(work, "one", "statcache"))
+before = agent.Agent().scan(request).rows  # a cold scan: the stat cache is written
+shutil.copytree(os.path.join(work, "one"), os.path.join(work, "two"))
+for key in edited:  # by hand, in place: same size, same mtime, the same inode (its ctime alone moves)
+    path = os.path.join(site, key)
+    st = os.stat(path)
+    with open(path, "r+b") as f:
+        first = f.read(1)
+        f.seek(0)
+        f.write(b"#" if first != b"#" else b"%")
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+forks = []
+fork_call = agent.fork_call
+agent.fork_call = lambda fn: forks.append(fork_call(fn)) or forks[-1]
+split = agent.Agent().scan(request).rows
+disk.allow_split(False)
+serial = agent.Agent().scan(replace(request, cache=os.path.join(work, "two", "statcache"))).rows
+caches = [marshal.loads(open(os.path.join(work, d, "statcache"), "rb").read())[1] for d in ("one", "two")]
+print(json.dumps({"forked": [f is not None for f in forks], "same": split == serial, "caches": caches[0] == caches[1],
+                  "differ": sorted(k for k in before if before[k] != split.get(k)), "files": len(split)}))
+'''
+
+
+def test_a_scan_split_over_two_processes_finds_what_one_process_finds(env, tmp_path):
+    """A scan with no bytecode check after it (a rollback's comparison), its files known to the stat
+    cache: a forked process lstats the second half of them, beside this one. Its answer and the stat
+    cache it leaves are those of one process alone, and a file edited in place in either half, with
+    its size and mtime kept, is found by both."""
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("fork_call forks only where a second CPU can run the child")
+    keys = list(disk.walk_files(str(env.site), "sglang"))  # the scan's order; halves of about equal work
+    edited = [keys[10], keys[len(keys) // 2 - 10], keys[len(keys) // 2 + 10], keys[-10]]
+    for key in edited:
+        edit_file(env.site / key, (env.site / key).read_bytes())  # an inode of our own (the copy is of hardlinks)
+    proc = subprocess.run([sys.executable, "-c", _SPLIT_SCAN, str(env.site), str(tmp_path), *edited],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    found = json.loads(proc.stdout)
+    assert found["forked"] == [True, False]  # the warm scan forked; the one-process one was refused; the cold
+    # one (nothing known to its stat cache: its files to hash are split by size instead) did not ask
+    assert found["same"] and found["caches"] and found["files"] == len(keys)
+    assert found["differ"] == sorted(edited)
+
+
+_BUSY = '''
+import os, time
+from patchkeeper.host import disk
+
+os.cpu_count = lambda: 2
+r, w = os.pipe()
+first = disk.fork_call(lambda: os.read(r, 1))  # computing until it is told
+print(first is not None, disk.busy(), disk.fork_call(lambda: 2) is None)
+os.write(w, b"x")
+while disk.busy():  # its answer is on the way
+    time.sleep(0.01)
+third = disk.fork_call(lambda: 3)
+print(first(), third is not None and third())
+'''
+
+
+def test_no_second_child_is_forked_while_one_computes(tmp_path):
+    """disk.fork_call on two CPUs: while a child of it computes (the environment fingerprint's), a
+    second is not forked, which would leave three processes to two CPUs; once the first child's
+    answer is on its way, another may be."""
+    proc = subprocess.run([sys.executable, "-c", _BUSY], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split("\n")[:2] == ["True 1 True", "b'x' 3"]
+
+
 _CLASSES = '''
 import dataclasses, inspect, sys
 from patchkeeper import classcache

@@ -67,3 +67,42 @@ def test_packing_skips_what_the_store_already_holds_loose_or_packed(tmp_path):
     index = __import__("json").loads((tmp_path / "store" / "packs" / new[0]).read_bytes())
     assert list(index) == [paths["new"][0]]
     assert all(Store(str(tmp_path / "store")).get(d) == (src / n).read_bytes() for n, (d, _) in paths.items())
+
+
+def test_a_pack_index_is_read_from_its_copy_only_while_the_index_is_unchanged(tmp_path, monkeypatch):
+    """A pack index is parsed once and copied beside the store (marshal); the next store reads the
+    copy (no JSON parsed) while the index keeps its stat identity. An index damaged in place, or
+    replaced by another with other rows, is read again and what it says is said: the copy never
+    speaks for a file that changed. A freshly written index is not copied (the racily-clean rule)."""
+    import json
+
+    from patchkeeper.host import disk, store as store_module
+
+    files = {}
+    for i in range(3):
+        p = tmp_path / f"f{i}"
+        p.write_bytes(f"file {i}\n".encode() * 50)
+        files[hash_bytes(p.read_bytes())] = str(p)
+    root = tmp_path / "state" / "store"
+    assert Store(str(root)).put_files(files) == {}
+    digest = next(iter(files))
+    assert Store(str(root)).get(digest) and not (tmp_path / "state" / "pack-cache").exists()  # too fresh to copy
+
+    monkeypatch.setattr(disk.StatCache, "GRANULARITY_NS", -10**12)  # as if written long ago
+    parsed: list[bytes] = []
+    loads = json.loads
+    monkeypatch.setattr(store_module.json, "loads", lambda data: parsed.append(data) or loads(data))
+    assert Store(str(root)).get(digest) == open(files[digest], "rb").read() and len(parsed) == 1
+    assert len(list((tmp_path / "state" / "pack-cache").iterdir())) == 1
+    assert Store(str(root)).get(digest) == open(files[digest], "rb").read() and len(parsed) == 1  # from the copy
+
+    index = next((root / "packs").glob("*.idx"))
+    rows = loads(index.read_bytes())
+    os.chmod(index, 0o644)
+    index.write_text(json.dumps({d: [0, 1] for d in rows}))  # rewritten in place: other rows
+    with pytest.raises(AgentError, match="corrupt"):  # its rows are believed, and the object read by them fails
+        Store(str(root)).get(digest)
+    index.write_text("{not json")  # damaged in place
+    with pytest.raises(AgentError, match="is damaged"):
+        Store(str(root)).get(digest)
+    assert len(parsed) == 3

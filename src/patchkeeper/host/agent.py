@@ -24,6 +24,7 @@ from .disk import (
     load_cache,
     entry_row,
     fsync_dir,
+    fork_call,
     fsync_path,
     hash_file,
     hostname,
@@ -63,7 +64,7 @@ from .distcheck import PendingBytecode, check_bytecode, check_record, start_byte
 from .distinfo import installed_version, layout, record_paths
 from .manifest_text import parse as manifest_rows
 from .preflight import obstacles
-from .store import Store
+from .store import INDEX_CACHE, Store
 
 _MANIFEST_CACHE = 2  # version of the manifest-cache/*.rows format (2: rows are tuples)
 
@@ -356,6 +357,8 @@ class Agent(AgentContract):
             done = _digests(jobs[:half], known, algorithm, stats, False)
             beside.here()
             done += beside.join()
+        elif pycs is None:  # no bytecode check follows, which would need every file's stat here
+            done = _digests_split(jobs, known, algorithm, stats, expected or {})
         else:
             done = _digests(jobs, known, algorithm, stats, True)
         out: Rows = {}
@@ -392,7 +395,7 @@ class Agent(AgentContract):
         actual = scans[algorithm]
         if rows == actual:  # the common case, at C speed
             return Comparison({})
-        differ = [k for k in rows.keys() | actual.keys() if rows.get(k) != actual.get(k)]  # few: sorted after
+        differ = {k for k, _ in rows.items() ^ actual.items()}  # rows are tuples: at C speed; few: sorted after
         return Comparison({k: (rows.get(k), actual.get(k)) for k in sorted(differ)})
 
     def manifest_rows(self, store: str, digest: str) -> Rows:
@@ -552,10 +555,10 @@ class Agent(AgentContract):
 
     def clean_temps(self, state_dir: str, store: str) -> list[Removed]:
         """Remove the temporary files interrupted commands left in the state dir, its ledger, its
-        caches (the audit's, the fingerprint's, the manifests') and the store's packs; [path, size]
-        of each. Only under the lock (see Store.clean)."""
+        caches (the audit's, the fingerprint's, the manifests', the pack indexes') and the store's
+        packs; [path, size] of each. Only under the lock (see Store.clean)."""
         removed = []
-        for sub in ("", "ledger", "audit", "manifest-cache"):
+        for sub in ("", "ledger", "audit", "manifest-cache", INDEX_CACHE):
             removed += remove_stale_temps(os.path.join(state_dir, sub) if sub else state_dir, (TEMP_PREFIX,))
         for directory, _, _ in os.walk(os.path.join(state_dir, "env")):  # a few small directories
             removed += remove_stale_temps(directory, (TEMP_PREFIX,))
@@ -727,6 +730,26 @@ def _digests(jobs: list[tuple[str, str]], known: dict[str, tuple[Any, ...]], alg
     done.extend((key, row, (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino), False)
                 for (key, _, st), row in zip(todo, rows))
     return done
+
+
+def _digests_split(jobs: list[tuple[str, str]], known: dict[str, tuple[Any, ...]], algorithm: str,
+                   stats: dict[str, os.stat_result], expected: Rows) -> list[Digested]:
+    """_digests of the jobs; when the stat cache knows most of them (a warm scan is one lstat per file),
+    the second half (by _halfway's weights) in a forked process where one may run beside this one
+    (disk.fork_call), as git's preloaded index splits its lstat calls; `stats` then gets only this
+    half's. Else all of them here, where many files to hash are split by size instead (map_files:
+    big ones on threads, which a forked process does not start)."""
+    if len(jobs) >= SPLIT_AT and 2 * len(known) >= len(jobs):
+        half = _halfway(jobs, known, expected)
+        theirs = fork_call(lambda: _digests(jobs[half:], known, algorithm, {}, False))
+        if theirs is not None:
+            try:
+                mine = _digests(jobs[:half], known, algorithm, stats, False)
+            except BaseException:
+                theirs(abandon=True)
+                raise
+            return mine + theirs()
+    return _digests(jobs, known, algorithm, stats, True)
 
 
 def _without_install_records(rows: Rows) -> Rows:

@@ -287,6 +287,7 @@ SPLIT_AT = 2048  # from this many small jobs on, a forked second process takes h
 _split = True  # off in a process that is itself one of a pool's (no_split), or a forked child (fork_call)
 _forked = False  # in a child of fork_call: blake3's own thread pool (native threads, which a fork does not
 # copy, and whose locks it may copy held) is not used there: its hashing stays on the calling thread
+_computing: set[int] = set()  # the read ends of the pipes of fork_call's children not yet waited for
 
 
 def map_files(fn: Callable[[_T], _R], jobs: Sequence[_T], size: Callable[[_T], int], workers: int,
@@ -362,14 +363,17 @@ def fork_call(fn: Callable[[], _R]) -> Callable[..., _R] | None:
     """Start fn() in a forked process while the caller goes on.
 
     Only where it can help and is safe: two CPUs, and no other thread in this process (a fork
-    copies only the calling one, and whatever locks the others hold). fn must only compute (what
+    copies only the calling one, and whatever locks the others hold); and a CPU that no child of
+    this process is still computing on (`busy`: the environment fingerprint's child, while it
+    works, leaves no CPU for a second one beside this process on two). fn must only compute (what
     the child changes is lost; files it writes stay) and return marshal-able data; in the child no
     further fork is made (it is already one of two), and blake3 hashes on the calling thread (see
     _forked). Returns the function that waits for the child and gives its result (computed here
     instead if the child failed, so its error, if any, is raised here; called with abandon=True
     when the caller fails, it only ends the child), or None: then the caller does the work itself."""
     global _split, _forked
-    if not _split or (os.cpu_count() or 1) < 2 or not hasattr(os, "fork") or not alone():
+    cpus = os.cpu_count() or 1
+    if not _split or cpus < 2 or not hasattr(os, "fork") or not alone() or busy() >= cpus - 1:
         return None
     r, w = os.pipe()
     try:
@@ -391,9 +395,11 @@ def fork_call(fn: Callable[[], _R]) -> Callable[..., _R] | None:
         finally:
             os._exit(code)
     os.close(w)
+    _computing.add(r)
 
     def finish(abandon: bool = False) -> _R:
         chunks = []
+        _computing.discard(r)
         try:
             chunk = b"" if abandon else os.read(r, 1 << 20)
             while chunk:
@@ -412,6 +418,19 @@ def fork_call(fn: Callable[[], _R]) -> Callable[..., _R] | None:
         return fn()  # the child failed: its error, if any, is raised here as it would have been
 
     return finish
+
+
+def busy() -> int:
+    """How many children of fork_call are still computing: their result has not begun to arrive
+    (a child that has written it, or failed, only waits to be read)."""
+    if not _computing:
+        return 0
+    import select
+
+    poll = select.poll()
+    for fd in _computing:
+        poll.register(fd, select.POLLIN)
+    return len(_computing) - len(poll.poll(0))
 
 
 def no_split() -> None:
