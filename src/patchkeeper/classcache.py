@@ -45,9 +45,9 @@ def _exec(source: Any, globals: Any = None, locals: Any = None) -> None:  # noqa
 
 def install() -> None:
     """Remember the compiled methods of every dataclass built from now on in this process; and load
-    `inspect`, which `dataclasses` imports, only when something uses it (see _on_first_use)."""
+    `inspect`, which `dataclasses` imports, only when something uses it (see on_first_use)."""
     if "dataclasses" not in sys.modules:
-        _on_first_use("inspect")
+        on_first_use("inspect")
     import dataclasses
 
     if getattr(dataclasses, "exec", None) is _exec:
@@ -61,7 +61,7 @@ def install() -> None:
     atexit.register(_save)
 
 
-def _on_first_use(name: str) -> None:
+def on_first_use(name: str) -> None:
     """Stand in for the module `name` until one of its attributes is first read, then import it whole.
 
     `dataclasses` imports `inspect` (with ast, dis and tokenize: about a tenth of a change path's
@@ -79,8 +79,10 @@ def _on_first_use(name: str) -> None:
     stand_in = types.ModuleType(name, f"{name}, imported whole when one of its attributes is first read")
 
     def load(attribute: str) -> Any:  # PEP 562: read only for a name the namespace lacks
+        if attribute in ("__file__", "__cached__", "__path__"):  # (replay.py asks every module for its file)
+            raise AttributeError(f"{name} is not imported yet: it comes from no file so far")
         if sys.modules.get(name) is stand_in:
-            del sys.modules[name]
+            sys.modules.pop(name, None)  # (another thread may be a step ahead)
         real = importlib.import_module(name)
         stand_in.__dict__.update(real.__dict__)
         return getattr(real, attribute)

@@ -75,8 +75,9 @@ def main() -> None:
             pass
         else:
             ran_before = replay.answer(sealed)  # the kept answer, when nothing it read has changed: exits here
-    from .classcache import install
+    from .classcache import install, on_first_use
 
+    on_first_use("ipaddress")  # urllib.parse (pathlib's) imports it only to check a URL's bracketed host
     install()  # before any of our value classes is built
     if found is None:
         from .cli import main as cli_main
