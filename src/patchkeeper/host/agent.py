@@ -22,6 +22,7 @@ from .disk import (
     StatCache,
     algorithm_of,
     load_cache,
+    save_cache,
     entry_row,
     fsync_dir,
     fsync_path,
@@ -400,7 +401,6 @@ class Agent(AgentContract):
     def _manifest(self, store: str, digest: str) -> Rows:
         """A stored manifest's rows, from a compact cache beside the store when it is current
         (same version, same digest, the object's file unchanged), else parsed and cached again."""
-        import marshal
         import sys
 
         objects = self._store(store)
@@ -413,11 +413,7 @@ class Agent(AgentContract):
                 return rows  # type: ignore[no-any-return]
         rows = manifest_rows(objects.get(digest))
         if ident is not None:
-            try:
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                write_atomic(path, marshal.dumps((stamp, rows)), 0o644, durable=False)
-            except OSError:
-                pass  # a cache that cannot be written only costs time
+            save_cache(path, stamp, rows)
         return rows
 
     # ---- object store ------------------------------------------------------------------

@@ -177,6 +177,16 @@ def load_cache(path: str, stamp: Any) -> Any:
     return body if found == stamp and isinstance(body, dict) else None
 
 
+def save_cache(path: str, stamp: Any, body: dict[Any, Any], mode: int = 0o644) -> None:
+    """Write a cache file that load_cache(path, stamp) reads back, not durably: a cache lost in a
+    power cut, or one that cannot be written at all, only costs time."""
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        write_atomic(path, marshal.dumps((stamp, body)), mode, durable=False)
+    except (OSError, ValueError):  # ValueError: a value marshal cannot write
+        pass
+
+
 class StatCache:
     """Digest cache keyed by (size, mtime_ns, ctime_ns, inode), immune to racily clean files.
 
@@ -215,8 +225,7 @@ class StatCache:
 
     def save(self) -> None:
         if self.path and self.fresh != self.entries:
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            write_atomic(self.path, marshal.dumps((self.FORMAT, self.fresh)), durable=False)
+            save_cache(self.path, self.FORMAT, self.fresh)
 
 
 def walk_files(root: str, rel_dir: str, pycs: list[tuple[str, bool]] | None = None,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import marshal
 import os
 import stat
 import sys
@@ -12,7 +11,7 @@ from itertools import chain
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Tuple
 
 from . import seal
-from .disk import StatCache, feed, fork_call, listing, load_cache, map_files, split_work, write_atomic
+from .disk import StatCache, feed, fork_call, listing, load_cache, map_files, save_cache, split_work, write_atomic
 from .distinfo import console_scripts, record_paths, record_rows
 
 _AUDIT_WORKERS = min(8, (os.cpu_count() or 2) * 2)
@@ -198,13 +197,8 @@ class RecordSeals:
 
     def save(self) -> None:
         """Write the seals (not durably: a lost seal only costs one full check)."""
-        if not self.dirty or self.path is None:
-            return
-        try:
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            write_atomic(self.path, marshal.dumps((_SEAL_FORMAT, self.seals)), 0o644, durable=False)
-        except OSError:
-            pass  # a seal that cannot be written only costs time
+        if self.dirty and self.path is not None:
+            save_cache(self.path, _SEAL_FORMAT, self.seals)
 
 
 def _pyc_source(rel: str, cache_tag: str) -> tuple[str, int] | None:
