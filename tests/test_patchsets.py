@@ -41,12 +41,15 @@ def test_shipped_patchsets_are_listed_in_one_group():
 @pytest.mark.parametrize("name", SHIPPED)
 def test_every_produced_file_compiles(name, tmp_path, pristine_venv):
     produced = produce(name)
+    compiled = 0
     for rel, data in produced.items():
         if rel.endswith(".py") and data is not None:
             dest = tmp_path / rel
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_bytes(data)
             py_compile.compile(str(dest), doraise=True)
+            compiled += 1
+    assert compiled, f"patch set {name} produced no Python file to compile"
 
 
 def test_ddtree_adds_the_algorithm_everywhere_it_must(pristine_venv):
