@@ -22,6 +22,7 @@ from .disk import (
     StatCache,
     algorithm_of,
     load_cache,
+    save_cache,
     entry_row,
     fsync_dir,
     fork_call,
@@ -60,7 +61,7 @@ from .contract import (
     TreeRequest,
 )
 from . import seal
-from .distcheck import PendingBytecode, check_bytecode, check_record, start_bytecode
+from .distcheck import PendingBytecode, RecordSeals, check_bytecode, start_bytecode
 from .distinfo import installed_version, layout, record_paths
 from .manifest_text import parse as manifest_rows
 from .preflight import obstacles
@@ -405,7 +406,6 @@ class Agent(AgentContract):
     def _manifest(self, store: str, digest: str) -> Rows:
         """A stored manifest's rows, from a compact cache beside the store when it is current
         (same version, same digest, the object's file unchanged), else parsed and cached again."""
-        import marshal
         import sys
 
         objects = self._store(store)
@@ -418,11 +418,7 @@ class Agent(AgentContract):
                 return rows  # type: ignore[no-any-return]
         rows = manifest_rows(objects.get(digest))
         if ident is not None:
-            try:
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                write_atomic(path, marshal.dumps((stamp, rows)), 0o644, durable=False)
-            except OSError:
-                pass  # a cache that cannot be written only costs time
+            save_cache(path, stamp, rows)
         return rows
 
     # ---- object store ------------------------------------------------------------------
@@ -610,9 +606,14 @@ class Agent(AgentContract):
 
         Returns a RecordCheck per dist-info name.
         Entries without a hash (bytecode, RECORD itself) are skipped; a console script whose
-        shebang line alone was rewritten is not a finding.
+        shebang line alone was rewritten is not a finding. With a `cache_dir`, each answer is
+        sealed there (distcheck.RecordSeals): given again after one stat per file while none changed.
         """
-        return {name: RecordCheck.from_wire(check_record(site, name, cache_dir)) for name in dist_infos}
+        seals = RecordSeals(os.path.join(cache_dir, "records.seal") if cache_dir else None)
+        try:
+            return {name: RecordCheck.from_wire(doc) for name, doc in seals.checked(site, dist_infos, cache_dir).items()}
+        finally:
+            seals.save()
 
     def audit_bytecode(self, site: str, cache_tag: str, verify: list[str], cache: str | None = None) -> BytecodeCheck:
         """Every .pyc below `site` that Python would run instead of its source: a header that
