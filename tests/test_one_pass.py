@@ -123,6 +123,41 @@ def test_stat_cache_is_never_believed_over_the_file(env, monkeypatch):
     assert Agent().scan(request).rows == again
 
 
+def test_stat_cache_is_written_only_when_it_learned_something(env, monkeypatch):
+    """The scan's stat cache is rewritten when a scan remembered a file it did not know, not when
+    it only found a few known files changed and too fresh to remember (what a rollback finds right
+    after an apply); the entries kept for those are never believed: the files' identities moved."""
+    from patchkeeper.host import disk
+
+    site, cache = str(env.site), str(env.state_dir / "statcache.json")
+    rel = "sglang/version.py"
+    path = env.site / rel
+    edit_file(path, path.read_bytes())  # an inode of our own: the edit below is in place
+    monkeypatch.setattr(disk.StatCache, "GRANULARITY_NS", -10**12)  # remember even this fresh copy
+    request = ScanRequest(root=site, walk=("sglang",), cache=cache)
+    first = Agent().scan(request).rows
+    written = os.stat(cache)
+    assert Agent().scan(request).rows == first and os.stat(cache).st_ino == written.st_ino  # nothing new
+
+    before = path.stat()
+    data = path.read_bytes()
+    edited = data[:-1] + (b"#" if data[-1:] != b"#" else b"%")
+    while path.stat().st_ctime_ns == before.st_ctime_ns:  # the edit must land in a later tick of the clock
+        with open(path, "r+b") as f:
+            f.write(edited)
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))  # size and mtime as before
+    monkeypatch.setattr(disk.StatCache, "GRANULARITY_NS", 10**15)  # now nothing is old enough to remember
+    for _ in range(2):
+        again = Agent().scan(request).rows
+        assert again[rel][0] == disk.hash_file(str(path)) != first[rel][0]  # the kept entry is not believed
+        assert {k for k in first if first[k] != again[k]} == {rel}
+        assert os.stat(cache).st_ino == written.st_ino and disk.StatCache(cache).entries[rel][4] == first[rel][0]
+
+    monkeypatch.setattr(disk.StatCache, "GRANULARITY_NS", -10**12)
+    assert Agent().scan(request).rows == again
+    assert disk.StatCache(cache).entries[rel][4] == again[rel][0]  # learned: written
+
+
 def test_differences_of_rows_and_of_entries_agree():
     """Manifests made from rows compare by rows first; rows that differ only in type still agree."""
     from patchkeeper.manifest import Entry, Manifest, differences

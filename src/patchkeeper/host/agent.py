@@ -25,7 +25,7 @@ from .disk import (
     save_cache,
     entry_row,
     fsync_dir,
-    fork_call,
+    fork_half,
     fsync_path,
     hash_file,
     hostname,
@@ -737,20 +737,23 @@ def _digests_split(jobs: list[tuple[str, str]], known: dict[str, tuple[Any, ...]
                    stats: dict[str, os.stat_result], expected: Rows) -> list[Digested]:
     """_digests of the jobs; when the stat cache knows most of them (a warm scan is one lstat per file),
     the second half (by _halfway's weights) in a forked process where one may run beside this one
-    (disk.fork_call), as git's preloaded index splits its lstat calls; `stats` then gets only this
-    half's. Else all of them here, where many files to hash are split by size instead (map_files:
-    big ones on threads, which a forked process does not start)."""
+    (disk.fork_half: not while every CPU is taken, as by the environment fingerprint's process), as
+    git's preloaded index splits its lstat calls; `stats` then gets only this half's. Else all of
+    them here, where many files to hash are split by size instead (map_files: big ones on threads,
+    which a forked process does not start)."""
+    forked = None
     if len(jobs) >= SPLIT_AT and 2 * len(known) >= len(jobs):
-        half = _halfway(jobs, known, expected)
-        theirs = fork_call(lambda: _digests(jobs[half:], known, algorithm, {}, False))
-        if theirs is not None:
-            try:
-                mine = _digests(jobs[:half], known, algorithm, stats, False)
-            except BaseException:
-                theirs(abandon=True)
-                raise
-            return mine + theirs()
-    return _digests(jobs, known, algorithm, stats, True)
+        forked = fork_half(lambda part: _digests(part, known, algorithm, {}, False), jobs,
+                           _halfway(jobs, known, expected))
+    if forked is None:
+        return _digests(jobs, known, algorithm, stats, True)
+    half, theirs = forked
+    try:
+        mine = _digests(jobs[:half], known, algorithm, stats, False)
+    except BaseException:
+        theirs(abandon=True)
+        raise
+    return mine + theirs()
 
 
 def _without_install_records(rows: Rows) -> Rows:

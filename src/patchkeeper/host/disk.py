@@ -224,8 +224,14 @@ class StatCache:
             self.fresh[rel] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, digest)
 
     def save(self) -> None:
-        if self.path and self.fresh != self.entries:
-            save_cache(self.path, self.FORMAT, self.fresh)
+        """Write the entries this run used or made, when it made any, or when an eighth of the
+        known ones were not used (stale: their files changed, went, or were not asked for). A stale
+        entry kept meanwhile is never believed: its file's identity moved (a change moves ctime
+        forward). So the few files a change has just written, too fresh to remember, do not cost
+        the next command a rewrite of the whole cache."""
+        fresh, known = self.fresh, self.entries
+        if self.path and not (fresh.items() <= known.items() and 8 * len(fresh) >= 7 * len(known)):
+            save_cache(self.path, self.FORMAT, fresh)
 
 
 def walk_files(root: str, rel_dir: str, pycs: list[tuple[str, bool]] | None = None,
@@ -296,7 +302,6 @@ SPLIT_AT = 2048  # from this many small jobs on, a forked second process takes h
 _split = True  # off in a process that is itself one of a pool's (no_split), or a forked child (fork_call)
 _forked = False  # in a child of fork_call: blake3's own thread pool (native threads, which a fork does not
 # copy, and whose locks it may copy held) is not used there: its hashing stays on the calling thread
-_computing: set[int] = set()  # the read ends of the pipes of fork_call's children not yet waited for
 
 
 def map_files(fn: Callable[[_T], _R], jobs: Sequence[_T], size: Callable[[_T], int], workers: int,
@@ -353,19 +358,21 @@ def split_work(fn: Callable[[Sequence[_T]], _R], items: Sequence[_T],
     return [mine, theirs()]
 
 
-def fork_half(fn: Callable[[Sequence[_T]], _R], items: Sequence[_T]) -> tuple[int, Callable[..., _R]] | None:
-    """Start fn(items[half:]) in a forked process, as git's preloaded index splits its lstat calls
-    over threads (here threads would wait on each other: the work is mostly interpreter work).
+def fork_half(fn: Callable[[Sequence[_T]], _R], items: Sequence[_T],
+              half: int | None = None) -> tuple[int, Callable[..., _R]] | None:
+    """Start fn(items[half:]) in a forked process (`half`: the middle unless given), as git's
+    preloaded index splits its lstat calls over threads (here threads would wait on each other: the
+    work is mostly interpreter work).
 
     Only where it can help and is safe (see fork_call), and for at least SPLIT_AT items. Returns
     (half, the function that waits for the child and gives its result, computed here instead if the
     child failed; called with abandon=True when the caller fails, it only ends the child), or None:
     then the caller does all of it. Not while every CPU is taken (busy): a second process then
     only adds its fork's cost (about 10 ms of CPU for sglang's 13,000 lstat calls), as when many
-    audits of one host run at once."""
+    audits of one host run at once, or while the environment fingerprint's forked process works."""
     if len(items) < SPLIT_AT or not _split or busy():
         return None
-    half = len(items) // 2
+    half = len(items) // 2 if half is None else half
     finish = fork_call(lambda: fn(items[half:]))
     return None if finish is None else (half, finish)
 
@@ -386,17 +393,14 @@ def fork_call(fn: Callable[[], _R]) -> Callable[..., _R] | None:
     """Start fn() in a forked process while the caller goes on.
 
     Only where it can help and is safe: two CPUs, and no other thread in this process (a fork
-    copies only the calling one, and whatever locks the others hold); and a CPU that no child of
-    this process is still computing on (`busy`: the environment fingerprint's child, while it
-    works, leaves no CPU for a second one beside this process on two). fn must only compute (what
+    copies only the calling one, and whatever locks the others hold). fn must only compute (what
     the child changes is lost; files it writes stay) and return marshal-able data; in the child no
     further fork is made (it is already one of two), and blake3 hashes on the calling thread (see
     _forked). Returns the function that waits for the child and gives its result (computed here
     instead if the child failed, so its error, if any, is raised here; called with abandon=True
     when the caller fails, it only ends the child), or None: then the caller does the work itself."""
     global _split, _forked
-    cpus = os.cpu_count() or 1
-    if not _split or cpus < 2 or not hasattr(os, "fork") or not alone() or busy() >= cpus - 1:
+    if not _split or (os.cpu_count() or 1) < 2 or not hasattr(os, "fork") or not alone():
         return None
     r, w = os.pipe()
     try:
@@ -418,11 +422,9 @@ def fork_call(fn: Callable[[], _R]) -> Callable[..., _R] | None:
         finally:
             os._exit(code)
     os.close(w)
-    _computing.add(r)
 
     def finish(abandon: bool = False) -> _R:
         chunks = []
-        _computing.discard(r)
         try:
             chunk = b"" if abandon else os.read(r, 1 << 20)
             while chunk:
@@ -441,19 +443,6 @@ def fork_call(fn: Callable[[], _R]) -> Callable[..., _R] | None:
         return fn()  # the child failed: its error, if any, is raised here as it would have been
 
     return finish
-
-
-def busy() -> int:
-    """How many children of fork_call are still computing: their result has not begun to arrive
-    (a child that has written it, or failed, only waits to be read)."""
-    if not _computing:
-        return 0
-    import select
-
-    poll = select.poll()
-    for fd in _computing:
-        poll.register(fd, select.POLLIN)
-    return len(_computing) - len(poll.poll(0))
 
 
 def no_split() -> None:
