@@ -9,7 +9,7 @@ import time
 
 from .errors import AgentError
 from .disk import (TEMP_PREFIX, StatCache, algorithm_of, discard, hash_bytes, load_cache, remove_stale_temps,
-                   write_atomic)
+                   save_cache, write_atomic)
 
 TEMP_PACK = ".tmp-"  # a pack being written: .tmp-<pid>-<ns>
 INDEX_CACHE = "pack-cache"  # beside the store: each pack index's rows as marshal (_read_index)
@@ -84,13 +84,7 @@ class Store:
         if not isinstance(idx, dict):
             raise TypeError(f"a JSON {type(idx).__name__}, not an object")
         if max(st.st_mtime_ns, st.st_ctime_ns) + StatCache.GRANULARITY_NS < time.time_ns():
-            import marshal
-
-            try:
-                os.makedirs(os.path.dirname(cache), exist_ok=True)
-                write_atomic(cache, marshal.dumps((stamp, idx)), 0o644, durable=False)
-            except (OSError, ValueError):
-                pass  # a copy that cannot be written only costs time
+            save_cache(cache, stamp, idx)
         return idx
 
     def _where(self, digest: str) -> tuple[str, int, int] | None:
