@@ -9,6 +9,7 @@ import json
 import os
 import py_compile
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -89,28 +90,40 @@ def test_manifests_come_from_their_cache_and_never_over_the_stored_object(env, m
     assert exc.value.kind == "corrupt-object"
 
 
+def _scanned(env, monkeypatch) -> tuple[str, str, Path, ScanRequest, dict]:
+    """A scan of the package with a stat cache that remembers every file (even this fresh copy), one
+    file of which (returned: its key and path) is an inode of our own, to be edited in place."""
+    from patchkeeper.host import disk
+
+    rel = "sglang/version.py"
+    path = env.site / rel
+    edit_file(path, path.read_bytes())  # an inode of our own: the edit below is in place
+    monkeypatch.setattr(disk.StatCache, "GRANULARITY_NS", -10**12)
+    request = ScanRequest(root=str(env.site), walk=("sglang",), cache=str(env.state_dir / "statcache.json"))
+    return rel, str(request.cache), path, request, Agent().scan(request).rows
+
+
+def _edit_in_place(path: Path) -> None:
+    """Change a byte of the file in place, its size and mtime kept, in a later tick of the clock (its
+    ctime alone moves, as a careful hand edit leaves it)."""
+    before = path.stat()
+    data = path.read_bytes()
+    edited = data.replace(b"0", b"9", 1) if b"0" in data else data[:-1] + b"#"
+    assert len(edited) == len(data) and edited != data
+    while path.stat().st_ctime_ns == before.st_ctime_ns:
+        with open(path, "r+b") as f:
+            f.write(edited)
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
 def test_stat_cache_is_never_believed_over_the_file(env, monkeypatch):
     """The scan's stat cache (marshal, stamped): a file edited in place with its size and mtime kept
     is hashed again (its ctime moved); a cache in another format or of another Python is ignored."""
     from patchkeeper.host import disk
 
-    site, cache = str(env.site), str(env.state_dir / "statcache.json")
-    rel = "sglang/version.py"
-    path = env.site / rel
-    edit_file(path, path.read_bytes())  # an inode of our own: the edit below is in place
-    monkeypatch.setattr(disk.StatCache, "GRANULARITY_NS", -10**12)  # remember even this fresh copy
-    request = ScanRequest(root=site, walk=("sglang",), cache=cache)
-    first = Agent().scan(request).rows
+    rel, cache, path, request, first = _scanned(env, monkeypatch)
     assert disk.StatCache(cache).entries[rel][4] == first[rel][0]  # remembered, by stat identity
-
-    before = path.stat()
-    data = path.read_bytes()
-    edited = data.replace(b"0", b"9", 1) if b"0" in data else data[:-1] + b"#"
-    assert len(edited) == len(data) and edited != data
-    while path.stat().st_ctime_ns == before.st_ctime_ns:  # the edit must land in a later tick of the clock
-        with open(path, "r+b") as f:
-            f.write(edited)
-        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))  # size and mtime as before
+    _edit_in_place(path)
     again = Agent().scan(request).rows
     assert again[rel][0] != first[rel][0] and again[rel][0] == disk.hash_file(str(path))
 
@@ -129,23 +142,10 @@ def test_stat_cache_is_written_only_when_it_learned_something(env, monkeypatch):
     after an apply); the entries kept for those are never believed: the files' identities moved."""
     from patchkeeper.host import disk
 
-    site, cache = str(env.site), str(env.state_dir / "statcache.json")
-    rel = "sglang/version.py"
-    path = env.site / rel
-    edit_file(path, path.read_bytes())  # an inode of our own: the edit below is in place
-    monkeypatch.setattr(disk.StatCache, "GRANULARITY_NS", -10**12)  # remember even this fresh copy
-    request = ScanRequest(root=site, walk=("sglang",), cache=cache)
-    first = Agent().scan(request).rows
+    rel, cache, path, request, first = _scanned(env, monkeypatch)
     written = os.stat(cache)
     assert Agent().scan(request).rows == first and os.stat(cache).st_ino == written.st_ino  # nothing new
-
-    before = path.stat()
-    data = path.read_bytes()
-    edited = data[:-1] + (b"#" if data[-1:] != b"#" else b"%")
-    while path.stat().st_ctime_ns == before.st_ctime_ns:  # the edit must land in a later tick of the clock
-        with open(path, "r+b") as f:
-            f.write(edited)
-        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))  # size and mtime as before
+    _edit_in_place(path)
     monkeypatch.setattr(disk.StatCache, "GRANULARITY_NS", 10**15)  # now nothing is old enough to remember
     for _ in range(2):
         again = Agent().scan(request).rows
