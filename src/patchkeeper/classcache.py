@@ -85,7 +85,7 @@ def on_first_use(name: str) -> None:
         stand_in.__dict__.update(real.__dict__)
         return getattr(real, attribute)
 
-    stand_in.__getattr__ = load  # type: ignore[attr-defined]
+    vars(stand_in)["__getattr__"] = load
     sys.modules[name] = stand_in
 
 

@@ -680,7 +680,7 @@ class Agent(AgentContract):
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only
-    from typing import Callable, List, Tuple
+    from typing import Callable, List, Sequence, Tuple
 
     from .distcheck import Walked
 
@@ -701,7 +701,7 @@ def _halfway(jobs: list[tuple[str, str]], known: dict[str, tuple[Any, ...]], exp
     return len(jobs)
 
 
-def _digests(jobs: list[tuple[str, str]], known: dict[str, tuple[Any, ...]], algorithm: str,
+def _digests(jobs: Sequence[tuple[str, str]], known: dict[str, tuple[Any, ...]], algorithm: str,
              stats: dict[str, os.stat_result], pure: bool) -> list[Digested]:
     """Each job (key, path) that is a regular file, digested: from the stat cache's `known` entry
     while its identity is unchanged, else hashed (map_files; `pure`: may fork). `stats` gets each
