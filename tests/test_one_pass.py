@@ -587,3 +587,29 @@ def test_the_halves_of_a_split_scan_weigh_files_to_hash_by_their_recorded_size()
     assert _halfway(jobs, {"f0": (1_000_000, 0, 0, 0, "blake3:0")}, big) == 5  # known: an lstat
     assert _halfway(list(reversed(jobs)), {}, big) == 9
     assert _halfway([], {}, {}) == 0
+
+
+def test_install_records_of_an_old_manifest_are_left_out_of_its_comparison(tmp_path):
+    """States recorded before install records were left out had them: a comparison leaves them out.
+    disk.install_records finds them by one search of the keys' text when there are none, else
+    exactly those (a RECORD outside a top-level .dist-info directory is none)."""
+    from patchkeeper.host import disk
+    from patchkeeper.host.contract import CompareRequest
+    from patchkeeper.manifest import Manifest
+
+    keys = ["pkg/a.py", "pkg-1.dist-info/RECORD", "pkg-1.dist-info/METADATA", "pkg/sub.dist-info/RECORD",
+            "pkg-1.dist-info/direct_url.json", "pkg/RECORD", "pkg-1.dist-info/RECORD.jws"]
+    assert disk.install_records(keys) == ["pkg-1.dist-info/RECORD", "pkg-1.dist-info/direct_url.json"]
+    assert disk.install_records(["pkg/a.py", "pkg/RECORD"]) == []
+
+    (tmp_path / "site" / "pkg").mkdir(parents=True)
+    (tmp_path / "site" / "pkg" / "a.py").write_text("A = 1\n")
+    agent, store = Agent(), str(tmp_path / "state" / "store")
+    scan = ScanRequest(str(tmp_path / "site"), (), ("pkg",))
+    rows = agent.scan(scan).rows
+    algorithm = rows["pkg/a.py"][0].partition(":")[0]
+    old = {**rows, "pkg-1.dist-info/RECORD": (f"{algorithm}:" + "0" * 64, 10, 0o644)}
+    digest = agent.store_put(store, Manifest.from_scan(old).to_text())
+    assert agent.compare_many(CompareRequest(store, (digest,), scan))[0].pairs == {}
+    (tmp_path / "site" / "pkg" / "a.py").write_text("A = 2\n")  # the comparison is not blind
+    assert list(agent.compare_many(CompareRequest(store, (digest,), scan))[0].pairs) == ["pkg/a.py"]

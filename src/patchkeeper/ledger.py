@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, TypedDict, Union, cast
 
-from .host.disk import INSTALL_RECORDS, hash_bytes, is_install_record
+from .host.disk import hash_bytes, install_records
 from .errors import BadInput, Refused, StoreError
 from .manifest import Manifest
 from .targets import Target
@@ -258,7 +258,7 @@ class Ledger:
 
     def load_manifest(self, state: State) -> Manifest:
         manifest = Manifest.from_scan(self.target.agent.manifest_rows(self.target.info.store, state.manifest))
-        old = [k for k in manifest if k.endswith(INSTALL_RECORDS) and is_install_record(k)]
+        old = install_records(manifest)
         return manifest.replace(dict.fromkeys(old)) if old else manifest  # recorded before they were left out
 
     def find_state(self, spec: str) -> State:

@@ -16,7 +16,6 @@ from typing import Any
 
 from .disk import (
     ALGORITHM,
-    INSTALL_RECORDS,
     TEMP_PREFIX,
     SPLIT_AT,
     StatCache,
@@ -29,7 +28,7 @@ from .disk import (
     fsync_path,
     hash_file,
     hostname,
-    is_install_record,
+    install_records,
     is_managed_name,
     normalize_name,
     pid_alive,
@@ -758,7 +757,7 @@ def _digests_split(jobs: list[tuple[str, str]], known: dict[str, tuple[Any, ...]
 
 def _without_install_records(rows: Rows) -> Rows:
     """A manifest's rows without install records (states recorded before they were left out had them)."""
-    old = [k for k in rows if k.endswith(INSTALL_RECORDS) and is_install_record(k)]
+    old = install_records(rows)
     if not old:
         return rows
     return {k: row for k, row in rows.items() if k not in old}

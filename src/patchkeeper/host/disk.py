@@ -16,7 +16,7 @@ from .errors import AgentError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing (with re) costs a command's start about 10 ms
-    from typing import Any, Callable, Iterator, Sequence, TypeVar
+    from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
     _T = TypeVar("_T")
     _R = TypeVar("_R")
@@ -89,6 +89,16 @@ def is_install_record(rel: str) -> bool:
     """`<name>.dist-info/RECORD` and the like: see INSTALL_RECORDS."""
     head, _, name = rel.rpartition("/")
     return name in INSTALL_RECORDS and head.endswith(".dist-info") and "/" not in head
+
+
+def install_records(keys: Iterable[str]) -> list[str]:
+    """The keys that are install records (is_install_record): none, found by one search of the
+    keys' text, in every manifest recorded since they were left out."""
+    keys = list(keys)
+    joined = "\n".join(keys)
+    if not any(f".dist-info/{name}" in joined for name in INSTALL_RECORDS):
+        return []
+    return [k for k in keys if k.endswith(INSTALL_RECORDS) and is_install_record(k)]
 
 
 def is_managed_name(rel: str) -> bool:
