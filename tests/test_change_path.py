@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import edit_file, fingerprinted
-from patchkeeper.host import disk, distcheck, fingerprint
+from patchkeeper.host import agent as agent_module, disk, distcheck, fingerprint
 
 
 def _take(env) -> dict:
@@ -269,12 +269,16 @@ from dataclasses import replace
 from patchkeeper.host import agent, disk
 from patchkeeper.host.contract import ScanRequest
 
+def busy(*answers):  # what disk.busy says, look after look (then: idle), as the scan and fork_half ask it
+    left = list(answers)
+    agent.busy = disk.busy = lambda: left.pop(0) if left else False
+
 disk.StatCache.GRANULARITY_NS = -10**12  # remember even these freshly copied files
-disk.busy = lambda: False  # as on an idle machine (the test runner's other workers may keep every CPU busy)
+busy()  # as on an idle machine (the test runner's other workers may keep every CPU busy)
 site, work, edited = sys.argv[1], sys.argv[2], sys.argv[3:]
 request = ScanRequest(site, (), ("sglang",), os.path.join(work, "one", "statcache"))
 before = agent.Agent().scan(request).rows  # a cold scan: the stat cache is written
-for copy in ("two", "three"):
+for copy in ("two", "three", "four"):
     shutil.copytree(os.path.join(work, "one"), os.path.join(work, copy))
 for key in edited:  # by hand, in place: same size, same mtime, the same inode (its ctime alone moves)
     path = os.path.join(site, key)
@@ -286,25 +290,27 @@ for key in edited:  # by hand, in place: same size, same mtime, the same inode (
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
 forks = []
 fork_half = agent.fork_half
-agent.fork_half = lambda *args: forks.append(fork_half(*args)) or forks[-1]
-split = agent.Agent().scan(request).rows
-disk.busy = lambda: True  # every CPU taken (as while the fingerprint's process works): not split
-busy = agent.Agent().scan(replace(request, cache=os.path.join(work, "three", "statcache"))).rows
-disk.busy = lambda: False
+agent.fork_half = lambda fn, items, half: forks.append((len(items), fork_half(fn, items, half))) or forks[-1][1]
+scans = {"split": agent.Agent().scan(request).rows}
+busy(*[True] * 100)  # every CPU taken all along (as while the fingerprint's process works): not split
+scans["busy"] = agent.Agent().scan(replace(request, cache=os.path.join(work, "three", "statcache"))).rows
+busy(True, True, True)  # a CPU idle after three looks: what is left then is split
+scans["later"] = agent.Agent().scan(replace(request, cache=os.path.join(work, "four", "statcache"))).rows
 disk.allow_split(False)
-serial = agent.Agent().scan(replace(request, cache=os.path.join(work, "two", "statcache"))).rows
-caches = [marshal.loads(open(os.path.join(work, d, "statcache"), "rb").read())[1] for d in ("one", "two", "three")]
-print(json.dumps({"forked": [f is not None for f in forks], "same": split == serial == busy,
-                  "caches": caches[0] == caches[1] == caches[2], "files": len(split),
-                  "differ": sorted(k for k in before if before[k] != split.get(k))}))
+scans["serial"] = agent.Agent().scan(replace(request, cache=os.path.join(work, "two", "statcache"))).rows
+caches = [marshal.loads(open(os.path.join(work, d, "statcache"), "rb").read())[1] for d in ("one", "two", "three", "four")]
+print(json.dumps({"forks": [(n, f is not None) for n, f in forks], "same": all(v == scans["serial"] for v in scans.values()),
+                  "caches": all(c == caches[0] for c in caches), "files": len(scans["split"]),
+                  "differ": sorted(k for k in before if before[k] != scans["split"].get(k))}))
 '''
 
 
 def test_a_scan_split_over_two_processes_finds_what_one_process_finds(env, tmp_path):
     """A scan with no bytecode check after it (a rollback's comparison), its files known to the stat
     cache: a forked process lstats the second half of them, beside this one, unless every CPU is
-    taken. Its answer and the stat cache it leaves are those of one process alone, and a file
-    edited in place in either half, with its size and mtime kept, is found by both."""
+    taken, or of what is left once one is idle. Its answer and the stat cache it leaves are those
+    of one process alone, and a file edited in place in either half, with its size and mtime kept,
+    is found by both."""
     if (os.cpu_count() or 1) < 2:
         pytest.skip("fork_call forks only where a second CPU can run the child")
     keys = list(disk.walk_files(str(env.site), "sglang"))  # the scan's order; halves of about equal work
@@ -315,8 +321,9 @@ def test_a_scan_split_over_two_processes_finds_what_one_process_finds(env, tmp_p
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     found = json.loads(proc.stdout)
-    assert found["forked"] == [True, False, False]  # the warm scan forked; not while busy, nor with the split
+    # the warm scan forked at once; not while busy; three chunks later once a CPU was idle; not with the split
     # off; the cold one (nothing known to its stat cache: its files to hash are split by size instead) did not ask
+    assert found["forks"] == [[len(keys), True], [len(keys) - 3 * agent_module._CHUNK, True], [len(keys), False]]
     assert found["same"] and found["caches"] and found["files"] == len(keys)
     assert found["differ"] == sorted(edited)
 

@@ -24,6 +24,7 @@ from .disk import (
     save_cache,
     entry_row,
     fsync_dir,
+    busy,
     fork_half,
     fsync_path,
     hash_file,
@@ -735,24 +736,37 @@ def _digests(jobs: Sequence[tuple[str, str]], known: dict[str, tuple[Any, ...]],
 def _digests_split(jobs: list[tuple[str, str]], known: dict[str, tuple[Any, ...]], algorithm: str,
                    stats: dict[str, os.stat_result], expected: Rows) -> list[Digested]:
     """_digests of the jobs; when the stat cache knows most of them (a warm scan is one lstat per file),
-    the second half (by _halfway's weights) in a forked process where one may run beside this one
-    (disk.fork_half: not while every CPU is taken, as by the environment fingerprint's process), as
-    git's preloaded index splits its lstat calls; `stats` then gets only this half's. Else all of
-    them here, where many files to hash are split by size instead (map_files: big ones on threads,
-    which a forked process does not start)."""
-    forked = None
-    if len(jobs) >= SPLIT_AT and 2 * len(known) >= len(jobs):
-        forked = fork_half(lambda part: _digests(part, known, algorithm, {}, False), jobs,
-                           _halfway(jobs, known, expected))
-    if forked is None:
+    what is left of them is split with a forked process (disk.fork_half: its half by _halfway's
+    weights) as soon as a CPU is idle, as git's preloaded index splits its lstat calls; until then
+    (the environment fingerprint's process may still be working on the other CPU) they are done
+    here a chunk at a time. `stats` then gets only this process's. Else all of them here, where
+    many files to hash are split by size instead (map_files: big ones on threads, which a forked
+    process does not start)."""
+    if len(jobs) < SPLIT_AT or 2 * len(known) < len(jobs):
         return _digests(jobs, known, algorithm, stats, True)
-    half, theirs = forked
-    try:
-        mine = _digests(jobs[:half], known, algorithm, stats, False)
-    except BaseException:
-        theirs(abandon=True)
-        raise
-    return mine + theirs()
+    done: list[Digested] = []
+    start = 0
+    while len(jobs) - start >= SPLIT_AT:
+        if busy():
+            done += _digests(jobs[start:start + _CHUNK], known, algorithm, stats, False)
+            start += _CHUNK
+            continue
+        rest = jobs[start:]
+        forked = fork_half(lambda part: _digests(part, known, algorithm, {}, False), rest,
+                           _halfway(rest, known, expected))
+        if forked is None:  # no second process here at all (see disk.fork_call)
+            break
+        half, theirs = forked
+        try:
+            done += _digests(rest[:half], known, algorithm, stats, False)
+        except BaseException:
+            theirs(abandon=True)
+            raise
+        return done + theirs()
+    return done + _digests(jobs[start:], known, algorithm, stats, False)
+
+
+_CHUNK = 256  # jobs done between two looks for an idle CPU (disk.busy reads /proc/loadavg: about 20 µs)
 
 
 def _without_install_records(rows: Rows) -> Rows:
