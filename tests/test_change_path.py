@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import edit_file, fingerprinted
-from patchkeeper.host import agent as agent_module, disk, distcheck, fingerprint
+from patchkeeper.host import disk, distcheck, fingerprint
 
 
 def _take(env) -> dict:
@@ -269,9 +269,9 @@ from dataclasses import replace
 from patchkeeper.host import agent, disk
 from patchkeeper.host.contract import ScanRequest
 
-def busy(*answers):  # what disk.busy says, look after look (then: idle), as the scan and fork_half ask it
+def busy(*answers):  # what disk.busy says, look after look (then: idle), as split_when_idle and fork_half ask it
     left = list(answers)
-    agent.busy = disk.busy = lambda: left.pop(0) if left else False
+    disk.busy = lambda: left.pop(0) if left else False
 
 disk.StatCache.GRANULARITY_NS = -10**12  # remember even these freshly copied files
 busy()  # as on an idle machine (the test runner's other workers may keep every CPU busy)
@@ -289,8 +289,8 @@ for key in edited:  # by hand, in place: same size, same mtime, the same inode (
         f.write(b"#" if first != b"#" else b"%")
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
 forks = []
-fork_half = agent.fork_half
-agent.fork_half = lambda fn, items, half: forks.append((len(items), fork_half(fn, items, half))) or forks[-1][1]
+fork_half = disk.fork_half
+disk.fork_half = lambda fn, items, half: forks.append((len(items), fork_half(fn, items, half))) or forks[-1][1]
 scans = {"split": agent.Agent().scan(request).rows}
 busy(*[True] * 100)  # every CPU taken all along (as while the fingerprint's process works): not split
 scans["busy"] = agent.Agent().scan(replace(request, cache=os.path.join(work, "three", "statcache"))).rows
@@ -321,11 +321,61 @@ def test_a_scan_split_over_two_processes_finds_what_one_process_finds(env, tmp_p
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     found = json.loads(proc.stdout)
-    # the warm scan forked at once; not while busy; three chunks later once a CPU was idle; not with the split
-    # off; the cold one (nothing known to its stat cache: its files to hash are split by size instead) did not ask
-    assert found["forks"] == [[len(keys), True], [len(keys) - 3 * agent_module._CHUNK, True], [len(keys), False]]
+    # the warm scan forked at once; not while busy; three chunks later once a CPU was idle; neither with the
+    # split off nor the cold one (nothing known to its stat cache: its files to hash are split by size) asked
+    assert found["forks"] == [[len(keys), True], [len(keys) - 3 * disk.CHUNK, True]]
     assert found["same"] and found["caches"] and found["files"] == len(keys)
     assert found["differ"] == sorted(edited)
+
+
+_BESIDE = '''
+import json, os, sys
+from pathlib import Path
+from patchkeeper import environment, workspace
+from patchkeeper.host import disk
+from patchkeeper.session import Session
+
+disk.StatCache.GRANULARITY_NS = -10**12  # seal even this fresh copy's RECORD checks
+disk.SPLIT_AT = 64  # the test venv's other distributions list some 1,500 files, not torch's 15,000
+disk.busy = lambda: False  # as when the command has planned and waits
+log = sys.argv[2]
+fork_half = disk.fork_half
+
+def counted(fn, items, half=None):
+    forked = fork_half(fn, items, half)
+    if forked is not None:
+        with open(log, "a") as f:
+            f.write(f"{os.getpid()} {len(items)}\\n")
+    return forked
+
+disk.fork_half = counted
+with Session(workspace.load(Path(sys.argv[1])), None, "test") as s:
+    disk.allow_split(False)
+    here = environment.take(s.target)  # in this process, unsplit: the seals are written
+    again = environment.take(s.target)  # from the seals, still unsplit
+    disk.allow_split(True)
+    beside = environment.Taking(s.target, None)
+    forked = beside._child is not None
+    beside._take()
+print(json.dumps({"forked": forked, "same": here == again == beside._doc, "parent": os.getpid()}))
+'''
+
+
+def test_the_fingerprint_beside_the_planning_splits_its_work_once_a_cpu_is_idle(env, tmp_path):
+    """environment.Taking's forked process (which, as any child of fork_call, would split nothing)
+    splits its own long list, the identities of every file of the other distributions, with a
+    process of its own once a CPU is idle (when the command has planned and waits): the same
+    fingerprint as one process takes."""
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("fork_call forks only where a second CPU can run the child")
+    log = tmp_path / "forks"
+    proc = subprocess.run([sys.executable, "-c", _BESIDE, str(env.root), str(log)], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    found = json.loads(proc.stdout)
+    assert found["forked"] and found["same"]
+    forks = [line.split() for line in log.read_text().splitlines()] if log.exists() else []
+    assert forks and all(pid != str(found["parent"]) for pid, _ in forks)  # in the fingerprint's process only
 
 
 _CLASSES = '''

@@ -83,7 +83,7 @@ class Taking:
 
             # a process of its own on the other CPU where it can (a thread would hold the GIL against the
             # transaction's own work), else a thread, which still overlaps the transaction's waits for the disk
-            self._child = fork_call(lambda: take(target))
+            self._child = fork_call(lambda: _beside(target))
             if self._child is None:
                 import threading
 
@@ -136,6 +136,20 @@ def changes_objects(paths: list[str]) -> bool:
     from .host.elf import is_candidate
 
     return any(is_candidate(posixpath.basename(p)) for p in paths)
+
+
+def _beside(target: Target) -> dict:
+    """take(target) in the process forked beside the planning (Taking). A child of fork_call splits
+    nothing, but this one's long list (every file of the other distributions: torch alone has about
+    15,000) is split with a process of its own as soon as a CPU is idle (disk.split_when_idle),
+    which is when the command has planned and waits for it."""
+    from .host.disk import allow_split
+
+    was = allow_split(True)
+    try:
+        return take(target)
+    finally:
+        allow_split(was)  # (where the child failed, this ran in the command's own process)
 
 
 def taking(target: Target, alongside: list[str] | None) -> Taking:

@@ -22,10 +22,9 @@ from .disk import (
     algorithm_of,
     load_cache,
     save_cache,
+    split_when_idle,
     entry_row,
     fsync_dir,
-    busy,
-    fork_half,
     fsync_path,
     hash_file,
     hostname,
@@ -688,7 +687,7 @@ if TYPE_CHECKING:  # annotations only
     OnWalk = Callable[[Walked, Callable[[], List[Digested]]], PendingBytecode]
 
 
-def _halfway(jobs: list[tuple[str, str]], known: dict[str, tuple[Any, ...]], expected: Rows) -> int:
+def _halfway(jobs: Sequence[tuple[str, str]], known: dict[str, tuple[Any, ...]], expected: Rows) -> int:
     """Where to cut the jobs in two halves of about equal work: a file the stat cache knows costs an
     lstat, one to hash about as much as hashing 50 kB more than its recorded size (unknown: 0)."""
     weights = [1 if key in known else 1 + (expected[key][1] if key in expected else 0) // 50_000
@@ -736,37 +735,16 @@ def _digests(jobs: Sequence[tuple[str, str]], known: dict[str, tuple[Any, ...]],
 def _digests_split(jobs: list[tuple[str, str]], known: dict[str, tuple[Any, ...]], algorithm: str,
                    stats: dict[str, os.stat_result], expected: Rows) -> list[Digested]:
     """_digests of the jobs; when the stat cache knows most of them (a warm scan is one lstat per file),
-    what is left of them is split with a forked process (disk.fork_half: its half by _halfway's
-    weights) as soon as a CPU is idle, as git's preloaded index splits its lstat calls; until then
-    (the environment fingerprint's process may still be working on the other CPU) they are done
-    here a chunk at a time. `stats` then gets only this process's. Else all of them here, where
-    many files to hash are split by size instead (map_files: big ones on threads, which a forked
-    process does not start)."""
-    if len(jobs) < SPLIT_AT or 2 * len(known) < len(jobs):
+    split with a forked process as soon as a CPU is idle (disk.split_when_idle; halves by
+    _halfway's weights), as git's preloaded index splits its lstat calls: the environment
+    fingerprint's process may still be working on the other CPU when the scan begins. `stats` then
+    gets only this process's. Else all of them here, where many files to hash are split by size
+    instead (map_files: big ones on threads, which a forked process does not start)."""
+    if 2 * len(known) < len(jobs):
         return _digests(jobs, known, algorithm, stats, True)
-    done: list[Digested] = []
-    start = 0
-    while len(jobs) - start >= SPLIT_AT:
-        if busy():
-            done += _digests(jobs[start:start + _CHUNK], known, algorithm, stats, False)
-            start += _CHUNK
-            continue
-        rest = jobs[start:]
-        forked = fork_half(lambda part: _digests(part, known, algorithm, {}, False), rest,
-                           _halfway(rest, known, expected))
-        if forked is None:  # no second process here at all (see disk.fork_call)
-            break
-        half, theirs = forked
-        try:
-            done += _digests(rest[:half], known, algorithm, stats, False)
-        except BaseException:
-            theirs(abandon=True)
-            raise
-        return done + theirs()
-    return done + _digests(jobs[start:], known, algorithm, stats, False)
-
-
-_CHUNK = 256  # jobs done between two looks for an idle CPU (disk.busy reads /proc/loadavg: about 20 µs)
+    parts = split_when_idle(lambda part: _digests(part, known, algorithm, stats, False), jobs,
+                            lambda rest: _halfway(rest, known, expected))
+    return [d for part in parts for d in part]
 
 
 def _without_install_records(rows: Rows) -> Rows:

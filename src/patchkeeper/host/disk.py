@@ -368,6 +368,38 @@ def split_work(fn: Callable[[Sequence[_T]], _R], items: Sequence[_T],
     return [mine, theirs()]
 
 
+CHUNK = 256  # split_when_idle's items done between two looks for an idle CPU (busy: about 20 µs a look)
+
+
+def split_when_idle(fn: Callable[[Sequence[_T]], _R], items: Sequence[_T],
+                    weigh: Callable[[Sequence[_T]], int] | None = None) -> list[_R]:
+    """fn over consecutive parts of `items`, in order, as split_work, but split as soon as a CPU is
+    idle rather than only if one is at the start: while every CPU is taken (busy) items are done
+    here CHUNK at a time, and what is left once one is idle (at least SPLIT_AT items) is split with
+    a forked process (fork_half; `weigh` gives where to cut it). So work begun beside another
+    process (a rollback's scan beside the environment fingerprint's process, or that process beside
+    the planning) takes the CPU the other leaves when it ends, or waits for this one."""
+    done: list[_R] = []
+    start = 0
+    while _split and len(items) - start >= SPLIT_AT:
+        if busy():
+            done.append(fn(items[start:start + CHUNK]))
+            start += CHUNK
+            continue
+        rest = items[start:]
+        forked = fork_half(fn, rest, weigh(rest) if weigh is not None else None)
+        if forked is None:  # no second process here after all (see fork_call)
+            break
+        half, theirs = forked
+        try:
+            mine = fn(rest[:half])
+        except BaseException:
+            theirs(abandon=True)
+            raise
+        return [*done, mine, theirs()]
+    return [*done, fn(items[start:])]
+
+
 def fork_half(fn: Callable[[Sequence[_T]], _R], items: Sequence[_T],
               half: int | None = None) -> tuple[int, Callable[..., _R]] | None:
     """Start fn(items[half:]) in a forked process (`half`: the middle unless given), as git's

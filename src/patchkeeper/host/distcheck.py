@@ -11,7 +11,8 @@ from itertools import chain
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Tuple
 
 from . import seal
-from .disk import StatCache, feed, fork_call, listing, load_cache, map_files, save_cache, split_work, write_atomic
+from .disk import (StatCache, feed, fork_call, listing, load_cache, map_files, save_cache, split_when_idle, split_work,
+                   write_atomic)
 from .distinfo import console_scripts, record_paths, record_rows
 
 _AUDIT_WORKERS = min(8, (os.cpu_count() or 2) * 2)
@@ -161,12 +162,13 @@ class RecordSeals:
 
     def checked(self, site: str, dist_infos: List[str], cache_dir: str | None) -> Dict[str, Dict[str, Any]]:
         """check_record(site, name, cache_dir) of each name, sealed. Every sealed file's identity is
-        taken in one list, split over two processes where that helps (disk.split_work): torch
+        taken in one list, split over two processes as soon as a CPU is idle (disk.split_when_idle:
+        the environment fingerprint takes them beside the planning, which then waits for it): torch
         alone lists about 15,000 files."""
         dirs = [os.path.join(site, name) for name in dist_infos]
         sealed = [self.seals.get(d) for d in dirs]
         paths = [p for entry in sealed if entry is not None for p in entry[0].split("\0")]
-        ids = b"".join(split_work(lambda part: seal.stat_identities(part, os.stat), paths))
+        ids = b"".join(split_when_idle(lambda part: seal.stat_identities(part, os.stat), paths))
         out: Dict[str, Dict[str, Any]] = {}
         at = 0
         for name, entry in zip(dist_infos, sealed):
