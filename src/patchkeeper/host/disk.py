@@ -357,8 +357,13 @@ def split_work(fn: Callable[[Sequence[_T]], _R], items: Sequence[_T],
     forked = fork_half(fn, items)
     if then is not None:
         then()
-    if forked is None:
-        return [fn(items)]
+    return [fn(items)] if forked is None else _with_child(fn, items, forked)
+
+
+def _with_child(fn: Callable[[Sequence[_T]], _R], items: Sequence[_T],
+                forked: tuple[int, Callable[..., _R]]) -> list[_R]:
+    """[fn(the first part), the forked child's answer for the rest] (fork_half's `forked`); the
+    child is ended when this part fails."""
     half, theirs = forked
     try:
         mine = fn(items[:half])
@@ -390,13 +395,7 @@ def split_when_idle(fn: Callable[[Sequence[_T]], _R], items: Sequence[_T],
         forked = fork_half(fn, rest, weigh(rest) if weigh is not None else None)
         if forked is None:  # no second process here after all (see fork_call)
             break
-        half, theirs = forked
-        try:
-            mine = fn(rest[:half])
-        except BaseException:
-            theirs(abandon=True)
-            raise
-        return [*done, mine, theirs()]
+        return done + _with_child(fn, rest, forked)
     return [*done, fn(items[start:])]
 
 
