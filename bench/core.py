@@ -20,7 +20,10 @@ def _git_copy(tmp: Path, site: Path) -> Path:
     repo = tmp / "git-copy"
     subprocess.run(["cp", "-a", str(site), str(repo)], check=True)
     env = {"GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b", "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@b"}
-    for argv in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "base"]):
+    # gc.auto 0: no `git gc --auto` detached after the commit of ~6,500 loose objects, to run beside the timed
+    # commands and to write into .git/objects while the temporary directory is being removed (the run then failed)
+    for argv in (["git", "init", "-q"], ["git", "config", "gc.auto", "0"], ["git", "add", "-A"],
+                 ["git", "commit", "-qm", "base"]):
         subprocess.run(argv, cwd=repo, check=True, env={**os.environ, **env})
     return repo
 
