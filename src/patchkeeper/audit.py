@@ -9,8 +9,9 @@ from typing import Callable, Iterable
 
 from .errors import BadInput
 from .ledger import Ledger, State
-from .host.contract import BytecodeCheck, TreeRequest
-from .manifest import ROLE_PREFIX, change_kind, differences
+from .host.contract import BytecodeCheck, RecordCheck, TreeRequest
+from .host.distcheck import recompiled
+from .manifest import change_kind, differences
 from .scan import scan_request
 from .targets import Target
 
@@ -140,27 +141,36 @@ def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), pro
     steps = len(others) + 2 + len(probes)
     tell("distributions", 0, steps)
     done = 0
-    for chunk in _chunks(others, 16):  # every distribution against its RECORD
-        for name, result in agent.audit_record(info.site, chunk, cache_dir(target)).items():
+
+    def record_findings(checks: dict[str, RecordCheck]) -> None:
+        nonlocal files
+        for name, result in checks.items():
             files += result.files
             dist = name[: -len(".dist-info")].rpartition("-")[0] or name
             cls = "drift" if name == info.dist_info else "environment"
             findings.extend(Finding(cls, p, kind, detail, dist) for p, kind, detail in result.findings)
             if result.note:
                 notes.append(f"{dist}: {result.note}")
-        done += len(chunk)
-        tell("distributions", done, steps)
 
     tag = "cpython-" + "".join(info.python_version.split(".")[:2])
     bytecode_cache = posixpath.join(cache_dir(target), "bytecode.cache")
     if current is None:  # no recorded state: the bytecode of the sources that differ from RECORD is recompiled
+        for chunk in _chunks(others, 16):  # every distribution against its RECORD
+            record_findings(agent.audit_record(info.site, chunk, cache_dir(target)))
+            done += len(chunk)
+            tell("distributions", done, steps)
         pyc = agent.audit_bytecode(info.site, tag, sorted({f.path for f in findings if _recompile(f)}), bytecode_cache)
-    else:  # the package against its recorded state and the baseline, and the bytecode, in one pass
+    else:  # the other distributions against their RECORD, the package against its recorded state and
+        # the baseline, and the bytecode, in one pass (the sources found changed are recompiled there)
         patched = _patched(ledger, current, owners)
-        verify = {f.path for f in (*findings, *patched) if _recompile(f)}
+        verify = {f.path for f in patched if _recompile(f)}
         tree = agent.audit_tree(TreeRequest(info.store, current.manifest, scan_request(target), tag,
                                             tuple(sorted(verify)), bytecode_cache,
-                                            posixpath.join(cache_dir(target), "tree.seal")))
+                                            posixpath.join(cache_dir(target), "tree.seal"),
+                                            tuple(others), cache_dir(target)))
+        record_findings(tree.records)
+        done += len(others)
+        tell("distributions", done, steps)
         files += tree.files
         drift = {k: change_kind(*pair) for k, pair in sorted(tree.comparison.pairs.items())}
         findings.extend(Finding("drift", key, kind, f"{kind} since state {current.id}, by no transaction")
@@ -218,7 +228,7 @@ def _patched(ledger: Ledger, current: State, owners: dict[str, str] | None) -> l
 
 def _recompile(f: Finding) -> bool:
     """Whether a finding names a source whose pycs the bytecode check recompiles and compares."""
-    return f.path.endswith(".py") and f.kind in ("changed", "added", "mode") and not f.path.startswith(("../", ROLE_PREFIX))
+    return recompiled(f.path, f.kind)
 
 
 def _native(target: Target, ledger: Ledger, current: State) -> tuple[list[Finding], list[str]]:

@@ -18,20 +18,17 @@ from .disk import (
     ALGORITHM,
     INSTALL_RECORDS,
     TEMP_PREFIX,
-    SPLIT_AT,
     StatCache,
     algorithm_of,
+    digest_files,
     load_cache,
-    entry_row,
     fsync_dir,
     fsync_path,
-    hash_file,
     hostname,
     is_install_record,
     is_managed_name,
     normalize_name,
     pid_alive,
-    map_files,
     map_threads,
     remove_stale_temps,
     walk_files,
@@ -59,11 +56,12 @@ from .contract import (
     TreeRequest,
 )
 from . import seal
-from .distcheck import PendingBytecode, check_bytecode, check_record, start_bytecode
+from .distcheck import check_bytecode, check_record, recompiled_sources
 from .distinfo import installed_version, layout, record_paths
 from .manifest_text import parse as manifest_rows
 from .preflight import obstacles
 from .store import Store
+from .treecheck import TreeWork, run_all
 
 _MANIFEST_CACHE = 2  # version of the manifest-cache/*.rows format (2: rows are tuples)
 
@@ -79,9 +77,6 @@ class Agent(AgentContract):
 
     def __init__(self) -> None:
         self._stores: dict[str, Store] = {}
-        # the last scan's walk: (root, walked dirs, bytecode files passed, source stats), for the
-        # bytecode check right after it; any change made through this agent forgets it
-        self._walked: tuple[str, tuple[str, ...], list[tuple[str, bool]], dict[str, os.stat_result]] | None = None
         self._held: dict[str, int] = {}  # lock path -> the descriptor whose flock says we hold it
 
     def park(self) -> str:
@@ -156,14 +151,12 @@ class Agent(AgentContract):
         return out
 
     def write_atomic(self, path: str, data: bytes, mode: int = 0o644) -> None:
-        self._walked = None
         os.makedirs(os.path.dirname(path), exist_ok=True)
         write_atomic(path, data, mode)
 
     def write_new(self, path: str, data: bytes, mode: int, durable: bool = True) -> None:
         """Write `path` directly (a stage file named in the journal, so recovery can remove it);
         `durable=False` leaves its fsync to a later sync_files."""
-        self._walked = None
         os.makedirs(os.path.dirname(path), exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "wb") as f:
@@ -195,13 +188,11 @@ class Agent(AgentContract):
 
     def rename(self, src: str, dst: str, durable: bool = True) -> None:
         """Rename; `durable=False` leaves the directory's fsync to a later sync_dirs (one per directory)."""
-        self._walked = None
         os.replace(src, dst)
         if durable:
             fsync_dir(os.path.dirname(dst))
 
     def unlink(self, path: str, durable: bool = True) -> bool:
-        self._walked = None
         try:
             os.unlink(path)
         except (FileNotFoundError, NotADirectoryError):  # not there (or its parent is no directory)
@@ -260,7 +251,6 @@ class Agent(AgentContract):
 
     def remove_bytecode(self, paths: list[str]) -> int:
         """Remove the cached bytecode of each source path; return how many files went."""
-        self._walked = None
         pycs: list[str] = []
         for path in paths:
             if not path.endswith(".py"):
@@ -322,40 +312,20 @@ class Agent(AgentContract):
         """
         return self._scan(request)
 
-    def _scan(self, request: ScanRequest, on_walk: OnWalk | None = None, ordered: bool = True,
-              expected: Rows | None = None) -> ScanResult:
-        """scan; `on_walk`, with a bytecode request, is called once the walk is done with what it saw
-        (the walked dirs, the pycs passed, and the dict the sources' stats are about to fill) and the
-        function that digests the second half of the files; it gives a PendingBytecode, whose forked
-        process, when it has one, does that half (see audit_tree). Rows come sorted by key unless
-        not `ordered` (a comparison needs no order). `expected` (the recorded rows) only weighs the
-        halves: a file to hash costs by its size."""
+    def _scan(self, request: ScanRequest, ordered: bool = True) -> ScanResult:
+        """scan; rows come sorted by key unless not `ordered` (a comparison needs no order)."""
         root, paths, walk, absolute = request.root, request.paths, request.walk, request.absolute
         cache, algorithm = request.cache, request.algorithm
         algorithm = algorithm or ALGORITHM
         cached = StatCache(cache)
         listings = StatCache(cache + ".dirs") if cache else None  # each walked directory's entries
-        pycs: list[tuple[str, bool]] | None = [] if request.bytecode else None
-        names = dict.fromkeys(_walked for rel_dir in walk for _walked in walk_files(root, rel_dir, pycs, listings))
+        names = dict.fromkeys(_walked for rel_dir in walk for _walked in walk_files(root, rel_dir, None, listings))
         walked = tuple(d + "/" for d in walk)
         names.update(dict.fromkeys(p for p in paths if not p.startswith(walked) and is_managed_name(p)))
         jobs: list[tuple[str, str]] = [(rel, f"{root}/{rel}" if rel[:1] != "/" else rel) for rel in names]
         jobs.extend((key, path) for key, path in (absolute or {}).items())
-        stats: dict[str, os.stat_result] = {}
         known = cached.entries
-        half = _halfway(jobs, known, expected or {}) if on_walk is not None else 0
-        beside = None
-        if on_walk is not None and pycs is not None:
-            def rest() -> list[Digested]:  # in the child its half's stats fill its copy of `stats`, read by
-                return _digests(jobs[half:], known, algorithm, stats, False)  # its pyc verdicts next
-
-            beside = on_walk((tuple(walk), pycs, stats), rest)
-        if beside is not None and beside.apart:  # a forked process digests the second half meanwhile
-            done = _digests(jobs[:half], known, algorithm, stats, False)
-            beside.here()
-            done += beside.join()
-        else:
-            done = _digests(jobs, known, algorithm, stats, True)
+        done = digest_files(jobs, known, algorithm, {}, True)
         out: Rows = {}
         fresh, limit = cached.fresh, cached.started_ns - cached.GRANULARITY_NS
         for key, row, identity, hit in done:  # StatCache.remember, inlined (the racily-clean rule)
@@ -367,7 +337,6 @@ class Agent(AgentContract):
         cached.save()
         if listings is not None:
             listings.save()
-        self._walked = (root, tuple(walk), pycs, stats) if pycs is not None else None
         return ScanResult(dict(sorted(out.items())) if ordered else out)
 
     def compare_many(self, request: CompareRequest) -> list[Comparison]:
@@ -377,21 +346,13 @@ class Agent(AgentContract):
         scans: dict[str, Rows] = {}
         return [self._compare(request.store, m, request.scan, scans) for m in request.manifests]
 
-    def _compare(self, store: str, manifest: str, scan: ScanRequest, scans: dict[str, Rows],
-                 on_walk: OnWalk | None = None) -> Comparison:
-        """One stored manifest against a scan in its hash algorithm (`scans` keeps each algorithm's;
-        `on_walk`: see _scan)."""
+    def _compare(self, store: str, manifest: str, scan: ScanRequest, scans: dict[str, Rows]) -> Comparison:
+        """One stored manifest against a scan in its hash algorithm (`scans` keeps each algorithm's)."""
         rows = _without_install_records(self._manifest(store, manifest))
-        algorithm = algorithm_of(next(iter(rows.values()))[0]) if rows else ALGORITHM
-        if algorithm not in scans:
-            cache = scan.cache
-            own = cache if algorithm == ALGORITHM or not cache else f"{cache}.{algorithm}"
-            scans[algorithm] = self._scan(replace(scan, cache=own, algorithm=algorithm), on_walk, False, rows).rows
-        actual = scans[algorithm]
-        if rows == actual:  # the common case, at C speed
-            return Comparison({})
-        differ = [k for k in rows.keys() | actual.keys() if rows.get(k) != actual.get(k)]  # few: sorted after
-        return Comparison({k: (rows.get(k), actual.get(k)) for k in sorted(differ)})
+        scan = _in_algorithm_of(scan, rows)
+        if scan.algorithm not in scans:
+            scans[scan.algorithm] = self._scan(scan, False).rows  # type: ignore[index]
+        return _comparison(rows, scans[scan.algorithm])  # type: ignore[index]
 
     def manifest_rows(self, store: str, digest: str) -> Rows:
         """A stored manifest as key -> (digest, size, mode), parsed at most once while it lasts."""
@@ -619,112 +580,78 @@ class Agent(AgentContract):
         which catches a pyc whose header matches a source that was changed in the same tick.
         `cache` keeps each clean pyc's verdict keyed by its own and its source's stat identity.
         """
-        walked, self._walked = self._walked, None
-        return BytecodeCheck.from_wire(check_bytecode(site, cache_tag, verify, cache,
-                                                      walked[1:] if walked and walked[0] == site else None))
+        return BytecodeCheck.from_wire(check_bytecode(site, cache_tag, verify, cache))
 
 
     def audit_tree(self, request: TreeRequest) -> TreeCheck:
-        """The managed package against a stored manifest and the bytecode below its site dir in one
-        pass: the bytecode check takes the pycs the scan's walk passed and each source's stat from
-        it. With many pycs, one forked process (disk.fork_call) digests half of the files and judges
-        half of the pycs while this one does the rest; the pycs of sources the comparison then finds
-        changed are judged again here, recompiled and compared. With a `seal`, the whole answer is given again while every entry it read is unchanged
-        (seal.py), and sealed anew once the scan's stat cache exists (a cold audit pays no walk for it)."""
-        scan = replace(request.scan, bytecode=True)
-        root = scan.root
-        key = (scan.to_wire(), request.store, request.manifest, request.cache_tag, tuple(sorted(request.verify)))
-        if request.seal:
+        """The managed package against a stored manifest, the bytecode below its site dir and the
+        distributions of `request.records` against their RECORD, in one pass (treecheck.py): with
+        two CPUs, a forked process shares the work from the walk on, claiming units of it as this
+        one does; the pycs of sources the comparison or a RECORD check then finds changed are judged
+        again here, recompiled and compared. With a `seal`, the tree's answer is given again while
+        every entry it read is unchanged (seal.py; the RECORD checks are then made here, from their
+        stat caches), and sealed anew once the scan's stat cache exists (a cold audit pays no walk
+        for it)."""
+        import gc
+
+        scan, root = request.scan, request.scan.root
+        records: dict[str, Any] | None = None
+        key: tuple[Any, ...] | None = None
+        if request.seal and os.path.exists(request.seal):  # warm: the RECORD checks first, for the key
+            records = {name: check_record(root, name, request.record_cache) for name in request.records}
+            key = self._tree_key(request, records)
             sealed = seal.load(request.seal, key)
             if sealed is not None:
-                return TreeCheck.from_wire(sealed)
+                return TreeCheck.from_wire({**sealed, "records": records})
         taken = None
         if request.seal and scan.cache and os.path.exists(scan.cache):  # identities first, then the reads
             named = [p if p[:1] == "/" else f"{root}/{p}" for p in scan.paths]
             named += [*scan.absolute.values(), self._store(request.store).loose_path(request.manifest)]
             taken = seal.entries(root, scan.walk, named)  # the stored manifest too: never believed over it
-        scans: dict[str, Rows] = {}
-        begun: list[PendingBytecode] = []
-
-        def walked(seen: Walked, digest_rest: Callable[[], Any]) -> PendingBytecode:
-            """The bytecode check begun once the walk is done: with many files, half of the pycs
-            are judged and half of the files digested in a forked process meanwhile."""
-            begun.append(start_bytecode(root, request.cache_tag, sorted(request.verify), request.bytecode_cache,
-                                        seen, digest_rest if len(seen[1]) >= SPLIT_AT // 2 else None))
-            return begun[0]
-
+        expected = _without_install_records(self._manifest(request.store, request.manifest))
+        scan = _in_algorithm_of(scan, expected)
+        collecting = gc.isenabled()
+        gc.disable()  # thousands of small tuples, none in a cycle: a collection would only go over them
         try:
-            comparison = self._compare(request.store, request.manifest, scan, scans, walked)
-        except BaseException:
-            for pending in begun:
-                pending.abandon()
-            raise
-        self._walked = None
-        rows = next(iter(scans.values()))
-        verify = set(request.verify)
+            work = TreeWork(scan, expected, request.cache_tag, list(request.verify), request.bytecode_cache,
+                            [] if records is not None else list(request.records), request.record_cache)
+            rows, checked, found, outcomes = work.merge(*run_all(work))
+        finally:
+            if collecting:
+                gc.enable()
+        records = checked if records is None else records
+        comparison = _comparison(expected, rows)
+        verify = set(request.verify) | work.records_verify(records)
         verify.update(k for k, (_, new) in comparison.pairs.items()
                       if new is not None and k.endswith(".py") and not k.startswith(("../", "@")))
-        pending = begun[0] if begun else start_bytecode(root, request.cache_tag, [], request.bytecode_cache)
-        bytecode = pending.finish(sorted(verify))
-        answer = TreeCheck(len(rows), comparison, BytecodeCheck.from_wire(bytecode))
+        bytecode = BytecodeCheck.from_wire(work.bytecode(found, outcomes, verify))
+        answer = TreeCheck(len(rows), comparison, bytecode)
         if taken is not None and request.seal:
-            seal.save(request.seal, key, taken, answer.to_wire())
-        return answer
+            seal.save(request.seal, key or self._tree_key(request, records), taken, answer.to_wire())
+        return replace(answer, records={name: RecordCheck.from_wire(r) for name, r in records.items()})
+
+    @staticmethod
+    def _tree_key(request: TreeRequest, records: dict[str, Any]) -> tuple[Any, ...]:
+        """What a tree's seal is for: the scan, the manifest, and every source whose pycs are
+        recompiled (those named, and those the RECORD checks found changed)."""
+        verify = set(request.verify) | recompiled_sources(f for r in records.values() for f in r["findings"])
+        return (request.scan.to_wire(), request.store, request.manifest, request.cache_tag, tuple(sorted(verify)))
 
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:  # annotations only
-    from typing import Callable, List, Tuple
-
-    from .distcheck import Walked
-
-    Digested = Tuple[str, Row, Tuple[int, int, int, int], bool]  # key, row, (size, mtime, ctime, inode), cached
-    OnWalk = Callable[[Walked, Callable[[], List[Digested]]], PendingBytecode]
+def _in_algorithm_of(scan: ScanRequest, rows: Rows) -> ScanRequest:
+    """The scan in the hash algorithm of a manifest's rows, with a stat cache of its own for another
+    algorithm than the agent's."""
+    algorithm = algorithm_of(next(iter(rows.values()))[0]) if rows else ALGORITHM
+    cache = scan.cache if algorithm == ALGORITHM or not scan.cache else f"{scan.cache}.{algorithm}"
+    return replace(scan, cache=cache, algorithm=algorithm)
 
 
-def _halfway(jobs: list[tuple[str, str]], known: dict[str, tuple[Any, ...]], expected: Rows) -> int:
-    """Where to cut the jobs in two halves of about equal work: a file the stat cache knows costs an
-    lstat, one to hash about as much as hashing 50 kB more than its recorded size (unknown: 0)."""
-    weights = [1 if key in known else 1 + (expected[key][1] if key in expected else 0) // 50_000
-               for key, _ in jobs]
-    total, acc = sum(weights) / 2, 0
-    for half, weight in enumerate(weights):
-        if acc + weight > total:  # this job on the side that leaves the halves nearer
-            return half + 1 if acc + weight - total < total - acc else half
-        acc += weight
-    return len(jobs)
-
-
-def _digests(jobs: list[tuple[str, str]], known: dict[str, tuple[Any, ...]], algorithm: str,
-             stats: dict[str, os.stat_result], pure: bool) -> list[Digested]:
-    """Each job (key, path) that is a regular file, digested: from the stat cache's `known` entry
-    while its identity is unchanged, else hashed (map_files; `pure`: may fork). `stats` gets each
-    file's stat. Plain data only: it may run in a forked process."""
-    done: list[Digested] = []
-    todo: list[tuple[str, str, os.stat_result]] = []
-    lstat, is_reg, imode, prefix = os.lstat, stat.S_ISREG, stat.S_IMODE, algorithm + ":"
-    for key, path in jobs:  # the hot loop of every warm command: StatCache.lookup, inlined
-        try:
-            st = lstat(path)
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        if not is_reg(st.st_mode):
-            continue
-        stats[key] = st
-        identity = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-        hit = known.get(key)
-        if hit is not None and hit[:4] == identity and hit[4].startswith(prefix):
-            done.append((key, (hit[4], st.st_size, imode(st.st_mode)), identity, True))
-        else:
-            todo.append((key, path, st))
-
-    def work(job: tuple[str, str, os.stat_result]) -> Row:
-        return entry_row(job[2], hash_file(job[1], job[2].st_size, algorithm))
-
-    rows = map_files(work, todo, lambda job: job[2].st_size, min(8, (os.cpu_count() or 2) * 2), pure=pure)
-    done.extend((key, row, (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino), False)
-                for (key, _, st), row in zip(todo, rows))
-    return done
+def _comparison(rows: Rows, actual: Rows) -> Comparison:
+    """How the files found (`actual`) differ from a manifest's rows: key -> (recorded, actual)."""
+    if rows == actual:  # the common case, at C speed
+        return Comparison({})
+    differ = [k for k in rows.keys() | actual.keys() if rows.get(k) != actual.get(k)]  # few: sorted after
+    return Comparison({k: (rows.get(k), actual.get(k)) for k in sorted(differ)})
 
 
 def _without_install_records(rows: Rows) -> Rows:

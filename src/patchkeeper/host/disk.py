@@ -20,6 +20,8 @@ if TYPE_CHECKING:  # annotations only: typing (with re) costs a command's start 
 
     _T = TypeVar("_T")
     _R = TypeVar("_R")
+    # a digested file: key, (digest, size, mode), (size, mtime_ns, ctime_ns, inode), from the stat cache
+    Digested = tuple[str, tuple[str, int, int], tuple[int, int, int, int], bool]
 
 _blake3: Any
 try:  # blake3 is patchkeeper's hash; a host without it falls back to sha256 (and says so).
@@ -220,12 +222,15 @@ class StatCache:
 
 
 def walk_files(root: str, rel_dir: str, pycs: list[tuple[str, bool]] | None = None,
-               listings: StatCache | None = None) -> Iterator[str]:
+               listings: StatCache | None = None, skip: set[str] | None = None,
+               met: list[str] | None = None) -> Iterator[str]:
     """Relative paths of the managed files below root/rel_dir, directory by directory.
 
     Given `pycs`, the same walk also appends every bytecode file it passes as (relative path, in a
     __pycache__ directory), so that the bytecode check need not walk these directories again.
-    Given `listings`, a directory's entries are remembered by its own stat identity (see listing)."""
+    Given `listings`, a directory's entries are remembered by its own stat identity (see listing).
+    Directories in `skip` (relative paths) are not entered; each one met as a directory is
+    appended to `met` (another walk covers it: see treecheck.py)."""
     collect = pycs is not None and not rel_dir.endswith(".dist-info")
     stack = [(rel_dir, False)]  # (directory, inside a bytecode cache: nothing there is managed)
     while stack:
@@ -238,7 +243,10 @@ def walk_files(root: str, rel_dir: str, pycs: list[tuple[str, bool]] | None = No
         for name, is_dir in entries:
             if is_dir:
                 if name not in _SKIP_DIRS and not cached:
-                    stack.append((prefix + name, False))
+                    if skip is not None and prefix + name in skip:
+                        met.append(prefix + name)  # type: ignore[union-attr]
+                    else:
+                        stack.append((prefix + name, False))
                 elif collect:
                     stack.append((prefix + name, True))
             elif not cached and not (name.endswith(_SKIP_SUFFIXES) or name.startswith(STAGE_PREFIX)
@@ -246,6 +254,38 @@ def walk_files(root: str, rel_dir: str, pycs: list[tuple[str, bool]] | None = No
                 yield prefix + name
             elif collect and name.endswith(".pyc"):
                 pycs.append((prefix + name, in_cache))  # type: ignore[union-attr]
+
+
+def digest_files(jobs: list[tuple[str, str]], known: dict[str, tuple[Any, ...]], algorithm: str,
+                 stats: dict[str, os.stat_result], pure: bool = False) -> list[Digested]:
+    """Each job (key, path) that is a regular file, digested: from the stat cache's `known` entry
+    while its identity is unchanged, else hashed (map_files; `pure`: may fork). `stats` gets each
+    file's stat. Plain data only: it may run in a forked process."""
+    done: list[Digested] = []
+    todo: list[tuple[str, str, os.stat_result]] = []
+    lstat, is_reg, imode, prefix = os.lstat, stat.S_ISREG, stat.S_IMODE, algorithm + ":"
+    for key, path in jobs:  # the hot loop of every warm command: StatCache.lookup, inlined
+        try:
+            st = lstat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        if not is_reg(st.st_mode):
+            continue
+        stats[key] = st
+        identity = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+        hit = known.get(key)
+        if hit is not None and hit[:4] == identity and hit[4].startswith(prefix):
+            done.append((key, (hit[4], st.st_size, imode(st.st_mode)), identity, True))
+        else:
+            todo.append((key, path, st))
+
+    def work(job: tuple[str, str, os.stat_result]) -> tuple[str, int, int]:
+        return entry_row(job[2], hash_file(job[1], job[2].st_size, algorithm))
+
+    rows = map_files(work, todo, lambda job: job[2].st_size, min(8, (os.cpu_count() or 2) * 2), pure=pure)
+    done.extend((key, row, (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino), False)
+                for (key, _, st), row in zip(todo, rows))
+    return done
 
 
 def listing(path: str, listings: StatCache | None = None) -> list[tuple[str, bool]] | None:
@@ -412,6 +452,55 @@ def fork_call(fn: Callable[[], _R]) -> Callable[..., _R] | None:
         return fn()  # the child failed: its error, if any, is raised here as it would have been
 
     return finish
+
+
+def share_units(run: Callable[[int], _R], count: int,
+                state: Callable[[], Any] | None = None) -> tuple[dict[int, _R], Any]:
+    """{i: run(i)} for the units 0..count-1, shared by this process and, where fork_call allows, a
+    forked second one: each claims the next unit still unclaimed from a pipe holding all their
+    numbers (a read of one two-byte number is atomic), so the two end together however unequal the
+    units are. Units go in order: put the biggest first. The forked process also gives back
+    `state()` (what its units left in its memory, as plain data; None when no process was forked,
+    and this process's own when the forked one failed); a unit it claimed and did not give back
+    is run here, so its error, if any, is raised here. run must only compute (and may write files) and return marshal-able data; meanwhile no
+    further fork_half is made here (its second process is already running)."""
+    if count > 30_000:  # two bytes each: the pipe's 64 KiB must take them all before the fork
+        return {i: run(i) for i in range(count)}, None
+    r, w = os.pipe()
+    try:
+        os.write(w, b"".join(i.to_bytes(2, "little") for i in range(count)))
+    finally:
+        os.close(w)  # once all are claimed, a read gives b"": the end
+
+    def claimed() -> Iterator[int]:
+        token = os.read(r, 2)
+        while token:
+            yield int.from_bytes(token, "little")
+            token = os.read(r, 2)
+
+    try:
+        theirs = fork_call(lambda: ({i: run(i) for i in claimed()}, state() if state else None))
+        was = allow_split(False)
+        try:
+            done = {i: run(i) for i in claimed()}
+        except BaseException:
+            if theirs is not None:
+                while os.read(r, 1 << 16):  # the units left claimed here: the forked process ends soon
+                    pass
+                theirs(abandon=True)
+            raise
+        finally:
+            allow_split(was)
+        kept = None
+        if theirs is not None:
+            other, kept = theirs()  # computed here, of no unit, if the child failed
+            done.update(other)
+        for i in range(count):
+            if i not in done:  # claimed by a child that failed
+                done[i] = run(i)
+        return done, kept
+    finally:
+        os.close(r)
 
 
 def no_split() -> None:

@@ -21,7 +21,7 @@ from ..host import wire
 from ..host import contract as c
 
 # The agent's modules, in import order; on the host they become the package `pkagent`.
-AGENT_MODULES = ("errors", "contract", "disk", "store", "distinfo", "distcheck", "seal", "manifest_text", "preflight",
+AGENT_MODULES = ("errors", "contract", "disk", "store", "distinfo", "distcheck", "seal", "treecheck", "manifest_text", "preflight",
                  "elf", "interp", "fingerprint", "agent", "wire")
 _BOOT = """
 import sys, types
