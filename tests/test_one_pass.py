@@ -646,6 +646,7 @@ def test_the_package_is_planned_in_groups_of_directories_by_recorded_work():
     rows["pkg/heavy/data.bin"] = ("blake3:0", 25_000 * 300, 0o644)  # one file, as heavy as 100 small ones
     rows["pkg/__init__.py"] = ("blake3:0", 100, 0o644)
     rows["pkg-1.0.dist-info/sub/x"] = ("blake3:0", 100, 0o644)
+    rows["pkg/vendored-2.0.dist-info/RECORD"] = ("blake3:0", 100, 0o644)  # walked from "pkg": its pycs are found
     rows["../../../bin/tool"] = ("blake3:0", 100, 0o644)
     groups = treecheck._groups(rows, ("pkg", "pkg-1.0.dist-info"))
     dirs = [d for group in groups for d in group]

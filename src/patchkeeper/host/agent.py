@@ -594,6 +594,15 @@ class Agent(AgentContract):
         for it)."""
         import gc
 
+        collecting = gc.isenabled()
+        gc.disable()  # thousands of small tuples, none in a cycle: a collection would only go over them
+        try:
+            return self._audit_tree(request)  # (its objects are freed before collections resume)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _audit_tree(self, request: TreeRequest) -> TreeCheck:
         scan, root = request.scan, request.scan.root
         records: dict[str, Any] | None = None
         key: tuple[Any, ...] | None = None
@@ -610,15 +619,9 @@ class Agent(AgentContract):
             taken = seal.entries(root, scan.walk, named)  # the stored manifest too: never believed over it
         expected = _without_install_records(self._manifest(request.store, request.manifest))
         scan = _in_algorithm_of(scan, expected)
-        collecting = gc.isenabled()
-        gc.disable()  # thousands of small tuples, none in a cycle: a collection would only go over them
-        try:
-            work = TreeWork(scan, expected, request.cache_tag, list(request.verify), request.bytecode_cache,
-                            [] if records is not None else list(request.records), request.record_cache)
-            rows, checked, found, outcomes = work.merge(*run_all(work))
-        finally:
-            if collecting:
-                gc.enable()
+        work = TreeWork(scan, expected, request.cache_tag, list(request.verify), request.bytecode_cache,
+                        [] if records is not None else list(request.records), request.record_cache)
+        rows, checked, found, outcomes = work.merge(*run_all(work))
         records = checked if records is None else records
         comparison = _comparison(expected, rows)
         verify = set(request.verify) | work.records_verify(records)

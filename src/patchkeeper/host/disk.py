@@ -325,6 +325,7 @@ def hostname() -> str:
 BIG_FILE = 1 << 20
 SPLIT_AT = 2048  # from this many small jobs on, a forked second process takes half of them (fork_half)
 _split = True  # off in a process that is itself one of a pool's (no_split), or a forked child (fork_call)
+_exiting: list[int] = []  # children of fork_call whose whole answer came while they were still exiting
 _forked = False  # in a child of fork_call: blake3's own thread pool (native threads, which a fork does not
 # copy, and whose locks it may copy held) is not used there: its hashing stays on the calling thread
 
@@ -405,10 +406,16 @@ def fork_call(fn: Callable[[], _R]) -> Callable[..., _R] | None:
     copies only the calling one, and whatever locks the others hold). fn must only compute (what
     the child changes is lost; files it writes stay) and return marshal-able data; in the child no
     further fork is made (it is already one of two), and blake3 hashes on the calling thread (see
-    _forked). Returns the function that waits for the child and gives its result (computed here
-    instead if the child failed, so its error, if any, is raised here; called with abandon=True
-    when the caller fails, it only ends the child), or None: then the caller does the work itself."""
+    _forked). Returns the function that gives the child's result (computed here instead if the child
+    failed, so its error, if any, is raised here; called with abandon=True when the caller fails, it
+    only ends the child and waits for it), or None: then the caller does the work itself. A child
+    whose whole result was read while it was still exiting is waited for by the next fork_call."""
     global _split, _forked
+    while _exiting:  # the children that were exiting when their answer was read
+        try:
+            os.waitpid(_exiting.pop(), 0)
+        except ChildProcessError:  # waited for by someone else
+            pass
     if not _split or (os.cpu_count() or 1) < 2 or not hasattr(os, "fork") or not alone():
         return None
     r, w = os.pipe()
@@ -427,6 +434,7 @@ def fork_call(fn: Callable[[], _R]) -> Callable[..., _R] | None:
             view = memoryview(marshal.dumps(fn()))  # type: ignore[arg-type]
             while view:
                 view = view[os.write(w, view):]
+            os.close(w)  # the end, now: not once this process's memory is taken down
             code = 0
         finally:
             os._exit(code)
@@ -441,14 +449,18 @@ def fork_call(fn: Callable[[], _R]) -> Callable[..., _R] | None:
                 chunk = os.read(r, 1 << 20)
         finally:
             os.close(r)  # an abandoned child's next write fails, and it exits
-            status = os.waitpid(pid, 0)[1]
-        if abandon:
-            return None  # type: ignore[return-value]
-        if status == 0:
+        if not abandon:
             try:
-                return marshal.loads(b"".join(chunks))  # type: ignore[no-any-return]
+                result = marshal.loads(b"".join(chunks))
             except (ValueError, EOFError, TypeError):
                 pass
+            else:  # whole: the child wrote it all and closed its end, so it is only exiting now
+                if os.waitpid(pid, os.WNOHANG)[0] == 0:  # its memory still being taken down: not
+                    _exiting.append(pid)  # waited for here, but by the next fork_call
+                return result  # type: ignore[no-any-return]
+        os.waitpid(pid, 0)
+        if abandon:
+            return None  # type: ignore[return-value]
         return fn()  # the child failed: its error, if any, is raised here as it would have been
 
     return finish

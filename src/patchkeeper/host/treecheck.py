@@ -178,8 +178,8 @@ def _groups(expected: Rows, walk: Tuple[str, ...]) -> List[List[str]]:
         d = stack.pop()
         kids = children.get(d, [])
         if weight[d] <= limit or not kids:
-            if d not in tops:  # a top directory the rest walks itself
-                whole.append(d)
+            if d not in tops and not d.endswith(".dist-info"):  # the rest walks these itself (a walk
+                whole.append(d)  # started at a dist-info passes its bytecode by: see walk_files)
         else:
             stack.extend(kids)
     whole.sort(key=lambda d: (-weight[d], d))
