@@ -16,7 +16,13 @@ SITE_REL = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-pa
 PK = [str(REPO / ".venv" / "bin" / "patchkeeper")]
 # patchkeeper's per-user caches (interpreter facts, kept audit answers) in a directory of the run's own,
 # never the user's ~/.cache: a figure must not depend on what earlier runs left there
-CACHE_HOME = Path(os.environ.setdefault("XDG_CACHE_HOME", tempfile.mkdtemp(prefix="pk-bench-cache-")))
+if "XDG_CACHE_HOME" not in os.environ:  # ours: removed when the run ends (a caller's is left alone)
+    import atexit
+    import shutil
+
+    os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="pk-bench-cache-")
+    atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], True)
+CACHE_HOME = Path(os.environ["XDG_CACHE_HOME"])
 
 
 def run(argv, cwd=None, env=None, quiet=True, ok=(0, 1)) -> float:

@@ -78,7 +78,7 @@ def test_record_verdicts_are_sealed_and_refused_after_any_change_they_read(env, 
         checked.append(name)
         return real(site, name, cache_dir)
 
-    monkeypatch.setattr(fingerprint, "check_record", counting)
+    monkeypatch.setattr(distcheck, "check_record", counting)
     assert _take(env) == first and checked == []  # every verdict from its seal
 
     data = pip_file.read_bytes()
@@ -111,10 +111,45 @@ def test_record_verdicts_are_sealed_and_refused_after_any_change_they_read(env, 
     assert "pip/_speedups.so" in _take(env)["native"]
 
 
+def test_the_audits_record_answers_are_sealed_with_their_details(env, monkeypatch):
+    """An audit's RECORD check of the other distributions (what an SSH target answers on every
+    audit: no kept answer there) comes from its own seal while nothing it read changed, with the
+    same findings and details; a same-size edit in place is checked again and shows, detail and all."""
+    monkeypatch.setattr(disk.StatCache, "GRANULARITY_NS", -10**12)  # seal even this fresh copy
+    _own_copies(env.site, [p.name for p in env.site.iterdir() if not p.name.startswith("sglang")])
+    from patchkeeper.host.agent import Agent
+
+    names = sorted(p.name for p in env.site.iterdir() if p.name.endswith(".dist-info") and "sglang" not in p.name)
+    cache = str(env.state_dir / "audit")
+    pip_file = env.site / "pip" / "__init__.py"
+    data = pip_file.read_bytes()
+    with open(pip_file, "r+b") as f:  # a finding before any seal: it must be sealed with its detail
+        f.write(b"#" + data[1:])
+    first = Agent().audit_record(str(env.site), names, cache)
+    assert (env.state_dir / "audit" / "records.seal").is_file()
+    assert [f[:2] for f in first["pip-23.2.1.dist-info"].findings] == [("pip/__init__.py", "changed")]
+
+    checked: list[str] = []
+    real = distcheck.check_record
+    monkeypatch.setattr(distcheck, "check_record", lambda site, name, cache_dir: checked.append(name)
+                        or real(site, name, cache_dir))
+    assert Agent().audit_record(str(env.site), names, cache) == first and checked == []
+
+    setuptools_file = env.site / "setuptools" / "__init__.py"
+    text = setuptools_file.read_bytes()
+    with open(setuptools_file, "r+b") as f:
+        f.write(b"#" + text[1:])
+    again = Agent().audit_record(str(env.site), names, cache)
+    assert checked == ["setuptools-65.5.0.dist-info"]  # only the distribution whose file changed
+    assert again["pip-23.2.1.dist-info"] == first["pip-23.2.1.dist-info"]
+    assert again["setuptools-65.5.0.dist-info"].findings == (
+        ("setuptools/__init__.py", "changed", f"differs from RECORD (sha256, {len(text)} bytes)"),)
+
+
 def test_no_record_verdict_is_sealed_within_the_clock_granularity(env):
     """A fresh copy's files all changed within the granularity: the verdicts are given, never sealed."""
     _take(env)
-    seals = fingerprint._RecordSeals(str(env.state_dir / "env" / "records.seal"))
+    seals = distcheck.RecordSeals(str(env.state_dir / "env" / "records.seal"))
     assert seals.seals == {}
 
 
@@ -268,7 +303,7 @@ def test_remembered_dataclass_methods_build_the_same_classes(tmp_path):
     plain, _ = run("plain")
     first, compiled = run("cached")
     assert first == plain and int(compiled) > 20
-    assert (tmp_path / "cache" / "patchkeeper").glob("dataclass-code-*.marshal")
+    assert list((tmp_path / "cache" / "patchkeeper").glob("dataclass-code-*.marshal"))
     again, compiled = run("cached")
     assert again == plain and compiled.strip() == "0"  # every method's code came from the table
 

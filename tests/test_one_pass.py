@@ -355,6 +355,7 @@ def test_identities_split_over_two_processes_are_the_serial_ones(env, monkeypatc
     monkeypatch.setattr(os, "fork", lambda: calls.append(1) or real_fork())
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     monkeypatch.setattr(disk, "alone", lambda: True)  # a test runner's worker has threads of its own
+    monkeypatch.setattr(disk, "busy", lambda: False)  # nor may the other workers keep every CPU busy
     assert seal.identities(paths) == serial and calls == [1]
 
     def no_fork():
@@ -365,6 +366,31 @@ def test_identities_split_over_two_processes_are_the_serial_ones(env, monkeypatc
     assert seal.identities(paths[:100]) == seal.stat_identities(paths[:100])  # short lists stay here
 
 
+def test_no_work_is_split_while_every_cpu_is_taken(monkeypatch, tmp_path):
+    """busy reads the runnable tasks of Linux's loadavg against this process's CPUs; while they are
+    all taken, a long list stays in this process (a fork would only add its cost), else it is split."""
+    from patchkeeper.host import disk, seal
+
+    cpus = len(os.sched_getaffinity(0))
+    loadavg = tmp_path / "loadavg"
+    loadavg.write_text(f"3.10 2.05 1.40 {cpus}/312 40211\n")
+    assert disk.busy(str(loadavg))
+    loadavg.write_text(f"0.10 0.05 0.01 {cpus - 1}/312 40211\n")
+    assert not disk.busy(str(loadavg))
+    assert not disk.busy(str(tmp_path / "absent"))  # not Linux: cannot be told, never busy
+
+    paths = [str(tmp_path / f"f{i}") for i in range(disk.SPLIT_AT)]
+    forks: list[int] = []
+    real_fork = os.fork
+    monkeypatch.setattr(os, "fork", lambda: forks.append(1) or real_fork())
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(disk, "alone", lambda: True)  # a test runner's worker has threads of its own
+    monkeypatch.setattr(disk, "busy", lambda: True)
+    assert seal.identities(paths) == seal.stat_identities(paths) and forks == []
+    monkeypatch.setattr(disk, "busy", lambda: False)
+    assert seal.identities(paths) == seal.stat_identities(paths) and forks == [1]
+
+
 def test_many_small_files_are_split_with_a_forked_process_and_keep_their_order(monkeypatch, tmp_path):
     """map_files(pure=True): half of many small jobs go to a forked process, started before the big
     files' threads; answers keep their order; an error in the child's half is raised here, as it
@@ -372,6 +398,7 @@ def test_many_small_files_are_split_with_a_forked_process_and_keep_their_order(m
     from patchkeeper.host import disk
 
     monkeypatch.setattr(disk, "alone", lambda: True)  # a test runner's worker has threads of its own
+    monkeypatch.setattr(disk, "busy", lambda: False)  # nor may the other workers keep every CPU busy
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     pids: list[int] = []
     real_fork = os.fork
@@ -461,11 +488,12 @@ def test_a_cold_audit_shared_by_two_processes_gives_the_one_process_answer(env, 
     state = env.state_dir
     caches = [state / "statcache.json", state / "statcache.json.dirs", state / "audit" / "bytecode.cache",
               state / "audit" / "bytecode.cache.dirs", state / "audit" / "pip-23.2.1.dist-info.json",
-              state / "audit" / "setuptools-65.5.0.dist-info.json"]
+              state / "audit" / "setuptools-65.5.0.dist-info.json", state / "audit" / "records.seal"]
     forks: list[int] = []
     real_fork = os.fork
     monkeypatch.setattr(os, "fork", lambda: forks.append(1) or real_fork())
     monkeypatch.setattr(disk, "alone", lambda: True)  # a test runner's worker has threads of its own
+    monkeypatch.setattr(disk, "busy", lambda: False)  # nor may the other workers keep every CPU busy
     ran = tmp_path / "ran"  # "pid unit" of every unit run, by either process
     real_run, parent = treecheck.TreeWork.run, os.getpid()
     waiting = []  # once: this process's first unit waits until the forked process has claimed one

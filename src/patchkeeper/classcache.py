@@ -15,8 +15,6 @@ module's. A table that cannot be read or written only costs time. Only the CLI's
 from __future__ import annotations
 
 import builtins
-import marshal
-import os
 import sys
 from typing import Any
 
@@ -65,11 +63,7 @@ def _save() -> None:
     if len(_codes) > KEEP:
         for source in [s for s in _codes if s not in _used]:
             del _codes[source]
-    try:
-        from .host.disk import write_atomic
+    from .host.disk import save_cache
 
-        os.makedirs(os.path.dirname(path()), exist_ok=True)
-        write_atomic(path(), marshal.dumps((STAMP, _codes)), 0o600, durable=False)
-    except (OSError, ValueError):
-        pass
+    save_cache(path(), STAMP, _codes, 0o600)
     _new.clear()

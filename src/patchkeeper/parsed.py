@@ -12,11 +12,10 @@ read or written only costs time.
 from __future__ import annotations
 
 import marshal
-import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from .host.disk import hash_bytes, load_cache, user_cache, write_atomic
+from .host.disk import hash_bytes, load_cache, save_cache, user_cache
 
 if TYPE_CHECKING:
     from .patching import FilePatch
@@ -56,11 +55,7 @@ def _keep(kind: str, key: str, value: Any) -> None:
     table[key] = blob
     while len(table) > KEEP:
         del table[next(iter(table))]
-    try:
-        os.makedirs(os.path.dirname(path(kind)), exist_ok=True)
-        write_atomic(path(kind), marshal.dumps((STAMP, table)), 0o600, durable=False)
-    except OSError:
-        pass
+    save_cache(path(kind), STAMP, table, 0o600)
 
 
 def toml(text: str) -> dict[str, Any]:

@@ -33,9 +33,8 @@ def each(ws: Workspace, work: Callable[[Workspace, str], T], what: str,
     """`work(ws, name)` for every target, concurrently; name -> its result, or its error line.
 
     `work` must be a module-level function (local targets run it in a forked process)."""
-    from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
+    from concurrent.futures import ThreadPoolExecutor, as_completed  # the process pool only where used
     from functools import partial
-    import multiprocessing
 
     names = sorted(ws.targets)
     remote = [n for n in names if ws.targets[n].ssh]
@@ -48,6 +47,9 @@ def each(ws: Workspace, work: Callable[[Workspace, str], T], what: str,
     procs = None
     try:
         if len(local) > 1:  # forked first, before any thread of ours runs
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
             from ..host.disk import no_split
 
             procs = ProcessPoolExecutor(max_workers=max(1, min(len(local), os.cpu_count() or 1)),

@@ -22,6 +22,7 @@ from .disk import (
     algorithm_of,
     digest_files,
     load_cache,
+    save_cache,
     fsync_dir,
     fsync_path,
     hostname,
@@ -56,7 +57,7 @@ from .contract import (
     TreeRequest,
 )
 from . import seal
-from .distcheck import check_bytecode, check_record, recompiled_sources
+from .distcheck import RecordSeals, check_bytecode, recompiled_sources
 from .distinfo import installed_version, layout, record_paths
 from .manifest_text import parse as manifest_rows
 from .preflight import obstacles
@@ -361,7 +362,6 @@ class Agent(AgentContract):
     def _manifest(self, store: str, digest: str) -> Rows:
         """A stored manifest's rows, from a compact cache beside the store when it is current
         (same version, same digest, the object's file unchanged), else parsed and cached again."""
-        import marshal
         import sys
 
         objects = self._store(store)
@@ -374,11 +374,7 @@ class Agent(AgentContract):
                 return rows  # type: ignore[no-any-return]
         rows = manifest_rows(objects.get(digest))
         if ident is not None:
-            try:
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                write_atomic(path, marshal.dumps((stamp, rows)), 0o644, durable=False)
-            except OSError:
-                pass  # a cache that cannot be written only costs time
+            save_cache(path, stamp, rows)
         return rows
 
     # ---- object store ------------------------------------------------------------------
@@ -566,9 +562,19 @@ class Agent(AgentContract):
 
         Returns a RecordCheck per dist-info name.
         Entries without a hash (bytecode, RECORD itself) are skipped; a console script whose
-        shebang line alone was rewritten is not a finding.
+        shebang line alone was rewritten is not a finding. With a `cache_dir`, each answer is
+        sealed there (distcheck.RecordSeals): given again after one stat per file while none changed.
         """
-        return {name: RecordCheck.from_wire(check_record(site, name, cache_dir)) for name in dist_infos}
+        return {name: RecordCheck.from_wire(doc) for name, doc in self._records(site, dist_infos, cache_dir).items()}
+
+    @staticmethod
+    def _records(site: str, dist_infos: list[str], cache_dir: str | None) -> dict[str, dict[str, Any]]:
+        """check_record of each distribution, sealed in `cache_dir` (see audit_record)."""
+        seals = RecordSeals(os.path.join(cache_dir, "records.seal") if cache_dir else None)
+        try:
+            return seals.checked(site, dist_infos, cache_dir)
+        finally:
+            seals.save()
 
     def audit_bytecode(self, site: str, cache_tag: str, verify: list[str], cache: str | None = None) -> BytecodeCheck:
         """Every .pyc below `site` that Python would run instead of its source: a header that
@@ -607,7 +613,7 @@ class Agent(AgentContract):
         records: dict[str, Any] | None = None
         key: tuple[Any, ...] | None = None
         if request.seal and os.path.exists(request.seal):  # warm: the RECORD checks first, for the key
-            records = {name: check_record(root, name, request.record_cache) for name in request.records}
+            records = self._records(root, list(request.records), request.record_cache)
             key = self._tree_key(request, records)
             sealed = seal.load(request.seal, key)
             if sealed is not None:

@@ -179,6 +179,16 @@ def load_cache(path: str, stamp: Any) -> Any:
     return body if found == stamp and isinstance(body, dict) else None
 
 
+def save_cache(path: str, stamp: Any, body: dict[Any, Any], mode: int = 0o644) -> None:
+    """Write a cache file that load_cache(path, stamp) reads back, not durably: a cache lost in a
+    power cut, or one that cannot be written at all, only costs time."""
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        write_atomic(path, marshal.dumps((stamp, body)), mode, durable=False)
+    except (OSError, ValueError):  # ValueError: a value marshal cannot write
+        pass
+
+
 class StatCache:
     """Digest cache keyed by (size, mtime_ns, ctime_ns, inode), immune to racily clean files.
 
@@ -217,8 +227,7 @@ class StatCache:
 
     def save(self) -> None:
         if self.path and self.fresh != self.entries:
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            write_atomic(self.path, marshal.dumps((self.FORMAT, self.fresh)), durable=False)
+            save_cache(self.path, self.FORMAT, self.fresh)
 
 
 def walk_files(root: str, rel_dir: str, pycs: list[tuple[str, bool]] | None = None,
@@ -391,12 +400,26 @@ def fork_half(fn: Callable[[Sequence[_T]], _R], items: Sequence[_T]) -> tuple[in
     Only where it can help and is safe (see fork_call), and for at least SPLIT_AT items. Returns
     (half, the function that waits for the child and gives its result, computed here instead if the
     child failed; called with abandon=True when the caller fails, it only ends the child), or None:
-    then the caller does all of it."""
-    if len(items) < SPLIT_AT:
+    then the caller does all of it. Not while every CPU is taken (busy): a second process then
+    only adds its fork's cost (about 10 ms of CPU for sglang's 13,000 lstat calls), as when many
+    audits of one host run at once."""
+    if len(items) < SPLIT_AT or not _split or busy():
         return None
     half = len(items) // 2
     finish = fork_call(lambda: fn(items[half:]))
     return None if finish is None else (half, finish)
+
+
+def busy(loadavg: str = "/proc/loadavg") -> bool:
+    """Whether this host has no idle CPU now: as many runnable tasks (this one among them; the
+    fourth field of Linux's loadavg) as CPUs this process may use. False where it cannot be told."""
+    try:
+        with open(loadavg, "rb") as f:
+            running = int(f.read().split()[3].split(b"/")[0])
+        cpus = len(os.sched_getaffinity(0))
+    except (OSError, ValueError, IndexError, AttributeError):
+        return False
+    return running >= cpus
 
 
 def fork_call(fn: Callable[[], _R]) -> Callable[..., _R] | None:

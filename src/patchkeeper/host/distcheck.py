@@ -6,10 +6,12 @@ import importlib.util
 import os
 import stat
 import sys
-from typing import Any, Callable, Dict, Iterable, Iterator
+import time
+from typing import Any, Callable, Dict, Iterable, Iterator, List
 
-from .disk import StatCache, feed, listing, map_files, split_work, write_atomic
-from .distinfo import console_scripts, record_rows
+from . import seal
+from .disk import StatCache, feed, listing, load_cache, map_files, save_cache, split_work, write_atomic
+from .distinfo import console_scripts, record_paths, record_rows
 
 _AUDIT_WORKERS = min(8, (os.cpu_count() or 2) * 2)
 
@@ -134,6 +136,68 @@ def check_record(site: str, name: str, cache_dir: str | None) -> dict[str, Any]:
         write_atomic(cache.path, b"{}")
     return {"files": checked, "findings": sorted(findings)}
 
+
+
+_SEAL_FORMAT = ("pk-record-seals", 2, tuple(sys.version_info[:2]))
+
+
+class RecordSeals:
+    """Each distribution's RECORD check (check_record's answer), sealed with the stat identity of
+    every file it read: the audit's and the fingerprint's, each in a file of its own.
+
+    An answer is given again while the RECORD, the dist-info dir and every file the RECORD lists keep
+    the identity (size, mtime, ctime, inode; of the file a path resolves to, as check_record stats
+    it) they had before the check read them: one stat per file, no RECORD parsed, no cache loaded.
+    Any install, removal, rewrite or re-pointed symlink moves one of them; an answer whose files
+    changed within the clock's granularity of the check is never sealed (the racily-clean rule)."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+        self.seals: Dict[str, Any] = {}
+        self.dirty = False
+        if path is not None:  # absent, damaged or another version's: every answer is checked again
+            self.seals = load_cache(path, _SEAL_FORMAT) or {}
+
+    def checked(self, site: str, dist_infos: List[str], cache_dir: str | None) -> Dict[str, Dict[str, Any]]:
+        """check_record(site, name, cache_dir) of each name, sealed. Every sealed file's identity is
+        taken in one list, split over two processes where that helps (disk.split_work): torch
+        alone lists about 15,000 files."""
+        dirs = [os.path.join(site, name) for name in dist_infos]
+        sealed = [self.seals.get(d) for d in dirs]
+        paths = [p for entry in sealed if entry is not None for p in entry[0].split("\0")]
+        ids = b"".join(split_work(lambda part: seal.stat_identities(part, os.stat), paths))
+        out: Dict[str, Dict[str, Any]] = {}
+        at = 0
+        for name, entry in zip(dist_infos, sealed):
+            if entry is not None:
+                held, at = ids[at:at + len(entry[1])] == entry[1], at + len(entry[1])
+                if held:
+                    out[name] = dict(entry[2])
+                    continue
+            out[name] = self._check(site, name, cache_dir)
+        return out
+
+    def _check(self, site: str, dist_info: str, cache_dir: str | None) -> Dict[str, Any]:
+        started = time.time_ns()
+        dist_dir = os.path.join(site, dist_info)
+        record = os.path.join(dist_dir, "RECORD")
+        inputs = [dist_dir, record]
+        head = seal.stat_identities(inputs, os.stat)  # before the RECORD is read
+        inputs += [os.path.normpath(os.path.join(site, rel)) for rel in record_paths(record)]
+        ids = head + seal.stat_identities(inputs[2:], os.stat)  # before check_record reads any of them
+        result = check_record(site, dist_info, cache_dir)
+        if self.path is not None:
+            if seal.settled(ids, started):
+                self.seals[dist_dir] = ("\0".join(inputs), ids, result)
+            else:
+                self.seals.pop(dist_dir, None)
+            self.dirty = True
+        return result
+
+    def save(self) -> None:
+        """Write the seals (not durably: a lost seal only costs one full check)."""
+        if self.dirty and self.path is not None:
+            save_cache(self.path, _SEAL_FORMAT, self.seals)
 
 
 def _pyc_source(rel: str, cache_tag: str) -> tuple[str, int] | None:

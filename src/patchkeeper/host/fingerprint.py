@@ -8,24 +8,18 @@ fingerprint alike. Stat caches (the audit's) keep a warm fingerprint from reread
 
 from __future__ import annotations
 
-import marshal
 import os
 import stat
-import sys
-import time
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
-from . import elf, seal
-from .disk import (ALGORITHM, STAGE_PREFIX, TEMP_PREFIX, StatCache, hash_file, load_cache, normalize_name,
-                   write_atomic)
-from .distcheck import check_record
-from .distinfo import record_paths
+from . import elf
+from .disk import ALGORITHM, STAGE_PREFIX, TEMP_PREFIX, StatCache, hash_file, normalize_name
+from .distcheck import RecordSeals
 
 SITE_TOKEN = "$SITE/"
 NO_DRIVER = "no NVIDIA driver"
 XID_KEEP = 20  # most recent Xid lines kept
 PARTS = ("system", "distributions", "native", "gpu")
-_SEAL_FORMAT = ("pk-record-seals", 1, tuple(sys.version_info[:2]))
 _OURS = (STAGE_PREFIX, TEMP_PREFIX)  # patchkeeper's stage and temp files: never a library anything loads
 
 
@@ -86,76 +80,29 @@ def distributions(sites: list[str], caches: dict[str, str | None], managed: str 
             continue
         cache_dir = caches.get(site)
         installers = StatCache(os.path.join(cache_dir, "installers.json") if cache_dir else None)
-        seals = _RecordSeals(os.path.join(cache_dir, "records.seal") if cache_dir else None)
+        seals = RecordSeals(os.path.join(cache_dir, "records.seal") if cache_dir else None)
+        rows: Dict[str, Dict[str, Any]] = {}
         for dist_info in names:
             stem = dist_info.rsplit(".", 1)[0]
             name, _, version = stem.partition("-")
             key = normalize_name(name)
             if key in out:
                 continue
-            row: Dict[str, Any] = {"name": name, "version": version.split("-")[0] or "unknown",
-                   "installer": _installer(site, dist_info, installers)}
+            out[key] = {"name": name, "version": version.split("-")[0] or "unknown",
+                        "installer": _installer(site, dist_info, installers)}
             if dist_info.endswith(".egg-info"):
-                row.update(files=0, differ=[], note="egg-info: no RECORD to verify against")
+                out[key].update(files=0, differ=[], note="egg-info: no RECORD to verify against")
             elif managed and os.path.join(site, dist_info) == managed:
-                row.update(files=None, differ=[], managed=True)
+                out[key].update(files=None, differ=[], managed=True)
             else:
-                row.update(seals.checked(site, dist_info, cache_dir))
-            out[key] = row
+                rows[dist_info] = out[key]
+        for dist_info, result in seals.checked(site, list(rows), cache_dir).items():
+            rows[dist_info].update(files=result["files"], differ=sorted([p, k] for p, k, _ in result["findings"]))
+            if result.get("note"):
+                rows[dist_info]["note"] = result["note"]
         installers.save()
         seals.save()
     return out
-
-
-class _RecordSeals:
-    """Each distribution's RECORD verdict, sealed with the stat identity of every file it read.
-
-    A verdict is given again while the RECORD, the dist-info dir and every file the RECORD lists keep
-    the identity (size, mtime, ctime, inode; of the file a path resolves to, as check_record stats
-    it) they had before the check read them: one stat per file, no RECORD parsed, no cache loaded.
-    Any install, removal, rewrite or re-pointed symlink moves one of them; a verdict whose files
-    changed within the clock's granularity of the check is never sealed (the racily-clean rule)."""
-
-    def __init__(self, path: str | None) -> None:
-        self.path = path
-        self.seals: Dict[str, Any] = {}
-        self.dirty = False
-        if path is not None:  # absent, damaged or another version's: every verdict is checked again
-            self.seals = load_cache(path, _SEAL_FORMAT) or {}
-
-    def checked(self, site: str, dist_info: str, cache_dir: str | None) -> Dict[str, Any]:
-        """{files, differ[, note]} of one distribution against its RECORD."""
-        dist_dir = os.path.join(site, dist_info)
-        sealed = self.seals.get(dist_dir)
-        if sealed is not None and seal.stat_identities(sealed[0].split("\0"), os.stat) == sealed[1]:
-            return dict(sealed[2])
-        started = time.time_ns()
-        record = os.path.join(dist_dir, "RECORD")
-        inputs = [dist_dir, record]
-        head = seal.stat_identities(inputs, os.stat)  # before the RECORD is read
-        inputs += [os.path.normpath(os.path.join(site, rel)) for rel in record_paths(record)]
-        ids = head + seal.stat_identities(inputs[2:], os.stat)  # before check_record reads any of them
-        result = check_record(site, dist_info, cache_dir)
-        verdict: Dict[str, Any] = {"files": result["files"], "differ": sorted([p, k] for p, k, _ in result["findings"])}
-        if result.get("note"):
-            verdict["note"] = result["note"]
-        if self.path is not None:
-            if seal.settled(ids, started):
-                self.seals[dist_dir] = ("\0".join(inputs), ids, verdict)
-            else:
-                self.seals.pop(dist_dir, None)
-            self.dirty = True
-        return verdict
-
-    def save(self) -> None:
-        """Write the seals (not durably: a lost seal only costs one full check)."""
-        if not self.dirty or self.path is None:
-            return
-        try:
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            write_atomic(self.path, marshal.dumps((_SEAL_FORMAT, self.seals)), 0o644, durable=False)
-        except OSError:
-            pass  # a seal that cannot be written only costs time
 
 
 def _installer(site: str, dist_info: str, cache: StatCache) -> str:

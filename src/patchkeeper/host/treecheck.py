@@ -17,7 +17,7 @@ import os
 from itertools import chain
 
 from .disk import ALGORITHM, StatCache, digest_files, is_managed_name, share_units, walk_files
-from .distcheck import _judge, _tally, _top_pycs, _walk_pyc, check_record, recompiled_sources
+from .distcheck import RecordSeals, _judge, _tally, _top_pycs, _walk_pyc, recompiled_sources
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only (typing costs a command's start about 10 ms)
@@ -41,6 +41,7 @@ class TreeWork:
         self.verdicts = StatCache(bytecode_cache)  # clean pycs' verdicts
         self.pyc_listings = StatCache(bytecode_cache + ".dirs") if bytecode_cache else None
         self.record_cache = record_cache
+        self.seals = RecordSeals(os.path.join(record_cache, "records.seal") if record_cache and records else None)
         self.cache_tag, self.first = cache_tag, frozenset(verify)
         self.stats: Dict[str, os.stat_result] = {}  # each source's stat, taken by this process's digests
         self.judge = _judge(self.root, cache_tag, self.first, self.stats, self.verdicts)
@@ -54,8 +55,11 @@ class TreeWork:
     def run(self, i: int) -> Any:
         """Unit i's result, as plain data (it may be computed in the forked process)."""
         kind, what = self.units[i]
-        if kind == "record":
-            return check_record(self.root, what, self.record_cache)
+        if kind == "record":  # (its answer, and its seal when that changed: saved by this process)
+            where, seals = os.path.join(self.root, what), self.seals.seals
+            before = seals.get(where)
+            answer = self.seals.checked(self.root, [what], self.record_cache)[what]
+            return answer, seals.get(where) is not before, seals.get(where)
         if kind == "beside":  # the bytecode outside the package's directories
             skip = frozenset(self.walk)
             found = list(chain(_top_pycs(self.root), _walk_pyc(self.root, skip, self.pyc_listings)) if skip
@@ -100,7 +104,17 @@ class TreeWork:
                 trees.extend(results[i])
             elif kind == "group":  # a directory counts where one serial walk would have entered it
                 trees.extend(t for t in results[i] if t[0] in met)
-        records = {what: results[i] for i, (kind, what) in enumerate(self.units) if kind == "record"}
+        records = {}
+        for i, (kind, what) in enumerate(self.units):
+            if kind == "record":
+                records[what], changed, sealed = results[i]
+                if changed:
+                    self.seals.dirty = True
+                    if sealed is None:
+                        self.seals.seals.pop(os.path.join(self.root, what), None)
+                    else:
+                        self.seals.seals[os.path.join(self.root, what)] = sealed
+        self.seals.save()
         out: Rows = {}
         cached = self.cached
         known, fresh, limit = cached.entries, cached.fresh, cached.started_ns - cached.GRANULARITY_NS

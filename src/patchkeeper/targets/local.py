@@ -7,7 +7,6 @@ MAGIC_NUMBER and `compile` of the Python that will run it."""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -15,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from ..host.agent import Agent
 from ..host.contract import AgentContract, Answer, DistInfo, Interpreter, InterpreterFacts
-from ..host.disk import reading_cache, user_cache, write_atomic
+from ..host.disk import load_cache, save_cache, user_cache
 from .base import Target, memo
 from ..workspace import TargetConfig
 
@@ -82,7 +81,7 @@ class LocalTarget(Target):
     def interpreter(self) -> Interpreter:
         """As Target.interpreter, remembered per interpreter in ~/.cache/patchkeeper (the answer
         depends only on the executable and its pyvenv.cfg, whose identities key the entry)."""
-        return _remembered(self.config.python, "interpreters.json", "info", Interpreter, super().interpreter,
+        return _remembered(self.config.python, "interpreters.marshal", "info", Interpreter, super().interpreter,
                            lambda info: "cache_tag" in info)
 
     def package_layout(self, sites: list[str], package: str) -> DistInfo | None:
@@ -95,8 +94,8 @@ class LocalTarget(Target):
             return super().package_layout(sites, package)
         from ..host import seal
 
-        cache, known = _read_cache("dist-infos.json")
-        key = json.dumps([self.config.python, package, sites])
+        cache, known = _read_cache("dist-infos.marshal")
+        key = (self.config.python, package, tuple(sites))
         hit = known.get(key)
         if hit is not None:
             try:
@@ -118,11 +117,12 @@ class LocalTarget(Target):
     def interpreter_facts(self) -> InterpreterFacts:
         """As Target.interpreter_facts, remembered per interpreter like `interpreter()` (the facts
         depend only on the executable and its pyvenv.cfg)."""
-        return _remembered(self.config.python, "interpreter-facts.json", "facts", InterpreterFacts,
+        return _remembered(self.config.python, "interpreter-facts.marshal", "facts", InterpreterFacts,
                            super().interpreter_facts)
 
 
 A = TypeVar("A", bound=Answer)
+_STAMP = ("pk-local-target", 1)  # the caches of interpreters and package layouts in ~/.cache/patchkeeper
 
 
 def _remembered(python: str, file: str, field: str, kind: type[A], compute: Callable[[], A],
@@ -147,25 +147,14 @@ def _remembered(python: str, file: str, field: str, kind: type[A], compute: Call
     return value
 
 
-def _read_cache(name: str) -> tuple[str, dict[str, Any]]:
-    """The path of a JSON cache in ~/.cache/patchkeeper and what it holds ({} when absent or not ours)."""
+def _read_cache(name: str) -> tuple[str, dict[Any, Any]]:
+    """The path of a cache in ~/.cache/patchkeeper and what it holds ({} when absent or not ours)."""
     path = user_cache(name)
-    reading_cache(path)
-    try:
-        with open(path, "rb") as f:
-            known = json.loads(f.read())
-    except (OSError, ValueError):
-        return path, {}
-    return path, known if isinstance(known, dict) else {}
+    return path, load_cache(path, _STAMP) or {}
 
 
-def _write_cache(path: str, known: dict[str, Any]) -> None:
-    """Write a cache back (not durably: a cache we cannot use or write only costs time)."""
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        write_atomic(path, json.dumps(known).encode(), durable=False)
-    except OSError:
-        pass
+def _write_cache(path: str, known: dict[Any, Any]) -> None:
+    save_cache(path, _STAMP, known, 0o600)
 
 
 def _identity(path: str) -> tuple[int, int, int]:
