@@ -471,7 +471,7 @@ def test_a_cold_audit_shared_by_two_processes_gives_the_one_process_answer(env, 
                             records=("pip-23.2.1.dist-info", "setuptools-65.5.0.dist-info"),
                             record_cache=str(env.state_dir / "audit"))
     expected = Agent().manifest_rows(request.store, request.manifest)
-    groups = treecheck._groups(expected, request.scan.walk)
+    groups = treecheck.groups(expected, request.scan.walk)
     assert len(groups) > 20
     pairs = [str(src.relative_to(env.site)) for src, _ in _stamped(env.site, "sglang")]
     inside = tuple(d + "/" for group in groups for d in group)
@@ -552,6 +552,47 @@ def test_a_cold_audit_shared_by_two_processes_gives_the_one_process_answer(env, 
     assert forks == [1, 1]
     with pytest.raises(ChildProcessError):  # the forked process was ended and waited for
         os.waitpid(-1, os.WNOHANG)
+
+
+def test_a_plan_of_the_work_is_never_believed_over_the_tree(env, monkeypatch):
+    """The groups a tree audit shares out come from a plan kept beside the manifest's cached rows;
+    whatever it names (a symlink to a directory, a directory and one below it, one that is not
+    there, a dist-info's, the package itself), the answer and every cache are those of one serial
+    walk: a group counts only where that walk met its directory as one."""
+    import marshal
+
+    from patchkeeper.host import disk, treecheck
+
+    env.pk("snapshot", "--name", "s0")
+    (env.site / "sglang" / "linked").symlink_to(env.site / "sglang" / "srt")
+    request = _tree_request(env, bytecode_cache=str(env.state_dir / "audit" / "bytecode.cache"))
+    monkeypatch.setattr(disk.StatCache, "GRANULARITY_NS", -10**12)  # remember even this fresh copy
+    monkeypatch.setattr(disk, "alone", lambda: True)  # a test runner's worker has threads of its own
+    monkeypatch.setattr(disk, "busy", lambda: False)
+    state = env.state_dir
+    caches = [state / "statcache.json", state / "statcache.json.dirs", state / "audit" / "bytecode.cache",
+              state / "audit" / "bytecode.cache.dirs"]
+
+    def cold(cpus):
+        for cache in caches:
+            cache.unlink(missing_ok=True)
+        monkeypatch.setattr(os, "cpu_count", lambda: cpus)
+        answer = Agent().audit_tree(request)
+        return answer, [marshal.loads(c.read_bytes()) for c in caches]
+
+    serial = cold(1)
+    kept = list((state / "manifest-cache").glob("*.groups"))
+    assert len(kept) == 1  # the plan, kept
+    bogus = [["sglang/linked/layers"], ["sglang/srt", "sglang/srt/layers"], ["sglang/not_there"],
+             ["sglang-0.5.23.dist-info/licenses"], ["sglang"], ["../elsewhere"], ["sglang/lang/__pycache__"]]
+    monkeypatch.setattr(treecheck, "groups", lambda rows, walk: bogus)
+    kept[0].unlink()
+    planned = []
+    real_init = treecheck.TreeWork.__init__
+    monkeypatch.setattr(treecheck.TreeWork, "__init__", lambda self, *a: real_init(self, *a) or planned.append(self.groups))
+    assert cold(2) == serial
+    assert planned == [[["sglang/linked/layers"], ["sglang/srt"], ["sglang/not_there"]]]  # the rest never shared out
+    assert serial[0].comparison.pairs == {}  # nothing found through the link (a walk does not enter it)
 
 
 def test_pyc_names_map_to_their_sources_as_importlib_maps_them():
@@ -664,7 +705,7 @@ def test_units_are_shared_by_two_processes_and_a_lost_unit_is_run_here(monkeypat
 
 
 def test_the_package_is_planned_in_groups_of_directories_by_recorded_work():
-    """treecheck._groups: directories the manifest knows, none inside another, neither a top one
+    """treecheck.groups: directories the manifest knows, none inside another, neither a top one
     (the rest walks those) nor a dist-info; one heavier than 1/PARTS of the work is split into its
     subdirectories; small ones are packed together; files weigh by their recorded size."""
     from patchkeeper.host import treecheck
@@ -676,13 +717,13 @@ def test_the_package_is_planned_in_groups_of_directories_by_recorded_work():
     rows["pkg-1.0.dist-info/sub/x"] = ("blake3:0", 100, 0o644)
     rows["pkg/vendored-2.0.dist-info/RECORD"] = ("blake3:0", 100, 0o644)  # walked from "pkg": its pycs are found
     rows["../../../bin/tool"] = ("blake3:0", 100, 0o644)
-    groups = treecheck._groups(rows, ("pkg", "pkg-1.0.dist-info"))
+    groups = treecheck.groups(rows, ("pkg", "pkg-1.0.dist-info"))
     dirs = [d for group in groups for d in group]
     assert len(dirs) == len(set(dirs)) and not any(a.startswith(b + "/") for a in dirs for b in dirs)
     assert "pkg" not in dirs and "pkg/big" not in dirs and not any("dist-info" in d for d in dirs)
     assert {f"pkg/big/sub{i}" for i in range(60)} <= set(dirs) and "pkg/heavy" in dirs
     assert groups[0] == ["pkg/heavy"]  # the heaviest first
     assert len(groups) < len(dirs)  # the small ones packed together
-    assert treecheck._groups({}, ("pkg",)) == []
+    assert treecheck.groups({}, ("pkg",)) == []
 
 

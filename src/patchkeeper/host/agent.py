@@ -62,6 +62,7 @@ from .distinfo import installed_version, layout, record_paths
 from .manifest_text import parse as manifest_rows
 from .preflight import obstacles
 from .store import Store
+from . import treecheck
 from .treecheck import TreeWork, run_all
 
 _MANIFEST_CACHE = 2  # version of the manifest-cache/*.rows format (2: rows are tuples)
@@ -625,7 +626,8 @@ class Agent(AgentContract):
             taken = seal.entries(root, scan.walk, named)  # the stored manifest too: never believed over it
         expected = _without_install_records(self._manifest(request.store, request.manifest))
         scan = _in_algorithm_of(scan, expected)
-        work = TreeWork(scan, expected, request.cache_tag, list(request.verify), request.bytecode_cache,
+        work = TreeWork(scan, self._groups(request.store, request.manifest, expected, scan.walk), request.cache_tag,
+                        list(request.verify), request.bytecode_cache,
                         [] if records is not None else list(request.records), request.record_cache)
         rows, checked, found, outcomes = work.merge(*run_all(work))
         records = checked if records is None else records
@@ -638,6 +640,22 @@ class Agent(AgentContract):
         if taken is not None and request.seal:
             seal.save(request.seal, key or self._tree_key(request, records), taken, answer.to_wire())
         return replace(answer, records={name: RecordCheck.from_wire(r) for name, r in records.items()})
+
+    @staticmethod
+    def _groups(store: str, digest: str, rows: Rows, walk: tuple[str, ...]) -> list[list[str]]:
+        """The package's groups of directories for a tree audit (treecheck.groups), planned from a
+        stored manifest's rows once and kept beside its cached rows: a plan only shares work out,
+        and the manifest's digest names its rows whole."""
+        import sys
+
+        path = os.path.join(os.path.dirname(store), "manifest-cache", digest.replace(":", "-") + ".groups")
+        stamp = [_MANIFEST_CACHE, list(sys.version_info[:2]), digest, list(walk), treecheck.PARTS]
+        kept = load_cache(path, stamp)
+        if kept is not None and isinstance(kept.get("groups"), list):
+            return kept["groups"]  # type: ignore[no-any-return]
+        groups = treecheck.groups(rows, walk)
+        save_cache(path, stamp, {"groups": groups})
+        return groups
 
     @staticmethod
     def _tree_key(request: TreeRequest, records: dict[str, Any]) -> tuple[Any, ...]:

@@ -51,7 +51,7 @@ def _hasher(size: int = 0, algorithm: str | None = None) -> Any:
         return hashlib.sha256()
     if algorithm != "blake3" or _blake3 is None:
         raise AgentError("no-algorithm", f"this Python cannot hash with {algorithm!r} (it has {ALGORITHM})")
-    if size >= _BIG and not _forked:
+    if size >= _BIG and not (_forked or _sharing):
         return _blake3.blake3(max_threads=_blake3.blake3.AUTO)
     return _blake3.blake3()
 
@@ -334,6 +334,8 @@ def hostname() -> str:
 BIG_FILE = 1 << 20
 SPLIT_AT = 2048  # from this many small jobs on, a forked second process takes half of them (fork_half)
 _split = True  # off in a process that is itself one of a pool's (no_split), or a forked child (fork_call)
+_sharing = False  # running units beside a forked process (share_units): both CPUs are busy, so no
+# thread is started either (on a third thread, or blake3's, a file is hashed no sooner, only contended for)
 _exiting: list[int] = []  # children of fork_call whose whole answer came while they were still exiting
 _forked = False  # in a child of fork_call: blake3's own thread pool (native threads, which a fork does not
 # copy, and whose locks it may copy held) is not used there: its hashing stays on the calling thread
@@ -350,7 +352,7 @@ def map_files(fn: Callable[[_T], _R], jobs: Sequence[_T], size: Callable[[_T], i
     computes, and returns marshal-able data), a forked second process takes half of many small
     files (fork_half)."""
     big = [i for i, job in enumerate(jobs) if size(job) >= BIG_FILE]
-    if len(big) < 2 or _forked:  # a forked child (fork_call) starts no thread either
+    if len(big) < 2 or _forked or _sharing:  # a forked child (fork_call) starts no thread either
         big = []
     threaded = set(big)
     small = [job for i, job in enumerate(jobs) if i not in threaded]
@@ -497,8 +499,9 @@ def share_units(run: Callable[[int], _R], count: int,
     units are. Units go in order: put the biggest first. The forked process also gives back
     `state()` (what its units left in its memory, as plain data; None when no process was forked,
     and this process's own when the forked one failed); a unit it claimed and did not give back
-    is run here, so its error, if any, is raised here. run must only compute (and may write files) and return marshal-able data; meanwhile no
-    further fork_half is made here (its second process is already running)."""
+    is run here, so its error, if any, is raised here. run must only compute (and may write files)
+    and return marshal-able data; meanwhile no further fork_half is made here, nor a thread started
+    to hash (the forked process already keeps the other CPU busy)."""
     if count > 30_000:  # two bytes each: the pipe's 64 KiB must take them all before the fork
         return {i: run(i) for i in range(count)}, None
     r, w = os.pipe()
@@ -514,8 +517,9 @@ def share_units(run: Callable[[int], _R], count: int,
             token = os.read(r, 2)
 
     try:
+        global _sharing
         theirs = fork_call(lambda: ({i: run(i) for i in claimed()}, state() if state else None))
-        was = allow_split(False)
+        was, _sharing = allow_split(False), theirs is not None
         try:
             done = {i: run(i) for i in claimed()}
         except BaseException:
@@ -526,6 +530,7 @@ def share_units(run: Callable[[int], _R], count: int,
             raise
         finally:
             allow_split(was)
+            _sharing = False
         kept = None
         if theirs is not None:
             other, kept = theirs()  # computed here, of no unit, if the child failed

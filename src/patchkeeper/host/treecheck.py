@@ -29,10 +29,11 @@ PARTS = 48  # the package in about this many groups: small enough that the two p
 
 
 class TreeWork:
-    """One audit's units and their results: plan, run (share_units calls `run`), then the merged
-    rows, pycs and RECORD checks, and the caches saved (by this process only)."""
+    """One audit's units (`groups`: the package's groups of directories, see groups) and their
+    results: run (share_units calls `run`), then the merged rows, pycs and RECORD checks, and the
+    caches saved (by this process only)."""
 
-    def __init__(self, scan: ScanRequest, expected: Rows, cache_tag: str, verify: List[str],
+    def __init__(self, scan: ScanRequest, groups: List[List[str]], cache_tag: str, verify: List[str],
                  bytecode_cache: Optional[str], records: List[str], record_cache: Optional[str]) -> None:
         self.root, self.walk, self.algorithm = scan.root, tuple(scan.walk), scan.algorithm or ALGORITHM
         self.paths, self.absolute = scan.paths, scan.absolute
@@ -45,7 +46,7 @@ class TreeWork:
         self.cache_tag, self.first = cache_tag, frozenset(verify)
         self.stats: Dict[str, os.stat_result] = {}  # each source's stat, taken by this process's digests
         self.judge = _judge(self.root, cache_tag, self.first, self.stats, self.verdicts)
-        self.groups = _groups(expected, self.walk)
+        self.groups = _sound(groups, self.walk)
         self.skip = {d for group in self.groups for d in group}
         # units: the rest first (it meets the groups' directories), the RECORD checks, the bytecode
         # beside the package, then the groups, biggest first
@@ -104,6 +105,11 @@ class TreeWork:
                 trees.extend(results[i])
             elif kind == "group":  # a directory counts where one serial walk would have entered it
                 trees.extend(t for t in results[i] if t[0] in met)
+        unmet = {f"{self.root}/{d}" for d in self.skip - met}
+        if unmet and self.listings is not None:  # nor is a listing made there kept
+            fresh, below = self.listings.fresh, tuple(u + "/" for u in unmet)
+            for path in [p for p in fresh if p in unmet or p.startswith(below)]:
+                del fresh[path]
         records = {}
         for i, (kind, what) in enumerate(self.units):
             if kind == "record":
@@ -159,7 +165,29 @@ def run_all(work: TreeWork) -> Tuple[Dict[int, Any], Any]:
     return share_units(work.run, len(work.units), work.state)
 
 
-def _groups(expected: Rows, walk: Tuple[str, ...]) -> List[List[str]]:
+def _sound(groups: List[List[str]], walk: Tuple[str, ...]) -> List[List[str]]:
+    """The groups without any directory a group may not start at (a plan kept in a cache is not
+    believed blindly): one outside the package's top directories, a top one or a dist-info (the rest
+    walks those), one named twice or below another group's."""
+    tops = {d for d in walk if not d.endswith(".dist-info")}
+    taken: set[str] = set()
+    out = []
+    for group in groups:
+        kept = []
+        for d in group if isinstance(group, list) else ():
+            parts = d.split("/") if isinstance(d, str) else []
+            if (len(parts) < 2 or parts[0] not in tops or d.endswith(".dist-info") or "" in parts
+                    or "." in parts or ".." in parts or "__pycache__" in parts or d in taken):
+                continue
+            kept.append(d)
+            taken.add(d)
+        if kept:
+            out.append(kept)
+    nested = {d for d in taken if any("/".join(d.split("/")[:i]) in taken for i in range(1, d.count("/") + 1))}
+    return [g for g in ([d for d in group if d not in nested] for group in out) if g]
+
+
+def groups(expected: Rows, walk: Tuple[str, ...]) -> List[List[str]]:
     """The package's directories the recorded manifest knows, in groups of about 1/PARTS of its work
     (a file costs a digest, more when big, and a .py its pyc's header too), biggest first; a directory
     heavier than that is split into its subdirectories (its own files stay with the rest)."""
