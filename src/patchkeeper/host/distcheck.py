@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import stat
+import struct
 import sys
 import time
 from typing import Any, Callable, Dict, Iterable, Iterator, List
@@ -13,6 +14,7 @@ from . import seal
 from .disk import StatCache, feed, listing, load_cache, map_files, save_cache, split_work, write_atomic
 from .distinfo import console_scripts, record_paths, record_rows
 
+_IDENTITIES = struct.Struct("<8q")  # a pyc's identity and its source's (see VerdictCache)
 _AUDIT_WORKERS = min(8, (os.cpu_count() or 2) * 2)
 
 
@@ -284,7 +286,7 @@ def recompiled_sources(findings: Iterable[Any]) -> set[str]:
 def check_bytecode(site: str, cache_tag: str, verify: list[str], cache_path: str | None = None) -> dict[str, Any]:
     """See Agent.audit_bytecode: every pyc below `site` judged, its verdict cache (`cache_path`)
     and its walked directories' listings (beside it, `.dirs`) saved."""
-    cache = StatCache(cache_path)  # verdicts of clean pycs, keyed by the pyc's and its source's identity
+    cache = VerdictCache(cache_path)
     listings = StatCache(cache_path + ".dirs") if cache_path else None
     found = list(_walk_pyc(site, listings=listings))
     judge = _judge(site, cache_tag, frozenset(verify), {}, cache)
@@ -295,11 +297,21 @@ def check_bytecode(site: str, cache_tag: str, verify: list[str], cache_path: str
     return _tally(found, outcomes, cache)
 
 
+class VerdictCache(StatCache):
+    """The verdicts of clean pycs (not a finding: they run their source's code, or are stale), each
+    kept while the pyc and its source keep their identity: (size, mtime_ns, ctime_ns, inode) of both,
+    then whether it is stale, packed (a few thousand are read and written as one marshal string each,
+    where tuples of big ints took several times longer)."""
+
+    FORMAT = ("pk-pyc-verdicts", 1, sys.version_info[:2])
+
+
 def _judge(site: str, cache_tag: str, deep: frozenset[str], stats: Dict[str, os.stat_result],
            cache: StatCache) -> Callable[[str, bool], Any]:
     """The function giving one pyc's outcome, computed only: it may run in a forked process."""
     known_verdicts = cache.entries
     limit = cache.started_ns - cache.GRANULARITY_NS  # a verdict is remembered only for files older than this
+    pack = _IDENTITIES.pack
 
     def judge(rel: str, in_cache: bool) -> Any:
         pyc = f"{site}/{rel}"
@@ -320,15 +332,15 @@ def _judge(site: str, cache_tag: str, deep: frozenset[str], stats: Dict[str, os.
                 pst, head = _stat_and_head(pyc)
         except (FileNotFoundError, NotADirectoryError):
             return ("orphan",)  # a __pycache__ entry without source is never imported
-        source_id = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
-        if (hit is not None and hit[:4] == (pst.st_size, pst.st_mtime_ns, pst.st_ctime_ns, pst.st_ino)
-                and hit[4][0] == source_id):
+        ids = pack(pst.st_size, pst.st_mtime_ns, pst.st_ctime_ns, pst.st_ino,
+                   st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+        if hit is not None and hit[:64] == ids:
             return ("hit",)
         verdict = _pyc_verdict(pyc, f"{site}/{src_rel}", st, opt, compare, head)
         keep = None
         if (verdict is None or verdict == "stale") and st.st_mtime_ns < limit and st.st_ctime_ns < limit \
                 and pst.st_mtime_ns < limit and pst.st_ctime_ns < limit:
-            keep = (pst.st_size, pst.st_mtime_ns, pst.st_ctime_ns, pst.st_ino, [source_id, int(verdict == "stale")])
+            keep = ids + (b"\1" if verdict == "stale" else b"\0")
         return ("judged", verdict, keep)
 
     return judge
@@ -351,13 +363,13 @@ def _tally(found: list[tuple[str, bool]], outcomes: list[Any], cache: StatCache)
         elif kind == "hit":
             hit = known_verdicts[rel]
             cache.fresh[rel] = hit
-            stale += hit[4][1]
+            stale += hit[64]
         else:
             verdict, keep = outcome[1], outcome[2]
             if verdict is None or verdict == "stale":
                 stale += verdict == "stale"
                 if keep is not None:
-                    cache.fresh[rel] = tuple(keep)
+                    cache.fresh[rel] = keep
             else:
                 findings.append([rel, *verdict])
     cache.save()

@@ -17,7 +17,7 @@ import os
 from itertools import chain
 
 from .disk import ALGORITHM, StatCache, digest_files, is_managed_name, share_units, walk_files
-from .distcheck import RecordSeals, _judge, _tally, _top_pycs, _walk_pyc, recompiled_sources
+from .distcheck import RecordSeals, VerdictCache, _judge, _tally, _top_pycs, _walk_pyc, recompiled_sources
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only (typing costs a command's start about 10 ms)
@@ -39,7 +39,7 @@ class TreeWork:
         self.paths, self.absolute = scan.paths, scan.absolute
         self.cached = StatCache(scan.cache)  # the scan's digests
         self.listings = StatCache(scan.cache + ".dirs") if scan.cache else None  # walked directories' entries
-        self.verdicts = StatCache(bytecode_cache)  # clean pycs' verdicts
+        self.verdicts = VerdictCache(bytecode_cache)  # clean pycs' verdicts
         self.pyc_listings = StatCache(bytecode_cache + ".dirs") if bytecode_cache else None
         self.record_cache = record_cache
         self.seals = RecordSeals(os.path.join(record_cache, "records.seal") if record_cache and records else None)
