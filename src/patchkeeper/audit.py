@@ -164,10 +164,15 @@ def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), pro
         # the baseline, and the bytecode, in one pass (the sources found changed are recompiled there)
         patched = _patched(ledger, current, owners)
         verify = {f.path for f in patched if _recompile(f)}
+        from . import environment
+
+        fingerprinted = environment.entry_of(ledger, current)  # the native libraries, read in the same pass
+        native_sites = tuple(environment.site_dirs(target)) if fingerprinted is not None else ()
         tree = agent.audit_tree(TreeRequest(info.store, current.manifest, scan_request(target), tag,
                                             tuple(sorted(verify)), bytecode_cache,
                                             posixpath.join(cache_dir(target), "tree.seal"),
-                                            tuple(others), cache_dir(target)))
+                                            tuple(others), cache_dir(target), native_sites,
+                                            environment.native_cache(target)))
         record_findings(tree.records)
         done += len(others)
         tell("distributions", done, steps)
@@ -182,7 +187,7 @@ def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), pro
     tell("package", done, steps)
 
     if current is not None:
-        native, note = _native(target, ledger, current)
+        native, note = _native(target, ledger, current, tree.native)
         findings.extend(native)
         notes.extend(note)
 
@@ -231,9 +236,10 @@ def _recompile(f: Finding) -> bool:
     return recompiled(f.path, f.kind)
 
 
-def _native(target: Target, ledger: Ledger, current: State) -> tuple[list[Finding], list[str]]:
+def _native(target: Target, ledger: Ledger, current: State, now: dict | None) -> tuple[list[Finding], list[str]]:
     """Sonames that resolved when the current state's fingerprint was taken and do not now, or
-    resolve to another file or other bytes (never one already unresolved then)."""
+    resolve to another file or other bytes (never one already unresolved then); `now`: the native
+    part the tree's pass read (environment.take's)."""
     from . import environment
 
     entry = environment.entry_of(ledger, current)
@@ -241,9 +247,8 @@ def _native(target: Target, ledger: Ledger, current: State) -> tuple[list[Findin
         return [], [f"state {current.id} was recorded without an environment fingerprint: native libraries "
                     "not compared (the next change or snapshot records one)"]
     then = environment.load(target, entry.env or "")
-    now = environment.take(target, parts=("native",))
-    changes = environment.native_changes(then.get("native") or {}, now.get("native") or {},
-                                         same_hash=then.get("algorithm") == now.get("algorithm"))
+    changes = environment.native_changes(then.get("native") or {}, now or {},
+                                         same_hash=then.get("algorithm") == target.algorithm)
     return [Finding("native", path, kind, f"{detail} (as of {entry.kind} {entry.id})") for path, kind, detail in changes], []
 
 

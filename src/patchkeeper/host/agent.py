@@ -617,8 +617,13 @@ class Agent(AgentContract):
             records = self._records(root, list(request.records), request.record_cache)
             key = self._tree_key(request, records)
             sealed = seal.load(request.seal, key)
-            if sealed is not None:
-                return TreeCheck.from_wire({**sealed, "records": records})
+            if sealed is not None:  # the native part is no part of the tree's seal: read as always
+                native = None
+                if request.native_sites:
+                    from . import fingerprint
+
+                    native = fingerprint.native(list(request.native_sites), request.native_cache)
+                return TreeCheck.from_wire({**sealed, "records": records, "native": native})
         taken = None
         if request.seal and scan.cache and os.path.exists(scan.cache):  # identities first, then the reads
             named = [p if p[:1] == "/" else f"{root}/{p}" for p in scan.paths]
@@ -626,9 +631,10 @@ class Agent(AgentContract):
             taken = seal.entries(root, scan.walk, named)  # the stored manifest too: never believed over it
         expected = _without_install_records(self._manifest(request.store, request.manifest))
         scan = _in_algorithm_of(scan, expected)
+        native = (list(request.native_sites), request.native_cache) if request.native_sites else None
         work = TreeWork(scan, self._groups(request.store, request.manifest, expected, scan.walk), request.cache_tag,
                         list(request.verify), request.bytecode_cache,
-                        [] if records is not None else list(request.records), request.record_cache)
+                        [] if records is not None else list(request.records), request.record_cache, native)
         rows, checked, found, outcomes = work.merge(*run_all(work))
         records = checked if records is None else records
         comparison = _comparison(expected, rows)
@@ -639,7 +645,8 @@ class Agent(AgentContract):
         answer = TreeCheck(len(rows), comparison, bytecode)
         if taken is not None and request.seal:
             seal.save(request.seal, key or self._tree_key(request, records), taken, answer.to_wire())
-        return replace(answer, records={name: RecordCheck.from_wire(r) for name, r in records.items()})
+        return replace(answer, records={name: RecordCheck.from_wire(r) for name, r in records.items()},
+                       native=work.native)
 
     @staticmethod
     def _groups(store: str, digest: str, rows: Rows, walk: tuple[str, ...]) -> list[list[str]]:

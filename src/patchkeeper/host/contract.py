@@ -242,7 +242,8 @@ class TreeRequest:
     clean pycs' verdicts and `seal` the whole answer while nothing it read has changed (seal.py).
     The distributions named in `records` (dist-info names in the site dir) are checked against
     their RECORD in the same call (audit_record, one stat cache each in `record_cache`), and the
-    sources they find changed are recompiled and compared too."""
+    sources they find changed are recompiled and compared too; with `native_sites`, the shared
+    objects below them are read as the fingerprint's native part is (its caches in `native_cache`)."""
 
     store: str
     manifest: str
@@ -253,37 +254,44 @@ class TreeRequest:
     seal: Optional[str] = None
     records: Tuple[str, ...] = ()
     record_cache: Optional[str] = None
+    native_sites: Tuple[str, ...] = ()
+    native_cache: Optional[str] = None
 
     def to_wire(self) -> Dict[str, Any]:
         return {"store": self.store, "manifest": self.manifest, "scan": self.scan.to_wire(),
                 "cache_tag": self.cache_tag, "verify": self.verify, "bytecode_cache": self.bytecode_cache,
-                "seal": self.seal, "records": self.records, "record_cache": self.record_cache}
+                "seal": self.seal, "records": self.records, "record_cache": self.record_cache,
+                "native_sites": self.native_sites, "native_cache": self.native_cache}
 
     @classmethod
     def from_wire(cls, doc: Dict[str, Any]) -> "TreeRequest":
         return cls(doc["store"], doc["manifest"], ScanRequest.from_wire(doc["scan"]), doc["cache_tag"],
                    tuple(doc.get("verify") or ()), doc.get("bytecode_cache"), doc.get("seal"),
-                   tuple(doc.get("records") or ()), doc.get("record_cache"))
+                   tuple(doc.get("records") or ()), doc.get("record_cache"), tuple(doc.get("native_sites") or ()),
+                   doc.get("native_cache"))
 
 
 @dataclass(frozen=True)
 class TreeCheck(Answer):
     """A TreeRequest's answer: the files scanned, how they differ from the manifest, the bytecode,
-    and each distribution of `records` against its RECORD (by dist-info name)."""
+    each distribution of `records` against its RECORD (by dist-info name), and the fingerprint's
+    native part of `native_sites` (None when not asked for)."""
 
     files: int
     comparison: Comparison
     bytecode: BytecodeCheck
     records: Dict[str, RecordCheck] = field(default_factory=dict)
+    native: Optional[Dict[str, Any]] = None
 
     def to_wire(self) -> Dict[str, Any]:
         return {"files": self.files, "comparison": self.comparison.to_wire(), "bytecode": self.bytecode.to_wire(),
-                "records": {name: r.to_wire() for name, r in self.records.items()}}
+                "records": {name: r.to_wire() for name, r in self.records.items()}, "native": self.native}
 
     @classmethod
     def from_wire(cls, doc: Dict[str, Any]) -> "TreeCheck":
         return cls(doc["files"], Comparison.from_wire(doc["comparison"]), BytecodeCheck.from_wire(doc["bytecode"]),
-                   {name: RecordCheck.from_wire(r) for name, r in (doc.get("records") or {}).items()})
+                   {name: RecordCheck.from_wire(r) for name, r in (doc.get("records") or {}).items()},
+                   doc.get("native"))
 
 
 _REQUESTS: Dict[str, Callable[[Dict[str, Any]], Any]] = {"scan": ScanRequest.from_wire,

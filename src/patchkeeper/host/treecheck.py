@@ -34,7 +34,8 @@ class TreeWork:
     caches saved (by this process only)."""
 
     def __init__(self, scan: ScanRequest, groups: List[List[str]], cache_tag: str, verify: List[str],
-                 bytecode_cache: Optional[str], records: List[str], record_cache: Optional[str]) -> None:
+                 bytecode_cache: Optional[str], records: List[str], record_cache: Optional[str],
+                 native: Optional[Tuple[List[str], Optional[str]]] = None) -> None:
         self.root, self.walk, self.algorithm = scan.root, tuple(scan.walk), scan.algorithm or ALGORITHM
         self.paths, self.absolute = scan.paths, scan.absolute
         self.cached = StatCache(scan.cache)  # the scan's digests
@@ -51,6 +52,7 @@ class TreeWork:
         # units: the rest first (it meets the groups' directories), the RECORD checks, the bytecode
         # beside the package, then the groups, biggest first
         self.units: List[Tuple[str, Any]] = [("rest", None), *(("record", name) for name in records),
+                                              *([("native", native)] if native else []),
                                               ("beside", None), *(("group", g) for g in self.groups)]
 
     def run(self, i: int) -> Any:
@@ -61,6 +63,10 @@ class TreeWork:
             before = seals.get(where)
             answer = self.seals.checked(self.root, [what], self.record_cache)[what]
             return answer, seals.get(where) is not before, seals.get(where)
+        if kind == "native":  # the fingerprint's native part (its caches saved by the process that ran it)
+            from . import fingerprint
+
+            return fingerprint.native(*what)
         if kind == "beside":  # the bytecode outside the package's directories
             skip = frozenset(self.walk)
             found = list(chain(_top_pycs(self.root), _walk_pyc(self.root, skip, self.pyc_listings)) if skip
@@ -93,7 +99,8 @@ class TreeWork:
 
     def merge(self, results: Dict[int, Any], kept: Any) -> Tuple[Rows, Dict[str, Any], List[Any], List[Any]]:
         """The rows found (stat cache and listings saved), the RECORD checks by dist-info, and every
-        pyc with its outcome; a group's directory the rest's walk did not meet as one is left out."""
+        pyc with its outcome (the native part, when asked for, in `native`); a group's directory the
+        rest's walk did not meet as one is left out."""
         if kept is not None:
             for mine, theirs in zip((self.listings, self.pyc_listings), kept):
                 if mine is not None and theirs:
@@ -110,8 +117,10 @@ class TreeWork:
             fresh, below = self.listings.fresh, tuple(u + "/" for u in unmet)
             for path in [p for p in fresh if p in unmet or p.startswith(below)]:
                 del fresh[path]
-        records = {}
+        records, self.native = {}, None
         for i, (kind, what) in enumerate(self.units):
+            if kind == "native":
+                self.native = results[i]
             if kind == "record":
                 records[what], changed, sealed = results[i]
                 if changed:
