@@ -313,7 +313,8 @@ def test_a_sealed_audit_is_given_again_only_while_nothing_it_read_has_changed(en
 
     # another distribution's RECORD is checked in the same call, never from the tree's seal: a file
     # no seal covers (not below the package, no .py), edited keeping its size and mtime, is found
-    with_records = replace(request, records=("pip-23.2.1.dist-info",), record_cache=str(state / "audit"))
+    with_records = replace(request, records=("pip-23.2.1.dist-info",), record_cache=str(state / "audit"),
+                           native_sites=(str(site),), native_cache=str(state / "env" / "native"))
     assert Agent().audit_tree(with_records).records["pip-23.2.1.dist-info"].findings == ()
     assert Agent().audit_tree(with_records).records["pip-23.2.1.dist-info"].findings == ()  # sealed
     exe = site / "pip" / "_vendor" / "distlib" / "t64.exe"
@@ -327,6 +328,9 @@ def test_a_sealed_audit_is_given_again_only_while_nothing_it_read_has_changed(en
         m.setattr(agent_module, "TreeWork", nothing_else)  # the tree from its seal
         found = Agent().audit_tree(with_records)
     assert [f[:2] for f in found.records["pip-23.2.1.dist-info"].findings] == [("pip/_vendor/distlib/t64.exe", "changed")]
+    from patchkeeper.host import fingerprint  # and the native libraries, read as always
+
+    assert found.native == fingerprint.native([str(site)], None) and any(k.endswith(".so") for k in found.native)
 
 
 def test_no_seal_is_written_within_the_clock_granularity_of_a_change(env):
@@ -469,7 +473,8 @@ def test_a_cold_audit_shared_by_two_processes_gives_the_one_process_answer(env, 
     _bytecode_cases(env.site)
     request = _tree_request(env, bytecode_cache=str(env.state_dir / "audit" / "bytecode.cache"),
                             records=("pip-23.2.1.dist-info", "setuptools-65.5.0.dist-info"),
-                            record_cache=str(env.state_dir / "audit"))
+                            record_cache=str(env.state_dir / "audit"), native_sites=(str(env.site),),
+                            native_cache=str(env.state_dir / "env" / "native"))
     expected = Agent().manifest_rows(request.store, request.manifest)
     groups = treecheck.groups(expected, request.scan.walk)
     assert len(groups) > 20
@@ -521,7 +526,7 @@ def test_a_cold_audit_shared_by_two_processes_gives_the_one_process_answer(env, 
     waiting.append(1)
     split, split_caches = cold(2)
     assert len(forks) == 1  # one fork for all of it
-    units = ["rest", "pip", "setuptools", "beside", *(f"group {i}" for i in range(len(groups)))]
+    units = ["rest", "pip", "setuptools", "native", "beside", *(f"group {i}" for i in range(len(groups)))]
     by = {}  # pid -> the units it ran
     for line in ran.read_text().splitlines():
         pid, i = line.split()
@@ -538,6 +543,7 @@ def test_a_cold_audit_shared_by_two_processes_gives_the_one_process_answer(env, 
                   if kind == "mismatch"}
     assert {e[:-3] for e in edits.values() if e.endswith(".py")} <= mismatched  # each one's pyc, recompiled
     assert {"sglang/version", "outside/mod"} <= mismatched
+    assert split.native and any(k.endswith(".so") for k in split.native)
     assert ("sglang/legacy.pyc", "sourceless") in [tuple(f[:2]) for f in split.bytecode.findings]
 
     def fails(self, i):
