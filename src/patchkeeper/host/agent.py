@@ -591,14 +591,15 @@ class Agent(AgentContract):
 
 
     def audit_tree(self, request: TreeRequest) -> TreeCheck:
-        """The managed package against a stored manifest, the bytecode below its site dir and the
-        distributions of `request.records` against their RECORD, in one pass (treecheck.py): with
-        two CPUs, a forked process shares the work from the walk on, claiming units of it as this
-        one does; the pycs of sources the comparison or a RECORD check then finds changed are judged
-        again here, recompiled and compared. With a `seal`, the tree's answer is given again while
-        every entry it read is unchanged (seal.py; the RECORD checks are then made here, from their
-        stat caches), and sealed anew once the scan's stat cache exists (a cold audit pays no walk
-        for it)."""
+        """The managed package against a stored manifest, the bytecode below its site dir, the
+        distributions of `request.records` against their RECORD and the native libraries (the
+        fingerprint's native part), in one pass (treecheck.py): with two CPUs, a forked process
+        shares the work from the walk on, claiming units of it as this one does; the pycs of sources
+        the comparison or a RECORD check then finds changed are judged again here, recompiled and
+        compared. With a `seal`, the tree's answer is given again while every entry it read is
+        unchanged (seal.py; the RECORD checks, from their own seals, and the native part are then
+        read here as always), and sealed anew once the scan's stat cache exists (a cold audit pays
+        no walk for it). No collection runs meanwhile (gc)."""
         import gc
 
         collecting = gc.isenabled()
