@@ -632,10 +632,10 @@ class Agent(AgentContract):
             taken = seal.entries(root, scan.walk, named)  # the stored manifest too: never believed over it
         expected = _without_install_records(self._manifest(request.store, request.manifest))
         scan = _in_algorithm_of(scan, expected)
-        native = (list(request.native_sites), request.native_cache) if request.native_sites else None
+        libraries = (list(request.native_sites), request.native_cache) if request.native_sites else None
         work = TreeWork(scan, self._groups(request.store, request.manifest, expected, scan.walk), request.cache_tag,
                         list(request.verify), request.bytecode_cache,
-                        [] if records is not None else list(request.records), request.record_cache, native)
+                        [] if records is not None else list(request.records), request.record_cache, libraries)
         rows, checked, found, outcomes = work.merge(*run_all(work))
         records = checked if records is None else records
         comparison = _comparison(expected, rows)

@@ -309,7 +309,7 @@ class VerdictCache(StatCache):
 def _judge(site: str, cache_tag: str, deep: frozenset[str], stats: Dict[str, os.stat_result],
            cache: StatCache) -> Callable[[str, bool], Any]:
     """The function giving one pyc's outcome, computed only: it may run in a forked process."""
-    known_verdicts = cache.entries
+    known_verdicts: Dict[str, Any] = cache.entries  # (VerdictCache: packed identities)
     limit = cache.started_ns - cache.GRANULARITY_NS  # a verdict is remembered only for files older than this
     pack = _IDENTITIES.pack
 
