@@ -535,6 +535,10 @@ def test_a_cold_audit_shared_by_two_processes_gives_the_one_process_answer(env, 
     alone, alone_caches = cold(1)
     assert len(forks) == 1
     assert split == alone and split_caches == alone_caches
+    monkeypatch.setattr(agent_module, "_HEAVY_RECORD", 50_000)  # pip's RECORD (77 kB) checked first, on its own
+    waiting.append(1)
+    assert cold(2) == (alone, alone_caches) and len(forks) == 2
+    assert {int(line.split()[1]) for line in ran.read_text().splitlines()} == set(range(len(units) - 1))  # no pip
     package = {edits[u] for u in edits if u not in ("pip", "setuptools", "beside")}
     assert set(split.comparison.pairs) == package
     for name, dist in (("pip", "pip-23.2.1.dist-info"), ("setuptools", "setuptools-65.5.0.dist-info")):
@@ -555,9 +559,9 @@ def test_a_cold_audit_shared_by_two_processes_gives_the_one_process_answer(env, 
     monkeypatch.setattr(treecheck.TreeWork, "run", fails)
     with pytest.raises(RuntimeError, match="this unit failed"):
         Agent().audit_tree(request)
-    assert len(forks) == 2
+    assert len(forks) == 3
     with pytest.raises(ChildProcessError):  # the forked process was ended and waited for
-        os.waitpid(forks[1], os.WNOHANG)
+        os.waitpid(forks[2], os.WNOHANG)
 
 
 def test_a_plan_of_the_work_is_never_believed_over_the_tree(env, monkeypatch):

@@ -632,12 +632,17 @@ class Agent(AgentContract):
             taken = seal.entries(root, scan.walk, named)  # the stored manifest too: never believed over it
         expected = _without_install_records(self._manifest(request.store, request.manifest))
         scan = _in_algorithm_of(scan, expected)
+        if records is None:  # a distribution of thousands of files (torch) would be one unit alone for
+            heavy = [n for n in request.records if _record_size(root, n) > _HEAVY_RECORD]  # one CPU: it
+            first = self._records(root, heavy, request.record_cache) if heavy else {}  # is checked first,
+            light = [n for n in request.records if n not in heavy]  # split over both as audit_record's is
+        else:
+            first, light = records, []
         libraries = (list(request.native_sites), request.native_cache) if request.native_sites else None
         work = TreeWork(scan, self._groups(request.store, request.manifest, expected, scan.walk), request.cache_tag,
-                        list(request.verify), request.bytecode_cache,
-                        [] if records is not None else list(request.records), request.record_cache, libraries)
+                        list(request.verify), request.bytecode_cache, light, request.record_cache, libraries)
         rows, checked, found, outcomes = work.merge(*run_all(work))
-        records = checked if records is None else records
+        records = {name: first[name] if name in first else checked[name] for name in request.records}
         comparison = _comparison(expected, rows)
         verify = set(request.verify) | work.records_verify(records)
         verify.update(k for k, (_, new) in comparison.pairs.items()
@@ -671,6 +676,16 @@ class Agent(AgentContract):
         recompiled (those named, and those the RECORD checks found changed)."""
         verify = set(request.verify) | recompiled_sources(f for r in records.values() for f in r["findings"])
         return (request.scan.to_wire(), request.store, request.manifest, request.cache_tag, tuple(sorted(verify)))
+
+
+_HEAVY_RECORD = 256 << 10  # a RECORD this big (about 2,500 files) is checked on its own (see _audit_tree)
+
+
+def _record_size(site: str, dist_info: str) -> int:
+    try:
+        return os.stat(os.path.join(site, dist_info, "RECORD")).st_size
+    except OSError:
+        return 0
 
 
 def _in_algorithm_of(scan: ScanRequest, rows: Rows) -> ScanRequest:
