@@ -49,7 +49,7 @@ def _answers(agent, site, tmp_path) -> dict:
     s = str(site)
     state = tmp_path / "state"
     (state / "ledger").mkdir(parents=True, exist_ok=True)
-    scan = ScanRequest(s, ("demo-1.0.dist-info/RECORD",), ("demo",), bytecode=True)
+    scan = ScanRequest(s, ("demo-1.0.dist-info/RECORD",), ("demo",))
     rows = agent.scan(scan)
     manifest = agent.store_put(str(state / "store"), Manifest.from_scan(rows.rows).to_text())
     out = {

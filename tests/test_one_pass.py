@@ -9,6 +9,8 @@ import json
 import os
 import py_compile
 import sys
+import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -38,23 +40,46 @@ def _bytecode_cases(site):
     other.unlink()
 
 
-def test_bytecode_check_reuses_the_scan_walk_and_finds_the_same(env, monkeypatch):
+def _tree_request(env, **fields):
+    """An audit_tree request for the env's target against its current state (one must be recorded)."""
+    from patchkeeper import workspace
+    from patchkeeper.host.contract import TreeRequest
+    from patchkeeper.scan import scan_request
+    from patchkeeper.targets import open_target
+
+    digest = json.loads(env.pk("status", "--json").stdout)["state"]["manifest"]
+    scan = scan_request(open_target(workspace.load(env.root).target(None)))
+    return TreeRequest(str(env.state_dir / "store"), digest, scan, TAG, **fields)
+
+
+def test_the_tree_audit_lists_each_directory_once_and_finds_what_the_bytecode_check_finds(env, monkeypatch):
+    """audit_tree: one walk yields the package's files and its bytecode (the rest of site-packages
+    is walked for bytecode alone), so no directory of the package is listed twice, and the
+    bytecode found is what the bytecode check alone, walking everything itself, finds."""
+    from patchkeeper.host import disk
+
+    env.pk("snapshot", "--name", "s0")
     site = str(env.site)
     _bytecode_cases(env.site)
-    full = Agent().audit_bytecode(site, TAG, [], None)  # no scan before it: walks everything itself
+    full = Agent().audit_bytecode(site, TAG, [], None)  # no scan beside it: walks everything itself
     kinds = {rel: kind for rel, kind, _ in full.findings}
     assert kinds == {f"sglang/__pycache__/version.{TAG}.pyc": "mismatch", "sglang/legacy.pyc": "sourceless",
                      f"outside/__pycache__/mod.{TAG}.pyc": "mismatch"}
 
-    agent = Agent()
-    agent.scan(ScanRequest(root=site, walk=("sglang",), bytecode=True))
+    request = _tree_request(env)
+    for cache in env.state_dir.glob("statcache.json*"):  # the snapshot's: listings remembered there are not listed
+        cache.unlink()
     listed: list[str] = []
     real_scandir = os.scandir
+    monkeypatch.setattr(disk, "allow_split", lambda allowed: False)  # one process: every listing seen here
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
     monkeypatch.setattr(os, "scandir", lambda path=".": listed.append(str(path)) or real_scandir(path))
-    again = agent.audit_bytecode(site, TAG, [], None)
+    tree = Agent().audit_tree(request)
     monkeypatch.undo()
-    assert again == full
-    assert listed and not [p for p in listed if p.startswith(f"{site}/sglang")], "the package was walked twice"
+    assert tree.bytecode == full and tree.comparison.pairs == {}
+    package = [p for p in listed if p.startswith(f"{site}/sglang/") or p == f"{site}/sglang"]
+    assert len(package) == len(set(package)), "a directory of the package was listed twice"
+    assert set(package) == {d for d, _, _ in os.walk(f"{site}/sglang")}  # and each one was
     assert any(p.startswith(f"{site}/outside") for p in listed)  # the rest of site-packages still is
 
 
@@ -264,8 +289,12 @@ def test_a_sealed_audit_is_given_again_only_while_nothing_it_read_has_changed(en
         raise AssertionError("read past the seal")
 
     with monkeypatch.context() as m:
-        for name in ("check_bytecode", "manifest_rows", "hash_file", "walk_files"):
+        from patchkeeper.host import treecheck
+
+        for name in ("check_bytecode", "manifest_rows", "TreeWork"):
             m.setattr(agent_module, name, nothing_else)
+        for name in ("walk_files", "digest_files", "_walk_pyc"):
+            m.setattr(treecheck, name, nothing_else)
         assert Agent().audit_tree(request) == clean  # from the seal alone
         assert seal.load(sealed_at, "another key") is None
         algo, _, hexd = digest.partition(":")  # the stored manifest rewritten (same bytes, a new file):
@@ -316,6 +345,27 @@ def test_a_sealed_audit_is_given_again_only_while_nothing_it_read_has_changed(en
     with open(unit, "ab") as f:
         f.write(b"# by hand\n")
     assert set(Agent().audit_tree(request).comparison.pairs) >= {"@unit"}
+
+    # another distribution's RECORD is checked in the same call, never from the tree's seal: a file
+    # no seal covers (not below the package, no .py), edited keeping its size and mtime, is found
+    with_records = replace(request, records=("pip-23.2.1.dist-info",), record_cache=str(state / "audit"),
+                           native_sites=(str(site),), native_cache=str(state / "env" / "native"))
+    assert Agent().audit_tree(with_records).records["pip-23.2.1.dist-info"].findings == ()
+    assert Agent().audit_tree(with_records).records["pip-23.2.1.dist-info"].findings == ()  # sealed
+    exe = site / "pip" / "_vendor" / "distlib" / "t64.exe"
+    edit_file(exe, exe.read_bytes())  # an inode of our own, edited in place: no directory changes
+    Agent().audit_tree(with_records)  # sealed again
+    st = exe.stat()
+    with open(exe, "r+b") as f:
+        f.write(b"MZ by hand")
+    os.utime(exe, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with monkeypatch.context() as m:
+        m.setattr(agent_module, "TreeWork", nothing_else)  # the tree from its seal
+        found = Agent().audit_tree(with_records)
+    assert [f[:2] for f in found.records["pip-23.2.1.dist-info"].findings] == [("pip/_vendor/distlib/t64.exe", "changed")]
+    from patchkeeper.host import fingerprint  # and the native libraries, read as always
+
+    assert found.native == fingerprint.native([str(site)], None) and any(k.endswith(".so") for k in found.native)
 
 
 def test_no_seal_is_written_within_the_clock_granularity_of_a_change(env):
@@ -418,11 +468,10 @@ def test_many_small_files_are_split_with_a_forked_process_and_keep_their_order(m
     assert pids == [1, 1]
 
 
-def _same_tick_edits(site, count):
-    """`count` sources, spread over the package, edited keeping their size and mtime: the headers of
-    their (timestamp) pycs still match, so only a recompile shows that the pyc runs other code."""
-    candidates = []
-    for pyc in sorted((site / "sglang").rglob(f"__pycache__/*.{TAG}.pyc")):
+def _stamped(site, top):
+    """(source, pyc) pairs below site/top whose (timestamp) pyc header matches the source."""
+    pairs = []
+    for pyc in sorted((site / top).rglob(f"__pycache__/*.{TAG}.pyc")):
         src = pyc.parent.parent / (pyc.name.split(".")[0] + ".py")
         head = pyc.read_bytes()[:16]
         if not src.is_file() or int.from_bytes(head[4:8], "little") or src.stat().st_size < 8:
@@ -430,50 +479,144 @@ def _same_tick_edits(site, count):
         st = src.stat()
         stamped = (int.from_bytes(head[8:12], "little"), int.from_bytes(head[12:16], "little"))
         if stamped == (int(st.st_mtime), st.st_size):
-            candidates.append((src, pyc))
-    picked = candidates[:: max(1, len(candidates) // count)][:count]
-    for src, _ in picked:
-        st, data = src.stat(), src.read_bytes()
-        edit_file(src, b"x=1\n" + data[:-4])  # other code (or none that compiles), of the same size
-        os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns))
-    return [(str(src.relative_to(site)), str(pyc.relative_to(site))) for src, pyc in picked]
+            pairs.append((src, pyc))
+    return pairs
 
 
-def test_a_cold_audit_split_over_two_processes_gives_the_one_process_answer(env, monkeypatch):
-    """audit_tree over many files: a forked process digests half of the files and judges half of the
-    pycs while this one does the rest (one fork, where a scan and a bytecode check each split their
-    own work before). The answer and the caches written are those of one process alone, and a
-    source the scan finds changed, with its pyc's header still matching, is recompiled and compared
-    whichever process judged its pyc first. A failure here ends the forked process."""
+def _same_tick_edit(site, src):
+    """Edit a source keeping its size and mtime: the header of its (timestamp) pyc still matches, so
+    only a recompile shows that the pyc runs other code."""
+    st, data = src.stat(), src.read_bytes()
+    edit_file(src, b"x=1\n" + data[:-4])  # other code (or none that compiles), of the same size
+    os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns))
+    return str(src.relative_to(site))
+
+
+def test_a_cold_audit_shared_by_two_processes_gives_the_one_process_answer(env, monkeypatch, tmp_path):
+    """audit_tree over many files: a forked process claims units of the work (groups of the
+    package's directories, the rest of it, the other distributions' RECORD, the bytecode beside)
+    as this one does, from the walk on. The answer and every cache written are those of one process
+    alone, with a same-size, same-mtime edit in every unit of the package and in another
+    distribution, whichever process ran it; a source found changed, with its pyc's header still
+    matching, is recompiled and compared whichever process judged its pyc first. A failure here
+    ends the forked process."""
     import marshal
 
-    from patchkeeper.host import disk, distcheck
-    from patchkeeper.host.contract import TreeRequest
+    from patchkeeper.host import disk, treecheck
 
     env.pk("snapshot", "--name", "s0")
-    digest = json.loads(env.pk("status", "--json").stdout)["state"]["manifest"]
     _bytecode_cases(env.site)
-    edits = _same_tick_edits(env.site, 12)
-    assert len(edits) == 12
+    request = _tree_request(env, bytecode_cache=str(env.state_dir / "audit" / "bytecode.cache"),
+                            records=("pip-23.2.1.dist-info", "setuptools-65.5.0.dist-info"),
+                            record_cache=str(env.state_dir / "audit"), native_sites=(str(env.site),),
+                            native_cache=str(env.state_dir / "env" / "native"))
+    expected = Agent().manifest_rows(request.store, request.manifest)
+    groups = treecheck.groups(expected, request.scan.walk)
+    assert len(groups) > 20
+    pairs = [str(src.relative_to(env.site)) for src, _ in _stamped(env.site, "sglang")]
+    inside = tuple(d + "/" for group in groups for d in group)
+    edits = {}  # unit -> the file edited there (or, beside the package, the pyc found)
+    for i, group in enumerate(groups):  # a source with its pyc where there is one, else any file
+        below = tuple(d + "/" for d in group)
+        rel = next((p for p in pairs if p.startswith(below)), None) or next(k for k in expected if k.startswith(below))
+        edits[f"group {i}"] = _same_tick_edit(env.site, env.site / rel)
+    edits["rest"] = _same_tick_edit(env.site, env.site / next(p for p in pairs if not p.startswith(inside)))
+    for name in ("pip", "setuptools"):  # other distributions': found by their RECORD
+        edits[name] = _same_tick_edit(env.site, _stamped(env.site, name)[0][0])
+    edits["beside"] = f"outside/__pycache__/mod.{TAG}.pyc"
     monkeypatch.setattr(disk.StatCache, "GRANULARITY_NS", -10**12)  # remember even this fresh copy
     state = env.state_dir
-    from patchkeeper import workspace
-    from patchkeeper.scan import scan_request
-    from patchkeeper.targets import open_target
-
-    scan = scan_request(open_target(workspace.load(env.root).target(None)))
-    request = TreeRequest(str(state / "store"), digest, scan, TAG, (), str(state / "audit" / "bytecode.cache"), None)
     caches = [state / "statcache.json", state / "statcache.json.dirs", state / "audit" / "bytecode.cache",
-              state / "audit" / "bytecode.cache.dirs"]
+              state / "audit" / "bytecode.cache.dirs", state / "audit" / "pip-23.2.1.dist-info.json",
+              state / "audit" / "setuptools-65.5.0.dist-info.json", state / "audit" / "records.seal"]
     forks: list[int] = []
     real_fork = os.fork
-    monkeypatch.setattr(os, "fork", lambda: forks.append(1) or real_fork())
+    monkeypatch.setattr(os, "fork", lambda: forks.append(real_fork()) or forks[-1])
     monkeypatch.setattr(disk, "alone", lambda: True)  # a test runner's worker has threads of its own
     monkeypatch.setattr(disk, "busy", lambda: False)  # nor may the other workers keep every CPU busy
-    halves = []
-    real_here = distcheck.PendingBytecode.here
-    monkeypatch.setattr(distcheck.PendingBytecode, "here",
-                        lambda self: halves.append((self.found, self.half)) or real_here(self))
+    ran = tmp_path / "ran"  # "pid unit" of every unit run, by either process
+    real_run, parent = treecheck.TreeWork.run, os.getpid()
+    waiting = []  # once: this process's first unit waits until the forked process has claimed one
+
+    def run(self, i):
+        with open(ran, "a") as log:
+            log.write(f"{os.getpid()} {i}\n")
+        for _ in range(12_000 if os.getpid() == parent and waiting else 0):  # (a lost child fails below)
+            if any(int(line.split()[0]) != parent for line in ran.read_text().splitlines()):
+                break
+            time.sleep(0.005)
+        waiting.clear()
+        return real_run(self, i)
+
+    monkeypatch.setattr(treecheck.TreeWork, "run", run)
+
+    def cold(cpus):
+        for cache in caches:
+            cache.unlink(missing_ok=True)
+        ran.unlink(missing_ok=True)
+        monkeypatch.setattr(os, "cpu_count", lambda: cpus)
+        answer = Agent().audit_tree(request)
+        return answer, [marshal.loads(c.read_bytes()) for c in caches]
+
+    waiting.append(1)
+    split, split_caches = cold(2)
+    assert len(forks) == 1  # one fork for all of it
+    units = ["rest", "pip", "setuptools", "native", "beside", *(f"group {i}" for i in range(len(groups)))]
+    by = {}  # pid -> the units it ran
+    for line in ran.read_text().splitlines():
+        pid, i = line.split()
+        by.setdefault(int(pid), set()).add(units[int(i)])
+    assert len(by) == 2 and sorted(set().union(*by.values())) == sorted(units)  # every unit, on both sides
+    alone, alone_caches = cold(1)
+    assert len(forks) == 1
+    assert split == alone and split_caches == alone_caches
+    monkeypatch.setattr(agent_module, "_HEAVY_RECORD", 50_000)  # pip's RECORD (77 kB) checked first, on its own
+    waiting.append(1)
+    assert cold(2) == (alone, alone_caches) and len(forks) == 2
+    assert {int(line.split()[1]) for line in ran.read_text().splitlines()} == set(range(len(units) - 1))  # no pip
+    package = {edits[u] for u in edits if u not in ("pip", "setuptools", "beside")}
+    assert set(split.comparison.pairs) == package
+    for name, dist in (("pip", "pip-23.2.1.dist-info"), ("setuptools", "setuptools-65.5.0.dist-info")):
+        assert [tuple(f[:2]) for f in split.records[dist].findings] == [(edits[name], "changed")]
+    mismatched = {rel.replace("/__pycache__", "").split(".")[0] for rel, kind, _ in split.bytecode.findings
+                  if kind == "mismatch"}
+    assert {e[:-3] for e in edits.values() if e.endswith(".py")} <= mismatched  # each one's pyc, recompiled
+    assert {"sglang/version", "outside/mod"} <= mismatched
+    assert split.native and any(k.endswith(".so") for k in split.native)
+    assert ("sglang/legacy.pyc", "sourceless") in [tuple(f[:2]) for f in split.bytecode.findings]
+
+    def fails(self, i):
+        if os.getpid() == parent:
+            raise RuntimeError("this unit failed")
+        return real_run(self, i)
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(treecheck.TreeWork, "run", fails)
+    with pytest.raises(RuntimeError, match="this unit failed"):
+        Agent().audit_tree(request)
+    assert len(forks) == 3
+    with pytest.raises(ChildProcessError):  # the forked process was ended and waited for
+        os.waitpid(forks[2], os.WNOHANG)
+
+
+def test_a_plan_of_the_work_is_never_believed_over_the_tree(env, monkeypatch):
+    """The groups a tree audit shares out come from a plan kept beside the manifest's cached rows;
+    whatever it names (a symlink to a directory, a directory and one below it, one that is not
+    there, a dist-info's, the package itself), the answer and every cache are those of one serial
+    walk: a group counts only where that walk met its directory as one."""
+    import marshal
+
+    from patchkeeper.host import disk, treecheck
+
+    env.pk("snapshot", "--name", "s0")
+    (env.site / "sglang" / "linked").symlink_to(env.site / "sglang" / "srt")
+    request = _tree_request(env, bytecode_cache=str(env.state_dir / "audit" / "bytecode.cache"))
+    monkeypatch.setattr(disk.StatCache, "GRANULARITY_NS", -10**12)  # remember even this fresh copy
+    monkeypatch.setattr(disk, "alone", lambda: True)  # a test runner's worker has threads of its own
+    monkeypatch.setattr(disk, "busy", lambda: False)
+    state = env.state_dir
+    caches = [state / "statcache.json", state / "statcache.json.dirs", state / "audit" / "bytecode.cache",
+              state / "audit" / "bytecode.cache.dirs"]
 
     def cold(cpus):
         for cache in caches:
@@ -482,30 +625,19 @@ def test_a_cold_audit_split_over_two_processes_gives_the_one_process_answer(env,
         answer = Agent().audit_tree(request)
         return answer, [marshal.loads(c.read_bytes()) for c in caches]
 
-    split, split_caches = cold(2)
-    assert forks == [1]  # one fork for the scan and the bytecode check together
-    found, half = halves[0]
-    pycs = {pyc for _, pyc in edits}
-    assert {rel for rel, _ in found[:half]} & pycs and {rel for rel, _ in found[half:]} & pycs  # both halves
-    alone, alone_caches = cold(1)
-    assert forks == [1]
-    assert split == alone and split_caches == alone_caches
-    assert {src for src, _ in edits} <= set(split.comparison.pairs)
-    mismatched = {rel for rel, kind, _ in split.bytecode.findings if kind == "mismatch"}
-    assert pycs <= mismatched
-    assert f"sglang/__pycache__/version.{TAG}.pyc" in mismatched
-    assert ("sglang/legacy.pyc", "sourceless") in [tuple(f[:2]) for f in split.bytecode.findings]
-
-    def fails(self):
-        raise RuntimeError("this half failed")
-
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
-    monkeypatch.setattr(distcheck.PendingBytecode, "here", fails)
-    with pytest.raises(RuntimeError, match="this half failed"):
-        Agent().audit_tree(request)
-    assert forks == [1, 1]
-    with pytest.raises(ChildProcessError):  # the forked process was ended and waited for
-        os.waitpid(-1, os.WNOHANG)
+    serial = cold(1)
+    kept = list((state / "manifest-cache").glob("*.groups"))
+    assert len(kept) == 1  # the plan, kept
+    bogus = [["sglang/linked/layers"], ["sglang/srt", "sglang/srt/layers"], ["sglang/not_there"],
+             ["sglang-0.5.23.dist-info/licenses"], ["sglang"], ["../elsewhere"], ["sglang/lang/__pycache__"]]
+    monkeypatch.setattr(treecheck, "groups", lambda rows, walk: bogus)
+    kept[0].unlink()
+    planned = []
+    real_init = treecheck.TreeWork.__init__
+    monkeypatch.setattr(treecheck.TreeWork, "__init__", lambda self, *a: real_init(self, *a) or planned.append(self.groups))
+    assert cold(2) == serial
+    assert planned == [[["sglang/linked/layers"], ["sglang/srt"], ["sglang/not_there"]]]  # the rest never shared out
+    assert serial[0].comparison.pairs == {}  # nothing found through the link (a walk does not enter it)
 
 
 def test_pyc_names_map_to_their_sources_as_importlib_maps_them():
@@ -574,6 +706,74 @@ def test_a_forked_process_hashes_big_files_without_threads(monkeypatch, tmp_path
     assert finish is not None
     digests, pid, threads = finish()
     assert pid != parent and threads == [] and digests == expected
+
+
+def test_units_are_shared_by_two_processes_and_a_lost_unit_is_run_here(monkeypatch):
+    """disk.share_units: each unit is run once, by this process or the forked one, whichever claims
+    it first; the forked one gives back its state; a unit it claimed and did not give back (it
+    failed) is run here, where its error, if any, is raised."""
+    from patchkeeper.host import disk
+
+    monkeypatch.setattr(disk, "alone", lambda: True)  # a test runner's worker has threads of its own
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    parent = os.getpid()
+    claimed = []
+
+    def run(i):
+        claimed.append(i)  # in this process's memory only
+        if i == 0 and os.getpid() == parent:
+            time.sleep(0.2)  # the other process claims meanwhile
+        return i * i, os.getpid()
+
+    done, state = disk.share_units(run, 40, lambda: ("child", sorted(claimed)))
+    assert sorted(done) == list(range(40)) and {v for v, _ in done.values()} == {i * i for i in range(40)}
+    theirs = sorted(i for i, (_, pid) in done.items() if pid != parent)
+    assert theirs and state == ("child", theirs) and sorted(claimed) == sorted(set(range(40)) - set(theirs))
+
+    def lost(i):
+        if os.getpid() != parent:
+            os._exit(3) if i % 2 else time.sleep(0.01)  # the forked process dies on its first odd unit
+        return i, os.getpid()
+
+    done, state = disk.share_units(lost, 20)
+    assert sorted(done) == list(range(20)) and state is None
+
+    def fails(i):
+        if i == 7:
+            raise ValueError(f"unit {i} failed")
+        return i
+
+    forked = []
+    real_fork = os.fork
+    monkeypatch.setattr(os, "fork", lambda: forked.append(real_fork()) or forked[-1])
+    with pytest.raises(ValueError, match="unit 7 failed"):  # wherever it was claimed
+        disk.share_units(fails, 20)
+    assert len(forked) == 1
+    with pytest.raises(ChildProcessError):  # and the forked process was waited for
+        os.waitpid(forked[0], os.WNOHANG)
+
+
+def test_the_package_is_planned_in_groups_of_directories_by_recorded_work():
+    """treecheck.groups: directories the manifest knows, none inside another, neither a top one
+    (the rest walks those) nor a dist-info; one heavier than 1/PARTS of the work is split into its
+    subdirectories; small ones are packed together; files weigh by their recorded size."""
+    from patchkeeper.host import treecheck
+
+    rows = {f"pkg/big/sub{i}/m{j}.py": ("blake3:0", 100, 0o644) for i in range(60) for j in range(10)}
+    rows.update({f"pkg/small{i}/m.py": ("blake3:0", 100, 0o644) for i in range(30)})
+    rows["pkg/heavy/data.bin"] = ("blake3:0", 25_000 * 300, 0o644)  # one file, as heavy as 100 small ones
+    rows["pkg/__init__.py"] = ("blake3:0", 100, 0o644)
+    rows["pkg-1.0.dist-info/sub/x"] = ("blake3:0", 100, 0o644)
+    rows["pkg/vendored-2.0.dist-info/RECORD"] = ("blake3:0", 100, 0o644)  # walked from "pkg": its pycs are found
+    rows["../../../bin/tool"] = ("blake3:0", 100, 0o644)
+    groups = treecheck.groups(rows, ("pkg", "pkg-1.0.dist-info"))
+    dirs = [d for group in groups for d in group]
+    assert len(dirs) == len(set(dirs)) and not any(a.startswith(b + "/") for a in dirs for b in dirs)
+    assert "pkg" not in dirs and "pkg/big" not in dirs and not any("dist-info" in d for d in dirs)
+    assert {f"pkg/big/sub{i}" for i in range(60)} <= set(dirs) and "pkg/heavy" in dirs
+    assert groups[0] == ["pkg/heavy"]  # the heaviest first
+    assert len(groups) < len(dirs)  # the small ones packed together
+    assert treecheck.groups({}, ("pkg",)) == []
 
 
 def test_the_halves_of_a_split_scan_weigh_files_to_hash_by_their_recorded_size():

@@ -9,8 +9,9 @@ from typing import Callable, Iterable
 
 from .errors import BadInput
 from .ledger import Ledger, State
-from .host.contract import BytecodeCheck, TreeRequest
-from .manifest import ROLE_PREFIX, change_kind, differences
+from .host.contract import BytecodeCheck, RecordCheck, TreeRequest
+from .host.distcheck import recompiled
+from .manifest import change_kind, differences
 from .scan import scan_request
 from .targets import Target
 
@@ -144,27 +145,41 @@ def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), pro
     steps = len(others) + 2 + len(probes)
     tell("distributions", 0, steps)
     done = 0
-    for chunk in _chunks(others, 16):  # every distribution against its RECORD
-        for name, result in agent.audit_record(info.site, chunk, cache_dir(target)).items():
+
+    def record_findings(checks: dict[str, RecordCheck]) -> None:
+        nonlocal files
+        for name, result in checks.items():
             files += result.files
             dist = name[: -len(".dist-info")].rpartition("-")[0] or name
             cls = "drift" if name == info.dist_info else "environment"
             findings.extend(Finding(cls, p, kind, detail, dist) for p, kind, detail in result.findings)
             if result.note:
                 notes.append(f"{dist}: {result.note}")
-        done += len(chunk)
-        tell("distributions", done, steps)
 
     tag = "cpython-" + "".join(info.python_version.split(".")[:2])
     bytecode_cache = posixpath.join(cache_dir(target), "bytecode.cache")
     if current is None:  # no recorded state: the bytecode of the sources that differ from RECORD is recompiled
+        for chunk in _chunks(others, 16):  # every distribution against its RECORD
+            record_findings(agent.audit_record(info.site, chunk, cache_dir(target)))
+            done += len(chunk)
+            tell("distributions", done, steps)
         pyc = agent.audit_bytecode(info.site, tag, sorted({f.path for f in findings if _recompile(f)}), bytecode_cache)
-    else:  # the package against its recorded state and the baseline, and the bytecode, in one pass
+    else:  # the other distributions against their RECORD, the package against its recorded state and
+        # the baseline, and the bytecode, in one pass (the sources found changed are recompiled there)
         patched = _patched(ledger, current, owners)
-        verify = {f.path for f in (*findings, *patched) if _recompile(f)}
+        verify = {f.path for f in patched if _recompile(f)}
+        from . import environment
+
+        fingerprinted = environment.entry_of(ledger, current)  # the native libraries, read in the same pass
+        native_sites = tuple(environment.site_dirs(target)) if fingerprinted is not None else ()
         tree = agent.audit_tree(TreeRequest(info.store, current.manifest, scan_request(target), tag,
                                             tuple(sorted(verify)), bytecode_cache,
-                                            posixpath.join(cache_dir(target), "tree.seal")))
+                                            posixpath.join(cache_dir(target), "tree.seal"),
+                                            tuple(others), cache_dir(target), native_sites,
+                                            environment.native_cache(target)))
+        record_findings(tree.records)
+        done += len(others)
+        tell("distributions", done, steps)
         files += tree.files
         drift = {k: change_kind(*pair) for k, pair in sorted(tree.comparison.pairs.items())}
         findings.extend(Finding("drift", key, kind, f"{kind} since state {current.id}, by no transaction")
@@ -176,7 +191,7 @@ def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), pro
     tell("package", done, steps)
 
     if current is not None:
-        native, note = _native(target, ledger, current)
+        native, note = _native(target, ledger, current, tree.native)
         findings.extend(native)
         notes.extend(note)
 
@@ -222,12 +237,13 @@ def _patched(ledger: Ledger, current: State, owners: dict[str, str] | None) -> l
 
 def _recompile(f: Finding) -> bool:
     """Whether a finding names a source whose pycs the bytecode check recompiles and compares."""
-    return f.path.endswith(".py") and f.kind in ("changed", "added", "mode") and not f.path.startswith(("../", ROLE_PREFIX))
+    return recompiled(f.path, f.kind)
 
 
-def _native(target: Target, ledger: Ledger, current: State) -> tuple[list[Finding], list[str]]:
+def _native(target: Target, ledger: Ledger, current: State, now: dict | None) -> tuple[list[Finding], list[str]]:
     """Sonames that resolved when the current state's fingerprint was taken and do not now, or
-    resolve to another file or other bytes (never one already unresolved then)."""
+    resolve to another file or other bytes (never one already unresolved then); `now`: the native
+    part the tree's pass read (environment.take's)."""
     from . import environment
 
     entry = environment.entry_of(ledger, current)
@@ -235,9 +251,8 @@ def _native(target: Target, ledger: Ledger, current: State) -> tuple[list[Findin
         return [], [f"state {current.id} was recorded without an environment fingerprint: native libraries "
                     "not compared (the next change or snapshot records one)"]
     then = environment.load(target, entry.env or "")
-    now = environment.take(target, parts=("native",))
-    changes = environment.native_changes(then.get("native") or {}, now.get("native") or {},
-                                         same_hash=then.get("algorithm") == now.get("algorithm"))
+    changes = environment.native_changes(then.get("native") or {}, now or {},
+                                         same_hash=then.get("algorithm") == target.algorithm)
     return [Finding("native", path, kind, f"{detail} (as of {entry.kind} {entry.id})") for path, kind, detail in changes], []
 
 

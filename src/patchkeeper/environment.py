@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .errors import PatchkeeperError, StoreError
+from .host.contract import InterpreterFacts
 from .ledger import Ledger, LedgerEntry, State
 from .targets import Target
 
@@ -36,13 +37,24 @@ def cache_root(target: Target) -> str:
     return posixpath.join(target.info.state_dir, "env")
 
 
+def native_cache(target: Target) -> str:
+    """Where the fingerprint's native part keeps its caches (host/fingerprint.py take's)."""
+    return posixpath.join(cache_root(target), "native")
+
+
+def site_dirs(target: Target, facts: InterpreterFacts | None = None) -> list[str]:
+    """The site dirs a fingerprint covers: its interpreter's (`facts`), and the target's own."""
+    found = list((facts or target.interpreter_facts()).where["sites"])
+    if target.info.site not in found:
+        found.append(target.info.site)
+    return found
+
+
 def take(target: Target, parts: tuple[str, ...] | None = None) -> dict:
     """The target's fingerprint now: one call for its interpreter's facts, one to its agent."""
     info = target.info
     facts = target.interpreter_facts()
-    sites = list(facts.where["sites"])
-    if info.site not in sites:
-        sites.append(info.site)
+    sites = site_dirs(target, facts)
     doc = target.agent.fingerprint(sites, cache_root(target), info.site, list(parts) if parts else None,
                                    info.dist_info).to_wire()
     doc.update(format=FORMAT, package=info.package,

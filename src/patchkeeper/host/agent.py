@@ -17,22 +17,19 @@ from typing import Any
 from .disk import (
     ALGORITHM,
     TEMP_PREFIX,
-    SPLIT_AT,
     StatCache,
     algorithm_of,
+    digest_files,
     load_cache,
     save_cache,
     split_when_idle,
-    entry_row,
     fsync_dir,
     fsync_path,
-    hash_file,
     hostname,
     install_records,
     is_managed_name,
     normalize_name,
     pid_alive,
-    map_files,
     map_threads,
     remove_stale_temps,
     walk_files,
@@ -60,11 +57,19 @@ from .contract import (
     TreeRequest,
 )
 from . import seal
-from .distcheck import PendingBytecode, RecordSeals, check_bytecode, start_bytecode
+from .distcheck import RecordSeals, check_bytecode, recompiled_sources
 from .distinfo import installed_version, layout, record_paths
 from .manifest_text import parse as manifest_rows
 from .preflight import obstacles
 from .store import INDEX_CACHE, Store
+from . import treecheck
+from .treecheck import TreeWork, run_all
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only
+    from typing import Sequence
+
+    from .disk import Digested
 
 _MANIFEST_CACHE = 2  # version of the manifest-cache/*.rows format (2: rows are tuples)
 
@@ -82,9 +87,6 @@ class Agent(AgentContract):
 
     def __init__(self) -> None:
         self._stores: dict[str, Store] = {}
-        # the last scan's walk: (root, walked dirs, bytecode files passed, source stats), for the
-        # bytecode check right after it; any change made through this agent forgets it
-        self._walked: tuple[str, tuple[str, ...], list[tuple[str, bool]], dict[str, os.stat_result]] | None = None
         self._held: dict[str, int] = {}  # lock path -> the descriptor whose flock says we hold it
 
     def park(self) -> str:
@@ -159,14 +161,12 @@ class Agent(AgentContract):
         return out
 
     def write_atomic(self, path: str, data: bytes, mode: int = 0o644) -> None:
-        self._walked = None
         os.makedirs(os.path.dirname(path), exist_ok=True)
         write_atomic(path, data, mode)
 
     def write_new(self, path: str, data: bytes, mode: int, durable: bool = True) -> None:
         """Write `path` directly (a stage file named in the journal, so recovery can remove it);
         `durable=False` leaves its fsync to a later sync_files."""
-        self._walked = None
         os.makedirs(os.path.dirname(path), exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "wb") as f:
@@ -198,13 +198,11 @@ class Agent(AgentContract):
 
     def rename(self, src: str, dst: str, durable: bool = True) -> None:
         """Rename; `durable=False` leaves the directory's fsync to a later sync_dirs (one per directory)."""
-        self._walked = None
         os.replace(src, dst)
         if durable:
             fsync_dir(os.path.dirname(dst))
 
     def unlink(self, path: str, durable: bool = True) -> bool:
-        self._walked = None
         try:
             os.unlink(path)
         except (FileNotFoundError, NotADirectoryError):  # not there (or its parent is no directory)
@@ -263,7 +261,6 @@ class Agent(AgentContract):
 
     def remove_bytecode(self, paths: list[str]) -> int:
         """Remove the cached bytecode of each source path; return how many files went."""
-        self._walked = None
         pycs: list[str] = []
         for path in paths:
             if not path.endswith(".py"):
@@ -325,42 +322,21 @@ class Agent(AgentContract):
         """
         return self._scan(request)
 
-    def _scan(self, request: ScanRequest, on_walk: OnWalk | None = None, ordered: bool = True,
-              expected: Rows | None = None) -> ScanResult:
-        """scan; `on_walk`, with a bytecode request, is called once the walk is done with what it saw
-        (the walked dirs, the pycs passed, and the dict the sources' stats are about to fill) and the
-        function that digests the second half of the files; it gives a PendingBytecode, whose forked
-        process, when it has one, does that half (see audit_tree). Rows come sorted by key unless
-        not `ordered` (a comparison needs no order). `expected` (the recorded rows) only weighs the
-        halves: a file to hash costs by its size."""
+    def _scan(self, request: ScanRequest, ordered: bool = True, expected: Rows | None = None) -> ScanResult:
+        """scan; rows come sorted by key unless not `ordered` (a comparison needs no order).
+        `expected` (the recorded rows) only weighs the halves of a split: a file to hash costs by its size."""
         root, paths, walk, absolute = request.root, request.paths, request.walk, request.absolute
         cache, algorithm = request.cache, request.algorithm
         algorithm = algorithm or ALGORITHM
         cached = StatCache(cache)
         listings = StatCache(cache + ".dirs") if cache else None  # each walked directory's entries
-        pycs: list[tuple[str, bool]] | None = [] if request.bytecode else None
-        names = dict.fromkeys(_walked for rel_dir in walk for _walked in walk_files(root, rel_dir, pycs, listings))
+        names = dict.fromkeys(_walked for rel_dir in walk for _walked in walk_files(root, rel_dir, None, listings))
         walked = tuple(d + "/" for d in walk)
         names.update(dict.fromkeys(p for p in paths if not p.startswith(walked) and is_managed_name(p)))
         jobs: list[tuple[str, str]] = [(rel, f"{root}/{rel}" if rel[:1] != "/" else rel) for rel in names]
         jobs.extend((key, path) for key, path in (absolute or {}).items())
-        stats: dict[str, os.stat_result] = {}
         known = cached.entries
-        half = _halfway(jobs, known, expected or {}) if on_walk is not None else 0
-        beside = None
-        if on_walk is not None and pycs is not None:
-            def rest() -> list[Digested]:  # in the child its half's stats fill its copy of `stats`, read by
-                return _digests(jobs[half:], known, algorithm, stats, False)  # its pyc verdicts next
-
-            beside = on_walk((tuple(walk), pycs, stats), rest)
-        if beside is not None and beside.apart:  # a forked process digests the second half meanwhile
-            done = _digests(jobs[:half], known, algorithm, stats, False)
-            beside.here()
-            done += beside.join()
-        elif pycs is None:  # no bytecode check follows, which would need every file's stat here
-            done = _digests_split(jobs, known, algorithm, stats, expected or {})
-        else:
-            done = _digests(jobs, known, algorithm, stats, True)
+        done = _digests_split(jobs, known, algorithm, expected or {})
         out: Rows = {}
         fresh, limit = cached.fresh, cached.started_ns - cached.GRANULARITY_NS
         for key, row, identity, hit in done:  # StatCache.remember, inlined (the racily-clean rule)
@@ -372,7 +348,6 @@ class Agent(AgentContract):
         cached.save()
         if listings is not None:
             listings.save()
-        self._walked = (root, tuple(walk), pycs, stats) if pycs is not None else None
         return ScanResult(dict(sorted(out.items())) if ordered else out)
 
     def compare_many(self, request: CompareRequest) -> list[Comparison]:
@@ -382,21 +357,13 @@ class Agent(AgentContract):
         scans: dict[str, Rows] = {}
         return [self._compare(request.store, m, request.scan, scans) for m in request.manifests]
 
-    def _compare(self, store: str, manifest: str, scan: ScanRequest, scans: dict[str, Rows],
-                 on_walk: OnWalk | None = None) -> Comparison:
-        """One stored manifest against a scan in its hash algorithm (`scans` keeps each algorithm's;
-        `on_walk`: see _scan)."""
+    def _compare(self, store: str, manifest: str, scan: ScanRequest, scans: dict[str, Rows]) -> Comparison:
+        """One stored manifest against a scan in its hash algorithm (`scans` keeps each algorithm's)."""
         rows = _without_install_records(self._manifest(store, manifest))
-        algorithm = algorithm_of(next(iter(rows.values()))[0]) if rows else ALGORITHM
-        if algorithm not in scans:
-            cache = scan.cache
-            own = cache if algorithm == ALGORITHM or not cache else f"{cache}.{algorithm}"
-            scans[algorithm] = self._scan(replace(scan, cache=own, algorithm=algorithm), on_walk, False, rows).rows
-        actual = scans[algorithm]
-        if rows == actual:  # the common case, at C speed
-            return Comparison({})
-        differ = {k for k, _ in rows.items() ^ actual.items()}  # rows are tuples: at C speed; few: sorted after
-        return Comparison({k: (rows.get(k), actual.get(k)) for k in sorted(differ)})
+        scan = _in_algorithm_of(scan, rows)
+        if scan.algorithm not in scans:
+            scans[scan.algorithm] = self._scan(scan, False, rows).rows  # type: ignore[index]
+        return _comparison(rows, scans[scan.algorithm])  # type: ignore[index]
 
     def manifest_rows(self, store: str, digest: str) -> Rows:
         """A stored manifest as key -> (digest, size, mode), parsed at most once while it lasts."""
@@ -608,9 +575,14 @@ class Agent(AgentContract):
         shebang line alone was rewritten is not a finding. With a `cache_dir`, each answer is
         sealed there (distcheck.RecordSeals): given again after one stat per file while none changed.
         """
+        return {name: RecordCheck.from_wire(doc) for name, doc in self._records(site, dist_infos, cache_dir).items()}
+
+    @staticmethod
+    def _records(site: str, dist_infos: list[str], cache_dir: str | None) -> dict[str, dict[str, Any]]:
+        """check_record of each distribution, sealed in `cache_dir` (see audit_record)."""
         seals = RecordSeals(os.path.join(cache_dir, "records.seal") if cache_dir else None)
         try:
-            return {name: RecordCheck.from_wire(doc) for name, doc in seals.checked(site, dist_infos, cache_dir).items()}
+            return seals.checked(site, dist_infos, cache_dir)
         finally:
             seals.save()
 
@@ -624,67 +596,105 @@ class Agent(AgentContract):
         which catches a pyc whose header matches a source that was changed in the same tick.
         `cache` keeps each clean pyc's verdict keyed by its own and its source's stat identity.
         """
-        walked, self._walked = self._walked, None
-        return BytecodeCheck.from_wire(check_bytecode(site, cache_tag, verify, cache,
-                                                      walked[1:] if walked and walked[0] == site else None))
+        return BytecodeCheck.from_wire(check_bytecode(site, cache_tag, verify, cache))
 
 
     def audit_tree(self, request: TreeRequest) -> TreeCheck:
-        """The managed package against a stored manifest and the bytecode below its site dir in one
-        pass: the bytecode check takes the pycs the scan's walk passed and each source's stat from
-        it. With many pycs, one forked process (disk.fork_call) digests half of the files and judges
-        half of the pycs while this one does the rest; the pycs of sources the comparison then finds
-        changed are judged again here, recompiled and compared. With a `seal`, the whole answer is given again while every entry it read is unchanged
-        (seal.py), and sealed anew once the scan's stat cache exists (a cold audit pays no walk for it)."""
-        scan = replace(request.scan, bytecode=True)
-        root = scan.root
-        key = (scan.to_wire(), request.store, request.manifest, request.cache_tag, tuple(sorted(request.verify)))
-        if request.seal:
+        """The managed package against a stored manifest, the bytecode below its site dir, the
+        distributions of `request.records` against their RECORD and the native libraries (the
+        fingerprint's native part), in one pass (treecheck.py): with two CPUs, a forked process
+        shares the work from the walk on, claiming units of it as this one does; the pycs of sources
+        the comparison or a RECORD check then finds changed are judged again here, recompiled and
+        compared. With a `seal`, the tree's answer is given again while every entry it read is
+        unchanged (seal.py; the RECORD checks, from their own seals, and the native part are then
+        read here as always), and sealed anew once the scan's stat cache exists (a cold audit pays
+        no walk for it). No collection runs meanwhile (gc)."""
+        import gc
+
+        collecting = gc.isenabled()
+        gc.disable()  # thousands of small tuples, none in a cycle: a collection would only go over them
+        try:
+            return self._audit_tree(request)  # (its objects are freed before collections resume)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _audit_tree(self, request: TreeRequest) -> TreeCheck:
+        scan, root = request.scan, request.scan.root
+        records: dict[str, Any] | None = None
+        key: tuple[Any, ...] | None = None
+        if request.seal and os.path.exists(request.seal):  # warm: the RECORD checks first, for the key
+            records = self._records(root, list(request.records), request.record_cache)
+            key = self._tree_key(request, records)
             sealed = seal.load(request.seal, key)
-            if sealed is not None:
-                return TreeCheck.from_wire(sealed)
+            if sealed is not None:  # the native part is no part of the tree's seal: read as always
+                native = None
+                if request.native_sites:
+                    from . import fingerprint
+
+                    native = fingerprint.native(list(request.native_sites), request.native_cache)
+                return TreeCheck.from_wire({**sealed, "records": records, "native": native})
         taken = None
         if request.seal and scan.cache and os.path.exists(scan.cache):  # identities first, then the reads
             named = [p if p[:1] == "/" else f"{root}/{p}" for p in scan.paths]
             named += [*scan.absolute.values(), self._store(request.store).loose_path(request.manifest)]
             taken = seal.entries(root, scan.walk, named)  # the stored manifest too: never believed over it
-        scans: dict[str, Rows] = {}
-        begun: list[PendingBytecode] = []
-
-        def walked(seen: Walked, digest_rest: Callable[[], Any]) -> PendingBytecode:
-            """The bytecode check begun once the walk is done: with many files, half of the pycs
-            are judged and half of the files digested in a forked process meanwhile."""
-            begun.append(start_bytecode(root, request.cache_tag, sorted(request.verify), request.bytecode_cache,
-                                        seen, digest_rest if len(seen[1]) >= SPLIT_AT // 2 else None))
-            return begun[0]
-
-        try:
-            comparison = self._compare(request.store, request.manifest, scan, scans, walked)
-        except BaseException:
-            for pending in begun:
-                pending.abandon()
-            raise
-        self._walked = None
-        rows = next(iter(scans.values()))
-        verify = set(request.verify)
+        expected = _without_install_records(self._manifest(request.store, request.manifest))
+        scan = _in_algorithm_of(scan, expected)
+        if records is None:  # a distribution of thousands of files (torch) would be one unit alone for
+            heavy = [n for n in request.records if _record_size(root, n) > _HEAVY_RECORD]  # one CPU: it
+            first = self._records(root, heavy, request.record_cache) if heavy else {}  # is checked first,
+            light = [n for n in request.records if n not in heavy]  # split over both as audit_record's is
+        else:
+            first, light = records, []
+        libraries = (list(request.native_sites), request.native_cache) if request.native_sites else None
+        work = TreeWork(scan, self._groups(request.store, request.manifest, expected, scan.walk), request.cache_tag,
+                        list(request.verify), request.bytecode_cache, light, request.record_cache, libraries)
+        rows, checked, found, outcomes = work.merge(*run_all(work))
+        records = {name: first[name] if name in first else checked[name] for name in request.records}
+        comparison = _comparison(expected, rows)
+        verify = set(request.verify) | work.records_verify(records)
         verify.update(k for k, (_, new) in comparison.pairs.items()
                       if new is not None and k.endswith(".py") and not k.startswith(("../", "@")))
-        pending = begun[0] if begun else start_bytecode(root, request.cache_tag, [], request.bytecode_cache)
-        bytecode = pending.finish(sorted(verify))
-        answer = TreeCheck(len(rows), comparison, BytecodeCheck.from_wire(bytecode))
+        bytecode = BytecodeCheck.from_wire(work.bytecode(found, outcomes, verify))
+        answer = TreeCheck(len(rows), comparison, bytecode)
         if taken is not None and request.seal:
-            seal.save(request.seal, key, taken, answer.to_wire())
-        return answer
+            seal.save(request.seal, key or self._tree_key(request, records), taken, answer.to_wire())
+        return replace(answer, records={name: RecordCheck.from_wire(r) for name, r in records.items()},
+                       native=work.native)
+
+    @staticmethod
+    def _groups(store: str, digest: str, rows: Rows, walk: tuple[str, ...]) -> list[list[str]]:
+        """The package's groups of directories for a tree audit (treecheck.groups), planned from a
+        stored manifest's rows once and kept beside its cached rows: a plan only shares work out,
+        and the manifest's digest names its rows whole."""
+        import sys
+
+        path = os.path.join(os.path.dirname(store), "manifest-cache", digest.replace(":", "-") + ".groups")
+        stamp = [_MANIFEST_CACHE, list(sys.version_info[:2]), digest, list(walk), treecheck.PARTS]
+        kept = load_cache(path, stamp)
+        if kept is not None and isinstance(kept.get("groups"), list):
+            return kept["groups"]  # type: ignore[no-any-return]
+        groups = treecheck.groups(rows, walk)
+        save_cache(path, stamp, {"groups": groups})
+        return groups
+
+    @staticmethod
+    def _tree_key(request: TreeRequest, records: dict[str, Any]) -> tuple[Any, ...]:
+        """What a tree's seal is for: the scan, the manifest, and every source whose pycs are
+        recompiled (those named, and those the RECORD checks found changed)."""
+        verify = set(request.verify) | recompiled_sources(f for r in records.values() for f in r["findings"])
+        return (request.scan.to_wire(), request.store, request.manifest, request.cache_tag, tuple(sorted(verify)))
 
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:  # annotations only
-    from typing import Callable, List, Sequence, Tuple
+_HEAVY_RECORD = 256 << 10  # a RECORD this big (about 2,500 files) is checked on its own (see _audit_tree)
 
-    from .distcheck import Walked
 
-    Digested = Tuple[str, Row, Tuple[int, int, int, int], bool]  # key, row, (size, mtime, ctime, inode), cached
-    OnWalk = Callable[[Walked, Callable[[], List[Digested]]], PendingBytecode]
+def _record_size(site: str, dist_info: str) -> int:
+    try:
+        return os.stat(os.path.join(site, dist_info, "RECORD")).st_size
+    except OSError:
+        return 0
 
 
 def _halfway(jobs: Sequence[tuple[str, str]], known: dict[str, tuple[Any, ...]], expected: Rows) -> int:
@@ -700,51 +710,35 @@ def _halfway(jobs: Sequence[tuple[str, str]], known: dict[str, tuple[Any, ...]],
     return len(jobs)
 
 
-def _digests(jobs: Sequence[tuple[str, str]], known: dict[str, tuple[Any, ...]], algorithm: str,
-             stats: dict[str, os.stat_result], pure: bool) -> list[Digested]:
-    """Each job (key, path) that is a regular file, digested: from the stat cache's `known` entry
-    while its identity is unchanged, else hashed (map_files; `pure`: may fork). `stats` gets each
-    file's stat. Plain data only: it may run in a forked process."""
-    done: list[Digested] = []
-    todo: list[tuple[str, str, os.stat_result]] = []
-    lstat, is_reg, imode, prefix = os.lstat, stat.S_ISREG, stat.S_IMODE, algorithm + ":"
-    for key, path in jobs:  # the hot loop of every warm command: StatCache.lookup, inlined
-        try:
-            st = lstat(path)
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        if not is_reg(st.st_mode):
-            continue
-        stats[key] = st
-        identity = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-        hit = known.get(key)
-        if hit is not None and hit[:4] == identity and hit[4].startswith(prefix):
-            done.append((key, (hit[4], st.st_size, imode(st.st_mode)), identity, True))
-        else:
-            todo.append((key, path, st))
-
-    def work(job: tuple[str, str, os.stat_result]) -> Row:
-        return entry_row(job[2], hash_file(job[1], job[2].st_size, algorithm))
-
-    rows = map_files(work, todo, lambda job: job[2].st_size, min(8, (os.cpu_count() or 2) * 2), pure=pure)
-    done.extend((key, row, (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino), False)
-                for (key, _, st), row in zip(todo, rows))
-    return done
-
-
 def _digests_split(jobs: list[tuple[str, str]], known: dict[str, tuple[Any, ...]], algorithm: str,
-                   stats: dict[str, os.stat_result], expected: Rows) -> list[Digested]:
-    """_digests of the jobs; when the stat cache knows most of them (a warm scan is one lstat per file),
-    split with a forked process as soon as a CPU is idle (disk.split_when_idle; halves by
+                   expected: Rows) -> list[Digested]:
+    """disk.digest_files of the jobs; when the stat cache knows most of them (a warm scan is one lstat
+    per file), split with a forked process as soon as a CPU is idle (disk.split_when_idle; halves by
     _halfway's weights), as git's preloaded index splits its lstat calls: the environment
-    fingerprint's process may still be working on the other CPU when the scan begins. `stats` then
-    gets only this process's. Else all of them here, where many files to hash are split by size
-    instead (map_files: big ones on threads, which a forked process does not start)."""
+    fingerprint's process may still be working on the other CPU when a rollback's scan begins.
+    Else all of them here, where many files to hash are split by size instead (map_files: big ones
+    on threads, which a forked process does not start)."""
     if 2 * len(known) < len(jobs):
-        return _digests(jobs, known, algorithm, stats, True)
-    parts = split_when_idle(lambda part: _digests(part, known, algorithm, stats, False), jobs,
+        return digest_files(jobs, known, algorithm, {}, True)
+    parts = split_when_idle(lambda part: digest_files(part, known, algorithm, {}, False), jobs,
                             lambda rest: _halfway(rest, known, expected))
     return [d for part in parts for d in part]
+
+
+def _in_algorithm_of(scan: ScanRequest, rows: Rows) -> ScanRequest:
+    """The scan in the hash algorithm of a manifest's rows, with a stat cache of its own for another
+    algorithm than the agent's."""
+    algorithm = algorithm_of(next(iter(rows.values()))[0]) if rows else ALGORITHM
+    cache = scan.cache if algorithm == ALGORITHM or not scan.cache else f"{scan.cache}.{algorithm}"
+    return replace(scan, cache=cache, algorithm=algorithm)
+
+
+def _comparison(rows: Rows, actual: Rows) -> Comparison:
+    """How the files found (`actual`) differ from a manifest's rows: key -> (recorded, actual)."""
+    if rows == actual:  # the common case, at C speed
+        return Comparison({})
+    differ = {k for k, _ in rows.items() ^ actual.items()}  # rows are tuples: at C speed; few: sorted after
+    return Comparison({k: (rows.get(k), actual.get(k)) for k in sorted(differ)})
 
 
 def _without_install_records(rows: Rows) -> Rows:

@@ -207,17 +207,15 @@ class ScanRequest:
     cache: Optional[str] = None
     absolute: Dict[str, str] = field(default_factory=dict)
     algorithm: Optional[str] = None
-    bytecode: bool = False  # also note the bytecode the walk passes, for an audit_bytecode right after
 
     def to_wire(self) -> Dict[str, Any]:
         return {"root": self.root, "paths": self.paths, "walk": self.walk, "cache": self.cache,
-                "absolute": self.absolute, "algorithm": self.algorithm, "bytecode": self.bytecode}
+                "absolute": self.absolute, "algorithm": self.algorithm}
 
     @classmethod
     def from_wire(cls, doc: Dict[str, Any]) -> "ScanRequest":
         return cls(root=doc["root"], paths=tuple(doc.get("paths") or ()), walk=tuple(doc.get("walk") or ()),
-                   cache=doc.get("cache"), absolute=dict(doc.get("absolute") or {}), algorithm=doc.get("algorithm"),
-                   bytecode=bool(doc.get("bytecode")))
+                   cache=doc.get("cache"), absolute=dict(doc.get("absolute") or {}), algorithm=doc.get("algorithm"))
 
 
 @dataclass(frozen=True)
@@ -241,7 +239,11 @@ class TreeRequest:
     """An audit of the managed package in one pass: its files against the stored `manifest`, and
     the bytecode below its site dir (`scan.root`) for `cache_tag`, recompiling the pycs of `verify`
     (sources relative to the site dir) and of every source that differs; `bytecode_cache` keeps
-    clean pycs' verdicts and `seal` the whole answer while nothing it read has changed (seal.py)."""
+    clean pycs' verdicts and `seal` the whole answer while nothing it read has changed (seal.py).
+    The distributions named in `records` (dist-info names in the site dir) are checked against
+    their RECORD in the same call (audit_record, one stat cache each in `record_cache`), and the
+    sources they find changed are recompiled and compared too; with `native_sites`, the shared
+    objects below them are read as the fingerprint's native part is (its caches in `native_cache`)."""
 
     store: str
     manifest: str
@@ -250,32 +252,46 @@ class TreeRequest:
     verify: Tuple[str, ...] = ()
     bytecode_cache: Optional[str] = None
     seal: Optional[str] = None
+    records: Tuple[str, ...] = ()
+    record_cache: Optional[str] = None
+    native_sites: Tuple[str, ...] = ()
+    native_cache: Optional[str] = None
 
     def to_wire(self) -> Dict[str, Any]:
         return {"store": self.store, "manifest": self.manifest, "scan": self.scan.to_wire(),
                 "cache_tag": self.cache_tag, "verify": self.verify, "bytecode_cache": self.bytecode_cache,
-                "seal": self.seal}
+                "seal": self.seal, "records": self.records, "record_cache": self.record_cache,
+                "native_sites": self.native_sites, "native_cache": self.native_cache}
 
     @classmethod
     def from_wire(cls, doc: Dict[str, Any]) -> "TreeRequest":
         return cls(doc["store"], doc["manifest"], ScanRequest.from_wire(doc["scan"]), doc["cache_tag"],
-                   tuple(doc.get("verify") or ()), doc.get("bytecode_cache"), doc.get("seal"))
+                   tuple(doc.get("verify") or ()), doc.get("bytecode_cache"), doc.get("seal"),
+                   tuple(doc.get("records") or ()), doc.get("record_cache"), tuple(doc.get("native_sites") or ()),
+                   doc.get("native_cache"))
 
 
 @dataclass(frozen=True)
 class TreeCheck(Answer):
-    """A TreeRequest's answer: the files scanned, how they differ from the manifest, the bytecode."""
+    """A TreeRequest's answer: the files scanned, how they differ from the manifest, the bytecode,
+    each distribution of `records` against its RECORD (by dist-info name), and the fingerprint's
+    native part of `native_sites` (None when not asked for)."""
 
     files: int
     comparison: Comparison
     bytecode: BytecodeCheck
+    records: Dict[str, RecordCheck] = field(default_factory=dict)
+    native: Optional[Dict[str, Any]] = None
 
     def to_wire(self) -> Dict[str, Any]:
-        return {"files": self.files, "comparison": self.comparison.to_wire(), "bytecode": self.bytecode.to_wire()}
+        return {"files": self.files, "comparison": self.comparison.to_wire(), "bytecode": self.bytecode.to_wire(),
+                "records": {name: r.to_wire() for name, r in self.records.items()}, "native": self.native}
 
     @classmethod
     def from_wire(cls, doc: Dict[str, Any]) -> "TreeCheck":
-        return cls(doc["files"], Comparison.from_wire(doc["comparison"]), BytecodeCheck.from_wire(doc["bytecode"]))
+        return cls(doc["files"], Comparison.from_wire(doc["comparison"]), BytecodeCheck.from_wire(doc["bytecode"]),
+                   {name: RecordCheck.from_wire(r) for name, r in (doc.get("records") or {}).items()},
+                   doc.get("native"))
 
 
 _REQUESTS: Dict[str, Callable[[Dict[str, Any]], Any]] = {"scan": ScanRequest.from_wire,

@@ -20,6 +20,8 @@ if TYPE_CHECKING:  # annotations only: typing (with re) costs a command's start 
 
     _T = TypeVar("_T")
     _R = TypeVar("_R")
+    # a digested file: key, (digest, size, mode), (size, mtime_ns, ctime_ns, inode), from the stat cache
+    Digested = tuple[str, tuple[str, int, int], tuple[int, int, int, int], bool]
 
 _blake3: Any
 try:  # blake3 is patchkeeper's hash; a host without it falls back to sha256 (and says so).
@@ -49,7 +51,7 @@ def _hasher(size: int = 0, algorithm: str | None = None) -> Any:
         return hashlib.sha256()
     if algorithm != "blake3" or _blake3 is None:
         raise AgentError("no-algorithm", f"this Python cannot hash with {algorithm!r} (it has {ALGORITHM})")
-    if size >= _BIG and not _forked:
+    if size >= _BIG and not (_forked or _sharing):
         return _blake3.blake3(max_threads=_blake3.blake3.AUTO)
     return _blake3.blake3()
 
@@ -245,12 +247,15 @@ class StatCache:
 
 
 def walk_files(root: str, rel_dir: str, pycs: list[tuple[str, bool]] | None = None,
-               listings: StatCache | None = None) -> Iterator[str]:
+               listings: StatCache | None = None, skip: set[str] | None = None,
+               met: list[str] | None = None) -> Iterator[str]:
     """Relative paths of the managed files below root/rel_dir, directory by directory.
 
     Given `pycs`, the same walk also appends every bytecode file it passes as (relative path, in a
     __pycache__ directory), so that the bytecode check need not walk these directories again.
-    Given `listings`, a directory's entries are remembered by its own stat identity (see listing)."""
+    Given `listings`, a directory's entries are remembered by its own stat identity (see listing).
+    Directories in `skip` (relative paths) are not entered; each one met as a directory is
+    appended to `met` (another walk covers it: see treecheck.py)."""
     collect = pycs is not None and not rel_dir.endswith(".dist-info")
     stack = [(rel_dir, False)]  # (directory, inside a bytecode cache: nothing there is managed)
     while stack:
@@ -263,7 +268,10 @@ def walk_files(root: str, rel_dir: str, pycs: list[tuple[str, bool]] | None = No
         for name, is_dir in entries:
             if is_dir:
                 if name not in _SKIP_DIRS and not cached:
-                    stack.append((prefix + name, False))
+                    if skip is not None and prefix + name in skip:
+                        met.append(prefix + name)  # type: ignore[union-attr]
+                    else:
+                        stack.append((prefix + name, False))
                 elif collect:
                     stack.append((prefix + name, True))
             elif not cached and not (name.endswith(_SKIP_SUFFIXES) or name.startswith(STAGE_PREFIX)
@@ -271,6 +279,38 @@ def walk_files(root: str, rel_dir: str, pycs: list[tuple[str, bool]] | None = No
                 yield prefix + name
             elif collect and name.endswith(".pyc"):
                 pycs.append((prefix + name, in_cache))  # type: ignore[union-attr]
+
+
+def digest_files(jobs: Sequence[tuple[str, str]], known: dict[str, tuple[Any, ...]], algorithm: str,
+                 stats: dict[str, os.stat_result], pure: bool = False) -> list[Digested]:
+    """Each job (key, path) that is a regular file, digested: from the stat cache's `known` entry
+    while its identity is unchanged, else hashed (map_files; `pure`: may fork). `stats` gets each
+    file's stat. Plain data only: it may run in a forked process."""
+    done: list[Digested] = []
+    todo: list[tuple[str, str, os.stat_result]] = []
+    lstat, is_reg, imode, prefix = os.lstat, stat.S_ISREG, stat.S_IMODE, algorithm + ":"
+    for key, path in jobs:  # the hot loop of every warm command: StatCache.lookup, inlined
+        try:
+            st = lstat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        if not is_reg(st.st_mode):
+            continue
+        stats[key] = st
+        identity = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+        hit = known.get(key)
+        if hit is not None and hit[:4] == identity and hit[4].startswith(prefix):
+            done.append((key, (hit[4], st.st_size, imode(st.st_mode)), identity, True))
+        else:
+            todo.append((key, path, st))
+
+    def work(job: tuple[str, str, os.stat_result]) -> tuple[str, int, int]:
+        return entry_row(job[2], hash_file(job[1], job[2].st_size, algorithm))
+
+    rows = map_files(work, todo, lambda job: job[2].st_size, min(8, (os.cpu_count() or 2) * 2), pure=pure)
+    done.extend((key, row, (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino), False)
+                for (key, _, st), row in zip(todo, rows))
+    return done
 
 
 def listing(path: str, listings: StatCache | None = None) -> list[tuple[str, bool]] | None:
@@ -310,6 +350,9 @@ def hostname() -> str:
 BIG_FILE = 1 << 20
 SPLIT_AT = 2048  # from this many small jobs on, a forked second process takes half of them (fork_half)
 _split = True  # off in a process that is itself one of a pool's (no_split), or a forked child (fork_call)
+_sharing = False  # running units beside a forked process (share_units): both CPUs are busy, so no
+# thread is started either (on a third thread, or blake3's, a file is hashed no sooner, only contended for)
+_exiting: list[int] = []  # children of fork_call whose whole answer came while they were still exiting
 _forked = False  # in a child of fork_call: blake3's own thread pool (native threads, which a fork does not
 # copy, and whose locks it may copy held) is not used there: its hashing stays on the calling thread
 
@@ -325,7 +368,7 @@ def map_files(fn: Callable[[_T], _R], jobs: Sequence[_T], size: Callable[[_T], i
     computes, and returns marshal-able data), a forked second process takes half of many small
     files (fork_half)."""
     big = [i for i, job in enumerate(jobs) if size(job) >= BIG_FILE]
-    if len(big) < 2 or _forked:  # a forked child (fork_call) starts no thread either
+    if len(big) < 2 or _forked or _sharing:  # a forked child (fork_call) starts no thread either
         big = []
     threaded = set(big)
     small = [job for i, job in enumerate(jobs) if i not in threaded]
@@ -437,10 +480,16 @@ def fork_call(fn: Callable[[], _R]) -> Callable[..., _R] | None:
     copies only the calling one, and whatever locks the others hold). fn must only compute (what
     the child changes is lost; files it writes stay) and return marshal-able data; in the child no
     further fork is made (it is already one of two), and blake3 hashes on the calling thread (see
-    _forked). Returns the function that waits for the child and gives its result (computed here
-    instead if the child failed, so its error, if any, is raised here; called with abandon=True
-    when the caller fails, it only ends the child), or None: then the caller does the work itself."""
+    _forked). Returns the function that gives the child's result (computed here instead if the child
+    failed, so its error, if any, is raised here; called with abandon=True when the caller fails, it
+    only ends the child and waits for it), or None: then the caller does the work itself. A child
+    whose whole result was read while it was still exiting is waited for by the next fork_call."""
     global _split, _forked
+    while _exiting:  # the children that were exiting when their answer was read
+        try:
+            os.waitpid(_exiting.pop(), 0)
+        except ChildProcessError:  # waited for by someone else
+            pass
     if not _split or (os.cpu_count() or 1) < 2 or not hasattr(os, "fork") or not alone():
         return None
     r, w = os.pipe()
@@ -459,6 +508,7 @@ def fork_call(fn: Callable[[], _R]) -> Callable[..., _R] | None:
             view = memoryview(marshal.dumps(fn()))  # type: ignore[arg-type]
             while view:
                 view = view[os.write(w, view):]
+            os.close(w)  # the end, now: not once this process's memory is taken down
             code = 0
         finally:
             os._exit(code)
@@ -473,17 +523,73 @@ def fork_call(fn: Callable[[], _R]) -> Callable[..., _R] | None:
                 chunk = os.read(r, 1 << 20)
         finally:
             os.close(r)  # an abandoned child's next write fails, and it exits
-            status = os.waitpid(pid, 0)[1]
-        if abandon:
-            return None  # type: ignore[return-value]
-        if status == 0:
+        if not abandon:
             try:
-                return marshal.loads(b"".join(chunks))  # type: ignore[no-any-return]
+                result = marshal.loads(b"".join(chunks))
             except (ValueError, EOFError, TypeError):
                 pass
+            else:  # whole: the child wrote it all and closed its end, so it is only exiting now
+                if os.waitpid(pid, os.WNOHANG)[0] == 0:  # its memory still being taken down: not
+                    _exiting.append(pid)  # waited for here, but by the next fork_call
+                return result  # type: ignore[no-any-return]
+        os.waitpid(pid, 0)
+        if abandon:
+            return None  # type: ignore[return-value]
         return fn()  # the child failed: its error, if any, is raised here as it would have been
 
     return finish
+
+
+def share_units(run: Callable[[int], _R], count: int,
+                state: Callable[[], Any] | None = None) -> tuple[dict[int, _R], Any]:
+    """{i: run(i)} for the units 0..count-1, shared by this process and, where fork_call allows, a
+    forked second one: each claims the next unit still unclaimed from a pipe holding all their
+    numbers (a read of one two-byte number is atomic), so the two end together however unequal the
+    units are. Units go in order: put the biggest first. The forked process also gives back
+    `state()` (what its units left in its memory, as plain data; None when no process was forked,
+    and this process's own when the forked one failed); a unit it claimed and did not give back
+    is run here, so its error, if any, is raised here. run must only compute (and may write files)
+    and return marshal-able data; meanwhile no further fork_half is made here, nor a thread started
+    to hash (the forked process already keeps the other CPU busy)."""
+    if count > 30_000:  # two bytes each: the pipe's 64 KiB must take them all before the fork
+        return {i: run(i) for i in range(count)}, None
+    r, w = os.pipe()
+    try:
+        os.write(w, b"".join(i.to_bytes(2, "little") for i in range(count)))
+    finally:
+        os.close(w)  # once all are claimed, a read gives b"": the end
+
+    def claimed() -> Iterator[int]:
+        token = os.read(r, 2)
+        while token:
+            yield int.from_bytes(token, "little")
+            token = os.read(r, 2)
+
+    try:
+        global _sharing
+        theirs = fork_call(lambda: ({i: run(i) for i in claimed()}, state() if state else None))
+        was, _sharing = allow_split(False), theirs is not None
+        try:
+            done = {i: run(i) for i in claimed()}
+        except BaseException:
+            if theirs is not None:
+                while os.read(r, 1 << 16):  # the units left claimed here: the forked process ends soon
+                    pass
+                theirs(abandon=True)
+            raise
+        finally:
+            allow_split(was)
+            _sharing = False
+        kept = None
+        if theirs is not None:
+            other, kept = theirs()  # computed here, of no unit, if the child failed
+            done.update(other)
+        for i in range(count):
+            if i not in done:  # claimed by a child that failed
+                done[i] = run(i)
+        return done, kept
+    finally:
+        os.close(r)
 
 
 def no_split() -> None:

@@ -5,16 +5,16 @@ from __future__ import annotations
 import importlib.util
 import os
 import stat
+import struct
 import sys
 import time
-from itertools import chain
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List
 
 from . import seal
-from .disk import (StatCache, feed, fork_call, listing, load_cache, map_files, save_cache, split_when_idle, split_work,
-                   write_atomic)
+from .disk import StatCache, feed, listing, load_cache, map_files, save_cache, split_when_idle, split_work, write_atomic
 from .distinfo import console_scripts, record_paths, record_rows
 
+_IDENTITIES = struct.Struct("<8q")  # a pyc's identity and its source's (see VerdictCache)
 _AUDIT_WORKERS = min(8, (os.cpu_count() or 2) * 2)
 
 
@@ -273,112 +273,46 @@ def _top_pycs(root: str) -> Iterator[tuple[str, bool]]:
         yield name, False
 
 
-Walked = Tuple[Tuple[str, ...], List[Tuple[str, bool]], Dict[str, os.stat_result]]
+def recompiled(path: str, kind: str) -> bool:
+    """Whether a finding (a path relative to the site dir, and its kind) names a source whose pycs
+    the bytecode check recompiles and compares: a .py changed, added or with another mode."""
+    return path.endswith(".py") and kind in ("changed", "added", "mode") and not path.startswith(("../", "@"))
 
 
-def check_bytecode(site: str, cache_tag: str, verify: list[str], cache_path: str | None = None,
-                   walked: Walked | None = None) -> dict[str, Any]:
-    """See Agent.audit_bytecode. `walked` is what a scan of `site` just saw: the top directories it
-    walked, the bytecode files it passed there and the stat of each source; only the rest of `site`
-    is walked here, and a source's verdict comes from the stat the scan took."""
-    return start_bytecode(site, cache_tag, verify, cache_path, walked).finish(verify)
+def recompiled_sources(findings: Iterable[Any]) -> set[str]:
+    """The paths of the findings ([path, kind, detail]) that `recompiled` names."""
+    return {f[0] for f in findings if recompiled(f[0], f[1])}
 
 
-class PendingBytecode:
-    """A bytecode check begun (start_bytecode), finished once the scan beside it is done.
-
-    With other work to share (`beside`), half of the pycs are judged in a forked process
-    (disk.fork_call) together with that work, while this process does its own half of both
-    (`here`, then `join`, which gives the other work's result); `finish(verify)` then judges again,
-    recompiled and compared, the pycs of the sources added to `verify` since (those a scan found
-    changed). Without a fork, all of it happens in `finish`, as check_bytecode does."""
-
-    def __init__(self, site: str, cache_tag: str, verify: list[str], cache_path: str | None,
-                 walked: Walked | None, beside: Callable[[], Any] | None) -> None:
-        self.site, self.cache_tag, self.walked = site, cache_tag, walked
-        self.cache = StatCache(cache_path)  # verdicts of clean pycs, keyed by the pyc's and its source's identity
-        self.listings = StatCache(cache_path + ".dirs") if cache_path else None
-        self.stats: Dict[str, os.stat_result] = walked[2] if walked is not None and walked[0] else {}
-        self.first = frozenset(verify)
-        self.found: list[tuple[str, bool]] | None = None
-        self.outcomes: list[Any] = []
-        self.theirs: Callable[..., Any] | None = None
-        self.half = 0
-        if beside is not None:
-            found = self._found()
-            self.half = half = len(found) // 2
-            judge = _judge(site, cache_tag, self.first, self.stats, self.cache)
-            self.theirs = fork_call(lambda: (beside(), [judge(rel, in_cache) for rel, in_cache in found[half:]]))
-        self.apart = self.theirs is not None  # a forked process works beside this one
-        self.mine: list[Any] | None = None
-        self.joined = False
-
-    def _found(self) -> list[tuple[str, bool]]:
-        """Every pyc below site: those the scan's walk passed, and the rest of site walked now."""
-        if self.found is None:
-            site, walked, listings = self.site, self.walked, self.listings
-            found: Iterable[tuple[str, bool]] = _walk_pyc(site, listings=listings)
-            if walked is not None and walked[0]:
-                found = chain(walked[1], _top_pycs(site), _walk_pyc(site, frozenset(walked[0]), listings))
-            self.found = list(found)
-        return self.found
-
-    def here(self) -> None:
-        """This process's half of the pycs, judged (when a forked process does the other)."""
-        if self.apart and self.mine is None:
-            judge = _judge(self.site, self.cache_tag, self.first, self.stats, self.cache)
-            self.mine = [judge(rel, in_cache) for rel, in_cache in self._found()[: self.half]]
-
-    def join(self) -> Any:
-        """The forked process's answer to the other work (`beside`); its half of the pycs kept."""
-        assert self.theirs is not None and not self.joined
-        self.joined = True
-        other, outcomes = self.theirs()
-        self.outcomes = outcomes
-        return other
-
-    def abandon(self) -> None:
-        """The caller failed: the forked process, if any and not yet joined, is ended."""
-        if self.theirs is not None and not self.joined:
-            self.joined = True
-            self.theirs(abandon=True)
-
-    def finish(self, verify: list[str]) -> dict[str, Any]:
-        deep = frozenset(verify)
-        found = self._found()
-        if not self.apart:
-            judge = _judge(self.site, self.cache_tag, deep, self.stats, self.cache)
-            outcomes = [o for part in split_work(lambda part: [judge(rel, in_cache) for rel, in_cache in part], found)
-                        for o in part]
-        else:
-            self.here()
-            if not self.joined:
-                self.join()
-            outcomes = [*(self.mine or []), *self.outcomes]
-            again = deep - self.first
-            if again:  # sources the scan found changed: their pycs are recompiled and compared
-                judge = _judge(self.site, self.cache_tag, deep, self.stats, self.cache)
-                for i, (rel, in_cache) in enumerate(found):
-                    source = _pyc_source(rel, self.cache_tag) if in_cache else None
-                    if source is not None and source[0] in again:
-                        outcomes[i] = judge(rel, in_cache)
-        if self.listings is not None:
-            self.listings.save()
-        return _tally(found, outcomes, self.cache)
+def check_bytecode(site: str, cache_tag: str, verify: list[str], cache_path: str | None = None) -> dict[str, Any]:
+    """See Agent.audit_bytecode: every pyc below `site` judged, its verdict cache (`cache_path`)
+    and its walked directories' listings (beside it, `.dirs`) saved."""
+    cache = VerdictCache(cache_path)
+    listings = StatCache(cache_path + ".dirs") if cache_path else None
+    found = list(_walk_pyc(site, listings=listings))
+    judge = _judge(site, cache_tag, frozenset(verify), {}, cache)
+    outcomes = [o for part in split_work(lambda part: [judge(rel, in_cache) for rel, in_cache in part], found)
+                for o in part]
+    if listings is not None:
+        listings.save()
+    return _tally(found, outcomes, cache)
 
 
-def start_bytecode(site: str, cache_tag: str, verify: list[str], cache_path: str | None = None,
-                   walked: Walked | None = None, beside: Callable[[], Any] | None = None) -> PendingBytecode:
-    """check_bytecode, begun (see PendingBytecode): its finish takes the final `verify` (the first
-    one and more) and gives check_bytecode's answer."""
-    return PendingBytecode(site, cache_tag, verify, cache_path, walked, beside)
+class VerdictCache(StatCache):
+    """The verdicts of clean pycs (not a finding: they run their source's code, or are stale), each
+    kept while the pyc and its source keep their identity: (size, mtime_ns, ctime_ns, inode) of both,
+    then whether it is stale, packed (a few thousand are read and written as one marshal string each,
+    where tuples of big ints took several times longer)."""
+
+    FORMAT = ("pk-pyc-verdicts", 1, sys.version_info[:2])
 
 
 def _judge(site: str, cache_tag: str, deep: frozenset[str], stats: Dict[str, os.stat_result],
            cache: StatCache) -> Callable[[str, bool], Any]:
     """The function giving one pyc's outcome, computed only: it may run in a forked process."""
-    known_verdicts = cache.entries
+    known_verdicts: Dict[str, Any] = cache.entries  # (VerdictCache: packed identities)
     limit = cache.started_ns - cache.GRANULARITY_NS  # a verdict is remembered only for files older than this
+    pack = _IDENTITIES.pack
 
     def judge(rel: str, in_cache: bool) -> Any:
         pyc = f"{site}/{rel}"
@@ -399,15 +333,15 @@ def _judge(site: str, cache_tag: str, deep: frozenset[str], stats: Dict[str, os.
                 pst, head = _stat_and_head(pyc)
         except (FileNotFoundError, NotADirectoryError):
             return ("orphan",)  # a __pycache__ entry without source is never imported
-        source_id = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
-        if (hit is not None and hit[:4] == (pst.st_size, pst.st_mtime_ns, pst.st_ctime_ns, pst.st_ino)
-                and hit[4][0] == source_id):
+        ids = pack(pst.st_size, pst.st_mtime_ns, pst.st_ctime_ns, pst.st_ino,
+                   st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+        if hit is not None and hit[:64] == ids:
             return ("hit",)
         verdict = _pyc_verdict(pyc, f"{site}/{src_rel}", st, opt, compare, head)
         keep = None
         if (verdict is None or verdict == "stale") and st.st_mtime_ns < limit and st.st_ctime_ns < limit \
                 and pst.st_mtime_ns < limit and pst.st_ctime_ns < limit:
-            keep = (pst.st_size, pst.st_mtime_ns, pst.st_ctime_ns, pst.st_ino, [source_id, int(verdict == "stale")])
+            keep = ids + (b"\1" if verdict == "stale" else b"\0")
         return ("judged", verdict, keep)
 
     return judge
@@ -430,13 +364,13 @@ def _tally(found: list[tuple[str, bool]], outcomes: list[Any], cache: StatCache)
         elif kind == "hit":
             hit = known_verdicts[rel]
             cache.fresh[rel] = hit
-            stale += hit[4][1]
+            stale += hit[64]
         else:
             verdict, keep = outcome[1], outcome[2]
             if verdict is None or verdict == "stale":
                 stale += verdict == "stale"
                 if keep is not None:
-                    cache.fresh[rel] = tuple(keep)
+                    cache.fresh[rel] = keep
             else:
                 findings.append([rel, *verdict])
     cache.save()
