@@ -336,15 +336,8 @@ class Agent(AgentContract):
         jobs: list[tuple[str, str]] = [(rel, f"{root}/{rel}" if rel[:1] != "/" else rel) for rel in names]
         jobs.extend((key, path) for key, path in (absolute or {}).items())
         known = cached.entries
-        done = _digests_split(jobs, known, algorithm, expected or {})
         out: Rows = {}
-        fresh, limit = cached.fresh, cached.started_ns - cached.GRANULARITY_NS
-        for key, row, identity, hit in done:  # StatCache.remember, inlined (the racily-clean rule)
-            out[key] = row
-            if hit:
-                fresh[key] = known[key]
-            elif identity[1] < limit and identity[2] < limit:
-                fresh[key] = (*identity, row[0])
+        cached.take(_digests_split(jobs, known, algorithm, expected or {}), out)
         cached.save()
         if listings is not None:
             listings.save()

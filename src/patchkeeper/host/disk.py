@@ -235,6 +235,17 @@ class StatCache:
         if newest + self.GRANULARITY_NS < self.started_ns:
             self.fresh[rel] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, digest)
 
+    def take(self, done: Iterable[Digested], out: dict[str, Any]) -> None:
+        """Each digested file's row (digest_files) into `out`, and what may be remembered into the
+        cache: remember for many files, inlined (the racily-clean rule)."""
+        known, fresh, limit = self.entries, self.fresh, self.started_ns - self.GRANULARITY_NS
+        for key, row, identity, hit in done:
+            out[key] = row
+            if hit:
+                fresh[key] = known[key]
+            elif identity[1] < limit and identity[2] < limit:
+                fresh[key] = (*identity, row[0])
+
     def save(self) -> None:
         """Write the entries this run used or made, when it made any, or when an eighth of the
         known ones were not used (stale: their files changed, went, or were not asked for). A stale

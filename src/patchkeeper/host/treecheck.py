@@ -132,14 +132,8 @@ class TreeWork:
         self.seals.save()
         out: Rows = {}
         cached = self.cached
-        known, fresh, limit = cached.entries, cached.fresh, cached.started_ns - cached.GRANULARITY_NS
         for _, done, _, _ in trees:
-            for key, row, identity, hit in done:  # StatCache.remember, inlined (the racily-clean rule)
-                out[key] = row
-                if hit:
-                    fresh[key] = known[key]
-                elif identity[1] < limit and identity[2] < limit:
-                    fresh[key] = (*identity, row[0])
+            cached.take(done, out)
         cached.save()
         if self.listings is not None:
             self.listings.save()
