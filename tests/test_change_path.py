@@ -323,7 +323,7 @@ def test_a_scan_split_over_two_processes_finds_what_one_process_finds(env, tmp_p
     found = json.loads(proc.stdout)
     # the warm scan forked at once; not while busy; three chunks later once a CPU was idle; neither with the
     # split off nor the cold one (nothing known to its stat cache: its files to hash are split by size) asked
-    assert found["forks"] == [[len(keys), True], [len(keys) - 3 * disk.CHUNK, True]]
+    assert found["forks"] == [[len(keys), True], [len(keys) - 3 * disk.IDLE_CHUNK, True]]
     assert found["same"] and found["caches"] and found["files"] == len(keys)
     assert found["differ"] == sorted(edited)
 

@@ -30,7 +30,7 @@ except ImportError:  # pragma: no cover - exercised on hosts without blake3
     _blake3 = None
 
 ALGORITHM = "blake3" if _blake3 is not None else "sha256"
-CHUNK = 1 << 20
+CHUNK = 1 << 20  # bytes a file is read by (feed)
 _BIG = 4 << 20  # files above this size are hashed with blake3's own threads
 _SKIP_DIRS = {"__pycache__"}
 _SKIP_SUFFIXES = (".pyc", ".pyo")
@@ -427,14 +427,14 @@ def _with_child(fn: Callable[[Sequence[_T]], _R], items: Sequence[_T],
     return [mine, theirs()]
 
 
-CHUNK = 256  # split_when_idle's items done between two looks for an idle CPU (busy: about 20 µs a look)
+IDLE_CHUNK = 256  # split_when_idle's items done between two looks for an idle CPU (busy: about 20 µs a look)
 
 
 def split_when_idle(fn: Callable[[Sequence[_T]], _R], items: Sequence[_T],
                     weigh: Callable[[Sequence[_T]], int] | None = None) -> list[_R]:
     """fn over consecutive parts of `items`, in order, as split_work, but split as soon as a CPU is
     idle rather than only if one is at the start: while every CPU is taken (busy) items are done
-    here CHUNK at a time, and what is left once one is idle (at least SPLIT_AT items) is split with
+    here IDLE_CHUNK at a time, and what is left once one is idle (at least SPLIT_AT items) is split with
     a forked process (fork_half; `weigh` gives where to cut it). So work begun beside another
     process (a rollback's scan beside the environment fingerprint's process, or that process beside
     the planning) takes the CPU the other leaves when it ends, or waits for this one."""
@@ -442,8 +442,8 @@ def split_when_idle(fn: Callable[[Sequence[_T]], _R], items: Sequence[_T],
     start = 0
     while _split and len(items) - start >= SPLIT_AT:
         if busy():
-            done.append(fn(items[start:start + CHUNK]))
-            start += CHUNK
+            done.append(fn(items[start:start + IDLE_CHUNK]))
+            start += IDLE_CHUNK
             continue
         rest = items[start:]
         forked = fork_half(fn, rest, weigh(rest) if weigh is not None else None)
