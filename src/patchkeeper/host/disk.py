@@ -318,7 +318,7 @@ def digest_files(jobs: Sequence[tuple[str, str]], known: dict[str, tuple[Any, ..
     def work(job: tuple[str, str, os.stat_result]) -> tuple[str, int, int]:
         return entry_row(job[2], hash_file(job[1], job[2].st_size, algorithm))
 
-    rows = map_files(work, todo, lambda job: job[2].st_size, min(8, (os.cpu_count() or 2) * 2), pure=pure)
+    rows = map_files(work, todo, lambda job: job[2].st_size, HASH_WORKERS, pure=pure)
     done.extend((key, row, (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino), False)
                 for (key, _, st), row in zip(todo, rows))
     return done
@@ -359,6 +359,7 @@ def hostname() -> str:
 
 
 BIG_FILE = 1 << 20
+HASH_WORKERS = min(8, (os.cpu_count() or 2) * 2)  # threads for big files to hash (map_files)
 SPLIT_AT = 2048  # from this many small jobs on, a forked second process takes half of them (fork_half)
 _split = True  # off in a process that is itself one of a pool's (no_split), or a forked child (fork_call)
 _sharing = False  # running units beside a forked process (share_units): both CPUs are busy, so no

@@ -11,11 +11,10 @@ import time
 from typing import Any, Callable, Dict, Iterable, Iterator, List
 
 from . import seal
-from .disk import StatCache, feed, listing, load_cache, map_files, save_cache, split_when_idle, split_work, write_atomic
+from .disk import HASH_WORKERS, StatCache, feed, listing, load_cache, map_files, save_cache, split_when_idle, split_work, write_atomic
 from .distinfo import console_scripts, record_paths, record_rows
 
 _IDENTITIES = struct.Struct("<8q")  # a pyc's identity and its source's (see VerdictCache)
-_AUDIT_WORKERS = min(8, (os.cpu_count() or 2) * 2)
 
 
 def _record_digest(path: str, algo: str) -> str:
@@ -115,7 +114,7 @@ def check_record(site: str, name: str, cache_dir: str | None) -> dict[str, Any]:
             return rel, path, algo, expected, f"unreadable: {exc.strerror}"
         return rel, path, algo, expected, digest
 
-    results = map_files(work, todo, lambda job: job[4].st_size, _AUDIT_WORKERS, pure=True)
+    results = map_files(work, todo, lambda job: job[4].st_size, HASH_WORKERS, pure=True)
     for job, (_, _, _, _, digest) in zip(todo, results):
         if not digest.startswith("unreadable: "):
             cache.remember(job[0], job[4], digest)
