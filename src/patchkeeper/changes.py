@@ -107,9 +107,10 @@ def mirror(ws: Workspace, s: Session, manifest: bool = True, check_all: bool = F
     checked: set[str] = set()
     copies, manifests = set(os.listdir(out / "ledger")), set(os.listdir(out / "manifests"))  # no stat per entry
     for entry in s.ledger.entries():
-        path = out / "ledger" / entry.file_name()
-        copy = _read(path) if check_all else (b"" if path.name in copies else None)
+        name = entry.file_name()
+        copy = _read(out / "ledger" / name) if check_all else (b"" if name in copies else None)
         if copy is None or (check_all and _parsed(copy) != entry.to_dict()):  # made only where it is needed
+            path = out / "ledger" / name
             pending.append((path, (json.dumps(entry.to_dict(), indent=1) + "\n").encode()))
             written.append(path)
             if copy is None:
