@@ -28,6 +28,7 @@ from .disk import (
     hostname,
     install_records,
     is_managed_name,
+    joined,
     normalize_name,
     pid_alive,
     map_threads,
@@ -69,7 +70,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only
     from typing import Sequence
 
-    from .disk import Digested
+    from .disk import Digests
 
 _MANIFEST_CACHE = 2  # version of the manifest-cache/*.rows format (2: rows are tuples)
 
@@ -704,7 +705,7 @@ def _halfway(jobs: Sequence[tuple[str, str]], known: dict[str, tuple[Any, ...]],
 
 
 def _digests_split(jobs: list[tuple[str, str]], known: dict[str, tuple[Any, ...]], algorithm: str,
-                   expected: Rows) -> list[Digested]:
+                   expected: Rows) -> Digests:
     """disk.digest_files of the jobs; when the stat cache knows most of them (a warm scan is one lstat
     per file), split with a forked process as soon as a CPU is idle (disk.split_when_idle; halves by
     _halfway's weights), as git's preloaded index splits its lstat calls: the environment
@@ -713,9 +714,8 @@ def _digests_split(jobs: list[tuple[str, str]], known: dict[str, tuple[Any, ...]
     on threads, which a forked process does not start)."""
     if 2 * len(known) < len(jobs):
         return digest_files(jobs, known, algorithm, {}, True)
-    parts = split_when_idle(lambda part: digest_files(part, known, algorithm, {}, False), jobs,
-                            lambda rest: _halfway(rest, known, expected))
-    return [d for part in parts for d in part]
+    return joined(split_when_idle(lambda part: digest_files(part, known, algorithm, {}, False), jobs,
+                                  lambda rest: _halfway(rest, known, expected)))
 
 
 def _in_algorithm_of(scan: ScanRequest, rows: Rows) -> ScanRequest:
