@@ -543,3 +543,79 @@ def test_the_table_of_compiled_methods_keeps_what_is_used_once_it_grows(tmp_path
     stamp, table = marshal.loads(open(classcache.path(), "rb").read())
     assert stamp == classcache.STAMP and table and not [s for s in table if s.startswith("# old")]
     assert set(table) == classcache._used
+
+
+def _manifest_text(env) -> bytes:
+    from patchkeeper.host.agent import Agent
+
+    entries = [json.loads(p.read_text()) for p in sorted((env.state_dir / "ledger").glob("*.json"))]
+    return Agent().store_get(str(env.state_dir / "store"), entries[-1]["after"]["manifest"])
+
+
+def test_a_plan_splices_the_recorded_text_as_writing_it_whole_would(env):
+    """manifest_text.lines/lookup/splice: a plan reads the recorded entries of the keys it touches and
+    writes its new manifest from the recorded text alone, byte for byte what parsing the whole manifest
+    and writing it again gives (random changes to the real sglang manifest: rows changed, removed, and
+    added before, between and after the others); a text whose lines could be written otherwise (a
+    quoted key, a non-ASCII one, an install record) or a change to such a key is refused (None)."""
+    import random
+
+    from patchkeeper.host import manifest_text as mt
+
+    env.pk("snapshot", "--name", "start")
+    text = _manifest_text(env)
+    rows = mt.parse(text)
+    found = mt.lines(text)
+    assert found is not None and len(found) == len(rows) > 5000
+    keys = list(rows)
+    rnd = random.Random(11)
+    for _ in range(150):
+        changes: dict = {k: None if rnd.random() < 0.3 else (f"blake3:{rnd.getrandbits(256):064x}", rnd.randint(0, 9), 0o755)
+                         for k in rnd.sample(keys, 6)}
+        for _ in range(4):  # new keys, wherever they sort
+            base = rnd.choice(keys + ["", "~"])
+            changes[base[:rnd.randint(0, len(base))] + rnd.choice(["a", "~z", "/x.py", " y", "0"])] = ("blake3:" + "0" * 64, 1, 0o644)
+        whole = dict(rows)
+        for k, row in changes.items():
+            if row is None:
+                whole.pop(k, None)
+            else:
+                whole[k] = row
+        assert mt.splice(found, changes) == mt.write_rows(dict(sorted(whole.items())))
+        assert mt.lookup(found, list(changes)) == {k: rows.get(k) for k in changes}
+    for odd in ('sglang/"quoted".py', "sglang/caf\u00e9.py", "sglang/back\\slash.py", "x-1.0.dist-info/RECORD"):
+        assert mt.lines(mt.write_rows(dict(sorted({**rows, odd: ("blake3:" + "1" * 64, 1, 0o644)}.items())))) is None
+        assert mt.splice(found, {odd: ("blake3:" + "1" * 64, 1, 0o644)}) is None
+
+
+def test_apply_plans_from_the_recorded_text_and_from_the_whole_manifest_alike(env, monkeypatch):
+    """engine.Recorded: apply's plan reads no whole manifest where the recorded text can be spliced, and
+    the whole one where it cannot (a non-ASCII file name in the package); the state recorded is the
+    one writing the whole manifest gives."""
+    from patchkeeper import engine, workspace
+    from patchkeeper.host import manifest_text as mt
+    from patchkeeper.ledger import Ledger
+    from patchkeeper.session import Session
+
+    loaded = []
+    whole = Ledger.load_manifest
+    monkeypatch.setattr(Ledger, "load_manifest", lambda self, state: loaded.append(state.id) or whole(self, state))
+    for odd in (False, True):
+        if odd:
+            env.pk("rollback", "--to", "baseline")  # (which removes the file, not in the baseline)
+            (env.site / "sglang" / "caf\u00e9.txt").write_bytes(b"odd name\n")
+            env.pk("snapshot", "--name", "with-odd")  # a recorded state whose text cannot be spliced
+        else:
+            env.pk("snapshot", "--name", "start")
+        loaded.clear()
+        with Session(workspace.load(env.root), None, "apply ddtree") as s:
+            plan = engine.plan_apply(s, "ddtree", force=True)
+        assert plan is not None
+        assert loaded == ([s.ledger.current().id] if odd else [])
+        recorded = mt.parse(_manifest_text(env))
+        for op in plan.ops:
+            recorded[op.key] = (op.new.digest, op.new.size, op.new.mode)
+        new = mt.write_rows(dict(sorted(recorded.items())))
+        assert plan.contents[plan.entry.after.manifest] == new
+        assert plan.entry.after.manifest == s.target.hash_bytes(new)
+        env.pk("apply", "ddtree", "--force")
