@@ -619,3 +619,49 @@ def test_apply_plans_from_the_recorded_text_and_from_the_whole_manifest_alike(en
         assert plan.contents[plan.entry.after.manifest] == new
         assert plan.entry.after.manifest == s.target.hash_bytes(new)
         env.pk("apply", "ddtree", "--force")
+
+
+def test_a_manifest_near_one_read_already_is_cached_as_its_changes(env, monkeypatch):
+    """Agent._manifest: a rollback reads the state it leaves and the one it goes to; the one that
+    differs in a few rows from the other (cached whole) is cached as those rows (*.over), and read
+    back, by a new agent, as the other's rows with them, without parsing its text; never believed
+    over its object (rewritten: parsed again), nor when damaged, nor without the other's rows."""
+    from patchkeeper.host import agent as agent_module
+    from patchkeeper.host import manifest_text as mt
+    from patchkeeper.host.agent import Agent
+
+    env.pk("snapshot", "--name", "start")
+    env.pk("apply", "ddtree")
+    entries = [json.loads(p.read_text()) for p in sorted((env.state_dir / "ledger").glob("*.json"))]
+    base, applied = entries[0]["after"]["manifest"], entries[-1]["after"]["manifest"]
+    store, cache = str(env.state_dir / "store"), env.state_dir / "manifest-cache"
+    for p in cache.iterdir() if cache.exists() else ():  # (apply reads no whole manifest: see above)
+        p.unlink()
+    text = Agent().store_get(store, applied)
+    agent = Agent()
+    assert agent.manifest_rows(store, base) != agent.manifest_rows(store, applied) == mt.parse(text)
+    over = cache / (applied.replace(":", "-") + ".over")
+    whole = cache / (base.replace(":", "-") + ".rows")
+    assert over.exists() and not over.with_suffix(".rows").exists() and 20 * over.stat().st_size < whole.stat().st_size
+
+    def unparsed(data):
+        raise AssertionError("parsed")
+
+    with monkeypatch.context() as m:
+        m.setattr(agent_module, "manifest_rows", unparsed)
+        assert Agent().manifest_rows(store, applied) == mt.parse(text)  # the base's cache, and the changes
+    whole.unlink()  # without the other's cache: the other is parsed, and the changes still serve
+    assert Agent().manifest_rows(store, applied) == mt.parse(text)
+    over.write_bytes(over.read_bytes()[:100])  # damaged: parsed, and cached again
+    assert Agent().manifest_rows(store, applied) == mt.parse(text)
+    algo, _, hexd = applied.partition(":")
+    obj = env.state_dir / "store" / "objects" / algo / hexd[:2] / hexd[2:]
+    data = obj.read_bytes()  # the object rewritten (same bytes, a new file): its cache is not believed
+    obj.unlink()
+    obj.write_bytes(data)
+    with monkeypatch.context() as m:
+        m.setattr(agent_module, "manifest_rows", unparsed)
+        with pytest.raises(AssertionError, match="parsed"):
+            Agent().manifest_rows(store, applied)
+    assert Agent().manifest_rows(store, applied) == mt.parse(text)
+    env.pk("rollback", "--to", "baseline")
