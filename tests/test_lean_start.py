@@ -41,7 +41,7 @@ def test_fast_paths_import_no_heavy_modules(env):
 # adopting and repairing (a baseline is recorded already), git's diff values, and for rollback the patch sets
 # (hashlib may load: the fingerprint checks other distributions' sha256 RECORD digests where its cache is cold)
 NOT_NEEDED = ("patchkeeper.aftercheck", "patchkeeper.verify", "patchkeeper.service", "patchkeeper.host.probe_http", "socket", "patchkeeper.repair",
-              "patchkeeper.diffwrite", "shutil", "subprocess")
+              "patchkeeper.diffwrite", "shutil", "subprocess", "urllib.parse")  # (pathlib's: a stand-in, see launch.py)
 # nor, without click (which uses it), inspect: dataclasses imports it only to sign a class without a docstring
 UNSIGNED = ("inspect", "ast", "dis")
 

@@ -77,7 +77,8 @@ def main() -> None:
             ran_before = replay.answer(sealed)  # the kept answer, when nothing it read has changed: exits here
     from .classcache import install, on_first_use
 
-    on_first_use("ipaddress")  # urllib.parse (pathlib's) imports it only to check a URL's bracketed host
+    on_first_use("urllib.parse", ("quote_from_bytes",))  # pathlib's, only for Path.as_uri (its import, with its
+    on_first_use("ipaddress")  # named tuples, is about 4 ms of every command); ipaddress, urllib.parse's: a URL's host
     install()  # before any of our value classes is built
     if found is None:
         from .cli import main as cli_main

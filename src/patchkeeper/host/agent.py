@@ -28,6 +28,7 @@ from .disk import (
     hostname,
     install_records,
     is_managed_name,
+    joined,
     normalize_name,
     pid_alive,
     map_threads,
@@ -61,6 +62,7 @@ from . import seal
 from .distcheck import RecordSeals, check_bytecode, recompiled_sources
 from .distinfo import installed_version, layout, record_paths
 from .manifest_text import parse as manifest_rows
+from .errors import AgentError
 from .preflight import obstacles
 from .store import INDEX_CACHE, Store
 from . import treecheck
@@ -70,9 +72,14 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only
     from typing import Sequence
 
-    from .disk import Digested
+    from .disk import Digests
 
-_MANIFEST_CACHE = 2  # version of the manifest-cache/*.rows format (2: rows are tuples)
+_MANIFEST_CACHE = 2  # version of the manifest-cache/*.rows format (2: rows are tuples) and of *.over
+_MANIFESTS_KEPT = 4  # manifests' rows an agent keeps while a command lasts (Agent._manifest)
+
+
+def _rows_path(store: str, digest: str) -> str:
+    return os.path.join(os.path.dirname(store), "manifest-cache", digest.replace(":", "-") + ".rows")
 
 
 _DIST_INFOS: dict[tuple[Any, ...], tuple[list[str], bytes, DistInfo | None]] = {}  # Agent.dist_info's answers
@@ -89,6 +96,7 @@ class Agent(AgentContract):
     def __init__(self) -> None:
         self._stores: dict[str, Store] = {}
         self._held: dict[str, int] = {}  # lock path -> the descriptor whose flock says we hold it
+        self._rows: dict[tuple[str, str], Rows] = {}  # manifests read (Agent._manifest)
 
     def park(self) -> str:
         """The command using this agent is done: release every lock it still holds and forget what
@@ -387,23 +395,62 @@ class Agent(AgentContract):
         """A stored manifest as key -> (digest, size, mode), parsed at most once while it lasts."""
         return self._manifest(store, digest)
 
-    def _manifest(self, store: str, digest: str) -> Rows:
+    def _manifest(self, store: str, digest: str, over: bool = True) -> Rows:
         """A stored manifest's rows, from a compact cache beside the store when it is current
-        (same version, same digest, the object's file unchanged), else parsed and cached again."""
+        (same version, same digest, the object's file unchanged), else parsed and cached again.
+
+        Each is read at most once per command (Agent.park forgets them). A manifest that differs in
+        a few rows from another one already read here (a rollback reads the state it leaves and the
+        one it goes to) is cached as those rows over the other's whole cache (`over`: one level at
+        most), and read back as a copy of the other's rows with them."""
         import sys
 
+        if (store, digest) in self._rows:
+            return self._rows[(store, digest)]
         objects = self._store(store)
         ident = objects.identity(digest)
-        path = os.path.join(os.path.dirname(store), "manifest-cache", digest.replace(":", "-") + ".rows")
+        path = _rows_path(store, digest)
         stamp = [_MANIFEST_CACHE, list(sys.version_info[:2]), digest, ident]
-        if ident is not None:
-            rows = load_cache(path, stamp)
-            if rows is not None:
-                return rows  # type: ignore[no-any-return]
-        rows = manifest_rows(objects.get(digest))
-        if ident is not None:
-            save_cache(path, stamp, rows)
+        rows = load_cache(path, stamp) if ident is not None else None
+        if rows is None and ident is not None and over:
+            rows = self._over(store, path, stamp)
+        if rows is None:
+            rows = manifest_rows(objects.get(digest))
+            if ident is not None:
+                self._cache_rows(store, path, stamp, rows)
+        self._rows[(store, digest)] = rows
+        while len(self._rows) > _MANIFESTS_KEPT:
+            del self._rows[next(iter(self._rows))]
+        return rows  # type: ignore[no-any-return]
+
+    def _over(self, store: str, path: str, stamp: list[Any]) -> Rows | None:
+        """The rows a cache of changes over another manifest's rows gives, None without a usable one."""
+        kept = load_cache(path[: -len(".rows")] + ".over", stamp)
+        if kept is None or not isinstance(kept.get("base"), str) or not isinstance(kept.get("changes"), dict):
+            return None
+        try:
+            rows = dict(self._manifest(store, kept["base"], over=False))
+        except AgentError:  # the other manifest is gone, or damaged: this one is parsed instead
+            return None
+        for key, row in kept["changes"].items():
+            if row is None:
+                rows.pop(key, None)
+            else:
+                rows[key] = row
         return rows
+
+    def _cache_rows(self, store: str, path: str, stamp: list[Any], rows: Rows) -> None:
+        """Cache a manifest's rows whole, or as the few rows it changes over a manifest read here
+        already and cached whole."""
+        for (where, base), known in self._rows.items():
+            if where != store or not os.path.exists(_rows_path(store, base)):
+                continue
+            differ = {k for k, _ in known.items() ^ rows.items()}
+            if 8 * len(differ) < len(rows):
+                save_cache(path[: -len(".rows")] + ".over", stamp,
+                           {"base": base, "changes": {k: rows.get(k) for k in differ}})
+                return
+        save_cache(path, stamp, rows)
 
     # ---- object store ------------------------------------------------------------------
     def store_put(self, store: str, data: bytes, digest: str | None = None) -> str:
@@ -729,7 +776,7 @@ def _halfway(jobs: Sequence[tuple[str, str]], known: dict[str, tuple[Any, ...]],
 
 
 def _digests_split(jobs: list[tuple[str, str]], known: dict[str, tuple[Any, ...]], algorithm: str,
-                   expected: Rows) -> list[Digested]:
+                   expected: Rows) -> Digests:
     """disk.digest_files of the jobs; when the stat cache knows most of them (a warm scan is one lstat
     per file), split with a forked process as soon as a CPU is idle (disk.split_when_idle; halves by
     _halfway's weights), as git's preloaded index splits its lstat calls: the environment
@@ -738,9 +785,8 @@ def _digests_split(jobs: list[tuple[str, str]], known: dict[str, tuple[Any, ...]
     on threads, which a forked process does not start)."""
     if 2 * len(known) < len(jobs):
         return digest_files(jobs, known, algorithm, {}, True)
-    parts = split_when_idle(lambda part: digest_files(part, known, algorithm, {}, False), jobs,
-                            lambda rest: _halfway(rest, known, expected))
-    return [d for part in parts for d in part]
+    return joined(split_when_idle(lambda part: digest_files(part, known, algorithm, {}, False), jobs,
+                                  lambda rest: _halfway(rest, known, expected)))
 
 
 def _in_algorithm_of(scan: ScanRequest, rows: Rows) -> ScanRequest:

@@ -71,7 +71,7 @@ class TreeWork:
             skip = frozenset(self.walk)
             found = list(chain(_top_pycs(self.root), _walk_pyc(self.root, skip, self.pyc_listings)) if skip
                          else _walk_pyc(self.root, listings=self.pyc_listings))
-            return [("", [], found, [self.judge(rel, in_cache) for rel, in_cache in found])]
+            return [("", (([], []), []), found, [self.judge(rel, in_cache) for rel, in_cache in found])]
         if kind == "group":
             return [self._tree([d]) for d in what]
         met: List[str] = []
