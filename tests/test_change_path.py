@@ -252,7 +252,7 @@ def test_a_forked_computation_hashes_big_files_after_blake3s_threads_ran(tmp_pat
     """disk.fork_call after blake3's own thread pool hashed a big file here: a fork does not copy
     those native threads, so the child hashes on its calling thread instead of waiting on them
     for ever (the guard below only ends a child that would)."""
-    if (os.cpu_count() or 1) < 2:
+    if disk.cpus() < 2:
         pytest.skip("fork_call forks only where a second CPU can run the child")
     code = ("import os, sys\nfrom patchkeeper.host import disk\nbig = sys.argv[1]\n"
             "open(big, 'wb').write(os.urandom(disk._BIG + 1))\nsize = os.path.getsize(big)\n"
@@ -311,7 +311,7 @@ def test_a_scan_split_over_two_processes_finds_what_one_process_finds(env, tmp_p
     taken, or of what is left once one is idle. Its answer and the stat cache it leaves are those
     of one process alone, and a file edited in place in either half, with its size and mtime kept,
     is found by both."""
-    if (os.cpu_count() or 1) < 2:
+    if disk.cpus() < 2:
         pytest.skip("fork_call forks only where a second CPU can run the child")
     keys = list(disk.walk_files(str(env.site), "sglang"))  # the scan's order; halves of about equal work
     edited = [keys[10], keys[len(keys) // 2 - 10], keys[len(keys) // 2 + 10], keys[-10]]
@@ -366,7 +366,7 @@ def test_the_fingerprint_beside_the_planning_splits_its_work_once_a_cpu_is_idle(
     splits its own long list, the identities of every file of the other distributions, with a
     process of its own once a CPU is idle (when the command has planned and waits): the same
     fingerprint as one process takes."""
-    if (os.cpu_count() or 1) < 2:
+    if disk.cpus() < 2:
         pytest.skip("fork_call forks only where a second CPU can run the child")
     log = tmp_path / "forks"
     proc = subprocess.run([sys.executable, "-c", _BESIDE, str(env.root), str(log)], capture_output=True, text=True,

@@ -72,7 +72,7 @@ def test_the_tree_audit_lists_each_directory_once_and_finds_what_the_bytecode_ch
     listed: list[str] = []
     real_scandir = os.scandir
     monkeypatch.setattr(disk, "allow_split", lambda allowed: False)  # one process: every listing seen here
-    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    monkeypatch.setattr(disk, "cpus", lambda: 1)
     monkeypatch.setattr(os, "scandir", lambda path=".": listed.append(str(path)) or real_scandir(path))
     tree = Agent().audit_tree(request)
     monkeypatch.undo()
@@ -392,7 +392,7 @@ def test_identities_split_over_two_processes_are_the_serial_ones(env, monkeypatc
     calls = []
     real_fork = os.fork
     monkeypatch.setattr(os, "fork", lambda: calls.append(1) or real_fork())
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(disk, "cpus", lambda: 2)
     monkeypatch.setattr(disk, "alone", lambda: True)  # a test runner's worker has threads of its own
     monkeypatch.setattr(disk, "busy", lambda: False)  # nor may the other workers keep every CPU busy
     assert seal.identities(paths) == serial and calls == [1]
@@ -422,12 +422,19 @@ def test_no_work_is_split_while_every_cpu_is_taken(monkeypatch, tmp_path):
     forks: list[int] = []
     real_fork = os.fork
     monkeypatch.setattr(os, "fork", lambda: forks.append(1) or real_fork())
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(disk, "cpus", lambda: 2)
     monkeypatch.setattr(disk, "alone", lambda: True)  # a test runner's worker has threads of its own
     monkeypatch.setattr(disk, "busy", lambda: True)
     assert seal.identities(paths) == seal.stat_identities(paths) and forks == []
     monkeypatch.setattr(disk, "busy", lambda: False)
     assert seal.identities(paths) == seal.stat_identities(paths) and forks == [1]
+    monkeypatch.undo()
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})  # a container given one of the host's CPUs
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(disk, "alone", lambda: True)
+    assert disk.cpus() == 1 and disk.fork_call(lambda: 1) is None  # counted alike by fork_call and busy
+    loadavg.write_text("0.10 0.05 0.01 1/312 40211\n")
+    assert disk.busy(str(loadavg))
 
 
 def test_many_small_files_are_split_with_a_forked_process_and_keep_their_order(monkeypatch, tmp_path):
@@ -438,7 +445,7 @@ def test_many_small_files_are_split_with_a_forked_process_and_keep_their_order(m
 
     monkeypatch.setattr(disk, "alone", lambda: True)  # a test runner's worker has threads of its own
     monkeypatch.setattr(disk, "busy", lambda: False)  # nor may the other workers keep every CPU busy
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(disk, "cpus", lambda: 2)
     pids: list[int] = []
     real_fork = os.fork
     monkeypatch.setattr(os, "fork", lambda: pids.append(1) or real_fork())
@@ -554,7 +561,7 @@ def test_a_cold_audit_shared_by_two_processes_gives_the_one_process_answer(env, 
         for cache in caches:
             cache.unlink(missing_ok=True)
         ran.unlink(missing_ok=True)
-        monkeypatch.setattr(os, "cpu_count", lambda: cpus)
+        monkeypatch.setattr(disk, "cpus", lambda: cpus)
         answer = Agent().audit_tree(request)
         return answer, [marshal.loads(c.read_bytes()) for c in caches]
 
@@ -590,7 +597,7 @@ def test_a_cold_audit_shared_by_two_processes_gives_the_one_process_answer(env, 
             raise RuntimeError("this unit failed")
         return real_run(self, i)
 
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(disk, "cpus", lambda: 2)
     monkeypatch.setattr(treecheck.TreeWork, "run", fails)
     with pytest.raises(RuntimeError, match="this unit failed"):
         Agent().audit_tree(request)
@@ -621,7 +628,7 @@ def test_a_plan_of_the_work_is_never_believed_over_the_tree(env, monkeypatch):
     def cold(cpus):
         for cache in caches:
             cache.unlink(missing_ok=True)
-        monkeypatch.setattr(os, "cpu_count", lambda: cpus)
+        monkeypatch.setattr(disk, "cpus", lambda: cpus)
         answer = Agent().audit_tree(request)
         return answer, [marshal.loads(c.read_bytes()) for c in caches]
 
@@ -685,7 +692,7 @@ def test_a_forked_process_hashes_big_files_without_threads(monkeypatch, tmp_path
     jobs = [(str(p), p.stat().st_size) for p in files]
     expected = disk.map_files(lambda job: disk.hash_file(*job), jobs, lambda job: job[1], 4)  # threads here
     monkeypatch.setattr(disk, "alone", lambda: True)  # a test runner's worker has threads of its own
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(disk, "cpus", lambda: 2)
     parent, real = os.getpid(), disk._blake3.blake3
 
     def blake3(*args, **kwargs):
@@ -715,7 +722,7 @@ def test_units_are_shared_by_two_processes_and_a_lost_unit_is_run_here(monkeypat
     from patchkeeper.host import disk
 
     monkeypatch.setattr(disk, "alone", lambda: True)  # a test runner's worker has threads of its own
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(disk, "cpus", lambda: 2)
     parent = os.getpid()
     claimed = []
 
