@@ -622,12 +622,12 @@ def test_apply_plans_from_the_recorded_text_and_from_the_whole_manifest_alike(en
 
 
 def test_a_manifest_near_one_read_already_is_cached_as_its_changes(env, monkeypatch):
-    """Agent._manifest: a rollback reads the state it leaves and the one it goes to; the one that
+    """host/manifests.py: a rollback reads the state it leaves and the one it goes to; the one that
     differs in a few rows from the other (cached whole) is cached as those rows (*.over), and read
     back, by a new agent, as the other's rows with them, without parsing its text; never believed
     over its object (rewritten: parsed again), nor when damaged, nor without the other's rows."""
-    from patchkeeper.host import agent as agent_module
     from patchkeeper.host import manifest_text as mt
+    from patchkeeper.host import manifests
     from patchkeeper.host.agent import Agent
 
     env.pk("snapshot", "--name", "start")
@@ -648,7 +648,7 @@ def test_a_manifest_near_one_read_already_is_cached_as_its_changes(env, monkeypa
         raise AssertionError("parsed")
 
     with monkeypatch.context() as m:
-        m.setattr(agent_module, "manifest_rows", unparsed)
+        m.setattr(manifests, "parse", unparsed)
         assert Agent().manifest_rows(store, applied) == mt.parse(text)  # the base's cache, and the changes
     whole.unlink()  # without the other's cache: the other is parsed, and the changes still serve
     assert Agent().manifest_rows(store, applied) == mt.parse(text)
@@ -660,7 +660,7 @@ def test_a_manifest_near_one_read_already_is_cached_as_its_changes(env, monkeypa
     obj.unlink()
     obj.write_bytes(data)
     with monkeypatch.context() as m:
-        m.setattr(agent_module, "manifest_rows", unparsed)
+        m.setattr(manifests, "parse", unparsed)
         with pytest.raises(AssertionError, match="parsed"):
             Agent().manifest_rows(store, applied)
     assert Agent().manifest_rows(store, applied) == mt.parse(text)

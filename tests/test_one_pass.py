@@ -17,6 +17,7 @@ import pytest
 
 from conftest import edit_file
 from patchkeeper.host import agent as agent_module
+from patchkeeper.host import manifests
 from patchkeeper.host.agent import Agent
 from patchkeeper.host.contract import ScanRequest
 from patchkeeper.host.errors import AgentError
@@ -93,7 +94,7 @@ def test_manifests_come_from_their_cache_and_never_over_the_stored_object(env, m
     def no_parsing(data: bytes) -> dict:
         raise AssertionError("manifest text parsed")
 
-    monkeypatch.setattr(agent_module, "manifest_rows", no_parsing)
+    monkeypatch.setattr(manifests, "parse", no_parsing)
     assert Agent().manifest_rows(store, digest) == rows  # a warm read parses no text
     env.pk("audit", "-q")
 
@@ -291,8 +292,9 @@ def test_a_sealed_audit_is_given_again_only_while_nothing_it_read_has_changed(en
     with monkeypatch.context() as m:
         from patchkeeper.host import treecheck
 
-        for name in ("check_bytecode", "manifest_rows", "TreeWork"):
+        for name in ("check_bytecode", "TreeWork"):
             m.setattr(agent_module, name, nothing_else)
+        m.setattr(manifests, "parse", nothing_else)
         for name in ("walk_files", "digest_files", "_walk_pyc"):
             m.setattr(treecheck, name, nothing_else)
         assert Agent().audit_tree(request) == clean  # from the seal alone

@@ -20,8 +20,6 @@ from .disk import (
     StatCache,
     algorithm_of,
     digest_files,
-    load_cache,
-    save_cache,
     split_when_idle,
     fsync_dir,
     fsync_path,
@@ -60,11 +58,9 @@ from .contract import (
 from . import seal
 from .distcheck import RecordSeals, check_bytecode, recompiled_sources
 from .distinfo import installed_version, layout, record_paths
-from .manifest_text import parse as manifest_rows
-from .errors import AgentError
+from .manifests import Manifests
 from .preflight import obstacles
 from .store import INDEX_CACHE, Store
-from . import treecheck
 from .treecheck import TreeWork, run_all
 
 TYPE_CHECKING = False
@@ -73,12 +69,6 @@ if TYPE_CHECKING:  # annotations only
 
     from .disk import Digests
 
-_MANIFEST_CACHE = 2  # version of the manifest-cache/*.rows format (2: rows are tuples) and of *.over
-_MANIFESTS_KEPT = 4  # manifests' rows an agent keeps while a command lasts (Agent._manifest)
-
-
-def _rows_path(store: str, digest: str) -> str:
-    return os.path.join(os.path.dirname(store), "manifest-cache", digest.replace(":", "-") + ".rows")
 
 
 _DIST_INFOS: dict[tuple[Any, ...], tuple[list[str], bytes, DistInfo | None]] = {}  # Agent.dist_info's answers
@@ -95,7 +85,7 @@ class Agent(AgentContract):
     def __init__(self) -> None:
         self._stores: dict[str, Store] = {}
         self._held: dict[str, int] = {}  # lock path -> the descriptor whose flock says we hold it
-        self._rows: dict[tuple[str, str], Rows] = {}  # manifests read (Agent._manifest)
+        self._manifests = Manifests(self._store)  # the stored manifests' rows, read once each
 
     def park(self) -> str:
         """The command using this agent is done: release every lock it still holds and forget what
@@ -360,7 +350,7 @@ class Agent(AgentContract):
 
     def _compare(self, store: str, manifest: str, scan: ScanRequest, scans: dict[str, Rows]) -> Comparison:
         """One stored manifest against a scan in its hash algorithm (`scans` keeps each algorithm's)."""
-        rows = _without_install_records(self._manifest(store, manifest))
+        rows = _without_install_records(self._manifests.rows(store, manifest))
         scan = _in_algorithm_of(scan, rows)
         if scan.algorithm not in scans:
             scans[scan.algorithm] = self._scan(scan, False, rows).rows  # type: ignore[index]
@@ -368,64 +358,7 @@ class Agent(AgentContract):
 
     def manifest_rows(self, store: str, digest: str) -> Rows:
         """A stored manifest as key -> (digest, size, mode), parsed at most once while it lasts."""
-        return self._manifest(store, digest)
-
-    def _manifest(self, store: str, digest: str, over: bool = True) -> Rows:
-        """A stored manifest's rows, from a compact cache beside the store when it is current
-        (same version, same digest, the object's file unchanged), else parsed and cached again.
-
-        Each is read at most once per command (Agent.park forgets them). A manifest that differs in
-        a few rows from another one already read here (a rollback reads the state it leaves and the
-        one it goes to) is cached as those rows over the other's whole cache (`over`: one level at
-        most), and read back as a copy of the other's rows with them."""
-        import sys
-
-        if (store, digest) in self._rows:
-            return self._rows[(store, digest)]
-        objects = self._store(store)
-        ident = objects.identity(digest)
-        path = _rows_path(store, digest)
-        stamp = [_MANIFEST_CACHE, list(sys.version_info[:2]), digest, ident]
-        rows = load_cache(path, stamp) if ident is not None else None
-        if rows is None and ident is not None and over:
-            rows = self._over(store, path, stamp)
-        if rows is None:
-            rows = manifest_rows(objects.get(digest))
-            if ident is not None:
-                self._cache_rows(store, path, stamp, rows)
-        self._rows[(store, digest)] = rows
-        while len(self._rows) > _MANIFESTS_KEPT:
-            del self._rows[next(iter(self._rows))]
-        return rows  # type: ignore[no-any-return]
-
-    def _over(self, store: str, path: str, stamp: list[Any]) -> Rows | None:
-        """The rows a cache of changes over another manifest's rows gives, None without a usable one."""
-        kept = load_cache(path[: -len(".rows")] + ".over", stamp)
-        if kept is None or not isinstance(kept.get("base"), str) or not isinstance(kept.get("changes"), dict):
-            return None
-        try:
-            rows = dict(self._manifest(store, kept["base"], over=False))
-        except AgentError:  # the other manifest is gone, or damaged: this one is parsed instead
-            return None
-        for key, row in kept["changes"].items():
-            if row is None:
-                rows.pop(key, None)
-            else:
-                rows[key] = row
-        return rows
-
-    def _cache_rows(self, store: str, path: str, stamp: list[Any], rows: Rows) -> None:
-        """Cache a manifest's rows whole, or as the few rows it changes over a manifest read here
-        already and cached whole."""
-        for (where, base), known in self._rows.items():
-            if where != store or not os.path.exists(_rows_path(store, base)):
-                continue
-            differ = {k for k, _ in known.items() ^ rows.items()}
-            if 8 * len(differ) < len(rows):
-                save_cache(path[: -len(".rows")] + ".over", stamp,
-                           {"base": base, "changes": {k: rows.get(k) for k in differ}})
-                return
-        save_cache(path, stamp, rows)
+        return self._manifests.rows(store, digest)
 
     # ---- object store ------------------------------------------------------------------
     def store_put(self, store: str, data: bytes, digest: str | None = None) -> str:
@@ -679,7 +612,7 @@ class Agent(AgentContract):
             named = [p if p[:1] == "/" else f"{root}/{p}" for p in scan.paths]
             named += [*scan.absolute.values(), self._store(request.store).loose_path(request.manifest)]
             taken = seal.entries(root, scan.walk, named)  # the stored manifest too: never believed over it
-        expected = _without_install_records(self._manifest(request.store, request.manifest))
+        expected = _without_install_records(self._manifests.rows(request.store, request.manifest))
         scan = _in_algorithm_of(scan, expected)
         if records is None:  # a distribution of thousands of files (torch) would be one unit alone for
             heavy = [n for n in request.records if _record_size(root, n) > _HEAVY_RECORD]  # one CPU: it
@@ -688,7 +621,7 @@ class Agent(AgentContract):
         else:
             first, light = records, []
         libraries = (list(request.native_sites), request.native_cache) if request.native_sites else None
-        work = TreeWork(scan, self._groups(request.store, request.manifest, expected, scan.walk), request.cache_tag,
+        work = TreeWork(scan, self._manifests.groups(request.store, request.manifest, expected, scan.walk), request.cache_tag,
                         list(request.verify), request.bytecode_cache, light, request.record_cache, libraries)
         rows, checked, found, outcomes = work.merge(*run_all(work))
         records = {name: first[name] if name in first else checked[name] for name in request.records}
@@ -702,22 +635,6 @@ class Agent(AgentContract):
             seal.save(request.seal, key or self._tree_key(request, records), taken, answer.to_wire())
         return replace(answer, records={name: RecordCheck.from_wire(r) for name, r in records.items()},
                        native=work.native)
-
-    @staticmethod
-    def _groups(store: str, digest: str, rows: Rows, walk: tuple[str, ...]) -> list[list[str]]:
-        """The package's groups of directories for a tree audit (treecheck.groups), planned from a
-        stored manifest's rows once and kept beside its cached rows: a plan only shares work out,
-        and the manifest's digest names its rows whole."""
-        import sys
-
-        path = os.path.join(os.path.dirname(store), "manifest-cache", digest.replace(":", "-") + ".groups")
-        stamp = [_MANIFEST_CACHE, list(sys.version_info[:2]), digest, list(walk), treecheck.PARTS]
-        kept = load_cache(path, stamp)
-        if kept is not None and isinstance(kept.get("groups"), list):
-            return kept["groups"]  # type: ignore[no-any-return]
-        groups = treecheck.groups(rows, walk)
-        save_cache(path, stamp, {"groups": groups})
-        return groups
 
     @staticmethod
     def _tree_key(request: TreeRequest, records: dict[str, Any]) -> tuple[Any, ...]:
