@@ -786,8 +786,8 @@ def test_the_package_is_planned_in_groups_of_directories_by_recorded_work():
 
 
 def test_the_halves_of_a_split_scan_weigh_files_to_hash_by_their_recorded_size():
-    """agent._halfway: a file the stat cache knows costs an lstat; one to hash, by its recorded size."""
-    from patchkeeper.host.agent import _halfway
+    """compare._halfway: a file the stat cache knows costs an lstat; one to hash, by its recorded size."""
+    from patchkeeper.host.compare import _halfway
 
     jobs = [(f"f{i}", f"/x/f{i}") for i in range(10)]
     assert _halfway(jobs, {}, {}) == 5
