@@ -252,7 +252,7 @@ def test_a_forked_computation_hashes_big_files_after_blake3s_threads_ran(tmp_pat
     """disk.fork_call after blake3's own thread pool hashed a big file here: a fork does not copy
     those native threads, so the child hashes on its calling thread instead of waiting on them
     for ever (the guard below only ends a child that would)."""
-    if (os.cpu_count() or 1) < 2:
+    if disk.cpus() < 2:
         pytest.skip("fork_call forks only where a second CPU can run the child")
     code = ("import os, sys\nfrom patchkeeper.host import disk\nbig = sys.argv[1]\n"
             "open(big, 'wb').write(os.urandom(disk._BIG + 1))\nsize = os.path.getsize(big)\n"
@@ -311,7 +311,7 @@ def test_a_scan_split_over_two_processes_finds_what_one_process_finds(env, tmp_p
     taken, or of what is left once one is idle. Its answer and the stat cache it leaves are those
     of one process alone, and a file edited in place in either half, with its size and mtime kept,
     is found by both."""
-    if (os.cpu_count() or 1) < 2:
+    if disk.cpus() < 2:
         pytest.skip("fork_call forks only where a second CPU can run the child")
     keys = list(disk.walk_files(str(env.site), "sglang"))  # the scan's order; halves of about equal work
     edited = [keys[10], keys[len(keys) // 2 - 10], keys[len(keys) // 2 + 10], keys[-10]]
@@ -366,7 +366,7 @@ def test_the_fingerprint_beside_the_planning_splits_its_work_once_a_cpu_is_idle(
     splits its own long list, the identities of every file of the other distributions, with a
     process of its own once a CPU is idle (when the command has planned and waits): the same
     fingerprint as one process takes."""
-    if (os.cpu_count() or 1) < 2:
+    if disk.cpus() < 2:
         pytest.skip("fork_call forks only where a second CPU can run the child")
     log = tmp_path / "forks"
     proc = subprocess.run([sys.executable, "-c", _BESIDE, str(env.root), str(log)], capture_output=True, text=True,
@@ -622,12 +622,12 @@ def test_apply_plans_from_the_recorded_text_and_from_the_whole_manifest_alike(en
 
 
 def test_a_manifest_near_one_read_already_is_cached_as_its_changes(env, monkeypatch):
-    """Agent._manifest: a rollback reads the state it leaves and the one it goes to; the one that
+    """host/manifests.py: a rollback reads the state it leaves and the one it goes to; the one that
     differs in a few rows from the other (cached whole) is cached as those rows (*.over), and read
     back, by a new agent, as the other's rows with them, without parsing its text; never believed
     over its object (rewritten: parsed again), nor when damaged, nor without the other's rows."""
-    from patchkeeper.host import agent as agent_module
     from patchkeeper.host import manifest_text as mt
+    from patchkeeper.host import manifests
     from patchkeeper.host.agent import Agent
 
     env.pk("snapshot", "--name", "start")
@@ -648,7 +648,7 @@ def test_a_manifest_near_one_read_already_is_cached_as_its_changes(env, monkeypa
         raise AssertionError("parsed")
 
     with monkeypatch.context() as m:
-        m.setattr(agent_module, "manifest_rows", unparsed)
+        m.setattr(manifests, "parse", unparsed)
         assert Agent().manifest_rows(store, applied) == mt.parse(text)  # the base's cache, and the changes
     whole.unlink()  # without the other's cache: the other is parsed, and the changes still serve
     assert Agent().manifest_rows(store, applied) == mt.parse(text)
@@ -660,7 +660,7 @@ def test_a_manifest_near_one_read_already_is_cached_as_its_changes(env, monkeypa
     obj.unlink()
     obj.write_bytes(data)
     with monkeypatch.context() as m:
-        m.setattr(agent_module, "manifest_rows", unparsed)
+        m.setattr(manifests, "parse", unparsed)
         with pytest.raises(AssertionError, match="parsed"):
             Agent().manifest_rows(store, applied)
     assert Agent().manifest_rows(store, applied) == mt.parse(text)

@@ -378,7 +378,15 @@ def hostname() -> str:
 
 
 BIG_FILE = 1 << 20
-HASH_WORKERS = min(8, (os.cpu_count() or 2) * 2)  # threads for big files to hash (map_files)
+def cpus() -> int:
+    """The CPUs this process may run on (its affinity: in a container, fewer than the host has)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # no sched_getaffinity on this platform
+        return os.cpu_count() or 1
+
+
+HASH_WORKERS = min(8, cpus() * 2)  # threads for big files to hash (map_files)
 SPLIT_AT = 2048  # from this many small jobs on, a forked second process takes half of them (fork_half)
 _split = True  # off in a process that is itself one of a pool's (no_split), or a forked child (fork_call)
 _sharing = False  # running units beside a forked process (share_units): both CPUs are busy, so no
@@ -498,10 +506,9 @@ def busy(loadavg: str = "/proc/loadavg") -> bool:
     try:
         with open(loadavg, "rb") as f:
             running = int(f.read().split()[3].split(b"/")[0])
-        cpus = len(os.sched_getaffinity(0))
-    except (OSError, ValueError, IndexError, AttributeError):
+    except (OSError, ValueError, IndexError):
         return False
-    return running >= cpus
+    return running >= cpus()
 
 
 def fork_call(fn: Callable[[], _R]) -> Callable[..., _R] | None:
@@ -521,7 +528,7 @@ def fork_call(fn: Callable[[], _R]) -> Callable[..., _R] | None:
             os.waitpid(_exiting.pop(), 0)
         except ChildProcessError:  # waited for by someone else
             pass
-    if not _split or (os.cpu_count() or 1) < 2 or not hasattr(os, "fork") or not alone():
+    if not _split or cpus() < 2 or not hasattr(os, "fork") or not alone():
         return None
     r, w = os.pipe()
     try:
