@@ -62,6 +62,13 @@ def plain(argv: list[str]) -> tuple[str, str | None, dict[str, object]] | None:
 
 
 def main() -> None:
+    import gc
+
+    # No collection while a command runs: its objects (stat caches, manifests: hundreds of thousands of
+    # tuples, none in a cycle) would only be gone over again and again, about 35 ms of a rollback of
+    # sglang; the exit gives the memory back whole. A check that waits on a service turns them back on
+    # (verify.run_checks), and a holder is a process of its own.
+    gc.disable()
     argv = sys.argv[1:]
     found = None if any(k.endswith("_COMPLETE") for k in os.environ) else plain(argv)
     sealed: tuple | None = None
