@@ -191,3 +191,7 @@ def test_every_command_leaves_without_teardown(env, tmp_path):
     proc = subprocess.run([sys.executable, "-c", _TEARDOWN.replace("launch.main()", "sys.exit(0)"), str(log),
                            str(env.root)], capture_output=True, text=True)
     assert log.read_text() == "torn down;"  # the probe sees a teardown where there is one
+    profiled = _TEARDOWN.replace("launch.main()", "sys.setprofile(lambda *a: None)\nlaunch.main()")
+    proc = subprocess.run([sys.executable, "-c", profiled, str(log), str(env.root), "status"], capture_output=True,
+                          text=True)
+    assert proc.returncode == 0 and log.read_text() == "torn down;" * 2  # a profiler reports after the program
