@@ -253,6 +253,49 @@ def test_only_big_files_are_hashed_on_threads_and_answers_keep_their_order():
     assert all(ran_on[i] != here for i in range(0, 9, 3))
 
 
+def test_beside_a_forked_process_each_file_is_hashed_as_it_is_met_with_the_same_answers(tmp_path, monkeypatch):
+    """disk.digest_files in a process sharing units with a forked one (or in that one) hashes each
+    file as soon as its lstat says it must, by reads of disk.CHUNK, rather than through map_files:
+    the same rows, identities, stats and order as map_files gives (a remembered digest, a file
+    edited since, an empty, a big and a gone file, a symlink, a directory), in blake3 and sha256;
+    and an algorithm this Python lacks fails as before, only once there is a file to hash."""
+    from patchkeeper.host import disk
+
+    root = tmp_path / "tree"
+    root.mkdir()
+    (root / "kept.py").write_text("kept = 1\n")
+    (root / "edited.py").write_text("edited = 1\n")
+    (root / "empty.py").write_bytes(b"")
+    (root / "big.so").write_bytes(os.urandom(3 * disk.CHUNK + 5))
+    (root / "dir").mkdir()
+    (root / "link.py").symlink_to(root / "kept.py")
+    names = ["kept.py", "edited.py", "gone.py", "empty.py", "big.so", "dir", "link.py"]
+    jobs = [(name, str(root / name)) for name in names]
+    st = os.lstat(root / "kept.py")
+    known = {"kept.py": (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, "blake3:remembered"),
+             "edited.py": (1, 2, 3, 4, "blake3:stale")}
+    for algorithm in ("blake3", "sha256"):
+        serial_stats: dict = {}
+        serial = disk.digest_files(jobs, known, algorithm, serial_stats)
+        reads: list[int] = []
+        real_read = os.read
+        monkeypatch.setattr(os, "read", lambda fd, n: reads.append(n) or real_read(fd, n))
+        monkeypatch.setattr(disk, "map_files", lambda *a, **k: pytest.fail("not through map_files"))
+        monkeypatch.setattr(disk, "_sharing", True)
+        shared_stats: dict = {}
+        shared = disk.digest_files(jobs, known, algorithm, shared_stats)
+        monkeypatch.undo()
+        assert shared == serial and shared_stats == serial_stats
+        assert [(d[0], d[3]) for d in shared] == [("kept.py", algorithm == "blake3"), ("edited.py", False),
+                                                  ("empty.py", False), ("big.so", False)]
+        assert set(reads) == {disk.CHUNK} and len(reads) == (2 + 2 + 1 + 5 if algorithm == "sha256" else 2 + 1 + 5)
+    assert dict((k, row) for k, row, _, _ in shared)["big.so"][0] == disk.hash_file(str(root / "big.so"), 0, "sha256")
+    monkeypatch.setattr(disk, "_sharing", True)
+    assert disk.digest_files(jobs[:1], known, "blake3", {})[0][3] is True  # remembered: nothing to hash
+    with pytest.raises(AgentError, match="cannot hash with 'md5'"):
+        disk.digest_files(jobs, known, "md5", {})
+
+
 def test_a_sealed_audit_is_given_again_only_while_nothing_it_read_has_changed(env, monkeypatch):
     """host/seal.py: once the stat cache exists, audit_tree seals its answer with the identity of
     every entry it read; while all are unchanged the answer comes back with nothing else read, and
