@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 from conftest import edit_file
 
@@ -84,3 +85,31 @@ def test_plain_audit_runs_without_click_and_says_what_click_says(env):
     bad = env.pk("audit", "-t", "nowhere", check=2)  # errors end as in click's path: one line and a hint
     assert bad.stderr.startswith("patchkeeper: error: unknown target 'nowhere'") and "hint:" in bad.stderr
     assert "Usage:" in env.pk("audit", "-q", "-x", check=2).stderr  # an unknown option: click explains
+
+
+def test_a_plain_audit_leaves_without_teardown_once_its_exit_handlers_ran(env, tmp_path):
+    """launch.py ends a plain audit by verb.leave: the exit handlers run (classcache.py writes its
+    table of compiled dataclass methods at exit) and the output is whole, then the process exits
+    with the audit's code without freeing its objects one by one; while another thread runs, it
+    ends as sys.exit does, waiting for that thread."""
+    from patchkeeper import classcache
+
+    table = tmp_path / "cache" / "patchkeeper" / Path(classcache.path()).name
+    run = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    env.pk("snapshot", "--name", "s0")
+    edit_file(env.site / "sglang" / "version.py", b"__version__ = 'edited'\n")
+    plain = env.pk("audit", "-v", check=1, env=run)
+    assert table.exists()  # written by the exit handler
+    assert "sglang/version.py" in plain.stdout
+    assert plain.stdout.splitlines()[-1].endswith("has 1 file(s) changed outside patchkeeper; environment clean")
+    script = ("import atexit, os, sys, threading, time\n"
+              "from patchkeeper.verb import leave\n"
+              "atexit.register(lambda: open(sys.argv[1], 'a').write('handler\\n'))\n"
+              "if sys.argv[2] == 'thread':\n"
+              "    threading.Thread(target=lambda: (time.sleep(0.2), open(sys.argv[1], 'a').write('thread\\n'))).start()\n"
+              "sys.stdout.write('buffered, not flushed')\n"
+              "leave(5)\n")
+    for mode, lines in (("alone", ["handler"]), ("thread", ["thread", "handler"])):
+        log = tmp_path / f"{mode}.log"
+        proc = subprocess.run([sys.executable, "-c", script, str(log), mode], capture_output=True, text=True)
+        assert (proc.returncode, proc.stdout, log.read_text().split()) == (5, "buffered, not flushed", lines)

@@ -88,7 +88,14 @@ def main() -> None:
 
     verb, workspace_dir, options = found
     if verb == "audit":
-        run_verb(_audit, workspace_dir, options, sealed, ran_before)
+        try:
+            run_verb(_audit, workspace_dir, options, sealed, ran_before)
+        except SystemExit as end:  # (run_verb always ends so) the report is out: no teardown after it
+            if isinstance(end.code, int):
+                from .verb import leave
+
+                leave(end.code)
+            raise
     run_verb(_change, verb, workspace_dir, options)  # exits
 
 

@@ -40,6 +40,27 @@ def run_verb(fn: Callable[..., int], *args: Any, **kwargs: Any) -> NoReturn:
     sys.exit(code)
 
 
+
+def leave(code: int) -> NoReturn:
+    """Exit with `code` as sys.exit does, but without the interpreter's teardown, which frees every
+    object one by one (after a cold audit of sglang: about 12 ms, a twentieth of the run, to give
+    memory back that the exit gives back whole): the exit handlers run and stdout and stderr are
+    flushed first. While another thread runs, or when a flush fails, sys.exit's own way."""
+    import atexit
+
+    threading = sys.modules.get("threading")
+    if threading is not None and threading.active_count() > 1:  # sys.exit waits for it
+        sys.exit(code)
+    atexit._run_exitfuncs()
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+    except (OSError, ValueError):  # as the teardown would say it (and exit 120)
+        sys.exit(code)
+    os._exit(code)
+
+
 class _ReaderGone:
     """sys.stdout that, once the reader has closed the pipe (`| head`), sends the rest to /dev/null.
 
