@@ -183,6 +183,25 @@ def test_stat_cache_is_written_only_when_it_learned_something(env, monkeypatch):
     assert disk.StatCache(cache).entries[rel][4] == again[rel][0]  # learned: written
 
 
+def test_a_units_digests_taken_apart_are_what_take_makes_of_them(tmp_path):
+    """StatCache.taken (a unit's digests made into rows, and what may be remembered, where they
+    were made) merged by two dict updates is StatCache.take: a remembered digest kept as it was, a
+    new one remembered, one too fresh to remember (the racily-clean rule) only in the rows."""
+    from patchkeeper.host.disk import StatCache
+
+    cache = StatCache(None)
+    old, now = cache.started_ns - 10 * cache.GRANULARITY_NS, cache.started_ns
+    cache.entries = {"a.py": (1, old, old, 7, "blake3:a")}
+    done = [("a.py", ("blake3:a", 1, 0o644), (1, old, old, 7), True),
+            ("b.py", ("blake3:b", 2, 0o644), (2, old, old, 8), False),
+            ("c.py", ("blake3:c", 3, 0o755), (3, old, now, 9), False)]
+    out: dict = {}
+    cache.take(done, out)
+    rows, fresh = cache.taken(done)
+    assert rows == out and list(rows) == ["a.py", "b.py", "c.py"]
+    assert fresh == cache.fresh == {"a.py": (1, old, old, 7, "blake3:a"), "b.py": (2, old, old, 8, "blake3:b")}
+
+
 def test_differences_of_rows_and_of_entries_agree():
     """Manifests made from rows compare by rows first; rows that differ only in type still agree."""
     from patchkeeper.manifest import Entry, Manifest, differences

@@ -252,6 +252,20 @@ class StatCache:
             elif identity[1] < limit and identity[2] < limit:
                 fresh[key] = (*identity, row[0])
 
+    def taken(self, done: Iterable[Digested]) -> tuple[dict[str, Any], dict[str, tuple[Any, ...]]]:
+        """take's two parts, apart: each digested file's row, and what may be remembered of them
+        (computed only: a forked process may make them, for this one to merge)."""
+        rows: dict[str, Any] = {}
+        fresh: dict[str, tuple[Any, ...]] = {}
+        known, limit = self.entries, self.started_ns - self.GRANULARITY_NS
+        for key, row, identity, hit in done:
+            rows[key] = row
+            if hit:
+                fresh[key] = known[key]
+            elif identity[1] < limit and identity[2] < limit:
+                fresh[key] = (*identity, row[0])
+        return rows, fresh
+
     def save(self) -> None:
         """Write the entries this run used or made, when it made any, or when an eighth of the
         known ones were not used (stale: their files changed, went, or were not asked for). A stale
