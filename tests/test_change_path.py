@@ -252,7 +252,7 @@ def test_a_forked_computation_hashes_big_files_after_blake3s_threads_ran(tmp_pat
     """disk.fork_call after blake3's own thread pool hashed a big file here: a fork does not copy
     those native threads, so the child hashes on its calling thread instead of waiting on them
     for ever (the guard below only ends a child that would)."""
-    if (os.cpu_count() or 1) < 2:
+    if disk.cpus() < 2:
         pytest.skip("fork_call forks only where a second CPU can run the child")
     code = ("import os, sys\nfrom patchkeeper.host import disk\nbig = sys.argv[1]\n"
             "open(big, 'wb').write(os.urandom(disk._BIG + 1))\nsize = os.path.getsize(big)\n"
@@ -311,7 +311,7 @@ def test_a_scan_split_over_two_processes_finds_what_one_process_finds(env, tmp_p
     taken, or of what is left once one is idle. Its answer and the stat cache it leaves are those
     of one process alone, and a file edited in place in either half, with its size and mtime kept,
     is found by both."""
-    if (os.cpu_count() or 1) < 2:
+    if disk.cpus() < 2:
         pytest.skip("fork_call forks only where a second CPU can run the child")
     keys = list(disk.walk_files(str(env.site), "sglang"))  # the scan's order; halves of about equal work
     edited = [keys[10], keys[len(keys) // 2 - 10], keys[len(keys) // 2 + 10], keys[-10]]
@@ -366,7 +366,7 @@ def test_the_fingerprint_beside_the_planning_splits_its_work_once_a_cpu_is_idle(
     splits its own long list, the identities of every file of the other distributions, with a
     process of its own once a CPU is idle (when the command has planned and waits): the same
     fingerprint as one process takes."""
-    if (os.cpu_count() or 1) < 2:
+    if disk.cpus() < 2:
         pytest.skip("fork_call forks only where a second CPU can run the child")
     log = tmp_path / "forks"
     proc = subprocess.run([sys.executable, "-c", _BESIDE, str(env.root), str(log)], capture_output=True, text=True,
@@ -451,6 +451,28 @@ def test_inspect_is_imported_only_when_something_uses_it(tmp_path):
     # before it is imported: replay.py's recording asks every module for one)
 
 
+_FORWARDED = '''
+import sys
+from patchkeeper.classcache import on_first_use
+on_first_use("urllib.parse", ("quote_from_bytes",))
+import pathlib  # takes quote_from_bytes at its import
+print("stand-in" if "urlsplit" not in vars(sys.modules["urllib.parse"]) else "real")
+print(pathlib.PurePosixPath("/a b").as_uri(), "real" if "urlsplit" in vars(sys.modules["urllib.parse"]) else "stand-in")
+import urllib.parse
+print(urllib.parse.urlsplit("http://h/p").netloc, sys.modules["urllib.parse"].urlsplit is urllib.parse.urlsplit)
+'''
+
+
+def test_a_stand_in_forwards_the_functions_taken_at_import(tmp_path):
+    """classcache.on_first_use with `calls`: pathlib takes urllib.parse's quote_from_bytes at its import
+    (urllib.parse, with its named tuples, is about 4 ms of every command); the stand-in gives it a
+    function that imports the real module when first called; `import urllib.parse` then finds it on
+    its package as the real import would have set it."""
+    proc = subprocess.run([sys.executable, "-c", _FORWARDED], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split("\n")[:3] == ["stand-in", "file:///a%20b real", "h True"]
+
+
 def test_manifest_text_quotes_as_each_key_alone_would_say():
     """host/manifest_text.write_rows decides with one scan of all keys whether any needs quoting
     (then every ambiguous one is quoted): the same decision as asking each key (_AMBIGUOUS), for a
@@ -521,3 +543,125 @@ def test_the_table_of_compiled_methods_keeps_what_is_used_once_it_grows(tmp_path
     stamp, table = marshal.loads(open(classcache.path(), "rb").read())
     assert stamp == classcache.STAMP and table and not [s for s in table if s.startswith("# old")]
     assert set(table) == classcache._used
+
+
+def _manifest_text(env) -> bytes:
+    from patchkeeper.host.agent import Agent
+
+    entries = [json.loads(p.read_text()) for p in sorted((env.state_dir / "ledger").glob("*.json"))]
+    return Agent().store_get(str(env.state_dir / "store"), entries[-1]["after"]["manifest"])
+
+
+def test_a_plan_splices_the_recorded_text_as_writing_it_whole_would(env):
+    """manifest_text.lines/lookup/splice: a plan reads the recorded entries of the keys it touches and
+    writes its new manifest from the recorded text alone, byte for byte what parsing the whole manifest
+    and writing it again gives (random changes to the real sglang manifest: rows changed, removed, and
+    added before, between and after the others); a text whose lines could be written otherwise (a
+    quoted key, a non-ASCII one, an install record) or a change to such a key is refused (None)."""
+    import random
+
+    from patchkeeper.host import manifest_text as mt
+
+    env.pk("snapshot", "--name", "start")
+    text = _manifest_text(env)
+    rows = mt.parse(text)
+    found = mt.lines(text)
+    assert found is not None and len(found) == len(rows) > 5000
+    keys = list(rows)
+    rnd = random.Random(11)
+    for _ in range(150):
+        changes: dict = {k: None if rnd.random() < 0.3 else (f"blake3:{rnd.getrandbits(256):064x}", rnd.randint(0, 9), 0o755)
+                         for k in rnd.sample(keys, 6)}
+        for _ in range(4):  # new keys, wherever they sort
+            base = rnd.choice(keys + ["", "~"])
+            changes[base[:rnd.randint(0, len(base))] + rnd.choice(["a", "~z", "/x.py", " y", "0"])] = ("blake3:" + "0" * 64, 1, 0o644)
+        whole = dict(rows)
+        for k, row in changes.items():
+            if row is None:
+                whole.pop(k, None)
+            else:
+                whole[k] = row
+        assert mt.splice(found, changes) == mt.write_rows(dict(sorted(whole.items())))
+        assert mt.lookup(found, list(changes)) == {k: rows.get(k) for k in changes}
+    for odd in ('sglang/"quoted".py', "sglang/caf\u00e9.py", "sglang/back\\slash.py", "x-1.0.dist-info/RECORD"):
+        assert mt.lines(mt.write_rows(dict(sorted({**rows, odd: ("blake3:" + "1" * 64, 1, 0o644)}.items())))) is None
+        assert mt.splice(found, {odd: ("blake3:" + "1" * 64, 1, 0o644)}) is None
+
+
+def test_apply_plans_from_the_recorded_text_and_from_the_whole_manifest_alike(env, monkeypatch):
+    """engine.Recorded: apply's plan reads no whole manifest where the recorded text can be spliced, and
+    the whole one where it cannot (a non-ASCII file name in the package); the state recorded is the
+    one writing the whole manifest gives."""
+    from patchkeeper import engine, workspace
+    from patchkeeper.host import manifest_text as mt
+    from patchkeeper.ledger import Ledger
+    from patchkeeper.session import Session
+
+    loaded = []
+    whole = Ledger.load_manifest
+    monkeypatch.setattr(Ledger, "load_manifest", lambda self, state: loaded.append(state.id) or whole(self, state))
+    for odd in (False, True):
+        if odd:
+            env.pk("rollback", "--to", "baseline")  # (which removes the file, not in the baseline)
+            (env.site / "sglang" / "caf\u00e9.txt").write_bytes(b"odd name\n")
+            env.pk("snapshot", "--name", "with-odd")  # a recorded state whose text cannot be spliced
+        else:
+            env.pk("snapshot", "--name", "start")
+        loaded.clear()
+        with Session(workspace.load(env.root), None, "apply ddtree") as s:
+            plan = engine.plan_apply(s, "ddtree", force=True)
+        assert plan is not None
+        assert loaded == ([s.ledger.current().id] if odd else [])
+        recorded = mt.parse(_manifest_text(env))
+        for op in plan.ops:
+            recorded[op.key] = (op.new.digest, op.new.size, op.new.mode)
+        new = mt.write_rows(dict(sorted(recorded.items())))
+        assert plan.contents[plan.entry.after.manifest] == new
+        assert plan.entry.after.manifest == s.target.hash_bytes(new)
+        env.pk("apply", "ddtree", "--force")
+
+
+def test_a_manifest_near_one_read_already_is_cached_as_its_changes(env, monkeypatch):
+    """host/manifests.py: a rollback reads the state it leaves and the one it goes to; the one that
+    differs in a few rows from the other (cached whole) is cached as those rows (*.over), and read
+    back, by a new agent, as the other's rows with them, without parsing its text; never believed
+    over its object (rewritten: parsed again), nor when damaged, nor without the other's rows."""
+    from patchkeeper.host import manifest_text as mt
+    from patchkeeper.host import manifests
+    from patchkeeper.host.agent import Agent
+
+    env.pk("snapshot", "--name", "start")
+    env.pk("apply", "ddtree")
+    entries = [json.loads(p.read_text()) for p in sorted((env.state_dir / "ledger").glob("*.json"))]
+    base, applied = entries[0]["after"]["manifest"], entries[-1]["after"]["manifest"]
+    store, cache = str(env.state_dir / "store"), env.state_dir / "manifest-cache"
+    for p in cache.iterdir() if cache.exists() else ():  # (apply reads no whole manifest: see above)
+        p.unlink()
+    text = Agent().store_get(store, applied)
+    agent = Agent()
+    assert agent.manifest_rows(store, base) != agent.manifest_rows(store, applied) == mt.parse(text)
+    over = cache / (applied.replace(":", "-") + ".over")
+    whole = cache / (base.replace(":", "-") + ".rows")
+    assert over.exists() and not over.with_suffix(".rows").exists() and 20 * over.stat().st_size < whole.stat().st_size
+
+    def unparsed(data):
+        raise AssertionError("parsed")
+
+    with monkeypatch.context() as m:
+        m.setattr(manifests, "parse", unparsed)
+        assert Agent().manifest_rows(store, applied) == mt.parse(text)  # the base's cache, and the changes
+    whole.unlink()  # without the other's cache: the other is parsed, and the changes still serve
+    assert Agent().manifest_rows(store, applied) == mt.parse(text)
+    over.write_bytes(over.read_bytes()[:100])  # damaged: parsed, and cached again
+    assert Agent().manifest_rows(store, applied) == mt.parse(text)
+    algo, _, hexd = applied.partition(":")
+    obj = env.state_dir / "store" / "objects" / algo / hexd[:2] / hexd[2:]
+    data = obj.read_bytes()  # the object rewritten (same bytes, a new file): its cache is not believed
+    obj.unlink()
+    obj.write_bytes(data)
+    with monkeypatch.context() as m:
+        m.setattr(manifests, "parse", unparsed)
+        with pytest.raises(AssertionError, match="parsed"):
+            Agent().manifest_rows(store, applied)
+    assert Agent().manifest_rows(store, applied) == mt.parse(text)
+    env.pk("rollback", "--to", "baseline")

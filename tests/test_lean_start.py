@@ -42,7 +42,7 @@ def test_fast_paths_import_no_heavy_modules(env):
 # adopting and repairing (a baseline is recorded already), git's diff values, and for rollback the patch sets
 # (hashlib may load: the fingerprint checks other distributions' sha256 RECORD digests where its cache is cold)
 NOT_NEEDED = ("patchkeeper.aftercheck", "patchkeeper.verify", "patchkeeper.service", "patchkeeper.host.probe_http", "socket", "patchkeeper.repair",
-              "patchkeeper.diffwrite", "shutil", "subprocess")
+              "patchkeeper.diffwrite", "shutil", "subprocess", "urllib.parse")  # (pathlib's: a stand-in, see launch.py)
 # nor, without click (which uses it), inspect: dataclasses imports it only to sign a class without a docstring
 UNSIGNED = ("inspect", "ast", "dis")
 
@@ -85,6 +85,54 @@ def test_plain_audit_runs_without_click_and_says_what_click_says(env):
     bad = env.pk("audit", "-t", "nowhere", check=2)  # errors end as in click's path: one line and a hint
     assert bad.stderr.startswith("patchkeeper: error: unknown target 'nowhere'") and "hint:" in bad.stderr
     assert "Usage:" in env.pk("audit", "-q", "-x", check=2).stderr  # an unknown option: click explains
+
+
+_COLLECTIONS = '''
+import gc, sys
+from patchkeeper import launch
+counted = []
+gc.callbacks.append(lambda phase, info: phase == "start" and counted.append(info["generation"]))
+sys.argv = ["patchkeeper", "--workspace", sys.argv[1], *sys.argv[2:]]
+try:
+    launch.main()
+except SystemExit as end:
+    print(len(counted), gc.isenabled(), end.code, file=sys.stderr)
+'''
+
+
+def test_a_command_runs_no_collection(env):
+    """launch.main turns the cyclic collector off while a command runs: a rollback of sglang built
+    hundreds of thousands of tuples (stat caches, manifests), none in a cycle, and went over them in
+    about 80 collections; none now, from the first import of the verb on."""
+    env.pk("snapshot", "--name", "start")
+    for args in (["apply", "ddtree", "--no-verify"], ["rollback", "--to", "baseline", "--no-verify"], ["status"]):
+        proc = subprocess.run([sys.executable, "-c", _COLLECTIONS, str(env.root), *args], capture_output=True, text=True)
+        assert proc.stderr.split()[-3:] == ["0", "False", "0"], (args, proc.stderr[-2000:])
+
+
+def test_a_check_that_waits_on_a_service_collects_again(monkeypatch):
+    """verify.run_checks may wait on a service for minutes: the collector is back on there."""
+    import gc
+
+    from patchkeeper import verify
+
+    seen = []
+
+    def restart(target, svc):
+        seen.append(gc.isenabled())
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(verify, "restart", restart)
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        try:
+            verify.run_checks(None, None, with_restart=True)  # type: ignore[arg-type]
+        except KeyboardInterrupt:
+            pass
+    finally:
+        gc.enable() if was else gc.disable()
+    assert seen == [True]
 
 
 def test_a_plain_audit_leaves_without_teardown_once_its_exit_handlers_ran(env, tmp_path):

@@ -17,6 +17,7 @@ import pytest
 
 from conftest import edit_file
 from patchkeeper.host import agent as agent_module
+from patchkeeper.host import manifests
 from patchkeeper.host.agent import Agent
 from patchkeeper.host.contract import ScanRequest
 from patchkeeper.host.errors import AgentError
@@ -72,7 +73,7 @@ def test_the_tree_audit_lists_each_directory_once_and_finds_what_the_bytecode_ch
     listed: list[str] = []
     real_scandir = os.scandir
     monkeypatch.setattr(disk, "allow_split", lambda allowed: False)  # one process: every listing seen here
-    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    monkeypatch.setattr(disk, "cpus", lambda: 1)
     monkeypatch.setattr(os, "scandir", lambda path=".": listed.append(str(path)) or real_scandir(path))
     tree = Agent().audit_tree(request)
     monkeypatch.undo()
@@ -93,7 +94,7 @@ def test_manifests_come_from_their_cache_and_never_over_the_stored_object(env, m
     def no_parsing(data: bytes) -> dict:
         raise AssertionError("manifest text parsed")
 
-    monkeypatch.setattr(agent_module, "manifest_rows", no_parsing)
+    monkeypatch.setattr(manifests, "parse", no_parsing)
     assert Agent().manifest_rows(store, digest) == rows  # a warm read parses no text
     env.pk("audit", "-q")
 
@@ -184,22 +185,28 @@ def test_stat_cache_is_written_only_when_it_learned_something(env, monkeypatch):
 
 
 def test_a_units_digests_taken_apart_are_what_take_makes_of_them(tmp_path):
-    """StatCache.taken (a unit's digests made into rows, and what may be remembered, where they
-    were made) merged by two dict updates is StatCache.take: a remembered digest kept as it was, a
-    new one remembered, one too fresh to remember (the racily-clean rule) only in the rows."""
+    """StatCache.taken (a unit's hashed files made into rows and stat cache entries where they were
+    hashed) merged by two dict updates, its hits by take, is StatCache.take: a remembered digest
+    kept as it was, a new one remembered, one too fresh to remember (the racily-clean rule) only in
+    the rows."""
     from patchkeeper.host.disk import StatCache
 
     cache = StatCache(None)
     old, now = cache.started_ns - 10 * cache.GRANULARITY_NS, cache.started_ns
     cache.entries = {"a.py": (1, old, old, 7, "blake3:a")}
-    done = [("a.py", ("blake3:a", 1, 0o644), (1, old, old, 7), True),
-            ("b.py", ("blake3:b", 2, 0o644), (2, old, old, 8), False),
-            ("c.py", ("blake3:c", 3, 0o755), (3, old, now, 9), False)]
+    done = ((["a.py"], [0o644]), [("b.py", ("blake3:b", 2, 0o644), (2, old, old, 8)),
+                                  ("c.py", ("blake3:c", 3, 0o755), (3, old, now, 9))])
     out: dict = {}
     cache.take(done, out)
-    rows, fresh = cache.taken(done)
-    assert rows == out and list(rows) == ["a.py", "b.py", "c.py"]
-    assert fresh == cache.fresh == {"a.py": (1, old, old, 7, "blake3:a"), "b.py": (2, old, old, 8, "blake3:b")}
+    whole = dict(cache.fresh)
+    cache.fresh.clear()
+    hits, rows, fresh = cache.taken(done)
+    merged: dict = {}
+    cache.take((hits, []), merged)
+    merged.update(rows)
+    cache.fresh.update(fresh)
+    assert merged == out and list(merged) == ["a.py", "b.py", "c.py"]
+    assert cache.fresh == whole == {"a.py": (1, old, old, 7, "blake3:a"), "b.py": (2, old, old, 8, "blake3:b")}
 
 
 def test_differences_of_rows_and_of_entries_agree():
@@ -305,12 +312,13 @@ def test_beside_a_forked_process_each_file_is_hashed_as_it_is_met_with_the_same_
         shared = disk.digest_files(jobs, known, algorithm, shared_stats)
         monkeypatch.undo()
         assert shared == serial and shared_stats == serial_stats
-        assert [(d[0], d[3]) for d in shared] == [("kept.py", algorithm == "blake3"), ("edited.py", False),
-                                                  ("empty.py", False), ("big.so", False)]
+        (hits, _), hashed = shared
+        assert hits == (["kept.py"] if algorithm == "blake3" else [])
+        assert [d[0] for d in hashed] == [n for n in ("kept.py", "edited.py", "empty.py", "big.so") if n not in hits]
         assert set(reads) == {disk.CHUNK} and len(reads) == (2 + 2 + 1 + 5 if algorithm == "sha256" else 2 + 1 + 5)
-    assert dict((k, row) for k, row, _, _ in shared)["big.so"][0] == disk.hash_file(str(root / "big.so"), 0, "sha256")
+    assert dict((k, row) for k, row, _ in hashed)["big.so"][0] == disk.hash_file(str(root / "big.so"), 0, "sha256")
     monkeypatch.setattr(disk, "_sharing", True)
-    assert disk.digest_files(jobs[:1], known, "blake3", {})[0][3] is True  # remembered: nothing to hash
+    assert disk.digest_files(jobs[:1], known, "blake3", {}) == ((["kept.py"], [st.st_mode & 0o7777]), [])  # no hash
     with pytest.raises(AgentError, match="cannot hash with 'md5'"):
         disk.digest_files(jobs, known, "md5", {})
 
@@ -353,8 +361,9 @@ def test_a_sealed_audit_is_given_again_only_while_nothing_it_read_has_changed(en
     with monkeypatch.context() as m:
         from patchkeeper.host import treecheck
 
-        for name in ("check_bytecode", "manifest_rows", "TreeWork"):
+        for name in ("check_bytecode", "TreeWork"):
             m.setattr(agent_module, name, nothing_else)
+        m.setattr(manifests, "parse", nothing_else)
         for name in ("walk_files", "digest_files", "_walk_pyc"):
             m.setattr(treecheck, name, nothing_else)
         assert Agent().audit_tree(request) == clean  # from the seal alone
@@ -454,7 +463,7 @@ def test_identities_split_over_two_processes_are_the_serial_ones(env, monkeypatc
     calls = []
     real_fork = os.fork
     monkeypatch.setattr(os, "fork", lambda: calls.append(1) or real_fork())
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(disk, "cpus", lambda: 2)
     monkeypatch.setattr(disk, "alone", lambda: True)  # a test runner's worker has threads of its own
     monkeypatch.setattr(disk, "busy", lambda: False)  # nor may the other workers keep every CPU busy
     assert seal.identities(paths) == serial and calls == [1]
@@ -484,12 +493,19 @@ def test_no_work_is_split_while_every_cpu_is_taken(monkeypatch, tmp_path):
     forks: list[int] = []
     real_fork = os.fork
     monkeypatch.setattr(os, "fork", lambda: forks.append(1) or real_fork())
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(disk, "cpus", lambda: 2)
     monkeypatch.setattr(disk, "alone", lambda: True)  # a test runner's worker has threads of its own
     monkeypatch.setattr(disk, "busy", lambda: True)
     assert seal.identities(paths) == seal.stat_identities(paths) and forks == []
     monkeypatch.setattr(disk, "busy", lambda: False)
     assert seal.identities(paths) == seal.stat_identities(paths) and forks == [1]
+    monkeypatch.undo()
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})  # a container given one of the host's CPUs
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(disk, "alone", lambda: True)
+    assert disk.cpus() == 1 and disk.fork_call(lambda: 1) is None  # counted alike by fork_call and busy
+    loadavg.write_text("0.10 0.05 0.01 1/312 40211\n")
+    assert disk.busy(str(loadavg))
 
 
 def test_many_small_files_are_split_with_a_forked_process_and_keep_their_order(monkeypatch, tmp_path):
@@ -500,7 +516,7 @@ def test_many_small_files_are_split_with_a_forked_process_and_keep_their_order(m
 
     monkeypatch.setattr(disk, "alone", lambda: True)  # a test runner's worker has threads of its own
     monkeypatch.setattr(disk, "busy", lambda: False)  # nor may the other workers keep every CPU busy
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(disk, "cpus", lambda: 2)
     pids: list[int] = []
     real_fork = os.fork
     monkeypatch.setattr(os, "fork", lambda: pids.append(1) or real_fork())
@@ -616,7 +632,7 @@ def test_a_cold_audit_shared_by_two_processes_gives_the_one_process_answer(env, 
         for cache in caches:
             cache.unlink(missing_ok=True)
         ran.unlink(missing_ok=True)
-        monkeypatch.setattr(os, "cpu_count", lambda: cpus)
+        monkeypatch.setattr(disk, "cpus", lambda: cpus)
         answer = Agent().audit_tree(request)
         return answer, [marshal.loads(c.read_bytes()) for c in caches]
 
@@ -652,7 +668,7 @@ def test_a_cold_audit_shared_by_two_processes_gives_the_one_process_answer(env, 
             raise RuntimeError("this unit failed")
         return real_run(self, i)
 
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(disk, "cpus", lambda: 2)
     monkeypatch.setattr(treecheck.TreeWork, "run", fails)
     with pytest.raises(RuntimeError, match="this unit failed"):
         Agent().audit_tree(request)
@@ -683,7 +699,7 @@ def test_a_plan_of_the_work_is_never_believed_over_the_tree(env, monkeypatch):
     def cold(cpus):
         for cache in caches:
             cache.unlink(missing_ok=True)
-        monkeypatch.setattr(os, "cpu_count", lambda: cpus)
+        monkeypatch.setattr(disk, "cpus", lambda: cpus)
         answer = Agent().audit_tree(request)
         return answer, [marshal.loads(c.read_bytes()) for c in caches]
 
@@ -747,7 +763,7 @@ def test_a_forked_process_hashes_big_files_without_threads(monkeypatch, tmp_path
     jobs = [(str(p), p.stat().st_size) for p in files]
     expected = disk.map_files(lambda job: disk.hash_file(*job), jobs, lambda job: job[1], 4)  # threads here
     monkeypatch.setattr(disk, "alone", lambda: True)  # a test runner's worker has threads of its own
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(disk, "cpus", lambda: 2)
     parent, real = os.getpid(), disk._blake3.blake3
 
     def blake3(*args, **kwargs):
@@ -777,7 +793,7 @@ def test_units_are_shared_by_two_processes_and_a_lost_unit_is_run_here(monkeypat
     from patchkeeper.host import disk
 
     monkeypatch.setattr(disk, "alone", lambda: True)  # a test runner's worker has threads of its own
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(disk, "cpus", lambda: 2)
     parent = os.getpid()
     claimed = []
 
@@ -839,8 +855,8 @@ def test_the_package_is_planned_in_groups_of_directories_by_recorded_work():
 
 
 def test_the_halves_of_a_split_scan_weigh_files_to_hash_by_their_recorded_size():
-    """agent._halfway: a file the stat cache knows costs an lstat; one to hash, by its recorded size."""
-    from patchkeeper.host.agent import _halfway
+    """compare._halfway: a file the stat cache knows costs an lstat; one to hash, by its recorded size."""
+    from patchkeeper.host.compare import _halfway
 
     jobs = [(f"f{i}", f"/x/f{i}") for i in range(10)]
     assert _halfway(jobs, {}, {}) == 5

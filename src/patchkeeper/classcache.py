@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import builtins
 import sys
-from typing import Any
+from typing import Any, Callable
 
 STAMP = ("pk-dataclass-code", 1, sys.version, sys.implementation.cache_tag)
 KEEP = 2048  # a table grown past this (many versions' classes) keeps only what this run used
@@ -59,7 +59,7 @@ def install() -> None:
     atexit.register(_save)
 
 
-def on_first_use(name: str) -> None:
+def on_first_use(name: str, calls: tuple[str, ...] = ()) -> None:
     """Stand in for the module `name` until one of its attributes is first read, then import it whole.
 
     `dataclasses` imports `inspect` (with ast, dis and tokenize: about a tenth of a change path's
@@ -67,6 +67,9 @@ def on_first_use(name: str) -> None:
     have one. The stand-in answers `import inspect` (which reads only its `__spec__`); any other read
     imports the real module, which replaces the stand-in in sys.modules and fills the stand-in's own
     namespace, so a module that kept the stand-in finds every name in it from then on.
+    `calls` are functions another module takes at its own import (`from name import f`): the
+    stand-in has each as a function that imports the real module when first called and calls its f.
+    A submodule's stand-in is set on its package too, as an import of the real one would be.
     importlib.util.LazyLoader cannot serve here: the import statement itself reads its `__spec__`,
     which loads it."""
     if name in sys.modules:
@@ -76,16 +79,30 @@ def on_first_use(name: str) -> None:
 
     stand_in = types.ModuleType(name, f"{name}, imported whole when one of its attributes is first read")
 
+    def real() -> types.ModuleType:
+        if sys.modules.get(name) is stand_in:
+            sys.modules.pop(name, None)  # (another thread may be a step ahead)
+        module = importlib.import_module(name)
+        stand_in.__dict__.update(module.__dict__)
+        return module
+
     def load(attribute: str) -> Any:  # PEP 562: read only for a name the namespace lacks
         if attribute in ("__file__", "__cached__", "__path__"):  # (replay.py asks every module for its file)
             raise AttributeError(f"{name} is not imported yet: it comes from no file so far")
-        if sys.modules.get(name) is stand_in:
-            sys.modules.pop(name, None)  # (another thread may be a step ahead)
-        real = importlib.import_module(name)
-        stand_in.__dict__.update(real.__dict__)
-        return getattr(real, attribute)
+        return getattr(real(), attribute)
+
+    def forward(attribute: str) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return getattr(real(), attribute)(*args, **kwargs)
+
+        return call
 
     vars(stand_in)["__getattr__"] = load
+    for attribute in calls:
+        vars(stand_in)[attribute] = forward(attribute)
+    package, _, leaf = name.rpartition(".")
+    if package:
+        setattr(importlib.import_module(package), leaf, stand_in)
     sys.modules[name] = stand_in
 
 

@@ -62,6 +62,13 @@ def plain(argv: list[str]) -> tuple[str, str | None, dict[str, object]] | None:
 
 
 def main() -> None:
+    import gc
+
+    # No collection while a command runs: its objects (stat caches, manifests: hundreds of thousands of
+    # tuples, none in a cycle) would only be gone over again and again, about 35 ms of a rollback of
+    # sglang; the exit gives the memory back whole. A check that waits on a service turns them back on
+    # (verify.run_checks), and a holder is a process of its own.
+    gc.disable()
     argv = sys.argv[1:]
     found = None if any(k.endswith("_COMPLETE") for k in os.environ) else plain(argv)
     sealed: tuple | None = None
@@ -77,7 +84,8 @@ def main() -> None:
             ran_before = replay.answer(sealed)  # the kept answer, when nothing it read has changed: exits here
     from .classcache import install, on_first_use
 
-    on_first_use("ipaddress")  # urllib.parse (pathlib's) imports it only to check a URL's bracketed host
+    on_first_use("urllib.parse", ("quote_from_bytes",))  # pathlib's, only for Path.as_uri (its import, with its
+    on_first_use("ipaddress")  # named tuples, is about 4 ms of every command); ipaddress, urllib.parse's: a URL's host
     install()  # before any of our value classes is built
     if found is None:
         from .cli import main as cli_main

@@ -50,9 +50,9 @@ def each(ws: Workspace, work: Callable[[Workspace, str], T], what: str,
             import multiprocessing
             from concurrent.futures import ProcessPoolExecutor
 
-            from ..host.disk import no_split
+            from ..host.disk import cpus, no_split
 
-            procs = ProcessPoolExecutor(max_workers=max(1, min(len(local), os.cpu_count() or 1)),
+            procs = ProcessPoolExecutor(max_workers=max(1, min(len(local), cpus())),
                                         mp_context=multiprocessing.get_context("fork"), initializer=no_split)
             for n in local:
                 futures[procs.submit(job, n)] = n

@@ -18,21 +18,13 @@ from .disk import (
     ALGORITHM,
     TEMP_PREFIX,
     StatCache,
-    algorithm_of,
-    digest_files,
-    load_cache,
-    save_cache,
-    split_when_idle,
     fsync_dir,
     fsync_path,
     hostname,
-    install_records,
-    is_managed_name,
     normalize_name,
     pid_alive,
     map_threads,
     remove_stale_temps,
-    walk_files,
     write_atomic,
 )
 from .contract import (
@@ -59,19 +51,12 @@ from .contract import (
 from . import seal
 from .distcheck import RecordSeals, check_bytecode, recompiled_sources
 from .distinfo import installed_version, layout, record_paths
-from .manifest_text import parse as manifest_rows
+from . import compare
+from .manifests import Manifests
 from .preflight import obstacles
 from .store import INDEX_CACHE, Store
-from . import treecheck
 from .treecheck import TreeWork, run_all
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:  # annotations only
-    from typing import Sequence
-
-    from .disk import Digested
-
-_MANIFEST_CACHE = 2  # version of the manifest-cache/*.rows format (2: rows are tuples)
 
 
 _DIST_INFOS: dict[tuple[Any, ...], tuple[list[str], bytes, DistInfo | None]] = {}  # Agent.dist_info's answers
@@ -88,6 +73,7 @@ class Agent(AgentContract):
     def __init__(self) -> None:
         self._stores: dict[str, Store] = {}
         self._held: dict[str, int] = {}  # lock path -> the descriptor whose flock says we hold it
+        self._manifests = Manifests(self._store)  # the stored manifests' rows, read once each
 
     def park(self) -> str:
         """The command using this agent is done: release every lock it still holds and forget what
@@ -320,65 +306,17 @@ class Agent(AgentContract):
 
         Missing paths are left out. Unchanged files (by the stat cache) are not re-read.
         """
-        return self._scan(request)
-
-    def _scan(self, request: ScanRequest, ordered: bool = True, expected: Rows | None = None) -> ScanResult:
-        """scan; rows come sorted by key unless not `ordered` (a comparison needs no order).
-        `expected` (the recorded rows) only weighs the halves of a split: a file to hash costs by its size."""
-        root, paths, walk, absolute = request.root, request.paths, request.walk, request.absolute
-        cache, algorithm = request.cache, request.algorithm
-        algorithm = algorithm or ALGORITHM
-        cached = StatCache(cache)
-        listings = StatCache(cache + ".dirs") if cache else None  # each walked directory's entries
-        names = dict.fromkeys(_walked for rel_dir in walk for _walked in walk_files(root, rel_dir, None, listings))
-        walked = tuple(d + "/" for d in walk)
-        names.update(dict.fromkeys(p for p in paths if not p.startswith(walked) and is_managed_name(p)))
-        jobs: list[tuple[str, str]] = [(rel, f"{root}/{rel}" if rel[:1] != "/" else rel) for rel in names]
-        jobs.extend((key, path) for key, path in (absolute or {}).items())
-        known = cached.entries
-        out: Rows = {}
-        cached.take(_digests_split(jobs, known, algorithm, expected or {}), out)
-        cached.save()
-        if listings is not None:
-            listings.save()
-        return ScanResult(dict(sorted(out.items())) if ordered else out)
+        return compare.scan(request)
 
     def compare_many(self, request: CompareRequest) -> list[Comparison]:
         """Scan as `scan` does and compare with each stored manifest object, here, next to the
         files, with one scan per hash algorithm: for each manifest only the differing keys come
         back, as key -> (recorded row, actual row) (None where absent)."""
-        scans: dict[str, Rows] = {}
-        return [self._compare(request.store, m, request.scan, scans) for m in request.manifests]
-
-    def _compare(self, store: str, manifest: str, scan: ScanRequest, scans: dict[str, Rows]) -> Comparison:
-        """One stored manifest against a scan in its hash algorithm (`scans` keeps each algorithm's)."""
-        rows = _without_install_records(self._manifest(store, manifest))
-        scan = _in_algorithm_of(scan, rows)
-        if scan.algorithm not in scans:
-            scans[scan.algorithm] = self._scan(scan, False, rows).rows  # type: ignore[index]
-        return _comparison(rows, scans[scan.algorithm])  # type: ignore[index]
+        return compare.compare_many(self._manifests, request)
 
     def manifest_rows(self, store: str, digest: str) -> Rows:
         """A stored manifest as key -> (digest, size, mode), parsed at most once while it lasts."""
-        return self._manifest(store, digest)
-
-    def _manifest(self, store: str, digest: str) -> Rows:
-        """A stored manifest's rows, from a compact cache beside the store when it is current
-        (same version, same digest, the object's file unchanged), else parsed and cached again."""
-        import sys
-
-        objects = self._store(store)
-        ident = objects.identity(digest)
-        path = os.path.join(os.path.dirname(store), "manifest-cache", digest.replace(":", "-") + ".rows")
-        stamp = [_MANIFEST_CACHE, list(sys.version_info[:2]), digest, ident]
-        if ident is not None:
-            rows = load_cache(path, stamp)
-            if rows is not None:
-                return rows  # type: ignore[no-any-return]
-        rows = manifest_rows(objects.get(digest))
-        if ident is not None:
-            save_cache(path, stamp, rows)
-        return rows
+        return self._manifests.rows(store, digest)
 
     # ---- object store ------------------------------------------------------------------
     def store_put(self, store: str, data: bytes, digest: str | None = None) -> str:
@@ -632,8 +570,8 @@ class Agent(AgentContract):
             named = [p if p[:1] == "/" else f"{root}/{p}" for p in scan.paths]
             named += [*scan.absolute.values(), self._store(request.store).loose_path(request.manifest)]
             taken = seal.entries(root, scan.walk, named)  # the stored manifest too: never believed over it
-        expected = _without_install_records(self._manifest(request.store, request.manifest))
-        scan = _in_algorithm_of(scan, expected)
+        expected = compare.without_install_records(self._manifests.rows(request.store, request.manifest))
+        scan = compare.in_algorithm_of(scan, expected)
         if records is None:  # a distribution of thousands of files (torch) would be one unit alone for
             heavy = [n for n in request.records if _record_size(root, n) > _HEAVY_RECORD]  # one CPU: it
             first = self._records(root, heavy, request.record_cache) if heavy else {}  # is checked first,
@@ -641,11 +579,11 @@ class Agent(AgentContract):
         else:
             first, light = records, []
         libraries = (list(request.native_sites), request.native_cache) if request.native_sites else None
-        work = TreeWork(scan, self._groups(request.store, request.manifest, expected, scan.walk), request.cache_tag,
+        work = TreeWork(scan, self._manifests.groups(request.store, request.manifest, expected, scan.walk), request.cache_tag,
                         list(request.verify), request.bytecode_cache, light, request.record_cache, libraries)
         rows, checked, found, outcomes = work.merge(*run_all(work))
         records = {name: first[name] if name in first else checked[name] for name in request.records}
-        comparison = _comparison(expected, rows)
+        comparison = compare.comparison(expected, rows)
         verify = set(request.verify) | work.records_verify(records)
         verify.update(k for k, (_, new) in comparison.pairs.items()
                       if new is not None and k.endswith(".py") and not k.startswith(("../", "@")))
@@ -655,22 +593,6 @@ class Agent(AgentContract):
             seal.save(request.seal, key or self._tree_key(request, records), taken, answer.to_wire())
         return replace(answer, records={name: RecordCheck.from_wire(r) for name, r in records.items()},
                        native=work.native)
-
-    @staticmethod
-    def _groups(store: str, digest: str, rows: Rows, walk: tuple[str, ...]) -> list[list[str]]:
-        """The package's groups of directories for a tree audit (treecheck.groups), planned from a
-        stored manifest's rows once and kept beside its cached rows: a plan only shares work out,
-        and the manifest's digest names its rows whole."""
-        import sys
-
-        path = os.path.join(os.path.dirname(store), "manifest-cache", digest.replace(":", "-") + ".groups")
-        stamp = [_MANIFEST_CACHE, list(sys.version_info[:2]), digest, list(walk), treecheck.PARTS]
-        kept = load_cache(path, stamp)
-        if kept is not None and isinstance(kept.get("groups"), list):
-            return kept["groups"]  # type: ignore[no-any-return]
-        groups = treecheck.groups(rows, walk)
-        save_cache(path, stamp, {"groups": groups})
-        return groups
 
     @staticmethod
     def _tree_key(request: TreeRequest, records: dict[str, Any]) -> tuple[Any, ...]:
@@ -688,55 +610,3 @@ def _record_size(site: str, dist_info: str) -> int:
         return os.stat(os.path.join(site, dist_info, "RECORD")).st_size
     except OSError:
         return 0
-
-
-def _halfway(jobs: Sequence[tuple[str, str]], known: dict[str, tuple[Any, ...]], expected: Rows) -> int:
-    """Where to cut the jobs in two halves of about equal work: a file the stat cache knows costs an
-    lstat, one to hash about as much as hashing 50 kB more than its recorded size (unknown: 0)."""
-    weights = [1 if key in known else 1 + (expected[key][1] if key in expected else 0) // 50_000
-               for key, _ in jobs]
-    total, acc = sum(weights) / 2, 0
-    for half, weight in enumerate(weights):
-        if acc + weight > total:  # this job on the side that leaves the halves nearer
-            return half + 1 if acc + weight - total < total - acc else half
-        acc += weight
-    return len(jobs)
-
-
-def _digests_split(jobs: list[tuple[str, str]], known: dict[str, tuple[Any, ...]], algorithm: str,
-                   expected: Rows) -> list[Digested]:
-    """disk.digest_files of the jobs; when the stat cache knows most of them (a warm scan is one lstat
-    per file), split with a forked process as soon as a CPU is idle (disk.split_when_idle; halves by
-    _halfway's weights), as git's preloaded index splits its lstat calls: the environment
-    fingerprint's process may still be working on the other CPU when a rollback's scan begins.
-    Else all of them here, where many files to hash are split by size instead (map_files: big ones
-    on threads, which a forked process does not start)."""
-    if 2 * len(known) < len(jobs):
-        return digest_files(jobs, known, algorithm, {}, True)
-    parts = split_when_idle(lambda part: digest_files(part, known, algorithm, {}, False), jobs,
-                            lambda rest: _halfway(rest, known, expected))
-    return [d for part in parts for d in part]
-
-
-def _in_algorithm_of(scan: ScanRequest, rows: Rows) -> ScanRequest:
-    """The scan in the hash algorithm of a manifest's rows, with a stat cache of its own for another
-    algorithm than the agent's."""
-    algorithm = algorithm_of(next(iter(rows.values()))[0]) if rows else ALGORITHM
-    cache = scan.cache if algorithm == ALGORITHM or not scan.cache else f"{scan.cache}.{algorithm}"
-    return replace(scan, cache=cache, algorithm=algorithm)
-
-
-def _comparison(rows: Rows, actual: Rows) -> Comparison:
-    """How the files found (`actual`) differ from a manifest's rows: key -> (recorded, actual)."""
-    if rows == actual:  # the common case, at C speed
-        return Comparison({})
-    differ = {k for k, _ in rows.items() ^ actual.items()}  # rows are tuples: at C speed; few: sorted after
-    return Comparison({k: (rows.get(k), actual.get(k)) for k in sorted(differ)})
-
-
-def _without_install_records(rows: Rows) -> Rows:
-    """A manifest's rows without install records (states recorded before they were left out had them)."""
-    old = install_records(rows)
-    if not old:
-        return rows
-    return {k: row for k, row in rows.items() if k not in old}

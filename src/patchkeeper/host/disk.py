@@ -20,8 +20,9 @@ if TYPE_CHECKING:  # annotations only: typing (with re) costs a command's start 
 
     _T = TypeVar("_T")
     _R = TypeVar("_R")
-    # a digested file: key, (digest, size, mode), (size, mtime_ns, ctime_ns, inode), from the stat cache
-    Digested = tuple[str, tuple[str, int, int], tuple[int, int, int, int], bool]
+    # digest_files' answer: the stat cache's hits as their keys and modes (their digests and identities are
+    # the cache's own), and each file hashed as key, (digest, size, mode), (size, mtime_ns, ctime_ns, inode)
+    Digests = tuple[tuple[list[str], list[int]], list[tuple[str, tuple[str, int, int], tuple[int, int, int, int]]]]
 
 _blake3: Any
 try:  # blake3 is patchkeeper's hash; a host without it falls back to sha256 (and says so).
@@ -241,30 +242,32 @@ class StatCache:
         if newest + self.GRANULARITY_NS < self.started_ns:
             self.fresh[rel] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, digest)
 
-    def take(self, done: Iterable[Digested], out: dict[str, Any]) -> None:
+    def take(self, done: Digests, out: dict[str, Any]) -> None:
         """Each digested file's row (digest_files) into `out`, and what may be remembered into the
         cache: remember for many files, inlined (the racily-clean rule)."""
         known, fresh, limit = self.entries, self.fresh, self.started_ns - self.GRANULARITY_NS
-        for key, row, identity, hit in done:
+        (keys, modes), hashed = done
+        for key, mode in zip(keys, modes):
+            hit = fresh[key] = known[key]
+            out[key] = (hit[4], hit[0], mode)
+        for key, row, identity in hashed:
             out[key] = row
-            if hit:
-                fresh[key] = known[key]
-            elif identity[1] < limit and identity[2] < limit:
+            if identity[1] < limit and identity[2] < limit:
                 fresh[key] = (*identity, row[0])
 
-    def taken(self, done: Iterable[Digested]) -> tuple[dict[str, Any], dict[str, tuple[Any, ...]]]:
-        """take's two parts, apart: each digested file's row, and what may be remembered of them
-        (computed only: a forked process may make them, for this one to merge)."""
+    def taken(self, done: Digests) -> tuple[tuple[list[str], list[int]], dict[str, Any], dict[str, tuple[Any, ...]]]:
+        """take's work on the files hashed, done apart (computed only: a forked process may do it,
+        for this one to merge): the hits as they were (their rows come from this cache's entries,
+        which take reads), each hashed file's row, and what may be remembered of them."""
+        hits, hashed = done
         rows: dict[str, Any] = {}
         fresh: dict[str, tuple[Any, ...]] = {}
-        known, limit = self.entries, self.started_ns - self.GRANULARITY_NS
-        for key, row, identity, hit in done:
+        limit = self.started_ns - self.GRANULARITY_NS
+        for key, row, identity in hashed:
             rows[key] = row
-            if hit:
-                fresh[key] = known[key]
-            elif identity[1] < limit and identity[2] < limit:
+            if identity[1] < limit and identity[2] < limit:
                 fresh[key] = (*identity, row[0])
-        return rows, fresh
+        return hits, rows, fresh
 
     def save(self) -> None:
         """Write the entries this run used or made, when it made any, or when an eighth of the
@@ -313,31 +316,37 @@ def walk_files(root: str, rel_dir: str, pycs: list[tuple[str, bool]] | None = No
 
 
 def digest_files(jobs: Sequence[tuple[str, str]], known: dict[str, tuple[Any, ...]], algorithm: str,
-                 stats: dict[str, os.stat_result], pure: bool = False) -> list[Digested]:
+                 stats: dict[str, os.stat_result], pure: bool = False) -> Digests:
     """Each job (key, path) that is a regular file, digested: from the stat cache's `known` entry
     while its identity is unchanged, else hashed (map_files; `pure`: may fork). `stats` gets each
-    file's stat. Plain data only: it may run in a forked process."""
-    done: list[Digested] = []
+    file's stat. A hit comes back as its key and mode alone (StatCache.take makes its row from the
+    cache's entry), so a forked process's answer for thousands of files is a few lists. Plain data
+    only: it may run in a forked process."""
+    keys: list[str] = []
+    modes: list[int] = []
     todo: list[tuple[str, str, os.stat_result]] = []
-    lstat, is_reg, imode, prefix = os.lstat, stat.S_ISREG, stat.S_IMODE, algorithm + ":"
+    lstat, is_reg, imode, get, prefix = os.lstat, stat.S_ISREG, stat.S_IMODE, known.get, algorithm + ":"
     # beside a forked process, or in one, map_files would hash every file here, in order, one hash
     # object each: then each is hashed as soon as it is met (hash_file and feed, inlined: a cold
     # audit hashes thousands of small files, where the calls between cost about a sixth of the work)
-    hashed: list[Digested] | None = [] if _forked or _sharing else None
+    hashed: list[tuple[str, tuple[str, int, int], tuple[int, int, int, int]]] | None = \
+        [] if _forked or _sharing else None
     new: Callable[[], Any] | None = None
     read, close = os.read, os.close
-    for key, path in jobs:  # the hot loop of every warm command: StatCache.lookup, inlined
+    for key, path in jobs:  # the hot loop of every warm command: StatCache.lookup, inlined, field by field
         try:
             st = lstat(path)
         except (FileNotFoundError, NotADirectoryError):
             continue
-        if not is_reg(st.st_mode):
+        mode = st.st_mode
+        if not is_reg(mode):
             continue
         stats[key] = st
-        identity = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-        hit = known.get(key)
-        if hit is not None and hit[:4] == identity and hit[4].startswith(prefix):
-            done.append((key, (hit[4], st.st_size, imode(st.st_mode)), identity, True))
+        hit = get(key)
+        if (hit is not None and hit[2] == st.st_ctime_ns and hit[1] == st.st_mtime_ns and hit[0] == st.st_size
+                and hit[3] == st.st_ino and hit[4].startswith(prefix)):
+            keys.append(key)
+            modes.append(imode(mode))
         elif hashed is not None:
             if new is None:
                 new = _hash_type(algorithm)
@@ -350,20 +359,32 @@ def digest_files(jobs: Sequence[tuple[str, str]], known: dict[str, tuple[Any, ..
                     chunk = read(fd, CHUNK)
             finally:
                 close(fd)
-            hashed.append((key, (prefix + h.hexdigest(), st.st_size, imode(st.st_mode)), identity, False))
+            size = st.st_size
+            hashed.append((key, (prefix + h.hexdigest(), size, imode(mode)),
+                           (size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)))
         else:
             todo.append((key, path, st))
     if hashed is not None:
-        done.extend(hashed)
-        return done
+        return (keys, modes), hashed
 
     def work(job: tuple[str, str, os.stat_result]) -> tuple[str, int, int]:
         return entry_row(job[2], hash_file(job[1], job[2].st_size, algorithm))
 
     rows = map_files(work, todo, lambda job: job[2].st_size, HASH_WORKERS, pure=pure)
-    done.extend((key, row, (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino), False)
-                for (key, _, st), row in zip(todo, rows))
-    return done
+    return (keys, modes), [(key, row, (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
+                           for (key, _, st), row in zip(todo, rows)]
+
+
+def joined(parts: Iterable[Digests]) -> Digests:
+    """digest_files' answers for parts of a list of jobs, as one."""
+    keys: list[str] = []
+    modes: list[int] = []
+    hashed: list[Any] = []
+    for (k, m), h in parts:
+        keys += k
+        modes += m
+        hashed += h
+    return (keys, modes), hashed
 
 
 def listing(path: str, listings: StatCache | None = None) -> list[tuple[str, bool]] | None:
@@ -401,7 +422,15 @@ def hostname() -> str:
 
 
 BIG_FILE = 1 << 20
-HASH_WORKERS = min(8, (os.cpu_count() or 2) * 2)  # threads for big files to hash (map_files)
+def cpus() -> int:
+    """The CPUs this process may run on (its affinity: in a container, fewer than the host has)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # no sched_getaffinity on this platform
+        return os.cpu_count() or 1
+
+
+HASH_WORKERS = min(8, cpus() * 2)  # threads for big files to hash (map_files)
 SPLIT_AT = 2048  # from this many small jobs on, a forked second process takes half of them (fork_half)
 _split = True  # off in a process that is itself one of a pool's (no_split), or a forked child (fork_call)
 _sharing = False  # running units beside a forked process (share_units): both CPUs are busy, so no
@@ -521,10 +550,9 @@ def busy(loadavg: str = "/proc/loadavg") -> bool:
     try:
         with open(loadavg, "rb") as f:
             running = int(f.read().split()[3].split(b"/")[0])
-        cpus = len(os.sched_getaffinity(0))
-    except (OSError, ValueError, IndexError, AttributeError):
+    except (OSError, ValueError, IndexError):
         return False
-    return running >= cpus
+    return running >= cpus()
 
 
 def fork_call(fn: Callable[[], _R]) -> Callable[..., _R] | None:
@@ -544,7 +572,7 @@ def fork_call(fn: Callable[[], _R]) -> Callable[..., _R] | None:
             os.waitpid(_exiting.pop(), 0)
         except ChildProcessError:  # waited for by someone else
             pass
-    if not _split or (os.cpu_count() or 1) < 2 or not hasattr(os, "fork") or not alone():
+    if not _split or cpus() < 2 or not hasattr(os, "fork") or not alone():
         return None
     r, w = os.pipe()
     try:

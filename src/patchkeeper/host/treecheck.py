@@ -71,17 +71,17 @@ class TreeWork:
             skip = frozenset(self.walk)
             found = list(chain(_top_pycs(self.root), _walk_pyc(self.root, skip, self.pyc_listings)) if skip
                          else _walk_pyc(self.root, listings=self.pyc_listings))
-            return [("", {}, {}, found, [self.judge(rel, in_cache) for rel, in_cache in found])]
+            return [("", (([], []), {}, {}), found, [self.judge(rel, in_cache) for rel, in_cache in found])]
         if kind == "group":
             return [self._tree([d]) for d in what]
         met: List[str] = []
         return [self._tree(list(self.walk), met, True), met]
 
     def _tree(self, dirs: List[str], met: Optional[List[str]] = None, rest: bool = False) -> Any:
-        """(first dir, rows, what the stat cache may remember of them, pycs, their outcomes) of the
-        files and pycs below `dirs` (StatCache.taken: so merging a unit's digests, whichever process
-        made them, is two dict updates); the rest also takes the loose paths and the role files,
-        and walks around the groups' directories."""
+        """(first dir, digests, pycs, their outcomes) of the files and pycs below `dirs`, the digests
+        of the files hashed made into rows and stat cache entries where they were made
+        (StatCache.taken: merging them, whichever process made them, is two dict updates); the rest
+        also takes the loose paths and the role files, and walks around the groups' directories."""
         root, pycs = self.root, []  # type: ignore[var-annotated]
         skip = self.skip if rest else None
         names = dict.fromkeys(n for d in dirs for n in walk_files(root, d, pycs, self.listings, skip, met))
@@ -91,8 +91,8 @@ class TreeWork:
         jobs = [(rel, f"{root}/{rel}" if rel[:1] != "/" else rel) for rel in names]
         if rest:
             jobs.extend(self.absolute.items())
-        rows, fresh = self.cached.taken(digest_files(jobs, self.cached.entries, self.algorithm, self.stats))
-        return dirs[0] if dirs else "", rows, fresh, pycs, [self.judge(rel, in_cache) for rel, in_cache in pycs]
+        done = self.cached.taken(digest_files(jobs, self.cached.entries, self.algorithm, self.stats))
+        return dirs[0] if dirs else "", done, pycs, [self.judge(rel, in_cache) for rel, in_cache in pycs]
 
     def state(self) -> Any:
         """What the units left in this process's memory beside their results: the listings seen."""
@@ -134,14 +134,15 @@ class TreeWork:
         self.seals.save()
         out: Rows = {}
         cached = self.cached
-        for _, rows, fresh, _, _ in trees:
+        for _, (hits, rows, fresh), _, _ in trees:
+            cached.take((hits, []), out)  # the files the stat cache knew
             out.update(rows)
             cached.fresh.update(fresh)
         cached.save()
         if self.listings is not None:
             self.listings.save()
-        found = [p for _, _, _, pycs, _ in trees for p in pycs]
-        outcomes = [o for _, _, _, _, outs in trees for o in outs]
+        found = [p for _, _, pycs, _ in trees for p in pycs]
+        outcomes = [o for _, _, _, outs in trees for o in outs]
         return out, records, found, outcomes
 
     def bytecode(self, found: List[Any], outcomes: List[Any], verify: set[str]) -> Dict[str, Any]:

@@ -91,7 +91,9 @@ def serve(agent: Any, stdin: BinaryIO | None = None, stdout: BinaryIO | None = N
             raise EOFError
         return data
 
+    import gc
     import os
+
     # what every command asks first comes with the hello: a held spare has it ready
     sink.write(encode({"hello": 1}, {"pid": os.getpid(), "algorithm": agent.algorithm(),
                                        "python": "%d.%d.%d" % sys.version_info[:3], "hostname": agent.hostname(),
@@ -103,7 +105,8 @@ def serve(agent: Any, stdin: BinaryIO | None = None, stdout: BinaryIO | None = N
             args, kwargs = call
         except EOFError:
             return
-        try:
+        gc.disable()  # no collection while a call is answered (a scan's stat cache and rows: thousands of
+        try:  # tuples, none in a cycle, gone over again and again); what it left is collected in between
             method = header["m"]
             if method.startswith("_"):
                 raise AttributeError(f"no agent method {method!r}")
@@ -111,6 +114,8 @@ def serve(agent: Any, stdin: BinaryIO | None = None, stdout: BinaryIO | None = N
             frame = encode({"ok": 1}, to_wire(result))
         except Exception as exc:  # every failure goes back to the controller, the loop goes on
             frame = encode({"error": error_doc(exc)})
+        finally:
+            gc.enable()
         try:
             sink.write(frame)
             sink.flush()

@@ -22,7 +22,7 @@ from ..host import contract as c
 
 # The agent's modules, in import order; on the host they become the package `pkagent`.
 AGENT_MODULES = ("errors", "contract", "disk", "store", "distinfo", "seal", "distcheck", "treecheck", "manifest_text",
-                 "preflight", "elf", "interp", "fingerprint", "agent", "wire")
+                 "manifests", "compare", "preflight", "elf", "interp", "fingerprint", "agent", "wire")
 _BOOT = """
 import sys, types
 pkg = types.ModuleType("pkagent"); pkg.__path__ = []; sys.modules["pkagent"] = pkg
