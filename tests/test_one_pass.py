@@ -831,6 +831,49 @@ def test_units_are_shared_by_two_processes_and_a_lost_unit_is_run_here(monkeypat
         os.waitpid(forked[0], os.WNOHANG)
 
 
+def test_the_forked_processs_results_cross_as_each_unit_is_done(monkeypatch, tmp_path):
+    """disk.share_units: the forked process gives back each unit's result as soon as it is done,
+    without waiting for this process to read it: with results bigger than a pipe holds, it goes on
+    to its next unit while this one is still busy with its first; and a unit it gave back before it
+    died is not run again here (the one it died in is). Every result is the unit's."""
+    from patchkeeper.host import disk
+
+    monkeypatch.setattr(disk, "alone", lambda: True)  # a test runner's worker has threads of its own
+    monkeypatch.setattr(disk, "cpus", lambda: 2)
+    parent = os.getpid()
+
+    def share(size, die):
+        log = tmp_path / f"ran-{size}"  # "pid unit" of every unit begun, by either process
+        saw = []  # this process's first unit saw the forked one begin its second
+
+        def lines():
+            return [(int(pid), int(i)) for pid, i in (line.split() for line in log.read_text().splitlines())]
+
+        def run(i):
+            first = not log.exists() or all(pid != os.getpid() for pid, _ in lines())
+            with open(log, "a") as f:
+                f.write(f"{os.getpid()} {i}\n")
+            if os.getpid() == parent and first:
+                for _ in range(12_000):  # (a forked process that waited for this one would fail below)
+                    if len([u for pid, u in lines() if pid != parent]) >= 2:
+                        saw.append(True)
+                        break
+                    time.sleep(0.005)
+            elif os.getpid() != parent and not first and die:
+                os._exit(3)  # on its second unit, once its first one's result went
+            return i, bytes([i]) * size
+
+        done, state = disk.share_units(run, 12)
+        assert sorted(done) == list(range(12)) and all(done[i] == (i, bytes([i]) * size) for i in done)
+        assert saw == [True] and state is None
+        return [u for pid, u in lines() if pid != parent], [u for pid, u in lines() if pid == parent]
+
+    theirs, mine = share(200_000, die=False)  # three times what a pipe holds, each
+    assert sorted(theirs + mine) == list(range(12))
+    (gave, died), mine = share(2_000, die=True)
+    assert sorted(mine) == [i for i in range(12) if i != gave] and died in mine
+
+
 def test_the_package_is_planned_in_groups_of_directories_by_recorded_work():
     """treecheck.groups: directories the manifest knows, none inside another, neither a top one
     (the rest walks those) nor a dist-info; one heavier than 1/PARTS of the work is split into its

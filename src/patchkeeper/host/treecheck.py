@@ -14,7 +14,7 @@ every cache written, is the one serial walk's. Standard library only (shipped to
 from __future__ import annotations
 
 import os
-from itertools import chain
+from itertools import chain, islice
 
 from .disk import ALGORITHM, StatCache, digest_files, is_managed_name, share_units, walk_files
 from .distcheck import RecordSeals, VerdictCache, _judge, _tally, _top_pycs, _walk_pyc, recompiled_sources
@@ -94,10 +94,15 @@ class TreeWork:
         done = self.cached.taken(digest_files(jobs, self.cached.entries, self.algorithm, self.stats))
         return dirs[0] if dirs else "", done, pycs, [self.judge(rel, in_cache) for rel, in_cache in pycs]
 
-    def state(self) -> Any:
-        """What the units left in this process's memory beside their results: the listings seen."""
-        return (self.listings.fresh if self.listings else None,
-                self.pyc_listings.fresh if self.pyc_listings else None)
+    def unit(self, i: int) -> Tuple[Any, List[Optional[Dict[str, Any]]]]:
+        """run(i), with what it left in this process's memory beside its result: the directory
+        listings it added to the caches (a listing is added once, at the end of the cache's entries),
+        so that they cross from the forked process with each unit rather than all at its end."""
+        caches = (self.listings, self.pyc_listings)
+        before = [len(c.fresh) if c is not None else 0 for c in caches]
+        result = self.run(i)
+        return result, [dict(islice(c.fresh.items(), n, None)) if c is not None else None
+                        for c, n in zip(caches, before)]
 
     def merge(self, results: Dict[int, Any], kept: Any) -> Tuple[Rows, Dict[str, Any], List[Any], List[Any]]:
         """The rows found (stat cache and listings saved), the RECORD checks by dist-info, and every
@@ -168,8 +173,17 @@ class TreeWork:
 
 
 def run_all(work: TreeWork) -> Tuple[Dict[int, Any], Any]:
-    """Every unit of `work`, shared with a forked process where that helps (disk.share_units)."""
-    return share_units(work.run, len(work.units), work.state)
+    """Every unit of `work`, shared with a forked process where that helps (disk.share_units), and
+    the listings the units added, whichever process ran them (for TreeWork.merge)."""
+    done, _ = share_units(work.unit, len(work.units))
+    results: Dict[int, Any] = {}
+    listed: List[Dict[str, Any]] = [{}, {}]
+    for i, (result, added) in done.items():
+        results[i] = result
+        for mine, theirs in zip(listed, added):
+            if theirs:
+                mine.update(theirs)
+    return results, listed
 
 
 def _sound(groups: List[List[str]], walk: Tuple[str, ...]) -> List[List[str]]:
