@@ -9,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-MODULES = ["core", "audit", "authoring", "remote", "verify", "environment"]
+MODULES = ["core", "audit", "authoring", "remote", "verify", "environment", "ledger"]
 
 
 def main() -> None:

@@ -52,6 +52,8 @@ def _answers(agent, site, tmp_path) -> dict:
     scan = ScanRequest(s, ("demo-1.0.dist-info/RECORD",), ("demo",))
     rows = agent.scan(scan)
     manifest = agent.store_put(str(state / "store"), Manifest.from_scan(rows.rows).to_text())
+    (state / "ledger" / "000001-a.json").write_bytes(b"{}")
+    (state / "ledger" / "000001-a.json.tmp").write_bytes(b"other")
     out = {
         "interpreter": agent.interpreter(),
         "lstat": agent.lstat(str(site / "demo" / "util.py")),
@@ -62,6 +64,8 @@ def _answers(agent, site, tmp_path) -> dict:
         "compare": agent.compare_many(CompareRequest(str(state / "store"), (manifest, manifest), scan)),
         "tree": agent.audit_tree(TreeRequest(str(state / "store"), manifest, scan, sys.implementation.cache_tag)),
         "manifest_rows": agent.manifest_rows(str(state / "store"), manifest),
+        # just written: its identity too fresh to be remembered
+        "read_changed": agent.read_changed(str(state / "ledger"), ".json", {"000000-gone.json": (1, 2, 3, 4)}),
         "record": agent.audit_record(s, ["demo-1.0.dist-info"], None),
         "owner": agent.state_dir_owner(str(tmp_path / "venv"), str(state), s, False),
         "lock": agent.lock(str(state / "lock"), {"command": "test"}),
@@ -100,6 +104,8 @@ def test_the_agent_in_process_and_over_the_wire_give_the_same_values(site, tmp_p
     assert there["lstat"].mode == 0o640 and there["lstat"].is_file and there["lstat missing"] is None
     assert there["dist_info"].record == ("demo/__init__.py", "demo/util.py", "demo-1.0.dist-info/RECORD")
     assert Entry.of(there["scan"].rows["demo/util.py"]).mode == 0o640
+    assert there["read_changed"] == contract.ChangedFiles({"000001-a.json": b"{}"}, {"000001-a.json": None},
+                                                          ("000000-gone.json",))
     assert there["manifest_rows"] == there["scan"].rows  # rows are (digest, size, mode) tuples on both sides
     tree = there["tree"]  # the scan and the bytecode check in one pass, typed to the leaves
     assert isinstance(tree.comparison, contract.Comparison) and isinstance(tree.bytecode, contract.BytecodeCheck)

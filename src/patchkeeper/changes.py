@@ -92,7 +92,8 @@ def mirror(ws: Workspace, s: Session, manifest: bool = True, check_all: bool = F
     state.json, whose git history reads as the target's.
 
     Every file is written whole or not at all (temp file, fsync, rename; the files of one mirror
-    together), so a copy that exists is whole; a missing one is written again. `check_all` (what `recover` asks for) also reads every
+    together), so a copy that exists is whole; a missing one is written again (one listing of each
+    directory says which exist). `check_all` (what `recover` asks for) also reads every
     copy and writes again a damaged one: a ledger entry that differs, a manifest whose bytes do not
     hash to its digest (an older version could leave one cut short on a full disk).
     """
@@ -104,10 +105,12 @@ def mirror(ws: Workspace, s: Session, manifest: bool = True, check_all: bool = F
     repaired = False
     texts: dict[str, bytes] = {}
     checked: set[str] = set()
+    copies, manifests = set(os.listdir(out / "ledger")), set(os.listdir(out / "manifests"))  # no stat per entry
     for entry in s.ledger.entries():
-        path = out / "ledger" / entry.file_name()
-        copy = _read(path) if check_all else (b"" if path.exists() else None)
+        name = entry.file_name()
+        copy = _read(out / "ledger" / name) if check_all else (b"" if name in copies else None)
         if copy is None or (check_all and _parsed(copy) != entry.to_dict()):  # made only where it is needed
+            path = out / "ledger" / name
             pending.append((path, (json.dumps(entry.to_dict(), indent=1) + "\n").encode()))
             written.append(path)
             if copy is None:
@@ -123,7 +126,7 @@ def mirror(ws: Workspace, s: Session, manifest: bool = True, check_all: bool = F
             copy = _read(kept)
             intact = copy is not None and hash_bytes(copy, algorithm_of(state.manifest)) == state.manifest
         else:
-            intact = kept.exists()
+            intact = kept.name in manifests
         if not intact:
             texts.setdefault(state.manifest, s.target.agent.store_get(s.target.info.store, state.manifest))
             pending.append((kept, texts[state.manifest]))

@@ -398,8 +398,9 @@ class Recorded:
     """The last recorded state's manifest as a plan reads it: the entries of the keys it touches, and
     its text with their planned entries. From the state's stored text alone where that text allows
     (manifest_text.lines: a few bisections and one join; parsing all of sglang's 5,800 rows and
-    writing them again took about 20 ms of a fresh process), else from the whole manifest. Before
-    any baseline: the files as they are."""
+    writing them again took about 20 ms of a fresh process) and the agent reads it in this process;
+    else from the whole manifest (an agent over a connection sends its rows compressed, where the
+    text would cross it whole). Before any baseline: the files as they are."""
 
     def __init__(self, s: Session) -> None:
         self._ledger = s.ledger
@@ -409,7 +410,7 @@ class Recorded:
         if current is None:
             self._manifest = scan_all(s.target)
             current = State.make(s.target.hash_bytes(self._manifest.to_text()), (), "baseline")
-        else:
+        elif s.target.agent.concurrent:  # (the contract's: an agent in this process)
             from .host import manifest_text
 
             self._lines = manifest_text.lines(s.target.agent.store_get(s.target.info.store, current.manifest))

@@ -87,24 +87,24 @@ def main() -> None:
     on_first_use("urllib.parse", ("quote_from_bytes",))  # pathlib's, only for Path.as_uri (its import, with its
     on_first_use("ipaddress")  # named tuples, is about 4 ms of every command); ipaddress, urllib.parse's: a URL's host
     install()  # before any of our value classes is built
-    if found is None:
-        from .cli import main as cli_main
+    try:
+        if found is None:
+            from .cli import main as cli_main
 
-        cli_main()
-        return
-    from .verb import run_verb
+            cli_main()  # (click ends with SystemExit, as run_verb does)
+            return
+        from .verb import run_verb
 
-    verb, workspace_dir, options = found
-    if verb == "audit":
-        try:
+        verb, workspace_dir, options = found
+        if verb == "audit":
             run_verb(_audit, workspace_dir, options, sealed, ran_before)
-        except SystemExit as end:  # (run_verb always ends so) the report is out: no teardown after it
-            if isinstance(end.code, int):
-                from .verb import leave
+        run_verb(_change, verb, workspace_dir, options)  # exits
+    except SystemExit as end:  # the command is done and its output out: no teardown after it
+        if end.code is None or isinstance(end.code, int):  # (a message to print: sys.exit's way)
+            from .verb import leave
 
-                leave(end.code)
-            raise
-    run_verb(_change, verb, workspace_dir, options)  # exits
+            leave(end.code or 0)
+        raise
 
 
 def _audit(workspace_dir: str | None, options: dict, sealed: tuple | None, record: bool) -> int:

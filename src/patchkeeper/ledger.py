@@ -3,102 +3,31 @@
 from __future__ import annotations
 
 import json
+import marshal
 import os
 import pwd
 import posixpath
 import time
 from dataclasses import dataclass, field
-from typing import Any, TypedDict, Union, cast
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, cast, overload
 
 from .host.disk import hash_bytes, install_records
 from .errors import BadInput, Refused, StoreError
+from . import ledger_index
+from .ledger_index import Slot
 from .manifest import Manifest
 from .targets import Target
 
 
-class PatchSetRef(TypedDict, total=False):
-    """An applied patch set as the ledger names it (`group` since it was written; older refs lack it)."""
-
-    name: str
-    version: str
-    digest: str
-    group: str | None
-    vars: dict[str, str]  # the values its role-file templates were rendered with (only when they use any)
+if TYPE_CHECKING:  # the typed parts of entries (ledger_types.py); at run time, as their instances are, dicts
+    from .ledger_types import (AdoptExtra, ApplyExtra, EnvChange, Extra, PatchSetRef, RecordExtra, RepairExtra,
+                               RollbackExtra, VerifyExtra)
+else:
+    PatchSetRef = RecordExtra = ApplyExtra = RollbackExtra = VerifyExtra = EnvChange = AdoptExtra = RepairExtra = dict
+    Extra = dict
 
 
-# ---- what each kind of entry adds (LedgerEntry.extra), typed per kind; written as JSON as is ----
-class RecordExtra(TypedDict):
-    """baseline | snapshot: the files recorded and the package version they were recorded at."""
-
-    files: int
-    package_version: str
-
-
-class ApplyExtra(TypedDict, total=False):
-    """apply | switch: the refs a switch replaced ([] for an apply), and the workspace commit that
-    held the patch sets (absent outside a git workspace)."""
-
-    removed: list[PatchSetRef]
-    workspace: dict[str, Any]  # history.workspace_ref: the commit, and whether each patch set is as committed
-    backed_up_at_recovery: dict[str, str]  # key -> digest of a file changed by hand before `recover` finished
-    backups: dict[str, str]  # hand-edited key -> digest of its bytes in the store (--force), for show-backup
-    created_dirs: list[str]  # directories its transaction created (absent when none): see transaction.py
-
-
-class RollbackExtra(TypedDict, total=False):
-    """rollback: nothing for one asked for; an automatic one names what it undid and why;
-    `env` the files outside the package it gave back their bytes (see repair)."""
-
-    automatic: bool
-    undoes: str
-    reason: str | None
-    backed_up_at_recovery: dict[str, str]  # as for apply
-    backups: dict[str, str]  # hand-edited key -> digest of its bytes in the store, for show-backup
-    created_dirs: list[str]  # as ApplyExtra's
-    env: dict[str, "EnvChange"]  # files outside the package it changed (files earlier repairs had changed)
-
-
-class VerifyExtra(TypedDict):
-    """verify: the phase (verify, apply, switch, rollback, automatic rollback), the entry it
-    verified (None for `patchkeeper verify`) and the report (verify.Verification.to_dict())."""
-
-    phase: str
-    of: str | None
-    verify: dict[str, Any]
-
-
-class EnvChange(TypedDict):
-    """A file outside the managed package that a transaction changed: its path and [digest, size,
-    mode] before and after (None: absent). Rollback gives such files the bytes of the goal's time."""
-
-    path: str
-    old: list[Any] | None
-    new: list[Any] | None
-
-
-class AdoptExtra(RecordExtra, total=False):
-    """A first baseline over hand edits: how they were adopted (accept-edits | restore-pristine),
-    which files and how they differed; restore-pristine adds the wheel and each file's old entry."""
-
-    adopted: str
-    edits: dict[str, str]
-    wheel: str
-    source: str
-    replaced: dict[str, list[Any] | None]
-
-
-class RepairExtra(TypedDict):
-    """repair: the distribution, the wheel its bytes came from, the files changed, those left (why)."""
-
-    dist: str
-    version: str
-    wheel: str
-    source: str
-    env: dict[str, EnvChange]
-    left: dict[str, str]
-
-
-Extra = Union[RecordExtra, ApplyExtra, RollbackExtra, VerifyExtra, RepairExtra]
 KINDS = ("baseline", "snapshot", "apply", "switch", "rollback", "verify", "repair")
 
 
@@ -197,13 +126,56 @@ def who() -> str:
 MIN_PREFIX = 4  # a shorter state id prefix is refused: `--to 1` is a typo, not a state
 
 
+class Entries(Sequence[LedgerEntry]):
+    """A ledger's entries in seq order, each built from its slot (ledger_index.py) when first asked
+    for: a command that needs the newest entry alone (status, audit) builds only that one."""
+
+    def __init__(self, slots: Iterable[Slot]) -> None:
+        self._slots = list(slots)
+        self._built: list[LedgerEntry | None] = [None] * len(self._slots)
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    @overload
+    def __getitem__(self, i: int) -> LedgerEntry: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[LedgerEntry]: ...
+
+    def __getitem__(self, i: int | slice) -> LedgerEntry | list[LedgerEntry]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        entry = self._built[i]
+        if entry is None:
+            doc = self._slots[i].doc
+            entry = self._built[i] = LedgerEntry.from_dict(doc if isinstance(doc, dict) else marshal.loads(doc))
+        return entry
+
+    def ids(self) -> list[str]:
+        return [slot.id for slot in self._slots]
+
+    def last_seq(self) -> int:
+        return self._slots[-1].seq if self._slots else 0
+
+    def add(self, name: str, doc: dict[str, Any]) -> None:
+        """An entry just written, in its place by seq (the newest: at the end)."""
+        entry = LedgerEntry.from_dict(doc)
+        at = len(self._slots)
+        while at and self._slots[at - 1].seq > entry.seq:
+            at -= 1
+        self._slots.insert(at, Slot(name, entry.seq, entry.id, doc))
+        self._built.insert(at, entry)
+
+
 class Ledger:
     """Read and append the ledger of one target, in its state dir."""
 
     def __init__(self, target: Target) -> None:
         self.target = target
         self.dir = posixpath.join(target.info.state_dir, "ledger")
-        self._entries: list[LedgerEntry] | None = None
+        self._entries: Entries | None = None
+        self.files_read = 0  # entry files whose bytes the last read of the ledger took (ledger_index.py)
 
     @property
     def journal_path(self) -> str:
@@ -213,15 +185,20 @@ class Ledger:
     def lock_path(self) -> str:
         return posixpath.join(self.target.info.state_dir, "lock")
 
-    def entries(self) -> list[LedgerEntry]:
+    def entries(self) -> Entries:
+        """Every entry, in seq order: the files unchanged since an earlier command read them come
+        from the ledger index, the others are read and parsed (a damaged one is a StoreError)."""
         if self._entries is None:
-            raw = self.target.agent.read_all(self.dir, ".json")
-            self._entries = sorted((self._parse(name, b) for name, b in raw.items()), key=lambda e: e.seq)
+            found = ledger_index.read(self.target, self.dir, self._parse)
+            self._entries, self.files_read = Entries(found.slots), found.files_read
         return self._entries
 
-    def _parse(self, name: str, data: bytes) -> LedgerEntry:
+    def _parse(self, name: str, data: bytes) -> dict[str, Any]:
+        """An entry file's document, checked to make a LedgerEntry."""
         try:
-            return LedgerEntry.from_dict(json.loads(data))
+            doc = json.loads(data)
+            LedgerEntry.from_dict(doc)
+            return doc  # type: ignore[no-any-return]
         except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
             path = posixpath.join(self.dir, name)
             raise StoreError(
@@ -241,17 +218,16 @@ class Ledger:
         return None
 
     def has(self, entry_id: str) -> bool:
-        return any(e.id == entry_id for e in self.entries())
+        return entry_id in self.entries().ids()
 
     def next_seq(self) -> int:
-        entries = self.entries()
-        return entries[-1].seq + 1 if entries else 1
+        return self.entries().last_seq() + 1
 
     def append(self, entry: LedgerEntry) -> None:
         data = json.dumps(entry.to_dict(), indent=1).encode()
         self.target.agent.write_atomic(posixpath.join(self.dir, entry.file_name()), data)
         if self._entries is not None:  # the entries read already, and this one as a read gives it back
-            self._entries = sorted([*self._entries, self._parse(entry.file_name(), data)], key=lambda e: e.seq)
+            self._entries.add(entry.file_name(), self._parse(entry.file_name(), data))
 
     def save_manifest(self, manifest: Manifest) -> str:
         return self.target.agent.store_put(self.target.info.store, manifest.to_text())

@@ -30,6 +30,7 @@ from .disk import (
 from .contract import (
     AgentContract,
     BytecodeCheck,
+    ChangedFiles,
     Comparison,
     CompareRequest,
     DistInfo,
@@ -173,14 +174,38 @@ class Agent(AgentContract):
         (`removes`), for each path where a rename or unlink would fail (see preflight.py)."""
         return obstacles(writes, removes)
 
-    def read_all(self, directory: str, suffix: str) -> dict[str, bytes]:
-        """Every file of a directory whose name ends with `suffix`, by name."""
-        out = {}
-        for name in self.listdir(directory):
-            if name.endswith(suffix):
-                with open(os.path.join(directory, name), "rb") as f:
-                    out[name] = f.read()
-        return out
+    def read_changed(self, directory: str, suffix: str, known: dict[str, Any]) -> ChangedFiles:
+        """The files of a directory whose name ends with `suffix` that `known` (name -> the stat
+        identity the caller remembers: size, mtime_ns, ctime_ns, inode) does not describe: their
+        bytes and identity, taken before the read (None while the file is too fresh to be
+        remembered: StatCache's racily-clean rule); and the known names that are gone. A file
+        unchanged since the caller read it costs a stat, and none of its bytes."""
+        limit = time.time_ns() - StatCache.GRANULARITY_NS
+        files: dict[str, bytes] = {}
+        identities: dict[str, Any] = {}
+        present = set()
+        try:
+            listing = list(os.scandir(directory))
+        except FileNotFoundError:
+            listing = []
+        for item in listing:
+            name = item.name
+            if not name.endswith(suffix):
+                continue
+            try:
+                st = item.stat()  # followed, as open() follows it
+            except FileNotFoundError:  # removed since the listing
+                continue
+            present.add(name)
+            remembered = known.get(name)
+            if remembered is not None and tuple(remembered) == (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino):
+                continue
+            with open(item.path, "rb") as f:
+                st = os.fstat(f.fileno())  # the identity of what is read, taken before it is read
+                files[name] = f.read()
+            settled = st.st_mtime_ns < limit and st.st_ctime_ns < limit
+            identities[name] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino) if settled else None
+        return ChangedFiles(files, identities, tuple(sorted(set(known) - present)))
 
     def rename(self, src: str, dst: str, durable: bool = True) -> None:
         """Rename; `durable=False` leaves the directory's fsync to a later sync_dirs (one per directory)."""

@@ -85,6 +85,22 @@ class FileStat(Answer):
 
 
 @dataclass(frozen=True)
+class ChangedFiles(Answer):
+    """The files of a directory that differ from what the caller remembers (see read_changed): their
+    bytes, their identity (size, mtime_ns, ctime_ns, inode; None: too fresh to remember), and the
+    remembered names that are gone."""
+
+    files: Dict[str, bytes]
+    identities: Dict[str, Optional[Tuple[int, int, int, int]]]
+    gone: Tuple[str, ...] = ()
+
+    @classmethod
+    def from_wire(cls, doc: Dict[str, Any]) -> "ChangedFiles":
+        return cls(doc["files"], {name: None if i is None else (i[0], i[1], i[2], i[3])
+                                  for name, i in doc["identities"].items()}, tuple(doc.get("gone", ())))
+
+
+@dataclass(frozen=True)
 class DistInfo(Answer):
     """An installed distribution: where its metadata is, its version, the paths its RECORD lists
     (left empty when not asked for) and their layout (host/distinfo.layout)."""
@@ -308,6 +324,7 @@ _ANSWERS: Dict[str, Callable[[Any], Any]] = {
     "interpreter": Interpreter.from_wire,
     "interpreter_facts": InterpreterFacts.from_wire,
     "lstat": _optional(FileStat.from_wire),
+    "read_changed": ChangedFiles.from_wire,
     "dist_info": _optional(DistInfo.from_wire),
     "scan": ScanResult.from_wire,
     "compare_many": lambda docs: [Comparison.from_wire(d) for d in docs],
@@ -384,7 +401,7 @@ class AgentContract(Protocol):
 
     def obstacles(self, writes: List[str], removes: List[str]) -> Dict[str, str]: ...
 
-    def read_all(self, directory: str, suffix: str) -> Dict[str, bytes]: ...
+    def read_changed(self, directory: str, suffix: str, known: Dict[str, Any]) -> ChangedFiles: ...
 
     def rename(self, src: str, dst: str, durable: bool = True) -> None: ...
 

@@ -421,7 +421,6 @@ def hostname() -> str:
     return os.uname().nodename  # what gethostname(2) answers, without loading the socket module
 
 
-BIG_FILE = 1 << 20
 def cpus() -> int:
     """The CPUs this process may run on (its affinity: in a container, fewer than the host has)."""
     try:
@@ -430,6 +429,7 @@ def cpus() -> int:
         return os.cpu_count() or 1
 
 
+BIG_FILE = 1 << 20
 HASH_WORKERS = min(8, cpus() * 2)  # threads for big files to hash (map_files)
 SPLIT_AT = 2048  # from this many small jobs on, a forked second process takes half of them (fork_half)
 _split = True  # off in a process that is itself one of a pool's (no_split), or a forked child (fork_call)

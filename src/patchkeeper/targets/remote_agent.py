@@ -261,8 +261,8 @@ class AgentProxy(c.AgentContract):
     def obstacles(self, writes: list[str], removes: list[str]) -> dict[str, str]:
         return self._call("obstacles", writes, removes)
 
-    def read_all(self, directory: str, suffix: str) -> dict[str, bytes]:
-        return self._call("read_all", directory, suffix)
+    def read_changed(self, directory: str, suffix: str, known: dict[str, Any]) -> c.ChangedFiles:
+        return self._call("read_changed", directory, suffix, known)
 
     def rename(self, src: str, dst: str, durable: bool = True) -> None:
         self._call("rename", src, dst, durable)
