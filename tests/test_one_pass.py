@@ -184,6 +184,31 @@ def test_stat_cache_is_written_only_when_it_learned_something(env, monkeypatch):
     assert disk.StatCache(cache).entries[rel][4] == again[rel][0]  # learned: written
 
 
+def test_a_units_digests_taken_apart_are_what_take_makes_of_them(tmp_path):
+    """StatCache.taken (a unit's hashed files made into rows and stat cache entries where they were
+    hashed) merged by two dict updates, its hits by take, is StatCache.take: a remembered digest
+    kept as it was, a new one remembered, one too fresh to remember (the racily-clean rule) only in
+    the rows."""
+    from patchkeeper.host.disk import StatCache
+
+    cache = StatCache(None)
+    old, now = cache.started_ns - 10 * cache.GRANULARITY_NS, cache.started_ns
+    cache.entries = {"a.py": (1, old, old, 7, "blake3:a")}
+    done = ((["a.py"], [0o644]), [("b.py", ("blake3:b", 2, 0o644), (2, old, old, 8)),
+                                  ("c.py", ("blake3:c", 3, 0o755), (3, old, now, 9))])
+    out: dict = {}
+    cache.take(done, out)
+    whole = dict(cache.fresh)
+    cache.fresh.clear()
+    hits, rows, fresh = cache.taken(done)
+    merged: dict = {}
+    cache.take((hits, []), merged)
+    merged.update(rows)
+    cache.fresh.update(fresh)
+    assert merged == out and list(merged) == ["a.py", "b.py", "c.py"]
+    assert cache.fresh == whole == {"a.py": (1, old, old, 7, "blake3:a"), "b.py": (2, old, old, 8, "blake3:b")}
+
+
 def test_differences_of_rows_and_of_entries_agree():
     """Manifests made from rows compare by rows first; rows that differ only in type still agree."""
     from patchkeeper.manifest import Entry, Manifest, differences
@@ -252,6 +277,50 @@ def test_only_big_files_are_hashed_on_threads_and_answers_keep_their_order():
     here = threading.get_ident()
     assert all(ran_on[i] == here for i in range(9) if i % 3)
     assert all(ran_on[i] != here for i in range(0, 9, 3))
+
+
+def test_beside_a_forked_process_each_file_is_hashed_as_it_is_met_with_the_same_answers(tmp_path, monkeypatch):
+    """disk.digest_files in a process sharing units with a forked one (or in that one) hashes each
+    file as soon as its lstat says it must, by reads of disk.CHUNK, rather than through map_files:
+    the same rows, identities, stats and order as map_files gives (a remembered digest, a file
+    edited since, an empty, a big and a gone file, a symlink, a directory), in blake3 and sha256;
+    and an algorithm this Python lacks fails as before, only once there is a file to hash."""
+    from patchkeeper.host import disk
+
+    root = tmp_path / "tree"
+    root.mkdir()
+    (root / "kept.py").write_text("kept = 1\n")
+    (root / "edited.py").write_text("edited = 1\n")
+    (root / "empty.py").write_bytes(b"")
+    (root / "big.so").write_bytes(os.urandom(3 * disk.CHUNK + 5))
+    (root / "dir").mkdir()
+    (root / "link.py").symlink_to(root / "kept.py")
+    names = ["kept.py", "edited.py", "gone.py", "empty.py", "big.so", "dir", "link.py"]
+    jobs = [(name, str(root / name)) for name in names]
+    st = os.lstat(root / "kept.py")
+    known = {"kept.py": (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, "blake3:remembered"),
+             "edited.py": (1, 2, 3, 4, "blake3:stale")}
+    for algorithm in ("blake3", "sha256"):
+        serial_stats: dict = {}
+        serial = disk.digest_files(jobs, known, algorithm, serial_stats)
+        reads: list[int] = []
+        real_read = os.read
+        monkeypatch.setattr(os, "read", lambda fd, n: reads.append(n) or real_read(fd, n))
+        monkeypatch.setattr(disk, "map_files", lambda *a, **k: pytest.fail("not through map_files"))
+        monkeypatch.setattr(disk, "_sharing", True)
+        shared_stats: dict = {}
+        shared = disk.digest_files(jobs, known, algorithm, shared_stats)
+        monkeypatch.undo()
+        assert shared == serial and shared_stats == serial_stats
+        (hits, _), hashed = shared
+        assert hits == (["kept.py"] if algorithm == "blake3" else [])
+        assert [d[0] for d in hashed] == [n for n in ("kept.py", "edited.py", "empty.py", "big.so") if n not in hits]
+        assert set(reads) == {disk.CHUNK} and len(reads) == (2 + 2 + 1 + 5 if algorithm == "sha256" else 2 + 1 + 5)
+    assert dict((k, row) for k, row, _ in hashed)["big.so"][0] == disk.hash_file(str(root / "big.so"), 0, "sha256")
+    monkeypatch.setattr(disk, "_sharing", True)
+    assert disk.digest_files(jobs[:1], known, "blake3", {}) == ((["kept.py"], [st.st_mode & 0o7777]), [])  # no hash
+    with pytest.raises(AgentError, match="cannot hash with 'md5'"):
+        disk.digest_files(jobs, known, "md5", {})
 
 
 def test_a_sealed_audit_is_given_again_only_while_nothing_it_read_has_changed(env, monkeypatch):
@@ -760,6 +829,49 @@ def test_units_are_shared_by_two_processes_and_a_lost_unit_is_run_here(monkeypat
     assert len(forked) == 1
     with pytest.raises(ChildProcessError):  # and the forked process was waited for
         os.waitpid(forked[0], os.WNOHANG)
+
+
+def test_the_forked_processs_results_cross_as_each_unit_is_done(monkeypatch, tmp_path):
+    """disk.share_units: the forked process gives back each unit's result as soon as it is done,
+    without waiting for this process to read it: with results bigger than a pipe holds, it goes on
+    to its next unit while this one is still busy with its first; and a unit it gave back before it
+    died is not run again here (the one it died in is). Every result is the unit's."""
+    from patchkeeper.host import disk
+
+    monkeypatch.setattr(disk, "alone", lambda: True)  # a test runner's worker has threads of its own
+    monkeypatch.setattr(disk, "cpus", lambda: 2)
+    parent = os.getpid()
+
+    def share(size, die):
+        log = tmp_path / f"ran-{size}"  # "pid unit" of every unit begun, by either process
+        saw = []  # this process's first unit saw the forked one begin its second
+
+        def lines():
+            return [(int(pid), int(i)) for pid, i in (line.split() for line in log.read_text().splitlines())]
+
+        def run(i):
+            first = not log.exists() or all(pid != os.getpid() for pid, _ in lines())
+            with open(log, "a") as f:
+                f.write(f"{os.getpid()} {i}\n")
+            if os.getpid() == parent and first:
+                for _ in range(12_000):  # (a forked process that waited for this one would fail below)
+                    if len([u for pid, u in lines() if pid != parent]) >= 2:
+                        saw.append(True)
+                        break
+                    time.sleep(0.005)
+            elif os.getpid() != parent and not first and die:
+                os._exit(3)  # on its second unit, once its first one's result went
+            return i, bytes([i]) * size
+
+        done, state = disk.share_units(run, 12)
+        assert sorted(done) == list(range(12)) and all(done[i] == (i, bytes([i]) * size) for i in done)
+        assert saw == [True] and state is None
+        return [u for pid, u in lines() if pid != parent], [u for pid, u in lines() if pid == parent]
+
+    theirs, mine = share(200_000, die=False)  # three times what a pipe holds, each
+    assert sorted(theirs + mine) == list(range(12))
+    (gave, died), mine = share(2_000, die=True)
+    assert sorted(mine) == [i for i in range(12) if i != gave] and died in mine
 
 
 def test_the_package_is_planned_in_groups_of_directories_by_recorded_work():

@@ -45,16 +45,22 @@ TEMP_PREFIX = ".pk-tmp-"  # write_atomic's temporary files: .pk-tmp-<pid>-<ns>
 
 
 def _hasher(size: int = 0, algorithm: str | None = None) -> Any:
+    if size >= _BIG and not (_forked or _sharing) and (algorithm or ALGORITHM) == "blake3" and _blake3 is not None:
+        return _blake3.blake3(max_threads=_blake3.blake3.AUTO)
+    return _hash_type(algorithm)()
+
+
+def _hash_type(algorithm: str | None = None) -> Callable[[], Any]:
+    """The constructor of an `algorithm` hash object on the calling thread alone (AgentError where
+    this Python has none)."""
     algorithm = algorithm or ALGORITHM
     if algorithm == "sha256":
         import hashlib
 
-        return hashlib.sha256()
+        return hashlib.sha256
     if algorithm != "blake3" or _blake3 is None:
         raise AgentError("no-algorithm", f"this Python cannot hash with {algorithm!r} (it has {ALGORITHM})")
-    if size >= _BIG and not (_forked or _sharing):
-        return _blake3.blake3(max_threads=_blake3.blake3.AUTO)
-    return _blake3.blake3()
+    return _blake3.blake3  # type: ignore[no-any-return]
 
 
 def algorithm_of(digest: str) -> str:
@@ -249,6 +255,20 @@ class StatCache:
             if identity[1] < limit and identity[2] < limit:
                 fresh[key] = (*identity, row[0])
 
+    def taken(self, done: Digests) -> tuple[tuple[list[str], list[int]], dict[str, Any], dict[str, tuple[Any, ...]]]:
+        """take's work on the files hashed, done apart (computed only: a forked process may do it,
+        for this one to merge): the hits as they were (their rows come from this cache's entries,
+        which take reads), each hashed file's row, and what may be remembered of them."""
+        hits, hashed = done
+        rows: dict[str, Any] = {}
+        fresh: dict[str, tuple[Any, ...]] = {}
+        limit = self.started_ns - self.GRANULARITY_NS
+        for key, row, identity in hashed:
+            rows[key] = row
+            if identity[1] < limit and identity[2] < limit:
+                fresh[key] = (*identity, row[0])
+        return hits, rows, fresh
+
     def save(self) -> None:
         """Write the entries this run used or made, when it made any, or when an eighth of the
         known ones were not used (stale: their files changed, went, or were not asked for). A stale
@@ -306,6 +326,13 @@ def digest_files(jobs: Sequence[tuple[str, str]], known: dict[str, tuple[Any, ..
     modes: list[int] = []
     todo: list[tuple[str, str, os.stat_result]] = []
     lstat, is_reg, imode, get, prefix = os.lstat, stat.S_ISREG, stat.S_IMODE, known.get, algorithm + ":"
+    # beside a forked process, or in one, map_files would hash every file here, in order, one hash
+    # object each: then each is hashed as soon as it is met (hash_file and feed, inlined: a cold
+    # audit hashes thousands of small files, where the calls between cost about a sixth of the work)
+    hashed: list[tuple[str, tuple[str, int, int], tuple[int, int, int, int]]] | None = \
+        [] if _forked or _sharing else None
+    new: Callable[[], Any] | None = None
+    read, close = os.read, os.close
     for key, path in jobs:  # the hot loop of every warm command: StatCache.lookup, inlined, field by field
         try:
             st = lstat(path)
@@ -320,8 +347,25 @@ def digest_files(jobs: Sequence[tuple[str, str]], known: dict[str, tuple[Any, ..
                 and hit[3] == st.st_ino and hit[4].startswith(prefix)):
             keys.append(key)
             modes.append(imode(mode))
+        elif hashed is not None:
+            if new is None:
+                new = _hash_type(algorithm)
+            h = new()
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                chunk = read(fd, CHUNK)
+                while chunk:
+                    h.update(chunk)
+                    chunk = read(fd, CHUNK)
+            finally:
+                close(fd)
+            size = st.st_size
+            hashed.append((key, (prefix + h.hexdigest(), size, imode(mode)),
+                           (size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)))
         else:
             todo.append((key, path, st))
+    if hashed is not None:
+        return (keys, modes), hashed
 
     def work(job: tuple[str, str, os.stat_result]) -> tuple[str, int, int]:
         return entry_row(job[2], hash_file(job[1], job[2].st_size, algorithm))
@@ -583,12 +627,15 @@ def share_units(run: Callable[[int], _R], count: int,
     """{i: run(i)} for the units 0..count-1, shared by this process and, where fork_call allows, a
     forked second one: each claims the next unit still unclaimed from a pipe holding all their
     numbers (a read of one two-byte number is atomic), so the two end together however unequal the
-    units are. Units go in order: put the biggest first. The forked process also gives back
-    `state()` (what its units left in its memory, as plain data; None when no process was forked,
-    and this process's own when the forked one failed); a unit it claimed and did not give back
-    is run here, so its error, if any, is raised here. run must only compute (and may write files)
-    and return marshal-able data; meanwhile no further fork_half is made here, nor a thread started
-    to hash (the forked process already keeps the other CPU busy)."""
+    units are. Units go in order: put the biggest first. The forked process gives back each unit's
+    result as soon as it is done, down a pipe of their own (_Sent): this one reads what has come in
+    between its own units, so that once both end only the last few are left to read (a cold audit's
+    thousands of digests were read in one piece, with this process idle meanwhile). It also gives
+    back `state()` (what its units left in its memory, as plain data; None when no process was
+    forked, and this process's own when the forked one failed); a unit it claimed and did not give
+    back is run here, so its error, if any, is raised here. run must only compute (and may write
+    files) and return marshal-able data; meanwhile no further fork_half is made here, nor a thread
+    started to hash (the forked process already keeps the other CPU busy)."""
     if count > 30_000:  # two bytes each: the pipe's 64 KiB must take them all before the fork
         return {i: run(i) for i in range(count)}, None
     r, w = os.pipe()
@@ -603,16 +650,38 @@ def share_units(run: Callable[[int], _R], count: int,
             yield int.from_bytes(token, "little")
             token = os.read(r, 2)
 
+    results_r, results_w = os.pipe()
+    here = os.getpid()
+
+    def forked() -> Any:
+        if os.getpid() == here:  # fork_call computing it here: the forked process failed, no unit is left
+            return state() if state else None
+        os.close(results_r)
+        send = _Sent(results_w)
+        for i in claimed():
+            send(marshal.dumps((i, run(i))))
+        send.close()
+        return state() if state else None
+
+    results: _Received | None = None
     try:
         global _sharing
-        theirs = fork_call(lambda: ({i: run(i) for i in claimed()}, state() if state else None))
+        theirs = fork_call(forked)
+        os.close(results_w)
+        if theirs is not None:
+            results = _Received(results_r)
         was, _sharing = allow_split(False), theirs is not None
         try:
-            done = {i: run(i) for i in claimed()}
+            done = {}
+            for i in claimed():
+                done[i] = run(i)
+                if results is not None:
+                    results.take()
         except BaseException:
             if theirs is not None:
                 while os.read(r, 1 << 16):  # the units left claimed here: the forked process ends soon
                     pass
+                results.close()  # type: ignore[union-attr]  # its next result cannot be given: it ends
                 theirs(abandon=True)
             raise
         finally:
@@ -620,14 +689,88 @@ def share_units(run: Callable[[int], _R], count: int,
             _sharing = False
         kept = None
         if theirs is not None:
-            other, kept = theirs()  # computed here, of no unit, if the child failed
-            done.update(other)
+            done.update(results.take(to_the_end=True))  # type: ignore[union-attr]
+            kept = theirs()  # this process's own state if the child failed
         for i in range(count):
             if i not in done:  # claimed by a child that failed
                 done[i] = run(i)
         return done, kept
     finally:
         os.close(r)
+        if results is not None:
+            results.close()
+        else:
+            os.close(results_r)
+
+
+class _Sent:
+    """The forked process's end of share_units' results: each one framed (its length, then its
+    marshal data) and written as far as the pipe takes it without waiting, the rest kept here and
+    written with the next one (the other process reads between its own units, which may be long);
+    close writes what is left, waiting for the reader, and ends the stream."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd, self.pending = fd, bytearray()
+        os.set_blocking(fd, False)
+
+    def __call__(self, data: bytes) -> None:
+        self.pending += len(data).to_bytes(4, "little")
+        self.pending += data
+        try:
+            while self.pending:
+                del self.pending[:os.write(self.fd, self.pending)]
+        except BlockingIOError:  # the pipe is full: the rest goes with the next result
+            pass
+
+    def close(self) -> None:
+        os.set_blocking(self.fd, True)
+        view = memoryview(self.pending)
+        while view:
+            view = view[os.write(self.fd, view):]
+        view.release()
+        os.close(self.fd)
+
+
+class _Received:
+    """This process's end of share_units' results (see _Sent): the units whose results have come
+    in whole, by number; a result cut off by the forked process's end is not one."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd: int | None = fd
+        self.got: dict[int, Any] = {}
+        self.buffer = bytearray()
+        os.set_blocking(fd, False)
+
+    def take(self, to_the_end: bool = False) -> dict[int, Any]:
+        """Read what has come (with to_the_end, until the forked process closes its end or ends)."""
+        if self.fd is None:
+            return self.got
+        if to_the_end:
+            os.set_blocking(self.fd, True)
+        buffer = self.buffer
+        while True:
+            try:
+                chunk = os.read(self.fd, 1 << 20)
+            except BlockingIOError:  # nothing more for now
+                break
+            if not chunk:
+                break
+            buffer += chunk
+            at = 0
+            while len(buffer) - at >= 4:
+                size = int.from_bytes(buffer[at:at + 4], "little")
+                if len(buffer) - at - 4 < size:
+                    break
+                i, result = marshal.loads(buffer[at + 4:at + 4 + size])
+                self.got[i] = result
+                at += 4 + size
+            del buffer[:at]
+        return self.got
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 def no_split() -> None:

@@ -14,7 +14,7 @@ every cache written, is the one serial walk's. Standard library only (shipped to
 from __future__ import annotations
 
 import os
-from itertools import chain
+from itertools import chain, islice
 
 from .disk import ALGORITHM, StatCache, digest_files, is_managed_name, share_units, walk_files
 from .distcheck import RecordSeals, VerdictCache, _judge, _tally, _top_pycs, _walk_pyc, recompiled_sources
@@ -71,14 +71,16 @@ class TreeWork:
             skip = frozenset(self.walk)
             found = list(chain(_top_pycs(self.root), _walk_pyc(self.root, skip, self.pyc_listings)) if skip
                          else _walk_pyc(self.root, listings=self.pyc_listings))
-            return [("", (([], []), []), found, [self.judge(rel, in_cache) for rel, in_cache in found])]
+            return [("", (([], []), {}, {}), found, [self.judge(rel, in_cache) for rel, in_cache in found])]
         if kind == "group":
             return [self._tree([d]) for d in what]
         met: List[str] = []
         return [self._tree(list(self.walk), met, True), met]
 
     def _tree(self, dirs: List[str], met: Optional[List[str]] = None, rest: bool = False) -> Any:
-        """(first dir, digests, pycs, their outcomes) of the files and pycs below `dirs`; the rest
+        """(first dir, digests, pycs, their outcomes) of the files and pycs below `dirs`, the digests
+        of the files hashed made into rows and stat cache entries where they were made
+        (StatCache.taken: merging them, whichever process made them, is two dict updates); the rest
         also takes the loose paths and the role files, and walks around the groups' directories."""
         root, pycs = self.root, []  # type: ignore[var-annotated]
         skip = self.skip if rest else None
@@ -89,13 +91,18 @@ class TreeWork:
         jobs = [(rel, f"{root}/{rel}" if rel[:1] != "/" else rel) for rel in names]
         if rest:
             jobs.extend(self.absolute.items())
-        done = digest_files(jobs, self.cached.entries, self.algorithm, self.stats)
+        done = self.cached.taken(digest_files(jobs, self.cached.entries, self.algorithm, self.stats))
         return dirs[0] if dirs else "", done, pycs, [self.judge(rel, in_cache) for rel, in_cache in pycs]
 
-    def state(self) -> Any:
-        """What the units left in this process's memory beside their results: the listings seen."""
-        return (self.listings.fresh if self.listings else None,
-                self.pyc_listings.fresh if self.pyc_listings else None)
+    def unit(self, i: int) -> Tuple[Any, List[Optional[Dict[str, Any]]]]:
+        """run(i), with what it left in this process's memory beside its result: the directory
+        listings it added to the caches (a listing is added once, at the end of the cache's entries),
+        so that they cross from the forked process with each unit rather than all at its end."""
+        caches = (self.listings, self.pyc_listings)
+        before = [len(c.fresh) if c is not None else 0 for c in caches]
+        result = self.run(i)
+        return result, [dict(islice(c.fresh.items(), n, None)) if c is not None else None
+                        for c, n in zip(caches, before)]
 
     def merge(self, results: Dict[int, Any], kept: Any) -> Tuple[Rows, Dict[str, Any], List[Any], List[Any]]:
         """The rows found (stat cache and listings saved), the RECORD checks by dist-info, and every
@@ -132,8 +139,10 @@ class TreeWork:
         self.seals.save()
         out: Rows = {}
         cached = self.cached
-        for _, done, _, _ in trees:
-            cached.take(done, out)
+        for _, (hits, rows, fresh), _, _ in trees:
+            cached.take((hits, []), out)  # the files the stat cache knew
+            out.update(rows)
+            cached.fresh.update(fresh)
         cached.save()
         if self.listings is not None:
             self.listings.save()
@@ -164,8 +173,17 @@ class TreeWork:
 
 
 def run_all(work: TreeWork) -> Tuple[Dict[int, Any], Any]:
-    """Every unit of `work`, shared with a forked process where that helps (disk.share_units)."""
-    return share_units(work.run, len(work.units), work.state)
+    """Every unit of `work`, shared with a forked process where that helps (disk.share_units), and
+    the listings the units added, whichever process ran them (for TreeWork.merge)."""
+    done, _ = share_units(work.unit, len(work.units))
+    results: Dict[int, Any] = {}
+    listed: List[Dict[str, Any]] = [{}, {}]
+    for i, (result, added) in done.items():
+        results[i] = result
+        for mine, theirs in zip(listed, added):
+            if theirs:
+                mine.update(theirs)
+    return results, listed
 
 
 def _sound(groups: List[List[str]], walk: Tuple[str, ...]) -> List[List[str]]:
