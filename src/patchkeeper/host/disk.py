@@ -659,7 +659,7 @@ def share_units(run: Callable[[int], _R], count: int,
         os.close(results_r)
         send = _Sent(results_w)
         for i in claimed():
-            send(marshal.dumps((i, run(i))))
+            send(marshal.dumps((i, run(i))))  # type: ignore[arg-type]
         send.close()
         return state() if state else None
 
