@@ -42,7 +42,8 @@ class Held:
         self.last = time.monotonic()
         self.lock = threading.Lock()
         self.spare: AgentProxy | None = None
-        self.filling = threading.Lock()
+        self.filling = threading.Condition()  # guards `spare` and `parks`
+        self.parks = 0  # agents a command has parked whose answer is still on its way back
         self.stopping = threading.Event()
         self.public: tuple[str, int] | None = None  # the socket's public name and inode, once published
 
@@ -64,7 +65,15 @@ class Held:
             if self.spare is None and not self.stopping.is_set():
                 self.spare = AgentProxy.over_ssh(self.target._session(), self.target.name, self.target.config.python)
 
+    def settled(self) -> AgentProxy | None:
+        """The spare, once every park in flight has ended (so a command that follows one that
+        parked gets that agent rather than starting another)."""
+        with self.filling:
+            self.filling.wait_for(lambda: self.parks == 0 or self.spare is not None, timeout=10)
+            return self.spare
+
     def take(self) -> AgentProxy:
+        self.settled()
         with self.filling:
             if self.spare is None or _chan(self.spare).closed or _chan(self.spare).exit_status_ready():
                 self.spare = None
@@ -117,7 +126,7 @@ class Held:
                     answer = wire.encode({"error": error_doc(exc)})
                 conn.sendall(answer)
             elif op == "ping":
-                spare = self.spare
+                spare = self.settled()
                 conn.sendall(wire.encode({"ok": 1}, {"pid": os.getpid(), "target": self.target.name,
                                                      "spare": spare.hello["pid"] if spare else None}))
             elif op == "stop":
@@ -147,7 +156,7 @@ class Held:
         keep: AgentProxy | None = agent
         try:
             conn.sendall(wire.encode({"hello": 1}, agent.hello))
-            pump = threading.Thread(target=_upstream, args=(conn, chan, parking), daemon=True)
+            pump = threading.Thread(target=_upstream, args=(conn, chan, parking, self.park_begun), daemon=True)
             pump.start()
             answer = bytearray()
             try:
@@ -167,10 +176,12 @@ class Held:
                 pass
             pump.join()
         finally:
-            if parked and not self.stopping.is_set():
-                with self.filling:
-                    if self.spare is None:
-                        self.spare, keep = agent, None
+            with self.filling:
+                if parked and not self.stopping.is_set() and self.spare is None:
+                    self.spare, keep = agent, None
+                if parking.is_set():
+                    self.parks -= 1
+                    self.filling.notify_all()
             if keep is not None:
                 chan.close()
             if not self.stopping.is_set():
@@ -179,11 +190,16 @@ class Held:
                 except (PatchkeeperError, OSError, EOFError):
                     pass  # the next command starts one, or finds the holder gone
 
+    def park_begun(self) -> None:
+        with self.filling:
+            self.parks += 1
 
-def _upstream(conn: socket.socket, chan: Any, parking: threading.Event) -> None:
+
+def _upstream(conn: socket.socket, chan: Any, parking: threading.Event, begun: Any) -> None:
     """The command's requests to the agent, frame by frame (wire.py's framing), until the command
-    ends: at a `park` request, sent on with `parking` set first; at anything else (the command
-    gone, a broken frame), the agent's input is closed and it exits."""
+    ends: at a `park` request, counted as a park in flight, sent on with `parking` set first, and
+    the command's side shut (it may exit: whoever comes next waits for the park); at anything else
+    (the command gone, a broken frame), the agent's input is closed and it exits."""
     read = _read_exact(conn)
     try:
         while True:
@@ -192,8 +208,13 @@ def _upstream(conn: socket.socket, chan: Any, parking: threading.Event) -> None:
             head = read(size & ~wire.SQUEEZED)
             doc = json.loads(zlib.decompress(head) if size & wire.SQUEEZED else head)
             if doc.get("m") == "park" and not doc.get("n"):
+                begun()
                 parking.set()
                 chan.sendall(prefix + head)
+                try:
+                    conn.shutdown(socket.SHUT_WR)
+                except OSError:
+                    pass
                 return
             chan.sendall(prefix + head)
             for n in doc.get("n") or ():

@@ -89,8 +89,6 @@ def _read_exact(sock: socket.socket):
 class SocketLink:
     """The wire to an agent through its holder's socket (a remote_agent.Link)."""
 
-    reusable = True  # the holder can keep the agent for the next command once it is parked
-
     def __init__(self, sock: socket.socket, first: bytes = b"") -> None:
         self.sock = sock
         self.first = first  # bytes already read from the socket, given back first
@@ -109,6 +107,14 @@ class SocketLink:
 
     def stderr(self) -> str:
         return ""
+
+    def park(self, request: bytes) -> None:
+        """Send the park request and wait until the holder has it (it shuts its side at once, and
+        counts the park as in flight), so the command that follows is given this agent."""
+        self.sock.sendall(request)
+        self.sock.settimeout(5)
+        while self.sock.recv(1 << 12):
+            pass
 
     def close(self) -> None:
         self.sock.close()  # the holder ends the agent's input: it returns and exits

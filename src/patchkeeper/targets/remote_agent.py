@@ -213,9 +213,10 @@ class AgentProxy(c.AgentContract):
         """End this command's use of the agent. Over a holder's socket, an agent left between two
         frames is parked (its locks released, its caches forgotten) for the holder to give to the
         next command; any other end (an interrupted call, a killed command) ends the agent."""
-        if self._idle and getattr(self._link, "reusable", False):
+        park = getattr(self._link, "park", None)  # a holder's socket (persist.SocketLink) can keep the agent
+        if self._idle and park is not None:
             try:
-                self._link.send(wire.encode({"m": "park"}, [[], {}]))
+                park(wire.encode({"m": "park"}, [[], {}]))
             except OSError:
                 pass
         self._link.close()
