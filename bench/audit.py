@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import resource
 import shutil
 import subprocess
@@ -96,14 +97,22 @@ def main() -> None:
             subprocess.run(["cp", "-a", str(TORCH), str(tv)], check=True)
             tws = _workspace(tmp / "tws", [tv])
             subprocess.run([*PK, "-w", str(tws), "snapshot", "--name", "base"], check=True, stdout=subprocess.DEVNULL)
-            shutil.rmtree(tv / ".patchkeeper" / "audit", ignore_errors=True)
-            for cache in (tv / ".patchkeeper").glob("statcache.json*"):
-                cache.unlink()
+            os.sync()  # the copy's gigabyte written back now, not during the timed runs
+
+            def drop_torch_caches() -> None:
+                shutil.rmtree(CACHE_HOME / "patchkeeper" / "replay", ignore_errors=True)
+                shutil.rmtree(tv / ".patchkeeper" / "audit", ignore_errors=True)
+                for cache in (tv / ".patchkeeper").glob("statcache.json*"):
+                    cache.unlink()
+
             time.sleep(2.2)
             taudit = [*PK, "-w", str(tws), "audit", "-q"]
-            t = time.perf_counter()
-            cold_mem = _peak_rss(taudit)
-            tcold = time.perf_counter() - t
+            tcold = float("inf")
+            for _ in range(3):  # best of three, as the sglang row: one sample swung 1.2-2.1 s between runs
+                drop_torch_caches()
+                t = time.perf_counter()
+                cold_mem = _peak_rss(taudit)
+                tcold = min(tcold, time.perf_counter() - t)
             _timed(taudit, repeat=2)  # the stat caches, then the seal
             time.sleep(2.2)  # past the racily-clean window of the caches' writes
             _timed(taudit, repeat=2)  # the answer kept, then replayed
