@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -113,3 +114,48 @@ def test_over_ssh_an_unchanged_ledger_crosses_no_wire_and_an_edit_is_seen(fleet)
     assert _read(fleet.env.root, "ct129") == (1, ids) and fleet.pk("log", "-t", "ct129").stdout == log
     victim.unlink()
     assert _read(fleet.env.root, "ct129") == (0, ids[:2] + ids[3:])
+
+
+def test_loops_over_the_ledger_ask_the_facts_kept_in_the_index_and_build_only_what_they_answer(env):
+    from patchkeeper.ledger import LedgerEntry
+    from patchkeeper.errors import BadInput
+    from patchkeeper.repair import environment_ops, rollback_goal
+
+    _history(env.pk)
+    env.pk("snapshot", "--name", "mine")
+    time.sleep(2.1)
+    files = sorted((env.state_dir / "ledger").glob("*.json"))
+    whole = [LedgerEntry.from_dict(json.loads(f.read_bytes())) for f in files]
+    _read(env.root)  # the index holds every entry now
+
+    t = open_target(load(env.root).target(None))
+    try:
+        ledger = Ledger(t)
+        entries = ledger.entries()
+        assert ledger.files_read == 0
+        for slot, f in zip(entries.slots, files, strict=True):  # each slot's facts, from the index
+            assert slot.facts == ledger_index.facts_of(json.loads(f.read_bytes()))
+        assert ledger.find_state("previous") == next(e.after for e in reversed(whole) if e.after.id != whole[-1].after.id)
+        assert ledger.find_state("mine") == whole[-1].after
+        assert ledger.baseline() == whole[0].after
+        goal, at = rollback_goal(ledger, "baseline")
+        assert goal == whole[0].after and at == max(i for i, e in enumerate(whole) if e.after.id == goal.id)
+        assert environment_ops(t, ledger, at) == []  # no entry changed a file outside the package
+        built = [i for i, e in enumerate(entries._built) if e is not None]
+        assert built == [0, 2, 4] and len(whole) == 5  # the answers themselves: the baseline, the previous, "mine"
+        assert [entries[i] for i in range(len(entries))] == whole
+    finally:
+        t.close()
+
+    # a fact edited in place (same size, mtime put back) is seen: the index is never believed over the file
+    named = files[-1]
+    _edit_in_place(named, named.read_bytes().replace(b'"mine"', b'"mime"'))
+    t = open_target(load(env.root).target(None))
+    try:
+        ledger = Ledger(t)
+        assert ledger.find_state("mime") == dataclasses.replace(whole[-1].after, name="mime")
+        with pytest.raises(BadInput, match="no state 'mine'"):
+            ledger.find_state("mine")
+        assert ledger.files_read == 1
+    finally:
+        t.close()

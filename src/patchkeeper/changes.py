@@ -106,32 +106,34 @@ def mirror(ws: Workspace, s: Session, manifest: bool = True, check_all: bool = F
     texts: dict[str, bytes] = {}
     checked: set[str] = set()
     copies, manifests = set(os.listdir(out / "ledger")), set(os.listdir(out / "manifests"))  # no stat per entry
-    for entry in s.ledger.entries():
-        name = entry.file_name()
+    entries = s.ledger.entries()
+    for i, slot in enumerate(entries.slots):  # an entry is built only where a copy is read or written
+        name = f"{slot.seq:06d}-{slot.id}.json"  # LedgerEntry.file_name
         copy = _read(out / "ledger" / name) if check_all else (b"" if name in copies else None)
-        if copy is None or (check_all and _parsed(copy) != entry.to_dict()):  # made only where it is needed
+        new = copy is None
+        if copy is None or (check_all and _parsed(copy) != entries[i].to_dict()):
             path = out / "ledger" / name
-            pending.append((path, (json.dumps(entry.to_dict(), indent=1) + "\n").encode()))
+            pending.append((path, (json.dumps(entries[i].to_dict(), indent=1) + "\n").encode()))
             written.append(path)
-            if copy is None:
-                fresh.append(entry)
+            if new:
+                fresh.append(entries[i])
             else:
                 repaired = True
-        state = entry.after
-        if not manifest or state.id in checked:
+        if not manifest or slot.after in checked:
             continue
-        checked.add(state.id)
-        kept = out / "manifests" / f"{state.id}.txt"
-        if check_all:
-            copy = _read(kept)
+        checked.add(slot.after)
+        kept = out / "manifests" / f"{slot.after}.txt"
+        if check_all or kept.name not in manifests:
+            state = entries[i].after
+            copy = _read(kept) if check_all else None
             intact = copy is not None and hash_bytes(copy, algorithm_of(state.manifest)) == state.manifest
         else:
-            intact = kept.name in manifests
+            intact = True
         if not intact:
             texts.setdefault(state.manifest, s.target.agent.store_get(s.target.info.store, state.manifest))
             pending.append((kept, texts[state.manifest]))
             written.append(kept)
-            repaired = repaired or entry not in fresh
+            repaired = repaired or not new
     current = s.ledger.current()
     if current is not None and manifest:
         text = texts.get(current.manifest) or (out / "manifests" / f"{current.id}.txt").read_bytes()

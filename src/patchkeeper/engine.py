@@ -257,13 +257,13 @@ def _refuse_unmanaged(info: TargetInfo, ps: PatchSet) -> None:
 
 
 def _check_history(s: Session, sets: list[PatchSet]) -> None:
-    for e in s.ledger.entries():
-        for ref in e.patchsets:
-            for ps in sets:
-                if ref["name"] == ps.name and ref["version"] == ps.version and ref["digest"] != ps.digest:
-                    raise Refused(f"patch set {ps.ident} changed since it was applied here "
-                                  f"({ref['digest'][:19]}… then, {ps.digest[:19]}… now) without a version bump",
-                                  f"raise version in patchsets/{ps.name}/patchset.toml")
+    applied = {ref for slot in s.ledger.entries().slots for ref in slot.refs}  # (name, version, digest)
+    for ps in sets:
+        for name, version, digest in applied:
+            if name == ps.name and version == ps.version and digest != ps.digest:
+                raise Refused(f"patch set {ps.ident} changed since it was applied here "
+                              f"({str(digest)[:19]}… then, {ps.digest[:19]}… now) without a version bump",
+                              f"raise version in patchsets/{ps.name}/patchset.toml")
 
 
 def plan_apply(s: Session, name: str, force: bool, trial: bool = False,

@@ -189,21 +189,25 @@ def entry_of(ledger: Ledger, spec: str | State) -> LedgerEntry | None:
     entry); None when no entry of that state has one (a ledger from before fingerprints)."""
     entries = ledger.entries()
     if isinstance(spec, str):
-        exact = [e for e in entries if e.id == spec]
+        exact = [i for i, slot in enumerate(entries.slots) if slot.id == spec]
         if exact:
-            return exact[0] if exact[0].env else None
+            return entries[exact[0]] if entries[exact[0]].env else None
         spec = ledger.find_state(spec)
-    for e in reversed(entries):
-        if e.after.id == spec.id and e.env:
-            return e
+    for i in reversed(range(len(entries))):
+        if entries.slots[i].after == spec.id and entries[i].env:
+            return entries[i]
     return None
 
 
 def last_passing(ledger: Ledger, state: State) -> LedgerEntry | None:
     """The newest passing verification of a state that kept a fingerprint."""
-    for e in reversed(ledger.entries()):
+    entries = ledger.entries()
+    for i in reversed(range(len(entries))):
+        if entries.slots[i].kind != "verify" or entries.slots[i].after != state.id:
+            continue
+        e = entries[i]
         verdict: Any = dict(e.extra).get("verify") or {}
-        if e.kind == "verify" and e.after.id == state.id and e.env and verdict.get("ok"):
+        if e.env and verdict.get("ok"):
             return e
     return None
 

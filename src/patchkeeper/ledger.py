@@ -152,6 +152,11 @@ class Entries(Sequence[LedgerEntry]):
             entry = self._built[i] = LedgerEntry.from_dict(doc if isinstance(doc, dict) else marshal.loads(doc))
         return entry
 
+    @property
+    def slots(self) -> list[Slot]:
+        """Each entry's file name, seq, id and facts (ledger_index.Slot), read without building it."""
+        return self._slots
+
     def ids(self) -> list[str]:
         return [slot.id for slot in self._slots]
 
@@ -164,7 +169,7 @@ class Entries(Sequence[LedgerEntry]):
         at = len(self._slots)
         while at and self._slots[at - 1].seq > entry.seq:
             at -= 1
-        self._slots.insert(at, Slot(name, entry.seq, entry.id, doc))
+        self._slots.insert(at, Slot(name, entry.seq, entry.id, ledger_index.facts_of(doc), doc))
         self._built.insert(at, entry)
 
 
@@ -212,9 +217,10 @@ class Ledger:
         return entries[-1].after if entries else None
 
     def baseline(self) -> State | None:
-        for e in self.entries():
-            if e.kind == "baseline":
-                return e.after
+        entries = self.entries()
+        for i, slot in enumerate(entries.slots):
+            if slot.kind == "baseline":
+                return entries[i].after
         return None
 
     def has(self, entry_id: str) -> bool:
@@ -243,20 +249,21 @@ class Ledger:
         if not entries:
             raise Refused(f"target {self.target.name} has no recorded states yet",
                           "nothing has been changed by patchkeeper here")
+        slots = entries.slots
         if spec == "previous":
-            current = entries[-1].after
-            for e in reversed(entries):
-                if e.after.id != current.id:
-                    return e.after
+            current = slots[-1].after
+            for i in reversed(range(len(slots))):
+                if slots[i].after != current:
+                    return entries[i].after
             raise Refused("there is no previous state: the target has only ever been in one state")
-        for e in reversed(entries):
-            if e.after.name == spec or e.id == spec:
-                return e.after
+        for i in reversed(range(len(slots))):
+            if slots[i].after_name == spec or slots[i].id == spec:
+                return entries[i].after
         if len(spec) < MIN_PREFIX:
             raise BadInput(f"no state named {spec!r} on target {self.target.name}, and a state id prefix "
                            f"needs at least {MIN_PREFIX} characters",
                            "give more of the id (`patchkeeper log` shows them), or baseline | previous | a name")
-        matches = {e.after.id: e.after for e in entries if e.after.id.startswith(spec)}
+        matches = {slot.after: entries[i].after for i, slot in enumerate(slots) if slot.after.startswith(spec)}
         if len(matches) == 1:
             return next(iter(matches.values()))
         if len(matches) > 1:

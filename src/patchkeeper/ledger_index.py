@@ -26,19 +26,63 @@ from typing import Any, Callable
 from .host.disk import hash_bytes, load_cache, save_cache, user_cache
 from .targets import Target
 
-STAMP = ("pk-ledger-index", 1, tuple(sys.version_info[:2]))
+STAMP = ("pk-ledger-index", 2, tuple(sys.version_info[:2]))
 Identity = tuple[int, int, int, int]  # size, mtime_ns, ctime_ns, inode
+CREATED_DIRS = "created_dirs"  # key of a ledger entry's extra: the directories its transaction created
+
+
+Ref = tuple["str | None", "str | None", "str | None"]  # a patch set's name, version, digest
+Facts = tuple[str, str, "str | None", tuple[Ref, ...], bool, tuple[str, ...]]
+
+
+def facts_of(doc: dict[str, Any]) -> Facts:
+    """What the loops over a whole ledger ask of each entry, so they build none they do not need:
+    its kind, its state's id and name, the (name, version, digest) of the patch sets it added,
+    whether it changed files outside the package (`extra.env`), the directories it created."""
+    extra = doc.get("extra")
+    extra = extra if isinstance(extra, dict) else {}
+    after = doc["after"]
+    return (doc["kind"], after["id"], after.get("name"),
+            tuple((p.get("name"), p.get("version"), p.get("digest")) for p in doc.get("patchsets") or ()
+                  if isinstance(p, dict)),
+            bool(extra.get("env")), tuple(extra.get(CREATED_DIRS) or ()))
 
 
 @dataclass(frozen=True)
 class Slot:
-    """One entry of the ledger as read: its file name, seq and id, and its parsed document, as
-    marshal data (decoded when the entry is first needed) or as the dict just parsed."""
+    """One entry of the ledger as read: its file name, seq, id and facts (facts_of), and its parsed
+    document, as marshal data (decoded when the entry is first needed) or as the dict just parsed."""
 
     name: str
     seq: int
     id: str
+    facts: Facts
     doc: bytes | dict[str, Any]
+
+    @property
+    def kind(self) -> str:
+        return self.facts[0]
+
+    @property
+    def after(self) -> str:
+        """The id of the state the entry left."""
+        return self.facts[1]
+
+    @property
+    def after_name(self) -> str | None:
+        return self.facts[2]
+
+    @property
+    def refs(self) -> tuple[Ref, ...]:
+        return self.facts[3]
+
+    @property
+    def env(self) -> bool:
+        return self.facts[4]
+
+    @property
+    def created_dirs(self) -> tuple[str, ...]:
+        return self.facts[5]
 
 
 @dataclass(frozen=True)
@@ -59,17 +103,18 @@ def read(target: Target, directory: str, parse: Callable[[str, bytes], dict[str,
     """The entries of the ledger in `directory` of `target`: the remembered ones whose files kept their
     identity, the others read again and parsed by `parse` (which raises on a damaged entry)."""
     path = path_of(target)
-    known: dict[str, tuple[Identity, int, str, bytes]] = load_cache(path, STAMP) or {}
+    known: dict[str, tuple[Identity, int, str, Facts, bytes]] = load_cache(path, STAMP) or {}
     answer = target.agent.read_changed(directory, ".json", {name: kept[0] for name, kept in known.items()})
     kept = {name: v for name, v in known.items() if name not in answer.files and name not in answer.gone}
-    slots = [Slot(name, seq, entry_id, blob) for name, (_, seq, entry_id, blob) in kept.items()]
+    slots = [Slot(name, seq, entry_id, facts, blob) for name, (_, seq, entry_id, facts, blob) in kept.items()]
     grew = False
     for name, data in answer.files.items():
         doc = parse(name, data)
-        slots.append(Slot(name, doc["seq"], doc["id"], doc))
+        facts = facts_of(doc)
+        slots.append(Slot(name, doc["seq"], doc["id"], facts, doc))
         identity = answer.identities.get(name)
         if identity is not None:
-            kept[name] = (identity, doc["seq"], doc["id"], marshal.dumps(doc))
+            kept[name] = (identity, doc["seq"], doc["id"], facts, marshal.dumps(doc))
             grew = True
     if grew or len(kept) != len(known):
         save_cache(path, STAMP, kept, 0o600)

@@ -175,11 +175,11 @@ def rollback_goal(ledger: Ledger, spec: str) -> tuple[State, int]:
     transaction id names the state before it (a repair changes no code, so that is what undoing
     it by its id can mean)."""
     entries = ledger.entries()
-    for i, e in enumerate(entries):
-        if e.id == spec and e.kind == "repair" and e.before is not None:
-            return e.before, i - 1
+    for i, slot in enumerate(entries.slots):
+        if slot.id == spec and slot.kind == "repair" and (before := entries[i].before) is not None:
+            return before, i - 1
     goal = ledger.find_state(spec)
-    at = [i for i, e in enumerate(entries) if e.after.id == goal.id]
+    at = [i for i, slot in enumerate(entries.slots) if slot.after == goal.id]
     return goal, at[-1] if at else len(entries) - 1
 
 
@@ -189,8 +189,11 @@ def environment_ops(target: Target, ledger: Ledger, upto: int) -> list[FileOp]:
     back exactly the bytes it replaced), else what the last change up to then left."""
     earlier: dict[str, tuple[str, list | None]] = {}
     later: dict[str, tuple[str, list | None]] = {}
-    for i, e in enumerate(ledger.entries()):
-        env = cast("dict[str, EnvChange]", e.extra.get("env") or {})
+    entries = ledger.entries()
+    for i, slot in enumerate(entries.slots):
+        if not slot.env:
+            continue
+        env = cast("dict[str, EnvChange]", entries[i].extra.get("env") or {})
         for key, change in env.items():
             if i <= upto:
                 earlier[key] = (change["path"], change["new"])

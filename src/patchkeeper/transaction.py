@@ -27,10 +27,10 @@ from .host.errors import AgentError
 from .errors import PatchkeeperError, Refused, StoreError, Unfinished
 from .host.contract import AgentContract, ScanRequest
 from .ledger import ApplyExtra, Extra, Ledger, LedgerEntry, RollbackExtra
+from .ledger_index import CREATED_DIRS
 from .manifest import Entry
 
 
-CREATED_DIRS = "created_dirs"  # key of a ledger entry's extra: the directories its transaction created
 
 
 class JournalDamaged(StoreError):
@@ -245,8 +245,8 @@ def _remove_created_dirs(ledger: Ledger, ops: list[FileOp], entry: LedgerEntry) 
     if not gone:
         return
     created = set(created_dirs(entry))
-    for e in ledger.entries():
-        created.update(created_dirs(e))
+    for slot in ledger.entries().slots:
+        created.update(slot.created_dirs)
     candidates: set[str] = set()
     for path in gone:
         parent = posixpath.dirname(path)

@@ -317,9 +317,13 @@ def last_pass(ledger: Ledger, state: State | None) -> dict | None:
     """The figures of the newest passing verification of `state` (ready seconds, smoke seconds, tokens/s)."""
     if state is None:
         return None
-    for e in reversed(ledger.entries()):
-        report = cast(VerifyExtra, e.extra).get("verify") if e.kind == "verify" else None
-        if report and report.get("ok") and e.after.id == state.id and report.get("seconds") is not None:
+    entries = ledger.entries()
+    for i in reversed(range(len(entries))):
+        if entries.slots[i].kind != "verify" or entries.slots[i].after != state.id:
+            continue
+        e = entries[i]
+        report = cast(VerifyExtra, e.extra).get("verify")
+        if report and report.get("ok") and report.get("seconds") is not None:
             names = {c["name"]: c for c in report.get("checks", ())}
             ready = names["ready"]["seconds"] if "restart" in names and "ready" in names else None
             return {"entry": e.id, "time": e.time, "seconds": report["seconds"], "tokens": report.get("tokens"),
