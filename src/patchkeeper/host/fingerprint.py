@@ -32,11 +32,11 @@ def take(sites: list[str], cache_root: str | None, main_site: str | None = None,
     out: Dict[str, Any] = {"algorithm": ALGORITHM}
     if "system" in parts:
         out["system"] = system()
-    if "distributions" in parts:
+    if "native" in parts:  # first: the distributions' long list of stat calls, split over two processes as
+        out["native"] = native(sites, os.path.join(cache_root, "native") if cache_root else None)
+    if "distributions" in parts:  # soon as a CPU is idle, is then what is left when a change waits for it
         skip = os.path.join(main_site, managed) if main_site and managed else None
         out["distributions"] = distributions(sites, caches, skip)
-    if "native" in parts:
-        out["native"] = native(sites, os.path.join(cache_root, "native") if cache_root else None)
     if "gpu" in parts:
         out["gpu"] = gpu()
     return out
