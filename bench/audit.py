@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import CACHE_HOME, PRISTINE as SGLANG, REPO, SITE_REL as SITE, best, run  # noqa: E402
+from common import CACHE_HOME, PRISTINE as SGLANG, REPO, SITE_REL as SITE, best, row, run  # noqa: E402
 
 TORCH = REPO / ".cache" / "torch-venv"
 PK = [sys.executable, "-m", "patchkeeper"]
@@ -41,7 +41,7 @@ def _peak_rss(argv: list[str]) -> int:
     return int(out.strip() or 0) // 1024
 
 
-def main() -> None:
+def main() -> list[dict]:
     rows: list[tuple[str, float, str, float, str]] = []
     with tempfile.TemporaryDirectory(prefix="pk-bench-audit-") as tmp:
         tmp = Path(tmp)
@@ -152,6 +152,7 @@ def main() -> None:
     for name, ours, peer, theirs, goal in rows:
         ratio = ours / theirs if theirs == theirs and theirs else float("nan")
         print(f"{name:48} {ours:12.3f} {peer:26} {theirs:8.3f} {ratio:7.2f}  {goal}")
+    return [row(name, ours, peer, theirs if theirs == theirs else 0.0, goal) for name, ours, peer, theirs, goal in rows]
 
 
 if __name__ == "__main__":

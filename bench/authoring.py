@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import PRISTINE, REPO, SITE_REL, run  # noqa: E402
+from common import PRISTINE, REPO, SITE_REL, row, run  # noqa: E402
 
 FILES = 30
 RUNS = 5
@@ -47,7 +47,7 @@ def _change_30_files(site: Path) -> list[str]:
     return touched
 
 
-def main() -> None:
+def main() -> list[dict]:
     if not (PRISTINE / ".done").exists():
         raise SystemExit(f"{PRISTINE} missing: run `make bench`")
     with tempfile.TemporaryDirectory(prefix="pk-bench-authoring-") as tmp:
@@ -108,6 +108,8 @@ def main() -> None:
         print(f"  {label:48} {secs * 1000:8.1f} ms")
     ratio = med(record) / med(gitdiff)
     print(f"  ratio record / git diff --no-index: {ratio:.2f}x (goal <= 2x) {'ok' if ratio <= 2 else 'MISSED'}")
+    return [row(f"record of a {len(touched)}-file change", med(record), "git diff --no-index", med(gitdiff), "<= 2x"),
+            *(row(label.strip(), secs, "", 0.0, "report") for label, secs in rows[2:])]
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import PRISTINE, REPO, SITE_REL, best, run  # noqa: E402
+from common import PRISTINE, REPO, SITE_REL, best, row, run  # noqa: E402
 
 sys.path.insert(0, str(REPO / "tests"))
 
@@ -81,10 +81,47 @@ def timed(argv: list[str], env: dict, runs: int = RUNS, before=None, ok=(0,)) ->
     return best(once, runs)
 
 
-def fleet(tmp: Path, home: Path, host_venv: Path, env: dict, n: int = 16) -> tuple[float, float, int, float]:
+def cpu_by_kind() -> dict[str, float]:
+    """CPU seconds (user + system, its own and its waited-for children's: an agent's forked
+    helpers) so far of every process here, by pid and what it is: an agent (the program the
+    holders start on the host), a holder, sshd, or other."""
+    hz = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        kind = ("holder" if "patchkeeper.targets.holder" in cmd else "sshd" if "sshd" in cmd.split(" ", 1)[0]
+                else "agent" if "exec(sys.stdin.buffer.read(" in cmd else "other")
+        out[f"{kind} {pid}"] = sum(int(x) for x in fields[11:15]) / hz
+    return out
+
+
+def cpu_of_run(argv: list[str], env: dict) -> dict[str, float]:
+    """The CPU one run of `argv` costs each kind of process (cpu_by_kind), the command's own as
+    "controller": where a fleet's time goes on this one machine."""
+    before, mine = cpu_by_kind(), os.times()
+    run(argv, env=env, ok=(0, 1))
+    after, done = cpu_by_kind(), os.times()
+    spent = {"controller": done.children_user - mine.children_user + done.children_system - mine.children_system}
+    for key, seconds in after.items():
+        kind = key.split()[0]
+        spent[kind] = spent.get(kind, 0.0) + seconds - before.get(key, 0.0)
+    return {kind: round(seconds, 3) for kind, seconds in spent.items()}
+
+
+def fleet(tmp: Path, home: Path, host_venv: Path, env: dict,
+          n: int = 16) -> tuple[float, float, int, float, dict[str, float]]:
     """`audit --all` over n SSH targets (each its own hardlinked copy of the host's tree, its own
     alias of the same sshd) against `audit` of one of them, stat caches warm, connections held;
-    and the first `audit --all`, which starts every target's holder at once."""
+    the first `audit --all`, which starts every target's holder at once; and the CPU one more
+    `audit --all` costs each kind of process."""
     config = (home / ".ssh" / "config").read_text()
     port = config.split("Port ", 1)[1].split()[0]
     key = config.split("IdentityFile ", 1)[1].split()[0]
@@ -112,10 +149,10 @@ def fleet(tmp: Path, home: Path, host_venv: Path, env: dict, n: int = 16) -> tup
     run(pk + ["audit", "--all", "-q"], env=env, ok=(0, 1))
     one = timed(pk + ["audit", "-q", "-t", "h00"], env, ok=(0, 1))
     every = timed(pk + ["audit", "--all"], env, ok=(0, 1))
-    return one, every, n, first
+    return one, every, n, first, cpu_of_run(pk + ["audit", "--all"], env)
 
 
-def main() -> None:
+def main() -> list[dict]:
     if not (PRISTINE / ".done").exists():
         raise SystemExit(f"{PRISTINE} missing: run `make bench`, which builds it")
     if not shutil.which("rsync"):
@@ -174,7 +211,7 @@ def main() -> None:
             time.sleep(0.2)  # let the relay count the last packets
             traffic[name] = relay.sent + relay.received
         pk_bytes, rsync_bytes, rsync_c_bytes = traffic["pk"], traffic["rsync"], traffic["rsync -c"]
-        t_one, t_fleet, n_fleet, t_fleet_first = fleet(tmp, home, host_venv, env)
+        t_one, t_fleet, n_fleet, t_fleet_first, cpu = fleet(tmp, home, host_venv, env)
 
         print(f"remote diff over loopback sshd: sglang 0.5.23, {files} files under sglang/ "
               f"(patchkeeper skips bytecode caches), best of {RUNS}")
@@ -194,6 +231,14 @@ def main() -> None:
         print(f"{'  (rsync -a -n -c --delete sends)':52} {'':12} {rsync_c_bytes / 1e6:10.3f}MB")
         print(f"{'first diff HOST (starts the held connection)':52} {t_first:11.2f}s")
         print(f"{f'first audit --all (starts {n_fleet} holders at once)':52} {t_fleet_first:11.2f}s")
+        print(f"{f'CPU of one audit --all over {n_fleet} SSH targets, by process':52} "
+              + ", ".join(f"{kind} {seconds:.2f}s" for kind, seconds in sorted(cpu.items())))
+        return [*(row(what, mine, what.split(" vs ")[-1], peer, f"<= {goal}x") for what, mine, peer, goal, _ in rows),
+                row("bytes on the wire, diff HOST (MB)", pk_bytes / 1e6, "rsync -a -n --delete", rsync_bytes / 1e6, "< 2 MB"),
+                row("first diff HOST (starts the held connection)", t_first, "", 0.0, "report"),
+                row(f"first audit --all (starts {n_fleet} holders at once)", t_fleet_first, "", 0.0, "report"),
+                *(row(f"CPU of audit --all over {n_fleet} SSH targets: {kind}", seconds, "", 0.0, "report")
+                  for kind, seconds in sorted(cpu.items()))]
     finally:
         subprocess.run([sys.executable, "-m", "patchkeeper", "disconnect", "--all"], env=env, capture_output=True)
         sshd.stop()
