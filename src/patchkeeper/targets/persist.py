@@ -112,7 +112,7 @@ class SocketLink:
         """Send the park request and wait until the holder has it (it shuts its side at once, and
         counts the park as in flight), so the command that follows is given this agent."""
         self.sock.sendall(request)
-        self.sock.settimeout(5)
+        self.sock.settimeout(2)  # a local socket: a holder that does not answer by then is wedged
         while self.sock.recv(1 << 12):
             pass
 
