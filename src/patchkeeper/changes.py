@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Union
 
-from . import engine, faults
+from . import engine, faults, ledger_index
 from .engine import Plan
 from .errors import PatchkeeperError
 from .host.disk import TEMP_PREFIX, algorithm_of, discard, fsync_dir, fsync_path, hash_bytes, map_threads
@@ -108,7 +108,7 @@ def mirror(ws: Workspace, s: Session, manifest: bool = True, check_all: bool = F
     copies, manifests = set(os.listdir(out / "ledger")), set(os.listdir(out / "manifests"))  # no stat per entry
     entries = s.ledger.entries()
     for i, slot in enumerate(entries.slots):  # an entry is built only where a copy is read or written
-        name = f"{slot.seq:06d}-{slot.id}.json"  # LedgerEntry.file_name
+        name = ledger_index.file_name(slot.seq, slot.id)
         copy = _read(out / "ledger" / name) if check_all else (b"" if name in copies else None)
         new = copy is None
         if copy is None or (check_all and _parsed(copy) != entries[i].to_dict()):

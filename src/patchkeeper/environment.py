@@ -193,19 +193,12 @@ def entry_of(ledger: Ledger, spec: str | State) -> LedgerEntry | None:
         if exact:
             return entries[exact[0]] if entries[exact[0]].env else None
         spec = ledger.find_state(spec)
-    for i in reversed(range(len(entries))):
-        if entries.slots[i].after == spec.id and entries[i].env:
-            return entries[i]
-    return None
+    return next((e for e in entries.newest(spec.id) if e.env), None)
 
 
 def last_passing(ledger: Ledger, state: State) -> LedgerEntry | None:
     """The newest passing verification of a state that kept a fingerprint."""
-    entries = ledger.entries()
-    for i in reversed(range(len(entries))):
-        if entries.slots[i].kind != "verify" or entries.slots[i].after != state.id:
-            continue
-        e = entries[i]
+    for e in ledger.entries().newest(state.id, "verify"):
         verdict: Any = dict(e.extra).get("verify") or {}
         if e.env and verdict.get("ok"):
             return e

@@ -9,7 +9,7 @@ import pwd
 import posixpath
 import time
 from dataclasses import dataclass, field
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, cast, overload
 
 from .host.disk import hash_bytes, install_records
@@ -108,7 +108,7 @@ class LedgerEntry:
         return dict(found) if isinstance(found, dict) else {}
 
     def file_name(self) -> str:
-        return f"{self.seq:06d}-{self.id}.json"
+        return ledger_index.file_name(self.seq, self.id)
 
 
 def new_id() -> str:
@@ -156,6 +156,14 @@ class Entries(Sequence[LedgerEntry]):
     def slots(self) -> list[Slot]:
         """Each entry's file name, seq, id and facts (ledger_index.Slot), read without building it."""
         return self._slots
+
+    def newest(self, after: str, kind: str | None = None) -> Iterator[LedgerEntry]:
+        """The entries that left the state `after` (of `kind`, if given), newest first, each built
+        only when the caller goes on to it."""
+        for i in reversed(range(len(self._slots))):
+            slot = self._slots[i]
+            if slot.after == after and (kind is None or slot.kind == kind):
+                yield self[i]
 
     def ids(self) -> list[str]:
         return [slot.id for slot in self._slots]
@@ -233,7 +241,7 @@ class Ledger:
         data = json.dumps(entry.to_dict(), indent=1).encode()
         self.target.agent.write_atomic(posixpath.join(self.dir, entry.file_name()), data)
         if self._entries is not None:  # the entries read already, and this one as a read gives it back
-            self._entries.add(entry.file_name(), self._parse(entry.file_name(), data))
+            self._entries.add(entry.file_name(), json.loads(data))
 
     def save_manifest(self, manifest: Manifest) -> str:
         return self.target.agent.store_put(self.target.info.store, manifest.to_text())

@@ -35,6 +35,11 @@ Ref = tuple["str | None", "str | None", "str | None"]  # a patch set's name, ver
 Facts = tuple[str, str, "str | None", tuple[Ref, ...], bool, tuple[str, ...]]
 
 
+def file_name(seq: int, entry_id: str) -> str:
+    """The name of a ledger entry's file (and of its copy in the workspace)."""
+    return f"{seq:06d}-{entry_id}.json"
+
+
 def facts_of(doc: dict[str, Any]) -> Facts:
     """What the loops over a whole ledger ask of each entry, so they build none they do not need:
     its kind, its state's id and name, the (name, version, digest) of the patch sets it added,

@@ -317,11 +317,7 @@ def last_pass(ledger: Ledger, state: State | None) -> dict | None:
     """The figures of the newest passing verification of `state` (ready seconds, smoke seconds, tokens/s)."""
     if state is None:
         return None
-    entries = ledger.entries()
-    for i in reversed(range(len(entries))):
-        if entries.slots[i].kind != "verify" or entries.slots[i].after != state.id:
-            continue
-        e = entries[i]
+    for e in ledger.entries().newest(state.id, "verify"):
         report = cast(VerifyExtra, e.extra).get("verify")
         if report and report.get("ok") and report.get("seconds") is not None:
             names = {c["name"]: c for c in report.get("checks", ())}

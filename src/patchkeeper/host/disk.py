@@ -244,16 +244,20 @@ class StatCache:
 
     def take(self, done: Digests, out: dict[str, Any]) -> None:
         """Each digested file's row (digest_files) into `out`, and what may be remembered into the
-        cache: remember for many files, inlined (the racily-clean rule)."""
-        known, fresh, limit = self.entries, self.fresh, self.started_ns - self.GRANULARITY_NS
-        (keys, modes), hashed = done
+        cache (the racily-clean rule): merge(taken(done), out)."""
+        self.merge(self.taken(done), out)
+
+    def merge(self, taken: tuple[tuple[list[str], list[int]], dict[str, Any], dict[str, tuple[Any, ...]]],
+              out: dict[str, Any]) -> None:
+        """What taken gave (here or in a forked process) into `out` and the cache: the hits' rows
+        from this cache's entries (remember for many files, inlined), the hashed files' as they are."""
+        known, fresh = self.entries, self.fresh
+        (keys, modes), rows, remembered = taken
         for key, mode in zip(keys, modes):
             hit = fresh[key] = known[key]
             out[key] = (hit[4], hit[0], mode)
-        for key, row, identity in hashed:
-            out[key] = row
-            if identity[1] < limit and identity[2] < limit:
-                fresh[key] = (*identity, row[0])
+        out.update(rows)
+        fresh.update(remembered)
 
     def taken(self, done: Digests) -> tuple[tuple[list[str], list[int]], dict[str, Any], dict[str, tuple[Any, ...]]]:
         """take's work on the files hashed, done apart (computed only: a forked process may do it,

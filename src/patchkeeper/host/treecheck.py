@@ -139,10 +139,8 @@ class TreeWork:
         self.seals.save()
         out: Rows = {}
         cached = self.cached
-        for _, (hits, rows, fresh), _, _ in trees:
-            cached.take((hits, []), out)  # the files the stat cache knew
-            out.update(rows)
-            cached.fresh.update(fresh)
+        for _, taken, _, _ in trees:
+            cached.merge(taken, out)
         cached.save()
         if self.listings is not None:
             self.listings.save()
