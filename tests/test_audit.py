@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from patchkeeper.host.disk import StatCache
+from patchkeeper.host.statcache import StatCache
 from conftest import REPO, SITE_REL, copy_venv, edit_file, make_workspace, tree
 from test_lean_start import heavy, imported
 

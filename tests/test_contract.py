@@ -128,7 +128,7 @@ def test_a_frame_carries_bytes_nested_anywhere_as_payloads():
 
 
 def test_a_kept_agent_answers_dist_info_again_only_while_its_files_are_unchanged(site, monkeypatch):
-    from patchkeeper.host.disk import StatCache
+    from patchkeeper.host.statcache import StatCache
 
     monkeypatch.setattr(StatCache, "GRANULARITY_NS", -10**12)  # the files were just written: trust them anyway
     agent = Agent()

@@ -18,7 +18,7 @@ try:
 except ImportError:  # Python 3.7 on an old host: the contract is then documentation only
     Protocol = object  # type: ignore[assignment]
 
-Row = Tuple[str, int, int]  # (digest, size, mode) of one file, as disk.entry_row makes it
+Row = Tuple[str, int, int]  # (digest, size, mode) of one file, as StatCache.digests makes it
 Rows = Dict[str, Row]  # key -> row
 Pair = Tuple[Optional[Row], Optional[Row]]  # (recorded row, actual row), None where absent
 Finding = Tuple[str, str, str]  # (path, kind, detail)
@@ -87,16 +87,16 @@ class FileStat(Answer):
 @dataclass(frozen=True)
 class ChangedFiles(Answer):
     """The files of a directory that differ from what the caller remembers (see read_changed): their
-    bytes, their identity (size, mtime_ns, ctime_ns, inode; None: too fresh to remember), and the
+    bytes, their identity (size, mtime_ns, ctime_ns, inode, device; None: too fresh to remember), and the
     remembered names that are gone."""
 
     files: Dict[str, bytes]
-    identities: Dict[str, Optional[Tuple[int, int, int, int]]]
+    identities: Dict[str, Optional[Tuple[int, int, int, int, int]]]
     gone: Tuple[str, ...] = ()
 
     @classmethod
     def from_wire(cls, doc: Dict[str, Any]) -> "ChangedFiles":
-        return cls(doc["files"], {name: None if i is None else (i[0], i[1], i[2], i[3])
+        return cls(doc["files"], {name: None if i is None else (i[0], i[1], i[2], i[3], i[4])
                                   for name, i in doc["identities"].items()}, tuple(doc.get("gone", ())))
 
 
@@ -369,11 +369,6 @@ class AgentContract(Protocol):
     """The near-disk half of a target. Every argument and answer is plain data (str, int, bytes,
     list, tuple, dict) or a request or answer value of this module, which `to_wire` and
     `requests_from_wire` / `answer_from_wire` carry across a process boundary."""
-
-    # Whether calls may overlap: from several threads, or from a process forked from the caller's. True
-    # where the agent works in the caller's own process (host.agent.Agent); a proxy's channel carries one
-    # call at a time, and a forked copy of it would share that channel.
-    concurrent: bool = False
 
     # ---- the host ------------------------------------------------------------------------------
     def hostname(self) -> str: ...

@@ -13,7 +13,8 @@ import stat
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from . import elf
-from .disk import ALGORITHM, STAGE_PREFIX, TEMP_PREFIX, StatCache, hash_file, normalize_name
+from .disk import ALGORITHM, STAGE_PREFIX, TEMP_PREFIX, hash_file, normalize_name
+from .statcache import StatCache
 from .distcheck import RecordSeals
 
 SITE_TOKEN = "$SITE/"

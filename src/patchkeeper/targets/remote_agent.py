@@ -21,8 +21,8 @@ from ..host import wire
 from ..host import contract as c
 
 # The agent's modules, in import order; on the host they become the package `pkagent`.
-AGENT_MODULES = ("errors", "contract", "disk", "store", "distinfo", "seal", "distcheck", "treecheck", "manifest_text",
-                 "manifests", "compare", "preflight", "elf", "interp", "fingerprint", "agent", "wire")
+AGENT_MODULES = ("errors", "contract", "disk", "statcache", "store", "distinfo", "seal", "distcheck", "manifest_text",
+                 "manifests", "compare", "treecheck", "preflight", "elf", "interp", "fingerprint", "agent", "wire")
 _BOOT = """
 import sys, types
 pkg = types.ModuleType("pkagent"); pkg.__path__ = []; sys.modules["pkagent"] = pkg
@@ -146,8 +146,6 @@ def _last_line(out: bytes) -> str:
 
 class AgentProxy(c.AgentContract):
     """The agent contract, each call one request over one link, one at a time."""
-
-    concurrent = False  # (the contract's) one channel: calls never overlap, and a forked copy would share it
 
     def __init__(self, link: Link, target_name: str, python: str) -> None:
         self._link = link
