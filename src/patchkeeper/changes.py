@@ -203,9 +203,8 @@ def _write_all(files: list[tuple[Path, bytes]]) -> None:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
         map_threads(fsync_path, temps, 8)
-        # renamed on threads: replacing a file frees its old inode, a wait for the journal on ext4 with
-        # online discard; the waits overlap
-        map_threads(lambda pair: os.replace(*pair), [(tmp, str(path)) for tmp, (path, _) in zip(temps, files)], 8)
+        for tmp, (path, _) in zip(temps, files):
+            os.replace(tmp, str(path))
     except BaseException:
         for tmp in temps:
             discard(tmp)

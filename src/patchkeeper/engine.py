@@ -395,25 +395,16 @@ def _backups(ops: list[FileOp], hand: tuple[str, ...]) -> dict[str, str]:
 
 
 class Recorded:
-    """The last recorded state's manifest as a plan reads it: the entries of the keys it touches, and
-    its text with their planned entries. From the state's stored text alone where that text allows
-    (manifest_text.lines: a few bisections and one join; parsing all of sglang's 5,800 rows and
-    writing them again took about 20 ms of a fresh process) and the agent reads it in this process;
-    else from the whole manifest (an agent over a connection sends its rows compressed, where the
-    text would cross it whole). Before any baseline: the files as they are."""
+    """The last recorded state's manifest as a plan reads it (before any baseline: the files as
+    they are), loaded when first asked for."""
 
     def __init__(self, s: Session) -> None:
         self._ledger = s.ledger
         self._manifest: Manifest | None = None
-        self._lines: list[bytes] | None = None
         current = s.ledger.current()
         if current is None:
             self._manifest = scan_all(s.target)
             current = State.make(s.target.hash_bytes(self._manifest.to_text()), (), "baseline")
-        elif s.target.agent.concurrent:  # (the contract's: an agent in this process)
-            from .host import manifest_text
-
-            self._lines = manifest_text.lines(s.target.agent.store_get(s.target.info.store, current.manifest))
         self.state: State = current
 
     def manifest(self) -> Manifest:
@@ -423,22 +414,11 @@ class Recorded:
 
     def entries(self, keys: Iterable[str]) -> dict[str, Entry | None]:
         """The recorded entry of each key (None: not recorded)."""
-        if self._lines is None:
-            manifest = self.manifest()
-            return {k: manifest.get(k) for k in keys}
-        from .host import manifest_text
-
-        return {k: None if row is None else Entry.of(row) for k, row in manifest_text.lookup(self._lines, list(keys)).items()}
+        manifest = self.manifest()
+        return {k: manifest.get(k) for k in keys}
 
     def changed(self, planned: Mapping[str, Entry | None]) -> bytes:
         """The text of the manifest with `planned`'s entries (None: the file is removed)."""
-        if self._lines is not None:
-            from .host import manifest_text
-
-            text = manifest_text.splice(self._lines, {k: None if e is None else (e.digest, e.size, e.mode)
-                                                      for k, e in planned.items()})
-            if text is not None:
-                return text
         return self.manifest().replace(planned).to_text()
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import posixpath
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from .errors import PatchkeeperError, StoreError
 from .host.contract import InterpreterFacts
@@ -80,59 +80,36 @@ def record(entry: LedgerEntry, target: Target) -> LedgerEntry:
 
 
 class Taking:
-    """A fingerprint being taken while a transaction goes on (`taking`); `record` waits for it."""
+    """The fingerprint of a change: taken before the transaction when the change touches a shared
+    object (which the fingerprint reads), else when `record` asks, before the commit point."""
 
     def __init__(self, target: Target, alongside: list[str] | None) -> None:
         self.target = target
         self._doc: dict | None = None
-        self._error: BaseException | None = None
-        self._thread = None
-        self._child: Callable[..., dict] | None = None
-        if alongside is not None and changes_objects(alongside):  # a shared object changes: the fingerprint
-            self._take()  # (which reads every one) is taken before any file changes, as the change's context
-        elif target.agent.concurrent:  # an agent in this process; a proxy's channel carries one call at a time
-            from .host.disk import fork_call
-
-            # a process of its own on the other CPU where it can (a thread would hold the GIL against the
-            # transaction's own work), else a thread, which still overlaps the transaction's waits for the disk
-            self._child = fork_call(lambda: _beside(target))
-            if self._child is None:
-                import threading
-
-                self._thread = threading.Thread(target=self._take, daemon=True)
-                self._thread.start()
+        self._error: PatchkeeperError | OSError | None = None
+        if alongside is not None:
+            self.before(alongside)
 
     def _take(self) -> None:
-        child, self._child = self._child, None
         try:
-            self._doc = take(self.target) if child is None else child()
-        except BaseException as exc:  # handed to `record`, in the caller's thread
+            self._doc = take(self.target)
+        except (PatchkeeperError, OSError) as exc:  # handed to `record`: the change goes on without it
             self._error = exc
 
     def before(self, alongside: list[str]) -> None:
         """The transaction about to begin changes the files `alongside`: when a shared object is one
-        of them, the fingerprint (which reads every one) is had now, before any file changes, as the
-        change's context."""
+        of them, the fingerprint is had now, before any file changes, as the change's context."""
         if changes_objects(alongside) and self._doc is None and self._error is None:
-            if self._thread is not None:
-                self._thread.join()
-                self._thread = None
-            else:
-                self._take()
+            self._take()
 
     def abandon(self) -> None:
-        """End a fingerprint no transaction will record (the transaction failed before its commit point)."""
-        if self._child is not None:
-            child, self._child = self._child, None
-            child(abandon=True)
+        """A fingerprint no transaction will record (the transaction failed before its commit point)."""
 
     def record(self, entry: LedgerEntry) -> LedgerEntry:
-        """As `record(entry, target)`, with the fingerprint this began taking (or takes now)."""
+        """As `record(entry, target)`, with the fingerprint had before the change (or taken now)."""
         from dataclasses import replace
 
-        if self._thread is not None:
-            self._thread.join()
-        elif self._doc is None and self._error is None:
+        if self._doc is None and self._error is None:
             self._take()
         try:
             if self._error is not None:
@@ -150,29 +127,12 @@ def changes_objects(paths: list[str]) -> bool:
     return any(is_candidate(posixpath.basename(p)) for p in paths)
 
 
-def _beside(target: Target) -> dict:
-    """take(target) in the process forked beside the planning (Taking). A child of fork_call splits
-    nothing, but this one's long list (every file of the other distributions: torch alone has about
-    15,000) is split with a process of its own as soon as a CPU is idle (disk.split_when_idle),
-    which is when the command has planned and waits for it."""
-    from .host.disk import allow_split
-
-    was = allow_split(True)
-    try:
-        return take(target)
-    finally:
-        allow_split(was)  # (where the child failed, this ran in the command's own process)
-
-
 def taking(target: Target, alongside: list[str] | None) -> Taking:
-    """Begin taking the target's fingerprint for a transaction that changes the files `alongside`:
-    where the target's agent runs in this process, in a forked process on the other CPU (disk.fork_call)
-    or, where none may be forked, on a thread, so that it overlaps the transaction (and its waits for
-    the disk); else when `record` asks. It reads the environment around the
-    package (other distributions against their RECORD, the system) and every shared object below the
-    site dirs: when the transaction changes one of those, it is taken first, before any file changes.
-    `alongside` None: the files are not known yet (a command begins it before planning, as
-    engine.begin_fingerprint does); `before` is then told them before the transaction begins."""
+    """The fingerprint for a transaction that changes the files `alongside`. It reads the
+    environment around the package (other distributions against their RECORD, the system) and
+    every shared object below the site dirs: when the transaction changes one of those, it is taken
+    first, before any file changes; else just before the commit point. `alongside` None: the files
+    are not known yet; `before` is then told them before the transaction begins."""
     return Taking(target, alongside)
 
 

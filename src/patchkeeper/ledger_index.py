@@ -2,12 +2,12 @@
 
 Every command reads its target's ledger, one write-once JSON file per entry. Kept here, per target,
 is each entry already parsed (as marshal data) under its file name, with the stat identity (size,
-mtime_ns, ctime_ns, inode) the agent found for that file. The agent is sent these identities and
+mtime_ns, ctime_ns, inode, device) the agent found for that file. The agent is sent these identities and
 answers with the bytes of the files whose identity differs (written, edited in place, replaced) and
 the names that are gone: an unchanged ledger costs a listing and a stat per entry on the target, and
 no entry's bytes read or carried over the wire. The index is never believed over the files: an
 identity is remembered only when the agent found the file older than the clock's granularity (the
-racily-clean rule of disk.StatCache), so an entry rewritten within the same tick is read again; any
+racily-clean rule of statcache.StatCache), so an entry rewritten within the same tick is read again; any
 edit moves the file's ctime. An index that cannot be read (absent, damaged, another format or another
 Python) is rebuilt, and one that cannot be written only costs time.
 
@@ -23,11 +23,12 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .host.disk import hash_bytes, load_cache, save_cache, user_cache
+from .host.disk import hash_bytes
+from .host.statcache import load_cache, save_cache, user_cache
 from .targets import Target
 
-STAMP = ("pk-ledger-index", 2, tuple(sys.version_info[:2]))
-Identity = tuple[int, int, int, int]  # size, mtime_ns, ctime_ns, inode
+STAMP = ("pk-ledger-index", 3, tuple(sys.version_info[:2]))
+Identity = tuple[int, int, int, int, int]  # size, mtime_ns, ctime_ns, inode, device (statcache.identity)
 CREATED_DIRS = "created_dirs"  # key of a ledger entry's extra: the directories its transaction created
 
 
@@ -122,6 +123,6 @@ def read(target: Target, directory: str, parse: Callable[[str, bytes], dict[str,
             kept[name] = (identity, doc["seq"], doc["id"], facts, marshal.dumps(doc))
             grew = True
     if grew or len(kept) != len(known):
-        save_cache(path, STAMP, kept, 0o600)
+        save_cache(path, STAMP, kept)
     slots.sort(key=lambda slot: slot.seq)
     return Read(tuple(slots), len(answer.files))

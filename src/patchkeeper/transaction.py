@@ -170,51 +170,15 @@ def _place_one(agent: AgentContract, op: FileOp, tx_id: str) -> None:
 
 
 def _place(agent: AgentContract, ops: list[FileOp], tx_id: str) -> tuple[list[FileOp], Exception | None]:
-    """Rename each stage over its destination and unlink each removed file; the ops not done, and why.
-
-    Replacing or removing a file frees its old inode, which on some file systems (ext4 with online
-    discard) waits for the journal: one wait per file, one after the other. Where the agent's calls
-    may overlap (the contract's `concurrent`: an agent in this process) the ops are handed to
-    threads, whose waits overlap (freeing 17 files here: 4 ms, not 68); each op's fault point is
-    passed in order as it is handed over, so a crash leaves any subset of them done, which recovery
-    finishes from the journal as it would a prefix. A proxy's channel carries one call at a time:
-    there they go one by one."""
-    if not agent.concurrent or len(ops) < 2:
-        for i, op in enumerate(ops):
-            try:
-                _place_one(agent, op, tx_id)
-            except (PatchkeeperError, OSError) as exc:
-                return ops[i:], exc
-            faults.point(f"placed {op.key}")
-        return [], None
-    import queue
-    import threading
-
-    todo: queue.SimpleQueue[FileOp | None] = queue.SimpleQueue()
-    failed: list[tuple[int, FileOp, Exception]] = []
-    index = {id(op): i for i, op in enumerate(ops)}
-
-    def worker() -> None:
-        while (op := todo.get()) is not None:
-            try:
-                _place_one(agent, op, tx_id)
-            except Exception as exc:  # raised in the caller's thread: a file system's refusal, or a bug
-                failed.append((index[id(op)], op, exc))
-
-    threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(8, len(ops)))]
-    for t in threads:
-        t.start()
-    for op in ops:
-        todo.put(op)
+    """Rename each stage over its destination and unlink each removed file, in order (each op's
+    fault point passed as it is done); the ops not done, and why."""
+    for i, op in enumerate(ops):
+        try:
+            _place_one(agent, op, tx_id)
+        except (PatchkeeperError, OSError) as exc:
+            return ops[i:], exc
         faults.point(f"placed {op.key}")
-    for _ in threads:
-        todo.put(None)
-    for t in threads:
-        t.join()
-    if not failed:
-        return [], None
-    failed.sort(key=lambda f: f[0])
-    return [op for _, op, _ in failed], failed[0][2]
+    return [], None
 
 
 def _unfinished(ledger: Ledger, entry: LedgerEntry, rest: list[FileOp], exc: Exception) -> Unfinished:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from ..host.agent import Agent
 from ..host.contract import AgentContract, Answer, DistInfo, Interpreter, InterpreterFacts
-from ..host.disk import load_cache, save_cache, user_cache
+from ..host.statcache import identity, load_cache, save_cache, user_cache
 from .base import Target, memo
 from ..workspace import TargetConfig
 
@@ -122,7 +122,7 @@ class LocalTarget(Target):
 
 
 A = TypeVar("A", bound=Answer)
-_STAMP = ("pk-local-target", 1)  # the caches of interpreters and package layouts in ~/.cache/patchkeeper
+_STAMP = ("pk-local-target", 2)  # the caches of interpreters and package layouts in ~/.cache/patchkeeper
 
 
 def _remembered(python: str, file: str, field: str, kind: type[A], compute: Callable[[], A],
@@ -154,14 +154,14 @@ def _read_cache(name: str) -> tuple[str, dict[Any, Any]]:
 
 
 def _write_cache(path: str, known: dict[Any, Any]) -> None:
-    save_cache(path, _STAMP, known, 0o600)
+    save_cache(path, _STAMP, known)
 
 
-def _identity(path: str) -> tuple[int, int, int]:
+def _identity(path: str) -> tuple[int, ...]:
     try:
         st = os.stat(path)
     except FileNotFoundError:
         if path.endswith("pyvenv.cfg"):
-            return (0, 0, 0)
+            return (0, 0, 0, 0, 0)
         raise
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
+    return identity(st)
