@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from . import parsed, patching, templates
+from . import patching, templates
 from .host.disk import hash_bytes
 from .errors import BadInput
 
@@ -90,7 +91,7 @@ def load(root: Path, name: str) -> PatchSet:
                        f"create {directory}/{MANIFEST}, or run `patchkeeper list`")
     _cap(path, MAX_TOML)
     try:
-        doc = parsed.toml(path.read_text(encoding="utf-8"))
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
     except ValueError as exc:  # UnicodeDecodeError, tomllib.TOMLDecodeError
         raise BadInput(f"{path}: malformed TOML: {exc}", "fix the file's syntax") from None
     problems = [_unknown(key) for key in doc if key not in KEYS]
@@ -149,7 +150,7 @@ def load(root: Path, name: str) -> PatchSet:
     patches = []
     for diff in sorted(directory.glob("*.patch")):
         _cap(diff, MAX_PATCH)
-        file_patches = parsed.diff(diff.read_bytes().decode("utf-8", "surrogateescape"), str(diff))
+        file_patches = patching.parse(diff.read_bytes().decode("utf-8", "surrogateescape"), str(diff))
         for fp in file_patches:
             check_relative(fp.path, str(diff))
         patches.append((diff.name, file_patches))

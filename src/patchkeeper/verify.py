@@ -213,9 +213,6 @@ def run_checks(target: Target, svc: ServiceConfig, with_restart: bool = True,
     """Restart (optionally), Ready, Server (the process on the port runs the unit's ExecStart),
     Generates, and no regression against `last_pass` (the figures of the last passing verification
     of this code state); on failure the logs command's output is attached, its first errors quoted."""
-    import gc
-
-    gc.enable()  # (off while the command itself ran: launch.main) this may wait on the service for minutes
     checks: list[Check] = []
     figures: dict = {}
     since = ""

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import parsed, templates
+from . import templates
 from .errors import BadInput
 
 CONFIG = "patchkeeper.toml"
@@ -76,7 +77,7 @@ def find(explicit: str | None = None, cwd: Path | None = None) -> Path:
 def load(root: Path) -> Workspace:
     path = root / CONFIG
     try:
-        doc = parsed.toml(path.read_text(encoding="utf-8"))
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:  # UnicodeDecodeError, tomllib.TOMLDecodeError
         raise BadInput(f"cannot read {path}: {exc}", "fix the file's TOML syntax") from None
     targets: dict[str, TargetConfig] = {}
