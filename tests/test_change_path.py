@@ -298,7 +298,7 @@ import json, os, sys
 from pathlib import Path
 from patchkeeper import environment, workspace
 from patchkeeper.host import disk
-from patchkeeper.session import Session
+from patchkeeper.change.session import Session
 
 disk.StatCache.GRANULARITY_NS = -10**12  # seal even this fresh copy's RECORD checks
 disk.SPLIT_AT = 64  # the test venv's other distributions list some 1,500 files, not torch's 15,000
@@ -408,10 +408,11 @@ def test_apply_plans_from_the_recorded_text_and_from_the_whole_manifest_alike(en
     """engine.Recorded: apply's plan reads no whole manifest where the recorded text can be spliced, and
     the whole one where it cannot (a non-ASCII file name in the package); the state recorded is the
     one writing the whole manifest gives."""
-    from patchkeeper import engine, workspace
+    from patchkeeper.change import engine
+    from patchkeeper import workspace
     from patchkeeper.host import manifest_text as mt
-    from patchkeeper.ledger import Ledger
-    from patchkeeper.session import Session
+    from patchkeeper.records.ledger import Ledger
+    from patchkeeper.change.session import Session
 
     loaded = []
     whole = Ledger.load_manifest

@@ -13,7 +13,7 @@ import pytest
 from patchkeeper.host import contract
 from patchkeeper.host.agent import Agent
 from patchkeeper.host.contract import CompareRequest, ScanRequest, TreeRequest
-from patchkeeper.manifest import Entry, Manifest
+from patchkeeper.records.manifest import Entry, Manifest
 from patchkeeper.targets.remote_agent import AgentProxy
 
 
@@ -152,7 +152,8 @@ def test_whether_calls_may_overlap_is_what_an_agent_declares(tmp_path, monkeypat
     class: an Agent that declares otherwise is called one call at a time."""
     import threading
 
-    from patchkeeper import environment, transaction
+    from patchkeeper.checks import environment
+    from patchkeeper.change import transaction
     from patchkeeper.host.disk import STAGE_PREFIX
 
     assert Agent.concurrent is True and AgentProxy.concurrent is False

@@ -79,7 +79,7 @@ def _completing(names):
 
 
 def _patchset_names(ctx: click.Context) -> list[str]:
-    from . import patchset
+    from .patchset import patchset
 
     return patchset.names(_completion_workspace(ctx).patchsets_dir)
 
@@ -156,7 +156,7 @@ def apply(ctx, name, target, dry_run, force, no_verify, restore_pristine, accept
     With a [service] table the service is then restarted and verified by a real generation;
     if that fails the previous state is put back (exit 3).
     """
-    from .adopt import check_mode
+    from .change.adopt import check_mode
     from .commands.apply import apply as run
 
     return run(_workspace(ctx), target, name, dry_run, force, verify=not no_verify,
@@ -212,7 +212,7 @@ def log(ctx, target, as_json):
 @command
 def snapshot(ctx, target, name, manifest_only, restore_pristine, accept_edits):
     """Record the target's files as a named state."""
-    from .adopt import check_mode
+    from .change.adopt import check_mode
     from .commands.snapshot import snapshot as run
 
     return run(_workspace(ctx), target, name, manifest_only, adopt=check_mode(restore_pristine, accept_edits))
@@ -233,7 +233,7 @@ def repair(ctx, dist, target, wheel, dry_run, restore_pristine, accept_edits):
     One transaction (backups in the store, a ledger entry of kind repair): `rollback --to previous`
     undoes it. Exit 0 when all were restored, 1 when some are left (named), 2 when no wheel matches.
     """
-    from .adopt import check_mode
+    from .change.adopt import check_mode
     from .commands.repair import repair_dist
 
     return repair_dist(_workspace(ctx), target, dist, wheel, dry_run, adopt=check_mode(restore_pristine, accept_edits))

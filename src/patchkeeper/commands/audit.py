@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 import time
 
-from .. import audit as audit_core
-from ..session import Session
+from ..change.session import Session
+from ..checks import audit as audit_core
 from ..workspace import Workspace
 from . import emit_json
 
@@ -47,7 +47,7 @@ def _owners(ws: Workspace, stack) -> dict[str, str]:
     """engine.owners_of, loading the engine (patch sets, patching) only when a patch set is applied."""
     if not stack:
         return {}
-    from .. import engine
+    from ..change import engine
 
     return engine.owners_of(ws, stack)
 

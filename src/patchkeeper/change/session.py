@@ -6,14 +6,14 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from . import statedir
-from .errors import Refused, Unfinished
-from .ledger import Ledger
-from .targets import Target, open_target
-from .workspace import Workspace
+from ..errors import Refused, Unfinished
+from ..records import statedir
+from ..records.ledger import Ledger
+from ..targets import Target, open_target
+from ..workspace import Workspace
 
 if TYPE_CHECKING:
-    from .environment import Taking
+    from ..checks.environment import Taking
 
 
 class Session:
@@ -54,7 +54,9 @@ class Session:
             statedir.check(self._target, claim=self.write)
             self._ledger = Ledger(self._target)
             if self.write or self.target.agent.lstat(self.ledger.journal_path) is not None:
-                from . import transaction  # only for a change, or to finish an interrupted one
+                from . import (
+                    transaction,  # only for a change, or to finish an interrupted one
+                )
 
                 self._lock()
                 self._clean()

@@ -7,13 +7,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from .errors import BadInput
-from .ledger import Ledger, State
-from .host.contract import BytecodeCheck, RecordCheck, TreeRequest
-from .host.distcheck import recompiled
-from .manifest import change_kind, differences
+from ..errors import BadInput
+from ..host.contract import BytecodeCheck, RecordCheck, TreeRequest
+from ..host.distcheck import recompiled
+from ..records.ledger import Ledger, State
+from ..records.manifest import change_kind, differences
+from ..targets import Target
 from .scan import scan_request
-from .targets import Target
 
 CLASSES = ("drift", "environment", "native", "bytecode", "probe", "patched")
 PROBE_TIMEOUT = 60.0

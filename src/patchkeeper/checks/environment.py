@@ -7,10 +7,10 @@ import posixpath
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .errors import PatchkeeperError, StoreError
-from .host.contract import InterpreterFacts
-from .ledger import Ledger, LedgerEntry, State
-from .targets import Target
+from ..errors import PatchkeeperError, StoreError
+from ..host.contract import InterpreterFacts
+from ..records.ledger import Ledger, LedgerEntry, State
+from ..targets import Target
 
 FORMAT = 1
 AREAS = ("interpreter", "system", "distribution", "native", "gpu")
@@ -91,7 +91,7 @@ class Taking:
         if alongside is not None and changes_objects(alongside):  # a shared object changes: the fingerprint
             self._take()  # (which reads every one) is taken before any file changes, as the change's context
         elif target.agent.concurrent:  # an agent in this process; a proxy's channel carries one call at a time
-            from .host.disk import fork_call
+            from ..host.disk import fork_call
 
             # a process of its own on the other CPU where it can (a thread would hold the GIL against the
             # transaction's own work), else a thread, which still overlaps the transaction's waits for the disk
@@ -145,7 +145,7 @@ class Taking:
 
 def changes_objects(paths: list[str]) -> bool:
     """Whether any of `paths` is a candidate shared object (which the fingerprint reads)."""
-    from .host.elf import is_candidate
+    from ..host.elf import is_candidate
 
     return any(is_candidate(posixpath.basename(p)) for p in paths)
 
@@ -155,7 +155,7 @@ def _beside(target: Target) -> dict:
     nothing, but this one's long list (every file of the other distributions: torch alone has about
     15,000) is split with a process of its own as soon as a CPU is idle (disk.split_when_idle),
     which is when the command has planned and waits for it."""
-    from .host.disk import allow_split
+    from ..host.disk import allow_split
 
     was = allow_split(True)
     try:
@@ -270,7 +270,7 @@ def compare(a: dict, b: dict) -> list[Change]:
 
 
 def _distributions(a: dict, b: dict, managed: set) -> list[Change]:
-    from .host.disk import normalize_name
+    from ..host.disk import normalize_name
 
     managed = {normalize_name(m) for m in managed if m}
     out = []

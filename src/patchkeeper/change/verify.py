@@ -12,12 +12,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TextIO, cast
 
-from . import units
-from .host import probe_http
-from .ledger import Ledger, LedgerEntry, State, VerifyExtra, new_id, who
-from .service import ServiceConfig
+from ..checks import units
+from ..checks.service import ServiceConfig
+from ..host import probe_http
+from ..records.ledger import Ledger, LedgerEntry, State, VerifyExtra, new_id, who
+from ..targets import Target
 from .session import Session
-from .targets import Target
 
 SAMPLE_CHARS = 200
 OUTPUT_KEEP = 8000  # characters of restart / log output kept in a report
@@ -363,7 +363,7 @@ def first_errors(text: str, limit: int = FIRST_ERRORS) -> tuple[str, ...]:
 
 def record_verification(s: Session, report: Verification, phase: str, of: str | None) -> LedgerEntry | None:
     """Append a `verify` ledger entry for the current state (none before any state is recorded)."""
-    from . import environment
+    from ..checks import environment
 
     state: State | None = s.ledger.current()
     if state is None:

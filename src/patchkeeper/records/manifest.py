@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Mapping
 
-from .host import manifest_text
-from .host.contract import Row, Rows
-ROLE_PREFIX = "@"  # manifest keys of role files (the unit file...) are "@unit"; the rest are paths
+from ..host import manifest_text
+from ..host.contract import ROLE_PREFIX as ROLE_PREFIX
+from ..host.contract import Row, Rows
 
 
 @dataclass(frozen=True)

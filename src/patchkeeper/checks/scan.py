@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import posixpath
-from .host.contract import ScanRequest
-from .manifest import Manifest
-from .targets import Target
+
+from ..host.contract import ScanRequest
+from ..records.manifest import Manifest
+from ..targets import Target
 
 
 def _cache(target: Target) -> str:

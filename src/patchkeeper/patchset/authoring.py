@@ -10,8 +10,8 @@ import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ..errors import BadInput, Refused
 from . import patchset
-from .errors import BadInput, Refused
 from .patchset import MANIFEST, PatchSet
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .errors import BadInput, HunkFailed
+from ..errors import BadInput, HunkFailed
 
 _ENC = ("utf-8", "surrogateescape")
 _C_ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}

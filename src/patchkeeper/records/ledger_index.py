@@ -23,8 +23,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .host.disk import hash_bytes, load_cache, save_cache, user_cache
-from .targets import Target
+from ..host.disk import hash_bytes, load_cache, save_cache, user_cache
+from ..targets import Target
 
 STAMP = ("pk-ledger-index", 2, tuple(sys.version_info[:2]))
 Identity = tuple[int, int, int, int]  # size, mtime_ns, ctime_ns, inode

@@ -10,13 +10,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from .errors import BadInput, Refused
-from .host.contract import ScanRequest
-from .host.disk import hash_bytes, normalize_name
-from .host.distinfo import record_text_rows
-from .ledger import EnvChange, Ledger, LedgerEntry, RepairExtra, State, new_id, who
-from .manifest import Entry, differences
-from .targets import Target
+from ..errors import BadInput, Refused
+from ..host.contract import ScanRequest
+from ..host.disk import hash_bytes, normalize_name
+from ..host.distinfo import record_text_rows
+from ..records.ledger import (
+    EnvChange,
+    Ledger,
+    LedgerEntry,
+    RepairExtra,
+    State,
+    new_id,
+    who,
+)
+from ..records.manifest import Entry, differences
+from ..targets import Target
 from .transaction import FileOp
 
 ENV_PREFIX = "%"  # keys of files outside the managed package ("%six.py"), never in a state's manifest
@@ -50,7 +58,7 @@ class Restoration:
 def find_damage(target: Target, dist: str, only_inside: bool = False) -> Damage:
     """Check an installed distribution against its RECORD, on the target (its stat cache keeps
     a repeated check cheap). `only_inside`: leave out paths outside site-packages."""
-    from .audit import cache_dir
+    from ..checks.audit import cache_dir
 
     info = target.info
     py = target.interpreter()
@@ -74,7 +82,7 @@ def find_damage(target: Target, dist: str, only_inside: bool = False) -> Damage:
 def restore(target: Target, damage: Damage, explicit: str | None, wheels_dir: Path | None) -> Restoration:
     """The release bytes of every damaged file, from the first candidate wheel of the right
     distribution and version whose files match the installed RECORD; refused when none does."""
-    from . import wheels
+    from ..checks import wheels
 
     info = target.info
     interps = wheels.interpreters(info.python, info.prefix, info.python_version)

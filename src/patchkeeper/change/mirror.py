@@ -1,4 +1,4 @@
-"""The change pipeline: execute a plan, mirror it to snapshots/, then verify (aftercheck.py)."""
+"""The workspace's copy of a target's records (snapshots/<target>/): written after each change, repaired by recover."""
 
 from __future__ import annotations
 
@@ -7,28 +7,23 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Union
+from typing import Callable
 
-from . import engine, faults, ledger_index
-from .engine import Plan
-from .errors import PatchkeeperError
-from .host.disk import TEMP_PREFIX, algorithm_of, discard, fsync_dir, fsync_path, hash_bytes, map_threads
-from .ledger import LedgerEntry
+from .. import faults
+from ..errors import PatchkeeperError
+from ..host.disk import (
+    TEMP_PREFIX,
+    algorithm_of,
+    discard,
+    fsync_dir,
+    fsync_path,
+    hash_bytes,
+    map_threads,
+)
+from ..records import ledger_index
+from ..records.ledger import LedgerEntry
+from ..workspace import Workspace
 from .session import Session
-from .workspace import TargetConfig, Workspace
-
-if TYPE_CHECKING:  # the service check loads only after a change on a target with a [service]
-    from . import aftercheck
-    from .service import ServiceConfig
-
-
-# ---- the steps, in the order they happen; a command renders each one as it comes -----------------
-@dataclass(frozen=True)
-class Changed:
-    """A plan carried out (or, on a dry run, the plan that would be)."""
-
-    plan: Plan
-    dry_run: bool
 
 
 @dataclass(frozen=True)
@@ -42,50 +37,6 @@ class NotMirrored:
     reason: str
 
 
-Step = Union[Changed, NotMirrored, "aftercheck.Step"]  # the steps of verifying after a change: aftercheck.py
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What the pipeline did, step by step, and the exit code it means."""
-
-    steps: tuple[Step, ...]
-    exit_code: int
-
-
-def service_of(config: TargetConfig, verify: bool) -> ServiceConfig | None:
-    """The service to verify after a change: None with --no-verify or without a [service] table
-    (the service module, and the HTTP probe behind it, then load not at all)."""
-    if not verify or config.raw.get("service") is None:
-        return None
-    from . import service
-
-    return service.load(config)
-
-
-def carry_out(ws: Workspace, s: Session, plan: Plan, dry_run: bool, svc: ServiceConfig | None,
-              show: Callable[[Step], None] = lambda step: None) -> Outcome:
-    """Execute the plan (unless a dry run), mirror the records, verify the service (when one is
-    configured); an apply or switch that fails verification is rolled back. `show` sees each step."""
-    steps: list[Step] = []
-
-    def step(item: Step) -> None:
-        steps.append(item)
-        show(item)
-
-    if not dry_run:
-        engine.execute(s, plan)
-        mirror_step(ws, s, f"{s.target.name} was changed (transaction {plan.entry.id})", step)
-    step(Changed(plan, dry_run))
-    code = 0
-    if svc is not None and not dry_run:
-        from .aftercheck import after_change
-
-        code = after_change(ws, s, svc, plan.entry, step)
-    return Outcome(tuple(steps), code)
-
-
-# ---- the workspace's copy of a target's records ---------------------------------------------------
 def mirror(ws: Workspace, s: Session, manifest: bool = True, check_all: bool = False) -> list[Path]:
     """Copy the target's ledger entries and the manifest of every state they name into
     snapshots/<target>/ (manifests/<state id>.txt), and the current state as manifest.txt and
@@ -144,7 +95,7 @@ def mirror(ws: Workspace, s: Session, manifest: bool = True, check_all: bool = F
             written.append(path)
     _write_all(pending)
     if fresh or repaired:
-        from . import history
+        from ..records import history
 
         message = history_message(s.target.name, fresh) if fresh else \
             f"{s.target.name}: records copied again into the workspace (patchkeeper {s.command})\n"
@@ -166,7 +117,7 @@ def try_mirror(ws: Workspace, s: Session, done: str, manifest: bool = True,
         return NotMirrored(done, s.target.name, ws.snapshots_dir / s.target.name, reason)
 
 
-def mirror_step(ws: Workspace, s: Session, done: str, step: Callable[[Step], None], manifest: bool = True) -> None:
+def mirror_step(ws: Workspace, s: Session, done: str, step: Callable[[NotMirrored], None], manifest: bool = True) -> None:
     failed = try_mirror(ws, s, done, manifest)
     if failed is not None:
         step(failed)

@@ -6,10 +6,11 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, cast
 
-from . import engine, environment, transaction
-from .errors import BadInput, Refused
-from .ledger import AdoptExtra, LedgerEntry, State, new_id, who
-from .manifest import ROLE_PREFIX, Manifest, differences
+from ..checks import environment
+from ..errors import BadInput, Refused
+from ..records.ledger import AdoptExtra, LedgerEntry, State, new_id, who
+from ..records.manifest import ROLE_PREFIX, Manifest, differences
+from . import engine, transaction
 from .session import Session
 
 if TYPE_CHECKING:  # repair (RECORD rows, wheels) loads only where a baseline is first recorded
@@ -22,6 +23,15 @@ def check_mode(restore_pristine: bool, accept_edits: bool) -> str | None:
     if restore_pristine and accept_edits:
         raise BadInput("--restore-pristine and --accept-edits exclude each other", "pick one")
     return "restore-pristine" if restore_pristine else "accept-edits" if accept_edits else None
+
+
+def ensure_baseline(s: Session, bytes_kept: bool = True, adopt: str | None = None) -> LedgerEntry | None:
+    """Record the baseline unless a state is recorded already; the new baseline entry, or None.
+    The package is checked against its RECORD first: hand edits are refused, or handled as
+    `adopt` says (restore-pristine | accept-edits; below)."""
+    if s.ledger.current() is not None:
+        return None
+    return record_baseline(s, bytes_kept, adopt)
 
 
 def hand_edits(s: Session) -> tuple[repair.Damage, dict[str, str], Manifest]:

@@ -2,27 +2,38 @@
 
 from __future__ import annotations
 
-import posixpath
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Collection, Iterable, Mapping, cast
 
-from . import environment, faults, transaction
-from .errors import BadInput, PatchkeeperError, Refused, StoreError
-from .host.contract import CompareRequest, ScanRequest
-from .host.disk import STAGE_PREFIX, is_managed_name
-from .ledger import ApplyExtra, LedgerEntry, PatchSetRef, RecordExtra, RollbackExtra, State, new_id, who
-from .manifest import ROLE_PREFIX, Entry, Manifest, differences
-from .scan import _cache, _scan_request, scan_all as scan_all  # scan.py: the audit loads it alone
+from .. import faults
+from ..checks import environment
+from ..checks.scan import _cache, _scan_request  # scan.py: the audit loads it alone
+from ..checks.scan import scan_all as scan_all
+from ..errors import BadInput, PatchkeeperError, Refused, StoreError
+from ..host.contract import CompareRequest, ScanRequest
+from ..host.disk import STAGE_PREFIX, is_managed_name
+from ..records.ledger import (
+    ApplyExtra,
+    LedgerEntry,
+    PatchSetRef,
+    RecordExtra,
+    RollbackExtra,
+    State,
+    new_id,
+    who,
+)
+from ..records.manifest import ROLE_PREFIX, Entry, Manifest, differences
+from ..targets import Target, TargetInfo
+from ..workspace import TargetConfig, Workspace
+from . import transaction
 from .session import Session
-from .targets import Target, TargetInfo
 from .transaction import FileOp
-from .workspace import TargetConfig, Workspace
 
 if TYPE_CHECKING:  # patch sets are read (and unidiff loaded) only by the verbs that use them: not by rollback
-    from . import patching
-    from .patchset import PatchSet
+    from ..patchset import patching
+    from ..patchset.patchset import PatchSet
 
 
 @dataclass(frozen=True)
@@ -36,6 +47,14 @@ class Plan:
     notes: tuple[str, ...] = field(default_factory=tuple)
     checks: tuple[FileCheck, ...] = ()  # a trial's report of every file patch of the sets applied
     misfits: tuple[Misfit, ...] = ()  # a trial's misfits of those sets for the target
+
+
+@dataclass(frozen=True)
+class Changed:
+    """A plan carried out (or, on a dry run, the plan that would be)."""
+
+    plan: Plan
+    dry_run: bool
 
 
 def scan_keys(target: Target, keys: Iterable[str]) -> dict[str, Entry]:
@@ -90,22 +109,11 @@ def record_state(s: Session, kind: str, name: str, bytes_kept: bool = True, hand
     return entry
 
 
-def ensure_baseline(s: Session, bytes_kept: bool = True, adopt: str | None = None) -> LedgerEntry | None:
-    """Record the baseline unless a state is recorded already; the new baseline entry, or None.
-    The package is checked against its RECORD first: hand edits are refused, or handled as
-    `adopt` says (restore-pristine | accept-edits; see adopt.py)."""
-    if s.ledger.current() is not None:
-        return None
-    from . import adopt as adopting
-
-    return adopting.record_baseline(s, bytes_kept, adopt)
-
-
 # ---- apply / switch --------------------------------------------------------------------------
 def resolve(ws_patchsets: Path, name: str, bind_to: TargetConfig | None = None) -> list[PatchSet]:
     """The patch set and everything it requires, requirements first; with `bind_to`, their role
     files rendered with that target's vars (a missing value is refused here, before any change)."""
-    from . import patchset
+    from ..patchset import patchset
 
     out: dict[str, PatchSet] = {}
 
@@ -171,7 +179,7 @@ def stack_change(ws_patchsets: Path, stack: Iterable[PatchSetRef], incoming: lis
 
 def group_of(ws_patchsets: Path, ref: PatchSetRef) -> str | None:
     """An applied patch set's group, from its ledger ref (or, for older refs, its directory)."""
-    from . import patchset
+    from ..patchset import patchset
 
     if "group" in ref:
         return ref["group"]
@@ -193,8 +201,10 @@ class Misfit:
 
 def misfits(sets: list[PatchSet], package: str, version: str, roles: Collection[str] | None) -> list[Misfit]:
     """Every misfit of `sets` for `package` `version` (names compared canonically); roles unchecked if None."""
-    from . import patchset
-    from .host.disk import normalize_name as canonicalize_name  # packaging's rule, without importing packaging
+    from ..host.disk import (
+        normalize_name as canonicalize_name,  # packaging's rule, without importing packaging
+    )
+    from ..patchset import patchset
 
     out = []
     for ps in sets:
@@ -209,7 +219,7 @@ def misfits(sets: list[PatchSet], package: str, version: str, roles: Collection[
 
 
 def check_fits(target: Target, sets: list[PatchSet], force: bool) -> list[str]:
-    from . import patchset
+    from ..patchset import patchset
 
     info, notes = target.info, []
     for m in misfits(sets, target.config.package, info.version, dict(info.roles)):
@@ -273,7 +283,7 @@ def plan_apply(s: Session, name: str, force: bool, trial: bool = False,
 
     A `trial` (what `check` shows) refuses nothing: misfits, hand edits and hunks that do not
     apply are kept in the plan (misfits, drift, checks) instead, and the files they concern left out."""
-    from . import patchset
+    from ..patchset import patchset
 
     ws, target, ledger = s.workspace, s.target, s.ledger
     incoming, unrendered = _bound(incoming or resolve(ws.patchsets_dir, name), s.config, trial)
@@ -364,7 +374,7 @@ def build_files(sets: list[PatchSet], files: dict[str, bytes | None], modes: dic
 
     With `trial_of`, each file patch is checked first: a failing one is reported (for the sets in
     `trial_of`) and skipped, instead of raising."""
-    from . import patching
+    from ..patchset import patching
 
     checks = []
     for ps in sets:
@@ -411,7 +421,7 @@ class Recorded:
             self._manifest = scan_all(s.target)
             current = State.make(s.target.hash_bytes(self._manifest.to_text()), (), "baseline")
         elif s.target.agent.concurrent:  # (the contract's: an agent in this process)
-            from .host import manifest_text
+            from ..host import manifest_text
 
             self._lines = manifest_text.lines(s.target.agent.store_get(s.target.info.store, current.manifest))
         self.state: State = current
@@ -426,14 +436,14 @@ class Recorded:
         if self._lines is None:
             manifest = self.manifest()
             return {k: manifest.get(k) for k in keys}
-        from .host import manifest_text
+        from ..host import manifest_text
 
         return {k: None if row is None else Entry.of(row) for k, row in manifest_text.lookup(self._lines, list(keys)).items()}
 
     def changed(self, planned: Mapping[str, Entry | None]) -> bytes:
         """The text of the manifest with `planned`'s entries (None: the file is removed)."""
         if self._lines is not None:
-            from .host import manifest_text
+            from ..host import manifest_text
 
             text = manifest_text.splice(self._lines, {k: None if e is None else (e.digest, e.size, e.mode)
                                                       for k, e in planned.items()})
@@ -451,7 +461,7 @@ def _baseline(s: Session) -> State:
 
 
 def _load_applied(ws: Workspace, ref: PatchSetRef) -> PatchSet:
-    from . import patchset
+    from ..patchset import patchset
 
     ps = patchset.load(ws.patchsets_dir, ref["name"])
     if ps.digest != ref["digest"]:
@@ -462,7 +472,7 @@ def _load_applied(ws: Workspace, ref: PatchSetRef) -> PatchSet:
 
 def owners_of(ws: Workspace, stack: Iterable[PatchSetRef]) -> dict[str, str]:
     """key -> the patch set(s) of `stack` that touch it, by their paths and role files."""
-    from . import patchset
+    from ..patchset import patchset
 
     owners: dict[str, list[str]] = {}
     for ref in stack:

@@ -6,9 +6,10 @@ import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ..errors import BadInput
+from ..host.disk import hash_bytes
+from ..workspace import check_values, value_text
 from . import patching, templates
-from .host.disk import hash_bytes
-from .errors import BadInput
 
 MANIFEST = "patchset.toml"
 KEYS = ("name", "version", "description", "package", "package_version", "requires", "group", "files", "vars")
@@ -105,7 +106,10 @@ def load(root: Path, name: str) -> PatchSet:
     version = doc.get("version")
     plain = isinstance(version, str) and len(version) <= MAX_VERSION and _plain_release(version)
     if isinstance(version, str) and version and version.isprintable() and not plain:
-        from packaging.version import InvalidVersion, Version  # only past the plain N.N.N case
+        from packaging.version import (  # only past the plain N.N.N case
+            InvalidVersion,
+            Version,
+        )
 
         try:
             if len(version) > MAX_VERSION or version != version.strip():
@@ -131,7 +135,7 @@ def load(root: Path, name: str) -> PatchSet:
         if key in doc and not isinstance(doc[key], str):
             problems.append(f"{key} must be a string")
     defaults = doc.get("vars", {})
-    problems += templates.check_values(defaults, "[vars]")
+    problems += check_values(defaults, "[vars]")
     roles = doc.get("files") or {}
     if not isinstance(roles, dict):
         problems.append('[files] must be a table of role = "file"')
@@ -160,7 +164,7 @@ def load(root: Path, name: str) -> PatchSet:
         group=doc.get("group"), files=tuple(sorted(files)), patches=tuple(patches),
         digest=digest_dir(directory),
         sources=tuple(sources),
-        defaults=tuple((k, templates.value_text(v)) for k, v in defaults.items()) if isinstance(defaults, dict) else (),
+        defaults=tuple((k, value_text(v)) for k, v in defaults.items()) if isinstance(defaults, dict) else (),
     )
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import posixpath
 
-from .errors import BadInput, Refused
-from .targets import Target
+from ..errors import BadInput, Refused
+from ..targets import Target
 
 
 def check(target: Target, claim: bool) -> None:

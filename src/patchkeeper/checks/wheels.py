@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from .errors import BadInput, Refused
-from .host.disk import normalize_name
-from .host.distcheck import record_hash
-from .targets import Target
+from ..errors import BadInput, Refused
+from ..host.disk import normalize_name
+from ..host.distcheck import record_hash
+from ..targets import Target
 
 # The target interpreter's tags, for `pip download` (standard library only: it runs on the target).
 _TAGS = (

@@ -7,7 +7,7 @@ import json
 import re
 from pathlib import Path
 
-from .errors import BadInput
+from ..errors import BadInput
 
 MAGIC = "# patchkeeper-export 1"
 _TEXT = "#| "

@@ -6,7 +6,7 @@ import difflib
 import hashlib
 from dataclasses import dataclass
 
-from .errors import BadInput
+from ..errors import BadInput
 from .patching import split_lines
 
 _ENC = ("utf-8", "surrogateescape")

@@ -21,16 +21,14 @@ import posixpath
 from dataclasses import dataclass, replace
 from typing import Any, Callable, cast
 
-from . import faults
-from .host.disk import STAGE_PREFIX
-from .host.errors import AgentError
-from .errors import PatchkeeperError, Refused, StoreError, Unfinished
-from .host.contract import AgentContract, ScanRequest
-from .ledger import ApplyExtra, Extra, Ledger, LedgerEntry, RollbackExtra
-from .ledger_index import CREATED_DIRS
-from .manifest import Entry
-
-
+from .. import faults
+from ..errors import PatchkeeperError, Refused, StoreError, Unfinished
+from ..host.contract import AgentContract, ScanRequest
+from ..host.disk import STAGE_PREFIX
+from ..host.errors import AgentError
+from ..records.ledger import ApplyExtra, Extra, Ledger, LedgerEntry, RollbackExtra
+from ..records.ledger_index import CREATED_DIRS
+from ..records.manifest import Entry
 
 
 class JournalDamaged(StoreError):

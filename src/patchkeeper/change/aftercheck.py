@@ -8,13 +8,14 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Union
 
-from . import changes, engine
-from .errors import EXIT_DIFFERS, EXIT_ROLLED_BACK
-from .ledger import LedgerEntry, RollbackExtra, State
-from .service import ServiceConfig
+from ..checks.service import ServiceConfig
+from ..errors import EXIT_DIFFERS, EXIT_ROLLED_BACK
+from ..records.ledger import LedgerEntry, RollbackExtra, State
+from ..workspace import Workspace
+from . import engine
+from .mirror import mirror_step
 from .session import Session
 from .verify import Verification, last_pass, record_verification, run_checks
-from .workspace import Workspace
 
 
 @dataclass(frozen=True)
@@ -74,15 +75,15 @@ Step = Union[Verifying, Verified, KeptFailing, RollingBack, RolledBack, SincePas
 
 
 def after_change(ws: Workspace, s: Session, svc: ServiceConfig, change: LedgerEntry,
-                 step: Callable[[changes.Step], None]) -> int:
+                 step: Callable[[Any], None]) -> int:
     """Restart and verify after `change` committed; an apply or switch that fails is rolled back."""
     step(Verifying(change))
     report = _verify(s, svc, change.kind, change.id, step)
     if report.ok:
-        changes.mirror_step(ws, s, "the verification was recorded", step, manifest=False)  # the state was mirrored
+        mirror_step(ws, s, "the verification was recorded", step, manifest=False)  # the state was mirrored
         return 0
     if change.kind not in ("apply", "switch") or change.before is None:
-        changes.mirror_step(ws, s, "the verification was recorded", step, manifest=False)
+        mirror_step(ws, s, "the verification was recorded", step, manifest=False)
         step(KeptFailing(change, report))
         return EXIT_DIFFERS
     previous = change.before
@@ -93,19 +94,19 @@ def after_change(ws: Workspace, s: Session, svc: ServiceConfig, change: LedgerEn
                                     extra=RollbackExtra(automatic=True, undoes=change.id, reason=report.reason))
         plan = dataclasses.replace(plan, entry=entry)
         engine.execute(s, plan)
-        step(changes.Changed(plan, False))
+        step(engine.Changed(plan, False))
     again = _verify(s, svc, "automatic rollback", plan.entry.id if plan else change.id, step)
-    changes.mirror_step(ws, s, f"{s.target.name} was rolled back", step)
+    mirror_step(ws, s, f"{s.target.name} was rolled back", step)
     step(RolledBack(change, report, previous, again))
     if not again.ok:
-        from . import environment
+        from ..checks import environment
 
         last, since, gpu = environment.since_last_pass(s.target, s.ledger, previous)
         step(SincePassed(previous, last, tuple(since), gpu))
     return EXIT_ROLLED_BACK
 
 
-def _verify(s: Session, svc: ServiceConfig, phase: str, of: str, step: Callable[[changes.Step], None]) -> Verification:
+def _verify(s: Session, svc: ServiceConfig, phase: str, of: str, step: Callable[[Any], None]) -> Verification:
     report = run_checks(s.target, svc, with_restart=True, progress=sys.stderr,
                         last_pass=last_pass(s.ledger, s.ledger.current()))
     record_verification(s, report, phase, of)

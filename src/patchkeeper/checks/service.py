@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import BadInput
-from .workspace import TargetConfig
+from ..errors import BadInput
+from ..workspace import TargetConfig
 
 ENDPOINTS = ("completions", "chat")
 

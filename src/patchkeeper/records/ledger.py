@@ -5,24 +5,32 @@ from __future__ import annotations
 import json
 import marshal
 import os
-import pwd
 import posixpath
+import pwd
 import time
-from dataclasses import dataclass, field
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast, overload
 
-from .host.disk import hash_bytes, install_records
-from .errors import BadInput, Refused, StoreError
+from ..errors import BadInput, Refused, StoreError
+from ..host.disk import hash_bytes, install_records
+from ..targets import Target
 from . import ledger_index
 from .ledger_index import Slot
 from .manifest import Manifest
-from .targets import Target
-
 
 if TYPE_CHECKING:  # the typed parts of entries (ledger_types.py); at run time, as their instances are, dicts
-    from .ledger_types import (AdoptExtra, ApplyExtra, EnvChange, Extra, PatchSetRef, RecordExtra, RepairExtra,
-                               RollbackExtra, VerifyExtra)
+    from .ledger_types import (
+        AdoptExtra,
+        ApplyExtra,
+        EnvChange,
+        Extra,
+        PatchSetRef,
+        RecordExtra,
+        RepairExtra,
+        RollbackExtra,
+        VerifyExtra,
+    )
 else:
     PatchSetRef = RecordExtra = ApplyExtra = RollbackExtra = VerifyExtra = EnvChange = AdoptExtra = RepairExtra = dict
     Extra = dict

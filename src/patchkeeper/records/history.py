@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import BadInput
+from ..errors import BadInput
 
 if TYPE_CHECKING:
-    from .diffwrite import Change
+    from ..patchset.diffwrite import Change
 
 NO_HISTORY_MARK = ".no-git-history"
 
@@ -103,7 +103,7 @@ def read_range(directory: str, span: str, subdir: str) -> list[Change]:
     import git
     from gitdb.exc import BadName, BadObject
 
-    from .diffwrite import Change
+    from ..patchset.diffwrite import Change
 
     try:
         repo = git.Repo(directory)
