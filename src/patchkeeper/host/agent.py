@@ -551,17 +551,5 @@ class Agent(AgentContract):
     def audit_tree(self, request: TreeRequest) -> TreeCheck:
         """The managed package against a stored manifest, the bytecode below its site dir, the
         distributions of `request.records` against their RECORD and the native libraries (the
-        fingerprint's native part), with one walk of the package (treecheck.py). No collection runs
-        meanwhile (gc)."""
-        import gc
-
-        collecting = gc.isenabled()
-        gc.disable()  # thousands of small tuples, none in a cycle: a collection would only go over them
-        try:
-            return self._audit_tree(request)  # (its objects are freed before collections resume)
-        finally:
-            if collecting:
-                gc.enable()
-
-    def _audit_tree(self, request: TreeRequest) -> TreeCheck:
+        fingerprint's native part), with one walk of the package (treecheck.check)."""
         return treecheck.check(request, self._manifests, self._store(request.store))

@@ -331,15 +331,3 @@ def normalize_name(name: str) -> str:
     import re
 
     return re.sub(r"[-_.]+", "-", name).lower()
-
-
-# TEMPORARY, until main's deletion of replay.py, classcache.py and parsed.py is merged (issue 20):
-# the names they import from here.
-_cache_readers: list[Callable[[str], None]] = []
-
-
-def allow_split(allowed: bool) -> bool:
-    return False
-
-
-from .statcache import load_cache as load_cache, save_cache as save_cache, user_cache as user_cache  # noqa: E402

@@ -229,7 +229,7 @@ def _walk_pyc(root: str, skip: frozenset[str] = frozenset(),
               listings: Listings | None = None) -> Iterator[tuple[str, bool]]:
     """(relative path, in __pycache__) of every .pyc below root, streamed directory by directory;
     the top-level directories in `skip` are left out (a scan already walked them). `listings`
-    remembers directories' entries by their stat identity (disk.listing)."""
+    remembers directories' entries by their stat identity (disk.listing: statcache.Listings)."""
     stack = [d for d in _top_entries(root) if d not in skip] if skip else [""]  # skip: see _top_pycs
     while stack:
         rel_dir = stack.pop()

@@ -36,7 +36,7 @@ WIDTH = len(_ABSENT)  # numbers per identity
 def stat_identities(paths: Iterable[str], stat_of: Optional[Callable[[str], os.stat_result]] = None) -> bytes:
     """(size, mtime_ns, ctime_ns, inode, device) of each path, packed, by `stat_of` (os.lstat; os.stat
     to follow links); an absent path packs as _ABSENT."""
-    stat_of = stat_of or os.lstat  # looked up at each call, as every stat of ours is (replay.py notes them there)
+    stat_of = stat_of or os.lstat
     out: List[int] = []
     extend = out.extend
     for path in paths:
@@ -140,6 +140,3 @@ def _walk(root: str, tops: Tuple[str, ...], inside: Tuple[str, ...], note: Any) 
             elif covered:
                 note(path, entry.stat(follow_symlinks=False))
     return True
-
-
-identities = stat_identities  # TEMPORARY: replay.py's name, until it goes (issue 20)

@@ -63,10 +63,6 @@ def warn_once(path: str, why: str) -> None:
 def read_cache(path: str) -> bytes | None:
     """The bytes of a cache file that may be believed (see untrusted: the file and its directory),
     else None: silently when it is absent, with warn_once when it is not to be trusted."""
-    from . import disk
-
-    for reader in disk._cache_readers:  # TEMPORARY: replay.py's hook, until it goes
-        reader(path)
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     except (FileNotFoundError, NotADirectoryError):
@@ -110,12 +106,12 @@ def load_cache(path: str, stamp: Any) -> Any:
     return body if found == stamp and isinstance(body, dict) else None
 
 
-def save_cache(path: str, stamp: Any, body: Any, mode: int = 0o600) -> None:
+def save_cache(path: str, stamp: Any, body: Any) -> None:
     """Write a cache file that load_cache(path, stamp) reads back (0600, in a directory made 0700),
     not durably: a cache lost in a power cut, or one that cannot be written at all, only costs time."""
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        write_atomic(path, marshal.dumps((stamp, body)), mode & 0o700, durable=False)
+        write_atomic(path, marshal.dumps((stamp, body)), 0o600, durable=False)
     except (OSError, ValueError):  # ValueError: a value marshal cannot write
         pass
 
