@@ -209,7 +209,9 @@ def test_every_command_in_the_docs_names_real_verbs_and_options():
                     if (verb, None) not in PENDING:
                         bad.append(f"{page.name}: no verb {verb!r}: {line}")
                     continue
-                text = helps.setdefault(verb, _help(verb))
+                if verb not in helps:
+                    helps[verb] = _help(verb)
+                text = helps[verb]
                 for word in words[1:]:
                     option = word.split("=", 1)[0]
                     if re.fullmatch(r"--?[a-zA-Z][\w-]*", option) and not re.search(
