@@ -154,14 +154,17 @@ def test_the_readme_stays_short():
 
 
 def test_every_linked_doc_exists():
-    """Every relative .md link of README.md and docs/*.md names a file that is there; every docs page
-    is linked from the README."""
+    """Every relative .md link of README.md and docs/*.md, and every docs page an error's hint names,
+    is a file that is there; every docs page is linked from the README."""
     pages = [README, *sorted(DOCS.glob("*.md"))]
     missing = []
     for page in pages:
         for link in re.findall(r"\]\(([^)#\s]+\.md)(?:#[^)]*)?\)", page.read_text()):
             if not link.startswith(("http://", "https://")) and not (page.parent / link).is_file():
                 missing.append(f"{page.relative_to(REPO)} -> {link}")
+    for source in sorted((REPO / "src").rglob("*.py")):  # the hints of errors name pages too
+        missing += [f"{source.relative_to(REPO)} -> {name}" for name in re.findall(r"docs/[\w-]+\.md", source.read_text())
+                    if not (REPO / name).is_file()]
     assert not missing, missing
     linked = set(re.findall(r"\]\((docs/[^)#\s]+\.md)", README.read_text()))
     assert linked and {f"docs/{p.name}" for p in DOCS.glob("*.md")} <= linked
