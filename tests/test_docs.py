@@ -154,14 +154,18 @@ def test_the_readme_stays_short():
 
 
 def test_every_linked_doc_exists():
-    """Every relative .md link of README.md and docs/*.md, and every docs page an error's hint names,
-    is a file that is there; every docs page is linked from the README."""
+    """Every relative .md link of README.md and docs/*.md, every file of the repository they name, and
+    every docs page an error's hint names, is there; every docs page is linked from the README."""
     pages = [README, *sorted(DOCS.glob("*.md"))]
     missing = []
     for page in pages:
         for link in re.findall(r"\]\(([^)#\s]+\.md)(?:#[^)]*)?\)", page.read_text()):
             if not link.startswith(("http://", "https://")) and not (page.parent / link).is_file():
                 missing.append(f"{page.relative_to(REPO)} -> {link}")
+    for page in pages:  # and every file of this repository a page names
+        missing += [f"{page.relative_to(REPO)} -> {name}" for name in
+                    re.findall(r"(?<![\w/])((?:src|tests|bench|scripts)/[\w/.-]+\.(?:py|sh|json))", page.read_text())
+                    if not (REPO / name).is_file()]
     for source in sorted((REPO / "src").rglob("*.py")):  # the hints of errors name pages too
         missing += [f"{source.relative_to(REPO)} -> {name}" for name in re.findall(r"docs/[\w-]+\.md", source.read_text())
                     if not (REPO / name).is_file()]
