@@ -574,25 +574,8 @@ def plan_rollback(s: Session, spec: str) -> Plan | None:
     return Plan(tuple(ops), {}, entry, tuple(hand))
 
 
-def begin_fingerprint(s: Session) -> None:
-    """Begin taking the environment fingerprint of the change this session is about to plan, so that
-    it overlaps the planning too (on the other CPU, where the agent runs in this process); the next
-    `execute` records it. Nothing in the environment changes meanwhile: planning changes no file."""
-    if s.fingerprint is None:
-        s.fingerprint = environment.taking(s.target, None)
-
-
 def execute(s: Session, plan: Plan) -> None:
-    """Carry out a plan; its ledger entry keeps the environment fingerprint it was made in (taken
-    while the transaction stages its files, and in the entry before the commit point)."""
-    alongside = [op.path for op in plan.ops]
-    fingerprint = s.fingerprint
-    s.fingerprint = None
-    if fingerprint is None:
-        fingerprint = environment.taking(s.target, alongside)
-    else:
-        fingerprint.before(alongside)
-    try:
-        transaction.carry_out(s.ledger, list(plan.ops), plan.contents, plan.entry, fingerprint.record)
-    finally:
-        fingerprint.abandon()  # refused or failed before its commit point: the fingerprint is not needed
+    """Carry out a plan; its ledger entry keeps the environment fingerprint it was made in (in the
+    entry before the commit point: environment.recording)."""
+    record = environment.recording(s.target, [op.path for op in plan.ops])
+    transaction.carry_out(s.ledger, list(plan.ops), plan.contents, plan.entry, record)

@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TYPE_CHECKING
 
 from ..errors import Refused, Unfinished
 from ..records import statedir
 from ..records.ledger import Ledger
 from ..targets import Target, open_target
 from ..workspace import Workspace
-
-if TYPE_CHECKING:
-    from ..checks.environment import Taking
 
 
 class Session:
@@ -32,7 +28,6 @@ class Session:
         self.recovered: str | None = None
         self.unfinished: Unfinished | None = None  # a committed transaction recovery could not finish
         self._locked = False
-        self.fingerprint: Taking | None = None  # begun before planning (engine.begin_fingerprint)
 
     @property
     def target(self) -> Target:
@@ -102,9 +97,6 @@ class Session:
                   "left by an interrupted command", file=sys.stderr)
 
     def __exit__(self, *exc) -> None:
-        if self.fingerprint is not None:  # begun for a change that was not made
-            self.fingerprint.abandon()
-            self.fingerprint = None
         if self._locked:
             self.target.agent.unlock(self.ledger.lock_path)
             self._locked = False

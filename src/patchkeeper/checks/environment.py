@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import posixpath
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import PatchkeeperError, StoreError
 from ..host.contract import InterpreterFacts
@@ -79,45 +79,28 @@ def record(entry: LedgerEntry, target: Target) -> LedgerEntry:
         return replace(entry, env_error=str(exc).splitlines()[0])
 
 
-class Taking:
-    """The fingerprint of a change: taken before the transaction when the change touches a shared
-    object (which the fingerprint reads), else when `record` asks, before the commit point."""
+def recording(target: Target, alongside: list[str]) -> Callable[[LedgerEntry], LedgerEntry]:
+    """`record` for a transaction that changes the files `alongside`, the fingerprint had as the
+    change's context: at once when the transaction changes a shared object (the fingerprint reads
+    every one, so it is taken before any file changes), else when the transaction asks, just before
+    its commit point. A fingerprint that cannot be taken does not stop the change (`env_error`)."""
+    if not changes_objects(alongside):
+        return lambda entry: record(entry, target)
+    from dataclasses import replace
 
-    def __init__(self, target: Target, alongside: list[str] | None) -> None:
-        self.target = target
-        self._doc: dict | None = None
-        self._error: PatchkeeperError | OSError | None = None
-        if alongside is not None:
-            self.before(alongside)
+    try:
+        data = encode(take(target))
+    except (PatchkeeperError, OSError) as exc:
+        failed = str(exc).splitlines()[0]
+        return lambda entry: replace(entry, env_error=failed)
 
-    def _take(self) -> None:
+    def with_it(entry: LedgerEntry) -> LedgerEntry:
         try:
-            self._doc = take(self.target)
-        except (PatchkeeperError, OSError) as exc:  # handed to `record`: the change goes on without it
-            self._error = exc
-
-    def before(self, alongside: list[str]) -> None:
-        """The transaction about to begin changes the files `alongside`: when a shared object is one
-        of them, the fingerprint is had now, before any file changes, as the change's context."""
-        if changes_objects(alongside) and self._doc is None and self._error is None:
-            self._take()
-
-    def abandon(self) -> None:
-        """A fingerprint no transaction will record (the transaction failed before its commit point)."""
-
-    def record(self, entry: LedgerEntry) -> LedgerEntry:
-        """As `record(entry, target)`, with the fingerprint had before the change (or taken now)."""
-        from dataclasses import replace
-
-        if self._doc is None and self._error is None:
-            self._take()
-        try:
-            if self._error is not None:
-                raise self._error
-            assert self._doc is not None
-            return replace(entry, env=self.target.agent.store_put(self.target.info.store, encode(self._doc)))
+            return replace(entry, env=target.agent.store_put(target.info.store, data))
         except (PatchkeeperError, OSError) as exc:
             return replace(entry, env_error=str(exc).splitlines()[0])
+
+    return with_it
 
 
 def changes_objects(paths: list[str]) -> bool:
@@ -125,15 +108,6 @@ def changes_objects(paths: list[str]) -> bool:
     from ..host.elf import is_candidate
 
     return any(is_candidate(posixpath.basename(p)) for p in paths)
-
-
-def taking(target: Target, alongside: list[str] | None) -> Taking:
-    """The fingerprint for a transaction that changes the files `alongside`. It reads the
-    environment around the package (other distributions against their RECORD, the system) and
-    every shared object below the site dirs: when the transaction changes one of those, it is taken
-    first, before any file changes; else just before the commit point. `alongside` None: the files
-    are not known yet; `before` is then told them before the transaction begins."""
-    return Taking(target, alongside)
 
 
 def load(target: Target, digest: str) -> dict:

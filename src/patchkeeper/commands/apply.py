@@ -16,8 +16,6 @@ def apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bo
           adopt: str | None = None) -> int:
     svc = changes.service_of(ws.target(target), verify)
     with Session(ws, target, f"apply {name}") as s:
-        if not dry_run and s.ledger.current() is not None:  # (a first baseline takes one of its own first)
-            engine.begin_fingerprint(s)  # beside the reading of the patch sets too
         incoming = engine.resolve(ws.patchsets_dir, name, s.config)  # every template renders, before a baseline
         engine.check_fits(s.target, incoming, force)  # bad input is refused before a baseline is recorded
         if dry_run and s.ledger.current() is None:
@@ -29,7 +27,6 @@ def apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bo
 
                 print(f"recorded baseline of {s.target.name}: {cast(RecordExtra, baseline.extra)['files']} files, "
                       f"state {baseline.after.id}{adopting.describe(baseline)}")
-            engine.begin_fingerprint(s)
         plan = engine.plan_apply(s, name, force, incoming=incoming)
         if plan is None:
             print(f"{s.target.name}: {name} is already applied; nothing to do")

@@ -11,8 +11,6 @@ from .show_plan import step_printer
 def rollback(ws: Workspace, target: str | None, to: str, dry_run: bool, verify: bool = True) -> int:
     svc = changes.service_of(ws.target(target), verify)
     with Session(ws, target, f"rollback --to {to}") as s:
-        if not dry_run:
-            engine.begin_fingerprint(s)
         plan = engine.plan_rollback(s, to)
         if plan is None:
             print(f"{s.target.name}: already in state {to}; nothing to do")
