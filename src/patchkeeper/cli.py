@@ -381,6 +381,41 @@ def diff(ctx, targets, target, against, patch, environment, as_json, every):
     return run(_workspace(ctx), targets, against, patch, as_json)
 
 
+@main.command()
+@click.argument("name", shell_complete=complete_patchsets)
+@click.option("--to", "to", metavar="VERSION", help="the release of the package to carry the patch set to")
+@click.option("--wheel", "given", multiple=True, metavar="FILE.whl",
+              help="a wheel of the old or the new release (repeatable; default: the workspace's wheels "
+                   "directory, else pip download for the target's interpreter)")
+@target_option
+@click.option("--bump", type=click.Choice(["major", "minor", "patch"]), default="minor", show_default=True,
+              help="how the ported set's version is raised")
+@click.option("--continue", "resume", is_flag=True, help="finish a port that stopped on conflicts, from its "
+              "scratch directory's files as you resolved them")
+@click.option("--dry-run", "-n", is_flag=True, help="print the report; write nothing")
+@json_option
+@click.pass_context
+@command
+def port(ctx, name, to, given, target, bump, resume, dry_run, as_json):
+    """Carry patch set NAME to release VERSION of its package: a three-way merge per file and hunk.
+
+    Each hunk is clean, merged, upstream (the release has it: dropped), conflict or gone. With no
+    conflict the set is written in place as its next version, its patches written against VERSION
+    (exit 0). Else nothing is written into patchsets/: the merge, with diff3 markers, is left in a
+    scratch directory it names; resolve it and run `port NAME --continue` (exit 1). Bad input: exit 2.
+    """
+    from .commands import port as cmd
+
+    if resume:
+        if to or given or dry_run:
+            raise click.UsageError("--continue takes the release and files from the port it finishes: "
+                                   "no --to, --wheel or --dry-run")
+        return cmd.finish(_workspace(ctx), name, as_json)
+    if not to:
+        raise click.UsageError("give --to VERSION (or --continue)")
+    return cmd.port(_workspace(ctx), name, to, tuple(given), target, as_json, dry_run, bump)
+
+
 @main.command("env")
 @target_option
 @json_option
