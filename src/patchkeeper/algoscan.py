@@ -8,6 +8,8 @@ to follow it."""
 from __future__ import annotations
 
 import ast
+import bisect
+import re
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
@@ -42,7 +44,8 @@ def _names_in(node: ast.AST, names: tuple[str, ...], tuples: dict[str, set[str]]
 
 def places(path: str, data: bytes, algorithm: str, of: str = DFLASH) -> list[Place]:
     """Every comparison (==, !=, in, not in, is) in one file that names `of` but not `algorithm`;
-    none in a file that does not parse."""
+    none in a file that does not parse. Only the statements on lines that name `of` (or a variable
+    bound to a tuple that does) are walked: a whole tree's walk is most of a scan's time."""
     if of.encode() not in data:
         return []
     try:
@@ -50,11 +53,32 @@ def places(path: str, data: bytes, algorithm: str, of: str = DFLASH) -> list[Pla
     except (SyntaxError, ValueError):
         return []
     names = (of, algorithm)
-    tuples = {t.id: _names_in(n.value, names, {}) for n in ast.walk(tree) if isinstance(n, ast.Assign)
+    text = data.decode("utf-8", "replace").split("\n")
+    hot = [n for n, line in enumerate(text, 1) if of in line]
+    tuples = {t.id: _names_in(n.value, names, {}) for n in _near(tree, hot) if isinstance(n, ast.Assign)
               and isinstance(n.value, (ast.Tuple, ast.List, ast.Set))
               for t in n.targets if isinstance(t, ast.Name)}
-    return [Place(path, node.lineno, ast.unparse(node)) for node in ast.walk(tree)
-            if isinstance(node, ast.Compare) and _names_in(node, names, tuples) == {of}]
+    tuples = {name: found for name, found in tuples.items() if found}
+    if tuples:
+        word = re.compile(r"\b(?:" + "|".join(map(re.escape, tuples)) + r")\b")
+        hot = [n for n, line in enumerate(text, 1) if of in line or word.search(line)]
+    return sorted((Place(path, node.lineno, ast.unparse(node)) for node in _near(tree, hot)
+                   if isinstance(node, ast.Compare) and _names_in(node, names, tuples) == {of}),
+                  key=lambda p: p.line)
+
+
+def _near(tree: ast.AST, hot: list[int]) -> Iterator[ast.AST]:
+    """ast.walk, but into a node only where its lines hold one of `hot` (sorted line numbers)."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        start = getattr(node, "lineno", None)
+        if start is not None:
+            i = bisect.bisect_left(hot, start)
+            if i == len(hot) or hot[i] > (getattr(node, "end_lineno", None) or start):
+                continue
+        yield node
+        todo.extend(reversed(list(ast.iter_child_nodes(node))))
 
 
 def scan(files: Iterable[tuple[str, bytes]], algorithm: str, of: str = DFLASH) -> Iterator[Place]:

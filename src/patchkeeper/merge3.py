@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -101,6 +102,13 @@ def merged(chunks: list[Chunk], labels: tuple[str, str, str]) -> tuple[str, int]
 
 
 MARKERS = ("<<<<<<< ", "||||||| ", ">>>>>>> ")
+_CONFLICT = re.compile(r"^<<<<<<< [^\n]*\n(.*?)^\|\|\|\|\|\|\| [^\n]*\n.*?^=======\n(.*?)^>>>>>>> [^\n]*\n", re.M | re.S)
+
+
+def taking(text: str, side: str) -> str:
+    """The merge with each conflict settled for one side ("ours" or "theirs"): what the file is
+    where the merge is sure, the rest as that side has it."""
+    return _CONFLICT.sub(lambda m: m.group(1 if side == "ours" else 2), text)
 
 
 def marker_lines(text: str) -> list[int]:

@@ -83,6 +83,7 @@ class Port:
     patches: tuple[tuple[str, bytes], ...] = ()  # (patch file name, its diff against the new release)
     dropped: tuple[str, ...] = ()  # patch files left with no change (all upstream, or removed)
     problems: tuple[str, ...] = ()  # the check of the regenerated patches against the new release
+    checked: int = 0  # files the check applied the regenerated patches to
 
     @property
     def blocked(self) -> bool:
@@ -100,7 +101,8 @@ def port(ps: PatchSet, old: Release, new: Release, labels: tuple[str, str, str])
     if any(f.outcome in BLOCKING for f in files):
         return Port(files)
     patches, dropped = regenerate(files, [origin for origin, _ in ps.patches])
-    return Port(files, patches, dropped, tuple(check(patches, new, files)))
+    problems, checked = check(patches, new, files)
+    return Port(files, patches, dropped, tuple(problems), checked)
 
 
 class _Added:
@@ -298,9 +300,9 @@ def regenerate(files: Sequence[FilePort], order: Sequence[str]) -> tuple[tuple[t
     return tuple((n, d) for n, d in written if d), tuple(n for n, d in written if not d)
 
 
-def check(patches: Sequence[tuple[str, bytes]], new: Release, files: Sequence[FilePort]) -> list[str]:
+def check(patches: Sequence[tuple[str, bytes]], new: Release, files: Sequence[FilePort]) -> tuple[list[str], int]:
     """What is wrong with the regenerated patches: one that does not apply to the new release or
-    does not give the merged bytes, a Python file that does not compile."""
+    does not give the merged bytes, a Python file that does not compile; and how many files they make."""
     problems = []
     made: dict[str, bytes | None] = {}
     for name, diff in patches:
@@ -322,4 +324,4 @@ def check(patches: Sequence[tuple[str, bytes]], new: Release, files: Sequence[Fi
                 line = getattr(exc, "lineno", None)
                 problems.append(f"{path}{f':{line}' if line else ''}: does not compile after the merge: "
                                 f"{getattr(exc, 'msg', exc)}")
-    return problems
+    return problems, len(made)

@@ -142,11 +142,16 @@ def _scan(ps: PatchSet, old: wheels.Wheel, new: wheels.Wheel, result: porting.Po
     if not any(algorithm in line for _, fps in ps.patches for fp in fps for h in fp.hunks for line in h.new_lines):
         return None
     before = list(algoscan.scan(_python(old, {f.path: f.ours for f in result.files}), algorithm))
-    # a file left with conflict markers does not parse: the new release's own file stands in for it
-    after = list(algoscan.scan(_python(new, {f.lands: f.release if f.conflicts else f.result
-                                             for f in result.files}), algorithm))
+    # a file left with conflict markers does not parse: its conflicts count as the new release has them
+    after = list(algoscan.scan(_python(new, {f.lands: _theirs(f) for f in result.files}), algorithm))
     return {"algorithm": algorithm, "of": algoscan.DFLASH, "before": len(before),
             "places": [str(p) for p in after], "new": [str(p) for p in algoscan.new_places(before, after)]}
+
+
+def _theirs(f: porting.FilePort) -> bytes | None:
+    if not f.conflicts or f.result is None:
+        return f.result
+    return merge3.taking(f.result.decode(*_ENC), "theirs").encode(*_ENC)
 
 
 def _python(release: wheels.Wheel, overrides: dict[str, bytes | None]) -> Iterator[tuple[str, bytes]]:
@@ -172,7 +177,7 @@ def document(ps: PatchSet, old: str, new: str, sources: dict[str, str], result: 
                        "renamed_to": f.renamed_to, "conflicts": f.conflicts, "note": f.note,
                        "hunks": [{"header": h.header, "outcome": h.outcome, "offset": h.offset, "note": h.note,
                                   "lines": list(h.lines)} for h in f.hunks]} for f in result.files],
-            "dropped": list(result.dropped), "problems": list(result.problems), "scan": scan,
+            "dropped": list(result.dropped), "problems": list(result.problems), "checked": result.checked, "scan": scan,
             "scratch": None, "written": None, "notes": []}
 
 
@@ -211,6 +216,9 @@ def render(doc: dict) -> None:
                   f"({len(scan['places'])} in all after the port)")
     for p in doc["problems"]:
         print(f"problem: {p}")
+    if doc["checked"] and not doc["problems"]:
+        print(f"check: the regenerated patches apply to {doc['package']} {doc['to']}'s files and give the merged "
+              f"bytes; the Python files among them compile ({doc['checked']} file(s))")
     _render_end(doc)
 
 
@@ -335,7 +343,7 @@ def finish(ws: Workspace, name: str, as_json: bool) -> int:
     problems: list[str] = []
     if not unresolved:
         patches, dropped = porting.regenerate(files, pending.order)
-        problems = porting.check(patches, _Left(pending), files)
+        problems, _ = porting.check(patches, _Left(pending), files)
     doc: dict = {"patchset": f"{name}@{pending.from_version}", "package": pending.package, "from": pending.old,
                  "to": pending.new, "unresolved": unresolved, "problems": problems, "dropped": list(dropped),
                  "scratch": str(pending.directory), "written": None}
@@ -355,5 +363,6 @@ def finish(ws: Workspace, name: str, as_json: bool) -> int:
         return 1
     for d in dropped:
         print(f"dropped {d}: nothing of it is left to change in {pending.package} {pending.new}")
-    _render_end({**doc, "outcome": "ported", "notes": [f"finished the port in {pending.directory} (removed)"]})
+    _render_end({**doc, "outcome": "ported", "notes": []})
+    print(f"finished the port left in {pending.directory} (removed)")
     return 0
