@@ -16,8 +16,8 @@ import pytest
 
 from conftest import DRAFT, REPO, copy_venv, make_workspace, tree
 
-from patchkeeper import diffwrite
-from patchkeeper.patching import split_lines
+from patchkeeper.patchset import diffwrite
+from patchkeeper.patchset.patching import split_lines
 
 PORT_WHEELS = Path(os.environ.get("PK_WHEELS", REPO / ".cache" / "wheels")) / "port"
 OLD, NEW = "0.5.22", "0.5.23"

@@ -8,9 +8,11 @@ import re
 from pathlib import Path
 from typing import Iterator
 
-from .. import algoscan, authoring, merge3, patchset, porting, portdir, wheels
+from ..checks import algoscan, wheels
 from ..errors import BadInput, Refused
-from ..patchset import MANIFEST, PatchSet
+from ..patchset import authoring, merge3, patchset, portdir
+from ..patchset import port as porting
+from ..patchset.patchset import MANIFEST, PatchSet
 from ..workspace import Workspace
 from . import emit_json
 
@@ -254,7 +256,7 @@ def _render_end(doc: dict) -> None:
 def _save(ws: Workspace, ps: PatchSet, patches: tuple[tuple[str, bytes], ...], to: str, bump: str) -> dict:
     """Write the ported set in place as its next version (the old one committed to the workspace's
     history first where it was not); role files and every other file carried as they are."""
-    from .. import history
+    from ..records import history
     from .record import commit_patchset
 
     directory = ws.patchsets_dir / ps.name
