@@ -275,7 +275,7 @@ def test_a_blocked_port_writes_nothing_into_patchsets_and_continue_finishes_it(t
     assert (scratch / "files" / twin).read_bytes() == e["renamed"].on(releases.data(NEW, twin))  # merged where it went
     assert not (scratch / "files" / e["gone"].path).exists()
     text = env.pk("port", "portbad", "--to", NEW, *both_wheels(), check=1).stdout
-    assert f"resolve {scratch}/files/{e['conflict'].path}  (1 conflict(s))" in text
+    assert f"the merge is in {scratch}/files/" in text and f"resolve files/{e['conflict'].path}  (1 conflict(s))" in text
     assert "then: patchkeeper port portbad --continue" in text
 
     left = env.pk("port", "portbad", "--continue", check=1)
@@ -363,3 +363,20 @@ def test_the_shipped_ddtree_ported_back_to_0_5_22_reports_every_hunk_and_the_new
     assert doc["scan"]["algorithm"] == "DDTREE" and doc["scan"]["before"] == 0
     assert any(p.startswith("sglang/srt/arg_groups/kv_cache_hook.py:") for p in doc["scan"]["new"])
     assert not (ws.root / "port").exists()
+
+
+@pytest.mark.parametrize("what", ["clean", "merged", "upstream", "conflict"])
+def test_the_merge_of_each_real_file_is_what_git_merge_file_writes(what, releases, edits, tmp_path):
+    from patchkeeper.patchset import patching
+    from patchkeeper.patchset.port import merge
+
+    e = edits[what]
+    base, theirs = releases.data(OLD, e.path), releases.data(NEW, e.path)
+    fp = patching.parse(patch_of(releases, e).decode(), "test")[0]
+    labels = ("ours", "base", "theirs")
+    data, conflicts, hunks = merge(base, fp, theirs, labels, "test")
+    for name, side in zip(labels, (e.on(base), base, theirs)):
+        (tmp_path / name).write_bytes(side)
+    git = subprocess.run(["git", "merge-file", "-p", "--diff3", *[a for n in labels for a in ("-L", n)], *labels],
+                         cwd=tmp_path, capture_output=True)
+    assert (data, conflicts) == (git.stdout, git.returncode) and [h.outcome for h in hunks] == [what]

@@ -185,7 +185,7 @@ def document(ps: PatchSet, old: str, new: str, sources: dict[str, str], result: 
 
 def _hunk_text(h: dict) -> str:
     where = f"  {abs(h['offset'])} line(s) {'later' if h['offset'] > 0 else 'earlier'}" if h["offset"] else ""
-    note = f"  ({h['note']})" if h["note"] and h["outcome"] != porting.CLEAN else ""
+    note = f"  ({h['note']})" if h["note"] and h["outcome"] not in (porting.CLEAN, porting.CONFLICT) else ""
     return f"{h['outcome']:<9} {h['header']}{where}{note}"
 
 
@@ -243,13 +243,13 @@ def _render_end(doc: dict) -> None:
     elif outcome == "blocked":
         scratch = doc["scratch"]
         print(f"not ported: nothing written into patchsets/; the merge is in {scratch}/files/ "
-              "(diff3 markers where it conflicts)")
+              "(diff3 markers where it conflicts):")
         for f in doc["files"]:
             if f["conflicts"]:
-                print(f"  resolve {scratch}/files/{f['renamed_to'] or f['path']}  ({f['conflicts']} conflict(s))")
+                print(f"  resolve files/{f['renamed_to'] or f['path']}  ({f['conflicts']} conflict(s))")
             elif f["outcome"] == porting.GONE and not f["renamed_to"]:
-                print(f"  {f['path']} is not in {doc['package']} {doc['to']}: its change is dropped unless you put "
-                      f"the file in {scratch}/files/")
+                print(f"  files/{f['path']} is not there: {doc['package']} {doc['to']} has no such file, and its "
+                      "change is dropped unless you put the file there")
         print(f"then: patchkeeper port {name} --continue   (or start again: patchkeeper port {name} --to {doc['to']})")
 
 

@@ -245,12 +245,12 @@ def _classify(hunk: Hunk, span: tuple[int, int], chunks: list[merge3.Chunk], fp:
     lines = _hunk_lines(hunk)
     mine = {c.kind for c in chunks if c.ours != c.base and c.start <= stop and c.stop >= start}
     if merge3.CONFLICT in mine:
-        return HunkPort(hunk.header, CONFLICT, None, lines, "the new release changed the same lines otherwise")
+        return HunkPort(hunk.header, CONFLICT, None, lines, "the new release changed these lines otherwise")
     if mine == {merge3.SAME}:
-        return HunkPort(hunk.header, UPSTREAM, None, lines, "the new release makes this change itself")
+        return HunkPort(hunk.header, UPSTREAM, None, lines, "the new release has this change")
     partly = "; part of it the new release makes itself" if merge3.SAME in mine else ""
     if any(c.theirs != c.base and c.touches(start, stop) for c in chunks):
-        return HunkPort(hunk.header, MERGED, None, lines, "the new release changed lines of its context" + partly)
+        return HunkPort(hunk.header, MERGED, None, lines, "the new release changed its context" + partly)
     offset = patching.check(FilePatch(fp.path, "modify", None, (hunk,)), theirs)[0].offset
     if offset is None:  # its context is intact but found elsewhere first: the merge placed it
         return HunkPort(hunk.header, MERGED, None, lines, "placed by the merge" + partly)
