@@ -311,7 +311,8 @@ def test_port_fetches_the_releases_as_repair_does(ws, releases, edits):
 
 @pytest.mark.parametrize("case", ["unknown version", "not a version", "same version", "wheel of another package",
                                   "wheel of another release", "set for another package", "unpinned set",
-                                  "set that does not fit its release"])
+                                  "set that does not fit its release", "no --to", "--continue with --to",
+                                  "--continue with no port stopped"])
 def test_bad_input_is_one_line_exit_2_and_nothing_written(ws, releases, edits, case):
     clean = patch_of(releases, edits["clean"])
     args = ["port", "portok", "--to", NEW, *both_wheels()]
@@ -340,6 +341,12 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(ws, releases, edits, c
         args += ["--wheel", str(next((PORT_WHEELS.parent).glob("six-1.17.0-*.whl")))]
     elif case == "wheel of another release":
         args = ["port", "portok", "--to", "0.5.24", "--wheel", str(wheel(NEW))]
+    elif case == "no --to":
+        args = ["port", "portok"]
+    elif case == "--continue with --to":
+        args = ["port", "portok", "--continue", "--to", NEW]
+    elif case == "--continue with no port stopped":
+        args = ["port", "portok", "--continue"]
     before = tree(ws.root)
     proc = ws.pk(*args, check=2, env=env)
     lines = proc.stderr.strip().splitlines()
@@ -350,7 +357,9 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(ws, releases, edits, c
                 "same version": "is already for sglang 0.5.22", "wheel of another package": "a wheel of six",
                 "wheel of another release": "neither 0.5.22", "set for another package": "not of six",
                 "unpinned set": "port needs to know the one release", "set that does not fit its release":
-                "does not fit its own release 0.5.22"}[case]
+                "does not fit its own release 0.5.22", "no --to": "give the release to port to",
+                "--continue with --to": "--continue takes the release", "--continue with no port stopped":
+                "no port of portok is waiting to be finished"}[case]
     assert expected in lines[0]
 
 

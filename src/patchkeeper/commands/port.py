@@ -17,13 +17,22 @@ from ..workspace import Workspace
 from . import emit_json
 
 _ENC = ("utf-8", "surrogateescape")
+BUMP = "minor"  # a port changes what the set is for, not what it does
 OUTCOMES = (porting.CLEAN, porting.MERGED, porting.UPSTREAM, porting.CONFLICT, porting.COLLISION, porting.GONE)
 
 
-def port(ws: Workspace, name: str, to: str, given: tuple[str, ...], target: str | None, as_json: bool,
-         dry_run: bool, bump: str) -> int:
+def port(ws: Workspace, name: str, to: str | None, given: tuple[str, ...], target: str | None, as_json: bool,
+         dry_run: bool, bump: str | None, resume: bool = False) -> int:
     """Exit 0: ported (written unless a dry run); 1: a conflict, a gone file or a failed check
     (nothing written into patchsets/; the merge is left in a scratch directory); 2: bad input."""
+    if resume:
+        if to or given or dry_run or bump:
+            raise BadInput("--continue takes the release and the files from the port it finishes",
+                           f"run `patchkeeper port {name} --continue` alone")
+        return finish(ws, name, as_json)
+    if not to:
+        raise BadInput("give the release to port to", f"patchkeeper port {name} --to VERSION (or --continue)")
+    bump = bump or BUMP
     ps = patchset.load(ws.patchsets_dir, name)
     to = _version(to)
     with _releases(ws, ps, to, given, target) as (old, new, sources):

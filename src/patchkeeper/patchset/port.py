@@ -179,6 +179,8 @@ def port_file(path: str, steps: list[tuple[str, FilePatch]], old: Release, new: 
 
 def _file_outcome(hunks: Sequence[HunkPort]) -> str:
     outcomes = {h.outcome for h in hunks}
+    if not outcomes:  # patch files that undo each other: nothing to carry
+        return CLEAN
     if len(outcomes) == 1:
         return outcomes.pop()
     return next((o for o in (CONFLICT, COLLISION, GONE) if o in outcomes), MERGED)
