@@ -372,6 +372,9 @@ def test_the_shipped_ddtree_ported_back_to_0_5_22_reports_every_hunk_and_the_new
     assert doc["scan"]["algorithm"] == "DDTREE" and doc["scan"]["before"] == 0
     assert any(p.startswith("sglang/srt/arg_groups/kv_cache_hook.py:") for p in doc["scan"]["new"])
     assert not (ws.root / "port").exists()
+    for name in ("dflash", "nextn"):  # the unit alone: nothing to merge, carried as it is
+        doc = json.loads(ws.pk("port", name, "--to", OLD, *both_wheels(), "--json", "--dry-run").stdout)
+        assert doc["files"] == [] and doc["roles"] == ["unit"] and doc["scan"] is None
 
 
 @pytest.mark.parametrize("what", ["clean", "merged", "upstream", "conflict"])

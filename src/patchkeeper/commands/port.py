@@ -108,7 +108,7 @@ def _releases(ws: Workspace, ps: PatchSet, to: str, given: tuple[str, ...], targ
                                f"was made for) nor {to} (--to)", "give the wheels of those two releases")
             found.setdefault(match[0], (w, f"--wheel {w.path.name}"))
         tags: list[wheels.Tags] = []
-        for version in (old, to):
+        for version in (to, old):  # the new release first: an unknown version is refused before a download
             if version not in found:
                 found[version] = _fetch(stack, ws, ps, version, target, tags)
         yield found[old][0], found[to][0], {"from": found[old][1], "to": found[to][1]}
