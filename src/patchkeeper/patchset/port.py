@@ -275,7 +275,7 @@ def _renamed(path: str, base: bytes, new: Release, added: _Added) -> str | None:
     the same directory), if alike enough to call it `path` renamed."""
     directory, _, name = path.rpartition("/")
     suffix = name.rpartition(".")[2]
-    names = added.names()
+    names = [p for p in added.names() if not p.startswith("/") and ".." not in p.split("/")]
     tries = [p for p in names if p.rpartition("/")[2] == name] + \
         [p for p in names if p.rpartition("/")[0] == directory and p.endswith("." + suffix)]
     a = split_lines(base.decode(*_ENC))

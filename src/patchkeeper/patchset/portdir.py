@@ -56,6 +56,8 @@ def _read(root: Path, path: str) -> bytes | None:
 
 def write(directory: Path, pending: dict, files: tuple[FilePort, ...]) -> None:
     """Write the scratch directory anew (an earlier one of this patch set is replaced)."""
+    for f in files:
+        check_relative(f.lands, "the ported set")  # a rename's name comes from the wheel
     if directory.exists():
         shutil.rmtree(directory)
     directory.mkdir(parents=True)
@@ -84,6 +86,10 @@ def load(ws_root: Path, name: str) -> Pending:
         doc = json.loads(path.read_text(encoding="utf-8"))
         if doc.get("format") != FORMAT or doc.get("name") != name:
             raise ValueError(f"not a port of {name} in format {FORMAT}")
+        order = [str(o) for o in doc["order"]]
+        if any("/" in o or o.startswith(".") or not o.endswith(".patch") for o in order) or \
+                any(f["patch"] not in order for f in doc["files"]):
+            raise ValueError("a patch file name that is not one of the patch set's")
         return Pending(directory, name, str(doc["from_version"]), str(doc["from_digest"]), str(doc["package"]),
                        str(doc["old"]), str(doc["new"]), str(doc["bump"]), tuple(doc["order"]),
                        tuple(dict(f) for f in doc["files"]))
