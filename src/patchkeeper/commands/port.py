@@ -148,15 +148,19 @@ def _fetch(stack: contextlib.ExitStack, ws: Workspace, ps: PatchSet, version: st
 
 def _scan(ps: PatchSet, old: wheels.Wheel, new: wheels.Wheel, result: porting.Port) -> dict | None:
     """For a patch set that names an algorithm of its own (ddtree: DDTREE) where sglang names
-    DFLASH: the comparisons naming DFLASH alone, after the port, and those the old result had not."""
+    DFLASH: the comparisons that name DFLASH alone after the port and not before it. Only the files
+    whose bytes differ are parsed (a file alike on both sides has the same places)."""
     algorithm = ps.name.upper()
     if not any(algorithm in line for _, fps in ps.patches for fp in fps for h in fp.hunks for line in h.new_lines):
         return None
-    before = list(algoscan.scan(_python(old, {f.path: f.ours for f in result.files}), algorithm))
+    before = dict(_python(old, {f.path: f.ours for f in result.files}))
     # a file left with conflict markers does not parse: its conflicts count as the new release has them
-    after = list(algoscan.scan(_python(new, {f.lands: _theirs(f) for f in result.files}), algorithm))
-    return {"algorithm": algorithm, "of": algoscan.DFLASH, "before": len(before),
-            "places": [str(p) for p in after], "new": [str(p) for p in algoscan.new_places(before, after)]}
+    after = dict(_python(new, {f.lands: _theirs(f) for f in result.files}))
+    differ = [rel for rel in after if before.get(rel) != after[rel]]
+    was = algoscan.scan(((rel, before[rel]) for rel in differ if rel in before), algorithm)
+    now = list(algoscan.scan(((rel, after[rel]) for rel in differ), algorithm))
+    return {"algorithm": algorithm, "of": algoscan.DFLASH, "files": len(after), "parsed": len(differ),
+            "new": [str(p) for p in algoscan.new_places(was, now)]}
 
 
 def _theirs(f: porting.FilePort) -> bytes | None:
@@ -223,8 +227,8 @@ def render(doc: dict) -> None:
             print(f"scan: {len(scan['new'])} new place(s) in {doc['package']} {doc['to']} compare to {scan['of']} but "
                   f"not {scan['algorithm']}: {', '.join(scan['new'][:8])}{' …' if len(scan['new']) > 8 else ''}")
         else:
-            print(f"scan: no new place compares to {scan['of']} without {scan['algorithm']} "
-                  f"({len(scan['places'])} in all after the port)")
+            print(f"scan: no new place compares to {scan['of']} without {scan['algorithm']} ({scan['files']} "
+                  f"file(s) name {scan['of']}, {scan['parsed']} differ from before the port)")
     for p in doc["problems"]:
         print(f"problem: {p}")
     if doc["checked"] and not doc["problems"]:
