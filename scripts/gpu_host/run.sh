@@ -65,7 +65,7 @@ print(f"byte for byte: {len(a)} files before, {len(b)} after, {len(diff)} differ
 EOF
 
 step "DDTree lossless on the GPU"
-/tmp/pkvenv/bin/python -c 'import sys; from patchkeeper.patching import parse, apply
+/tmp/pkvenv/bin/python -c 'import sys; from patchkeeper.patchset.patching import parse, apply
 fp, = parse(open(sys.argv[1]).read(), "0004"); open("/tmp/ddtree_utils.py", "wb").write(apply(fp, None, "0004").data)' \
   "$B/0004-ddtree-utils.patch" && sha256sum /tmp/ddtree_utils.py
 DD="python3 -W ignore $B/ddtree_lossless.py --utils /tmp/ddtree_utils.py --device ${DD_DEVICE:-cuda}"
