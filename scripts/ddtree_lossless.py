@@ -9,7 +9,8 @@ carries the bonus token. The tokens are compared, token for token, with the targ
 
 Prints one JSON document (and writes it to --json): per budget the mismatching prompts and the mean
 accepted length (committed tokens per round: accepted draft tokens + the bonus). `--mask causal` or
-`--positions linear` verify with a broken mask or positions, to show the check catches them.
+`--positions linear` verify with a broken mask or positions, to show the check catches them (`--broken N`
+does both after the check, on N prompts at the largest budget, in the same process).
 """
 
 from __future__ import annotations
@@ -145,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mask", choices=("tree", "causal"), default="tree")
     parser.add_argument("--positions", choices=("tree", "linear"), default="tree")
     parser.add_argument("--deadline", type=float, default=0, help="start no new prompt after this many seconds of decoding")
+    parser.add_argument("--broken", type=int, default=0,
+                        help="also decode this many prompts at the largest budget with a broken mask, then positions")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
 
@@ -189,8 +192,18 @@ def main(argv: list[str] | None = None) -> int:
              "rounds": r["rounds"], "mean_accepted_length": round((r["accepted"] + r["rounds"]) / max(1, r["rounds"]), 3),
              "mean_accepted_draft_tokens": round(r["accepted"] / max(1, r["rounds"]), 3),
              "seconds": round(r["seconds"], 2)} for b, r in stats.items()]
+    broken = {}
+    if args.broken and done:
+        # The same decoding with a broken verify forward must be caught: siblings visible to each other
+        # (a causal mask over the flattened tree), or nodes placed by index instead of depth.
+        for key, change in (("causal_mask", {"mask": "causal"}), ("linear_positions", {"positions": "linear"})):
+            bad = argparse.Namespace(**{**vars(args), **change})
+            pairs = list(zip(prompts, references))[:args.broken]
+            broken[key] = sum(ddtree_decode(utils, target, draft, p, args.new_tokens, max(budgets), bad)[0] != ref
+                              for p, ref in pairs)
     distinct = len({t for ref in references for t in ref})
     doc = {"lossless": done > 0 and all(r["mismatched"] == 0 for r in rows), "rows": rows,
+           "broken_mismatched": broken,
            "model": {"vocab": args.vocab, "hidden": args.hidden, "layers": args.layers, "heads": args.heads,
                      "dtype": args.dtype, "device": args.device,
                      "parameters": sum(p.numel() for p in target.parameters())},

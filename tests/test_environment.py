@@ -175,7 +175,7 @@ def test_nvidia_smi_xml_of_real_h200_hosts(host):
 
 
 def test_an_uncorrectable_ecc_error_is_a_health_change_and_an_older_fingerprint_without_ecc_is_not():
-    from patchkeeper import environment
+    from patchkeeper.checks import environment
 
     gpu = fingerprint.parse_nvidia_smi(GPU_HOSTS["device"].read_bytes())
     before_ecc = {**gpu, "gpus": [{k: v for k, v in g.items() if k != "ecc"} for g in gpu["gpus"]]}
