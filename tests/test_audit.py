@@ -13,6 +13,7 @@ import pytest
 
 from patchkeeper.host.statcache import StatCache
 from conftest import REPO, SITE_REL, copy_venv, edit_file, make_workspace, tree
+from test_cli_imports import heavy, imported
 
 WHEELS = Path(os.environ.get("PK_WHEELS", REPO / ".cache" / "wheels"))
 
@@ -56,7 +57,7 @@ def test_clean_target_then_applied_patch_sets_are_patched_not_drift(aenv):
     assert patched["@unit"]["kind"] == "changed"
     out = aenv.pk("audit").stdout
     assert "ddtree_utils.py" not in out and f"{doc['counts']['patched']} patched" in out
-    assert out.strip().splitlines()[-1] == f"code state matches {doc['state']['id']} (ddtree@2.0.0); environment clean"
+    assert out.strip().splitlines()[-1] == f"code state matches {doc['state']['id']} (ddtree@2.0.1); environment clean"
     assert "ddtree_utils.py" in aenv.pk("audit", "-v").stdout
 
 
@@ -190,6 +191,7 @@ def test_audit_all_runs_every_target_into_one_table(tmp_path, audit_pristine):
     assert lines[-1] == "3 target(s): 1 clean, 1 with findings, 1 unreachable"
     doc = json.loads(env.pk("audit", "--all", "--json", check=2).stdout)
     assert doc["ct2"]["counts"]["environment"] == 1 and doc["local"]["exit"] == 0 and "error" in doc["gone"]
+    assert heavy(imported(env, "audit", "--all", code=2)) == []  # nor do its local targets' worker processes
 
 
 def test_status_shows_the_audit_line_once_the_cache_is_warm(aenv):

@@ -145,7 +145,7 @@ def test_export_applies_with_git_apply_and_patch_and_import_round_trips(env, tmp
     other = make_workspace(tmp_path / "ws2", env.venv)
     shutil.rmtree(other.root / "patchsets")
     out = other.pk("import", "ddtree", str(patch_file)).stdout
-    assert "created ddtree@2.0.0" in out
+    assert "created ddtree@2.0.1" in out
     digest = json.loads(env.pk("show", "ddtree", "--json").stdout)["digest"]
     assert json.loads(other.pk("show", "ddtree", "--json").stdout)["digest"] == digest
     assert tree(other.root / "patchsets/ddtree") == tree(env.root / "patchsets/ddtree")
@@ -177,7 +177,7 @@ def test_import_a_plain_patch_from_a_git_checkout(env, checkout, tmp_path):
 
 def test_check_reports_clean_offset_and_failing_hunks(env):
     out = env.pk("check", "ddtree").stdout
-    assert f"ok    {SPEC}  applies cleanly" in out and "ddtree@2.0.0: applies" in out
+    assert f"ok    {SPEC}  applies cleanly" in out and "ddtree@2.0.1: applies" in out
     spec = env.site / SPEC
     original = spec.read_bytes()
     edit_file(spec, b"# one\n# two\n# three\n" + original)
@@ -212,7 +212,7 @@ def test_check_against_wheels_without_a_target(env, tmp_path):
     files = {rel: (env.site / rel).read_bytes() for rel in ps_paths}
     same = wheel(tmp_path / "sglang-0.5.23-py3-none-any.whl", "0.5.23", files)
     out = env.pk("check", "ddtree", "--wheel", str(same)).stdout
-    assert "ddtree@2.0.0: applies" in out and "role file(s) unit not checked" in out
+    assert "ddtree@2.0.1: applies" in out and "role file(s) unit not checked" in out
     moved = dict(files)
     moved[SPEC] = b"# new header\n" * 5 + files[SPEC]
     newer = wheel(tmp_path / "sglang-0.5.24-py3-none-any.whl", "0.5.24", moved)
@@ -224,7 +224,7 @@ def test_check_against_wheels_without_a_target(env, tmp_path):
 
 def test_show_lists_metadata_diffstat_and_targets(env):
     out = env.pk("show", "ddtree").stdout
-    assert "ddtree@2.0.0" in out and "sglang==0.5.23" in out and "speculative-algo" in out
+    assert "ddtree@2.0.1" in out and "sglang==0.5.23" in out and "speculative-algo" in out
     assert "sglang/srt/speculative/ddtree_utils.py" in out and "(new)" in out
     assert "not applied on any target" in out
     env.pk("apply", "ddtree")

@@ -37,7 +37,7 @@ def test_each_transaction_commits_only_its_snapshot(repo_env):
     env.pk("apply", "ddtree")
     head = repo.head.commit
     assert head.parents[0].hexsha == start
-    assert head.message.startswith("local: apply ddtree@2.0.0 (patchkeeper apply ddtree)")
+    assert head.message.startswith("local: apply ddtree@2.0.1 (patchkeeper apply ddtree)")
     touched = sorted(head.stats.files)
     assert touched and all(p.startswith("snapshots/local/") for p in touched)
     assert {"snapshots/local/manifest.txt", "snapshots/local/state.json"} <= set(touched)
@@ -60,7 +60,7 @@ def test_each_transaction_commits_only_its_snapshot(repo_env):
     log = repo.git.log("--format=%s", "--", "snapshots/local").splitlines()
     assert log == ["local: rollback state 'baseline' (patchkeeper rollback --to baseline)",
                    "local: switch nextn@2.0.0 (patchkeeper apply nextn)",
-                   "local: apply ddtree@2.0.0 (patchkeeper apply ddtree)"]
+                   "local: apply ddtree@2.0.1 (patchkeeper apply ddtree)"]
     state = json.loads(repo.git.show("HEAD:snapshots/local/state.json"))
     assert state["stack"] == [] and state["target"] == "local"
     assert [d.a_path for d in repo.index.diff("HEAD")] == ["notes.txt"]  # still only the user's

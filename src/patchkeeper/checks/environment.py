@@ -172,17 +172,22 @@ def gpu_text(g: dict | None) -> str:
 
 
 def gpu_health(g: dict | None) -> list[str]:
-    """One line per GPU: bus id, name, and the retired pages / remapped rows it reports."""
+    """One line per GPU: bus id, name, and the retired pages / remapped rows / ECC counts it reports."""
     out = []
     for x in (g or {}).get("gpus") or []:
         facts = [f"{k} {' '.join(f'{n}={v}' for n, v in (x.get(k) or {}).items())}"
-                 for k in ("retired_pages", "remapped_rows") if x.get(k)]
+                 for k in ("retired_pages", "remapped_rows", "ecc") if x.get(k)]
         out.append(f"{x.get('bus_id')} {x.get('name')} {x.get('uuid')}: " + ("; ".join(facts) or "no memory health reported"))
     return out
 
 
-def _health(x: dict) -> dict:
-    return {"retired_pages": x.get("retired_pages"), "remapped_rows": x.get("remapped_rows")}
+def _health(x: dict, ecc: bool) -> dict:
+    """What a GPU's memory health is compared by; ECC (mode, uncorrectable counts) where both sides read it
+    (fingerprints taken before patchkeeper read ECC have none)."""
+    out = {"retired_pages": x.get("retired_pages"), "remapped_rows": x.get("remapped_rows")}
+    if ecc:
+        out["ecc"] = {k: v for k, v in x["ecc"].items() if k == "mode" or k.endswith("_uncorrectable")}
+    return out
 
 
 def compare(a: dict, b: dict) -> list[Change]:
@@ -276,10 +281,12 @@ def _gpu(a: dict, b: dict) -> list[Change]:
     by_uuid = {g.get("uuid"): g for g in ga}
     for g in gb:
         old = by_uuid.get(g.get("uuid"))
-        if old is not None and _health(old) != _health(g):
+        ecc = old is not None and bool(old.get("ecc")) and bool(g.get("ecc"))
+        if old is not None and _health(old, ecc) != _health(g, ecc):
             out.append(Change("gpu", g.get("uuid") or "?", "health",
                               f"{g.get('bus_id')}: retired pages {old.get('retired_pages')} -> {g.get('retired_pages')}, "
-                              f"remapped rows {old.get('remapped_rows')} -> {g.get('remapped_rows')}"))
+                              f"remapped rows {old.get('remapped_rows')} -> {g.get('remapped_rows')}"
+                              + (f", ECC {_health(old, ecc)['ecc']} -> {_health(g, ecc)['ecc']}" if ecc else "")))
     return out
 
 
@@ -301,6 +308,7 @@ def screen(name: str, fp: dict, shown: int = 8) -> list[str]:
              f"interpreter  {_interp_text(fp)}",
              f"system       {(fp.get('system') or {}).get('os')}, kernel {(fp.get('system') or {}).get('kernel')}",
              f"gpu          {gpu_text(fp.get('gpu'))}"]
+    lines += [f"  {line}" for line in gpu_health(fp.get("gpu"))]
     xid = (fp.get("gpu") or {}).get("xid")
     if xid:
         lines.append(f"             {len(xid)} recent Xid line(s) in the kernel log; last: {xid[-1]}")
