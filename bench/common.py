@@ -63,18 +63,31 @@ def run_usage(argv: list[str], env: dict[str, str] | None = None, ok: tuple[int,
     return took, usage
 
 
+def timed(argv: list[str], env: dict[str, str] | None = None, ok: tuple[int, ...] = (0,)) -> tuple[float, float]:
+    """(wall, CPU) seconds of one run: the CPU is user + system of the command and its waited-for children,
+    a figure that other load on a shared machine moves far less than the wall time."""
+    took, usage = run_usage(argv, env, ok)
+    return took, usage.ru_utime + usage.ru_stime
+
+
 def best(fn: Callable[[], float], repeat: int = 3) -> float:
     """The fastest of `repeat` runs: the one least disturbed by other load on a shared machine."""
     return min(fn() for _ in range(repeat))
 
 
-def interleaved(fns: list[Callable[[], float]], repeat: int = 5) -> list[float]:
-    """Medians of each fn, run in turns, so that drifting machine load falls on all of them alike."""
-    times: list[list[float]] = [[] for _ in fns]
+def interleaved(fns: list[Callable[[], Any]], repeat: int = 5) -> list[Any]:
+    """Medians of each fn (a figure, or a tuple of figures: each median on its own), run in turns, so
+    that drifting machine load falls on all of them alike."""
+    times: list[list[Any]] = [[] for _ in fns]
     for _ in range(repeat):
         for i, fn in enumerate(fns):
             times[i].append(fn())
-    return [statistics.median(t) for t in times]
+    return [tuple(statistics.median(x) for x in zip(*t)) if isinstance(t[0], tuple) else statistics.median(t)
+            for t in times]
+
+
+def cpu_note(ours: float, peer: float) -> str:
+    return f"CPU {ours:.2f} s vs {peer:.2f} s, {ours / peer:.2f}x" if peer else f"CPU {ours:.2f} s"
 
 
 def copy_venv(src: Path, dest: Path, link: bool) -> Path:

@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import (BARE, RACY, REPO, SERVE, best, clear_caches, copy_venv, interleaved, pk, row, run, run_usage,
-                    site_files, workspace)
+from common import (BARE, RACY, REPO, SERVE, clear_caches, copy_venv, cpu_note, interleaved, pk, row, run, run_usage,
+                    site_files, timed, workspace)
 
 FLOOR = [sys.executable, str(REPO / "bench" / "floor.py")]
 COLD_RUNS = 3  # each a whole read of the environment; best of these, as a first audit would meet a quiet host
@@ -29,30 +29,32 @@ def first_audit(ws: Path, state_dir: Path, env: dict[str, str], floor_list: Path
     the hashing floor of the same files, in turns; the OS page cache is warm for both alike."""
     audit = pk(ws, "audit", "-q")
     run(FLOOR + [str(floor_list)])  # read everything once, so neither side pays for the disk alone
-    cold, floor, peak = float("inf"), float("inf"), 0
+    cold, floor, peak = (float("inf"), 0.0), (float("inf"), 0.0), 0
     for _ in range(COLD_RUNS):
         clear_caches(state_dir, env)
         os.sync()
         took, usage = run_usage(audit, env, ok=(0, 1))
-        cold, peak = min(cold, took), max(peak, usage.ru_maxrss)
-        floor = min(floor, run(FLOOR + [str(floor_list)]))
-    return [row("first audit (nothing cached)", cold, "sha256 floor, 1 process per CPU", floor, 1.3),
+        cold, peak = min(cold, (took, usage.ru_utime + usage.ru_stime)), max(peak, usage.ru_maxrss)
+        floor = min(floor, timed(FLOOR + [str(floor_list)]))
+    return [row("first audit (nothing cached)", cold[0], "sha256 floor, 1 process per CPU", floor[0], 1.3,
+                note=cpu_note(cold[1], floor[1])),
             row("peak memory of the first audit (ru_maxrss)", peak / 1024, goal=150, unit="MiB",
                 note=f"worst of {COLD_RUNS}")]
 
 
 def warm_audit(ws: Path, venv: Path, env: dict[str, str]) -> list[dict[str, Any]]:
     audit = pk(ws, "audit", "-q")
-    run(audit, env, ok=(0, 1))  # the caches written by a first audit
-    time.sleep(RACY)  # past their racily-clean window
-    run(audit, env, ok=(0, 1))
+    for _ in range(3):  # a target at rest: every cache an audit writes (stat caches, seals, kept answers)
+        time.sleep(RACY)  # past the racily-clean window of the last one's writes
+        run(audit, env, ok=(0, 1))
     check = [str(venv / "bin" / "python"), "-m", "pip", "check"]
-    ours, peer = interleaved([lambda: run(audit, env, ok=(0, 1)), lambda: run(check, env, ok=(0, 1))], PAIRS)
-    return [row("warm audit", ours, "python -m pip check", peer, 0.5)]
+    ours, peer = interleaved([lambda: timed(audit, env, ok=(0, 1)), lambda: timed(check, env, ok=(0, 1))], PAIRS)
+    return [row("warm audit", ours[0], "python -m pip check", peer[0], 0.5, note=cpu_note(ours[1], peer[1]))]
 
 
-def apply_rollback(ws: Path, env: dict[str, str]) -> float:
-    return run(pk(ws, "apply", "ddtree"), env) + run(pk(ws, "rollback", "--to", "baseline"), env)
+def apply_rollback(ws: Path, env: dict[str, str]) -> tuple[float, float]:
+    apply, rollback = timed(pk(ws, "apply", "ddtree"), env), timed(pk(ws, "rollback", "--to", "baseline"), env)
+    return apply[0] + rollback[0], apply[1] + rollback[1]
 
 
 def main(tmp: Path, env: dict[str, str]) -> list[dict[str, Any]]:
@@ -66,11 +68,12 @@ def main(tmp: Path, env: dict[str, str]) -> list[dict[str, Any]]:
     os.sync()
     time.sleep(RACY)
     rows = first_audit(ws, serve / ".patchkeeper", env, tmp / "floor.txt")
-    rows[0]["note"] = f"{files} files, {size / 1e9:.1f} GB"
+    rows[0]["note"] = f"{files} files, {size / 1e9:.1f} GB; " + rows[0]["note"]
     rows += warm_audit(ws, serve, env)
     run(pk(ws_bare, "status"), env)  # both at rest, as after any earlier command on a real target
-    best(lambda: apply_rollback(ws, env), 1)
-    best(lambda: apply_rollback(ws_bare, env), 1)
+    apply_rollback(ws, env)
+    apply_rollback(ws_bare, env)
     ours, peer = interleaved([lambda: apply_rollback(ws, env), lambda: apply_rollback(ws_bare, env)], PAIRS)
-    rows.append(row("apply ddtree + rollback, serving venv", ours, "the same on the bare sglang venv", peer, 2.0))
+    rows.append(row("apply ddtree + rollback, serving venv", ours[0], "the same on the bare sglang venv", peer[0], 2.0,
+                    note=cpu_note(ours[1], peer[1])))
     return rows

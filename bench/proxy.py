@@ -45,7 +45,11 @@ class DelayProxy:
             return
         self.connections += 1
         last = ["down"]  # the direction of the last chunk: a client chunk after "down" is a new turn
-        await asyncio.gather(self._pump(client_r, server_w, "up", last), self._pump(server_r, client_w, "down", last))
+        try:
+            await asyncio.gather(self._pump(client_r, server_w, "up", last),
+                                 self._pump(server_r, client_w, "down", last))
+        except asyncio.CancelledError:  # the proxy closing with connections still open (held SSH links)
+            pass
         for writer in (client_w, server_w):
             writer.close()
 
