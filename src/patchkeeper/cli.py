@@ -2,11 +2,44 @@
 
 from __future__ import annotations
 
+import sys
 from functools import wraps
+from typing import Any, Callable, NoReturn
 
 import click
 
-from .verb import run_verb
+from . import pipes
+from .completion import complete_patchsets, complete_states, complete_targets
+from .errors import EXIT_INTERRUPTED, PatchkeeperError
+
+
+def _say(text: str) -> None:
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+def run_verb(fn: Callable[..., int], *args: Any, **kwargs: Any) -> NoReturn:
+    """Call a verb and exit with its code; an error becomes one line on stderr and its exit code."""
+    pipes.quiet_when_reader_leaves()
+    try:
+        code = fn(*args, **kwargs)
+    except PatchkeeperError as exc:
+        _say(f"patchkeeper: error: {exc}")
+        sys.exit(exc.exit_code)
+    except BrokenPipeError:
+        if not pipes.stdout_gone():
+            raise  # another pipe (a host's channel...): a real error, reported below
+        sys.exit(141)  # as git does when its reader leaves in the middle of raw bytes: 128 + SIGPIPE
+    except OSError as exc:  # the file system said no (permissions, a full disk): one line, not a traceback
+        where = f": {exc.filename}" if exc.filename else ""
+        _say(f"patchkeeper: error: {exc.strerror or exc}{where}\n  hint: fix that, then run the command "
+             "again; an interrupted change is finished or undone by the next command")
+        sys.exit(2)
+    except KeyboardInterrupt:  # Ctrl-C: its own code, not 1 ("differences found")
+        _say("\npatchkeeper: error: interrupted (Ctrl-C)\n  hint: a change that was under way is finished or undone by "
+             "`patchkeeper recover` (or by the next command on the target)")
+        sys.exit(EXIT_INTERRUPTED)
+    sys.exit(code)
 
 
 def _workspace(ctx: click.Context):
@@ -25,55 +58,6 @@ def command(fn):
 
     return wrapper
 
-
-# ---- shell completion of names: read from the workspace only (never a target, never SSH) ----------
-def _completion_workspace(ctx: click.Context):
-    from . import workspace
-
-    root = ctx.find_root().params.get("workspace")
-    return workspace.load(workspace.find(root))
-
-
-def _completing(names):
-    """A click shell_complete function over the names `names(ctx)` gives; none when that fails."""
-
-    def complete(ctx: click.Context, param, incomplete: str) -> list[str]:
-        try:
-            return [n for n in names(ctx) if n.startswith(incomplete)]
-        except Exception:  # completion never prints errors into the user's shell
-            return []
-
-    return complete
-
-
-def _patchset_names(ctx: click.Context) -> list[str]:
-    from . import patchset
-
-    return patchset.names(_completion_workspace(ctx).patchsets_dir)
-
-
-def _target_names(ctx: click.Context) -> list[str]:
-    return sorted(_completion_workspace(ctx).targets)
-
-
-def _state_names(ctx: click.Context) -> list[str]:
-    """baseline, previous, and the names and ids of the states in the workspace's copy of the ledger."""
-    import json
-
-    ws = _completion_workspace(ctx)
-    target = ctx.params.get("target") or ws.default_target
-    names, ids = ["baseline", "previous"], []
-    for path in sorted((ws.snapshots_dir / str(target) / "ledger").glob("*.json")):
-        after = json.loads(path.read_text()).get("after") or {}
-        if after.get("name"):
-            names.append(after["name"])
-        ids.append(after.get("id", ""))
-    return list(dict.fromkeys(names + [i for i in ids if i]))
-
-
-complete_patchsets = _completing(_patchset_names)
-complete_targets = _completing(_target_names)
-complete_states = _completing(_state_names)
 
 target_option = click.option("-t", "--target", help="target name from patchkeeper.toml (default: default_target)",
                              shell_complete=complete_targets)
@@ -124,7 +108,7 @@ def apply(ctx, name, target, dry_run, force, no_verify, restore_pristine, accept
     With a [service] table the service is then restarted and verified by a real generation;
     if that fails the previous state is put back (exit 3).
     """
-    from .adopt import check_mode
+    from .change.adopt import check_mode
     from .commands.apply import apply as run
 
     return run(_workspace(ctx), target, name, dry_run, force, verify=not no_verify,
@@ -180,7 +164,7 @@ def log(ctx, target, as_json):
 @command
 def snapshot(ctx, target, name, manifest_only, restore_pristine, accept_edits):
     """Record the target's files as a named state."""
-    from .adopt import check_mode
+    from .change.adopt import check_mode
     from .commands.snapshot import snapshot as run
 
     return run(_workspace(ctx), target, name, manifest_only, adopt=check_mode(restore_pristine, accept_edits))
@@ -201,7 +185,7 @@ def repair(ctx, dist, target, wheel, dry_run, restore_pristine, accept_edits):
     One transaction (backups in the store, a ledger entry of kind repair): `rollback --to previous`
     undoes it. Exit 0 when all were restored, 1 when some are left (named), 2 when no wheel matches.
     """
-    from .adopt import check_mode
+    from .change.adopt import check_mode
     from .commands.repair import repair_dist
 
     return repair_dist(_workspace(ctx), target, dist, wheel, dry_run, adopt=check_mode(restore_pristine, accept_edits))
@@ -379,6 +363,25 @@ def diff(ctx, targets, target, against, patch, environment, as_json, every):
     from .commands.diff import diff as run
 
     return run(_workspace(ctx), targets, against, patch, as_json)
+
+
+@main.command()
+@click.argument("name", shell_complete=complete_patchsets)
+@click.option("--to", metavar="VERSION", help="the release of the package to carry the patch set to")
+@click.option("--wheel", "given", multiple=True, metavar="FILE.whl", help="the old or the new release's wheel")
+@target_option
+@bump_option
+@click.option("--continue", "resume", is_flag=True, help="finish a port that stopped, from its scratch directory")
+@click.option("--dry-run", "-n", is_flag=True, help="print the report; write nothing")
+@json_option
+@click.pass_context
+@command
+def port(ctx, name, to, given, target, bump, resume, dry_run, as_json):
+    """Carry patch set NAME to release VERSION of its package: a three-way merge per file and hunk;
+    written as its next version when nothing conflicts (exit 0), else left to resolve (exit 1)."""
+    from .commands.port import port as run
+
+    return run(_workspace(ctx), name, to, tuple(given), target, as_json, dry_run, bump, resume)
 
 
 @main.command("env")
