@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-PK = str(REPO / ".venv" / "bin" / "patchkeeper")
+# The patchkeeper under test: this checkout's, or another install's (PK_BIN: a checkout of an older commit,
+# to measure before and after a change with the same bench).
+PK = os.environ.get("PK_BIN", str(REPO / ".venv" / "bin" / "patchkeeper"))
 SERVE = Path(os.environ.get("PK_SERVE_VENV", REPO / ".cache" / "serve-venv"))  # the full sglang install
 BARE = Path(os.environ.get("PK_SGLANG_VENV", REPO / ".cache" / "sglang-venv"))  # sglang alone (--no-deps)
 SITE_REL = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"

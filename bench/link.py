@@ -15,7 +15,7 @@ from proxy import DelayProxy
 sys.path.insert(0, str(REPO / "tests"))
 from sshd import Sshd, write_client_config  # noqa: E402
 
-CONTROLLER = str(REPO / ".venv") + "/"  # the controller's processes run this venv's interpreter
+CONTROLLER = str(Path(PK).parent.parent) + "/"  # the controller's processes run patchkeeper's venv's interpreter
 
 
 class Link:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import BARE, REPO, SERVE, SITE_REL, base_env, print_rows, scratch, site_files  # noqa: E402
+from common import BARE, PK, REPO, SERVE, SITE_REL, base_env, print_rows, scratch, site_files  # noqa: E402
 
 PARTS = {"local": "the serving environment on this machine", "remote": "the serving environment 10 ms away",
          "fleet": "16 SSH targets 10 ms away (issue 25)", "guards": "old rows against git and b3sum (guards only)"}
@@ -41,9 +41,10 @@ def _fingerprint(venv: Path) -> dict[str, str]:
 
 
 def _about() -> dict[str, Any]:
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+    checkout = Path(PK).resolve().parents[2]  # the checkout whose .venv holds the patchkeeper under test
+    commit = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
-    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+    dirty = subprocess.run(["git", "-C", str(checkout), "status", "--porcelain", "--untracked-files=no"],
                            capture_output=True, text=True).stdout.strip()
     serve = site_files(SERVE)
     size = 0
@@ -53,6 +54,7 @@ def _about() -> dict[str, Any]:
         except OSError:  # a file going away under another user of the cache
             pass
     return {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "commit": commit + ("+dirty" if dirty else ""),
+            "patchkeeper": PK,
             "cpus": os.cpu_count(), "python": platform.python_version(), "load_at_start": os.getloadavg()[0],
             "serving_venv": {"files": len(serve), "bytes": size,
                              "distributions": len(list((SERVE / SITE_REL).glob("*.dist-info")))},
@@ -86,6 +88,7 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
     if _fingerprint(SERVE) != before:
         raise SystemExit(f"{SERVE} changed under the bench: a hardlinked copy was written through; rebuild it")
+    about["load_at_end"] = os.getloadavg()[0]
     goals = [r for part in PARTS for r in results.get(part, []) if r["kind"] == "goal"]
     print(f"\ngoals met: {sum(1 for r in goals if r['met'])} of {len(goals)}"
           + "".join(f"\n  missed: {r['measure']}" for r in goals if not r["met"]))
