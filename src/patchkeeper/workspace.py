@@ -117,8 +117,9 @@ def find(explicit: str | None = None, cwd: Path | None = None) -> Path:
 DEFAULT_KEYS = ("python", "package", "vars", "service", "files", "persist")  # what [defaults] may hold
 
 
-def load(root: Path, inventory: str | None = None) -> Workspace:
-    """The workspace at `root`; `inventory` (--inventory) overrides its `inventory = "FILE"`."""
+def load(root: Path, inventory: str | None = None, hosts: dict[str, dict] | None = None) -> Workspace:
+    """The workspace at `root`; `inventory` (--inventory) overrides its `inventory = "FILE"`; `hosts`
+    (the Ansible action's host and its `patchkeeper` variable) stands in for the inventory."""
     path = root / CONFIG
     try:
         doc = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -148,6 +149,10 @@ def load(root: Path, inventory: str | None = None) -> Workspace:
     if source is not None and not isinstance(source, str):
         problems.append('inventory must be a string (an Ansible inventory, relative to the workspace)')
         source = None
+    if hosts is not None:
+        source, groups = None, {}  # one host of Ansible's: no groups to check against the others
+        for name, table in hosts.items():
+            tables[name] = merged(table, tables[name]) if isinstance(tables.get(name), dict) else table
     if source is not None and not problems:
         from . import inventory as ansible
 

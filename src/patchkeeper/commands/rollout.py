@@ -13,7 +13,7 @@ from __future__ import annotations
 import io
 import sys
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, TextIO
 
 from ..errors import EXIT_DIFFERS, EXIT_ROLLED_BACK, EXIT_UNFINISHED, PatchkeeperError
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from ..change.changes import Outcome
     from ..change.engine import Plan
     from ..change.session import Session
+    from ..targets import Target
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,8 @@ class Done:
     verified: bool  # a [service] was restarted and verified after it
     rolled_back: str | None = None  # the failed verification's reason, when it was rolled back
     note: str = ""
+    plan: Plan | None = field(default=None, compare=False, repr=False)  # the plan carried out (or not: a dry run)
+    target: Target | None = field(default=None, compare=False, repr=False)  # open while its command runs
 
     @classmethod
     def unchanged(cls, s: Session, note: str) -> "Done":
@@ -47,11 +50,12 @@ class Done:
 
         before = plan.entry.before.id if plan.entry.before else None
         if dry_run:
-            return cls(before, plan.entry.after.id, False, False, note=f"would change {len(plan.ops)} file(s)")
+            return cls(before, plan.entry.after.id, False, False, note=f"would change {len(plan.ops)} file(s)",
+                       plan=plan, target=s.target)
         back = next((step for step in outcome.steps if isinstance(step, RolledBack)), None)
         current = s.ledger.current()
         return cls(before, current.id if current else None, True, service and outcome.exit_code == 0,
-                   back.report.reason if back is not None else None, f"{len(plan.ops)} file(s)")
+                   back.report.reason if back is not None else None, f"{len(plan.ops)} file(s)", plan, s.target)
 
 
 Noted = Callable[[Done], None]
