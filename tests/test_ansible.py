@@ -38,8 +38,8 @@ class Lab:
     sshd: object
     ansible_env: dict[str, str]
 
-    def playbook(self, tasks: str, *args: str, check: int = 0) -> tuple[dict[str, dict], str]:
-        """Run a play of `tasks` on both hosts; each host's last task result, and the output."""
+    def playbook(self, tasks: str, *args: str, check: int = 0) -> tuple[dict[str, list[dict]], str]:
+        """Run a play of `tasks` on both hosts; each host's task results, and the output."""
         play = self.root / "play.yml"
         play.write_text(f"- hosts: gpus\n  gather_facts: false\n  tasks:\n{tasks}")
         proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(self.inventory), str(play), *args],
@@ -54,11 +54,11 @@ class Lab:
             shutil.copy(REPO / "demo" / "sglang-qwen.service", self.units[host])
 
 
-def _results(out: str) -> dict[str, dict]:
-    """The minimal callback's `host | STATUS => {json}` blocks: the last one per host."""
-    found = {}
+def _results(out: str) -> dict[str, list[dict]]:
+    """The minimal callback's `host | STATUS => {json}` blocks: each host's task results in order."""
+    found: dict[str, list[dict]] = {}
     for m in re.finditer(r"^(\S+) \| (\w+)(?:!)? => (\{.*?^\})", out, re.M | re.S):
-        found[m.group(1)] = dict(json.loads(m.group(3)), _status=m.group(2))
+        found.setdefault(m.group(1), []).append(dict(json.loads(m.group(3)), _status=m.group(2)))
     return found
 
 
@@ -114,10 +114,17 @@ def hosts(lab, pristine_venv):
     return lab
 
 
-def _stack(lab: Lab, host: str) -> tuple[str | None, list[str]]:
-    doc = json.loads(lab.env.pk("status", "-t", host, "--json").stdout)
-    state = doc["state"]
-    return (state["id"], [p["name"] for p in state["stack"]]) if state else (None, [])
+def _stacks(lab: Lab) -> dict[str, tuple[str | None, list[str]]]:
+    """Each host's state id and stack, as `patchkeeper status --all` reads them over its own SSH."""
+    doc = json.loads(lab.env.pk("status", "--all", "--json").stdout)
+    return {h: (d["state"]["id"], [p["name"] for p in d["state"]["stack"]]) if d["state"] else (None, [])
+            for h, d in doc.items()}
+
+
+def _stack(lab: Lab, host: str) -> list[str]:
+    """A host's applied patch sets, from its ledger's newest entry (read from its state dir)."""
+    entries = sorted((lab.venvs[host] / ".patchkeeper" / "ledger").glob("*.json"))
+    return [p["name"] for p in json.loads(entries[-1].read_text())["after"]["stack"]] if entries else []
 
 
 TASK = "    - patchkeeper.core.patchset:\n        name: {name}\n        state: {state}\n"
@@ -130,44 +137,46 @@ def test_the_module_in_playbooks(hosts):
     # check mode with diffs: the plan, nothing changed
     got, out = lab.playbook(TASK.format(name="ddtree", state="present"), "--check", "--diff")
     for host in HOSTS:
-        assert got[host]["_status"] == "CHANGED" and got[host]["state_after"], out
-        assert got[host]["msg"].startswith("dry run: would change 18 file(s)")
+        (result,) = got[host]
+        assert result["_status"] == "CHANGED" and result["state_after"], out
+        assert result["msg"].startswith("dry run: would change 18 file(s)")
         assert tree(lab.venvs[host]) == pristine[host]
-    assert "+class DDTreeWorker" in out or "DDTREE" in out  # the files' diffs, rendered by Ansible
-    assert "--- before: " in out and str(lab.units["ct129"]) in out
+    assert f"--- before: {lab.units['ct129']}" in out  # each file's diff, rendered by Ansible
+    assert re.search(r"^\+.*--speculative-algorithm DDTREE", out, re.M)
 
     # a real run over Ansible's connection: no SSH login of patchkeeper's own
     logins = accepted(lab.sshd)
     got, out = lab.playbook(TASK.format(name="ddtree", state="present"))
     assert accepted(lab.sshd) - logins <= 1  # Ansible's one master connection (ControlPersist), shared
-    for host in HOSTS:
-        assert got[host]["_status"] == "CHANGED" and got[host]["msg"].startswith("changed and verified")
-        assert _stack(lab, host) == (got[host]["state_after"], ["ddtree"])  # the CLI reads the same ledger
+    assert all(got[h][0]["_status"] == "CHANGED" and got[h][0]["msg"].startswith("changed and verified")
+               for h in HOSTS), out
+    after = {h: got[h][0]["state_after"] for h in HOSTS}
+    assert _stacks(lab) == {h: (after[h], ["ddtree"]) for h in HOSTS}  # the CLI reads the same ledger
     assert (lab.env.root / "snapshots" / "ct129" / "manifest.txt").is_file()  # mirrored in the workspace
 
-    # idempotent: a second run changes nothing
-    got, out = lab.playbook(TASK.format(name="ddtree", state="present"))
-    assert "CHANGED" not in out and all(got[h]["_status"] == "SUCCESS" for h in HOSTS)
-    assert got["ct129"]["state_before"] == got["ct129"]["state_after"]
-
-    # a switch whose verification fails on ct200: rolled back there by itself, and the task fails
-    got, out = lab.playbook(TASK.format(name="nextn", state="present"), check=2)
-    assert got["ct129"]["_status"] == "CHANGED"
-    assert got["ct200"]["_status"] == "FAILED"
-    assert got["ct200"]["msg"].startswith("patchkeeper: FAILED and rolled back (verification: degenerate)")
-    assert got["ct200"]["rc"] == 3 and _stack(lab, "ct200")[1] == ["ddtree"]
+    # idempotent (a second run changes nothing); then a switch whose verification fails on ct200:
+    # rolled back there by itself, and the task fails
+    got, out = lab.playbook(TASK.format(name="ddtree", state="present") + TASK.format(name="nextn", state="present"),
+                            check=2)
+    assert [r["_status"] for r in got["ct129"]] == ["SUCCESS", "CHANGED"], out
+    assert [r["_status"] for r in got["ct200"]] == ["SUCCESS", "FAILED"], out
+    assert got["ct129"][0]["state_before"] == got["ct129"][0]["state_after"] == after["ct129"]
+    failed = got["ct200"][1]
+    assert failed["msg"].startswith("patchkeeper: FAILED and rolled back (verification: degenerate)")
+    assert failed["rc"] == 3 and _stack(lab, "ct200") == ["ddtree"]
 
     # absent: nextn goes from ct129 (back to its baseline, byte for byte); ct200 has none of it
     got, out = lab.playbook(TASK.format(name="nextn", state="absent"))
-    assert got["ct129"]["_status"] == "CHANGED" and got["ct200"]["_status"] == "SUCCESS"
-    assert tree(lab.venvs["ct129"]) == pristine["ct129"] and _stack(lab, "ct129")[1] == []
-    assert _stack(lab, "ct200")[1] == ["ddtree"]
+    assert got["ct129"][0]["_status"] == "CHANGED" and got["ct200"][0]["_status"] == "SUCCESS"
+    assert tree(lab.venvs["ct129"]) == pristine["ct129"] and _stack(lab, "ct129") == []
+    assert _stack(lab, "ct200") == ["ddtree"]
 
 
 def test_an_error_fails_the_task_with_its_one_line(hosts):
     got, _ = hosts.playbook(TASK.format(name="nosuchset", state="present"), "-l", "ct129", check=2)
-    assert got["ct129"]["msg"].startswith("patchkeeper: error: ") and "nosuchset" in got["ct129"]["msg"]
-    assert "\n" not in got["ct129"]["msg"] and got["ct129"]["rc"] == 2
+    (result,) = got["ct129"]
+    assert result["msg"].startswith("patchkeeper: error: ") and "nosuchset" in result["msg"]
+    assert "\n" not in result["msg"] and result["rc"] == 2
 
 
 def test_inventory_hosts_are_targets_and_its_groups_are_groups(hosts):
@@ -176,7 +185,7 @@ def test_inventory_hosts_are_targets_and_its_groups_are_groups(hosts):
     assert "ct129" in proc.stdout and "ct200" in proc.stdout and "db1" not in proc.stdout
     proc = lab.env.pk("apply", "ddtree", "-g", "gpus", "--no-verify")
     assert "changed: 18 file(s)" in proc.stdout and "2 at a time" in proc.stdout
-    assert _stack(lab, "ct200")[1] == ["ddtree"]
+    assert _stack(lab, "ct200") == ["ddtree"]
     # --inventory on the command line wins over the file's; a broken one is one line
     bad = lab.root / "broken.yml"
     bad.write_text("gpus: [unclosed\n")
