@@ -191,3 +191,14 @@ def test_inventory_hosts_are_targets_and_its_groups_are_groups(hosts):
     bad.write_text("gpus: [unclosed\n")
     proc = lab.env.pk("--inventory", str(bad), "status", "--all", check=2)
     assert proc.stderr.startswith("patchkeeper: error: ansible-inventory cannot read") and proc.stderr.count("\n") == 2
+
+
+def test_the_collection_builds(tmp_path):
+    collection = REPO / "ansible_collections" / "patchkeeper" / "core"
+    subprocess.run([str(BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(tmp_path), str(collection)],
+                   check=True, capture_output=True, env={**os.environ, "ANSIBLE_HOME": str(tmp_path / "ansible")})
+    (built,) = tmp_path.glob("patchkeeper-core-*.tar.gz")
+    import tarfile
+
+    names = tarfile.open(built).getnames()
+    assert "plugins/action/patchset.py" in names and "plugins/modules/patchset.py" in names

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -47,6 +48,17 @@ def say_no_history_once(ws_root: Path) -> None:
 _COMMITTING = threading.Lock()  # one index per repository: a rollout's targets commit one at a time
 
 
+@contextmanager
+def _one_committer(repo):
+    """This thread alone, and this process alone (Ansible runs a task per host in its own process),
+    commits into the repository: an flock on a file in its git directory, beside git's own locks."""
+    import fcntl
+
+    with _COMMITTING, open(os.path.join(repo.git_dir, "patchkeeper-commit.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def commit_paths(ws_root: Path, paths: list[Path], message: str) -> str | None:
     """Commit exactly `paths` (as they are in the work tree) and nothing else; other staged or
     unstaged changes stay as they were. Ignored paths are skipped. Returns the commit, or None."""
@@ -56,9 +68,10 @@ def commit_paths(ws_root: Path, paths: list[Path], message: str) -> str | None:
     import git
 
     try:
-        with _COMMITTING:
-            return _commit(_repo(ws_root), paths, message)
-    except (git.GitCommandError, git.InvalidGitRepositoryError, ValueError) as exc:
+        repo = _repo(ws_root)
+        with _one_committer(repo):
+            return _commit(repo, paths, message)
+    except (git.GitCommandError, git.InvalidGitRepositoryError, ValueError, OSError) as exc:
         print(f"patchkeeper: warning: history not committed: {str(exc).strip().splitlines()[-1]}",
               file=sys.stderr)
         return None
