@@ -68,12 +68,15 @@ $(WHEELS)/port/.done:
 	for req in $(PORT_WHEELS); do $(PY) -m pip download -q --no-deps $$req -d $(WHEELS)/port || exit 1; done
 	touch $@
 
-# For bench/audit.py only: sglang with torch 2.13.0 (CPU) beside it, a site-packages of real size.
-TORCHENV := .cache/torch-venv
-$(TORCHENV)/.done: $(WHEELS)/.sglang
-	rm -rf $(TORCHENV)
-	$(PY) -m venv $(TORCHENV)
-	$(TORCHENV)/bin/pip install -q --no-deps $(WHEELS)/sglang-0.5.23-*.whl torch==2.13.0
+# For `make bench` only: the real serving environment, the full `pip install sglang==0.5.23` with every
+# dependency (torch 2.14.1 with its CUDA libraries, flashinfer, nvidia-*: about 11 GB, 110,000 files).
+# pip, not uv: sglang pins torch==2.14.1, which pip takes from this machine's disk where it lies there.
+SERVEENV := .cache/serve-venv
+$(SERVEENV)/.done: $(WHEELS)/.sglang
+	rm -rf $(SERVEENV)
+	$(PY) -m venv $(SERVEENV)
+	$(SERVEENV)/bin/pip install -q --upgrade pip
+	$(SERVEENV)/bin/pip install -q $(WHEELS)/sglang-0.5.23-*.whl
 	touch $@
 
 # OpenSSH's sshd for the remote-target tests; installed where it is missing.
@@ -89,7 +92,7 @@ test: install $(TESTENV)/.done $(WHEELS)/.audit $(WHEELS)/env/.done $(WHEELS)/ol
 	$(BIN)/mypy  # [tool.mypy] in pyproject.toml: strict on host/, the engine and changes.py
 	TMPDIR=$(TESTTMP) $(BIN)/pytest -q -n 4 --durations=15  # 4 workers on 2 cores: the tests wait on sshd, servers and fsync too
 
-bench: install $(TESTENV)/.done $(WHEELS)/.audit $(WHEELS)/env/.done $(TORCHENV)/.done sshd
+bench: install $(TESTENV)/.done $(SERVEENV)/.done sshd
 	@command -v rsync >/dev/null && command -v b3sum >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rsync b3sum >/dev/null; }
 	$(BIN)/python bench/run.py
 
