@@ -104,8 +104,6 @@ def test_repeated_t_groups_and_defaults(three):
     assert set(_lines(proc.stdout)) == {"a", "c"}  # without verification: both at once
     assert "2 at a time" in proc.stdout
     assert _stack(envs["a"]) == ["nextn"] and _stack(envs["c"]) == ["nextn"] and _stack(envs["b"]) == []
-    # the unit rendered with [defaults.vars]
-    assert DRAFT in envs["a"].unit.read_text() or "NEXTN" in envs["a"].unit.read_text()
     doc = json.loads(env.pk("status", "-g", "first", "--json").stdout)
     assert sorted(doc) == ["a", "b"] and doc["a"]["state"]["stack"][0]["name"] == "nextn"
     assert "unknown group 'nope' (known: first)" in env.pk("status", "-g", "nope", check=2).stderr

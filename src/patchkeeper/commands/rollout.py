@@ -110,8 +110,8 @@ def rollout(ws: Workspace, change: Change, what: str, serial: int | None, max_fa
     results: dict[str, HostResult] = {}
     local = threading.Lock()
     router = _Router(sys.stdout, sys.stderr)
-    print(f"{what} on {len(names)} target(s), {at_once} at a time, stopping after {max_fail + 1} failure(s)",
-          flush=True)
+    stops = "" if dry_run else f", stopping after {max_fail + 1} failure(s)"
+    print(f"{what} on {len(names)} target(s), {at_once} at a time{stops}", flush=True)
 
     def one(name: str) -> HostResult:
         noted: list[Done] = []
