@@ -18,7 +18,7 @@ install: $(BIN)/patchkeeper
 $(BIN)/patchkeeper: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test,ansible]'
 	touch $@
 	@# bytecode for our own modules, so no command pays for compiling them (even with PYTHONDONTWRITEBYTECODE)
 	$(BIN)/python -m compileall -q src/patchkeeper

@@ -9,11 +9,13 @@ from ..change import changes, engine
 from ..change.session import Session
 from ..records.ledger import ApplyExtra, RecordExtra
 from ..workspace import Workspace
+from .rollout import Done, Noted
 from .show_plan import step_printer
 
 
 def apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bool, verify: bool = True,
-          adopt: str | None = None) -> int:
+          adopt: str | None = None, noted: Noted | None = None) -> int:
+    """`noted` (a rollout's) is told what happened on the target, as a value."""
     svc = changes.service_of(ws.target(target), verify)
     with Session(ws, target, f"apply {name}") as s:
         incoming = engine.resolve(ws.patchsets_dir, name, s.config)  # every template renders, before a baseline
@@ -30,10 +32,15 @@ def apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bo
         plan = engine.plan_apply(s, name, force, incoming=incoming)
         if plan is None:
             print(f"{s.target.name}: {name} is already applied; nothing to do")
+            if noted is not None:
+                noted(Done.unchanged(s, f"{name} is already applied"))
             return 0
         if not dry_run:
             plan = with_workspace_ref(ws, plan)
-        return changes.carry_out(ws, s, plan, dry_run, svc, step_printer(s.target.name)).exit_code
+        outcome = changes.carry_out(ws, s, plan, dry_run, svc, step_printer(s.target.name))
+        if noted is not None:
+            noted(Done.of(s, plan, outcome, dry_run, svc is not None))
+        return outcome.exit_code
 
 
 def with_workspace_ref(ws: Workspace, plan: engine.Plan) -> engine.Plan:

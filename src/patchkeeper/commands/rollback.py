@@ -5,14 +5,22 @@ from __future__ import annotations
 from ..change import changes, engine
 from ..change.session import Session
 from ..workspace import Workspace
+from .rollout import Done, Noted
 from .show_plan import step_printer
 
 
-def rollback(ws: Workspace, target: str | None, to: str, dry_run: bool, verify: bool = True) -> int:
+def rollback(ws: Workspace, target: str | None, to: str, dry_run: bool, verify: bool = True,
+             noted: Noted | None = None) -> int:
+    """`noted` (a rollout's) is told what happened on the target, as a value."""
     svc = changes.service_of(ws.target(target), verify)
     with Session(ws, target, f"rollback --to {to}") as s:
         plan = engine.plan_rollback(s, to)
         if plan is None:
             print(f"{s.target.name}: already in state {to}; nothing to do")
+            if noted is not None:
+                noted(Done.unchanged(s, f"already in state {to}"))
             return 0
-        return changes.carry_out(ws, s, plan, dry_run, svc, step_printer(s.target.name)).exit_code
+        outcome = changes.carry_out(ws, s, plan, dry_run, svc, step_printer(s.target.name))
+        if noted is not None:
+            noted(Done.of(s, plan, outcome, dry_run, svc is not None))
+        return outcome.exit_code

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -43,6 +45,20 @@ def say_no_history_once(ws_root: Path) -> None:
                     "Delete this file to be told again.\n")
 
 
+_COMMITTING = threading.Lock()  # one index per repository: a rollout's targets commit one at a time
+
+
+@contextmanager
+def _one_committer(repo):
+    """This thread alone, and this process alone (Ansible runs a task per host in its own process),
+    commits into the repository: an flock on a file in its git directory, beside git's own locks."""
+    import fcntl
+
+    with _COMMITTING, open(os.path.join(repo.git_dir, "patchkeeper-commit.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def commit_paths(ws_root: Path, paths: list[Path], message: str) -> str | None:
     """Commit exactly `paths` (as they are in the work tree) and nothing else; other staged or
     unstaged changes stay as they were. Ignored paths are skipped. Returns the commit, or None."""
@@ -53,26 +69,33 @@ def commit_paths(ws_root: Path, paths: list[Path], message: str) -> str | None:
 
     try:
         repo = _repo(ws_root)
-        top = Path(repo.working_tree_dir)
-        rels = sorted({os.path.relpath(p, top) for p in paths})
-        ignored = set(repo.ignored(*rels)) if rels else set()
-        rels = [r for r in rels if r not in ignored]
-        if not rels:
-            return None
-        repo.git.add("--", *rels)
-        if repo.head.is_valid():
-            try:
-                repo.git.diff("--cached", "--quiet", "HEAD", "--", *rels)
-                return None  # the paths already hold what is committed
-            except git.GitCommandError:
-                pass
-        # --only: a commit of these paths alone, built from HEAD, whatever else is staged
-        repo.git.commit("--only", "--no-verify", "-q", "-m", message, "--", *rels)
-        return repo.head.commit.hexsha
-    except (git.GitCommandError, git.InvalidGitRepositoryError, ValueError) as exc:
+        with _one_committer(repo):
+            return _commit(repo, paths, message)
+    except (git.GitCommandError, git.InvalidGitRepositoryError, ValueError, OSError) as exc:
         print(f"patchkeeper: warning: history not committed: {str(exc).strip().splitlines()[-1]}",
               file=sys.stderr)
         return None
+
+
+def _commit(repo, paths: list[Path], message: str) -> str | None:
+    import git
+
+    top = Path(repo.working_tree_dir)
+    rels = sorted({os.path.relpath(p, top) for p in paths})
+    ignored = set(repo.ignored(*rels)) if rels else set()
+    rels = [r for r in rels if r not in ignored]
+    if not rels:
+        return None
+    repo.git.add("--", *rels)
+    if repo.head.is_valid():
+        try:
+            repo.git.diff("--cached", "--quiet", "HEAD", "--", *rels)
+            return None  # the paths already hold what is committed
+        except git.GitCommandError:
+            pass
+    # --only: a commit of these paths alone, built from HEAD, whatever else is staged
+    repo.git.commit("--only", "--no-verify", "-q", "-m", message, "--", *rels)
+    return repo.head.commit.hexsha
 
 
 def workspace_ref(ws_root: Path, patchset_dirs: dict[str, Path]) -> dict | None:

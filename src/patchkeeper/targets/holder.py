@@ -282,7 +282,8 @@ def main(spec: dict) -> int:
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 1)  # nothing may reach the starter's pipe but the one report line
     os.dup2(devnull, 0)
-    config = TargetConfig(name=spec["name"], python=spec["python"], package="", ssh=spec["ssh"])
+    config = TargetConfig(name=spec["name"], python=spec["python"], package="", ssh=spec["ssh"],
+                          identity_file=spec.get("identity"))
     target = SshTarget(config, persist=0)
     path = spec["path"]
     temp = f"{path}.{os.getpid()}"

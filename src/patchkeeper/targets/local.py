@@ -61,28 +61,7 @@ class LocalTarget(Target):
             self._proxy = None
 
     def run(self, argv: list[str], timeout: float = 60.0, input: bytes | None = None) -> tuple[int, bytes, bytes]:
-        """Output goes to files, not pipes, so a daemon the command leaves running (a restart
-        command's service) cannot hold us; on timeout the command's whole process group is killed."""
-        import signal
-        import subprocess
-        import tempfile
-
-        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-            proc = subprocess.Popen(argv, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-                                    stdout=out, stderr=err, start_new_session=True)
-            try:
-                proc.communicate(input, timeout=timeout)
-                code, note = proc.returncode, b""
-            except subprocess.TimeoutExpired:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                proc.wait()
-                code, note = 124, f"\ntimed out after {timeout}s".encode()
-            out.seek(0)
-            err.seek(0)
-            return code, out.read(), err.read() + note
+        return run_here(argv, timeout, input)
 
     def interpreter(self) -> Interpreter:
         """As Target.interpreter, remembered per interpreter in ~/.cache/patchkeeper (the answer
@@ -171,3 +150,29 @@ def _identity(path: str) -> tuple[int, ...]:
             return (0, 0, 0, 0, 0)
         raise
     return identity(st)
+
+
+def run_here(argv: list[str], timeout: float = 60.0, input: bytes | None = None) -> tuple[int, bytes, bytes]:
+    """Run argv on this machine. Output goes to files, not pipes, so a daemon the command leaves
+    running (a restart command's service) cannot hold us; on timeout the command's whole process
+    group is killed."""
+    import signal
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                                stdout=out, stderr=err, start_new_session=True)
+        try:
+            proc.communicate(input, timeout=timeout)
+            code, note = proc.returncode, b""
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+            code, note = 124, f"\ntimed out after {timeout}s".encode()
+        out.seek(0)
+        err.seek(0)
+        return code, out.read(), err.read() + note

@@ -123,8 +123,8 @@ class SocketLink:
 class Holder:
     """The holder of one SSH target's connection, seen from a command."""
 
-    def __init__(self, name: str, ssh: str, python: str, persist: float) -> None:
-        self.name, self.ssh, self.python, self.persist = name, ssh, python, persist
+    def __init__(self, name: str, ssh: str, python: str, persist: float, identity: str | None = None) -> None:
+        self.name, self.ssh, self.python, self.persist, self.identity = name, ssh, python, persist, identity
         self.path = socket_path(ssh, python)
 
     # ---- asking ------------------------------------------------------------------------------
@@ -248,7 +248,7 @@ class Holder:
         import subprocess
 
         spec = json.dumps({"name": self.name, "ssh": self.ssh, "python": self.python, "persist": self.persist,
-                           "path": self.path})
+                           "path": self.path, "identity": self.identity})
         log = open(self.path[:-5] + ".log", "wb")  # the holder's own stderr, for a post-mortem
         try:
             proc = subprocess.Popen([sys.executable, "-m", "patchkeeper.targets.holder", spec],

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import shlex
 import threading
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from ..errors import AgentError, TargetError
 from ..host import contract as c
@@ -96,15 +96,17 @@ class SshLink:
 
 
 class PipeLink:
-    """The agent started on this machine in another interpreter, over its stdin and stdout."""
+    """The agent started on this machine in another interpreter, over its stdin and stdout; or, given
+    `wrap`, through a program that runs it elsewhere (Ansible's ssh: targets/ansible_link.py)."""
 
-    def __init__(self, python: str, program: bytes) -> None:
+    def __init__(self, python: str, program: bytes, wrap: Callable[[list[str]], list[str]] | None = None) -> None:
         import subprocess  # here: a command that reaches its agent through a holder starts no process
         import tempfile
 
         self._err = tempfile.TemporaryFile()  # a file, not a pipe: a chatty stderr cannot block it
+        command = argv(python, len(program))
         try:
-            self._proc = subprocess.Popen(argv(python, len(program)), stdin=subprocess.PIPE,
+            self._proc = subprocess.Popen(wrap(command) if wrap else command, stdin=subprocess.PIPE,
                                           stdout=subprocess.PIPE, stderr=self._err)
         except OSError:
             self._err.close()
