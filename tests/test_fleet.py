@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from patchkeeper import workspace
 from patchkeeper.commands import fleet
 from patchkeeper.errors import Refused
@@ -42,9 +44,9 @@ def _dies_on_t1(ws: workspace.Workspace, name: str) -> tuple[str, int]:
     return name, os.getpid()
 
 
-def _no_child_left() -> bool:
-    """No child of this process runs but multiprocessing's resource tracker (which ends with it)."""
-    children = []
+def _children() -> set[int]:
+    """This process's children but multiprocessing's resource tracker (which ends with it)."""
+    children = set()
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/stat") as f:
@@ -54,11 +56,19 @@ def _no_child_left() -> bool:
         except OSError:  # gone meanwhile
             continue
         if ppid == str(os.getpid()) and "resource_tracker" not in cmdline:
-            children.append(cmdline)
-    return not children
+            children.add(int(pid))
+    return children
 
 
-def test_local_targets_run_in_at_most_one_process_per_cpu_and_an_error_stays_its_line(tmp_path):
+@pytest.fixture
+def no_child_left():
+    """After the test, no child of this process that it started still runs (another test's session
+    fixture, the suite's sshd in this worker, may)."""
+    before = _children()
+    return lambda: _children() <= before
+
+
+def test_local_targets_run_in_at_most_one_process_per_cpu_and_an_error_stays_its_line(tmp_path, no_child_left):
     names = [f"t{i}" for i in range(6)] + ["refused"]
     got = fleet.each(_workspace(tmp_path, names), _where, "test", progress=False)
     assert list(got) == sorted(names)
@@ -67,17 +77,17 @@ def test_local_targets_run_in_at_most_one_process_per_cpu_and_an_error_stays_its
     assert [a[0] for a in answers] == names[:-1]
     pids = {a[1] for a in answers}
     assert CONTROLLER not in pids and 1 <= len(pids) <= cpus()
-    assert _no_child_left()
+    assert no_child_left()
 
 
-def test_a_target_whose_run_raised_is_reported_and_the_others_finish(tmp_path):
+def test_a_target_whose_run_raised_is_reported_and_the_others_finish(tmp_path, no_child_left):
     got = fleet.each(_workspace(tmp_path, ["t0", "t1", "t2", "t3"]), _raises_on_t1, "test", progress=False)
     assert got["t1"] == "internal error: RuntimeError: a bug"
     assert all(got[n][0] == n and got[n][1] != CONTROLLER for n in ("t0", "t2", "t3"))
-    assert _no_child_left()
+    assert no_child_left()
 
 
-def test_a_target_whose_worker_died_is_reported_not_lost(tmp_path):
+def test_a_target_whose_worker_died_is_reported_not_lost(tmp_path, no_child_left):
     """A worker that dies takes the pool with it: its target, and any other the pool had not
     answered yet, is reported as such; every target has its line."""
     names = ["t0", "t1", "t2", "t3"]
@@ -85,7 +95,7 @@ def test_a_target_whose_worker_died_is_reported_not_lost(tmp_path):
     died = "its worker process ended before it answered"
     assert list(got) == names and got["t1"] == died
     assert all(got[n] == died or got[n][0] == n for n in names)
-    assert _no_child_left()
+    assert no_child_left()
 
 
 _BUFFERED = '''
