@@ -205,7 +205,7 @@ def _wait(predicate, what: str, limit: float = 60.0) -> None:
 def _proc_state(pid: int) -> str:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # ESRCH: it ended between the open and the read
         return "gone"
     return stat[stat.rindex(")") + 2]
 
