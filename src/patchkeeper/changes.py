@@ -7,7 +7,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Union
+from typing import TYPE_CHECKING, Any, Callable, Union
 
 from . import engine, faults, ledger_index
 from .engine import Plan
@@ -25,10 +25,12 @@ if TYPE_CHECKING:  # the service check loads only after a change on a target wit
 # ---- the steps, in the order they happen; a command renders each one as it comes -----------------
 @dataclass(frozen=True)
 class Changed:
-    """A plan carried out (or, on a dry run, the plan that would be)."""
+    """A plan carried out (or, on a dry run, the plan that would be); `exec_start` is the unit's
+    effective ExecStart after it (units.Command, or why not known) when it changed a role file."""
 
     plan: Plan
     dry_run: bool
+    exec_start: Any = None
 
 
 @dataclass(frozen=True)
@@ -76,13 +78,34 @@ def carry_out(ws: Workspace, s: Session, plan: Plan, dry_run: bool, svc: Service
     if not dry_run:
         engine.execute(s, plan)
         mirror_step(ws, s, f"{s.target.name} was changed (transaction {plan.entry.id})", step)
-    step(Changed(plan, dry_run))
+    step(Changed(plan, dry_run, exec_start_after(s, plan, dry_run)))
     code = 0
     if svc is not None and not dry_run:
         from .aftercheck import after_change
 
         code = after_change(ws, s, svc, plan.entry, step)
     return Outcome(tuple(steps), code)
+
+
+def exec_start_after(s: Session, plan: Plan, dry_run: bool) -> Any:
+    """The unit's effective ExecStart once `plan` is carried out (read from the files after it, or on a
+    dry run with the planned bytes in their place), where the plan touches a role file; else None."""
+    from . import units
+    from .manifest import ROLE_PREFIX
+
+    roles = [op for op in plan.ops if op.key.startswith(ROLE_PREFIX)]
+    if not roles or "unit" not in s.target.config.files:
+        return None
+    override: dict[str, bytes | None] = {}
+    if dry_run:
+        for op in roles:
+            if op.new is None:
+                override[op.path] = None
+            elif op.new.digest in plan.contents:
+                override[op.path] = plan.contents[op.new.digest]
+            else:  # a rollback's bytes are in the store
+                override[op.path] = s.target.agent.store_get(s.target.info.store, op.new.digest)
+    return units.on_target(s.target, override)
 
 
 # ---- the workspace's copy of a target's records ---------------------------------------------------
@@ -143,12 +166,8 @@ def mirror(ws: Workspace, s: Session, manifest: bool = True, check_all: bool = F
                 pending.append((path, data))
             written.append(path)
     _write_all(pending)
-    if fresh or repaired:
-        from . import history
-
-        message = history_message(s.target.name, fresh) if fresh else \
-            f"{s.target.name}: records copied again into the workspace (patchkeeper {s.command})\n"
-        history.commit_paths(ws.root, [out] if repaired else written, message)  # all: an earlier copy may be uncommitted
+    if fresh or repaired:  # committed once, when the command ends (Session): all, an earlier copy may be uncommitted
+        s.record.add([out] if repaired else written, fresh, repaired)
     return written
 
 
@@ -212,15 +231,3 @@ def _write_all(files: list[tuple[Path, bytes]]) -> None:
         raise
     for directory in dict.fromkeys(str(path.parent) for path, _ in files):
         fsync_dir(directory)
-
-
-def history_message(target: str, entries: list[LedgerEntry]) -> str:
-    """Commit message of a target's history: the command, the patch sets (name@version), the target."""
-    last = entries[-1]
-    sets = ", ".join(f"{p['name']}@{p['version']}" for p in last.patchsets)
-    what = sets or (f"state {last.after.name!r}" if last.after.name else last.after.stack_text())
-    lines = [f"{target}: {last.kind} {what} (patchkeeper {last.command})", ""]
-    for e in entries:
-        lines.append(f"{e.kind} {e.before.id if e.before else '-'} -> {e.after.id}: {e.after.stack_text()}; "
-                     f"{len(e.changed)} file(s) changed; transaction {e.id}")
-    return "\n".join(lines) + "\n"

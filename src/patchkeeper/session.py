@@ -6,7 +6,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from . import statedir
+from . import history, statedir
 from .errors import Refused, Unfinished
 from .ledger import Ledger
 from .targets import Target, open_target
@@ -20,9 +20,12 @@ class Session:
     """`with Session(ws, name, "apply ddtree") as s:` locks the target and recovers it first.
 
     With `write=False` the lock is taken only when an interrupted transaction must be recovered.
+    What the command copied into the workspace's snapshots/ (`record`) is committed once as it ends;
+    with `commit=False` the caller takes the record (a worker of --all: one commit for them all).
     """
 
-    def __init__(self, workspace: Workspace, target_name: str | None, command: str, write: bool = True) -> None:
+    def __init__(self, workspace: Workspace, target_name: str | None, command: str, write: bool = True,
+                 commit: bool = True) -> None:
         self.workspace = workspace
         self.config = workspace.target(target_name)
         self.command = command
@@ -33,6 +36,8 @@ class Session:
         self.unfinished: Unfinished | None = None  # a committed transaction recovery could not finish
         self._locked = False
         self.fingerprint: Taking | None = None  # begun before planning (engine.begin_fingerprint)
+        self.record = history.Record(self.config.name, command)  # what changes.mirror copied, for one commit
+        self.commit = commit
 
     @property
     def target(self) -> Target:
@@ -103,6 +108,9 @@ class Session:
         if self.fingerprint is not None:  # begun for a change that was not made
             self.fingerprint.abandon()
             self.fingerprint = None
+        if self.commit and self.record.paths and not isinstance(exc[1], KeyboardInterrupt):
+            history.commit_records(self.workspace.root, [self.record])
+            self.record = history.Record(self.config.name, self.command)
         if self._locked:
             self.target.agent.unlock(self.ledger.lock_path)
             self._locked = False

@@ -8,13 +8,21 @@ from .. import changes, engine
 from ..ledger import ApplyExtra, RecordExtra
 from ..session import Session
 from ..workspace import Workspace
+from .document import Report
 from .show_plan import step_printer
 
 
 def apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bool, verify: bool = True,
-          adopt: str | None = None) -> int:
+          adopt: str | None = None, as_json: bool = False) -> int:
+    with Report(as_json, f"apply {name}", target, step_printer) as report:
+        return _apply(ws, target, name, dry_run, force, verify, adopt, report)
+
+
+def _apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bool, verify: bool,
+           adopt: str | None, report: Report) -> int:
     svc = changes.service_of(ws.target(target), verify)
     with Session(ws, target, f"apply {name}") as s:
+        show = report.shower(s.target.name)
         if not dry_run and s.ledger.current() is not None:  # (a first baseline takes one of its own first)
             engine.begin_fingerprint(s)  # beside the reading of the patch sets too
         incoming = engine.resolve(ws.patchsets_dir, name, s.config)  # every template renders, before a baseline
@@ -34,10 +42,12 @@ def apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bo
         plan = engine.plan_apply(s, name, force, incoming=incoming)
         if plan is None:
             print(f"{s.target.name}: {name} is already applied; nothing to do")
-            return 0
+            current = s.ledger.current()
+            return report.done(0, current, current, dry_run)
         if not dry_run:
             plan = with_workspace_ref(ws, plan)
-        return changes.carry_out(ws, s, plan, dry_run, svc, step_printer(s.target.name)).exit_code
+        code = changes.carry_out(ws, s, plan, dry_run, svc, show).exit_code
+        return report.done(code, plan.entry.before, plan.entry.after if dry_run else s.ledger.current(), dry_run)
 
 
 def with_workspace_ref(ws: Workspace, plan: engine.Plan) -> engine.Plan:
