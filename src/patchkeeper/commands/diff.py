@@ -5,10 +5,10 @@ from __future__ import annotations
 from contextlib import ExitStack
 from dataclasses import dataclass
 
-from .. import engine
+from ..change import engine
+from ..change.session import Session
 from ..errors import PatchkeeperError, Refused
-from ..manifest import ROLE_PREFIX, Entry, differences
-from ..session import Session
+from ..records.manifest import ROLE_PREFIX, Entry, differences
 from ..workspace import Workspace
 from . import check_sides, emit_json
 
@@ -138,7 +138,7 @@ def _two(ws: Workspace, a: str, b: str, patch: bool, as_json: bool) -> int:
             patches = _patches(diffs, lambda d: got_a.get(d.key, b""), lambda d: got_b.get(d.key, b""), a, b)
         starts = {}
         if any(d.key.startswith(ROLE_PREFIX) for d in diffs):
-            from .. import units
+            from ..checks import units
 
             starts = dict(zip((a, b), pool.map(lambda s: units.on_target(s.target), sessions)))
         if as_json:
@@ -163,7 +163,7 @@ def _exec_starts_recorded(s: Session, diffs: list[Difference]) -> dict:
     roles = [d for d in diffs if d.key.startswith(ROLE_PREFIX)]
     if not roles or "unit" not in s.target.config.files:
         return {}
-    from .. import units
+    from ..checks import units
 
     override: dict[str, bytes | None] = {}
     for d in roles:
@@ -176,14 +176,14 @@ def _exec_starts_recorded(s: Session, diffs: list[Difference]) -> dict:
 
 
 def _as_dict(command) -> dict | None:
-    from .. import units
+    from ..checks import units
 
     return units.as_dict(command)
 
 
 def _print_starts(starts: dict) -> None:
     """The unit's effective ExecStart on each side, where a role file differs."""
-    from .. import units
+    from ..checks import units
 
     for side, command in starts.items():
         if command is None:
@@ -201,7 +201,7 @@ def _state_dict(s: Session) -> dict | None:
 
 def _patches(diffs: list[Difference], old, new, label_a: str, label_b: str) -> dict[str, str]:
     """Unified diffs of the differing text files; binary or oversized files get a one-line note."""
-    from .. import diffwrite
+    from ..patchset import diffwrite
 
     out = {}
     for d in diffs:

@@ -9,10 +9,10 @@ from ..errors import PatchkeeperError
 from . import emit_json
 
 if TYPE_CHECKING:
-    from ..changes import Step
-    from ..ledger import LedgerEntry, State
-    from ..manifest import Entry
-    from ..verify import Verification
+    from ..change.changes import Step
+    from ..records.ledger import LedgerEntry, State
+    from ..records.manifest import Entry
+    from ..change.verify import Verification
 
 SCHEMA = "patchkeeper/change"
 SCHEMA_VERSION = 1
@@ -35,7 +35,7 @@ def _entry(e: Entry | None) -> dict | None:
 def change_of(plan: Any, dry_run: bool, exec_start: Any = None) -> dict:
     """One change (a transaction, or on a dry run the plan): its entry and every file with its kind
     and digests."""
-    from .. import units
+    from ..checks import units
 
     e: LedgerEntry = plan.entry
     files = []
@@ -55,8 +55,9 @@ def document(command: str, target: str, before: State | None, after: State | Non
              diagnosis: Any = None) -> dict:
     """The whole document: the states before and after, each change, each verification (its phase and
     every check), a diagnosis where one was made, warnings, the exit code."""
-    from ..aftercheck import KeptFailing, RollingBack, SincePassed, Verified, Verifying
-    from ..changes import Changed, NotMirrored
+    from ..change.aftercheck import KeptFailing, RollingBack, SincePassed, Verified, Verifying
+    from ..change.engine import Changed
+    from ..change.mirror import NotMirrored
 
     changes: list[dict] = []
     checks = [{"phase": phase, **report.to_dict()} for phase, report in verifications or []]

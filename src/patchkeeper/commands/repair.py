@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from .. import changes, engine, repair
+from ..change import adopt as adopting
+from ..change import changes, engine, repair
+from ..change.mirror import mirror_step
+from ..change.session import Session
 from ..errors import EXIT_DIFFERS, Refused
-from ..session import Session
 from ..workspace import Workspace
 from .document import Report
 from .show_plan import step_printer
@@ -41,28 +43,26 @@ def _repair(ws: Workspace, target: str | None, dist: str, wheel: str | None, dry
         if dry_run:
             current = s.ledger.current()
             if current is None:
-                from .. import adopt as adopting
 
                 adopting.preview(s, adopt)
         else:
-            baseline = engine.ensure_baseline(s, adopt=adopt)
+            baseline = adopting.ensure_baseline(s, adopt=adopt)
             if baseline is not None:
-                from ..adopt import describe
 
                 print(f"recorded baseline of {s.target.name}: {baseline.extra.get('files')} files, "
-                      f"state {baseline.after.id}{describe(baseline)}")
+                      f"state {baseline.after.id}{adopting.describe(baseline)}")
             current = s.ledger.current()
         if current is None:  # a dry run before any baseline: the entry is only printed
-            from ..ledger import State
+            from ..records.ledger import State
 
             current = State.make("-", (), "baseline")
         ops, contents, entry = repair.plan(s.target, s.ledger, current, s.command, damage, found)
         plan = engine.Plan(tuple(ops), contents, entry)
         if not dry_run:
             engine.execute(s, plan)
-            changes.mirror_step(ws, s, f"{s.target.name} was repaired (transaction {entry.id})", show)
+            mirror_step(ws, s, f"{s.target.name} was repaired (transaction {entry.id})", show)
         if report.as_json:
-            show(changes.Changed(plan, dry_run))
+            show(engine.Changed(plan, dry_run))
         verb = "would be restored" if dry_run else "restored"
         print(f"{s.target.name}: repair {damage.name} {damage.version} from {found.wheel} ({found.source})")
         for op in ops:
@@ -75,7 +75,7 @@ def _repair(ws: Workspace, target: str | None, dist: str, wheel: str | None, dry
         print(f"{len(ops)} file(s) {verb}{tail}" + (f"; {len(found.left)} left" if found.left else ""))
         code = EXIT_DIFFERS if found.left else 0
         if svc is not None and not dry_run:  # the service runs on what was repaired: restart it and verify
-            from ..aftercheck import after_change
+            from ..change.aftercheck import after_change
 
             code = max(code, after_change(ws, s, svc, entry, show))
         elif svc is not None:

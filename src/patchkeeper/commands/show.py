@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .. import patching, patchset, templates
+from ..patchset import patching, patchset, templates
 from ..workspace import Workspace
 from . import emit_json
 
@@ -28,7 +28,7 @@ def applied_on(ws: Workspace, name: str) -> list[dict]:
 def _exec_starts(ps: patchset.PatchSet) -> list[str]:
     """The ExecStart= each role file sets (placeholders filled with the [vars] defaults where they
     have one): what the unit runs once it is applied, whatever else the host's unit says."""
-    from .. import units
+    from ..checks import units
 
     defaults = dict(ps.defaults)
     out = []

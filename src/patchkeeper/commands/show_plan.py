@@ -5,14 +5,15 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ..changes import Changed, NotMirrored, Step
-from ..engine import Plan
-from ..ledger import State
-from ..manifest import ROLE_PREFIX
+from ..change.changes import Step
+from ..change.engine import Changed, Plan
+from ..change.mirror import NotMirrored
+from ..records.ledger import State
+from ..records.manifest import ROLE_PREFIX
 
 if TYPE_CHECKING:
-    from ..aftercheck import SincePassed
-    from ..verify import Verification
+    from ..change.aftercheck import SincePassed
+    from ..change.verify import Verification
 
 _MARK = {"changed": "M", "added": "A", "removed": "D", "mode": "m"}
 PREVIOUS_FAILS = "the previous code state fails as well: the fault is likely not in the patch set"
@@ -42,7 +43,7 @@ def render_plan(plan: Plan, target: str, dry_run: bool, exec_start: Any = None) 
             for line in plan.contents[op.new.digest].decode("utf-8", "replace").splitlines():
                 print(f"      | {line}")  # the role file as it would be written, templates rendered
     if exec_start is not None:
-        from ..units import describe
+        from ..checks.units import describe
 
         for line in describe(exec_start):
             print(("the unit's " if line.startswith("ExecStart") else "") + line)
@@ -101,7 +102,14 @@ def step_printer(target: str):
         if isinstance(step, NotMirrored):
             render_not_mirrored(step)
             return
-        from ..aftercheck import KeptFailing, RolledBack, RollingBack, SincePassed, Verified, Verifying
+        from ..change.aftercheck import (
+            KeptFailing,
+            RolledBack,
+            RollingBack,
+            SincePassed,
+            Verified,
+            Verifying,
+        )
 
         if isinstance(step, Verifying):
             print(f"{target}: restarting and verifying the service (--no-verify skips this)")
@@ -132,6 +140,6 @@ def step_printer(target: str):
 
 def render_since_passed(step: SincePassed, target: str) -> None:
     """What changed since the state last passed: code, environment, GPU facts, and what to run next."""
-    from ..diagnosis import render
+    from ..change.diagnosis import render
 
     print("\n".join(render(step.diagnosis)))

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from .. import audit, engine
-from ..session import Session
+from ..change import engine
+from ..change.session import Session
+from ..checks import audit
 from ..workspace import Workspace
 from . import emit_json
 
@@ -22,7 +23,7 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
             diffs = engine.drift(s.target, current.manifest)  # compared on the target: only differences travel
         exec_start = None
         if "unit" in s.config.files:
-            from .. import units
+            from ..checks import units
 
             exec_start = units.on_target(s.target)
         doc = {"target": s.target.name, "host": info.host, "package": info.package, "version": info.version,
@@ -58,7 +59,7 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
 def _as_dict(command) -> dict | None:
     if command is None:
         return None
-    from .. import units
+    from ..checks import units
 
     return units.as_dict(command)
 
@@ -68,7 +69,7 @@ def _print_unit(s: Session, exec_start) -> None:
     roles = s.config.files
     if "unit" not in roles:
         return
-    from .. import units
+    from ..checks import units
 
     print(f"unit     {roles['unit']} (the host's: read, not written)")
     if "dropin" in roles:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import sys
 
-from .. import service
-from ..changes import try_mirror
+from ..change.mirror import try_mirror
+from ..change.session import Session
+from ..change.verify import record_verification, verify_target
+from ..checks import service
 from ..errors import EXIT_DIFFERS, BadInput
-from ..session import Session
-from ..verify import record_verification, verify_target
 from ..workspace import Workspace
 from . import emit_json
 from .document import SCHEMA, SCHEMA_VERSION, Report
@@ -35,13 +35,13 @@ def verify(ws: Workspace, target: str | None, as_json: bool, with_restart: bool)
             current = s.ledger.current()
             diagnosis = None
             if not result.ok and current is not None:
-                from ..diagnosis import diagnose
+                from ..change.diagnosis import diagnose
 
                 diagnosis = diagnose(s.target, s.ledger, current)
             if not as_json:
                 render_report(result, s.target.name, current)
                 if diagnosis is not None:
-                    from ..diagnosis import render
+                    from ..change.diagnosis import render
 
                     print("\n".join(render(diagnosis)))
             return report.done(0 if result.ok else EXIT_DIFFERS, current, current,
@@ -69,7 +69,7 @@ def verify_all(ws: Workspace, as_json: bool, with_restart: bool) -> int:
     """Every target with a [service] table, at once; one row each; one commit of their records."""
     from functools import partial
 
-    from .. import history
+    from ..records import history
     from .fleet import each, table
 
     results = each(ws, partial(_verify_quiet, with_restart=with_restart), "verify")

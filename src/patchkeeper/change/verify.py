@@ -1,0 +1,363 @@
+"""Verify a service by generation: restart it, wait until it answers, judge real completions and what
+the server says runs; `run_checks` returns the result as a value (one call per host)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, TextIO, cast
+
+from ..checks import smoke, units
+from ..checks.service import ServiceConfig
+from ..checks.smoke import SAMPLE_CHARS, Check, count_tokens, degenerate, judge  # noqa: F401  (their home is smoke.py)
+from ..host import probe_http
+from ..records.ledger import Ledger, LedgerEntry, State, VerifyExtra, new_id, who
+from ..targets import Target
+from .session import Session
+
+OUTPUT_KEEP = 8000  # characters of restart / log output kept in a report
+WINDOW_MAX = 10.0  # seconds one probe run polls for readiness before progress is shown
+MIN_SLOWER = 1.0  # seconds a regression must add too, so a server answering in milliseconds is not judged by jitter
+MIN_SLOWER_READY = 30.0  # the same for the ready time, which a cold page cache alone can stretch by tens of seconds
+FIRST_ERRORS = 8  # error-looking log lines quoted before the tail
+_ERROR_LINE = re.compile(r"Traceback \(most recent call last\)|\w*Error:|\bERROR\b|\bOSError\b|CUDA error|"
+                         r"CUDA out of memory|cudaError|CUDA_ERROR|Not enough memory", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Verification:
+    """The outcome of one verification; `reason` names the first failure, None when it passed."""
+
+    ok: bool
+    reason: str | None  # restart | not-ready | probe | stale-server | timeout | error | few-tokens | slow |
+    #                     degenerate | algorithm | accept-length | output-changed | regression
+    message: str
+    checks: tuple[Check, ...]
+    tokens: int | None = None
+    seconds: float | None = None
+    tokens_per_s: float | None = None
+    sample: str = ""
+    problems: tuple[str, ...] = ()
+    logs: str | None = None
+    extra: dict = field(default_factory=dict)  # since, warmups, requests (each judged completion), server_info
+    errors: tuple[str, ...] = ()  # the first error-looking lines of the logs, wherever they are
+    output: str | None = None  # the first judged completion's text (greedy: compared with the next pass's)
+    smoke: dict = field(default_factory=dict)  # what makes two outputs comparable: prompt, model, max_tokens, endpoint
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["checks"] = [asdict(c) for c in self.checks]
+        d["problems"] = list(self.problems)
+        d["errors"] = list(self.errors)
+        return d
+
+
+# ---- running the checks on a target ----------------------------------------------------------
+def _shell(target: Target, command: str, timeout: float, since: str = "", keep: int | None = OUTPUT_KEEP,
+           stamp: bool = False) -> tuple[int, str, str]:
+    """`sh -c command` on the target with $PATCHKEEPER_SINCE set: its exit code, stdout and stderr; with
+    `stamp`, the target's clock (epoch seconds) is printed on stdout's first line before the command runs."""
+    script = ('PATCHKEEPER_SINCE=$1; export PATCHKEEPER_SINCE; ' + ('date +%s; ' if stamp else '')
+              + 'exec sh -c "$2"')
+    try:
+        code, out, err = target.run(["sh", "-c", script, "sh", since, command], timeout=timeout)
+    except OSError as exc:
+        return 127, "", f"cannot run sh on the target: {exc}"
+    texts = [b.decode(errors="replace") for b in (out, err)]
+    return code, *(t if keep is None else t[-keep:] for t in texts)  # type: ignore[return-value]
+
+
+def restart(target: Target, svc: ServiceConfig) -> tuple[Check, str]:
+    """The restart check, and the target's clock just before it (epoch seconds, "" when unknown). The
+    command's stderr is kept even when it succeeds: systemd says there what it wants done (a daemon-reload)."""
+    start = time.monotonic()
+    code, out, err = _shell(target, svc.restart, svc.restart_timeout, stamp=True)
+    first, _, rest = out.partition("\n")
+    since = first.strip() if first.strip().isdigit() else ""
+    out = rest if since else out
+    secs = time.monotonic() - start
+    if code == 124 and "timed out after" in out + err:
+        return Check("restart", False, secs, f"`{svc.restart}` did not finish within {svc.restart_timeout:g}s",
+                     out + err, reason="restart"), since
+    if code != 0:
+        return Check("restart", False, secs, f"`{svc.restart}` failed with exit code {code}", out + err,
+                     reason="restart"), since
+    said = err.strip()
+    detail = "exit 0" + (", with this on stderr:" if said else "")
+    return Check("restart", True, secs, detail, err, warned=bool(said)), since
+
+
+def probe(target: Target, svc: ServiceConfig, progress: TextIO | None = sys.stderr,
+          listener_port: int | None = None) -> tuple[Check, dict | None]:
+    """Wait for the server (progress on `progress`), then the generations (after `warmup` others), then
+    /server_info (result["server_info"]), and with `listener_port` the processes listening there
+    (result["listener"]); all from the target's side."""
+    source = Path(probe_http.__file__).read_text(encoding="utf-8")
+    smoke_cfg = svc.smoke
+    gen = {"prompt": smoke_cfg.prompt, "max_tokens": smoke_cfg.max_tokens, "timeout": smoke_cfg.timeout,
+           "endpoint": smoke_cfg.endpoint, "model": smoke_cfg.model, "warmup": smoke_cfg.warmup,
+           "requests": smoke_cfg.requests, "concurrency": smoke_cfg.concurrency}
+    start = time.monotonic()
+    deadline = start + svc.ready_timeout
+    window = 1.0
+    rounds = smoke_cfg.warmup + smoke_cfg.requests + (1 if smoke_cfg.concurrency else 0)
+    while True:
+        window = min(window, max(0.0, deadline - time.monotonic()))
+        launched = time.monotonic()
+        request = json.dumps({"base_url": svc.base_url, "window": window, "interval": 0.1, "generate": gen,
+                              "listener_port": listener_port})
+        try:
+            code, out, err = target.run([target.config.python, "-I", "-c", source],
+                                        timeout=window + (2 + rounds) * smoke_cfg.timeout + 60,
+                                        input=request.encode())
+        except OSError as exc:
+            code, out, err = 127, b"", str(exc).encode()
+        if code != 0:
+            tail = err.decode(errors="replace").strip().splitlines()[-1:] or [f"exit code {code}"]
+            return Check("ready", False, time.monotonic() - start,
+                         f"the HTTP probe could not run with {target.config.python} on the target: {tail[0]}",
+                         err.decode(errors="replace")[-OUTPUT_KEEP:], reason="probe"), None
+        try:
+            result = json.loads(out)
+            ready = bool(result["ready"])
+        except (ValueError, TypeError, KeyError):  # something else printed on stdout (a sitecustomize?)
+            return Check("ready", False, time.monotonic() - start,
+                         f"the HTTP probe's answer was not understood: {out[:200]!r}",
+                         err.decode(errors="replace")[-OUTPUT_KEEP:], reason="probe"), None
+        waited = time.monotonic() - start
+        if ready:  # the probe's own clock: `waited` includes the generation that followed
+            waited = launched - start + float(result.get("seconds", 0.0))
+            detail = f"{result['url']} answered after {waited:.2f}s"
+            if result.get("models"):
+                detail += f" (model {result['models'][0]})"
+            gen_result = result.get("generate")
+            if gen_result is not None:
+                gen_result = {**gen_result, "server_info": result.get("server_info")}
+                if "listener" in result:
+                    gen_result["listener"] = result["listener"]
+            return Check("ready", True, waited, detail), gen_result
+        if time.monotonic() >= deadline:
+            return Check("ready", False, waited, f"{svc.base_url} did not answer within ready_timeout = "
+                         f"{svc.ready_timeout:g}s (last: {result['detail']})", reason="not-ready"), None
+        if progress is not None:
+            print(f"  waiting for {svc.base_url}: {waited:.0f}s of {svc.ready_timeout:g}s ({result['detail']})",
+                  file=progress, flush=True)
+        window = min(window * 2, WINDOW_MAX)
+
+
+def run_checks(target: Target, svc: ServiceConfig, with_restart: bool = True,
+               progress: TextIO | None = sys.stderr, last_pass: dict | None = None,
+               last_output: Callable[[dict], dict | None] | None = None) -> Verification:
+    """Restart (optionally), Ready, Server (the process on the port runs the unit's effective
+    ExecStart), Generate (`requests` in turn, `concurrency` at once), Algorithm and Accept (what
+    /server_info says runs), Output (the greedy output `last_output(key)` gives: the last comparable pass)
+    and no regression against `last_pass` (the last pass of this code state). On failure the logs
+    command's output is attached, its first errors quoted. Changes nothing; records nothing."""
+    checks: list[Check] = []
+    figures: dict = {}
+    since = ""
+    extra: dict = {}
+    if with_restart:
+        check, since = restart(target, svc)
+        checks.append(check)
+    command = units.on_target(target)
+    matched = command if svc.match_unit else None
+    if not checks or checks[0].ok:
+        ready, gen = probe(target, svc, progress, listener_port=_port(svc.base_url) if matched else None)
+        checks.append(ready)
+        if ready.ok:
+            if gen is None:
+                gen = {"error": "the probe returned no generation", "url": svc.base_url}
+            info = gen.pop("server_info", None)
+            if matched is not None:
+                loaded = units.systemd_loaded(target) if isinstance(matched, units.Command) else None
+                checks.append(server_check(matched, gen.pop("listener", None), loaded))
+            check, figures = smoke.judge_requests(gen, svc)
+            checks.append(check)
+            extra.update(requests=figures.get("requests", []), server_info=info)
+            figures["warmups"] = gen.get("warmups", [])
+            checks.append(smoke.algorithm_check(command, info))
+            accept = smoke.accept_check(command, info, svc.smoke.min_accept_length)
+            if accept is not None:
+                checks.append(accept)
+            key = smoke_key(svc, gen.get("model"))
+            then = last_output(key) if last_output is not None and check.ok else None
+            compared = smoke.output_check(figures.get("output") if check.ok else None, then, svc.smoke.compare_output)
+            if compared is not None:
+                checks.append(compared)
+            if all(c.ok for c in checks) and last_pass:
+                slower = regression(last_pass, figures, ready.seconds if with_restart else None, svc)
+                if slower:
+                    checks.append(Check("history", False, 0.0, "; ".join(slower), reason="regression"))
+                else:
+                    checks.append(Check("history", True, 0.0, f"within max_slowdown = {svc.smoke.max_slowdown:g} "
+                                        f"of the last pass of this state ({_figures_text(last_pass)})"))
+            if "output" in figures:
+                figures["smoke"] = key
+    ok = all(c.ok for c in checks)
+    problems: list[str] = []
+    for c in checks:
+        if not c.ok:
+            problems += list(figures.get("problems", ())) if c.name == "generate" else [c.detail]
+    reason = next((c.reason or c.name for c in checks if not c.ok), None)
+    logs, errors = None, cast("tuple[str, ...]", ())
+    if not ok and svc.logs:
+        code, out, err = _shell(target, svc.logs, svc.logs_timeout, since=since, keep=None)
+        text = out + err
+        errors = first_errors(text)
+        text = text[-OUTPUT_KEEP:]
+        logs = text if code == 0 else f"(`{svc.logs}` exited {code})\n{text}"
+    if since:
+        extra["since"] = since
+    if figures.get("warmups"):
+        extra["warmups"] = figures["warmups"]
+    return Verification(ok=ok, reason=reason, message="passed" if ok else f"{reason}: {problems[0]}",
+                        checks=tuple(checks), tokens=figures.get("tokens"), seconds=figures.get("seconds"),
+                        tokens_per_s=figures.get("tokens_per_s"), sample=figures.get("sample", ""),
+                        problems=tuple(problems), logs=logs, extra={k: v for k, v in extra.items() if v is not None},
+                        errors=errors, output=figures.get("output"), smoke=figures.get("smoke", {}))
+
+
+def smoke_key(svc: ServiceConfig, model: str | None) -> dict:
+    """What makes two greedy outputs comparable (the model: as configured, else the one the server listed)."""
+    return {"prompt": svc.smoke.prompt, "model": svc.smoke.model or model, "max_tokens": svc.smoke.max_tokens,
+            "endpoint": svc.smoke.endpoint}
+
+
+# ---- the server on the port is the one the unit starts ------------------------------------------
+def _port(base_url: str) -> int:
+    return probe_http.split_url(base_url)[2]
+
+
+def server_check(command: units.Command | str, listener: dict | None, loaded: tuple[str, ...] | None = None) -> Check:
+    """Does a process listening on the port run the unit's effective command line? Unknowable is said,
+    not failed. `loaded`: what systemd itself has loaded (systemctl show), where it answered."""
+    if isinstance(command, str):
+        return Check("server", True, 0.0, f"not checked: {command}", skipped=True)
+    if command.problem:
+        return Check("server", True, 0.0, f"not checked: the unit's command line depends on more than the unit "
+                     f"({command.problem})", skipped=True)
+    stale_systemd = loaded is not None and loaded != tuple(" ".join(command.argv).split())
+    systemd = ""
+    if stale_systemd:
+        assert loaded is not None
+        systemd = (f"\nsystemd:  {' '.join(loaded)}\n(systemctl show -p ExecStart: systemd has another command loaded "
+                   "than the unit files say: run `systemctl daemon-reload`)")
+    if not listener or "processes" not in listener:
+        why = (listener or {}).get("error", "the probe did not look")
+        return Check("server", True, 0.0, f"not checked: {why}", systemd.strip(), skipped=True)
+    procs = listener["processes"]
+    want = list(command.argv)
+    for proc in procs:
+        if proc["argv"] == want:
+            return Check("server", True, 0.0, f"pid {proc['pid']} runs the unit's effective ExecStart "
+                         f"(from {command.source})", systemd.strip(), warned=stale_systemd)
+    readable = [p for p in procs if p["argv"] is not None]
+    if not readable:
+        return Check("server", True, 0.0, f"not checked: the command line of pid {procs[0]['pid']} could not be read",
+                     skipped=True)
+    shown = readable[0]
+    return Check("server", False, 0.0,
+                 f"the process on the port, pid {shown['pid']}, is not running the unit's effective ExecStart "
+                 + ("(systemd has the old command loaded: no daemon-reload)" if stale_systemd else
+                    "(an old server still on the port, a daemon-reload that did not happen, a second unit?)"),
+                 f"running:  {shlex.join(shown['argv'])}\nthe unit: {shlex.join(want)}\n"
+                 f"(the unit's effective ExecStart is from {command.source}; read: {', '.join(command.files)})"
+                 + systemd, reason="stale-server")
+
+
+# ---- history: the last pass of the same code state ---------------------------------------------
+def last_pass(ledger: Ledger, state: State | None) -> dict | None:
+    """The figures of the newest passing verification of `state` (ready seconds, smoke seconds, tokens/s)."""
+    if state is None:
+        return None
+    for e in ledger.entries().newest(state.id, "verify"):
+        report = cast(VerifyExtra, e.extra).get("verify")
+        if report and report.get("ok") and report.get("seconds") is not None:
+            names = {c["name"]: c for c in report.get("checks", ())}
+            ready = names["ready"]["seconds"] if "restart" in names and "ready" in names else None
+            return {"entry": e.id, "time": e.time, "seconds": report["seconds"], "tokens": report.get("tokens"),
+                    "tokens_per_s": report.get("tokens_per_s"), "ready": ready}
+    return None
+
+
+def last_output(ledger: Ledger, key: dict) -> dict | None:
+    """The greedy output of the newest passing verification, of any code state, that asked the same
+    (prompt, model, max_tokens, endpoint): its entry, state and text."""
+    if not key:
+        return None
+    entries = ledger.entries()
+    for i in reversed(range(len(entries))):
+        if entries.slots[i].kind != "verify":
+            continue
+        e = entries[i]
+        report = cast(VerifyExtra, e.extra).get("verify") or {}
+        if report.get("ok") and report.get("output") is not None and report.get("smoke") == key:
+            return {"entry": e.id, "state": e.after.id, "output": report["output"]}
+    return None
+
+
+def verify_target(target: Target, ledger: Ledger, svc: ServiceConfig, with_restart: bool = True,
+                  progress: TextIO | None = sys.stderr) -> Verification:
+    """The checks of one target against its own history (the last pass of its current state, the last
+    comparable greedy output): a value the caller records (record_verification). One call per host."""
+    return run_checks(target, svc, with_restart, progress, last_pass=last_pass(ledger, ledger.current()),
+                      last_output=None if svc.smoke.compare_output == "off" else lambda key: last_output(ledger, key))
+
+
+def _figures_text(f: dict) -> str:
+    rate = f" ({f['tokens_per_s']:.1f} tokens/s)" if f.get("tokens_per_s") else ""
+    ready = f", ready after {f['ready']:.2f} s" if f.get("ready") is not None else ""
+    return f"smoke request {f['seconds']:.2f} s{rate}{ready}"
+
+
+def regression(then: dict, now: dict, ready_now: float | None, svc: ServiceConfig) -> list[str]:
+    """What is over max_slowdown times slower than the last pass (and at least MIN_SLOWER seconds more;
+    MIN_SLOWER_READY for the ready time after a restart)."""
+    limit, out = svc.smoke.max_slowdown, []
+    pairs = [("the smoke request", then.get("seconds"), now.get("seconds"), MIN_SLOWER)]
+    if ready_now is not None:
+        pairs.append(("ready after restart", then.get("ready"), ready_now, MIN_SLOWER_READY))
+    for what, old, new, floor in pairs:
+        if old is None or new is None or new <= limit * old or new - old < floor:
+            continue
+        rates = ""
+        if what == "the smoke request" and then.get("tokens_per_s") and now.get("tokens_per_s"):
+            rates = f", {then['tokens_per_s']:.1f} then, {now['tokens_per_s']:.1f} tokens/s now"
+        out.append(f"{what}: {_secs(old)} then, {_secs(new)} now ({new / old:.1f}x, over max_slowdown = "
+                   f"{limit:g}{rates}) for the same code state, last passed in {then['entry']}")
+    return out
+
+
+def _secs(s: float) -> str:
+    return f"{s:.3g} s" if s < 100 else f"{s:.0f} s"
+
+
+# ---- the logs ----------------------------------------------------------------------------------
+def first_errors(text: str, limit: int = FIRST_ERRORS) -> tuple[str, ...]:
+    """The first error-looking lines (Traceback, Error:, ERROR, OSError, CUDA errors, "Not enough
+    memory"), each with its line number in the output, wherever they are."""
+    rows = text.splitlines()
+    hits = [f"line {i + 1} of {len(rows)}: {row.rstrip()}" for i, row in enumerate(rows) if _ERROR_LINE.search(row)]
+    return tuple(hits[:limit])
+
+
+def record_verification(s: Session, report: Verification, phase: str, of: str | None) -> LedgerEntry | None:
+    """Append a `verify` ledger entry for the current state (none before any state is recorded)."""
+    from ..checks import environment
+
+    state: State | None = s.ledger.current()
+    if state is None:
+        return None
+    entry = LedgerEntry(id=new_id(), seq=s.ledger.next_seq(), time=time.time(), who=who(), command=s.command,
+                        kind="verify", before=state, after=state,
+                        extra=VerifyExtra(phase=phase, of=of, verify=report.to_dict()))
+    if report.ok:  # what a later failure of this state is compared with
+        entry = environment.record(entry, s.target)
+    s.ledger.append(entry)
+    return entry
