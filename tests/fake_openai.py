@@ -1,11 +1,12 @@
 """A small OpenAI-compatible stand-in for an inference server, started and stopped by a restart command.
 
-    python fake_openai.py start --state UNIT --port N --pidfile P --log L [--when TEXT=MODE ...]
+    python fake_openai.py start --state UNIT [--state DROPIN ...] --port N --pidfile P --log L [--when TEXT=MODE ...]
     python fake_openai.py stop --pidfile P --port N
 
 `start` stops the previous server (pidfile), then launches a detached one. The server reads the
-state file (the target's unit file) once when it starts, the way a real service reads its code, and
-takes the mode of the first `--when TEXT=MODE` whose TEXT the file contains (else `--default`):
+state files (the target's unit file and its drop-in; one absent is skipped) once when it starts, the
+way a real service reads its code, and takes the mode of the first `--when TEXT=MODE` whose TEXT they
+contain (else `--default`):
     healthy     answers /v1/models and completions at once with varied text
     slow-load   answers 503 on /v1/models for --load-seconds, then healthy
     hang        answers /v1/models, but completions never come back (within --hang-seconds)
@@ -69,11 +70,15 @@ def healthy_text(max_tokens: int, text: str = TEXT) -> tuple[str, int]:
     return "".join(chosen), len(chosen)
 
 
-def choose_mode(state: str, rules: list[str], default: str) -> tuple[str, str]:
-    try:
-        text = open(state, encoding="utf-8", errors="replace").read()
-    except OSError as exc:
-        return default, f"state file unreadable ({exc})"
+def choose_mode(states: list[str], rules: list[str], default: str) -> tuple[str, str]:
+    text = ""
+    for state in states:
+        try:
+            text += open(state, encoding="utf-8", errors="replace").read()
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            return default, f"state file unreadable ({exc})"
     for rule in rules:
         needle, _, mode = rule.rpartition("=")
         if needle in text:
@@ -185,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     p = argparse.ArgumentParser(prog="fake_openai")
     p.add_argument("action", choices=("start", "stop", "serve"))
-    p.add_argument("--state", default="/dev/null")
+    p.add_argument("--state", action="append", default=[])
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--pidfile", required=True)
     p.add_argument("--log", default="/dev/null")

@@ -37,16 +37,16 @@ def test_each_transaction_commits_only_its_snapshot(repo_env):
     env.pk("apply", "ddtree")
     head = repo.head.commit
     assert head.parents[0].hexsha == start
-    assert head.message.startswith("local: apply ddtree@2.0.0 (patchkeeper apply ddtree)")
+    assert head.message.startswith("local: apply ddtree@3.0.0 (patchkeeper apply ddtree)")
     touched = sorted(head.stats.files)
     assert touched and all(p.startswith("snapshots/local/") for p in touched)
     assert {"snapshots/local/manifest.txt", "snapshots/local/state.json"} <= set(touched)
     assert sum(p.startswith("snapshots/local/ledger/") for p in touched) == 2  # baseline + apply
     # the user's changes are as they were: still staged, unstaged, untracked
     assert [d.a_path for d in repo.index.diff("HEAD")] == ["notes.txt"]
-    # (the unit file is the target's role file, which the fixture keeps in the workspace: changed, uncommitted)
-    assert sorted(d.a_path for d in repo.index.diff(None)) == ["patchkeeper.toml", "systemd/sglang-qwen.service"]
-    assert "scratch.txt" in repo.untracked_files
+    # (the drop-in is the target's role file, which the fixture keeps in the workspace: added, uncommitted)
+    assert sorted(d.a_path for d in repo.index.diff(None)) == ["patchkeeper.toml"]
+    assert {"scratch.txt", "systemd/sglang-qwen.service.d/50-patchkeeper.conf"} <= set(repo.untracked_files)
     assert not any(p.startswith("snapshots/") for p in repo.untracked_files)
 
     # the ledger names the workspace commit that held the patch set, and that it was committed there
@@ -59,8 +59,8 @@ def test_each_transaction_commits_only_its_snapshot(repo_env):
     env.pk("rollback", "--to", "baseline")
     log = repo.git.log("--format=%s", "--", "snapshots/local").splitlines()
     assert log == ["local: rollback state 'baseline' (patchkeeper rollback --to baseline)",
-                   "local: switch nextn@2.0.0 (patchkeeper apply nextn)",
-                   "local: apply ddtree@2.0.0 (patchkeeper apply ddtree)"]
+                   "local: switch nextn@3.0.0 (patchkeeper apply nextn)",
+                   "local: apply ddtree@3.0.0 (patchkeeper apply ddtree)"]
     state = json.loads(repo.git.show("HEAD:snapshots/local/state.json"))
     assert state["stack"] == [] and state["target"] == "local"
     assert [d.a_path for d in repo.index.diff("HEAD")] == ["notes.txt"]  # still only the user's
@@ -69,7 +69,7 @@ def test_each_transaction_commits_only_its_snapshot(repo_env):
 def test_ledger_notes_an_uncommitted_patch_set(repo_env):
     env = repo_env
     toml = env.root / "patchsets/nextn/patchset.toml"
-    toml.write_text(toml.read_text().replace("unit file only", "unit file only (edited)"))
+    toml.write_text(toml.read_text().replace("a drop-in only", "a drop-in only (edited)"))
     env.pk("apply", "nextn")
     entry = json.loads(sorted((env.root / "snapshots/local/ledger").glob("*.json"))[-1].read_text())
     assert entry["extra"]["workspace"]["patchsets_clean"] == {"nextn": False}
