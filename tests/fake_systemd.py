@@ -9,7 +9,7 @@ a journal file; `show` answers `systemctl show -p ExecStart --value` as systemd 
 
 The unit is read the way systemd reads it (continuation lines, the unit file then <unit>.d/*.conf in
 name order, an empty ExecStart= clearing the list, more than one left refused outside Type=oneshot, a
-leading -@:+! prefix, quoting, Environment=), independently of patchkeeper's own reader. Without
+leading -@:+! prefix, quoting, Environment=, WorkingDirectory= where it exists), independently of patchkeeper's own reader. Without
 --loaded a restart reads the files itself (a daemon-reload first); with it, it starts what the last
 daemon-reload loaded into S, and says on stderr, as systemctl does, when the files changed since.
 Each start writes `-- restart at EPOCH` into the journal first. Stdlib only.
@@ -39,6 +39,7 @@ def read_unit(unit: str) -> dict:
     starts: list[list[str]] = []
     env: dict[str, str] = {}
     oneshot = False
+    workdir = None
     texts = {}
     for path in files_of(unit):
         texts[path] = open(path, encoding="utf-8").read()
@@ -56,12 +57,14 @@ def read_unit(unit: str) -> dict:
                 env.update(w.split("=", 1) for w in shlex.split(line.partition("=")[2]))
             elif line.startswith("Type="):
                 oneshot = line.partition("=")[2].strip() == "oneshot"
+            elif line.startswith("WorkingDirectory="):
+                workdir = line.partition("=")[2].strip()
     if not starts:
         sys.exit(f"{unit}: no ExecStart=")
     if len(starts) > 1 and not oneshot:
         sys.exit(f"{unit}: Service has more than one ExecStart= setting, which is only allowed for Type=oneshot "
                  "services. Refusing.")
-    return {"argv": starts[-1], "env": env, "texts": texts}
+    return {"argv": starts[-1], "env": env, "texts": texts, "workdir": workdir}
 
 
 def stop(pidfile: str, port: int) -> None:
@@ -129,8 +132,9 @@ def main() -> int:
     with open(args.journal, "a") as journal:
         journal.write(f"-- restart at {int(time.time())}\n")
         journal.flush()
+        workdir = unit.get("workdir")
         proc = subprocess.Popen(unit["argv"], stdin=subprocess.DEVNULL, stdout=journal, stderr=journal, env=env,
-                                start_new_session=True)
+                                start_new_session=True, cwd=workdir if workdir and os.path.isdir(workdir) else None)
     with open(args.pidfile, "w") as f:
         f.write(str(proc.pid))
     return 0

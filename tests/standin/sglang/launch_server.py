@@ -52,6 +52,8 @@ def main() -> int:
     model = os.path.basename(args.model_path.rstrip("/")).lower()
     answered = [0]
     print(f"INFO server_args: model_path={args.model_path} speculative_algorithm={asked}")
+    print(f"INFO environment: CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')} "
+          f"NCCL_P2P_DISABLE={os.environ.get('NCCL_P2P_DISABLE')} cwd={os.getcwd()}")
     if mode == "broken":
         print("Traceback (most recent call last):")
         print('  File "/root/ml-env/lib/python3.11/site-packages/sglang/srt/speculative/ddtree_worker.py", line 12')
