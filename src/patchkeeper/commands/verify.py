@@ -25,7 +25,7 @@ def verify(ws: Workspace, target: str | None, as_json: bool, with_restart: bool)
             svc = service.load(s.config)
             if svc is None:
                 raise BadInput(f"target {s.target.name} has no [targets.{s.target.name}.service] table",
-                               "add one with restart and base_url (see docs/verify.md)")
+                               "add one with restart and base_url (see docs/verify-and-roll-back.md)")
             result = verify_target(s.target, s.ledger, svc, with_restart, progress=sys.stderr)
             entry = record_verification(s, result, "verify", None)
             if entry is not None:
