@@ -174,10 +174,12 @@ def unit_files(target: Target, override: Mapping[str, bytes | None] | None = Non
     override = override or {}
     try:
         data = override[unit] if unit in override else target.agent.read(unit)
+    except FileNotFoundError:
+        data = None
     except Exception as exc:  # noqa: BLE001 - any failure to read is said, and the caller goes on
         return f"the unit file {unit} could not be read ({exc})"
     if data is None:
-        return f"the unit file {unit} is absent"
+        return f"the unit file {unit} is absent (systemd has no such unit)"
     dirs = [unit + ".d"]
     dropin = roles.get("dropin")
     if dropin and posixpath.dirname(dropin) not in dirs and posixpath.dirname(dropin).endswith(".d"):
@@ -197,6 +199,8 @@ def unit_files(target: Target, override: Mapping[str, bytes | None] | None = Non
         path = paths[name]
         try:
             got = override[path] if path in override else target.agent.read(path)
+        except FileNotFoundError:
+            got = None  # gone since the listing
         except Exception as exc:  # noqa: BLE001
             return f"the drop-in {path} could not be read ({exc})"
         if got is not None:
