@@ -37,9 +37,9 @@ def test_a_failed_verify_says_what_changed_since_the_last_pass_and_what_to_run(e
     assert f"local: since state {state} last passed verification (" in out
     assert f"  code         1 file(s) differ from state {state}: {VERSION} (changed)" in out
     assert "  distribution files      six  1 file(s) differ from RECORD (was 0): six.py" in out
-    assert "  next: patchkeeper diff -t local   (the files that differ from state" in out
-    assert f"        patchkeeper rollback --to {state} -t local   (gives them the state's bytes back)" in out
-    assert "        patchkeeper repair six -t local   (its files differ from its RECORD)" in out
+    assert "  next: patchkeeper diff -t local   # the files that differ from state" in out
+    assert f"        patchkeeper rollback --to {state} -t local   # gives them the state's bytes back" in out
+    assert "        patchkeeper repair six -t local   # its files differ from its RECORD" in out
 
     since = env.pk("diff", "--env", "-t", "local", "--since-pass", check=1).stdout
     assert f"against local:{state} as of its last passing verification " in since and "six" in since

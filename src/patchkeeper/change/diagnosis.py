@@ -52,20 +52,20 @@ def diagnose(target: Target, ledger: Ledger, state: State, restored: bool = Fals
     passed_before = None if last is not None else _newest_passing_state(ledger, state)
     steps: list[str] = []
     if code:
-        steps.append(f"patchkeeper diff -t {name}   (the files that differ from state {state.id})")
-        steps.append(f"patchkeeper rollback --to {state.id} -t {name}   (gives them the state's bytes back)")
+        steps.append(f"patchkeeper diff -t {name}   # the files that differ from state {state.id}")
+        steps.append(f"patchkeeper rollback --to {state.id} -t {name}   # gives them the state's bytes back")
     for c in changes:
         if c.area == "distribution" and c.kind == "files":
-            steps.append(f"patchkeeper repair {c.subject} -t {name}   (its files differ from its RECORD)")
+            steps.append(f"patchkeeper repair {c.subject} -t {name}   # its files differ from its RECORD")
         elif c.area == "distribution" and c.kind in ("version", "removed"):
             was = c.detail.split(" ")[0]
-            steps.append(f"pip install {c.subject}=={was} in the target's environment   ({c.subject} {c.detail})")
+            steps.append(f"pip install {c.subject}=={was}   # in the target's environment: {c.subject} {c.detail}")
     if any(c.area == "native" for c in changes):
-        steps.append(f"patchkeeper audit -t {name}   (shared libraries resolve otherwise than at the last pass)")
+        steps.append(f"patchkeeper audit -t {name}   # shared libraries resolve otherwise than at the last pass")
     if last is None and passed_before is not None:
-        steps.append(f"patchkeeper rollback --to {passed_before.id} -t {name}   (the newest state that passed)")
+        steps.append(f"patchkeeper rollback --to {passed_before.id} -t {name}   # the newest state that passed")
     if not steps:
-        steps.append(f"patchkeeper audit -t {name}   (then the service's logs: nothing recorded differs)")
+        steps.append(f"patchkeeper audit -t {name}   # then the service's logs: nothing recorded differs")
     return Diagnosis(name, state, last, code, tuple(changes), gpu, passed_before, restored,
                      tuple(dict.fromkeys(steps)), code_error)
 
