@@ -103,8 +103,8 @@ def render(d: Diagnosis) -> list[str]:
     if d.code_error:
         out.append(f"  code         not compared: {d.code_error}")
     elif not d.code:
-        out.append(f"  code         none: the files are state {d.state.id}'s"
-                   + (" (in place again)" if d.restored else ""))
+        out.append(f"  code         none: state {d.state.id} is in place again" if d.restored else
+                   f"  code         none: the files are state {d.state.id}'s")
     else:
         shown = ", ".join(f"{k} ({kind})" for k, kind in list(d.code.items())[:8])
         out.append(f"  code         {len(d.code)} file(s) differ from state {d.state.id}: {shown}"

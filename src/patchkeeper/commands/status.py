@@ -42,6 +42,7 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
         print(f"state {current.id}{' (' + current.name + ')' if current.name else ''}: {current.stack_text()}")
         for p in current.stack:
             print(f"  {p['name']}@{p['version']}  {p['digest'][:19]}…")
+        _print_unit(s, exec_start)
         if report is not None:
             print("audit: " + report.summary())
         if not diffs:
@@ -52,7 +53,6 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
                 print(f"  {kind:8} {key}")
             if len(diffs) > 20:
                 print(f"  … and {len(diffs) - 20} more")
-        _print_unit(s, exec_start)
         return 0
 
 
