@@ -70,7 +70,7 @@ def _chmod(path: Path, mode: int) -> None:
 
 def _ops(out: str) -> list[str]:
     """The per-file lines of a printed plan ("  M key  size"), which do not depend on the target."""
-    return sorted(line for line in out.splitlines() if line[:4] in ("  M ", "  A ", "  D ", "  m "))
+    return sorted(line.split("  (/")[0] for line in out.splitlines() if line[:4] in ("  M ", "  A ", "  D ", "  m "))
 
 
 def test_verbs_over_ssh_work_as_locally(fleet, pristine_venv):
@@ -335,7 +335,8 @@ def test_verification_runs_on_the_host_and_rolls_back_over_ssh(fleet, tmp_path):
     from test_verify import FAKE, free_port
 
     port, pidfile, log = free_port(), tmp_path / "fake.pid", tmp_path / "fake.log"
-    restart = shlex.join([sys.executable, str(FAKE), "start", "--state", str(fleet.units["ct129"]), "--port", str(port),
+    restart = shlex.join([sys.executable, str(FAKE), "start", "--state", str(fleet.units["ct129"]),
+                          "--state", str(fleet.dropin("ct129")), "--port", str(port),
                           "--pidfile", str(pidfile), "--log", str(log), "--default", "healthy",
                           "--when", "DDTREE=degenerate"])
     with open(fleet.env.root / "patchkeeper.toml", "a") as f:
