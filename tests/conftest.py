@@ -158,6 +158,15 @@ class Env:
     def state_dir(self) -> Path:
         return self.venv / ".patchkeeper"
 
+    @property
+    def dropin(self) -> Path:
+        """The patch sets' systemd drop-in: <unit>.d/50-patchkeeper.conf beside the host's unit."""
+        return self.unit.with_name(self.unit.name + ".d") / "50-patchkeeper.conf"
+
+    def running(self) -> str:
+        """What the unit runs: the host's unit, then its drop-in (the patch sets' ExecStart)."""
+        return self.unit.read_text() + (self.dropin.read_text() if self.dropin.exists() else "")
+
     def pk(self, *args: str, check: int | None = 0, env: dict | None = None) -> subprocess.CompletedProcess:
         """Run the real CLI in a subprocess; assert its exit code unless check is None."""
         proc = subprocess.run([sys.executable, "-m", "patchkeeper", "--workspace", str(self.root), *args],
@@ -168,8 +177,9 @@ class Env:
 
     def snapshot(self) -> dict:
         files = tree(self.venv)
-        files["@unit"] = (hashlib.sha256(self.unit.read_bytes()).hexdigest(), stat.S_IMODE(self.unit.stat().st_mode)) \
-            if self.unit.exists() else None
+        for key, path in (("@unit", self.unit), ("@dropin", self.dropin)):
+            files[key] = (hashlib.sha256(path.read_bytes()).hexdigest(), stat.S_IMODE(path.stat().st_mode)) \
+                if path.exists() else None
         return files
 
 

@@ -54,10 +54,10 @@ def test_clean_target_then_applied_patch_sets_are_patched_not_drift(aenv):
     assert code == 0 and doc["counts"]["drift"] == 0
     patched = found(doc, "patched")
     assert patched["sglang/srt/speculative/ddtree_utils.py"]["kind"] == "added"
-    assert patched["@unit"]["kind"] == "changed"
+    assert patched["@dropin"]["kind"] == "added"  # the drop-in beside the host's unit, which is not touched
     out = aenv.pk("audit").stdout
     assert "ddtree_utils.py" not in out and f"{doc['counts']['patched']} patched" in out
-    assert out.strip().splitlines()[-1] == f"code state matches {doc['state']['id']} (ddtree@2.0.1); environment clean"
+    assert out.strip().splitlines()[-1] == f"code state matches {doc['state']['id']} (ddtree@3.0.0); environment clean"
     assert "ddtree_utils.py" in aenv.pk("audit", "-v").stdout
 
 

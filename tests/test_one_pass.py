@@ -314,7 +314,7 @@ def test_a_sealed_audit_is_given_again_only_while_nothing_it_read_has_changed(en
 
     target = open_target(workspace.load(env.root).target(None))
     scan = scan_request(target)  # the package's RECORD paths, its top directories, the unit file
-    assert scan.absolute == {"@unit": str(unit)} and "sglang" in scan.walk
+    assert scan.absolute == {"@unit": str(unit), "@dropin": str(env.dropin)} and "sglang" in scan.walk
     request = TreeRequest(str(state / "store"), digest, scan, TAG, (), str(state / "audit" / "bytecode.cache"),
                           sealed_at)
     first = Agent().audit_tree(request)

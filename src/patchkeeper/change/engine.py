@@ -51,10 +51,12 @@ class Plan:
 
 @dataclass(frozen=True)
 class Changed:
-    """A plan carried out (or, on a dry run, the plan that would be)."""
+    """A plan carried out (or, on a dry run, the plan that would be); `exec_start` is the unit's
+    effective ExecStart after it (units.Command, or why it is not known) when it changed a role file."""
 
     plan: Plan
     dry_run: bool
+    exec_start: Any = None
 
 
 def scan_keys(target: Target, keys: Iterable[str]) -> dict[str, Entry]:
@@ -233,8 +235,11 @@ def check_fits(target: Target, sets: list[PatchSet], force: bool) -> list[str]:
                 raise Refused(msg, "use --force to apply it anyway")
             notes.append(f"warning: {msg} (--force)")
         if m.kind == "role":
+            hint = (f"add unit = \"/etc/systemd/system/NAME.service\" (the host's unit; the drop-in goes beside it) "
+                    f"or dropin = \"...\" to [targets.{target.name}.files]" if m.have == "dropin" else
+                    f"add {m.have} = \"...\" to [targets.{target.name}.files]")
             raise BadInput(f"patch set {ps.ident} sets the {m.have!r} file, but target {target.name} "
-                           f"has no such role", f"add {m.have} = \"...\" to [targets.{target.name}.files]")
+                           f"has no such role", hint)
     for ps in sets:
         _refuse_unmanaged(info, ps)
     unsafe = patchset.unsafe_modes(sets)
@@ -541,6 +546,7 @@ def plan_rollback(s: Session, spec: str) -> Plan | None:
     goal, upto = repair.rollback_goal(ledger, spec)
     to_goal, to_recorded = compare(target, goal.manifest, current.manifest)
     hand = _kinds(to_recorded)  # changed by hand since the last transaction: backed up, then named
+    notes = _keep_host_unit(target, to_goal, to_recorded, hand)
     ops = [FileOp(k, target.info.path_of(k), actual, want) for k, (want, actual) in to_goal.items()]
     env_ops = repair.environment_ops(target, ledger, upto)  # files repairs changed outside the package
     _refuse_escaping(target, [op.key for op in ops if not op.key.startswith(ROLE_PREFIX)], "the rollback writes")
@@ -571,7 +577,20 @@ def plan_rollback(s: Session, spec: str) -> Plan | None:
                         changed=differences({op.key: op.old for op in ops if op.old},
                                             {op.key: op.new for op in ops if op.new}),
                         hand_edits=tuple(hand), extra=extra)
-    return Plan(tuple(ops), {}, entry, tuple(hand))
+    return Plan(tuple(ops), {}, entry, tuple(hand), tuple(notes))
+
+
+def _keep_host_unit(target: Target, to_goal: dict[str, Any], to_recorded: dict[str, Any],
+                    hand: dict[str, str]) -> list[str]:
+    """The host's unit (role `unit`) is written back only to undo what a transaction did to it (a patch
+    set of the old style that wrote the whole unit): a hand edit alone is the host's, and stays."""
+    key = ROLE_PREFIX + "unit"
+    if key not in to_goal or key not in to_recorded or to_recorded[key][0] != to_goal[key][0]:
+        return []
+    del to_goal[key]
+    hand.pop(key, None)
+    return [f"note: the host's unit {target.info.path_of(key)} differs from the recorded state (edited on the host); "
+            "left as it is: patchkeeper writes it only to undo its own changes (`patchkeeper snapshot` records it)"]
 
 
 def execute(s: Session, plan: Plan) -> None:

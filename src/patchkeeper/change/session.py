@@ -6,7 +6,7 @@ import sys
 import time
 
 from ..errors import Refused, Unfinished
-from ..records import statedir
+from ..records import history, statedir
 from ..records.ledger import Ledger
 from ..targets import Target, open_target
 from ..workspace import Workspace
@@ -16,9 +16,12 @@ class Session:
     """`with Session(ws, name, "apply ddtree") as s:` locks the target and recovers it first.
 
     With `write=False` the lock is taken only when an interrupted transaction must be recovered.
+    What the command copied into the workspace's snapshots/ (`record`) is committed once as it ends;
+    with `commit=False` the caller takes the record (a worker of --all: one commit for them all).
     """
 
-    def __init__(self, workspace: Workspace, target_name: str | None, command: str, write: bool = True) -> None:
+    def __init__(self, workspace: Workspace, target_name: str | None, command: str, write: bool = True,
+                 commit: bool = True) -> None:
         self.workspace = workspace
         self.config = workspace.target(target_name)
         self.command = command
@@ -28,6 +31,8 @@ class Session:
         self.recovered: str | None = None
         self.unfinished: Unfinished | None = None  # a committed transaction recovery could not finish
         self._locked = False
+        self.record = history.Record(self.config.name, command)  # what changes.mirror copied, for one commit
+        self.commit = commit
 
     @property
     def target(self) -> Target:
@@ -97,6 +102,9 @@ class Session:
                   "left by an interrupted command", file=sys.stderr)
 
     def __exit__(self, *exc) -> None:
+        if self.commit and self.record.paths and not isinstance(exc[1], KeyboardInterrupt):
+            history.commit_records(self.workspace.root, [self.record])
+            self.record = history.Record(self.config.name, self.command)
         if self._locked:
             self.target.agent.unlock(self.ledger.lock_path)
             self._locked = False

@@ -41,5 +41,9 @@ def log(ws: Workspace, target: str | None, as_json: bool) -> int:
 def _verify_line(e, when: str) -> str:
     report = e.extra.get("verify", {})
     result = "passed" if report.get("ok") else f"FAILED ({report.get('reason')})"
-    figures = f"  {report['tokens']} tokens, {report['tokens_per_s'] or 0:.1f} tokens/s" if report.get("tokens") else ""
+    figures = ""
+    if report.get("tokens"):
+        figures = f"  {report['tokens']} tokens, {report['tokens_per_s'] or 0:.1f} tokens/s"
+    if report.get("seconds") is not None:
+        figures += f"  smoke {report['seconds']:.2f}s"
     return f"{e.id}  {when}  {e.who}  verify   {e.after.id} {result}{figures}  `{e.command}` ({e.extra.get('phase')})"
