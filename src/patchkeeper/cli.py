@@ -13,7 +13,9 @@ from .errors import EXIT_INTERRUPTED, PatchkeeperError
 
 
 def _say(text: str) -> None:
-    sys.stderr.write(text + "\n")
+    from .printable import lines  # a message may quote a host's words: no control character reaches the terminal
+
+    sys.stderr.write(lines(text) + "\n")
     sys.stderr.flush()
 
 

@@ -263,7 +263,7 @@ def _chunks(items: list[str], n: int) -> Iterable[list[str]]:
 
 def _probe(target: Target, module: str, timeout: float) -> str | None:
     """None when `module` imports in the target's interpreter, else the exception's last line."""
-    code, out, err = target.run([target.info.python, "-c", _PROBE, module], timeout=timeout)
+    code, out, err = target.run_python(_PROBE, (module,), timeout=timeout, isolated=False, python=target.info.python)
     if code == 0:
         return None
     if code == 124 and b"timed out" in err:

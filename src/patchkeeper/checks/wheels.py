@@ -14,7 +14,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from ..errors import BadInput, Refused
 from ..host.disk import normalize_name
@@ -52,17 +52,19 @@ class Tags:
 
 def target_tags(target: Target) -> Tags:
     """Ask the target's own interpreter for its implementation, version, ABI and platform tags."""
-    code, out, err = target.run([target.info.python, "-I", "-c", _TAGS], timeout=60)
-    if code != 0:
-        raise Refused(f"cannot ask {target.name}'s interpreter for its wheel tags: "
-                      f"{err.decode(errors='replace').strip()[-200:] or code}", "pass --wheel FILE")
-    d = json.loads(out)
-    impl = _IMPLEMENTATIONS.get(d["implementation"], d["implementation"])
-    major, minor = d["version"]
-    abis = (f"{impl}{major}{minor}{d['abiflags']}", "abi3", "none") if impl == "cp" else (f"{impl}{major}{minor}", "none")
-    plat = re.sub(r"[-.]", "_", d["platform"])
+    code, out, err = target.run_python(_TAGS, python=target.info.python)
+    try:
+        d: dict[str, Any] = json.loads(out) if code == 0 else {}
+        impl = str(_IMPLEMENTATIONS.get(d["implementation"], d["implementation"]))
+        major, minor = d["version"]
+        plat = re.sub(r"[-.]", "_", d["platform"])
+        libc, libc_version = d["libc"]
+    except (ValueError, TypeError, KeyError):
+        said = err.decode(errors="replace").strip()[-200:] or out[:200].decode(errors="replace") or str(code)
+        raise Refused(f"cannot ask {target.name}'s interpreter for its wheel tags: {said}", "pass --wheel FILE") from None
+    abis = (f"{impl}{major}{minor}{d.get('abiflags', '')}", "abi3", "none") if impl == "cp" \
+        else (f"{impl}{major}{minor}", "none")
     platforms = [plat]
-    libc, libc_version = d["libc"]
     if plat.startswith("linux_") and libc == "glibc" and re.fullmatch(r"\d+\.\d+", libc_version or ""):
         arch = plat[len("linux_"):]
         glibc_minor = int(libc_version.split(".")[1])

@@ -7,6 +7,7 @@ import time
 
 from ..change.session import Session
 from ..checks import audit as audit_core
+from ..printable import one_line
 from ..workspace import Workspace
 from . import emit_json
 
@@ -78,11 +79,11 @@ def print_report(report: audit_core.AuditReport, verbose: bool) -> None:
         print(f"{cls} ({len(found)}):")
         for f in found[:_SHOWN]:
             where = f"{f.dist}: " if f.dist and cls == "environment" else ""
-            print(f"  {f.kind:13} {where}{f.path}  {f.detail}")
+            print(one_line(f"  {f.kind:13} {where}{f.path}  {f.detail}"))
         if len(found) > _SHOWN:
             print(f"  … and {len(found) - _SHOWN} more (--json lists all)")
     for note in report.notes:
-        print(f"note: {note}")
+        print(f"note: {one_line(note)}")
     counts = ", ".join(f"{report.count(c)} {c}" for c in audit_core.CLASSES)
     print(f"{counts}")
     print(report.summary())

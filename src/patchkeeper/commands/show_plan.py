@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from ..change.changes import Step
 from ..change.engine import Changed, Plan
 from ..change.mirror import NotMirrored
+from ..printable import one_line
 from ..records.ledger import State
 from ..records.manifest import ROLE_PREFIX
 
@@ -26,9 +27,9 @@ def render_plan(plan: Plan, target: str, dry_run: bool) -> None:
         print(note)
     if plan.drift:
         print(f"files changed by hand since state {e.before.id if e.before else '?'} "
-              f"(backed up{' first' if dry_run else ''}): " + ", ".join(plan.drift))
+              f"(backed up{' first' if dry_run else ''}): " + one_line(", ".join(plan.drift)))
         for key, digest in e.backups.items():
-            print(f"  backup of {key}: {digest}")
+            print(f"  backup of {one_line(key)}: {digest}")
         if e.backups:
             print(f"  (get one back: patchkeeper show-backup DIGEST -t {target} > FILE)")
     print(f"{target}: {e.kind} {e.before.stack_text() if e.before else '(nothing)'} -> {e.after.stack_text()}")
@@ -37,7 +38,7 @@ def render_plan(plan: Plan, target: str, dry_run: bool) -> None:
             "mode" if op.old.digest == op.new.digest else "changed"
         size = f"{op.new.size} bytes" if op.new else ""
         mode = f" mode {op.new.mode:o}" if op.new and op.old and op.old.mode != op.new.mode else ""
-        print(f"  {_MARK[kind]} {op.key}  {size}{mode}")
+        print(f"  {_MARK[kind]} {one_line(op.key)}  {size}{mode}")
         if dry_run and op.key.startswith(ROLE_PREFIX) and op.new and op.new.digest in plan.contents:
             for line in plan.contents[op.new.digest].decode("utf-8", "replace").splitlines():
                 print(f"      | {line}")  # the role file as it would be written, templates rendered

@@ -89,17 +89,19 @@ class FileStat(Answer):
 @dataclass(frozen=True)
 class ChangedFiles(Answer):
     """The files of a directory that differ from what the caller remembers (see read_changed): their
-    bytes, their identity (size, mtime_ns, ctime_ns, inode; None: too fresh to remember), and the
-    remembered names that are gone."""
+    bytes, their identity (size, mtime_ns, ctime_ns, inode; None: too fresh to remember), the
+    remembered names that are gone, and the files not read because they are not to be trusted (why)."""
 
     files: Dict[str, bytes]
     identities: Dict[str, Optional[Tuple[int, int, int, int]]]
     gone: Tuple[str, ...] = ()
+    untrusted: Dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_wire(cls, doc: Dict[str, Any]) -> "ChangedFiles":
         return cls(doc["files"], {name: None if i is None else (i[0], i[1], i[2], i[3])
-                                  for name, i in doc["identities"].items()}, tuple(doc.get("gone", ())))
+                                  for name, i in doc["identities"].items()}, tuple(doc.get("gone", ())),
+                   dict(doc.get("untrusted") or {}))
 
 
 @dataclass(frozen=True)
@@ -362,9 +364,17 @@ def requests_from_wire(method: str, args: List[Any]) -> List[Any]:
 
 
 def answer_from_wire(method: str, value: Any) -> Any:
-    """A method's answer as the agent returned it, from the plain data the wire carried."""
+    """A method's answer as the agent returned it, from the plain data the wire carried, checked
+    against this contract's types (shapes.py: the controller's side only); shapes.Malformed if not."""
+    from . import shapes
+
     decode = _ANSWERS.get(method)
-    return value if decode is None else decode(value)
+    try:
+        answer = value if decode is None else decode(value)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+        raise shapes.Malformed(f"{type(exc).__name__}: {exc}"[:200]) from None
+    shapes.answer(method, answer)
+    return answer
 
 
 class AgentContract(Protocol):
@@ -387,7 +397,7 @@ class AgentContract(Protocol):
     def pid(self) -> int: ...
 
     # ---- files ---------------------------------------------------------------------------------
-    def read(self, path: str) -> bytes: ...
+    def read(self, path: str, owned: bool = False) -> bytes: ...
 
     def lstat(self, path: str) -> Optional[FileStat]: ...
 

@@ -26,7 +26,7 @@ from typing import Any, Callable
 from ..host.disk import hash_bytes, load_cache, save_cache, user_cache
 from ..targets import Target
 
-STAMP = ("pk-ledger-index", 2, tuple(sys.version_info[:2]))
+STAMP = ("pk-ledger-index", 3, tuple(sys.version_info[:2]))  # 3: entries checked (shapes.py) before kept
 Identity = tuple[int, int, int, int]  # size, mtime_ns, ctime_ns, inode
 CREATED_DIRS = "created_dirs"  # key of a ledger entry's extra: the directories its transaction created
 
@@ -96,6 +96,7 @@ class Read:
 
     slots: tuple[Slot, ...]
     files_read: int
+    untrusted: dict[str, str]  # entry files not read, and why (another user's, writable by others)
 
 
 def path_of(target: Target) -> str:
@@ -110,7 +111,8 @@ def read(target: Target, directory: str, parse: Callable[[str, bytes], dict[str,
     path = path_of(target)
     known: dict[str, tuple[Identity, int, str, Facts, bytes]] = load_cache(path, STAMP) or {}
     answer = target.agent.read_changed(directory, ".json", {name: kept[0] for name, kept in known.items()})
-    kept = {name: v for name, v in known.items() if name not in answer.files and name not in answer.gone}
+    kept = {name: v for name, v in known.items()
+            if name not in answer.files and name not in answer.gone and name not in answer.untrusted}
     slots = [Slot(name, seq, entry_id, facts, blob) for name, (_, seq, entry_id, facts, blob) in kept.items()]
     grew = False
     for name, data in answer.files.items():
@@ -124,4 +126,4 @@ def read(target: Target, directory: str, parse: Callable[[str, bytes], dict[str,
     if grew or len(kept) != len(known):
         save_cache(path, STAMP, kept, 0o600)
     slots.sort(key=lambda slot: slot.seq)
-    return Read(tuple(slots), len(answer.files))
+    return Read(tuple(slots), len(answer.files), answer.untrusted)

@@ -54,12 +54,18 @@ def command_line(python: str, size: int) -> str:
     return " ".join(shlex.quote(a) for a in argv(python, size))
 
 
+HELLO_TIMEOUT = 120.0  # seconds for an agent to start and say hello (an interpreter, an upload)
+CALL_TIMEOUT = 1800.0  # seconds an answer may keep the wire silent (hashing a large package cold)
+
+
 class Link(Protocol):
     """A started agent's end of the wire: bytes in, bytes out, its stderr for an error message."""
 
     def send(self, data: bytes) -> None: ...
 
-    def recv(self, n: int) -> bytes: ...  # b"" at the end
+    def recv(self, n: int) -> bytes: ...  # b"" at the end; TimeoutError after `settimeout` seconds of silence
+
+    def settimeout(self, seconds: float | None) -> None: ...
 
     def stderr(self) -> str: ...  # its last line
 
@@ -80,6 +86,9 @@ class SshLink:
     def recv(self, n: int) -> bytes:
         return self._chan.recv(n)
 
+    def settimeout(self, seconds: float | None) -> None:
+        self._chan.settimeout(seconds)
+
     def stderr(self) -> str:
         out = b""
         while self._chan.recv_stderr_ready():
@@ -89,7 +98,7 @@ class SshLink:
     def close(self) -> None:
         try:
             self._chan.shutdown_write()  # end of input: the agent returns and exits
-            self._chan.recv_exit_status()
+            self._chan.status_event.wait(10)  # (one that floods its stdout unread never does)
         except Exception:
             pass
         self._chan.close()
@@ -103,22 +112,44 @@ class PipeLink:
         import tempfile
 
         self._err = tempfile.TemporaryFile()  # a file, not a pipe: a chatty stderr cannot block it
+        self._timeout: float | None = None
         try:
             self._proc = subprocess.Popen(argv(python, len(program)), stdin=subprocess.PIPE,
                                           stdout=subprocess.PIPE, stderr=self._err)
         except OSError:
             self._err.close()
             raise
-        self.send(program)
+        # sent on a thread: an interpreter that prints much before it reads (a sitecustomize) would
+        # otherwise fill its stdout while this process fills its stdin, each waiting for the other
+        self._sending = threading.Thread(target=self._send_program, args=(program,), daemon=True)
+        self._sending.start()
 
-    def send(self, data: bytes) -> None:
+    def _send_program(self, program: bytes) -> None:
+        try:
+            self._write(program)
+        except OSError:
+            pass  # the interpreter is gone: reading its hello says so
+
+    def _write(self, data: bytes) -> None:
         assert self._proc.stdin is not None
         self._proc.stdin.write(data)
         self._proc.stdin.flush()
 
+    def send(self, data: bytes) -> None:
+        self._sending.join()
+        self._write(data)
+
     def recv(self, n: int) -> bytes:
+        import select
+
         assert self._proc.stdout is not None
-        return os.read(self._proc.stdout.fileno(), n)
+        fd = self._proc.stdout.fileno()
+        if self._timeout is not None and not select.select([fd], [], [], self._timeout)[0]:
+            raise TimeoutError(f"nothing for {self._timeout:g} s")
+        return os.read(fd, n)
+
+    def settimeout(self, seconds: float | None) -> None:
+        self._timeout = seconds
 
     def stderr(self) -> str:
         self._err.seek(0)
@@ -128,14 +159,15 @@ class PipeLink:
         import subprocess
 
         try:
+            if self._proc.stdout is not None:
+                self._proc.stdout.close()  # nothing more is read: an interpreter still printing stops too
+            self._sending.join(5)
             if self._proc.stdin is not None:
                 self._proc.stdin.close()  # end of input: the agent returns and exits
             self._proc.wait(timeout=30)
         except (OSError, subprocess.TimeoutExpired):
             self._proc.kill()
             self._proc.wait()
-        if self._proc.stdout is not None:
-            self._proc.stdout.close()
         self._err.close()
 
 
@@ -155,18 +187,67 @@ class AgentProxy(c.AgentContract):
         self._lock = threading.Lock()
         self._buf = bytearray()
         self._idle = True  # no request is half sent or half answered: the wire is between frames
+        self._python = python
+        self._noise = b""
         try:
+            link.settimeout(HELLO_TIMEOUT)
+            noise = self._greeting()
             header, hello = wire.decode(self._read_exact)
-        except TargetError:
+            if not isinstance(hello, dict) or not isinstance(hello.get("python"), str):
+                raise wire.FrameError("a hello without the agent's facts")
+            self.remote_algorithm: str = c.answer_from_wire("algorithm", hello.get("algorithm"))
+            link.settimeout(CALL_TIMEOUT)
+        except (TargetError, ValueError) as exc:
             err = link.stderr()
             link.close()
+            if isinstance(exc, _Said):
+                raise
+            if isinstance(exc, ValueError):
+                raise self._malformed("its hello", exc) from None
             raise TargetError(f"target {target_name}: cannot start its interpreter {python}"
                               + (" on the host" if isinstance(link, SshLink) else "")
-                              + (f": {err}" if err else ""),
+                              + (f": {err}" if err else "")
+                              + (f" (it printed {_quoted(self._noise)} first)" if self._noise else ""),
                               f"fix python = ... in [targets.{target_name}]") from None
         self.hello: dict[str, Any] = hello  # a holder hands it on to the command it gives this agent to
-        self.remote_algorithm: str = hello["algorithm"]
         self.remote_python: str = hello["python"]
+        self.noise = noise  # what the interpreter printed before the agent spoke (skipped)
+
+    def _greeting(self) -> bytes:
+        """Read up to the agent's magic (wire.MAGIC); return what the interpreter printed before it
+        (a sitecustomize or a .pth that prints), refused once it passes wire.NOISE_MAX bytes."""
+        buf = self._buf
+        self._noise = b""
+        while True:
+            at = buf.find(wire.MAGIC)
+            if at >= 0:
+                noise = bytes(buf[:at])
+                del buf[:at + len(wire.MAGIC)]
+                return noise
+            self._noise = bytes(buf)
+            if len(buf) > wire.NOISE_MAX + len(wire.MAGIC):
+                raise _Said(f"target {self._name}: the target's Python ({self._python}) printed "
+                            f"{_quoted(bytes(buf))} before the agent started: a sitecustomize or .pth?",
+                            "make the target's Python print nothing when it starts (see the sitecustomize.py "
+                            "and *.pth files of its site-packages)")
+            chunk = self._recv(1 << 16)
+            if not chunk:
+                raise TargetError(f"the connection to target {self._name} was lost")
+            buf += chunk
+
+    def _recv(self, n: int) -> bytes:
+        try:
+            return self._link.recv(n)
+        except TimeoutError:
+            raise _Said(f"target {self._name}: its agent sent nothing for "
+                              f"{HELLO_TIMEOUT if self._idle else CALL_TIMEOUT:g} s; gave up waiting",
+                              f"check the host and its Python ({self._python}); then run "
+                              f"`patchkeeper recover -t {self._name}` (or any command on it)") from None
+
+    def _malformed(self, what: str, exc: Exception) -> TargetError:
+        return TargetError(f"target {self._name}: {what} from its agent is malformed: {exc}",
+                           f"the agent runs in {self._python} on the host, from this patchkeeper: a host that "
+                           "answers so is not running it as sent; nothing was changed by this answer")
 
     @classmethod
     def over_ssh(cls, channel: Any, target_name: str, python: str) -> "AgentProxy":
@@ -184,7 +265,7 @@ class AgentProxy(c.AgentContract):
     def _read_exact(self, n: int) -> bytes:
         buf = self._buf
         while len(buf) < n:
-            chunk = self._link.recv(max(n - len(buf), 1 << 18))
+            chunk = self._recv(min(max(n - len(buf), 1 << 18), 1 << 24))
             if not chunk:
                 raise TargetError(f"the connection to target {self._name} was lost",
                                   f"run `patchkeeper recover -t {self._name}` (or any command on it): "
@@ -203,11 +284,17 @@ class AgentProxy(c.AgentContract):
             except OSError as exc:
                 raise TargetError(f"the connection to target {self._name} was lost ({exc})",
                                   f"run `patchkeeper recover -t {self._name}`") from None
-            header, value = wire.decode(self._read_exact)
+            try:
+                header, value = wire.decode(self._read_exact)
+            except wire.FrameError as exc:
+                raise self._malformed(f"the answer to {method}", exc) from None
             self._idle = not self._buf
         if "error" in header:
             raise _exception(header["error"], self._name, method)
-        return c.answer_from_wire(method, value)
+        try:
+            return c.answer_from_wire(method, value)
+        except ValueError as exc:  # shapes.Malformed
+            raise self._malformed(f"the answer to {method}", exc) from None
 
     def close(self) -> None:
         """End this command's use of the agent. Over a holder's socket, an agent left between two
@@ -224,13 +311,19 @@ class AgentProxy(c.AgentContract):
     # ---- the contract, method by method (host.contract.AgentContract) -------------------------
     def hostname(self) -> str:
         if "hostname" in self.hello:  # the agent's answers that cannot change while it runs came with its hello
-            return self.hello["hostname"]
+            return self._from_hello("hostname")
         return self._call("hostname")
 
     def interpreter(self) -> c.Interpreter:
         if "interpreter" in self.hello:
-            return c.Interpreter.from_wire(self.hello["interpreter"])
+            return self._from_hello("interpreter")
         return self._call("interpreter")
+
+    def _from_hello(self, method: str) -> Any:
+        try:
+            return c.answer_from_wire(method, self.hello[method])
+        except ValueError as exc:
+            raise self._malformed(f"the {method} in its hello", exc) from None
 
     def algorithm(self) -> str:
         return self._call("algorithm")
@@ -238,8 +331,8 @@ class AgentProxy(c.AgentContract):
     def pid(self) -> int:
         return self._call("pid")
 
-    def read(self, path: str) -> bytes:
-        return self._call("read", path)
+    def read(self, path: str, owned: bool = False) -> bytes:
+        return self._call("read", path, owned)
 
     def lstat(self, path: str) -> c.FileStat | None:
         return self._call("lstat", path)
@@ -348,12 +441,26 @@ class AgentProxy(c.AgentContract):
         return self._call("fingerprint", sites, cache_root, main_site, parts, managed)
 
 
-def _exception(doc: dict, target: str, method: str) -> Exception:
-    kind = doc["type"]
+class _Said(TargetError):
+    """An error that already says what went wrong with the agent's start (not: its interpreter failed)."""
+
+
+def _quoted(data: bytes) -> str:
+    text = data.decode("utf-8", "replace").strip()
+    return repr(text if len(text) <= 80 else text[:77] + "...")
+
+
+def _exception(doc: Any, target: str, method: str) -> Exception:
+    """The exception an error document from the agent stands for (wire.error_doc)."""
+    doc = doc if isinstance(doc, dict) else {}
+    kind, message = str(doc.get("type", "?")), str(doc.get("message", "?"))
     if kind == "FileNotFoundError":
-        return FileNotFoundError(doc.get("errno") or 2, doc.get("strerror") or doc["message"], doc.get("filename"))
-    if kind == "AgentError" and "kind" in doc:
-        return AgentError(doc["kind"], doc["message"])
-    detail = doc.get("trace", "").strip().splitlines()[-1:] or [f"{kind}: {doc['message']}"]
+        errno, filename = doc.get("errno"), doc.get("filename")
+        return FileNotFoundError(errno if type(errno) is int else 2, str(doc.get("strerror") or message),
+                                 filename if isinstance(filename, str) else None)
+    if kind == "AgentError" and isinstance(doc.get("kind"), str):
+        return AgentError(doc["kind"], message)
+    trace = doc.get("trace")
+    detail = (trace.strip().splitlines()[-1:] if isinstance(trace, str) else []) or [f"{kind}: {message}"]
     return TargetError(f"target {target}: {method} failed on the host: {detail[0]}",
                        "check the path and permissions on the host")
