@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -156,10 +157,19 @@ class Wheel:
             raise BadInput(f"{path.name} is not a wheel: it has {len(infos)} .dist-info directories", "give a .whl file")
         self.dist_info = infos[0]
         self.data_dir = self.dist_info[:-len(".dist-info")] + ".data"
-        meta = self._zip.read(f"{self.dist_info}/METADATA").decode("utf-8", "replace")
+        meta = self.read(f"{self.dist_info}/METADATA").decode("utf-8", "replace")
         fields = dict(line.split(":", 1) for line in meta.split("\n\n", 1)[0].splitlines() if ":" in line)
         self.name = fields.get("Name", "").strip()
         self.version = fields.get("Version", "").strip()
+
+    def read(self, name: str) -> bytes:
+        """A member's bytes, checked against its CRC by zipfile; a damaged one is BadInput naming the wheel."""
+        try:
+            return self._zip.read(name)
+        except (zipfile.BadZipFile, zlib.error, EOFError, OSError, KeyError) as exc:
+            raise BadInput(f"the wheel {self.path} is damaged: its member {name} cannot be read ({exc}); "
+                           "nothing was changed", "download the wheel again (a download cut short or corrupted?)"
+                           ) from None
 
     def close(self) -> None:
         self._zip.close()
@@ -175,7 +185,7 @@ class Wheel:
             return None
         info = self._zip.getinfo(name)
         executable = (info.external_attr >> 16) & 0o111
-        return self._zip.read(name), 0o755 if executable else 0o644
+        return self.read(name), 0o755 if executable else 0o644
 
     def _entry_points(self) -> dict[str, str]:
         """console_scripts and gui_scripts: script name -> "module:attr"."""
@@ -184,7 +194,7 @@ class Wheel:
             return {}
         parser = configparser.ConfigParser(delimiters=("=",), interpolation=None)
         parser.optionxform = str  # type: ignore[assignment]
-        parser.read_string(self._zip.read(name).decode("utf-8"))
+        parser.read_string(self.read(name).decode("utf-8", "replace"))
         out = {}
         for section in ("console_scripts", "gui_scripts"):
             if parser.has_section(section):

@@ -34,7 +34,7 @@ def log(ws: Workspace, target: str | None, as_json: bool) -> int:
                        "restore-pristine": "hand edits found before the first baseline, backed up, then given "
                                            "the release's bytes (--restore-pristine)"}.get(str(e.extra.get("adopted")))
             if e.hand_edits:
-                backups = e.backups
+                backups = e.backed_up
                 print(f"    {adopted or 'backed up hand edits first'}: " + one_line(", ".join(
                     f"{k} ({backups[k][:len('blake3:') + 16]}…)" if k in backups else k for k in e.hand_edits)))
         return 0

@@ -80,9 +80,11 @@ def _block(text: str, out: TextIO, lines: int = 40) -> None:
 
 
 def render_not_mirrored(step: NotMirrored) -> None:
+    from ..errors import os_hint
+
     print(f"patchkeeper: warning: {step.done}, but its records could not be copied into {step.where}: "
-          f"{step.reason}\n  hint: make room, then run `patchkeeper recover -t {step.target}`: it copies them again",
-          file=sys.stderr)
+          f"{one_line(step.reason)}\n  hint: "
+          + os_hint(step.errno, f"run `patchkeeper recover -t {step.target}`: it copies them again"), file=sys.stderr)
 
 
 def step_printer(target: str):

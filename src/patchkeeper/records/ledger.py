@@ -147,6 +147,22 @@ class LedgerEntry:
         found = dict(self.extra).get("backups")
         return dict(found) if isinstance(found, dict) else {}
 
+    @property
+    def backed_up(self) -> dict[str, str]:
+        """Key -> digest of every backup the entry names: the hand edits a change backed up
+        (`backups`), files changed by hand before `recover` finished, and the files a
+        --restore-pristine baseline replaced (`replaced`; a file it added back has no backup)."""
+        extra = dict(self.extra)
+        found: dict[str, str] = {}
+        replaced = extra.get("replaced")
+        if isinstance(replaced, dict):
+            found.update((k, row[0]) for k, row in replaced.items() if isinstance(row, list) and row)
+        for name in ("backed_up_at_recovery", "backups"):
+            table = extra.get(name)
+            if isinstance(table, dict):
+                found.update((k, d) for k, d in table.items() if isinstance(d, str))
+        return found
+
     def file_name(self) -> str:
         return ledger_index.file_name(self.seq, self.id)
 
@@ -272,8 +288,9 @@ class Entries(Sequence[LedgerEntry]):
 class Ledger:
     """Read and append the ledger of one target, in its state dir."""
 
-    def __init__(self, target: Target) -> None:
+    def __init__(self, target: Target, indexed: bool = True) -> None:
         self.target = target
+        self.indexed = indexed  # False: every entry file read and parsed again (audit --rehash)
         self.dir = posixpath.join(target.info.state_dir, "ledger")
         self._entries: Entries | None = None
         self.files_read = 0  # entry files whose bytes the last read of the ledger took (ledger_index.py)
@@ -290,7 +307,7 @@ class Ledger:
         """Every entry, in seq order: the files unchanged since an earlier command read them come
         from the ledger index, the others are read and parsed (a damaged one is a StoreError)."""
         if self._entries is None:
-            found = ledger_index.read(self.target, self.dir, self._parse)
+            found = ledger_index.read(self.target, self.dir, self._parse, self.indexed)
             self._entries, self.files_read = Entries(found.slots), found.files_read
             if found.untrusted:
                 warn_untrusted(self.target.name, "ledger entr" + ("y" if len(found.untrusted) == 1 else "ies"),

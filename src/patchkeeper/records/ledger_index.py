@@ -105,11 +105,12 @@ def path_of(target: Target) -> str:
     return user_cache(posixpath.join("ledgers", hash_bytes(key).partition(":")[2][:24] + ".marshal"))
 
 
-def read(target: Target, directory: str, parse: Callable[[str, bytes], dict[str, Any]]) -> Read:
+def read(target: Target, directory: str, parse: Callable[[str, bytes], dict[str, Any]], indexed: bool = True) -> Read:
     """The entries of the ledger in `directory` of `target`: the remembered ones whose files kept their
-    identity, the others read again and parsed by `parse` (which raises on a damaged entry)."""
+    identity, the others read again and parsed by `parse` (which raises on a damaged entry); without
+    `indexed`, every one read and parsed (the index neither read nor written)."""
     path = path_of(target)
-    known: dict[str, tuple[Identity, int, str, Facts, bytes]] = load_cache(path, STAMP) or {}
+    known: dict[str, tuple[Identity, int, str, Facts, bytes]] = (load_cache(path, STAMP) or {}) if indexed else {}
     answer = target.agent.read_changed(directory, ".json", {name: kept[0] for name, kept in known.items()})
     kept = {name: v for name, v in known.items()
             if name not in answer.files and name not in answer.gone and name not in answer.untrusted}
@@ -123,7 +124,7 @@ def read(target: Target, directory: str, parse: Callable[[str, bytes], dict[str,
         if identity is not None:
             kept[name] = (identity, doc["seq"], doc["id"], facts, marshal.dumps(doc))
             grew = True
-    if grew or len(kept) != len(known):
+    if indexed and (grew or len(kept) != len(known)):
         save_cache(path, STAMP, kept, 0o600)
     slots.sort(key=lambda slot: slot.seq)
     return Read(tuple(slots), len(answer.files), answer.untrusted)

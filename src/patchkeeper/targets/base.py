@@ -102,6 +102,7 @@ class Target(ABC):
     def __init__(self, config: TargetConfig) -> None:
         self.config = config
         self.name = config.name
+        self.fresh = False  # believe no answer kept between commands (audit --rehash): ask again
 
     @property
     @abstractmethod
@@ -199,6 +200,10 @@ class Target(ABC):
         for role, path in sorted(cfg.files.items()):
             if not posixpath.isabs(path):
                 raise BadInput(f"target {self.name}: role file {role} = {path!r} is not absolute")
+            if (posixpath.normpath(path) + "/").startswith(dist.site.rstrip("/") + "/"):
+                raise BadInput(f"target {self.name}: role file {role} = {path!r} is inside site-packages "
+                               f"({dist.site}), among the files of the package that patchkeeper manages: one file "
+                               "cannot be both", f"name a file outside site-packages in [targets.{self.name}.files]")
             roles.append((role, path))
         return TargetInfo(
             name=self.name, host=self.agent.hostname(), python=cfg.python,
