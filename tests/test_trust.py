@@ -151,7 +151,7 @@ else:
 
 @pytest.mark.parametrize("method, verb", [("dist_info", "status"), ("read_changed", "log"),
                                           ("state_dir_owner", "status"), ("audit_tree", "audit"),
-                                          ("manifest_rows", "diff")])
+                                          ("manifest_rows", "record mine --from baseline")])
 def test_a_malformed_answer_is_one_line_naming_the_call_and_the_target(remote, tmp_path, method, verb):
     remote.pk("apply", "ddtree")
     flag = tmp_path / "break"
@@ -164,7 +164,7 @@ def test_a_malformed_answer_is_one_line_naming_the_call_and_the_target(remote, t
     toml.write_text(toml.read_text().replace(f'python = "{remote.venv}/bin/python"', f'python = "{wrapper}"'))
     remote.pk("status")  # the wrapper's agent, answering honestly
     flag.write_text(method)
-    proc = remote.pk(verb, check=2)
+    proc = remote.pk(*verb.split(), check=2)
     assert proc.stderr.startswith(f"patchkeeper: error: target far: the answer to {method} from its agent is "
                                   "malformed: "), proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 2
