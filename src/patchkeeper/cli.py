@@ -16,7 +16,9 @@ from .options import (adopt_options, change, change_options, chosen, group_optio
 
 
 def _say(text: str) -> None:
-    sys.stderr.write(text + "\n")
+    from .printable import lines  # a message may quote a host's words: no control character reaches the terminal
+
+    sys.stderr.write(lines(text) + "\n")
     sys.stderr.flush()
 
 
@@ -33,9 +35,11 @@ def run_verb(fn: Callable[..., int], *args: Any, **kwargs: Any) -> NoReturn:
             raise  # another pipe (a host's channel...): a real error, reported below
         sys.exit(141)  # as git does when its reader leaves in the middle of raw bytes: 128 + SIGPIPE
     except OSError as exc:  # the file system said no (permissions, a full disk): one line, not a traceback
+        from .errors import os_hint
+
         where = f": {exc.filename}" if exc.filename else ""
-        _say(f"patchkeeper: error: {exc.strerror or exc}{where}\n  hint: fix that, then run the command "
-             "again; an interrupted change is finished or undone by the next command")
+        _say(f"patchkeeper: error: {exc.strerror or exc}{where}\n  hint: " + os_hint(
+            exc.errno, "run the command again; an interrupted change is finished or undone by the next command"))
         sys.exit(2)
     except KeyboardInterrupt:  # Ctrl-C: its own code, not 1 ("differences found")
         _say("\npatchkeeper: error: interrupted (Ctrl-C)\n  hint: a change that was under way is finished or undone by "
@@ -245,16 +249,20 @@ def recover(ctx, target):
 @json_option
 @click.option("-v", "--verbose", is_flag=True, help="also list the files the applied patch sets changed")
 @click.option("--quiet", "-q", is_flag=True, help="no progress bar")
+@click.option("--wait", type=click.FloatRange(min=0), metavar="SECONDS",
+              help="how long to wait for a change under way on the target to end (default 5)")
+@click.option("--rehash", is_flag=True, help="ignore every cache and seal: read and hash every file again")
 @click.pass_context
 @command
-def audit(ctx, targets_, group, probes, every, as_json, verbose, quiet):
+def audit(ctx, targets_, group, probes, every, as_json, verbose, quiet, wait, rehash):
     """What differs in the target's site-packages, and why: patched, drift, environment, bytecode, probe."""
     from .commands.audit import audit as run
 
     picked = chosen(ctx, targets_, group, every)
     if picked is not None:
-        return run(picked, None, list(probes), True, as_json, verbose, quiet)
-    return run(workspace_of(ctx), targets_[0] if targets_ else None, list(probes), False, as_json, verbose, quiet)
+        return run(picked, None, list(probes), True, as_json, verbose, quiet, wait, rehash)
+    return run(workspace_of(ctx), targets_[0] if targets_ else None, list(probes), False, as_json, verbose, quiet,
+               wait, rehash)
 
 
 @main.command()
@@ -279,6 +287,8 @@ bump_option = click.option("--bump", type=click.Choice(["major", "minor", "patch
 @target_option
 @click.option("--from", "since", metavar="STATE", shell_complete=complete_states,
               help="record the target's edits since this state")
+@click.option("--from-adoption", "adoption", is_flag=True,
+              help="record the hand edits found when the target was adopted (its first baseline), against the release")
 @click.option("--git", "checkout", metavar="DIR", help="record from a git checkout of the package's source")
 @click.option("--range", "span", metavar="A..B", help="with --git: the refs to diff")
 @click.option("--subdir", default="", metavar="DIR", help="with --git: the directory holding the package (python)")
@@ -288,12 +298,15 @@ bump_option = click.option("--bump", type=click.Choice(["major", "minor", "patch
 @click.option("--package-version", metavar="SPEC", help="with --git: PEP 440 specifier of fitting versions")
 @click.pass_context
 @command
-def record(ctx, name, target, since, checkout, span, subdir, bump, description, package, package_version):
-    """Write patch set NAME from a target's edits since a state, or from a git range."""
+def record(ctx, name, target, since, adoption, checkout, span, subdir, bump, description, package, package_version):
+    """Write patch set NAME from a target's edits since a state, the hand edits found when it was
+    adopted, or a git range."""
     from .commands import record as rec
 
-    if bool(since) == bool(checkout):
-        raise click.UsageError("give either -t T --from STATE, or --git DIR --range A..B")
+    if sum(map(bool, (since, adoption, checkout))) != 1:
+        raise click.UsageError("give either -t T --from STATE, -t T --from-adoption, or --git DIR --range A..B")
+    if adoption:
+        return rec.record_adoption(_workspace(ctx), target, name, bump, description)
     if checkout:
         if not span:
             raise click.UsageError("--git needs --range A..B")

@@ -34,6 +34,7 @@ class NotMirrored:
     target: str
     where: Path
     reason: str
+    errno: int | None = None  # the file system's refusal, when that was it (EROFS, ENOSPC...)
 
 
 def mirror(ws: Workspace, s: Session, manifest: bool = True, check_all: bool = False) -> list[Path]:
@@ -109,7 +110,8 @@ def try_mirror(ws: Workspace, s: Session, done: str, manifest: bool = True,
             reason = exc.strerror + (f": {exc.filename}" if exc.filename else "")
         else:
             reason = str(exc).splitlines()[0]
-        return NotMirrored(done, s.target.name, ws.snapshots_dir / s.target.name, reason)
+        return NotMirrored(done, s.target.name, ws.snapshots_dir / s.target.name, reason,
+                           exc.errno if isinstance(exc, OSError) else None)
 
 
 def mirror_step(ws: Workspace, s: Session, done: str, step: Callable[[NotMirrored], None], manifest: bool = True) -> None:

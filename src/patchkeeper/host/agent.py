@@ -48,6 +48,7 @@ from .contract import (
     TreeRequest,
 )
 from . import seal
+from .errors import AgentError
 from .distcheck import check_bytecode
 from .distinfo import installed_version, layout, record_paths
 from . import compare
@@ -60,6 +61,16 @@ from .statcache import StatCache, identity
 
 
 _DIST_INFOS: dict[tuple[Any, ...], tuple[list[str], bytes, DistInfo | None]] = {}  # Agent.dist_info's answers
+
+
+def untrusted(st: os.stat_result) -> str | None:
+    """Why a state file (a ledger entry, the journal) with this stat is not to be believed, None when
+    it is: it must belong to the user running the agent (or root) and be writable by no one else."""
+    if st.st_uid not in (os.geteuid(), 0):
+        return f"it belongs to uid {st.st_uid}"
+    if st.st_mode & 0o022:
+        return f"others may write it (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
 
 
 _DAMAGED_LOCK = {"pid": "?", "host": "?", "command": "? (its lock file is damaged)", "since": 0}
@@ -109,8 +120,14 @@ class Agent(AgentContract):
         return os.getpid()
 
     # ---- files -------------------------------------------------------------------------
-    def read(self, path: str) -> bytes:
+    def read(self, path: str, owned: bool = False) -> bytes:
+        """A file's bytes; `owned`: only a state file to be believed (see untrusted), else AgentError
+        "untrusted" saying why."""
         with open(path, "rb") as f:
+            if owned:
+                why = untrusted(os.fstat(f.fileno()))
+                if why is not None:
+                    raise AgentError("untrusted", f"{path}: {why}")
             return f.read()
 
     def lstat(self, path: str) -> FileStat | None:
@@ -185,6 +202,7 @@ class Agent(AgentContract):
             listing = list(os.scandir(directory))
         except FileNotFoundError:
             listing = []
+        refused: dict[str, str] = {}
         for item in listing:
             name = item.name
             if not name.endswith(suffix):
@@ -199,10 +217,14 @@ class Agent(AgentContract):
                 continue
             with open(item.path, "rb") as f:
                 st = os.fstat(f.fileno())  # the identity of what is read, taken before it is read
+                why = untrusted(st)
+                if why is not None:
+                    refused[name] = why
+                    continue
                 files[name] = f.read()
             settled = st.st_mtime_ns < limit and st.st_ctime_ns < limit
             identities[name] = identity(st) if settled else None
-        return ChangedFiles(files, identities, tuple(sorted(set(known) - present)))
+        return ChangedFiles(files, identities, tuple(sorted(set(known) - present)), refused)
 
     def rename(self, src: str, dst: str, durable: bool = True) -> None:
         """Rename; `durable=False` leaves the directory's fsync to a later sync_dirs (one per directory)."""
