@@ -410,25 +410,16 @@ def _backups(ops: list[FileOp], hand: tuple[str, ...]) -> dict[str, str]:
 
 
 class Recorded:
-    """The last recorded state's manifest as a plan reads it: the entries of the keys it touches, and
-    its text with their planned entries. From the state's stored text alone where that text allows
-    (manifest_text.lines: a few bisections and one join; parsing all of sglang's 5,800 rows and
-    writing them again took about 20 ms of a fresh process) and the agent reads it in this process;
-    else from the whole manifest (an agent over a connection sends its rows compressed, where the
-    text would cross it whole). Before any baseline: the files as they are."""
+    """The last recorded state's manifest as a plan reads it (before any baseline: the files as
+    they are), loaded when first asked for."""
 
     def __init__(self, s: Session) -> None:
         self._ledger = s.ledger
         self._manifest: Manifest | None = None
-        self._lines: list[bytes] | None = None
         current = s.ledger.current()
         if current is None:
             self._manifest = scan_all(s.target)
             current = State.make(s.target.hash_bytes(self._manifest.to_text()), (), "baseline")
-        elif s.target.agent.concurrent:  # (the contract's: an agent in this process)
-            from ..host import manifest_text
-
-            self._lines = manifest_text.lines(s.target.agent.store_get(s.target.info.store, current.manifest))
         self.state: State = current
 
     def manifest(self) -> Manifest:
@@ -438,22 +429,11 @@ class Recorded:
 
     def entries(self, keys: Iterable[str]) -> dict[str, Entry | None]:
         """The recorded entry of each key (None: not recorded)."""
-        if self._lines is None:
-            manifest = self.manifest()
-            return {k: manifest.get(k) for k in keys}
-        from ..host import manifest_text
-
-        return {k: None if row is None else Entry.of(row) for k, row in manifest_text.lookup(self._lines, list(keys)).items()}
+        manifest = self.manifest()
+        return {k: manifest.get(k) for k in keys}
 
     def changed(self, planned: Mapping[str, Entry | None]) -> bytes:
         """The text of the manifest with `planned`'s entries (None: the file is removed)."""
-        if self._lines is not None:
-            from ..host import manifest_text
-
-            text = manifest_text.splice(self._lines, {k: None if e is None else (e.digest, e.size, e.mode)
-                                                      for k, e in planned.items()})
-            if text is not None:
-                return text
         return self.manifest().replace(planned).to_text()
 
 
@@ -613,25 +593,8 @@ def _keep_host_unit(target: Target, to_goal: dict[str, Any], to_recorded: dict[s
             "left as it is: patchkeeper writes it only to undo its own changes (`patchkeeper snapshot` records it)"]
 
 
-def begin_fingerprint(s: Session) -> None:
-    """Begin taking the environment fingerprint of the change this session is about to plan, so that
-    it overlaps the planning too (on the other CPU, where the agent runs in this process); the next
-    `execute` records it. Nothing in the environment changes meanwhile: planning changes no file."""
-    if s.fingerprint is None:
-        s.fingerprint = environment.taking(s.target, None)
-
-
 def execute(s: Session, plan: Plan) -> None:
-    """Carry out a plan; its ledger entry keeps the environment fingerprint it was made in (taken
-    while the transaction stages its files, and in the entry before the commit point)."""
-    alongside = [op.path for op in plan.ops]
-    fingerprint = s.fingerprint
-    s.fingerprint = None
-    if fingerprint is None:
-        fingerprint = environment.taking(s.target, alongside)
-    else:
-        fingerprint.before(alongside)
-    try:
-        transaction.carry_out(s.ledger, list(plan.ops), plan.contents, plan.entry, fingerprint.record)
-    finally:
-        fingerprint.abandon()  # refused or failed before its commit point: the fingerprint is not needed
+    """Carry out a plan; its ledger entry keeps the environment fingerprint it was made in (in the
+    entry before the commit point: environment.recording)."""
+    record = environment.recording(s.target, [op.path for op in plan.ops])
+    transaction.carry_out(s.ledger, list(plan.ops), plan.contents, plan.entry, record)

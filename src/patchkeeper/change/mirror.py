@@ -34,6 +34,7 @@ class NotMirrored:
     target: str
     where: Path
     reason: str
+    errno: int | None = None  # the file system's refusal, when that was it (EROFS, ENOSPC...)
 
 
 def mirror(ws: Workspace, s: Session, manifest: bool = True, check_all: bool = False) -> list[Path]:
@@ -109,7 +110,8 @@ def try_mirror(ws: Workspace, s: Session, done: str, manifest: bool = True,
             reason = exc.strerror + (f": {exc.filename}" if exc.filename else "")
         else:
             reason = str(exc).splitlines()[0]
-        return NotMirrored(done, s.target.name, ws.snapshots_dir / s.target.name, reason)
+        return NotMirrored(done, s.target.name, ws.snapshots_dir / s.target.name, reason,
+                           exc.errno if isinstance(exc, OSError) else None)
 
 
 def mirror_step(ws: Workspace, s: Session, done: str, step: Callable[[NotMirrored], None], manifest: bool = True) -> None:
@@ -149,9 +151,8 @@ def _write_all(files: list[tuple[Path, bytes]]) -> None:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
         map_threads(fsync_path, temps, 8)
-        # renamed on threads: replacing a file frees its old inode, a wait for the journal on ext4 with
-        # online discard; the waits overlap
-        map_threads(lambda pair: os.replace(*pair), [(tmp, str(path)) for tmp, (path, _) in zip(temps, files)], 8)
+        for tmp, (path, _) in zip(temps, files):
+            os.replace(tmp, str(path))
     except BaseException:
         for tmp in temps:
             discard(tmp)

@@ -112,9 +112,8 @@ def probe(target: Target, svc: ServiceConfig, progress: TextIO | None = sys.stde
         request = json.dumps({"base_url": svc.base_url, "window": window, "interval": 0.1, "generate": gen,
                               "listener_port": listener_port})
         try:
-            code, out, err = target.run([target.config.python, "-I", "-c", source],
-                                        timeout=window + (2 + rounds) * smoke_cfg.timeout + 60,
-                                        input=request.encode())
+            code, out, err = target.run_python(source, timeout=window + (2 + rounds) * smoke_cfg.timeout + 60,
+                                               input=request.encode())
         except OSError as exc:
             code, out, err = 127, b"", str(exc).encode()
         if code != 0:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from ..change import engine
 from ..change.session import Session
 from ..errors import PatchkeeperError, Refused
+from ..printable import one_line
 from ..records.manifest import ROLE_PREFIX, Entry, differences
 from ..workspace import Workspace
 from . import check_sides, emit_json
@@ -235,6 +236,6 @@ def _print(diffs: list[Difference], patches: dict[str, str], headline: str, same
     print(headline + ":")
     for d in diffs:
         owner = "; ".join(f"{o} on {side}" if len(d.owners) > 1 else o for side, o in d.owners)
-        print(f"  {d.kind:8} {d.key}" + (f"  [{owner}]" if owner else ""))
+        print(f"  {d.kind:8} {one_line(d.key)}" + (f"  [{one_line(owner)}]" if owner else ""))
     for key, text in patches.items():
         print(text, end="")

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from ..change.changes import Step
 from ..change.engine import Changed, Plan
 from ..change.mirror import NotMirrored
+from ..printable import one_line
 from ..records.ledger import State
 from ..records.manifest import ROLE_PREFIX
 
@@ -26,9 +27,9 @@ def render_plan(plan: Plan, target: str, dry_run: bool, exec_start: Any = None) 
         print(note)
     if plan.drift:
         print(f"files changed by hand since state {e.before.id if e.before else '?'} "
-              f"(backed up{' first' if dry_run else ''}): " + ", ".join(plan.drift))
+              f"(backed up{' first' if dry_run else ''}): " + one_line(", ".join(plan.drift)))
         for key, digest in e.backups.items():
-            print(f"  backup of {key}: {digest}")
+            print(f"  backup of {one_line(key)}: {digest}")
         if e.backups:
             print(f"  (get one back: patchkeeper show-backup DIGEST -t {target} > FILE)")
     print(f"{target}: {e.kind} {e.before.stack_text() if e.before else '(nothing)'} -> {e.after.stack_text()}")
@@ -37,8 +38,8 @@ def render_plan(plan: Plan, target: str, dry_run: bool, exec_start: Any = None) 
             "mode" if op.old.digest == op.new.digest else "changed"
         size = f"{op.new.size} bytes" if op.new else ""
         mode = f" mode {op.new.mode:o}" if op.new and op.old and op.old.mode != op.new.mode else ""
-        where = f"{'  ' if size else ''}({op.path})" if op.key.startswith(ROLE_PREFIX) else ""
-        print(f"  {_MARK[kind]} {op.key}  {size}{mode}{where}")
+        where = f"{'  ' if size else ''}({one_line(op.path)})" if op.key.startswith(ROLE_PREFIX) else ""
+        print(f"  {_MARK[kind]} {one_line(op.key)}  {size}{mode}{where}")
         if dry_run and op.key.startswith(ROLE_PREFIX) and op.new and op.new.digest in plan.contents:
             for line in plan.contents[op.new.digest].decode("utf-8", "replace").splitlines():
                 print(f"      | {line}")  # the role file as it would be written, templates rendered
@@ -87,9 +88,11 @@ def _block(text: str, out: TextIO, lines: int = 40) -> None:
 
 
 def render_not_mirrored(step: NotMirrored) -> None:
+    from ..errors import os_hint
+
     print(f"patchkeeper: warning: {step.done}, but its records could not be copied into {step.where}: "
-          f"{step.reason}\n  hint: make room, then run `patchkeeper recover -t {step.target}`: it copies them again",
-          file=sys.stderr)
+          f"{one_line(step.reason)}\n  hint: "
+          + os_hint(step.errno, f"run `patchkeeper recover -t {step.target}`: it copies them again"), file=sys.stderr)
 
 
 def step_printer(target: str):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..change import engine
 from ..change.session import Session
 from ..checks import audit
+from ..printable import one_line
 from ..workspace import Workspace
 from . import emit_json
 
@@ -39,9 +40,9 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
         if current is None:
             print("no recorded state: patchkeeper has not changed this target yet")
             return 0
-        print(f"state {current.id}{' (' + current.name + ')' if current.name else ''}: {current.stack_text()}")
+        print(f"state {current.id}{' (' + one_line(current.name) + ')' if current.name else ''}: {current.stack_text()}")
         for p in current.stack:
-            print(f"  {p['name']}@{p['version']}  {p['digest'][:19]}…")
+            print(f"  {one_line(p['name'])}@{one_line(p['version'])}  {p['digest'][:19]}…")
         _print_unit(s, exec_start)
         if report is not None:
             print("audit: " + report.summary())
@@ -50,7 +51,7 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
         else:
             print(f"{len(diffs)} file(s) differ from the recorded state (changed outside patchkeeper):")
             for key, kind in list(diffs.items())[:20]:
-                print(f"  {kind:8} {key}")
+                print(f"  {kind:8} {one_line(key)}")
             if len(diffs) > 20:
                 print(f"  … and {len(diffs) - 20} more")
         return 0

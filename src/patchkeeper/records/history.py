@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,6 +44,20 @@ def say_no_history_once(ws_root: Path) -> None:
     mark.parent.mkdir(parents=True, exist_ok=True)
     mark.write_text("patchkeeper noted once that this workspace is not a git repository.\n"
                     "Delete this file to be told again.\n")
+
+
+_COMMITTING = threading.Lock()  # one index per repository: a rollout's targets commit one at a time
+
+
+@contextmanager
+def _one_committer(repo):
+    """This thread alone, and this process alone (Ansible runs a task per host in its own process),
+    commits into the repository: an flock on a file in its git directory, beside git's own locks."""
+    import fcntl
+
+    with _COMMITTING, open(os.path.join(repo.git_dir, "patchkeeper-commit.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 @dataclass
@@ -125,23 +141,24 @@ def commit_paths(ws_root: Path, paths: list[Path], message: str) -> str | None:
     repo = None
     try:
         repo = _repo(ws_root)
-        top = Path(repo.working_tree_dir)
-        rels = sorted({os.path.relpath(p, top) for p in paths})
-        ignored = set(repo.ignored(*rels)) if rels else set()
-        rels = [r for r in rels if r not in ignored]
-        if not rels:
-            return None
-        _git(repo, "add", "--", *rels)
-        staged = True
-        if repo.head.is_valid():
-            try:
-                repo.git.diff("--cached", "--quiet", "HEAD", "--", *rels)
-                return None  # the paths already hold what is committed
-            except git.GitCommandError:
-                pass
-        # --only: a commit of these paths alone, built from HEAD, whatever else is staged
-        _git(repo, "commit", "--only", "--no-verify", "-q", "-m", message, "--", *rels)
-        return repo.head.commit.hexsha
+        with _one_committer(repo):
+            top = Path(repo.working_tree_dir)
+            rels = sorted({os.path.relpath(p, top) for p in paths})
+            ignored = set(repo.ignored(*rels)) if rels else set()
+            rels = [r for r in rels if r not in ignored]
+            if not rels:
+                return None
+            _git(repo, "add", "--", *rels)
+            staged = True
+            if repo.head.is_valid():
+                try:
+                    repo.git.diff("--cached", "--quiet", "HEAD", "--", *rels)
+                    return None  # the paths already hold what is committed
+                except git.GitCommandError:
+                    pass
+            # --only: a commit of these paths alone, built from HEAD, whatever else is staged
+            _git(repo, "commit", "--only", "--no-verify", "-q", "-m", message, "--", *rels)
+            return repo.head.commit.hexsha
     except (git.GitCommandError, git.InvalidGitRepositoryError, ValueError, OSError) as exc:
         if staged and repo is not None:
             try:
