@@ -5,18 +5,21 @@ Each target is its own copy of the bare sglang venv (hardlinked to one real copy
 alias, so each has its own connection, holder and agent. The serving venv is not used here: the
 16 hosts' own work would run on this machine's two cores, one after another, and measure them, not
 the controller. `apply --all --serial 1` is measured once `apply --help` offers `--serial`; until
-then its row says it is pending.
+then its row says it is pending. Beside it, the same change as a play of the patchkeeper.core.patchset
+module through ansible-playbook -f 16 (serial: 1, and all at once against `apply --all --serial 16`).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from common import BARE, PK, RACY, copy_venv, pk, row, run, workspace
+from common import BARE, PK, RACY, REPO, copy_venv, pk, row, run, workspace
 from link import Link, measured
 
 HOSTS = 16
@@ -77,9 +80,47 @@ def _measure(tmp: Path, link: Link) -> list[dict[str, Any]]:
                      note=f"{at_once['round_trips']} vs {applied['round_trips']} round trips"),
                  row("controller CPU per target: apply --all --serial 1", at_once["cpu"] / HOSTS,
                      "apply -t each, one after another", applied["cpu"] / HOSTS, kind="report")]
+        rows += _ansible(tmp, ws, link, names, at_once)
     else:
         rows += [row(f"apply ddtree -t each, one after another, {HOSTS} SSH targets", applied["wall"], kind="report",
                      note="PENDING: apply --all --serial 1 is measured against this once `apply --serial` exists"),
                  row("controller CPU per target: apply -t each, one after another", applied["cpu"] / HOSTS,
                      kind="report")]
+    return rows
+
+
+def _ansible(tmp: Path, ws: Path, link: Link, names: list[str], ours: dict[str, Any]) -> list[dict[str, Any]]:
+    """The same change as a play of patchkeeper.core.patchset (`serial: 1`, then all at once), `-f 16`,
+    over Ansible's ssh connection through the same link: one ControlPersist connection per host."""
+    playbook = Path(PK).parent / "ansible-playbook"
+    if not playbook.exists():
+        return [row("apply ddtree through Ansible", 0.0, kind="report", note="PENDING: ansible-core not installed")]
+    env, proxy = link.env, link.proxy
+    inventory = tmp / "hosts.yml"
+    inventory.write_text(json.dumps({"fleet": {"vars": {
+        "ansible_host": "127.0.0.1", "ansible_port": proxy.port, "ansible_user": "root",
+        "ansible_ssh_private_key_file": str(link.sshd.client_key), "ansible_python_interpreter": sys.executable,
+        "ansible_ssh_common_args": f"-o UserKnownHostsFile={link.home}/.ssh/known_hosts", "patchkeeper": {}},
+        "hosts": {n: None for n in names}}}))
+    ansible_env = {**env, "ANSIBLE_COLLECTIONS_PATH": str(REPO), "ANSIBLE_HOME": str(tmp / "ansible"),
+                   "ANSIBLE_SSH_CONTROL_PATH_DIR": str(tmp / "cp"), "ANSIBLE_LOCAL_TEMP": str(tmp / "atmp"),
+                   "ANSIBLE_NOCOLOR": "1", "ANSIBLE_RETRY_FILES_ENABLED": "0", "PATCHKEEPER_WORKSPACE": str(ws)}
+    rows = []
+    for serial, label in (("1", "serial: 1"), (str(len(names)), "all at once")):
+        play = tmp / "play.yml"
+        play.write_text(f"- hosts: fleet\n  gather_facts: false\n  serial: {serial}\n  tasks:\n"
+                        "    - patchkeeper.core.patchset: {name: ddtree}\n")
+        m = measured([str(playbook), "-i", str(inventory), "-f", str(len(names)), str(play)], ansible_env, proxy,
+                     ok=(0,))
+        run(pk(ws, "rollback", "--to", "baseline", "--all", "--serial", str(len(names))), env)
+        rows.append(row(f"apply ddtree through Ansible ({label}, -f {len(names)}), {len(names)} SSH targets", m["wall"],
+                        "apply --all --serial 1", ours["wall"], kind="report",
+                        note=f"{m['round_trips']} round trips; controller CPU per target {m['cpu'] / len(names):.2f} s"))
+        if serial != "1":
+            fast = measured(pk(ws, "apply", "ddtree", "--all", "--serial", str(len(names))), env, proxy, ok=(0,))
+            run(pk(ws, "rollback", "--to", "baseline", "--all", "--serial", str(len(names))), env)
+            rows.append(row(f"apply ddtree --all --serial {len(names)}, {len(names)} SSH targets", fast["wall"],
+                            f"Ansible, all at once, -f {len(names)}", m["wall"], kind="report",
+                            note=f"{fast['round_trips']} round trips; controller CPU per target "
+                                 f"{fast['cpu'] / len(names):.2f} s"))
     return rows
