@@ -283,7 +283,10 @@ def _distributions(a: dict, b: dict, managed: set) -> list[Change]:
             out.append(Change("distribution", da["name"], "removed", f"{da['version']} is gone"))
         elif da["version"] != db["version"]:
             out.append(Change("distribution", db["name"], "version", f"{da['version']} -> {db['version']}"))
-        elif key not in managed and da.get("differ") != db.get("differ"):
+        if da is None or db is None or da["version"] != db["version"] or key in managed:
+            continue
+        out += _rebuilt(da, db)
+        if da.get("differ") != db.get("differ"):
             was = {p for p, _ in da.get("differ") or []}
             now = {p for p, _ in db.get("differ") or []}
             kinds = dict(map(tuple, db.get("differ") or []))
@@ -294,6 +297,16 @@ def _distributions(a: dict, b: dict, managed: set) -> list[Change]:
                               f"{len(now)} file(s) differ from RECORD (was {len(was)}): " + ", ".join(parts[:8])
                               + (f" … and {len(parts) - 8} more" if len(parts) > 8 else "")))
     return out
+
+
+def _rebuilt(da: dict, db: dict) -> list[Change]:
+    """A distribution of one version whose RECORD now lists other files or hashes than then: another
+    build reinstalled over it (a fingerprint from before identities were kept says nothing)."""
+    if not da.get("identity") or not db.get("identity") or da["identity"] == db["identity"]:
+        return []
+    return [Change("distribution", db["name"], "rebuilt",
+                   f"{db['version']} is another build: its RECORD lists other files or bytes than then "
+                   f"(installed by {db.get('installer', '?')})")]
 
 
 def _where(r: dict | None) -> str:

@@ -50,7 +50,7 @@ from .contract import (
     TreeRequest,
 )
 from . import seal
-from .distcheck import RecordSeals, check_bytecode, recompiled_sources
+from .distcheck import RecordSeals, check_bytecode, recompiled_sources, shared_files
 from .distinfo import installed_version, layout, record_paths
 from . import compare
 from .manifests import Manifests
@@ -538,7 +538,7 @@ class Agent(AgentContract):
         """check_record of each distribution, sealed in `cache_dir` (see audit_record)."""
         seals = RecordSeals(os.path.join(cache_dir, "records.seal") if cache_dir else None)
         try:
-            return seals.checked(site, dist_infos, cache_dir)
+            return shared_files(site, seals.checked(site, dist_infos, cache_dir))
         finally:
             seals.save()
 
@@ -605,9 +605,10 @@ class Agent(AgentContract):
             first, light = records, []
         libraries = (list(request.native_sites), request.native_cache) if request.native_sites else None
         work = TreeWork(scan, self._manifests.groups(request.store, request.manifest, expected, scan.walk), request.cache_tag,
-                        list(request.verify), request.bytecode_cache, light, request.record_cache, libraries)
+                        list(request.verify), request.bytecode_cache, light, request.record_cache, libraries,
+                        _since(request.pycs_since))
         rows, checked, found, outcomes = work.merge(*run_all(work))
-        records = {name: first[name] if name in first else checked[name] for name in request.records}
+        records = shared_files(root, {name: first[name] if name in first else checked[name] for name in request.records})
         comparison = compare.comparison(expected, rows)
         verify = set(request.verify) | work.records_verify(records)
         verify.update(k for k, (_, new) in comparison.pairs.items()
@@ -624,7 +625,8 @@ class Agent(AgentContract):
         """What a tree's seal is for: the scan, the manifest, and every source whose pycs are
         recompiled (those named, and those the RECORD checks found changed)."""
         verify = set(request.verify) | recompiled_sources(f for r in records.values() for f in r["findings"])
-        return (request.scan.to_wire(), request.store, request.manifest, request.cache_tag, tuple(sorted(verify)))
+        return (request.scan.to_wire(), request.store, request.manifest, request.cache_tag, tuple(sorted(verify)),
+                request.pycs_since, _since(request.pycs_since))
 
 
 _HEAVY_RECORD = 256 << 10  # a RECORD this big (about 2,500 files) is checked on its own (see _audit_tree)
@@ -633,5 +635,16 @@ _HEAVY_RECORD = 256 << 10  # a RECORD this big (about 2,500 files) is checked on
 def _record_size(site: str, dist_info: str) -> int:
     try:
         return os.stat(os.path.join(site, dist_info, "RECORD")).st_size
+    except OSError:
+        return 0
+
+
+def _since(marker: str | None) -> int | None:
+    """When the write-once file `marker` was written (ns, the host's clock), 0 when it is gone (every
+    pyc is then new), None without one (no pyc is new: before any baseline)."""
+    if marker is None:
+        return None
+    try:
+        return os.stat(marker).st_mtime_ns
     except OSError:
         return 0

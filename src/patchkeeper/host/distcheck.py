@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List
 
 from . import seal
 from .disk import HASH_WORKERS, StatCache, feed, listing, load_cache, map_files, save_cache, split_when_idle, split_work, write_atomic
-from .distinfo import console_scripts, record_paths, record_rows
+from .distinfo import console_scripts, record_identity, record_paths, record_rows
 
 _IDENTITIES = struct.Struct("<8q")  # a pyc's identity and its source's (see VerdictCache)
 
@@ -85,7 +85,8 @@ def check_record(site: str, name: str, cache_dir: str | None) -> dict[str, Any]:
     todo: list[tuple[str, str, str, str, os.stat_result]] = []
     checked = 0
     mismatched: list[tuple[str, str, str, str]] = []
-    for rel, algo, b64, size in record_rows(record):
+    rows = list(record_rows(record))
+    for rel, algo, b64, size in rows:
         checked += 1
         path = os.path.normpath(os.path.join(site, rel))
         try:
@@ -135,11 +136,60 @@ def check_record(site: str, name: str, cache_dir: str | None) -> dict[str, Any]:
     if cache.path and not os.path.exists(cache.path):  # an audit has run here: status may audit cheaply
         os.makedirs(os.path.dirname(cache.path), exist_ok=True)
         write_atomic(cache.path, b"{}")
-    return {"files": checked, "findings": sorted(findings)}
+    return {"files": checked, "findings": sorted(findings), "identity": record_identity(rows)}
 
 
 
-_SEAL_FORMAT = ("pk-record-seals", 2, tuple(sys.version_info[:2]))
+def shared_files(site: str, results: Dict[str, Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
+    """`results` (check_record's answers by dist-info name), where a file found changed is listed by
+    another distribution's RECORD of the same site too and holds that one's bytes: a file two
+    distributions own, the later install's bytes winning (flashinfer-python and torch_c_dlpack_ext
+    both install a top-level build_backend.py), reported as kind "shared", not as a change."""
+    wanted = {f[0] for r in results.values() for f in r["findings"]
+              if f[1] == "changed" and not f[0].startswith("../") and not os.path.isabs(f[0])}
+    if not wanted:
+        return results
+    try:
+        names = sorted(n for n in os.listdir(site) if n.endswith(".dist-info"))
+    except OSError:
+        return results
+    listed: Dict[str, List[tuple[str, str]]] = {}  # path -> [(dist-info, "algo:b64")]
+    for name in names:
+        record = os.path.join(site, name, "RECORD")
+        try:
+            with open(record, "rb") as f:
+                text = f.read()
+        except OSError:
+            continue
+        if not any(w.encode("utf-8", "surrogateescape") in text for w in wanted):
+            continue
+        for rel, algo, b64, _ in record_rows(record):
+            if rel in wanted:
+                listed.setdefault(rel, []).append((name, f"{algo}:{b64}"))
+    out = {}
+    for dist_info, result in results.items():
+        findings = []
+        for finding in result["findings"]:
+            rel, kind = finding[0], finding[1]
+            owner = None
+            for other, expected in listed.get(rel, []) if kind == "changed" else ():
+                try:
+                    if other != dist_info and _record_digest(os.path.join(site, rel), expected.partition(":")[0]) == expected:
+                        owner = other
+                        break
+                except (OSError, ValueError):
+                    continue
+            if owner is None:
+                findings.append(finding)
+            else:
+                label = owner[: -len(".dist-info")]
+                findings.append([rel, "shared", f"also installed by {label}, whose bytes it holds "
+                                                f"(the later install wins)"])
+        out[dist_info] = dict(result, findings=findings) if findings != result["findings"] else result
+    return out
+
+
+_SEAL_FORMAT = ("pk-record-seals", 3, tuple(sys.version_info[:2]))
 
 
 class RecordSeals:
@@ -283,13 +333,14 @@ def recompiled_sources(findings: Iterable[Any]) -> set[str]:
     return {f[0] for f in findings if recompiled(f[0], f[1])}
 
 
-def check_bytecode(site: str, cache_tag: str, verify: list[str], cache_path: str | None = None) -> dict[str, Any]:
+def check_bytecode(site: str, cache_tag: str, verify: list[str], cache_path: str | None = None,
+                   since_ns: int | None = None) -> dict[str, Any]:
     """See Agent.audit_bytecode: every pyc below `site` judged, its verdict cache (`cache_path`)
     and its walked directories' listings (beside it, `.dirs`) saved."""
     cache = VerdictCache(cache_path)
     listings = StatCache(cache_path + ".dirs") if cache_path else None
     found = list(_walk_pyc(site, listings=listings))
-    judge = _judge(site, cache_tag, frozenset(verify), {}, cache)
+    judge = _judge(site, cache_tag, frozenset(verify), {}, cache, since_ns)
     outcomes = [o for part in split_work(lambda part: [judge(rel, in_cache) for rel, in_cache in part], found)
                 for o in part]
     if listings is not None:
@@ -300,18 +351,27 @@ def check_bytecode(site: str, cache_tag: str, verify: list[str], cache_path: str
 class VerdictCache(StatCache):
     """The verdicts of clean pycs (not a finding: they run their source's code, or are stale), each
     kept while the pyc and its source keep their identity: (size, mtime_ns, ctime_ns, inode) of both,
-    then whether it is stale, packed (a few thousand are read and written as one marshal string each,
-    where tuples of big ints took several times longer)."""
+    then how it was judged (CLEAN, STALE, or COMPARED: recompiled and found to hold its source's
+    code), packed (a few thousand are read and written as one marshal string each, where tuples of
+    big ints took several times longer)."""
 
-    FORMAT = ("pk-pyc-verdicts", 1, sys.version_info[:2])
+    FORMAT = ("pk-pyc-verdicts", 2, sys.version_info[:2])
+    CLEAN, STALE, COMPARED = b"\0", b"\1", b"\2"
 
 
 def _judge(site: str, cache_tag: str, deep: frozenset[str], stats: Dict[str, os.stat_result],
-           cache: StatCache) -> Callable[[str, bool], Any]:
-    """The function giving one pyc's outcome, computed only: it may run in a forked process."""
+           cache: StatCache, since_ns: int | None = None) -> Callable[[str, bool], Any]:
+    """The function giving one pyc's outcome, computed only: it may run in a forked process.
+    The pycs of the sources in `deep`, and every pyc whose identity is newer than `since_ns` (the
+    baseline's recording: written or replaced since, by whatever means), are recompiled and
+    compared with their source whatever their header says, once per identity."""
     known_verdicts: Dict[str, Any] = cache.entries  # (VerdictCache: packed identities)
     limit = cache.started_ns - cache.GRANULARITY_NS  # a verdict is remembered only for files older than this
+    # a pyc changed at or after then is new; a file system with coarse timestamps gives one written in
+    # the same tick after it an equal time, which counts (the marker is expected on the site's file system)
+    newer = since_ns
     pack = _IDENTITIES.pack
+    compared, stale_flag = VerdictCache.COMPARED[0], VerdictCache.STALE[0]
 
     def judge(rel: str, in_cache: bool) -> Any:
         pyc = f"{site}/{rel}"
@@ -334,13 +394,16 @@ def _judge(site: str, cache_tag: str, deep: frozenset[str], stats: Dict[str, os.
             return ("orphan",)  # a __pycache__ entry without source is never imported
         ids = pack(pst.st_size, pst.st_mtime_ns, pst.st_ctime_ns, pst.st_ino,
                    st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-        if hit is not None and hit[:64] == ids:
+        new = newer is not None and pst.st_ctime_ns >= newer
+        if hit is not None and hit[:64] == ids and (not new or hit[64] in (compared, stale_flag)):
             return ("hit",)
-        verdict = _pyc_verdict(pyc, f"{site}/{src_rel}", st, opt, compare, head)
+        verdict = _pyc_verdict(pyc, f"{site}/{src_rel}", st, opt, compare or new, head)
         keep = None
         if (verdict is None or verdict == "stale") and st.st_mtime_ns < limit and st.st_ctime_ns < limit \
                 and pst.st_mtime_ns < limit and pst.st_ctime_ns < limit:
-            keep = ids + (b"\1" if verdict == "stale" else b"\0")
+            flag = VerdictCache.STALE if verdict == "stale" else VerdictCache.COMPARED if compare or new \
+                else VerdictCache.CLEAN
+            keep = ids + flag
         return ("judged", verdict, keep)
 
     return judge
@@ -363,7 +426,7 @@ def _tally(found: list[tuple[str, bool]], outcomes: list[Any], cache: StatCache)
         elif kind == "hit":
             hit = known_verdicts[rel]
             cache.fresh[rel] = hit
-            stale += hit[64]
+            stale += hit[64] == VerdictCache.STALE[0]
         else:
             verdict, keep = outcome[1], outcome[2]
             if verdict is None or verdict == "stale":
@@ -399,9 +462,9 @@ def _stat_and_head(pyc: str) -> tuple[os.stat_result, bytes | OSError]:
 def _pyc_verdict(pyc: str, src: str, st: os.stat_result, opt: int, compare: bool,
                  head: bytes | OSError | None = None) -> tuple[str, str] | str | None:
     """None when the pyc runs its source's code, "stale" when Python will recompile it, else a
-    finding (kind, detail). With `compare`, a pyc whose header matches is also recompiled. `head`:
-    its first 16 bytes, or the error reading them, when already read (_stat_and_head)."""
-    magic = importlib.util.MAGIC_NUMBER
+    finding (kind, detail). With `compare`, a pyc Python would run is also recompiled and its code
+    compared with its source's, whatever its header says. `head`: its first 16 bytes, or the error
+    reading them, when already read (_stat_and_head)."""
     if head is None:
         try:
             fd = os.open(pyc, os.O_RDONLY)
@@ -413,35 +476,49 @@ def _pyc_verdict(pyc: str, src: str, st: os.stat_result, opt: int, compare: bool
             head = exc
     if isinstance(head, OSError):
         return "unreadable", head.strerror or str(head)
-    if len(head) < 16:
-        return "stale"  # Python recompiles it on import: never run, not a finding
+    if len(head) < 16 or head[:4] != importlib.util.MAGIC_NUMBER:
+        return "stale"  # Python recompiles it on import (a bad magic number is an ImportError it catches)
     flags = int.from_bytes(head[4:8], "little")
+    if flags & ~3:
+        return "stale"  # flags Python does not know: it recompiles
+    name = os.path.basename(src)
     if flags & 1:  # hash-based (PEP 552)
-        if head[:4] != magic:
-            return None  # compiled by another interpreter version: its source hash cannot be computed here
         with open(src, "rb") as f:
             source_hash = importlib.util.source_hash(f.read())
-        if source_hash == head[8:16]:
-            return None
-        if flags & 2:
-            return "stale"
-        return "mismatch", (f"unchecked-hash pyc was compiled from other code than "
-                            f"{os.path.basename(src)}: Python runs it without checking")
+        if source_hash != head[8:16]:
+            if flags & 2:
+                return "stale"
+            return "mismatch", (f"unchecked-hash pyc was compiled from other code than {name}: "
+                                "Python runs it without checking")
+        other = _other_code(pyc, src, opt) if compare else False
+        if other:
+            return "mismatch", (other if other is not True else
+                                f"its source hash matches {name} but its code does not: Python runs the other code")
+        return None
     mtime = int.from_bytes(head[8:12], "little")
     size = int.from_bytes(head[12:16], "little")
     if mtime != (int(st.st_mtime) & 0xFFFFFFFF) or size != (st.st_size & 0xFFFFFFFF):
         return "stale"
-    if compare and head[:4] == magic:
-        import marshal
-
-        try:
-            with open(pyc, "rb") as f:
-                code = marshal.loads(f.read()[16:])
-            with open(src, "rb") as f:
-                fresh = compile(f.read(), src, "exec", dont_inherit=True, optimize=opt)
-        except (ValueError, EOFError, TypeError, SyntaxError) as exc:
-            return "mismatch", f"cannot be compared with its source: {exc}"
-        if code != fresh:
-            return "mismatch", (f"its header matches {os.path.basename(src)} but its code "
-                                "does not: Python runs the old code")
+    if compare:
+        other = _other_code(pyc, src, opt)
+        if other:
+            return "mismatch", (other if other is not True else
+                                f"its header matches {name} but its code does not: Python runs the other code")
     return None
+
+
+def _other_code(pyc: str, src: str, opt: int) -> bool | str:
+    """Whether a pyc's code object is not what its source compiles to (a detail string when it
+    cannot be compared at all). Code objects compare by what they run: their bytecode, constants
+    (nested code included), names, line tables and flags, not the file name they were compiled
+    under, which is where the pyc legitimately differs when it was compiled at another path."""
+    import marshal
+
+    try:
+        with open(pyc, "rb") as f:
+            code = marshal.loads(f.read()[16:])
+        with open(src, "rb") as f:
+            fresh = compile(f.read(), src, "exec", dont_inherit=True, optimize=opt)
+    except (ValueError, EOFError, TypeError, SyntaxError) as exc:
+        return f"cannot be compared with its source: {exc}"
+    return code != fresh

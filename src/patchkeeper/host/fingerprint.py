@@ -14,7 +14,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from . import elf
 from .disk import ALGORITHM, STAGE_PREFIX, TEMP_PREFIX, StatCache, hash_file, normalize_name
-from .distcheck import RecordSeals
+from .distcheck import RecordSeals, shared_files
 
 SITE_TOKEN = "$SITE/"
 NO_DRIVER = "no NVIDIA driver"
@@ -70,8 +70,10 @@ def system() -> Dict[str, Any]:
 
 # ---- distributions ---------------------------------------------------------------------------
 def distributions(sites: list[str], caches: dict[str, str | None], managed: str | None = None) -> Dict[str, Dict[str, Any]]:
-    """normalized name -> {name, version, installer, files, differ: [[path, kind], ...]}; the first
-    site directory on sys.path that holds a distribution wins, as for imports."""
+    """normalized name -> {name, version, installer, files, differ: [[path, kind], ...], identity,
+    shared: [path, ...]}: `identity` says what it is (its RECORD's files and hashes, distinfo.record_identity),
+    `differ` whether its files match that, `shared` the files another distribution installed over.
+    The first site directory on sys.path that holds a distribution wins, as for imports."""
     out: Dict[str, Dict[str, Any]] = {}
     for site in sites:
         try:
@@ -96,10 +98,16 @@ def distributions(sites: list[str], caches: dict[str, str | None], managed: str 
                 out[key].update(files=None, differ=[], managed=True)
             else:
                 rows[dist_info] = out[key]
-        for dist_info, result in seals.checked(site, list(rows), cache_dir).items():
-            rows[dist_info].update(files=result["files"], differ=sorted([p, k] for p, k, _ in result["findings"]))
+        for dist_info, result in shared_files(site, seals.checked(site, list(rows), cache_dir)).items():
+            row = rows[dist_info]
+            row.update(files=result["files"], differ=sorted([p, k] for p, k, _ in result["findings"] if k != "shared"))
+            shared = sorted(p for p, k, _ in result["findings"] if k == "shared")
+            if shared:  # files another distribution installed over (see distcheck.shared_files)
+                row["shared"] = shared
+            if result.get("identity"):
+                row["identity"] = result["identity"]
             if result.get("note"):
-                rows[dist_info]["note"] = result["note"]
+                row["note"] = result["note"]
         installers.save()
         seals.save()
     return out

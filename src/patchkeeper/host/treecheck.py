@@ -35,7 +35,7 @@ class TreeWork:
 
     def __init__(self, scan: ScanRequest, groups: List[List[str]], cache_tag: str, verify: List[str],
                  bytecode_cache: Optional[str], records: List[str], record_cache: Optional[str],
-                 native: Optional[Tuple[List[str], Optional[str]]] = None) -> None:
+                 native: Optional[Tuple[List[str], Optional[str]]] = None, pyc_since: Optional[int] = None) -> None:
         self.root, self.walk, self.algorithm = scan.root, tuple(scan.walk), scan.algorithm or ALGORITHM
         self.paths, self.absolute = scan.paths, scan.absolute
         self.cached = StatCache(scan.cache)  # the scan's digests
@@ -46,7 +46,8 @@ class TreeWork:
         self.seals = RecordSeals(os.path.join(record_cache, "records.seal") if record_cache and records else None)
         self.cache_tag, self.first = cache_tag, frozenset(verify)
         self.stats: Dict[str, os.stat_result] = {}  # each source's stat, taken by this process's digests
-        self.judge = _judge(self.root, cache_tag, self.first, self.stats, self.verdicts)
+        self.pyc_since = pyc_since  # pycs changed since then are recompiled and compared (distcheck._judge)
+        self.judge = _judge(self.root, cache_tag, self.first, self.stats, self.verdicts, pyc_since)
         self.groups = _sound(groups, self.walk)
         self.skip = {d for group in self.groups for d in group}
         # units: the rest first (it meets the groups' directories), the RECORD checks, the bytecode
@@ -156,7 +157,7 @@ class TreeWork:
         deep = frozenset(verify)
         again = deep - self.first
         if again:
-            judge = _judge(self.root, self.cache_tag, deep, self.stats, self.verdicts)
+            judge = _judge(self.root, self.cache_tag, deep, self.stats, self.verdicts, self.pyc_since)
             for i, (rel, in_cache) in enumerate(found):
                 source = _pyc_source(rel, self.cache_tag) if in_cache else None
                 if source is not None and source[0] in again:
