@@ -201,7 +201,13 @@ def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), pro
         findings.extend(native)
         notes.extend(note)
         if entry is not None and then is not None:
-            findings.extend(_distributions_since(then, tree.records, f"{entry.kind} {entry.id}", info.package))
+            when = f"{entry.kind} {entry.id}"
+            findings.extend(_distributions_since(then, tree.records, when, info.package))
+            if "startup" in then:  # code that runs at every start without any distribution's RECORD naming it
+                findings.extend(Finding("environment", key, kind, f"{detail} (not there at {when})"
+                                        if kind == "added" else f"{detail} (since {when})")
+                                for key, kind, detail in environment.startup_changes(then["startup"],
+                                                                                     environment.startup_now(target)))
 
     findings.extend(Finding("bytecode", p, kind, detail) for p, kind, detail in pyc.findings)
     if pyc.stale:

@@ -13,7 +13,7 @@ from .ledger import Ledger, LedgerEntry, State
 from .targets import Target
 
 FORMAT = 1
-AREAS = ("interpreter", "system", "distribution", "native", "gpu")
+AREAS = ("interpreter", "system", "distribution", "native", "gpu", "startup")
 
 
 @dataclass(frozen=True)
@@ -56,12 +56,21 @@ def take(target: Target, parts: tuple[str, ...] | None = None) -> dict:
     facts = target.interpreter_facts()
     sites = site_dirs(target, facts)
     doc = target.agent.fingerprint(sites, cache_root(target), info.site, list(parts) if parts else None,
-                                   info.dist_info).to_wire()
+                                   info.dist_info, facts.where.get("path")).to_wire()
     doc.update(format=FORMAT, package=info.package,
                interpreter={"implementation": facts.implementation, "version": facts.version, "tags": facts.tags,
                             "machine": facts.machine, "libc": facts.libc},
                where={"host": info.host, "python": info.python, "prefix": facts.where["prefix"], "sites": sites})
     return doc
+
+
+def startup_now(target: Target) -> dict:
+    """The fingerprint's start-up part now (host/startup.py): one call to the target's agent."""
+    info = target.info
+    facts = target.interpreter_facts()
+    found = target.agent.fingerprint(site_dirs(target, facts), None, info.site, ["startup"], info.dist_info,
+                                     facts.where.get("path")).startup
+    return found or {}
 
 
 def encode(fp: dict) -> bytes:
@@ -266,7 +275,36 @@ def compare(a: dict, b: dict) -> list[Change]:
             native_changes(a.get("native") or {}, b.get("native") or {}, same_hash=a.get("algorithm") == b.get("algorithm"),
                            both_ways=True)]
     out += _gpu(a.get("gpu") or {}, b.get("gpu") or {})
+    if "startup" in a and "startup" in b:  # (a fingerprint from before start-up code was kept says nothing)
+        out += [Change("startup", key, kind, detail) for key, kind, detail in startup_changes(a["startup"], b["startup"])]
     return out
+
+
+def startup_changes(a: dict, b: dict) -> list[tuple[str, str, str]]:
+    """(what, kind, detail) for every piece of start-up code (host/startup.py) added, removed or
+    changed from `a` to `b`: a .pth file with import lines, a site hook, a plugin entry point."""
+    out = []
+    for key in sorted(set(a) | set(b)):
+        was, now = a.get(key), b.get(key)
+        if was == now:
+            continue
+        if was is None:
+            kind, detail = "added", _startup_text(key, now)
+        elif now is None:
+            kind, detail = "removed", "no longer runs at start-up"
+        else:
+            kind, detail = "changed", _startup_text(key, now)
+        out.append((key, kind, detail))
+    return out
+
+
+def _startup_text(key: str, what: dict) -> str:
+    if key.startswith("pth "):
+        lines = what.get("code") or []
+        return "runs in every interpreter of the site dir: " + "; ".join(lines[:3]) + (" …" if len(lines) > 3 else "")
+    if key.startswith("entry point "):
+        return f"{what.get('value')} from {what.get('dist')}, loaded by the package as a plugin"
+    return f"imported at every interpreter's start ({what.get('digest', '')[:19]}…)"
 
 
 def _distributions(a: dict, b: dict, managed: set) -> list[Change]:
@@ -401,4 +439,12 @@ def screen(name: str, fp: dict, shown: int = 8) -> list[str]:
         lines.append(f"  {path}: " + ", ".join(names[:4]) + (" …" if len(names) > 4 else ""))
     if len(missing) > shown:
         lines.append(f"  … and {len(missing) - shown} more (--json lists all)")
+    startup = fp.get("startup")
+    if startup is not None:
+        kinds = [key.split(" ")[0] for key in startup]
+        lines.append(f"startup      {kinds.count('pth')} .pth file(s) with import lines, "
+                     f"{kinds.count('sitecustomize') + kinds.count('usercustomize')} site hook(s), "
+                     f"{kinds.count('entry')} plugin entry point(s)")
+        for key in list(startup)[:shown]:
+            lines.append(f"  {key}")
     return lines

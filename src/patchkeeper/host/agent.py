@@ -511,12 +511,14 @@ class Agent(AgentContract):
         return InterpreterFacts.from_wire(interp.facts())
 
     def fingerprint(self, sites: list[str], cache_root: str | None, main_site: str | None = None,
-                    parts: list[str] | None = None, managed: str | None = None) -> Fingerprint:
-        """The environment fingerprint of these site dirs and this host (see fingerprint.py)."""
+                    parts: list[str] | None = None, managed: str | None = None,
+                    path: list[str] | None = None) -> Fingerprint:
+        """The environment fingerprint of these site dirs and this host (see fingerprint.py);
+        `path`: the target's sys.path (its site hooks are looked for there)."""
         from . import fingerprint
 
         return Fingerprint.from_wire(fingerprint.take(sites, cache_root, main_site,
-                                                      tuple(parts) if parts else fingerprint.PARTS, managed))
+                                                      tuple(parts) if parts else fingerprint.PARTS, managed, path))
 
     # ---- audit -------------------------------------------------------------------------
     def dist_infos(self, site: str) -> list[str]:

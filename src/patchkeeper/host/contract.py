@@ -207,6 +207,7 @@ class Fingerprint(Answer):
     distributions: Optional[Dict[str, Any]] = None
     native: Optional[Dict[str, Any]] = None
     gpu: Optional[Dict[str, Any]] = None
+    startup: Optional[Dict[str, Any]] = None
 
     def to_wire(self) -> Dict[str, Any]:
         return {k: v for k, v in super().to_wire().items() if v is not None}
@@ -470,4 +471,5 @@ class AgentContract(Protocol):
     def interpreter_facts(self) -> InterpreterFacts: ...
 
     def fingerprint(self, sites: List[str], cache_root: Optional[str], main_site: Optional[str] = None,
-                    parts: Optional[List[str]] = None, managed: Optional[str] = None) -> Fingerprint: ...
+                    parts: Optional[List[str]] = None, managed: Optional[str] = None,
+                    path: Optional[List[str]] = None) -> Fingerprint: ...

@@ -43,25 +43,24 @@ def record_rows(record: str) -> Iterator[tuple[str, str, str, int | None]]:
 
 def record_text_rows(lines: Iterable[str]) -> Iterator[tuple[str, str, str, int | None]]:
     """The rows of RECORD text (a RECORD read elsewhere, e.g. from a remote host), as `record_rows`.
-    A path listed twice is what its last row says (an installer's own row after the wheel's, as pip
-    writes for a .pyc the wheel shipped and pip compiled again: the last row has no hash, and the
-    path is then not checked)."""
+    A path listed more than once is checked by its last hashed row, unless one of its rows has no
+    hash: the installer wrote it again after the wheel did (pip lists a .pyc the wheel shipped with
+    the wheel's hash and again, without one, for its own compile over it; numpy's RECORD has one)."""
     import csv
 
     rows: dict[str, tuple[str, str, int | None] | None] = {}
+    unhashed: set[str] = set()
     for row in csv.reader(lines):
         if not row or not row[0]:
             continue
         if len(row) < 2 or not row[1] or "=" not in row[1]:
-            rows.pop(row[0], None)
-            rows[row[0]] = None
+            unhashed.add(row[0])
+            rows.setdefault(row[0], None)
             continue
         algo, _, b64 = row[1].partition("=")
-        size = int(row[2]) if len(row) > 2 and row[2].isdigit() else None
-        rows.pop(row[0], None)
-        rows[row[0]] = (algo, b64, size)
+        rows[row[0]] = (algo, b64, int(row[2]) if len(row) > 2 and row[2].isdigit() else None)
     for path, found in rows.items():
-        if found is not None:
+        if found is not None and path not in unhashed:
             yield path, found[0], found[1], found[2]
 
 

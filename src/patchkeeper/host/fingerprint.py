@@ -19,15 +19,17 @@ from .distcheck import RecordSeals, shared_files
 SITE_TOKEN = "$SITE/"
 NO_DRIVER = "no NVIDIA driver"
 XID_KEEP = 20  # most recent Xid lines kept
-PARTS = ("system", "distributions", "native", "gpu")
+PARTS = ("system", "distributions", "native", "gpu", "startup")
 _OURS = (STAGE_PREFIX, TEMP_PREFIX)  # patchkeeper's stage and temp files: never a library anything loads
 
 
 def take(sites: list[str], cache_root: str | None, main_site: str | None = None,
-         parts: tuple[str, ...] = PARTS, managed: str | None = None) -> Dict[str, Any]:
+         parts: tuple[str, ...] = PARTS, managed: str | None = None, path: list[str] | None = None) -> Dict[str, Any]:
     """The fingerprint's parts, as plain JSON-able values, with the hash its digests use.
     `managed` names the dist-info (in `main_site`) of the package whose files are a code state:
-    the manifests compare those, so it is not checked against its RECORD again here."""
+    the manifests compare those, so it is not checked against its RECORD again here; its name
+    gives the entry-point groups of its plugins (startup.py). `path`: the target's sys.path, where
+    its site hooks are looked for."""
     caches = {site: _cache_dir(cache_root, site, main_site) for site in sites}
     out: Dict[str, Any] = {"algorithm": ALGORITHM}
     if "system" in parts:
@@ -39,6 +41,10 @@ def take(sites: list[str], cache_root: str | None, main_site: str | None = None,
         out["distributions"] = distributions(sites, caches, skip)
     if "gpu" in parts:
         out["gpu"] = gpu()
+    if "startup" in parts:
+        from .startup import startup
+
+        out["startup"] = startup(sites, path, managed)
     return out
 
 
