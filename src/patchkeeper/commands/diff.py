@@ -5,10 +5,10 @@ from __future__ import annotations
 from contextlib import ExitStack
 from dataclasses import dataclass
 
-from .. import engine
+from ..change import engine
+from ..change.session import Session
 from ..errors import PatchkeeperError, Refused
-from ..manifest import Entry, differences
-from ..session import Session
+from ..records.manifest import Entry, differences
 from ..workspace import Workspace
 from . import check_sides, emit_json
 
@@ -154,7 +154,7 @@ def _state_dict(s: Session) -> dict | None:
 
 def _patches(diffs: list[Difference], old, new, label_a: str, label_b: str) -> dict[str, str]:
     """Unified diffs of the differing text files; binary or oversized files get a one-line note."""
-    from .. import diffwrite
+    from ..patchset import diffwrite
 
     out = {}
     for d in diffs:

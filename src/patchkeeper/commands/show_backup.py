@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from ..change.session import Session
 from ..errors import BadInput, PatchkeeperError, StoreError
-from ..session import Session
 from ..workspace import Workspace
 
 MIN_HEX = 8  # a shorter prefix of a backup's digest is refused

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from .. import audit, engine
-from ..session import Session
+from ..change import engine
+from ..change.session import Session
+from ..checks import audit
 from ..workspace import Workspace
 from . import emit_json
 

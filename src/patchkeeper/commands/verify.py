@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import sys
 
-from .. import service
-from ..changes import try_mirror
+from ..change.mirror import try_mirror
+from ..change.session import Session
+from ..change.verify import last_pass, record_verification, run_checks
+from ..checks import service
 from ..errors import EXIT_DIFFERS, BadInput
-from ..session import Session
-from ..verify import last_pass, record_verification, run_checks
 from ..workspace import Workspace
 from . import emit_json
 from .show_plan import PREVIOUS_FAILS, render_not_mirrored, render_report  # noqa: F401  (PREVIOUS_FAILS: the tests read it here)

@@ -17,8 +17,8 @@ import threading
 from typing import Any, Protocol
 
 from ..errors import AgentError, TargetError
-from ..host import wire
 from ..host import contract as c
+from ..host import wire
 
 # The agent's modules, in import order; on the host they become the package `pkagent`.
 AGENT_MODULES = ("errors", "contract", "disk", "store", "distinfo", "seal", "distcheck", "treecheck", "manifest_text",
