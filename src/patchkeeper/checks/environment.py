@@ -285,7 +285,8 @@ def startup_changes(a: dict, b: dict) -> list[tuple[str, str, str]]:
     changed from `a` to `b`: a .pth file with import lines, a site hook, a plugin entry point."""
     out = []
     for key in sorted(set(a) | set(b)):
-        was, now = a.get(key), b.get(key)
+        was: Any = a.get(key)
+        now: Any = b.get(key)
         if was == now:
             continue
         if was is None:

@@ -521,4 +521,4 @@ def _other_code(pyc: str, src: str, opt: int) -> bool | str:
             fresh = compile(f.read(), src, "exec", dont_inherit=True, optimize=opt)
     except (ValueError, EOFError, TypeError, SyntaxError) as exc:
         return f"cannot be compared with its source: {exc}"
-    return code != fresh
+    return bool(code != fresh)
