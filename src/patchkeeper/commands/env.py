@@ -15,7 +15,7 @@ def env(ws: Workspace, target: str | None, as_json: bool) -> int:
     with Session(ws, target, "env", write=False) as s:
         fp = environment.take(s.target)
     if as_json:
-        emit_json({"target": s.target.name, **fp})
+        emit_json({"target": s.target.name, **fp, "import_context": environment.import_context(fp)})
     else:
         print("\n".join(environment.screen(s.target.name, fp)))
     return 0
