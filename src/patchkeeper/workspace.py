@@ -148,7 +148,7 @@ def load(root: Path) -> Workspace:
             raw=table,
         )
     if problems:
-        raise BadInput(f"{path}: " + "; ".join(problems), "see the README for the target keys")
+        raise BadInput(f"{path}: " + "; ".join(problems), "see docs/configuration.md for the keys of a target")
     wheels = doc.get("wheels")
     return Workspace(root=root, default_target=doc.get("default_target"), targets=targets,
                      wheels=root / wheels if wheels else None)

@@ -72,7 +72,7 @@ def load(config: TargetConfig) -> ServiceConfig | None:
     if isinstance(smoke, dict):
         problems += _check_smoke(smoke, f"[targets.{config.name}.service.smoke]")
     if problems:
-        raise BadInput("; ".join(problems), "see 'Verifying a service by generation' in the README")
+        raise BadInput("; ".join(problems), "see [targets.NAME.service] in docs/configuration.md")
     smoke_values: dict[str, Any] = {k: (float(v) if _SMOKE_KEYS[k] is float else v) for k, v in smoke.items()}
     values: dict[str, Any] = {k: (float(v) if _SERVICE_KEYS[k] is float else v) for k, v in table.items() if k != "smoke"}
     values["base_url"] = values["base_url"].rstrip("/")

@@ -20,7 +20,7 @@ def verify(ws: Workspace, target: str | None, as_json: bool, with_restart: bool)
         svc = service.load(s.config)
         if svc is None:
             raise BadInput(f"target {s.target.name} has no [targets.{s.target.name}.service] table",
-                           "add one with restart and base_url (see 'Verifying a service by generation' in the README)")
+                           "add one with restart and base_url (see docs/verify-and-roll-back.md)")
         report = run_checks(s.target, svc, with_restart, progress=sys.stderr,
                             last_pass=last_pass(s.ledger, s.ledger.current()))
         entry = record_verification(s, report, "verify", None)

@@ -150,7 +150,7 @@ def load(root: Path, name: str) -> PatchSet:
             files.append((role, source.read_bytes()))
             sources.append((role, str(rel)))
     if problems:
-        raise BadInput(f"{path}: " + "; ".join(problems), "see the README for patchset.toml keys")
+        raise BadInput(f"{path}: " + "; ".join(problems), "see patchset.toml in docs/configuration.md")
     patches = []
     for diff in sorted(directory.glob("*.patch")):
         _cap(diff, MAX_PATCH)
