@@ -503,7 +503,7 @@ def _pyc_verdict(pyc: str, src: str, st: os.stat_result, opt: int, compare: bool
         other = _other_code(pyc, src, opt)
         if other:
             return "mismatch", (other if other is not True else
-                                f"its header matches {name} but its code does not: Python runs the other code")
+                                f"its header matches {name} but its code does not: Python runs the old code")
     return None
 
 
