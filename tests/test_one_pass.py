@@ -719,11 +719,11 @@ def test_a_plan_of_the_work_is_never_believed_over_the_tree(env, monkeypatch):
 
 
 def test_pyc_names_map_to_their_sources_as_importlib_maps_them():
-    """distcheck._pyc_source, in string operations, answers as importlib.util.source_from_cache does
+    """bytecode._pyc_source, in string operations, answers as importlib.util.source_from_cache does
     (None where importlib refuses the name, or the pyc is another interpreter's)."""
     import importlib.util
 
-    from patchkeeper.host.distcheck import _pyc_source
+    from patchkeeper.host.bytecode import _pyc_source
 
     def importlib_answer(rel):
         parts = rel.rpartition("/")[2].split(".")

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from ..errors import BadInput
-from ..host.contract import BytecodeCheck, RecordCheck, TreeRequest
-from ..host.distcheck import recompiled
+from ..host.contract import BytecodeCheck, InterpreterFacts, RecordCheck, TreeRequest
+from ..host.bytecode import recompiled
 from ..records.ledger import Ledger, LedgerEntry, State
 from ..records.manifest import change_kind, differences
 from ..targets import Target
@@ -162,6 +162,7 @@ def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), pro
                 notes.append(f"{dist}: {result.note}")
 
     entry: LedgerEntry | None = None  # the current state's newest environment fingerprint
+    facts: InterpreterFacts | None = None
     tag = "cpython-" + "".join(info.python_version.split(".")[:2])
     bytecode_cache = posixpath.join(cache_dir(target), "bytecode.cache")
     if current is None:  # no recorded state: the bytecode of the sources that differ from RECORD is recompiled
@@ -176,7 +177,8 @@ def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), pro
         patched = _patched(ledger, current, owners)
         verify = {f.path for f in patched if _recompile(f)}
         entry = environment.entry_of(ledger, current)  # the native libraries, read in the same pass
-        native_sites = tuple(environment.site_dirs(target)) if entry is not None else ()
+        facts = target.interpreter_facts() if entry is not None else None
+        native_sites = tuple(environment.site_dirs(target, facts)) if facts is not None else ()
         tree = agent.audit_tree(TreeRequest(info.store, current.manifest, scan_request(target), tag,
                                             tuple(sorted(verify)), bytecode_cache,
                                             posixpath.join(cache_dir(target), "tree.seal"),
@@ -207,7 +209,7 @@ def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), pro
                 findings.extend(Finding("environment", key, kind, f"{detail} (not there at {when})"
                                         if kind == "added" else f"{detail} (since {when})")
                                 for key, kind, detail in environment.startup_changes(then["startup"],
-                                                                                     environment.startup_now(target)))
+                                                                                     environment.startup_now(target, facts)))
 
     findings.extend(Finding("bytecode", p, kind, detail) for p, kind, detail in pyc.findings)
     if pyc.stale:
@@ -267,7 +269,7 @@ def _unlisted(target: Target) -> list[Finding]:
 
 def _baseline_file(ledger: Ledger) -> str | None:
     """The baseline's ledger entry on the target (write-once): the pycs written since it are
-    recompiled and compared whatever their header says (host/distcheck._judge)."""
+    recompiled and compared whatever their header says (host/bytecode._judge)."""
     for slot in ledger.entries().slots:
         if slot.kind == "baseline":
             return posixpath.join(ledger.dir, slot.name)

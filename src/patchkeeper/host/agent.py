@@ -1,8 +1,8 @@
 """The near-disk half of a target: the methods the controller calls, locally or on a host.
 
 Every argument and result is plain data or a request or answer value of contract.py, which
-carries them across a process boundary; the work itself is in disk.py, store.py and distcheck.py, which,
-like this module, use the standard library only (blake3 when importable).
+carries them across a process boundary; the work itself is in disk.py, store.py, distcheck.py and
+bytecode.py, which, like this module, use the standard library only (blake3 when importable).
 """
 
 from __future__ import annotations
@@ -50,7 +50,8 @@ from .contract import (
     TreeRequest,
 )
 from . import seal
-from .distcheck import RecordSeals, check_bytecode, recompiled_sources, shared_files
+from .bytecode import check_bytecode, recompiled_sources
+from .distcheck import RecordSeals, shared_files
 from .distinfo import installed_version, layout, record_paths
 from . import compare
 from .manifests import Manifests

@@ -17,7 +17,8 @@ import os
 from itertools import chain, islice
 
 from .disk import ALGORITHM, StatCache, digest_files, is_managed_name, share_units, walk_files
-from .distcheck import RecordSeals, VerdictCache, _judge, _tally, _top_pycs, _walk_pyc, recompiled_sources
+from .bytecode import VerdictCache, _judge, _tally, _top_pycs, _walk_pyc, recompiled_sources
+from .distcheck import RecordSeals
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only (typing costs a command's start about 10 ms)
@@ -46,7 +47,7 @@ class TreeWork:
         self.seals = RecordSeals(os.path.join(record_cache, "records.seal") if record_cache and records else None)
         self.cache_tag, self.first = cache_tag, frozenset(verify)
         self.stats: Dict[str, os.stat_result] = {}  # each source's stat, taken by this process's digests
-        self.pyc_since = pyc_since  # pycs changed since then are recompiled and compared (distcheck._judge)
+        self.pyc_since = pyc_since  # pycs changed since then are recompiled and compared (bytecode._judge)
         self.judge = _judge(self.root, cache_tag, self.first, self.stats, self.verdicts, pyc_since)
         self.groups = _sound(groups, self.walk)
         self.skip = {d for group in self.groups for d in group}
@@ -152,7 +153,7 @@ class TreeWork:
     def bytecode(self, found: List[Any], outcomes: List[Any], verify: set[str]) -> Dict[str, Any]:
         """The bytecode check's answer: the pycs of sources added to `verify` since the units ran
         (those the comparison or a RECORD check found changed) judged again, recompiled and compared."""
-        from .distcheck import _pyc_source
+        from .bytecode import _pyc_source
 
         deep = frozenset(verify)
         again = deep - self.first

@@ -21,8 +21,9 @@ from ..host import contract as c
 from ..host import wire
 
 # The agent's modules, in import order; on the host they become the package `pkagent`.
-AGENT_MODULES = ("errors", "contract", "disk", "store", "distinfo", "seal", "distcheck", "treecheck", "manifest_text",
-                 "manifests", "compare", "preflight", "elf", "interp", "fingerprint", "agent", "wire")
+AGENT_MODULES = ("errors", "contract", "disk", "store", "distinfo", "seal", "distcheck", "bytecode", "treecheck",
+                 "manifest_text", "manifests", "compare", "preflight", "elf", "interp", "startup", "fingerprint", "agent",
+                 "wire")
 _BOOT = """
 import sys, types
 pkg = types.ModuleType("pkagent"); pkg.__path__ = []; sys.modules["pkagent"] = pkg
