@@ -4,6 +4,7 @@ import line, a `sitecustomize.py`, and a plugin of `sglang.srt.plugins` from a w
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 
@@ -27,15 +28,19 @@ def test_pth_sitecustomize_and_plugins_are_recorded_and_a_new_one_is_found(senv,
     senv.pk("snapshot", "--name", "start")
     assert environment(senv, check=0) == {}
 
-    (senv.site / "paths-only.pth").write_text("/opt/extra\n")  # adds a directory, runs nothing
+    (senv.site / "paths-only.pth").write_text("hooks\n")  # adds a directory, runs nothing itself
+    (senv.site / "hooks").mkdir()
+    (senv.site / "hooks" / "sitecustomize.py").write_text("import os; os.environ['PK_SITECUSTOMIZED'] = '1'\n")
     (senv.site / "zz-hook.pth").write_text("import os; os.environ.setdefault('PK_HOOKED', '1')\n")
-    (senv.site / "sitecustomize.py").write_text("import sys\n")
+    ran = subprocess.run([str(senv.venv / "bin/python"), "-c", "import os; print(os.environ.get('PK_SITECUSTOMIZED'), "
+                          "os.environ.get('PK_HOOKED'))"], capture_output=True, text=True, check=True)
+    assert ran.stdout.split() == ["1", "1"]  # both run in every interpreter of the venv
     plugin = make_wheel(tmp_path / "w", "sgl-plugin-demo", "0.1", {"sgl_plugin_demo/__init__.py": b"def register():\n    pass\n"},
                         entry_points="[sglang.srt.plugins]\ndemo = sgl_plugin_demo:register\n\n[console_scripts]\nx = y:z\n")
     pip_install(senv.venv, plugin)
 
     found = environment(senv, check=1)
-    assert set(found) == {"pth $SITE/zz-hook.pth", "sitecustomize $SITE/sitecustomize.py",
+    assert set(found) == {"pth $SITE/zz-hook.pth", "sitecustomize $SITE/hooks/sitecustomize.py",
                           "entry point sglang.srt.plugins demo", "sgl_plugin_demo-0.1.dist-info"}
     assert found["pth $SITE/zz-hook.pth"]["kind"] == "added"
     assert "import os; os.environ.setdefault('PK_HOOKED', '1')" in found["pth $SITE/zz-hook.pth"]["detail"]
@@ -45,7 +50,7 @@ def test_pth_sitecustomize_and_plugins_are_recorded_and_a_new_one_is_found(senv,
 
     proc = senv.pk("diff", "--env", "--against", "start", check=1)
     assert "  startup      added      pth $SITE/zz-hook.pth  runs in every interpreter" in proc.stdout
-    assert "  startup      added      sitecustomize $SITE/sitecustomize.py" in proc.stdout
+    assert "  startup      added      sitecustomize $SITE/hooks/sitecustomize.py" in proc.stdout
     assert "  startup      added      entry point sglang.srt.plugins demo" in proc.stdout
     assert "paths-only" not in proc.stdout
     screen = senv.pk("env").stdout

@@ -56,7 +56,7 @@ def take(target: Target, parts: tuple[str, ...] | None = None) -> dict:
     facts = target.interpreter_facts()
     sites = site_dirs(target, facts)
     doc = target.agent.fingerprint(sites, cache_root(target), info.site, list(parts) if parts else None,
-                                   info.dist_info, facts.where.get("path")).to_wire()
+                                   info.dist_info, facts.where.get("stdlib")).to_wire()
     doc.update(format=FORMAT, package=info.package,
                interpreter={"implementation": facts.implementation, "version": facts.version, "tags": facts.tags,
                             "machine": facts.machine, "libc": facts.libc},
@@ -69,7 +69,7 @@ def startup_now(target: Target, facts: InterpreterFacts | None = None) -> dict:
     info = target.info
     facts = facts or target.interpreter_facts()
     found = target.agent.fingerprint(site_dirs(target, facts), None, info.site, ["startup"], info.dist_info,
-                                     facts.where.get("path")).startup
+                                     facts.where.get("stdlib")).startup
     return found or {}
 
 

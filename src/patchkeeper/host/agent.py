@@ -513,13 +513,13 @@ class Agent(AgentContract):
 
     def fingerprint(self, sites: list[str], cache_root: str | None, main_site: str | None = None,
                     parts: list[str] | None = None, managed: str | None = None,
-                    path: list[str] | None = None) -> Fingerprint:
+                    stdlib: list[str] | None = None) -> Fingerprint:
         """The environment fingerprint of these site dirs and this host (see fingerprint.py);
-        `path`: the target's sys.path (its site hooks are looked for there)."""
+        `stdlib`: the target's standard library directories (its site hooks are looked for there first)."""
         from . import fingerprint
 
         return Fingerprint.from_wire(fingerprint.take(sites, cache_root, main_site,
-                                                      tuple(parts) if parts else fingerprint.PARTS, managed, path))
+                                                      tuple(parts) if parts else fingerprint.PARTS, managed, stdlib))
 
     # ---- audit -------------------------------------------------------------------------
     def dist_infos(self, site: str) -> list[str]:

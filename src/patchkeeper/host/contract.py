@@ -71,7 +71,7 @@ class InterpreterFacts(Answer):
     tags: Dict[str, str]  # interpreter, abi, platform, ext_suffix
     machine: str
     libc: Dict[str, str]  # name, version
-    where: Dict[str, Any]  # executable, prefix, sites
+    where: Dict[str, Any]  # executable, prefix, sites, stdlib
 
 
 @dataclass(frozen=True)
@@ -474,4 +474,4 @@ class AgentContract(Protocol):
 
     def fingerprint(self, sites: List[str], cache_root: Optional[str], main_site: Optional[str] = None,
                     parts: Optional[List[str]] = None, managed: Optional[str] = None,
-                    path: Optional[List[str]] = None) -> Fingerprint: ...
+                    stdlib: Optional[List[str]] = None) -> Fingerprint: ...

@@ -24,12 +24,12 @@ _OURS = (STAGE_PREFIX, TEMP_PREFIX)  # patchkeeper's stage and temp files: never
 
 
 def take(sites: list[str], cache_root: str | None, main_site: str | None = None,
-         parts: tuple[str, ...] = PARTS, managed: str | None = None, path: list[str] | None = None) -> Dict[str, Any]:
+         parts: tuple[str, ...] = PARTS, managed: str | None = None, stdlib: list[str] | None = None) -> Dict[str, Any]:
     """The fingerprint's parts, as plain JSON-able values, with the hash its digests use.
     `managed` names the dist-info (in `main_site`) of the package whose files are a code state:
     the manifests compare those, so it is not checked against its RECORD again here; its name
-    gives the entry-point groups of its plugins (startup.py). `path`: the target's sys.path, where
-    its site hooks are looked for."""
+    gives the entry-point groups of its plugins (startup.py). `stdlib`: the target's standard
+    library directories, where its site hooks are looked for before the site dirs."""
     caches = {site: _cache_dir(cache_root, site, main_site) for site in sites}
     out: Dict[str, Any] = {"algorithm": ALGORITHM}
     if "system" in parts:
@@ -44,7 +44,7 @@ def take(sites: list[str], cache_root: str | None, main_site: str | None = None,
     if "startup" in parts:
         from .startup import startup
 
-        out["startup"] = startup(sites, path, managed)
+        out["startup"] = startup(sites, stdlib or [], managed)
     return out
 
 

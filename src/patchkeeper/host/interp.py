@@ -57,7 +57,7 @@ def facts() -> Dict[str, Any]:
         "machine": platform.machine(),
         "libc": _libc(),
         "where": {"executable": sys.executable, "prefix": sys.prefix, "sites": site_dirs(),
-                  "path": [p for p in sys.path if p]},
+                  "stdlib": list(dict.fromkeys([sysconfig.get_path("stdlib"), sysconfig.get_path("platstdlib")]))},
     }
 
 

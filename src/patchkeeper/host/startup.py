@@ -5,7 +5,8 @@ keyed so that two installs of the same things fingerprint alike (`$SITE/` for a 
 - `pth $SITE/NAME.pth`: a .pth file with executable lines (site.py runs every line that begins
   with `import`, in every interpreter started there);
 - `sitecustomize PATH` / `usercustomize PATH`: the module `site` imports at start-up, the first one
-  on the target's sys.path, as an import would find it;
+  on the target's sys.path as site.py builds it (the standard library, then each site dir followed by
+  the directories its .pth files add), as an import would find it;
 - `entry point GROUP NAME`: an entry point of a group named after the managed package (sglang loads
   `sglang.srt.plugins`, `sglang.srt.platforms`, …: a distribution's code that runs inside it).
 """
@@ -23,23 +24,26 @@ _HOOKS = ("sitecustomize", "usercustomize")
 _LIMIT = 1 << 20  # a start-up file larger than this is digested, not read into the fingerprint
 
 
-def startup(sites: List[str], path: Optional[List[str]], managed: Optional[str]) -> Dict[str, Dict[str, Any]]:
+def startup(sites: List[str], stdlib: List[str], managed: Optional[str]) -> Dict[str, Dict[str, Any]]:
     """key -> what it is (see the module's docstring) for every piece of start-up code found:
-    .pth files in `sites`, site hooks on `path` (the target's sys.path; the sites without it),
-    and the entry points in `sites` of the groups of the package whose dist-info is `managed`."""
+    .pth files in `sites`, site hooks in `stdlib` (the target's standard library directories) and
+    the sites with their .pth directories, and the entry points in `sites` of the groups of the
+    package whose dist-info is `managed`."""
     out: Dict[str, Dict[str, Any]] = {}
+    path = list(stdlib)
     for site in sites:
         try:
             names = sorted(os.listdir(site))
         except OSError:
             continue
+        path.append(site)
         for name in names:
             if name.endswith(".pth"):
-                found = _pth(os.path.join(site, name))
+                found = _pth(os.path.join(site, name), site, path)
                 if found is not None:
                     out.setdefault(f"pth {_portable(os.path.join(site, name), sites)}", found)
     for hook in _HOOKS:
-        for directory in path if path is not None else sites:
+        for directory in path:
             found_hook = _hook(directory or ".", hook)
             if found_hook is not None:
                 out[f"{hook} {_portable(found_hook, sites)}"] = {"digest": _digest(found_hook)}
@@ -49,13 +53,19 @@ def startup(sites: List[str], path: Optional[List[str]], managed: Optional[str])
     return out
 
 
-def _pth(path: str) -> Optional[Dict[str, Any]]:
-    """The digest and executable lines of a .pth file that has any, else None."""
+def _pth(path: str, site: str, dirs: List[str]) -> Optional[Dict[str, Any]]:
+    """The digest and executable lines of a .pth file that has any, else None; the directories
+    it adds are appended to `dirs`, as site.addpackage does."""
     try:
         with open(path, "rb") as f:
             data = f.read(_LIMIT)
     except OSError:
         return None
+    for line in data.splitlines():
+        if line.strip() and not line.startswith((b"#", b"import ", b"import\t")):
+            directory = os.path.join(site, line.rstrip().decode("utf-8", "replace"))
+            if os.path.isdir(directory) and directory not in dirs:
+                dirs.append(directory)
     lines = [line.decode("utf-8", "replace").rstrip() for line in data.splitlines()
              if line.startswith((b"import ", b"import\t"))]
     if not lines:

@@ -124,7 +124,7 @@ class LocalTarget(Target):
         """As Target.interpreter_facts, remembered per interpreter like `interpreter()` (the facts
         depend only on the executable and its pyvenv.cfg)."""
         return _remembered(self.config.python, "interpreter-facts.marshal", "facts", InterpreterFacts,
-                           super().interpreter_facts, lambda facts: "path" in facts.get("where", {}))
+                           super().interpreter_facts, lambda facts: "stdlib" in facts.get("where", {}))
 
 
 A = TypeVar("A", bound=Answer)

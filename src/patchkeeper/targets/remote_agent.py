@@ -346,8 +346,8 @@ class AgentProxy(c.AgentContract):
 
     def fingerprint(self, sites: list[str], cache_root: str | None, main_site: str | None = None,
                     parts: list[str] | None = None, managed: str | None = None,
-                    path: list[str] | None = None) -> c.Fingerprint:
-        return self._call("fingerprint", sites, cache_root, main_site, parts, managed, path)
+                    stdlib: list[str] | None = None) -> c.Fingerprint:
+        return self._call("fingerprint", sites, cache_root, main_site, parts, managed, stdlib)
 
 
 def _exception(doc: dict, target: str, method: str) -> Exception:
