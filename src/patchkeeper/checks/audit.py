@@ -129,8 +129,9 @@ def is_warm(target: Target) -> bool:
 
 
 def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), progress: Progress | None = None,
-        probe_timeout: float = PROBE_TIMEOUT, owners: dict[str, str] | None = None) -> AuditReport:
-    """Audit one target, opened in a Session (so an interrupted transaction was recovered first)."""
+        probe_timeout: float = PROBE_TIMEOUT, owners: dict[str, str] | None = None, rehash: bool = False) -> AuditReport:
+    """Audit one target, opened in a Session (so an interrupted transaction was recovered first);
+    `rehash`: with no cache or seal, every file read and hashed again, every pyc recompiled and compared."""
     from . import environment
 
     info, agent = target.info, target.agent
@@ -164,14 +165,16 @@ def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), pro
     entry: LedgerEntry | None = None  # the current state's newest environment fingerprint
     facts: InterpreterFacts | None = None
     tag = "cpython-" + "".join(info.python_version.split(".")[:2])
-    bytecode_cache = posixpath.join(cache_dir(target), "bytecode.cache")
+    caches = None if rehash else cache_dir(target)
+    bytecode_cache = None if caches is None else posixpath.join(caches, "bytecode.cache")
     if current is None:  # no recorded state: the bytecode of the sources that differ from RECORD is recompiled
         for chunk in _chunks(others, 16):  # every distribution against its RECORD
-            record_findings(agent.audit_record(info.site, chunk, cache_dir(target)))
+            record_findings(agent.audit_record(info.site, chunk, caches))
             done += len(chunk)
             tell("distributions", done, steps)
-        findings.extend(_unlisted(target))
-        pyc = agent.audit_bytecode(info.site, tag, sorted({f.path for f in findings if _recompile(f)}), bytecode_cache)
+        findings.extend(_unlisted(target, rehash))
+        pyc = agent.audit_bytecode(info.site, tag, sorted({f.path for f in findings if _recompile(f)}), bytecode_cache,
+                                   "" if rehash else None)
     else:  # the other distributions against their RECORD, the package against its recorded state and
         # the baseline, and the bytecode, in one pass (the sources found changed are recompiled there)
         patched = _patched(ledger, current, owners)
@@ -179,11 +182,12 @@ def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), pro
         entry = environment.entry_of(ledger, current)  # the native libraries, read in the same pass
         facts = target.interpreter_facts() if entry is not None else None
         native_sites = tuple(environment.site_dirs(target, facts)) if facts is not None else ()
-        tree = agent.audit_tree(TreeRequest(info.store, current.manifest, scan_request(target), tag,
-                                            tuple(sorted(verify)), bytecode_cache,
-                                            posixpath.join(cache_dir(target), "tree.seal"),
-                                            tuple(others), cache_dir(target), native_sites,
-                                            environment.native_cache(target), _baseline_file(ledger)))
+        tree = agent.audit_tree(TreeRequest(info.store, current.manifest, scan_request(target, cached=not rehash),
+                                            tag, tuple(sorted(verify)), bytecode_cache,
+                                            None if caches is None else posixpath.join(caches, "tree.seal"),
+                                            tuple(others), caches, native_sites,
+                                            None if rehash else environment.native_cache(target),
+                                            "" if rehash else _baseline_file(ledger)))
         record_findings(tree.records)
         done += len(others)
         tell("distributions", done, steps)
@@ -251,7 +255,7 @@ def _patched(ledger: Ledger, current: State, owners: dict[str, str] | None) -> l
     return out
 
 
-def _unlisted(target: Target) -> list[Finding]:
+def _unlisted(target: Target, rehash: bool = False) -> list[Finding]:
     """Before any baseline: the files inside the managed package that its RECORD does not list
     (added by hand, as adoption's refusal names them; bytecode and the roles aside)."""
     from ..host.contract import ROLE_PREFIX
@@ -261,7 +265,7 @@ def _unlisted(target: Target) -> list[Finding]:
     if dist is None:
         return []
     listed = set(dist.record)
-    rows = target.agent.scan(scan_request(target)).rows
+    rows = target.agent.scan(scan_request(target, cached=not rehash)).rows
     return [Finding("drift", key, "added", f"not in {info.package}'s RECORD: added by hand after the install "
                                            "(a baseline is refused until it is adopted)", info.package)
             for key in sorted(rows) if not key.startswith(ROLE_PREFIX) and key not in listed]
@@ -331,7 +335,7 @@ def _chunks(items: list[str], n: int) -> Iterable[list[str]]:
 
 def _probe(target: Target, module: str, timeout: float) -> str | None:
     """None when `module` imports in the target's interpreter, else the exception's last line."""
-    code, out, err = target.run([target.info.python, "-c", _PROBE, module], timeout=timeout)
+    code, out, err = target.run_python(_PROBE, (module,), timeout=timeout, isolated=False, python=target.info.python)
     if code == 0:
         return None
     if code == 124 and b"timed out" in err:

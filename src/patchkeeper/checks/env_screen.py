@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import posixpath
 
-from .environment import gpu_text, interp_text
+from .environment import gpu_health, gpu_text, interp_text
 
 
 def unresolved(fp: dict) -> dict[str, list[str]]:
@@ -48,6 +48,7 @@ def screen(name: str, fp: dict, shown: int = 8) -> list[str]:
              f"interpreter  {interp_text(fp)}",
              f"system       {(fp.get('system') or {}).get('os')}, kernel {(fp.get('system') or {}).get('kernel')}",
              f"gpu          {gpu_text(fp.get('gpu'))}"]
+    lines += [f"  {line}" for line in gpu_health(fp.get("gpu"))]
     xid = (fp.get("gpu") or {}).get("xid")
     if xid:
         lines.append(f"             {len(xid)} recent Xid line(s) in the kernel log; last: {xid[-1]}")

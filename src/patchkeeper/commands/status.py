@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..change import engine
 from ..change.session import Session
 from ..checks import audit
+from ..printable import one_line
 from ..workspace import Workspace
 from . import emit_json
 
@@ -21,9 +22,15 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
             diffs = report.differences  # its one pass over the package compared it with the recorded state
         else:
             diffs = engine.drift(s.target, current.manifest)  # compared on the target: only differences travel
+        exec_start = None
+        if "unit" in s.config.files:
+            from ..checks import units
+
+            exec_start = units.on_target(s.target)
         doc = {"target": s.target.name, "host": info.host, "package": info.package, "version": info.version,
                "site": info.site, "state_dir": info.state_dir, "state": current.to_dict() if current else None,
-               "differences": diffs, "unfinished": s.unfinished.message if s.unfinished else None}
+               "differences": diffs, "unfinished": s.unfinished.message if s.unfinished else None,
+               "roles": dict(info.roles), "exec_start": _as_dict(exec_start)}
         if as_json:
             emit_json(doc)
             return 0
@@ -33,9 +40,10 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
         if current is None:
             print("no recorded state: patchkeeper has not changed this target yet")
             return 0
-        print(f"state {current.id}{' (' + current.name + ')' if current.name else ''}: {current.stack_text()}")
+        print(f"state {current.id}{' (' + one_line(current.name) + ')' if current.name else ''}: {current.stack_text()}")
         for p in current.stack:
-            print(f"  {p['name']}@{p['version']}  {p['digest'][:19]}…")
+            print(f"  {one_line(p['name'])}@{one_line(p['version'])}  {p['digest'][:19]}…")
+        _print_unit(s, exec_start)
         if report is not None:
             print("audit: " + report.summary())
         if not diffs:
@@ -43,10 +51,33 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
         else:
             print(f"{len(diffs)} file(s) differ from the recorded state (changed outside patchkeeper):")
             for key, kind in list(diffs.items())[:20]:
-                print(f"  {kind:8} {key}")
+                print(f"  {kind:8} {one_line(key)}")
             if len(diffs) > 20:
                 print(f"  … and {len(diffs) - 20} more")
         return 0
+
+
+def _as_dict(command) -> dict | None:
+    if command is None:
+        return None
+    from ..checks import units
+
+    return units.as_dict(command)
+
+
+def _print_unit(s: Session, exec_start) -> None:
+    """The host's unit, the drop-in (whether it is there) and the ExecStart they make together."""
+    roles = s.config.files
+    if "unit" not in roles:
+        return
+    from ..checks import units
+
+    print(f"unit     {roles['unit']} (the host's: read, not written)")
+    if "dropin" in roles:
+        there = s.target.agent.lstat(roles["dropin"]) is not None
+        print(f"drop-in  {roles['dropin']} ({'present' if there else 'absent: the unit runs as the host wrote it'})")
+    for line in units.describe(exec_start):
+        print(line)
 
 
 def _one_doc(ws: Workspace, name: str) -> dict:

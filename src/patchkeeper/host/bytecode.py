@@ -13,9 +13,11 @@ import struct
 import sys
 from typing import Any, Callable, Dict, Iterable, Iterator
 
-from .disk import StatCache, listing, split_work
+from .disk import listing
+from .statcache import Listings, StatCache
 
-_IDENTITIES = struct.Struct("<8q")  # a pyc's identity and its source's (see VerdictCache)
+_IDENTITIES = struct.Struct("<10q")  # a pyc's identity and its source's (see VerdictCache)
+_FLAG_AT = _IDENTITIES.size  # where a packed verdict says how the pyc was judged
 
 
 def _pyc_source(rel: str, cache_tag: str) -> tuple[str, int] | None:
@@ -45,10 +47,10 @@ def _pyc_source(rel: str, cache_tag: str) -> tuple[str, int] | None:
 
 
 def _walk_pyc(root: str, skip: frozenset[str] = frozenset(),
-              listings: StatCache | None = None) -> Iterator[tuple[str, bool]]:
+              listings: Listings | None = None) -> Iterator[tuple[str, bool]]:
     """(relative path, in __pycache__) of every .pyc below root, streamed directory by directory;
     the top-level directories in `skip` are left out (a scan already walked them). `listings`
-    remembers directories' entries by their stat identity (disk.listing)."""
+    remembers directories' entries by their stat identity (disk.listing: statcache.Listings)."""
     stack = [d for d in _top_entries(root) if d not in skip] if skip else [""]  # skip: see _top_pycs
     while stack:
         rel_dir = stack.pop()
@@ -104,11 +106,10 @@ def check_bytecode(site: str, cache_tag: str, verify: list[str], cache_path: str
     """See Agent.audit_bytecode: every pyc below `site` judged, its verdict cache (`cache_path`)
     and its walked directories' listings (beside it, `.dirs`) saved."""
     cache = VerdictCache(cache_path)
-    listings = StatCache(cache_path + ".dirs") if cache_path else None
+    listings = Listings(cache_path + ".dirs") if cache_path else None
     found = list(_walk_pyc(site, listings=listings))
     judge = _judge(site, cache_tag, frozenset(verify), {}, cache, since_ns)
-    outcomes = [o for part in split_work(lambda part: [judge(rel, in_cache) for rel, in_cache in part], found)
-                for o in part]
+    outcomes = [judge(rel, in_cache) for rel, in_cache in found]
     if listings is not None:
         listings.save()
     return _tally(found, outcomes, cache)
@@ -116,19 +117,18 @@ def check_bytecode(site: str, cache_tag: str, verify: list[str], cache_path: str
 
 class VerdictCache(StatCache):
     """The verdicts of clean pycs (not a finding: they run their source's code, or are stale), each
-    kept while the pyc and its source keep their identity: (size, mtime_ns, ctime_ns, inode) of both,
+    kept while the pyc and its source keep their identity: (size, mtime_ns, ctime_ns, inode, device) of both,
     then how it was judged (CLEAN, STALE, or COMPARED: recompiled and found to hold its source's
     code), packed (a few thousand are read and written as one marshal string each, where tuples of
     big ints took several times longer)."""
 
-    FORMAT = ("pk-pyc-verdicts", 2, sys.version_info[:2])
+    FORMAT = ("pk-pyc-verdicts", 3, sys.version_info[:2])
     CLEAN, STALE, COMPARED = b"\0", b"\1", b"\2"
 
 
 def _judge(site: str, cache_tag: str, deep: frozenset[str], stats: Dict[str, os.stat_result],
            cache: StatCache, since_ns: int | None = None) -> Callable[[str, bool], Any]:
-    """The function giving one pyc's outcome, computed only: it may run in a forked process.
-    The pycs of the sources in `deep`, and every pyc whose identity is newer than `since_ns` (the
+    """The function giving one pyc's outcome (its verdict is remembered by _tally). The pycs of the sources in `deep`, and every pyc whose identity is newer than `since_ns` (the
     baseline's recording: written or replaced since, by whatever means), are recompiled and
     compared with their source whatever their header says, once per identity."""
     known_verdicts: Dict[str, Any] = cache.entries  # (VerdictCache: packed identities)
@@ -158,10 +158,10 @@ def _judge(site: str, cache_tag: str, deep: frozenset[str], stats: Dict[str, os.
                 pst, head = _stat_and_head(pyc)
         except (FileNotFoundError, NotADirectoryError):
             return ("orphan",)  # a __pycache__ entry without source is never imported
-        ids = pack(pst.st_size, pst.st_mtime_ns, pst.st_ctime_ns, pst.st_ino,
-                   st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+        ids = pack(pst.st_size, pst.st_mtime_ns, pst.st_ctime_ns, pst.st_ino, pst.st_dev,
+                   st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
         new = newer is not None and pst.st_ctime_ns >= newer
-        if hit is not None and hit[:64] == ids and (not new or hit[64] in (compared, stale_flag)):
+        if hit is not None and hit[:_FLAG_AT] == ids and (not new or hit[_FLAG_AT] in (compared, stale_flag)):
             return ("hit",)
         verdict = _pyc_verdict(pyc, f"{site}/{src_rel}", st, opt, compare or new, head)
         keep = None
@@ -176,7 +176,7 @@ def _judge(site: str, cache_tag: str, deep: frozenset[str], stats: Dict[str, os.
 
 
 def _tally(found: list[tuple[str, bool]], outcomes: list[Any], cache: StatCache) -> dict[str, Any]:
-    """The counts and findings of the pycs' outcomes, and the verdict cache saved (here, never in a child)."""
+    """The counts and findings of the pycs' outcomes, and the verdict cache saved."""
     findings: list[list[str]] = []
     pycs = orphans = stale = 0
     known_verdicts = cache.entries
@@ -192,7 +192,7 @@ def _tally(found: list[tuple[str, bool]], outcomes: list[Any], cache: StatCache)
         elif kind == "hit":
             hit = known_verdicts[rel]
             cache.fresh[rel] = hit
-            stale += hit[64] == VerdictCache.STALE[0]
+            stale += hit[_FLAG_AT] == VerdictCache.STALE[0]
         else:
             verdict, keep = outcome[1], outcome[2]
             if verdict is None or verdict == "stale":

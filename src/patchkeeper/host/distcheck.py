@@ -9,14 +9,15 @@ import time
 from typing import Any, Dict, List
 
 from . import seal
-from .disk import HASH_WORKERS, StatCache, feed, load_cache, map_files, save_cache, split_when_idle, write_atomic
+from .disk import feed, map_files, write_atomic
+from .statcache import StatCache, load_cache, save_cache
 from .distinfo import console_scripts, record_identity, record_paths, record_rows
+
 
 
 def _record_digest(path: str, algo: str) -> str:
     """`algo:<urlsafe base64 without padding>`, the form RECORD files use."""
     import base64
-
     import hashlib
 
     h = hashlib.new(algo)
@@ -44,7 +45,6 @@ def _is_launcher(rest: bytes, entry_points: set[str]) -> bool:
 def record_hash(data: bytes, algo: str) -> str:
     """`algo:<urlsafe base64 without padding>` of bytes, the form RECORD files use."""
     import base64
-
     import hashlib
 
     return f"{algo}:{base64.urlsafe_b64encode(hashlib.new(algo, data).digest()).rstrip(b'=').decode()}"
@@ -111,7 +111,7 @@ def check_record(site: str, name: str, cache_dir: str | None) -> dict[str, Any]:
             return rel, path, algo, expected, f"unreadable: {exc.strerror}"
         return rel, path, algo, expected, digest
 
-    results = map_files(work, todo, lambda job: job[4].st_size, HASH_WORKERS, pure=True)
+    results = map_files(work, todo, lambda job: job[4].st_size)
     for job, (_, _, _, _, digest) in zip(todo, results):
         if not digest.startswith("unreadable: "):
             cache.remember(job[0], job[4], digest)
@@ -130,10 +130,9 @@ def check_record(site: str, name: str, cache_dir: str | None) -> dict[str, Any]:
         findings.append([rel, "changed", f"differs from RECORD ({expected.partition(':')[0]}, {size} bytes)"])
     cache.save()
     if cache.path and not os.path.exists(cache.path):  # an audit has run here: status may audit cheaply
-        os.makedirs(os.path.dirname(cache.path), exist_ok=True)
-        write_atomic(cache.path, b"{}")
+        os.makedirs(os.path.dirname(cache.path), mode=0o700, exist_ok=True)
+        write_atomic(cache.path, b"{}", 0o600)
     return {"files": checked, "findings": sorted(findings), "identity": record_identity(rows)}
-
 
 
 def shared_files(site: str, results: Dict[str, Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
@@ -185,7 +184,7 @@ def shared_files(site: str, results: Dict[str, Dict[str, Any]]) -> Dict[str, Dic
     return out
 
 
-_SEAL_FORMAT = ("pk-record-seals", 3, tuple(sys.version_info[:2]))
+_SEAL_FORMAT = ("pk-record-seals", 4, tuple(sys.version_info[:2]))
 
 
 class RecordSeals:
@@ -193,8 +192,8 @@ class RecordSeals:
     every file it read: the audit's and the fingerprint's, each in a file of its own.
 
     An answer is given again while the RECORD, the dist-info dir and every file the RECORD lists keep
-    the identity (size, mtime, ctime, inode; of the file a path resolves to, as check_record stats
-    it) they had before the check read them: one stat per file, no RECORD parsed, no cache loaded.
+    the identity (size, mtime, ctime, inode, device; of the file a path resolves to, as check_record
+    stats it) they had before the check read them: one stat per file, no RECORD parsed, no cache loaded.
     Any install, removal, rewrite or re-pointed symlink moves one of them; an answer whose files
     changed within the clock's granularity of the check is never sealed (the racily-clean rule)."""
 
@@ -206,14 +205,12 @@ class RecordSeals:
             self.seals = load_cache(path, _SEAL_FORMAT) or {}
 
     def checked(self, site: str, dist_infos: List[str], cache_dir: str | None) -> Dict[str, Dict[str, Any]]:
-        """check_record(site, name, cache_dir) of each name, sealed. Every sealed file's identity is
-        taken in one list, split over two processes as soon as a CPU is idle (disk.split_when_idle:
-        the environment fingerprint takes them beside the planning, which then waits for it): torch
-        alone lists about 15,000 files."""
+        """check_record(site, name, cache_dir) of each name, sealed (every sealed file's identity
+        is taken in one list: torch alone lists about 15,000 files)."""
         dirs = [os.path.join(site, name) for name in dist_infos]
         sealed = [self.seals.get(d) for d in dirs]
         paths = [p for entry in sealed if entry is not None for p in entry[0].split("\0")]
-        ids = b"".join(split_when_idle(lambda part: seal.stat_identities(part, os.stat), paths))
+        ids = seal.stat_identities(paths, os.stat)
         out: Dict[str, Dict[str, Any]] = {}
         at = 0
         for name, entry in zip(dist_infos, sealed):
