@@ -543,12 +543,13 @@ def plan_rollback(s: Session, spec: str) -> Plan | None:
                       "patchkeeper has not changed it yet")
     from . import repair
 
-    goal, upto = repair.rollback_goal(ledger, spec)
+    goal, upto, undo = repair.rollback_goal(ledger, spec)
     to_goal, to_recorded = compare(target, goal.manifest, current.manifest)
     hand = _kinds(to_recorded)  # changed by hand since the last transaction: backed up, then named
     notes = _keep_host_unit(target, to_goal, to_recorded, hand)
     ops = [FileOp(k, target.info.path_of(k), actual, want) for k, (want, actual) in to_goal.items()]
-    env_ops = repair.environment_ops(target, ledger, upto)  # files repairs changed outside the package
+    clean = None if undo else repair.recorded_clean(target, ledger, goal)  # the state's own release bytes stay
+    env_ops = repair.environment_ops(target, ledger, upto, clean)  # files repairs changed outside the package
     _refuse_escaping(target, [op.key for op in ops if not op.key.startswith(ROLE_PREFIX)], "the rollback writes")
     ops += env_ops
     missing = target.agent.store_missing(target.info.store, sorted({op.new.digest for op in ops if op.new}))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 from ..change.session import Session
-from ..checks import environment
+from ..checks import env_screen, environment
 from ..errors import Refused
 from ..workspace import Workspace
 from . import check_sides, emit_json
@@ -15,9 +15,9 @@ def env(ws: Workspace, target: str | None, as_json: bool) -> int:
     with Session(ws, target, "env", write=False) as s:
         fp = environment.take(s.target)
     if as_json:
-        emit_json({"target": s.target.name, **fp})
+        emit_json({"target": s.target.name, **fp, "import_context": env_screen.import_context(fp)})
     else:
-        print("\n".join(environment.screen(s.target.name, fp)))
+        print("\n".join(env_screen.screen(s.target.name, fp)))
     return 0
 
 

@@ -1,8 +1,8 @@
 """The near-disk half of a target: the methods the controller calls, locally or on a host.
 
 Every argument and result is plain data or a request or answer value of contract.py, which
-carries them across a process boundary; the work itself is in disk.py, store.py and distcheck.py, which,
-like this module, use the standard library only (blake3 when importable).
+carries them across a process boundary; the work itself is in disk.py, store.py, distcheck.py and
+bytecode.py, which, like this module, use the standard library only (blake3 when importable).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from .contract import (
 )
 from . import seal
 from .errors import AgentError
-from .distcheck import check_bytecode
+from .bytecode import check_bytecode
 from .distinfo import installed_version, layout, record_paths
 from . import compare
 from .manifests import Manifests
@@ -530,12 +530,14 @@ class Agent(AgentContract):
         return InterpreterFacts.from_wire(interp.facts())
 
     def fingerprint(self, sites: list[str], cache_root: str | None, main_site: str | None = None,
-                    parts: list[str] | None = None, managed: str | None = None) -> Fingerprint:
-        """The environment fingerprint of these site dirs and this host (see fingerprint.py)."""
+                    parts: list[str] | None = None, managed: str | None = None,
+                    stdlib: list[str] | None = None) -> Fingerprint:
+        """The environment fingerprint of these site dirs and this host (see fingerprint.py);
+        `stdlib`: the target's standard library directories (its site hooks are looked for there first)."""
         from . import fingerprint
 
         return Fingerprint.from_wire(fingerprint.take(sites, cache_root, main_site,
-                                                      tuple(parts) if parts else fingerprint.PARTS, managed))
+                                                      tuple(parts) if parts else fingerprint.PARTS, managed, stdlib))
 
     # ---- audit -------------------------------------------------------------------------
     def dist_infos(self, site: str) -> list[str]:
@@ -557,7 +559,8 @@ class Agent(AgentContract):
         """check_record of each distribution, sealed in `cache_dir` (see audit_record)."""
         return treecheck.checked_records(site, dist_infos, cache_dir)
 
-    def audit_bytecode(self, site: str, cache_tag: str, verify: list[str], cache: str | None = None) -> BytecodeCheck:
+    def audit_bytecode(self, site: str, cache_tag: str, verify: list[str], cache: str | None = None,
+                       pycs_since: str | None = None) -> BytecodeCheck:
         """Every .pyc below `site` that Python would run instead of its source: a header that
         matches a changed source, an unchecked-hash pyc of other code, a legacy pyc with no source.
         Stale pycs (header differs: Python recompiles them) and __pycache__ entries without a
@@ -566,8 +569,9 @@ class Agent(AgentContract):
         `verify` names sources (relative to site) whose pyc is also recompiled and compared,
         which catches a pyc whose header matches a source that was changed in the same tick.
         `cache` keeps each clean pyc's verdict keyed by its own and its source's stat identity.
+        `pycs_since`: as TreeRequest's ("": every pyc recompiled and compared).
         """
-        return BytecodeCheck.from_wire(check_bytecode(site, cache_tag, verify, cache))
+        return BytecodeCheck.from_wire(check_bytecode(site, cache_tag, verify, cache, treecheck.since(pycs_since)))
 
 
     def audit_tree(self, request: TreeRequest) -> TreeCheck:

@@ -76,7 +76,7 @@ class InterpreterFacts(Answer):
     tags: Dict[str, str]  # interpreter, abi, platform, ext_suffix
     machine: str
     libc: Dict[str, str]  # name, version
-    where: Dict[str, Any]  # executable, prefix, sites
+    where: Dict[str, Any]  # executable, prefix, sites, stdlib
 
 
 @dataclass(frozen=True)
@@ -178,16 +178,17 @@ class LockHolder(Answer):
 
 @dataclass(frozen=True)
 class RecordCheck(Answer):
-    """An installed distribution against its RECORD: how many files were checked, what differs, and
-    a note when it could not be checked."""
+    """An installed distribution against its RECORD: how many files were checked, what differs, a
+    note when it could not be checked, and what the distribution is (distinfo.record_identity)."""
 
     files: int
     findings: Tuple[Finding, ...]
     note: Optional[str] = None
+    identity: Optional[str] = None
 
     @classmethod
     def from_wire(cls, doc: Dict[str, Any]) -> "RecordCheck":
-        return cls(doc["files"], tuple((p, k, d) for p, k, d in doc["findings"]), doc.get("note"))
+        return cls(doc["files"], tuple((p, k, d) for p, k, d in doc["findings"]), doc.get("note"), doc.get("identity"))
 
 
 @dataclass(frozen=True)
@@ -215,6 +216,7 @@ class Fingerprint(Answer):
     distributions: Optional[Dict[str, Any]] = None
     native: Optional[Dict[str, Any]] = None
     gpu: Optional[Dict[str, Any]] = None
+    startup: Optional[Dict[str, Any]] = None
 
     def to_wire(self) -> Dict[str, Any]:
         return {k: v for k, v in super().to_wire().items() if v is not None}
@@ -392,7 +394,7 @@ class AgentContract(Protocol):
                      cache_dir: Optional[str] = None) -> Dict[str, RecordCheck]: ...
 
     def audit_bytecode(self, site: str, cache_tag: str, verify: List[str],
-                       cache: Optional[str] = None) -> BytecodeCheck: ...
+                       cache: Optional[str] = None, pycs_since: Optional[str] = None) -> BytecodeCheck: ...
 
     def audit_tree(self, request: TreeRequest) -> TreeCheck: ...
 
@@ -400,4 +402,5 @@ class AgentContract(Protocol):
     def interpreter_facts(self) -> InterpreterFacts: ...
 
     def fingerprint(self, sites: List[str], cache_root: Optional[str], main_site: Optional[str] = None,
-                    parts: Optional[List[str]] = None, managed: Optional[str] = None) -> Fingerprint: ...
+                    parts: Optional[List[str]] = None, managed: Optional[str] = None,
+                    stdlib: Optional[List[str]] = None) -> Fingerprint: ...

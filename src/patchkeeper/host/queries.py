@@ -56,7 +56,11 @@ class TreeRequest:
     The distributions named in `records` (dist-info names in the site dir) are checked against
     their RECORD in the same call (audit_record, one stat cache each in `record_cache`), and the
     sources they find changed are recompiled and compared too; with `native_sites`, the shared
-    objects below them are read as the fingerprint's native part is (its caches in `native_cache`)."""
+    objects below them are read as the fingerprint's native part is (its caches in `native_cache`).
+    Every pyc written or replaced since `pycs_since` was (a write-once file on the host: the
+    baseline's ledger entry, so the host's own clock is compared with the host's) is recompiled and
+    compared whatever its header says (once per identity: `bytecode_cache` keeps that verdict); when
+    that file is gone, or `pycs_since` is "" (`audit --rehash`), every pyc is."""
 
     store: str
     manifest: str
@@ -69,16 +73,17 @@ class TreeRequest:
     record_cache: Optional[str] = None
     native_sites: Tuple[str, ...] = ()
     native_cache: Optional[str] = None
+    pycs_since: Optional[str] = None
 
     def to_wire(self) -> Dict[str, Any]:
         return {"store": self.store, "manifest": self.manifest, "scan": self.scan.to_wire(),
                 "cache_tag": self.cache_tag, "verify": self.verify, "bytecode_cache": self.bytecode_cache,
                 "seal": self.seal, "records": self.records, "record_cache": self.record_cache,
-                "native_sites": self.native_sites, "native_cache": self.native_cache}
+                "native_sites": self.native_sites, "native_cache": self.native_cache, "pycs_since": self.pycs_since}
 
     @classmethod
     def from_wire(cls, doc: Dict[str, Any]) -> "TreeRequest":
         return cls(doc["store"], doc["manifest"], ScanRequest.from_wire(doc["scan"]), doc["cache_tag"],
                    tuple(doc.get("verify") or ()), doc.get("bytecode_cache"), doc.get("seal"),
                    tuple(doc.get("records") or ()), doc.get("record_cache"), tuple(doc.get("native_sites") or ()),
-                   doc.get("native_cache"))
+                   doc.get("native_cache"), doc.get("pycs_since"))

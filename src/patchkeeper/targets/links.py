@@ -13,8 +13,8 @@ from typing import Any, Callable, Protocol
 
 # The agent's modules, in import order; on the host they become the package `pkagent`.
 AGENT_MODULES = ("errors", "queries", "shapes", "contract", "disk", "manifest_text", "statcache", "store", "manifests",
-                 "compare", "distinfo", "seal", "distcheck", "preflight", "elf", "interp", "fingerprint", "treecheck",
-                 "agent", "wire")
+                 "compare", "distinfo", "seal", "distcheck", "bytecode", "preflight", "elf", "interp", "startup",
+                 "fingerprint", "treecheck", "agent", "wire")
 _BOOT = """
 import sys, types
 pkg = types.ModuleType("pkagent"); pkg.__path__ = []; sys.modules["pkagent"] = pkg

@@ -107,7 +107,7 @@ class LocalTarget(Target):
         if self.fresh:
             return super().interpreter_facts()
         return _remembered(self.config.python, "interpreter-facts.marshal", "facts", InterpreterFacts,
-                           super().interpreter_facts)
+                           super().interpreter_facts, lambda facts: "stdlib" in facts.get("where", {}))
 
 
 A = TypeVar("A", bound=Answer)

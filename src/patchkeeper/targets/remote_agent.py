@@ -274,8 +274,9 @@ class AgentProxy(c.AgentContract):
     def audit_record(self, site: str, dist_infos: list[str], cache_dir: str | None = None) -> dict[str, c.RecordCheck]:
         return self._call("audit_record", site, dist_infos, cache_dir)
 
-    def audit_bytecode(self, site: str, cache_tag: str, verify: list[str], cache: str | None = None) -> c.BytecodeCheck:
-        return self._call("audit_bytecode", site, cache_tag, verify, cache)
+    def audit_bytecode(self, site: str, cache_tag: str, verify: list[str], cache: str | None = None,
+                       pycs_since: str | None = None) -> c.BytecodeCheck:
+        return self._call("audit_bytecode", site, cache_tag, verify, cache, pycs_since)
 
     def audit_tree(self, request: c.TreeRequest) -> c.TreeCheck:
         return self._call("audit_tree", request)
@@ -284,8 +285,9 @@ class AgentProxy(c.AgentContract):
         return self._call("interpreter_facts")
 
     def fingerprint(self, sites: list[str], cache_root: str | None, main_site: str | None = None,
-                    parts: list[str] | None = None, managed: str | None = None) -> c.Fingerprint:
-        return self._call("fingerprint", sites, cache_root, main_site, parts, managed)
+                    parts: list[str] | None = None, managed: str | None = None,
+                    stdlib: list[str] | None = None) -> c.Fingerprint:
+        return self._call("fingerprint", sites, cache_root, main_site, parts, managed, stdlib)
 
 
 class _Said(TargetError):
