@@ -60,6 +60,14 @@ $(WHEELS)/older/.done:
 	$(PY) -m pip download -q --no-deps --only-binary=:all: $(OLDER_WHEELS) -d $(WHEELS)/older
 	touch $@
 
+# Both sglang releases, for the tests of the package's life (a release installed over a state and back)
+# and of porting patch sets: pip takes one version of a name per download.
+PORT_WHEELS := sglang==0.5.22 sglang==0.5.23
+$(WHEELS)/port/.done:
+	mkdir -p $(WHEELS)/port
+	for req in $(PORT_WHEELS); do $(PY) -m pip download -q --no-deps $$req -d $(WHEELS)/port || exit 1; done
+	touch $@
+
 # For bench/audit.py only: sglang with torch 2.13.0 (CPU) beside it, a site-packages of real size.
 TORCHENV := .cache/torch-venv
 $(TORCHENV)/.done: $(WHEELS)/.sglang
@@ -77,7 +85,7 @@ sshd:
 demo: install $(WHEELS)/.sglang
 	PY=$(PY) bash scripts/demo.sh
 
-test: install $(TESTENV)/.done $(WHEELS)/.audit $(WHEELS)/env/.done $(WHEELS)/older/.done sshd
+test: install $(TESTENV)/.done $(WHEELS)/.audit $(WHEELS)/env/.done $(WHEELS)/older/.done $(WHEELS)/port/.done sshd
 	$(BIN)/mypy  # [tool.mypy] in pyproject.toml: strict on host/, the engine and changes.py
 	TMPDIR=$(TESTTMP) $(BIN)/pytest -q -n 4 --durations=15  # 4 workers on 2 cores: the tests wait on sshd, servers and fsync too
 

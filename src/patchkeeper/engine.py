@@ -285,8 +285,8 @@ def plan_apply(s: Session, name: str, force: bool, trial: bool = False,
     recorded = Recorded(s)
     current = recorded.state
     change = stack_change(ws.patchsets_dir, current.stack, incoming)
-    if change is None:
-        return None
+    if change is None:  # already applied: as recorded, or its files are gone (a reinstall, a hand edit)
+        return None if trial else _plan_reapply(s, recorded, incoming, force)
     removed, kept, adding = list(change.removed), list(change.kept), list(change.adding)
     new_stack = kept + [_ref(ps) for ps in adding]
 
@@ -310,8 +310,10 @@ def plan_apply(s: Session, name: str, force: bool, trial: bool = False,
     was = recorded.entries(keys)
     drift = tuple(k for k in keys if actual.get(k) != was[k])
     if drift and not force and not trial:
-        raise Refused(f"{len(drift)} file(s) differ from the recorded state {current.id} (edited by hand?): "
-                      + ", ".join(drift), "inspect them; --force applies anyway and backs them up first")
+        moved = s.installation()
+        raise Refused(f"{len(drift)} file(s) differ from the recorded state {current.id} "
+                      + (f"({moved.what()})" if moved else "(edited by hand?)") + ": " + ", ".join(drift),
+                      "inspect them; --force applies anyway and backs them up first")
 
     if base_manifest is not None:
         files = {k: _baseline_bytes(target, base_manifest, actual, k) for k in keys}
@@ -342,6 +344,56 @@ def plan_apply(s: Session, name: str, force: bool, trial: bool = False,
                                             {op.key: op.new for op in ops if op.new}),
                         hand_edits=drift, extra=extra)
     return Plan(tuple(ops), contents, entry, drift, tuple(notes), checks, tuple(found))
+
+
+def _plan_reapply(s: Session, recorded: Recorded, incoming: list[PatchSet], force: bool) -> Plan | None:
+    """Patch sets already applied whose files no longer hold what the current state recorded (a
+    reinstall put the release's bytes back, or a hand edit): a plan that puts the state's bytes back
+    from the store, recording the installation as it is now; None when every file holds them. After
+    a reinstall, every file the state changed from its baseline is put back, not only these sets'.
+    Files that hold neither the state's bytes nor the baseline's (hand edits) are refused unless
+    `force`, which backs them up first."""
+    target, ledger, current = s.target, s.ledger, recorded.state
+    moved = s.installation()
+    keys = touched_keys(incoming)
+    base = ledger.load_manifest(_baseline(s))
+    if moved is not None:
+        keys += [k for k in differences(base, recorded.manifest()) if k not in keys]
+    actual = scan_keys(target, keys)
+    was = recorded.entries(keys)
+    differ = [k for k in keys if actual.get(k) != was[k]]
+    if not differ:
+        return None
+    hand = tuple(k for k in differ if actual.get(k) is not None and actual.get(k) != base.get(k))
+    names = ", ".join(ps.ident for ps in incoming)
+    why = moved.what() if moved is not None else "changed outside patchkeeper"
+    if hand and not force:
+        raise Refused(f"{names} is applied (state {current.id}), but {len(differ)} of its file(s) no longer hold "
+                      f"what the state recorded ({why}); {len(hand)} hold neither its bytes nor the release's "
+                      "(edited by hand?): " + ", ".join(hand),
+                      "inspect them; --force puts the state's bytes back and backs these up first")
+    ops = [FileOp(k, target.info.path_of(k), actual.get(k), was[k]) for k in differ]
+    _refuse_escaping(target, [k for k in differ if not k.startswith(ROLE_PREFIX)], "the patch sets write")
+    wanted = sorted({op.new.digest for op in ops if op.new})
+    missing = target.agent.store_missing(target.info.store, wanted)
+    if missing:
+        lost = [op.key for op in ops if op.new and op.new.digest in missing]
+        raise StoreError(f"the store lacks the bytes state {current.id} recorded for {len(lost)} file(s): "
+                         + ", ".join(lost[:20]), f"`patchkeeper rollback --to baseline`, then apply {names} again")
+    extra = ApplyExtra(removed=[], restored=f"{len(differ)} file(s) no longer held what state {current.id} "
+                                            f"recorded: {why}")
+    backups = _backups(ops, hand)
+    if backups:
+        extra["backups"] = backups
+    refs = tuple(p for p in current.stack if any(p["name"] == ps.name for ps in incoming))
+    entry = LedgerEntry(id=new_id(), seq=ledger.next_seq(), time=time.time(), who=who(), command=s.command,
+                        kind="apply", before=current, after=current, patchsets=refs,
+                        changed=differences({op.key: op.old for op in ops if op.old},
+                                            {op.key: op.new for op in ops if op.new}),
+                        hand_edits=hand, extra=extra)
+    note = f"{names} is applied, but {len(differ)} file(s) no longer hold what state {current.id} recorded ({why}): " \
+           "putting them back"
+    return Plan(tuple(ops), {}, entry, hand, (note,))
 
 
 @dataclass(frozen=True)
@@ -549,6 +601,7 @@ def plan_rollback(s: Session, spec: str) -> Plan | None:
     from . import repair
 
     goal, upto = repair.rollback_goal(ledger, spec)
+    _refuse_other_release(s, goal)
     to_goal, to_recorded = compare(target, goal.manifest, current.manifest)
     hand = _kinds(to_recorded)  # changed by hand since the last transaction: backed up, then named
     ops = [FileOp(k, target.info.path_of(k), actual, want) for k, (want, actual) in to_goal.items()]
@@ -582,6 +635,26 @@ def plan_rollback(s: Session, spec: str) -> Plan | None:
                                             {op.key: op.new for op in ops if op.new}),
                         hand_edits=tuple(hand), extra=extra)
     return Plan(tuple(ops), {}, entry, tuple(hand))
+
+
+def _refuse_other_release(s: Session, goal: State) -> None:
+    """A rollback gives files, not an installation: to a state recorded with another release of the
+    package than the one installed, it is refused up front, naming the command that installs that
+    release (after which the rollback can give the state's files). Over a RECORD cut since the
+    current state, too; over a reinstall of the same release it goes on."""
+    from . import installation
+
+    info = s.target.info
+    moved = s.installation()
+    if moved is not None and moved.kind == "record":
+        installation.refuse_writes(moved, s.target, s.command)
+    wanted = installation.state_version(s.ledger, goal)
+    if wanted is None or wanted == info.version:
+        return
+    what = moved.what() + "; " if moved is not None and moved.kind == "version" else ""
+    raise Refused(f"{what}state {goal.id} ({goal.name or goal.stack_text()}) was recorded with {info.package} {wanted}, "
+                  f"and {info.version} is installed: a rollback gives files, not an installation, so nothing was "
+                  "changed", f"{installation.pin(info.python, info.package, wanted)}, then `patchkeeper {s.command}`")
 
 
 def begin_fingerprint(s: Session) -> None:

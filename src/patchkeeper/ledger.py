@@ -8,7 +8,7 @@ import os
 import pwd
 import posixpath
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, cast, overload
 
@@ -83,6 +83,7 @@ class LedgerEntry:
     extra: Extra = field(default_factory=lambda: RollbackExtra())
     env: str | None = None  # digest of the environment fingerprint in the store (None: not kept)
     env_error: str | None = None  # why no fingerprint could be taken
+    installed: dict[str, Any] | None = None  # the managed distribution's installation (installation.py)
 
     def to_dict(self) -> dict:
         return {"id": self.id, "seq": self.seq, "time": self.time, "who": self.who,
@@ -90,7 +91,8 @@ class LedgerEntry:
                 "before": self.before.to_dict() if self.before else None, "after": self.after.to_dict(),
                 "changed": self.changed, "hand_edits": list(self.hand_edits), "extra": self.extra,
                 **({"env": self.env} if self.env else {}),
-                **({"env_error": self.env_error} if self.env_error else {})}
+                **({"env_error": self.env_error} if self.env_error else {}),
+                **({"installed": self.installed} if self.installed else {})}
 
     @classmethod
     def from_dict(cls, d: dict) -> "LedgerEntry":
@@ -99,7 +101,7 @@ class LedgerEntry:
                    before=State.from_dict(d["before"]) if d.get("before") else None,
                    patchsets=tuple(d.get("patchsets", ())), changed=d.get("changed", {}),
                    hand_edits=tuple(d.get("hand_edits", ())), extra=d.get("extra", {}),
-                   env=d.get("env"), env_error=d.get("env_error"))
+                   env=d.get("env"), env_error=d.get("env_error"), installed=d.get("installed"))
 
     @property
     def backups(self) -> dict[str, str]:
@@ -238,6 +240,13 @@ class Ledger:
         return self.entries().last_seq() + 1
 
     def append(self, entry: LedgerEntry) -> None:
+        """Write an entry; one that records a state (every kind but verify) records with it the managed
+        distribution's installation as it is now (installation.py: what pip, uv or a person did to it
+        since is told by comparing with it)."""
+        if entry.kind != "verify" and entry.installed is None:
+            from .installation import Installed
+
+            entry = replace(entry, installed=Installed.of(self.target.info).to_dict())
         data = json.dumps(entry.to_dict(), indent=1).encode()
         self.target.agent.write_atomic(posixpath.join(self.dir, entry.file_name()), data)
         if self._entries is not None:  # the entries read already, and this one as a read gives it back

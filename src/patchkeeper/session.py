@@ -7,13 +7,14 @@ import time
 from typing import TYPE_CHECKING
 
 from . import statedir
-from .errors import Refused, Unfinished
+from .errors import NotInstalled, Refused, Unfinished
 from .ledger import Ledger
 from .targets import Target, open_target
 from .workspace import Workspace
 
 if TYPE_CHECKING:
     from .environment import Taking
+    from .installation import Change
 
 
 class Session:
@@ -33,6 +34,7 @@ class Session:
         self.unfinished: Unfinished | None = None  # a committed transaction recovery could not finish
         self._locked = False
         self.fingerprint: Taking | None = None  # begun before planning (engine.begin_fingerprint)
+        self._installation: tuple[Change | None] | None = None
 
     @property
     def target(self) -> Target:
@@ -48,10 +50,24 @@ class Session:
             raise RuntimeError("the session is not open")
         return self._ledger
 
+    def installation(self) -> Change | None:
+        """What pip, uv or a person did to the managed distribution since the current state recorded
+        it (installation.check), found once per command; None: it is as recorded."""
+        if self._installation is None:
+            from . import installation
+
+            self._installation = (installation.check(self.target, self.ledger),)
+        return self._installation[0]
+
     def __enter__(self) -> "Session":
         self._target = open_target(self.config)
         try:
-            statedir.check(self._target, claim=self.write)
+            try:
+                statedir.check(self._target, claim=self.write)
+            except NotInstalled as exc:  # named with the state it was removed since, and the release it needs
+                from . import installation
+
+                raise installation.removed(self._target, exc) from None
             self._ledger = Ledger(self._target)
             if self.write or self.target.agent.lstat(self.ledger.journal_path) is not None:
                 from . import transaction  # only for a change, or to finish an interrupted one

@@ -15,6 +15,9 @@ def apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bo
           adopt: str | None = None) -> int:
     svc = changes.service_of(ws.target(target), verify)
     with Session(ws, target, f"apply {name}") as s:
+        from ..installation import refuse_writes
+
+        refuse_writes(s.installation(), s.target, f"apply {name}", reinstall_ok=True)  # another release: refused
         if not dry_run and s.ledger.current() is not None:  # (a first baseline takes one of its own first)
             engine.begin_fingerprint(s)  # beside the reading of the patch sets too
         incoming = engine.resolve(ws.patchsets_dir, name, s.config)  # every template renders, before a baseline

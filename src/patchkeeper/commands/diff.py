@@ -5,7 +5,7 @@ from __future__ import annotations
 from contextlib import ExitStack
 from dataclasses import dataclass
 
-from .. import engine
+from .. import engine, installation
 from ..errors import PatchkeeperError, Refused
 from ..manifest import Entry, differences
 from ..session import Session
@@ -45,7 +45,9 @@ def _one_result(ws: Workspace, name: str) -> dict:
             return {"state": None, "differences": []}
         owners = engine.owners_of(ws, current.stack)
         diffs = _classify(engine.compare(s.target, current.manifest)[0], {s.target.name: owners})
-        return {"state": current.to_dict(), "differences": [d.to_dict() for d in diffs]}
+        told = _told(s)
+        return {"state": current.to_dict(), "differences": [d.to_dict() for d in diffs],
+                "installation": told.to_dict() if told else None}
 
 
 def diff_all(ws: Workspace, as_json: bool) -> int:
@@ -54,7 +56,8 @@ def diff_all(ws: Workspace, as_json: bool) -> int:
 
     results = each(ws, _one_result, "diff")
     errors = [n for n, r in results.items() if isinstance(r, str)]
-    differing = [n for n, r in results.items() if not isinstance(r, str) and r["differences"]]
+    differing = [n for n, r in results.items() if not isinstance(r, str)
+                 and (r["differences"] or (r.get("installation") or {}).get("trouble"))]
     if as_json:
         emit_json({n: ({"error": r} if isinstance(r, str) else r) for n, r in results.items()})
     else:
@@ -66,8 +69,9 @@ def diff_all(ws: Workspace, as_json: bool) -> int:
                 rows.append([n, "-", "no recorded state"])
             else:
                 kinds = [d["kind"] for d in r["differences"]]
-                rows.append([n, r["state"]["id"], ", ".join(f"{kinds.count(k)} {k}" for k in dict.fromkeys(kinds))
-                             or "files match"])
+                told = r.get("installation")
+                rows.append([n, r["state"]["id"], (", ".join(f"{kinds.count(k)} {k}" for k in dict.fromkeys(kinds))
+                                                   or "files match") + (f"; {told['what']}" if told else "")])
         table(["target", "state", "differences"], rows)
         print(f"{len(results)} target(s): {len(differing)} differ, {len(errors)} unreachable")
     return 2 if errors else 1 if differing else 0
@@ -96,14 +100,25 @@ def _one(ws: Workspace, name: str | None, against: str | None, patch: bool, as_j
             new = lambda d: s.target.agent.read(info.path_of(d.key)) if d.b else b""  # noqa: E731
             patches = _patches(diffs, old, new, f"{state.id}", s.target.name)
         label = f"state {state.id}" + (f" ({state.name})" if state.name else "")
+        told = _told(s)
+        code = 1 if diffs or (told is not None and told.trouble) else 0
         if as_json:
             emit_json({"target": s.target.name, "against": state.to_dict(), "algorithm": s.target.algorithm,
-                       "differences": [d.to_dict() for d in diffs], "patches": patches})
-            return 1 if diffs else 0
+                       "differences": [d.to_dict() for d in diffs], "patches": patches,
+                       "installation": told.to_dict() if told else None})
+            return code
         print(f"{s.target.name} against {label}: {state.stack_text()}")
+        if told is not None:
+            print(("" if told.trouble else "note: ") + told.line)
         _print(diffs, patches, f"{len(diffs)} file(s) differ from {label}",
                f"{s.target.name}: files match {label}")
-        return 1 if diffs else 0
+        return code
+
+
+def _told(s: Session) -> installation.Told | None:
+    """What pip, uv or a person did to the managed distribution since the current state recorded it."""
+    change = s.installation()
+    return installation.tell(s.target, s.ledger, change) if change is not None else None
 
 
 def _two(ws: Workspace, a: str, b: str, patch: bool, as_json: bool) -> int:

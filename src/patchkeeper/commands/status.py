@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .. import audit, engine
+from .. import audit, engine, installation
 from ..session import Session
 from ..workspace import Workspace
 from . import emit_json
@@ -20,12 +20,15 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
             diffs = report.differences  # its one pass over the package compared it with the recorded state
         else:
             diffs = engine.drift(s.target, current.manifest)  # compared on the target: only differences travel
+        told = _told(s)
         doc = {"target": s.target.name, "host": info.host, "package": info.package, "version": info.version,
                "site": info.site, "state_dir": info.state_dir, "state": current.to_dict() if current else None,
-               "differences": diffs, "unfinished": s.unfinished.message if s.unfinished else None}
+               "differences": diffs, "unfinished": s.unfinished.message if s.unfinished else None,
+               "installation": told.to_dict() if told else None}
+        code = 1 if told is not None and told.trouble else 0
         if as_json:
             emit_json(doc)
-            return 0
+            return code
         print(f"target {s.target.name}: {info.package} {info.version} in {info.site}")
         if s.unfinished is not None:
             print(f"UNFINISHED: {s.unfinished.message}\n  hint: {s.unfinished.hint}")
@@ -35,6 +38,8 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
         print(f"state {current.id}{' (' + current.name + ')' if current.name else ''}: {current.stack_text()}")
         for p in current.stack:
             print(f"  {p['name']}@{p['version']}  {p['digest'][:19]}…")
+        if told is not None:
+            print(("" if told.trouble else "note: ") + told.line)
         if report is not None:
             print("audit: " + report.summary())
         if not diffs:
@@ -45,15 +50,37 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
                 print(f"  {kind:8} {key}")
             if len(diffs) > 20:
                 print(f"  … and {len(diffs) - 20} more")
-        return 0
+        if told is not None and told.trouble:
+            print(f"hint: {_hint(s, told)}")
+        return code
+
+
+def _told(s: Session) -> installation.Told | None:
+    """What happened to the managed distribution since the current state recorded it, told."""
+    change = s.installation() if s.ledger.current() is not None else None
+    return installation.tell(s.target, s.ledger, change) if change is not None else None
+
+
+def _hint(s: Session, told: installation.Told) -> str:
+    change = told.change
+    if change.kind == "version":
+        return (f"{change.pin(s.target.info.python)} brings back the release state {change.state.id} was recorded "
+                "with; then `patchkeeper status` again")
+    if change.kind == "record":
+        return f"reinstall it: {change.pin(s.target.info.python)} --force-reinstall"
+    names = " ".join(p["name"] for p in change.state.stack)
+    return (f"`patchkeeper apply {names}` puts the patch sets' files back" if names else
+            f"`patchkeeper rollback --to {change.state.id}` puts the state's files back")
 
 
 def _one_doc(ws: Workspace, name: str) -> dict:
     with Session(ws, name, "status", write=False) as s:
         info, current = s.target.info, s.ledger.current()
+        told = _told(s)
         return {"target": s.target.name, "host": info.host, "package": info.package, "version": info.version,
                 "site": info.site, "state_dir": info.state_dir, "state": current.to_dict() if current else None,
-                "differences": engine.drift(s.target, current.manifest) if current else {}}
+                "differences": engine.drift(s.target, current.manifest) if current else {},
+                "installation": told.to_dict() if told else None}
 
 
 def status_all(ws: Workspace, as_json: bool) -> int:
@@ -62,9 +89,10 @@ def status_all(ws: Workspace, as_json: bool) -> int:
 
     results = each(ws, _one_doc, "status")
     errors = [n for n, r in results.items() if isinstance(r, str)]
+    troubled = any(not isinstance(r, str) and (r.get("installation") or {}).get("trouble") for r in results.values())
     if as_json:
         emit_json({n: ({"error": r} if isinstance(r, str) else r) for n, r in results.items()})
-        return 2 if errors else 0
+        return 2 if errors else 1 if troubled else 0
     rows = []
     for n, r in results.items():
         if isinstance(r, str):
@@ -73,9 +101,11 @@ def status_all(ws: Workspace, as_json: bool) -> int:
         state = r["state"]
         stack = " + ".join(f"{p['name']}@{p['version']}" for p in state["stack"]) if state else ""
         diffs = len(r["differences"])
+        told = r.get("installation")
         rows.append([n, f"{r['package']} {r['version']}", state["id"] if state else "-",
                      ("no recorded state" if state is None else
-                      f"{stack or '(no patch sets)'}; " + (f"{diffs} file(s) differ" if diffs else "files match"))])
+                      f"{stack or '(no patch sets)'}; " + (f"{diffs} file(s) differ" if diffs else "files match")
+                      + (f"; {told['what']}" if told else ""))])
     table(["target", "package", "state", "stack; files"], rows)
     print(f"{len(results)} target(s): {len(errors)} unreachable")
-    return 2 if errors else 0
+    return 2 if errors else 1 if troubled else 0

@@ -36,6 +36,7 @@ from .contract import (
     DistInfo,
     FileStat,
     Fingerprint,
+    InstallCheck,
     Interpreter,
     InterpreterFacts,
     LockHolder,
@@ -50,8 +51,8 @@ from .contract import (
     TreeRequest,
 )
 from . import seal
-from .distcheck import RecordSeals, check_bytecode, recompiled_sources
-from .distinfo import installed_version, layout, record_paths
+from .distcheck import RecordSeals, check_bytecode, check_record, recompiled_sources
+from .distinfo import installation, installed_version, layout, record_paths
 from . import compare
 from .manifests import Manifests
 from .preflight import obstacles
@@ -322,7 +323,7 @@ class Agent(AgentContract):
                     continue
                 record = record_paths(os.path.join(site, name, "RECORD"))
                 return DistInfo(site, name, installed_version(os.path.join(site, name)) or version,
-                                tuple(record) if paths else (), *layout(record))
+                                tuple(record) if paths else (), *layout(record), installation(site, name))
         return None
 
     # ---- scanning ----------------------------------------------------------------------
@@ -541,6 +542,30 @@ class Agent(AgentContract):
             return seals.checked(site, dist_infos, cache_dir)
         finally:
             seals.save()
+
+    def audit_installation(self, site: str, dist_info: str, store: str, manifest: str,
+                           cache_dir: str | None = None) -> InstallCheck:
+        """The managed distribution's RECORD rows outside the package (its console scripts in bin/, the
+        installer's records; the package's own files are the code state's) against RECORD, and the
+        files of the stored manifest that share their inode with others (st_nlink > 1: hard links,
+        as uv installs from its cache, where a write in place would change every linked copy)."""
+        checked = check_record(site, dist_info, cache_dir, outside=True)
+        linked: list[tuple[str, int]] = []
+        count = 0
+        lstat = os.lstat
+        for key in self._manifests.rows(store, manifest):
+            if key[:1] == "@":
+                continue  # a role file: not the distribution's
+            try:
+                n = lstat(f"{site}/{key}").st_nlink
+            except OSError:
+                continue
+            if n > 1:
+                count += 1
+                if len(linked) < 5:
+                    linked.append((key, n))
+        return InstallCheck(checked["files"], tuple((p, k, d) for p, k, d in checked["findings"]), count,
+                            tuple(linked))
 
     def audit_bytecode(self, site: str, cache_tag: str, verify: list[str], cache: str | None = None) -> BytecodeCheck:
         """Every .pyc below `site` that Python would run instead of its source: a header that

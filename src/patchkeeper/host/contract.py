@@ -103,7 +103,9 @@ class ChangedFiles(Answer):
 @dataclass(frozen=True)
 class DistInfo(Answer):
     """An installed distribution: where its metadata is, its version, the paths its RECORD lists
-    (left empty when not asked for) and their layout (host/distinfo.layout)."""
+    (left empty when not asked for), their layout (host/distinfo.layout) and what identifies this
+    installation of it (host/distinfo.installation: installer, RECORD's size and mtime, a digest of
+    the release's rows)."""
 
     site: str
     dist_info: str  # the directory's name, in `site`
@@ -111,11 +113,12 @@ class DistInfo(Answer):
     record: Tuple[str, ...]  # relative to `site`
     tops: Tuple[str, ...] = ()
     loose: Tuple[str, ...] = ()
+    installation: Optional[Dict[str, Any]] = None
 
     @classmethod
     def from_wire(cls, doc: Dict[str, Any]) -> "DistInfo":
         return cls(doc["site"], doc["dist_info"], doc["version"], tuple(doc["record"]), tuple(doc.get("tops", ())),
-                   tuple(doc.get("loose", ())))
+                   tuple(doc.get("loose", ())), doc.get("installation"))
 
 
 @dataclass(frozen=True)
@@ -179,6 +182,24 @@ class RecordCheck(Answer):
     @classmethod
     def from_wire(cls, doc: Dict[str, Any]) -> "RecordCheck":
         return cls(doc["files"], tuple((p, k, d) for p, k, d in doc["findings"]), doc.get("note"))
+
+
+@dataclass(frozen=True)
+class InstallCheck(Answer):
+    """The managed distribution's installation beside its code state: its RECORD rows outside the
+    package (console scripts, the installer's own records) against RECORD, and how many of the
+    state's files share their inode with other files (hard links, as uv installs them), with a few
+    of them and their link counts."""
+
+    files: int
+    findings: Tuple[Finding, ...]
+    linked: int = 0
+    examples: Tuple[Tuple[str, int], ...] = ()
+
+    @classmethod
+    def from_wire(cls, doc: Dict[str, Any]) -> "InstallCheck":
+        return cls(doc["files"], tuple((p, k, d) for p, k, d in doc["findings"]), doc.get("linked", 0),
+                   tuple((key, n) for key, n in doc.get("examples") or ()))
 
 
 @dataclass(frozen=True)
@@ -333,6 +354,7 @@ _ANSWERS: Dict[str, Callable[[Any], Any]] = {
     "lock": _optional(LockHolder.from_wire),
     "clean_temps": lambda docs: [(path, size) for path, size in docs],
     "audit_record": lambda docs: {name: RecordCheck.from_wire(d) for name, d in docs.items()},
+    "audit_installation": InstallCheck.from_wire,
     "audit_bytecode": BytecodeCheck.from_wire,
     "audit_tree": TreeCheck.from_wire,
     "fingerprint": Fingerprint.from_wire,
@@ -454,6 +476,9 @@ class AgentContract(Protocol):
 
     def audit_record(self, site: str, dist_infos: List[str],
                      cache_dir: Optional[str] = None) -> Dict[str, RecordCheck]: ...
+
+    def audit_installation(self, site: str, dist_info: str, store: str, manifest: str,
+                           cache_dir: Optional[str] = None) -> InstallCheck: ...
 
     def audit_bytecode(self, site: str, cache_tag: str, verify: List[str],
                        cache: Optional[str] = None) -> BytecodeCheck: ...

@@ -37,10 +37,11 @@ _SKIP_DIRS = {"__pycache__"}
 _SKIP_SUFFIXES = (".pyc", ".pyo")
 STAGE_PREFIX = ".pk-stage-"
 # What an installer writes in a dist-info about this installation rather than the package: RECORD
-# (whose rows hash the console scripts, whose shebangs name the venv's path) and direct_url.json
-# (where the wheel was). They differ between two installs of one wheel, so they are no part of a
-# code state; `audit` checks the installation against RECORD instead.
-INSTALL_RECORDS = ("RECORD", "direct_url.json")
+# (whose rows hash the console scripts, whose shebangs name the venv's path), direct_url.json
+# (where the wheel was), INSTALLER (pip, uv), REQUESTED, and uv's uv_cache.json. They differ between
+# two installs of one wheel (by pip or by uv), so they are no part of a code state; `audit` checks
+# the installation against RECORD instead, and each state's ledger entry records who installed it.
+INSTALL_RECORDS = ("RECORD", "direct_url.json", "INSTALLER", "REQUESTED", "uv_cache.json")
 TEMP_PREFIX = ".pk-tmp-"  # write_atomic's temporary files: .pk-tmp-<pid>-<ns>
 
 

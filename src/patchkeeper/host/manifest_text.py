@@ -9,6 +9,8 @@ import re
 from bisect import bisect_left
 from typing import Any, Mapping, Optional, Sequence, Tuple
 
+from .disk import INSTALL_RECORDS
+
 _AMBIGUOUS = re.compile(r'^"|[\x00-\x1f\x7f\\]')
 _CONTROL = re.compile(r'[\x00-\x1e\x7f\\]')  # over keys joined by \x1f: with a key that opens with a quote,
 # what makes some key ambiguous (_AMBIGUOUS); a single class scans a sglang manifest's keys in 4 ms, where
@@ -42,7 +44,7 @@ def parse(data: bytes) -> dict[str, tuple[str, int, int]]:
 # bytes that may make a text's lines other than bare and in the order of their keys (a quoted or escaped
 # key, a key with control characters); and the install records' names (which Ledger.load_manifest leaves out)
 _NOT_BARE = bytes(range(0x0a)) + bytes(range(0x0b, 0x20)) + b'\x7f\\"'
-_RECORDS = (".dist-info/RECORD", ".dist-info/direct_url.json")
+_RECORDS = tuple(".dist-info/" + name for name in INSTALL_RECORDS)
 _UNSAFE_KEY = re.compile(r'[\x00-\x1f\x7f\\"]')
 Row = Tuple[str, int, int]
 
