@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import os
 import shlex
+import sys
 import threading
 from typing import Any, Protocol
 
 from ..errors import AgentError, TargetError
-from ..host import wire
+from ..host import blake3pipe, wire
 from ..host import contract as c
 
 # The agent's modules, in import order; on the host they become the package `pkagent`.
-AGENT_MODULES = ("errors", "contract", "disk", "store", "distinfo", "seal", "distcheck", "treecheck", "manifest_text",
+AGENT_MODULES = ("errors", "contract", "blake3pipe", "disk", "store", "distinfo", "seal", "distcheck", "treecheck", "manifest_text",
                  "manifests", "compare", "preflight", "elf", "interp", "fingerprint", "agent", "wire")
 _BOOT = """
 import sys, types
@@ -103,9 +104,12 @@ class PipeLink:
         import tempfile
 
         self._err = tempfile.TemporaryFile()  # a file, not a pipe: a chatty stderr cannot block it
+        # an interpreter without blake3 hashes through this one's, so a local target's blake3 records stay
+        # readable whichever Python runs its agent (host/blake3pipe.py)
+        helper = {blake3pipe.VARIABLE: sys.executable} if sys.executable else {}
         try:
             self._proc = subprocess.Popen(argv(python, len(program)), stdin=subprocess.PIPE,
-                                          stdout=subprocess.PIPE, stderr=self._err)
+                                          stdout=subprocess.PIPE, stderr=self._err, env={**os.environ, **helper})
         except OSError:
             self._err.close()
             raise
