@@ -72,7 +72,7 @@ def main() -> list[dict]:
 
         # the diff writer alone, in process, over the same 30 pairs of files
         sys.path.insert(0, str(REPO / "src"))
-        from patchkeeper import diffwrite
+        from patchkeeper.patchset import diffwrite
 
         pairs = []
         for rel in touched:

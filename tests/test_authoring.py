@@ -13,7 +13,7 @@ import pytest
 
 from checkout import make_checkout
 from conftest import edit_file, make_workspace, tree
-from patchkeeper import patchset
+from patchkeeper.patchset import patchset
 
 SPEC = "sglang/srt/speculative/spec_info.py"
 

@@ -1,7 +1,6 @@
 """The change path's costs follow what changed: each distribution's RECORD verdict sealed with the
 identities of the files it read (host/fingerprint.py), the package's layout remembered across
-commands (targets/local.py), the fingerprint taken beside the planning, and the plain forms of
-`apply` and `rollback` parsed without click (launch.py) - each never believed over the files."""
+commands (targets/local.py), the fingerprint taken beside the planning - each never believed over the files."""
 
 from __future__ import annotations
 
@@ -214,40 +213,6 @@ def _imports(proc: subprocess.CompletedProcess) -> set[str]:
     return {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
 
 
-def test_plain_apply_and_rollback_run_without_click_and_say_what_click_says(env, tmp_path):
-    """`apply NAME` and `rollback --to STATE` in their plain forms are parsed by launch.py: no click,
-    the same output and exit code as click's parse of the same command (`--workspace=DIR`, a form
-    launch.py leaves to click), refusals included; an unknown option is still click's to explain."""
-    from patchkeeper.launch import plain as plain_form
-
-    ws = str(env.root)
-    plain = _run(env, "-w", ws, "apply", "-t", "local", "ddtree", "--no-verify", flags=("-X", "importtime"))
-    assert plain.returncode == 0, plain.stderr[-2000:]
-    modules = _imports(plain)
-    assert "click" not in modules and "patchkeeper.cli" not in modules and "patchkeeper.commands.apply" in modules
-    clicked = _run(env, f"--workspace={ws}", "apply", "ddtree")  # already applied: nothing to do
-    again = _run(env, "-w", ws, "apply", "ddtree")
-    assert (again.returncode, again.stdout, again.stderr) == (clicked.returncode, clicked.stdout, clicked.stderr) \
-        and "already applied" in again.stdout
-
-    back = _run(env, "-w", ws, "rollback", "--to", "baseline", flags=("-X", "importtime"))
-    assert back.returncode == 0 and "click" not in _imports(back)
-    assert "-> (no patch sets)" in back.stdout
-    for args in (["rollback", "--to", "nowhere"], ["apply", "nosuch"], ["apply", "ddtree", "-t", "nowhere"]):
-        mine, theirs = _run(env, "-w", ws, *args), _run(env, f"--workspace={ws}", *args)
-        assert (mine.returncode, mine.stdout, mine.stderr) == (theirs.returncode, theirs.stdout, theirs.stderr), args
-        assert mine.returncode == 2 and "hint:" in mine.stderr, args
-
-    assert plain_form(["apply", "ddtree", "-n", "--force"]) == \
-        ("apply", None, {"dry_run": True, "force": True, "no_verify": False, "target": None, "name": "ddtree"})
-    for form in (["apply"], ["apply", "a", "b"], ["apply", "a", "--force", "--force"], ["apply", "a", "-x"],
-                 ["rollback"], ["rollback", "--to"], ["rollback", "--to", "-x"], ["rollback", "--to=baseline"],
-                 ["apply", "a", "--restore-pristine"], ["apply", "--help"], ["status"],
-                 ["audit", "--all", "-t", "local"], ["audit", "--probe", "x"]):
-        assert plain_form(form) is None, form  # click's to parse
-    assert "Usage:" in _run(env, "-w", ws, "rollback", "--to", "baseline", "-x").stderr
-
-
 def test_a_forked_computation_hashes_big_files_after_blake3s_threads_ran(tmp_path):
     """disk.fork_call after blake3's own thread pool hashed a big file here: a fork does not copy
     those native threads, so the child hashes on its calling thread instead of waiting on them
@@ -333,7 +298,7 @@ import json, os, sys
 from pathlib import Path
 from patchkeeper import environment, workspace
 from patchkeeper.host import disk
-from patchkeeper.session import Session
+from patchkeeper.change.session import Session
 
 disk.StatCache.GRANULARITY_NS = -10**12  # seal even this fresh copy's RECORD checks
 disk.SPLIT_AT = 64  # the test venv's other distributions list some 1,500 files, not torch's 15,000
@@ -378,101 +343,6 @@ def test_the_fingerprint_beside_the_planning_splits_its_work_once_a_cpu_is_idle(
     assert forks and all(pid != str(found["parent"]) for pid, _ in forks)  # in the fingerprint's process only
 
 
-_CLASSES = '''
-import dataclasses, inspect, sys
-from patchkeeper import classcache
-if sys.argv[1] == "cached":
-    classcache.install()
-from patchkeeper.host.contract import DistInfo, ScanRequest
-from patchkeeper.ledger import LedgerEntry, State
-
-@dataclasses.dataclass(frozen=True)
-class Value:
-    name: str
-    size: int = 0
-    tags: tuple = dataclasses.field(default_factory=tuple)
-
-v = Value("a", 1)
-try:
-    v.size = 2
-    frozen = "no"
-except dataclasses.FrozenInstanceError:
-    frozen = "yes"
-print(repr(v), v == Value("a", 1), hash(v) == hash(Value("a", 1)), frozen, Value.__init__.__annotations__,
-      str(inspect.signature(Value.__init__)), [f.name for f in dataclasses.fields(ScanRequest)],
-      repr(DistInfo("s", "d", "1", ())), str(inspect.signature(State.__init__)), len(classcache._new))
-'''
-
-
-def test_remembered_dataclass_methods_build_the_same_classes(tmp_path):
-    """classcache.install: classes built with the remembered compilations behave as plain
-    dataclasses' (repr, eq, hash, frozen, the __init__ signature and its annotations, fields); the
-    first run compiles and writes the table, the next compiles nothing."""
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
-
-    def run(mode: str) -> list[str]:
-        proc = subprocess.run([sys.executable, "-c", _CLASSES, mode], capture_output=True, text=True, env=env)
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        return proc.stdout.rsplit(" ", 1)
-
-    plain, _ = run("plain")
-    first, compiled = run("cached")
-    assert first == plain and int(compiled) > 20
-    assert list((tmp_path / "cache" / "patchkeeper").glob("dataclass-code-*.marshal"))
-    again, compiled = run("cached")
-    assert again == plain and compiled.strip() == "0"  # every method's code came from the table
-
-
-_STAND_IN = '''
-import sys
-from patchkeeper import classcache
-classcache.install()
-import dataclasses, inspect
-from patchkeeper import engine, transaction, workspace  # our value classes, each with a docstring
-print("real" if "signature" in vars(sys.modules["inspect"]) else "stand-in", getattr(inspect, "__file__", None))
-
-@dataclasses.dataclass(frozen=True)
-class Bare:
-    size: int = 0
-
-print(Bare.__doc__, "real" if "signature" in vars(sys.modules["inspect"]) else "stand-in",
-      sys.modules["inspect"].__file__ == inspect.__file__, inspect.signature(len) == sys.modules["inspect"].signature(len))
-'''
-
-
-def test_inspect_is_imported_only_when_something_uses_it(tmp_path):
-    """classcache.install: `dataclasses` gets a stand-in for `inspect`, which our documented value
-    classes never read; a class without a docstring (whose signature names it) imports the real
-    module, which then answers through the stand-in and sys.modules alike."""
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    proc = subprocess.run([sys.executable, "-c", _STAND_IN], capture_output=True, text=True, env=env)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.split("\n")[:2] == ["stand-in None", "Bare(size: int = 0) real True True"]  # (no file
-    # before it is imported: replay.py's recording asks every module for one)
-
-
-_FORWARDED = '''
-import sys
-from patchkeeper.classcache import on_first_use
-on_first_use("urllib.parse", ("quote_from_bytes",))
-import pathlib  # takes quote_from_bytes at its import
-print("stand-in" if "urlsplit" not in vars(sys.modules["urllib.parse"]) else "real")
-print(pathlib.PurePosixPath("/a b").as_uri(), "real" if "urlsplit" in vars(sys.modules["urllib.parse"]) else "stand-in")
-import urllib.parse
-print(urllib.parse.urlsplit("http://h/p").netloc, sys.modules["urllib.parse"].urlsplit is urllib.parse.urlsplit)
-'''
-
-
-def test_a_stand_in_forwards_the_functions_taken_at_import(tmp_path):
-    """classcache.on_first_use with `calls`: pathlib takes urllib.parse's quote_from_bytes at its import
-    (urllib.parse, with its named tuples, is about 4 ms of every command); the stand-in gives it a
-    function that imports the real module when first called; `import urllib.parse` then finds it on
-    its package as the real import would have set it."""
-    proc = subprocess.run([sys.executable, "-c", _FORWARDED], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.split("\n")[:3] == ["stand-in", "file:///a%20b real", "h True"]
-
-
 def test_manifest_text_quotes_as_each_key_alone_would_say():
     """host/manifest_text.write_rows decides with one scan of all keys whether any needs quoting
     (then every ambiguous one is quoted): the same decision as asking each key (_AMBIGUOUS), for a
@@ -489,60 +359,6 @@ def test_manifest_text_quotes_as_each_key_alone_would_say():
         any_ambiguous = any(manifest_text._AMBIGUOUS.search(k) for k in keys)
         assert (b'"' in text.replace(b'b"q.py', b"")) == any_ambiguous, keys
         assert manifest_text.parse(text) == rows, keys
-
-
-def test_parsed_toml_and_diffs_are_remembered_by_their_text(env):
-    """parsed.py: the second `apply` of the same patch set parses neither its TOML nor its diffs
-    (no tomllib, no unidiff loaded) and plans the same; a patch file whose text changed is parsed
-    again, and a broken one is refused with the parser's own words, every time."""
-    from patchkeeper import parsed
-
-    ws = str(env.root)
-    first = _run(env, "-w", ws, "apply", "ddtree", "-n", flags=("-X", "importtime"))
-    assert first.returncode == 0 and {"tomllib", "unidiff"} <= _imports(first)
-    again = _run(env, "-w", ws, "apply", "ddtree", "-n", flags=("-X", "importtime"))
-    assert again.returncode == 0 and again.stdout == first.stdout
-    assert not {"tomllib", "unidiff"} & _imports(again)  # both from the tables kept by the first run
-
-    patch = sorted((env.root / "patchsets" / "ddtree").glob("*.patch"))[0]
-    text = patch.read_text()
-    patch.write_text(text.replace("@@ -", "@@ -9", 1))  # another text: parsed again, and found not to fit
-    changed = _run(env, "-w", ws, "apply", "ddtree", "-n", flags=("-X", "importtime"))
-    assert "unidiff" in _imports(changed) and changed.stdout != first.stdout
-    patch.write_text(text)
-
-    toml = env.root / "patchsets" / "ddtree" / "patchset.toml"
-    toml.write_text(toml.read_text() + "\n[broken\n")
-    for _ in range(2):  # an error is never kept: the parser says it each time
-        bad = _run(env, "-w", ws, "apply", "ddtree", "-n")
-        assert bad.returncode == 2 and "malformed TOML" in bad.stderr
-    assert parsed.toml('a = 1\n[t]\nb = "x"\n') == {"a": 1, "t": {"b": "x"}}
-
-
-def test_the_table_of_compiled_methods_keeps_what_is_used_once_it_grows(tmp_path, monkeypatch):
-    """classcache: a table grown past KEEP entries (classes of many versions) is written back with
-    only the methods this run used."""
-    import dataclasses
-    import marshal
-
-    from patchkeeper import classcache
-
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.setattr(classcache, "_codes", {f"# old {i}": compile("pass", "<string>", "exec")
-                                               for i in range(classcache.KEEP + 1)})
-    monkeypatch.setattr(classcache, "_new", {})
-    monkeypatch.setattr(classcache, "_used", set())
-    monkeypatch.setattr(dataclasses, "exec", classcache._exec, raising=False)
-
-    @dataclasses.dataclass(frozen=True)
-    class Kept:
-        a: int
-
-    assert Kept(1) == Kept(1) and classcache._new
-    classcache._save()
-    stamp, table = marshal.loads(open(classcache.path(), "rb").read())
-    assert stamp == classcache.STAMP and table and not [s for s in table if s.startswith("# old")]
-    assert set(table) == classcache._used
 
 
 def _manifest_text(env) -> bytes:
@@ -592,10 +408,11 @@ def test_apply_plans_from_the_recorded_text_and_from_the_whole_manifest_alike(en
     """engine.Recorded: apply's plan reads no whole manifest where the recorded text can be spliced, and
     the whole one where it cannot (a non-ASCII file name in the package); the state recorded is the
     one writing the whole manifest gives."""
-    from patchkeeper import engine, workspace
+    from patchkeeper.change import engine
+    from patchkeeper import workspace
     from patchkeeper.host import manifest_text as mt
-    from patchkeeper.ledger import Ledger
-    from patchkeeper.session import Session
+    from patchkeeper.records.ledger import Ledger
+    from patchkeeper.change.session import Session
 
     loaded = []
     whole = Ledger.load_manifest

@@ -13,7 +13,7 @@ import pytest
 from patchkeeper.host import contract
 from patchkeeper.host.agent import Agent
 from patchkeeper.host.contract import CompareRequest, ScanRequest, TreeRequest
-from patchkeeper.manifest import Entry, Manifest
+from patchkeeper.records.manifest import Entry, Manifest
 from patchkeeper.targets.remote_agent import AgentProxy
 
 
@@ -152,7 +152,8 @@ def test_whether_calls_may_overlap_is_what_an_agent_declares(tmp_path, monkeypat
     class: an Agent that declares otherwise is called one call at a time."""
     import threading
 
-    from patchkeeper import environment, transaction
+    from patchkeeper.checks import environment
+    from patchkeeper.change import transaction
     from patchkeeper.host.disk import STAGE_PREFIX
 
     assert Agent.concurrent is True and AgentProxy.concurrent is False
@@ -187,42 +188,3 @@ def test_whether_calls_may_overlap_is_what_an_agent_declares(tmp_path, monkeypat
     assert taking._child is None and taking._thread is None  # taken only when the transaction records it
 
 
-def test_an_agent_collects_between_calls_never_during_one():
-    """wire.serve: no cyclic collection while a call is answered (a scan's stat cache and rows are
-    thousands of tuples, none in a cycle); collections run again in between."""
-    import gc
-    import io
-    import sys
-
-    from patchkeeper.host import wire
-
-    class Probe:
-        def algorithm(self):
-            return "blake3"
-
-        def hostname(self):
-            return "h"
-
-        def interpreter(self):
-            return None
-
-        def collecting(self):
-            return gc.isenabled()
-
-    calls = wire.encode({"m": "collecting"}, [[], {}]) * 2
-    out = io.BytesIO()
-    was, stdout = gc.isenabled(), sys.stdout
-    gc.enable()
-    try:
-        wire.serve(Probe(), io.BytesIO(calls), out)
-        after = gc.isenabled()
-    finally:
-        sys.stdout = stdout
-        gc.enable() if was else gc.disable()
-    frames = io.BytesIO(out.getvalue())
-
-    def read_exact(n):
-        return frames.read(n)
-
-    wire.decode(read_exact)  # the hello
-    assert [wire.decode(read_exact)[1] for _ in range(2)] == [False, False] and after

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from patchkeeper.ledger import KINDS, LedgerEntry
-from patchkeeper.ledger_types import AdoptExtra, ApplyExtra, RecordExtra, RepairExtra, RollbackExtra, VerifyExtra
+from patchkeeper.records.ledger import KINDS, LedgerEntry
+from patchkeeper.records.ledger_types import AdoptExtra, ApplyExtra, RecordExtra, RepairExtra, RollbackExtra, VerifyExtra
 
 # Written by `main` at ddc636b+changes.py (a six venv: snapshot, apply, switch, rollback, verify, and an
 # apply whose verification failed and was rolled back automatically).

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from patchkeeper import ledger_index
+from patchkeeper.records import ledger_index
 from patchkeeper.errors import StoreError
-from patchkeeper.ledger import Ledger
+from patchkeeper.records.ledger import Ledger
 from patchkeeper.targets import open_target
 from patchkeeper.workspace import load
 
@@ -117,9 +117,9 @@ def test_over_ssh_an_unchanged_ledger_crosses_no_wire_and_an_edit_is_seen(fleet)
 
 
 def test_loops_over_the_ledger_ask_the_facts_kept_in_the_index_and_build_only_what_they_answer(env):
-    from patchkeeper.ledger import LedgerEntry
+    from patchkeeper.records.ledger import LedgerEntry
     from patchkeeper.errors import BadInput
-    from patchkeeper.repair import environment_ops, rollback_goal
+    from patchkeeper.change.repair import environment_ops, rollback_goal
 
     _history(env.pk)
     env.pk("snapshot", "--name", "mine")

@@ -45,7 +45,7 @@ def _tree_request(env, **fields):
     """An audit_tree request for the env's target against its current state (one must be recorded)."""
     from patchkeeper import workspace
     from patchkeeper.host.contract import TreeRequest
-    from patchkeeper.scan import scan_request
+    from patchkeeper.checks.scan import scan_request
     from patchkeeper.targets import open_target
 
     digest = json.loads(env.pk("status", "--json").stdout)["state"]["manifest"]
@@ -211,7 +211,7 @@ def test_a_units_digests_taken_apart_are_what_take_makes_of_them(tmp_path):
 
 def test_differences_of_rows_and_of_entries_agree():
     """Manifests made from rows compare by rows first; rows that differ only in type still agree."""
-    from patchkeeper.manifest import Entry, Manifest, differences
+    from patchkeeper.records.manifest import Entry, Manifest, differences
 
     rows = {"a": ["blake3:1", 1, 0o644], "b": ["blake3:2", 2, 0o644], "c": ["blake3:3", 3, 0o644]}
     same = Manifest.from_scan(rows)
@@ -341,7 +341,7 @@ def test_a_sealed_audit_is_given_again_only_while_nothing_it_read_has_changed(en
     for cache in state.glob("statcache.json*"):
         cache.unlink()
     from patchkeeper import workspace
-    from patchkeeper.scan import scan_request
+    from patchkeeper.checks.scan import scan_request
     from patchkeeper.targets import open_target
 
     target = open_target(workspace.load(env.root).target(None))
@@ -916,7 +916,7 @@ def test_install_records_of_an_old_manifest_are_left_out_of_its_comparison(tmp_p
     exactly those (a RECORD outside a top-level .dist-info directory is none)."""
     from patchkeeper.host import disk
     from patchkeeper.host.contract import CompareRequest
-    from patchkeeper.manifest import Manifest
+    from patchkeeper.records.manifest import Manifest
 
     keys = ["pkg/a.py", "pkg-1.dist-info/RECORD", "pkg-1.dist-info/METADATA", "pkg/sub.dist-info/RECORD",
             "pkg-1.dist-info/direct_url.json", "pkg/RECORD", "pkg-1.dist-info/RECORD.jws"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from patchkeeper import patching
+from patchkeeper.patchset import patching
 from patchkeeper.errors import BadInput, HunkFailed
 
 DIFF = """diff --git a/pkg/a.py b/pkg/a.py

@@ -10,7 +10,8 @@ import pytest
 
 from conftest import PRISTINE, REPO, SITE_REL
 
-from patchkeeper import patching, patchset, units
+from patchkeeper.patchset import patching, patchset
+from patchkeeper.checks import units
 
 SHIPPED = ["ddtree", "dflash", "nextn"]
 WITH_CODE = ["ddtree"]  # dflash and nextn are built into sglang 0.5.23: their sets are the unit alone

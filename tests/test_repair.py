@@ -205,6 +205,8 @@ def test_restore_pristine_gives_the_release_as_baseline(handmade, pristine_venv)
     base = json.loads(handmade.pk("log", "--json").stdout)[-1]
     assert base["kind"] == "baseline" and base["extra"]["adopted"] == "restore-pristine"
     assert sorted(base["hand_edits"]) == ["sglang/srt/speculative/ddtree_by_hand.py", SPEC]
+    digest = base["extra"]["replaced"][SPEC][0]  # the scp'd bytes come back by a prefix of their digest
+    assert handmade.pk("show-backup", digest.partition(":")[2][:10]).stdout.endswith("# copied in by scp\n")
     assert fingerprinted(handmade) == [("baseline", True), ("apply", True), ("rollback", True)]
 
 

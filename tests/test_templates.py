@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from patchkeeper import templates
+from patchkeeper.patchset import templates
 from patchkeeper.errors import Refused
 
 UNIT = (b"ExecStart={{ python }} -m sglang.launch_server --port {{port}} \\\n"

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from patchkeeper import verify
+from patchkeeper.change import verify
 from patchkeeper.commands.verify import PREVIOUS_FAILS
-from patchkeeper.service import ServiceConfig, SmokeConfig
+from patchkeeper.checks.service import ServiceConfig, SmokeConfig
 
 FAKE = Path(__file__).with_name("fake_openai.py")
 

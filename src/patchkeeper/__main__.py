@@ -1,5 +1,5 @@
 """`python -m patchkeeper`."""
 
-from .launch import main
+from .cli import main
 
 main()

@@ -2,11 +2,43 @@
 
 from __future__ import annotations
 
+import sys
 from functools import wraps
+from typing import Any, Callable, NoReturn
 
 import click
 
-from .verb import run_verb
+from . import pipes
+from .errors import EXIT_INTERRUPTED, PatchkeeperError
+
+
+def _say(text: str) -> None:
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+def run_verb(fn: Callable[..., int], *args: Any, **kwargs: Any) -> NoReturn:
+    """Call a verb and exit with its code; an error becomes one line on stderr and its exit code."""
+    pipes.quiet_when_reader_leaves()
+    try:
+        code = fn(*args, **kwargs)
+    except PatchkeeperError as exc:
+        _say(f"patchkeeper: error: {exc}")
+        sys.exit(exc.exit_code)
+    except BrokenPipeError:
+        if not pipes.stdout_gone():
+            raise  # another pipe (a host's channel...): a real error, reported below
+        sys.exit(141)  # as git does when its reader leaves in the middle of raw bytes: 128 + SIGPIPE
+    except OSError as exc:  # the file system said no (permissions, a full disk): one line, not a traceback
+        where = f": {exc.filename}" if exc.filename else ""
+        _say(f"patchkeeper: error: {exc.strerror or exc}{where}\n  hint: fix that, then run the command "
+             "again; an interrupted change is finished or undone by the next command")
+        sys.exit(2)
+    except KeyboardInterrupt:  # Ctrl-C: its own code, not 1 ("differences found")
+        _say("\npatchkeeper: error: interrupted (Ctrl-C)\n  hint: a change that was under way is finished or undone by "
+             "`patchkeeper recover` (or by the next command on the target)")
+        sys.exit(EXIT_INTERRUPTED)
+    sys.exit(code)
 
 
 def _workspace(ctx: click.Context):
@@ -47,7 +79,7 @@ def _completing(names):
 
 
 def _patchset_names(ctx: click.Context) -> list[str]:
-    from . import patchset
+    from .patchset import patchset
 
     return patchset.names(_completion_workspace(ctx).patchsets_dir)
 
@@ -124,7 +156,7 @@ def apply(ctx, name, target, dry_run, force, no_verify, restore_pristine, accept
     With a [service] table the service is then restarted and verified by a real generation;
     if that fails the previous state is put back (exit 3).
     """
-    from .adopt import check_mode
+    from .change.adopt import check_mode
     from .commands.apply import apply as run
 
     return run(_workspace(ctx), target, name, dry_run, force, verify=not no_verify,
@@ -180,7 +212,7 @@ def log(ctx, target, as_json):
 @command
 def snapshot(ctx, target, name, manifest_only, restore_pristine, accept_edits):
     """Record the target's files as a named state."""
-    from .adopt import check_mode
+    from .change.adopt import check_mode
     from .commands.snapshot import snapshot as run
 
     return run(_workspace(ctx), target, name, manifest_only, adopt=check_mode(restore_pristine, accept_edits))
@@ -201,7 +233,7 @@ def repair(ctx, dist, target, wheel, dry_run, restore_pristine, accept_edits):
     One transaction (backups in the store, a ledger entry of kind repair): `rollback --to previous`
     undoes it. Exit 0 when all were restored, 1 when some are left (named), 2 when no wheel matches.
     """
-    from .adopt import check_mode
+    from .change.adopt import check_mode
     from .commands.repair import repair_dist
 
     return repair_dist(_workspace(ctx), target, dist, wheel, dry_run, adopt=check_mode(restore_pristine, accept_edits))

@@ -3,13 +3,35 @@
 from __future__ import annotations
 
 import os
+import re
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import parsed, templates
 from .errors import BadInput
 
 CONFIG = "patchkeeper.toml"
+
+VAR_NAME = re.compile(r"[a-z_][a-z0-9_]*\Z")  # a template variable's name
+
+
+def value_text(value: object) -> str:
+    """A TOML value as it is written into a file: strings as they are, numbers in their usual form."""
+    return value if isinstance(value, str) else str(value)
+
+
+def check_values(table: object, where: str) -> list[str]:
+    """Problems with a vars table: a table of lowercase names to strings or numbers."""
+    if not isinstance(table, dict):
+        return [f"{where} must be a table of name = value"]
+    problems = []
+    for key, value in table.items():
+        if not VAR_NAME.match(key):
+            problems.append(f"{where} {key!r} is not a variable name ([a-z_][a-z0-9_]*)")
+        elif isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            problems.append(f"{where} {key} must be a string or a number, not {value!r}")
+    return problems
+
 
 
 @dataclass(frozen=True)
@@ -76,7 +98,7 @@ def find(explicit: str | None = None, cwd: Path | None = None) -> Path:
 def load(root: Path) -> Workspace:
     path = root / CONFIG
     try:
-        doc = parsed.toml(path.read_text(encoding="utf-8"))
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:  # UnicodeDecodeError, tomllib.TOMLDecodeError
         raise BadInput(f"cannot read {path}: {exc}", "fix the file's TOML syntax") from None
     targets: dict[str, TargetConfig] = {}
@@ -108,7 +130,7 @@ def load(root: Path) -> Workspace:
                 ([f"lacks {', '.join(missing)}"] if missing else []) + ([f"has a bad {', '.join(wrong)}"] if wrong else [])))
             continue
         values = table.get("vars", {})
-        bad_vars = templates.check_values(values, f"[targets.{name}.vars]")
+        bad_vars = check_values(values, f"[targets.{name}.vars]")
         if bad_vars:
             problems += bad_vars
             continue
@@ -122,11 +144,11 @@ def load(root: Path) -> Workspace:
             state_dir=_local_path(root, state_dir, ssh) if state_dir else None,
             ssh=ssh,
             persist=float(table.get("persist", persist if _seconds(persist) else 60)),
-            vars={k: templates.value_text(v) for k, v in values.items()},
+            vars={k: value_text(v) for k, v in values.items()},
             raw=table,
         )
     if problems:
-        raise BadInput(f"{path}: " + "; ".join(problems), "see the README for the target keys")
+        raise BadInput(f"{path}: " + "; ".join(problems), "see docs/configuration.md for the keys of a target")
     wheels = doc.get("wheels")
     return Workspace(root=root, default_target=doc.get("default_target"), targets=targets,
                      wheels=root / wheels if wheels else None)

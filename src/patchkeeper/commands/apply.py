@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import cast
 
-from .. import changes, engine
-from ..ledger import ApplyExtra, RecordExtra
-from ..session import Session
+from ..change import adopt as adopting
+from ..change import changes, engine
+from ..change.session import Session
+from ..records.ledger import ApplyExtra, RecordExtra
 from ..workspace import Workspace
 from .show_plan import step_printer
 
@@ -15,7 +16,7 @@ def apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bo
           adopt: str | None = None) -> int:
     svc = changes.service_of(ws.target(target), verify)
     with Session(ws, target, f"apply {name}") as s:
-        from ..installation import refuse_writes
+        from ..records.installation import refuse_writes
 
         refuse_writes(s.installation(), s.target, f"apply {name}", reinstall_ok=True)  # another release: refused
         if not dry_run and s.ledger.current() is not None:  # (a first baseline takes one of its own first)
@@ -23,16 +24,14 @@ def apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bo
         incoming = engine.resolve(ws.patchsets_dir, name, s.config)  # every template renders, before a baseline
         engine.check_fits(s.target, incoming, force)  # bad input is refused before a baseline is recorded
         if dry_run and s.ledger.current() is None:
-            from ..adopt import preview
 
-            preview(s, adopt)
+            adopting.preview(s, adopt)
         elif not dry_run:
-            baseline = engine.ensure_baseline(s, adopt=adopt)
+            baseline = adopting.ensure_baseline(s, adopt=adopt)
             if baseline is not None:
-                from ..adopt import describe
 
                 print(f"recorded baseline of {s.target.name}: {cast(RecordExtra, baseline.extra)['files']} files, "
-                      f"state {baseline.after.id}{describe(baseline)}")
+                      f"state {baseline.after.id}{adopting.describe(baseline)}")
             engine.begin_fingerprint(s)
         plan = engine.plan_apply(s, name, force, incoming=incoming)
         if plan is None:
@@ -47,7 +46,7 @@ def with_workspace_ref(ws: Workspace, plan: engine.Plan) -> engine.Plan:
     """Note in the ledger entry the workspace commit that held the patch sets being applied."""
     from dataclasses import replace
 
-    from .. import history
+    from ..records import history
 
     ref = history.workspace_ref(ws.root, {p["name"]: ws.patchsets_dir / p["name"] for p in plan.entry.patchsets})
     if ref is None:

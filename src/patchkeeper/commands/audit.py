@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 import time
 
-from .. import audit as audit_core
-from ..session import Session
+from ..change.session import Session
+from ..checks import audit as audit_core
 from ..workspace import Workspace
 from . import emit_json
 
@@ -47,7 +47,7 @@ def _owners(ws: Workspace, stack) -> dict[str, str]:
     """engine.owners_of, loading the engine (patch sets, patching) only when a patch set is applied."""
     if not stack:
         return {}
-    from .. import engine
+    from ..change import engine
 
     return engine.owners_of(ws, stack)
 
@@ -89,15 +89,8 @@ def print_report(report: audit_core.AuditReport, verbose: bool) -> None:
 
 
 def _audit_quiet(ws: Workspace, name: str, probes: list[str]) -> audit_core.AuditReport:
-    """One target's report for `--all`; a local target's without probes is kept and given again while
-    nothing it read has changed (replay.py: a target behind SSH is out of the recording's sight)."""
-    config = ws.target(name)
-    if probes or config.ssh:
-        return _audit_one(ws, name, probes, None)
-    from .. import replay
-
-    return replay.remembered(replay.key(["audit --all", str(ws.root), repr(config)]),  # type: ignore[no-any-return]
-                             lambda: _audit_one(ws, name, probes, None))
+    """One target's report for `--all`."""
+    return _audit_one(ws, name, probes, None)
 
 
 def _run_all(ws: Workspace, probes: list[str], as_json: bool) -> int:

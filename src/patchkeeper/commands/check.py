@@ -5,12 +5,13 @@ from __future__ import annotations
 import zipfile
 from typing import Sequence, cast
 
-from .. import engine, patching
+from ..change import engine
+from ..change.session import Session
 from ..errors import BadInput
 from ..host.distinfo import metadata_fields
-from ..ledger import ApplyExtra
-from ..patchset import PatchSet
-from ..session import Session
+from ..patchset import patching
+from ..patchset.patchset import PatchSet
+from ..records.ledger import ApplyExtra
 from ..workspace import Workspace
 from . import emit_json
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 from contextlib import ExitStack
 from dataclasses import dataclass
 
-from .. import engine, installation
+from ..change import engine
+from ..change.session import Session
+from ..checks import installed
 from ..errors import PatchkeeperError, Refused
-from ..manifest import Entry, differences
-from ..session import Session
+from ..records.manifest import Entry, differences
 from ..workspace import Workspace
 from . import check_sides, emit_json
 
@@ -115,10 +116,10 @@ def _one(ws: Workspace, name: str | None, against: str | None, patch: bool, as_j
         return code
 
 
-def _told(s: Session) -> installation.Told | None:
+def _told(s: Session) -> installed.Told | None:
     """What pip, uv or a person did to the managed distribution since the current state recorded it."""
     change = s.installation()
-    return installation.tell(s.target, s.ledger, change) if change is not None else None
+    return installed.tell(s.target, s.ledger, change) if change is not None else None
 
 
 def _two(ws: Workspace, a: str, b: str, patch: bool, as_json: bool) -> int:
@@ -169,7 +170,7 @@ def _state_dict(s: Session) -> dict | None:
 
 def _patches(diffs: list[Difference], old, new, label_a: str, label_b: str) -> dict[str, str]:
     """Unified diffs of the differing text files; binary or oversized files get a one-line note."""
-    from .. import diffwrite
+    from ..patchset import diffwrite
 
     out = {}
     for d in diffs:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from .. import environment
+from ..change.session import Session
+from ..checks import environment
 from ..errors import Refused
-from ..session import Session
 from ..workspace import Workspace
 from . import check_sides, emit_json
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from .. import exchange, patchset
+from ..patchset import exchange, patchset
 from ..workspace import Workspace
 
 

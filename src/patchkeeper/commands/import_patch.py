@@ -7,8 +7,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .. import authoring, exchange, patching, patchset
 from ..errors import BadInput
+from ..patchset import authoring, exchange, patching, patchset
 from ..workspace import Workspace
 from .record import default_package, report_saved
 

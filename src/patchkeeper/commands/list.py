@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .. import patchset
+from ..patchset import patchset
 from ..workspace import Workspace
 from . import emit_json
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from ..session import Session
+from ..change.session import Session
 from ..workspace import Workspace
 from . import emit_json
 

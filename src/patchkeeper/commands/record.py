@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from .. import authoring, diffwrite, engine, patchset, templates
+from ..change import engine
+from ..change.session import Session
 from ..errors import BadInput, Refused
-from ..ledger import State
-from ..manifest import ROLE_PREFIX, differences
-from ..patchset import PatchSet
-from ..session import Session
+from ..patchset import authoring, diffwrite, patchset, templates
+from ..patchset.patchset import PatchSet
+from ..records.ledger import State
+from ..records.manifest import ROLE_PREFIX, differences
 from ..workspace import TargetConfig, Workspace
 
 
@@ -109,7 +110,7 @@ def as_template(source: PatchSet, applied: dict[str, str] | None, role: str, dat
 
 def record_git(ws: Workspace, name: str, checkout: str, span: str, subdir: str, bump: str | None,
                description: str | None, package: str | None, package_version: str | None) -> int:
-    from .. import history
+    from ..records import history
 
     authoring.check_name(name)
     package = package or default_package(ws)
@@ -155,7 +156,7 @@ def report_saved(ws: Workspace, saved: authoring.Saved, files: int, roles: int) 
 def commit_patchset(ws: Workspace, saved: authoring.Saved) -> str | None:
     """Commit the patch set's directory, which patchkeeper just wrote whole, to the workspace, so the
     apply that names this version can name the commit holding it; returns the commit, if one was made."""
-    from .. import history
+    from ..records import history
 
     directory = ws.patchsets_dir / saved.ident.partition("@")[0]
     return history.commit_paths(ws.root, [directory], f"patch set {saved.ident}: {saved.status} by patchkeeper\n")

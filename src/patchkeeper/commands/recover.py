@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..changes import try_mirror
-from ..session import Session
+from ..change.mirror import try_mirror
+from ..change.session import Session
 from ..workspace import Workspace
 from .show_plan import render_not_mirrored
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from .. import engine, repair
+from ..change import adopt as adopting
+from ..change import engine, repair
+from ..change.session import Session
 from ..errors import Refused
-from ..session import Session
 from ..workspace import Workspace
 
 _MARK = {"changed": "M", "added": "A", "removed": "D", "mode": "m"}
@@ -22,7 +23,7 @@ def repair_dist(ws: Workspace, target: str | None, dist: str, wheel: str | None,
                           "its recorded states", "use `rollback --to baseline`; before the first baseline, "
                           "`apply` or `snapshot` with --restore-pristine")
         if not dry_run:  # its entry would record the managed package's installation as the state's
-            from ..installation import refuse_writes
+            from ..records.installation import refuse_writes
 
             refuse_writes(s.installation(), s.target, s.command)
         damage = repair.find_damage(s.target, dist)
@@ -33,25 +34,23 @@ def repair_dist(ws: Workspace, target: str | None, dist: str, wheel: str | None,
         if dry_run:
             current = s.ledger.current()
             if current is None:
-                from .. import adopt as adopting
 
                 adopting.preview(s, adopt)
         else:
-            baseline = engine.ensure_baseline(s, adopt=adopt)
+            baseline = adopting.ensure_baseline(s, adopt=adopt)
             if baseline is not None:
-                from ..adopt import describe
 
                 print(f"recorded baseline of {s.target.name}: {baseline.extra.get('files')} files, "
-                      f"state {baseline.after.id}{describe(baseline)}")
+                      f"state {baseline.after.id}{adopting.describe(baseline)}")
             current = s.ledger.current()
         if current is None:  # a dry run before any baseline: the entry is only printed
-            from ..ledger import State
+            from ..records.ledger import State
 
             current = State.make("-", (), "baseline")
         ops, contents, entry = repair.plan(s.target, s.ledger, current, s.command, damage, found)
         if not dry_run:
             engine.execute(s, engine.Plan(tuple(ops), contents, entry))
-            from ..changes import mirror
+            from ..change.mirror import mirror
 
             mirror(ws, s)
         verb = "would be restored" if dry_run else "restored"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .. import changes, engine
-from ..session import Session
+from ..change import changes, engine
+from ..change.session import Session
 from ..workspace import Workspace
 from .show_plan import step_printer
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .. import patching, patchset, templates
+from ..patchset import patching, patchset, templates
 from ..workspace import Workspace
 from . import emit_json
 

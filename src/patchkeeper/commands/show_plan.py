@@ -5,14 +5,15 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ..changes import Changed, NotMirrored, Step
-from ..engine import Plan
-from ..ledger import State
-from ..manifest import ROLE_PREFIX
+from ..change.changes import Step
+from ..change.engine import Changed, Plan
+from ..change.mirror import NotMirrored
+from ..records.ledger import State
+from ..records.manifest import ROLE_PREFIX
 
 if TYPE_CHECKING:
-    from ..aftercheck import SincePassed
-    from ..verify import Verification
+    from ..change.aftercheck import SincePassed
+    from ..change.verify import Verification
 
 _MARK = {"changed": "M", "added": "A", "removed": "D", "mode": "m"}
 PREVIOUS_FAILS = "the previous code state fails as well: the fault is likely not in the patch set"
@@ -93,7 +94,14 @@ def step_printer(target: str):
         if isinstance(step, NotMirrored):
             render_not_mirrored(step)
             return
-        from ..aftercheck import KeptFailing, RolledBack, RollingBack, SincePassed, Verified, Verifying
+        from ..change.aftercheck import (
+            KeptFailing,
+            RolledBack,
+            RollingBack,
+            SincePassed,
+            Verified,
+            Verifying,
+        )
 
         if isinstance(step, Verifying):
             print(f"{target}: restarting and verifying the service (--no-verify skips this)")
@@ -126,7 +134,7 @@ def render_since_passed(step: SincePassed, target: str) -> None:
     """What changed since the previous state last passed: code (nothing), environment, GPU facts."""
     import time
 
-    from .. import environment
+    from ..checks import environment
 
     state, last = step.state, step.last
     if last is None:

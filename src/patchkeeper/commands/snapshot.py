@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import cast
 
-from .. import engine
-from ..adopt import describe
-from ..changes import try_mirror
+from ..change import adopt as adopting
+from ..change import engine
+from ..change.mirror import try_mirror
+from ..change.session import Session
 from ..errors import BadInput
-from ..ledger import RecordExtra
-from ..session import Session
+from ..records.ledger import RecordExtra
 from ..workspace import Workspace
 from .show_plan import render_not_mirrored
 
@@ -22,13 +22,13 @@ def snapshot(ws: Workspace, target: str | None, name: str, manifest_only: bool, 
         raise BadInput(f"{name!r} cannot name a state: rollback --to {name} means "
                        + (RESERVED[name] if name in RESERVED else "nothing"), "pick another name")
     with Session(ws, target, f"snapshot --name {name}") as s:
-        from ..installation import refuse_writes
+        from ..records.installation import refuse_writes
 
         refuse_writes(s.installation(), s.target, f"snapshot --name {name}")
-        baseline = engine.ensure_baseline(s, bytes_kept=not manifest_only, adopt=adopt)
+        baseline = adopting.ensure_baseline(s, bytes_kept=not manifest_only, adopt=adopt)
         if baseline is not None:
             files = cast(RecordExtra, baseline.extra)["files"]
-            print(f"recorded baseline of {s.target.name}: {files} files, state {baseline.after.id}{describe(baseline)}")
+            print(f"recorded baseline of {s.target.name}: {files} files, state {baseline.after.id}{adopting.describe(baseline)}")
         entry = engine.record_state(s, "snapshot", name, bytes_kept=not manifest_only)
         failed = try_mirror(ws, s, f"state {entry.after.id} was recorded on {s.target.name}")
         if failed is not None:

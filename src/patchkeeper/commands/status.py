@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from .. import audit, engine, installation
-from ..session import Session
+from ..change import engine
+from ..change.session import Session
+from ..checks import audit, installed
 from ..workspace import Workspace
 from . import emit_json
 
@@ -55,13 +56,13 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
         return code
 
 
-def _told(s: Session) -> installation.Told | None:
+def _told(s: Session) -> installed.Told | None:
     """What happened to the managed distribution since the current state recorded it, told."""
     change = s.installation() if s.ledger.current() is not None else None
-    return installation.tell(s.target, s.ledger, change) if change is not None else None
+    return installed.tell(s.target, s.ledger, change) if change is not None else None
 
 
-def _hint(s: Session, told: installation.Told) -> str:
+def _hint(s: Session, told: installed.Told) -> str:
     change = told.change
     if change.kind == "version":
         return (f"{change.pin(s.target.info.python)} brings back the release state {change.state.id} was recorded "

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import sys
 
-from .. import service
-from ..changes import try_mirror
+from ..change.mirror import try_mirror
+from ..change.session import Session
+from ..change.verify import last_pass, record_verification, run_checks
+from ..checks import service
 from ..errors import EXIT_DIFFERS, BadInput
-from ..session import Session
-from ..verify import last_pass, record_verification, run_checks
 from ..workspace import Workspace
 from . import emit_json
 from .show_plan import PREVIOUS_FAILS, render_not_mirrored, render_report  # noqa: F401  (PREVIOUS_FAILS: the tests read it here)
@@ -20,7 +20,7 @@ def verify(ws: Workspace, target: str | None, as_json: bool, with_restart: bool)
         svc = service.load(s.config)
         if svc is None:
             raise BadInput(f"target {s.target.name} has no [targets.{s.target.name}.service] table",
-                           "add one with restart and base_url (see 'Verifying a service by generation' in the README)")
+                           "add one with restart and base_url (see docs/verify-and-roll-back.md)")
         report = run_checks(s.target, svc, with_restart, progress=sys.stderr,
                             last_pass=last_pass(s.ledger, s.ledger.current()))
         entry = record_verification(s, report, "verify", None)

@@ -589,16 +589,8 @@ class Agent(AgentContract):
         compared. With a `seal`, the tree's answer is given again while every entry it read is
         unchanged (seal.py; the RECORD checks, from their own seals, and the native part are then
         read here as always), and sealed anew once the scan's stat cache exists (a cold audit pays
-        no walk for it). No collection runs meanwhile (gc)."""
-        import gc
-
-        collecting = gc.isenabled()
-        gc.disable()  # thousands of small tuples, none in a cycle: a collection would only go over them
-        try:
-            return self._audit_tree(request)  # (its objects are freed before collections resume)
-        finally:
-            if collecting:
-                gc.enable()
+        no walk for it)."""
+        return self._audit_tree(request)
 
     def _audit_tree(self, request: TreeRequest) -> TreeCheck:
         scan, root = request.scan, request.scan.root

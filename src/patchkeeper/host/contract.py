@@ -26,6 +26,8 @@ Removed = Tuple[str, int]  # (path, size) of a temporary file removed
 
 A = TypeVar("A", bound="Answer")
 
+ROLE_PREFIX = "@"  # manifest keys of role files (the unit file...) are "@unit"; the rest are paths
+
 
 def _row(value: Any) -> Row:
     digest, size, mode = value

@@ -38,7 +38,7 @@ def identities(paths: List[str]) -> bytes:
 
 def stat_identities(paths: Iterable[str], stat_of: Optional[Callable[[str], os.stat_result]] = None) -> bytes:
     """As identities, in this process, by `stat_of` (os.lstat; os.stat to follow links)."""
-    stat_of = stat_of or os.lstat  # looked up at each call, as every stat of ours is (replay.py notes them there)
+    stat_of = stat_of or os.lstat
     out: List[int] = []
     extend = out.extend
     for path in paths:

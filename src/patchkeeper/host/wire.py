@@ -91,7 +91,6 @@ def serve(agent: Any, stdin: BinaryIO | None = None, stdout: BinaryIO | None = N
             raise EOFError
         return data
 
-    import gc
     import os
 
     # what every command asks first comes with the hello: a held spare has it ready
@@ -105,8 +104,7 @@ def serve(agent: Any, stdin: BinaryIO | None = None, stdout: BinaryIO | None = N
             args, kwargs = call
         except EOFError:
             return
-        gc.disable()  # no collection while a call is answered (a scan's stat cache and rows: thousands of
-        try:  # tuples, none in a cycle, gone over again and again); what it left is collected in between
+        try:
             method = header["m"]
             if method.startswith("_"):
                 raise AttributeError(f"no agent method {method!r}")
@@ -114,8 +112,6 @@ def serve(agent: Any, stdin: BinaryIO | None = None, stdout: BinaryIO | None = N
             frame = encode({"ok": 1}, to_wire(result))
         except Exception as exc:  # every failure goes back to the controller, the loop goes on
             frame = encode({"error": error_doc(exc)})
-        finally:
-            gc.enable()
         try:
             sink.write(frame)
             sink.flush()

@@ -9,8 +9,13 @@ from dataclasses import dataclass
 from typing import Any, Callable, Generic, TypeVar
 
 from ..errors import BadInput, NotInstalled, TargetError
-from ..host.contract import AgentContract, DistInfo, Interpreter, InterpreterFacts
-from ..manifest import ROLE_PREFIX
+from ..host.contract import (
+    ROLE_PREFIX,
+    AgentContract,
+    DistInfo,
+    Interpreter,
+    InterpreterFacts,
+)
 from ..workspace import TargetConfig
 
 T = TypeVar("T")

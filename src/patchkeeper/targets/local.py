@@ -13,10 +13,16 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from ..host.agent import Agent
-from ..host.contract import AgentContract, Answer, DistInfo, Interpreter, InterpreterFacts
+from ..host.contract import (
+    AgentContract,
+    Answer,
+    DistInfo,
+    Interpreter,
+    InterpreterFacts,
+)
 from ..host.disk import load_cache, save_cache, user_cache
-from .base import Target, memo
 from ..workspace import TargetConfig
+from .base import Target, memo
 
 if TYPE_CHECKING:  # the proxy (and the wire under it) loads only for another interpreter
     from .remote_agent import AgentProxy

@@ -1,0 +1,1 @@
+"""The change pipeline: plan, transaction, execute, mirror, verify, automatic rollback."""

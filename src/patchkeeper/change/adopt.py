@@ -1,0 +1,131 @@
+"""Adopting a host patched by hand: before a target's first baseline, its managed package against
+its RECORD; hand edits are refused, restored to the release's bytes, or recorded as they are."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, cast
+
+from ..checks import environment
+from ..errors import BadInput, Refused
+from ..records.ledger import AdoptExtra, LedgerEntry, State, new_id, who
+from ..records.manifest import ROLE_PREFIX, Manifest, differences
+from . import engine, transaction
+from .session import Session
+
+if TYPE_CHECKING:  # repair (RECORD rows, wheels) loads only where a baseline is first recorded
+    from . import repair
+
+MODES = ("restore-pristine", "accept-edits")
+
+
+def check_mode(restore_pristine: bool, accept_edits: bool) -> str | None:
+    if restore_pristine and accept_edits:
+        raise BadInput("--restore-pristine and --accept-edits exclude each other", "pick one")
+    return "restore-pristine" if restore_pristine else "accept-edits" if accept_edits else None
+
+
+def ensure_baseline(s: Session, bytes_kept: bool = True, adopt: str | None = None) -> LedgerEntry | None:
+    """Record the baseline unless a state is recorded already; the new baseline entry, or None.
+    The package is checked against its RECORD first: hand edits are refused, or handled as
+    `adopt` says (restore-pristine | accept-edits; below)."""
+    if s.ledger.current() is not None:
+        return None
+    return record_baseline(s, bytes_kept, adopt)
+
+
+def hand_edits(s: Session) -> tuple[repair.Damage, dict[str, str], Manifest]:
+    """The package's files that differ from its RECORD (changed, missing) or that RECORD does not
+    list (added), with the damage as repair sees it and the files as they are."""
+    from . import repair
+
+    info = s.target.info
+    damage = repair.find_damage(s.target, info.package, only_inside=True)
+    manifest = engine.scan_all(s.target)
+    dist = s.target.agent.dist_info([info.site], info.package)
+    listed = set(dist.record) if dist else set()
+    edits = dict(damage.files)
+    edits.update({k: "added" for k in manifest if not k.startswith(ROLE_PREFIX) and k not in listed})
+    return damage, dict(sorted(edits.items())), manifest
+
+
+def _refusal(s: Session, edits: dict[str, str]) -> Refused:
+    info = s.target.info
+    listed = ", ".join(f"{k} ({kind})" for k, kind in list(edits.items())[:20])
+    more = f" and {len(edits) - 20} more" if len(edits) > 20 else ""
+    return Refused(f"{len(edits)} file(s) of {info.package} {info.version} on {s.target.name} differ from its RECORD "
+                   f"(edited by hand before patchkeeper?): {listed}{more}; no baseline was recorded",
+                   "--restore-pristine puts the release's bytes back first (from its wheel), so the baseline is "
+                   "the pristine release; --accept-edits records them as they are, and the ledger says so")
+
+
+def record_baseline(s: Session, bytes_kept: bool, how: str | None) -> LedgerEntry:
+    """Record the first baseline, after checking the package against its RECORD."""
+    damage, edits, manifest = hand_edits(s)
+    # the scan that found no edits is the one recorded: on a freshly copied tree (every ctime new, so
+    # nothing is trusted from the stat cache) a second scan would hash every file again
+    if not edits:
+        return engine.record_state(s, "baseline", "baseline", bytes_kept, scanned=manifest)
+    if how is None:
+        raise _refusal(s, edits)
+    if how == "accept-edits":
+        return engine.record_state(s, "baseline", "baseline", bytes_kept, hand_edits=tuple(edits),
+                                   extra={"adopted": "accept-edits", "edits": edits}, scanned=manifest)
+    return _restore_pristine(s, bytes_kept, damage, edits, manifest)
+
+
+def _restore_pristine(s: Session, bytes_kept: bool, damage: repair.Damage, edits: dict[str, str],
+                      manifest: Manifest) -> LedgerEntry:
+    """One transaction whose ledger entry is the baseline: the release's bytes back in every
+    changed or missing file, added files removed (all backed up first), then the state recorded."""
+    from . import repair
+
+    target, ledger = s.target, s.ledger
+    found = repair.restore(target, damage, None, s.workspace.wheels)
+    if found.left:
+        raise Refused(f"the release's bytes of {len(found.left)} file(s) cannot be restored: "
+                      + ", ".join(f"{k} ({why})" for k, why in found.left.items()) + "; no baseline was recorded",
+                      "restore them by hand, or use --accept-edits")
+    info = target.info
+    wanted = {rel: found.files.get(rel) for rel in edits}  # added files: None, removed
+    ops, contents = repair.file_ops(target, {rel: info.path_of(rel) for rel in wanted}, wanted)
+    after = manifest.replace({op.key: op.new for op in ops})
+    if bytes_kept:
+        unchanged = {e.digest: info.path_of(k) for k, e in after.items() if k not in wanted}
+        if target.agent.store_put_files(info.store, unchanged):
+            raise Refused("files changed while patchkeeper was recording them", "retry when the package is quiet")
+    state = State.make(ledger.save_manifest(after), (), "baseline", bytes_kept)
+    entry = LedgerEntry(id=new_id(), seq=ledger.next_seq(), time=time.time(), who=who(), command=s.command,
+                        kind="baseline", before=None, after=state, hand_edits=tuple(edits),
+                        changed=differences({op.key: op.old for op in ops if op.old},
+                                            {op.key: op.new for op in ops if op.new}),
+                        extra=AdoptExtra(files=len(after), package_version=info.version, adopted="restore-pristine",
+                                         edits=edits, wheel=found.wheel, source=found.source,
+                                         replaced={op.key: repair.row(op.old) for op in ops}))
+    entry = environment.record(entry, target)  # a baseline keeps the fingerprint like every other state
+    transaction.carry_out(ledger, ops, contents, entry)
+    return entry
+
+
+def describe(entry: LedgerEntry) -> str:
+    """What the baseline's ledger entry says about adopting the host, for the line that reports it."""
+    extra = cast(AdoptExtra, entry.extra)
+    how = extra.get("adopted")
+    if how == "accept-edits":
+        return (f"; {len(entry.hand_edits)} hand edit(s) accepted as they are (--accept-edits): "
+                + ", ".join(entry.hand_edits))
+    if how == "restore-pristine":
+        return (f"; {len(entry.hand_edits)} hand-edited file(s) restored to the release's bytes from "
+                f"{extra.get('wheel')} first (old bytes backed up): " + ", ".join(entry.hand_edits))
+    return ""
+
+
+def preview(s: Session, how: str | None) -> None:
+    """For a dry run before the first baseline: refuse as the real command would, or say what it would do."""
+    _, edits, _ = hand_edits(s)
+    if edits and how is None:
+        raise _refusal(s, edits)
+    what = {"accept-edits": "accept them as they are", "restore-pristine": "restore the release's bytes first"}
+    extra = f"; {len(edits)} file(s) differ from its RECORD, it would {what[how or '']}: {', '.join(edits)}" \
+        if edits and how else ""
+    print(f"{s.target.name}: no baseline yet; a real run records one first{extra}")

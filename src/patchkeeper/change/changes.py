@@ -1,0 +1,60 @@
+"""The change pipeline: execute a plan, mirror it to snapshots/ (mirror.py), then verify (aftercheck.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Union
+
+from ..workspace import TargetConfig, Workspace
+from . import engine
+from .engine import Changed, Plan
+from .mirror import NotMirrored, mirror_step
+from .session import Session
+
+if TYPE_CHECKING:  # the service check loads only after a change on a target with a [service]
+    from ..checks.service import ServiceConfig
+    from . import aftercheck
+
+
+# ---- the steps, in the order they happen; a command renders each one as it comes -----------------
+Step = Union[Changed, NotMirrored, "aftercheck.Step"]  # and the steps of verifying after a change: aftercheck.py
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the pipeline did, step by step, and the exit code it means."""
+
+    steps: tuple[Step, ...]
+    exit_code: int
+
+
+def service_of(config: TargetConfig, verify: bool) -> ServiceConfig | None:
+    """The service to verify after a change: None with --no-verify or without a [service] table
+    (the service module, and the HTTP probe behind it, then load not at all)."""
+    if not verify or config.raw.get("service") is None:
+        return None
+    from ..checks import service
+
+    return service.load(config)
+
+
+def carry_out(ws: Workspace, s: Session, plan: Plan, dry_run: bool, svc: ServiceConfig | None,
+              show: Callable[[Step], None] = lambda step: None) -> Outcome:
+    """Execute the plan (unless a dry run), mirror the records, verify the service (when one is
+    configured); an apply or switch that fails verification is rolled back. `show` sees each step."""
+    steps: list[Step] = []
+
+    def step(item: Step) -> None:
+        steps.append(item)
+        show(item)
+
+    if not dry_run:
+        engine.execute(s, plan)
+        mirror_step(ws, s, f"{s.target.name} was changed (transaction {plan.entry.id})", step)
+    step(Changed(plan, dry_run))
+    code = 0
+    if svc is not None and not dry_run:
+        from .aftercheck import after_change
+
+        code = after_change(ws, s, svc, plan.entry, step)
+    return Outcome(tuple(steps), code)

@@ -1,0 +1,128 @@
+"""Open a target for a command: its ledger, its lock, recovery of an interrupted transaction."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TYPE_CHECKING
+
+from ..errors import NotInstalled, Refused, Unfinished
+from ..records import statedir
+from ..records.ledger import Ledger
+from ..targets import Target, open_target
+from ..workspace import Workspace
+
+if TYPE_CHECKING:
+    from ..checks.environment import Taking
+    from ..records.installation import Change
+
+
+class Session:
+    """`with Session(ws, name, "apply ddtree") as s:` locks the target and recovers it first.
+
+    With `write=False` the lock is taken only when an interrupted transaction must be recovered.
+    """
+
+    def __init__(self, workspace: Workspace, target_name: str | None, command: str, write: bool = True) -> None:
+        self.workspace = workspace
+        self.config = workspace.target(target_name)
+        self.command = command
+        self.write = write
+        self._target: Target | None = None
+        self._ledger: Ledger | None = None
+        self.recovered: str | None = None
+        self.unfinished: Unfinished | None = None  # a committed transaction recovery could not finish
+        self._locked = False
+        self.fingerprint: Taking | None = None  # begun before planning (engine.begin_fingerprint)
+        self._installation: tuple[Change | None] | None = None
+
+    @property
+    def target(self) -> Target:
+        """The open target (inside the `with` block)."""
+        if self._target is None:
+            raise RuntimeError("the session is not open")
+        return self._target
+
+    @property
+    def ledger(self) -> Ledger:
+        """The target's ledger (inside the `with` block)."""
+        if self._ledger is None:
+            raise RuntimeError("the session is not open")
+        return self._ledger
+
+    def installation(self) -> Change | None:
+        """What pip, uv or a person did to the managed distribution since the current state recorded
+        it (installation.check), found once per command; None: it is as recorded."""
+        if self._installation is None:
+            from ..records import installation
+
+            self._installation = (installation.check(self.target, self.ledger),)
+        return self._installation[0]
+
+    def __enter__(self) -> "Session":
+        self._target = open_target(self.config)
+        try:
+            try:
+                statedir.check(self._target, claim=self.write)
+            except NotInstalled as exc:  # named with the state it was removed since, and the release it needs
+                from ..records import installation
+
+                raise installation.removed(self._target, exc) from None
+            self._ledger = Ledger(self._target)
+            if self.write or self.target.agent.lstat(self.ledger.journal_path) is not None:
+                from . import (
+                    transaction,  # only for a change, or to finish an interrupted one
+                )
+
+                self._lock()
+                self._clean()
+                try:
+                    self.recovered = transaction.recover(self.ledger)
+                except Unfinished as exc:
+                    if self.write:
+                        raise  # no further change on a target that is between two states
+                    self.unfinished = exc  # a reading command still reads, and says so
+                    print(f"patchkeeper: warning: {exc}", file=sys.stderr)
+                except transaction.JournalDamaged as exc:
+                    if self.write:
+                        raise
+                    print(f"patchkeeper: warning: {exc}", file=sys.stderr)  # a read-only verb goes on
+                if self.recovered:
+                    print(f"recovered {self.target.name}: {self.recovered}", file=sys.stderr)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def _lock(self) -> None:
+        holder = self.target.agent.lock(self.ledger.lock_path, {"command": self.command})
+        if holder is not None:
+            try:
+                since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(holder.since)))
+            except (TypeError, ValueError, OverflowError, OSError):
+                since = "?"
+            raise Refused(
+                f"target {self.target.name} is locked by pid {holder.pid} on {holder.host} "
+                f"running `{holder.command}` since {since}",
+                "wait for it to finish; if that process is gone from another host, remove "
+                f"{self.ledger.lock_path}")
+        self._locked = True
+
+    def _clean(self) -> None:
+        """Remove the temporary files an interrupted command left in the target's state dir and store."""
+        info = self.target.info
+        removed = self.target.agent.clean_temps(info.state_dir, info.store)
+        if removed:
+            size = sum(s for _, s in removed)
+            print(f"{self.target.name}: removed {len(removed)} temporary file(s) ({size / 1e6:.1f} MB) "
+                  "left by an interrupted command", file=sys.stderr)
+
+    def __exit__(self, *exc) -> None:
+        if self.fingerprint is not None:  # begun for a change that was not made
+            self.fingerprint.abandon()
+            self.fingerprint = None
+        if self._locked:
+            self.target.agent.unlock(self.ledger.lock_path)
+            self._locked = False
+        if self._target is not None:
+            self._target.close()

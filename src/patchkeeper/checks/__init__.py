@@ -1,0 +1,1 @@
+"""What a target is checked against: audit, environment, scan, service, units, wheels."""

@@ -1,0 +1,309 @@
+"""Audit a target: sort every file that is not as installed into patched, drift, environment, bytecode, probe."""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from ..errors import BadInput
+from ..host.contract import BytecodeCheck, RecordCheck, TreeRequest
+from ..host.distcheck import recompiled
+from ..records.ledger import Ledger, State
+from ..records.manifest import change_kind, differences
+from ..targets import Target
+from .scan import scan_request
+
+CLASSES = ("drift", "environment", "native", "bytecode", "probe", "patched")
+INSTALLATION = "drift"  # the class of a change of the managed distribution's installation (installation.py)
+PROBE_TIMEOUT = 60.0
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+_PROBE = (
+    "import sys\n"
+    "if sys.path and sys.path[0] in ('', '.'):\n"
+    "    del sys.path[0]\n"
+    "import importlib, traceback\n"
+    "try:\n"
+    "    importlib.import_module(sys.argv[1])\n"
+    "except BaseException as exc:\n"
+    "    print(traceback.format_exception_only(type(exc), exc)[-1].strip())\n"
+    "    sys.exit(3)\n"
+)
+
+Progress = Callable[[str, int, int], None]  # (what, done, total)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing an audit found, of one class (CLASSES), at one path."""
+
+    cls: str  # one of CLASSES
+    path: str  # site-relative path, "@role", or a module name for probes
+    kind: str  # changed | added | removed | mode | missing | stale | mismatch | sourceless | import-failed …
+    detail: str
+    dist: str = ""  # the distribution a file belongs to, where known
+
+    def to_dict(self) -> dict:
+        return {"class": self.cls, "path": self.path, "kind": self.kind, "detail": self.detail, "dist": self.dist}
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    """One target's audit: what was checked against which recorded state, and what was found."""
+
+    target: str
+    host: str
+    package: str
+    state: State | None
+    files: int  # files checked (package, other distributions' RECORD entries, bytecode)
+    findings: tuple[Finding, ...]
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    differences: dict[str, str] = field(default_factory=dict)  # key -> kind, files that differ from `state`
+
+    def count(self, cls: str) -> int:
+        return sum(1 for f in self.findings if f.cls == cls)
+
+    @property
+    def trouble(self) -> bool:
+        return any(f.cls != "patched" for f in self.findings)
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.trouble else 0
+
+    def summary(self) -> str:
+        """One line saying where the trouble is."""
+        parts = []
+        drift = self.count("drift")
+        installed = [f.detail for f in self.findings if f.cls == INSTALLATION and f.path.endswith(".dist-info")]
+        if installed:
+            parts.extend(installed)
+            drift -= len(installed)
+        if self.state is None:
+            parts.append(f"no recorded state; {self.package} matches its RECORD" if not drift else
+                         f"no recorded state; {self.package} differs from its RECORD in {drift} file(s)")
+        else:
+            name = f"{self.state.id} ({self.state.stack_text().strip('()')})"
+            parts.append(f"code state matches {name}" if not drift else
+                         f"code state {name} has {drift} file(s) changed outside patchkeeper")
+        dists = _unique(f.dist or f.path for f in self.findings if f.cls == "environment")
+        if dists:
+            parts.append("environment drift in " + ", ".join(dists))
+        natives = _unique(f.path for f in self.findings if f.cls == "native")
+        if natives:
+            parts.append(f"{len(natives)} shared object(s) no longer load their libraries as recorded")
+        pycs = self.count("bytecode")
+        if pycs:
+            parts.append(f"{pycs} pyc file(s) do not match their source")
+        probes = _unique(f.path for f in self.findings if f.cls == "probe")
+        if probes:
+            parts.append("import fails: " + ", ".join(probes))
+        if len(parts) == 1 + len(installed):
+            parts.append("environment clean")
+        return "; ".join(parts)
+
+    def to_dict(self) -> dict:
+        return {"target": self.target, "host": self.host, "package": self.package,
+                "state": self.state.to_dict() if self.state else None, "files": self.files,
+                "counts": {c: self.count(c) for c in CLASSES}, "findings": [f.to_dict() for f in self.findings],
+                "notes": list(self.notes), "summary": self.summary(), "exit": self.exit_code}
+
+
+def _unique(items: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+def check_probes(modules: Iterable[str]) -> list[str]:
+    modules = list(modules)
+    bad = [m for m in modules if not _MODULE.fullmatch(m)]
+    if bad:
+        raise BadInput(f"--probe {bad[0]!r} is not a module name", "pass a dotted import path, e.g. sglang.srt.server_args")
+    return modules
+
+
+def cache_dir(target: Target) -> str:
+    return posixpath.join(target.info.state_dir, "audit")
+
+
+def is_warm(target: Target) -> bool:
+    """True when every distribution of the target has a stat cache, so an audit hashes little."""
+    have = set(target.agent.listdir(cache_dir(target)))
+    return bool(have) and all(name + ".json" in have for name in target.agent.dist_infos(target.info.site)
+                              if name != target.info.dist_info)
+
+
+def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), progress: Progress | None = None,
+        probe_timeout: float = PROBE_TIMEOUT, owners: dict[str, str] | None = None) -> AuditReport:
+    """Audit one target, opened in a Session (so an interrupted transaction was recovered first)."""
+    info, agent = target.info, target.agent
+    tell = progress or (lambda what, done, total: None)
+    probes = check_probes(probes)
+    current = ledger.current()
+    findings: list[Finding] = []
+    notes: list[str] = []
+    files = 0
+
+    drift: dict[str, str] = {}  # the package against the recorded state
+    dists = agent.dist_infos(info.site)
+    others = [d for d in dists if d != info.dist_info or current is None]
+    steps = len(others) + 2 + len(probes)
+    tell("distributions", 0, steps)
+    done = 0
+
+    def record_findings(checks: dict[str, RecordCheck]) -> None:
+        nonlocal files
+        for name, result in checks.items():
+            files += result.files
+            dist = name[: -len(".dist-info")].rpartition("-")[0] or name
+            cls = "drift" if name == info.dist_info else "environment"
+            findings.extend(Finding(cls, p, kind, detail, dist) for p, kind, detail in result.findings)
+            if result.note:
+                notes.append(f"{dist}: {result.note}")
+
+    tag = "cpython-" + "".join(info.python_version.split(".")[:2])
+    bytecode_cache = posixpath.join(cache_dir(target), "bytecode.cache")
+    if current is None:  # no recorded state: the bytecode of the sources that differ from RECORD is recompiled
+        for chunk in _chunks(others, 16):  # every distribution against its RECORD
+            record_findings(agent.audit_record(info.site, chunk, cache_dir(target)))
+            done += len(chunk)
+            tell("distributions", done, steps)
+        pyc = agent.audit_bytecode(info.site, tag, sorted({f.path for f in findings if _recompile(f)}), bytecode_cache)
+    else:  # the other distributions against their RECORD, the package against its recorded state and
+        # the baseline, and the bytecode, in one pass (the sources found changed are recompiled there)
+        patched = _patched(ledger, current, owners)
+        verify = {f.path for f in patched if _recompile(f)}
+        from . import environment
+
+        fingerprinted = environment.entry_of(ledger, current)  # the native libraries, read in the same pass
+        native_sites = tuple(environment.site_dirs(target)) if fingerprinted is not None else ()
+        tree = agent.audit_tree(TreeRequest(info.store, current.manifest, scan_request(target), tag,
+                                            tuple(sorted(verify)), bytecode_cache,
+                                            posixpath.join(cache_dir(target), "tree.seal"),
+                                            tuple(others), cache_dir(target), native_sites,
+                                            environment.native_cache(target)))
+        record_findings(tree.records)
+        done += len(others)
+        tell("distributions", done, steps)
+        files += tree.files
+        drift = {k: change_kind(*pair) for k, pair in sorted(tree.comparison.pairs.items())}
+        findings.extend(Finding("drift", key, kind, f"{kind} since state {current.id}, by no transaction")
+                        for key, kind in drift.items())
+        findings.extend(f for f in patched if f.path not in tree.comparison.pairs)
+        pyc = tree.bytecode
+    files += pyc.pycs
+    done += 1
+    tell("package", done, steps)
+
+    if current is not None:
+        native, note = _native(target, ledger, current, tree.native)
+        findings.extend(native)
+        notes.extend(note)
+
+    findings.extend(Finding("bytecode", p, kind, detail) for p, kind, detail in pyc.findings)
+    if pyc.stale:
+        notes.append(f"{pyc.stale} pyc file(s) are older than their source; Python recompiles them on "
+                     "import, so they run no old code")
+    done += 1
+    tell("bytecode", done, steps)
+
+    if probes:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(4, len(probes))) as pool:
+            for module, line in zip(probes, pool.map(lambda m: _probe(target, m, probe_timeout), probes)):
+                done += 1
+                tell("probes", done, steps)
+                if line is not None:
+                    findings.append(Finding("probe", module, "import-failed", line))
+    if current is not None:
+        files += _installation(target, ledger, current, findings, notes)
+    order = {c: i for i, c in enumerate(CLASSES)}
+    findings.sort(key=lambda f: (order[f.cls], f.dist, f.path))
+    return AuditReport(target.name, info.host, info.package, current, files, tuple(findings), tuple(notes), drift)
+
+
+def _installation(target: Target, ledger: Ledger, current: State, findings: list[Finding], notes: list[str]) -> int:
+    """The managed distribution's installation beside its code state: what pip, uv or a person did to
+    it since the state was recorded (installation.py), its RECORD rows outside the package (console
+    scripts, the installer's records) against RECORD, and its files that share their inode with
+    other files. Returns the files checked."""
+    from ..records import installation
+    from . import installed
+
+    info = target.info
+    change = installation.check(target, ledger)
+    if change is not None:
+        told = installed.tell(target, ledger, change)
+        if told.trouble:
+            findings.insert(0, Finding(INSTALLATION, info.dist_info, change.kind, told.line, info.package))
+        else:
+            notes.append(told.line)
+    checked = target.agent.audit_installation(info.site, info.dist_info, info.store, current.manifest,
+                                              cache_dir(target))
+    findings.extend(Finding("drift", p, kind, detail, info.package) for p, kind, detail in checked.findings)
+    if checked.linked:
+        shown = ", ".join(f"{key} ({n} links)" for key, n in checked.examples)
+        notes.append(f"{checked.linked} managed file(s) share their inode with other files (hard links, as uv "
+                     f"installs from its cache): {shown}{' …' if checked.linked > len(checked.examples) else ''}; "
+                     "a write in place would change every linked copy (uv's cache and the venvs linked to it); "
+                     "patchkeeper replaces files by rename, never in place")
+    return checked.files
+
+
+def _patched(ledger: Ledger, current: State, owners: dict[str, str] | None) -> list[Finding]:
+    """What the current state records as changed since the baseline: patched, in a file the applied
+    patch sets touch (`owners`, when known; a snapshot can record other edits), else drift (a hand
+    edit a snapshot recorded). Nothing is loaded when the current state is the baseline's."""
+    base_state = ledger.baseline()
+    if base_state is None or base_state.manifest == current.manifest:
+        return []
+    recorded = ledger.load_manifest(current)
+    out = []
+    for key, kind in differences(ledger.load_manifest(base_state), recorded).items():
+        if owners is None or key in owners:
+            by = owners[key] if owners else current.stack_text()
+            out.append(Finding("patched", key, kind, f"{kind} by the applied patch sets ({by})"))
+        else:
+            out.append(Finding("drift", key, kind, f"{kind} since the baseline by no applied patch set "
+                                                   f"(a hand edit recorded in state {current.id})"))
+    return out
+
+
+def _recompile(f: Finding) -> bool:
+    """Whether a finding names a source whose pycs the bytecode check recompiles and compares."""
+    return recompiled(f.path, f.kind)
+
+
+def _native(target: Target, ledger: Ledger, current: State, now: dict | None) -> tuple[list[Finding], list[str]]:
+    """Sonames that resolved when the current state's fingerprint was taken and do not now, or
+    resolve to another file or other bytes (never one already unresolved then); `now`: the native
+    part the tree's pass read (environment.take's)."""
+    from . import environment
+
+    entry = environment.entry_of(ledger, current)
+    if entry is None:
+        return [], [f"state {current.id} was recorded without an environment fingerprint: native libraries "
+                    "not compared (the next change or snapshot records one)"]
+    then = environment.load(target, entry.env or "")
+    changes = environment.native_changes(then.get("native") or {}, now or {},
+                                         same_hash=then.get("algorithm") == target.algorithm)
+    return [Finding("native", path, kind, f"{detail} (as of {entry.kind} {entry.id})") for path, kind, detail in changes], []
+
+
+def _chunks(items: list[str], n: int) -> Iterable[list[str]]:
+    for i in range(0, len(items), n):
+        yield items[i:i + n]
+
+
+def _probe(target: Target, module: str, timeout: float) -> str | None:
+    """None when `module` imports in the target's interpreter, else the exception's last line."""
+    code, out, err = target.run([target.info.python, "-c", _PROBE, module], timeout=timeout)
+    if code == 0:
+        return None
+    if code == 124 and b"timed out" in err:
+        return f"timed out after {timeout:g}s"
+    lines = out.decode(errors="replace").strip().splitlines() or err.decode(errors="replace").strip().splitlines()
+    if code < 0:
+        return f"the interpreter died of signal {-code}" + (f": {lines[-1]}" if lines else "")
+    return lines[-1] if lines else f"exit {code}"

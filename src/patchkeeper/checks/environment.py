@@ -1,0 +1,391 @@
+"""Environment fingerprints on the controller's side: take, store with a state, load, compare."""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..errors import PatchkeeperError, StoreError
+from ..host.contract import InterpreterFacts
+from ..records.ledger import Ledger, LedgerEntry, State
+from ..targets import Target
+
+FORMAT = 1
+AREAS = ("interpreter", "system", "distribution", "native", "gpu")
+
+
+@dataclass(frozen=True)
+class Change:
+    """One difference between two fingerprints."""
+
+    area: str  # one of AREAS
+    subject: str  # a distribution, an object's path, "driver", "python"...
+    kind: str  # added | removed | version | files | unresolved | moved | changed | resolved | gone
+    detail: str
+
+    def to_dict(self) -> dict:
+        return {"area": self.area, "subject": self.subject, "kind": self.kind, "detail": self.detail}
+
+
+# ---- taking and keeping ------------------------------------------------------------------------
+def cache_root(target: Target) -> str:
+    """The fingerprint's stat caches (RECORD digests, ELF headers, library digests): the audit's
+    kind, in a directory of their own, so a change's fingerprint does not make the audit's caches
+    look warm to `status` (which audits only when an audit has run)."""
+    return posixpath.join(target.info.state_dir, "env")
+
+
+def native_cache(target: Target) -> str:
+    """Where the fingerprint's native part keeps its caches (host/fingerprint.py take's)."""
+    return posixpath.join(cache_root(target), "native")
+
+
+def site_dirs(target: Target, facts: InterpreterFacts | None = None) -> list[str]:
+    """The site dirs a fingerprint covers: its interpreter's (`facts`), and the target's own."""
+    found = list((facts or target.interpreter_facts()).where["sites"])
+    if target.info.site not in found:
+        found.append(target.info.site)
+    return found
+
+
+def take(target: Target, parts: tuple[str, ...] | None = None) -> dict:
+    """The target's fingerprint now: one call for its interpreter's facts, one to its agent."""
+    info = target.info
+    facts = target.interpreter_facts()
+    sites = site_dirs(target, facts)
+    doc = target.agent.fingerprint(sites, cache_root(target), info.site, list(parts) if parts else None,
+                                   info.dist_info).to_wire()
+    doc.update(format=FORMAT, package=info.package,
+               interpreter={"implementation": facts.implementation, "version": facts.version, "tags": facts.tags,
+                            "machine": facts.machine, "libc": facts.libc},
+               where={"host": info.host, "python": info.python, "prefix": facts.where["prefix"], "sites": sites})
+    return doc
+
+
+def encode(fp: dict) -> bytes:
+    return json.dumps(fp, sort_keys=True, separators=(",", ":")).encode()
+
+
+def record(entry: LedgerEntry, target: Target) -> LedgerEntry:
+    """`entry` with a fingerprint taken now and kept in the target's store (its digest in `env`);
+    when it cannot be taken, the change goes on and the entry says why in `env_error`."""
+    from dataclasses import replace
+
+    try:
+        return replace(entry, env=target.agent.store_put(target.info.store, encode(take(target))))
+    except (PatchkeeperError, OSError) as exc:
+        return replace(entry, env_error=str(exc).splitlines()[0])
+
+
+class Taking:
+    """A fingerprint being taken while a transaction goes on (`taking`); `record` waits for it."""
+
+    def __init__(self, target: Target, alongside: list[str] | None) -> None:
+        self.target = target
+        self._doc: dict | None = None
+        self._error: BaseException | None = None
+        self._thread = None
+        self._child: Callable[..., dict] | None = None
+        if alongside is not None and changes_objects(alongside):  # a shared object changes: the fingerprint
+            self._take()  # (which reads every one) is taken before any file changes, as the change's context
+        elif target.agent.concurrent:  # an agent in this process; a proxy's channel carries one call at a time
+            from ..host.disk import fork_call
+
+            # a process of its own on the other CPU where it can (a thread would hold the GIL against the
+            # transaction's own work), else a thread, which still overlaps the transaction's waits for the disk
+            self._child = fork_call(lambda: _beside(target))
+            if self._child is None:
+                import threading
+
+                self._thread = threading.Thread(target=self._take, daemon=True)
+                self._thread.start()
+
+    def _take(self) -> None:
+        child, self._child = self._child, None
+        try:
+            self._doc = take(self.target) if child is None else child()
+        except BaseException as exc:  # handed to `record`, in the caller's thread
+            self._error = exc
+
+    def before(self, alongside: list[str]) -> None:
+        """The transaction about to begin changes the files `alongside`: when a shared object is one
+        of them, the fingerprint (which reads every one) is had now, before any file changes, as the
+        change's context."""
+        if changes_objects(alongside) and self._doc is None and self._error is None:
+            if self._thread is not None:
+                self._thread.join()
+                self._thread = None
+            else:
+                self._take()
+
+    def abandon(self) -> None:
+        """End a fingerprint no transaction will record (the transaction failed before its commit point)."""
+        if self._child is not None:
+            child, self._child = self._child, None
+            child(abandon=True)
+
+    def record(self, entry: LedgerEntry) -> LedgerEntry:
+        """As `record(entry, target)`, with the fingerprint this began taking (or takes now)."""
+        from dataclasses import replace
+
+        if self._thread is not None:
+            self._thread.join()
+        elif self._doc is None and self._error is None:
+            self._take()
+        try:
+            if self._error is not None:
+                raise self._error
+            assert self._doc is not None
+            return replace(entry, env=self.target.agent.store_put(self.target.info.store, encode(self._doc)))
+        except (PatchkeeperError, OSError) as exc:
+            return replace(entry, env_error=str(exc).splitlines()[0])
+
+
+def changes_objects(paths: list[str]) -> bool:
+    """Whether any of `paths` is a candidate shared object (which the fingerprint reads)."""
+    from ..host.elf import is_candidate
+
+    return any(is_candidate(posixpath.basename(p)) for p in paths)
+
+
+def _beside(target: Target) -> dict:
+    """take(target) in the process forked beside the planning (Taking). A child of fork_call splits
+    nothing, but this one's long list (every file of the other distributions: torch alone has about
+    15,000) is split with a process of its own as soon as a CPU is idle (disk.split_when_idle),
+    which is when the command has planned and waits for it."""
+    from ..host.disk import allow_split
+
+    was = allow_split(True)
+    try:
+        return take(target)
+    finally:
+        allow_split(was)  # (where the child failed, this ran in the command's own process)
+
+
+def taking(target: Target, alongside: list[str] | None) -> Taking:
+    """Begin taking the target's fingerprint for a transaction that changes the files `alongside`:
+    where the target's agent runs in this process, in a forked process on the other CPU (disk.fork_call)
+    or, where none may be forked, on a thread, so that it overlaps the transaction (and its waits for
+    the disk); else when `record` asks. It reads the environment around the
+    package (other distributions against their RECORD, the system) and every shared object below the
+    site dirs: when the transaction changes one of those, it is taken first, before any file changes.
+    `alongside` None: the files are not known yet (a command begins it before planning, as
+    engine.begin_fingerprint does); `before` is then told them before the transaction begins."""
+    return Taking(target, alongside)
+
+
+def load(target: Target, digest: str) -> dict:
+    try:
+        return json.loads(target.agent.store_get(target.info.store, digest))
+    except (PatchkeeperError, ValueError) as exc:
+        raise StoreError(f"the environment fingerprint {digest[:19]}… of target {target.name} cannot be read: {exc}",
+                         "record a new state (patchkeeper snapshot) to keep a fresh one") from None
+
+
+def entry_of(ledger: Ledger, spec: str | State) -> LedgerEntry | None:
+    """The ledger entry holding the newest fingerprint of a state (a transaction id names its own
+    entry); None when no entry of that state has one (a ledger from before fingerprints)."""
+    entries = ledger.entries()
+    if isinstance(spec, str):
+        exact = [i for i, slot in enumerate(entries.slots) if slot.id == spec]
+        if exact:
+            return entries[exact[0]] if entries[exact[0]].env else None
+        spec = ledger.find_state(spec)
+    return next((e for e in entries.newest(spec.id) if e.env), None)
+
+
+def last_passing(ledger: Ledger, state: State) -> LedgerEntry | None:
+    """The newest passing verification of a state that kept a fingerprint."""
+    for e in ledger.entries().newest(state.id, "verify"):
+        verdict: Any = dict(e.extra).get("verify") or {}
+        if e.env and verdict.get("ok"):
+            return e
+    return None
+
+
+def since_last_pass(target: Target, ledger: Ledger, state: State) -> tuple[LedgerEntry | None, list["Change"], dict]:
+    """The newest passing verification of `state` with a fingerprint, what changed in the
+    environment since then, and the GPU facts now (the fingerprint's `gpu` part)."""
+    last = last_passing(ledger, state)
+    if last is None or last.env is None:
+        return None, [], {}
+    now = take(target)
+    return last, compare(load(target, last.env), now), now.get("gpu") or {}
+
+
+# ---- comparing ---------------------------------------------------------------------------------
+def _interp_text(fp: dict) -> str:
+    i = fp.get("interpreter") or {}
+    t = i.get("tags") or {}
+    libc = i.get("libc") or {}
+    return (f"{i.get('implementation', '?')} {i.get('version', '?')} "
+            f"({t.get('interpreter', '?')}-{t.get('abi', '?')}-{t.get('platform', '?')}), "
+            f"{libc.get('name', '?')} {libc.get('version', '?')}")
+
+
+def gpu_text(g: dict | None) -> str:
+    if not g or not g.get("driver"):
+        return (g or {}).get("note") or "no NVIDIA driver"
+    gpus = g.get("gpus") or []
+    models: dict[str, int] = {}
+    for x in gpus:
+        label = f"{x.get('name') or '?'}" + (f" ({x['memory_total']})" if x.get("memory_total") else "")
+        models[label] = models.get(label, 0) + 1
+    names = ", ".join(f"{n}x {m}" if n > 1 else m for m, n in models.items())
+    return f"driver {g['driver']}, CUDA {g.get('cuda') or '?'}, {len(gpus)} GPU(s)" + (f": {names}" if names else "")
+
+
+def gpu_health(g: dict | None) -> list[str]:
+    """One line per GPU: bus id, name, and the retired pages / remapped rows it reports."""
+    out = []
+    for x in (g or {}).get("gpus") or []:
+        facts = [f"{k} {' '.join(f'{n}={v}' for n, v in (x.get(k) or {}).items())}"
+                 for k in ("retired_pages", "remapped_rows") if x.get(k)]
+        out.append(f"{x.get('bus_id')} {x.get('name')} {x.get('uuid')}: " + ("; ".join(facts) or "no memory health reported"))
+    return out
+
+
+def _health(x: dict) -> dict:
+    return {"retired_pages": x.get("retired_pages"), "remapped_rows": x.get("remapped_rows")}
+
+
+def compare(a: dict, b: dict) -> list[Change]:
+    """What changed from fingerprint `a` to `b`. The managed package's files are code state
+    (`patchkeeper diff` shows them), so only its version counts here."""
+    out: list[Change] = []
+    if _interp_text(a) != _interp_text(b):
+        out.append(Change("interpreter", "python", "changed", f"{_interp_text(a)} -> {_interp_text(b)}"))
+    sa, sb = a.get("system") or {}, b.get("system") or {}
+    for key, label in (("os", "OS"), ("kernel", "kernel")):
+        if sa.get(key) != sb.get(key):
+            out.append(Change("system", label, "changed", f"{sa.get(key)} -> {sb.get(key)}"))
+    out += _distributions(a.get("distributions") or {}, b.get("distributions") or {}, {a.get("package"), b.get("package")})
+    out += [Change("native", path, kind, detail) for path, kind, detail in
+            native_changes(a.get("native") or {}, b.get("native") or {}, same_hash=a.get("algorithm") == b.get("algorithm"),
+                           both_ways=True)]
+    out += _gpu(a.get("gpu") or {}, b.get("gpu") or {})
+    return out
+
+
+def _distributions(a: dict, b: dict, managed: set) -> list[Change]:
+    from ..host.disk import normalize_name
+
+    managed = {normalize_name(m) for m in managed if m}
+    out = []
+    for key in sorted(set(a) | set(b)):
+        da: Any = a.get(key)
+        db: Any = b.get(key)
+        if da is None:
+            out.append(Change("distribution", db["name"], "added", f"{db['version']} (installed by {db['installer']})"))
+        elif db is None:
+            out.append(Change("distribution", da["name"], "removed", f"{da['version']} is gone"))
+        elif da["version"] != db["version"]:
+            out.append(Change("distribution", db["name"], "version", f"{da['version']} -> {db['version']}"))
+        elif key not in managed and da.get("differ") != db.get("differ"):
+            was = {p for p, _ in da.get("differ") or []}
+            now = {p for p, _ in db.get("differ") or []}
+            kinds = dict(map(tuple, db.get("differ") or []))
+            parts = [f"{p} ({kinds.get(p)})" for p in sorted(now - was)]
+            parts += [f"{p} (as in RECORD again)" for p in sorted(was - now)]
+            parts += [f"{p} ({kinds.get(p)})" for p in sorted(was & now) if dict(map(tuple, da["differ"])).get(p) != kinds.get(p)]
+            out.append(Change("distribution", db["name"], "files",
+                              f"{len(now)} file(s) differ from RECORD (was {len(was)}): " + ", ".join(parts[:8])
+                              + (f" … and {len(parts) - 8} more" if len(parts) > 8 else "")))
+    return out
+
+
+def _where(r: dict | None) -> str:
+    return "not found" if r is None else r["path"]
+
+
+def native_changes(a: dict, b: dict, same_hash: bool = True, both_ways: bool = False) -> list[tuple[str, str, str]]:
+    """(object, kind, detail) for every soname that resolved in `a` and does not in `b`, or now
+    resolves to another file or to changed bytes. Never one that was already unresolved in `a`;
+    with `both_ways`, a soname that now resolves where it did not is listed too (kind resolved)."""
+    out = []
+    for path in sorted(set(a) & set(b)):
+        ra, rb = a[path].get("resolved") or {}, b[path].get("resolved") or {}
+        for so in sorted(set(ra) | set(rb)):
+            was: Any = ra.get(so)
+            now: Any = rb.get(so)
+            if was is not None and now is None:
+                out.append((path, "unresolved", f"{so}: {_where(was)} then, not found now"))
+            elif was is not None and now["path"] != was["path"]:
+                out.append((path, "moved", f"{so}: {_where(was)} then, {_where(now)} now"))
+            elif was is not None and same_hash and now["digest"] != was["digest"]:
+                out.append((path, "changed", f"{so}: {now['path']} has other bytes ({was['size']} -> {now['size']} bytes)"))
+            elif both_ways and was is None and now is not None and so in ra:
+                out.append((path, "resolved", f"{so}: not found then, {_where(now)} now"))
+    for path in sorted(set(a) - set(b)):
+        if any(r is not None for r in (a[path].get("resolved") or {}).values()):
+            out.append((path, "gone", "the shared object is gone or no longer an ELF shared object"))
+    return out
+
+
+def _gpu(a: dict, b: dict) -> list[Change]:
+    out: list[Change] = []
+    if bool(a.get("driver")) != bool(b.get("driver")):
+        return [Change("gpu", "driver", "changed", f"{gpu_text(a)} -> {gpu_text(b)}")]
+    if not a.get("driver"):
+        return out
+    for key, label in (("driver", "driver"), ("cuda", "CUDA")):
+        if a.get(key) != b.get(key):
+            out.append(Change("gpu", label, "changed", f"{a.get(key)} -> {b.get(key)}"))
+    ga, gb = a.get("gpus") or [], b.get("gpus") or []
+    if len(ga) != len(gb):
+        out.append(Change("gpu", "count", "changed", f"{len(ga)} -> {len(gb)} GPU(s)"))
+    models = lambda gs: sorted((g.get("name") or "?", g.get("memory_total") or "?") for g in gs)  # noqa: E731
+    if models(ga) != models(gb):
+        out.append(Change("gpu", "models", "changed", f"{gpu_text(a)} -> {gpu_text(b)}"))
+    by_uuid = {g.get("uuid"): g for g in ga}
+    for g in gb:
+        old = by_uuid.get(g.get("uuid"))
+        if old is not None and _health(old) != _health(g):
+            out.append(Change("gpu", g.get("uuid") or "?", "health",
+                              f"{g.get('bus_id')}: retired pages {old.get('retired_pages')} -> {g.get('retired_pages')}, "
+                              f"remapped rows {old.get('remapped_rows')} -> {g.get('remapped_rows')}"))
+    return out
+
+
+# ---- one screen ------------------------------------------------------------------------------
+def unresolved(fp: dict) -> dict[str, list[str]]:
+    """object -> its sonames the loader would not find."""
+    return {p: [so for so, r in (o.get("resolved") or {}).items() if r is None]
+            for p, o in sorted((fp.get("native") or {}).items())
+            if any(r is None for r in (o.get("resolved") or {}).values())}
+
+
+def screen(name: str, fp: dict, shown: int = 8) -> list[str]:
+    """The fingerprint in one screen of text."""
+    where = fp.get("where") or {}
+    dists = fp.get("distributions") or {}
+    bad = {k: d for k, d in dists.items() if d.get("differ") or d.get("note")}
+    managed = [d for d in dists.values() if d.get("managed")]
+    lines = [f"target {name} on {where.get('host', '?')}: {where.get('python', '?')}",
+             f"interpreter  {_interp_text(fp)}",
+             f"system       {(fp.get('system') or {}).get('os')}, kernel {(fp.get('system') or {}).get('kernel')}",
+             f"gpu          {gpu_text(fp.get('gpu'))}"]
+    xid = (fp.get("gpu") or {}).get("xid")
+    if xid:
+        lines.append(f"             {len(xid)} recent Xid line(s) in the kernel log; last: {xid[-1]}")
+    lines.append(f"distributions {len(dists)}: {len(dists) - len(bad) - len(managed)} clean against their RECORD"
+                 + "".join(f", {d['name']} {d['version']} managed (its files: patchkeeper status)" for d in managed))
+    for d in list(bad.values())[:shown]:
+        files = [p for p, _ in d.get("differ") or []]
+        what = (f"{len(files)} file(s) differ from RECORD: " + ", ".join(files[:4]) + (" …" if len(files) > 4 else "")
+                if files else d.get("note", ""))
+        lines.append(f"  {d['name']} {d['version']}: {what}")
+    if len(bad) > shown:
+        lines.append(f"  … and {len(bad) - shown} more (--json lists all)")
+    native = fp.get("native") or {}
+    missing = unresolved(fp)
+    sonames = sum(len(v) for v in missing.values())
+    lines.append(f"native       {len(native)} shared object(s); {len(missing)} with unresolved sonames "
+                 f"({sonames} soname(s) the loader would not find)")
+    for path, names in list(missing.items())[:shown]:
+        lines.append(f"  {path}: " + ", ".join(names[:4]) + (" …" if len(names) > 4 else ""))
+    if len(missing) > shown:
+        lines.append(f"  … and {len(missing) - shown} more (--json lists all)")
+    return lines

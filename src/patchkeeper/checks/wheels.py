@@ -1,0 +1,278 @@
+"""Where a release's bytes come from: a wheel given, the workspace's wheels directory, or `pip
+download` for the target's interpreter tags; a wheel's files matched to an installed RECORD."""
+
+from __future__ import annotations
+
+import configparser
+import contextlib
+import json
+import posixpath
+import re
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from ..errors import BadInput, Refused
+from ..host.disk import normalize_name
+from ..host.distcheck import record_hash
+from ..targets import Target
+
+# The target interpreter's tags, for `pip download` (standard library only: it runs on the target).
+_TAGS = (
+    "import json, platform, sys, sysconfig\n"
+    "libc = platform.libc_ver()\n"
+    "print(json.dumps({'implementation': sys.implementation.name, 'version': list(sys.version_info[:2]),"
+    " 'abiflags': getattr(sys, 'abiflags', ''), 'platform': sysconfig.get_platform(),"
+    " 'libc': [libc[0], libc[1]]}))\n"
+)
+_IMPLEMENTATIONS = {"cpython": "cp", "pypy": "pp", "ironpython": "ip", "jython": "jy"}
+
+
+@dataclass(frozen=True)
+class Tags:
+    """The arguments `pip download` needs to pick a wheel for another interpreter."""
+
+    python_version: str  # "3.11"
+    implementation: str  # "cp"
+    abis: tuple[str, ...]  # ("cp311", "abi3", "none")
+    platforms: tuple[str, ...]  # ("manylinux_2_36_x86_64", ..., "linux_x86_64")
+
+    def pip_args(self) -> list[str]:
+        args = ["--python-version", self.python_version, "--implementation", self.implementation]
+        for abi in self.abis:
+            args += ["--abi", abi]
+        for plat in self.platforms:
+            args += ["--platform", plat]
+        return args
+
+
+def target_tags(target: Target) -> Tags:
+    """Ask the target's own interpreter for its implementation, version, ABI and platform tags."""
+    code, out, err = target.run([target.info.python, "-I", "-c", _TAGS], timeout=60)
+    if code != 0:
+        raise Refused(f"cannot ask {target.name}'s interpreter for its wheel tags: "
+                      f"{err.decode(errors='replace').strip()[-200:] or code}", "pass --wheel FILE")
+    d = json.loads(out)
+    impl = _IMPLEMENTATIONS.get(d["implementation"], d["implementation"])
+    major, minor = d["version"]
+    abis = (f"{impl}{major}{minor}{d['abiflags']}", "abi3", "none") if impl == "cp" else (f"{impl}{major}{minor}", "none")
+    plat = re.sub(r"[-.]", "_", d["platform"])
+    platforms = [plat]
+    libc, libc_version = d["libc"]
+    if plat.startswith("linux_") and libc == "glibc" and re.fullmatch(r"\d+\.\d+", libc_version or ""):
+        arch = plat[len("linux_"):]
+        glibc_minor = int(libc_version.split(".")[1])
+        legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+        platforms = []
+        for m in range(glibc_minor, 4, -1):
+            platforms.append(f"manylinux_2_{m}_{arch}")
+            if m in legacy:
+                platforms.append(f"{legacy[m]}_{arch}")
+        platforms.append(plat)
+    return Tags(f"{major}.{minor}", impl, abis, tuple(platforms))
+
+
+def wheel_name_version(path: Path) -> tuple[str, str] | None:
+    """(normalized name, version) from a wheel's file name, None when it is not one."""
+    parts = path.name[:-len(".whl")].split("-") if path.name.endswith(".whl") else []
+    if len(parts) not in (5, 6):
+        return None
+    return normalize_name(parts[0]), parts[1]
+
+
+def same_version(a: str, b: str) -> bool:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(a) == Version(b)
+    except InvalidVersion:
+        return a == b
+
+
+@contextlib.contextmanager
+def candidates(target: Target, dist: str, version: str, explicit: str | None,
+               wheels_dir: Path | None) -> Iterator[tuple[str, list[Path]]]:
+    """(where they came from, wheel files) that may hold `dist` `version`: --wheel, else the
+    workspace's wheels directory, else `pip download` into a temporary directory (removed after)."""
+    if explicit:
+        path = Path(explicit)
+        if not path.is_file():
+            raise BadInput(f"--wheel {explicit}: no such file", "give the path of a .whl file")
+        yield "--wheel", [path]
+        return
+    want = normalize_name(dist)
+    if wheels_dir is not None and wheels_dir.is_dir():
+        found = []
+        for path in sorted(wheels_dir.glob("*.whl")):
+            nv = wheel_name_version(path)
+            if nv and nv[0] == want and same_version(nv[1], version):
+                found.append(path)
+        if found:
+            yield f"the workspace's wheels directory {wheels_dir}", found
+            return
+    with tempfile.TemporaryDirectory(prefix="patchkeeper-wheel-") as tmp:
+        tags = target_tags(target)
+        argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
+                *tags.pip_args(), "-d", tmp, f"{dist}=={version}"]
+        proc = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        got = sorted(Path(tmp).glob("*.whl"))
+        if proc.returncode != 0 or not got:
+            last = [line for line in proc.stderr.strip().splitlines() if not line.startswith("WARNING")][-1:]
+            where = f" and not in {wheels_dir}" if wheels_dir else ""
+            raise Refused(f"no wheel of {dist} {version} for {target.name} ({tags.implementation}"
+                          f"{tags.python_version}, {tags.abis[0]}, {tags.platforms[0]}): pip download failed"
+                          f"{where}{': ' + last[0] if last else ''}",
+                          "pass --wheel FILE, or put the wheel in the workspace's wheels directory")
+        yield "pip download", got
+
+
+@dataclass(frozen=True)
+class Unavailable:
+    """Why the wheel cannot give a file: not in it (left and named), or not matching RECORD."""
+
+    reason: str
+    mismatch: bool = False
+
+
+class Wheel:
+    """A wheel read with zipfile: its distribution name, version, and the release bytes of an
+    installed RECORD path (scripts regenerated as the installer writes them)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self._zip = zipfile.ZipFile(path)
+        except (OSError, zipfile.BadZipFile) as exc:
+            raise BadInput(f"{path} is not a readable wheel: {exc}", "give a .whl file") from None
+        self._names = set(self._zip.namelist())
+        infos = sorted({n.split("/", 1)[0] for n in self._names if n.split("/", 1)[0].endswith(".dist-info")})
+        if len(infos) != 1:
+            raise BadInput(f"{path.name} is not a wheel: it has {len(infos)} .dist-info directories", "give a .whl file")
+        self.dist_info = infos[0]
+        self.data_dir = self.dist_info[:-len(".dist-info")] + ".data"
+        meta = self._zip.read(f"{self.dist_info}/METADATA").decode("utf-8", "replace")
+        fields = dict(line.split(":", 1) for line in meta.split("\n\n", 1)[0].splitlines() if ":" in line)
+        self.name = fields.get("Name", "").strip()
+        self.version = fields.get("Version", "").strip()
+
+    def close(self) -> None:
+        self._zip.close()
+
+    def __enter__(self) -> "Wheel":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _member(self, name: str) -> tuple[bytes, int] | None:
+        if name not in self._names:
+            return None
+        info = self._zip.getinfo(name)
+        executable = (info.external_attr >> 16) & 0o111
+        return self._zip.read(name), 0o755 if executable else 0o644
+
+    def _entry_points(self) -> dict[str, str]:
+        """console_scripts and gui_scripts: script name -> "module:attr"."""
+        name = f"{self.dist_info}/entry_points.txt"
+        if name not in self._names:
+            return {}
+        parser = configparser.ConfigParser(delimiters=("=",), interpolation=None)
+        parser.optionxform = str  # type: ignore[assignment]
+        parser.read_string(self._zip.read(name).decode("utf-8"))
+        out = {}
+        for section in ("console_scripts", "gui_scripts"):
+            if parser.has_section(section):
+                out.update({k: v.split("[", 1)[0].strip() for k, v in parser.items(section)})
+        return out
+
+    def release_bytes(self, rel: str, expected: str, site: str, prefix: str, interpreters: list[str],
+                      current: bytes | None) -> tuple[bytes, int] | Unavailable:
+        """The bytes (and mode) an installer wrote for the installed RECORD path `rel`, checked
+        against `expected` ("algo:b64"), or the reason they cannot be given."""
+        algo = expected.partition(":")[0]
+        if not rel.startswith("../") and not posixpath.isabs(rel):
+            for name in (rel, f"{self.data_dir}/purelib/{rel}", f"{self.data_dir}/platlib/{rel}"):
+                got = self._member(name)
+                if got is not None:
+                    if record_hash(got[0], algo) != expected:
+                        return Unavailable(f"the wheel's {name} does not match RECORD", True)
+                    return got
+            return Unavailable("not in the wheel (written by the installer)")
+        path = posixpath.normpath(posixpath.join(site, rel))
+        scripts = posixpath.join(prefix, "bin")
+        if posixpath.dirname(path) == scripts:
+            return self._script(posixpath.basename(path), expected, interpreters, current)
+        if path.startswith(prefix.rstrip("/") + "/"):
+            under = posixpath.relpath(path, prefix)
+            got, kind = self._member(f"{self.data_dir}/data/{under}"), "data file"
+            if got is None and under.startswith("include/"):
+                got, kind = self._header(under), "header"
+            if got is None:
+                return Unavailable("not in the wheel")
+            return got if record_hash(got[0], algo) == expected else \
+                Unavailable(f"the wheel's {kind} does not match RECORD", True)
+        return Unavailable("outside the interpreter's prefix: not restored")
+
+    def _header(self, under: str) -> tuple[bytes, int] | None:
+        """The wheel's `.data/headers/H` for a file installed (below the prefix) at
+        `include/.../<distribution>/H`: the headers scheme path, `include/site/pythonX.Y/<dist>` in a
+        venv and `include/pythonX.Y/<dist>` outside one, names the distribution as its METADATA does."""
+        inside = f"{self.data_dir}/headers/"
+        for name in sorted(self._names):
+            header = name[len(inside):]
+            if name.startswith(inside) and under.endswith("/" + header):
+                directory = under[: -len(header) - 1].rsplit("/", 1)[-1]
+                if normalize_name(directory) == normalize_name(self.name):
+                    return self._member(name)
+        return None
+
+    def _script(self, name: str, expected: str, interpreters: list[str], current: bytes | None) -> tuple[bytes, int] | Unavailable:
+        """A script as the installer wrote it: the wheel's with its `#!python` line rewritten, or
+        the launcher generated for an entry point; the shebang is the one RECORD's hash confirms."""
+        algo = expected.partition(":")[0]
+        shebangs = []
+        if current and current.startswith(b"#!"):
+            shebangs.append(current.split(b"\n", 1)[0].rstrip(b"\r"))
+        for exe in interpreters:
+            shebangs.append(f"#!{exe}".encode())
+            shebangs.append(f"#!/bin/sh\n'''exec' {_quote(exe)} \"$0\" \"$@\"\n' '''".encode())
+        bodies = []
+        member = self._member(f"{self.data_dir}/scripts/{name}")
+        if member is not None:
+            first, _, rest = member[0].partition(b"\n")
+            if not re.fullmatch(rb"#!pythonw?\r?", first):
+                return member if record_hash(member[0], algo) == expected else \
+                    Unavailable("the wheel's script does not match RECORD", True)
+            bodies.append((rest, member[1]))  # pip keeps the member's executable bit
+        entry = self._entry_points()
+        targets = [entry[name]] if name in entry else list(dict.fromkeys(entry.values()))
+        for spec in targets:
+            module, _, attr = spec.partition(":")
+            head = attr.split(".", 1)[0]
+            for q in ("'", '"'):
+                bodies.append((f"# -*- coding: utf-8 -*-\nimport re\nimport sys\nfrom {module.strip()} import {head}\n"
+                               f"if __name__ == {q}__main__{q}:\n"
+                               f"    sys.argv[0] = re.sub(r{q}(-script\\.pyw|\\.exe)?${q}, {q}{q}, sys.argv[0])\n"
+                               f"    sys.exit({attr.strip()}())\n".encode(), 0o755))
+        for shebang in dict.fromkeys(shebangs):
+            for body, mode in bodies:
+                data = shebang + b"\n" + body
+                if record_hash(data, algo) == expected:
+                    return data, mode
+        return Unavailable("a script the installer wrote for its interpreter; no interpreter path tried "
+                           "gives RECORD's hash: not regenerated")
+
+
+def _quote(exe: str) -> str:
+    return f'"{exe}"' if " " in exe else exe
+
+
+def interpreters(python: str, prefix: str, version: str) -> list[str]:
+    """Interpreter paths an installer may have written into a script's shebang."""
+    short = ".".join(version.split(".")[:2])
+    return list(dict.fromkeys([python, *(posixpath.join(prefix, "bin", n) for n in
+                                         ("python", "python3", f"python{short}"))]))

@@ -1,0 +1,1 @@
+"""Patch sets: read, apply to text, author, exchange, templates."""

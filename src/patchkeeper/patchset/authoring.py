@@ -1,0 +1,165 @@
+"""Write patchsets/<name>/ whole and atomically, under the version rules (bump to change content)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import uuid
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from ..errors import BadInput, Refused
+from . import patchset
+from .patchset import MANIFEST, PatchSet
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+BUMPS = ("major", "minor", "patch")
+FIRST_VERSION = "1.0.0"
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A patch set to write. None metadata is taken from the existing patch set of that name."""
+
+    name: str
+    package: str
+    patches: tuple[tuple[str, bytes], ...]  # (file name, diff bytes)
+    roles: tuple[tuple[str, str, bytes], ...] = ()  # (role, file name, bytes)
+    description: str | None = None
+    package_version: str | None = None
+    requires: tuple[str, ...] | None = None
+    group: str | None = None
+    extra_files: tuple[tuple[str, bytes], ...] = ()  # files written verbatim (import of an export)
+    defaults: tuple[tuple[str, str], ...] | None = None  # [vars]: defaults of the role-file templates
+
+
+@dataclass(frozen=True)
+class Saved:
+    """A patch set version as saving it left it: its identity, digest and what became of it."""
+
+    ident: str
+    digest: str
+    status: str  # created | updated | unchanged
+    previous: str | None = None  # the version it replaced
+
+
+def check_name(name: str) -> None:
+    if not _NAME.fullmatch(name):
+        raise BadInput(f"{name!r} cannot name a patch set", "use letters, digits, '.', '_' and '-'")
+
+
+def bump(version: str, part: str) -> str:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        release = list(Version(version).release) + [0, 0]
+    except InvalidVersion:
+        raise BadInput(f"version {version!r} is not a PEP 440 version; cannot bump it",
+                       "set version in patchset.toml by hand") from None
+    major, minor, micro = release[:3]
+    return {"major": f"{major + 1}.0.0", "minor": f"{major}.{minor + 1}.0",
+            "patch": f"{major}.{minor}.{micro + 1}"}[part]
+
+
+def role_file_name(role: str, source_path: str, taken: set[str]) -> str:
+    """The name a role file gets in the patch set: its own base name, unless that would clash."""
+    base = source_path.rsplit("/", 1)[-1]
+    if base in taken or base == MANIFEST or base.endswith(".patch") or base.startswith("."):
+        base = f"role-{role}"
+    return base
+
+
+def _toml_str(value: str) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def render_toml(d: Draft, version: str) -> bytes:
+    lines = [f"name = {_toml_str(d.name)}", f"version = {_toml_str(version)}",
+             f"description = {_toml_str(d.description or '')}", f"package = {_toml_str(d.package)}",
+             f"package_version = {_toml_str(d.package_version or '')}",
+             f"requires = [{', '.join(_toml_str(r) for r in d.requires or ())}]"]
+    if d.group:
+        lines.append(f"group = {_toml_str(d.group)}")
+    if d.roles:
+        lines += ["", "[files]"] + [f"{role} = {_toml_str(fname)}" for role, fname, _ in d.roles]
+    if d.defaults:
+        lines += ["", "[vars]"] + [f"{key} = {_toml_str(value)}" for key, value in d.defaults]
+    return ("\n".join(lines) + "\n").encode("utf-8")
+
+
+def contents(d: Draft, version: str) -> dict[str, bytes]:
+    if d.extra_files:
+        return dict(d.extra_files)
+    out = {MANIFEST: render_toml(d, version)}
+    out.update({fname: data for _, fname, data in d.roles})
+    out.update(dict(d.patches))
+    return out
+
+
+def inherit(d: Draft, existing: PatchSet | None) -> Draft:
+    """Fill the metadata the draft leaves open from the existing patch set, else defaults."""
+    if existing is None:
+        return replace(d, description=d.description or "", package_version=d.package_version or "",
+                       requires=d.requires or ())
+    return replace(d, description=d.description if d.description is not None else existing.description,
+                   package_version=d.package_version if d.package_version is not None else existing.package_version,
+                   requires=d.requires if d.requires is not None else existing.requires,
+                   group=d.group if d.group is not None else existing.group,
+                   defaults=d.defaults if d.defaults is not None else existing.defaults or None)
+
+
+def _write_dir(directory: Path, files: dict[str, bytes]) -> None:
+    directory.mkdir(parents=True)
+    for rel, data in files.items():
+        path = directory / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+
+
+def save(root: Path, d: Draft, bump_part: str | None = None, version: str | None = None) -> Saved:
+    """Write the draft as patchsets/<name>/. Changed content needs a higher version (bump or given)."""
+    from packaging.version import InvalidVersion, Version
+
+    check_name(d.name)
+    existing = patchset.load(root, d.name) if (root / d.name / MANIFEST).is_file() else None
+    d = inherit(d, existing)
+    if version is not None:
+        try:
+            Version(version)
+        except InvalidVersion:
+            raise BadInput(f"version {version!r} is not a PEP 440 version", "use e.g. 1.2.0") from None
+    same_version = version or (existing.version if existing else FIRST_VERSION)
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f".{d.name}.pk-new-{uuid.uuid4().hex[:8]}"
+    try:
+        _write_dir(tmp, contents(d, same_version))
+        digest = patchset.digest_dir(tmp)
+        if existing is not None and digest == existing.digest:
+            return Saved(existing.ident, digest, "unchanged")
+        if existing is not None:
+            if version is not None:
+                new_version = version
+            elif bump_part is not None:
+                new_version = bump(existing.version, bump_part)
+            else:
+                raise Refused(f"patch set {existing.ident} exists with other content; recording changed content "
+                              "under an unchanged version is refused", "pass --bump patch|minor|major")
+            if Version(new_version) <= Version(existing.version):
+                raise Refused(f"version {new_version} is not above {existing.ident}'s",
+                              "give a higher version, or --bump")
+            if new_version != same_version:
+                shutil.rmtree(tmp)
+                _write_dir(tmp, contents(d, new_version))
+                digest = patchset.digest_dir(tmp)
+            old = root / f".{d.name}.pk-old-{uuid.uuid4().hex[:8]}"
+            os.rename(root / d.name, old)
+            os.rename(tmp, root / d.name)
+            shutil.rmtree(old)
+            return Saved(f"{d.name}@{new_version}", digest, "updated", existing.version)
+        os.rename(tmp, root / d.name)
+        return Saved(f"{d.name}@{same_version}", digest, "created")
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)

@@ -1,0 +1,245 @@
+"""Read patchsets/<name>/ into frozen values; never writes."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from ..errors import BadInput
+from ..host.disk import hash_bytes
+from ..workspace import check_values, value_text
+from . import patching, templates
+
+MANIFEST = "patchset.toml"
+KEYS = ("name", "version", "description", "package", "package_version", "requires", "group", "files", "vars")
+MAX_TOML = 64 << 10  # patchset.toml: a few lines of metadata
+MAX_PATCH = 32 << 20  # one *.patch file; the shipped ones are under 20 KB
+MAX_ROLE_FILE = 1 << 20  # a role file (a systemd unit...)
+MAX_VERSION = 64
+MAX_TEXT = 1000  # description and the other one-line strings
+UNSAFE_MODE_BITS = 0o6002  # setuid, setgid, world-writable: refused unless --force
+
+
+@dataclass(frozen=True)
+class PatchSet:
+    """A patch set version as read from its directory: its metadata, file patches and role files."""
+
+    name: str
+    version: str
+    description: str
+    package: str
+    package_version: str  # a PEP 440 specifier, "" for any
+    requires: tuple[str, ...]
+    group: str | None
+    files: tuple[tuple[str, bytes], ...]  # (role, its template; once bound, the bytes the role file becomes)
+    patches: tuple[tuple[str, tuple[patching.FilePatch, ...]], ...]  # (patch file name, its file patches)
+    digest: str  # blake3 over every file of the patch set directory (the templates, not what they render to)
+    defaults: tuple[tuple[str, str], ...] = ()  # [vars]: a value for a variable no target sets
+    values: tuple[tuple[str, str], ...] | None = None  # once bound to a target: the values its templates used
+    sources: tuple[tuple[str, str], ...] = ()  # (role, its file in the patch set directory)
+
+    @property
+    def ident(self) -> str:
+        return f"{self.name}@{self.version}"
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """Every site-packages path the patch set touches, in first-touched order."""
+        return tuple(dict.fromkeys(fp.path for _, fps in self.patches for fp in fps))
+
+    @property
+    def variables(self) -> tuple[str, ...]:
+        """Every variable its role files use, in first-use order."""
+        return tuple(dict.fromkeys(n for _, data in self.files for n in templates.names(data)))
+
+    def bind(self, target_vars: dict[str, str], target: str) -> "PatchSet":
+        """The patch set with its role files rendered for a target (its vars, then the [vars] defaults).
+
+        A placeholder that has neither is refused (BadInput) by variable and file, before anything changes."""
+        if self.values is not None:
+            return self  # already bound
+        values = {**dict(self.defaults), **target_vars}
+        hint = (f"set it in [targets.{target}.vars] of patchkeeper.toml, "
+                f"or give it a default in [vars] of patchsets/{self.name}/{MANIFEST}")
+        where = dict(self.sources)
+        files = tuple((role, templates.render(data, values, f"patchsets/{self.name}/{where.get(role, role)} "
+                                              f"(role {role} of {self.ident})", hint))
+                      for role, data in self.files)
+        used = tuple((n, values[n]) for n in self.variables)
+        return replace(self, files=files, values=used)
+
+    def summary(self) -> dict:
+        return {"name": self.name, "version": self.version, "digest": self.digest,
+                "description": self.description, "package": self.package,
+                "package_version": self.package_version, "requires": list(self.requires),
+                "group": self.group, "paths": list(self.paths), "roles": [r for r, _ in self.files],
+                "variables": {n: dict(self.defaults).get(n) for n in self.variables}}
+
+
+def names(root: Path) -> list[str]:
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if (p / MANIFEST).is_file() and not p.name.startswith("."))
+
+
+def load(root: Path, name: str) -> PatchSet:
+    directory = root / name
+    path = directory / MANIFEST
+    if not path.is_file():
+        known = ", ".join(names(root)) or "none"
+        raise BadInput(f"unknown patch set {name!r} (known: {known})",
+                       f"create {directory}/{MANIFEST}, or run `patchkeeper list`")
+    _cap(path, MAX_TOML)
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:  # UnicodeDecodeError, tomllib.TOMLDecodeError
+        raise BadInput(f"{path}: malformed TOML: {exc}", "fix the file's syntax") from None
+    problems = [_unknown(key) for key in doc if key not in KEYS]
+    for key in ("name", "version", "package"):
+        if not isinstance(doc.get(key), str) or not doc.get(key):
+            problems.append(f"{key} must be a non-empty string")
+    for key in ("name", "version", "description", "package", "package_version", "group"):
+        value = doc.get(key)
+        if isinstance(value, str) and (len(value) > MAX_TEXT or not value.isprintable()):
+            problems.append(f"{key} must be one line of printable text under {MAX_TEXT} characters")
+    version = doc.get("version")
+    plain = isinstance(version, str) and len(version) <= MAX_VERSION and _plain_release(version)
+    if isinstance(version, str) and version and version.isprintable() and not plain:
+        from packaging.version import (  # only past the plain N.N.N case
+            InvalidVersion,
+            Version,
+        )
+
+        try:
+            if len(version) > MAX_VERSION or version != version.strip():
+                raise InvalidVersion(version)
+            Version(version)
+        except InvalidVersion:
+            problems.append(f"version {version[:40]!r}{'…' if len(version) > 40 else ''} is not a PEP 440 "
+                            f"version of at most {MAX_VERSION} characters (e.g. 1.0.0)")
+    if doc.get("name") not in (None, name):
+        problems.append(f"name {doc.get('name')!r} does not match its directory {name!r}")
+    requires = doc.get("requires", [])
+    if not isinstance(requires, list) or not all(isinstance(r, str) for r in requires):
+        problems.append("requires must be a list of patch set names")
+    spec = doc.get("package_version", "")
+    if spec and pinned(spec) is None:  # an exact pin needs no PEP 440 parser (packaging is slow to import)
+        from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+        try:
+            SpecifierSet(spec)
+        except InvalidSpecifier:
+            problems.append(f"package_version {spec!r} is not a PEP 440 specifier")
+    for key in ("description", "group"):
+        if key in doc and not isinstance(doc[key], str):
+            problems.append(f"{key} must be a string")
+    defaults = doc.get("vars", {})
+    problems += check_values(defaults, "[vars]")
+    roles = doc.get("files") or {}
+    if not isinstance(roles, dict):
+        problems.append('[files] must be a table of role = "file"')
+        roles = {}
+    files, sources = [], []
+    for role, rel in roles.items():
+        source = (directory / str(rel)).resolve()
+        if not source.is_relative_to(directory.resolve()) or not source.is_file():
+            problems.append(f"[files] {role} = {rel!r} is not a file inside {directory}")
+        else:
+            _cap(source, MAX_ROLE_FILE)
+            files.append((role, source.read_bytes()))
+            sources.append((role, str(rel)))
+    if problems:
+        raise BadInput(f"{path}: " + "; ".join(problems), "see patchset.toml in docs/configuration.md")
+    patches = []
+    for diff in sorted(directory.glob("*.patch")):
+        _cap(diff, MAX_PATCH)
+        file_patches = patching.parse(diff.read_bytes().decode("utf-8", "surrogateescape"), str(diff))
+        for fp in file_patches:
+            check_relative(fp.path, str(diff))
+        patches.append((diff.name, file_patches))
+    return PatchSet(
+        name=name, version=doc["version"], description=doc.get("description", ""),
+        package=doc["package"], package_version=spec, requires=tuple(requires),
+        group=doc.get("group"), files=tuple(sorted(files)), patches=tuple(patches),
+        digest=digest_dir(directory),
+        sources=tuple(sources),
+        defaults=tuple((k, value_text(v)) for k, v in defaults.items()) if isinstance(defaults, dict) else (),
+    )
+
+
+def _unknown(key: str) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(key, KEYS, n=1)
+    return f"unknown key {key!r}" + (f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(KEYS)})")
+
+
+def _cap(path: Path, limit: int) -> None:
+    size = path.stat().st_size
+    if size > limit:
+        cap = f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit >> 10} KiB"
+        raise BadInput(f"{path}: {size} bytes, over the {cap} a {path.suffix or 'role'} file may hold",
+                       "a patch set holds source patches and small role files; ship large files another way")
+
+
+def unsafe_modes(sets: list[PatchSet]) -> list[str]:
+    """`path mode` for every file a patch set would make setuid, setgid or world-writable."""
+    return [f"{fp.path} {fp.new_mode:o}" for ps in sets for _, fps in ps.patches for fp in fps
+            if fp.new_mode is not None and fp.new_mode & UNSAFE_MODE_BITS]
+
+
+def digest_dir(directory: Path) -> str:
+    """Identity of a patch set's content: names and bytes of every file, in name order."""
+    parts = []
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        rel = path.relative_to(directory).as_posix()
+        parts.append(f"{rel}\0{hash_bytes(path.read_bytes())}\n")
+    return hash_bytes("".join(parts).encode())
+
+
+def check_relative(rel: str, origin: str) -> None:
+    """A patch path must stay inside site-packages: relative, no '..', no empty parts."""
+    parts = rel.split("/")
+    if "\\" in rel:
+        raise BadInput(f"{origin}: path {rel!r} holds a backslash (a Windows path separator?)",
+                       "patch paths are relative to site-packages with / between directories")
+    if rel.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\0" in rel:
+        raise BadInput(f"{origin}: path {rel!r} escapes site-packages",
+                       "patch paths must be relative to site-packages, without '..'")
+
+
+_PIN = None
+
+
+def pinned(spec: str) -> tuple[int, ...] | None:
+    """The release of an exact pin like "==0.5.23" (trailing zeros dropped), None for anything else."""
+    import re
+
+    global _PIN
+    _PIN = _PIN or re.compile(r"\s*==\s*v?(\d+(?:\.\d+)*)\s*")
+    m = _PIN.fullmatch(spec)
+    return _release(m.group(1)) if m else None
+
+
+def fits(spec: str, version: str) -> bool:
+    """Does `version` satisfy the PEP 440 specifier `spec` (pre-releases allowed)?"""
+    pin = pinned(spec)
+    if pin is not None and version.replace(".", "").isdigit():  # both plain releases: compare them
+        return pin == _release(version)
+    from packaging.specifiers import SpecifierSet
+
+    return SpecifierSet(spec).contains(version, prereleases=True)
+
+
+def _release(text: str) -> tuple[int, ...]:
+    parts = [int(p) for p in text.lstrip("v").split(".")]
+    while len(parts) > 1 and parts[-1] == 0:
+        parts.pop()
+    return tuple(parts)
+
+
+def _plain_release(version: str) -> bool:
+    """A release number like 1.0.0: valid PEP 440, no parser needed."""
+    parts = version.split(".")
+    return all(p.isdigit() and p.isascii() for p in parts)

@@ -1,0 +1,1 @@
+"""What is recorded about a target: ledger, manifests, state dir, workspace history."""

@@ -1,0 +1,299 @@
+"""The target's record: ledger entries (one write-once file each), states and their manifests."""
+
+from __future__ import annotations
+
+import json
+import marshal
+import os
+import posixpath
+import pwd
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, cast, overload
+
+from ..errors import BadInput, Refused, StoreError
+from ..host.disk import hash_bytes, install_records
+from ..targets import Target
+from . import ledger_index
+from .ledger_index import Slot
+from .manifest import Manifest
+
+if TYPE_CHECKING:  # the typed parts of entries (ledger_types.py); at run time, as their instances are, dicts
+    from .ledger_types import (
+        AdoptExtra,
+        ApplyExtra,
+        EnvChange,
+        Extra,
+        PatchSetRef,
+        RecordExtra,
+        RepairExtra,
+        RollbackExtra,
+        VerifyExtra,
+    )
+else:
+    PatchSetRef = RecordExtra = ApplyExtra = RollbackExtra = VerifyExtra = EnvChange = AdoptExtra = RepairExtra = dict
+    Extra = dict
+
+
+KINDS = ("baseline", "snapshot", "apply", "switch", "rollback", "verify", "repair")
+
+
+def _copy_ref(ref: PatchSetRef) -> PatchSetRef:
+    return cast(PatchSetRef, {k: dict(v) if isinstance(v, dict) else v for k, v in ref.items()})
+
+
+@dataclass(frozen=True)
+class State:
+    """A recorded code state: a manifest, the patch sets that made it, whether its bytes are kept."""
+
+    id: str
+    manifest: str  # digest of the manifest object in the store
+    stack: tuple[PatchSetRef, ...] = ()  # the applied patch sets, in apply order
+    name: str | None = None
+    bytes_kept: bool = True
+
+    @classmethod
+    def make(cls, manifest: str, stack, name: str | None = None, bytes_kept: bool = True) -> "State":
+        stack = tuple(stack)
+        sid = hash_bytes(json.dumps([manifest, list(stack)], sort_keys=True).encode()).partition(":")[2][:12]
+        return cls(sid, manifest, stack, name, bytes_kept)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "State":
+        return cls(d["id"], d["manifest"], tuple(d.get("stack", ())), d.get("name"), d.get("bytes_kept", True))
+
+    def to_dict(self) -> dict:
+        """Its fields as plain data; each ref a copy (asdict's deep recursion, at a fraction of its cost)."""
+        return {"id": self.id, "manifest": self.manifest, "stack": [_copy_ref(p) for p in self.stack],
+                "name": self.name, "bytes_kept": self.bytes_kept}
+
+    def stack_text(self) -> str:
+        return " + ".join(f"{p['name']}@{p['version']}" for p in self.stack) or "(no patch sets)"
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One write-once record of the ledger; `extra` is typed by `kind` (RecordExtra for baseline and
+    snapshot, ApplyExtra for apply and switch, RollbackExtra for rollback, VerifyExtra for verify)."""
+
+    id: str
+    seq: int
+    time: float
+    who: str
+    command: str
+    kind: str  # one of KINDS
+    after: State
+    before: State | None = None
+    patchsets: tuple[PatchSetRef, ...] = ()  # the patch sets an apply or switch added
+    changed: dict[str, str] = field(default_factory=dict)  # key -> changed | added | removed | mode
+    hand_edits: tuple[str, ...] = ()  # keys found changed by hand, backed up before the change
+    extra: Extra = field(default_factory=lambda: RollbackExtra())
+    env: str | None = None  # digest of the environment fingerprint in the store (None: not kept)
+    env_error: str | None = None  # why no fingerprint could be taken
+    installed: dict[str, Any] | None = None  # the managed distribution's installation (installation.py)
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "seq": self.seq, "time": self.time, "who": self.who,
+                "command": self.command, "kind": self.kind, "patchsets": list(self.patchsets),
+                "before": self.before.to_dict() if self.before else None, "after": self.after.to_dict(),
+                "changed": self.changed, "hand_edits": list(self.hand_edits), "extra": self.extra,
+                **({"env": self.env} if self.env else {}),
+                **({"env_error": self.env_error} if self.env_error else {}),
+                **({"installed": self.installed} if self.installed else {})}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "LedgerEntry":
+        return cls(id=d["id"], seq=d["seq"], time=d["time"], who=d["who"], command=d["command"],
+                   kind=d["kind"], after=State.from_dict(d["after"]),
+                   before=State.from_dict(d["before"]) if d.get("before") else None,
+                   patchsets=tuple(d.get("patchsets", ())), changed=d.get("changed", {}),
+                   hand_edits=tuple(d.get("hand_edits", ())), extra=d.get("extra", {}),
+                   env=d.get("env"), env_error=d.get("env_error"), installed=d.get("installed"))
+
+    @property
+    def backups(self) -> dict[str, str]:
+        """Hand-edited key -> digest of the bytes backed up before the change (apply --force, rollback)."""
+        found = dict(self.extra).get("backups")
+        return dict(found) if isinstance(found, dict) else {}
+
+    def file_name(self) -> str:
+        return ledger_index.file_name(self.seq, self.id)
+
+
+def new_id() -> str:
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + os.urandom(3).hex()
+
+
+def who() -> str:
+    try:
+        user = os.environ.get("USER") or os.environ.get("LOGNAME") or pwd.getpwuid(os.getuid()).pw_name
+    except (KeyError, OSError):
+        user = "?"
+    return f"{user}@{os.uname().nodename}"  # gethostname(2), without loading the socket module
+
+
+MIN_PREFIX = 4  # a shorter state id prefix is refused: `--to 1` is a typo, not a state
+
+
+class Entries(Sequence[LedgerEntry]):
+    """A ledger's entries in seq order, each built from its slot (ledger_index.py) when first asked
+    for: a command that needs the newest entry alone (status, audit) builds only that one."""
+
+    def __init__(self, slots: Iterable[Slot]) -> None:
+        self._slots = list(slots)
+        self._built: list[LedgerEntry | None] = [None] * len(self._slots)
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    @overload
+    def __getitem__(self, i: int) -> LedgerEntry: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[LedgerEntry]: ...
+
+    def __getitem__(self, i: int | slice) -> LedgerEntry | list[LedgerEntry]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        entry = self._built[i]
+        if entry is None:
+            doc = self._slots[i].doc
+            entry = self._built[i] = LedgerEntry.from_dict(doc if isinstance(doc, dict) else marshal.loads(doc))
+        return entry
+
+    @property
+    def slots(self) -> list[Slot]:
+        """Each entry's file name, seq, id and facts (ledger_index.Slot), read without building it."""
+        return self._slots
+
+    def newest(self, after: str, kind: str | None = None) -> Iterator[LedgerEntry]:
+        """The entries that left the state `after` (of `kind`, if given), newest first, each built
+        only when the caller goes on to it."""
+        for i in reversed(range(len(self._slots))):
+            slot = self._slots[i]
+            if slot.after == after and (kind is None or slot.kind == kind):
+                yield self[i]
+
+    def ids(self) -> list[str]:
+        return [slot.id for slot in self._slots]
+
+    def last_seq(self) -> int:
+        return self._slots[-1].seq if self._slots else 0
+
+    def add(self, name: str, doc: dict[str, Any]) -> None:
+        """An entry just written, in its place by seq (the newest: at the end)."""
+        entry = LedgerEntry.from_dict(doc)
+        at = len(self._slots)
+        while at and self._slots[at - 1].seq > entry.seq:
+            at -= 1
+        self._slots.insert(at, Slot(name, entry.seq, entry.id, ledger_index.facts_of(doc), doc))
+        self._built.insert(at, entry)
+
+
+class Ledger:
+    """Read and append the ledger of one target, in its state dir."""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self.dir = posixpath.join(target.info.state_dir, "ledger")
+        self._entries: Entries | None = None
+        self.files_read = 0  # entry files whose bytes the last read of the ledger took (ledger_index.py)
+
+    @property
+    def journal_path(self) -> str:
+        return posixpath.join(self.target.info.state_dir, "journal.json")
+
+    @property
+    def lock_path(self) -> str:
+        return posixpath.join(self.target.info.state_dir, "lock")
+
+    def entries(self) -> Entries:
+        """Every entry, in seq order: the files unchanged since an earlier command read them come
+        from the ledger index, the others are read and parsed (a damaged one is a StoreError)."""
+        if self._entries is None:
+            found = ledger_index.read(self.target, self.dir, self._parse)
+            self._entries, self.files_read = Entries(found.slots), found.files_read
+        return self._entries
+
+    def _parse(self, name: str, data: bytes) -> dict[str, Any]:
+        """An entry file's document, checked to make a LedgerEntry."""
+        try:
+            doc = json.loads(data)
+            LedgerEntry.from_dict(doc)
+            return doc  # type: ignore[no-any-return]
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+            path = posixpath.join(self.dir, name)
+            raise StoreError(
+                f"ledger entry {path} of target {self.target.name} is damaged ({type(exc).__name__}: "
+                f"{str(exc)[:120]})",
+                f"put back the workspace's copy (snapshots/{self.target.name}/ledger/{name}) if it has one, "
+                "else move the file aside; nothing was changed") from None
+
+    def current(self) -> State | None:
+        entries = self.entries()
+        return entries[-1].after if entries else None
+
+    def baseline(self) -> State | None:
+        entries = self.entries()
+        for i, slot in enumerate(entries.slots):
+            if slot.kind == "baseline":
+                return entries[i].after
+        return None
+
+    def has(self, entry_id: str) -> bool:
+        return entry_id in self.entries().ids()
+
+    def next_seq(self) -> int:
+        return self.entries().last_seq() + 1
+
+    def append(self, entry: LedgerEntry) -> None:
+        """Write an entry; one that records a state (every kind but verify) records with it the managed
+        distribution's installation as it is now (installation.py: what pip, uv or a person did to it
+        since is told by comparing with it)."""
+        if entry.kind != "verify" and entry.installed is None:
+            from .installation import Installed
+
+            entry = replace(entry, installed=Installed.of(self.target.info).to_dict())
+        data = json.dumps(entry.to_dict(), indent=1).encode()
+        self.target.agent.write_atomic(posixpath.join(self.dir, entry.file_name()), data)
+        if self._entries is not None:  # the entries read already, and this one as a read gives it back
+            self._entries.add(entry.file_name(), json.loads(data))
+
+    def save_manifest(self, manifest: Manifest) -> str:
+        return self.target.agent.store_put(self.target.info.store, manifest.to_text())
+
+    def load_manifest(self, state: State) -> Manifest:
+        manifest = Manifest.from_scan(self.target.agent.manifest_rows(self.target.info.store, state.manifest))
+        old = install_records(manifest)
+        return manifest.replace(dict.fromkeys(old)) if old else manifest  # recorded before they were left out
+
+    def find_state(self, spec: str) -> State:
+        """baseline | previous | a state name | a state id (prefix) | a ledger entry id."""
+        entries = self.entries()
+        if not entries:
+            raise Refused(f"target {self.target.name} has no recorded states yet",
+                          "nothing has been changed by patchkeeper here")
+        slots = entries.slots
+        if spec == "previous":
+            current = slots[-1].after
+            for i in reversed(range(len(slots))):
+                if slots[i].after != current:
+                    return entries[i].after
+            raise Refused("there is no previous state: the target has only ever been in one state")
+        for i in reversed(range(len(slots))):
+            if slots[i].after_name == spec or slots[i].id == spec:
+                return entries[i].after
+        if len(spec) < MIN_PREFIX:
+            raise BadInput(f"no state named {spec!r} on target {self.target.name}, and a state id prefix "
+                           f"needs at least {MIN_PREFIX} characters",
+                           "give more of the id (`patchkeeper log` shows them), or baseline | previous | a name")
+        matches = {slot.after: entries[i].after for i, slot in enumerate(slots) if slot.after.startswith(spec)}
+        if len(matches) == 1:
+            return next(iter(matches.values()))
+        if len(matches) > 1:
+            listed = "; ".join(f"{sid} ({state.name or state.stack_text()})" for sid, state in sorted(matches.items()))
+            raise BadInput(f"state id prefix {spec!r} is ambiguous: {len(matches)} states start with it",
+                           f"give more characters; the candidates: {listed}")
+        raise BadInput(f"no state {spec!r} on target {self.target.name}",
+                       "run `patchkeeper log` to see its states")
