@@ -107,9 +107,11 @@ def test_another_release_over_a_state_is_named_and_a_rollback_across_it_refused(
     pin = f"{env.venv}/bin/python -m pip install sglang==0.5.23 --no-deps"
     err = env.pk("rollback", "--to", "baseline", "--no-verify", check=2).stderr
     assert "was recorded with sglang 0.5.23, and 0.5.22 is installed" in err and pin in err
-    for args in (["apply", "ddtree"], ["apply", "ddtree", "--force"], ["snapshot", "--name", "x"]):
-        err = env.pk(*args, check=2).stderr
-        assert said in err and pin in err
+    assert "needs sglang==0.5.23, target local has 0.5.22" in env.pk("apply", "ddtree", check=2).stderr
+    for args in (["apply", "ddtree", "--force"], ["snapshot", "--name", "x"]):  # 0.5.22's baseline comes first,
+        err = env.pk(*args, check=2).stderr  # and pip left ddtree's added file behind
+        assert f"{said}, so a baseline of 0.5.22 is recorded first, but 1 file(s)" in err
+        assert f"{ADDED} (added)" in err and "--restore-pristine" in err
     assert env.snapshot() == before  # nothing was changed
 
     pip(env.venv, "install", "--no-index", "--no-compile", "--find-links", str(wheel("0.5.23").parent),
@@ -128,24 +130,31 @@ def test_another_release_over_a_state_is_named_and_a_rollback_across_it_refused(
     assert pin in err  # pinned: an unpinned install would bring another release
 
 
-def test_a_state_of_0_5_22_is_not_given_over_0_5_23_until_0_5_22_is_back(tmp_path, pristine_venv):
+def test_an_upgrade_gets_a_baseline_of_its_own_and_the_old_states_wait_for_their_release(tmp_path, pristine_venv):
     venv = copy_venv(pristine_venv, tmp_path / "venv")
     install(venv, "0.5.22")
     env = make_workspace(tmp_path / "ws", venv)
     env.pk("snapshot", "--name", "old")
     recorded = sglang_tree(venv)
-    install(venv, "0.5.23")
+    install(venv, "0.5.23")  # pip install -U, outside patchkeeper
     state = doc(env, "status", check=1)["state"]["id"]
-    assert f"sglang was upgraded 0.5.22 -> 0.5.23 outside patchkeeper since state {state} (old)" in \
-        env.pk("status", check=1).stdout
+    said = f"sglang was upgraded 0.5.22 -> 0.5.23 outside patchkeeper since state {state} (old)"
+    assert said in env.pk("status", check=1).stdout
     err = env.pk("rollback", "--to", "old", "--no-verify", check=2).stderr
     assert "was recorded with sglang 0.5.22, and 0.5.23 is installed" in err
     assert f"{venv}/bin/python -m pip install sglang==0.5.22 --no-deps" in err
-    install(venv, "0.5.22")
+
+    assert f"{said}; a real run records a baseline of 0.5.23 first" in env.pk("apply", "ddtree", "-n").stdout
+    out = env.pk("apply", "ddtree", "--no-verify").stdout  # 0.5.23's baseline, then ddtree over it
+    assert "recorded baseline of local" in out and "18 file(s) changed" in out
+    assert "files match the recorded state" in env.pk("status").stdout
+    env.pk("rollback", "--to", "baseline", "--no-verify")  # the installed release's baseline
+    assert sglang_tree(venv) == sglang_tree(pristine_venv)
+
+    install(venv, "0.5.22")  # the release the old states need, back
     env.pk("rollback", "--to", "old", "--no-verify")
     assert sglang_tree(venv) == recorded
-    out = env.pk("status").stdout  # the same release again, its files as recorded: told, not trouble
-    assert "files match the recorded state" in out
+    assert "files match the recorded state" in env.pk("status").stdout
 
 
 # ---- the distribution's files outside its package -----------------------------------------------

@@ -90,7 +90,8 @@ def record_state(s: Session, kind: str, name: str, bytes_kept: bool = True, hand
             raise Refused("files changed while patchkeeper was recording them", "retry when the package is quiet")
         faults.point(f"{kind}-stored")
     current = ledger.current()
-    state = State.make(ledger.save_manifest(manifest), current.stack if current else (), name, bytes_kept)
+    stack = current.stack if current and kind != "baseline" else ()  # a baseline (of a new release too): none
+    state = State.make(ledger.save_manifest(manifest), stack, name, bytes_kept)
     entry = LedgerEntry(id=new_id(), seq=ledger.next_seq(), time=time.time(), who=who(), command=s.command,
                         kind=kind, after=state, before=current, hand_edits=hand_edits,
                         extra=cast(RecordExtra, {"files": len(manifest), "package_version": target.info.version,
@@ -414,7 +415,8 @@ class Recorded:
         self._manifest: Manifest | None = None
         self._lines: list[bytes] | None = None
         current = s.ledger.current()
-        if current is None:
+        moved = s.installation() if current is not None else None
+        if current is None or (moved is not None and moved.kind == "version"):  # (a dry run: no baseline yet)
             self._manifest = scan_all(s.target)
             current = State.make(s.target.hash_bytes(self._manifest.to_text()), (), "baseline")
         elif s.target.agent.concurrent:  # (the contract's: an agent in this process)

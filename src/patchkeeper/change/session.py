@@ -34,7 +34,7 @@ class Session:
         self.unfinished: Unfinished | None = None  # a committed transaction recovery could not finish
         self._locked = False
         self.fingerprint: Taking | None = None  # begun before planning (engine.begin_fingerprint)
-        self._installation: tuple[Change | None] | None = None
+        self._installation: tuple[int, Change | None] | None = None
 
     @property
     def target(self) -> Target:
@@ -53,11 +53,12 @@ class Session:
     def installation(self) -> Change | None:
         """What pip, uv or a person did to the managed distribution since the current state recorded
         it (installation.check), found once per command; None: it is as recorded."""
-        if self._installation is None:
+        newest = len(self.ledger.entries())  # found again once the command records a state (a new baseline)
+        if self._installation is None or self._installation[0] != newest:
             from ..records import installation
 
-            self._installation = (installation.check(self.target, self.ledger),)
-        return self._installation[0]
+            self._installation = (newest, installation.check(self.target, self.ledger))
+        return self._installation[1]
 
     def __enter__(self) -> "Session":
         self._target = open_target(self.config)

@@ -18,12 +18,13 @@ def apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bo
     with Session(ws, target, f"apply {name}") as s:
         from ..records.installation import refuse_writes
 
-        refuse_writes(s.installation(), s.target, f"apply {name}", reinstall_ok=True)  # another release: refused
-        if not dry_run and s.ledger.current() is not None:  # (a first baseline takes one of its own first)
+        refuse_writes(s.installation(), s.target, f"apply {name}", reinstall_ok=True)  # a cut RECORD: refused
+        first = s.ledger.current() is None or adopting.new_release(s)  # a baseline (of this release) comes first
+        if not dry_run and not first:  # (a first baseline takes one of its own first)
             engine.begin_fingerprint(s)  # beside the reading of the patch sets too
         incoming = engine.resolve(ws.patchsets_dir, name, s.config)  # every template renders, before a baseline
         engine.check_fits(s.target, incoming, force)  # bad input is refused before a baseline is recorded
-        if dry_run and s.ledger.current() is None:
+        if dry_run and first:
 
             adopting.preview(s, adopt)
         elif not dry_run:

@@ -130,20 +130,14 @@ def check(target: Target, ledger: Ledger) -> Change | None:
 
 def refuse_writes(change: Change | None, target: Target, verb: str, reinstall_ok: bool = False) -> None:
     """Refuse a change that would record a state over an installation other than the one the current
-    state recorded, naming what happened and what would do. `reinstall_ok`: a reinstall of the same
-    release is no reason (apply puts the state's files back, rollback gives a state's)."""
-    if change is None or (reinstall_ok and change.kind == "reinstalled"):
+    state recorded, naming what happened and what would do. Another release is no reason: the first
+    change after it records that release's baseline (change/adopt.py). `reinstall_ok`: nor is a
+    reinstall of the same release (apply puts the state's files back, rollback gives a state's)."""
+    if change is None or change.kind == "version" or (reinstall_ok and change.kind == "reinstalled"):
         return
-    python = target.info.python
-    if change.kind == "version":
-        raise Refused(f"{change.what()}: the states recorded here are of {change.then.version}, so `{verb}` "
-                      f"is refused rather than mix them with {change.now.version}'s files",
-                      f"{change.pin(python)} brings back the release they were recorded with (then `patchkeeper "
-                      f"status`); to manage {change.now.version} instead, move the state dir "
-                      f"{target.info.state_dir} aside and start over")
     if change.kind == "record":
-        raise Refused(f"{change.what()}: `{verb}` is refused", f"reinstall it: {change.pin(python)} --force-reinstall, "
-                                                              "then run the command again")
+        raise Refused(f"{change.what()}: `{verb}` is refused",
+                      f"reinstall it: {change.pin(target.info.python)} --force-reinstall, then run the command again")
     raise Refused(f"{change.what()}: `{verb}` would record its files as the state's",
                   "bring the state's files back first: `patchkeeper apply NAME` of an applied patch set, "
                   "or `patchkeeper rollback --to STATE`; both record the new installation")

@@ -234,12 +234,21 @@ class Ledger:
         entries = self.entries()
         return entries[-1].after if entries else None
 
-    def baseline(self) -> State | None:
+    def baseline(self, release: str | None = None) -> State | None:
+        """The baseline: of the installed release (or of `release`), the newest recorded for it (a
+        target whose package was upgraded outside patchkeeper records a baseline of each release it
+        changes); else the first one."""
         entries = self.entries()
-        for i, slot in enumerate(entries.slots):
-            if slot.kind == "baseline":
-                return entries[i].after
-        return None
+        found = [i for i, slot in enumerate(entries.slots) if slot.kind == "baseline"]
+        if not found:
+            return None
+        if len(found) > 1:
+            release = release or self.target.info.version
+            for i in reversed(found):
+                entry = entries[i]
+                if (entry.installed or {}).get("version", dict(entry.extra).get("package_version")) == release:
+                    return entry.after
+        return entries[found[0]].after
 
     def has(self, entry_id: str) -> bool:
         return entry_id in self.entries().ids()
@@ -275,6 +284,10 @@ class Ledger:
             raise Refused(f"target {self.target.name} has no recorded states yet",
                           "nothing has been changed by patchkeeper here")
         slots = entries.slots
+        if spec == "baseline":  # the installed release's (see baseline)
+            found = self.baseline()
+            if found is not None:
+                return found
         if spec == "previous":
             current = slots[-1].after
             for i in reversed(range(len(slots))):
