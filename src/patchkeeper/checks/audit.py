@@ -217,17 +217,22 @@ def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), pro
                 if line is not None:
                     findings.append(Finding("probe", module, "import-failed", line))
     if current is not None:
-        files += _installation(target, ledger, current, findings, notes)
+        files += _installation(target, ledger, findings, notes)
+        if tree.linked:
+            shown = ", ".join(f"{key} ({n} links)" for key, n in tree.linked_examples)
+            notes.append(f"{tree.linked} managed file(s) share their inode with other files (hard links, as uv "
+                         f"installs from its cache): {shown}{' …' if tree.linked > len(tree.linked_examples) else ''}"
+                         "; a write in place would change every linked copy (uv's cache and the venvs linked to "
+                         "it); patchkeeper replaces files by rename, never in place")
     order = {c: i for i, c in enumerate(CLASSES)}
     findings.sort(key=lambda f: (order[f.cls], f.dist, f.path))
     return AuditReport(target.name, info.host, info.package, current, files, tuple(findings), tuple(notes), drift)
 
 
-def _installation(target: Target, ledger: Ledger, current: State, findings: list[Finding], notes: list[str]) -> int:
+def _installation(target: Target, ledger: Ledger, findings: list[Finding], notes: list[str]) -> int:
     """The managed distribution's installation beside its code state: what pip, uv or a person did to
-    it since the state was recorded (installation.py), its RECORD rows outside the package (console
-    scripts, the installer's records) against RECORD, and its files that share their inode with
-    other files. Returns the files checked."""
+    it since the state was recorded (records/installation.py), and its RECORD rows outside the package
+    (console scripts, the installer's records) against RECORD. Returns the files checked."""
     from ..records import installation
     from . import installed
 
@@ -239,15 +244,8 @@ def _installation(target: Target, ledger: Ledger, current: State, findings: list
             findings.insert(0, Finding(INSTALLATION, info.dist_info, change.kind, told.line, info.package))
         else:
             notes.append(told.line)
-    checked = target.agent.audit_installation(info.site, info.dist_info, info.store, current.manifest,
-                                              cache_dir(target))
+    checked = target.agent.audit_installation(info.site, info.dist_info, cache_dir(target))
     findings.extend(Finding("drift", p, kind, detail, info.package) for p, kind, detail in checked.findings)
-    if checked.linked:
-        shown = ", ".join(f"{key} ({n} links)" for key, n in checked.examples)
-        notes.append(f"{checked.linked} managed file(s) share their inode with other files (hard links, as uv "
-                     f"installs from its cache): {shown}{' …' if checked.linked > len(checked.examples) else ''}; "
-                     "a write in place would change every linked copy (uv's cache and the venvs linked to it); "
-                     "patchkeeper replaces files by rename, never in place")
     return checked.files
 
 

@@ -36,7 +36,6 @@ from .contract import (
     DistInfo,
     FileStat,
     Fingerprint,
-    InstallCheck,
     Interpreter,
     InterpreterFacts,
     LockHolder,
@@ -543,29 +542,10 @@ class Agent(AgentContract):
         finally:
             seals.save()
 
-    def audit_installation(self, site: str, dist_info: str, store: str, manifest: str,
-                           cache_dir: str | None = None) -> InstallCheck:
-        """The managed distribution's RECORD rows outside the package (its console scripts in bin/, the
-        installer's records; the package's own files are the code state's) against RECORD, and the
-        files of the stored manifest that share their inode with others (st_nlink > 1: hard links,
-        as uv installs from its cache, where a write in place would change every linked copy)."""
-        checked = check_record(site, dist_info, cache_dir, outside=True)
-        linked: list[tuple[str, int]] = []
-        count = 0
-        lstat = os.lstat
-        for key in self._manifests.rows(store, manifest):
-            if key[:1] == "@":
-                continue  # a role file: not the distribution's
-            try:
-                n = lstat(f"{site}/{key}").st_nlink
-            except OSError:
-                continue
-            if n > 1:
-                count += 1
-                if len(linked) < 5:
-                    linked.append((key, n))
-        return InstallCheck(checked["files"], tuple((p, k, d) for p, k, d in checked["findings"]), count,
-                            tuple(linked))
+    def audit_installation(self, site: str, dist_info: str, cache_dir: str | None = None) -> RecordCheck:
+        """The managed distribution's RECORD rows outside its package (its console scripts in bin/, the
+        installer's records; the package's own files are the code state's) against RECORD."""
+        return RecordCheck.from_wire(check_record(site, dist_info, cache_dir, outside=True))
 
     def audit_bytecode(self, site: str, cache_tag: str, verify: list[str], cache: str | None = None) -> BytecodeCheck:
         """Every .pyc below `site` that Python would run instead of its source: a header that
@@ -630,7 +610,8 @@ class Agent(AgentContract):
         verify.update(k for k, (_, new) in comparison.pairs.items()
                       if new is not None and k.endswith(".py") and not k.startswith(("../", "@")))
         bytecode = BytecodeCheck.from_wire(work.bytecode(found, outcomes, verify))
-        answer = TreeCheck(len(rows), comparison, bytecode)
+        linked, examples = _linked(root, rows)
+        answer = TreeCheck(len(rows), comparison, bytecode, linked=linked, linked_examples=examples)
         if taken is not None and request.seal:
             seal.save(request.seal, key or self._tree_key(request, records), taken, answer.to_wire())
         return replace(answer, records={name: RecordCheck.from_wire(r) for name, r in records.items()},
@@ -641,7 +622,29 @@ class Agent(AgentContract):
         """What a tree's seal is for: the scan, the manifest, and every source whose pycs are
         recompiled (those named, and those the RECORD checks found changed)."""
         verify = set(request.verify) | recompiled_sources(f for r in records.values() for f in r["findings"])
-        return (request.scan.to_wire(), request.store, request.manifest, request.cache_tag, tuple(sorted(verify)))
+        return (request.scan.to_wire(), request.store, request.manifest, request.cache_tag, tuple(sorted(verify)),
+                "linked")  # (answers sealed before they counted hard links are not given again)
+
+
+def _linked(root: str, rows: Rows) -> tuple[int, tuple[tuple[str, int], ...]]:
+    """How many of the scanned files share their inode with other files (st_nlink > 1: hard links, as
+    uv installs from its cache, where a write in place would change every linked copy), and the first
+    five with their link counts. Role files (absolute paths, not the distribution's) are left out. A
+    link count moves the file's ctime, so a sealed answer keeps its count while the seal holds."""
+    count, lstat = 0, os.lstat
+    examples: list[tuple[str, int]] = []
+    for key in rows:
+        if key[:1] == "@":
+            continue
+        try:
+            n = lstat(f"{root}/{key}").st_nlink
+        except OSError:
+            continue
+        if n > 1:
+            count += 1
+            if len(examples) < 5:
+                examples.append((key, n))
+    return count, tuple(examples)
 
 
 _HEAVY_RECORD = 256 << 10  # a RECORD this big (about 2,500 files) is checked on its own (see _audit_tree)

@@ -187,24 +187,6 @@ class RecordCheck(Answer):
 
 
 @dataclass(frozen=True)
-class InstallCheck(Answer):
-    """The managed distribution's installation beside its code state: its RECORD rows outside the
-    package (console scripts, the installer's own records) against RECORD, and how many of the
-    state's files share their inode with other files (hard links, as uv installs them), with a few
-    of them and their link counts."""
-
-    files: int
-    findings: Tuple[Finding, ...]
-    linked: int = 0
-    examples: Tuple[Tuple[str, int], ...] = ()
-
-    @classmethod
-    def from_wire(cls, doc: Dict[str, Any]) -> "InstallCheck":
-        return cls(doc["files"], tuple((p, k, d) for p, k, d in doc["findings"]), doc.get("linked", 0),
-                   tuple((key, n) for key, n in doc.get("examples") or ()))
-
-
-@dataclass(frozen=True)
 class BytecodeCheck(Answer):
     """The bytecode below a site dir: pycs checked, __pycache__ entries without source, stale pycs
     (Python recompiles them) and the pycs that run other code than their source."""
@@ -313,24 +295,30 @@ class TreeRequest:
 @dataclass(frozen=True)
 class TreeCheck(Answer):
     """A TreeRequest's answer: the files scanned, how they differ from the manifest, the bytecode,
-    each distribution of `records` against its RECORD (by dist-info name), and the fingerprint's
-    native part of `native_sites` (None when not asked for)."""
+    each distribution of `records` against its RECORD (by dist-info name), the fingerprint's
+    native part of `native_sites` (None when not asked for), and how many of the package's files
+    share their inode with other files (hard links, as uv installs them), with a few of them and
+    their link counts."""
 
     files: int
     comparison: Comparison
     bytecode: BytecodeCheck
     records: Dict[str, RecordCheck] = field(default_factory=dict)
     native: Optional[Dict[str, Any]] = None
+    linked: int = 0
+    linked_examples: Tuple[Tuple[str, int], ...] = ()
 
     def to_wire(self) -> Dict[str, Any]:
         return {"files": self.files, "comparison": self.comparison.to_wire(), "bytecode": self.bytecode.to_wire(),
-                "records": {name: r.to_wire() for name, r in self.records.items()}, "native": self.native}
+                "records": {name: r.to_wire() for name, r in self.records.items()}, "native": self.native,
+                "linked": self.linked, "linked_examples": self.linked_examples}
 
     @classmethod
     def from_wire(cls, doc: Dict[str, Any]) -> "TreeCheck":
         return cls(doc["files"], Comparison.from_wire(doc["comparison"]), BytecodeCheck.from_wire(doc["bytecode"]),
                    {name: RecordCheck.from_wire(r) for name, r in (doc.get("records") or {}).items()},
-                   doc.get("native"))
+                   doc.get("native"), doc.get("linked", 0),
+                   tuple((key, n) for key, n in doc.get("linked_examples") or ()))
 
 
 _REQUESTS: Dict[str, Callable[[Dict[str, Any]], Any]] = {"scan": ScanRequest.from_wire,
@@ -356,7 +344,7 @@ _ANSWERS: Dict[str, Callable[[Any], Any]] = {
     "lock": _optional(LockHolder.from_wire),
     "clean_temps": lambda docs: [(path, size) for path, size in docs],
     "audit_record": lambda docs: {name: RecordCheck.from_wire(d) for name, d in docs.items()},
-    "audit_installation": InstallCheck.from_wire,
+    "audit_installation": RecordCheck.from_wire,
     "audit_bytecode": BytecodeCheck.from_wire,
     "audit_tree": TreeCheck.from_wire,
     "fingerprint": Fingerprint.from_wire,
@@ -479,8 +467,7 @@ class AgentContract(Protocol):
     def audit_record(self, site: str, dist_infos: List[str],
                      cache_dir: Optional[str] = None) -> Dict[str, RecordCheck]: ...
 
-    def audit_installation(self, site: str, dist_info: str, store: str, manifest: str,
-                           cache_dir: Optional[str] = None) -> InstallCheck: ...
+    def audit_installation(self, site: str, dist_info: str, cache_dir: Optional[str] = None) -> RecordCheck: ...
 
     def audit_bytecode(self, site: str, cache_tag: str, verify: List[str],
                        cache: Optional[str] = None) -> BytecodeCheck: ...
