@@ -60,6 +60,14 @@ class Session:
             self._installation = (newest, installation.check(self.target, self.ledger))
         return self._installation[1]
 
+    def warn_installation(self) -> None:
+        """For a command that reads the target without telling its installation itself: what pip, uv
+        or a person did to the managed distribution since the current state, on stderr."""
+        change = self.installation() if self.ledger.current() is not None else None
+        if change is not None:
+            print(f"patchkeeper: warning: {self.target.name}: {change.what()} (`patchkeeper status` says what "
+                  "to do)", file=sys.stderr)
+
     def __enter__(self) -> "Session":
         self._target = open_target(self.config)
         try:

@@ -28,6 +28,11 @@ class Told:
                 "trouble": self.trouble, "released": list(self.released)}
 
 
+def told(target: Target, ledger: Ledger, change: Change | None) -> Told | None:
+    """`tell`, where the installation changed (None where it is as the current state recorded it)."""
+    return tell(target, ledger, change) if change is not None else None
+
+
 def tell(target: Target, ledger: Ledger, change: Change) -> Told:
     """`change` with where the managed files stand: compared on the target with the current state and
     the baseline (one scan), the files the state changed from the baseline (the patch sets' files,

@@ -46,7 +46,7 @@ def _one_result(ws: Workspace, name: str) -> dict:
             return {"state": None, "differences": []}
         owners = engine.owners_of(ws, current.stack)
         diffs = _classify(engine.compare(s.target, current.manifest)[0], {s.target.name: owners})
-        told = _told(s)
+        told = installed.told(s.target, s.ledger, s.installation())
         return {"state": current.to_dict(), "differences": [d.to_dict() for d in diffs],
                 "installation": told.to_dict() if told else None}
 
@@ -101,7 +101,7 @@ def _one(ws: Workspace, name: str | None, against: str | None, patch: bool, as_j
             new = lambda d: s.target.agent.read(info.path_of(d.key)) if d.b else b""  # noqa: E731
             patches = _patches(diffs, old, new, f"{state.id}", s.target.name)
         label = f"state {state.id}" + (f" ({state.name})" if state.name else "")
-        told = _told(s)
+        told = installed.told(s.target, s.ledger, s.installation())
         code = 1 if diffs or (told is not None and told.trouble) else 0
         if as_json:
             emit_json({"target": s.target.name, "against": state.to_dict(), "algorithm": s.target.algorithm,
@@ -116,12 +116,6 @@ def _one(ws: Workspace, name: str | None, against: str | None, patch: bool, as_j
         return code
 
 
-def _told(s: Session) -> installed.Told | None:
-    """What pip, uv or a person did to the managed distribution since the current state recorded it."""
-    change = s.installation()
-    return installed.tell(s.target, s.ledger, change) if change is not None else None
-
-
 def _two(ws: Workspace, a: str, b: str, patch: bool, as_json: bool) -> int:
     from concurrent.futures import ThreadPoolExecutor
 
@@ -133,6 +127,8 @@ def _two(ws: Workspace, a: str, b: str, patch: bool, as_json: bool) -> int:
                 stack.push(future.result().__exit__)
         for future in opening:
             future.result()  # the first failure, once every opened session will be closed
+        for s in sessions:
+            s.warn_installation()
         algorithms = {s.target.algorithm for s in sessions}
         common = next(iter(algorithms)) if len(algorithms) == 1 else "sha256"  # every Python has sha256
         ma, mb = pool.map(lambda s: engine.scan_all(s.target, common), sessions)

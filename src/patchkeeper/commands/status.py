@@ -21,7 +21,7 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
             diffs = report.differences  # its one pass over the package compared it with the recorded state
         else:
             diffs = engine.drift(s.target, current.manifest)  # compared on the target: only differences travel
-        told = _told(s)
+        told = installed.told(s.target, s.ledger, s.installation())
         doc = {"target": s.target.name, "host": info.host, "package": info.package, "version": info.version,
                "site": info.site, "state_dir": info.state_dir, "state": current.to_dict() if current else None,
                "differences": diffs, "unfinished": s.unfinished.message if s.unfinished else None,
@@ -56,12 +56,6 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
         return code
 
 
-def _told(s: Session) -> installed.Told | None:
-    """What happened to the managed distribution since the current state recorded it, told."""
-    change = s.installation() if s.ledger.current() is not None else None
-    return installed.tell(s.target, s.ledger, change) if change is not None else None
-
-
 def _hint(s: Session, told: installed.Told) -> str:
     change = told.change
     if change.kind == "version":
@@ -77,7 +71,7 @@ def _hint(s: Session, told: installed.Told) -> str:
 def _one_doc(ws: Workspace, name: str) -> dict:
     with Session(ws, name, "status", write=False) as s:
         info, current = s.target.info, s.ledger.current()
-        told = _told(s)
+        told = installed.told(s.target, s.ledger, s.installation())
         return {"target": s.target.name, "host": info.host, "package": info.package, "version": info.version,
                 "site": info.site, "state_dir": info.state_dir, "state": current.to_dict() if current else None,
                 "differences": engine.drift(s.target, current.manifest) if current else {},

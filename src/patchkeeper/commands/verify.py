@@ -17,6 +17,7 @@ from .show_plan import PREVIOUS_FAILS, render_not_mirrored, render_report  # noq
 def verify(ws: Workspace, target: str | None, as_json: bool, with_restart: bool) -> int:
     """The checks alone (restarting first only with --restart), recorded in the ledger."""
     with Session(ws, target, "verify" + (" --restart" if with_restart else "")) as s:
+        s.warn_installation()
         svc = service.load(s.config)
         if svc is None:
             raise BadInput(f"target {s.target.name} has no [targets.{s.target.name}.service] table",
@@ -41,6 +42,7 @@ def _verify_quiet(ws: Workspace, name: str, with_restart: bool) -> dict | None:
     if service.load(ws.target(name)) is None:
         return None
     with Session(ws, name, "verify --all" + (" --restart" if with_restart else "")) as s:
+        s.warn_installation()
         svc = service.load(s.config)
         if svc is None:  # its [service] table went away since the look above
             return None

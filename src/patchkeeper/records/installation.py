@@ -113,7 +113,7 @@ def check(target: Target, ledger: Ledger) -> Change | None:
     """What happened to the managed distribution since the current state recorded it; None when it
     is the installation recorded (or none was recorded)."""
     found = recorded(ledger)
-    if found is None:
+    if found is None or target.info.installation is None:  # (an agent of an older patchkeeper cannot say)
         return None
     entry, then = found
     now = Installed.of(target.info)
