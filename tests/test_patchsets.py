@@ -11,7 +11,7 @@ import pytest
 from conftest import PRISTINE, REPO, SITE_REL
 
 from patchkeeper.patchset import patching, patchset
-from patchkeeper.checks import units
+from patchkeeper.checks import algoscan, units
 
 SHIPPED = ["ddtree", "dflash", "nextn"]
 WITH_CODE = ["ddtree"]  # dflash and nextn are built into sglang 0.5.23: their sets are the unit alone
@@ -74,34 +74,16 @@ def test_ddtree_adds_the_algorithm_everywhere_it_must(pristine_venv):
 
 
 # ---- ddtree: no place in sglang that compares the algorithm to DFLASH by name leaves DDTREE out ----
-def _names_in(node: ast.AST, tuples: dict[str, set[str]]) -> set[str]:
-    """DFLASH / DDTREE as an expression names them: "DFLASH", SpeculativeAlgorithm.DFLASH(.name), or a
-    variable bound to a tuple/list/set that holds them."""
-    found: set[str] = set()
-    for sub in ast.walk(node):
-        if isinstance(sub, ast.Constant) and sub.value in ("DFLASH", "DDTREE"):
-            found.add(sub.value)
-        elif isinstance(sub, ast.Attribute) and sub.attr in ("DFLASH", "DDTREE"):
-            found.add(sub.attr)
-        elif isinstance(sub, ast.Name) and sub.id in tuples:
-            found |= tuples[sub.id]
-    return found
-
-
 _found: dict[tuple[str, bytes], list[str]] = {}  # a file's findings by its bytes: most files are the pristine ones
 
 
 def dflash_only_comparisons(files: dict[str, bytes]) -> list[str]:
-    """Every comparison (==, !=, in, not in, is) that names DFLASH but not DDTREE, as "path:line"."""
+    """Every comparison (==, !=, in, not in, is) that names DFLASH but not DDTREE, as "path:line"
+    (algoscan: the scan `port` runs against a new release)."""
     out = []
     for rel, data in sorted(files.items()):
         if (rel, data) not in _found:
-            tree = ast.parse(data)
-            tuples = {t.id: _names_in(n.value, {}) for n in ast.walk(tree) if isinstance(n, ast.Assign)
-                      and isinstance(n.value, (ast.Tuple, ast.List, ast.Set))
-                      for t in n.targets if isinstance(t, ast.Name)}
-            _found[rel, data] = [f"{rel}:{node.lineno}" for node in ast.walk(tree)
-                                 if isinstance(node, ast.Compare) and _names_in(node, tuples) == {"DFLASH"}]
+            _found[rel, data] = [str(p) for p in algoscan.places(rel, data, "DDTREE")]
         out += _found[rel, data]
     return out
 

@@ -9,6 +9,7 @@ from typing import Any, Callable, NoReturn
 import click
 
 from . import pipes
+from .completion import complete_patchsets, complete_states, complete_targets
 from .errors import EXIT_INTERRUPTED, PatchkeeperError
 
 
@@ -57,55 +58,6 @@ def command(fn):
 
     return wrapper
 
-
-# ---- shell completion of names: read from the workspace only (never a target, never SSH) ----------
-def _completion_workspace(ctx: click.Context):
-    from . import workspace
-
-    root = ctx.find_root().params.get("workspace")
-    return workspace.load(workspace.find(root))
-
-
-def _completing(names):
-    """A click shell_complete function over the names `names(ctx)` gives; none when that fails."""
-
-    def complete(ctx: click.Context, param, incomplete: str) -> list[str]:
-        try:
-            return [n for n in names(ctx) if n.startswith(incomplete)]
-        except Exception:  # completion never prints errors into the user's shell
-            return []
-
-    return complete
-
-
-def _patchset_names(ctx: click.Context) -> list[str]:
-    from .patchset import patchset
-
-    return patchset.names(_completion_workspace(ctx).patchsets_dir)
-
-
-def _target_names(ctx: click.Context) -> list[str]:
-    return sorted(_completion_workspace(ctx).targets)
-
-
-def _state_names(ctx: click.Context) -> list[str]:
-    """baseline, previous, and the names and ids of the states in the workspace's copy of the ledger."""
-    import json
-
-    ws = _completion_workspace(ctx)
-    target = ctx.params.get("target") or ws.default_target
-    names, ids = ["baseline", "previous"], []
-    for path in sorted((ws.snapshots_dir / str(target) / "ledger").glob("*.json")):
-        after = json.loads(path.read_text()).get("after") or {}
-        if after.get("name"):
-            names.append(after["name"])
-        ids.append(after.get("id", ""))
-    return list(dict.fromkeys(names + [i for i in ids if i]))
-
-
-complete_patchsets = _completing(_patchset_names)
-complete_targets = _completing(_target_names)
-complete_states = _completing(_state_names)
 
 target_option = click.option("-t", "--target", help="target name from patchkeeper.toml (default: default_target)",
                              shell_complete=complete_targets)
@@ -411,6 +363,25 @@ def diff(ctx, targets, target, against, patch, environment, as_json, every):
     from .commands.diff import diff as run
 
     return run(_workspace(ctx), targets, against, patch, as_json)
+
+
+@main.command()
+@click.argument("name", shell_complete=complete_patchsets)
+@click.option("--to", metavar="VERSION", help="the release of the package to carry the patch set to")
+@click.option("--wheel", "given", multiple=True, metavar="FILE.whl", help="the old or the new release's wheel")
+@target_option
+@bump_option
+@click.option("--continue", "resume", is_flag=True, help="finish a port that stopped, from its scratch directory")
+@click.option("--dry-run", "-n", is_flag=True, help="print the report; write nothing")
+@json_option
+@click.pass_context
+@command
+def port(ctx, name, to, given, target, bump, resume, dry_run, as_json):
+    """Carry patch set NAME to release VERSION of its package: a three-way merge per file and hunk;
+    written as its next version when nothing conflicts (exit 0), else left to resolve (exit 1)."""
+    from .commands.port import port as run
+
+    return run(_workspace(ctx), name, to, tuple(given), target, as_json, dry_run, bump, resume)
 
 
 @main.command("env")

@@ -104,30 +104,44 @@ def candidates(target: Target, dist: str, version: str, explicit: str | None,
             raise BadInput(f"--wheel {explicit}: no such file", "give the path of a .whl file")
         yield "--wheel", [path]
         return
+    found = in_directory(wheels_dir, dist, version)
+    if found:
+        yield f"the workspace's wheels directory {wheels_dir}", found
+        return
+    with downloaded(target_tags(target), target.name, dist, version, wheels_dir) as got:
+        yield "pip download", got
+
+
+def in_directory(wheels_dir: Path | None, dist: str, version: str) -> list[Path]:
+    """The wheels of `dist` `version` in the workspace's wheels directory, by their file names."""
+    if wheels_dir is None or not wheels_dir.is_dir():
+        return []
     want = normalize_name(dist)
-    if wheels_dir is not None and wheels_dir.is_dir():
-        found = []
-        for path in sorted(wheels_dir.glob("*.whl")):
-            nv = wheel_name_version(path)
-            if nv and nv[0] == want and same_version(nv[1], version):
-                found.append(path)
-        if found:
-            yield f"the workspace's wheels directory {wheels_dir}", found
-            return
+    found = []
+    for path in sorted(wheels_dir.glob("*.whl")):
+        nv = wheel_name_version(path)
+        if nv and nv[0] == want and same_version(nv[1], version):
+            found.append(path)
+    return found
+
+
+@contextlib.contextmanager
+def downloaded(tags: Tags, where: str, dist: str, version: str, wheels_dir: Path | None) -> Iterator[list[Path]]:
+    """`pip download --no-deps` of `dist` `version` for an interpreter's tags (`where` names it), into
+    a temporary directory removed after."""
     with tempfile.TemporaryDirectory(prefix="patchkeeper-wheel-") as tmp:
-        tags = target_tags(target)
         argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
                 *tags.pip_args(), "-d", tmp, f"{dist}=={version}"]
         proc = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
         got = sorted(Path(tmp).glob("*.whl"))
         if proc.returncode != 0 or not got:
             last = [line for line in proc.stderr.strip().splitlines() if not line.startswith("WARNING")][-1:]
-            where = f" and not in {wheels_dir}" if wheels_dir else ""
-            raise Refused(f"no wheel of {dist} {version} for {target.name} ({tags.implementation}"
+            not_in = f" and not in {wheels_dir}" if wheels_dir else ""
+            raise Refused(f"no wheel of {dist} {version} for {where} ({tags.implementation}"
                           f"{tags.python_version}, {tags.abis[0]}, {tags.platforms[0]}): pip download failed"
-                          f"{where}{': ' + last[0] if last else ''}",
+                          f"{not_in}{': ' + last[0] if last else ''}",
                           "pass --wheel FILE, or put the wheel in the workspace's wheels directory")
-        yield "pip download", got
+        yield got
 
 
 @dataclass(frozen=True)
@@ -174,6 +188,25 @@ class Wheel:
         info = self._zip.getinfo(name)
         executable = (info.external_attr >> 16) & 0o111
         return self._zip.read(name), 0o755 if executable else 0o644
+
+    def site_names(self) -> set[str]:
+        """Every file the wheel installs into site-packages, by its path there."""
+        out = set()
+        for name in self._names:
+            for prefix in (f"{self.data_dir}/purelib/", f"{self.data_dir}/platlib/"):
+                if name.startswith(prefix):
+                    name = name[len(prefix):]
+            if not name.endswith("/") and not name.startswith((f"{self.data_dir}/", f"{self.dist_info}/")):
+                out.add(name)
+        return out
+
+    def site_file(self, rel: str) -> tuple[bytes, int] | None:
+        """The bytes and mode the wheel installs at site-packages/`rel`, None when it installs none."""
+        for name in (rel, f"{self.data_dir}/purelib/{rel}", f"{self.data_dir}/platlib/{rel}"):
+            got = self._member(name)
+            if got is not None:
+                return got
+        return None
 
     def _entry_points(self) -> dict[str, str]:
         """console_scripts and gui_scripts: script name -> "module:attr"."""

@@ -57,7 +57,7 @@ def _range(start: int, stop: int) -> str:
     return f"{start if length == 0 else start + 1},{length}"
 
 
-def _opcodes(a: list[str], b: list[str]) -> list[tuple[str, int, int, int, int]]:
+def opcodes(a: list[str], b: list[str]) -> list[tuple[str, int, int, int, int]]:
     """difflib opcodes over the whole files, matching only the region between common ends."""
     pre = 0
     limit = min(len(a), len(b))
@@ -113,7 +113,7 @@ def _emit(out: list[str], mark: str, line: str) -> None:
 def hunks(old: bytes | None, new: bytes | None, context: int = 3) -> str:
     a, b = _lines(old), _lines(new)
     out: list[str] = []
-    for group in _groups(_opcodes(a, b), context):
+    for group in _groups(opcodes(a, b), context):
         first, last = group[0], group[-1]
         out.append(f"@@ -{_range(first[1], last[2])} +{_range(first[3], last[4])} @@\n")
         for tag, i1, i2, j1, j2 in group:
