@@ -13,7 +13,7 @@ import pytest
 
 from patchkeeper.host.disk import StatCache
 from conftest import REPO, SITE_REL, copy_venv, edit_file, make_workspace, tree
-from test_lean_start import heavy, imported
+from test_cli_imports import heavy, imported
 
 WHEELS = Path(os.environ.get("PK_WHEELS", REPO / ".cache" / "wheels"))
 
