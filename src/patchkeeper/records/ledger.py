@@ -256,14 +256,20 @@ class Ledger:
     def next_seq(self) -> int:
         return self.entries().last_seq() + 1
 
-    def append(self, entry: LedgerEntry) -> None:
-        """Write an entry; one that records a state (every kind but verify) records with it the managed
-        distribution's installation as it is now (installation.py: what pip, uv or a person did to it
-        since is told by comparing with it)."""
-        if entry.kind != "verify" and entry.installed is None:
-            from .installation import Installed
+    def stamped(self, entry: LedgerEntry) -> LedgerEntry:
+        """An entry that records a state (every kind but verify) with the managed distribution's
+        installation as it is now, unless it has one (installation.py: what pip, uv or a person did to
+        it since is told by comparing with it). A transaction's entry gets it before its journal is
+        written, so a recovery after a later reinstall does not take that one for the state's."""
+        if entry.kind == "verify" or entry.installed is not None:
+            return entry
+        from .installation import Installed
 
-            entry = replace(entry, installed=Installed.of(self.target.info).to_dict())
+        return replace(entry, installed=Installed.of(self.target.info).to_dict())
+
+    def append(self, entry: LedgerEntry) -> None:
+        """Write an entry (stamped, see `stamped`)."""
+        entry = self.stamped(entry)
         data = json.dumps(entry.to_dict(), indent=1).encode()
         self.target.agent.write_atomic(posixpath.join(self.dir, entry.file_name()), data)
         if self._entries is not None:  # the entries read already, and this one as a read gives it back
