@@ -11,14 +11,14 @@ TESTTMP   := $(shell test -d /dev/shm && test -w /dev/shm && echo /dev/shm || ec
 export PK_SGLANG_VENV ?= $(CURDIR)/$(TESTENV)
 export PK_WHEELS := $(CURDIR)/$(WHEELS)
 
-.PHONY: install demo test bench sshd clean
+.PHONY: install demo test bench sshd clean gpu-bundle
 
 install: $(BIN)/patchkeeper
 
 $(BIN)/patchkeeper: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test,ansible]'
 	touch $@
 	@# bytecode for our own modules, so no command pays for compiling them (even with PYTHONDONTWRITEBYTECODE)
 	$(BIN)/python -m compileall -q src/patchkeeper
@@ -68,12 +68,26 @@ $(WHEELS)/port/.done:
 	for req in $(PORT_WHEELS); do $(PY) -m pip download -q --no-deps $$req -d $(WHEELS)/port || exit 1; done
 	touch $@
 
-# For bench/audit.py only: sglang with torch 2.13.0 (CPU) beside it, a site-packages of real size.
-TORCHENV := .cache/torch-venv
-$(TORCHENV)/.done: $(WHEELS)/.sglang
-	rm -rf $(TORCHENV)
-	$(PY) -m venv $(TORCHENV)
-	$(TORCHENV)/bin/pip install -q --no-deps $(WHEELS)/sglang-0.5.23-*.whl torch==2.13.0
+# For `make bench` only: the real serving environment, the full `pip install sglang==0.5.23` with every
+# dependency (torch 2.14.1 with its CUDA libraries, flashinfer, nvidia-*: about 11 GB, 110,000 files).
+# pip, not uv: sglang pins torch==2.14.1, which pip takes from this machine's disk where it lies there.
+SERVEENV := .cache/serve-venv
+$(SERVEENV)/.done: $(WHEELS)/.sglang
+	rm -rf $(SERVEENV)
+	$(PY) -m venv $(SERVEENV)
+	$(SERVEENV)/bin/pip install -q --upgrade pip
+	$(SERVEENV)/bin/pip install -q $(WHEELS)/sglang-0.5.23-*.whl
+	touch $@
+
+# torch (the CPU build: pip takes 2.13.0 from this machine's local file) and transformers, for the DDTree
+# lossless check (tests/test_ddtree_lossless.py runs scripts/ddtree_lossless.py in this venv).
+DDTREEENV := .cache/ddtree-venv
+DDTREE_PKGS := torch==2.13.0 transformers==5.24.0
+export PK_DDTREE_VENV ?= $(CURDIR)/$(DDTREEENV)
+$(DDTREEENV)/.done:
+	rm -rf $(DDTREEENV)
+	$(PY) -m venv $(DDTREEENV)
+	$(DDTREEENV)/bin/pip install -q $(DDTREE_PKGS)
 	touch $@
 
 # OpenSSH's sshd for the remote-target tests; installed where it is missing.
@@ -81,15 +95,27 @@ sshd:
 	@test -x /usr/sbin/sshd || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server openssh-client >/dev/null; }
 	@mkdir -p /run/sshd  # sshd's privilege separation directory (the test sshd runs from a tmp config)
 
+# What one device call on a GPU host needs (scripts/gpu_host/run.sh, docs/gpu-host.md): patchkeeper and its
+# dependencies as wheels for the host's Python (3.12, x86-64), the scripts, and the ddtree patch that makes ddtree_utils.py.
+GPU_PY    := 3.12
+GPU_DEPS  := click packaging blake3 unidiff gitpython gitdb smmap paramiko bcrypt cryptography pynacl cffi pycparser
+gpu-bundle: install
+	rm -rf .gpu && mkdir -p .gpu/whl
+	$(BIN)/pip wheel -q --no-deps -w .gpu/whl .
+	$(BIN)/pip download -q --no-deps --only-binary=:all: --python-version $(GPU_PY) --implementation cp \
+	  --platform manylinux_2_28_x86_64 --platform manylinux_2_26_x86_64 --platform manylinux_2_17_x86_64 \
+	  --platform manylinux2014_x86_64 -d .gpu/whl $(GPU_DEPS)
+	cp -r scripts/gpu_host scripts/ddtree_lossless.py patchsets/ddtree/0004-ddtree-utils.patch .gpu/
+
 # The demo target is a venv of its own (scripts/demo.sh), installed from the cached wheel.
 demo: install $(WHEELS)/.sglang
 	PY=$(PY) bash scripts/demo.sh
 
-test: install $(TESTENV)/.done $(WHEELS)/.audit $(WHEELS)/env/.done $(WHEELS)/older/.done $(WHEELS)/port/.done sshd
+test: install $(TESTENV)/.done $(WHEELS)/.audit $(WHEELS)/env/.done $(WHEELS)/older/.done $(WHEELS)/port/.done $(DDTREEENV)/.done sshd
 	$(BIN)/mypy  # [tool.mypy] in pyproject.toml: strict on host/, the engine and changes.py
 	TMPDIR=$(TESTTMP) $(BIN)/pytest -q -n 4 --durations=15  # 4 workers on 2 cores: the tests wait on sshd, servers and fsync too
 
-bench: install $(TESTENV)/.done $(WHEELS)/.audit $(WHEELS)/env/.done $(TORCHENV)/.done sshd
+bench: install $(TESTENV)/.done $(SERVEENV)/.done sshd
 	@command -v rsync >/dev/null && command -v b3sum >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rsync b3sum >/dev/null; }
 	$(BIN)/python bench/run.py
 

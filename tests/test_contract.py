@@ -128,7 +128,7 @@ def test_a_frame_carries_bytes_nested_anywhere_as_payloads():
 
 
 def test_a_kept_agent_answers_dist_info_again_only_while_its_files_are_unchanged(site, monkeypatch):
-    from patchkeeper.host.disk import StatCache
+    from patchkeeper.host.statcache import StatCache
 
     monkeypatch.setattr(StatCache, "GRANULARITY_NS", -10**12)  # the files were just written: trust them anyway
     agent = Agent()
@@ -143,48 +143,3 @@ def test_a_kept_agent_answers_dist_info_again_only_while_its_files_are_unchanged
     assert again is not first and "demo/extra.py" in again.record
     (site / "demo-1.0.dist-info").rename(site / "demo-2.0.dist-info")  # an upgrade: the site dir changes
     assert agent.dist_info([str(site)], "demo").dist_info == "demo-2.0.dist-info"
-
-
-def test_whether_calls_may_overlap_is_what_an_agent_declares(tmp_path, monkeypatch):
-    """The contract's `concurrent`: the Agent in this process declares it, the proxy over a channel
-    does not. A transaction places its files on threads, and a fingerprint is begun in a forked
-    process (or on a thread) beside the planning, only with an agent that declares it, whatever its
-    class: an Agent that declares otherwise is called one call at a time."""
-    import threading
-
-    from patchkeeper.checks import environment
-    from patchkeeper.change import transaction
-    from patchkeeper.host.disk import STAGE_PREFIX
-
-    assert Agent.concurrent is True and AgentProxy.concurrent is False
-    assert contract.AgentContract.concurrent is False  # what an agent that says nothing declares
-
-    class OneAtATime(Agent):
-        concurrent = False
-
-    started: list[threading.Thread] = []
-    start = threading.Thread.start
-    monkeypatch.setattr(threading.Thread, "start", lambda self: (started.append(self), start(self))[1])
-    for agent in (OneAtATime(), Agent()):
-        where = tmp_path / type(agent).__name__
-        where.mkdir()
-        ops = []
-        for name in ("a.py", "b.py", "c.py"):
-            (where / name).write_text("old\n")
-            (where / f"{STAGE_PREFIX}tx-{name}").write_text(f"new {name}\n")
-            ops.append(transaction.FileOp(name, str(where / name), Entry("x:0", 4, 0o644), Entry("x:1", 8, 0o644)))
-        (where / "gone.py").write_text("old\n")
-        ops.append(transaction.FileOp("gone.py", str(where / "gone.py"), Entry("x:0", 4, 0o644), None))
-        assert transaction._place(agent, ops, "tx") == ([], None)
-        assert sorted(p.name for p in where.iterdir()) == ["a.py", "b.py", "c.py"]
-        assert (where / "b.py").read_text() == "new b.py\n"
-        assert bool(started) == agent.concurrent, type(agent).__name__
-        started.clear()
-
-    class Target:  # all Taking asks of a target before anything is taken
-        agent = OneAtATime()
-
-    taking = environment.Taking(Target(), None)  # type: ignore[arg-type]
-    assert taking._child is None and taking._thread is None  # taken only when the transaction records it
-
-

@@ -20,9 +20,14 @@ from test_ssh import fleet  # noqa: F401 (a fixture)
 from test_verify import service  # noqa: F401 (a fixture)
 
 WHEELS = Path(os.environ.get("PK_WHEELS", REPO / ".cache" / "wheels"))
-GPU_XML = REPO.parent / "shared" / "fixtures" / "gpu-host-h200" / "nvidia-smi-q.xml"
-if not GPU_XML.exists():  # the worktrees of this repository sit one level deeper than main
-    GPU_XML = Path("/work/shared/fixtures/gpu-host-h200/nvidia-smi-q.xml")
+CAPTURED = REPO.parent / "shared" / "fixtures" / "gpu-host-h200"
+if not CAPTURED.exists():  # the worktrees of this repository sit one level deeper than main
+    CAPTURED = Path("/work/shared/fixtures/gpu-host-h200")
+# Two real H200 hosts' `nvidia-smi -q -x`: one captured by hand, one printed on the device machine (its README).
+GPU_HOSTS = {"captured": CAPTURED / "nvidia-smi-q.xml",
+             "device": REPO / "tests" / "fixtures" / "gpu-host-h200-device" / "nvidia-smi-q.xml"}
+GPU_XML = GPU_HOSTS["captured"]
+UUIDS = {"captured": "GPU-24f329aa-fbed-d450-0b08-05de21981072", "device": "GPU-e416addf-13cd-bdcd-3df9-5916bbc6758d"}
 
 
 def wheel(pattern: str) -> Path:
@@ -72,16 +77,17 @@ def eenv(tmp_path, env_pristine):
     return make_workspace(tmp_path / "ws", venv)
 
 
-def stand_in_nvidia_smi(bindir: Path, driver: str | None = None, gpus: int = 1) -> dict:
-    """A `nvidia-smi` that prints the real H200 host's `-q -x` output (optionally with another
+def stand_in_nvidia_smi(bindir: Path, driver: str | None = None, gpus: int = 1, xml_path: Path = GPU_XML) -> dict:
+    """A `nvidia-smi` that prints a real H200 host's `-q -x` output (optionally with another
     driver version, or its GPU repeated): the environment for a CLI run with it on PATH."""
-    xml = GPU_XML.read_text()
+    xml = xml_path.read_text()
     if driver:
         xml = xml.replace("<driver_version>580.159.04</driver_version>", f"<driver_version>{driver}</driver_version>")
     if gpus > 1:
         start, end = xml.index("\t<gpu id="), xml.index("</gpu>") + len("</gpu>\n")
         block = xml[start:end]
-        copies = [block.replace("GPU-24f329aa", f"GPU-{i:08x}").replace("00:06.0", f"00:{6 + i:02x}.0")
+        uuid = block[block.index("<uuid>") + len("<uuid>"):][:12]  # GPU-xxxxxxxx
+        copies = [block.replace(uuid, f"GPU-{i:08x}").replace("00:06.0", f"00:{6 + i:02x}.0")
                   for i in range(1, gpus)]
         xml = xml[:end] + "".join(copies) + xml[end:]
         xml = xml.replace("<attached_gpus>1</attached_gpus>", f"<attached_gpus>{gpus}</attached_gpus>")
@@ -145,12 +151,41 @@ def test_xid_lines_from_kmsg_records_and_dmesg_lines():
     assert fingerprint.xid_lines(records) == [
         "[    7.123456] NVRM: Xid (PCI:0000:00:06): 79, pid=1234, name=python3, GPU has fallen off the bus.",
         "[  912.5] NVRM: Xid (PCI:0000:00:06): 48, pid=77, DBE (0x2,0x1) has been detected."]
-    gpu = fingerprint.parse_nvidia_smi(GPU_XML.read_bytes())
+
+
+@pytest.mark.parametrize("host", sorted(GPU_HOSTS))
+def test_nvidia_smi_xml_of_real_h200_hosts(host):
+    """Field by field what `nvidia-smi -q -x` printed on each host (driver, CUDA, model, memory, ECC, rows)."""
+    xml = GPU_HOSTS[host].read_bytes()
+    gpu = fingerprint.parse_nvidia_smi(xml)
     assert gpu["driver"] == "580.159.04" and gpu["cuda"] == "13.0"
-    assert gpu["gpus"] == [{"name": "NVIDIA H200", "uuid": "GPU-24f329aa-fbed-d450-0b08-05de21981072",
+    assert gpu["gpus"] == [{"name": "NVIDIA H200", "uuid": UUIDS[host],
                             "bus_id": "00000000:00:06.0", "memory_total": "143771 MiB",
                             "remapped_rows": {"correctable": "0", "uncorrectable": "0", "pending": "No",
-                                              "failure": "No"}}]
+                                              "failure": "No"},
+                            "ecc": {"mode": "Enabled", "volatile_correctable": "0", "volatile_uncorrectable": "0",
+                                    "aggregate_correctable": "0", "aggregate_uncorrectable": "0"}}]
+    # The counts are sums over DRAM and SRAM: a volatile DRAM error and an SRAM parity error are 2.
+    text = xml.decode()
+    volatile = text.index("<volatile>")
+    text = text[:volatile] + text[volatile:].replace("<dram_uncorrectable>0<", "<dram_uncorrectable>1<", 1) \
+        .replace("<sram_uncorrectable_parity>0<", "<sram_uncorrectable_parity>1<", 1)
+    ecc = fingerprint.parse_nvidia_smi(text.encode())["gpus"][0]["ecc"]
+    assert ecc["volatile_uncorrectable"] == "2" and ecc["aggregate_uncorrectable"] == "0"
+
+
+def test_an_uncorrectable_ecc_error_is_a_health_change_and_an_older_fingerprint_without_ecc_is_not():
+    from patchkeeper.checks import environment
+
+    gpu = fingerprint.parse_nvidia_smi(GPU_HOSTS["device"].read_bytes())
+    before_ecc = {**gpu, "gpus": [{k: v for k, v in g.items() if k != "ecc"} for g in gpu["gpus"]]}
+    assert environment.compare({"gpu": before_ecc}, {"gpu": gpu}) == []
+    correctable = {**gpu, "gpus": [{**gpu["gpus"][0], "ecc": {**gpu["gpus"][0]["ecc"], "volatile_correctable": "7"}}]}
+    assert environment.compare({"gpu": gpu}, {"gpu": correctable}) == []
+    bad = {**gpu, "gpus": [{**gpu["gpus"][0], "ecc": {**gpu["gpus"][0]["ecc"], "volatile_uncorrectable": "2"}}]}
+    [change] = environment.compare({"gpu": gpu}, {"gpu": bad})
+    assert (change.subject, change.kind) == (UUIDS["device"], "health")
+    assert "'volatile_uncorrectable': '0'" in change.detail and "'volatile_uncorrectable': '2'" in change.detail
 
 
 # ---- through the CLI ---------------------------------------------------------------------------
@@ -209,17 +244,21 @@ def test_audit_native_and_diff_env_find_a_removed_or_replaced_library(eenv):
     assert "native       changed    pkg/_ext.so  libdep.so.1: $SITE/pkg.libs/libdep.so.1 has other bytes" in out
 
 
-def test_gpu_stack_from_a_stand_in_nvidia_smi(eenv, tmp_path):
-    h200 = stand_in_nvidia_smi(tmp_path / "bin-a")
+@pytest.mark.parametrize("host", sorted(GPU_HOSTS))
+def test_gpu_stack_from_a_stand_in_nvidia_smi(eenv, tmp_path, host):
+    h200 = stand_in_nvidia_smi(tmp_path / "bin-a", xml_path=GPU_HOSTS[host])
     fp = env_json(eenv, env=h200)
     assert fp["gpu"]["driver"] == "580.159.04" and fp["gpu"]["cuda"] == "13.0"
     assert [g["name"] for g in fp["gpu"]["gpus"]] == ["NVIDIA H200"]
-    assert "gpu          driver 580.159.04, CUDA 13.0, 1 GPU(s): NVIDIA H200 (143771 MiB)" in \
-        eenv.pk("env", env=h200).stdout
+    out = eenv.pk("env", env=h200).stdout
+    assert "gpu          driver 580.159.04, CUDA 13.0, 1 GPU(s): NVIDIA H200 (143771 MiB)" in out
+    assert (f"  00000000:00:06.0 NVIDIA H200 {UUIDS[host]}: remapped_rows correctable=0 uncorrectable=0 pending=No "
+            "failure=No; ecc mode=Enabled volatile_correctable=0 volatile_uncorrectable=0 aggregate_correctable=0 "
+            "aggregate_uncorrectable=0") in out
     eenv.pk("snapshot", "--name", "h200", env=h200)
     assert eenv.pk("diff", "--env", "--against", "h200", env=h200).returncode == 0
 
-    newer = stand_in_nvidia_smi(tmp_path / "bin-b", driver="590.48.01", gpus=2)
+    newer = stand_in_nvidia_smi(tmp_path / "bin-b", driver="590.48.01", gpus=2, xml_path=GPU_HOSTS[host])
     doc = json.loads(eenv.pk("diff", "--env", "--against", "h200", "--json", env=newer, check=1).stdout)
     assert {(c["subject"], c["detail"]) for c in doc["changes"]} == {
         ("driver", "580.159.04 -> 590.48.01"), ("count", "1 -> 2 GPU(s)"),

@@ -1,7 +1,7 @@
-"""`--all` (commands/fleet.py): local targets run in forked processes, at most one per CPU, each
-claiming the next target from a shared pipe; a target whose process died before answering is run
-again by the command itself; an error stays that target's one line; nothing the command had
-buffered for stdout is written twice."""
+"""`--all` (commands/fleet.py): local targets run in worker processes (a concurrent.futures pool),
+at most one per CPU; an error stays that target's one line; a target whose run raised, or whose
+worker died, is reported as its line, never lost; nothing the command had buffered for stdout is
+written twice; no worker outlives the command."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from patchkeeper.commands import fleet
 from patchkeeper.errors import Refused
 from patchkeeper.host.disk import cpus
 
-CONTROLLER = os.getpid()  # the pytest process: a forked worker inherits the value, not the pid
+CONTROLLER = os.getpid()  # the pytest process (a worker that imports this module has its own)
 
 
 def _workspace(root: Path, names: list[str]) -> workspace.Workspace:
@@ -30,18 +30,32 @@ def _where(ws: workspace.Workspace, name: str) -> tuple[str, int]:
     return name, os.getpid()
 
 
+def _raises_on_t1(ws: workspace.Workspace, name: str) -> tuple[str, int]:
+    if name == "t1":
+        raise RuntimeError("a bug\nits second line")
+    return name, os.getpid()
+
+
 def _dies_on_t1(ws: workspace.Workspace, name: str) -> tuple[str, int]:
-    if name == "t1" and os.getpid() != CONTROLLER:
+    if name == "t1":
         os._exit(9)  # as a worker killed mid-target would
     return name, os.getpid()
 
 
 def _no_child_left() -> bool:
-    try:
-        os.waitpid(-1, os.WNOHANG)
-    except ChildProcessError:
-        return True
-    return False
+    """No child of this process runs but multiprocessing's resource tracker (which ends with it)."""
+    children = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = f.read().rpartition(")")[2].split()[1]
+            with open(f"/proc/{pid}/cmdline") as f:
+                cmdline = f.read()
+        except OSError:  # gone meanwhile
+            continue
+        if ppid == str(os.getpid()) and "resource_tracker" not in cmdline:
+            children.append(cmdline)
+    return not children
 
 
 def test_local_targets_run_in_at_most_one_process_per_cpu_and_an_error_stays_its_line(tmp_path):
@@ -56,10 +70,21 @@ def test_local_targets_run_in_at_most_one_process_per_cpu_and_an_error_stays_its
     assert _no_child_left()
 
 
-def test_a_target_whose_process_died_is_run_by_the_command(tmp_path):
-    got = fleet.each(_workspace(tmp_path, ["t0", "t1", "t2", "t3"]), _dies_on_t1, "test", progress=False)
-    assert got["t1"] == ("t1", CONTROLLER)
+def test_a_target_whose_run_raised_is_reported_and_the_others_finish(tmp_path):
+    got = fleet.each(_workspace(tmp_path, ["t0", "t1", "t2", "t3"]), _raises_on_t1, "test", progress=False)
+    assert got["t1"] == "internal error: RuntimeError: a bug"
     assert all(got[n][0] == n and got[n][1] != CONTROLLER for n in ("t0", "t2", "t3"))
+    assert _no_child_left()
+
+
+def test_a_target_whose_worker_died_is_reported_not_lost(tmp_path):
+    """A worker that dies takes the pool with it: its target, and any other the pool had not
+    answered yet, is reported as such; every target has its line."""
+    names = ["t0", "t1", "t2", "t3"]
+    got = fleet.each(_workspace(tmp_path, names), _dies_on_t1, "test", progress=False)
+    died = "its worker process ended before it answered"
+    assert list(got) == names and got["t1"] == died
+    assert all(got[n] == died or got[n][0] == n for n in names)
     assert _no_child_left()
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from conftest import edit_file
 from patchkeeper.host import agent as agent_module
-from patchkeeper.host import manifests
+from patchkeeper.host import manifests, statcache
 from patchkeeper.host.agent import Agent
 from patchkeeper.host.contract import ScanRequest
 from patchkeeper.host.errors import AgentError
@@ -57,8 +57,6 @@ def test_the_tree_audit_lists_each_directory_once_and_finds_what_the_bytecode_ch
     """audit_tree: one walk yields the package's files and its bytecode (the rest of site-packages
     is walked for bytecode alone), so no directory of the package is listed twice, and the
     bytecode found is what the bytecode check alone, walking everything itself, finds."""
-    from patchkeeper.host import disk
-
     env.pk("snapshot", "--name", "s0")
     site = str(env.site)
     _bytecode_cases(env.site)
@@ -72,8 +70,6 @@ def test_the_tree_audit_lists_each_directory_once_and_finds_what_the_bytecode_ch
         cache.unlink()
     listed: list[str] = []
     real_scandir = os.scandir
-    monkeypatch.setattr(disk, "allow_split", lambda allowed: False)  # one process: every listing seen here
-    monkeypatch.setattr(disk, "cpus", lambda: 1)
     monkeypatch.setattr(os, "scandir", lambda path=".": listed.append(str(path)) or real_scandir(path))
     tree = Agent().audit_tree(request)
     monkeypatch.undo()
@@ -124,7 +120,7 @@ def _scanned(env, monkeypatch) -> tuple[str, str, Path, ScanRequest, dict]:
     rel = "sglang/version.py"
     path = env.site / rel
     edit_file(path, path.read_bytes())  # an inode of our own: the edit below is in place
-    monkeypatch.setattr(disk.StatCache, "GRANULARITY_NS", -10**12)
+    monkeypatch.setattr(statcache.StatCache, "GRANULARITY_NS", -10**12)
     request = ScanRequest(root=str(env.site), walk=("sglang",), cache=str(env.state_dir / "statcache.json"))
     return rel, str(request.cache), path, request, Agent().scan(request).rows
 
@@ -148,17 +144,18 @@ def test_stat_cache_is_never_believed_over_the_file(env, monkeypatch):
     from patchkeeper.host import disk
 
     rel, cache, path, request, first = _scanned(env, monkeypatch)
-    assert disk.StatCache(cache).entries[rel][4] == first[rel][0]  # remembered, by stat identity
+    assert statcache.StatCache(cache).entries[rel][5] == first[rel][0]  # remembered, by stat identity
     _edit_in_place(path)
     again = Agent().scan(request).rows
     assert again[rel][0] != first[rel][0] and again[rel][0] == disk.hash_file(str(path))
 
     # a cache file that is not ours (the old JSON form, another stamp) is empty, never misread
     for foreign in (b'{"sglang/version.py": [1, 2, 3, 4, "blake3:00"]}',
-                    __import__("marshal").dumps((("pk-statcache", 1, (3, 0)), {rel: (0, 0, 0, 0, "x")}))):
+                    __import__("marshal").dumps((("pk-statcache", 1, (3, 0)), {rel: (0, 0, 0, 0, "x")})),
+                    __import__("marshal").dumps((("pk-statcache", 2, sys.version_info[:2]), {rel: (0, 0, 0, 0, "x")}))):
         with open(cache, "wb") as f:
             f.write(foreign)
-        assert disk.StatCache(cache).entries == {}
+        assert statcache.StatCache(cache).entries == {}
     assert Agent().scan(request).rows == again
 
 
@@ -172,41 +169,16 @@ def test_stat_cache_is_written_only_when_it_learned_something(env, monkeypatch):
     written = os.stat(cache)
     assert Agent().scan(request).rows == first and os.stat(cache).st_ino == written.st_ino  # nothing new
     _edit_in_place(path)
-    monkeypatch.setattr(disk.StatCache, "GRANULARITY_NS", 10**15)  # now nothing is old enough to remember
+    monkeypatch.setattr(statcache.StatCache, "GRANULARITY_NS", 10**15)  # now nothing is old enough to remember
     for _ in range(2):
         again = Agent().scan(request).rows
         assert again[rel][0] == disk.hash_file(str(path)) != first[rel][0]  # the kept entry is not believed
         assert {k for k in first if first[k] != again[k]} == {rel}
-        assert os.stat(cache).st_ino == written.st_ino and disk.StatCache(cache).entries[rel][4] == first[rel][0]
+        assert os.stat(cache).st_ino == written.st_ino and statcache.StatCache(cache).entries[rel][5] == first[rel][0]
 
-    monkeypatch.setattr(disk.StatCache, "GRANULARITY_NS", -10**12)
+    monkeypatch.setattr(statcache.StatCache, "GRANULARITY_NS", -10**12)
     assert Agent().scan(request).rows == again
-    assert disk.StatCache(cache).entries[rel][4] == again[rel][0]  # learned: written
-
-
-def test_a_units_digests_taken_apart_are_what_take_makes_of_them(tmp_path):
-    """StatCache.taken (a unit's hashed files made into rows and stat cache entries where they were
-    hashed) merged by two dict updates, its hits by take, is StatCache.take: a remembered digest
-    kept as it was, a new one remembered, one too fresh to remember (the racily-clean rule) only in
-    the rows."""
-    from patchkeeper.host.disk import StatCache
-
-    cache = StatCache(None)
-    old, now = cache.started_ns - 10 * cache.GRANULARITY_NS, cache.started_ns
-    cache.entries = {"a.py": (1, old, old, 7, "blake3:a")}
-    done = ((["a.py"], [0o644]), [("b.py", ("blake3:b", 2, 0o644), (2, old, old, 8)),
-                                  ("c.py", ("blake3:c", 3, 0o755), (3, old, now, 9))])
-    out: dict = {}
-    cache.take(done, out)
-    whole = dict(cache.fresh)
-    cache.fresh.clear()
-    hits, rows, fresh = cache.taken(done)
-    merged: dict = {}
-    cache.take((hits, []), merged)
-    merged.update(rows)
-    cache.fresh.update(fresh)
-    assert merged == out and list(merged) == ["a.py", "b.py", "c.py"]
-    assert cache.fresh == whole == {"a.py": (1, old, old, 7, "blake3:a"), "b.py": (2, old, old, 8, "blake3:b")}
+    assert statcache.StatCache(cache).entries[rel][5] == again[rel][0]  # learned: written
 
 
 def test_differences_of_rows_and_of_entries_agree():
@@ -236,11 +208,11 @@ def test_a_remembered_directory_listing_is_never_believed_over_the_directory(env
     from patchkeeper.host import disk
 
     site, cache = str(env.site), str(env.state_dir / "statcache.json")
-    monkeypatch.setattr(disk.StatCache, "GRANULARITY_NS", -10**12)  # remember even this fresh copy
+    monkeypatch.setattr(statcache.StatCache, "GRANULARITY_NS", -10**12)  # remember even this fresh copy
     request = ScanRequest(root=site, walk=("sglang",), cache=cache)
     first = Agent().scan(request).rows
     lang = env.site / "sglang" / "lang"
-    assert str(lang) in disk.StatCache(cache + ".dirs").entries  # remembered
+    assert str(lang) in statcache.Listings(cache + ".dirs").entries  # remembered
 
     listed: list[str] = []
     real_scandir = os.scandir
@@ -279,13 +251,13 @@ def test_only_big_files_are_hashed_on_threads_and_answers_keep_their_order():
     assert all(ran_on[i] != here for i in range(0, 9, 3))
 
 
-def test_beside_a_forked_process_each_file_is_hashed_as_it_is_met_with_the_same_answers(tmp_path, monkeypatch):
-    """disk.digest_files in a process sharing units with a forked one (or in that one) hashes each
-    file as soon as its lstat says it must, by reads of disk.CHUNK, rather than through map_files:
-    the same rows, identities, stats and order as map_files gives (a remembered digest, a file
-    edited since, an empty, a big and a gone file, a symlink, a directory), in blake3 and sha256;
-    and an algorithm this Python lacks fails as before, only once there is a file to hash."""
+def test_digests_come_from_the_cache_while_the_identity_holds_else_from_the_bytes(tmp_path, monkeypatch):
+    """StatCache.digests: in the jobs' order, a row for each regular file (a gone file, a symlink and a
+    directory have none), the remembered digest while the file's identity holds and the digest is in
+    the algorithm asked for, else the file hashed by reads of disk.CHUNK, in blake3 and sha256; each
+    file's stat goes to `stats`; an algorithm this Python lacks fails only once a file is to be hashed."""
     from patchkeeper.host import disk
+    from patchkeeper.host.statcache import StatCache, identity
 
     root = tmp_path / "tree"
     root.mkdir()
@@ -298,29 +270,25 @@ def test_beside_a_forked_process_each_file_is_hashed_as_it_is_met_with_the_same_
     names = ["kept.py", "edited.py", "gone.py", "empty.py", "big.so", "dir", "link.py"]
     jobs = [(name, str(root / name)) for name in names]
     st = os.lstat(root / "kept.py")
-    known = {"kept.py": (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, "blake3:remembered"),
-             "edited.py": (1, 2, 3, 4, "blake3:stale")}
+    cache = StatCache(None)
+    cache.entries = {"kept.py": (*identity(st), "blake3:remembered"), "edited.py": (1, 2, 3, 4, 5, "blake3:stale")}
     for algorithm in ("blake3", "sha256"):
-        serial_stats: dict = {}
-        serial = disk.digest_files(jobs, known, algorithm, serial_stats)
         reads: list[int] = []
         real_read = os.read
         monkeypatch.setattr(os, "read", lambda fd, n: reads.append(n) or real_read(fd, n))
-        monkeypatch.setattr(disk, "map_files", lambda *a, **k: pytest.fail("not through map_files"))
-        monkeypatch.setattr(disk, "_sharing", True)
-        shared_stats: dict = {}
-        shared = disk.digest_files(jobs, known, algorithm, shared_stats)
+        stats: dict = {}
+        rows = cache.digests(jobs, algorithm, stats)
         monkeypatch.undo()
-        assert shared == serial and shared_stats == serial_stats
-        (hits, _), hashed = shared
-        assert hits == (["kept.py"] if algorithm == "blake3" else [])
-        assert [d[0] for d in hashed] == [n for n in ("kept.py", "edited.py", "empty.py", "big.so") if n not in hits]
+        assert list(rows) == ["kept.py", "edited.py", "empty.py", "big.so"] and set(stats) == set(rows)
+        for key in rows:
+            if (key, algorithm) != ("kept.py", "blake3"):
+                assert rows[key] == (disk.hash_file(str(root / key), 0, algorithm), stats[key].st_size, 0o644)
+        assert rows["kept.py"][0] == ("blake3:remembered" if algorithm == "blake3" else
+                                      disk.hash_file(str(root / "kept.py"), 0, "sha256"))
         assert set(reads) == {disk.CHUNK} and len(reads) == (2 + 2 + 1 + 5 if algorithm == "sha256" else 2 + 1 + 5)
-    assert dict((k, row) for k, row, _ in hashed)["big.so"][0] == disk.hash_file(str(root / "big.so"), 0, "sha256")
-    monkeypatch.setattr(disk, "_sharing", True)
-    assert disk.digest_files(jobs[:1], known, "blake3", {}) == ((["kept.py"], [st.st_mode & 0o7777]), [])  # no hash
+    assert cache.digests(jobs[:1], "blake3") == {"kept.py": ("blake3:remembered", st.st_size, 0o644)}  # no hash
     with pytest.raises(AgentError, match="cannot hash with 'md5'"):
-        disk.digest_files(jobs, known, "md5", {})
+        cache.digests(jobs, "md5")
 
 
 def test_a_sealed_audit_is_given_again_only_while_nothing_it_read_has_changed(env, monkeypatch):
@@ -336,7 +304,7 @@ def test_a_sealed_audit_is_given_again_only_while_nothing_it_read_has_changed(en
     site, state = env.site, env.state_dir
     unit = env.unit
     edit_file(unit, unit.read_bytes())  # an inode of our own: edited in place below
-    monkeypatch.setattr(disk.StatCache, "GRANULARITY_NS", -10**12)  # seal even this fresh copy
+    monkeypatch.setattr(statcache.StatCache, "GRANULARITY_NS", -10**12)  # seal even this fresh copy
     sealed_at = str(state / "audit" / "tree.seal")
     for cache in state.glob("statcache.json*"):
         cache.unlink()
@@ -346,7 +314,7 @@ def test_a_sealed_audit_is_given_again_only_while_nothing_it_read_has_changed(en
 
     target = open_target(workspace.load(env.root).target(None))
     scan = scan_request(target)  # the package's RECORD paths, its top directories, the unit file
-    assert scan.absolute == {"@unit": str(unit)} and "sglang" in scan.walk
+    assert scan.absolute == {"@unit": str(unit), "@dropin": str(env.dropin)} and "sglang" in scan.walk
     request = TreeRequest(str(state / "store"), digest, scan, TAG, (), str(state / "audit" / "bytecode.cache"),
                           sealed_at)
     first = Agent().audit_tree(request)
@@ -358,13 +326,14 @@ def test_a_sealed_audit_is_given_again_only_while_nothing_it_read_has_changed(en
     def nothing_else(*args, **kwargs):
         raise AssertionError("read past the seal")
 
-    with monkeypatch.context() as m:
-        from patchkeeper.host import treecheck
+    from patchkeeper.host import compare, treecheck
 
-        for name in ("check_bytecode", "TreeWork"):
-            m.setattr(agent_module, name, nothing_else)
+    with monkeypatch.context() as m:
+        m.setattr(agent_module, "check_bytecode", nothing_else)
         m.setattr(manifests, "parse", nothing_else)
-        for name in ("walk_files", "digest_files", "_walk_pyc"):
+        m.setattr(compare, "walk_files", nothing_else)
+        m.setattr(compare.StatCache, "digests", nothing_else)
+        for name in ("_beside", "_walk_pyc", "_judge"):
             m.setattr(treecheck, name, nothing_else)
         assert Agent().audit_tree(request) == clean  # from the seal alone
         assert seal.load(sealed_at, "another key") is None
@@ -431,7 +400,7 @@ def test_a_sealed_audit_is_given_again_only_while_nothing_it_read_has_changed(en
         f.write(b"MZ by hand")
     os.utime(exe, ns=(st.st_atime_ns, st.st_mtime_ns))
     with monkeypatch.context() as m:
-        m.setattr(agent_module, "TreeWork", nothing_else)  # the tree from its seal
+        m.setattr(compare, "scan", nothing_else)  # the tree from its seal
         found = Agent().audit_tree(with_records)
     assert [f[:2] for f in found.records["pip-23.2.1.dist-info"].findings] == [("pip/_vendor/distlib/t64.exe", "changed")]
     from patchkeeper.host import fingerprint  # and the native libraries, read as always
@@ -447,103 +416,6 @@ def test_no_seal_is_written_within_the_clock_granularity_of_a_change(env):
     sealed = seal.entries(str(env.site), ("sglang",), [])  # a fresh hardlinked copy: every ctime is new
     assert sealed is None
     assert seal.entries(str(env.site / "nowhere"), ("sglang",), []) is None
-
-
-def test_identities_split_over_two_processes_are_the_serial_ones(env, monkeypatch):
-    """seal.identities: a long list is split with a forked second process; the bytes are those of the
-    serial loop, absent paths included, and a fork that fails leaves this process to do it all."""
-    from patchkeeper.host import seal
-
-    paths = [str(p) for p in sorted(env.site.rglob("*"))][:6000]
-    paths[10:10] = [str(env.site / "no such file"), str(env.site / "sglang" / "nowhere" / "x.py")]
-    from patchkeeper.host import disk
-
-    assert len(paths) >= disk.SPLIT_AT
-    serial = seal.stat_identities(paths)
-    calls = []
-    real_fork = os.fork
-    monkeypatch.setattr(os, "fork", lambda: calls.append(1) or real_fork())
-    monkeypatch.setattr(disk, "cpus", lambda: 2)
-    monkeypatch.setattr(disk, "alone", lambda: True)  # a test runner's worker has threads of its own
-    monkeypatch.setattr(disk, "busy", lambda: False)  # nor may the other workers keep every CPU busy
-    assert seal.identities(paths) == serial and calls == [1]
-
-    def no_fork():
-        raise OSError(11, "Resource temporarily unavailable")
-
-    monkeypatch.setattr(os, "fork", no_fork)
-    assert seal.identities(paths) == serial
-    assert seal.identities(paths[:100]) == seal.stat_identities(paths[:100])  # short lists stay here
-
-
-def test_no_work_is_split_while_every_cpu_is_taken(monkeypatch, tmp_path):
-    """busy reads the runnable tasks of Linux's loadavg against this process's CPUs; while they are
-    all taken, a long list stays in this process (a fork would only add its cost), else it is split."""
-    from patchkeeper.host import disk, seal
-
-    cpus = len(os.sched_getaffinity(0))
-    loadavg = tmp_path / "loadavg"
-    loadavg.write_text(f"3.10 2.05 1.40 {cpus}/312 40211\n")
-    assert disk.busy(str(loadavg))
-    loadavg.write_text(f"0.10 0.05 0.01 {cpus - 1}/312 40211\n")
-    assert not disk.busy(str(loadavg))
-    assert not disk.busy(str(tmp_path / "absent"))  # not Linux: cannot be told, never busy
-
-    paths = [str(tmp_path / f"f{i}") for i in range(disk.SPLIT_AT)]
-    forks: list[int] = []
-    real_fork = os.fork
-    monkeypatch.setattr(os, "fork", lambda: forks.append(1) or real_fork())
-    monkeypatch.setattr(disk, "cpus", lambda: 2)
-    monkeypatch.setattr(disk, "alone", lambda: True)  # a test runner's worker has threads of its own
-    monkeypatch.setattr(disk, "busy", lambda: True)
-    assert seal.identities(paths) == seal.stat_identities(paths) and forks == []
-    monkeypatch.setattr(disk, "busy", lambda: False)
-    assert seal.identities(paths) == seal.stat_identities(paths) and forks == [1]
-    monkeypatch.undo()
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})  # a container given one of the host's CPUs
-    monkeypatch.setattr(os, "cpu_count", lambda: 64)
-    monkeypatch.setattr(disk, "alone", lambda: True)
-    assert disk.cpus() == 1 and disk.fork_call(lambda: 1) is None  # counted alike by fork_call and busy
-    loadavg.write_text("0.10 0.05 0.01 1/312 40211\n")
-    assert disk.busy(str(loadavg))
-
-
-def test_many_small_files_are_split_with_a_forked_process_and_keep_their_order(monkeypatch, tmp_path):
-    """map_files(pure=True): half of many small jobs go to a forked process, started before the big
-    files' threads; answers keep their order; an error in the child's half is raised here, as it
-    would have been; side effects stay with the caller (the stat cache is remembered after)."""
-    from patchkeeper.host import disk
-
-    monkeypatch.setattr(disk, "alone", lambda: True)  # a test runner's worker has threads of its own
-    monkeypatch.setattr(disk, "busy", lambda: False)  # nor may the other workers keep every CPU busy
-    monkeypatch.setattr(disk, "cpus", lambda: 2)
-    pids: list[int] = []
-    real_fork = os.fork
-    monkeypatch.setattr(os, "fork", lambda: pids.append(1) or real_fork())
-    n = disk.SPLIT_AT + 10
-    jobs = [(i, disk.BIG_FILE if i in (5, n - 1) else 10) for i in range(n)]
-    ran: list[int] = []
-
-    def fn(job):
-        ran.append(os.getpid())
-        return (job[0], os.getpid())
-
-    out = disk.map_files(fn, jobs, lambda job: job[1], 4, pure=True)
-    assert [i for i, _ in out] == list(range(n)) and pids == [1]
-    assert len({pid for _, pid in out}) == 2  # two processes did the work
-    assert len(ran) < n  # the child's calls happened elsewhere
-
-    missing = tmp_path / "gone"
-
-    def reads(job):
-        if job[0] == n - 5:  # in the child's half
-            return missing.read_bytes()
-        return job[0]
-
-    with pytest.raises(FileNotFoundError):
-        disk.map_files(reads, jobs, lambda job: job[1], 4, pure=True)
-    assert disk.map_files(lambda job: job[0], jobs, lambda job: job[1], 4) == list(range(n))  # not pure: no fork
-    assert pids == [1, 1]
 
 
 def _stamped(site, top):
@@ -570,152 +442,34 @@ def _same_tick_edit(site, src):
     return str(src.relative_to(site))
 
 
-def test_a_cold_audit_shared_by_two_processes_gives_the_one_process_answer(env, monkeypatch, tmp_path):
-    """audit_tree over many files: a forked process claims units of the work (groups of the
-    package's directories, the rest of it, the other distributions' RECORD, the bytecode beside)
-    as this one does, from the walk on. The answer and every cache written are those of one process
-    alone, with a same-size, same-mtime edit in every unit of the package and in another
-    distribution, whichever process ran it; a source found changed, with its pyc's header still
-    matching, is recompiled and compared whichever process judged its pyc first. A failure here
-    ends the forked process."""
-    import marshal
-
-    from patchkeeper.host import disk, treecheck
-
+def test_a_cold_audit_finds_same_tick_edits_and_recompiles_their_pycs(env, monkeypatch):
+    """audit_tree with nothing cached: a same-size, same-mtime edit is found in the package (by its
+    digest) and in other distributions (by their RECORD); the pyc of each such source, its header
+    still matching, is recompiled and compared and found to run the old code; the native part, a
+    mismatched pyc beside the package and a legacy one are found in the same call."""
     env.pk("snapshot", "--name", "s0")
     _bytecode_cases(env.site)
     request = _tree_request(env, bytecode_cache=str(env.state_dir / "audit" / "bytecode.cache"),
                             records=("pip-23.2.1.dist-info", "setuptools-65.5.0.dist-info"),
                             record_cache=str(env.state_dir / "audit"), native_sites=(str(env.site),),
                             native_cache=str(env.state_dir / "env" / "native"))
-    expected = Agent().manifest_rows(request.store, request.manifest)
-    groups = treecheck.groups(expected, request.scan.walk)
-    assert len(groups) > 20
     pairs = [str(src.relative_to(env.site)) for src, _ in _stamped(env.site, "sglang")]
-    inside = tuple(d + "/" for group in groups for d in group)
-    edits = {}  # unit -> the file edited there (or, beside the package, the pyc found)
-    for i, group in enumerate(groups):  # a source with its pyc where there is one, else any file
-        below = tuple(d + "/" for d in group)
-        rel = next((p for p in pairs if p.startswith(below)), None) or next(k for k in expected if k.startswith(below))
-        edits[f"group {i}"] = _same_tick_edit(env.site, env.site / rel)
-    edits["rest"] = _same_tick_edit(env.site, env.site / next(p for p in pairs if not p.startswith(inside)))
-    for name in ("pip", "setuptools"):  # other distributions': found by their RECORD
-        edits[name] = _same_tick_edit(env.site, _stamped(env.site, name)[0][0])
-    edits["beside"] = f"outside/__pycache__/mod.{TAG}.pyc"
-    monkeypatch.setattr(disk.StatCache, "GRANULARITY_NS", -10**12)  # remember even this fresh copy
-    state = env.state_dir
-    caches = [state / "statcache.json", state / "statcache.json.dirs", state / "audit" / "bytecode.cache",
-              state / "audit" / "bytecode.cache.dirs", state / "audit" / "pip-23.2.1.dist-info.json",
-              state / "audit" / "setuptools-65.5.0.dist-info.json", state / "audit" / "records.seal"]
-    forks: list[int] = []
-    real_fork = os.fork
-    monkeypatch.setattr(os, "fork", lambda: forks.append(real_fork()) or forks[-1])
-    monkeypatch.setattr(disk, "alone", lambda: True)  # a test runner's worker has threads of its own
-    monkeypatch.setattr(disk, "busy", lambda: False)  # nor may the other workers keep every CPU busy
-    ran = tmp_path / "ran"  # "pid unit" of every unit run, by either process
-    real_run, parent = treecheck.TreeWork.run, os.getpid()
-    waiting = []  # once: this process's first unit waits until the forked process has claimed one
-
-    def run(self, i):
-        with open(ran, "a") as log:
-            log.write(f"{os.getpid()} {i}\n")
-        for _ in range(12_000 if os.getpid() == parent and waiting else 0):  # (a lost child fails below)
-            if any(int(line.split()[0]) != parent for line in ran.read_text().splitlines()):
-                break
-            time.sleep(0.005)
-        waiting.clear()
-        return real_run(self, i)
-
-    monkeypatch.setattr(treecheck.TreeWork, "run", run)
-
-    def cold(cpus):
-        for cache in caches:
-            cache.unlink(missing_ok=True)
-        ran.unlink(missing_ok=True)
-        monkeypatch.setattr(disk, "cpus", lambda: cpus)
-        answer = Agent().audit_tree(request)
-        return answer, [marshal.loads(c.read_bytes()) for c in caches]
-
-    waiting.append(1)
-    split, split_caches = cold(2)
-    assert len(forks) == 1  # one fork for all of it
-    units = ["rest", "pip", "setuptools", "native", "beside", *(f"group {i}" for i in range(len(groups)))]
-    by = {}  # pid -> the units it ran
-    for line in ran.read_text().splitlines():
-        pid, i = line.split()
-        by.setdefault(int(pid), set()).add(units[int(i)])
-    assert len(by) == 2 and sorted(set().union(*by.values())) == sorted(units)  # every unit, on both sides
-    alone, alone_caches = cold(1)
-    assert len(forks) == 1
-    assert split == alone and split_caches == alone_caches
-    monkeypatch.setattr(agent_module, "_HEAVY_RECORD", 50_000)  # pip's RECORD (77 kB) checked first, on its own
-    waiting.append(1)
-    assert cold(2) == (alone, alone_caches) and len(forks) == 2
-    assert {int(line.split()[1]) for line in ran.read_text().splitlines()} == set(range(len(units) - 1))  # no pip
-    package = {edits[u] for u in edits if u not in ("pip", "setuptools", "beside")}
-    assert set(split.comparison.pairs) == package
+    package = {_same_tick_edit(env.site, env.site / rel) for rel in (pairs[0], pairs[len(pairs) // 2], pairs[-1])}
+    others = {name: _same_tick_edit(env.site, _stamped(env.site, name)[0][0]) for name in ("pip", "setuptools")}
+    for cache in env.state_dir.glob("statcache.json*"):
+        cache.unlink()
+    found = Agent().audit_tree(request)
+    assert set(found.comparison.pairs) == package
     for name, dist in (("pip", "pip-23.2.1.dist-info"), ("setuptools", "setuptools-65.5.0.dist-info")):
-        assert [tuple(f[:2]) for f in split.records[dist].findings] == [(edits[name], "changed")]
-    mismatched = {rel.replace("/__pycache__", "").split(".")[0] for rel, kind, _ in split.bytecode.findings
+        assert [tuple(f[:2]) for f in found.records[dist].findings] == [(others[name], "changed")]
+    mismatched = {rel.replace("/__pycache__", "").split(".")[0] for rel, kind, _ in found.bytecode.findings
                   if kind == "mismatch"}
-    assert {e[:-3] for e in edits.values() if e.endswith(".py")} <= mismatched  # each one's pyc, recompiled
+    assert {e[:-3] for e in [*package, *others.values()]} <= mismatched  # each one's pyc, recompiled
     assert {"sglang/version", "outside/mod"} <= mismatched
-    assert split.native and any(k.endswith(".so") for k in split.native)
-    assert ("sglang/legacy.pyc", "sourceless") in [tuple(f[:2]) for f in split.bytecode.findings]
-
-    def fails(self, i):
-        if os.getpid() == parent:
-            raise RuntimeError("this unit failed")
-        return real_run(self, i)
-
-    monkeypatch.setattr(disk, "cpus", lambda: 2)
-    monkeypatch.setattr(treecheck.TreeWork, "run", fails)
-    with pytest.raises(RuntimeError, match="this unit failed"):
-        Agent().audit_tree(request)
-    assert len(forks) == 3
-    with pytest.raises(ChildProcessError):  # the forked process was ended and waited for
-        os.waitpid(forks[2], os.WNOHANG)
-
-
-def test_a_plan_of_the_work_is_never_believed_over_the_tree(env, monkeypatch):
-    """The groups a tree audit shares out come from a plan kept beside the manifest's cached rows;
-    whatever it names (a symlink to a directory, a directory and one below it, one that is not
-    there, a dist-info's, the package itself), the answer and every cache are those of one serial
-    walk: a group counts only where that walk met its directory as one."""
-    import marshal
-
-    from patchkeeper.host import disk, treecheck
-
-    env.pk("snapshot", "--name", "s0")
-    (env.site / "sglang" / "linked").symlink_to(env.site / "sglang" / "srt")
-    request = _tree_request(env, bytecode_cache=str(env.state_dir / "audit" / "bytecode.cache"))
-    monkeypatch.setattr(disk.StatCache, "GRANULARITY_NS", -10**12)  # remember even this fresh copy
-    monkeypatch.setattr(disk, "alone", lambda: True)  # a test runner's worker has threads of its own
-    monkeypatch.setattr(disk, "busy", lambda: False)
-    state = env.state_dir
-    caches = [state / "statcache.json", state / "statcache.json.dirs", state / "audit" / "bytecode.cache",
-              state / "audit" / "bytecode.cache.dirs"]
-
-    def cold(cpus):
-        for cache in caches:
-            cache.unlink(missing_ok=True)
-        monkeypatch.setattr(disk, "cpus", lambda: cpus)
-        answer = Agent().audit_tree(request)
-        return answer, [marshal.loads(c.read_bytes()) for c in caches]
-
-    serial = cold(1)
-    kept = list((state / "manifest-cache").glob("*.groups"))
-    assert len(kept) == 1  # the plan, kept
-    bogus = [["sglang/linked/layers"], ["sglang/srt", "sglang/srt/layers"], ["sglang/not_there"],
-             ["sglang-0.5.23.dist-info/licenses"], ["sglang"], ["../elsewhere"], ["sglang/lang/__pycache__"]]
-    monkeypatch.setattr(treecheck, "groups", lambda rows, walk: bogus)
-    kept[0].unlink()
-    planned = []
-    real_init = treecheck.TreeWork.__init__
-    monkeypatch.setattr(treecheck.TreeWork, "__init__", lambda self, *a: real_init(self, *a) or planned.append(self.groups))
-    assert cold(2) == serial
-    assert planned == [[["sglang/linked/layers"], ["sglang/srt"], ["sglang/not_there"]]]  # the rest never shared out
-    assert serial[0].comparison.pairs == {}  # nothing found through the link (a walk does not enter it)
+    assert found.native and any(k.endswith(".so") for k in found.native)
+    assert ("sglang/legacy.pyc", "sourceless") in [tuple(f[:2]) for f in found.bytecode.findings]
+    monkeypatch.setattr("patchkeeper.host.statcache.StatCache.GRANULARITY_NS", -10**12)
+    assert Agent().audit_tree(request) == found  # the same from every cache
 
 
 def test_pyc_names_map_to_their_sources_as_importlib_maps_them():
@@ -746,168 +500,6 @@ def test_pyc_names_map_to_their_sources_as_importlib_maps_them():
     assert len(names) > 300
     for rel in names:
         assert _pyc_source(rel, TAG) == importlib_answer(rel), rel
-
-
-def test_a_forked_process_hashes_big_files_without_threads(monkeypatch, tmp_path):
-    """disk.fork_call's child starts no thread and asks blake3 for none, even for big files: a pool
-    the parent had started (blake3's own) is copied into the fork without its threads, and waiting
-    on it would never end. The digests are the parent's."""
-    import types
-
-    from patchkeeper.host import disk
-
-    files = []
-    for name in ("a", "b"):
-        files.append(tmp_path / name)
-        files[-1].write_bytes(os.urandom(disk._BIG + 1))
-    jobs = [(str(p), p.stat().st_size) for p in files]
-    expected = disk.map_files(lambda job: disk.hash_file(*job), jobs, lambda job: job[1], 4)  # threads here
-    monkeypatch.setattr(disk, "alone", lambda: True)  # a test runner's worker has threads of its own
-    monkeypatch.setattr(disk, "cpus", lambda: 2)
-    parent, real = os.getpid(), disk._blake3.blake3
-
-    def blake3(*args, **kwargs):
-        if os.getpid() != parent and kwargs.get("max_threads") is not None:
-            os._exit(3)  # it would wait for threads that are not there
-        return real(*args, **kwargs)
-
-    blake3.AUTO = real.AUTO  # type: ignore[attr-defined]
-    monkeypatch.setattr(disk, "_blake3", types.SimpleNamespace(blake3=blake3))
-    started: list[int] = []
-    real_start = disk.start_threads
-    monkeypatch.setattr(disk, "start_threads", lambda *a: started.append(os.getpid()) or real_start(*a))
-
-    def child():
-        return disk.map_files(lambda job: disk.hash_file(*job), jobs, lambda job: job[1], 4), os.getpid(), started
-
-    finish = disk.fork_call(child)
-    assert finish is not None
-    digests, pid, threads = finish()
-    assert pid != parent and threads == [] and digests == expected
-
-
-def test_units_are_shared_by_two_processes_and_a_lost_unit_is_run_here(monkeypatch):
-    """disk.share_units: each unit is run once, by this process or the forked one, whichever claims
-    it first; the forked one gives back its state; a unit it claimed and did not give back (it
-    failed) is run here, where its error, if any, is raised."""
-    from patchkeeper.host import disk
-
-    monkeypatch.setattr(disk, "alone", lambda: True)  # a test runner's worker has threads of its own
-    monkeypatch.setattr(disk, "cpus", lambda: 2)
-    parent = os.getpid()
-    claimed = []
-
-    def run(i):
-        claimed.append(i)  # in this process's memory only
-        if i == 0 and os.getpid() == parent:
-            time.sleep(0.2)  # the other process claims meanwhile
-        return i * i, os.getpid()
-
-    done, state = disk.share_units(run, 40, lambda: ("child", sorted(claimed)))
-    assert sorted(done) == list(range(40)) and {v for v, _ in done.values()} == {i * i for i in range(40)}
-    theirs = sorted(i for i, (_, pid) in done.items() if pid != parent)
-    assert theirs and state == ("child", theirs) and sorted(claimed) == sorted(set(range(40)) - set(theirs))
-
-    def lost(i):
-        if os.getpid() != parent:
-            os._exit(3) if i % 2 else time.sleep(0.01)  # the forked process dies on its first odd unit
-        return i, os.getpid()
-
-    done, state = disk.share_units(lost, 20)
-    assert sorted(done) == list(range(20)) and state is None
-
-    def fails(i):
-        if i == 7:
-            raise ValueError(f"unit {i} failed")
-        return i
-
-    forked = []
-    real_fork = os.fork
-    monkeypatch.setattr(os, "fork", lambda: forked.append(real_fork()) or forked[-1])
-    with pytest.raises(ValueError, match="unit 7 failed"):  # wherever it was claimed
-        disk.share_units(fails, 20)
-    assert len(forked) == 1
-    with pytest.raises(ChildProcessError):  # and the forked process was waited for
-        os.waitpid(forked[0], os.WNOHANG)
-
-
-def test_the_forked_processs_results_cross_as_each_unit_is_done(monkeypatch, tmp_path):
-    """disk.share_units: the forked process gives back each unit's result as soon as it is done,
-    without waiting for this process to read it: with results bigger than a pipe holds, it goes on
-    to its next unit while this one is still busy with its first; and a unit it gave back before it
-    died is not run again here (the one it died in is). Every result is the unit's."""
-    from patchkeeper.host import disk
-
-    monkeypatch.setattr(disk, "alone", lambda: True)  # a test runner's worker has threads of its own
-    monkeypatch.setattr(disk, "cpus", lambda: 2)
-    parent = os.getpid()
-
-    def share(size, die):
-        log = tmp_path / f"ran-{size}"  # "pid unit" of every unit begun, by either process
-        saw = []  # this process's first unit saw the forked one begin its second
-
-        def lines():
-            return [(int(pid), int(i)) for pid, i in (line.split() for line in log.read_text().splitlines())]
-
-        def run(i):
-            first = not log.exists() or all(pid != os.getpid() for pid, _ in lines())
-            with open(log, "a") as f:
-                f.write(f"{os.getpid()} {i}\n")
-            if os.getpid() == parent and first:
-                for _ in range(12_000):  # (a forked process that waited for this one would fail below)
-                    if len([u for pid, u in lines() if pid != parent]) >= 2:
-                        saw.append(True)
-                        break
-                    time.sleep(0.005)
-            elif os.getpid() != parent and not first and die:
-                os._exit(3)  # on its second unit, once its first one's result went
-            return i, bytes([i]) * size
-
-        done, state = disk.share_units(run, 12)
-        assert sorted(done) == list(range(12)) and all(done[i] == (i, bytes([i]) * size) for i in done)
-        assert saw == [True] and state is None
-        return [u for pid, u in lines() if pid != parent], [u for pid, u in lines() if pid == parent]
-
-    theirs, mine = share(200_000, die=False)  # three times what a pipe holds, each
-    assert sorted(theirs + mine) == list(range(12))
-    (gave, died), mine = share(2_000, die=True)
-    assert sorted(mine) == [i for i in range(12) if i != gave] and died in mine
-
-
-def test_the_package_is_planned_in_groups_of_directories_by_recorded_work():
-    """treecheck.groups: directories the manifest knows, none inside another, neither a top one
-    (the rest walks those) nor a dist-info; one heavier than 1/PARTS of the work is split into its
-    subdirectories; small ones are packed together; files weigh by their recorded size."""
-    from patchkeeper.host import treecheck
-
-    rows = {f"pkg/big/sub{i}/m{j}.py": ("blake3:0", 100, 0o644) for i in range(60) for j in range(10)}
-    rows.update({f"pkg/small{i}/m.py": ("blake3:0", 100, 0o644) for i in range(30)})
-    rows["pkg/heavy/data.bin"] = ("blake3:0", 25_000 * 300, 0o644)  # one file, as heavy as 100 small ones
-    rows["pkg/__init__.py"] = ("blake3:0", 100, 0o644)
-    rows["pkg-1.0.dist-info/sub/x"] = ("blake3:0", 100, 0o644)
-    rows["pkg/vendored-2.0.dist-info/RECORD"] = ("blake3:0", 100, 0o644)  # walked from "pkg": its pycs are found
-    rows["../../../bin/tool"] = ("blake3:0", 100, 0o644)
-    groups = treecheck.groups(rows, ("pkg", "pkg-1.0.dist-info"))
-    dirs = [d for group in groups for d in group]
-    assert len(dirs) == len(set(dirs)) and not any(a.startswith(b + "/") for a in dirs for b in dirs)
-    assert "pkg" not in dirs and "pkg/big" not in dirs and not any("dist-info" in d for d in dirs)
-    assert {f"pkg/big/sub{i}" for i in range(60)} <= set(dirs) and "pkg/heavy" in dirs
-    assert groups[0] == ["pkg/heavy"]  # the heaviest first
-    assert len(groups) < len(dirs)  # the small ones packed together
-    assert treecheck.groups({}, ("pkg",)) == []
-
-
-def test_the_halves_of_a_split_scan_weigh_files_to_hash_by_their_recorded_size():
-    """compare._halfway: a file the stat cache knows costs an lstat; one to hash, by its recorded size."""
-    from patchkeeper.host.compare import _halfway
-
-    jobs = [(f"f{i}", f"/x/f{i}") for i in range(10)]
-    assert _halfway(jobs, {}, {}) == 5
-    big = {"f0": ("blake3:0", 1_000_000, 0o644)}  # as much work as the nine others together, and more
-    assert _halfway(jobs, {}, big) == 1
-    assert _halfway(jobs, {"f0": (1_000_000, 0, 0, 0, "blake3:0")}, big) == 5  # known: an lstat
-    assert _halfway(list(reversed(jobs)), {}, big) == 9
-    assert _halfway([], {}, {}) == 0
 
 
 def test_install_records_of_an_old_manifest_are_left_out_of_its_comparison(tmp_path):

@@ -76,7 +76,7 @@ def test_a_pack_index_is_read_from_its_copy_only_while_the_index_is_unchanged(tm
     speaks for a file that changed. A freshly written index is not copied (the racily-clean rule)."""
     import json
 
-    from patchkeeper.host import disk, store as store_module
+    from patchkeeper.host import disk, statcache, store as store_module
 
     files = {}
     for i in range(3):
@@ -88,7 +88,7 @@ def test_a_pack_index_is_read_from_its_copy_only_while_the_index_is_unchanged(tm
     digest = next(iter(files))
     assert Store(str(root)).get(digest) and not (tmp_path / "state" / "pack-cache").exists()  # too fresh to copy
 
-    monkeypatch.setattr(disk.StatCache, "GRANULARITY_NS", -10**12)  # as if written long ago
+    monkeypatch.setattr(statcache.StatCache, "GRANULARITY_NS", -10**12)  # as if written long ago
     parsed: list[bytes] = []
     loads = json.loads
     monkeypatch.setattr(store_module.json, "loads", lambda data: parsed.append(data) or loads(data))

@@ -1,4 +1,4 @@
-"""The command line: the only module that knows click; maps errors to exit codes in one place."""
+"""The command line (click, here and in options.py): the verbs; errors mapped to exit codes in one place."""
 
 from __future__ import annotations
 
@@ -11,10 +11,14 @@ import click
 from . import pipes
 from .completion import complete_patchsets, complete_states, complete_targets
 from .errors import EXIT_INTERRUPTED, PatchkeeperError
+from .options import (adopt_options, change, change_options, chosen, group_option, json_option, target_option,
+                      targets_option, workspace_of)
 
 
 def _say(text: str) -> None:
-    sys.stderr.write(text + "\n")
+    from .printable import lines  # a message may quote a host's words: no control character reaches the terminal
+
+    sys.stderr.write(lines(text) + "\n")
     sys.stderr.flush()
 
 
@@ -31,22 +35,17 @@ def run_verb(fn: Callable[..., int], *args: Any, **kwargs: Any) -> NoReturn:
             raise  # another pipe (a host's channel...): a real error, reported below
         sys.exit(141)  # as git does when its reader leaves in the middle of raw bytes: 128 + SIGPIPE
     except OSError as exc:  # the file system said no (permissions, a full disk): one line, not a traceback
+        from .errors import os_hint
+
         where = f": {exc.filename}" if exc.filename else ""
-        _say(f"patchkeeper: error: {exc.strerror or exc}{where}\n  hint: fix that, then run the command "
-             "again; an interrupted change is finished or undone by the next command")
+        _say(f"patchkeeper: error: {exc.strerror or exc}{where}\n  hint: " + os_hint(
+            exc.errno, "run the command again; an interrupted change is finished or undone by the next command"))
         sys.exit(2)
     except KeyboardInterrupt:  # Ctrl-C: its own code, not 1 ("differences found")
         _say("\npatchkeeper: error: interrupted (Ctrl-C)\n  hint: a change that was under way is finished or undone by "
              "`patchkeeper recover` (or by the next command on the target)")
         sys.exit(EXIT_INTERRUPTED)
     sys.exit(code)
-
-
-def _workspace(ctx: click.Context):
-    from . import workspace
-
-    root = workspace.find(ctx.obj.get("workspace"))
-    return workspace.load(root)
 
 
 def command(fn):
@@ -59,27 +58,32 @@ def command(fn):
     return wrapper
 
 
-target_option = click.option("-t", "--target", help="target name from patchkeeper.toml (default: default_target)",
-                             shell_complete=complete_targets)
-json_option = click.option("--json", "as_json", is_flag=True, help="print one JSON document")
-
-
-def adopt_options(fn):
-    """--restore-pristine / --accept-edits: what to do with hand edits found before the first baseline."""
-    fn = click.option("--accept-edits", is_flag=True,
-                      help="before the first baseline: record files that differ from RECORD as they are")(fn)
-    return click.option("--restore-pristine", is_flag=True,
-                        help="before the first baseline: give files that differ from RECORD the release's bytes")(fn)
-
-
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--workspace", "-w", metavar="DIR", help="workspace directory (default: $PATCHKEEPER_WORKSPACE, "
               "else the current directory and its parents)")
+@click.option("--inventory", "-i", metavar="FILE", help="take targets and groups from this Ansible inventory "
+              "(default: inventory = ... in patchkeeper.toml)")
 @click.version_option(package_name="patchkeeper")
 @click.pass_context
-def main(ctx: click.Context, workspace: str | None) -> None:
+def main(ctx: click.Context, workspace: str | None, inventory: str | None) -> None:
     """Versioned patch sets over an installed Python package: apply atomically, roll back exactly."""
-    ctx.obj = {"workspace": workspace}
+    import os
+
+    ctx.obj = {"workspace": workspace, "inventory": os.path.abspath(inventory) if inventory else None}
+
+
+@main.command()
+@click.option("--python", metavar="VENV/bin/python", help="the interpreter of the first target, `local`")
+@click.option("--package", default="sglang", show_default=True, help="the distribution patch sets change")
+@click.pass_context
+@command
+def init(ctx, python, package):
+    """Start a workspace here (or in -w DIR): patchkeeper.toml, the shipped patch sets, snapshots/."""
+    from pathlib import Path
+
+    from .commands.init import init as run
+
+    return run(Path(ctx.obj.get("workspace") or ".").resolve(), python, package)
 
 
 @main.command("list")
@@ -90,57 +94,73 @@ def list_cmd(ctx, as_json):
     """Patch sets, versions, and which package version each fits."""
     from .commands.list import list_patchsets
 
-    return list_patchsets(_workspace(ctx), as_json)
+    return list_patchsets(workspace_of(ctx), as_json)
 
 
 @main.command()
 @click.argument("name", shell_complete=complete_patchsets)
-@target_option
-@click.option("--dry-run", "-n", is_flag=True, help="print the plan; change nothing")
+@change_options
 @click.option("--force", is_flag=True, help="apply over hand edits (backed up first) or another package version")
-@click.option("--no-verify", is_flag=True, help="do not restart and verify the target's [service] afterwards")
 @adopt_options
+@click.option("--json", "as_json", is_flag=True, help="print one JSON document (docs/json.md); progress on stderr")
 @click.pass_context
 @command
-def apply(ctx, name, target, dry_run, force, no_verify, restore_pristine, accept_edits):
+def apply(ctx, name, targets_, group, every, serial, max_fail, dry_run, no_verify, force, restore_pristine,
+          accept_edits, as_json):
     """Apply patch set NAME (switching within its group) in one transaction.
 
     With a [service] table the service is then restarted and verified by a real generation;
-    if that fails the previous state is put back (exit 3).
+    if that fails the previous state is put back (exit 3). On several targets (-t A -t B, -g, --all)
+    they are changed --serial at a time, one line each; exit code: the worst of theirs.
     """
     from .change.adopt import check_mode
     from .commands.apply import apply as run
 
-    return run(_workspace(ctx), target, name, dry_run, force, verify=not no_verify,
-               adopt=check_mode(restore_pristine, accept_edits))
+    adopt = check_mode(restore_pristine, accept_edits)
+    if as_json and (len(targets_) > 1 or group or every):
+        raise click.UsageError("--json describes one target's change: give one -t")
+
+    def one(ws, target, noted=None):
+        return run(ws, target, name, dry_run, force, verify=not no_verify, adopt=adopt, as_json=as_json, noted=noted)
+
+    return change(ctx, one, f"apply {name}", targets_, group, every, serial, max_fail, dry_run, not no_verify)
 
 
 @main.command()
-@target_option
+@change_options
 @click.option("--to", "to", required=True, metavar="STATE", shell_complete=complete_states,
               help="baseline | previous | a state name | a state id | a transaction id")
-@click.option("--dry-run", "-n", is_flag=True, help="print the plan; change nothing")
-@click.option("--no-verify", is_flag=True, help="do not restart and verify the target's [service] afterwards")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON document (docs/json.md); progress on stderr")
 @click.pass_context
 @command
-def rollback(ctx, target, to, dry_run, no_verify):
-    """Give every managed file the exact bytes and mode of STATE."""
+def rollback(ctx, targets_, group, every, serial, max_fail, dry_run, no_verify, to, as_json):
+    """Give every managed file the exact bytes and mode of STATE (on several targets: as apply does)."""
     from .commands.rollback import rollback as run
 
-    return run(_workspace(ctx), target, to, dry_run, verify=not no_verify)
+    if as_json and (len(targets_) > 1 or group or every):
+        raise click.UsageError("--json describes one target's change: give one -t")
+
+    def one(ws, target, noted=None):
+        return run(ws, target, to, dry_run, verify=not no_verify, as_json=as_json, noted=noted)
+
+    return change(ctx, one, f"rollback --to {to}", targets_, group, every, serial, max_fail, dry_run, not no_verify)
 
 
 @main.command()
-@target_option
+@targets_option
+@group_option
 @json_option
 @click.option("--all", "every", is_flag=True, help="every target in the workspace, concurrently, one table")
 @click.pass_context
 @command
-def status(ctx, target, as_json, every):
+def status(ctx, targets_, group, as_json, every):
     """The applied stack, and whether the files still match the recorded state."""
     from .commands import status as cmd
 
-    return cmd.status_all(_workspace(ctx), as_json) if every else cmd.status(_workspace(ctx), target, as_json)
+    picked = chosen(ctx, targets_, group, every)
+    if picked is not None:
+        return cmd.status_all(picked, as_json)
+    return cmd.status(workspace_of(ctx), targets_[0] if targets_ else None, as_json)
 
 
 @main.command()
@@ -152,7 +172,7 @@ def log(ctx, target, as_json):
     """Every transaction on the target, newest first."""
     from .commands.log import log as run
 
-    return run(_workspace(ctx), target, as_json)
+    return run(workspace_of(ctx), target, as_json)
 
 
 @main.command()
@@ -167,7 +187,7 @@ def snapshot(ctx, target, name, manifest_only, restore_pristine, accept_edits):
     from .change.adopt import check_mode
     from .commands.snapshot import snapshot as run
 
-    return run(_workspace(ctx), target, name, manifest_only, adopt=check_mode(restore_pristine, accept_edits))
+    return run(workspace_of(ctx), target, name, manifest_only, adopt=check_mode(restore_pristine, accept_edits))
 
 
 @main.command()
@@ -176,19 +196,24 @@ def snapshot(ctx, target, name, manifest_only, restore_pristine, accept_edits):
 @click.option("--wheel", metavar="FILE.whl", help="the release wheel (default: the workspace's wheels directory, "
               "else pip download for the target's interpreter)")
 @click.option("--dry-run", "-n", is_flag=True, help="print what would be restored; change nothing")
+@click.option("--no-verify", is_flag=True, help="do not restart and verify the target's [service] afterwards")
 @adopt_options
+@json_option
 @click.pass_context
 @command
-def repair(ctx, dist, target, wheel, dry_run, restore_pristine, accept_edits):
+def repair(ctx, dist, target, wheel, dry_run, no_verify, restore_pristine, accept_edits, as_json):
     """Give the files of installed distribution DIST that differ from its RECORD their release bytes back.
 
     One transaction (backups in the store, a ledger entry of kind repair): `rollback --to previous`
-    undoes it. Exit 0 when all were restored, 1 when some are left (named), 2 when no wheel matches.
+    undoes it. With a [service] table the service is then restarted and verified (--no-verify skips).
+    Exit 0 when all were restored (and it verifies), 1 when some are left (named) or it fails
+    verification, 2 when no wheel matches.
     """
     from .change.adopt import check_mode
     from .commands.repair import repair_dist
 
-    return repair_dist(_workspace(ctx), target, dist, wheel, dry_run, adopt=check_mode(restore_pristine, accept_edits))
+    return repair_dist(workspace_of(ctx), target, dist, wheel, dry_run, adopt=check_mode(restore_pristine, accept_edits),
+                       verify=not no_verify, as_json=as_json)
 
 
 @main.command("show-backup")
@@ -201,7 +226,7 @@ def show_backup(ctx, digest, target):
     rollback and log show it, or 8+ of its hex digits. `patchkeeper show-backup D > FILE`."""
     from .commands.show_backup import show_backup as run
 
-    return run(_workspace(ctx), target, digest)
+    return run(workspace_of(ctx), target, digest)
 
 
 @main.command()
@@ -212,24 +237,32 @@ def recover(ctx, target):
     """Finish or undo a transaction that was interrupted (any command does this first)."""
     from .commands.recover import recover as run
 
-    return run(_workspace(ctx), target)
+    return run(workspace_of(ctx), target)
 
 
 @main.command()
-@target_option
+@targets_option
+@group_option
 @click.option("--probe", "probes", multiple=True, metavar="MODULE",
               help="import MODULE in the target's interpreter (a separate process); repeatable")
 @click.option("--all", "every", is_flag=True, help="every target in the workspace, concurrently, one table")
 @json_option
 @click.option("-v", "--verbose", is_flag=True, help="also list the files the applied patch sets changed")
 @click.option("--quiet", "-q", is_flag=True, help="no progress bar")
+@click.option("--wait", type=click.FloatRange(min=0), metavar="SECONDS",
+              help="how long to wait for a change under way on the target to end (default 5)")
+@click.option("--rehash", is_flag=True, help="ignore every cache and seal: read and hash every file again")
 @click.pass_context
 @command
-def audit(ctx, target, probes, every, as_json, verbose, quiet):
+def audit(ctx, targets_, group, probes, every, as_json, verbose, quiet, wait, rehash):
     """What differs in the target's site-packages, and why: patched, drift, environment, bytecode, probe."""
     from .commands.audit import audit as run
 
-    return run(_workspace(ctx), target, list(probes), every, as_json, verbose, quiet)
+    picked = chosen(ctx, targets_, group, every)
+    if picked is not None:
+        return run(picked, None, list(probes), True, as_json, verbose, quiet, wait, rehash)
+    return run(workspace_of(ctx), targets_[0] if targets_ else None, list(probes), False, as_json, verbose, quiet,
+               wait, rehash)
 
 
 @main.command()
@@ -241,7 +274,7 @@ def disconnect(ctx, target, every):
     """End the held SSH connection of a target (or --all), before its `persist` seconds run out."""
     from .commands.disconnect import disconnect as run
 
-    return run(None if every else _workspace(ctx), target, every)
+    return run(None if every else workspace_of(ctx), target, every)
 
 
 # ---- authoring: record, import, export, check, show --------------------------------------------
@@ -254,6 +287,8 @@ bump_option = click.option("--bump", type=click.Choice(["major", "minor", "patch
 @target_option
 @click.option("--from", "since", metavar="STATE", shell_complete=complete_states,
               help="record the target's edits since this state")
+@click.option("--from-adoption", "adoption", is_flag=True,
+              help="record the hand edits found when the target was adopted (its first baseline), against the release")
 @click.option("--git", "checkout", metavar="DIR", help="record from a git checkout of the package's source")
 @click.option("--range", "span", metavar="A..B", help="with --git: the refs to diff")
 @click.option("--subdir", default="", metavar="DIR", help="with --git: the directory holding the package (python)")
@@ -263,18 +298,21 @@ bump_option = click.option("--bump", type=click.Choice(["major", "minor", "patch
 @click.option("--package-version", metavar="SPEC", help="with --git: PEP 440 specifier of fitting versions")
 @click.pass_context
 @command
-def record(ctx, name, target, since, checkout, span, subdir, bump, description, package, package_version):
-    """Write patch set NAME from a target's edits since a state, or from a git range."""
+def record(ctx, name, target, since, adoption, checkout, span, subdir, bump, description, package, package_version):
+    """Write patch set NAME from a target's edits since a state, the hand edits found when it was
+    adopted, or a git range."""
     from .commands import record as rec
 
-    if bool(since) == bool(checkout):
-        raise click.UsageError("give either -t T --from STATE, or --git DIR --range A..B")
+    if sum(map(bool, (since, adoption, checkout))) != 1:
+        raise click.UsageError("give either -t T --from STATE, -t T --from-adoption, or --git DIR --range A..B")
+    if adoption:
+        return rec.record_adoption(_workspace(ctx), target, name, bump, description)
     if checkout:
         if not span:
             raise click.UsageError("--git needs --range A..B")
-        return rec.record_git(_workspace(ctx), name, checkout, span, subdir, bump, description, package,
+        return rec.record_git(workspace_of(ctx), name, checkout, span, subdir, bump, description, package,
                               package_version)
-    return rec.record_target(_workspace(ctx), target, name, since, bump, description)
+    return rec.record_target(workspace_of(ctx), target, name, since, bump, description)
 
 
 @main.command("import")
@@ -290,7 +328,7 @@ def import_cmd(ctx, name, file, version, subdir, package, description):
     """Make patch set NAME from a patch file, or restore one from `patchkeeper export`."""
     from .commands.import_patch import import_patch
 
-    return import_patch(_workspace(ctx), name, file, version, subdir, package, description)
+    return import_patch(workspace_of(ctx), name, file, version, subdir, package, description)
 
 
 @main.command()
@@ -301,7 +339,7 @@ def export(ctx, name):
     """Print patch set NAME as one patch that git apply and patch -p1 accept in site-packages."""
     from .commands.export import export as run
 
-    return run(_workspace(ctx), name)
+    return run(workspace_of(ctx), name)
 
 
 @main.command()
@@ -315,7 +353,7 @@ def check(ctx, name, target, wheel, as_json):
     """Would patch set NAME apply? Per file: clean, at an offset, or the failing hunk. Changes nothing."""
     from .commands.check import check as run
 
-    return run(_workspace(ctx), target, name, wheel, as_json)
+    return run(workspace_of(ctx), target, name, wheel, as_json)
 
 
 @main.command()
@@ -327,42 +365,48 @@ def show(ctx, name, as_json):
     """Patch set NAME: metadata, files, diffstat, and the targets it is applied on."""
     from .commands.show import show as run
 
-    return run(_workspace(ctx), name, as_json)
+    return run(workspace_of(ctx), name, as_json)
 
 
 @main.command()
 @click.argument("targets", nargs=-1, metavar="[TARGET [TARGET2]]", shell_complete=complete_targets)
-@target_option
+@targets_option
+@group_option
 @click.option("--against", metavar="STATE", shell_complete=complete_states,
               help="compare one target with this recorded state (default: its current one)")
 @click.option("--patch", "-p", is_flag=True, help="add unified diffs of the differing text files")
 @click.option("--env", "environment", is_flag=True,
               help="compare environments (interpreter, system, distributions, native libraries, GPU) instead of "
                    "files; a side may be TARGET:STATE")
+@click.option("--since-pass", is_flag=True,
+              help="with --env: compare with the last passing verification of the target's current code state")
 @json_option
 @click.option("--all", "every", is_flag=True, help="every target in the workspace, concurrently, one table")
 @click.pass_context
 @command
-def diff(ctx, targets, target, against, patch, environment, as_json, every):
+def diff(ctx, targets, targets_, group, against, patch, environment, since_pass, as_json, every):
     """What differs on TARGET (or -t TARGET) from its recorded state, and which patch set owns it; or
-    TARGET against TARGET2, side by side. Exit 0 when nothing differs, 1 when something does."""
-    targets = ((target,) if target else ()) + tuple(targets)
-    if every:
+    TARGET against TARGET2, side by side (-g GROUP, --all: each target against its own record).
+    Exit 0 when nothing differs, 1 when something does."""
+    targets = tuple(targets_) + tuple(targets)
+    if every or group:
         if targets or against or patch or environment:
-            raise click.UsageError("--all compares every target with its own recorded state: "
+            raise click.UsageError("--all and -g compare each target with its own recorded state: "
                                    "no TARGET, --against, --patch or --env")
         from .commands.diff import diff_all
 
-        return diff_all(_workspace(ctx), as_json)
+        return diff_all(workspace_of(ctx).select((), group, every), as_json)
+    if since_pass and (not environment or against or len(targets) > 1):
+        raise click.UsageError("--since-pass goes with --env and one target: patchkeeper diff --env -t T --since-pass")
     if environment:
         from .commands.env import diff_env
 
         if patch:
             raise click.UsageError("--patch shows file contents; it does not go with --env")
-        return diff_env(_workspace(ctx), targets, against, as_json)
+        return diff_env(workspace_of(ctx), targets, against, as_json, since_pass)
     from .commands.diff import diff as run
 
-    return run(_workspace(ctx), targets, against, patch, as_json)
+    return run(workspace_of(ctx), targets, against, patch, as_json)
 
 
 @main.command()
@@ -381,7 +425,7 @@ def port(ctx, name, to, given, target, bump, resume, dry_run, as_json):
     written as its next version when nothing conflicts (exit 0), else left to resolve (exit 1)."""
     from .commands.port import port as run
 
-    return run(_workspace(ctx), name, to, tuple(given), target, as_json, dry_run, bump, resume)
+    return run(workspace_of(ctx), name, to, tuple(given), target, as_json, dry_run, bump, resume)
 
 
 @main.command("env")
@@ -393,26 +437,30 @@ def env_cmd(ctx, target, as_json):
     """The target's environment: interpreter, system, GPU stack, distributions, native libraries."""
     from .commands.env import env as run
 
-    return run(_workspace(ctx), target, as_json)
+    return run(workspace_of(ctx), target, as_json)
 
 
 @main.command("verify")
-@target_option
+@targets_option
+@group_option
 @json_option
 @click.option("--restart", "with_restart", is_flag=True, help="run the service's restart command first")
 @click.option("--all", "every", is_flag=True, help="every target in the workspace, concurrently, one table")
 @click.pass_context
 @command
-def verify_cmd(ctx, target, as_json, with_restart, every):
-    """Check the target's service: it answers, and generates enough, fast enough, not degenerate.
+def verify_cmd(ctx, targets_, group, as_json, with_restart, every):
+    """Check the target's service: it answers, runs the unit's command and speculative algorithm, and
+    generates enough, fast enough, not degenerate, the same greedy output as before.
 
-    Exit 0 when it passes, 1 when a check fails (nothing is changed or rolled back).
+    Exit 0 when it passes, 1 when a check fails (nothing is changed or rolled back): then what changed
+    since the code state last passed, and the command to run next.
     """
     from .commands import verify as cmd
 
-    if every:
-        return cmd.verify_all(_workspace(ctx), as_json, with_restart)
-    return cmd.verify(_workspace(ctx), target, as_json, with_restart)
+    picked = chosen(ctx, targets_, group, every)
+    if picked is not None:
+        return cmd.verify_all(picked, as_json, with_restart)
+    return cmd.verify(workspace_of(ctx), targets_[0] if targets_ else None, as_json, with_restart)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -40,7 +40,8 @@ def _state_names(ctx: Any) -> list[str]:
     import json
 
     ws = _completion_workspace(ctx)
-    target = ctx.params.get("target") or ws.default_target
+    given = ctx.params.get("target") or ctx.params.get("targets_")  # -t once, or repeated: the first
+    target = (given if isinstance(given, str) else given[0] if given else None) or ws.default_target
     names, ids = ["baseline", "previous"], []
     for path in sorted((ws.snapshots_dir / str(target) / "ledger").glob("*.json")):
         after = json.loads(path.read_text()).get("after") or {}

@@ -43,3 +43,16 @@ class Unfinished(PatchkeeperError):
     """A transaction passed its commit point but could not be finished; `recover` finishes it."""
 
     exit_code = EXIT_UNFINISHED
+
+
+def os_hint(errno: int | None, then: str) -> str:
+    """What to do about a file system's refusal (`errno`) before `then` (run the command again...)."""
+    import errno as codes
+
+    if errno == codes.EROFS:
+        return f"the file system is read-only: remount it read-write, or use a writable place; then {then}"
+    if errno in (codes.ENOSPC, codes.EDQUOT):
+        return f"make room, then {then}"
+    if errno in (codes.EACCES, codes.EPERM):
+        return f"fix the permissions (or run as the user who owns the files), then {then}"
+    return f"fix that, then {then}"

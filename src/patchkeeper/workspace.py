@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any, Callable
 
 from .errors import BadInput
 
 CONFIG = "patchkeeper.toml"
+DROPIN_NAME = "50-patchkeeper.conf"  # a target's systemd drop-in, by default in <unit>.d/ beside its unit
 
 VAR_NAME = re.compile(r"[a-z_][a-z0-9_]*\Z")  # a template variable's name
 
@@ -41,12 +43,14 @@ class TargetConfig:
     name: str
     python: str
     package: str
-    files: dict[str, str] = field(default_factory=dict)  # role -> path
+    files: dict[str, str] = field(default_factory=dict)  # role -> path (`dropin` defaults to beside `unit`)
     state_dir: str | None = None
     ssh: str | None = None
     persist: float = 60.0  # seconds an SSH target's held connection outlives its last command; 0: none
     vars: dict[str, str] = field(default_factory=dict)  # [targets.NAME.vars]: values for role-file templates
-    raw: dict = field(default_factory=dict)  # the whole table, for verbs with their own keys
+    raw: dict = field(default_factory=dict)  # the whole table ([defaults] merged in), for verbs with their own keys
+    identity_file: str | None = None  # an SSH key of its own (an inventory's ansible_ssh_private_key_file)
+    connect: Callable[["TargetConfig"], Any] | None = field(default=None, compare=False)  # opens it another way
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,7 @@ class Workspace:
     default_target: str | None
     targets: dict[str, TargetConfig]
     wheels: Path | None = None  # release wheels for repair and --restore-pristine (`wheels = "dir"`)
+    groups: dict[str, tuple[str, ...]] = field(default_factory=dict)  # [groups], and an inventory's groups
 
     @property
     def patchsets_dir(self) -> Path:
@@ -77,6 +82,21 @@ class Workspace:
                            f"add [targets.{name}] to {self.root / CONFIG}")
         return self.targets[name]
 
+    def select(self, names: tuple[str, ...] = (), group: str | None = None, every: bool = False) -> "Workspace":
+        """This workspace with only the targets chosen by -t NAME (repeated), -g GROUP or --all."""
+        if every:
+            return self
+        chosen = list(names)
+        if group is not None:
+            if group not in self.groups:
+                known = ", ".join(sorted(self.groups)) or "none"
+                raise BadInput(f"unknown group {group!r} (known: {known})",
+                               f"add {group} = [\"TARGET\", ...] under [groups] in {self.root / CONFIG}")
+            chosen += self.groups[group]
+        for name in chosen:
+            self.target(name)  # an unknown name is refused here, with the known ones
+        return replace(self, targets={n: self.targets[n] for n in sorted(set(chosen))})
+
 
 def find(explicit: str | None = None, cwd: Path | None = None) -> Path:
     """The workspace root: --workspace, else $PATCHKEEPER_WORKSPACE, else cwd and its parents."""
@@ -95,7 +115,12 @@ def find(explicit: str | None = None, cwd: Path | None = None) -> Path:
                    "run inside a workspace, or pass --workspace DIR")
 
 
-def load(root: Path) -> Workspace:
+DEFAULT_KEYS = ("python", "package", "vars", "service", "files", "persist")  # what [defaults] may hold
+
+
+def load(root: Path, inventory: str | None = None, hosts: dict[str, dict] | None = None) -> Workspace:
+    """The workspace at `root`; `inventory` (--inventory) overrides its `inventory = "FILE"`; `hosts`
+    (the Ansible action's host and its `patchkeeper` variable) stands in for the inventory."""
     path = root / CONFIG
     try:
         doc = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -113,12 +138,37 @@ def load(root: Path) -> Workspace:
         problems.append("persist must be a number of seconds >= 0")
     if not isinstance(doc.get("wheels", ""), str):
         problems.append("wheels must be a string (a directory of wheels, relative to the workspace)")
+    defaults = doc.get("defaults") or {}
+    if not isinstance(defaults, dict):
+        problems.append("[defaults] must be a table")
+        defaults = {}
+    problems += [f"[defaults] has unknown key {k!r} (known: {', '.join(DEFAULT_KEYS)})"
+                 for k in defaults if k not in DEFAULT_KEYS]
+    groups, group_problems = _groups(doc.get("groups"))
+    problems += group_problems
+    source = inventory or doc.get("inventory")
+    if source is not None and not isinstance(source, str):
+        problems.append('inventory must be a string (an Ansible inventory, relative to the workspace)')
+        source = None
+    if hosts is not None:
+        source, groups = None, {}  # one host of Ansible's: no groups to check against the others
+        for name, table in hosts.items():
+            tables[name] = merged(table, tables[name]) if isinstance(tables.get(name), dict) else table
+    if source is not None and not problems:
+        from . import inventory as ansible
+
+        found = ansible.read(root / source)
+        for name, table in found.targets.items():  # a [targets.NAME] of the same name adds to the host's
+            tables[name] = merged(table, tables[name]) if isinstance(tables.get(name), dict) else table
+        for name, members in found.groups.items():
+            groups.setdefault(name, members)
     for name, table in tables.items():
         if not isinstance(table, dict):
             problems.append(f"[targets.{name}] is not a table")
             continue
+        table = merged(defaults, table)
         missing = [k for k in ("python", "package") if not isinstance(table.get(k), str)]
-        wrong = [k for k in ("ssh", "state_dir") if k in table and not isinstance(table[k], str)]
+        wrong = [k for k in ("ssh", "state_dir", "identity_file") if k in table and not isinstance(table[k], str)]
         if not _seconds(table.get("persist", 0)):
             wrong.append("persist (seconds >= 0)")
         files = table.get("files") or {}
@@ -136,22 +186,59 @@ def load(root: Path) -> Workspace:
             continue
         ssh = table.get("ssh")
         state_dir = table.get("state_dir")
+        roles = {role: _local_path(root, p, ssh) for role, p in files.items()}
+        if "unit" in roles and "dropin" not in roles:  # the host's unit is read; the patch sets' drop-in goes beside it
+            roles["dropin"] = default_dropin(roles["unit"])
         targets[name] = TargetConfig(
             name=name,
             python=_local_path(root, table["python"], ssh),
             package=table["package"],
-            files={role: _local_path(root, p, ssh) for role, p in files.items()},
+            files=roles,
             state_dir=_local_path(root, state_dir, ssh) if state_dir else None,
             ssh=ssh,
             persist=float(table.get("persist", persist if _seconds(persist) else 60)),
             vars={k: value_text(v) for k, v in values.items()},
             raw=table,
+            identity_file=table.get("identity_file"),
         )
+    for group, members in groups.items():
+        unknown = [m for m in members if m not in tables]
+        if unknown:
+            problems.append(f"group {group} names unknown target(s): {', '.join(unknown)}")
     if problems:
         raise BadInput(f"{path}: " + "; ".join(problems), "see docs/configuration.md for the keys of a target")
     wheels = doc.get("wheels")
     return Workspace(root=root, default_target=doc.get("default_target"), targets=targets,
-                     wheels=root / wheels if wheels else None)
+                     wheels=root / wheels if wheels else None, groups=groups)
+
+
+def merged(base: dict, over: dict) -> dict:
+    """`over` on top of `base`: tables merge key by key (vars, files, service and its smoke), a
+    value of `over` replaces the one of `base`."""
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def _groups(table: object) -> tuple[dict[str, tuple[str, ...]], list[str]]:
+    """[groups]: name = ["target", ...]."""
+    if table is None:
+        return {}, []
+    if not isinstance(table, dict):
+        return {}, ["[groups] must be a table of name = [\"target\", ...]"]
+    groups, problems = {}, []
+    for name, members in table.items():
+        if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
+            problems.append(f"[groups] {name} must be a list of target names")
+            continue
+        groups[name] = tuple(members)
+    return groups, problems
+
+
+def default_dropin(unit: str) -> str:
+    """Where the `dropin` role goes when a target maps only `unit`: <unit>.d/50-patchkeeper.conf."""
+    return unit.rstrip("/") + ".d/" + DROPIN_NAME
 
 
 def _seconds(value) -> bool:

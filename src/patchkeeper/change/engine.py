@@ -51,10 +51,12 @@ class Plan:
 
 @dataclass(frozen=True)
 class Changed:
-    """A plan carried out (or, on a dry run, the plan that would be)."""
+    """A plan carried out (or, on a dry run, the plan that would be); `exec_start` is the unit's
+    effective ExecStart after it (units.Command, or why it is not known) when it changed a role file."""
 
     plan: Plan
     dry_run: bool
+    exec_start: Any = None
 
 
 def scan_keys(target: Target, keys: Iterable[str]) -> dict[str, Entry]:
@@ -225,8 +227,11 @@ def check_fits(target: Target, sets: list[PatchSet], force: bool) -> list[str]:
                 raise Refused(msg, "use --force to apply it anyway")
             notes.append(f"warning: {msg} (--force)")
         if m.kind == "role":
+            hint = (f"add unit = \"/etc/systemd/system/NAME.service\" (the host's unit; the drop-in goes beside it) "
+                    f"or dropin = \"...\" to [targets.{target.name}.files]" if m.have == "dropin" else
+                    f"add {m.have} = \"...\" to [targets.{target.name}.files]")
             raise BadInput(f"patch set {ps.ident} sets the {m.have!r} file, but target {target.name} "
-                           f"has no such role", f"add {m.have} = \"...\" to [targets.{target.name}.files]")
+                           f"has no such role", hint)
     for ps in sets:
         _refuse_unmanaged(info, ps)
     unsafe = patchset.unsafe_modes(sets)
@@ -403,26 +408,17 @@ def _backups(ops: list[FileOp], hand: tuple[str, ...]) -> dict[str, str]:
 
 
 class Recorded:
-    """The last recorded state's manifest as a plan reads it: the entries of the keys it touches, and
-    its text with their planned entries. From the state's stored text alone where that text allows
-    (manifest_text.lines: a few bisections and one join; parsing all of sglang's 5,800 rows and
-    writing them again took about 20 ms of a fresh process) and the agent reads it in this process;
-    else from the whole manifest (an agent over a connection sends its rows compressed, where the
-    text would cross it whole). Before any baseline: the files as they are."""
+    """The last recorded state's manifest as a plan reads it (before any baseline: the files as
+    they are), loaded when first asked for."""
 
     def __init__(self, s: Session) -> None:
         self._ledger = s.ledger
         self._manifest: Manifest | None = None
-        self._lines: list[bytes] | None = None
         current = s.ledger.current()
         moved = s.installation() if current is not None else None
         if current is None or (moved is not None and moved.kind == "version"):  # (a dry run: no baseline yet)
             self._manifest = scan_all(s.target)
             current = State.make(s.target.hash_bytes(self._manifest.to_text()), (), "baseline")
-        elif s.target.agent.concurrent:  # (the contract's: an agent in this process)
-            from ..host import manifest_text
-
-            self._lines = manifest_text.lines(s.target.agent.store_get(s.target.info.store, current.manifest))
         self.state: State = current
 
     def manifest(self) -> Manifest:
@@ -432,22 +428,11 @@ class Recorded:
 
     def entries(self, keys: Iterable[str]) -> dict[str, Entry | None]:
         """The recorded entry of each key (None: not recorded)."""
-        if self._lines is None:
-            manifest = self.manifest()
-            return {k: manifest.get(k) for k in keys}
-        from ..host import manifest_text
-
-        return {k: None if row is None else Entry.of(row) for k, row in manifest_text.lookup(self._lines, list(keys)).items()}
+        manifest = self.manifest()
+        return {k: manifest.get(k) for k in keys}
 
     def changed(self, planned: Mapping[str, Entry | None]) -> bytes:
         """The text of the manifest with `planned`'s entries (None: the file is removed)."""
-        if self._lines is not None:
-            from ..host import manifest_text
-
-            text = manifest_text.splice(self._lines, {k: None if e is None else (e.digest, e.size, e.mode)
-                                                      for k, e in planned.items()})
-            if text is not None:
-                return text
         return self.manifest().replace(planned).to_text()
 
 
@@ -563,6 +548,7 @@ def plan_rollback(s: Session, spec: str) -> Plan | None:
     refuse_other_release(s, goal)
     to_goal, to_recorded = compare(target, goal.manifest, current.manifest)
     hand = _kinds(to_recorded)  # changed by hand since the last transaction: backed up, then named
+    notes = _keep_host_unit(target, to_goal, to_recorded, hand)
     ops = [FileOp(k, target.info.path_of(k), actual, want) for k, (want, actual) in to_goal.items()]
     env_ops = repair.environment_ops(target, ledger, upto)  # files repairs changed outside the package
     _refuse_escaping(target, [op.key for op in ops if not op.key.startswith(ROLE_PREFIX)], "the rollback writes")
@@ -593,28 +579,24 @@ def plan_rollback(s: Session, spec: str) -> Plan | None:
                         changed=differences({op.key: op.old for op in ops if op.old},
                                             {op.key: op.new for op in ops if op.new}),
                         hand_edits=tuple(hand), extra=extra)
-    return Plan(tuple(ops), {}, entry, tuple(hand))
+    return Plan(tuple(ops), {}, entry, tuple(hand), tuple(notes))
 
 
-def begin_fingerprint(s: Session) -> None:
-    """Begin taking the environment fingerprint of the change this session is about to plan, so that
-    it overlaps the planning too (on the other CPU, where the agent runs in this process); the next
-    `execute` records it. Nothing in the environment changes meanwhile: planning changes no file."""
-    if s.fingerprint is None:
-        s.fingerprint = environment.taking(s.target, None)
+def _keep_host_unit(target: Target, to_goal: dict[str, Any], to_recorded: dict[str, Any],
+                    hand: dict[str, str]) -> list[str]:
+    """The host's unit (role `unit`) is written back only to undo what a transaction did to it (a patch
+    set of the old style that wrote the whole unit): a hand edit alone is the host's, and stays."""
+    key = ROLE_PREFIX + "unit"
+    if key not in to_goal or key not in to_recorded or to_recorded[key][0] != to_goal[key][0]:
+        return []
+    del to_goal[key]
+    hand.pop(key, None)
+    return [f"note: the host's unit {target.info.path_of(key)} differs from the recorded state (edited on the host); "
+            "left as it is: patchkeeper writes it only to undo its own changes (`patchkeeper snapshot` records it)"]
 
 
 def execute(s: Session, plan: Plan) -> None:
-    """Carry out a plan; its ledger entry keeps the environment fingerprint it was made in (taken
-    while the transaction stages its files, and in the entry before the commit point)."""
-    alongside = [op.path for op in plan.ops]
-    fingerprint = s.fingerprint
-    s.fingerprint = None
-    if fingerprint is None:
-        fingerprint = environment.taking(s.target, alongside)
-    else:
-        fingerprint.before(alongside)
-    try:
-        transaction.carry_out(s.ledger, list(plan.ops), plan.contents, plan.entry, fingerprint.record)
-    finally:
-        fingerprint.abandon()  # refused or failed before its commit point: the fingerprint is not needed
+    """Carry out a plan; its ledger entry keeps the environment fingerprint it was made in (in the
+    entry before the commit point: environment.recording)."""
+    record = environment.recording(s.target, [op.path for op in plan.ops])
+    transaction.carry_out(s.ledger, list(plan.ops), plan.contents, plan.entry, record)

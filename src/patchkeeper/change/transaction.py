@@ -16,6 +16,7 @@ finishes the transaction once it is gone, backing up first any file changed by h
 
 from __future__ import annotations
 
+import hashlib
 import json
 import posixpath
 from dataclasses import dataclass, replace
@@ -25,10 +26,15 @@ from .. import faults
 from ..errors import PatchkeeperError, Refused, StoreError, Unfinished
 from ..host.contract import AgentContract, ScanRequest
 from ..host.disk import STAGE_PREFIX
+from ..host.shapes import ENV as ENV_PREFIX
+from ..host import shapes
 from ..host.errors import AgentError
 from ..records.ledger import ApplyExtra, Extra, Ledger, LedgerEntry, RollbackExtra
 from ..records.ledger_index import CREATED_DIRS
 from ..records.manifest import Entry
+
+
+NAME_MAX = 255  # bytes in one file name (Linux, every common file system)
 
 
 class JournalDamaged(StoreError):
@@ -45,8 +51,14 @@ class FileOp:
     new: Entry | None  # what will be there (None: removed)
 
     def stage_path(self, tx_id: str) -> str:
+        """Where the new bytes wait beside the file: .pk-stage-<tx id>-<its name>, or, where that would
+        pass NAME_MAX (255 bytes), a digest of its name in its place (the same for every reader)."""
         head, tail = posixpath.split(self.path)
-        return posixpath.join(head, f"{STAGE_PREFIX}{tx_id}-{tail}")
+        name = f"{STAGE_PREFIX}{tx_id}-{tail}"
+        if len(name.encode("utf-8", "surrogateescape")) > NAME_MAX:
+            short = hashlib.sha256(tail.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+            name = f"{STAGE_PREFIX}{tx_id}-{short}"
+        return posixpath.join(head, name)
 
     def to_dict(self) -> dict:
         return {"key": self.key, "path": self.path,
@@ -55,6 +67,12 @@ class FileOp:
 
     @classmethod
     def from_dict(cls, d: dict) -> "FileOp":
+        """An op as the journal holds it, its key, path and digests checked (shapes.Malformed)."""
+        shapes.key(d["key"], "an op's key")
+        shapes.absolute(d["path"], "an op's path")
+        for side in ("old", "new"):
+            if d[side]:
+                shapes.digest(d[side][0], f"an op's {side} digest")
         return cls(d["key"], d["path"], Entry.of(d["old"]) if d["old"] else None,
                    Entry.of(d["new"]) if d["new"] else None)
 
@@ -169,51 +187,15 @@ def _place_one(agent: AgentContract, op: FileOp, tx_id: str) -> None:
 
 
 def _place(agent: AgentContract, ops: list[FileOp], tx_id: str) -> tuple[list[FileOp], Exception | None]:
-    """Rename each stage over its destination and unlink each removed file; the ops not done, and why.
-
-    Replacing or removing a file frees its old inode, which on some file systems (ext4 with online
-    discard) waits for the journal: one wait per file, one after the other. Where the agent's calls
-    may overlap (the contract's `concurrent`: an agent in this process) the ops are handed to
-    threads, whose waits overlap (freeing 17 files here: 4 ms, not 68); each op's fault point is
-    passed in order as it is handed over, so a crash leaves any subset of them done, which recovery
-    finishes from the journal as it would a prefix. A proxy's channel carries one call at a time:
-    there they go one by one."""
-    if not agent.concurrent or len(ops) < 2:
-        for i, op in enumerate(ops):
-            try:
-                _place_one(agent, op, tx_id)
-            except (PatchkeeperError, OSError) as exc:
-                return ops[i:], exc
-            faults.point(f"placed {op.key}")
-        return [], None
-    import queue
-    import threading
-
-    todo: queue.SimpleQueue[FileOp | None] = queue.SimpleQueue()
-    failed: list[tuple[int, FileOp, Exception]] = []
-    index = {id(op): i for i, op in enumerate(ops)}
-
-    def worker() -> None:
-        while (op := todo.get()) is not None:
-            try:
-                _place_one(agent, op, tx_id)
-            except Exception as exc:  # raised in the caller's thread: a file system's refusal, or a bug
-                failed.append((index[id(op)], op, exc))
-
-    threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(8, len(ops)))]
-    for t in threads:
-        t.start()
-    for op in ops:
-        todo.put(op)
+    """Rename each stage over its destination and unlink each removed file, in order (each op's
+    fault point passed as it is done); the ops not done, and why."""
+    for i, op in enumerate(ops):
+        try:
+            _place_one(agent, op, tx_id)
+        except (PatchkeeperError, OSError) as exc:
+            return ops[i:], exc
         faults.point(f"placed {op.key}")
-    for _ in threads:
-        todo.put(None)
-    for t in threads:
-        t.join()
-    if not failed:
-        return [], None
-    failed.sort(key=lambda f: f[0])
-    return [op for _, op, _ in failed], failed[0][2]
+    return [], None
 
 
 def _unfinished(ledger: Ledger, entry: LedgerEntry, rest: list[FileOp], exc: Exception) -> Unfinished:
@@ -266,20 +248,33 @@ def recover(ledger: Ledger) -> str | None:
     target = ledger.target
     agent = target.agent
     try:
-        raw = agent.read(ledger.journal_path)
+        raw = agent.read(ledger.journal_path, owned=True)
     except FileNotFoundError:
+        return None
+    except AgentError as exc:
+        if exc.kind != "untrusted":
+            raise
+        from ..records.ledger import warn_untrusted
+
+        warn_untrusted(target.name, "journal", {ledger.journal_path: exc.message.rpartition(": ")[2]})
         return None
     try:
         journal = json.loads(raw)
         ops = [FileOp.from_dict(d) for d in journal["ops"]]
         entry = LedgerEntry.from_dict(journal["entry"])
         tx = journal["id"]
+        if tx != entry.id:
+            raise ValueError(f"its id {tx!r} is not its entry's ({entry.id})")
         if journal["status"] not in ("prepared", "committed"):
             raise ValueError(f"unknown status {journal['status']!r}")
+        for op in ops:  # only the files of this target's package, role files and repairs
+            if op.path != _path_of(target, op.key):
+                raise ValueError(f"its op for {op.key!r} names another path than that file's on the target: "
+                                 f"{op.path!r}")
     except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
         raise JournalDamaged(
             f"the journal of target {target.name} ({ledger.journal_path}) is damaged "
-            f"({type(exc).__name__}: {str(exc)[:120]}): the interrupted transaction it describes can be "
+            f"({type(exc).__name__}: {str(exc)[:240]}): the interrupted transaction it describes can be "
             "neither finished nor undone from it",
             f"move it aside (mv {ledger.journal_path} {ledger.journal_path}.damaged); then `patchkeeper status` "
             "lists the files that differ from the recorded state, and `patchkeeper rollback --to "
@@ -313,6 +308,17 @@ def recover(ledger: Ledger) -> str | None:
     saved = ("; changed by hand since it was interrupted, backed up first: "
              + ", ".join(f"{key} ({digest})" for key, digest in edits.items())) if edits else ""
     return f"finished transaction {tx} ({entry.command}): it had committed; the target is in its new state{saved}"
+
+
+def _path_of(target: Any, key: str) -> str | None:
+    """Where the file of a journal's op key is on the target (None: a role this target lacks)."""
+    info = target.info
+    if key.startswith(ENV_PREFIX):  # a file outside the package that a repair changed (repair.env_key)
+        return posixpath.normpath(posixpath.join(info.site, key[len(ENV_PREFIX):]))
+    try:
+        return str(info.path_of(key))
+    except KeyError:
+        return None
 
 
 def _back_up_hand_edits(ledger: Ledger, ops: list[FileOp], entry: LedgerEntry) -> tuple[LedgerEntry, dict[str, str]]:

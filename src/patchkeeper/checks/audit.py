@@ -134,8 +134,9 @@ def is_warm(target: Target) -> bool:
 
 
 def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), progress: Progress | None = None,
-        probe_timeout: float = PROBE_TIMEOUT, owners: dict[str, str] | None = None) -> AuditReport:
-    """Audit one target, opened in a Session (so an interrupted transaction was recovered first)."""
+        probe_timeout: float = PROBE_TIMEOUT, owners: dict[str, str] | None = None, rehash: bool = False) -> AuditReport:
+    """Audit one target, opened in a Session (so an interrupted transaction was recovered first);
+    `rehash`: with no cache or seal, every file read and hashed again."""
     info, agent = target.info, target.agent
     tell = progress or (lambda what, done, total: None)
     probes = check_probes(probes)
@@ -162,10 +163,11 @@ def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), pro
                 notes.append(f"{dist}: {result.note}")
 
     tag = "cpython-" + "".join(info.python_version.split(".")[:2])
-    bytecode_cache = posixpath.join(cache_dir(target), "bytecode.cache")
+    caches = None if rehash else cache_dir(target)
+    bytecode_cache = None if caches is None else posixpath.join(caches, "bytecode.cache")
     if current is None:  # no recorded state: the bytecode of the sources that differ from RECORD is recompiled
         for chunk in _chunks(others, 16):  # every distribution against its RECORD
-            record_findings(agent.audit_record(info.site, chunk, cache_dir(target)))
+            record_findings(agent.audit_record(info.site, chunk, caches))
             done += len(chunk)
             tell("distributions", done, steps)
         pyc = agent.audit_bytecode(info.site, tag, sorted({f.path for f in findings if _recompile(f)}), bytecode_cache)
@@ -177,11 +179,11 @@ def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), pro
 
         fingerprinted = environment.entry_of(ledger, current)  # the native libraries, read in the same pass
         native_sites = tuple(environment.site_dirs(target)) if fingerprinted is not None else ()
-        tree = agent.audit_tree(TreeRequest(info.store, current.manifest, scan_request(target), tag,
-                                            tuple(sorted(verify)), bytecode_cache,
-                                            posixpath.join(cache_dir(target), "tree.seal"),
-                                            tuple(others), cache_dir(target), native_sites,
-                                            environment.native_cache(target)))
+        tree = agent.audit_tree(TreeRequest(info.store, current.manifest, scan_request(target, cached=not rehash),
+                                            tag, tuple(sorted(verify)), bytecode_cache,
+                                            None if caches is None else posixpath.join(caches, "tree.seal"),
+                                            tuple(others), caches, native_sites,
+                                            None if rehash else environment.native_cache(target)))
         record_findings(tree.records)
         done += len(others)
         tell("distributions", done, steps)
@@ -296,7 +298,7 @@ def _chunks(items: list[str], n: int) -> Iterable[list[str]]:
 
 def _probe(target: Target, module: str, timeout: float) -> str | None:
     """None when `module` imports in the target's interpreter, else the exception's last line."""
-    code, out, err = target.run([target.info.python, "-c", _PROBE, module], timeout=timeout)
+    code, out, err = target.run_python(_PROBE, (module,), timeout=timeout, isolated=False, python=target.info.python)
     if code == 0:
         return None
     if code == 124 and b"timed out" in err:

@@ -79,68 +79,28 @@ def record(entry: LedgerEntry, target: Target) -> LedgerEntry:
         return replace(entry, env_error=str(exc).splitlines()[0])
 
 
-class Taking:
-    """A fingerprint being taken while a transaction goes on (`taking`); `record` waits for it."""
+def recording(target: Target, alongside: list[str]) -> Callable[[LedgerEntry], LedgerEntry]:
+    """`record` for a transaction that changes the files `alongside`, the fingerprint had as the
+    change's context: at once when the transaction changes a shared object (the fingerprint reads
+    every one, so it is taken before any file changes), else when the transaction asks, just before
+    its commit point. A fingerprint that cannot be taken does not stop the change (`env_error`)."""
+    if not changes_objects(alongside):
+        return lambda entry: record(entry, target)
+    from dataclasses import replace
 
-    def __init__(self, target: Target, alongside: list[str] | None) -> None:
-        self.target = target
-        self._doc: dict | None = None
-        self._error: BaseException | None = None
-        self._thread = None
-        self._child: Callable[..., dict] | None = None
-        if alongside is not None and changes_objects(alongside):  # a shared object changes: the fingerprint
-            self._take()  # (which reads every one) is taken before any file changes, as the change's context
-        elif target.agent.concurrent:  # an agent in this process; a proxy's channel carries one call at a time
-            from ..host.disk import fork_call
+    try:
+        data = encode(take(target))
+    except (PatchkeeperError, OSError) as exc:
+        failed = str(exc).splitlines()[0]
+        return lambda entry: replace(entry, env_error=failed)
 
-            # a process of its own on the other CPU where it can (a thread would hold the GIL against the
-            # transaction's own work), else a thread, which still overlaps the transaction's waits for the disk
-            self._child = fork_call(lambda: _beside(target))
-            if self._child is None:
-                import threading
-
-                self._thread = threading.Thread(target=self._take, daemon=True)
-                self._thread.start()
-
-    def _take(self) -> None:
-        child, self._child = self._child, None
+    def with_it(entry: LedgerEntry) -> LedgerEntry:
         try:
-            self._doc = take(self.target) if child is None else child()
-        except BaseException as exc:  # handed to `record`, in the caller's thread
-            self._error = exc
-
-    def before(self, alongside: list[str]) -> None:
-        """The transaction about to begin changes the files `alongside`: when a shared object is one
-        of them, the fingerprint (which reads every one) is had now, before any file changes, as the
-        change's context."""
-        if changes_objects(alongside) and self._doc is None and self._error is None:
-            if self._thread is not None:
-                self._thread.join()
-                self._thread = None
-            else:
-                self._take()
-
-    def abandon(self) -> None:
-        """End a fingerprint no transaction will record (the transaction failed before its commit point)."""
-        if self._child is not None:
-            child, self._child = self._child, None
-            child(abandon=True)
-
-    def record(self, entry: LedgerEntry) -> LedgerEntry:
-        """As `record(entry, target)`, with the fingerprint this began taking (or takes now)."""
-        from dataclasses import replace
-
-        if self._thread is not None:
-            self._thread.join()
-        elif self._doc is None and self._error is None:
-            self._take()
-        try:
-            if self._error is not None:
-                raise self._error
-            assert self._doc is not None
-            return replace(entry, env=self.target.agent.store_put(self.target.info.store, encode(self._doc)))
+            return replace(entry, env=target.agent.store_put(target.info.store, data))
         except (PatchkeeperError, OSError) as exc:
             return replace(entry, env_error=str(exc).splitlines()[0])
+
+    return with_it
 
 
 def changes_objects(paths: list[str]) -> bool:
@@ -148,32 +108,6 @@ def changes_objects(paths: list[str]) -> bool:
     from ..host.elf import is_candidate
 
     return any(is_candidate(posixpath.basename(p)) for p in paths)
-
-
-def _beside(target: Target) -> dict:
-    """take(target) in the process forked beside the planning (Taking). A child of fork_call splits
-    nothing, but this one's long list (every file of the other distributions: torch alone has about
-    15,000) is split with a process of its own as soon as a CPU is idle (disk.split_when_idle),
-    which is when the command has planned and waits for it."""
-    from ..host.disk import allow_split
-
-    was = allow_split(True)
-    try:
-        return take(target)
-    finally:
-        allow_split(was)  # (where the child failed, this ran in the command's own process)
-
-
-def taking(target: Target, alongside: list[str] | None) -> Taking:
-    """Begin taking the target's fingerprint for a transaction that changes the files `alongside`:
-    where the target's agent runs in this process, in a forked process on the other CPU (disk.fork_call)
-    or, where none may be forked, on a thread, so that it overlaps the transaction (and its waits for
-    the disk); else when `record` asks. It reads the environment around the
-    package (other distributions against their RECORD, the system) and every shared object below the
-    site dirs: when the transaction changes one of those, it is taken first, before any file changes.
-    `alongside` None: the files are not known yet (a command begins it before planning, as
-    engine.begin_fingerprint does); `before` is then told them before the transaction begins."""
-    return Taking(target, alongside)
 
 
 def load(target: Target, digest: str) -> dict:
@@ -238,17 +172,22 @@ def gpu_text(g: dict | None) -> str:
 
 
 def gpu_health(g: dict | None) -> list[str]:
-    """One line per GPU: bus id, name, and the retired pages / remapped rows it reports."""
+    """One line per GPU: bus id, name, and the retired pages / remapped rows / ECC counts it reports."""
     out = []
     for x in (g or {}).get("gpus") or []:
         facts = [f"{k} {' '.join(f'{n}={v}' for n, v in (x.get(k) or {}).items())}"
-                 for k in ("retired_pages", "remapped_rows") if x.get(k)]
+                 for k in ("retired_pages", "remapped_rows", "ecc") if x.get(k)]
         out.append(f"{x.get('bus_id')} {x.get('name')} {x.get('uuid')}: " + ("; ".join(facts) or "no memory health reported"))
     return out
 
 
-def _health(x: dict) -> dict:
-    return {"retired_pages": x.get("retired_pages"), "remapped_rows": x.get("remapped_rows")}
+def _health(x: dict, ecc: bool) -> dict:
+    """What a GPU's memory health is compared by; ECC (mode, uncorrectable counts) where both sides read it
+    (fingerprints taken before patchkeeper read ECC have none)."""
+    out = {"retired_pages": x.get("retired_pages"), "remapped_rows": x.get("remapped_rows")}
+    if ecc:
+        out["ecc"] = {k: v for k, v in x["ecc"].items() if k == "mode" or k.endswith("_uncorrectable")}
+    return out
 
 
 def compare(a: dict, b: dict) -> list[Change]:
@@ -342,10 +281,12 @@ def _gpu(a: dict, b: dict) -> list[Change]:
     by_uuid = {g.get("uuid"): g for g in ga}
     for g in gb:
         old = by_uuid.get(g.get("uuid"))
-        if old is not None and _health(old) != _health(g):
+        ecc = old is not None and bool(old.get("ecc")) and bool(g.get("ecc"))
+        if old is not None and _health(old, ecc) != _health(g, ecc):
             out.append(Change("gpu", g.get("uuid") or "?", "health",
                               f"{g.get('bus_id')}: retired pages {old.get('retired_pages')} -> {g.get('retired_pages')}, "
-                              f"remapped rows {old.get('remapped_rows')} -> {g.get('remapped_rows')}"))
+                              f"remapped rows {old.get('remapped_rows')} -> {g.get('remapped_rows')}"
+                              + (f", ECC {_health(old, ecc)['ecc']} -> {_health(g, ecc)['ecc']}" if ecc else "")))
     return out
 
 
@@ -367,6 +308,7 @@ def screen(name: str, fp: dict, shown: int = 8) -> list[str]:
              f"interpreter  {_interp_text(fp)}",
              f"system       {(fp.get('system') or {}).get('os')}, kernel {(fp.get('system') or {}).get('kernel')}",
              f"gpu          {gpu_text(fp.get('gpu'))}"]
+    lines += [f"  {line}" for line in gpu_health(fp.get("gpu"))]
     xid = (fp.get("gpu") or {}).get("xid")
     if xid:
         lines.append(f"             {len(xid)} recent Xid line(s) in the kernel log; last: {xid[-1]}")

@@ -13,9 +13,9 @@ def _cache(target: Target) -> str:
     return posixpath.join(target.info.state_dir, "statcache.json")
 
 
-def scan_request(target: Target) -> ScanRequest:
-    """Every managed file, with the target's own stat cache."""
-    return _scan_request(target, _cache(target))
+def scan_request(target: Target, cached: bool = True) -> ScanRequest:
+    """Every managed file, with the target's own stat cache (unless not `cached`: every file hashed)."""
+    return _scan_request(target, _cache(target) if cached else None)
 
 
 def _scan_request(target: Target, cache: str | None = None, algorithm: str | None = None) -> ScanRequest:

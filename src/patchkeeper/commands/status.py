@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..change import engine
 from ..change.session import Session
 from ..checks import audit, installed
+from ..printable import one_line
 from ..workspace import Workspace
 from . import emit_json
 
@@ -21,10 +22,16 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
             diffs = report.differences  # its one pass over the package compared it with the recorded state
         else:
             diffs = engine.drift(s.target, current.manifest)  # compared on the target: only differences travel
+        exec_start = None
+        if "unit" in s.config.files:
+            from ..checks import units
+
+            exec_start = units.on_target(s.target)
         told = installed.told(s.target, s.ledger, s.installation())
         doc = {"target": s.target.name, "host": info.host, "package": info.package, "version": info.version,
                "site": info.site, "state_dir": info.state_dir, "state": current.to_dict() if current else None,
                "differences": diffs, "unfinished": s.unfinished.message if s.unfinished else None,
+               "roles": dict(info.roles), "exec_start": _as_dict(exec_start),
                "installation": told.to_dict() if told else None}
         code = 1 if told is not None and told.trouble else 0
         if as_json:
@@ -36,11 +43,12 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
         if current is None:
             print("no recorded state: patchkeeper has not changed this target yet")
             return 0
-        print(f"state {current.id}{' (' + current.name + ')' if current.name else ''}: {current.stack_text()}")
+        print(f"state {current.id}{' (' + one_line(current.name) + ')' if current.name else ''}: {current.stack_text()}")
         for p in current.stack:
-            print(f"  {p['name']}@{p['version']}  {p['digest'][:19]}…")
+            print(f"  {one_line(p['name'])}@{one_line(p['version'])}  {p['digest'][:19]}…")
         if told is not None:
             print(("" if told.trouble else "note: ") + told.line)
+        _print_unit(s, exec_start)
         if report is not None:
             print("audit: " + report.summary())
         if not diffs:
@@ -48,7 +56,7 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
         else:
             print(f"{len(diffs)} file(s) differ from the recorded state (changed outside patchkeeper):")
             for key, kind in list(diffs.items())[:20]:
-                print(f"  {kind:8} {key}")
+                print(f"  {kind:8} {one_line(key)}")
             if len(diffs) > 20:
                 print(f"  … and {len(diffs) - 20} more")
         if told is not None and told.trouble:
@@ -66,6 +74,29 @@ def _hint(s: Session, told: installed.Told) -> str:
     names = " ".join(p["name"] for p in change.state.stack)
     return (f"`patchkeeper apply {names}` puts the patch sets' files back" if names else
             f"`patchkeeper rollback --to {change.state.id}` puts the state's files back")
+
+
+def _as_dict(command) -> dict | None:
+    if command is None:
+        return None
+    from ..checks import units
+
+    return units.as_dict(command)
+
+
+def _print_unit(s: Session, exec_start) -> None:
+    """The host's unit, the drop-in (whether it is there) and the ExecStart they make together."""
+    roles = s.config.files
+    if "unit" not in roles:
+        return
+    from ..checks import units
+
+    print(f"unit     {roles['unit']} (the host's: read, not written)")
+    if "dropin" in roles:
+        there = s.target.agent.lstat(roles["dropin"]) is not None
+        print(f"drop-in  {roles['dropin']} ({'present' if there else 'absent: the unit runs as the host wrote it'})")
+    for line in units.describe(exec_start):
+        print(line)
 
 
 def _one_doc(ws: Workspace, name: str) -> dict:

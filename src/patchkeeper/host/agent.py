@@ -11,13 +11,11 @@ import json
 import os
 import stat
 import time
-from dataclasses import replace
 from typing import Any
 
 from .disk import (
     ALGORITHM,
     TEMP_PREFIX,
-    StatCache,
     fsync_dir,
     fsync_path,
     hostname,
@@ -50,17 +48,29 @@ from .contract import (
     TreeRequest,
 )
 from . import seal
-from .distcheck import RecordSeals, check_bytecode, check_record, recompiled_sources
+from .errors import AgentError
+from .distcheck import check_bytecode, check_record
 from .distinfo import installation, installed_version, layout, record_paths
 from . import compare
 from .manifests import Manifests
 from .preflight import obstacles
 from .store import INDEX_CACHE, Store
-from .treecheck import TreeWork, run_all
+from . import treecheck
+from .statcache import StatCache, identity
 
 
 
 _DIST_INFOS: dict[tuple[Any, ...], tuple[list[str], bytes, DistInfo | None]] = {}  # Agent.dist_info's answers
+
+
+def untrusted(st: os.stat_result) -> str | None:
+    """Why a state file (a ledger entry, the journal) with this stat is not to be believed, None when
+    it is: it must belong to the user running the agent (or root) and be writable by no one else."""
+    if st.st_uid not in (os.geteuid(), 0):
+        return f"it belongs to uid {st.st_uid}"
+    if st.st_mode & 0o022:
+        return f"others may write it (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
 
 
 _DAMAGED_LOCK = {"pid": "?", "host": "?", "command": "? (its lock file is damaged)", "since": 0}
@@ -68,8 +78,6 @@ _DAMAGED_LOCK = {"pid": "?", "host": "?", "command": "? (its lock file is damage
 
 class Agent(AgentContract):
     """The near-disk half of a target; the controller calls these methods locally or over SSH."""
-
-    concurrent = True  # (the contract's) here, in the caller's process: threads and forked copies may call it
 
     def __init__(self) -> None:
         self._stores: dict[str, Store] = {}
@@ -112,8 +120,14 @@ class Agent(AgentContract):
         return os.getpid()
 
     # ---- files -------------------------------------------------------------------------
-    def read(self, path: str) -> bytes:
+    def read(self, path: str, owned: bool = False) -> bytes:
+        """A file's bytes; `owned`: only a state file to be believed (see untrusted), else AgentError
+        "untrusted" saying why."""
         with open(path, "rb") as f:
+            if owned:
+                why = untrusted(os.fstat(f.fileno()))
+                if why is not None:
+                    raise AgentError("untrusted", f"{path}: {why}")
             return f.read()
 
     def lstat(self, path: str) -> FileStat | None:
@@ -176,7 +190,7 @@ class Agent(AgentContract):
 
     def read_changed(self, directory: str, suffix: str, known: dict[str, Any]) -> ChangedFiles:
         """The files of a directory whose name ends with `suffix` that `known` (name -> the stat
-        identity the caller remembers: size, mtime_ns, ctime_ns, inode) does not describe: their
+        identity the caller remembers: statcache.identity, with the device) does not describe: their
         bytes and identity, taken before the read (None while the file is too fresh to be
         remembered: StatCache's racily-clean rule); and the known names that are gone. A file
         unchanged since the caller read it costs a stat, and none of its bytes."""
@@ -188,6 +202,7 @@ class Agent(AgentContract):
             listing = list(os.scandir(directory))
         except FileNotFoundError:
             listing = []
+        refused: dict[str, str] = {}
         for item in listing:
             name = item.name
             if not name.endswith(suffix):
@@ -198,14 +213,18 @@ class Agent(AgentContract):
                 continue
             present.add(name)
             remembered = known.get(name)
-            if remembered is not None and tuple(remembered) == (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino):
+            if remembered is not None and tuple(remembered) == identity(st):
                 continue
             with open(item.path, "rb") as f:
                 st = os.fstat(f.fileno())  # the identity of what is read, taken before it is read
+                why = untrusted(st)
+                if why is not None:
+                    refused[name] = why
+                    continue
                 files[name] = f.read()
             settled = st.st_mtime_ns < limit and st.st_ctime_ns < limit
-            identities[name] = (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino) if settled else None
-        return ChangedFiles(files, identities, tuple(sorted(set(known) - present)))
+            identities[name] = identity(st) if settled else None
+        return ChangedFiles(files, identities, tuple(sorted(set(known) - present)), refused)
 
     def rename(self, src: str, dst: str, durable: bool = True) -> None:
         """Rename; `durable=False` leaves the directory's fsync to a later sync_dirs (one per directory)."""
@@ -536,11 +555,7 @@ class Agent(AgentContract):
     @staticmethod
     def _records(site: str, dist_infos: list[str], cache_dir: str | None) -> dict[str, dict[str, Any]]:
         """check_record of each distribution, sealed in `cache_dir` (see audit_record)."""
-        seals = RecordSeals(os.path.join(cache_dir, "records.seal") if cache_dir else None)
-        try:
-            return seals.checked(site, dist_infos, cache_dir)
-        finally:
-            seals.save()
+        return treecheck.checked_records(site, dist_infos, cache_dir)
 
     def audit_installation(self, site: str, dist_info: str, cache_dir: str | None = None) -> RecordCheck:
         """The managed distribution's RECORD rows outside its package (its console scripts in bin/, the
@@ -563,95 +578,5 @@ class Agent(AgentContract):
     def audit_tree(self, request: TreeRequest) -> TreeCheck:
         """The managed package against a stored manifest, the bytecode below its site dir, the
         distributions of `request.records` against their RECORD and the native libraries (the
-        fingerprint's native part), in one pass (treecheck.py): with two CPUs, a forked process
-        shares the work from the walk on, claiming units of it as this one does; the pycs of sources
-        the comparison or a RECORD check then finds changed are judged again here, recompiled and
-        compared. With a `seal`, the tree's answer is given again while every entry it read is
-        unchanged (seal.py; the RECORD checks, from their own seals, and the native part are then
-        read here as always), and sealed anew once the scan's stat cache exists (a cold audit pays
-        no walk for it)."""
-        return self._audit_tree(request)
-
-    def _audit_tree(self, request: TreeRequest) -> TreeCheck:
-        scan, root = request.scan, request.scan.root
-        records: dict[str, Any] | None = None
-        key: tuple[Any, ...] | None = None
-        if request.seal and os.path.exists(request.seal):  # warm: the RECORD checks first, for the key
-            records = self._records(root, list(request.records), request.record_cache)
-            key = self._tree_key(request, records)
-            sealed = seal.load(request.seal, key)
-            if sealed is not None:  # the native part is no part of the tree's seal: read as always
-                native = None
-                if request.native_sites:
-                    from . import fingerprint
-
-                    native = fingerprint.native(list(request.native_sites), request.native_cache)
-                return TreeCheck.from_wire({**sealed, "records": records, "native": native})
-        taken = None
-        if request.seal and scan.cache and os.path.exists(scan.cache):  # identities first, then the reads
-            named = [p if p[:1] == "/" else f"{root}/{p}" for p in scan.paths]
-            named += [*scan.absolute.values(), self._store(request.store).loose_path(request.manifest)]
-            taken = seal.entries(root, scan.walk, named)  # the stored manifest too: never believed over it
-        expected = compare.without_install_records(self._manifests.rows(request.store, request.manifest))
-        scan = compare.in_algorithm_of(scan, expected)
-        if records is None:  # a distribution of thousands of files (torch) would be one unit alone for
-            heavy = [n for n in request.records if _record_size(root, n) > _HEAVY_RECORD]  # one CPU: it
-            first = self._records(root, heavy, request.record_cache) if heavy else {}  # is checked first,
-            light = [n for n in request.records if n not in heavy]  # split over both as audit_record's is
-        else:
-            first, light = records, []
-        libraries = (list(request.native_sites), request.native_cache) if request.native_sites else None
-        work = TreeWork(scan, self._manifests.groups(request.store, request.manifest, expected, scan.walk), request.cache_tag,
-                        list(request.verify), request.bytecode_cache, light, request.record_cache, libraries)
-        rows, checked, found, outcomes = work.merge(*run_all(work))
-        records = {name: first[name] if name in first else checked[name] for name in request.records}
-        comparison = compare.comparison(expected, rows)
-        verify = set(request.verify) | work.records_verify(records)
-        verify.update(k for k, (_, new) in comparison.pairs.items()
-                      if new is not None and k.endswith(".py") and not k.startswith(("../", "@")))
-        bytecode = BytecodeCheck.from_wire(work.bytecode(found, outcomes, verify))
-        linked, examples = _linked(root, rows)
-        answer = TreeCheck(len(rows), comparison, bytecode, linked=linked, linked_examples=examples)
-        if taken is not None and request.seal:
-            seal.save(request.seal, key or self._tree_key(request, records), taken, answer.to_wire())
-        return replace(answer, records={name: RecordCheck.from_wire(r) for name, r in records.items()},
-                       native=work.native)
-
-    @staticmethod
-    def _tree_key(request: TreeRequest, records: dict[str, Any]) -> tuple[Any, ...]:
-        """What a tree's seal is for: the scan, the manifest, and every source whose pycs are
-        recompiled (those named, and those the RECORD checks found changed)."""
-        verify = set(request.verify) | recompiled_sources(f for r in records.values() for f in r["findings"])
-        return (request.scan.to_wire(), request.store, request.manifest, request.cache_tag, tuple(sorted(verify)),
-                "linked")  # (answers sealed before they counted hard links are not given again)
-
-
-def _linked(root: str, rows: Rows) -> tuple[int, tuple[tuple[str, int], ...]]:
-    """How many of the scanned files share their inode with other files (st_nlink > 1: hard links, as
-    uv installs from its cache, where a write in place would change every linked copy), and the first
-    five with their link counts. Role files (absolute paths, not the distribution's) are left out. A
-    link count moves the file's ctime, so a sealed answer keeps its count while the seal holds."""
-    count, lstat = 0, os.lstat
-    examples: list[tuple[str, int]] = []
-    for key in rows:
-        if key[:1] == "@":
-            continue
-        try:
-            n = lstat(f"{root}/{key}").st_nlink
-        except OSError:
-            continue
-        if n > 1:
-            count += 1
-            if len(examples) < 5:
-                examples.append((key, n))
-    return count, tuple(examples)
-
-
-_HEAVY_RECORD = 256 << 10  # a RECORD this big (about 2,500 files) is checked on its own (see _audit_tree)
-
-
-def _record_size(site: str, dist_info: str) -> int:
-    try:
-        return os.stat(os.path.join(site, dist_info, "RECORD")).st_size
-    except OSError:
-        return 0
+        fingerprint's native part), with one walk of the package (treecheck.check)."""
+        return treecheck.check(request, self._manifests, self._store(request.store))

@@ -4,39 +4,42 @@ Standard library only (shipped to hosts)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
 from .contract import Comparison, CompareRequest, ScanRequest, ScanResult
-from .disk import (ALGORITHM, StatCache, algorithm_of, digest_files, install_records, is_managed_name, joined,
-                   split_when_idle, walk_files)
+from .disk import ALGORITHM, algorithm_of, install_records, is_managed_name, walk_files
 from .manifests import Manifests
+from .statcache import Listings, StatCache
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only
-    from typing import Any, Dict, List, Optional, Sequence, Tuple
+    from typing import Dict, List, Optional, Tuple
 
     from .contract import Rows
-    from .disk import Digests
 
 
-def scan(request: ScanRequest, ordered: bool = True, expected: Optional[Rows] = None) -> ScanResult:
+def scan(request: ScanRequest, ordered: bool = True, pycs: Optional[List[Tuple[str, bool]]] = None,
+         stats: Optional[Dict[str, os.stat_result]] = None, listings: Optional[Listings] = None) -> ScanResult:
     """Digest, size and mode of the files the request names (see ScanRequest); missing paths are left
     out, unchanged files (by the stat cache) not read. Rows come sorted by key unless not `ordered`
-    (a comparison needs no order). `expected` (the recorded rows) only weighs the halves of a split:
-    a file to hash costs by its size."""
+    (a comparison needs no order). For the tree audit, the walk also appends the bytecode it passes
+    to `pycs`, each file's stat goes to `stats`, and the walked directories' listings (kept beside
+    the stat cache) are `listings`, saved by the caller."""
     root, paths, walk, absolute = request.root, request.paths, request.walk, request.absolute
     cache, algorithm = request.cache, request.algorithm or ALGORITHM
     cached = StatCache(cache)
-    listings = StatCache(cache + ".dirs") if cache else None  # each walked directory's entries
-    names = dict.fromkeys(walked for rel_dir in walk for walked in walk_files(root, rel_dir, None, listings))
+    own = listings is None
+    if own and cache:
+        listings = Listings(cache + ".dirs")  # each walked directory's entries
+    names = dict.fromkeys(walked for rel_dir in walk for walked in walk_files(root, rel_dir, pycs, listings))
     tops = tuple(d + "/" for d in walk)
     names.update(dict.fromkeys(p for p in paths if not p.startswith(tops) and is_managed_name(p)))
     jobs: List[Tuple[str, str]] = [(rel, f"{root}/{rel}" if rel[:1] != "/" else rel) for rel in names]
     jobs.extend((key, path) for key, path in (absolute or {}).items())
-    out: Rows = {}
-    cached.take(_digests_split(jobs, cached.entries, algorithm, expected or {}), out)
+    out = cached.digests(jobs, algorithm, stats)
     cached.save()
-    if listings is not None:
+    if own and listings is not None:
         listings.save()
     return ScanResult(dict(sorted(out.items())) if ordered else out)
 
@@ -50,36 +53,9 @@ def compare_many(manifests: Manifests, request: CompareRequest) -> List[Comparis
         rows = without_install_records(manifests.rows(request.store, digest))
         asked = in_algorithm_of(request.scan, rows)
         if asked.algorithm not in scans:
-            scans[asked.algorithm] = scan(asked, False, rows).rows  # type: ignore[index]
+            scans[asked.algorithm] = scan(asked, False).rows  # type: ignore[index]
         out.append(comparison(rows, scans[asked.algorithm]))  # type: ignore[index]
     return out
-
-
-def _halfway(jobs: Sequence[tuple[str, str]], known: dict[str, tuple[Any, ...]], expected: Rows) -> int:
-    """Where to cut the jobs in two halves of about equal work: a file the stat cache knows costs an
-    lstat, one to hash about as much as hashing 50 kB more than its recorded size (unknown: 0)."""
-    weights = [1 if key in known else 1 + (expected[key][1] if key in expected else 0) // 50_000
-               for key, _ in jobs]
-    total, acc = sum(weights) / 2, 0
-    for half, weight in enumerate(weights):
-        if acc + weight > total:  # this job on the side that leaves the halves nearer
-            return half + 1 if acc + weight - total < total - acc else half
-        acc += weight
-    return len(jobs)
-
-
-def _digests_split(jobs: list[tuple[str, str]], known: dict[str, tuple[Any, ...]], algorithm: str,
-                   expected: Rows) -> Digests:
-    """disk.digest_files of the jobs; when the stat cache knows most of them (a warm scan is one lstat
-    per file), split with a forked process as soon as a CPU is idle (disk.split_when_idle; halves by
-    _halfway's weights), as git's preloaded index splits its lstat calls: the environment
-    fingerprint's process may still be working on the other CPU when a rollback's scan begins.
-    Else all of them here, where many files to hash are split by size instead (map_files: big ones
-    on threads, which a forked process does not start)."""
-    if 2 * len(known) < len(jobs):
-        return digest_files(jobs, known, algorithm, {}, True)
-    return joined(split_when_idle(lambda part: digest_files(part, known, algorithm, {}, False), jobs,
-                                  lambda rest: _halfway(rest, known, expected)))
 
 
 def in_algorithm_of(request: ScanRequest, rows: Rows) -> ScanRequest:

@@ -2,10 +2,11 @@
 
 Both sides declare it: `host.agent.Agent` (the implementation, next to the files) and
 `targets.remote_agent.AgentProxy` (the controller's end of the wire), and both return the answer
-values of this module, so a caller never knows which one it talks to. Standard library only: this
-module is shipped to the host with the agent. The conversion to and from the wire's plain data is
-here and only here: a value's `to_wire` and `from_wire`, `to_wire` for any call's arguments or
-answer, `requests_from_wire` (on the host) and `answer_from_wire` (on the controller).
+values of this module, so a caller never knows which one it talks to (the requests' classes are in
+queries.py). Standard library only: this module is shipped to the host with the agent. The
+conversion to and from the wire's plain data is here and only here: a value's `to_wire` and
+`from_wire`, `to_wire` for any call's arguments or answer, `requests_from_wire` (on the host) and
+`answer_from_wire` (on the controller, which checks each answer against this contract's types).
 """
 
 from __future__ import annotations
@@ -13,12 +14,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Dict, List, Optional, Tuple, Type, TypeVar
 
+from .queries import CompareRequest as CompareRequest  # the contract's requests, re-exported
+from .queries import ScanRequest as ScanRequest
+from .queries import TreeRequest as TreeRequest
+
 try:
     from typing import Protocol
 except ImportError:  # Python 3.7 on an old host: the contract is then documentation only
     Protocol = object  # type: ignore[assignment]
 
-Row = Tuple[str, int, int]  # (digest, size, mode) of one file, as disk.entry_row makes it
+Row = Tuple[str, int, int]  # (digest, size, mode) of one file, as StatCache.digests makes it
 Rows = Dict[str, Row]  # key -> row
 Pair = Tuple[Optional[Row], Optional[Row]]  # (recorded row, actual row), None where absent
 Finding = Tuple[str, str, str]  # (path, kind, detail)
@@ -89,17 +94,19 @@ class FileStat(Answer):
 @dataclass(frozen=True)
 class ChangedFiles(Answer):
     """The files of a directory that differ from what the caller remembers (see read_changed): their
-    bytes, their identity (size, mtime_ns, ctime_ns, inode; None: too fresh to remember), and the
-    remembered names that are gone."""
+    bytes, their identity (size, mtime_ns, ctime_ns, inode, device; None: too fresh to remember), the
+    remembered names that are gone, and the files not read because they are not to be trusted (why)."""
 
     files: Dict[str, bytes]
-    identities: Dict[str, Optional[Tuple[int, int, int, int]]]
+    identities: Dict[str, Optional[Tuple[int, int, int, int, int]]]
     gone: Tuple[str, ...] = ()
+    untrusted: Dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_wire(cls, doc: Dict[str, Any]) -> "ChangedFiles":
-        return cls(doc["files"], {name: None if i is None else (i[0], i[1], i[2], i[3])
-                                  for name, i in doc["identities"].items()}, tuple(doc.get("gone", ())))
+        return cls(doc["files"], {name: None if i is None else (i[0], i[1], i[2], i[3], i[4])
+                                  for name, i in doc["identities"].items()}, tuple(doc.get("gone", ())),
+                   dict(doc.get("untrusted") or {}))
 
 
 @dataclass(frozen=True)
@@ -217,82 +224,6 @@ class Fingerprint(Answer):
 
 
 @dataclass(frozen=True)
-class ScanRequest:
-    """Which files a scan digests: `paths` (relative to `root`) and every file below the `walk`
-    directories, plus the `absolute` key -> path extras; `cache` is the stat cache to use, and
-    `algorithm` asks for another hash than the agent's own (give it its own `cache`)."""
-
-    root: str
-    paths: Tuple[str, ...] = ()
-    walk: Tuple[str, ...] = ()
-    cache: Optional[str] = None
-    absolute: Dict[str, str] = field(default_factory=dict)
-    algorithm: Optional[str] = None
-
-    def to_wire(self) -> Dict[str, Any]:
-        return {"root": self.root, "paths": self.paths, "walk": self.walk, "cache": self.cache,
-                "absolute": self.absolute, "algorithm": self.algorithm}
-
-    @classmethod
-    def from_wire(cls, doc: Dict[str, Any]) -> "ScanRequest":
-        return cls(root=doc["root"], paths=tuple(doc.get("paths") or ()), walk=tuple(doc.get("walk") or ()),
-                   cache=doc.get("cache"), absolute=dict(doc.get("absolute") or {}), algorithm=doc.get("algorithm"))
-
-
-@dataclass(frozen=True)
-class CompareRequest:
-    """Compare the files a `scan` finds with each of the stored `manifests` (digests in `store`)."""
-
-    store: str
-    manifests: Tuple[str, ...]
-    scan: ScanRequest
-
-    def to_wire(self) -> Dict[str, Any]:
-        return {"store": self.store, "manifests": self.manifests, "scan": self.scan.to_wire()}
-
-    @classmethod
-    def from_wire(cls, doc: Dict[str, Any]) -> "CompareRequest":
-        return cls(store=doc["store"], manifests=tuple(doc["manifests"]), scan=ScanRequest.from_wire(doc["scan"]))
-
-
-@dataclass(frozen=True)
-class TreeRequest:
-    """An audit of the managed package in one pass: its files against the stored `manifest`, and
-    the bytecode below its site dir (`scan.root`) for `cache_tag`, recompiling the pycs of `verify`
-    (sources relative to the site dir) and of every source that differs; `bytecode_cache` keeps
-    clean pycs' verdicts and `seal` the whole answer while nothing it read has changed (seal.py).
-    The distributions named in `records` (dist-info names in the site dir) are checked against
-    their RECORD in the same call (audit_record, one stat cache each in `record_cache`), and the
-    sources they find changed are recompiled and compared too; with `native_sites`, the shared
-    objects below them are read as the fingerprint's native part is (its caches in `native_cache`)."""
-
-    store: str
-    manifest: str
-    scan: ScanRequest
-    cache_tag: str
-    verify: Tuple[str, ...] = ()
-    bytecode_cache: Optional[str] = None
-    seal: Optional[str] = None
-    records: Tuple[str, ...] = ()
-    record_cache: Optional[str] = None
-    native_sites: Tuple[str, ...] = ()
-    native_cache: Optional[str] = None
-
-    def to_wire(self) -> Dict[str, Any]:
-        return {"store": self.store, "manifest": self.manifest, "scan": self.scan.to_wire(),
-                "cache_tag": self.cache_tag, "verify": self.verify, "bytecode_cache": self.bytecode_cache,
-                "seal": self.seal, "records": self.records, "record_cache": self.record_cache,
-                "native_sites": self.native_sites, "native_cache": self.native_cache}
-
-    @classmethod
-    def from_wire(cls, doc: Dict[str, Any]) -> "TreeRequest":
-        return cls(doc["store"], doc["manifest"], ScanRequest.from_wire(doc["scan"]), doc["cache_tag"],
-                   tuple(doc.get("verify") or ()), doc.get("bytecode_cache"), doc.get("seal"),
-                   tuple(doc.get("records") or ()), doc.get("record_cache"), tuple(doc.get("native_sites") or ()),
-                   doc.get("native_cache"))
-
-
-@dataclass(frozen=True)
 class TreeCheck(Answer):
     """A TreeRequest's answer: the files scanned, how they differ from the manifest, the bytecode,
     each distribution of `records` against its RECORD (by dist-info name), the fingerprint's
@@ -372,20 +303,23 @@ def requests_from_wire(method: str, args: List[Any]) -> List[Any]:
 
 
 def answer_from_wire(method: str, value: Any) -> Any:
-    """A method's answer as the agent returned it, from the plain data the wire carried."""
+    """A method's answer as the agent returned it, from the plain data the wire carried, checked
+    against this contract's types (shapes.py: the controller's side only); shapes.Malformed if not."""
+    from . import shapes
+
     decode = _ANSWERS.get(method)
-    return value if decode is None else decode(value)
+    try:
+        answer = value if decode is None else decode(value)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+        raise shapes.Malformed(f"{type(exc).__name__}: {exc}"[:200]) from None
+    shapes.answer(method, answer)
+    return answer
 
 
 class AgentContract(Protocol):
     """The near-disk half of a target. Every argument and answer is plain data (str, int, bytes,
     list, tuple, dict) or a request or answer value of this module, which `to_wire` and
     `requests_from_wire` / `answer_from_wire` carry across a process boundary."""
-
-    # Whether calls may overlap: from several threads, or from a process forked from the caller's. True
-    # where the agent works in the caller's own process (host.agent.Agent); a proxy's channel carries one
-    # call at a time, and a forked copy of it would share that channel.
-    concurrent: bool = False
 
     # ---- the host ------------------------------------------------------------------------------
     def hostname(self) -> str: ...
@@ -397,7 +331,7 @@ class AgentContract(Protocol):
     def pid(self) -> int: ...
 
     # ---- files ---------------------------------------------------------------------------------
-    def read(self, path: str) -> bytes: ...
+    def read(self, path: str, owned: bool = False) -> bytes: ...
 
     def lstat(self, path: str) -> Optional[FileStat]: ...
 

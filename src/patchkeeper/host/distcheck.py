@@ -11,16 +11,17 @@ import time
 from typing import Any, Callable, Dict, Iterable, Iterator, List
 
 from . import seal
-from .disk import HASH_WORKERS, is_install_record, StatCache, feed, listing, load_cache, map_files, save_cache, split_when_idle, split_work, write_atomic
+from .disk import feed, is_install_record, listing, map_files, write_atomic
+from .statcache import Listings, StatCache, load_cache, save_cache
 from .distinfo import console_scripts, record_paths, record_rows, record_text_rows
 
-_IDENTITIES = struct.Struct("<8q")  # a pyc's identity and its source's (see VerdictCache)
+_IDENTITIES = struct.Struct("<10q")  # a pyc's identity and its source's (see VerdictCache)
+_STALE_AT = _IDENTITIES.size  # where a packed verdict says whether the pyc is stale
 
 
 def _record_digest(path: str, algo: str) -> str:
     """`algo:<urlsafe base64 without padding>`, the form RECORD files use."""
     import base64
-
     import hashlib
 
     h = hashlib.new(algo)
@@ -48,7 +49,6 @@ def _is_launcher(rest: bytes, entry_points: set[str]) -> bool:
 def record_hash(data: bytes, algo: str) -> str:
     """`algo:<urlsafe base64 without padding>` of bytes, the form RECORD files use."""
     import base64
-
     import hashlib
 
     return f"{algo}:{base64.urlsafe_b64encode(hashlib.new(algo, data).digest()).rstrip(b'=').decode()}"
@@ -117,7 +117,7 @@ def check_record(site: str, name: str, cache_dir: str | None, outside: bool = Fa
             return rel, path, algo, expected, f"unreadable: {exc.strerror}"
         return rel, path, algo, expected, digest
 
-    results = map_files(work, todo, lambda job: job[4].st_size, HASH_WORKERS, pure=True)
+    results = map_files(work, todo, lambda job: job[4].st_size)
     for job, (_, _, _, _, digest) in zip(todo, results):
         if not digest.startswith("unreadable: "):
             cache.remember(job[0], job[4], digest)
@@ -136,10 +136,9 @@ def check_record(site: str, name: str, cache_dir: str | None, outside: bool = Fa
         findings.append([rel, "changed", f"differs from RECORD ({expected.partition(':')[0]}, {size} bytes)"])
     cache.save()
     if cache.path and not os.path.exists(cache.path):  # an audit has run here: status may audit cheaply
-        os.makedirs(os.path.dirname(cache.path), exist_ok=True)
-        write_atomic(cache.path, b"{}")
+        os.makedirs(os.path.dirname(cache.path), mode=0o700, exist_ok=True)
+        write_atomic(cache.path, b"{}", 0o600)
     return {"files": checked, "findings": sorted(findings)}
-
 
 def _outside_rows(record: str) -> Iterator[tuple[str, str, str, int | None]]:
     """RECORD's rows outside the package, as record_rows gives them: the lines that may be one are
@@ -151,7 +150,7 @@ def _outside_rows(record: str) -> Iterator[tuple[str, str, str, int | None]]:
             yield row
 
 
-_SEAL_FORMAT = ("pk-record-seals", 2, tuple(sys.version_info[:2]))
+_SEAL_FORMAT = ("pk-record-seals", 3, tuple(sys.version_info[:2]))
 
 
 class RecordSeals:
@@ -159,8 +158,8 @@ class RecordSeals:
     every file it read: the audit's and the fingerprint's, each in a file of its own.
 
     An answer is given again while the RECORD, the dist-info dir and every file the RECORD lists keep
-    the identity (size, mtime, ctime, inode; of the file a path resolves to, as check_record stats
-    it) they had before the check read them: one stat per file, no RECORD parsed, no cache loaded.
+    the identity (size, mtime, ctime, inode, device; of the file a path resolves to, as check_record
+    stats it) they had before the check read them: one stat per file, no RECORD parsed, no cache loaded.
     Any install, removal, rewrite or re-pointed symlink moves one of them; an answer whose files
     changed within the clock's granularity of the check is never sealed (the racily-clean rule)."""
 
@@ -172,14 +171,12 @@ class RecordSeals:
             self.seals = load_cache(path, _SEAL_FORMAT) or {}
 
     def checked(self, site: str, dist_infos: List[str], cache_dir: str | None) -> Dict[str, Dict[str, Any]]:
-        """check_record(site, name, cache_dir) of each name, sealed. Every sealed file's identity is
-        taken in one list, split over two processes as soon as a CPU is idle (disk.split_when_idle:
-        the environment fingerprint takes them beside the planning, which then waits for it): torch
-        alone lists about 15,000 files."""
+        """check_record(site, name, cache_dir) of each name, sealed (every sealed file's identity
+        is taken in one list: torch alone lists about 15,000 files)."""
         dirs = [os.path.join(site, name) for name in dist_infos]
         sealed = [self.seals.get(d) for d in dirs]
         paths = [p for entry in sealed if entry is not None for p in entry[0].split("\0")]
-        ids = b"".join(split_when_idle(lambda part: seal.stat_identities(part, os.stat), paths))
+        ids = seal.stat_identities(paths, os.stat)
         out: Dict[str, Dict[str, Any]] = {}
         at = 0
         for name, entry in zip(dist_infos, sealed):
@@ -241,10 +238,10 @@ def _pyc_source(rel: str, cache_tag: str) -> tuple[str, int] | None:
 
 
 def _walk_pyc(root: str, skip: frozenset[str] = frozenset(),
-              listings: StatCache | None = None) -> Iterator[tuple[str, bool]]:
+              listings: Listings | None = None) -> Iterator[tuple[str, bool]]:
     """(relative path, in __pycache__) of every .pyc below root, streamed directory by directory;
     the top-level directories in `skip` are left out (a scan already walked them). `listings`
-    remembers directories' entries by their stat identity (disk.listing)."""
+    remembers directories' entries by their stat identity (disk.listing: statcache.Listings)."""
     stack = [d for d in _top_entries(root) if d not in skip] if skip else [""]  # skip: see _top_pycs
     while stack:
         rel_dir = stack.pop()
@@ -299,11 +296,10 @@ def check_bytecode(site: str, cache_tag: str, verify: list[str], cache_path: str
     """See Agent.audit_bytecode: every pyc below `site` judged, its verdict cache (`cache_path`)
     and its walked directories' listings (beside it, `.dirs`) saved."""
     cache = VerdictCache(cache_path)
-    listings = StatCache(cache_path + ".dirs") if cache_path else None
+    listings = Listings(cache_path + ".dirs") if cache_path else None
     found = list(_walk_pyc(site, listings=listings))
     judge = _judge(site, cache_tag, frozenset(verify), {}, cache)
-    outcomes = [o for part in split_work(lambda part: [judge(rel, in_cache) for rel, in_cache in part], found)
-                for o in part]
+    outcomes = [judge(rel, in_cache) for rel, in_cache in found]
     if listings is not None:
         listings.save()
     return _tally(found, outcomes, cache)
@@ -311,16 +307,16 @@ def check_bytecode(site: str, cache_tag: str, verify: list[str], cache_path: str
 
 class VerdictCache(StatCache):
     """The verdicts of clean pycs (not a finding: they run their source's code, or are stale), each
-    kept while the pyc and its source keep their identity: (size, mtime_ns, ctime_ns, inode) of both,
+    kept while the pyc and its source keep their identity: (size, mtime_ns, ctime_ns, inode, device) of both,
     then whether it is stale, packed (a few thousand are read and written as one marshal string each,
     where tuples of big ints took several times longer)."""
 
-    FORMAT = ("pk-pyc-verdicts", 1, sys.version_info[:2])
+    FORMAT = ("pk-pyc-verdicts", 2, sys.version_info[:2])
 
 
 def _judge(site: str, cache_tag: str, deep: frozenset[str], stats: Dict[str, os.stat_result],
            cache: StatCache) -> Callable[[str, bool], Any]:
-    """The function giving one pyc's outcome, computed only: it may run in a forked process."""
+    """The function giving one pyc's outcome (its verdict is remembered by _tally)."""
     known_verdicts: Dict[str, Any] = cache.entries  # (VerdictCache: packed identities)
     limit = cache.started_ns - cache.GRANULARITY_NS  # a verdict is remembered only for files older than this
     pack = _IDENTITIES.pack
@@ -344,9 +340,9 @@ def _judge(site: str, cache_tag: str, deep: frozenset[str], stats: Dict[str, os.
                 pst, head = _stat_and_head(pyc)
         except (FileNotFoundError, NotADirectoryError):
             return ("orphan",)  # a __pycache__ entry without source is never imported
-        ids = pack(pst.st_size, pst.st_mtime_ns, pst.st_ctime_ns, pst.st_ino,
-                   st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-        if hit is not None and hit[:64] == ids:
+        ids = pack(pst.st_size, pst.st_mtime_ns, pst.st_ctime_ns, pst.st_ino, pst.st_dev,
+                   st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
+        if hit is not None and hit[:_STALE_AT] == ids:
             return ("hit",)
         verdict = _pyc_verdict(pyc, f"{site}/{src_rel}", st, opt, compare, head)
         keep = None
@@ -359,7 +355,7 @@ def _judge(site: str, cache_tag: str, deep: frozenset[str], stats: Dict[str, os.
 
 
 def _tally(found: list[tuple[str, bool]], outcomes: list[Any], cache: StatCache) -> dict[str, Any]:
-    """The counts and findings of the pycs' outcomes, and the verdict cache saved (here, never in a child)."""
+    """The counts and findings of the pycs' outcomes, and the verdict cache saved."""
     findings: list[list[str]] = []
     pycs = orphans = stale = 0
     known_verdicts = cache.entries
@@ -375,7 +371,7 @@ def _tally(found: list[tuple[str, bool]], outcomes: list[Any], cache: StatCache)
         elif kind == "hit":
             hit = known_verdicts[rel]
             cache.fresh[rel] = hit
-            stale += hit[64]
+            stale += hit[_STALE_AT]
         else:
             verdict, keep = outcome[1], outcome[2]
             if verdict is None or verdict == "stale":

@@ -13,7 +13,8 @@ import stat
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from . import elf
-from .disk import ALGORITHM, STAGE_PREFIX, TEMP_PREFIX, StatCache, hash_file, normalize_name
+from .disk import ALGORITHM, STAGE_PREFIX, TEMP_PREFIX, hash_file, normalize_name
+from .statcache import StatCache
 from .distcheck import RecordSeals
 
 SITE_TOKEN = "$SITE/"
@@ -326,7 +327,7 @@ def _text(node: Any, path: str) -> Optional[str]:
 
 
 def parse_nvidia_smi(xml: bytes) -> Dict[str, Any]:
-    """Driver, CUDA, and per GPU: name, UUID, bus id, memory total, retired pages, remapped rows."""
+    """Driver, CUDA, and per GPU: name, UUID, bus id, memory total, retired pages, remapped rows, ECC."""
     import xml.etree.ElementTree as ET
 
     try:
@@ -351,8 +352,29 @@ def parse_nvidia_smi(xml: bytes) -> Dict[str, Any]:
                                       ("failure", _text(g, "remapped_rows/remapped_row_failure"))) if v is not None}
         if remapped:
             row["remapped_rows"] = remapped
+        ecc = _ecc(g)
+        if ecc:
+            row["ecc"] = ecc
         gpus.append(row)
     return {"driver": _text(root, "driver_version"), "cuda": _text(root, "cuda_version"), "gpus": gpus}
+
+
+def _ecc(g: Any) -> Dict[str, str]:
+    """ECC mode and the volatile / aggregate error counts, correctable and uncorrectable (DRAM and SRAM summed)."""
+    out: Dict[str, str] = {}
+    mode = _text(g, "ecc_mode/current_ecc")
+    if mode is not None:
+        out["mode"] = mode
+    for scope in ("volatile", "aggregate"):
+        counters = g.find(f"ecc_errors/{scope}")
+        if counters is None:
+            continue
+        for kind in ("correctable", "uncorrectable"):
+            values = [(c.text or "").strip() for c in counters
+                      if c.tag.endswith(f"_{kind}") or c.tag.startswith(f"sram_{kind}_")]
+            if values and all(v.isdigit() for v in values):
+                out[f"{scope}_{kind}"] = str(sum(int(v) for v in values))
+    return out
 
 
 def xid_lines(records: Iterable[str]) -> List[str]:

@@ -1,12 +1,13 @@
 """A tree's seal: the stat identity of every entry one audit of a site dir read, with its answer.
 
-A warm audit whose inputs are all as they were gives the answer again after one lstat per entry:
+A warm audit whose inputs are all as they were gives the answer again after one lstat per entry
+(an entry's identity: size, mtime, ctime, inode and device, statcache.identity's):
 no listing, no digest, no manifest, no bytecode header is read. The entries are every directory
 below the site dir (adding, removing or renaming an entry moves its mtime and ctime), every file
 the scan digests, every .py and .pyc (the bytecode check's inputs) and the paths named outside it
 (the role files, and the stored manifest the files are compared with). Identities are taken before the audit reads anything, so a change made while it runs shows as a
 new identity next time. A seal is only written when every entry is older than the file system's
-timestamp granularity (the racily-clean rule of disk.StatCache) and none is a symlink (whose
+timestamp granularity (the racily-clean rule of statcache.StatCache) and none is a symlink (whose
 target could change behind an unchanged link); anything else simply leaves no seal.
 Standard library only (shipped to hosts with the agent).
 """
@@ -20,24 +21,21 @@ import sys
 import time
 from array import array
 
-from .disk import StatCache, reading_cache, split_work, write_atomic
+from .disk import write_atomic
+from .statcache import StatCache, read_cache
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only (typing costs a command's start about 10 ms)
     from typing import Any, Callable, Iterable, List, Optional, Tuple
 
-FORMAT = ("pk-seal", 1, tuple(sys.version_info[:2]))
-_ABSENT = (-1, 0, 0, 0)
-
-
-def identities(paths: List[str]) -> bytes:
-    """(size, mtime_ns, ctime_ns, inode) of each path, packed; an absent path packs as _ABSENT.
-    A long list is split over two processes where that helps (disk.split_work)."""
-    return b"".join(split_work(stat_identities, paths))
+FORMAT = ("pk-seal", 2, tuple(sys.version_info[:2]))
+_ABSENT = (-1, 0, 0, 0, 0)
+WIDTH = len(_ABSENT)  # numbers per identity
 
 
 def stat_identities(paths: Iterable[str], stat_of: Optional[Callable[[str], os.stat_result]] = None) -> bytes:
-    """As identities, in this process, by `stat_of` (os.lstat; os.stat to follow links)."""
+    """(size, mtime_ns, ctime_ns, inode, device) of each path, packed, by `stat_of` (os.lstat; os.stat
+    to follow links); an absent path packs as _ABSENT."""
     stat_of = stat_of or os.lstat
     out: List[int] = []
     extend = out.extend
@@ -47,7 +45,7 @@ def stat_identities(paths: Iterable[str], stat_of: Optional[Callable[[str], os.s
         except OSError:  # absent (or unreadable): never equal to an identity a file had
             extend(_ABSENT)
             continue
-        extend((st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
+        extend((st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev))
     return array("q", out).tobytes()
 
 
@@ -55,21 +53,20 @@ def settled(ids: bytes, started_ns: int) -> bool:
     """Whether every identity of `ids` (from stat_identities) is older than the clock granularity
     before `started_ns`: only then may an answer derived from those files be remembered."""
     values = array("q", ids)
-    newest = max((max(values[i + 1], values[i + 2]) for i in range(0, len(values), 4)), default=0)
+    newest = max((max(values[i + 1], values[i + 2]) for i in range(0, len(values), WIDTH)), default=0)
     return newest + StatCache.GRANULARITY_NS < started_ns
 
 
 def load(path: str, key: Any) -> Optional[Any]:
     """The answer sealed at `path` for `key` when every entry is as it was, else None."""
-    reading_cache(path)
+    data = read_cache(path)  # None: absent, or not to be trusted
     try:
-        with open(path, "rb") as f:
-            stamp, sealed_key, names, ids, answer = marshal.loads(f.read())
-    except (OSError, ValueError, EOFError, TypeError):  # absent, damaged or not ours: no seal
+        stamp, sealed_key, names, ids, answer = marshal.loads(data)  # type: ignore[arg-type]
+    except (ValueError, EOFError, TypeError):  # absent, damaged or another version's: no seal
         return None
     if stamp != FORMAT or sealed_key != key:
         return None
-    return answer if identities(names.split("\0")) == ids else None
+    return answer if stat_identities(names.split("\0")) == ids else None
 
 
 def entries(root: str, walk: Tuple[str, ...], named: Iterable[str]) -> Optional[Tuple[List[str], bytes]]:
@@ -85,7 +82,7 @@ def entries(root: str, walk: Tuple[str, ...], named: Iterable[str]) -> Optional[
     def note(path: str, st: os.stat_result) -> None:
         nonlocal newest
         paths.append(path)
-        ids.extend((st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
+        ids.extend((st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev))
         newest = max(newest, st.st_mtime_ns, st.st_ctime_ns)
 
     try:
@@ -115,11 +112,11 @@ def entries(root: str, walk: Tuple[str, ...], named: Iterable[str]) -> Optional[
 
 
 def save(path: str, key: Any, sealed: Tuple[List[str], bytes], answer: Any) -> None:
-    """Write a seal (not durably: a lost seal only costs one full audit)."""
+    """Write a seal (0600, not durably: a lost seal only costs one full audit)."""
     names, ids = sealed
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        write_atomic(path, marshal.dumps((FORMAT, key, "\0".join(names), ids, answer)), 0o644, durable=False)
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        write_atomic(path, marshal.dumps((FORMAT, key, "\0".join(names), ids, answer)), 0o600, durable=False)
     except OSError:
         pass  # a seal that cannot be written only costs time
 

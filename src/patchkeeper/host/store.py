@@ -8,8 +8,8 @@ import sys
 import time
 
 from .errors import AgentError
-from .disk import (TEMP_PREFIX, StatCache, algorithm_of, discard, hash_bytes, load_cache, remove_stale_temps,
-                   save_cache, write_atomic)
+from .disk import TEMP_PREFIX, algorithm_of, discard, hash_bytes, remove_stale_temps, write_atomic
+from .statcache import StatCache, identity, load_cache, save_cache
 
 TEMP_PACK = ".tmp-"  # a pack being written: .tmp-<pid>-<ns>
 INDEX_CACHE = "pack-cache"  # beside the store: each pack index's rows as marshal (_read_index)
@@ -74,7 +74,7 @@ class Store:
         from the JSON and copied. An index is written once, by rename, and never changed in place;
         as StatCache does, a copy is made only of a file older than the clock's granularity."""
         st = os.stat(path)
-        stamp = [_INDEX_FORMAT, [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]]
+        stamp = [_INDEX_FORMAT, list(identity(st))]
         cache = os.path.join(os.path.dirname(self.root), INDEX_CACHE, os.path.basename(path) + ".marshal")
         idx = load_cache(cache, stamp)
         if idx is not None:
@@ -104,13 +104,13 @@ class Store:
         return self._loose(digest)
 
     def identity(self, digest: str) -> list[int] | None:
-        """(size, mtime, ctime, inode) of a loose object's file, None when it is not one: what a
-        cache derived from the object checks before it is believed."""
+        """The stat identity (statcache.identity) of a loose object's file, None when it is not one:
+        what a cache derived from the object checks before it is believed."""
         try:
             st = os.stat(self._loose(digest))
         except FileNotFoundError:
             return None
-        return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+        return list(identity(st))
 
     def damage(self) -> list[str]:
         """What is visibly broken in the store's layout: a pack without its index, or the reverse."""

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import NotInstalled, Refused, TargetError
+from ..printable import one_line
 
 if TYPE_CHECKING:
     from ..targets import Target, TargetInfo
@@ -63,19 +64,20 @@ class Change:
 
     @property
     def since(self) -> str:
-        return f"state {self.state.id} ({self.state.name or self.state.stack_text()})"
+        return f"state {self.state.id} ({one_line(self.state.name or self.state.stack_text())})"
 
     def what(self) -> str:
         """One sentence: what happened to the package since the state was recorded."""
         p, then, now = self.package, self.then, self.now
+        was, now_is = one_line(then.version), one_line(now.version)  # (the target's words: one line each)
         if self.kind == "version":
             verb = "upgraded" if _newer(now.version, then.version) else "downgraded"
-            how = f"{verb} {then.version} -> {now.version}"
+            how = f"{verb} {was} -> {now_is}"
         elif self.kind == "record":
-            return (f"{p}'s RECORD no longer lists the files of {p} {now.version} as it did when {self.since} was "
+            return (f"{p}'s RECORD no longer lists the files of {p} {now_is} as it did when {self.since} was "
                     f"recorded ({then.rows} rows of the release's files then, {now.rows} now)")
         else:
-            how = "reinstalled" + (f" by {now.installer} (by {then.installer} before)"
+            how = "reinstalled" + (f" by {one_line(now.installer)} (by {one_line(then.installer)} before)"
                                    if now.installer != then.installer and then.installer and now.installer else "")
         return f"{p} was {how} outside patchkeeper since {self.since}"
 
@@ -160,29 +162,30 @@ def state_version(ledger: Ledger, state: State) -> str | None:
 def removed(target: Target, exc: NotInstalled) -> TargetError:
     """The error for a managed package that is not installed, naming the state it was removed
     since and pinning the release that state needs (read from the newest entries of its ledger)."""
+    from .ledger import LedgerEntry
+
     agent, ledger_dir = target.agent, posixpath.join(exc.state_dir, "ledger")
     try:
         names = sorted((n for n in agent.listdir(ledger_dir) if n.endswith(".json")), reverse=True)
     except (OSError, TargetError):
         return exc
-    state, version = None, None
+    state: State | None = None
+    version = None
     for name in names[:64]:
         try:
-            doc = json.loads(agent.read(posixpath.join(ledger_dir, name)))
-        except (OSError, ValueError, TargetError):
+            entry = LedgerEntry.from_dict(json.loads(agent.read(posixpath.join(ledger_dir, name))))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, TargetError):
+            continue  # damaged: the ledger's own reading says so once the package is back
+        if entry.kind == "verify":
             continue
-        if doc.get("kind") == "verify":
-            continue
-        state = state or doc.get("after") or {}
-        version = (doc.get("installed") or {}).get("version") or (doc.get("extra") or {}).get("package_version")
+        state = state or entry.after
+        version = (entry.installed or {}).get("version") or dict(entry.extra).get("package_version")
         if version:
             break
-    if not state or not version:
+    if state is None or not version:
         return exc
     package, python = target.config.package, target.config.python
-    stack = " + ".join(f"{p.get('name')}@{p.get('version')}" for p in state.get("stack") or ()) or "no patch sets"
-    return TargetError(f"{exc.message}: {package} was removed outside patchkeeper since state {state.get('id')} "
-                       f"({state.get('name') or stack}), recorded with {package} {version}",
-                       f"install the release that state needs: {pin(python, package, str(version))}; then "
+    return TargetError(f"{exc.message}: {package} was removed outside patchkeeper since state {state.id} "
+                       f"({one_line(state.name or state.stack_text())}), recorded with {package} {one_line(str(version))}",
+                       f"install the release that state needs: {pin(python, package, one_line(str(version)))}; then "
                        "`patchkeeper status` says what to do to bring its files back")
-

@@ -7,6 +7,9 @@ from .base import Target, TargetInfo
 
 
 def open_target(config: TargetConfig) -> Target:
+    if config.connect is not None:  # a target opened another way (Ansible's connection: ansible_link.py)
+        target: Target = config.connect(config)
+        return target
     if config.ssh:
         from .ssh import SshTarget  # paramiko is imported only for remote targets
 

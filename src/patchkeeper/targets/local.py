@@ -20,7 +20,7 @@ from ..host.contract import (
     Interpreter,
     InterpreterFacts,
 )
-from ..host.disk import load_cache, save_cache, user_cache
+from ..host.statcache import identity, load_cache, save_cache, user_cache
 from ..workspace import TargetConfig
 from .base import Target, memo
 
@@ -61,32 +61,13 @@ class LocalTarget(Target):
             self._proxy = None
 
     def run(self, argv: list[str], timeout: float = 60.0, input: bytes | None = None) -> tuple[int, bytes, bytes]:
-        """Output goes to files, not pipes, so a daemon the command leaves running (a restart
-        command's service) cannot hold us; on timeout the command's whole process group is killed."""
-        import signal
-        import subprocess
-        import tempfile
-
-        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-            proc = subprocess.Popen(argv, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-                                    stdout=out, stderr=err, start_new_session=True)
-            try:
-                proc.communicate(input, timeout=timeout)
-                code, note = proc.returncode, b""
-            except subprocess.TimeoutExpired:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                proc.wait()
-                code, note = 124, f"\ntimed out after {timeout}s".encode()
-            out.seek(0)
-            err.seek(0)
-            return code, out.read(), err.read() + note
+        return run_here(argv, timeout, input)
 
     def interpreter(self) -> Interpreter:
         """As Target.interpreter, remembered per interpreter in ~/.cache/patchkeeper (the answer
         depends only on the executable and its pyvenv.cfg, whose identities key the entry)."""
+        if self.fresh:
+            return super().interpreter()
         return _remembered(self.config.python, "interpreters.marshal", "info", Interpreter, super().interpreter,
                            lambda info: "cache_tag" in info)
 
@@ -96,7 +77,7 @@ class LocalTarget(Target):
         RECORD and METADATA, which any install, removal or rewrite moves; only when every one is older
         than the clock's granularity before the answer was sought (the racily-clean rule: then each
         identity is the one the files had when they were read)."""
-        if not self.same_interpreter:
+        if not self.same_interpreter or self.fresh:
             return super().package_layout(sites, package)
         from ..host import seal
 
@@ -123,12 +104,14 @@ class LocalTarget(Target):
     def interpreter_facts(self) -> InterpreterFacts:
         """As Target.interpreter_facts, remembered per interpreter like `interpreter()` (the facts
         depend only on the executable and its pyvenv.cfg)."""
+        if self.fresh:
+            return super().interpreter_facts()
         return _remembered(self.config.python, "interpreter-facts.marshal", "facts", InterpreterFacts,
                            super().interpreter_facts)
 
 
 A = TypeVar("A", bound=Answer)
-_STAMP = ("pk-local-target", 2)  # 2: a package layout holds its installation  # the caches of interpreters and package layouts in ~/.cache/patchkeeper
+_STAMP = ("pk-local-target", 3)  # 3: a package layout holds its installation; the caches of interpreters and package layouts in ~/.cache/patchkeeper
 
 
 def _remembered(python: str, file: str, field: str, kind: type[A], compute: Callable[[], A],
@@ -160,14 +143,40 @@ def _read_cache(name: str) -> tuple[str, dict[Any, Any]]:
 
 
 def _write_cache(path: str, known: dict[Any, Any]) -> None:
-    save_cache(path, _STAMP, known, 0o600)
+    save_cache(path, _STAMP, known)
 
 
-def _identity(path: str) -> tuple[int, int, int]:
+def _identity(path: str) -> tuple[int, ...]:
     try:
         st = os.stat(path)
     except FileNotFoundError:
         if path.endswith("pyvenv.cfg"):
-            return (0, 0, 0)
+            return (0, 0, 0, 0, 0)
         raise
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
+    return identity(st)
+
+
+def run_here(argv: list[str], timeout: float = 60.0, input: bytes | None = None) -> tuple[int, bytes, bytes]:
+    """Run argv on this machine. Output goes to files, not pipes, so a daemon the command leaves
+    running (a restart command's service) cannot hold us; on timeout the command's whole process
+    group is killed."""
+    import signal
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                                stdout=out, stderr=err, start_new_session=True)
+        try:
+            proc.communicate(input, timeout=timeout)
+            code, note = proc.returncode, b""
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+            code, note = 124, f"\ntimed out after {timeout}s".encode()
+        out.seek(0)
+        err.seek(0)
+        return code, out.read(), err.read() + note

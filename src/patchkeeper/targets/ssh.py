@@ -181,7 +181,7 @@ class SshTarget(Target):
             from .persist import Holder, Unavailable
 
             try:
-                self._holder = Holder(self.name, config.ssh, config.python, self.persist)
+                self._holder = Holder(self.name, config.ssh, config.python, self.persist, config.identity_file)
             except Unavailable:
                 self._holder = None  # no safe place for its socket: connect directly
 
@@ -189,7 +189,12 @@ class SshTarget(Target):
     def endpoint(self) -> Endpoint:
         if self.config.ssh is None:  # open_target makes an SshTarget only of a target with ssh = ...
             raise BadInput(f"target {self.name} has no ssh = ... to connect to", f"set ssh in [targets.{self.name}]")
-        return resolve(self.config.ssh)
+        found = resolve(self.config.ssh)
+        if self.config.identity_file:  # an inventory's key comes before those of ~/.ssh/config
+            from dataclasses import replace
+
+            found = replace(found, identity_files=(os.path.expanduser(self.config.identity_file),))
+        return found
 
     def _held(self, call):
         """`call(holder)` through the held connection; None when it cannot be used (connect directly)."""

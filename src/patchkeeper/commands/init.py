@@ -1,0 +1,94 @@
+"""`patchkeeper init`: a new workspace (patchkeeper.toml, the shipped patch sets, snapshots/)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from ..errors import Refused
+from ..workspace import CONFIG
+
+_TOML = """\
+# A patchkeeper workspace: the targets patchkeeper changes. Every key: docs/configuration.md.
+{default}
+# inventory = "hosts.yml"                 # targets from an Ansible inventory (docs/fleet.md)
+
+[defaults]                                # what every target inherits unless it sets its own
+package = {package}
+
+[defaults.vars]                           # values for the patch sets' templates, {{{{ name }}}} in their files
+draft_model_path = "/models/Qwen3.6-27B-DFlash"   # set yours: the dflash and ddtree units load it
+
+{local}
+# An SSH target: the host needs only its Python; its key must be in ~/.ssh/known_hosts.
+# [targets.gpu1]
+# ssh = "gpu1"                            # an alias from ~/.ssh/config, or user@host[:port]
+# python = "/opt/sglang-venv/bin/python"  # on that host
+# [targets.gpu1.files]
+# unit = "/etc/systemd/system/sglang-qwen.service"
+
+# Restart and verify the service after each change; a change that fails is rolled back by itself
+# (docs/verify-and-roll-back.md). Here for every target; a [targets.NAME.service] overrides keys.
+# [defaults.service]
+# restart = "systemctl daemon-reload && systemctl restart sglang-qwen.service"
+# logs = "journalctl -u sglang-qwen.service --since @$PATCHKEEPER_SINCE --no-pager"
+# base_url = "http://127.0.0.1:30000"
+
+# Sets of targets for -g: patchkeeper apply ddtree -g gpus
+# [groups]
+# gpus = ["gpu1", "gpu2"]
+"""
+
+_LOCAL = """\
+[targets.local]
+python = {python}   # the interpreter whose site-packages holds the package
+
+[targets.local.files]
+unit = "sglang-qwen.service"              # the unit role file (relative: in this workspace); on a server /etc/systemd/system/...
+"""
+
+
+def shipped() -> Path:
+    """The patch sets that come with patchkeeper: package data of the wheel (patchkeeper/shipped),
+    or a source checkout's patchsets/ (an editable install)."""
+    from importlib import resources
+
+    packaged = resources.files("patchkeeper") / "shipped"
+    if packaged.is_dir():
+        return Path(str(packaged))
+    checkout = Path(__file__).resolve().parents[3] / "patchsets"
+    if checkout.is_dir():
+        return checkout
+    raise Refused("this installation of patchkeeper has no shipped patch sets",
+                  "reinstall it from its wheel or a checkout of its repository")
+
+
+def init(root: Path, python: str | None, package: str) -> int:
+    """Write a workspace into `root`; refuse (overwriting nothing) where one is already."""
+    there = [name for name in (CONFIG, "patchsets", "snapshots") if (root / name).exists()]
+    if there:
+        raise Refused(f"{root} already holds a workspace ({', '.join(there)}); nothing was written",
+                      "run init in an empty directory, or edit the patchkeeper.toml that is there")
+    source = shipped()
+    root.mkdir(parents=True, exist_ok=True)
+    if python is not None:
+        local = _LOCAL.format(python=json.dumps(str(Path(python).expanduser())))
+        default = 'default_target = "local"'
+    else:
+        local = "# " + _LOCAL.format(python='"/path/to/venv/bin/python"').replace("\n", "\n# ").rstrip("# ")
+        default = '# default_target = "local"                # the target of a verb given no -t'
+    text = _TOML.format(default=default, package=json.dumps(package), local=local)
+    with open(root / CONFIG, "x", encoding="utf-8") as f:  # "x": a second init racing this one loses
+        f.write(text)
+    shutil.copytree(source, root / "patchsets", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    (root / "snapshots").mkdir()
+    names = sorted(p.name for p in (root / "patchsets").iterdir() if (p / "patchset.toml").is_file())
+    print(f"wrote a workspace in {root}: {CONFIG}, patchsets/ ({', '.join(names)}), snapshots/")
+    if python is None:
+        print("next: set python = ... of a target in patchkeeper.toml (patchkeeper init --python VENV/bin/python "
+              "writes one), then `patchkeeper audit`")
+    else:
+        print("next: `patchkeeper audit`, then `patchkeeper apply NAME --dry-run` (git init here keeps each "
+              "change's history under snapshots/)")
+    return 0

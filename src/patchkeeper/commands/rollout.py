@@ -1,0 +1,212 @@
+"""A change on many targets (`apply`/`rollback` with -t A -t B, -g GROUP or --all): --serial N at a
+time, no new target started once more than --max-fail have failed; one line per target.
+
+Each target's change is the one `apply -t NAME` makes (its own session, transaction, verification
+and automatic rollback), run on a thread of a concurrent.futures pool: the work is waiting on the
+host and its service. What a change prints is kept per target (stdout and stderr are routed by
+thread while the rollout runs) and shown under its line when it did not succeed. Local targets
+change one at a time: they share this process's agent.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, TextIO
+
+from ..errors import EXIT_DIFFERS, EXIT_ROLLED_BACK, EXIT_UNFINISHED, PatchkeeperError
+from ..workspace import Workspace
+
+if TYPE_CHECKING:
+    from ..change.changes import Outcome
+    from ..change.engine import Plan
+    from ..change.session import Session
+    from ..targets import Target
+
+
+@dataclass(frozen=True)
+class Done:
+    """What a change did on one target, as its command tells a rollout."""
+
+    before: str | None  # state ids
+    after: str | None
+    changed: bool
+    verified: bool  # a [service] was restarted and verified after it
+    rolled_back: str | None = None  # the failed verification's reason, when it was rolled back
+    note: str = ""
+    plan: Plan | None = field(default=None, compare=False, repr=False)  # the plan carried out (or not: a dry run)
+    target: Target | None = field(default=None, compare=False, repr=False)  # open while its command runs
+
+    @classmethod
+    def unchanged(cls, s: Session, note: str) -> "Done":
+        current = s.ledger.current()
+        return cls(current.id if current else None, current.id if current else None, False, False, note=note)
+
+    @classmethod
+    def of(cls, s: Session, plan: Plan, outcome: Outcome, dry_run: bool, service: bool) -> "Done":
+        from ..change.aftercheck import RolledBack
+
+        before = plan.entry.before.id if plan.entry.before else None
+        if dry_run:
+            return cls(before, plan.entry.after.id, False, False, note=f"would change {len(plan.ops)} file(s)",
+                       plan=plan, target=s.target)
+        back = next((step for step in outcome.steps if isinstance(step, RolledBack)), None)
+        current = s.ledger.current()
+        return cls(before, current.id if current else None, True, service and outcome.exit_code == 0,
+                   back.report.reason if back is not None else None, f"{len(plan.ops)} file(s)", plan, s.target)
+
+
+Noted = Callable[[Done], None]
+Change = Callable[[Workspace, str, Noted], int]  # a verb on one target: its exit code
+
+
+@dataclass(frozen=True)
+class HostResult:
+    """One target's line of the report."""
+
+    name: str
+    code: int | None  # None: not attempted
+    done: Done | None
+    error: str | None
+    output: str  # what its change printed
+
+    def line(self) -> str:
+        d = self.done
+        if self.code is None:
+            return "not attempted"
+        if self.error is not None:
+            return ("UNFINISHED: " if self.code == EXIT_UNFINISHED else "refused: ") + self.error
+        if d is None:
+            return f"exit {self.code}"
+        states = f"state {d.before or '-'} -> {d.after or '-'}"
+        if self.code == EXIT_ROLLED_BACK:
+            return f"FAILED and rolled back (verification: {d.rolled_back or '?'}); back in state {d.after or '-'}"
+        if self.code == EXIT_DIFFERS:
+            return f"changed, but its verification FAILED (kept); {states}"
+        if not d.changed:
+            return f"unchanged: {d.note}" if d.before == d.after else f"dry run: {d.note}; {states}"
+        return f"{'changed and verified' if d.verified else 'changed'}: {d.note}; {states}"
+
+
+def default_serial(ws: Workspace, verify: bool) -> int:
+    """1 when a target has a [service] to verify (a failure then stops the rollout early), else all."""
+    if verify and any(t.raw.get("service") is not None for t in ws.targets.values()):
+        return 1
+    return max(len(ws.targets), 1)
+
+
+def rollout(ws: Workspace, change: Change, what: str, serial: int | None, max_fail: int, verify: bool,
+            dry_run: bool = False) -> int:
+    """`change` on every target of `ws`, `serial` at a time; the worst exit code of them. A dry run
+    changes nothing: every target at once (unless --serial), none stops the others."""
+    from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+
+    names = sorted(ws.targets)
+    if dry_run:
+        what, max_fail, verify = f"{what} (dry run)", len(names), False
+    at_once = serial if serial is not None else default_serial(ws, verify)
+    results: dict[str, HostResult] = {}
+    local = threading.Lock()
+    router = _Router(sys.stdout, sys.stderr)
+    stops = "" if dry_run else f", stopping after {max_fail + 1} failure(s)"
+    print(f"{what} on {len(names)} target(s), {at_once} at a time{stops}", flush=True)
+
+    def one(name: str) -> HostResult:
+        noted: list[Done] = []
+        buffer = router.capture()
+        try:
+            with (local if not ws.targets[name].ssh else _nothing()):
+                code, error = change(ws, name, noted.append), None
+        except PatchkeeperError as exc:
+            code, error = exc.exit_code, str(exc).splitlines()[0]
+        except OSError as exc:
+            code, error = 2, f"{exc.strerror or exc}{': ' + str(exc.filename) if exc.filename else ''}"
+        finally:
+            router.release()
+        return HostResult(name, code, noted[-1] if noted else None, error, buffer.getvalue())
+
+    failures = 0
+    pending = list(names)
+    running: dict[Future, str] = {}
+    pool = ThreadPoolExecutor(max(1, min(at_once, len(names))))
+    sys.stdout, sys.stderr = router.out, router.err
+    try:
+        while pending or running:
+            while pending and len(running) < at_once and failures <= max_fail:
+                name = pending.pop(0)
+                running[pool.submit(one, name)] = name
+            if not running:
+                break
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                name = running.pop(future)
+                try:
+                    result = future.result()
+                except Exception as exc:  # a bug: still that target's line
+                    result = HostResult(name, 2, None, f"internal error: {type(exc).__name__}: {exc}", "")
+                results[name] = result
+                failures += result.code != 0
+                _report(result, router.real_out)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        sys.stdout, sys.stderr = router.real_out, router.real_err
+    for name in pending:
+        results[name] = HostResult(name, None, None, None, "")
+        _report(results[name], sys.stdout)
+    counts = {"ok": sum(r.code == 0 for r in results.values()),
+              "failed": sum(r.code not in (0, None) for r in results.values()),
+              "not attempted": len(pending)}
+    print(f"{len(names)} target(s): " + ", ".join(f"{v} {k}" for k, v in counts.items()))
+    return max((r.code or 0 for r in results.values()), default=0)
+
+
+def _report(result: HostResult, out: TextIO) -> None:
+    out.write(f"{result.name}  {result.line()}\n")
+    if result.code not in (0, None) and result.output.strip():
+        for line in result.output.rstrip().splitlines():
+            out.write(f"    | {line}\n")
+    out.flush()
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+class _Stream(io.TextIOBase):
+    """sys.stdout or sys.stderr while a rollout runs: a thread that captures writes to its buffer."""
+
+    def __init__(self, router: "_Router", real: TextIO) -> None:
+        self._router, self._real = router, real
+
+    def write(self, text: str) -> int:
+        buffer = getattr(self._router.local, "buffer", None)
+        return (buffer or self._real).write(text)
+
+    def flush(self) -> None:
+        if getattr(self._router.local, "buffer", None) is None:
+            self._real.flush()
+
+    def isatty(self) -> bool:
+        return getattr(self._router.local, "buffer", None) is None and self._real.isatty()
+
+
+class _Router:
+    """Routes stdout and stderr by thread: a target's change writes into its own buffer."""
+
+    def __init__(self, out: TextIO, err: TextIO) -> None:
+        self.real_out, self.real_err = out, err
+        self.local = threading.local()
+        self.out, self.err = _Stream(self, out), _Stream(self, err)
+
+    def capture(self) -> io.StringIO:
+        self.local.buffer = io.StringIO()
+        return self.local.buffer
+
+    def release(self) -> None:
+        self.local.buffer = None

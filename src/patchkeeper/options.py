@@ -1,0 +1,77 @@
+"""What several verbs share on the command line (click's, as cli.py is): the workspace, -t once or
+repeated, -g, --all, a rollout's options, and a change on one target or a rollout over many."""
+
+from __future__ import annotations
+
+import click
+
+from .completion import complete_targets
+
+
+def _one(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> str | None:
+    """-t of a verb that works on one target: given twice is an error, not the last one silently."""
+    if len(value) > 1:
+        raise click.UsageError(f"{ctx.info_name} works on one target: -t given {len(value)} times "
+                               f"({', '.join(value)})")
+    return value[0] if value else None
+
+
+
+target_option = click.option("-t", "--target", multiple=True, callback=_one, shell_complete=complete_targets,
+                             help="target name from patchkeeper.toml (default: default_target)")
+targets_option = click.option("-t", "--target", "targets_", multiple=True, shell_complete=complete_targets,
+                              help="a target (default: default_target); repeat it for several")
+group_option = click.option("-g", "--group", help="the targets of a group ([groups], or an inventory's)")
+
+
+def change_options(fn):
+    """The options of a change: where (-t repeated, -g, --all), how many at a time, --dry-run, --no-verify."""
+    for option in reversed([
+        targets_option, group_option,
+        click.option("--all", "every", is_flag=True, help="every target, as a rollout (--serial, --max-fail)"),
+        click.option("--serial", type=click.IntRange(min=1), metavar="N",
+                     help="targets changed at a time (default: 1 when a target has a [service], else all)"),
+        click.option("--max-fail", type=click.IntRange(min=0), default=0, show_default=True,
+                     help="failed targets tolerated before no new target is started"),
+        click.option("--dry-run", "-n", is_flag=True, help="print the plan; change nothing"),
+        click.option("--no-verify", is_flag=True, help="do not restart and verify the target's [service] afterwards"),
+    ]):
+        fn = option(fn)
+    return fn
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="print one JSON document")
+
+
+def adopt_options(fn):
+    """--restore-pristine / --accept-edits: what to do with hand edits found before the first baseline."""
+    fn = click.option("--accept-edits", is_flag=True,
+                      help="before the first baseline: record files that differ from RECORD as they are")(fn)
+    return click.option("--restore-pristine", is_flag=True,
+                        help="before the first baseline: give files that differ from RECORD the release's bytes")(fn)
+
+
+def workspace_of(ctx: click.Context):
+    from . import workspace
+
+    root = workspace.find(ctx.obj.get("workspace"))
+    return workspace.load(root, ctx.obj.get("inventory"))
+
+
+def chosen(ctx: click.Context, targets: tuple[str, ...], group: str | None, every: bool):
+    """The workspace narrowed to -t (repeated), -g or --all; None when one target (or the default) is meant."""
+    if not every and group is None and len(targets) <= 1:
+        return None
+    if every and (targets or group):
+        raise click.UsageError("--all takes every target: no -t or -g with it")
+    return workspace_of(ctx).select(targets, group, every)
+
+
+def change(ctx, one, what, targets, group, every, serial, max_fail, dry_run, verify) -> int:
+    """A change on one target, or a rollout over those chosen."""
+    picked = chosen(ctx, targets, group, every)
+    if picked is None:
+        return one(workspace_of(ctx), targets[0] if targets else None)
+    from .commands.rollout import rollout
+
+    return rollout(picked, one, what, serial, max_fail, verify, dry_run)
