@@ -47,16 +47,22 @@ def doc(env, *args: str, check: int = 0) -> dict:
     return json.loads(env.pk(*args, "--json", check=check).stdout)
 
 
+def applied(env) -> tuple[str, str]:
+    """The current state's id and the applied set as the messages name it (ddtree@VERSION)."""
+    state = doc(env, "status")["state"]
+    return state["id"], " + ".join(f"{p['name']}@{p['version']}" for p in state["stack"])
+
+
 # ---- a reinstall of the same wheel ------------------------------------------------------------
 def test_a_reinstall_of_the_same_wheel_is_named_and_apply_puts_the_sets_files_back(env):
     env.pk("apply", "ddtree", "--no-verify")
-    applied = sglang_tree(env.venv)
-    state = doc(env, "status")["state"]["id"]
+    was = sglang_tree(env.venv)
+    state, ddtree = applied(env)
     install(env.venv, "0.5.23", "--force-reinstall")
     assert (env.site / ADDED).exists() and b"DDTREE" not in (env.site / SPEC).read_bytes()  # pip's own doing
 
-    said = f"sglang was reinstalled outside patchkeeper since state {state} (ddtree@2.0.0)"
-    back = "16 of the 18 files ddtree@2.0.0 changes are back to the release's bytes"
+    said = f"sglang was reinstalled outside patchkeeper since state {state} ({ddtree})"
+    back = f"16 of the 18 files {ddtree} changes are back to the release's bytes"
     out = env.pk("status", check=1).stdout
     assert said in out and back in out and "`patchkeeper apply ddtree` puts the patch sets' files back" in out
     assert doc(env, "status", check=1)["installation"]["change"] == "reinstalled"
@@ -74,7 +80,7 @@ def test_a_reinstall_of_the_same_wheel_is_named_and_apply_puts_the_sets_files_ba
 
     out = env.pk("apply", "ddtree", "--no-verify").stdout
     assert "putting them back" in out and f"16 file(s) changed; state {state} -> {state}" in out
-    assert sglang_tree(env.venv) == applied
+    assert sglang_tree(env.venv) == was
     out = env.pk("status").stdout
     assert "files match the recorded state" in out and "reinstalled" not in out  # the new installation recorded
     assert "already applied; nothing to do" in env.pk("apply", "ddtree", "--no-verify").stdout
@@ -85,9 +91,10 @@ def test_a_reinstall_of_the_same_wheel_is_named_and_apply_puts_the_sets_files_ba
 
 def test_a_hand_edit_of_an_applied_sets_file_is_refused_by_apply_not_called_applied(env):
     env.pk("apply", "ddtree", "--no-verify")
+    _, ddtree = applied(env)
     edit_file(env.site / SPEC, b"# mine\n")
     err = env.pk("apply", "ddtree", "--no-verify", check=2).stderr
-    assert "ddtree@2.0.0 is applied (state " in err and "but 1 of its file(s) no longer hold what the state" in err
+    assert f"{ddtree} is applied (state " in err and "but 1 of its file(s) no longer hold what the state" in err
     assert "(edited by hand?): " + SPEC in err and "--force" in err
     out = env.pk("apply", "ddtree", "--force", "--no-verify").stdout
     assert "backup of " + SPEC in out and b"DDTREE" in (env.site / SPEC).read_bytes()
@@ -96,9 +103,9 @@ def test_a_hand_edit_of_an_applied_sets_file_is_refused_by_apply_not_called_appl
 # ---- another release over a state, and back -----------------------------------------------------
 def test_another_release_over_a_state_is_named_and_a_rollback_across_it_refused(env, pristine_venv):
     env.pk("apply", "ddtree", "--no-verify")
-    state = doc(env, "status")["state"]["id"]
+    state, ddtree = applied(env)
     install(env.venv, "0.5.22")
-    said = f"sglang was downgraded 0.5.23 -> 0.5.22 outside patchkeeper since state {state} (ddtree@2.0.0)"
+    said = f"sglang was downgraded 0.5.23 -> 0.5.22 outside patchkeeper since state {state} ({ddtree})"
     assert said in env.pk("status", check=1).stdout
     assert said in doc(env, "audit", check=1)["summary"]
     assert said in env.pk("diff", check=1).stdout
