@@ -9,8 +9,8 @@ import time
 from typing import Any, Dict, Iterator, List
 
 from . import seal
-from .disk import feed, is_install_record, listing, map_files, write_atomic
-from .statcache import Listings, StatCache, load_cache, save_cache
+from .disk import feed, is_install_record, map_files, write_atomic
+from .statcache import StatCache, load_cache, save_cache
 from .distinfo import console_scripts, record_identity, record_paths, record_rows, record_text_rows
 
 
