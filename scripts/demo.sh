@@ -24,6 +24,7 @@ step $PK rollback --to baseline
 step $PK status
 step $PK log
 [ "$(digest)" = "$installed" ]
-cmp .demo/systemd/sglang-qwen.service demo/sglang-qwen.service
+cmp .demo/systemd/sglang-qwen.service demo/sglang-qwen.service  # the host's unit: never written
+[ ! -e .demo/systemd/sglang-qwen.service.d/50-patchkeeper.conf ]  # the drop-in: gone with the rollback
 printf '\ndemo done: the target is byte for byte back at its baseline\n'
 printf 'run it yourself: .venv/bin/patchkeeper status (or `source .venv/bin/activate`, then patchkeeper ...)\n'

@@ -35,6 +35,34 @@ def _isolated_home(tmp_path_factory, monkeypatch):
     end_holders(runtime / "patchkeeper")
 
 
+def _runs_patchkeeper(args) -> bool:
+    argv = [str(a) for a in args] if isinstance(args, (list, tuple)) else str(args).split()
+    return any(argv[i:i + 2] == ["-m", "patchkeeper"] for i in range(len(argv))) or \
+        any(a.endswith("/patchkeeper") for a in argv[:1])
+
+
+def _scan_for_traceback(args, stderr) -> None:
+    text = stderr.decode(errors="replace") if isinstance(stderr, bytes) else stderr or ""
+    if "Traceback (most recent call last)" in text:
+        pytest.fail(f"a traceback reached the user of `{' '.join(map(str, args))}`:\n{text}")
+
+
+@pytest.fixture(autouse=True)
+def _no_traceback(monkeypatch):
+    """No command the suite runs may show its user a traceback: the stderr of every patchkeeper
+    command whose output a test takes (subprocess.run, as Env.pk and every helper does, or
+    Popen.communicate) is scanned for one."""
+    real_communicate = subprocess.Popen.communicate
+
+    def communicate(self, *a, **kw):
+        out, err = real_communicate(self, *a, **kw)
+        if _runs_patchkeeper(self.args):
+            _scan_for_traceback(self.args, err)
+        return out, err
+
+    monkeypatch.setattr(subprocess.Popen, "communicate", communicate)
+
+
 def end_holders(directory: Path) -> None:
     """No test leaves a held connection running: ask each holder to stop, SIGKILL what remains."""
     import signal
@@ -158,6 +186,15 @@ class Env:
     def state_dir(self) -> Path:
         return self.venv / ".patchkeeper"
 
+    @property
+    def dropin(self) -> Path:
+        """The patch sets' systemd drop-in: <unit>.d/50-patchkeeper.conf beside the host's unit."""
+        return self.unit.with_name(self.unit.name + ".d") / "50-patchkeeper.conf"
+
+    def running(self) -> str:
+        """What the unit runs: the host's unit, then its drop-in (the patch sets' ExecStart)."""
+        return self.unit.read_text() + (self.dropin.read_text() if self.dropin.exists() else "")
+
     def pk(self, *args: str, check: int | None = 0, env: dict | None = None) -> subprocess.CompletedProcess:
         """Run the real CLI in a subprocess; assert its exit code unless check is None."""
         proc = subprocess.run([sys.executable, "-m", "patchkeeper", "--workspace", str(self.root), *args],
@@ -168,8 +205,9 @@ class Env:
 
     def snapshot(self) -> dict:
         files = tree(self.venv)
-        files["@unit"] = (hashlib.sha256(self.unit.read_bytes()).hexdigest(), stat.S_IMODE(self.unit.stat().st_mode)) \
-            if self.unit.exists() else None
+        for key, path in (("@unit", self.unit), ("@dropin", self.dropin)):
+            files[key] = (hashlib.sha256(path.read_bytes()).hexdigest(), stat.S_IMODE(path.stat().st_mode)) \
+                if path.exists() else None
         return files
 
 

@@ -1,18 +1,21 @@
 """A small OpenAI-compatible stand-in for an inference server, started and stopped by a restart command.
 
-    python fake_openai.py start --state UNIT --port N --pidfile P --log L [--when TEXT=MODE ...]
+    python fake_openai.py start --state UNIT [--state DROPIN ...] --port N --pidfile P --log L [--when TEXT=MODE ...]
     python fake_openai.py stop --pidfile P --port N
 
 `start` stops the previous server (pidfile), then launches a detached one. The server reads the
-state file (the target's unit file) once when it starts, the way a real service reads its code, and
-takes the mode of the first `--when TEXT=MODE` whose TEXT the file contains (else `--default`):
+state files (the target's unit file and its drop-in; one absent is skipped) once when it starts, the
+way a real service reads its code, and takes the mode of the first `--when TEXT=MODE` whose TEXT they
+contain (else `--default`):
     healthy     answers /v1/models and completions at once with varied text
     slow-load   answers 503 on /v1/models for --load-seconds, then healthy
     hang        answers /v1/models, but completions never come back (within --hang-seconds)
     degenerate  answers completions at once with "!!!!!!!!…"
+    flaky       answers the first completion with good text, every later one with "!!!!…"
+    other-text  answers completions with good text, but not the text `healthy` gives (other greedy output)
     slow        answers completions with good text after --slow-seconds
     fail-start  `start` itself fails (exit 1), as a broken unit would
-Stdlib only.
+It has no /server_info (404): what runs is not said. Stdlib only.
 """
 
 from __future__ import annotations
@@ -27,11 +30,14 @@ import sys
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-MODES = ("healthy", "slow-load", "hang", "degenerate", "slow", "fail-start")
+MODES = ("healthy", "slow-load", "hang", "degenerate", "flaky", "other-text", "slow", "fail-start")
 MODEL = "qwen3-8b"
 TEXT = ("def fibonacci(n: int) -> int:\n    \"\"\"Return the n-th Fibonacci number, starting from F(0) = 0.\"\"\"\n"
         "    if n < 0:\n        raise ValueError(\"n must not be negative\")\n    a, b = 0, 1\n"
         "    for _ in range(n):\n        a, b = b, a + b\n    return a\n\n\nprint([fibonacci(i) for i in range(10)])\n")
+OTHER_TEXT = ("def fibonacci(n: int) -> int:\n    \"\"\"The n-th Fibonacci number, computed recursively.\"\"\"\n"
+              "    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n\n\n"
+              "assert [fibonacci(i) for i in range(8)] == [0, 1, 1, 2, 3, 5, 8, 13]\n")
 
 
 def words(text: str) -> list[str]:
@@ -58,17 +64,21 @@ class JsonHandler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
-def healthy_text(max_tokens: int) -> tuple[str, int]:
-    pieces = words(TEXT)
+def healthy_text(max_tokens: int, text: str = TEXT) -> tuple[str, int]:
+    pieces = words(text)
     chosen = [pieces[i % len(pieces)] for i in range(max_tokens)]
     return "".join(chosen), len(chosen)
 
 
-def choose_mode(state: str, rules: list[str], default: str) -> tuple[str, str]:
-    try:
-        text = open(state, encoding="utf-8", errors="replace").read()
-    except OSError as exc:
-        return default, f"state file unreadable ({exc})"
+def choose_mode(states: list[str], rules: list[str], default: str) -> tuple[str, str]:
+    text = ""
+    for state in states:
+        try:
+            text += open(state, encoding="utf-8", errors="replace").read()
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            return default, f"state file unreadable ({exc})"
     for rule in rules:
         needle, _, mode = rule.rpartition("=")
         if needle in text:
@@ -125,6 +135,7 @@ def start(args: argparse.Namespace, argv: list[str]) -> int:
 def serve(args: argparse.Namespace) -> int:
     mode, why = choose_mode(args.state, args.when, args.default)
     started = time.monotonic()
+    answered = [0]  # completions answered so far (flaky: only the first is good)
 
     class Handler(JsonHandler):
         def log_message(self, fmt, *a):  # one line per request in the service log
@@ -147,10 +158,11 @@ def serve(args: argparse.Namespace) -> int:
                 time.sleep(args.hang_seconds)
             if mode == "slow":
                 time.sleep(args.slow_seconds)
-            if mode == "degenerate":
+            answered[0] += 1
+            if mode == "degenerate" or (mode == "flaky" and answered[0] > 1):
                 text, n = "!" * max_tokens, max_tokens
             else:
-                text, n = healthy_text(max_tokens)
+                text, n = healthy_text(max_tokens, OTHER_TEXT if mode == "other-text" else TEXT)
             if self.path == "/v1/completions":
                 choice = {"index": 0, "text": text, "finish_reason": "length"}
             else:
@@ -178,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     p = argparse.ArgumentParser(prog="fake_openai")
     p.add_argument("action", choices=("start", "stop", "serve"))
-    p.add_argument("--state", default="/dev/null")
+    p.add_argument("--state", action="append", default=[])
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--pidfile", required=True)
     p.add_argument("--log", default="/dev/null")

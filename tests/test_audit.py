@@ -6,6 +6,7 @@ import json
 import os
 import py_compile
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -54,10 +55,10 @@ def test_clean_target_then_applied_patch_sets_are_patched_not_drift(aenv):
     assert code == 0 and doc["counts"]["drift"] == 0
     patched = found(doc, "patched")
     assert patched["sglang/srt/speculative/ddtree_utils.py"]["kind"] == "added"
-    assert patched["@unit"]["kind"] == "changed"
+    assert patched["@dropin"]["kind"] == "added"  # the drop-in beside the host's unit, which is not touched
     out = aenv.pk("audit").stdout
     assert "ddtree_utils.py" not in out and f"{doc['counts']['patched']} patched" in out
-    assert out.strip().splitlines()[-1] == f"code state matches {doc['state']['id']} (ddtree@2.0.1); environment clean"
+    assert out.strip().splitlines()[-1] == f"code state matches {doc['state']['id']} (ddtree@3.0.0); environment clean"
     assert "ddtree_utils.py" in aenv.pk("audit", "-v").stdout
 
 
@@ -286,3 +287,50 @@ def test_a_target_on_another_python_is_judged_by_its_own_interpreter(tmp_path, p
     finally:
         other_python.close()
         same_python.close()
+
+
+def test_rehash_finds_a_write_through_a_shared_mapping_that_the_caches_cannot_see(env):
+    """A write through mmap keeps every field of a file's identity on tmpfs: the stat cache and the
+    seals believe the file unchanged; `audit --rehash` reads and hashes every file again."""
+    import mmap
+
+    env.pk("snapshot", "--name", "base")
+    version = env.site / "sglang/_version.py"
+    edit_file(version, version.read_bytes())  # an inode of its own: the mapping must not write into the pristine venv
+    time.sleep(2.2)  # past the racily-clean window: its identity may now be remembered
+    assert audit(env)[0] == 0 and audit(env)[0] == 0  # warm: the caches and the tree's seal are written
+    before = version.stat()
+    with open(version, "r+b") as f, mmap.mmap(f.fileno(), 0) as mapped:
+        at = mapped.find(b"0.5.23")
+        assert at >= 0
+        mapped[at:at + 6] = b"6.6.66"
+    after = version.stat()
+    if (after.st_mtime_ns, after.st_ctime_ns) != (before.st_mtime_ns, before.st_ctime_ns):
+        pytest.skip("this file system moves mtime for writes through a mapping: nothing for --rehash to find")
+    assert audit(env)[0] == 0  # what the caches say
+    code, doc = audit(env, "--rehash")
+    assert code == 1 and found(doc, "drift")["sglang/_version.py"]["kind"] == "changed"
+
+
+def test_audit_during_a_change_waits_for_it_then_answers(env):
+    import signal
+
+    env.pk("status")
+    change = subprocess.Popen([sys.executable, "-m", "patchkeeper", "--workspace", str(env.root), "apply", "ddtree"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              env={**os.environ, "PATCHKEEPER_CRASH_AT": "journal-committed",
+                                   "PATCHKEEPER_CRASH_SIGNAL": "STOP"})
+    try:
+        os.waitid(os.P_PID, change.pid, os.WSTOPPED | os.WNOWAIT)  # stopped mid-change, holding the lock
+        refused = env.pk("audit", "--wait", "0", check=2)
+        assert f"is locked by pid {change.pid}" in refused.stderr and "--wait SECONDS" in refused.stderr
+        waiting = subprocess.Popen([sys.executable, "-m", "patchkeeper", "--workspace", str(env.root), "audit",
+                                    "--wait", "600"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert "locked by pid" in waiting.stderr.readline()  # it waits...
+        os.kill(change.pid, signal.SIGCONT)  # ...for the change to end
+        out, err = waiting.communicate()
+        assert waiting.returncode == 0, err
+        assert out.strip().splitlines()[-1].startswith("code state matches") and "(ddtree@" in out
+    finally:
+        os.kill(change.pid, signal.SIGCONT)
+        change.wait()

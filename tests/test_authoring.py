@@ -23,7 +23,7 @@ def _pristine_site(pristine_venv: Path, env) -> Path:
 
 
 def _edit_target(env) -> None:
-    """Modify, add, delete, chmod in the package; edit the unit file."""
+    """Modify, add, delete, chmod in the package; write a drop-in beside the unit."""
     spec = env.site / SPEC
     edit_file(spec, spec.read_bytes().replace(b"    DFLASH = auto()\n", b"    DFLASH = auto()\n    MINE = auto()\n"))
     (env.site / "sglang/srt/speculative/mine_utils.py").write_bytes(b"X = 1  # no newline at the end")
@@ -31,7 +31,8 @@ def _edit_target(env) -> None:
     version = env.site / "sglang/version.py"
     edit_file(version, version.read_bytes())
     version.chmod(0o755)
-    edit_file(env.unit, env.unit.read_bytes() + b"# MINE\n")
+    env.dropin.parent.mkdir(exist_ok=True)
+    env.dropin.write_bytes(b"[Service]\n# MINE\n")
 
 
 def test_record_from_target_gives_back_the_edited_bytes(env):
@@ -45,12 +46,12 @@ def test_record_from_target_gives_back_the_edited_bytes(env):
     assert "new file mode 100644" in diff and "deleted file mode 100644" in diff
     assert f"old mode {0o100000 | old_mode:o}\nnew mode 100755" in diff and "\\ No newline at end of file" in diff
     toml = (env.root / "patchsets/mine/patchset.toml").read_text()
-    assert 'package_version = "==0.5.23"' in toml and 'unit = "sglang-qwen.service"' in toml
+    assert 'package_version = "==0.5.23"' in toml and 'dropin = "50-patchkeeper.conf"' in toml
 
     env.pk("rollback", "--to", "start")
     assert env.snapshot() != edited
     env.pk("apply", "mine")
-    assert env.snapshot() == edited  # bytes and modes, the unit file included
+    assert env.snapshot() == edited  # bytes and modes, the drop-in included
 
     # the same content again: nothing to do; changed content needs --bump
     assert "nothing written" in env.pk("record", "mine", "--from", "start").stdout
@@ -145,7 +146,7 @@ def test_export_applies_with_git_apply_and_patch_and_import_round_trips(env, tmp
     other = make_workspace(tmp_path / "ws2", env.venv)
     shutil.rmtree(other.root / "patchsets")
     out = other.pk("import", "ddtree", str(patch_file)).stdout
-    assert "created ddtree@2.0.1" in out
+    assert "created ddtree@3.0.0" in out
     digest = json.loads(env.pk("show", "ddtree", "--json").stdout)["digest"]
     assert json.loads(other.pk("show", "ddtree", "--json").stdout)["digest"] == digest
     assert tree(other.root / "patchsets/ddtree") == tree(env.root / "patchsets/ddtree")
@@ -177,7 +178,7 @@ def test_import_a_plain_patch_from_a_git_checkout(env, checkout, tmp_path):
 
 def test_check_reports_clean_offset_and_failing_hunks(env):
     out = env.pk("check", "ddtree").stdout
-    assert f"ok    {SPEC}  applies cleanly" in out and "ddtree@2.0.1: applies" in out
+    assert f"ok    {SPEC}  applies cleanly" in out and "ddtree@3.0.0: applies" in out
     spec = env.site / SPEC
     original = spec.read_bytes()
     edit_file(spec, b"# one\n# two\n# three\n" + original)
@@ -212,7 +213,7 @@ def test_check_against_wheels_without_a_target(env, tmp_path):
     files = {rel: (env.site / rel).read_bytes() for rel in ps_paths}
     same = wheel(tmp_path / "sglang-0.5.23-py3-none-any.whl", "0.5.23", files)
     out = env.pk("check", "ddtree", "--wheel", str(same)).stdout
-    assert "ddtree@2.0.1: applies" in out and "role file(s) unit not checked" in out
+    assert "ddtree@3.0.0: applies" in out and "role file(s) dropin not checked" in out
     moved = dict(files)
     moved[SPEC] = b"# new header\n" * 5 + files[SPEC]
     newer = wheel(tmp_path / "sglang-0.5.24-py3-none-any.whl", "0.5.24", moved)
@@ -224,7 +225,7 @@ def test_check_against_wheels_without_a_target(env, tmp_path):
 
 def test_show_lists_metadata_diffstat_and_targets(env):
     out = env.pk("show", "ddtree").stdout
-    assert "ddtree@2.0.1" in out and "sglang==0.5.23" in out and "speculative-algo" in out
+    assert "ddtree@3.0.0" in out and "sglang==0.5.23" in out and "speculative-algo" in out
     assert "sglang/srt/speculative/ddtree_utils.py" in out and "(new)" in out
     assert "not applied on any target" in out
     env.pk("apply", "ddtree")
@@ -235,48 +236,48 @@ def test_show_lists_metadata_diffstat_and_targets(env):
 
 
 def test_record_over_a_templated_unit_keeps_the_template_and_maps_edits_back(env):
-    """nextn's unit is a template: recording the target's rendered unit keeps the {{ }} placeholders
+    """nextn's drop-in is a template: recording the target's rendered drop-in keeps the {{ }} placeholders
     (and the [vars] defaults), an edit beside them is written into the template, and an edit of a
     value the template fills in per target is refused by name, writing nothing."""
     env.pk("apply", "nextn")
-    template = (env.root / "patchsets/nextn/sglang-qwen.service").read_bytes()
-    assert b"{{ tp_size }}" in template and b"{{" not in env.unit.read_bytes()
+    template = (env.root / "patchsets/nextn/dropin.conf").read_bytes()
+    assert b"{{ tp_size }}" in template and b"{{" not in env.dropin.read_bytes()
     # a value changed in patchkeeper.toml since the apply: the unit is still the rendering the ledger recorded
     toml = (env.root / "patchkeeper.toml").read_text()
     (env.root / "patchkeeper.toml").write_text(toml.replace("[targets.local.vars]\n",
                                                             "[targets.local.vars]\nport = 31000\n"))
     out = env.pk("record", "nextn", "--from", "baseline", "--bump", "minor").stdout
-    assert "updated nextn@2.1.0" in out
+    assert "updated nextn@3.1.0" in out
     (env.root / "patchkeeper.toml").write_text(toml)
-    assert (env.root / "patchsets/nextn/sglang-qwen.service").read_bytes() == template
+    assert (env.root / "patchsets/nextn/dropin.conf").read_bytes() == template
     recorded = patchset.load(env.root / "patchsets", "nextn")
     assert dict(recorded.defaults) == {"python": "/root/ml-env/bin/python3", "model_path": "/root/models/Qwen3.6-27B",
                                        "host": "0.0.0.0", "port": "30000", "tp_size": "2"}
 
-    rendered = env.unit.read_bytes()
-    edit_file(env.unit, rendered.replace(b"--mem-fraction-static 0.88", b"--mem-fraction-static 0.85")
-              .replace(b"RestartSec=10\n", b"RestartSec=10\nEnvironment=MODEL=/root/models/Qwen3.6-27B\n"))
+    rendered = env.dropin.read_bytes()
+    edit_file(env.dropin, rendered.replace(b"--mem-fraction-static 0.88", b"--mem-fraction-static 0.85")
+              .replace(b"[Service]\n", b"[Service]\nEnvironment=MODEL=/root/models/Qwen3.6-27B\n"))
     out = env.pk("record", "nextn", "--from", "baseline", "--bump", "patch").stdout
-    assert "updated nextn@2.1.1" in out and "the value of {{ model_path }}" in out
-    edited = (env.root / "patchsets/nextn/sglang-qwen.service").read_bytes()
+    assert "updated nextn@3.1.1" in out and "the value of {{ model_path }}" in out
+    edited = (env.root / "patchsets/nextn/dropin.conf").read_bytes()
     assert edited == template.replace(b"--mem-fraction-static 0.88", b"--mem-fraction-static 0.85").replace(
-        b"RestartSec=10\n", b"RestartSec=10\nEnvironment=MODEL=/root/models/Qwen3.6-27B\n")
+        b"[Service]\n", b"[Service]\nEnvironment=MODEL=/root/models/Qwen3.6-27B\n")
     other = patchset.load(env.root / "patchsets", "nextn").bind({"tp_size": "8", "port": "31000"}, "ct200")
-    unit = dict(other.files)["unit"]
+    unit = dict(other.files)["dropin"]
     assert b"--port 31000 \\\n    --host 0.0.0.0 --tp-size 8 --mem-fraction-static 0.85" in unit
     env.pk("rollback", "--to", "baseline")
-    assert env.pk("apply", "nextn").returncode == 0 and env.unit.read_bytes() == rendered.replace(
+    assert env.pk("apply", "nextn").returncode == 0 and env.dropin.read_bytes() == rendered.replace(
         b"--mem-fraction-static 0.88", b"--mem-fraction-static 0.85").replace(
-        b"RestartSec=10\n", b"RestartSec=10\nEnvironment=MODEL=/root/models/Qwen3.6-27B\n")
+        b"[Service]\n", b"[Service]\nEnvironment=MODEL=/root/models/Qwen3.6-27B\n")
 
     # a new patch set over the applied nextn's rendered unit takes nextn's template and its defaults
     assert "created tuned@1.0.0" in env.pk("record", "tuned", "--from", "baseline").stdout
-    assert (env.root / "patchsets/tuned/sglang-qwen.service").read_bytes() == edited
+    assert (env.root / "patchsets/tuned/dropin.conf").read_bytes() == edited
     assert patchset.load(env.root / "patchsets", "tuned").defaults == recorded.defaults
 
     before = tree(env.root / "patchsets")
-    edit_file(env.unit, env.unit.read_bytes().replace(b"--tp-size 2 ", b"--tp-size 4 "))
+    edit_file(env.dropin, env.dropin.read_bytes().replace(b"--tp-size 2 ", b"--tp-size 4 "))
     err = env.pk("record", "nextn", "--from", "baseline", "--bump", "patch", check=2).stderr
-    assert "changes the value of {{ tp_size }} ('2')" in err and "patchsets/nextn/sglang-qwen.service" in err
+    assert "changes the value of {{ tp_size }} ('2')" in err and "patchsets/nextn/dropin.conf" in err
     assert "hint: give local its own value in [targets.local.vars]" in err
     assert tree(env.root / "patchsets") == before

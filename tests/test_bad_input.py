@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -270,11 +273,11 @@ def test_a_symlinked_file_is_named_a_symlink(env, tmp_path):
 
 
 def test_a_deleted_pack_index_is_named(env):
-    env.pk("apply", "nextn", "--no-verify")
+    env.pk("apply", "ddtree", "--no-verify")
     index, = (env.state_dir / "store" / "packs").glob("*.idx")
     index.unlink()
     proc = env.pk("rollback", "--to", "baseline", check=2)
-    assert "the store lacks the bytes of 1 file(s) state" in proc.stderr and "@unit" in proc.stderr
+    assert "the store lacks the bytes of 16 file(s) state" in proc.stderr and "spec_info.py" in proc.stderr
     assert f"the pack index {index} is missing" in proc.stderr and "recorded without bytes" not in proc.stderr
 
 
@@ -283,3 +286,117 @@ def test_diff_and_diff_env_refuse_three_sides_and_against_with_two_alike(env):
         _refused(env, *verb, "a", "b", "c", expect=f"{' '.join(verb)} compares one target or two, not 3")
         _refused(env, *verb, "a", "b", "--against", "x",
                  expect="--against compares one target with its own recorded state")
+
+
+# ---- odd names and odd places --------------------------------------------------------------------
+def test_a_file_name_of_239_bytes_is_recorded_and_restored(env):
+    env.pk("snapshot", "--name", "clean")
+    long = env.site / "sglang" / ("m" * 236 + ".py")  # 239 bytes: with the stage's 33 more, past NAME_MAX
+    long.write_bytes(b"LONG = 1\n")
+    env.pk("snapshot", "--name", "long")
+    long.unlink()
+    env.pk("rollback", "--to", "long", "--no-verify")
+    assert long.read_bytes() == b"LONG = 1\n"
+    env.pk("rollback", "--to", "clean", "--no-verify")
+    assert not long.exists()
+
+
+def test_record_of_a_path_with_a_space_reads_back_everywhere(env, tmp_path):
+    env.pk("snapshot", "--name", "before")
+    spaced = env.site / "sglang" / "plan b"
+    spaced.mkdir()
+    (spaced / "mod.py").write_bytes(b"PLAN = 'b'\n")
+    quoted = env.site / "sglang" / 'say"hi"\tnow.py'
+    quoted.write_bytes(b"HI = 1\n")
+    env.pk("record", "planb", "-t", "local", "--from", "before")
+    patch = (env.root / "patchsets/planb/planb.patch").read_text()
+    assert "diff --git a/sglang/plan b/mod.py b/sglang/plan b/mod.py\n" in patch  # as git writes it
+    assert '+++ "b/sglang/say\\"hi\\"\\tnow.py"\n' in patch
+    assert "2 file(s)" in env.pk("show", "planb").stdout
+    exported = env.pk("export", "planb").stdout
+    env.pk("rollback", "--to", "before", "--no-verify")
+    assert not (spaced / "mod.py").exists() and not quoted.exists()
+    assert "applies cleanly" in env.pk("check", "planb").stdout
+    env.pk("apply", "planb", "--no-verify")
+    assert (spaced / "mod.py").read_bytes() == b"PLAN = 'b'\n" and quoted.read_bytes() == b"HI = 1\n"
+    env.pk("rollback", "--to", "before", "--no-verify")
+    proc = subprocess.run(["git", "apply", "--check", "-"], input=exported, text=True, capture_output=True,
+                          cwd=env.site)
+    assert proc.returncode == 0, proc.stderr  # git reads what record wrote
+
+
+def test_git_s_own_diff_of_a_path_with_a_space_imports(env, tmp_path):
+    repo = tmp_path / "src"
+    (repo / "sglang/plan b").mkdir(parents=True)
+    (repo / "sglang/plan b/mod.py").write_text("PLAN = 'a'\n")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "a"], check=True)
+    (repo / "sglang/plan b/mod.py").write_text("PLAN = 'b'\n")
+    (repo / "sglang/plan b/new file.py").write_text("NEW = 1\n")
+    subprocess.run([*git, "add", "-A"], check=True)
+    (tmp_path / "git.patch").write_bytes(subprocess.run([*git, "diff", "--cached"], capture_output=True,
+                                                        check=True).stdout)
+    env.pk("import", "gitplan", str(tmp_path / "git.patch"))
+    kinds = {d["path"]: d["kind"] for d in json.loads(env.pk("show", "gitplan", "--json").stdout)["diffstat"]}
+    assert kinds == {"sglang/plan b/mod.py": "modify", "sglang/plan b/new file.py": "add"}
+
+
+@pytest.mark.parametrize("name", [b"sglang/caf\xe9.py", b'"sglang/caf\\351.py"'], ids=["raw", "git-quoted"])
+def test_a_file_name_that_is_not_utf8_is_refused_naming_the_patch(env, name):
+    a = b"a/" + name if not name.startswith(b'"') else b'"a/' + name[1:]
+    b = b"b/" + name if not name.startswith(b'"') else b'"b/' + name[1:]
+    _patchset(env, "latin", None)
+    (env.root / "patchsets/latin/0001.patch").write_bytes(
+        b"diff --git " + a + b" " + b + b"\nnew file mode 100644\n--- /dev/null\n+++ " + b + b"\n@@ -0,0 +1 @@\n+x = 1\n")
+    for verb in (["apply", "latin"], ["check", "latin"], ["show", "latin"]):
+        proc = env.pk(*verb, check=2)
+        assert "0001.patch: the file name 'sglang/caf\\\\xe9.py' is not UTF-8" in proc.stderr, proc.stderr
+
+
+def test_a_workspace_inside_the_managed_site_packages_is_refused(env):
+    inside = env.site / "ws"
+    shutil.copytree(env.root, inside)
+    before = env.snapshot()
+    for verb in (["status"], ["apply", "ddtree", "--restore-pristine"]):
+        proc = subprocess.run([sys.executable, "-m", "patchkeeper", "--workspace", str(inside), *verb],
+                              capture_output=True, text=True)
+        assert proc.returncode == 2
+        assert proc.stderr.startswith(f"patchkeeper: error: target local: the workspace {inside} is inside its "
+                                      "site-packages"), proc.stderr
+    assert env.snapshot() == before and (inside / "patchkeeper.toml").exists()
+
+
+def test_a_role_file_that_is_a_file_of_the_package_is_refused(env):
+    toml = env.root / "patchkeeper.toml"
+    toml.write_text(toml.read_text().replace(f'unit = "{env.unit}"', f'unit = "{env.site}/sglang/version.py"'))
+    for verb in (["apply", "ddtree"], ["status"]):
+        proc = env.pk(*verb, check=2)
+        assert "target local: role file unit" in proc.stderr and "is inside site-packages" in proc.stderr
+    assert not (env.state_dir / "ledger").exists()
+
+
+def _read_only(env, *args: str) -> subprocess.CompletedProcess:
+    """A patchkeeper command with the workspace mounted read-only (a mount namespace of its own)."""
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare(1) to mount the workspace read-only")
+    ws = str(env.root)
+    script = (f'mount --bind "{ws}" "{ws}" && mount -o remount,bind,ro "{ws}" "{ws}" && '
+              f'exec "{sys.executable}" -m patchkeeper --workspace "{ws}" "$@"')
+    proc = subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", *args], capture_output=True, text=True)
+    if "mount:" in proc.stderr or "unshare:" in proc.stderr:
+        pytest.skip(f"cannot mount the workspace read-only here: {proc.stderr.strip()}")
+    return proc
+
+
+def test_a_read_only_workspace_says_read_only(env):
+    env.pk("snapshot", "--name", "base")
+    _patchset(env, "tiny", ESCAPE.format(p="sglang/tiny_added.py"))
+    proc = _read_only(env, "apply", "tiny", "--no-verify")  # the change is made; its copy cannot be
+    assert proc.returncode == 0, proc.stderr
+    assert "could not be copied" in proc.stderr and "Read-only file system" in proc.stderr
+    assert "hint: the file system is read-only" in proc.stderr and "make room" not in proc.stderr
+    proc = _read_only(env, "record", "mine", "--from", "base")
+    assert proc.returncode == 2 and "Read-only file system" in proc.stderr
+    assert "hint: the file system is read-only" in proc.stderr

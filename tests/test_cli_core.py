@@ -13,7 +13,7 @@ def test_apply_switch_rollback_restores_exact_bytes(env, pristine_venv):
     assert "recorded baseline" in out and "A sglang/srt/speculative/ddtree_utils.py" in out
     spec = (env.site / "sglang/srt/speculative/spec_info.py").read_text()
     assert "DDTREE = auto()" in spec
-    assert "DDTREE" in env.unit.read_text()
+    assert "DDTREE" in env.running()
     st = json.loads(env.pk("status", "--json").stdout)
     assert [p["name"] for p in st["state"]["stack"]] == ["ddtree"] and st["differences"] == {}
 
@@ -21,7 +21,7 @@ def test_apply_switch_rollback_restores_exact_bytes(env, pristine_venv):
     assert "switch" in out
     assert not (env.site / "sglang/srt/speculative/ddtree_utils.py").exists()
     assert "DDTREE" not in (env.site / "sglang/srt/speculative/spec_info.py").read_text()
-    assert "NEXTN" in env.unit.read_text()
+    assert "NEXTN" in env.running()
 
     env.pk("rollback", "--to", "baseline")
     assert env.snapshot() == before

@@ -26,6 +26,9 @@ def _clone(tmp_path, template, n):
     venv = copy_venv(template.venv, tmp_path / f"venv-{n}")
     env = make_workspace(tmp_path / f"ws-{n}", venv)
     env.unit.write_bytes(template.unit.read_bytes())
+    if template.dropin.exists():
+        env.dropin.parent.mkdir(exist_ok=True)
+        env.dropin.write_bytes(template.dropin.read_bytes())
     return env
 
 

@@ -5,6 +5,7 @@ that knows the process on the port, the last pass of the same code state and the
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -22,15 +23,26 @@ STANDIN = HERE / "standin"
 
 @pytest.fixture
 def deployment(env, tmp_path):
-    """A [service] whose restart does what systemd does with the target's unit: the process on the
-    port runs the unit's rendered ExecStart (with the stand-in sglang on its PYTHONPATH only)."""
+    """A [service] whose restart does what systemd does with the target's unit and its drop-ins
+    (`daemon-reload`, then `restart`): the process on the port runs the ExecStart in effect (with the
+    stand-in sglang on its PYTHONPATH only). `systemctl` on `path` answers `systemctl show` as systemd
+    would; `restart_only` restarts what the last daemon-reload loaded (no daemon-reload)."""
     port, journal, pidfile = free_port(), tmp_path / "journal.log", tmp_path / "server.pid"
-    rules, delay = tmp_path / "rules.json", tmp_path / "delay"
+    rules, delay, loaded = tmp_path / "rules.json", tmp_path / "delay", tmp_path / "systemd-loaded.json"
     rules.write_text("{}")
-    systemd = [sys.executable, str(SYSTEMD), "restart", "--unit", str(env.unit), "--pidfile", str(pidfile),
+    unit = ["--unit", str(env.unit)]
+    systemd = [sys.executable, str(SYSTEMD), "restart", *unit, "--pidfile", str(pidfile),
                "--journal", str(journal), "--port", str(port),
                "--setenv", f"PYTHONPATH={STANDIN}:{HERE}", "--setenv", f"STANDIN_RULES={rules}",
                "--setenv", f"STANDIN_DELAY_FILE={delay}"]
+    reload = [sys.executable, str(SYSTEMD), "daemon-reload", *unit, "--loaded", str(loaded)]
+    restart_only = [*systemd, "--loaded", str(loaded)]
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    shim = bindir / "systemctl"
+    shim.write_text(f"#!/bin/sh\nverb=$1; shift\nexec {shlex.join([sys.executable, str(SYSTEMD)])} \"$verb\" "
+                    f"{shlex.join(unit)} --loaded {shlex.quote(str(loaded))} \"$@\"\n")
+    shim.chmod(0o755)
     # the baseline unit starts the same stand-in: its ExecStart with this test's python, host and port
     text = env.unit.read_text().replace("/root/ml-env/bin/python3", sys.executable)
     env.unit.write_text(text.replace("--port 30000", f"--port {port}").replace("--host 0.0.0.0", "--host 127.0.0.1"))
@@ -42,13 +54,18 @@ def deployment(env, tmp_path):
             "[targets.local.vars]\n",
             f'[targets.local.vars]\npython = "{sys.executable}"\nhost = "127.0.0.1"\nport = {port}\n'
             'model_path = "/srv/models/Qwen3.6-27B"\ntp_size = 1\n')
-        toml.write_text(text + f"\n[targets.local.service]\nrestart = {json.dumps(restart or shlex.join(systemd))}\n"
+        toml.write_text(text + f"\n[targets.local.service]\nrestart = {json.dumps(restart or shlex.join(reload) + ' && ' + shlex.join(restart_only))}\n"
                         f"logs = {json.dumps(logs)}\nbase_url = \"http://127.0.0.1:{port}\"\nready_timeout = 20\n"
                         f"restart_timeout = 20\n[targets.local.service.smoke]\nmax_tokens = 24\ntimeout = 10\n"
                         f"min_tokens = 16\nmin_tokens_per_s = 1\n{smoke}")
 
+    def rule(**by_algorithm) -> None:
+        rules.write_text(json.dumps(by_algorithm))
+
     d = type("Deployment", (), {"configure": staticmethod(configure), "rules": rules, "delay": delay,
-                                "journal": journal, "port": port, "systemd": systemd})
+                                "journal": journal, "port": port, "systemd": systemd, "rule": staticmethod(rule),
+                                "reload": reload, "restart_only": restart_only,
+                                "path": {"PATH": f"{bindir}:{os.environ['PATH']}"}})
     yield d
     import subprocess
 
@@ -57,13 +74,15 @@ def deployment(env, tmp_path):
 
 def test_good_apply_runs_the_rendered_unit_and_passes(env, deployment):
     deployment.configure(smoke="warmup = 2\n")
+    host_unit = env.unit.read_bytes()
     proc = env.pk("apply", "ddtree")
-    unit = env.unit.read_text()
+    unit = env.dropin.read_text()  # the drop-in beside the host's unit, which stays as the host wrote it
     assert f"--port {deployment.port}" in unit and "--speculative-draft-model-path /root/models/Qwen3.6-27B-DFlash" in unit
-    assert "{{" not in unit and "verification passed: 24 tokens" in proc.stdout
-    assert "runs the unit's ExecStart" in proc.stdout and proc.stdout.count("warm-up") == 2
+    assert "{{" not in unit and "verification passed: 24 tokens" in proc.stdout and env.unit.read_bytes() == host_unit
+    assert "runs the unit's effective ExecStart" in proc.stdout and proc.stdout.count("warm-up") == 2
     report = ledger(env)[-1]["extra"]["verify"]
-    assert [c["name"] for c in report["checks"]] == ["restart", "ready", "server", "generate"]
+    assert [c["name"] for c in report["checks"]] == ["restart", "ready", "server", "generate", "algorithm", "accept",
+                                                     "output"]
     assert len(report["extra"]["warmups"]) == 2
     # the ledger entry records the values the unit was rendered with
     applied = [e for e in ledger(env) if e["kind"] == "apply"][0]
@@ -123,6 +142,7 @@ def test_two_targets_get_their_own_units_from_one_patch_set(env, tmp_path, prist
     second = copy_venv(pristine_venv, tmp_path / "venv2")
     unit2 = tmp_path / "ct200.service"
     unit2.write_text(env.unit.read_text())
+    dropin2 = tmp_path / "ct200.service.d" / "50-patchkeeper.conf"
     with open(env.root / "patchkeeper.toml", "a") as f:
         f.write(f'\n[targets.ct200]\npython = "{second}/bin/python"\npackage = "sglang"\n'
                 f'[targets.ct200.files]\nunit = "{unit2}"\n[targets.ct200.vars]\nport = 30001\ntp_size = 4\n'
@@ -132,14 +152,16 @@ def test_two_targets_get_their_own_units_from_one_patch_set(env, tmp_path, prist
            "--port 30001 \\" in dry  # the rendered file
     env.pk("apply", "dflash")
     env.pk("apply", "dflash", "-t", "ct200")
-    ours = units.exec_start(env.unit.read_text()).argv
-    theirs = units.exec_start(unit2.read_text()).argv
+    ours = units.effective([("unit", env.unit.read_text()), ("dropin", env.dropin.read_text())]).argv
+    theirs = units.effective([("unit", unit2.read_text()), ("dropin", dropin2.read_text())]).argv
     assert ours[ours.index("--tp-size") + 1] == "2" and theirs[theirs.index("--tp-size") + 1] == "4"
     assert theirs[theirs.index("--port") + 1] == "30001" and "/data/models/Qwen3.6-27B-DFlash" in theirs
     for target in ("local", "ct200"):
         assert "files match the recorded state" in env.pk("status", "-t", target).stdout
         assert env.pk("audit", "-t", target).returncode == 0
-    assert env.pk("diff", "local", "ct200", check=1).stdout.count("@unit") == 1  # only the unit differs
+    between = env.pk("diff", "local", "ct200", check=1).stdout
+    assert between.count("@dropin") == 1 and "@unit" not in between  # only the drop-in differs
+    assert "the unit's ExecStart (effective, from " in between and "--port 30001" in between
     shown = env.pk("show", "dflash").stdout
     assert "variable  port = '30000'" in shown and "variable  draft_model_path (no default" in shown
     exported = env.pk("export", "dflash").stdout
@@ -152,7 +174,7 @@ def test_an_undefined_variable_is_refused_by_name(tmp_path, pristine_venv):
     toml.write_text(toml.read_text().replace("[targets.local.vars]\n", "[targets.local.vars]\nunused = 1\n#"))
     before = ws.snapshot()
     proc = ws.pk("apply", "ddtree", check=2)
-    assert "patchsets/ddtree/sglang-qwen.service" in proc.stderr and "{{ draft_model_path }}" in proc.stderr
+    assert "patchsets/ddtree/dropin.conf" in proc.stderr and "{{ draft_model_path }}" in proc.stderr
     assert "[targets.local.vars]" in proc.stderr  # the hint says where to set it
     assert ws.snapshot() == before and not list(ws.state_dir.glob("ledger/*"))  # not even a baseline
     assert "no value is set for draft_model_path" in ws.pk("check", "ddtree", check=1).stdout

@@ -50,9 +50,9 @@ def test_rollback_previous_and_by_state_id(env):
     env.pk("apply", "ddtree")
     ddtree_state = json.loads(env.pk("status", "--json").stdout)["state"]["id"]
     env.pk("apply", "dflash")
-    assert "DFLASH" in env.unit.read_text()
+    assert "DFLASH" in env.running()
     env.pk("rollback", "--to", "previous")
-    assert "DDTREE" in env.unit.read_text()
+    assert "DDTREE" in env.running()
     env.pk("rollback", "--to", "baseline")
     env.pk("rollback", "--to", ddtree_state[:8])
     assert (env.site / "sglang/srt/speculative/ddtree_utils.py").exists()
@@ -63,14 +63,14 @@ def test_reapply_is_a_no_op_and_changed_content_needs_a_version_bump(env):
     env.pk("apply", "ddtree")
     assert "nothing to do" in env.pk("apply", "ddtree").stdout
     env.pk("rollback", "--to", "baseline")
-    unit = env.root / "patchsets/ddtree/sglang-qwen.service"
+    unit = env.root / "patchsets/ddtree/dropin.conf"
     unit.write_text(unit.read_text() + "# changed\n")
     proc = env.pk("apply", "ddtree", check=2)
     assert "without a version bump" in proc.stderr
     toml = env.root / "patchsets/ddtree/patchset.toml"
-    toml.write_text(toml.read_text().replace('version = "2.0.0"', 'version = "2.0.1"'))
+    toml.write_text(toml.read_text().replace('version = "3.0.0"', 'version = "3.0.1"'))
     env.pk("apply", "ddtree")
-    assert "# changed" in env.unit.read_text()
+    assert "# changed" in env.running()
 
 
 def test_wrong_package_version_is_refused_unless_forced(env):

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import shlex
+import subprocess
+import sys
 
 import git
 import pytest
 
 from checkout import git as run_git, init_repo
-from conftest import make_workspace
+from conftest import copy_venv, make_workspace
+from test_deployment import deployment  # noqa: F401  (a fixture)
 
 
 @pytest.fixture
@@ -37,16 +41,16 @@ def test_each_transaction_commits_only_its_snapshot(repo_env):
     env.pk("apply", "ddtree")
     head = repo.head.commit
     assert head.parents[0].hexsha == start
-    assert head.message.startswith("local: apply ddtree@2.0.1 (patchkeeper apply ddtree)")
+    assert head.message.startswith("local: apply ddtree@3.0.0 (patchkeeper apply ddtree)")
     touched = sorted(head.stats.files)
     assert touched and all(p.startswith("snapshots/local/") for p in touched)
     assert {"snapshots/local/manifest.txt", "snapshots/local/state.json"} <= set(touched)
     assert sum(p.startswith("snapshots/local/ledger/") for p in touched) == 2  # baseline + apply
     # the user's changes are as they were: still staged, unstaged, untracked
     assert [d.a_path for d in repo.index.diff("HEAD")] == ["notes.txt"]
-    # (the unit file is the target's role file, which the fixture keeps in the workspace: changed, uncommitted)
-    assert sorted(d.a_path for d in repo.index.diff(None)) == ["patchkeeper.toml", "systemd/sglang-qwen.service"]
-    assert "scratch.txt" in repo.untracked_files
+    # (the drop-in is the target's role file, which the fixture keeps in the workspace: added, uncommitted)
+    assert sorted(d.a_path for d in repo.index.diff(None)) == ["patchkeeper.toml"]
+    assert {"scratch.txt", "systemd/sglang-qwen.service.d/50-patchkeeper.conf"} <= set(repo.untracked_files)
     assert not any(p.startswith("snapshots/") for p in repo.untracked_files)
 
     # the ledger names the workspace commit that held the patch set, and that it was committed there
@@ -59,8 +63,8 @@ def test_each_transaction_commits_only_its_snapshot(repo_env):
     env.pk("rollback", "--to", "baseline")
     log = repo.git.log("--format=%s", "--", "snapshots/local").splitlines()
     assert log == ["local: rollback state 'baseline' (patchkeeper rollback --to baseline)",
-                   "local: switch nextn@2.0.0 (patchkeeper apply nextn)",
-                   "local: apply ddtree@2.0.1 (patchkeeper apply ddtree)"]
+                   "local: switch nextn@3.0.0 (patchkeeper apply nextn)",
+                   "local: apply ddtree@3.0.0 (patchkeeper apply ddtree)"]
     state = json.loads(repo.git.show("HEAD:snapshots/local/state.json"))
     assert state["stack"] == [] and state["target"] == "local"
     assert [d.a_path for d in repo.index.diff("HEAD")] == ["notes.txt"]  # still only the user's
@@ -69,7 +73,7 @@ def test_each_transaction_commits_only_its_snapshot(repo_env):
 def test_ledger_notes_an_uncommitted_patch_set(repo_env):
     env = repo_env
     toml = env.root / "patchsets/nextn/patchset.toml"
-    toml.write_text(toml.read_text().replace("unit file only", "unit file only (edited)"))
+    toml.write_text(toml.read_text().replace("a drop-in only", "a drop-in only (edited)"))
     env.pk("apply", "nextn")
     entry = json.loads(sorted((env.root / "snapshots/local/ledger").glob("*.json"))[-1].read_text())
     assert entry["extra"]["workspace"]["patchsets_clean"] == {"nextn": False}
@@ -102,9 +106,84 @@ def test_ignored_snapshots_are_skipped_quietly(repo_env):
     assert (env.root / "snapshots/local/state.json").is_file()
 
 
-def test_a_workspace_without_git_says_so_once(env):
+def test_a_workspace_without_git_says_so_once(tmp_path, pristine_venv):
+    env = make_workspace(tmp_path / "plain", copy_venv(pristine_venv, tmp_path / "plain-venv"))
     first = env.pk("apply", "ddtree")
     assert "not a git repository" in first.stderr
     second = env.pk("apply", "nextn")
     assert "not a git repository" not in second.stderr
+    assert (env.root / "snapshots/local/state.json").is_file()
+
+
+# ---- one commit per command, whatever it verified and rolled back; git failing is one warning ---------
+@pytest.fixture
+def env(repo_env):
+    """The deployment tests' workspace (tests/test_deployment.py), as a git repository."""
+    return repo_env
+
+
+def _subjects(env, since: str) -> list[str]:
+    return run_git(env.root, "log", "--format=%s", f"{since}..HEAD").splitlines()
+
+
+def test_a_failed_apply_is_one_commit_reading_failed_rolled_back(env, deployment):
+    deployment.configure()
+    run_git(env.root, "commit", "-qam", "the service")
+    start = run_git(env.root, "rev-parse", "HEAD").strip()
+    deployment.rule(DDTREE="broken")
+    env.pk("apply", "ddtree", check=3)
+    assert _subjects(env, start) == ["local: apply ddtree@3.0.0 FAILED, rolled back (degenerate) "
+                                     "(patchkeeper apply ddtree)"]
+    body = run_git(env.root, "log", "-1", "--format=%b")
+    assert "verify " in body and ": FAILED (degenerate); apply; entry " in body and ": passed; automatic rollback" in body
+    assert run_git(env.root, "diff", "--cached", "--name-only") == ""  # nothing of ours left staged
+    env.pk("verify")
+    assert _subjects(env, start)[0] == "local: verify passed (patchkeeper verify)"
+
+
+def test_verify_all_commits_once_for_every_target(env, tmp_path, pristine_venv):
+    from test_verify import FAKE, free_port
+
+    toml, servers = "", []
+    for name in ("local", "b", "c"):
+        if name != "local":
+            venv = copy_venv(pristine_venv, tmp_path / f"venv-{name}")
+            toml += f'\n[targets.{name}]\npython = "{venv}/bin/python"\npackage = "sglang"\n'
+        port, pidfile = free_port(), tmp_path / f"{name}.pid"
+        restart = [sys.executable, str(FAKE), "start", "--port", str(port), "--pidfile", str(pidfile)]
+        servers.append([sys.executable, str(FAKE), "stop", "--port", str(port), "--pidfile", str(pidfile)])
+        toml += (f"\n[targets.{name}.service]\nrestart = {json.dumps(shlex.join(restart))}\n"
+                 f'base_url = "http://127.0.0.1:{port}"\nready_timeout = 10\nmatch_unit = false\n'
+                 "[targets.{name}.service.smoke]\nmin_tokens_per_s = 1\n".replace("{name}", name))
+    with open(env.root / "patchkeeper.toml", "a") as f:
+        f.write(toml)
+    for name in ("local", "b", "c"):
+        env.pk("snapshot", "-t", name, "--name", "s0")
+    run_git(env.root, "add", "-A")
+    run_git(env.root, "commit", "-qm", "three targets")
+    start = run_git(env.root, "rev-parse", "HEAD").strip()
+    try:
+        proc = env.pk("verify", "--all", "--restart")
+    finally:
+        for stop in servers:
+            subprocess.run(stop, check=False)
+    assert "warning" not in proc.stderr
+    assert _subjects(env, start) == ["verify --all: 3 target(s) verified, 0 failed, 0 unreachable "
+                                     "(patchkeeper verify --all --restart)"]
+    files = run_git(env.root, "show", "--name-only", "--format=", "HEAD").split()
+    assert {f.split("/")[1] for f in files} == {"local", "b", "c"} and all("/ledger/" in f for f in files)
+    assert run_git(env.root, "diff", "--cached", "--name-only") == ""
+    assert not [f for f in run_git(env.root, "status", "--porcelain").splitlines() if "snapshots/" in f]
+
+
+def test_a_git_failure_is_one_warning_line_and_leaves_nothing_staged(env):
+    run_git(env.root, "config", "user.useConfigOnly", "true")  # and no identity anywhere: git commit fails
+    run_git(env.root, "config", "--unset", "user.email")
+    run_git(env.root, "config", "--unset", "user.name")
+    proc = env.pk("apply", "nextn", env={"GIT_AUTHOR_EMAIL": "", "GIT_COMMITTER_EMAIL": "", "EMAIL": ""})
+    warnings = [ln for ln in proc.stderr.splitlines() if "warning" in ln or "hint" in ln or ln.startswith(" ")]
+    assert len(warnings) == 1 and warnings[0].startswith(
+        "patchkeeper: warning: the workspace's history was not committed (")
+    assert "Traceback" not in proc.stderr and "cmdline" not in proc.stderr
+    assert run_git(env.root, "diff", "--cached", "--name-only") == ""  # the records are not left staged
     assert (env.root / "snapshots/local/state.json").is_file()

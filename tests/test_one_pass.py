@@ -314,7 +314,7 @@ def test_a_sealed_audit_is_given_again_only_while_nothing_it_read_has_changed(en
 
     target = open_target(workspace.load(env.root).target(None))
     scan = scan_request(target)  # the package's RECORD paths, its top directories, the unit file
-    assert scan.absolute == {"@unit": str(unit)} and "sglang" in scan.walk
+    assert scan.absolute == {"@unit": str(unit), "@dropin": str(env.dropin)} and "sglang" in scan.walk
     request = TreeRequest(str(state / "store"), digest, scan, TAG, (), str(state / "audit" / "bytecode.cache"),
                           sealed_at)
     first = Agent().audit_tree(request)
@@ -473,11 +473,11 @@ def test_a_cold_audit_finds_same_tick_edits_and_recompiles_their_pycs(env, monke
 
 
 def test_pyc_names_map_to_their_sources_as_importlib_maps_them():
-    """distcheck._pyc_source, in string operations, answers as importlib.util.source_from_cache does
+    """bytecode._pyc_source, in string operations, answers as importlib.util.source_from_cache does
     (None where importlib refuses the name, or the pyc is another interpreter's)."""
     import importlib.util
 
-    from patchkeeper.host.distcheck import _pyc_source
+    from patchkeeper.host.bytecode import _pyc_source
 
     def importlib_answer(rel):
         parts = rel.rpartition("/")[2].split(".")

@@ -14,7 +14,7 @@ from patchkeeper.patchset import patching, patchset
 from patchkeeper.checks import algoscan, units
 
 SHIPPED = ["ddtree", "dflash", "nextn"]
-WITH_CODE = ["ddtree"]  # dflash and nextn are built into sglang 0.5.23: their sets are the unit alone
+WITH_CODE = ["ddtree"]  # dflash and nextn are built into sglang 0.5.23: their sets are the drop-in alone
 
 
 def produce(name: str, without: str | None = None) -> dict[str, bytes | None]:
@@ -37,7 +37,11 @@ def test_shipped_patchsets_are_listed_in_one_group():
     for name in SHIPPED:
         ps = patchset.load(REPO / "patchsets", name)
         assert ps.group == "speculative-algo" and ps.package_version == "==0.5.23"
-        assert dict(ps.files)["unit"].startswith(b"[Unit]")
+        assert set(dict(ps.files)) == {"dropin"}  # a drop-in: the host's unit is the host's
+        dropin = dict(ps.files)["dropin"].decode()
+        assert "[Service]\nExecStart=\nExecStart=" in dropin  # clears the host's ExecStart=, then sets its own
+        assert [line.partition("=")[0] for line in units.logical_lines(dropin)
+                if line and not line.startswith("#")] == ["[Service]", "ExecStart", "ExecStart"]
 
 
 def test_only_the_sets_with_code_patch_code():
@@ -67,9 +71,9 @@ def test_ddtree_adds_the_algorithm_everywhere_it_must(pristine_venv):
     is_dflash = next(n for n in enum.body if isinstance(n, ast.FunctionDef) and n.name == "is_dflash")
     assert "DDTREE" in ast.unparse(is_dflash)
     assert "def build_draft_tree" in produced["sglang/srt/speculative/ddtree_utils.py"].decode()
-    unit = dict(patchset.load(REPO / "patchsets", "ddtree").files)["unit"].decode()
+    unit = dict(patchset.load(REPO / "patchsets", "ddtree").files)["dropin"].decode()
     assert "--speculative-algorithm DDTREE" in unit
-    nextn = dict(patchset.load(REPO / "patchsets", "nextn").files)["unit"].decode()
+    nextn = dict(patchset.load(REPO / "patchsets", "nextn").files)["dropin"].decode()
     assert "NEXTN --speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4" in nextn
 
 
@@ -125,19 +129,26 @@ def test_every_ddtree_comparison_patch_is_needed(dropped, pristine_dflash):
     assert left and {entry.partition(":")[0] for entry in left} <= fixed_by_it
 
 
-def test_shipped_units_render_the_ct129_deployment():
+def test_shipped_dropins_render_the_ct129_deployment():
     issue = ("/root/ml-env/bin/python3 -m sglang.launch_server --model-path /root/models/Qwen3.6-27B --port 30000 "
              "--host 0.0.0.0 --tp-size 2 --mem-fraction-static 0.88 --context-length 131072 "
              "--max-running-requests 16 --mamba-full-memory-ratio 0.5 --mamba-scheduler-strategy extra_buffer "
              "--reasoning-parser qwen3 --tool-call-parser qwen3_coder").split()
+    host = (REPO / "demo/sglang-qwen.service").read_text()  # the host's unit, its own ExecStart= cleared
+
+    def effective(dropin: bytes) -> list[str]:
+        command = units.effective([("unit", host), ("dropin", dropin.decode())])
+        assert command is not None and command.source == "dropin" and command.refused is None
+        return list(command.argv)
+
     nextn = patchset.load(REPO / "patchsets", "nextn").bind({}, "ct129")
-    assert list(units.exec_start(dict(nextn.files)["unit"].decode()).argv) == issue + (
+    assert effective(dict(nextn.files)["dropin"]) == issue + (
         "--speculative-algo NEXTN --speculative-num-steps 3 --speculative-eagle-topk 1 "
         "--speculative-num-draft-tokens 4").split()
     for name in ("dflash", "ddtree"):
         ps = patchset.load(REPO / "patchsets", name)
         assert "draft_model_path" in ps.variables and "draft_model_path" not in dict(ps.defaults)
-        argv = units.exec_start(dict(ps.bind({"draft_model_path": "/d"}, "ct129").files)["unit"].decode()).argv
-        assert list(argv) == issue + ["--speculative-algorithm", name.upper(), "--speculative-draft-model-path", "/d"]
+        argv = effective(dict(ps.bind({"draft_model_path": "/d"}, "ct129").files)["dropin"])
+        assert argv == issue + ["--speculative-algorithm", name.upper(), "--speculative-draft-model-path", "/d"]
     ddtree = patchset.load(REPO / "patchsets", "ddtree").description  # what is proven, and what is not
     assert "is lossless" in ddtree and "not wired yet" in ddtree and "verifies a linear chain" in ddtree

@@ -148,7 +148,7 @@ def patch_of(r: Releases, *edits: Edit) -> bytes:
     return diffwrite.diff(changes)
 
 
-UNIT = (REPO / "patchsets" / "dflash" / "sglang-qwen.service").read_bytes()
+UNIT = (REPO / "patchsets" / "dflash" / "dropin.conf").read_bytes()  # a role file: the drop-in
 
 
 def write_set(root: Path, name: str, patches: dict[str, bytes], package: str = "sglang",
@@ -158,9 +158,9 @@ def write_set(root: Path, name: str, patches: dict[str, bytes], package: str = "
     (d / "patchset.toml").write_text(
         f'name = "{name}"\nversion = "1.0.0"\ndescription = "port test"\npackage = "{package}"\n'
         f'package_version = "{pin}"   # the release it was made for\nrequires = []\n\n'
-        '[files]\nunit = "sglang-qwen.service"\n\n# the unit\'s defaults\n[vars]\ntp_size = 2\n'
+        '[files]\ndropin = "dropin.conf"\n\n# the unit\'s defaults\n[vars]\ntp_size = 2\n'
         'python = "/usr/bin/python3"\nmodel_path = "/m"\nhost = "0.0.0.0"\nport = 30000\n')
-    (d / "sglang-qwen.service").write_bytes(UNIT)
+    (d / "dropin.conf").write_bytes(UNIT)
     for fname, data in patches.items():
         (d / fname).write_bytes(data)
     return d
@@ -220,10 +220,10 @@ def test_a_clean_port_is_written_as_the_next_version_and_applies_on_0_5_23_byte_
     assert doc["written"]["ident"] == "portok@1.1.0" and doc["written"]["previous"] == "1.0.0"
     d = env.root / "patchsets" / "portok"
     assert sorted(p.name for p in d.iterdir()) == ["0001-clean.patch", "0002-merged.patch", "0004-added.patch",
-                                                   "patchset.toml", "sglang-qwen.service"]
+                                                   "dropin.conf", "patchset.toml"]
     toml = (d / "patchset.toml").read_text()
     assert 'version = "1.1.0"' in toml and f'package_version = "=={NEW}"   # the release it was made for' in toml
-    assert "# the unit's defaults" in toml and (d / "sglang-qwen.service").read_bytes() == UNIT  # carried as is
+    assert "# the unit's defaults" in toml and (d / "dropin.conf").read_bytes() == UNIT  # carried as is
     log = subprocess.run(["git", "log", "--format=%s", "--", "patchsets/portok"], cwd=env.root,
                          capture_output=True, text=True, check=True).stdout.splitlines()
     assert log[0].startswith("patch set portok@1.1.0") and log[1].startswith("patch set portok@1.0.0: as it was")
@@ -243,7 +243,7 @@ def test_a_clean_port_is_written_as_the_next_version_and_applies_on_0_5_23_byte_
     assert (site / e["upstream"].path).read_bytes() == releases.data(NEW, e["upstream"].path)
     changed = {k for k in after if before.get(k) != after[k]} | {k for k in before if k not in after}
     rel = os.path.relpath(site, env.venv)
-    assert changed == {f"{rel}/{p}" for p in (e["clean"].path, e["merged"].path, ADDED)} | {"@unit"}
+    assert changed == {f"{rel}/{p}" for p in (e["clean"].path, e["merged"].path, ADDED)} | {"@dropin"}
 
 
 def test_a_blocked_port_writes_nothing_into_patchsets_and_continue_finishes_it(tmp_path, pristine_venv, releases,
@@ -372,9 +372,9 @@ def test_the_shipped_ddtree_ported_back_to_0_5_22_reports_every_hunk_and_the_new
     assert doc["scan"]["algorithm"] == "DDTREE" and 0 < doc["scan"]["parsed"] <= doc["scan"]["files"]
     assert any(p.startswith("sglang/srt/arg_groups/kv_cache_hook.py:") for p in doc["scan"]["new"])
     assert not (ws.root / "port").exists()
-    for name in ("dflash", "nextn"):  # the unit alone: nothing to merge, carried as it is
+    for name in ("dflash", "nextn"):  # the drop-in alone: nothing to merge, carried as it is
         doc = json.loads(ws.pk("port", name, "--to", OLD, *both_wheels(), "--json", "--dry-run").stdout)
-        assert doc["files"] == [] and doc["roles"] == ["unit"] and doc["scan"] is None
+        assert doc["files"] == [] and doc["roles"] == ["dropin"] and doc["scan"] is None
 
 
 @pytest.mark.parametrize("what", ["clean", "merged", "upstream", "conflict"])

@@ -175,6 +175,23 @@ def test_repair_over_ssh_sends_the_bytes_to_the_host(tmp_path, repair_pristine, 
     assert (site / SO).read_bytes() == damaged
 
 
+def test_repair_with_a_wheel_whose_member_fails_its_crc_changes_nothing(renv, tmp_path):
+    edit_file(renv.site / "six.py", b"broken = True\n")
+    before = tree(renv.venv)
+    corrupt = tmp_path / "six-1.17.0-py2.py3-none-any.whl"  # a download damaged in transit
+    data = bytearray(wheel("six-1.17.0-*.whl").read_bytes())
+    with zipfile.ZipFile(wheel("six-1.17.0-*.whl")) as whl:
+        info = whl.getinfo("six.py")
+    start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)
+    data[start + info.compress_size // 2] ^= 0xFF
+    corrupt.write_bytes(bytes(data))
+    proc = renv.pk("repair", "six", "--wheel", str(corrupt), check=2)
+    assert proc.stderr.startswith(f"patchkeeper: error: the wheel {corrupt} is damaged: its member six.py cannot "
+                                  "be read"), proc.stderr
+    assert "nothing was changed" in proc.stderr and "download the wheel again" in proc.stderr
+    assert tree(renv.venv) == before and not (renv.state_dir / "ledger").exists()
+
+
 # ---- adopting a hand-patched host ----------------------------------------------------------------
 SPEC = "sglang/srt/speculative/spec_info.py"
 
@@ -256,3 +273,49 @@ def test_repair_restores_a_wheels_headers_data_and_scripts_where_pip_put_them(re
     assert "4 file(s) restored" in out and "left" not in out
     assert f"  M ../../../{headers.relative_to(renv.venv)}/sub/inner.h  17 bytes" in out
     assert {p: (p.read_bytes(), p.stat().st_mode & 0o777) for p in installed} == released
+
+
+def _with_wheels(env) -> None:
+    toml = (env.root / "patchkeeper.toml").read_text()
+    (env.root / "patchkeeper.toml").write_text(f'wheels = "{WHEELS}"\n' + toml)
+
+
+def test_adoption_backups_show_in_log_come_back_by_prefix_and_become_a_patch_set(handmade, pristine_venv):
+    _with_wheels(handmade)
+    edited = {rel: (handmade.site / rel).read_bytes() for rel in (SPEC, "sglang/srt/speculative/ddtree_by_hand.py")}
+    handmade.pk("snapshot", "--name", "adopted", "--restore-pristine")
+    assert tree(handmade.venv) == tree(pristine_venv)
+    line = next(l for l in handmade.pk("log").stdout.splitlines() if "--restore-pristine" in l)
+    shown = dict(part.rstrip("…)").split(" (") for part in line.split(": ", 1)[1].split(", "))
+    assert set(shown) == set(edited) and all(d.startswith("blake3:") for d in shown.values())
+    for rel, digest in shown.items():  # the digests log shows are enough to get the bytes back
+        assert handmade.pk("show-backup", digest.partition(":")[2]).stdout.encode() == edited[rel]
+
+    out = handmade.pk("record", "byhand", "-t", "local", "--from-adoption").stdout
+    assert "byhand@1.0.0" in out and "2 file(s)" in out
+    handmade.pk("apply", "byhand", "--no-verify")  # on the pristine release: the hand edits, exactly
+    assert {rel: (handmade.site / rel).read_bytes() for rel in edited} == edited
+    assert handmade.pk("record", "again", "--from-adoption", "-t", "local", "-m", "x").returncode == 0
+
+
+def test_the_hand_edits_accepted_at_adoption_become_a_patch_set_against_the_release(handmade, pristine_venv):
+    _with_wheels(handmade)
+    handmade.pk("snapshot", "--name", "adopted", "--accept-edits")
+    handmade.pk("record", "byhand", "--from-adoption")
+    patch = (handmade.root / "patchsets/byhand/byhand.patch").read_text()
+    assert patch.count("diff --git ") == 2 and "+# copied in by scp\n" in patch and "+TREE = 1\n" in patch
+    assert "package_version = \"==0.5.23\"" in (handmade.root / "patchsets/byhand/patchset.toml").read_text()
+    copy = handmade.root.parent / "pristine"
+    copy_venv(pristine_venv, copy)
+    env2 = make_workspace(handmade.root.parent / "ws2", copy)
+    (env2.root / "patchsets/byhand").mkdir()
+    for f in (handmade.root / "patchsets/byhand").iterdir():
+        (env2.root / "patchsets/byhand" / f.name).write_bytes(f.read_bytes())
+    env2.pk("apply", "byhand", "--no-verify")
+    assert (copy / SITE_REL / SPEC).read_bytes() == (handmade.site / SPEC).read_bytes()
+
+
+def test_a_target_adopted_without_hand_edits_has_none_to_record(env):
+    env.pk("snapshot", "--name", "first")
+    proc = env.pk("record", "byhand", "--from-adoption", check=2)
+    assert "target local was adopted without hand edits" in proc.stderr

@@ -31,10 +31,16 @@ class Fleet:
     def site(self, host: str) -> Path:
         return self.venvs[host] / SITE_REL
 
+    def dropin(self, host: str) -> Path:
+        """The host's drop-in beside its unit (the patch sets' role file)."""
+        return self.units[host].with_name(self.units[host].name + ".d") / "50-patchkeeper.conf"
+
     def state(self, host: str) -> dict:
-        """Every file of a host's venv (not its state dir) and its unit file: sha256 and mode."""
+        """Every file of a host's venv (not its state dir), its unit file and drop-in: sha256 and mode."""
         files = tree(self.venvs[host])
         files["@unit"] = tree(self.units[host].parent)[self.units[host].name]
+        if self.dropin(host).exists():
+            files["@dropin"] = tree(self.dropin(host).parent)[self.dropin(host).name]
         return files
 
     def pk(self, *args, **kw):
@@ -64,7 +70,7 @@ def _chmod(path: Path, mode: int) -> None:
 
 def _ops(out: str) -> list[str]:
     """The per-file lines of a printed plan ("  M key  size"), which do not depend on the target."""
-    return sorted(line for line in out.splitlines() if line[:4] in ("  M ", "  A ", "  D ", "  m "))
+    return sorted(line.split("  (/")[0] for line in out.splitlines() if line[:4] in ("  M ", "  A ", "  D ", "  m "))
 
 
 def test_verbs_over_ssh_work_as_locally(fleet, pristine_venv):
@@ -76,6 +82,7 @@ def test_verbs_over_ssh_work_as_locally(fleet, pristine_venv):
         assert _ops(remote) == _ops(local) and _ops(remote)
         assert tree(fleet.venvs["ct129"]) == tree(fleet.env.venv)
         assert fleet.units["ct129"].read_bytes() == fleet.env.unit.read_bytes()
+        assert fleet.dropin("ct129").read_bytes() == fleet.env.dropin.read_bytes()
 
     st = json.loads(fleet.pk("status", "-t", "ct129", "--json").stdout)
     assert [p["name"] for p in st["state"]["stack"]] == ["ddtree"] and st["differences"] == {}
@@ -109,19 +116,19 @@ def test_diff_host_against_its_record_names_kinds_and_owners(fleet):
     out = fleet.pk("diff", "ct129", "--json", check=1)
     doc = json.loads(out.stdout)
     got = {d["key"]: (d["kind"], d["owners"].get("ct129")) for d in doc["differences"]}
-    assert got == {"sglang/srt/speculative/spec_info.py": ("changed", "ddtree@2.0.1"),
+    assert got == {"sglang/srt/speculative/spec_info.py": ("changed", "ddtree@3.0.0"),
                    "sglang/srt/extra_by_hand.py": ("added", None),
                    "sglang/version.py": ("mode", None),
                    "sglang/srt/utils/common.py": ("removed", None)}
     assert doc["algorithm"] == "sha256"
 
     text = fleet.pk("diff", "ct129", "--patch", check=1).stdout
-    assert "  changed  sglang/srt/speculative/spec_info.py  [ddtree@2.0.1]" in text
+    assert "  changed  sglang/srt/speculative/spec_info.py  [ddtree@3.0.0]" in text
     assert "+# tuned by hand\n" in text and "+x = 1\n" in text
 
     base = json.loads(fleet.pk("diff", "ct129", "--against", "baseline", "--json", check=1).stdout)
     owned = {d["key"]: d["owners"].get("ct129") for d in base["differences"]}
-    assert owned["@unit"] == "ddtree@2.0.1" and owned["sglang/srt/speculative/ddtree_utils.py"] == "ddtree@2.0.1"
+    assert owned["@dropin"] == "ddtree@3.0.0" and owned["sglang/srt/speculative/ddtree_utils.py"] == "ddtree@3.0.0"
     assert owned["sglang/srt/extra_by_hand.py"] is None and len(owned) == 18 + 3
 
     fleet.pk("rollback", "-t", "ct129", "--to", "baseline")
@@ -141,7 +148,7 @@ def _expected(a: dict, b: dict) -> dict[str, str]:
 
 def _site_keys(states: dict, site_rel: str = SITE_REL + "/") -> dict:
     return {k[len(site_rel):] if k.startswith(site_rel) else k: v for k, v in states.items()
-            if k.startswith(site_rel) and not k.startswith(site_rel + "sglang-0.5.23.dist-info/") or k == "@unit"}
+            if k.startswith(site_rel) and not k.startswith(site_rel + "sglang-0.5.23.dist-info/") or k.startswith("@")}
 
 
 def test_diff_two_hosts_reports_exactly_the_files_that_differ(fleet, pristine_venv):
@@ -151,12 +158,12 @@ def test_diff_two_hosts_reports_exactly_the_files_that_differ(fleet, pristine_ve
     edit_file(site / "sglang/srt/only_on_ct200.py", b"print('hi')\n")
     _chmod(site / "sglang/lang/api.py", 0o755)
     expected = _expected(_site_keys(fleet.state("ct129")), _site_keys(fleet.state("ct200")))
-    assert len(expected) == 21  # ddtree's 18 files (17 and the unit), one edit, one added file, one mode
+    assert len(expected) == 21  # ddtree's 18 files (17 and the drop-in), one edit, one added file, one mode
 
     doc = json.loads(fleet.pk("diff", "ct129", "ct200", "--json", check=1).stdout)
     assert {d["key"]: d["kind"] for d in doc["differences"]} == expected
     owners = {d["key"]: d["owners"] for d in doc["differences"]}
-    assert owners["sglang/srt/speculative/ddtree_utils.py"] == {"ct129": "ddtree@2.0.1"}
+    assert owners["sglang/srt/speculative/ddtree_utils.py"] == {"ct129": "ddtree@3.0.0"}
     assert owners["sglang/srt/only_on_ct200.py"] == {}
 
     text = fleet.pk("diff", "ct129", "ct200", "--patch", check=1).stdout
@@ -328,7 +335,8 @@ def test_verification_runs_on_the_host_and_rolls_back_over_ssh(fleet, tmp_path):
     from test_verify import FAKE, free_port
 
     port, pidfile, log = free_port(), tmp_path / "fake.pid", tmp_path / "fake.log"
-    restart = shlex.join([sys.executable, str(FAKE), "start", "--state", str(fleet.units["ct129"]), "--port", str(port),
+    restart = shlex.join([sys.executable, str(FAKE), "start", "--state", str(fleet.units["ct129"]),
+                          "--state", str(fleet.dropin("ct129")), "--port", str(port),
                           "--pidfile", str(pidfile), "--log", str(log), "--default", "healthy",
                           "--when", "DDTREE=degenerate"])
     with open(fleet.env.root / "patchkeeper.toml", "a") as f:
@@ -364,10 +372,10 @@ def test_audit_record_check_and_show_over_ssh(fleet):
 
 def test_backups_come_back_over_ssh(fleet):
     fleet.pk("apply", "nextn", "-t", "ct129")
-    mine = fleet.units["ct129"].read_bytes() + b"# my hand edit\n"
-    fleet.units["ct129"].write_bytes(mine)
+    mine = fleet.dropin("ct129").read_bytes() + b"# my hand edit\n"
+    fleet.dropin("ct129").write_bytes(mine)
     out = fleet.pk("rollback", "-t", "ct129", "--to", "baseline").stdout
-    digest = next(l for l in out.splitlines() if l.startswith("  backup of @unit: ")).split(": ", 1)[1]
+    digest = next(l for l in out.splitlines() if l.startswith("  backup of @dropin: ")).split(": ", 1)[1]
     assert digest.startswith("sha256:")  # the host's own algorithm
     got = subprocess.run([sys.executable, "-m", "patchkeeper", "--workspace", str(fleet.env.root),
                           "show-backup", digest, "-t", "ct129"], capture_output=True, check=True)

@@ -68,7 +68,7 @@ def test_snapshot_names_that_rollback_gives_a_meaning_of_their_own_are_refused(e
         assert f"{name!r} cannot name a state" in proc.stderr and "hint:" in proc.stderr
     assert [e["kind"] for e in json.loads(env.pk("log", "--json").stdout)] == ["apply", "baseline"]
     env.pk("rollback", "--to", "baseline")
-    assert "NEXTN" not in env.unit.read_text()
+    assert "NEXTN" not in env.running()
 
 
 # ---- 5: paths a patch set writes outside what patchkeeper manages ------------------------------
@@ -107,9 +107,12 @@ def _immutable(path: Path):
 
 
 def _files(env) -> tuple:
-    """The venv's files and the unit path as it is (whatever its type)."""
-    st = env.unit.lstat()
-    return tree(env.venv), st.st_mode, st.st_ino, env.unit.read_bytes() if stat.S_ISREG(st.st_mode) else None
+    """The venv's files, and the unit's and the drop-in's paths as they are (whatever their type)."""
+    out: list = [tree(env.venv)]
+    for path in (env.unit, env.dropin):
+        st = path.lstat() if os.path.lexists(path) else None
+        out += [None] if st is None else [st.st_mode, st.st_ino, path.read_bytes() if stat.S_ISREG(st.st_mode) else None]
+    return tuple(out)
 
 
 def _refused_unchanged(env, *args: str) -> str:
@@ -136,31 +139,28 @@ def test_obstacles_at_destinations_are_refused_by_name_before_anything_changes(e
         err = _refused_unchanged(env, "apply", "ddtree")
         assert f"{pyc} is immutable" in err and f"bytecode of {env.site / SPEC}" in err
 
-    unit = env.unit.read_bytes()
-    env.unit.unlink()
-    env.unit.mkdir()  # the role path is a directory (a hand change: --force goes past the pre-image check)
+    env.dropin.mkdir(parents=True)  # the role path is a directory (a hand change: --force goes past the pre-image check)
     err = _refused_unchanged(env, "apply", "ddtree", "--force")
-    assert f"{env.unit} is a directory" in err or "@unit (a directory)" in err
-    env.unit.rmdir()
-    env.unit.write_bytes(unit)
+    assert f"{env.dropin} is a directory" in err or "@dropin (a directory)" in err
+    env.dropin.rmdir()
     env.pk("apply", "ddtree")  # with the obstacles gone it goes through
 
 
 def test_non_regular_files_at_managed_paths_are_refused_not_replaced(env, tmp_path):
-    real = tmp_path / "real.service"
-    real.write_bytes(env.unit.read_bytes())
-    env.unit.unlink()
-    env.unit.symlink_to(real)  # the unit is a symlink when the baseline is recorded
+    real = tmp_path / "real.conf"
+    real.write_bytes(b"[Service]\n")
+    env.dropin.parent.mkdir()
+    env.dropin.symlink_to(real)  # the drop-in is a symlink when the baseline is recorded
     env.pk("snapshot", "--name", "start")
     err = _refused_unchanged(env, "apply", "nextn")
-    assert f"{env.unit} is a symbolic link (to {real})" in err or "@unit (a symlink)" in err
-    env.unit.unlink()
-    os.mknod(env.unit, stat.S_IFCHR | 0o644, os.makedev(1, 3))  # a device node, as /dev/null is
+    assert f"{env.dropin} is a symbolic link (to {real})" in err or "@dropin (a symlink)" in err
+    env.dropin.unlink()
+    os.mknod(env.dropin, stat.S_IFCHR | 0o644, os.makedev(1, 3))  # a device node, as /dev/null is
     err = _refused_unchanged(env, "apply", "nextn")
-    assert f"{env.unit} is a character device" in err or "@unit (not a regular file)" in err
-    assert stat.S_ISCHR(env.unit.lstat().st_mode)
-    env.unit.unlink()
-    env.unit.symlink_to(real)
+    assert f"{env.dropin} is a character device" in err or "@dropin (not a regular file)" in err
+    assert stat.S_ISCHR(env.dropin.lstat().st_mode)
+    env.dropin.unlink()
+    env.dropin.symlink_to(real)
     (env.site / ADDED).symlink_to(real)  # a symlink where ddtree adds a file
     err = _refused_unchanged(env, "apply", "ddtree")
     assert f"{env.site / ADDED} is a symbolic link" in err or f"{ADDED} (a symlink)" in err

@@ -16,7 +16,9 @@ from .options import (adopt_options, change, change_options, chosen, group_optio
 
 
 def _say(text: str) -> None:
-    sys.stderr.write(text + "\n")
+    from .printable import lines  # a message may quote a host's words: no control character reaches the terminal
+
+    sys.stderr.write(lines(text) + "\n")
     sys.stderr.flush()
 
 
@@ -33,9 +35,11 @@ def run_verb(fn: Callable[..., int], *args: Any, **kwargs: Any) -> NoReturn:
             raise  # another pipe (a host's channel...): a real error, reported below
         sys.exit(141)  # as git does when its reader leaves in the middle of raw bytes: 128 + SIGPIPE
     except OSError as exc:  # the file system said no (permissions, a full disk): one line, not a traceback
+        from .errors import os_hint
+
         where = f": {exc.filename}" if exc.filename else ""
-        _say(f"patchkeeper: error: {exc.strerror or exc}{where}\n  hint: fix that, then run the command "
-             "again; an interrupted change is finished or undone by the next command")
+        _say(f"patchkeeper: error: {exc.strerror or exc}{where}\n  hint: " + os_hint(
+            exc.errno, "run the command again; an interrupted change is finished or undone by the next command"))
         sys.exit(2)
     except KeyboardInterrupt:  # Ctrl-C: its own code, not 1 ("differences found")
         _say("\npatchkeeper: error: interrupted (Ctrl-C)\n  hint: a change that was under way is finished or undone by "
@@ -98,10 +102,11 @@ def list_cmd(ctx, as_json):
 @change_options
 @click.option("--force", is_flag=True, help="apply over hand edits (backed up first) or another package version")
 @adopt_options
+@click.option("--json", "as_json", is_flag=True, help="print one JSON document (docs/json.md); progress on stderr")
 @click.pass_context
 @command
 def apply(ctx, name, targets_, group, every, serial, max_fail, dry_run, no_verify, force, restore_pristine,
-          accept_edits):
+          accept_edits, as_json):
     """Apply patch set NAME (switching within its group) in one transaction.
 
     With a [service] table the service is then restarted and verified by a real generation;
@@ -112,9 +117,11 @@ def apply(ctx, name, targets_, group, every, serial, max_fail, dry_run, no_verif
     from .commands.apply import apply as run
 
     adopt = check_mode(restore_pristine, accept_edits)
+    if as_json and (len(targets_) > 1 or group or every):
+        raise click.UsageError("--json describes one target's change: give one -t")
 
     def one(ws, target, noted=None):
-        return run(ws, target, name, dry_run, force, verify=not no_verify, adopt=adopt, noted=noted)
+        return run(ws, target, name, dry_run, force, verify=not no_verify, adopt=adopt, as_json=as_json, noted=noted)
 
     return change(ctx, one, f"apply {name}", targets_, group, every, serial, max_fail, dry_run, not no_verify)
 
@@ -123,14 +130,18 @@ def apply(ctx, name, targets_, group, every, serial, max_fail, dry_run, no_verif
 @change_options
 @click.option("--to", "to", required=True, metavar="STATE", shell_complete=complete_states,
               help="baseline | previous | a state name | a state id | a transaction id")
+@click.option("--json", "as_json", is_flag=True, help="print one JSON document (docs/json.md); progress on stderr")
 @click.pass_context
 @command
-def rollback(ctx, targets_, group, every, serial, max_fail, dry_run, no_verify, to):
+def rollback(ctx, targets_, group, every, serial, max_fail, dry_run, no_verify, to, as_json):
     """Give every managed file the exact bytes and mode of STATE (on several targets: as apply does)."""
     from .commands.rollback import rollback as run
 
+    if as_json and (len(targets_) > 1 or group or every):
+        raise click.UsageError("--json describes one target's change: give one -t")
+
     def one(ws, target, noted=None):
-        return run(ws, target, to, dry_run, verify=not no_verify, noted=noted)
+        return run(ws, target, to, dry_run, verify=not no_verify, as_json=as_json, noted=noted)
 
     return change(ctx, one, f"rollback --to {to}", targets_, group, every, serial, max_fail, dry_run, not no_verify)
 
@@ -185,19 +196,24 @@ def snapshot(ctx, target, name, manifest_only, restore_pristine, accept_edits):
 @click.option("--wheel", metavar="FILE.whl", help="the release wheel (default: the workspace's wheels directory, "
               "else pip download for the target's interpreter)")
 @click.option("--dry-run", "-n", is_flag=True, help="print what would be restored; change nothing")
+@click.option("--no-verify", is_flag=True, help="do not restart and verify the target's [service] afterwards")
 @adopt_options
+@json_option
 @click.pass_context
 @command
-def repair(ctx, dist, target, wheel, dry_run, restore_pristine, accept_edits):
+def repair(ctx, dist, target, wheel, dry_run, no_verify, restore_pristine, accept_edits, as_json):
     """Give the files of installed distribution DIST that differ from its RECORD their release bytes back.
 
     One transaction (backups in the store, a ledger entry of kind repair): `rollback --to previous`
-    undoes it. Exit 0 when all were restored, 1 when some are left (named), 2 when no wheel matches.
+    undoes it. With a [service] table the service is then restarted and verified (--no-verify skips).
+    Exit 0 when all were restored (and it verifies), 1 when some are left (named) or it fails
+    verification, 2 when no wheel matches.
     """
     from .change.adopt import check_mode
     from .commands.repair import repair_dist
 
-    return repair_dist(workspace_of(ctx), target, dist, wheel, dry_run, adopt=check_mode(restore_pristine, accept_edits))
+    return repair_dist(workspace_of(ctx), target, dist, wheel, dry_run, adopt=check_mode(restore_pristine, accept_edits),
+                       verify=not no_verify, as_json=as_json)
 
 
 @main.command("show-backup")
@@ -233,16 +249,20 @@ def recover(ctx, target):
 @json_option
 @click.option("-v", "--verbose", is_flag=True, help="also list the files the applied patch sets changed")
 @click.option("--quiet", "-q", is_flag=True, help="no progress bar")
+@click.option("--wait", type=click.FloatRange(min=0), metavar="SECONDS",
+              help="how long to wait for a change under way on the target to end (default 5)")
+@click.option("--rehash", is_flag=True, help="ignore every cache and seal: read and hash every file again")
 @click.pass_context
 @command
-def audit(ctx, targets_, group, probes, every, as_json, verbose, quiet):
+def audit(ctx, targets_, group, probes, every, as_json, verbose, quiet, wait, rehash):
     """What differs in the target's site-packages, and why: patched, drift, environment, bytecode, probe."""
     from .commands.audit import audit as run
 
     picked = chosen(ctx, targets_, group, every)
     if picked is not None:
-        return run(picked, None, list(probes), True, as_json, verbose, quiet)
-    return run(workspace_of(ctx), targets_[0] if targets_ else None, list(probes), False, as_json, verbose, quiet)
+        return run(picked, None, list(probes), True, as_json, verbose, quiet, wait, rehash)
+    return run(workspace_of(ctx), targets_[0] if targets_ else None, list(probes), False, as_json, verbose, quiet,
+               wait, rehash)
 
 
 @main.command()
@@ -267,6 +287,8 @@ bump_option = click.option("--bump", type=click.Choice(["major", "minor", "patch
 @target_option
 @click.option("--from", "since", metavar="STATE", shell_complete=complete_states,
               help="record the target's edits since this state")
+@click.option("--from-adoption", "adoption", is_flag=True,
+              help="record the hand edits found when the target was adopted (its first baseline), against the release")
 @click.option("--git", "checkout", metavar="DIR", help="record from a git checkout of the package's source")
 @click.option("--range", "span", metavar="A..B", help="with --git: the refs to diff")
 @click.option("--subdir", default="", metavar="DIR", help="with --git: the directory holding the package (python)")
@@ -276,12 +298,15 @@ bump_option = click.option("--bump", type=click.Choice(["major", "minor", "patch
 @click.option("--package-version", metavar="SPEC", help="with --git: PEP 440 specifier of fitting versions")
 @click.pass_context
 @command
-def record(ctx, name, target, since, checkout, span, subdir, bump, description, package, package_version):
-    """Write patch set NAME from a target's edits since a state, or from a git range."""
+def record(ctx, name, target, since, adoption, checkout, span, subdir, bump, description, package, package_version):
+    """Write patch set NAME from a target's edits since a state, the hand edits found when it was
+    adopted, or a git range."""
     from .commands import record as rec
 
-    if bool(since) == bool(checkout):
-        raise click.UsageError("give either -t T --from STATE, or --git DIR --range A..B")
+    if sum(map(bool, (since, adoption, checkout))) != 1:
+        raise click.UsageError("give either -t T --from STATE, -t T --from-adoption, or --git DIR --range A..B")
+    if adoption:
+        return rec.record_adoption(_workspace(ctx), target, name, bump, description)
     if checkout:
         if not span:
             raise click.UsageError("--git needs --range A..B")
@@ -353,11 +378,13 @@ def show(ctx, name, as_json):
 @click.option("--env", "environment", is_flag=True,
               help="compare environments (interpreter, system, distributions, native libraries, GPU) instead of "
                    "files; a side may be TARGET:STATE")
+@click.option("--since-pass", is_flag=True,
+              help="with --env: compare with the last passing verification of the target's current code state")
 @json_option
 @click.option("--all", "every", is_flag=True, help="every target in the workspace, concurrently, one table")
 @click.pass_context
 @command
-def diff(ctx, targets, targets_, group, against, patch, environment, as_json, every):
+def diff(ctx, targets, targets_, group, against, patch, environment, since_pass, as_json, every):
     """What differs on TARGET (or -t TARGET) from its recorded state, and which patch set owns it; or
     TARGET against TARGET2, side by side (-g GROUP, --all: each target against its own record).
     Exit 0 when nothing differs, 1 when something does."""
@@ -369,12 +396,14 @@ def diff(ctx, targets, targets_, group, against, patch, environment, as_json, ev
         from .commands.diff import diff_all
 
         return diff_all(workspace_of(ctx).select((), group, every), as_json)
+    if since_pass and (not environment or against or len(targets) > 1):
+        raise click.UsageError("--since-pass goes with --env and one target: patchkeeper diff --env -t T --since-pass")
     if environment:
         from .commands.env import diff_env
 
         if patch:
             raise click.UsageError("--patch shows file contents; it does not go with --env")
-        return diff_env(workspace_of(ctx), targets, against, as_json)
+        return diff_env(workspace_of(ctx), targets, against, as_json, since_pass)
     from .commands.diff import diff as run
 
     return run(workspace_of(ctx), targets, against, patch, as_json)
@@ -420,9 +449,11 @@ def env_cmd(ctx, target, as_json):
 @click.pass_context
 @command
 def verify_cmd(ctx, targets_, group, as_json, with_restart, every):
-    """Check the target's service: it answers, and generates enough, fast enough, not degenerate.
+    """Check the target's service: it answers, runs the unit's command and speculative algorithm, and
+    generates enough, fast enough, not degenerate, the same greedy output as before.
 
-    Exit 0 when it passes, 1 when a check fails (nothing is changed or rolled back).
+    Exit 0 when it passes, 1 when a check fails (nothing is changed or rolled back): then what changed
+    since the code state last passed, and the command to run next.
     """
     from .commands import verify as cmd
 

@@ -30,7 +30,29 @@ class TargetError(PatchkeeperError):
     """The target cannot be reached or its interpreter or package cannot be found."""
 
 
+class NotInstalled(TargetError):
+    """The managed package is not installed in the target's interpreter (`state_dir`: where its
+    records would be, for a hint that names the release they need)."""
+
+    def __init__(self, message: str, hint: str = "", state_dir: str = "") -> None:
+        super().__init__(message, hint)
+        self.state_dir = state_dir
+
+
 class Unfinished(PatchkeeperError):
     """A transaction passed its commit point but could not be finished; `recover` finishes it."""
 
     exit_code = EXIT_UNFINISHED
+
+
+def os_hint(errno: int | None, then: str) -> str:
+    """What to do about a file system's refusal (`errno`) before `then` (run the command again...)."""
+    import errno as codes
+
+    if errno == codes.EROFS:
+        return f"the file system is read-only: remount it read-write, or use a writable place; then {then}"
+    if errno in (codes.ENOSPC, codes.EDQUOT):
+        return f"make room, then {then}"
+    if errno in (codes.EACCES, codes.EPERM):
+        return f"fix the permissions (or run as the user who owns the files), then {then}"
+    return f"fix that, then {then}"

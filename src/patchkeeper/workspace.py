@@ -12,6 +12,7 @@ from typing import Any, Callable
 from .errors import BadInput
 
 CONFIG = "patchkeeper.toml"
+DROPIN_NAME = "50-patchkeeper.conf"  # a target's systemd drop-in, by default in <unit>.d/ beside its unit
 
 VAR_NAME = re.compile(r"[a-z_][a-z0-9_]*\Z")  # a template variable's name
 
@@ -42,7 +43,7 @@ class TargetConfig:
     name: str
     python: str
     package: str
-    files: dict[str, str] = field(default_factory=dict)  # role -> path
+    files: dict[str, str] = field(default_factory=dict)  # role -> path (`dropin` defaults to beside `unit`)
     state_dir: str | None = None
     ssh: str | None = None
     persist: float = 60.0  # seconds an SSH target's held connection outlives its last command; 0: none
@@ -185,11 +186,14 @@ def load(root: Path, inventory: str | None = None, hosts: dict[str, dict] | None
             continue
         ssh = table.get("ssh")
         state_dir = table.get("state_dir")
+        roles = {role: _local_path(root, p, ssh) for role, p in files.items()}
+        if "unit" in roles and "dropin" not in roles:  # the host's unit is read; the patch sets' drop-in goes beside it
+            roles["dropin"] = default_dropin(roles["unit"])
         targets[name] = TargetConfig(
             name=name,
             python=_local_path(root, table["python"], ssh),
             package=table["package"],
-            files={role: _local_path(root, p, ssh) for role, p in files.items()},
+            files=roles,
             state_dir=_local_path(root, state_dir, ssh) if state_dir else None,
             ssh=ssh,
             persist=float(table.get("persist", persist if _seconds(persist) else 60)),
@@ -230,6 +234,11 @@ def _groups(table: object) -> tuple[dict[str, tuple[str, ...]], list[str]]:
             continue
         groups[name] = tuple(members)
     return groups, problems
+
+
+def default_dropin(unit: str) -> str:
+    """Where the `dropin` role goes when a target maps only `unit`: <unit>.d/50-patchkeeper.conf."""
+    return unit.rstrip("/") + ".d/" + DROPIN_NAME
 
 
 def _seconds(value) -> bool:

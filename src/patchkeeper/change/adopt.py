@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, cast
 from ..checks import environment
 from ..errors import BadInput, Refused
 from ..records.ledger import AdoptExtra, LedgerEntry, State, new_id, who
-from ..records.manifest import ROLE_PREFIX, Manifest, differences
+from ..records.manifest import ROLE_PREFIX, Entry, Manifest, differences
 from . import engine, transaction
 from .session import Session
 
@@ -29,9 +29,17 @@ def ensure_baseline(s: Session, bytes_kept: bool = True, adopt: str | None = Non
     """Record the baseline unless a state is recorded already; the new baseline entry, or None.
     The package is checked against its RECORD first: hand edits are refused, or handled as
     `adopt` says (restore-pristine | accept-edits; below)."""
-    if s.ledger.current() is not None:
+    if s.ledger.current() is not None and not new_release(s):
         return None
     return record_baseline(s, bytes_kept, adopt)
+
+
+def new_release(s: Session) -> bool:
+    """Whether another release of the package was installed outside patchkeeper since the current
+    state: the first change after it records that release's baseline, as the first change to a new
+    target does (the old release's states stay, for a rollback once it is installed again)."""
+    moved = s.installation()
+    return moved is not None and moved.kind == "version"
 
 
 def hand_edits(s: Session) -> tuple[repair.Damage, dict[str, str], Manifest]:
@@ -53,7 +61,9 @@ def _refusal(s: Session, edits: dict[str, str]) -> Refused:
     info = s.target.info
     listed = ", ".join(f"{k} ({kind})" for k, kind in list(edits.items())[:20])
     more = f" and {len(edits) - 20} more" if len(edits) > 20 else ""
-    return Refused(f"{len(edits)} file(s) of {info.package} {info.version} on {s.target.name} differ from its RECORD "
+    moved = s.installation() if s.ledger.current() is not None else None
+    why = f"{moved.what()}, so a baseline of {info.version} is recorded first, but " if moved is not None else ""
+    return Refused(f"{why}{len(edits)} file(s) of {info.package} {info.version} on {s.target.name} differ from its RECORD "
                    f"(edited by hand before patchkeeper?): {listed}{more}; no baseline was recorded",
                    "--restore-pristine puts the release's bytes back first (from its wheel), so the baseline is "
                    "the pristine release; --accept-edits records them as they are, and the ledger says so")
@@ -96,7 +106,7 @@ def _restore_pristine(s: Session, bytes_kept: bool, damage: repair.Damage, edits
             raise Refused("files changed while patchkeeper was recording them", "retry when the package is quiet")
     state = State.make(ledger.save_manifest(after), (), "baseline", bytes_kept)
     entry = LedgerEntry(id=new_id(), seq=ledger.next_seq(), time=time.time(), who=who(), command=s.command,
-                        kind="baseline", before=None, after=state, hand_edits=tuple(edits),
+                        kind="baseline", before=ledger.current(), after=state, hand_edits=tuple(edits),
                         changed=differences({op.key: op.old for op in ops if op.old},
                                             {op.key: op.new for op in ops if op.new}),
                         extra=AdoptExtra(files=len(after), package_version=info.version, adopted="restore-pristine",
@@ -128,4 +138,59 @@ def preview(s: Session, how: str | None) -> None:
     what = {"accept-edits": "accept them as they are", "restore-pristine": "restore the release's bytes first"}
     extra = f"; {len(edits)} file(s) differ from its RECORD, it would {what[how or '']}: {', '.join(edits)}" \
         if edits and how else ""
-    print(f"{s.target.name}: no baseline yet; a real run records one first{extra}")
+    moved = s.installation() if s.ledger.current() is not None else None
+    if moved is not None:
+        print(f"{s.target.name}: {moved.what()}; a real run records a baseline of {s.target.info.version} first{extra}")
+    else:
+        print(f"{s.target.name}: no baseline yet; a real run records one first{extra}")
+
+
+def adopted_edits(s: Session) -> tuple[LedgerEntry, list[tuple[str, Entry | None, bytes | None, Entry | None, bytes | None]]]:
+    """The hand edits found when the target was adopted (its first baseline), each against the
+    release: (key, the release's entry, its bytes, the edited file's entry, its bytes), None where
+    absent. With --restore-pristine the baseline is the release and the edits are the backups it
+    made; with --accept-edits the baseline holds the edits and the release's bytes come from its wheel."""
+    from . import repair
+
+    ledger, target = s.ledger, s.target
+    info, agent = target.info, target.agent
+    first = next((ledger.entries()[i] for i, slot in enumerate(ledger.entries().slots) if slot.kind == "baseline"),
+                 None)
+    extra = cast(AdoptExtra, first.extra) if first is not None else AdoptExtra(files=0, package_version="")
+    edits = extra.get("edits") if isinstance(extra.get("edits"), dict) else None
+    if first is None or extra.get("adopted") not in MODES or not edits:
+        raise Refused(f"target {target.name} was adopted without hand edits: its first baseline found the package as "
+                      "its RECORD says", "`patchkeeper record NAME -t TARGET --from STATE` records edits made since")
+    baseline = ledger.load_manifest(first.after)
+    found: list[tuple[str, Entry | None, bytes | None, Entry | None, bytes | None]] = []
+    if extra["adopted"] == "restore-pristine":
+        replaced = extra.get("replaced") or {}
+        for key in sorted(edits):
+            release, row = baseline.get(key), replaced.get(key)
+            edited = Entry(row[0], row[1], row[2]) if row else None
+            found.append((key, release, _stored(s, release), edited, _stored(s, edited)))
+        return first, found
+    kinds = {key: kind for key, kind in edits.items() if kind != "added"}
+    release_bytes: dict[str, tuple[bytes, int]] = {}
+    if kinds:  # the release's bytes of the files the edits changed or removed, checked against RECORD
+        from ..host.distinfo import record_text_rows
+
+        text = agent.read(f"{info.site}/{info.dist_info}/RECORD").decode("utf-8")
+        record = {rel: f"{algo}:{b64}" for rel, algo, b64, _ in record_text_rows(text.splitlines()) if rel in kinds}
+        label = info.dist_info[: -len(".dist-info")].rpartition("-")[0] or info.package
+        damage = repair.Damage(label, info.version, info.site, info.dist_info, kinds, record)
+        restored = repair.restore(target, damage, None, s.workspace.wheels)
+        if restored.left:
+            raise Refused(f"the release's bytes of {', '.join(restored.left)} cannot be found in {restored.wheel}",
+                          "the patch set would not be the hand edits alone; record it by hand")
+        release_bytes = restored.files
+    for key in sorted(edits):
+        edited = baseline.get(key)
+        data, mode = release_bytes.get(key, (None, None))
+        release = Entry(target.hash_bytes(data), len(data), mode or 0o644) if data is not None else None
+        found.append((key, release, data, edited, _stored(s, edited)))
+    return first, found
+
+
+def _stored(s: Session, entry: Entry | None) -> bytes | None:
+    return None if entry is None else s.target.agent.store_get(s.target.info.store, entry.digest)

@@ -15,7 +15,7 @@ from ..workspace import Workspace
 from . import engine
 from .mirror import mirror_step
 from .session import Session
-from .verify import Verification, last_pass, record_verification, run_checks
+from .verify import Verification, record_verification, verify_target
 
 
 @dataclass(frozen=True)
@@ -62,13 +62,11 @@ class RolledBack:
 
 @dataclass(frozen=True)
 class SincePassed:
-    """The previous state fails too: what changed since it last passed verification. Its code is
-    back in place, so the environment is what is left to blame."""
+    """A state fails verification: what changed since it last passed (diagnosis.Diagnosis: its files,
+    the environment, the command to run next). After an automatic rollback its code is back in
+    place, so the environment is what is left to blame."""
 
-    state: State
-    last: LedgerEntry | None  # that passing verification; None when none kept a fingerprint
-    changes: tuple[Any, ...] = ()  # environment.Change, from then to now
-    gpu: dict[str, Any] = dataclasses.field(default_factory=dict)  # the GPU facts now
+    diagnosis: Any  # diagnosis.Diagnosis
 
 
 Step = Union[Verifying, Verified, KeptFailing, RollingBack, RolledBack, SincePassed]
@@ -82,9 +80,14 @@ def after_change(ws: Workspace, s: Session, svc: ServiceConfig, change: LedgerEn
     if report.ok:
         mirror_step(ws, s, "the verification was recorded", step, manifest=False)  # the state was mirrored
         return 0
-    if change.kind not in ("apply", "switch") or change.before is None:
+    if change.kind not in ("apply", "switch") or change.before is None:  # a rollback, a repair: they stay
         mirror_step(ws, s, "the verification was recorded", step, manifest=False)
         step(KeptFailing(change, report))
+        current = s.ledger.current()
+        if current is not None:
+            from .diagnosis import diagnose
+
+            step(SincePassed(diagnose(s.target, s.ledger, current)))
         return EXIT_DIFFERS
     previous = change.before
     step(RollingBack(change, report, previous))
@@ -99,16 +102,14 @@ def after_change(ws: Workspace, s: Session, svc: ServiceConfig, change: LedgerEn
     mirror_step(ws, s, f"{s.target.name} was rolled back", step)
     step(RolledBack(change, report, previous, again))
     if not again.ok:
-        from ..checks import environment
+        from .diagnosis import diagnose
 
-        last, since, gpu = environment.since_last_pass(s.target, s.ledger, previous)
-        step(SincePassed(previous, last, tuple(since), gpu))
+        step(SincePassed(diagnose(s.target, s.ledger, previous, restored=True)))
     return EXIT_ROLLED_BACK
 
 
 def _verify(s: Session, svc: ServiceConfig, phase: str, of: str, step: Callable[[Any], None]) -> Verification:
-    report = run_checks(s.target, svc, with_restart=True, progress=sys.stderr,
-                        last_pass=last_pass(s.ledger, s.ledger.current()))
+    report = verify_target(s.target, s.ledger, svc, with_restart=True, progress=sys.stderr)
     record_verification(s, report, phase, of)
     step(Verified(report, s.ledger.current()))
     return report

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Union
+from typing import TYPE_CHECKING, Any, Callable, Union
 
 from ..workspace import TargetConfig, Workspace
 from . import engine
@@ -51,10 +51,31 @@ def carry_out(ws: Workspace, s: Session, plan: Plan, dry_run: bool, svc: Service
     if not dry_run:
         engine.execute(s, plan)
         mirror_step(ws, s, f"{s.target.name} was changed (transaction {plan.entry.id})", step)
-    step(Changed(plan, dry_run))
+    step(Changed(plan, dry_run, exec_start_after(s, plan, dry_run)))
     code = 0
     if svc is not None and not dry_run:
         from .aftercheck import after_change
 
         code = after_change(ws, s, svc, plan.entry, step)
     return Outcome(tuple(steps), code)
+
+
+def exec_start_after(s: Session, plan: Plan, dry_run: bool) -> Any:
+    """The unit's effective ExecStart once `plan` is carried out (read from the files after it, or on a
+    dry run with the planned bytes in their place), where the plan touches a role file; else None."""
+    from ..checks import units
+    from ..host.contract import ROLE_PREFIX
+
+    roles = [op for op in plan.ops if op.key.startswith(ROLE_PREFIX)]
+    if not roles or "unit" not in s.target.config.files:
+        return None
+    override: dict[str, bytes | None] = {}
+    if dry_run:
+        for op in roles:
+            if op.new is None:
+                override[op.path] = None
+            elif op.new.digest in plan.contents:
+                override[op.path] = plan.contents[op.new.digest]
+            else:  # a rollback's bytes are in the store
+                override[op.path] = s.target.agent.store_get(s.target.info.store, op.new.digest)
+    return units.on_target(s.target, override)

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any, Collection, Iterable, Mapping, cast
 
 from .. import faults
 from ..checks import environment
-from ..checks.scan import _cache, _scan_request  # scan.py: the audit loads it alone
+from ..checks.scan import compare as compare  # scan.py: the audit loads it alone
 from ..checks.scan import scan_all as scan_all
 from ..errors import BadInput, PatchkeeperError, Refused, StoreError
-from ..host.contract import CompareRequest, ScanRequest
+from ..host.contract import ScanRequest
 from ..host.disk import STAGE_PREFIX, is_managed_name
 from ..records.ledger import (
     ApplyExtra,
@@ -51,10 +51,12 @@ class Plan:
 
 @dataclass(frozen=True)
 class Changed:
-    """A plan carried out (or, on a dry run, the plan that would be)."""
+    """A plan carried out (or, on a dry run, the plan that would be); `exec_start` is the unit's
+    effective ExecStart after it (units.Command, or why it is not known) when it changed a role file."""
 
     plan: Plan
     dry_run: bool
+    exec_start: Any = None
 
 
 def scan_keys(target: Target, keys: Iterable[str]) -> dict[str, Entry]:
@@ -64,15 +66,6 @@ def scan_keys(target: Target, keys: Iterable[str]) -> dict[str, Entry]:
     extra = {k: roles[k] for k in keys if k in roles}
     rows = target.agent.scan(ScanRequest(info.site, paths, (), None, extra)).rows
     return {k: Entry.of(v) for k, v in rows.items()}
-
-
-def compare(target: Target, *manifest_digests: str) -> list[dict[str, tuple[Entry | None, Entry | None]]]:
-    """For each recorded manifest, every managed file that differs from it, compared on the target
-    itself with one scan: key -> (recorded entry, actual entry). Only differences cross the network."""
-    request = CompareRequest(target.info.store, tuple(manifest_digests), _scan_request(target, _cache(target)))
-    results = target.agent.compare_many(request)
-    return [{k: (Entry.of(old) if old else None, Entry.of(new) if new else None) for k, (old, new) in c.pairs.items()}
-            for c in results]
 
 
 def drift(target: Target, manifest_digest: str) -> dict[str, str]:
@@ -99,7 +92,8 @@ def record_state(s: Session, kind: str, name: str, bytes_kept: bool = True, hand
             raise Refused("files changed while patchkeeper was recording them", "retry when the package is quiet")
         faults.point(f"{kind}-stored")
     current = ledger.current()
-    state = State.make(ledger.save_manifest(manifest), current.stack if current else (), name, bytes_kept)
+    stack = current.stack if current and kind != "baseline" else ()  # a baseline (of a new release too): none
+    state = State.make(ledger.save_manifest(manifest), stack, name, bytes_kept)
     entry = LedgerEntry(id=new_id(), seq=ledger.next_seq(), time=time.time(), who=who(), command=s.command,
                         kind=kind, after=state, before=current, hand_edits=hand_edits,
                         extra=cast(RecordExtra, {"files": len(manifest), "package_version": target.info.version,
@@ -233,8 +227,11 @@ def check_fits(target: Target, sets: list[PatchSet], force: bool) -> list[str]:
                 raise Refused(msg, "use --force to apply it anyway")
             notes.append(f"warning: {msg} (--force)")
         if m.kind == "role":
+            hint = (f"add unit = \"/etc/systemd/system/NAME.service\" (the host's unit; the drop-in goes beside it) "
+                    f"or dropin = \"...\" to [targets.{target.name}.files]" if m.have == "dropin" else
+                    f"add {m.have} = \"...\" to [targets.{target.name}.files]")
             raise BadInput(f"patch set {ps.ident} sets the {m.have!r} file, but target {target.name} "
-                           f"has no such role", f"add {m.have} = \"...\" to [targets.{target.name}.files]")
+                           f"has no such role", hint)
     for ps in sets:
         _refuse_unmanaged(info, ps)
     unsafe = patchset.unsafe_modes(sets)
@@ -295,8 +292,12 @@ def plan_apply(s: Session, name: str, force: bool, trial: bool = False,
     recorded = Recorded(s)
     current = recorded.state
     change = stack_change(ws.patchsets_dir, current.stack, incoming)
-    if change is None:
-        return None
+    if change is None:  # already applied: as recorded, or its files are gone (a reinstall, a hand edit)
+        if trial:
+            return None
+        from .reapply import plan_reapply
+
+        return plan_reapply(s, recorded, incoming, force)
     removed, kept, adding = list(change.removed), list(change.kept), list(change.adding)
     new_stack = kept + [_ref(ps) for ps in adding]
 
@@ -320,8 +321,10 @@ def plan_apply(s: Session, name: str, force: bool, trial: bool = False,
     was = recorded.entries(keys)
     drift = tuple(k for k in keys if actual.get(k) != was[k])
     if drift and not force and not trial:
-        raise Refused(f"{len(drift)} file(s) differ from the recorded state {current.id} (edited by hand?): "
-                      + ", ".join(drift), "inspect them; --force applies anyway and backs them up first")
+        moved = s.installation()
+        raise Refused(f"{len(drift)} file(s) differ from the recorded state {current.id} "
+                      + (f"({moved.what()})" if moved else "(edited by hand?)") + ": " + ", ".join(drift),
+                      "inspect them; --force applies anyway and backs them up first")
 
     if base_manifest is not None:
         files = {k: _baseline_bytes(target, base_manifest, actual, k) for k in keys}
@@ -412,7 +415,8 @@ class Recorded:
         self._ledger = s.ledger
         self._manifest: Manifest | None = None
         current = s.ledger.current()
-        if current is None:
+        moved = s.installation() if current is not None else None
+        if current is None or (moved is not None and moved.kind == "version"):  # (a dry run: no baseline yet)
             self._manifest = scan_all(s.target)
             current = State.make(s.target.hash_bytes(self._manifest.to_text()), (), "baseline")
         self.state: State = current
@@ -538,11 +542,16 @@ def plan_rollback(s: Session, spec: str) -> Plan | None:
                       "patchkeeper has not changed it yet")
     from . import repair
 
-    goal, upto = repair.rollback_goal(ledger, spec)
+    goal, upto, undo = repair.rollback_goal(ledger, spec)
+    from .reapply import refuse_other_release
+
+    refuse_other_release(s, goal)
     to_goal, to_recorded = compare(target, goal.manifest, current.manifest)
     hand = _kinds(to_recorded)  # changed by hand since the last transaction: backed up, then named
+    notes = _keep_host_unit(target, to_goal, to_recorded, hand)
     ops = [FileOp(k, target.info.path_of(k), actual, want) for k, (want, actual) in to_goal.items()]
-    env_ops = repair.environment_ops(target, ledger, upto)  # files repairs changed outside the package
+    clean = None if undo else repair.recorded_clean(target, ledger, goal)  # the state's own release bytes stay
+    env_ops = repair.environment_ops(target, ledger, upto, clean)  # files repairs changed outside the package
     _refuse_escaping(target, [op.key for op in ops if not op.key.startswith(ROLE_PREFIX)], "the rollback writes")
     ops += env_ops
     missing = target.agent.store_missing(target.info.store, sorted({op.new.digest for op in ops if op.new}))
@@ -571,7 +580,20 @@ def plan_rollback(s: Session, spec: str) -> Plan | None:
                         changed=differences({op.key: op.old for op in ops if op.old},
                                             {op.key: op.new for op in ops if op.new}),
                         hand_edits=tuple(hand), extra=extra)
-    return Plan(tuple(ops), {}, entry, tuple(hand))
+    return Plan(tuple(ops), {}, entry, tuple(hand), tuple(notes))
+
+
+def _keep_host_unit(target: Target, to_goal: dict[str, Any], to_recorded: dict[str, Any],
+                    hand: dict[str, str]) -> list[str]:
+    """The host's unit (role `unit`) is written back only to undo what a transaction did to it (a patch
+    set of the old style that wrote the whole unit): a hand edit alone is the host's, and stays."""
+    key = ROLE_PREFIX + "unit"
+    if key not in to_goal or key not in to_recorded or to_recorded[key][0] != to_goal[key][0]:
+        return []
+    del to_goal[key]
+    hand.pop(key, None)
+    return [f"note: the host's unit {target.info.path_of(key)} differs from the recorded state (edited on the host); "
+            "left as it is: patchkeeper writes it only to undo its own changes (`patchkeeper snapshot` records it)"]
 
 
 def execute(s: Session, plan: Plan) -> None:

@@ -21,7 +21,6 @@ from ..host.disk import (
     map_threads,
 )
 from ..records import ledger_index
-from ..records.ledger import LedgerEntry
 from ..workspace import Workspace
 from .session import Session
 
@@ -35,6 +34,7 @@ class NotMirrored:
     target: str
     where: Path
     reason: str
+    errno: int | None = None  # the file system's refusal, when that was it (EROFS, ENOSPC...)
 
 
 def mirror(ws: Workspace, s: Session, manifest: bool = True, check_all: bool = False) -> list[Path]:
@@ -94,12 +94,8 @@ def mirror(ws: Workspace, s: Session, manifest: bool = True, check_all: bool = F
                 pending.append((path, data))
             written.append(path)
     _write_all(pending)
-    if fresh or repaired:
-        from ..records import history
-
-        message = history_message(s.target.name, fresh) if fresh else \
-            f"{s.target.name}: records copied again into the workspace (patchkeeper {s.command})\n"
-        history.commit_paths(ws.root, [out] if repaired else written, message)  # all: an earlier copy may be uncommitted
+    if fresh or repaired:  # committed once, when the command ends (Session): all, an earlier copy may be uncommitted
+        s.record.add([out] if repaired else written, fresh, repaired)
     return written
 
 
@@ -114,7 +110,8 @@ def try_mirror(ws: Workspace, s: Session, done: str, manifest: bool = True,
             reason = exc.strerror + (f": {exc.filename}" if exc.filename else "")
         else:
             reason = str(exc).splitlines()[0]
-        return NotMirrored(done, s.target.name, ws.snapshots_dir / s.target.name, reason)
+        return NotMirrored(done, s.target.name, ws.snapshots_dir / s.target.name, reason,
+                           exc.errno if isinstance(exc, OSError) else None)
 
 
 def mirror_step(ws: Workspace, s: Session, done: str, step: Callable[[NotMirrored], None], manifest: bool = True) -> None:
@@ -162,15 +159,3 @@ def _write_all(files: list[tuple[Path, bytes]]) -> None:
         raise
     for directory in dict.fromkeys(str(path.parent) for path, _ in files):
         fsync_dir(directory)
-
-
-def history_message(target: str, entries: list[LedgerEntry]) -> str:
-    """Commit message of a target's history: the command, the patch sets (name@version), the target."""
-    last = entries[-1]
-    sets = ", ".join(f"{p['name']}@{p['version']}" for p in last.patchsets)
-    what = sets or (f"state {last.after.name!r}" if last.after.name else last.after.stack_text())
-    lines = [f"{target}: {last.kind} {what} (patchkeeper {last.command})", ""]
-    for e in entries:
-        lines.append(f"{e.kind} {e.before.id if e.before else '-'} -> {e.after.id}: {e.after.stack_text()}; "
-                     f"{len(e.changed)} file(s) changed; transaction {e.id}")
-    return "\n".join(lines) + "\n"

@@ -8,12 +8,13 @@ import posixpath
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Callable, cast
 
 from ..errors import BadInput, Refused
 from ..host.contract import ScanRequest
 from ..host.disk import hash_bytes, normalize_name
 from ..host.distinfo import record_text_rows
+from ..host.shapes import ENV as ENV_PREFIX  # keys of files outside the package ("%six.py"), never in a manifest
 from ..records.ledger import (
     EnvChange,
     Ledger,
@@ -27,7 +28,6 @@ from ..records.manifest import Entry, differences
 from ..targets import Target
 from .transaction import FileOp
 
-ENV_PREFIX = "%"  # keys of files outside the managed package ("%six.py"), never in a state's manifest
 
 
 @dataclass(frozen=True)
@@ -178,35 +178,67 @@ def plan(target: Target, ledger: Ledger, current: State, command: str, damage: D
 
 
 # ---- rollback across repairs -----------------------------------------------------------------
-def rollback_goal(ledger: Ledger, spec: str) -> tuple[State, int]:
-    """The state to roll back to and the ledger position whose files it means. A repair's own
-    transaction id names the state before it (a repair changes no code, so that is what undoing
-    it by its id can mean)."""
+def rollback_goal(ledger: Ledger, spec: str) -> tuple[State, int, bool]:
+    """The state to roll back to, the ledger position whose files it means, and whether the
+    rollback undoes a repair (what it replaced comes back). A repair's own transaction id names the
+    state before it (a repair changes no code, so that is what undoing it by its id can mean), and
+    so does `previous` right after a repair."""
     entries = ledger.entries()
     for i, slot in enumerate(entries.slots):
         if slot.id == spec and slot.kind == "repair" and (before := entries[i].before) is not None:
-            return before, i - 1
+            return before, i - 1, True
     goal = ledger.find_state(spec)
     at = [i for i, slot in enumerate(entries.slots) if slot.after == goal.id]
-    return goal, at[-1] if at else len(entries) - 1
+    undo = spec == "previous" and entries.slots[-1].kind == "repair"
+    return goal, at[-1] if at else len(entries) - 1, undo
 
 
-def environment_ops(target: Target, ledger: Ledger, upto: int) -> list[FileOp]:
+def recorded_clean(target: Target, ledger: Ledger, goal: State) -> Callable[[str, str, str], bool]:
+    """Whether the environment fingerprint kept with `goal` recorded a file (a RECORD path, relative
+    to the target's site dir) of a distribution and version matching its RECORD: a rollback to that
+    state then keeps the release bytes a later repair put back, never the damage it replaced."""
+    from ..checks import environment
+    from ..errors import PatchkeeperError
+
+    entry = environment.entry_of(ledger, goal)
+    try:
+        dists = (environment.load(target, entry.env or "").get("distributions") or {}) if entry is not None else {}
+    except PatchkeeperError:
+        dists = {}
+
+    def clean(dist: str, version: str, rel: str) -> bool:
+        found = dists.get(normalize_name(dist))
+        if not found or found.get("managed") or found.get("files") is None or found.get("note"):
+            return False
+        return found.get("version") == version and rel not in {p for p, _ in found.get("differ") or []}
+
+    return clean
+
+
+def environment_ops(target: Target, ledger: Ledger, upto: int,
+                    clean: Callable[[str, str, str], bool] | None = None) -> list[FileOp]:
     """Every file outside the package that a transaction changed, given the bytes it had at
     ledger position `upto`: what the first later change found there (so undoing a repair puts
-    back exactly the bytes it replaced), else what the last change up to then left."""
+    back exactly the bytes it replaced), else what the last change up to then left. Where that
+    first later change is a repair and `clean(dist, version, path)` says the state at `upto` had
+    the file as its RECORD says (recorded_clean), the release bytes the repair wrote stay: the
+    damage it replaced came after that state."""
     earlier: dict[str, tuple[str, list | None]] = {}
     later: dict[str, tuple[str, list | None]] = {}
     entries = ledger.entries()
     for i, slot in enumerate(entries.slots):
         if not slot.env:
             continue
-        env = cast("dict[str, EnvChange]", entries[i].extra.get("env") or {})
+        extra = entries[i].extra
+        env = cast("dict[str, EnvChange]", extra.get("env") or {})
+        repaired = cast("RepairExtra", extra) if entries[i].kind == "repair" else None
         for key, change in env.items():
             if i <= upto:
                 earlier[key] = (change["path"], change["new"])
             elif key not in later:
-                later[key] = (change["path"], change["old"])
+                keep = repaired is not None and clean is not None and change["new"] is not None \
+                    and clean(repaired["dist"], repaired["version"], key[len(ENV_PREFIX):])
+                later[key] = (change["path"], change["new"] if keep else change["old"])
     want = {**earlier, **later}
     if not want:
         return []

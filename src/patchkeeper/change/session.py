@@ -4,22 +4,34 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import TYPE_CHECKING
 
-from ..errors import Refused, Unfinished
-from ..records import statedir
+from ..errors import NotInstalled, Refused, Unfinished
+from ..printable import one_line
+from ..records import history, statedir
 from ..records.ledger import Ledger
 from ..targets import Target, open_target
 from ..workspace import Workspace
+
+if TYPE_CHECKING:
+    from ..records.installation import Change
+
+READ_WAIT = 5.0  # seconds a reading command waits for a change under way to end (its lock)
 
 
 class Session:
     """`with Session(ws, name, "apply ddtree") as s:` locks the target and recovers it first.
 
     With `write=False` the lock is taken only when an interrupted transaction must be recovered.
+    What the command copied into the workspace's snapshots/ (`record`) is committed once as it ends;
+    with `commit=False` the caller takes the record (a worker of --all: one commit for them all).
     """
 
-    def __init__(self, workspace: Workspace, target_name: str | None, command: str, write: bool = True) -> None:
+    def __init__(self, workspace: Workspace, target_name: str | None, command: str, write: bool = True,
+                 commit: bool = True, wait: float | None = None, rehash: bool = False) -> None:
         self.workspace = workspace
+        self.wait = (0.0 if write else READ_WAIT) if wait is None else wait  # seconds to wait for another's lock
+        self.rehash = rehash  # believe no cache kept between commands (audit --rehash)
         self.config = workspace.target(target_name)
         self.command = command
         self.write = write
@@ -28,6 +40,9 @@ class Session:
         self.recovered: str | None = None
         self.unfinished: Unfinished | None = None  # a committed transaction recovery could not finish
         self._locked = False
+        self.record = history.Record(self.config.name, command)  # what changes.mirror copied, for one commit
+        self.commit = commit
+        self._installation: tuple[int, Change | None] | None = None
 
     @property
     def target(self) -> Target:
@@ -43,17 +58,41 @@ class Session:
             raise RuntimeError("the session is not open")
         return self._ledger
 
+    def installation(self) -> Change | None:
+        """What pip, uv or a person did to the managed distribution since the current state recorded
+        it (installation.check), found once per command; None: it is as recorded."""
+        newest = len(self.ledger.entries())  # found again once the command records a state (a new baseline)
+        if self._installation is None or self._installation[0] != newest:
+            from ..records import installation
+
+            self._installation = (newest, installation.check(self.target, self.ledger))
+        return self._installation[1]
+
+    def warn_installation(self) -> None:
+        """For a command that reads the target without telling its installation itself: what pip, uv
+        or a person did to the managed distribution since the current state, on stderr."""
+        change = self.installation() if self.ledger.current() is not None else None
+        if change is not None:
+            print(f"patchkeeper: warning: {self.target.name}: {change.what()} (`patchkeeper status` says what "
+                  "to do)", file=sys.stderr)
+
     def __enter__(self) -> "Session":
         self._target = open_target(self.config)
+        self._target.fresh = self.rehash
         try:
-            statedir.check(self._target, claim=self.write)
-            self._ledger = Ledger(self._target)
-            if self.write or self.target.agent.lstat(self.ledger.journal_path) is not None:
+            try:
+                statedir.check_workspace(self._target, self.workspace.root)
+                statedir.check(self._target, claim=self.write)
+            except NotInstalled as exc:  # named with the state it was removed since, and the release it needs
+                from ..records import installation
+
+                raise installation.removed(self._target, exc) from None
+            self._ledger = Ledger(self._target, indexed=not self.rehash)
+            if (self.write or self.target.agent.lstat(self.ledger.journal_path) is not None) and self._lock():
                 from . import (
                     transaction,  # only for a change, or to finish an interrupted one
                 )
 
-                self._lock()
                 self._clean()
                 try:
                     self.recovered = transaction.recover(self.ledger)
@@ -73,19 +112,35 @@ class Session:
             raise
         return self
 
-    def _lock(self) -> None:
-        holder = self.target.agent.lock(self.ledger.lock_path, {"command": self.command})
-        if holder is not None:
-            try:
-                since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(holder.since)))
-            except (TypeError, ValueError, OverflowError, OSError):
-                since = "?"
-            raise Refused(
-                f"target {self.target.name} is locked by pid {holder.pid} on {holder.host} "
-                f"running `{holder.command}` since {since}",
-                "wait for it to finish; if that process is gone from another host, remove "
-                f"{self.ledger.lock_path}")
-        self._locked = True
+    def _lock(self) -> bool:
+        """Take the target's lock; False when a reading command, waiting up to `wait` seconds for
+        another command's change, saw it end (its journal gone: nothing to recover, no lock needed)."""
+        agent = self.target.agent
+        deadline = time.monotonic() + self.wait
+        told = False
+        while True:
+            holder = agent.lock(self.ledger.lock_path, {"command": self.command})
+            if holder is None:
+                self._locked = True
+                return True
+            if not self.write and agent.lstat(self.ledger.journal_path) is None:
+                return False
+            if time.monotonic() >= deadline:
+                break
+            if not told:
+                print(f"{self.target.name}: locked by pid {holder.pid} running `{one_line(holder.command)}`; "
+                      f"waiting up to {self.wait:g} s for it", file=sys.stderr, flush=True)
+                told = True
+            time.sleep(0.1)
+        try:
+            since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(holder.since)))
+        except (TypeError, ValueError, OverflowError, OSError):
+            since = "?"
+        raise Refused(
+            f"target {self.target.name} is locked by pid {holder.pid} on {one_line(holder.host)} "
+            f"running `{one_line(holder.command)}` since {since}",
+            ("wait for it to finish" if self.write else "wait longer (--wait SECONDS)")
+            + f"; if that process is gone from another host, remove {self.ledger.lock_path}")
 
     def _clean(self) -> None:
         """Remove the temporary files an interrupted command left in the target's state dir and store."""
@@ -97,6 +152,9 @@ class Session:
                   "left by an interrupted command", file=sys.stderr)
 
     def __exit__(self, *exc) -> None:
+        if self.commit and self.record.paths and not isinstance(exc[1], KeyboardInterrupt):
+            history.commit_records(self.workspace.root, [self.record])
+            self.record = history.Record(self.config.name, self.command)
         if self._locked:
             self.target.agent.unlock(self.ledger.lock_path)
             self._locked = False

@@ -16,6 +16,7 @@ finishes the transaction once it is gone, backing up first any file changed by h
 
 from __future__ import annotations
 
+import hashlib
 import json
 import posixpath
 from dataclasses import dataclass, replace
@@ -25,10 +26,15 @@ from .. import faults
 from ..errors import PatchkeeperError, Refused, StoreError, Unfinished
 from ..host.contract import AgentContract, ScanRequest
 from ..host.disk import STAGE_PREFIX
+from ..host.shapes import ENV as ENV_PREFIX
+from ..host import shapes
 from ..host.errors import AgentError
 from ..records.ledger import ApplyExtra, Extra, Ledger, LedgerEntry, RollbackExtra
 from ..records.ledger_index import CREATED_DIRS
 from ..records.manifest import Entry
+
+
+NAME_MAX = 255  # bytes in one file name (Linux, every common file system)
 
 
 class JournalDamaged(StoreError):
@@ -45,8 +51,14 @@ class FileOp:
     new: Entry | None  # what will be there (None: removed)
 
     def stage_path(self, tx_id: str) -> str:
+        """Where the new bytes wait beside the file: .pk-stage-<tx id>-<its name>, or, where that would
+        pass NAME_MAX (255 bytes), a digest of its name in its place (the same for every reader)."""
         head, tail = posixpath.split(self.path)
-        return posixpath.join(head, f"{STAGE_PREFIX}{tx_id}-{tail}")
+        name = f"{STAGE_PREFIX}{tx_id}-{tail}"
+        if len(name.encode("utf-8", "surrogateescape")) > NAME_MAX:
+            short = hashlib.sha256(tail.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+            name = f"{STAGE_PREFIX}{tx_id}-{short}"
+        return posixpath.join(head, name)
 
     def to_dict(self) -> dict:
         return {"key": self.key, "path": self.path,
@@ -55,6 +67,12 @@ class FileOp:
 
     @classmethod
     def from_dict(cls, d: dict) -> "FileOp":
+        """An op as the journal holds it, its key, path and digests checked (shapes.Malformed)."""
+        shapes.key(d["key"], "an op's key")
+        shapes.absolute(d["path"], "an op's path")
+        for side in ("old", "new"):
+            if d[side]:
+                shapes.digest(d[side][0], f"an op's {side} digest")
         return cls(d["key"], d["path"], Entry.of(d["old"]) if d["old"] else None,
                    Entry.of(d["new"]) if d["new"] else None)
 
@@ -66,6 +84,7 @@ def carry_out(ledger: Ledger, ops: list[FileOp], contents: dict[str, bytes], ent
     the commit point; the journal of a transaction that never committed holds the entry without them."""
     target = ledger.target
     agent, store = target.agent, target.info.store
+    entry = ledger.stamped(entry)  # the installation it is made over, in the journal too
     found = obstacles(ledger, ops)
     if found:
         raise Refused(f"{len(found)} file(s) cannot be replaced or removed, so nothing was changed: "
@@ -229,20 +248,33 @@ def recover(ledger: Ledger) -> str | None:
     target = ledger.target
     agent = target.agent
     try:
-        raw = agent.read(ledger.journal_path)
+        raw = agent.read(ledger.journal_path, owned=True)
     except FileNotFoundError:
+        return None
+    except AgentError as exc:
+        if exc.kind != "untrusted":
+            raise
+        from ..records.ledger import warn_untrusted
+
+        warn_untrusted(target.name, "journal", {ledger.journal_path: exc.message.rpartition(": ")[2]})
         return None
     try:
         journal = json.loads(raw)
         ops = [FileOp.from_dict(d) for d in journal["ops"]]
         entry = LedgerEntry.from_dict(journal["entry"])
         tx = journal["id"]
+        if tx != entry.id:
+            raise ValueError(f"its id {tx!r} is not its entry's ({entry.id})")
         if journal["status"] not in ("prepared", "committed"):
             raise ValueError(f"unknown status {journal['status']!r}")
+        for op in ops:  # only the files of this target's package, role files and repairs
+            if op.path != _path_of(target, op.key):
+                raise ValueError(f"its op for {op.key!r} names another path than that file's on the target: "
+                                 f"{op.path!r}")
     except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
         raise JournalDamaged(
             f"the journal of target {target.name} ({ledger.journal_path}) is damaged "
-            f"({type(exc).__name__}: {str(exc)[:120]}): the interrupted transaction it describes can be "
+            f"({type(exc).__name__}: {str(exc)[:240]}): the interrupted transaction it describes can be "
             "neither finished nor undone from it",
             f"move it aside (mv {ledger.journal_path} {ledger.journal_path}.damaged); then `patchkeeper status` "
             "lists the files that differ from the recorded state, and `patchkeeper rollback --to "
@@ -276,6 +308,17 @@ def recover(ledger: Ledger) -> str | None:
     saved = ("; changed by hand since it was interrupted, backed up first: "
              + ", ".join(f"{key} ({digest})" for key, digest in edits.items())) if edits else ""
     return f"finished transaction {tx} ({entry.command}): it had committed; the target is in its new state{saved}"
+
+
+def _path_of(target: Any, key: str) -> str | None:
+    """Where the file of a journal's op key is on the target (None: a role this target lacks)."""
+    info = target.info
+    if key.startswith(ENV_PREFIX):  # a file outside the package that a repair changed (repair.env_key)
+        return posixpath.normpath(posixpath.join(info.site, key[len(ENV_PREFIX):]))
+    try:
+        return str(info.path_of(key))
+    except KeyError:
+        return None
 
 
 def _back_up_hand_edits(ledger: Ledger, ops: list[FileOp], entry: LedgerEntry) -> tuple[LedgerEntry, dict[str, str]]:

@@ -8,14 +8,15 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from ..errors import BadInput
-from ..host.contract import BytecodeCheck, RecordCheck, TreeRequest
-from ..host.distcheck import recompiled
-from ..records.ledger import Ledger, State
+from ..host.contract import BytecodeCheck, InterpreterFacts, RecordCheck, TreeRequest
+from ..host.bytecode import recompiled
+from ..records.ledger import Ledger, LedgerEntry, State
 from ..records.manifest import change_kind, differences
 from ..targets import Target
 from .scan import scan_request
 
 CLASSES = ("drift", "environment", "native", "bytecode", "probe", "patched")
+INSTALLATION = "drift"  # the class of a change of the managed distribution's installation (installation.py)
 PROBE_TIMEOUT = 60.0
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 _PROBE = (
@@ -75,6 +76,10 @@ class AuditReport:
         """One line saying where the trouble is."""
         parts = []
         drift = self.count("drift")
+        installed = [f.detail for f in self.findings if f.cls == INSTALLATION and f.path.endswith(".dist-info")]
+        if installed:
+            parts.extend(installed)
+            drift -= len(installed)
         if self.state is None:
             parts.append(f"no recorded state; {self.package} matches its RECORD" if not drift else
                          f"no recorded state; {self.package} differs from its RECORD in {drift} file(s)")
@@ -94,7 +99,7 @@ class AuditReport:
         probes = _unique(f.path for f in self.findings if f.cls == "probe")
         if probes:
             parts.append("import fails: " + ", ".join(probes))
-        if len(parts) == 1:
+        if len(parts) == 1 + len(installed):
             parts.append("environment clean")
         return "; ".join(parts)
 
@@ -129,8 +134,11 @@ def is_warm(target: Target) -> bool:
 
 
 def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), progress: Progress | None = None,
-        probe_timeout: float = PROBE_TIMEOUT, owners: dict[str, str] | None = None) -> AuditReport:
-    """Audit one target, opened in a Session (so an interrupted transaction was recovered first)."""
+        probe_timeout: float = PROBE_TIMEOUT, owners: dict[str, str] | None = None, rehash: bool = False) -> AuditReport:
+    """Audit one target, opened in a Session (so an interrupted transaction was recovered first);
+    `rehash`: with no cache or seal, every file read and hashed again, every pyc recompiled and compared."""
+    from . import environment
+
     info, agent = target.info, target.agent
     tell = progress or (lambda what, done, total: None)
     probes = check_probes(probes)
@@ -152,31 +160,39 @@ def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), pro
             files += result.files
             dist = name[: -len(".dist-info")].rpartition("-")[0] or name
             cls = "drift" if name == info.dist_info else "environment"
-            findings.extend(Finding(cls, p, kind, detail, dist) for p, kind, detail in result.findings)
+            findings.extend(Finding(cls, p, kind, detail, dist) for p, kind, detail in result.findings
+                            if kind != "shared")
+            notes.extend(f"{p}: a file of {dist}, {detail}; not drift" for p, kind, detail in result.findings
+                         if kind == "shared")
             if result.note:
                 notes.append(f"{dist}: {result.note}")
 
+    entry: LedgerEntry | None = None  # the current state's newest environment fingerprint
+    facts: InterpreterFacts | None = None
     tag = "cpython-" + "".join(info.python_version.split(".")[:2])
-    bytecode_cache = posixpath.join(cache_dir(target), "bytecode.cache")
+    caches = None if rehash else cache_dir(target)
+    bytecode_cache = None if caches is None else posixpath.join(caches, "bytecode.cache")
     if current is None:  # no recorded state: the bytecode of the sources that differ from RECORD is recompiled
         for chunk in _chunks(others, 16):  # every distribution against its RECORD
-            record_findings(agent.audit_record(info.site, chunk, cache_dir(target)))
+            record_findings(agent.audit_record(info.site, chunk, caches))
             done += len(chunk)
             tell("distributions", done, steps)
-        pyc = agent.audit_bytecode(info.site, tag, sorted({f.path for f in findings if _recompile(f)}), bytecode_cache)
+        findings.extend(_unlisted(target, rehash))
+        pyc = agent.audit_bytecode(info.site, tag, sorted({f.path for f in findings if _recompile(f)}), bytecode_cache,
+                                   "" if rehash else None)
     else:  # the other distributions against their RECORD, the package against its recorded state and
         # the baseline, and the bytecode, in one pass (the sources found changed are recompiled there)
         patched = _patched(ledger, current, owners)
         verify = {f.path for f in patched if _recompile(f)}
-        from . import environment
-
-        fingerprinted = environment.entry_of(ledger, current)  # the native libraries, read in the same pass
-        native_sites = tuple(environment.site_dirs(target)) if fingerprinted is not None else ()
-        tree = agent.audit_tree(TreeRequest(info.store, current.manifest, scan_request(target), tag,
-                                            tuple(sorted(verify)), bytecode_cache,
-                                            posixpath.join(cache_dir(target), "tree.seal"),
-                                            tuple(others), cache_dir(target), native_sites,
-                                            environment.native_cache(target)))
+        entry = environment.entry_of(ledger, current)  # the native libraries, read in the same pass
+        facts = target.interpreter_facts() if entry is not None else None
+        native_sites = tuple(environment.site_dirs(target, facts)) if facts is not None else ()
+        tree = agent.audit_tree(TreeRequest(info.store, current.manifest, scan_request(target, cached=not rehash),
+                                            tag, tuple(sorted(verify)), bytecode_cache,
+                                            None if caches is None else posixpath.join(caches, "tree.seal"),
+                                            tuple(others), caches, native_sites,
+                                            None if rehash else environment.native_cache(target),
+                                            "" if rehash else _baseline_file(ledger)))
         record_findings(tree.records)
         done += len(others)
         tell("distributions", done, steps)
@@ -191,9 +207,18 @@ def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), pro
     tell("package", done, steps)
 
     if current is not None:
-        native, note = _native(target, ledger, current, tree.native)
+        then = environment.load(target, entry.env or "") if entry is not None else None
+        native, note = _native(target, current, entry, then, tree.native)
         findings.extend(native)
         notes.extend(note)
+        if entry is not None and then is not None:
+            when = f"{entry.kind} {entry.id}"
+            findings.extend(_distributions_since(then, tree.records, when, info.package))
+            if "startup" in then:  # code that runs at every start without any distribution's RECORD naming it
+                findings.extend(Finding("environment", key, kind, f"{detail} (not there at {when})"
+                                        if kind == "added" else f"{detail} (since {when})")
+                                for key, kind, detail in environment.startup_changes(then["startup"],
+                                                                                     environment.startup_now(target, facts)))
 
     findings.extend(Finding("bytecode", p, kind, detail) for p, kind, detail in pyc.findings)
     if pyc.stale:
@@ -211,9 +236,37 @@ def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), pro
                 tell("probes", done, steps)
                 if line is not None:
                     findings.append(Finding("probe", module, "import-failed", line))
+    if current is not None:
+        files += _installation(target, ledger, findings, notes)
+        if tree.linked:
+            shown = ", ".join(f"{key} ({n} links)" for key, n in tree.linked_examples)
+            notes.append(f"{tree.linked} managed file(s) share their inode with other files (hard links, as uv "
+                         f"installs from its cache): {shown}{' …' if tree.linked > len(tree.linked_examples) else ''}"
+                         "; a write in place would change every linked copy (uv's cache and the venvs linked to "
+                         "it); patchkeeper replaces files by rename, never in place")
     order = {c: i for i, c in enumerate(CLASSES)}
     findings.sort(key=lambda f: (order[f.cls], f.dist, f.path))
     return AuditReport(target.name, info.host, info.package, current, files, tuple(findings), tuple(notes), drift)
+
+
+def _installation(target: Target, ledger: Ledger, findings: list[Finding], notes: list[str]) -> int:
+    """The managed distribution's installation beside its code state: what pip, uv or a person did to
+    it since the state was recorded (records/installation.py), and its RECORD rows outside the package
+    (console scripts, the installer's records) against RECORD. Returns the files checked."""
+    from ..records import installation
+    from . import installed
+
+    info = target.info
+    change = installation.check(target, ledger)
+    if change is not None:
+        told = installed.tell(target, ledger, change)
+        if told.trouble:
+            findings.insert(0, Finding(INSTALLATION, info.dist_info, change.kind, told.line, info.package))
+        else:
+            notes.append(told.line)
+    checked = target.agent.audit_installation(info.site, info.dist_info, cache_dir(target))
+    findings.extend(Finding("drift", p, kind, detail, info.package) for p, kind, detail in checked.findings)
+    return checked.files
 
 
 def _patched(ledger: Ledger, current: State, owners: dict[str, str] | None) -> list[Finding]:
@@ -235,25 +288,77 @@ def _patched(ledger: Ledger, current: State, owners: dict[str, str] | None) -> l
     return out
 
 
+def _unlisted(target: Target, rehash: bool = False) -> list[Finding]:
+    """Before any baseline: the files inside the managed package that its RECORD does not list
+    (added by hand, as adoption's refusal names them; bytecode and the roles aside)."""
+    from ..host.contract import ROLE_PREFIX
+
+    info = target.info
+    dist = target.agent.dist_info([info.site], info.package)
+    if dist is None:
+        return []
+    listed = set(dist.record)
+    rows = target.agent.scan(scan_request(target, cached=not rehash)).rows
+    return [Finding("drift", key, "added", f"not in {info.package}'s RECORD: added by hand after the install "
+                                           "(a baseline is refused until it is adopted)", info.package)
+            for key in sorted(rows) if not key.startswith(ROLE_PREFIX) and key not in listed]
+
+
+def _baseline_file(ledger: Ledger) -> str | None:
+    """The baseline's ledger entry on the target (write-once): the pycs written since it are
+    recompiled and compared whatever their header says (host/bytecode._judge)."""
+    for slot in ledger.entries().slots:
+        if slot.kind == "baseline":
+            return posixpath.join(ledger.dir, slot.name)
+    return None
+
+
 def _recompile(f: Finding) -> bool:
     """Whether a finding names a source whose pycs the bytecode check recompiles and compares."""
     return recompiled(f.path, f.kind)
 
 
-def _native(target: Target, ledger: Ledger, current: State, now: dict | None) -> tuple[list[Finding], list[str]]:
-    """Sonames that resolved when the current state's fingerprint was taken and do not now, or
-    resolve to another file or other bytes (never one already unresolved then); `now`: the native
-    part the tree's pass read (environment.take's)."""
+def _native(target: Target, current: State, entry: LedgerEntry | None, then: dict | None,
+            now: dict | None) -> tuple[list[Finding], list[str]]:
+    """Sonames that resolved when the current state's fingerprint (`then`, kept by `entry`) was
+    taken and do not now, or resolve to another file or other bytes (never one already unresolved
+    then); `now`: the native part the tree's pass read (environment.take's)."""
     from . import environment
 
-    entry = environment.entry_of(ledger, current)
-    if entry is None:
+    if entry is None or then is None:
         return [], [f"state {current.id} was recorded without an environment fingerprint: native libraries "
                     "not compared (the next change or snapshot records one)"]
-    then = environment.load(target, entry.env or "")
     changes = environment.native_changes(then.get("native") or {}, now or {},
                                          same_hash=then.get("algorithm") == target.algorithm)
     return [Finding("native", path, kind, f"{detail} (as of {entry.kind} {entry.id})") for path, kind, detail in changes], []
+
+
+def _distributions_since(then: dict, records: dict[str, RecordCheck], when: str, package: str) -> list[Finding]:
+    """The distributions of the site dir (their RECORD checks, by dist-info name) against the
+    fingerprint of the current state (`then`, taken at `when`): one installed since, another
+    version, or another build of the same version (its RECORD's identity differs, though its files
+    match it: a rebuilt wheel reinstalled)."""
+    from ..host.disk import normalize_name
+
+    recorded = then.get("distributions") or {}
+    out = []
+    for dist_info, check in sorted(records.items()):
+        stem = dist_info[: -len(".dist-info")]
+        name, _, version = stem.partition("-")
+        key = normalize_name(name)
+        if key == normalize_name(package):
+            continue
+        was = recorded.get(key)
+        if was is None:
+            out.append(Finding("environment", dist_info, "added", f"{name} {version} installed since {when}", name))
+        elif was.get("version") != version:
+            out.append(Finding("environment", dist_info, "version",
+                               f"{name} {was.get('version')} -> {version} since {when}", name))
+        elif was.get("identity") and check.identity and was["identity"] != check.identity:
+            out.append(Finding("environment", dist_info, "rebuilt",
+                               f"{name} {version} is another build than at {when}: its RECORD lists other files "
+                               "or bytes (its files match that RECORD: reinstalled from another wheel)", name))
+    return out
 
 
 def _chunks(items: list[str], n: int) -> Iterable[list[str]]:
@@ -263,7 +368,7 @@ def _chunks(items: list[str], n: int) -> Iterable[list[str]]:
 
 def _probe(target: Target, module: str, timeout: float) -> str | None:
     """None when `module` imports in the target's interpreter, else the exception's last line."""
-    code, out, err = target.run([target.info.python, "-c", _PROBE, module], timeout=timeout)
+    code, out, err = target.run_python(_PROBE, (module,), timeout=timeout, isolated=False, python=target.info.python)
     if code == 0:
         return None
     if code == 124 and b"timed out" in err:

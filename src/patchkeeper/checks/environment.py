@@ -13,7 +13,7 @@ from ..records.ledger import Ledger, LedgerEntry, State
 from ..targets import Target
 
 FORMAT = 1
-AREAS = ("interpreter", "system", "distribution", "native", "gpu")
+AREAS = ("interpreter", "system", "distribution", "native", "gpu", "startup")
 
 
 @dataclass(frozen=True)
@@ -56,12 +56,21 @@ def take(target: Target, parts: tuple[str, ...] | None = None) -> dict:
     facts = target.interpreter_facts()
     sites = site_dirs(target, facts)
     doc = target.agent.fingerprint(sites, cache_root(target), info.site, list(parts) if parts else None,
-                                   info.dist_info).to_wire()
+                                   info.dist_info, facts.where.get("stdlib")).to_wire()
     doc.update(format=FORMAT, package=info.package,
                interpreter={"implementation": facts.implementation, "version": facts.version, "tags": facts.tags,
                             "machine": facts.machine, "libc": facts.libc},
                where={"host": info.host, "python": info.python, "prefix": facts.where["prefix"], "sites": sites})
     return doc
+
+
+def startup_now(target: Target, facts: InterpreterFacts | None = None) -> dict:
+    """The fingerprint's start-up part now (host/startup.py): one call to the target's agent."""
+    info = target.info
+    facts = facts or target.interpreter_facts()
+    found = target.agent.fingerprint(site_dirs(target, facts), None, info.site, ["startup"], info.dist_info,
+                                     facts.where.get("stdlib")).startup
+    return found or {}
 
 
 def encode(fp: dict) -> bytes:
@@ -150,7 +159,7 @@ def since_last_pass(target: Target, ledger: Ledger, state: State) -> tuple[Ledge
 
 
 # ---- comparing ---------------------------------------------------------------------------------
-def _interp_text(fp: dict) -> str:
+def interp_text(fp: dict) -> str:
     i = fp.get("interpreter") or {}
     t = i.get("tags") or {}
     libc = i.get("libc") or {}
@@ -194,8 +203,8 @@ def compare(a: dict, b: dict) -> list[Change]:
     """What changed from fingerprint `a` to `b`. The managed package's files are code state
     (`patchkeeper diff` shows them), so only its version counts here."""
     out: list[Change] = []
-    if _interp_text(a) != _interp_text(b):
-        out.append(Change("interpreter", "python", "changed", f"{_interp_text(a)} -> {_interp_text(b)}"))
+    if interp_text(a) != interp_text(b):
+        out.append(Change("interpreter", "python", "changed", f"{interp_text(a)} -> {interp_text(b)}"))
     sa, sb = a.get("system") or {}, b.get("system") or {}
     for key, label in (("os", "OS"), ("kernel", "kernel")):
         if sa.get(key) != sb.get(key):
@@ -205,7 +214,37 @@ def compare(a: dict, b: dict) -> list[Change]:
             native_changes(a.get("native") or {}, b.get("native") or {}, same_hash=a.get("algorithm") == b.get("algorithm"),
                            both_ways=True)]
     out += _gpu(a.get("gpu") or {}, b.get("gpu") or {})
+    if "startup" in a and "startup" in b:  # (a fingerprint from before start-up code was kept says nothing)
+        out += [Change("startup", key, kind, detail) for key, kind, detail in startup_changes(a["startup"], b["startup"])]
     return out
+
+
+def startup_changes(a: dict, b: dict) -> list[tuple[str, str, str]]:
+    """(what, kind, detail) for every piece of start-up code (host/startup.py) added, removed or
+    changed from `a` to `b`: a .pth file with import lines, a site hook, a plugin entry point."""
+    out = []
+    for key in sorted(set(a) | set(b)):
+        was: Any = a.get(key)
+        now: Any = b.get(key)
+        if was == now:
+            continue
+        if was is None:
+            kind, detail = "added", _startup_text(key, now)
+        elif now is None:
+            kind, detail = "removed", "no longer runs at start-up"
+        else:
+            kind, detail = "changed", _startup_text(key, now)
+        out.append((key, kind, detail))
+    return out
+
+
+def _startup_text(key: str, what: dict) -> str:
+    if key.startswith("pth "):
+        lines = what.get("code") or []
+        return "runs in every interpreter of the site dir: " + "; ".join(lines[:3]) + (" …" if len(lines) > 3 else "")
+    if key.startswith("entry point "):
+        return f"{what.get('value')} from {what.get('dist')}, loaded by the package as a plugin"
+    return f"imported at every interpreter's start ({what.get('digest', '')[:19]}…)"
 
 
 def _distributions(a: dict, b: dict, managed: set) -> list[Change]:
@@ -222,7 +261,10 @@ def _distributions(a: dict, b: dict, managed: set) -> list[Change]:
             out.append(Change("distribution", da["name"], "removed", f"{da['version']} is gone"))
         elif da["version"] != db["version"]:
             out.append(Change("distribution", db["name"], "version", f"{da['version']} -> {db['version']}"))
-        elif key not in managed and da.get("differ") != db.get("differ"):
+        if da is None or db is None or da["version"] != db["version"] or key in managed:
+            continue
+        out += _rebuilt(da, db)
+        if da.get("differ") != db.get("differ"):
             was = {p for p, _ in da.get("differ") or []}
             now = {p for p, _ in db.get("differ") or []}
             kinds = dict(map(tuple, db.get("differ") or []))
@@ -233,6 +275,16 @@ def _distributions(a: dict, b: dict, managed: set) -> list[Change]:
                               f"{len(now)} file(s) differ from RECORD (was {len(was)}): " + ", ".join(parts[:8])
                               + (f" … and {len(parts) - 8} more" if len(parts) > 8 else "")))
     return out
+
+
+def _rebuilt(da: dict, db: dict) -> list[Change]:
+    """A distribution of one version whose RECORD now lists other files or hashes than then: another
+    build reinstalled over it (a fingerprint from before identities were kept says nothing)."""
+    if not da.get("identity") or not db.get("identity") or da["identity"] == db["identity"]:
+        return []
+    return [Change("distribution", db["name"], "rebuilt",
+                   f"{db['version']} is another build: its RECORD lists other files or bytes than then "
+                   f"(installed by {db.get('installer', '?')})")]
 
 
 def _where(r: dict | None) -> str:
@@ -288,46 +340,3 @@ def _gpu(a: dict, b: dict) -> list[Change]:
                               f"remapped rows {old.get('remapped_rows')} -> {g.get('remapped_rows')}"
                               + (f", ECC {_health(old, ecc)['ecc']} -> {_health(g, ecc)['ecc']}" if ecc else "")))
     return out
-
-
-# ---- one screen ------------------------------------------------------------------------------
-def unresolved(fp: dict) -> dict[str, list[str]]:
-    """object -> its sonames the loader would not find."""
-    return {p: [so for so, r in (o.get("resolved") or {}).items() if r is None]
-            for p, o in sorted((fp.get("native") or {}).items())
-            if any(r is None for r in (o.get("resolved") or {}).values())}
-
-
-def screen(name: str, fp: dict, shown: int = 8) -> list[str]:
-    """The fingerprint in one screen of text."""
-    where = fp.get("where") or {}
-    dists = fp.get("distributions") or {}
-    bad = {k: d for k, d in dists.items() if d.get("differ") or d.get("note")}
-    managed = [d for d in dists.values() if d.get("managed")]
-    lines = [f"target {name} on {where.get('host', '?')}: {where.get('python', '?')}",
-             f"interpreter  {_interp_text(fp)}",
-             f"system       {(fp.get('system') or {}).get('os')}, kernel {(fp.get('system') or {}).get('kernel')}",
-             f"gpu          {gpu_text(fp.get('gpu'))}"]
-    lines += [f"  {line}" for line in gpu_health(fp.get("gpu"))]
-    xid = (fp.get("gpu") or {}).get("xid")
-    if xid:
-        lines.append(f"             {len(xid)} recent Xid line(s) in the kernel log; last: {xid[-1]}")
-    lines.append(f"distributions {len(dists)}: {len(dists) - len(bad) - len(managed)} clean against their RECORD"
-                 + "".join(f", {d['name']} {d['version']} managed (its files: patchkeeper status)" for d in managed))
-    for d in list(bad.values())[:shown]:
-        files = [p for p, _ in d.get("differ") or []]
-        what = (f"{len(files)} file(s) differ from RECORD: " + ", ".join(files[:4]) + (" …" if len(files) > 4 else "")
-                if files else d.get("note", ""))
-        lines.append(f"  {d['name']} {d['version']}: {what}")
-    if len(bad) > shown:
-        lines.append(f"  … and {len(bad) - shown} more (--json lists all)")
-    native = fp.get("native") or {}
-    missing = unresolved(fp)
-    sonames = sum(len(v) for v in missing.values())
-    lines.append(f"native       {len(native)} shared object(s); {len(missing)} with unresolved sonames "
-                 f"({sonames} soname(s) the loader would not find)")
-    for path, names in list(missing.items())[:shown]:
-        lines.append(f"  {path}: " + ", ".join(names[:4]) + (" …" if len(names) > 4 else ""))
-    if len(missing) > shown:
-        lines.append(f"  … and {len(missing) - shown} more (--json lists all)")
-    return lines

@@ -9,21 +9,28 @@ from ..errors import BadInput
 from ..workspace import TargetConfig
 
 ENDPOINTS = ("completions", "chat")
+COMPARE_OUTPUT = ("warn", "fail", "off")
 
 
 @dataclass(frozen=True)
 class SmokeConfig:
-    """The smoke generation: one real completion, judged on count, rate and variety."""
+    """The smoke generations: `requests` completions one after the other, then `concurrency` at once,
+    each judged on count, rate and variety; the server's own account of what runs (/server_info)."""
 
     prompt: str = "Write a Python function that returns the n-th Fibonacci number."
     max_tokens: int = 64
-    timeout: float = 120.0  # seconds for the one completion request
+    timeout: float = 120.0  # seconds for one completion request
     min_tokens: int = 16
     min_tokens_per_s: float = 5.0
     endpoint: str = "completions"  # completions | chat (/v1/completions falls back to chat on 404)
     model: str | None = None  # default: the first model /v1/models lists
     warmup: int = 0  # completions sent (and not judged) before the judged one
     max_slowdown: float = 3.0  # slower than this times the last pass of the same code state: a regression
+    requests: int = 3  # judged completions sent one after the other (the first one's figures are kept)
+    concurrency: int = 2  # judged completions sent at once after them
+    min_accept_length: float = 1.2  # with speculation on, /server_info's avg_spec_accept_length at least this
+    compare_output: str = "warn"  # greedy output other than the last pass's (same prompt, model, max_tokens):
+    #                               warn | fail (reason output-changed) | off
 
 
 @dataclass(frozen=True)
@@ -43,7 +50,8 @@ class ServiceConfig:
 _SERVICE_KEYS = {"restart": str, "logs": str, "base_url": str, "ready_timeout": float,
                  "restart_timeout": float, "logs_timeout": float, "match_unit": bool, "smoke": dict}
 _SMOKE_KEYS = {"prompt": str, "max_tokens": int, "timeout": float, "min_tokens": int,
-               "min_tokens_per_s": float, "endpoint": str, "model": str, "warmup": int, "max_slowdown": float}
+               "min_tokens_per_s": float, "endpoint": str, "model": str, "warmup": int, "max_slowdown": float,
+               "requests": int, "concurrency": int, "min_accept_length": float, "compare_output": str}
 
 
 def load(config: TargetConfig) -> ServiceConfig | None:
@@ -118,6 +126,15 @@ def _check_smoke(smoke: dict, where: str) -> list[str]:
         problems.append(f"{where} warmup must not be negative")
     if _number(smoke.get("max_slowdown")) and smoke["max_slowdown"] < 1:
         problems.append(f"{where} max_slowdown must be at least 1")
+    if isinstance(smoke.get("requests"), int) and smoke["requests"] < 1:
+        problems.append(f"{where} requests must be at least 1")
+    if isinstance(smoke.get("concurrency"), int) and smoke["concurrency"] < 0:
+        problems.append(f"{where} concurrency must not be negative")
+    if _number(smoke.get("min_accept_length")) and smoke["min_accept_length"] < 0:
+        problems.append(f"{where} min_accept_length must not be negative (0 turns the check off)")
+    if isinstance(smoke.get("compare_output"), str) and smoke["compare_output"] not in COMPARE_OUTPUT:
+        problems.append(f"{where} compare_output must be one of {', '.join(COMPARE_OUTPUT)}, "
+                        f"not {smoke['compare_output']!r}")
     if isinstance(smoke.get("prompt"), str) and not smoke["prompt"].strip():
         problems.append(f"{where} prompt is empty")
     return problems

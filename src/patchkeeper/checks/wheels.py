@@ -12,9 +12,10 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from ..errors import BadInput, Refused
 from ..host.disk import normalize_name
@@ -52,17 +53,19 @@ class Tags:
 
 def target_tags(target: Target) -> Tags:
     """Ask the target's own interpreter for its implementation, version, ABI and platform tags."""
-    code, out, err = target.run([target.info.python, "-I", "-c", _TAGS], timeout=60)
-    if code != 0:
-        raise Refused(f"cannot ask {target.name}'s interpreter for its wheel tags: "
-                      f"{err.decode(errors='replace').strip()[-200:] or code}", "pass --wheel FILE")
-    d = json.loads(out)
-    impl = _IMPLEMENTATIONS.get(d["implementation"], d["implementation"])
-    major, minor = d["version"]
-    abis = (f"{impl}{major}{minor}{d['abiflags']}", "abi3", "none") if impl == "cp" else (f"{impl}{major}{minor}", "none")
-    plat = re.sub(r"[-.]", "_", d["platform"])
+    code, out, err = target.run_python(_TAGS, python=target.info.python)
+    try:
+        d: dict[str, Any] = json.loads(out) if code == 0 else {}
+        impl = str(_IMPLEMENTATIONS.get(d["implementation"], d["implementation"]))
+        major, minor = d["version"]
+        plat = re.sub(r"[-.]", "_", d["platform"])
+        libc, libc_version = d["libc"]
+    except (ValueError, TypeError, KeyError):
+        said = err.decode(errors="replace").strip()[-200:] or out[:200].decode(errors="replace") or str(code)
+        raise Refused(f"cannot ask {target.name}'s interpreter for its wheel tags: {said}", "pass --wheel FILE") from None
+    abis = (f"{impl}{major}{minor}{d.get('abiflags', '')}", "abi3", "none") if impl == "cp" \
+        else (f"{impl}{major}{minor}", "none")
     platforms = [plat]
-    libc, libc_version = d["libc"]
     if plat.startswith("linux_") and libc == "glibc" and re.fullmatch(r"\d+\.\d+", libc_version or ""):
         arch = plat[len("linux_"):]
         glibc_minor = int(libc_version.split(".")[1])
@@ -168,10 +171,19 @@ class Wheel:
             raise BadInput(f"{path.name} is not a wheel: it has {len(infos)} .dist-info directories", "give a .whl file")
         self.dist_info = infos[0]
         self.data_dir = self.dist_info[:-len(".dist-info")] + ".data"
-        meta = self._zip.read(f"{self.dist_info}/METADATA").decode("utf-8", "replace")
+        meta = self.read(f"{self.dist_info}/METADATA").decode("utf-8", "replace")
         fields = dict(line.split(":", 1) for line in meta.split("\n\n", 1)[0].splitlines() if ":" in line)
         self.name = fields.get("Name", "").strip()
         self.version = fields.get("Version", "").strip()
+
+    def read(self, name: str) -> bytes:
+        """A member's bytes, checked against its CRC by zipfile; a damaged one is BadInput naming the wheel."""
+        try:
+            return self._zip.read(name)
+        except (zipfile.BadZipFile, zlib.error, EOFError, OSError, KeyError) as exc:
+            raise BadInput(f"the wheel {self.path} is damaged: its member {name} cannot be read ({exc}); "
+                           "nothing was changed", "download the wheel again (a download cut short or corrupted?)"
+                           ) from None
 
     def close(self) -> None:
         self._zip.close()
@@ -187,7 +199,7 @@ class Wheel:
             return None
         info = self._zip.getinfo(name)
         executable = (info.external_attr >> 16) & 0o111
-        return self._zip.read(name), 0o755 if executable else 0o644
+        return self.read(name), 0o755 if executable else 0o644
 
     def site_names(self) -> set[str]:
         """Every file the wheel installs into site-packages, by its path there."""
@@ -215,7 +227,7 @@ class Wheel:
             return {}
         parser = configparser.ConfigParser(delimiters=("=",), interpolation=None)
         parser.optionxform = str  # type: ignore[assignment]
-        parser.read_string(self._zip.read(name).decode("utf-8"))
+        parser.read_string(self.read(name).decode("utf-8", "replace"))
         out = {}
         for section in ("console_scripts", "gui_scripts"):
             if parser.has_section(section):

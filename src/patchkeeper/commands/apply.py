@@ -9,24 +9,34 @@ from ..change import changes, engine
 from ..change.session import Session
 from ..records.ledger import ApplyExtra, RecordExtra
 from ..workspace import Workspace
+from .document import Report
 from .rollout import Done, Noted
 from .show_plan import step_printer
 
 
 def apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bool, verify: bool = True,
-          adopt: str | None = None, noted: Noted | None = None) -> int:
-    """`noted` (a rollout's) is told what happened on the target, as a value."""
+          adopt: str | None = None, as_json: bool = False, noted: Noted | None = None) -> int:
+    """`noted` (a rollout's) is told what happened on the target, as a value; `as_json`: one document."""
+    with Report(as_json, f"apply {name}", target, step_printer) as report:
+        return _apply(ws, target, name, dry_run, force, verify, adopt, report, noted)
+
+
+def _apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bool, verify: bool,
+           adopt: str | None, report: Report, noted: Noted | None) -> int:
     svc = changes.service_of(ws.target(target), verify)
     with Session(ws, target, f"apply {name}") as s:
+        show = report.shower(s.target.name)
+        from ..records.installation import refuse_writes
+
+        refuse_writes(s.installation(), s.target, f"apply {name}", reinstall_ok=True)  # a cut RECORD: refused
+        first = s.ledger.current() is None or adopting.new_release(s)  # a baseline (of this release) comes first
         incoming = engine.resolve(ws.patchsets_dir, name, s.config)  # every template renders, before a baseline
         engine.check_fits(s.target, incoming, force)  # bad input is refused before a baseline is recorded
-        if dry_run and s.ledger.current() is None:
-
+        if dry_run and first:
             adopting.preview(s, adopt)
         elif not dry_run:
             baseline = adopting.ensure_baseline(s, adopt=adopt)
             if baseline is not None:
-
                 print(f"recorded baseline of {s.target.name}: {cast(RecordExtra, baseline.extra)['files']} files, "
                       f"state {baseline.after.id}{adopting.describe(baseline)}")
         plan = engine.plan_apply(s, name, force, incoming=incoming)
@@ -34,13 +44,15 @@ def apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bo
             print(f"{s.target.name}: {name} is already applied; nothing to do")
             if noted is not None:
                 noted(Done.unchanged(s, f"{name} is already applied"))
-            return 0
+            current = s.ledger.current()
+            return report.done(0, current, current, dry_run)
         if not dry_run:
             plan = with_workspace_ref(ws, plan)
-        outcome = changes.carry_out(ws, s, plan, dry_run, svc, step_printer(s.target.name))
+        outcome = changes.carry_out(ws, s, plan, dry_run, svc, show)
         if noted is not None:
             noted(Done.of(s, plan, outcome, dry_run, svc is not None))
-        return outcome.exit_code
+        return report.done(outcome.exit_code, plan.entry.before, plan.entry.after if dry_run else s.ledger.current(),
+                           dry_run)
 
 
 def with_workspace_ref(ws: Workspace, plan: engine.Plan) -> engine.Plan:

@@ -7,6 +7,7 @@ import time
 
 from ..change.session import Session
 from ..checks import audit as audit_core
+from ..printable import one_line
 from ..workspace import Workspace
 from . import emit_json
 
@@ -36,11 +37,12 @@ class ProgressBar:
             sys.stderr.flush()
 
 
-def _audit_one(ws: Workspace, name: str | None, probes: list[str], progress) -> audit_core.AuditReport:
-    with Session(ws, name, "audit", write=False) as s:
+def _audit_one(ws: Workspace, name: str | None, probes: list[str], progress, wait: float | None = None,
+               rehash: bool = False) -> audit_core.AuditReport:
+    with Session(ws, name, "audit", write=False, wait=wait, rehash=rehash) as s:
         current = s.ledger.current()
         owners = _owners(ws, current.stack) if current else None
-        return audit_core.audit_target(s.target, s.ledger, probes, progress, owners=owners)
+        return audit_core.audit_target(s.target, s.ledger, probes, progress, owners=owners, rehash=rehash)
 
 
 def _owners(ws: Workspace, stack) -> dict[str, str]:
@@ -53,13 +55,13 @@ def _owners(ws: Workspace, stack) -> dict[str, str]:
 
 
 def audit(ws: Workspace, target: str | None, probes: list[str], every: bool, as_json: bool,
-        verbose: bool, quiet: bool) -> int:
+        verbose: bool, quiet: bool, wait: float | None = None, rehash: bool = False) -> int:
     probes = audit_core.check_probes(probes)
     if every:
-        return _run_all(ws, probes, as_json)
+        return _run_all(ws, probes, as_json, wait, rehash)
     bar = ProgressBar(not quiet and not as_json and sys.stdout.isatty() and sys.stderr.isatty())
     try:
-        report = _audit_one(ws, target, probes, bar)
+        report = _audit_one(ws, target, probes, bar, wait, rehash)
     finally:
         bar.close()
     if as_json:
@@ -78,29 +80,32 @@ def print_report(report: audit_core.AuditReport, verbose: bool) -> None:
         print(f"{cls} ({len(found)}):")
         for f in found[:_SHOWN]:
             where = f"{f.dist}: " if f.dist and cls == "environment" else ""
-            print(f"  {f.kind:13} {where}{f.path}  {f.detail}")
+            print(one_line(f"  {f.kind:13} {where}{f.path}  {f.detail}"))
         if len(found) > _SHOWN:
             print(f"  … and {len(found) - _SHOWN} more (--json lists all)")
     for note in report.notes:
-        print(f"note: {note}")
+        print(f"note: {one_line(note)}")
     counts = ", ".join(f"{report.count(c)} {c}" for c in audit_core.CLASSES)
     print(f"{counts}")
     print(report.summary())
 
 
-def _audit_quiet(ws: Workspace, name: str, probes: list[str]) -> audit_core.AuditReport:
+def _audit_quiet(ws: Workspace, name: str, probes: list[str], wait: float | None = None,
+                 rehash: bool = False) -> audit_core.AuditReport:
     """One target's report for `--all`."""
-    return _audit_one(ws, name, probes, None)
+    return _audit_one(ws, name, probes, None, wait, rehash)
 
 
-def _run_all(ws: Workspace, probes: list[str], as_json: bool) -> int:
+def _run_all(ws: Workspace, probes: list[str], as_json: bool, wait: float | None = None,
+             rehash: bool = False) -> int:
     """Every target concurrently (commands/fleet.py): hosts on threads, local targets in processes."""
     from functools import partial
 
     from .fleet import each, table
 
     names = sorted(ws.targets)
-    results = each(ws, partial(_audit_quiet, probes=probes), "audit", None if not as_json else False)
+    results = each(ws, partial(_audit_quiet, probes=probes, wait=wait, rehash=rehash), "audit",
+                   None if not as_json else False)
     errors = {n: r for n, r in results.items() if isinstance(r, str)}
     reports = {n: r for n, r in results.items() if not isinstance(r, str)}
     if as_json:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import zipfile
+import zlib
 from typing import Sequence, cast
 
 from ..change import engine
@@ -23,6 +24,7 @@ def check(ws: Workspace, target: str | None, name: str, wheel: str | None, as_js
     if wheel:
         return _against_wheel(sets, wheel, as_json)
     with Session(ws, target, f"check {name}", write=False) as s:
+        s.warn_installation()
         t = s.target
         plan = engine.plan_apply(s, name, force=False, trial=True)
         if plan is None:
@@ -60,19 +62,26 @@ def _against_wheel(sets: list[PatchSet], wheel: str, as_json: bool) -> int:
     except (OSError, zipfile.BadZipFile) as exc:
         raise BadInput(f"cannot read wheel {wheel}: {exc}", "give the path of a .whl file") from None
     with archive:
-        names = set(archive.namelist())
-        metadata = [n for n in names if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
-        if not metadata:
-            raise BadInput(f"{wheel} has no .dist-info/METADATA; it is not a wheel", "give the path of a .whl file")
-        fields = metadata_fields(archive.read(metadata[0]).decode("utf-8", "replace").splitlines())
-        package, version = fields.get("Name", "?"), fields.get("Version", "?")
-        problems = [_misfit(m, f"wheel {wheel}") for m in engine.misfits(sets, package, version, None)]
-        files = {p: archive.read(p) if p in names else None for ps in sets for p in ps.paths}
-        reports = engine.build_files(sets, files, {}, (), trial_of=sets)
-        notes = [f"{ps.ident}: role file(s) {', '.join(r for r, _ in ps.files)} not checked (not in a wheel)"
-                 for ps in sets if ps.files]
-        return _report(sets[-1].ident, f"wheel {wheel} ({package} {version})", list(reports), problems, as_json,
-                       notes)
+        try:
+            return _check_wheel(sets, wheel, archive, as_json)
+        except (zipfile.BadZipFile, zlib.error, EOFError) as exc:  # a member fails its CRC: a damaged download
+            raise BadInput(f"the wheel {wheel} is damaged: {exc}", "download the wheel again") from None
+
+
+def _check_wheel(sets: list[PatchSet], wheel: str, archive: zipfile.ZipFile, as_json: bool) -> int:
+    names = set(archive.namelist())
+    metadata = [n for n in names if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
+    if not metadata:
+        raise BadInput(f"{wheel} has no .dist-info/METADATA; it is not a wheel", "give the path of a .whl file")
+    fields = metadata_fields(archive.read(metadata[0]).decode("utf-8", "replace").splitlines())
+    package, version = fields.get("Name", "?"), fields.get("Version", "?")
+    problems = [_misfit(m, f"wheel {wheel}") for m in engine.misfits(sets, package, version, None)]
+    files = {p: archive.read(p) if p in names else None for ps in sets for p in ps.paths}
+    reports = engine.build_files(sets, files, {}, (), trial_of=sets)
+    notes = [f"{ps.ident}: role file(s) {', '.join(r for r, _ in ps.files)} not checked (not in a wheel)"
+             for ps in sets if ps.files]
+    return _report(sets[-1].ident, f"wheel {wheel} ({package} {version})", list(reports), problems, as_json,
+                   notes)
 
 
 def _report(ident: str, against: str, reports: list[engine.FileCheck], problems: list[str], as_json: bool,

@@ -7,8 +7,10 @@ from dataclasses import dataclass
 
 from ..change import engine
 from ..change.session import Session
+from ..checks import installed
 from ..errors import PatchkeeperError, Refused
-from ..records.manifest import Entry, differences
+from ..printable import one_line
+from ..records.manifest import ROLE_PREFIX, Entry, differences
 from ..workspace import Workspace
 from . import check_sides, emit_json
 
@@ -45,7 +47,9 @@ def _one_result(ws: Workspace, name: str) -> dict:
             return {"state": None, "differences": []}
         owners = engine.owners_of(ws, current.stack)
         diffs = _classify(engine.compare(s.target, current.manifest)[0], {s.target.name: owners})
-        return {"state": current.to_dict(), "differences": [d.to_dict() for d in diffs]}
+        told = installed.told(s.target, s.ledger, s.installation())
+        return {"state": current.to_dict(), "differences": [d.to_dict() for d in diffs],
+                "installation": told.to_dict() if told else None}
 
 
 def diff_all(ws: Workspace, as_json: bool) -> int:
@@ -54,7 +58,8 @@ def diff_all(ws: Workspace, as_json: bool) -> int:
 
     results = each(ws, _one_result, "diff")
     errors = [n for n, r in results.items() if isinstance(r, str)]
-    differing = [n for n, r in results.items() if not isinstance(r, str) and r["differences"]]
+    differing = [n for n, r in results.items() if not isinstance(r, str)
+                 and (r["differences"] or (r.get("installation") or {}).get("trouble"))]
     if as_json:
         emit_json({n: ({"error": r} if isinstance(r, str) else r) for n, r in results.items()})
     else:
@@ -66,8 +71,9 @@ def diff_all(ws: Workspace, as_json: bool) -> int:
                 rows.append([n, "-", "no recorded state"])
             else:
                 kinds = [d["kind"] for d in r["differences"]]
-                rows.append([n, r["state"]["id"], ", ".join(f"{kinds.count(k)} {k}" for k in dict.fromkeys(kinds))
-                             or "files match"])
+                told = r.get("installation")
+                rows.append([n, r["state"]["id"], (", ".join(f"{kinds.count(k)} {k}" for k in dict.fromkeys(kinds))
+                                                   or "files match") + (f"; {told['what']}" if told else "")])
         table(["target", "state", "differences"], rows)
         print(f"{len(results)} target(s): {len(differing)} differ, {len(errors)} unreachable")
     return 2 if errors else 1 if differing else 0
@@ -96,14 +102,22 @@ def _one(ws: Workspace, name: str | None, against: str | None, patch: bool, as_j
             new = lambda d: s.target.agent.read(info.path_of(d.key)) if d.b else b""  # noqa: E731
             patches = _patches(diffs, old, new, f"{state.id}", s.target.name)
         label = f"state {state.id}" + (f" ({state.name})" if state.name else "")
+        starts = _exec_starts_recorded(s, diffs)
+        told = installed.told(s.target, s.ledger, s.installation())
+        code = 1 if diffs or (told is not None and told.trouble) else 0
         if as_json:
             emit_json({"target": s.target.name, "against": state.to_dict(), "algorithm": s.target.algorithm,
-                       "differences": [d.to_dict() for d in diffs], "patches": patches})
-            return 1 if diffs else 0
+                       "differences": [d.to_dict() for d in diffs], "patches": patches,
+                       "exec_start": {k: _as_dict(v) for k, v in starts.items()},
+                       "installation": told.to_dict() if told else None})
+            return code
         print(f"{s.target.name} against {label}: {state.stack_text()}")
+        if told is not None:
+            print(("" if told.trouble else "note: ") + told.line)
         _print(diffs, patches, f"{len(diffs)} file(s) differ from {label}",
                f"{s.target.name}: files match {label}")
-        return 1 if diffs else 0
+        _print_starts({f"in {label}": starts.get("recorded"), "now": starts.get("now")})
+        return code
 
 
 def _two(ws: Workspace, a: str, b: str, patch: bool, as_json: bool) -> int:
@@ -117,6 +131,8 @@ def _two(ws: Workspace, a: str, b: str, patch: bool, as_json: bool) -> int:
                 stack.push(future.result().__exit__)
         for future in opening:
             future.result()  # the first failure, once every opened session will be closed
+        for s in sessions:
+            s.warn_installation()
         algorithms = {s.target.algorithm for s in sessions}
         common = next(iter(algorithms)) if len(algorithms) == 1 else "sha256"  # every Python has sha256
         ma, mb = pool.map(lambda s: engine.scan_all(s.target, common), sessions)
@@ -133,9 +149,15 @@ def _two(ws: Workspace, a: str, b: str, patch: bool, as_json: bool) -> int:
             got_a = dict(zip([d.key for d in wanted if d.a], pool.map(lambda d: read(ta, d.key), [d for d in wanted if d.a])))
             got_b = dict(zip([d.key for d in wanted if d.b], pool.map(lambda d: read(tb, d.key), [d for d in wanted if d.b])))
             patches = _patches(diffs, lambda d: got_a.get(d.key, b""), lambda d: got_b.get(d.key, b""), a, b)
+        starts = {}
+        if any(d.key.startswith(ROLE_PREFIX) for d in diffs):
+            from ..checks import units
+
+            starts = dict(zip((a, b), pool.map(lambda s: units.on_target(s.target), sessions)))
         if as_json:
             emit_json({"a": a, "b": b, "algorithm": common, "differences": [d.to_dict() for d in diffs],
-                       "patches": patches, "states": {s.target.name: _state_dict(s) for s in sessions}})
+                       "patches": patches, "states": {s.target.name: _state_dict(s) for s in sessions},
+                       "exec_start": {k: _as_dict(v) for k, v in starts.items()}})
             return 1 if diffs else 0
         for s in sessions:
             current = s.ledger.current()
@@ -144,7 +166,45 @@ def _two(ws: Workspace, a: str, b: str, patch: bool, as_json: bool) -> int:
         _print(diffs, patches, f"{len(diffs)} file(s) differ between {a} and {b} "
                f"(added: only on {b}; removed: only on {a}; compared by {common})",
                f"{a} and {b} have the same files ({len(ma)} compared by {common})")
+        _print_starts({f"on {n}": c for n, c in starts.items()})
         return 1 if diffs else 0
+
+
+def _exec_starts_recorded(s: Session, diffs: list[Difference]) -> dict:
+    """Where role files differ from the recorded state: the unit's effective ExecStart as recorded
+    (the recorded bytes of the differing role files in place of today's) and now."""
+    roles = [d for d in diffs if d.key.startswith(ROLE_PREFIX)]
+    if not roles or "unit" not in s.target.config.files:
+        return {}
+    from ..checks import units
+
+    override: dict[str, bytes | None] = {}
+    for d in roles:
+        try:
+            override[s.target.info.path_of(d.key)] = \
+                s.target.agent.store_get(s.target.info.store, d.a.digest) if d.a else None
+        except (PatchkeeperError, OSError, KeyError):  # its bytes were not kept, or the role is gone
+            return {"now": units.on_target(s.target)}
+    return {"recorded": units.on_target(s.target, override), "now": units.on_target(s.target)}
+
+
+def _as_dict(command) -> dict | None:
+    from ..checks import units
+
+    return units.as_dict(command)
+
+
+def _print_starts(starts: dict) -> None:
+    """The unit's effective ExecStart on each side, where a role file differs."""
+    from ..checks import units
+
+    for side, command in starts.items():
+        if command is None:
+            continue
+        lines = units.describe(command)
+        print(f"the unit's {lines[0]} ({side})" if lines[0].startswith("ExecStart") else f"{lines[0]} ({side})")
+        for line in lines[1:]:
+            print(line)
 
 
 def _state_dict(s: Session) -> dict | None:
@@ -188,6 +248,6 @@ def _print(diffs: list[Difference], patches: dict[str, str], headline: str, same
     print(headline + ":")
     for d in diffs:
         owner = "; ".join(f"{o} on {side}" if len(d.owners) > 1 else o for side, o in d.owners)
-        print(f"  {d.kind:8} {d.key}" + (f"  [{owner}]" if owner else ""))
+        print(f"  {d.kind:8} {one_line(d.key)}" + (f"  [{one_line(owner)}]" if owner else ""))
     for key, text in patches.items():
         print(text, end="")

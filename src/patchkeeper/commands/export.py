@@ -17,10 +17,16 @@ def export(ws: Workspace, name: str) -> int:
 
 
 def variable_notes(ps: patchset.PatchSet) -> tuple[str, ...]:
-    """Which variables the role files use and their defaults: the export carries the templates unrendered."""
+    """Which variables the role files use and their defaults (the export carries the templates
+    unrendered), and where a drop-in goes."""
+    notes = []
+    if any(role == "dropin" for role, _ in ps.files):
+        notes.append("role dropin: a systemd drop-in, written beside the target's unit as "
+                     "<unit>.d/50-patchkeeper.conf (or [targets.NAME.files] dropin); it clears ExecStart= and sets "
+                     "its own, the host's other unit lines stay")
     if not ps.variables:
-        return ()
+        return tuple(notes)
     defaults = dict(ps.defaults)
     listed = ", ".join(f"{n} = {defaults[n]!r}" if n in defaults else f"{n} (no default)" for n in ps.variables)
-    return (f"variables: the role files are templates using {listed}; "
-            "`patchkeeper apply` renders them with [targets.NAME.vars], then these defaults",)
+    return (*notes, f"variables: the role files are templates using {listed}; "
+            "`patchkeeper apply` renders them with [targets.NAME.vars], then these defaults")

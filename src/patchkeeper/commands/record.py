@@ -16,6 +16,7 @@ def record_target(ws: Workspace, target: str | None, name: str, since: str, bump
                   description: str | None) -> int:
     authoring.check_name(name)
     with Session(ws, target, f"record {name} --from {since}", write=False) as s:
+        s.warn_installation()
         state = s.ledger.find_state(since)
         then = s.ledger.load_manifest(state)
         now = engine.scan_all(s.target)
@@ -66,6 +67,27 @@ def record_target(ws: Workspace, target: str | None, name: str, since: str, bump
             defaults=tuple(sorted(defaults.items())) if defaults else None)
         saved = authoring.save(ws.patchsets_dir, draft, bump)
         return report_saved(ws, saved, len(changes), len(role_files))
+
+
+def record_adoption(ws: Workspace, target: str | None, name: str, bump: str | None,
+                    description: str | None) -> int:
+    """A patch set of exactly the hand edits found when the target was adopted, against the release."""
+    from ..change import adopt
+
+    authoring.check_name(name)
+    with Session(ws, target, f"record {name} --from-adoption", write=False) as s:
+        first, edits = adopt.adopted_edits(s)
+        changes = [diffwrite.Change(key, old, new, release.mode if release else None, edited.mode if edited else None)
+                   for key, release, old, edited, new in edits]
+        diffwrite.refuse_binary(changes, f"the hand edits adopted on {s.target.name}")
+        version = str(first.extra.get("package_version") or s.target.info.version)
+        draft = authoring.Draft(
+            name=name, package=s.target.config.package, patches=((f"{name}.patch", diffwrite.diff(changes)),),
+            description=description if description is not None else
+            f"the hand edits found on {s.target.name} when it was adopted ({first.extra.get('adopted')}, "
+            f"transaction {first.id})", package_version=f"=={version}")
+        saved = authoring.save(ws.patchsets_dir, draft, bump)
+        return report_saved(ws, saved, len(changes), 0)
 
 
 def template_sources(ws: Workspace, name: str, current: State | None,

@@ -25,6 +25,24 @@ def applied_on(ws: Workspace, name: str) -> list[dict]:
     return out
 
 
+def _exec_starts(ps: patchset.PatchSet) -> list[str]:
+    """The ExecStart= each role file sets (placeholders filled with the [vars] defaults where they
+    have one): what the unit runs once it is applied, whatever else the host's unit says."""
+    from ..checks import units
+
+    defaults = dict(ps.defaults)
+    out = []
+    for role, data in ps.files:
+        filled = templates.PLACEHOLDER.sub(
+            lambda m: defaults.get(m.group(1).decode(), m.group(0).decode()).encode(), data)
+        command = units.effective([(role, filled.decode("utf-8", "replace"))])
+        if command is not None:
+            out.append(f"ExecStart (@{role}, with the defaults): {command.text()}")
+            if command.refused:
+                out.append(f"  warning: {command.refused}")
+    return out
+
+
 def show(ws: Workspace, name: str, as_json: bool) -> int:
     ps = patchset.load(ws.patchsets_dir, name)
     directory = ws.patchsets_dir / name
@@ -41,7 +59,7 @@ def show(ws: Workspace, name: str, as_json: bool) -> int:
     for w in where:
         w["current"] = w["digest"] == ps.digest
     if as_json:
-        emit_json({**ps.summary(), "diffstat": stats, "applied_on": where})
+        emit_json({**ps.summary(), "diffstat": stats, "applied_on": where, "exec_start": _exec_starts(ps)})
         return 0
     print(f"{ps.ident}  {ps.description}")
     print(f"  package   {ps.package}{ps.package_version or ' (any version)'}")
@@ -50,7 +68,12 @@ def show(ws: Workspace, name: str, as_json: bool) -> int:
     print(f"  digest    {ps.digest}")
     print(f"  files     {', '.join(sorted(p.name for p in directory.rglob('*') if p.is_file()))}")
     for role, data in ps.files:
-        print(f"  role      @{role}: {len(data)} bytes" + (" (a template)" if templates.names(data) else ""))
+        print(f"  role      @{role}: {len(data)} bytes" + (" (a template)" if templates.names(data) else "")
+              + (" - a systemd drop-in beside the target's unit (<unit>.d/50-patchkeeper.conf unless the target "
+                 "maps dropin)" if role == "dropin" else "")
+              + (" - the whole unit (the old style: the host's own unit lines are replaced)" if role == "unit" else ""))
+    for line in _exec_starts(ps):
+        print(f"  {line}")
     defaults = dict(ps.defaults)
     for var in ps.variables:
         print(f"  variable  {var} = {defaults[var]!r}" if var in defaults

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from typing import Any, Mapping
 
 from ..change.session import Session
 from ..errors import BadInput, PatchkeeperError, StoreError
@@ -27,20 +26,6 @@ def show_backup(ws: Workspace, target: str | None, digest: str) -> int:
         return 0
 
 
-def _backups(extra: Mapping[str, Any]) -> dict[str, str]:
-    """Key -> digest of every backup an entry names: hand edits a change backed up (`backups`), files
-    changed by hand before `recover` finished, and the files a --restore-pristine baseline replaced."""
-    found: dict[str, str] = {}
-    for name in ("backups", "backed_up_at_recovery"):
-        table = extra.get(name)
-        if isinstance(table, dict):
-            found.update((k, d) for k, d in table.items() if isinstance(d, str))
-    replaced = extra.get("replaced")
-    if isinstance(replaced, dict):
-        found.update((k, row[0]) for k, row in replaced.items() if isinstance(row, list) and row)
-    return found
-
-
 def _resolve(s: Session, digest: str) -> str:
     """A full digest as given, or the one backup in the target's ledger whose digest starts so."""
     algorithm, _, hexpart = digest.rpartition(":")
@@ -49,7 +34,7 @@ def _resolve(s: Session, digest: str) -> str:
     if len(hexpart) < MIN_HEX or any(c not in "0123456789abcdef" for c in hexpart):
         raise BadInput(f"{digest!r} is neither a digest nor a prefix of {MIN_HEX}+ hex digits of one",
                        "copy the digest from `patchkeeper rollback` or `patchkeeper log`")
-    found = {d: k for e in s.ledger.entries() for k, d in _backups(e.extra).items()
+    found = {d: k for e in s.ledger.entries() for k, d in e.backed_up.items()
              if d.partition(":")[2].startswith(hexpart) and (not algorithm or d.startswith(algorithm + ":"))}
     if len(found) == 1:
         return next(iter(found))

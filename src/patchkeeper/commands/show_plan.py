@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from ..change.changes import Step
 from ..change.engine import Changed, Plan
 from ..change.mirror import NotMirrored
+from ..printable import one_line
 from ..records.ledger import State
 from ..records.manifest import ROLE_PREFIX
 
@@ -19,16 +20,16 @@ _MARK = {"changed": "M", "added": "A", "removed": "D", "mode": "m"}
 PREVIOUS_FAILS = "the previous code state fails as well: the fault is likely not in the patch set"
 
 
-def render_plan(plan: Plan, target: str, dry_run: bool) -> None:
+def render_plan(plan: Plan, target: str, dry_run: bool, exec_start: Any = None) -> None:
     e = plan.entry
     verb = "would change" if dry_run else "changed"
     for note in plan.notes:
         print(note)
     if plan.drift:
         print(f"files changed by hand since state {e.before.id if e.before else '?'} "
-              f"(backed up{' first' if dry_run else ''}): " + ", ".join(plan.drift))
+              f"(backed up{' first' if dry_run else ''}): " + one_line(", ".join(plan.drift)))
         for key, digest in e.backups.items():
-            print(f"  backup of {key}: {digest}")
+            print(f"  backup of {one_line(key)}: {digest}")
         if e.backups:
             print(f"  (get one back: patchkeeper show-backup DIGEST -t {target} > FILE)")
     print(f"{target}: {e.kind} {e.before.stack_text() if e.before else '(nothing)'} -> {e.after.stack_text()}")
@@ -37,10 +38,16 @@ def render_plan(plan: Plan, target: str, dry_run: bool) -> None:
             "mode" if op.old.digest == op.new.digest else "changed"
         size = f"{op.new.size} bytes" if op.new else ""
         mode = f" mode {op.new.mode:o}" if op.new and op.old and op.old.mode != op.new.mode else ""
-        print(f"  {_MARK[kind]} {op.key}  {size}{mode}")
+        where = f"{'  ' if size else ''}({one_line(op.path)})" if op.key.startswith(ROLE_PREFIX) else ""
+        print(f"  {_MARK[kind]} {one_line(op.key)}  {size}{mode}{where}")
         if dry_run and op.key.startswith(ROLE_PREFIX) and op.new and op.new.digest in plan.contents:
             for line in plan.contents[op.new.digest].decode("utf-8", "replace").splitlines():
                 print(f"      | {line}")  # the role file as it would be written, templates rendered
+    if exec_start is not None:
+        from ..checks.units import describe
+
+        for line in describe(exec_start):
+            print(("the unit's " if line.startswith("ExecStart") else "") + line)
     print(f"{len(plan.ops)} file(s) {verb}; state {e.before.id if e.before else '-'} -> {e.after.id}"
           + ("" if dry_run else f" (transaction {e.id})"))
 
@@ -50,17 +57,19 @@ def render_report(report: Verification, target: str, state: State | None, out: T
     where = f"state {state.id}: {state.stack_text()}" if state else "no recorded state"
     print(f"verify {target}, {where}:", file=out)
     for c in report.checks:
-        status = "skip" if c.skipped else "ok  " if c.ok else "FAIL"
+        status = "skip" if c.skipped else "warn" if c.warned else "ok  " if c.ok else "FAIL"
         print(f"  {c.name:9} {status}  {c.seconds:6.2f}s  {c.detail}", file=out)
-        if not c.ok and c.output.strip():
+        if (not c.ok or c.warned or c.skipped) and c.output.strip():
             _block(c.output, out)
     for i, w in enumerate(report.extra.get("warmups", ()), 1):
         print(f"  warm-up {i}: {w['seconds']:.2f}s" + (f" ({w['error']})" if w.get("error") else ""), file=out)
     if report.sample:
         print(f"  output: {report.sample!r}", file=out)
     if report.ok:
+        skipped = [c.name for c in report.checks if c.skipped]
         print(f"verification passed: {report.tokens} tokens in {report.seconds:.2f}s "
-              f"({report.tokens_per_s or 0:.1f} tokens/s)", file=out)
+              f"({report.tokens_per_s or 0:.1f} tokens/s)"
+              + (f"; not checked: {', '.join(skipped)}" if skipped else ""), file=out)
         return
     print(f"verification FAILED ({report.reason}): {'; '.join(report.problems)}", file=out)
     if report.errors:
@@ -79,9 +88,11 @@ def _block(text: str, out: TextIO, lines: int = 40) -> None:
 
 
 def render_not_mirrored(step: NotMirrored) -> None:
+    from ..errors import os_hint
+
     print(f"patchkeeper: warning: {step.done}, but its records could not be copied into {step.where}: "
-          f"{step.reason}\n  hint: make room, then run `patchkeeper recover -t {step.target}`: it copies them again",
-          file=sys.stderr)
+          f"{one_line(step.reason)}\n  hint: "
+          + os_hint(step.errno, f"run `patchkeeper recover -t {step.target}`: it copies them again"), file=sys.stderr)
 
 
 def step_printer(target: str):
@@ -89,7 +100,7 @@ def step_printer(target: str):
 
     def show(step: Step) -> None:
         if isinstance(step, Changed):
-            render_plan(step.plan, target, step.dry_run)
+            render_plan(step.plan, target, step.dry_run, step.exec_start)
             return
         if isinstance(step, NotMirrored):
             render_not_mirrored(step)
@@ -131,27 +142,7 @@ def step_printer(target: str):
 
 
 def render_since_passed(step: SincePassed, target: str) -> None:
-    """What changed since the previous state last passed: code (nothing), environment, GPU facts."""
-    import time
+    """What changed since the state last passed: code, environment, GPU facts, and what to run next."""
+    from ..change.diagnosis import render
 
-    from ..checks import environment
-
-    state, last = step.state, step.last
-    if last is None:
-        print(f"{target}: no passing verification of state {state.id} was recorded with its environment; "
-              "nothing to compare with")
-        return
-    v: Any = dict(last.extra).get("verify") or {}
-    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last.time))
-    figures = f"{v['tokens']} tokens in {v.get('seconds') or 0:.2f}s" if v.get("tokens") is not None else "passed"
-    print(f"{target}: since state {state.id} last passed verification ({when}, {figures}; ledger entry {last.id}):")
-    print(f"  code         none: state {state.id} is in place again")
-    for c in step.changes:
-        print(f"  {c.area:12} {c.kind:10} {c.subject}  {c.detail}")
-    if not step.changes:
-        print("  environment  no differences (interpreter, system, distributions, native libraries, GPU stack)")
-    print(f"  GPU now      {environment.gpu_text(step.gpu)}")
-    for line in environment.gpu_health(step.gpu):
-        print(f"    {line}")
-    for line in (step.gpu.get("xid") or [])[-5:]:
-        print(f"    | {line}")
+    print("\n".join(render(step.diagnosis)))

@@ -1,4 +1,5 @@
-"""`patchkeeper verify`: restart (with --restart) and verify the service, recorded in the ledger."""
+"""`patchkeeper verify`: restart (with --restart) and verify the service, recorded in the ledger; on a
+failure, what changed since the code state last passed, and what to run next."""
 
 from __future__ import annotations
 
@@ -6,67 +7,91 @@ import sys
 
 from ..change.mirror import try_mirror
 from ..change.session import Session
-from ..change.verify import last_pass, record_verification, run_checks
+from ..change.verify import record_verification, verify_target
 from ..checks import service
 from ..errors import EXIT_DIFFERS, BadInput
 from ..workspace import Workspace
 from . import emit_json
-from .show_plan import PREVIOUS_FAILS, render_not_mirrored, render_report  # noqa: F401  (PREVIOUS_FAILS: the tests read it here)
+from .document import SCHEMA, SCHEMA_VERSION, Report
+from .show_plan import PREVIOUS_FAILS, render_not_mirrored, render_report, step_printer  # noqa: F401  (PREVIOUS_FAILS: the tests read it here)
 
 
 def verify(ws: Workspace, target: str | None, as_json: bool, with_restart: bool) -> int:
     """The checks alone (restarting first only with --restart), recorded in the ledger."""
-    with Session(ws, target, "verify" + (" --restart" if with_restart else "")) as s:
-        svc = service.load(s.config)
-        if svc is None:
-            raise BadInput(f"target {s.target.name} has no [targets.{s.target.name}.service] table",
-                           "add one with restart and base_url (see docs/verify-and-roll-back.md)")
-        report = run_checks(s.target, svc, with_restart, progress=sys.stderr,
-                            last_pass=last_pass(s.ledger, s.ledger.current()))
-        entry = record_verification(s, report, "verify", None)
-        if entry is not None:
-            failed = try_mirror(ws, s, "the verification was recorded", manifest=False)
-            if failed is not None:
-                render_not_mirrored(failed)
-        if as_json:
+    command = "verify" + (" --restart" if with_restart else "")
+    with Report(as_json, command, target, step_printer) as report:
+        with Session(ws, target, command) as s:
+            s.warn_installation()
+            report.shower(s.target.name)
+            svc = service.load(s.config)
+            if svc is None:
+                raise BadInput(f"target {s.target.name} has no [targets.{s.target.name}.service] table",
+                               "add one with restart and base_url (see docs/verify-and-roll-back.md)")
+            result = verify_target(s.target, s.ledger, svc, with_restart, progress=sys.stderr)
+            entry = record_verification(s, result, "verify", None)
+            if entry is not None:
+                failed = try_mirror(ws, s, "the verification was recorded", manifest=False)
+                if failed is not None:
+                    render_not_mirrored(failed)
             current = s.ledger.current()
-            emit_json({"target": s.target.name, "state": current.to_dict() if current else None, **report.to_dict()})
-        else:
-            render_report(report, s.target.name, s.ledger.current())
-        return 0 if report.ok else EXIT_DIFFERS
+            diagnosis = None
+            if not result.ok and current is not None:
+                from ..change.diagnosis import diagnose
+
+                diagnosis = diagnose(s.target, s.ledger, current)
+            if not as_json:
+                render_report(result, s.target.name, current)
+                if diagnosis is not None:
+                    from ..change.diagnosis import render
+
+                    print("\n".join(render(diagnosis)))
+            return report.done(0 if result.ok else EXIT_DIFFERS, current, current,
+                               verifications=[("verify", result)], diagnosis=diagnosis)
 
 
 def _verify_quiet(ws: Workspace, name: str, with_restart: bool) -> dict | None:
-    """One target's checks without progress lines (they would interleave); None without [service]."""
+    """One target's checks without progress lines (they would interleave); None without [service].
+    Its records are copied into snapshots/ and handed back (`history`) for the command's one commit."""
     if service.load(ws.target(name)) is None:
         return None
-    with Session(ws, name, "verify --all" + (" --restart" if with_restart else "")) as s:
+    with Session(ws, name, "verify --all" + (" --restart" if with_restart else ""), commit=False) as s:
+        s.warn_installation()
         svc = service.load(s.config)
         if svc is None:  # its [service] table went away since the look above
             return None
-        report = run_checks(s.target, svc, with_restart, progress=None)
-        if record_verification(s, report, "verify", None) is not None:
+        result = verify_target(s.target, s.ledger, svc, with_restart, progress=None)
+        if record_verification(s, result, "verify", None) is not None:
             failed = try_mirror(ws, s, "the verification was recorded", manifest=False)
             if failed is not None:
                 render_not_mirrored(failed)
-        return report.to_dict()
+        return {"report": result.to_dict(), "history": s.record}
 
 
 def verify_all(ws: Workspace, as_json: bool, with_restart: bool) -> int:
-    """Every target with a [service] table, at once; one row each."""
+    """Every target with a [service] table, at once; one row each; one commit of their records."""
     from functools import partial
 
+    from ..records import history
     from .fleet import each, table
 
     results = each(ws, partial(_verify_quiet, with_restart=with_restart), "verify")
+    reports = {n: r["report"] for n, r in results.items() if isinstance(r, dict)}
     errors = [n for n, r in results.items() if isinstance(r, str)]
-    failed = [n for n, r in results.items() if isinstance(r, dict) and not r.get("ok")]
+    failed = [n for n, r in reports.items() if not r.get("ok")]
+    records = [r["history"] for r in results.values() if isinstance(r, dict)]
+    command = "verify --all" + (" --restart" if with_restart else "")
+    history.commit_records(ws.root, records, f"verify --all: {len(reports)} target(s) verified, {len(failed)} failed, "
+                           f"{len(errors)} unreachable (patchkeeper {command})")
+    code = 2 if errors else EXIT_DIFFERS if failed else 0
     if as_json:
-        emit_json({n: ({"error": r} if isinstance(r, str) else r) for n, r in results.items()})
+        emit_json({"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "command": command, "exit_code": code,
+                   "ok": code == 0, "targets": {n: ({"error": r} if isinstance(r, str) else
+                                                    None if r is None else reports[n]) for n, r in results.items()}})
     else:
         rows = [[n, f"error: {r}" if isinstance(r, str) else "no [service] table" if r is None else
-                 "passed" if r.get("ok") else f"FAILED ({r.get('reason')}): {r.get('message', '')}"]
+                 "passed" if reports[n].get("ok") else
+                 f"FAILED ({reports[n].get('reason')}): {reports[n].get('message', '')}"]
                 for n, r in results.items()]
         table(["target", "verification"], rows)
         print(f"{len(results)} target(s): {len(failed)} failed, {len(errors)} unreachable")
-    return 2 if errors else EXIT_DIFFERS if failed else 0
+    return code

@@ -1,8 +1,8 @@
 """The near-disk half of a target: the methods the controller calls, locally or on a host.
 
 Every argument and result is plain data or a request or answer value of contract.py, which
-carries them across a process boundary; the work itself is in disk.py, store.py and distcheck.py, which,
-like this module, use the standard library only (blake3 when importable).
+carries them across a process boundary; the work itself is in disk.py, store.py, distcheck.py and
+bytecode.py, which, like this module, use the standard library only (blake3 when importable).
 """
 
 from __future__ import annotations
@@ -48,8 +48,10 @@ from .contract import (
     TreeRequest,
 )
 from . import seal
-from .distcheck import check_bytecode
-from .distinfo import installed_version, layout, record_paths
+from .errors import AgentError
+from .bytecode import check_bytecode
+from .distcheck import check_record
+from .distinfo import installation, installed_version, layout, record_paths
 from . import compare
 from .manifests import Manifests
 from .preflight import obstacles
@@ -60,6 +62,16 @@ from .statcache import StatCache, identity
 
 
 _DIST_INFOS: dict[tuple[Any, ...], tuple[list[str], bytes, DistInfo | None]] = {}  # Agent.dist_info's answers
+
+
+def untrusted(st: os.stat_result) -> str | None:
+    """Why a state file (a ledger entry, the journal) with this stat is not to be believed, None when
+    it is: it must belong to the user running the agent (or root) and be writable by no one else."""
+    if st.st_uid not in (os.geteuid(), 0):
+        return f"it belongs to uid {st.st_uid}"
+    if st.st_mode & 0o022:
+        return f"others may write it (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
 
 
 _DAMAGED_LOCK = {"pid": "?", "host": "?", "command": "? (its lock file is damaged)", "since": 0}
@@ -109,8 +121,14 @@ class Agent(AgentContract):
         return os.getpid()
 
     # ---- files -------------------------------------------------------------------------
-    def read(self, path: str) -> bytes:
+    def read(self, path: str, owned: bool = False) -> bytes:
+        """A file's bytes; `owned`: only a state file to be believed (see untrusted), else AgentError
+        "untrusted" saying why."""
         with open(path, "rb") as f:
+            if owned:
+                why = untrusted(os.fstat(f.fileno()))
+                if why is not None:
+                    raise AgentError("untrusted", f"{path}: {why}")
             return f.read()
 
     def lstat(self, path: str) -> FileStat | None:
@@ -185,6 +203,7 @@ class Agent(AgentContract):
             listing = list(os.scandir(directory))
         except FileNotFoundError:
             listing = []
+        refused: dict[str, str] = {}
         for item in listing:
             name = item.name
             if not name.endswith(suffix):
@@ -199,10 +218,14 @@ class Agent(AgentContract):
                 continue
             with open(item.path, "rb") as f:
                 st = os.fstat(f.fileno())  # the identity of what is read, taken before it is read
+                why = untrusted(st)
+                if why is not None:
+                    refused[name] = why
+                    continue
                 files[name] = f.read()
             settled = st.st_mtime_ns < limit and st.st_ctime_ns < limit
             identities[name] = identity(st) if settled else None
-        return ChangedFiles(files, identities, tuple(sorted(set(known) - present)))
+        return ChangedFiles(files, identities, tuple(sorted(set(known) - present)), refused)
 
     def rename(self, src: str, dst: str, durable: bool = True) -> None:
         """Rename; `durable=False` leaves the directory's fsync to a later sync_dirs (one per directory)."""
@@ -319,7 +342,7 @@ class Agent(AgentContract):
                     continue
                 record = record_paths(os.path.join(site, name, "RECORD"))
                 return DistInfo(site, name, installed_version(os.path.join(site, name)) or version,
-                                tuple(record) if paths else (), *layout(record))
+                                tuple(record) if paths else (), *layout(record), installation(site, name))
         return None
 
     # ---- scanning ----------------------------------------------------------------------
@@ -508,12 +531,14 @@ class Agent(AgentContract):
         return InterpreterFacts.from_wire(interp.facts())
 
     def fingerprint(self, sites: list[str], cache_root: str | None, main_site: str | None = None,
-                    parts: list[str] | None = None, managed: str | None = None) -> Fingerprint:
-        """The environment fingerprint of these site dirs and this host (see fingerprint.py)."""
+                    parts: list[str] | None = None, managed: str | None = None,
+                    stdlib: list[str] | None = None) -> Fingerprint:
+        """The environment fingerprint of these site dirs and this host (see fingerprint.py);
+        `stdlib`: the target's standard library directories (its site hooks are looked for there first)."""
         from . import fingerprint
 
         return Fingerprint.from_wire(fingerprint.take(sites, cache_root, main_site,
-                                                      tuple(parts) if parts else fingerprint.PARTS, managed))
+                                                      tuple(parts) if parts else fingerprint.PARTS, managed, stdlib))
 
     # ---- audit -------------------------------------------------------------------------
     def dist_infos(self, site: str) -> list[str]:
@@ -535,7 +560,13 @@ class Agent(AgentContract):
         """check_record of each distribution, sealed in `cache_dir` (see audit_record)."""
         return treecheck.checked_records(site, dist_infos, cache_dir)
 
-    def audit_bytecode(self, site: str, cache_tag: str, verify: list[str], cache: str | None = None) -> BytecodeCheck:
+    def audit_installation(self, site: str, dist_info: str, cache_dir: str | None = None) -> RecordCheck:
+        """The managed distribution's RECORD rows outside its package (its console scripts in bin/, the
+        installer's records; the package's own files are the code state's) against RECORD."""
+        return RecordCheck.from_wire(check_record(site, dist_info, cache_dir, outside=True))
+
+    def audit_bytecode(self, site: str, cache_tag: str, verify: list[str], cache: str | None = None,
+                       pycs_since: str | None = None) -> BytecodeCheck:
         """Every .pyc below `site` that Python would run instead of its source: a header that
         matches a changed source, an unchecked-hash pyc of other code, a legacy pyc with no source.
         Stale pycs (header differs: Python recompiles them) and __pycache__ entries without a
@@ -544,8 +575,9 @@ class Agent(AgentContract):
         `verify` names sources (relative to site) whose pyc is also recompiled and compared,
         which catches a pyc whose header matches a source that was changed in the same tick.
         `cache` keeps each clean pyc's verdict keyed by its own and its source's stat identity.
+        `pycs_since`: as TreeRequest's ("": every pyc recompiled and compared).
         """
-        return BytecodeCheck.from_wire(check_bytecode(site, cache_tag, verify, cache))
+        return BytecodeCheck.from_wire(check_bytecode(site, cache_tag, verify, cache, treecheck.since(pycs_since)))
 
 
     def audit_tree(self, request: TreeRequest) -> TreeCheck:

@@ -2,16 +2,21 @@
 
 Both sides declare it: `host.agent.Agent` (the implementation, next to the files) and
 `targets.remote_agent.AgentProxy` (the controller's end of the wire), and both return the answer
-values of this module, so a caller never knows which one it talks to. Standard library only: this
-module is shipped to the host with the agent. The conversion to and from the wire's plain data is
-here and only here: a value's `to_wire` and `from_wire`, `to_wire` for any call's arguments or
-answer, `requests_from_wire` (on the host) and `answer_from_wire` (on the controller).
+values of this module, so a caller never knows which one it talks to (the requests' classes are in
+queries.py). Standard library only: this module is shipped to the host with the agent. The
+conversion to and from the wire's plain data is here and only here: a value's `to_wire` and
+`from_wire`, `to_wire` for any call's arguments or answer, `requests_from_wire` (on the host) and
+`answer_from_wire` (on the controller, which checks each answer against this contract's types).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Dict, List, Optional, Tuple, Type, TypeVar
+
+from .queries import CompareRequest as CompareRequest  # the contract's requests, re-exported
+from .queries import ScanRequest as ScanRequest
+from .queries import TreeRequest as TreeRequest
 
 try:
     from typing import Protocol
@@ -71,7 +76,7 @@ class InterpreterFacts(Answer):
     tags: Dict[str, str]  # interpreter, abi, platform, ext_suffix
     machine: str
     libc: Dict[str, str]  # name, version
-    where: Dict[str, Any]  # executable, prefix, sites
+    where: Dict[str, Any]  # executable, prefix, sites, stdlib
 
 
 @dataclass(frozen=True)
@@ -89,23 +94,27 @@ class FileStat(Answer):
 @dataclass(frozen=True)
 class ChangedFiles(Answer):
     """The files of a directory that differ from what the caller remembers (see read_changed): their
-    bytes, their identity (size, mtime_ns, ctime_ns, inode, device; None: too fresh to remember), and the
-    remembered names that are gone."""
+    bytes, their identity (size, mtime_ns, ctime_ns, inode, device; None: too fresh to remember), the
+    remembered names that are gone, and the files not read because they are not to be trusted (why)."""
 
     files: Dict[str, bytes]
     identities: Dict[str, Optional[Tuple[int, int, int, int, int]]]
     gone: Tuple[str, ...] = ()
+    untrusted: Dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_wire(cls, doc: Dict[str, Any]) -> "ChangedFiles":
         return cls(doc["files"], {name: None if i is None else (i[0], i[1], i[2], i[3], i[4])
-                                  for name, i in doc["identities"].items()}, tuple(doc.get("gone", ())))
+                                  for name, i in doc["identities"].items()}, tuple(doc.get("gone", ())),
+                   dict(doc.get("untrusted") or {}))
 
 
 @dataclass(frozen=True)
 class DistInfo(Answer):
     """An installed distribution: where its metadata is, its version, the paths its RECORD lists
-    (left empty when not asked for) and their layout (host/distinfo.layout)."""
+    (left empty when not asked for), their layout (host/distinfo.layout) and what identifies this
+    installation of it (host/distinfo.installation: installer, RECORD's size and mtime, a digest of
+    the release's rows)."""
 
     site: str
     dist_info: str  # the directory's name, in `site`
@@ -113,11 +122,12 @@ class DistInfo(Answer):
     record: Tuple[str, ...]  # relative to `site`
     tops: Tuple[str, ...] = ()
     loose: Tuple[str, ...] = ()
+    installation: Optional[Dict[str, Any]] = None
 
     @classmethod
     def from_wire(cls, doc: Dict[str, Any]) -> "DistInfo":
         return cls(doc["site"], doc["dist_info"], doc["version"], tuple(doc["record"]), tuple(doc.get("tops", ())),
-                   tuple(doc.get("loose", ())))
+                   tuple(doc.get("loose", ())), doc.get("installation"))
 
 
 @dataclass(frozen=True)
@@ -171,16 +181,17 @@ class LockHolder(Answer):
 
 @dataclass(frozen=True)
 class RecordCheck(Answer):
-    """An installed distribution against its RECORD: how many files were checked, what differs, and
-    a note when it could not be checked."""
+    """An installed distribution against its RECORD: how many files were checked, what differs, a
+    note when it could not be checked, and what the distribution is (distinfo.record_identity)."""
 
     files: int
     findings: Tuple[Finding, ...]
     note: Optional[str] = None
+    identity: Optional[str] = None
 
     @classmethod
     def from_wire(cls, doc: Dict[str, Any]) -> "RecordCheck":
-        return cls(doc["files"], tuple((p, k, d) for p, k, d in doc["findings"]), doc.get("note"))
+        return cls(doc["files"], tuple((p, k, d) for p, k, d in doc["findings"]), doc.get("note"), doc.get("identity"))
 
 
 @dataclass(frozen=True)
@@ -208,108 +219,39 @@ class Fingerprint(Answer):
     distributions: Optional[Dict[str, Any]] = None
     native: Optional[Dict[str, Any]] = None
     gpu: Optional[Dict[str, Any]] = None
+    startup: Optional[Dict[str, Any]] = None
 
     def to_wire(self) -> Dict[str, Any]:
         return {k: v for k, v in super().to_wire().items() if v is not None}
 
 
 @dataclass(frozen=True)
-class ScanRequest:
-    """Which files a scan digests: `paths` (relative to `root`) and every file below the `walk`
-    directories, plus the `absolute` key -> path extras; `cache` is the stat cache to use, and
-    `algorithm` asks for another hash than the agent's own (give it its own `cache`)."""
-
-    root: str
-    paths: Tuple[str, ...] = ()
-    walk: Tuple[str, ...] = ()
-    cache: Optional[str] = None
-    absolute: Dict[str, str] = field(default_factory=dict)
-    algorithm: Optional[str] = None
-
-    def to_wire(self) -> Dict[str, Any]:
-        return {"root": self.root, "paths": self.paths, "walk": self.walk, "cache": self.cache,
-                "absolute": self.absolute, "algorithm": self.algorithm}
-
-    @classmethod
-    def from_wire(cls, doc: Dict[str, Any]) -> "ScanRequest":
-        return cls(root=doc["root"], paths=tuple(doc.get("paths") or ()), walk=tuple(doc.get("walk") or ()),
-                   cache=doc.get("cache"), absolute=dict(doc.get("absolute") or {}), algorithm=doc.get("algorithm"))
-
-
-@dataclass(frozen=True)
-class CompareRequest:
-    """Compare the files a `scan` finds with each of the stored `manifests` (digests in `store`)."""
-
-    store: str
-    manifests: Tuple[str, ...]
-    scan: ScanRequest
-
-    def to_wire(self) -> Dict[str, Any]:
-        return {"store": self.store, "manifests": self.manifests, "scan": self.scan.to_wire()}
-
-    @classmethod
-    def from_wire(cls, doc: Dict[str, Any]) -> "CompareRequest":
-        return cls(store=doc["store"], manifests=tuple(doc["manifests"]), scan=ScanRequest.from_wire(doc["scan"]))
-
-
-@dataclass(frozen=True)
-class TreeRequest:
-    """An audit of the managed package in one pass: its files against the stored `manifest`, and
-    the bytecode below its site dir (`scan.root`) for `cache_tag`, recompiling the pycs of `verify`
-    (sources relative to the site dir) and of every source that differs; `bytecode_cache` keeps
-    clean pycs' verdicts and `seal` the whole answer while nothing it read has changed (seal.py).
-    The distributions named in `records` (dist-info names in the site dir) are checked against
-    their RECORD in the same call (audit_record, one stat cache each in `record_cache`), and the
-    sources they find changed are recompiled and compared too; with `native_sites`, the shared
-    objects below them are read as the fingerprint's native part is (its caches in `native_cache`)."""
-
-    store: str
-    manifest: str
-    scan: ScanRequest
-    cache_tag: str
-    verify: Tuple[str, ...] = ()
-    bytecode_cache: Optional[str] = None
-    seal: Optional[str] = None
-    records: Tuple[str, ...] = ()
-    record_cache: Optional[str] = None
-    native_sites: Tuple[str, ...] = ()
-    native_cache: Optional[str] = None
-
-    def to_wire(self) -> Dict[str, Any]:
-        return {"store": self.store, "manifest": self.manifest, "scan": self.scan.to_wire(),
-                "cache_tag": self.cache_tag, "verify": self.verify, "bytecode_cache": self.bytecode_cache,
-                "seal": self.seal, "records": self.records, "record_cache": self.record_cache,
-                "native_sites": self.native_sites, "native_cache": self.native_cache}
-
-    @classmethod
-    def from_wire(cls, doc: Dict[str, Any]) -> "TreeRequest":
-        return cls(doc["store"], doc["manifest"], ScanRequest.from_wire(doc["scan"]), doc["cache_tag"],
-                   tuple(doc.get("verify") or ()), doc.get("bytecode_cache"), doc.get("seal"),
-                   tuple(doc.get("records") or ()), doc.get("record_cache"), tuple(doc.get("native_sites") or ()),
-                   doc.get("native_cache"))
-
-
-@dataclass(frozen=True)
 class TreeCheck(Answer):
     """A TreeRequest's answer: the files scanned, how they differ from the manifest, the bytecode,
-    each distribution of `records` against its RECORD (by dist-info name), and the fingerprint's
-    native part of `native_sites` (None when not asked for)."""
+    each distribution of `records` against its RECORD (by dist-info name), the fingerprint's
+    native part of `native_sites` (None when not asked for), and how many of the package's files
+    share their inode with other files (hard links, as uv installs them), with a few of them and
+    their link counts."""
 
     files: int
     comparison: Comparison
     bytecode: BytecodeCheck
     records: Dict[str, RecordCheck] = field(default_factory=dict)
     native: Optional[Dict[str, Any]] = None
+    linked: int = 0
+    linked_examples: Tuple[Tuple[str, int], ...] = ()
 
     def to_wire(self) -> Dict[str, Any]:
         return {"files": self.files, "comparison": self.comparison.to_wire(), "bytecode": self.bytecode.to_wire(),
-                "records": {name: r.to_wire() for name, r in self.records.items()}, "native": self.native}
+                "records": {name: r.to_wire() for name, r in self.records.items()}, "native": self.native,
+                "linked": self.linked, "linked_examples": self.linked_examples}
 
     @classmethod
     def from_wire(cls, doc: Dict[str, Any]) -> "TreeCheck":
         return cls(doc["files"], Comparison.from_wire(doc["comparison"]), BytecodeCheck.from_wire(doc["bytecode"]),
                    {name: RecordCheck.from_wire(r) for name, r in (doc.get("records") or {}).items()},
-                   doc.get("native"))
+                   doc.get("native"), doc.get("linked", 0),
+                   tuple((key, n) for key, n in doc.get("linked_examples") or ()))
 
 
 _REQUESTS: Dict[str, Callable[[Dict[str, Any]], Any]] = {"scan": ScanRequest.from_wire,
@@ -335,6 +277,7 @@ _ANSWERS: Dict[str, Callable[[Any], Any]] = {
     "lock": _optional(LockHolder.from_wire),
     "clean_temps": lambda docs: [(path, size) for path, size in docs],
     "audit_record": lambda docs: {name: RecordCheck.from_wire(d) for name, d in docs.items()},
+    "audit_installation": RecordCheck.from_wire,
     "audit_bytecode": BytecodeCheck.from_wire,
     "audit_tree": TreeCheck.from_wire,
     "fingerprint": Fingerprint.from_wire,
@@ -362,9 +305,17 @@ def requests_from_wire(method: str, args: List[Any]) -> List[Any]:
 
 
 def answer_from_wire(method: str, value: Any) -> Any:
-    """A method's answer as the agent returned it, from the plain data the wire carried."""
+    """A method's answer as the agent returned it, from the plain data the wire carried, checked
+    against this contract's types (shapes.py: the controller's side only); shapes.Malformed if not."""
+    from . import shapes
+
     decode = _ANSWERS.get(method)
-    return value if decode is None else decode(value)
+    try:
+        answer = value if decode is None else decode(value)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+        raise shapes.Malformed(f"{type(exc).__name__}: {exc}"[:200]) from None
+    shapes.answer(method, answer)
+    return answer
 
 
 class AgentContract(Protocol):
@@ -382,7 +333,7 @@ class AgentContract(Protocol):
     def pid(self) -> int: ...
 
     # ---- files ---------------------------------------------------------------------------------
-    def read(self, path: str) -> bytes: ...
+    def read(self, path: str, owned: bool = False) -> bytes: ...
 
     def lstat(self, path: str) -> Optional[FileStat]: ...
 
@@ -452,8 +403,10 @@ class AgentContract(Protocol):
     def audit_record(self, site: str, dist_infos: List[str],
                      cache_dir: Optional[str] = None) -> Dict[str, RecordCheck]: ...
 
+    def audit_installation(self, site: str, dist_info: str, cache_dir: Optional[str] = None) -> RecordCheck: ...
+
     def audit_bytecode(self, site: str, cache_tag: str, verify: List[str],
-                       cache: Optional[str] = None) -> BytecodeCheck: ...
+                       cache: Optional[str] = None, pycs_since: Optional[str] = None) -> BytecodeCheck: ...
 
     def audit_tree(self, request: TreeRequest) -> TreeCheck: ...
 
@@ -461,4 +414,5 @@ class AgentContract(Protocol):
     def interpreter_facts(self) -> InterpreterFacts: ...
 
     def fingerprint(self, sites: List[str], cache_root: Optional[str], main_site: Optional[str] = None,
-                    parts: Optional[List[str]] = None, managed: Optional[str] = None) -> Fingerprint: ...
+                    parts: Optional[List[str]] = None, managed: Optional[str] = None,
+                    stdlib: Optional[List[str]] = None) -> Fingerprint: ...

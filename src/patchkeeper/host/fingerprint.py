@@ -15,20 +15,22 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 from . import elf
 from .disk import ALGORITHM, STAGE_PREFIX, TEMP_PREFIX, hash_file, normalize_name
 from .statcache import StatCache
-from .distcheck import RecordSeals
+from .distcheck import RecordSeals, shared_files
 
 SITE_TOKEN = "$SITE/"
 NO_DRIVER = "no NVIDIA driver"
 XID_KEEP = 20  # most recent Xid lines kept
-PARTS = ("system", "distributions", "native", "gpu")
+PARTS = ("system", "distributions", "native", "gpu", "startup")
 _OURS = (STAGE_PREFIX, TEMP_PREFIX)  # patchkeeper's stage and temp files: never a library anything loads
 
 
 def take(sites: list[str], cache_root: str | None, main_site: str | None = None,
-         parts: tuple[str, ...] = PARTS, managed: str | None = None) -> Dict[str, Any]:
+         parts: tuple[str, ...] = PARTS, managed: str | None = None, stdlib: list[str] | None = None) -> Dict[str, Any]:
     """The fingerprint's parts, as plain JSON-able values, with the hash its digests use.
     `managed` names the dist-info (in `main_site`) of the package whose files are a code state:
-    the manifests compare those, so it is not checked against its RECORD again here."""
+    the manifests compare those, so it is not checked against its RECORD again here; its name
+    gives the entry-point groups of its plugins (startup.py). `stdlib`: the target's standard
+    library directories, where its site hooks are looked for before the site dirs."""
     caches = {site: _cache_dir(cache_root, site, main_site) for site in sites}
     out: Dict[str, Any] = {"algorithm": ALGORITHM}
     if "system" in parts:
@@ -40,6 +42,10 @@ def take(sites: list[str], cache_root: str | None, main_site: str | None = None,
         out["distributions"] = distributions(sites, caches, skip)
     if "gpu" in parts:
         out["gpu"] = gpu()
+    if "startup" in parts:
+        from .startup import startup
+
+        out["startup"] = startup(sites, stdlib or [], managed)
     return out
 
 
@@ -71,8 +77,10 @@ def system() -> Dict[str, Any]:
 
 # ---- distributions ---------------------------------------------------------------------------
 def distributions(sites: list[str], caches: dict[str, str | None], managed: str | None = None) -> Dict[str, Dict[str, Any]]:
-    """normalized name -> {name, version, installer, files, differ: [[path, kind], ...]}; the first
-    site directory on sys.path that holds a distribution wins, as for imports."""
+    """normalized name -> {name, version, installer, files, differ: [[path, kind], ...], identity,
+    shared: [path, ...]}: `identity` says what it is (its RECORD's files and hashes, distinfo.record_identity),
+    `differ` whether its files match that, `shared` the files another distribution installed over.
+    The first site directory on sys.path that holds a distribution wins, as for imports."""
     out: Dict[str, Dict[str, Any]] = {}
     for site in sites:
         try:
@@ -97,10 +105,16 @@ def distributions(sites: list[str], caches: dict[str, str | None], managed: str 
                 out[key].update(files=None, differ=[], managed=True)
             else:
                 rows[dist_info] = out[key]
-        for dist_info, result in seals.checked(site, list(rows), cache_dir).items():
-            rows[dist_info].update(files=result["files"], differ=sorted([p, k] for p, k, _ in result["findings"]))
+        for dist_info, result in shared_files(site, seals.checked(site, list(rows), cache_dir)).items():
+            row = rows[dist_info]
+            row.update(files=result["files"], differ=sorted([p, k] for p, k, _ in result["findings"] if k != "shared"))
+            shared = sorted(p for p, k, _ in result["findings"] if k == "shared")
+            if shared:  # files another distribution installed over (see distcheck.shared_files)
+                row["shared"] = shared
+            if result.get("identity"):
+                row["identity"] = result["identity"]
             if result.get("note"):
-                rows[dist_info]["note"] = result["note"]
+                row["note"] = result["note"]
         installers.save()
         seals.save()
     return out

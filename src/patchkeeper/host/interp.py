@@ -56,7 +56,8 @@ def facts() -> Dict[str, Any]:
                  "ext_suffix": sysconfig.get_config_var("EXT_SUFFIX") or ""},
         "machine": platform.machine(),
         "libc": _libc(),
-        "where": {"executable": sys.executable, "prefix": sys.prefix, "sites": site_dirs()},
+        "where": {"executable": sys.executable, "prefix": sys.prefix, "sites": site_dirs(),
+                  "stdlib": list(dict.fromkeys([sysconfig.get_path("stdlib"), sysconfig.get_path("platstdlib")]))},
     }
 
 

@@ -1,10 +1,12 @@
-"""HTTP checks run by the target's own Python (stdlib only): wait for readiness, then one generation.
+"""HTTP checks run by the target's own Python (stdlib only): wait for readiness, generate, ask /server_info.
 
 patchkeeper sends this file's source to `python -I -c` on the target with a JSON request on stdin,
 so the server is reached as the target sees it (a loopback-only server on a remote host included).
 It prints one JSON document. Request keys: base_url, window (seconds to poll for readiness),
-interval, generate (null, or prompt, max_tokens, timeout, endpoint, model, warmup) and listener_port
-(null, or the port whose listening process's command line is wanted, found through /proc).
+interval, generate (null, or prompt, max_tokens, timeout, endpoint, model, warmup, requests,
+concurrency) and listener_port (null, or the port whose listening process's command line is wanted,
+found through /proc). After the generations it asks /server_info (sglang's resolved server
+arguments and internal states; /get_server_info where that is 404) for what speculation runs.
 """
 
 from __future__ import annotations
@@ -165,14 +167,54 @@ def _pids() -> list[str]:
 
 
 def generate(base: str, models: list[str], g: dict[str, Any]) -> dict[str, Any]:
-    """The warm-up completions, then the judged one: its text, token count (as reported) and seconds."""
+    """The warm-up completions, then `requests` judged ones one after the other (ending at the first
+    that fails to answer), then `concurrency` at once: each one's text, token count and seconds."""
+    import threading
+
     warmups = []
     for _ in range(int(g.get("warmup") or 0)):
         w = _complete(base, models, g)
         warmups.append({"seconds": w["seconds"], "error": w.get("error")})
-    out = _complete(base, models, g)
-    if warmups:
-        out["warmups"] = warmups
+    sequential: list[dict[str, Any]] = []
+    for _ in range(max(1, int(g.get("requests") or 1))):
+        sequential.append(_complete(base, models, g))
+        if sequential[-1].get("error"):
+            break
+    concurrent: list[dict[str, Any]] = []
+    count = int(g.get("concurrency") or 0)
+    if count and not sequential[-1].get("error"):
+        concurrent = [{} for _ in range(count)]
+
+        def one(i: int) -> None:
+            concurrent[i] = _complete(base, models, g)
+
+        threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(count)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(float(g["timeout"]) + 10)
+        concurrent = [c or {"error": "the request did not end", "timed_out": True, "seconds": float(g["timeout"])}
+                      for c in concurrent]
+    return {"model": sequential[0].get("model"), "sequential": sequential, "concurrent": concurrent,
+            "warmups": warmups}
+
+
+def server_info(base: str) -> dict[str, Any]:
+    """What /server_info says about speculation: the algorithm (when the key is there at all), each
+    internal state's average accept length, and the launch command; or why it could not be asked."""
+    url = base + "/server_info"
+    status, doc, err = _call(url, timeout=10.0)
+    if status == 404:
+        url = base + "/get_server_info"
+        status, doc, err = _call(url, timeout=10.0)
+    if err is not None or not isinstance(doc, dict):
+        return {"url": url, "error": err or "the answer is not a JSON object"}
+    states = doc.get("internal_states")
+    lengths = [s.get("avg_spec_accept_length") for s in states if isinstance(s, dict)] if isinstance(states, list) else []
+    out: dict[str, Any] = {"url": url, "accept_lengths": [x for x in lengths if isinstance(x, (int, float))],
+                           "launch_command": doc.get("launch_command"), "version": doc.get("version")}
+    if "speculative_algorithm" in doc:
+        out["speculative_algorithm"] = doc["speculative_algorithm"]
     return out
 
 
@@ -224,6 +266,7 @@ def main() -> None:
         result["listener"] = listener(int(req["listener_port"]))
     if result["ready"] and req.get("generate"):
         result["generate"] = generate(base, result.get("models") or [], req["generate"])
+        result["server_info"] = server_info(base)
     json.dump(result, sys.stdout)
 
 

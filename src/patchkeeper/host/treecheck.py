@@ -1,6 +1,8 @@
 """One audit of a site dir (Agent.audit_tree): the managed package against its recorded manifest,
 the bytecode below the site dir, other distributions against their RECORD and the native libraries,
-with one walk of the package; the answer sealed while nothing it read has changed (seal.py).
+with one walk of the package; the answer sealed while nothing it read has changed (seal.py). It also
+counts the package's files that share their inode with others (hard links, as uv installs them: a
+link count moves a file's ctime, so a sealed count holds while the seal does), from the scan's stats.
 Standard library only (shipped to hosts).
 """
 
@@ -12,7 +14,8 @@ from itertools import chain
 
 from . import compare, seal
 from .contract import BytecodeCheck, RecordCheck, TreeCheck, TreeRequest
-from .distcheck import RecordSeals, VerdictCache, _judge, _tally, _top_pycs, _walk_pyc, recompiled_sources
+from .bytecode import VerdictCache, _judge, _tally, _top_pycs, _walk_pyc, recompiled_sources
+from .distcheck import RecordSeals, shared_files
 from .manifests import Manifests
 from .statcache import Listings
 from .store import Store
@@ -28,7 +31,8 @@ def check(request: TreeRequest, manifests: Manifests, store: Store) -> TreeCheck
     distributions of `request.records` against their RECORD and the native part. With a `seal`, the
     tree's answer is given again while every entry it read is unchanged (the RECORD checks, from their
     own seals, and the native part are read as always), and sealed anew once the scan's stat cache
-    exists (a cold audit pays no walk for it)."""
+    exists (a cold audit pays no walk for it). Every pyc written since `request.pycs_since` is
+    recompiled and compared whatever its header says (bytecode._judge)."""
     scan, root = request.scan, request.scan.root
     records = checked_records(root, list(request.records), request.record_cache)
     key = _key(request, records)
@@ -61,19 +65,21 @@ def check(request: TreeRequest, manifests: Manifests, store: Store) -> TreeCheck
     verify.update(k for k, (_, new) in comparison.pairs.items()
                   if new is not None and k.endswith(".py") and not k.startswith(("../", "@")))
     verdicts = VerdictCache(request.bytecode_cache)
-    judge = _judge(root, request.cache_tag, frozenset(verify), stats, verdicts)
+    judge = _judge(root, request.cache_tag, frozenset(verify), stats, verdicts, since(request.pycs_since))
     bytecode = BytecodeCheck.from_wire(_tally(found, [judge(rel, in_cache) for rel, in_cache in found], verdicts))
-    answer = TreeCheck(len(rows), comparison, bytecode)
+    linked = sorted((key, st.st_nlink) for key, st in stats.items() if st.st_nlink > 1 and key[:1] != "@")
+    answer = TreeCheck(len(rows), comparison, bytecode, linked=len(linked), linked_examples=tuple(linked[:5]))
     if taken is not None and request.seal:
         seal.save(request.seal, key, taken, answer.to_wire())
     return replace(answer, records=with_records, native=native)
 
 
 def checked_records(site: str, dist_infos: List[str], cache_dir: str | None) -> Dict[str, Dict[str, Any]]:
-    """check_record of each distribution, sealed in `cache_dir` (RecordSeals)."""
+    """check_record of each distribution, sealed in `cache_dir` (RecordSeals), a file two of them
+    install told apart from a change (distcheck.shared_files)."""
     seals = RecordSeals(os.path.join(cache_dir, "records.seal") if cache_dir else None)
     try:
-        return seals.checked(site, dist_infos, cache_dir)
+        return shared_files(site, seals.checked(site, dist_infos, cache_dir))
     finally:
         seals.save()
 
@@ -93,4 +99,16 @@ def _key(request: TreeRequest, records: Dict[str, Any]) -> Tuple[Any, ...]:
     """What a tree's seal is for: the scan, the manifest, and every source whose pycs are
     recompiled (those named, and those the RECORD checks found changed)."""
     verify = set(request.verify) | recompiled_sources(f for r in records.values() for f in r["findings"])
-    return (request.scan.to_wire(), request.store, request.manifest, request.cache_tag, tuple(sorted(verify)))
+    return (request.scan.to_wire(), request.store, request.manifest, request.cache_tag, tuple(sorted(verify)),
+            request.pycs_since, since(request.pycs_since), "linked")  # (answers sealed before they counted hard links are not given again)
+
+
+def since(marker: str | None) -> int | None:
+    """When the write-once file `marker` was written (ns, the host's clock); 0 when it is gone or
+    named "" (every pyc is then new: `audit --rehash`); None without one (before any baseline)."""
+    if marker is None:
+        return None
+    try:
+        return os.stat(marker).st_mtime_ns if marker else 0
+    except OSError:
+        return 0

@@ -21,13 +21,26 @@ from .contract import requests_from_wire, to_wire
 _BYTES = "\x00b"  # a key no path or field can be
 _SQUEEZE = 16 << 10  # headers larger than this (long path lists, scans) travel zlib-compressed
 SQUEEZED = 1 << 31  # flag in the length prefix
+# What the agent sends before its first frame: whatever its interpreter printed before it ran (a
+# sitecustomize, a .pth) comes before this and is skipped by the controller, up to NOISE_MAX bytes.
+MAGIC = b"\x00\x00patchkeeper-agent-1\n"
+NOISE_MAX = 64 << 10
+MAX_HEADER = 256 << 20  # a frame's header (JSON), as sent and once decompressed
+MAX_PAYLOAD = 1 << 36  # one payload (a file's bytes)
+
+
+class FrameError(ValueError):
+    """Bytes on the wire that are not a frame (a length out of bounds, a header that is not one)."""
 
 
 def unpack(value: Any, blobs: list[bytes]) -> Any:
     """`value` with each {"\\u0000b": index} replaced by its payload."""
     if isinstance(value, dict):
         if len(value) == 1 and _BYTES in value:
-            return blobs[value[_BYTES]]
+            index = value[_BYTES]
+            if type(index) is not int or not 0 <= index < len(blobs):
+                raise FrameError(f"a payload reference {index!r} out of range")
+            return blobs[index]
         return {k: unpack(v, blobs) for k, v in value.items()}
     if isinstance(value, list):
         return [unpack(v, blobs) for v in value]
@@ -57,11 +70,28 @@ def encode(header: dict[str, Any], value: Any = None) -> bytes:
 
 
 def decode(read_exact: Callable[[int], bytes]) -> tuple[dict[str, Any], Any]:
-    """Read one frame with `read_exact(n)`; return (header, value)."""
+    """Read one frame with `read_exact(n)`; return (header, value). FrameError when the bytes are
+    not a frame (nothing longer than MAX_HEADER or MAX_PAYLOAD is read)."""
     (size,) = struct.unpack(">I", read_exact(4))
+    if size & ~SQUEEZED > MAX_HEADER:
+        raise FrameError(f"a frame header of {size & ~SQUEEZED} bytes")
     head = read_exact(size & ~SQUEEZED)
-    doc = json.loads(zlib.decompress(head) if size & SQUEEZED else head)
-    blobs = [read_exact(n) for n in doc.pop("n")]
+    try:
+        if size & SQUEEZED:
+            inflate = zlib.decompressobj()
+            head, tail = inflate.decompress(head, MAX_HEADER), inflate.unconsumed_tail
+        else:
+            tail = b""
+        doc = json.loads(head)
+    except (zlib.error, ValueError) as exc:
+        raise FrameError(f"a frame header that is not JSON ({str(exc)[:80]})") from None
+    if tail:
+        raise FrameError(f"a frame header of more than {MAX_HEADER} bytes")
+    sizes = doc.pop("n", None) if isinstance(doc, dict) else None
+    if not isinstance(sizes, list) or "v" not in doc or \
+            not all(type(n) is int and 0 <= n <= MAX_PAYLOAD for n in sizes):
+        raise FrameError("a frame header without its value and payload sizes")
+    blobs = [read_exact(n) for n in sizes]
     value = doc.pop("v")
     return doc, unpack(value, blobs) if blobs else value  # without payloads nothing needs rebuilding
 
@@ -83,6 +113,7 @@ def serve(agent: Any, stdin: BinaryIO | None = None, stdout: BinaryIO | None = N
     """Answer requests {"m": method, "v": [args, kwargs]} until end of input."""
     source: BinaryIO = stdin or sys.stdin.buffer
     sink: BinaryIO = stdout or sys.stdout.buffer
+    sys.stdout.flush()  # what the interpreter printed before (a sitecustomize) goes ahead of the magic
     sys.stdout = sys.stderr  # nothing but frames may reach the controller on stdout
 
     def read_exact(n: int) -> bytes:
@@ -93,8 +124,9 @@ def serve(agent: Any, stdin: BinaryIO | None = None, stdout: BinaryIO | None = N
 
     import os
 
-    # what every command asks first comes with the hello: a held spare has it ready
-    sink.write(encode({"hello": 1}, {"pid": os.getpid(), "algorithm": agent.algorithm(),
+    # what every command asks first comes with the hello: a held spare has it ready; the magic
+    # first, after whatever the interpreter printed before this ran
+    sink.write(MAGIC + encode({"hello": 1}, {"pid": os.getpid(), "algorithm": agent.algorithm(),
                                        "python": "%d.%d.%d" % sys.version_info[:3], "hostname": agent.hostname(),
                                        "interpreter": to_wire(agent.interpreter())}))
     sink.flush()
@@ -102,7 +134,7 @@ def serve(agent: Any, stdin: BinaryIO | None = None, stdout: BinaryIO | None = N
         try:
             header, call = decode(read_exact)
             args, kwargs = call
-        except EOFError:
+        except (EOFError, ValueError, TypeError):  # the end, or not a frame: the wire is no longer usable
             return
         try:
             method = header["m"]

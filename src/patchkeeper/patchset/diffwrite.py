@@ -7,7 +7,7 @@ import hashlib
 from dataclasses import dataclass
 
 from ..errors import BadInput
-from .patching import split_lines
+from .patching import quote, split_lines
 
 _ENC = ("utf-8", "surrogateescape")
 _NO_NEWLINE = "\\ No newline at end of file\n"
@@ -133,7 +133,9 @@ def file_diff(change: Change, context: int = 3) -> bytes:
     c = change
     if c.old == c.new and (c.old is None or c.old_mode == c.new_mode):
         return b""
-    head = [f"diff --git a/{c.path} b/{c.path}\n"]
+    a, b = quote("a/" + c.path), quote("b/" + c.path)  # as git writes them
+    tab = "\t" if " " in c.path else ""  # git ends a name with a space with a tab on the ---/+++ lines
+    head = [f"diff --git {a} {b}\n"]
     if c.old is None and c.new is not None:
         head.append(f"new file mode {_git_mode(c.new_mode or 0o644)}\n")
         head.append(f"index {_ZERO}..{blob_id(c.new)}\n")
@@ -150,8 +152,8 @@ def file_diff(change: Change, context: int = 3) -> bytes:
             head.append(f"index {blob_id(c.old)}..{blob_id(c.new)}{suffix}\n")
     body = hunks(c.old, c.new, context) if c.old != c.new else ""
     if body:
-        head.append(f"--- {'/dev/null' if c.old is None else 'a/' + c.path}\n")
-        head.append(f"+++ {'/dev/null' if c.new is None else 'b/' + c.path}\n")
+        head.append(f"--- {'/dev/null' if c.old is None else a + tab}\n")
+        head.append(f"+++ {'/dev/null' if c.new is None else b + tab}\n")
     return ("".join(head) + body).encode(*_ENC)
 
 

@@ -59,7 +59,7 @@ def parse(text: str, origin: str) -> tuple[FilePatch, ...]:
                        f"{text.count(chr(10), 0, crlf.start()) + 1}: {crlf.group(0).strip()!r}",
                        "convert it to LF endings (e.g. dos2unix), or write it again with git diff")
     try:
-        patch_set = unidiff.PatchSet(text)
+        patch_set = unidiff.PatchSet(_quote_spaced_names(text))
     except unidiff.UnidiffParseError as exc:
         raise BadInput(f"{origin}: not a unified diff: {exc}", "regenerate it with git diff") from None
     if not patch_set and text.strip():
@@ -78,6 +78,12 @@ def parse(text: str, origin: str) -> tuple[FilePatch, ...]:
                 or any(h.startswith("deleted file mode ") for h in headers)
                 else "modify")
         path = _strip_prefix(pf.target_file if kind != "delete" else pf.source_file, origin)
+        try:
+            path.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            raise BadInput(f"{origin}: the file name {shown!r} is not UTF-8, which patchkeeper cannot name "
+                           "in its manifests", "rename the file to a UTF-8 name, or ship it another way") from None
         new_mode = None
         for info in headers:
             if info.startswith(("new mode ", "new file mode ")):
@@ -114,6 +120,85 @@ def parse(text: str, origin: str) -> tuple[FilePatch, ...]:
             hunks.append(Hunk(header, h.source_start, tuple(old), tuple(new)))
         patches.append(FilePatch(path, kind, new_mode, tuple(hunks)))
     return tuple(patches)
+
+
+def quote(name: str, always: bool = False) -> str:
+    """A path as git writes it (quote_c_style): in double quotes with C escapes and octal bytes when
+    it holds a quote, a backslash, a control or a non-ASCII character (or `always`), else bare."""
+    raw = name.encode("utf-8", "surrogateescape")
+    if not always and not any(b < 0x20 or b >= 0x7F or b in (0x22, 0x5C) for b in raw):
+        return name
+    escapes = {v: k for k, v in _C_ESCAPES.items()}
+    out = []
+    for b in raw:
+        if b in escapes:
+            out.append("\\" + escapes[b])
+        elif b < 0x20 or b >= 0x7F:
+            out.append(f"\\{b:03o}")
+        else:
+            out.append(chr(b))
+    return '"' + "".join(out) + '"'
+
+
+def _quoted_head(text: str) -> tuple[str, str] | None:
+    """A quoted name at the start of `text` and what follows it, or None."""
+    if not text.startswith('"'):
+        return None
+    i = 1
+    while i < len(text):
+        if text[i] == "\\":
+            i += 2
+        elif text[i] == '"':
+            return text[:i + 1], text[i + 1:]
+        else:
+            i += 1
+    return None
+
+
+def _header_names(rest: str) -> tuple[str, str] | None:
+    """The two names of `diff --git A B` (each as written: bare or quoted), where one holds a space."""
+    first = _quoted_head(rest)
+    if first is not None:
+        second = first[1][1:]
+        if not first[1].startswith(" ") or (second.startswith('"') and _quoted_head(second) is None):
+            return None
+        names = first[0], second
+    elif len(rest) % 2 == 1 and rest[len(rest) // 2] == " " and rest[:2] == "a/":
+        names = rest[:len(rest) // 2], rest[len(rest) // 2 + 1:]  # git's bare form: the same name twice
+    else:
+        return None
+    return names if " " in unquote(names[0]) + unquote(names[1]) else None
+
+
+def _spaceless(name: str) -> str:
+    """A name quoted with its spaces as octal escapes (\\040), which git reads as it reads a space."""
+    return quote(unquote(name), True).replace(" ", "\\040")
+
+
+def _quote_spaced_names(text: str) -> str:
+    """git writes a name with a space bare (`diff --git a/N b/N`, a tab after it on the ---/+++
+    lines) or, quoted for another character, with the space as it is; unidiff splits such a header at
+    the wrong space. The same names with their spaces escaped say the same to every reader."""
+    if "diff --git " not in text or " " not in text:
+        return text
+    lines = text.split("\n")
+    names: tuple[str, str] | None = None
+    changed = False
+    for i, line in enumerate(lines):
+        if line.startswith("diff --git "):
+            names = _header_names(line[len("diff --git "):])
+            if names is not None:
+                lines[i] = f"diff --git {_spaceless(names[0])} {_spaceless(names[1])}"
+                changed = True
+        elif names is not None and line.startswith(("--- ", "+++ ")):
+            name = line[4:]
+            quoted = _quoted_head(name)
+            name = quoted[0] if quoted else name.rstrip("\t")
+            if name in names:
+                lines[i] = line[:4] + _spaceless(name)
+        elif line.startswith("@@"):
+            names = None
+    return "\n".join(lines) if changed else text
 
 
 def unquote(name: str) -> str:
@@ -259,4 +344,8 @@ def diffstat(text: str) -> list[tuple[str, int, int]]:
     """(path as written, lines added, lines removed) for each file of a diff."""
     import unidiff
 
-    return [(pf.path, pf.added, pf.removed) for pf in unidiff.PatchSet(text)]
+    out = []
+    for pf in unidiff.PatchSet(_quote_spaced_names(text)):
+        name = pf.target_file if pf.target_file != "/dev/null" else pf.source_file
+        out.append((unquote(name), pf.added, pf.removed))
+    return out

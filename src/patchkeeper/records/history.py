@@ -7,8 +7,9 @@ import os
 import sys
 import threading
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import BadInput
 
@@ -59,43 +60,149 @@ def _one_committer(repo):
         yield
 
 
+@dataclass
+class Record:
+    """What one command copied of a target's records into snapshots/<target>/ (paths and the new
+    ledger entries), committed once when the command ends: one commit per command, whatever
+    verifications and automatic rollbacks it made. Plain data, so a worker can send it back."""
+
+    target: str
+    command: str
+    paths: list[str] = field(default_factory=list)
+    entries: list[Any] = field(default_factory=list)  # the LedgerEntry values first copied by this command
+    repaired: bool = False  # copies written again (recover)
+
+    def add(self, paths: list[Path], entries: list[Any], repaired: bool = False) -> None:
+        self.paths += [str(p) for p in paths if str(p) not in self.paths]
+        self.entries += entries
+        self.repaired = self.repaired or repaired
+
+    def subject(self) -> str:
+        """One line: the target, what the command did to it, how verification ended, the command."""
+        entries = self.entries
+        made = [e for e in entries if e.kind != "verify"]
+        automatic = any(e.kind == "rollback" and dict(e.extra).get("automatic") for e in made)
+        main = next((e for e in made if e.kind != "baseline" and not dict(e.extra).get("automatic")),
+                    made[-1] if made else None)
+        checks = [dict(e.extra).get("verify") or {} for e in entries if e.kind == "verify"]
+        if main is not None:
+            sets = ", ".join(f"{p['name']}@{p['version']}" for p in main.patchsets)
+            what = sets or (f"state {main.after.name!r}" if main.after.name else main.after.stack_text())
+            line = f"{self.target}: {main.kind} {what}"
+            if automatic:
+                line += f" FAILED, rolled back ({checks[0].get('reason') if checks else 'verification'})"
+            elif checks and not checks[-1].get("ok"):
+                line += f" FAILED verification ({checks[-1].get('reason')})"
+            return line + f" (patchkeeper {main.command})"
+        if checks:
+            verdict = "passed" if checks[-1].get("ok") else f"FAILED ({checks[-1].get('reason')})"
+            return f"{self.target}: verify {verdict} (patchkeeper {self.command})"
+        return f"{self.target}: records copied again into the workspace (patchkeeper {self.command})"
+
+    def body(self) -> list[str]:
+        lines = []
+        for e in self.entries:
+            if e.kind == "verify":
+                v = dict(e.extra).get("verify") or {}
+                lines.append(f"verify {e.after.id}: " + ("passed" if v.get("ok") else f"FAILED ({v.get('reason')})")
+                             + f"; {dict(e.extra).get('phase')}; entry {e.id}")
+            else:
+                lines.append(f"{e.kind} {e.before.id if e.before else '-'} -> {e.after.id}: {e.after.stack_text()}; "
+                             f"{len(e.changed)} file(s) changed; transaction {e.id}")
+        return lines
+
+
+def commit_records(ws_root: Path, records: list[Record], subject: str | None = None) -> str | None:
+    """One commit of every record's paths: a record's own subject, or `subject` over several."""
+    records = [r for r in records if r.paths]
+    if not records:
+        return None
+    if len(records) == 1 and subject is None:
+        message = records[0].subject() + "\n\n" + "\n".join(records[0].body()) + "\n"
+    else:
+        lines = [subject or f"{len(records)} targets", ""]
+        for r in records:
+            lines += [r.subject(), *(f"  {b}" for b in r.body())]
+        message = "\n".join(lines) + "\n"
+    return commit_paths(ws_root, [Path(p) for r in records for p in r.paths], message)
+
+
 def commit_paths(ws_root: Path, paths: list[Path], message: str) -> str | None:
     """Commit exactly `paths` (as they are in the work tree) and nothing else; other staged or
-    unstaged changes stay as they were. Ignored paths are skipped. Returns the commit, or None."""
+    unstaged changes stay as they were, and nothing of ours is left staged when git fails. Ignored
+    paths are skipped. Returns the commit, or None; a git failure is one warning line."""
     if repo_root(ws_root) is None:
         say_no_history_once(ws_root)
         return None
     import git
 
+    rels: list[str] = []
+    staged = False
+    repo = None
     try:
         repo = _repo(ws_root)
         with _one_committer(repo):
-            return _commit(repo, paths, message)
+            top = Path(repo.working_tree_dir)
+            rels = sorted({os.path.relpath(p, top) for p in paths})
+            ignored = set(repo.ignored(*rels)) if rels else set()
+            rels = [r for r in rels if r not in ignored]
+            if not rels:
+                return None
+            _git(repo, "add", "--", *rels)
+            staged = True
+            if repo.head.is_valid():
+                try:
+                    repo.git.diff("--cached", "--quiet", "HEAD", "--", *rels)
+                    return None  # the paths already hold what is committed
+                except git.GitCommandError:
+                    pass
+            # --only: a commit of these paths alone, built from HEAD, whatever else is staged
+            _git(repo, "commit", "--only", "--no-verify", "-q", "-m", message, "--", *rels)
+            return repo.head.commit.hexsha
     except (git.GitCommandError, git.InvalidGitRepositoryError, ValueError, OSError) as exc:
-        print(f"patchkeeper: warning: history not committed: {str(exc).strip().splitlines()[-1]}",
-              file=sys.stderr)
+        if staged and repo is not None:
+            try:
+                _unstage(repo, rels)
+            except (git.GitCommandError, ValueError, OSError):
+                pass
+        print(f"patchkeeper: warning: the workspace's history was not committed ({_one_line(exc)}); the records "
+              f"are in snapshots/: commit them with git once that is fixed", file=sys.stderr)
         return None
 
 
-def _commit(repo, paths: list[Path], message: str) -> str | None:
+def _git(repo: Any, *args: str) -> None:
+    """A git command that takes the index's lock: another git process holding it (an editor, another
+    patchkeeper command) is waited for a while, not failed at once."""
+    import time
+
     import git
 
-    top = Path(repo.working_tree_dir)
-    rels = sorted({os.path.relpath(p, top) for p in paths})
-    ignored = set(repo.ignored(*rels)) if rels else set()
-    rels = [r for r in rels if r not in ignored]
-    if not rels:
-        return None
-    repo.git.add("--", *rels)
-    if repo.head.is_valid():
+    for attempt in range(60):
         try:
-            repo.git.diff("--cached", "--quiet", "HEAD", "--", *rels)
-            return None  # the paths already hold what is committed
-        except git.GitCommandError:
-            pass
-    # --only: a commit of these paths alone, built from HEAD, whatever else is staged
-    repo.git.commit("--only", "--no-verify", "-q", "-m", message, "--", *rels)
-    return repo.head.commit.hexsha
+            repo.git.execute(["git", *args])
+            return
+        except git.GitCommandError as exc:
+            if "index.lock" not in str(exc.stderr) or attempt == 59:
+                raise
+            time.sleep(min(0.05 * (attempt + 1), 0.5))
+
+
+def _unstage(repo: Any, rels: list[str]) -> None:
+    """Give the index entries of `rels` back what HEAD has (nothing of ours left staged)."""
+    if repo.head.is_valid():
+        _git(repo, "reset", "-q", "HEAD", "--", *rels)
+    else:
+        _git(repo, "rm", "-q", "--cached", "--ignore-unmatch", "-r", "--", *rels)
+
+
+def _one_line(exc: BaseException) -> str:
+    """git's own complaint (its fatal: or error: line), without GitPython's command dump."""
+    text = str(getattr(exc, "stderr", "") or exc).strip().strip("'\"")
+    lines = [ln.strip() for ln in text.replace("\\n", "\n").splitlines() if ln.strip()]
+    for ln in lines:
+        if ln.startswith(("fatal:", "error:")):
+            return ln.removeprefix("stderr: ").strip("'")
+    return (lines[-1] if lines else type(exc).__name__).removeprefix("stderr: ").strip("'")
 
 
 def workspace_ref(ws_root: Path, patchset_dirs: dict[str, Path]) -> dict | None:

@@ -9,10 +9,12 @@ import posixpath
 import pwd
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast, overload
 
 from ..errors import BadInput, Refused, StoreError
+from ..printable import one_line
+from ..host import shapes
 from ..host.disk import hash_bytes, install_records
 from ..targets import Target
 from . import ledger_index
@@ -60,8 +62,17 @@ class State:
         return cls(sid, manifest, stack, name, bytes_kept)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "State":
-        return cls(d["id"], d["manifest"], tuple(d.get("stack", ())), d.get("name"), d.get("bytes_kept", True))
+    def from_dict(cls, d: dict, what: str = "state") -> "State":
+        """A state as a ledger entry holds it, checked (shapes.Malformed): a file's name is made of its id."""
+        shapes.state_id(d["id"], f"{what}.id")
+        shapes.digest(d["manifest"], f"{what}.manifest")
+        stack = tuple(d.get("stack", ()))
+        for ref in stack:
+            _check_ref(ref, f"a patch set of {what}.stack")
+        name = d.get("name")
+        if name is not None:
+            shapes.text(name, f"{what}.name")
+        return cls(d["id"], d["manifest"], stack, name, d.get("bytes_kept", True) is not False)
 
     def to_dict(self) -> dict:
         """Its fields as plain data; each ref a copy (asdict's deep recursion, at a fraction of its cost)."""
@@ -69,7 +80,8 @@ class State:
                 "name": self.name, "bytes_kept": self.bytes_kept}
 
     def stack_text(self) -> str:
-        return " + ".join(f"{p['name']}@{p['version']}" for p in self.stack) or "(no patch sets)"
+        """The applied patch sets, for a line of output (control characters escaped)."""
+        return one_line(" + ".join(f"{p['name']}@{p['version']}" for p in self.stack) or "(no patch sets)")
 
 
 @dataclass(frozen=True)
@@ -91,6 +103,7 @@ class LedgerEntry:
     extra: Extra = field(default_factory=lambda: RollbackExtra())
     env: str | None = None  # digest of the environment fingerprint in the store (None: not kept)
     env_error: str | None = None  # why no fingerprint could be taken
+    installed: dict[str, Any] | None = None  # the managed distribution's installation (installation.py)
 
     def to_dict(self) -> dict:
         return {"id": self.id, "seq": self.seq, "time": self.time, "who": self.who,
@@ -98,16 +111,41 @@ class LedgerEntry:
                 "before": self.before.to_dict() if self.before else None, "after": self.after.to_dict(),
                 "changed": self.changed, "hand_edits": list(self.hand_edits), "extra": self.extra,
                 **({"env": self.env} if self.env else {}),
-                **({"env_error": self.env_error} if self.env_error else {})}
+                **({"env_error": self.env_error} if self.env_error else {}),
+                **({"installed": self.installed} if self.installed else {})}
 
     @classmethod
     def from_dict(cls, d: dict) -> "LedgerEntry":
+        """An entry as its file holds it, checked: every id, digest, key and number that comes from the
+        target is what it must be (shapes.py), or shapes.Malformed names the field."""
+        shapes.entry_id(d["id"], "id")
+        shapes.count(d["seq"], "seq", 1)
+        shapes.number(d["time"], "time")
+        shapes.text(d["who"], "who")
+        shapes.text(d["command"], "command")
+        if d["kind"] not in KINDS:
+            raise shapes.fail("kind", d["kind"], " | ".join(KINDS))
+        patchsets = tuple(d.get("patchsets", ()))
+        for ref in patchsets:
+            _check_ref(ref, "a patch set of patchsets")
+        changed = d.get("changed", {})
+        shapes.keys(changed, "changed")
+        hand_edits = tuple(d.get("hand_edits", ()))
+        shapes.keys(hand_edits, "hand_edits")
+        extra = d.get("extra", {})
+        _check_extra(extra)
+        env, env_error = d.get("env"), d.get("env_error")
+        if env is not None:
+            shapes.digest(env, "env")
+        installed = d.get("installed")
+        if installed is not None:
+            _check_installed(installed)
         return cls(id=d["id"], seq=d["seq"], time=d["time"], who=d["who"], command=d["command"],
-                   kind=d["kind"], after=State.from_dict(d["after"]),
-                   before=State.from_dict(d["before"]) if d.get("before") else None,
-                   patchsets=tuple(d.get("patchsets", ())), changed=d.get("changed", {}),
-                   hand_edits=tuple(d.get("hand_edits", ())), extra=d.get("extra", {}),
-                   env=d.get("env"), env_error=d.get("env_error"))
+                   kind=d["kind"], after=State.from_dict(d["after"], "after"),
+                   before=State.from_dict(d["before"], "before") if d.get("before") else None,
+                   patchsets=patchsets, changed=changed, hand_edits=hand_edits, extra=extra,
+                   env=env, env_error=None if env_error is None else shapes.text(env_error, "env_error"),
+                   installed=installed)
 
     @property
     def backups(self) -> dict[str, str]:
@@ -115,8 +153,75 @@ class LedgerEntry:
         found = dict(self.extra).get("backups")
         return dict(found) if isinstance(found, dict) else {}
 
+    @property
+    def backed_up(self) -> dict[str, str]:
+        """Key -> digest of every backup the entry names: the hand edits a change backed up
+        (`backups`), files changed by hand before `recover` finished, and the files a
+        --restore-pristine baseline replaced (`replaced`; a file it added back has no backup)."""
+        extra = dict(self.extra)
+        found: dict[str, str] = {}
+        replaced = extra.get("replaced")
+        if isinstance(replaced, dict):
+            found.update((k, row[0]) for k, row in replaced.items() if isinstance(row, list) and row)
+        for name in ("backed_up_at_recovery", "backups"):
+            table = extra.get(name)
+            if isinstance(table, dict):
+                found.update((k, d) for k, d in table.items() if isinstance(d, str))
+        return found
+
     def file_name(self) -> str:
         return ledger_index.file_name(self.seq, self.id)
+
+
+def _check_ref(ref: Any, what: str) -> None:
+    if not isinstance(ref, dict):
+        raise shapes.fail(what, ref, "a patch set's name, version and digest")
+    shapes.name(ref.get("name"), f"{what}: name")
+    shapes.text(ref.get("version"), f"{what}: version")
+    shapes.digest(ref.get("digest"), f"{what}: digest")
+
+
+def _check_installed(installed: Any) -> None:
+    """An entry's record of the managed distribution's installation (records/installation.py)."""
+    if not isinstance(installed, dict):
+        raise shapes.fail("installed", installed, "a mapping")
+    shapes.name(installed.get("dist_info"), "installed.dist_info")
+    shapes.text(installed.get("version"), "installed.version")
+    shapes.text(installed.get("installer") or "", "installed.installer")
+    if installed.get("files") is not None:
+        shapes.digest(installed["files"], "installed.files")
+    shapes.count(installed.get("rows") or 0, "installed.rows")
+    record = installed.get("record")
+    if record is not None:
+        if not isinstance(record, list) or len(record) != 2:
+            raise shapes.fail("installed.record", record, "[size, mtime_ns]")
+        for value in record:
+            shapes.count(value, "installed.record")
+
+
+def _check_extra(extra: Any) -> None:
+    """The parts of an entry's `extra` that name files and backups: their keys and digests."""
+    if not isinstance(extra, dict):
+        raise shapes.fail("extra", extra, "a mapping")
+    for table in ("backups", "backed_up_at_recovery"):
+        found = extra.get(table)
+        if found is not None:
+            shapes.keys(found, f"extra.{table}")
+            shapes.digests(found.values(), f"extra.{table}")
+    for table in ("replaced", "env"):
+        found = extra.get(table)
+        if found is None:
+            continue
+        shapes.keys(found, f"extra.{table}")
+        for key, value in found.items():
+            rows = [value] if table == "replaced" else [value.get("old"), value.get("new")]
+            if table == "env":
+                shapes.absolute(value.get("path"), f"extra.env[{key!r}].path")
+            for row in rows:
+                if row is not None:
+                    shapes.digest(row[0], f"a digest of extra.{table}[{key!r}]")
+    for path in extra.get(ledger_index.CREATED_DIRS) or ():
+        shapes.absolute(path, f"extra.{ledger_index.CREATED_DIRS}")
 
 
 def new_id() -> str:
@@ -129,6 +234,17 @@ def who() -> str:
     except (KeyError, OSError):
         user = "?"
     return f"{user}@{os.uname().nodename}"  # gethostname(2), without loading the socket module
+
+
+def warn_untrusted(target: str, what: str, files: dict[str, str]) -> None:
+    """One warning for the state files of a target that were not read: another user's, or writable by others."""
+    import sys
+
+    listed = "; ".join(f"{one_line(name)}: {why}" for name, why in sorted(files.items())[:5])
+    more = f" and {len(files) - 5} more" if len(files) > 5 else ""
+    sys.stderr.write(f"patchkeeper: warning: target {target}: {len(files)} {what} ignored ({listed}{more}): only "
+                     "files of this user or root that no one else may write are read\n  hint: if they are "
+                     "yours, `chown` them and `chmod go-w` them; else move them aside\n")
 
 
 MIN_PREFIX = 4  # a shorter state id prefix is refused: `--to 1` is a typo, not a state
@@ -157,7 +273,11 @@ class Entries(Sequence[LedgerEntry]):
         entry = self._built[i]
         if entry is None:
             doc = self._slots[i].doc
-            entry = self._built[i] = LedgerEntry.from_dict(doc if isinstance(doc, dict) else marshal.loads(doc))
+            try:
+                entry = self._built[i] = LedgerEntry.from_dict(doc if isinstance(doc, dict) else marshal.loads(doc))
+            except (ValueError, KeyError, TypeError, AttributeError, IndexError, EOFError) as exc:
+                raise StoreError(f"the ledger index's copy of entry {self._slots[i].name} is damaged ({exc})"[:300],
+                                 "remove ~/.cache/patchkeeper/ledgers/ (it is rebuilt from the ledger)") from None
         return entry
 
     @property
@@ -192,8 +312,9 @@ class Entries(Sequence[LedgerEntry]):
 class Ledger:
     """Read and append the ledger of one target, in its state dir."""
 
-    def __init__(self, target: Target) -> None:
+    def __init__(self, target: Target, indexed: bool = True) -> None:
         self.target = target
+        self.indexed = indexed  # False: every entry file read and parsed again (audit --rehash)
         self.dir = posixpath.join(target.info.state_dir, "ledger")
         self._entries: Entries | None = None
         self.files_read = 0  # entry files whose bytes the last read of the ledger took (ledger_index.py)
@@ -210,8 +331,11 @@ class Ledger:
         """Every entry, in seq order: the files unchanged since an earlier command read them come
         from the ledger index, the others are read and parsed (a damaged one is a StoreError)."""
         if self._entries is None:
-            found = ledger_index.read(self.target, self.dir, self._parse)
+            found = ledger_index.read(self.target, self.dir, self._parse, self.indexed)
             self._entries, self.files_read = Entries(found.slots), found.files_read
+            if found.untrusted:
+                warn_untrusted(self.target.name, "ledger entr" + ("y" if len(found.untrusted) == 1 else "ies"),
+                               found.untrusted)
         return self._entries
 
     def _parse(self, name: str, data: bytes) -> dict[str, Any]:
@@ -232,12 +356,21 @@ class Ledger:
         entries = self.entries()
         return entries[-1].after if entries else None
 
-    def baseline(self) -> State | None:
+    def baseline(self, release: str | None = None) -> State | None:
+        """The baseline: of the installed release (or of `release`), the newest recorded for it (a
+        target whose package was upgraded outside patchkeeper records a baseline of each release it
+        changes); else the first one."""
         entries = self.entries()
-        for i, slot in enumerate(entries.slots):
-            if slot.kind == "baseline":
-                return entries[i].after
-        return None
+        found = [i for i, slot in enumerate(entries.slots) if slot.kind == "baseline"]
+        if not found:
+            return None
+        if len(found) > 1:
+            release = release or self.target.info.version
+            for i in reversed(found):
+                entry = entries[i]
+                if (entry.installed or {}).get("version", dict(entry.extra).get("package_version")) == release:
+                    return entry.after
+        return entries[found[0]].after
 
     def has(self, entry_id: str) -> bool:
         return entry_id in self.entries().ids()
@@ -245,7 +378,20 @@ class Ledger:
     def next_seq(self) -> int:
         return self.entries().last_seq() + 1
 
+    def stamped(self, entry: LedgerEntry) -> LedgerEntry:
+        """An entry that records a state (every kind but verify) with the managed distribution's
+        installation as it is now, unless it has one (installation.py: what pip, uv or a person did to
+        it since is told by comparing with it). A transaction's entry gets it before its journal is
+        written, so a recovery after a later reinstall does not take that one for the state's."""
+        if entry.kind == "verify" or entry.installed is not None:
+            return entry
+        from .installation import Installed
+
+        return replace(entry, installed=Installed.of(self.target.info).to_dict())
+
     def append(self, entry: LedgerEntry) -> None:
+        """Write an entry (stamped, see `stamped`)."""
+        entry = self.stamped(entry)
         data = json.dumps(entry.to_dict(), indent=1).encode()
         self.target.agent.write_atomic(posixpath.join(self.dir, entry.file_name()), data)
         if self._entries is not None:  # the entries read already, and this one as a read gives it back
@@ -266,6 +412,10 @@ class Ledger:
             raise Refused(f"target {self.target.name} has no recorded states yet",
                           "nothing has been changed by patchkeeper here")
         slots = entries.slots
+        if spec == "baseline":  # the installed release's (see baseline)
+            found = self.baseline()
+            if found is not None:
+                return found
         if spec == "previous":
             current = slots[-1].after
             for i in reversed(range(len(slots))):

@@ -27,7 +27,7 @@ from ..host.disk import hash_bytes
 from ..host.statcache import load_cache, save_cache, user_cache
 from ..targets import Target
 
-STAMP = ("pk-ledger-index", 3, tuple(sys.version_info[:2]))
+STAMP = ("pk-ledger-index", 4, tuple(sys.version_info[:2]))  # 4: entries checked (shapes.py) before kept
 Identity = tuple[int, int, int, int, int]  # size, mtime_ns, ctime_ns, inode, device (statcache.identity)
 CREATED_DIRS = "created_dirs"  # key of a ledger entry's extra: the directories its transaction created
 
@@ -97,6 +97,7 @@ class Read:
 
     slots: tuple[Slot, ...]
     files_read: int
+    untrusted: dict[str, str]  # entry files not read, and why (another user's, writable by others)
 
 
 def path_of(target: Target) -> str:
@@ -105,13 +106,15 @@ def path_of(target: Target) -> str:
     return user_cache(posixpath.join("ledgers", hash_bytes(key).partition(":")[2][:24] + ".marshal"))
 
 
-def read(target: Target, directory: str, parse: Callable[[str, bytes], dict[str, Any]]) -> Read:
+def read(target: Target, directory: str, parse: Callable[[str, bytes], dict[str, Any]], indexed: bool = True) -> Read:
     """The entries of the ledger in `directory` of `target`: the remembered ones whose files kept their
-    identity, the others read again and parsed by `parse` (which raises on a damaged entry)."""
+    identity, the others read again and parsed by `parse` (which raises on a damaged entry); without
+    `indexed`, every one read and parsed (the index neither read nor written)."""
     path = path_of(target)
-    known: dict[str, tuple[Identity, int, str, Facts, bytes]] = load_cache(path, STAMP) or {}
+    known: dict[str, tuple[Identity, int, str, Facts, bytes]] = (load_cache(path, STAMP) or {}) if indexed else {}
     answer = target.agent.read_changed(directory, ".json", {name: kept[0] for name, kept in known.items()})
-    kept = {name: v for name, v in known.items() if name not in answer.files and name not in answer.gone}
+    kept = {name: v for name, v in known.items()
+            if name not in answer.files and name not in answer.gone and name not in answer.untrusted}
     slots = [Slot(name, seq, entry_id, facts, blob) for name, (_, seq, entry_id, facts, blob) in kept.items()]
     grew = False
     for name, data in answer.files.items():
@@ -122,7 +125,7 @@ def read(target: Target, directory: str, parse: Callable[[str, bytes], dict[str,
         if identity is not None:
             kept[name] = (identity, doc["seq"], doc["id"], facts, marshal.dumps(doc))
             grew = True
-    if grew or len(kept) != len(known):
+    if indexed and (grew or len(kept) != len(known)):
         save_cache(path, STAMP, kept)
     slots.sort(key=lambda slot: slot.seq)
-    return Read(tuple(slots), len(answer.files))
+    return Read(tuple(slots), len(answer.files), answer.untrusted)

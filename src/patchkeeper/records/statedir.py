@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import posixpath
+from pathlib import Path
 
 from ..errors import BadInput, Refused
 from ..targets import Target
@@ -25,3 +27,17 @@ def check(target: Target, claim: bool) -> None:
                       f"(named in {marker}), not from this workspace's {info.state_dir}",
                       f"set state_dir = \"{owner}\" in [targets.{target.name}], so that one ledger and one lock "
                       f"guard these files; if {owner} is gone for good, remove {marker}")
+
+
+def check_workspace(target: Target, root: Path) -> None:
+    """Refuse a workspace inside the site-packages of a target on this machine: its patchkeeper.toml,
+    patch sets and notes would be files of the package, which a change puts back as they were."""
+    if target.config.ssh:
+        return  # another machine's files
+    info = target.info
+    real, site = os.path.realpath(root), os.path.realpath(info.site)
+    if real == site or real.startswith(site.rstrip("/") + "/"):
+        raise BadInput(f"target {target.name}: the workspace {root} is inside its site-packages ({info.site}), "
+                       "whose files patchkeeper manages: a change would count the workspace's own files as hand "
+                       "edits of the package, and remove them",
+                       "move the workspace out of site-packages (anywhere else: its own git repository is best)")

@@ -8,7 +8,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, TypeVar
 
-from ..errors import BadInput, TargetError
+from ..errors import BadInput, NotInstalled, TargetError
 from ..host.contract import (
     ROLE_PREFIX,
     AgentContract,
@@ -49,6 +49,13 @@ _INFO = (
 )
 
 
+# What a program run by run_python prints first: anything before it came from the interpreter's own
+# start (a sitecustomize, a .pth), not from the program, and is dropped.
+OUTPUT_MARK = b"\x00patchkeeper-output\x00"
+_BOOT = ("import sys;sys.stdout.write(%r);sys.stdout.flush();__pk=sys.argv.pop(1);"
+         "exec(compile(__pk,'<patchkeeper>','exec'))") % OUTPUT_MARK.decode()
+
+
 @dataclass(frozen=True)
 class TargetInfo:
     """What a target is, found once per command: its interpreter, package, layout, role files and state dir."""
@@ -66,6 +73,7 @@ class TargetInfo:
     loose: tuple[str, ...]  # RECORD paths inside site that a walk of `tops` does not reach
     roles: tuple[tuple[str, str], ...]  # role -> absolute path
     state_dir: str
+    installation: dict[str, Any] | None = None  # host/distinfo.installation: installer, RECORD's identity
 
     @property
     def store(self) -> str:
@@ -95,6 +103,7 @@ class Target(ABC):
     def __init__(self, config: TargetConfig) -> None:
         self.config = config
         self.name = config.name
+        self.fresh = False  # believe no answer kept between commands (audit --rehash): ask again
 
     @property
     @abstractmethod
@@ -107,6 +116,39 @@ class Target(ABC):
 
     def close(self) -> None:
         pass
+
+    def run_python(self, source: str, args: tuple[str, ...] = (), timeout: float = 60.0, input: bytes | None = None,
+                   isolated: bool = True, python: str | None = None) -> tuple[int, bytes, bytes]:
+        """Run `source` in the target's interpreter (`python -I`, unless not `isolated`) with `args`
+        as sys.argv[1:]: (exit code, what the program printed, stderr). What the interpreter printed
+        before the program ran (a sitecustomize or .pth that prints) is dropped; when the program
+        never ran its exit code is kept and the output is all there was."""
+        argv = [python or self.config.python, *(["-I"] if isolated else []), "-c", _BOOT, source, *args]
+        code, out, err = self.run(argv, timeout=timeout, input=input)
+        noise, mark, said = out.partition(OUTPUT_MARK)
+        if mark:
+            return code, said, err
+        if code == 0:  # it exited 0 without running the program: a sitecustomize that calls exit()?
+            return 1, b"", err + (b"the interpreter exited before running patchkeeper's program; it printed: "
+                                  + noise[-200:])
+        return code, out, err
+
+    def run_json(self, source: str, what: str, timeout: float = 60.0) -> Any:
+        """The JSON document `source` prints in the target's interpreter (`python -I`)."""
+        cfg = self.config
+        try:
+            code, out, err = self.run_python(source, timeout=timeout)
+        except FileNotFoundError:
+            code, out, err = 127, b"", b"not found"
+        if code != 0:
+            raise TargetError(f"target {self.name}: cannot run its interpreter {cfg.python}: "
+                              f"{err.decode(errors='replace').strip().splitlines()[-1:] or code}",
+                              f"fix python = ... in [targets.{self.name}]")
+        try:
+            return json.loads(out)
+        except ValueError:
+            raise TargetError(f"target {self.name}: {what} from its interpreter {cfg.python} is not JSON: "
+                              f"{out[:120]!r}", f"run {cfg.python} -I on the target and see what it prints") from None
 
     @memo
     def algorithm(self) -> str:
@@ -121,16 +163,7 @@ class Target(ABC):
 
     def interpreter(self) -> Interpreter:
         """The target interpreter's prefix, purelib, platlib and version."""
-        cfg = self.config
-        try:
-            code, out, err = self.run([cfg.python, "-I", "-c", _INFO], timeout=60)
-        except FileNotFoundError:
-            code, out, err = 127, b"", b"not found"
-        if code != 0:
-            raise TargetError(f"target {self.name}: cannot run its interpreter {cfg.python}: "
-                              f"{err.decode(errors='replace').strip().splitlines()[-1:] or code}",
-                              f"fix python = ... in [targets.{self.name}]")
-        return Interpreter.from_wire(json.loads(out))
+        return self._answer("interpreter", self.run_json(_INFO, "the facts of its interpreter"))
 
     def interpreter_facts(self) -> InterpreterFacts:
         """Implementation, version, tags, libc and site dirs of the target's interpreter
@@ -138,12 +171,18 @@ class Target(ABC):
         from importlib import resources
 
         source = resources.files("patchkeeper.host").joinpath("interp.py").read_text(encoding="utf-8")
-        code, out, err = self.run([self.config.python, "-I", "-c", source], timeout=60)
-        if code != 0:
-            raise TargetError(f"target {self.name}: cannot run its interpreter {self.config.python}: "
-                              f"{err.decode(errors='replace').strip().splitlines()[-1:] or code}",
-                              f"fix python = ... in [targets.{self.name}]")
-        return InterpreterFacts.from_wire(json.loads(out))
+        return self._answer("interpreter_facts", self.run_json(source, "the facts of its interpreter"))
+
+    def _answer(self, method: str, doc: Any) -> Any:
+        """A document the target's interpreter printed, as the contract's answer to `method` (checked)."""
+        from ..host.contract import answer_from_wire
+
+        try:
+            return answer_from_wire(method, doc)
+        except ValueError as exc:  # shapes.Malformed
+            raise TargetError(f"target {self.name}: the answer of its interpreter {self.config.python} to "
+                              f"{method} is malformed: {exc}", f"run {self.config.python} -I on the target "
+                              "and see what it prints") from None
 
     def package_layout(self, sites: list[str], package: str) -> DistInfo | None:
         """The package's distribution in the site dirs: its layout, not its 10,000 RECORD paths."""
@@ -156,17 +195,22 @@ class Target(ABC):
         sites = list(dict.fromkeys([py.purelib, py.platlib]))
         dist = self.package_layout(sites, cfg.package)
         if dist is None:
-            raise TargetError(f"target {self.name}: package {cfg.package!r} is not installed in "
-                              f"{' or '.join(sites)}", f"install it with {cfg.python} -m pip install {cfg.package}")
+            raise NotInstalled(f"target {self.name}: package {cfg.package!r} is not installed in {' or '.join(sites)}",
+                               f"install it with {cfg.python} -m pip install {cfg.package}",
+                               cfg.state_dir or posixpath.join(py.prefix, ".patchkeeper"))
         roles = []
         for role, path in sorted(cfg.files.items()):
             if not posixpath.isabs(path):
                 raise BadInput(f"target {self.name}: role file {role} = {path!r} is not absolute")
+            if (posixpath.normpath(path) + "/").startswith(dist.site.rstrip("/") + "/"):
+                raise BadInput(f"target {self.name}: role file {role} = {path!r} is inside site-packages "
+                               f"({dist.site}), among the files of the package that patchkeeper manages: one file "
+                               "cannot be both", f"name a file outside site-packages in [targets.{self.name}.files]")
             roles.append((role, path))
         return TargetInfo(
             name=self.name, host=self.agent.hostname(), python=cfg.python,
             python_version=py.python, prefix=py.prefix, site=dist.site,
             package=cfg.package, version=dist.version, dist_info=dist.dist_info,
             tops=dist.tops, loose=dist.loose, roles=tuple(roles),
-            state_dir=cfg.state_dir or posixpath.join(py.prefix, ".patchkeeper"),
+            state_dir=cfg.state_dir or posixpath.join(py.prefix, ".patchkeeper"), installation=dist.installation,
         )

@@ -148,14 +148,15 @@ class Held:
         try:
             agent = self.take()
         except PatchkeeperError as exc:
-            conn.sendall(wire.encode({"error": error_doc(exc)}))
+            conn.sendall(wire.MAGIC + wire.encode({"error": error_doc(exc)}))
             return
         chan = _chan(agent)
+        chan.settimeout(None)  # the command's end times its reads; between its calls the agent may be idle for long
         parking = threading.Event()
         parked: bool | None = False
         keep: AgentProxy | None = agent
         try:
-            conn.sendall(wire.encode({"hello": 1}, agent.hello))
+            conn.sendall(wire.MAGIC + wire.encode({"hello": 1}, agent.hello))
             pump = threading.Thread(target=_upstream, args=(conn, chan, parking, self.park_begun), daemon=True)
             pump.start()
             answer = bytearray()

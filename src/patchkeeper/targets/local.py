@@ -66,6 +66,8 @@ class LocalTarget(Target):
     def interpreter(self) -> Interpreter:
         """As Target.interpreter, remembered per interpreter in ~/.cache/patchkeeper (the answer
         depends only on the executable and its pyvenv.cfg, whose identities key the entry)."""
+        if self.fresh:
+            return super().interpreter()
         return _remembered(self.config.python, "interpreters.marshal", "info", Interpreter, super().interpreter,
                            lambda info: "cache_tag" in info)
 
@@ -75,7 +77,7 @@ class LocalTarget(Target):
         RECORD and METADATA, which any install, removal or rewrite moves; only when every one is older
         than the clock's granularity before the answer was sought (the racily-clean rule: then each
         identity is the one the files had when they were read)."""
-        if not self.same_interpreter:
+        if not self.same_interpreter or self.fresh:
             return super().package_layout(sites, package)
         from ..host import seal
 
@@ -102,12 +104,14 @@ class LocalTarget(Target):
     def interpreter_facts(self) -> InterpreterFacts:
         """As Target.interpreter_facts, remembered per interpreter like `interpreter()` (the facts
         depend only on the executable and its pyvenv.cfg)."""
+        if self.fresh:
+            return super().interpreter_facts()
         return _remembered(self.config.python, "interpreter-facts.marshal", "facts", InterpreterFacts,
-                           super().interpreter_facts)
+                           super().interpreter_facts, lambda facts: "stdlib" in facts.get("where", {}))
 
 
 A = TypeVar("A", bound=Answer)
-_STAMP = ("pk-local-target", 2)  # the caches of interpreters and package layouts in ~/.cache/patchkeeper
+_STAMP = ("pk-local-target", 3)  # 3: a package layout holds its installation; the caches of interpreters and package layouts in ~/.cache/patchkeeper
 
 
 def _remembered(python: str, file: str, field: str, kind: type[A], compute: Callable[[], A],

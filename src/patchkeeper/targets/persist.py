@@ -102,8 +102,11 @@ class SocketLink:
             return data
         try:
             return self.sock.recv(n)
-        except (ConnectionResetError, socket.timeout):
+        except ConnectionResetError:
             return b""
+
+    def settimeout(self, seconds: float | None) -> None:
+        self.sock.settimeout(seconds)
 
     def stderr(self) -> str:
         return ""
@@ -192,7 +195,7 @@ class Holder:
     def agent(self) -> "AgentProxy":
         """An agent of this command's own, reached through the holder, which first sends its hello
         (or the error that kept it from starting one)."""
-        from .remote_agent import AgentProxy
+        from .remote_agent import HELLO_TIMEOUT, AgentProxy
 
         sock = self._open("agent")
         seen = bytearray()
@@ -204,21 +207,28 @@ class Holder:
             return data
 
         try:
+            sock.settimeout(HELLO_TIMEOUT)
+            if keep(len(wire.MAGIC)) != wire.MAGIC:
+                raise EOFError
             header, _ = wire.decode(keep)
-        except (OSError, EOFError):
+        except (OSError, EOFError, ValueError):
             sock.close()
             raise TargetError(f"the connection to target {self.name} was lost before its agent started",
                               f"retry; `patchkeeper disconnect -t {self.name}` ends the held connection") from None
         if "error" in header:
             sock.close()
             raise _error(header["error"])
+        sock.settimeout(None)
         return AgentProxy(SocketLink(sock, bytes(seen)), self.name, self.python)
 
     def run(self, argv: list[str], timeout: float, input: bytes | None) -> tuple[int, bytes, bytes]:
+        from .remote_agent import HELLO_TIMEOUT
+
         sock = self._open("run", [argv, timeout, input])
         try:
+            sock.settimeout(timeout + HELLO_TIMEOUT)  # the holder answers when the program is done or timed out
             header, value = wire.decode(_read_exact(sock))
-        except (OSError, EOFError):
+        except (OSError, EOFError, ValueError):
             raise TargetError(f"the connection to target {self.name} was lost while running {argv[0]}",
                               f"retry; `patchkeeper disconnect -t {self.name}` ends the held connection") from None
         finally:

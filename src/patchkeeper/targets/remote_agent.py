@@ -5,145 +5,24 @@ Nothing is installed on the host. The target's interpreter is started with a boo
 reads a given number of bytes from stdin and executes them: the sources of the agent's modules
 (everything in `patchkeeper.host`), built there into a package, then answering framed requests
 on stdin/stdout. `AgentProxy` declares the agent contract (`host.contract.AgentContract`) method
-by method and returns the same answer values as the in-process agent (rebuilt by the contract); exceptions come back as the same types where that matters (FileNotFoundError,
-AgentError) and as TargetError otherwise.
+by method and returns the same answer values as the in-process agent (rebuilt and checked by the
+contract); exceptions come back as the same types where that matters (FileNotFoundError,
+AgentError) and as TargetError otherwise. The agent speaks first: whatever its interpreter printed
+before (wire.MAGIC) is skipped up to a bound; every read of the wire has a timeout.
 """
 
 from __future__ import annotations
 
-import os
-import shlex
 import threading
-from typing import Any, Callable, Protocol
+from typing import Any
 
 from ..errors import AgentError, TargetError
 from ..host import contract as c
 from ..host import wire
+from .links import Link, PipeLink, SshLink, program
 
-# The agent's modules, in import order; on the host they become the package `pkagent`.
-AGENT_MODULES = ("errors", "contract", "disk", "statcache", "store", "distinfo", "seal", "distcheck", "manifest_text",
-                 "manifests", "compare", "treecheck", "preflight", "elf", "interp", "fingerprint", "agent", "wire")
-_BOOT = """
-import sys, types
-pkg = types.ModuleType("pkagent"); pkg.__path__ = []; sys.modules["pkagent"] = pkg
-for name, source in MODULES:
-    mod = types.ModuleType("pkagent." + name); mod.__package__ = "pkagent"
-    sys.modules[mod.__name__] = mod; setattr(pkg, name, mod)
-    exec(compile(source, name + ".py", "exec"), mod.__dict__)
-pkg.wire.serve(pkg.agent.Agent())
-"""
-
-
-def program() -> bytes:
-    """The agent's modules as one script that builds them as a package and serves an Agent on
-    stdin/stdout (relative imports between them work as they do locally)."""
-    from importlib import resources
-
-    sources = [(name, resources.files("patchkeeper.host").joinpath(f"{name}.py").read_text(encoding="utf-8"))
-               for name in AGENT_MODULES]
-    return f"MODULES = {sources!r}\n{_BOOT}".encode("utf-8")
-
-
-def argv(python: str, size: int) -> list[str]:
-    """The interpreter, isolated, reading `size` bytes of program from stdin."""
-    return [python, "-I", "-c", f"import sys;exec(sys.stdin.buffer.read({size}))"]
-
-
-def command_line(python: str, size: int) -> str:
-    """The exec request of an SSH channel: `argv`, quoted for the login shell."""
-    return " ".join(shlex.quote(a) for a in argv(python, size))
-
-
-class Link(Protocol):
-    """A started agent's end of the wire: bytes in, bytes out, its stderr for an error message."""
-
-    def send(self, data: bytes) -> None: ...
-
-    def recv(self, n: int) -> bytes: ...  # b"" at the end
-
-    def stderr(self) -> str: ...  # its last line
-
-    def close(self) -> None: ...
-
-
-class SshLink:
-    """The agent started on a host through an SSH exec channel (a paramiko Channel)."""
-
-    def __init__(self, channel: Any, python: str, program: bytes) -> None:
-        self._chan = channel
-        channel.exec_command(command_line(python, len(program)))
-        channel.sendall(program)
-
-    def send(self, data: bytes) -> None:
-        self._chan.sendall(data)
-
-    def recv(self, n: int) -> bytes:
-        return self._chan.recv(n)
-
-    def stderr(self) -> str:
-        out = b""
-        while self._chan.recv_stderr_ready():
-            out += self._chan.recv_stderr(65536)
-        return _last_line(out)
-
-    def close(self) -> None:
-        try:
-            self._chan.shutdown_write()  # end of input: the agent returns and exits
-            self._chan.recv_exit_status()
-        except Exception:
-            pass
-        self._chan.close()
-
-
-class PipeLink:
-    """The agent started on this machine in another interpreter, over its stdin and stdout; or, given
-    `wrap`, through a program that runs it elsewhere (Ansible's ssh: targets/ansible_link.py)."""
-
-    def __init__(self, python: str, program: bytes, wrap: Callable[[list[str]], list[str]] | None = None) -> None:
-        import subprocess  # here: a command that reaches its agent through a holder starts no process
-        import tempfile
-
-        self._err = tempfile.TemporaryFile()  # a file, not a pipe: a chatty stderr cannot block it
-        command = argv(python, len(program))
-        try:
-            self._proc = subprocess.Popen(wrap(command) if wrap else command, stdin=subprocess.PIPE,
-                                          stdout=subprocess.PIPE, stderr=self._err)
-        except OSError:
-            self._err.close()
-            raise
-        self.send(program)
-
-    def send(self, data: bytes) -> None:
-        assert self._proc.stdin is not None
-        self._proc.stdin.write(data)
-        self._proc.stdin.flush()
-
-    def recv(self, n: int) -> bytes:
-        assert self._proc.stdout is not None
-        return os.read(self._proc.stdout.fileno(), n)
-
-    def stderr(self) -> str:
-        self._err.seek(0)
-        return _last_line(self._err.read())
-
-    def close(self) -> None:
-        import subprocess
-
-        try:
-            if self._proc.stdin is not None:
-                self._proc.stdin.close()  # end of input: the agent returns and exits
-            self._proc.wait(timeout=30)
-        except (OSError, subprocess.TimeoutExpired):
-            self._proc.kill()
-            self._proc.wait()
-        if self._proc.stdout is not None:
-            self._proc.stdout.close()
-        self._err.close()
-
-
-def _last_line(out: bytes) -> str:
-    lines = out.decode(errors="replace").strip().splitlines()
-    return lines[-1] if lines else ""
+HELLO_TIMEOUT = 120.0  # seconds for an agent to start and say hello (an interpreter, an upload)
+CALL_TIMEOUT = 1800.0  # seconds an answer may keep the wire silent (hashing a large package cold)
 
 
 class AgentProxy(c.AgentContract):
@@ -155,18 +34,67 @@ class AgentProxy(c.AgentContract):
         self._lock = threading.Lock()
         self._buf = bytearray()
         self._idle = True  # no request is half sent or half answered: the wire is between frames
+        self._python = python
+        self._noise = b""
         try:
+            link.settimeout(HELLO_TIMEOUT)
+            noise = self._greeting()
             header, hello = wire.decode(self._read_exact)
-        except TargetError:
+            if not isinstance(hello, dict) or not isinstance(hello.get("python"), str):
+                raise wire.FrameError("a hello without the agent's facts")
+            self.remote_algorithm: str = c.answer_from_wire("algorithm", hello.get("algorithm"))
+            link.settimeout(CALL_TIMEOUT)
+        except (TargetError, ValueError) as exc:
             err = link.stderr()
             link.close()
+            if isinstance(exc, _Said):
+                raise
+            if isinstance(exc, ValueError):
+                raise self._malformed("its hello", exc) from None
             raise TargetError(f"target {target_name}: cannot start its interpreter {python}"
                               + (" on the host" if isinstance(link, SshLink) else "")
-                              + (f": {err}" if err else ""),
+                              + (f": {err}" if err else "")
+                              + (f" (it printed {_quoted(self._noise)} first)" if self._noise else ""),
                               f"fix python = ... in [targets.{target_name}]") from None
         self.hello: dict[str, Any] = hello  # a holder hands it on to the command it gives this agent to
-        self.remote_algorithm: str = hello["algorithm"]
         self.remote_python: str = hello["python"]
+        self.noise = noise  # what the interpreter printed before the agent spoke (skipped)
+
+    def _greeting(self) -> bytes:
+        """Read up to the agent's magic (wire.MAGIC); return what the interpreter printed before it
+        (a sitecustomize or a .pth that prints), refused once it passes wire.NOISE_MAX bytes."""
+        buf = self._buf
+        self._noise = b""
+        while True:
+            at = buf.find(wire.MAGIC)
+            if at >= 0:
+                noise = bytes(buf[:at])
+                del buf[:at + len(wire.MAGIC)]
+                return noise
+            self._noise = bytes(buf)
+            if len(buf) > wire.NOISE_MAX + len(wire.MAGIC):
+                raise _Said(f"target {self._name}: the target's Python ({self._python}) printed "
+                            f"{_quoted(bytes(buf))} before the agent started: a sitecustomize or .pth?",
+                            "make the target's Python print nothing when it starts (see the sitecustomize.py "
+                            "and *.pth files of its site-packages)")
+            chunk = self._recv(1 << 16)
+            if not chunk:
+                raise TargetError(f"the connection to target {self._name} was lost")
+            buf += chunk
+
+    def _recv(self, n: int) -> bytes:
+        try:
+            return self._link.recv(n)
+        except TimeoutError:
+            raise _Said(f"target {self._name}: its agent sent nothing for "
+                              f"{HELLO_TIMEOUT if self._idle else CALL_TIMEOUT:g} s; gave up waiting",
+                              f"check the host and its Python ({self._python}); then run "
+                              f"`patchkeeper recover -t {self._name}` (or any command on it)") from None
+
+    def _malformed(self, what: str, exc: Exception) -> TargetError:
+        return TargetError(f"target {self._name}: {what} from its agent is malformed: {exc}",
+                           f"the agent runs in {self._python} on the host, from this patchkeeper: a host that "
+                           "answers so is not running it as sent; nothing was changed by this answer")
 
     @classmethod
     def over_ssh(cls, channel: Any, target_name: str, python: str) -> "AgentProxy":
@@ -184,7 +112,7 @@ class AgentProxy(c.AgentContract):
     def _read_exact(self, n: int) -> bytes:
         buf = self._buf
         while len(buf) < n:
-            chunk = self._link.recv(max(n - len(buf), 1 << 18))
+            chunk = self._recv(min(max(n - len(buf), 1 << 18), 1 << 24))
             if not chunk:
                 raise TargetError(f"the connection to target {self._name} was lost",
                                   f"run `patchkeeper recover -t {self._name}` (or any command on it): "
@@ -203,11 +131,17 @@ class AgentProxy(c.AgentContract):
             except OSError as exc:
                 raise TargetError(f"the connection to target {self._name} was lost ({exc})",
                                   f"run `patchkeeper recover -t {self._name}`") from None
-            header, value = wire.decode(self._read_exact)
+            try:
+                header, value = wire.decode(self._read_exact)
+            except wire.FrameError as exc:
+                raise self._malformed(f"the answer to {method}", exc) from None
             self._idle = not self._buf
         if "error" in header:
             raise _exception(header["error"], self._name, method)
-        return c.answer_from_wire(method, value)
+        try:
+            return c.answer_from_wire(method, value)
+        except ValueError as exc:  # shapes.Malformed
+            raise self._malformed(f"the answer to {method}", exc) from None
 
     def close(self) -> None:
         """End this command's use of the agent. Over a holder's socket, an agent left between two
@@ -224,13 +158,19 @@ class AgentProxy(c.AgentContract):
     # ---- the contract, method by method (host.contract.AgentContract) -------------------------
     def hostname(self) -> str:
         if "hostname" in self.hello:  # the agent's answers that cannot change while it runs came with its hello
-            return self.hello["hostname"]
+            return self._from_hello("hostname")
         return self._call("hostname")
 
     def interpreter(self) -> c.Interpreter:
         if "interpreter" in self.hello:
-            return c.Interpreter.from_wire(self.hello["interpreter"])
+            return self._from_hello("interpreter")
         return self._call("interpreter")
+
+    def _from_hello(self, method: str) -> Any:
+        try:
+            return c.answer_from_wire(method, self.hello[method])
+        except ValueError as exc:
+            raise self._malformed(f"the {method} in its hello", exc) from None
 
     def algorithm(self) -> str:
         return self._call("algorithm")
@@ -238,8 +178,8 @@ class AgentProxy(c.AgentContract):
     def pid(self) -> int:
         return self._call("pid")
 
-    def read(self, path: str) -> bytes:
-        return self._call("read", path)
+    def read(self, path: str, owned: bool = False) -> bytes:
+        return self._call("read", path, owned)
 
     def lstat(self, path: str) -> c.FileStat | None:
         return self._call("lstat", path)
@@ -334,8 +274,12 @@ class AgentProxy(c.AgentContract):
     def audit_record(self, site: str, dist_infos: list[str], cache_dir: str | None = None) -> dict[str, c.RecordCheck]:
         return self._call("audit_record", site, dist_infos, cache_dir)
 
-    def audit_bytecode(self, site: str, cache_tag: str, verify: list[str], cache: str | None = None) -> c.BytecodeCheck:
-        return self._call("audit_bytecode", site, cache_tag, verify, cache)
+    def audit_installation(self, site: str, dist_info: str, cache_dir: str | None = None) -> c.RecordCheck:
+        return self._call("audit_installation", site, dist_info, cache_dir)  # type: ignore[no-any-return]
+
+    def audit_bytecode(self, site: str, cache_tag: str, verify: list[str], cache: str | None = None,
+                       pycs_since: str | None = None) -> c.BytecodeCheck:
+        return self._call("audit_bytecode", site, cache_tag, verify, cache, pycs_since)
 
     def audit_tree(self, request: c.TreeRequest) -> c.TreeCheck:
         return self._call("audit_tree", request)
@@ -344,16 +288,31 @@ class AgentProxy(c.AgentContract):
         return self._call("interpreter_facts")
 
     def fingerprint(self, sites: list[str], cache_root: str | None, main_site: str | None = None,
-                    parts: list[str] | None = None, managed: str | None = None) -> c.Fingerprint:
-        return self._call("fingerprint", sites, cache_root, main_site, parts, managed)
+                    parts: list[str] | None = None, managed: str | None = None,
+                    stdlib: list[str] | None = None) -> c.Fingerprint:
+        return self._call("fingerprint", sites, cache_root, main_site, parts, managed, stdlib)
 
 
-def _exception(doc: dict, target: str, method: str) -> Exception:
-    kind = doc["type"]
+class _Said(TargetError):
+    """An error that already says what went wrong with the agent's start (not: its interpreter failed)."""
+
+
+def _quoted(data: bytes) -> str:
+    text = data.decode("utf-8", "replace").strip()
+    return repr(text if len(text) <= 80 else text[:77] + "...")
+
+
+def _exception(doc: Any, target: str, method: str) -> Exception:
+    """The exception an error document from the agent stands for (wire.error_doc)."""
+    doc = doc if isinstance(doc, dict) else {}
+    kind, message = str(doc.get("type", "?")), str(doc.get("message", "?"))
     if kind == "FileNotFoundError":
-        return FileNotFoundError(doc.get("errno") or 2, doc.get("strerror") or doc["message"], doc.get("filename"))
-    if kind == "AgentError" and "kind" in doc:
-        return AgentError(doc["kind"], doc["message"])
-    detail = doc.get("trace", "").strip().splitlines()[-1:] or [f"{kind}: {doc['message']}"]
+        errno, filename = doc.get("errno"), doc.get("filename")
+        return FileNotFoundError(errno if type(errno) is int else 2, str(doc.get("strerror") or message),
+                                 filename if isinstance(filename, str) else None)
+    if kind == "AgentError" and isinstance(doc.get("kind"), str):
+        return AgentError(doc["kind"], message)
+    trace = doc.get("trace")
+    detail = (trace.strip().splitlines()[-1:] if isinstance(trace, str) else []) or [f"{kind}: {message}"]
     return TargetError(f"target {target}: {method} failed on the host: {detail[0]}",
                        "check the path and permissions on the host")

@@ -1,0 +1,31 @@
+"""Recorded text made safe to print: a terminal never sees a control character from recorded data.
+
+A ledger entry's `who` and `command`, a state's name, a file's key and a host's error message come
+from files and hosts that anyone able to write them controls: a newline there would forge a line of
+`log`, an escape sequence would drive the terminal. What is printed of them goes through `one_line`
+(every control character escaped, as repr does) or, for a message of several lines, `lines`.
+"""
+
+from __future__ import annotations
+
+import re
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_CONTROL_BUT_NEWLINE = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    c = match.group(0)
+    return {"\n": "\\n", "\t": "\\t", "\r": "\\r"}.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
+
+
+def one_line(text: object) -> str:
+    """`text` with every control character (newline and tab too) written as its escape."""
+    s = str(text)
+    return _CONTROL.sub(_escape, s) if _CONTROL.search(s) else s
+
+
+def lines(text: object) -> str:
+    """`text` with every control character but the newline written as its escape."""
+    s = str(text)
+    return _CONTROL_BUT_NEWLINE.sub(_escape, s) if _CONTROL_BUT_NEWLINE.search(s) else s

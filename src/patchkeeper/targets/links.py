@@ -1,0 +1,172 @@
+"""How an agent is started and reached: the program the target's Python is sent (the sources of
+`patchkeeper.host`, built there into a package), and the ends of the wire to it: an SSH exec channel
+on a host, the pipes of a subprocess on this machine. (A holder's socket is persist.SocketLink.)
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import threading
+from typing import Any, Callable, Protocol
+
+from ..host import blake3pipe
+
+
+# The agent's modules, in import order; on the host they become the package `pkagent`.
+AGENT_MODULES = ("errors", "queries", "shapes", "contract", "blake3pipe", "disk", "manifest_text", "statcache", "store",
+                 "manifests", "compare", "distinfo", "seal", "distcheck", "bytecode", "preflight", "elf", "interp",
+                 "startup", "fingerprint", "treecheck", "agent", "wire")
+_BOOT = """
+import sys, types
+pkg = types.ModuleType("pkagent"); pkg.__path__ = []; sys.modules["pkagent"] = pkg
+for name, source in MODULES:
+    mod = types.ModuleType("pkagent." + name); mod.__package__ = "pkagent"
+    sys.modules[mod.__name__] = mod; setattr(pkg, name, mod)
+    exec(compile(source, name + ".py", "exec"), mod.__dict__)
+pkg.wire.serve(pkg.agent.Agent())
+"""
+
+
+def program() -> bytes:
+    """The agent's modules as one script that builds them as a package and serves an Agent on
+    stdin/stdout (relative imports between them work as they do locally)."""
+    from importlib import resources
+
+    sources = [(name, resources.files("patchkeeper.host").joinpath(f"{name}.py").read_text(encoding="utf-8"))
+               for name in AGENT_MODULES]
+    return f"MODULES = {sources!r}\n{_BOOT}".encode("utf-8")
+
+
+def argv(python: str, size: int) -> list[str]:
+    """The interpreter, isolated, reading `size` bytes of program from stdin."""
+    return [python, "-I", "-c", f"import sys;exec(sys.stdin.buffer.read({size}))"]
+
+
+def command_line(python: str, size: int) -> str:
+    """The exec request of an SSH channel: `argv`, quoted for the login shell."""
+    return " ".join(shlex.quote(a) for a in argv(python, size))
+
+
+class Link(Protocol):
+    """A started agent's end of the wire: bytes in, bytes out, its stderr for an error message."""
+
+    def send(self, data: bytes) -> None: ...
+
+    def recv(self, n: int) -> bytes: ...  # b"" at the end; TimeoutError after `settimeout` seconds of silence
+
+    def settimeout(self, seconds: float | None) -> None: ...
+
+    def stderr(self) -> str: ...  # its last line
+
+    def close(self) -> None: ...
+
+
+class SshLink:
+    """The agent started on a host through an SSH exec channel (a paramiko Channel)."""
+
+    def __init__(self, channel: Any, python: str, program: bytes) -> None:
+        self._chan = channel
+        channel.exec_command(command_line(python, len(program)))
+        channel.sendall(program)
+
+    def send(self, data: bytes) -> None:
+        self._chan.sendall(data)
+
+    def recv(self, n: int) -> bytes:
+        return self._chan.recv(n)
+
+    def settimeout(self, seconds: float | None) -> None:
+        self._chan.settimeout(seconds)
+
+    def stderr(self) -> str:
+        out = b""
+        while self._chan.recv_stderr_ready():
+            out += self._chan.recv_stderr(65536)
+        return _last_line(out)
+
+    def close(self) -> None:
+        try:
+            self._chan.shutdown_write()  # end of input: the agent returns and exits
+            self._chan.status_event.wait(10)  # (one that floods its stdout unread never does)
+        except Exception:
+            pass
+        self._chan.close()
+
+
+class PipeLink:
+    """The agent started on this machine in another interpreter, over its stdin and stdout; or, given
+    `wrap`, through a program that runs it elsewhere (Ansible's ssh: targets/ansible_link.py)."""
+
+    def __init__(self, python: str, program: bytes, wrap: Callable[[list[str]], list[str]] | None = None) -> None:
+        import subprocess  # here: a command that reaches its agent through a holder starts no process
+        import tempfile
+
+        self._err = tempfile.TemporaryFile()  # a file, not a pipe: a chatty stderr cannot block it
+        self._timeout: float | None = None
+        # on this machine, an interpreter without blake3 hashes through this one's, so a local target's
+        # blake3 records stay readable whichever Python runs its agent (host/blake3pipe.py)
+        helper = {blake3pipe.VARIABLE: sys.executable} if sys.executable and wrap is None else {}
+        try:
+            command = argv(python, len(program))
+            self._proc = subprocess.Popen(wrap(command) if wrap else command, stdin=subprocess.PIPE,
+                                          stdout=subprocess.PIPE, stderr=self._err, env={**os.environ, **helper})
+        except OSError:
+            self._err.close()
+            raise
+        # sent on a thread: an interpreter that prints much before it reads (a sitecustomize) would
+        # otherwise fill its stdout while this process fills its stdin, each waiting for the other
+        self._sending = threading.Thread(target=self._send_program, args=(program,), daemon=True)
+        self._sending.start()
+
+    def _send_program(self, program: bytes) -> None:
+        try:
+            self._write(program)
+        except OSError:
+            pass  # the interpreter is gone: reading its hello says so
+
+    def _write(self, data: bytes) -> None:
+        assert self._proc.stdin is not None
+        self._proc.stdin.write(data)
+        self._proc.stdin.flush()
+
+    def send(self, data: bytes) -> None:
+        self._sending.join()
+        self._write(data)
+
+    def recv(self, n: int) -> bytes:
+        import select
+
+        assert self._proc.stdout is not None
+        fd = self._proc.stdout.fileno()
+        if self._timeout is not None and not select.select([fd], [], [], self._timeout)[0]:
+            raise TimeoutError(f"nothing for {self._timeout:g} s")
+        return os.read(fd, n)
+
+    def settimeout(self, seconds: float | None) -> None:
+        self._timeout = seconds
+
+    def stderr(self) -> str:
+        self._err.seek(0)
+        return _last_line(self._err.read())
+
+    def close(self) -> None:
+        import subprocess
+
+        try:
+            if self._proc.stdout is not None:
+                self._proc.stdout.close()  # nothing more is read: an interpreter still printing stops too
+            self._sending.join(5)
+            if self._proc.stdin is not None:
+                self._proc.stdin.close()  # end of input: the agent returns and exits
+            self._proc.wait(timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            self._proc.kill()
+            self._proc.wait()
+        self._err.close()
+
+
+def _last_line(out: bytes) -> str:
+    lines = out.decode(errors="replace").strip().splitlines()
+    return lines[-1] if lines else ""

@@ -1,0 +1,85 @@
+"""The bytecode check on the real sglang venv: a pyc written since the baseline is recompiled and
+compared whatever its header says (the incident: spec_info.py compiled elsewhere and copied in)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import marshal
+from pathlib import Path
+
+import pytest
+
+from conftest import SITE_REL, copy_venv, make_workspace
+
+SPEC = "sglang/srt/speculative/spec_info.py"
+SPEC_PYC = "sglang/srt/speculative/__pycache__/spec_info.cpython-311.pyc"
+VERSION_PYC = "sglang/__pycache__/_version.cpython-311.pyc"
+
+
+@pytest.fixture
+def benv(tmp_path, pristine_venv):
+    return make_workspace(tmp_path / "ws", copy_venv(pristine_venv, tmp_path / "venv"))
+
+
+def forge(source: Path, code_of: bytes, pyc: Path, checked_hash: bool = False, at: str = "/home/dev/sglang") -> None:
+    """A pyc of `code_of`, compiled elsewhere (another path), whose header says it is `source`'s:
+    a timestamp header with the source's mtime and size, or a checked hash of the source's bytes.
+    Written on an inode of its own (the venv is hardlinked to the pristine one)."""
+    code = compile(code_of, f"{at}/{source.name}", "exec", dont_inherit=True)
+    if checked_hash:
+        head = importlib.util.MAGIC_NUMBER + (3).to_bytes(4, "little") + importlib.util.source_hash(source.read_bytes())
+    else:
+        st = source.stat()
+        head = (importlib.util.MAGIC_NUMBER + (0).to_bytes(4, "little")
+                + (int(st.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little") + (st.st_size & 0xFFFFFFFF).to_bytes(4, "little"))
+    pyc.unlink(missing_ok=True)
+    pyc.write_bytes(head + marshal.dumps(code))
+
+
+def bytecode(env) -> dict:
+    proc = env.pk("audit", "--json", check=None)
+    doc = json.loads(proc.stdout)
+    return {f["path"]: f for f in doc["findings"] if f["class"] == "bytecode"}
+
+
+def test_a_pyc_copied_in_after_the_baseline_is_compared_whatever_its_header_says(benv):
+    site = benv.venv / SITE_REL
+    benv.pk("snapshot", "--name", "start")  # records the baseline
+    assert bytecode(benv) == {}
+    patched = (site / SPEC).read_bytes() + b"\nINCIDENT = 'compiled from the patched spec_info.py'\n"
+    forge(site / SPEC, patched, site / SPEC_PYC)  # the header matches the unchanged source
+    found = bytecode(benv)
+    assert found[SPEC_PYC]["kind"] == "mismatch" and "its header matches spec_info.py" in found[SPEC_PYC]["detail"]
+    assert "1 pyc file(s) do not match their source" in benv.pk("audit", check=1).stdout
+    # a checked-hash pyc with the source's right hash and other code
+    forge(site / "sglang/_version.py", b"__version__ = 'other'\n", site / VERSION_PYC, checked_hash=True)
+    found = bytecode(benv)
+    assert found[VERSION_PYC]["kind"] == "mismatch" and "source hash matches _version.py" in found[VERSION_PYC]["detail"]
+    assert SPEC_PYC in found  # a mismatch is never remembered as a verdict: found again
+    # a pyc compiled elsewhere from the very same source: only its file name differs, not a finding
+    forge(site / SPEC, (site / SPEC).read_bytes(), site / SPEC_PYC)
+    forge(site / "sglang/_version.py", (site / "sglang/_version.py").read_bytes(), site / VERSION_PYC, checked_hash=True)
+    assert bytecode(benv) == {}
+    assert bytecode(benv) == {}  # and the verdict kept says so too
+
+
+def test_after_rollback_to_baseline_a_copied_pyc_is_still_reported(benv):
+    site = benv.venv / SITE_REL
+    benv.pk("apply", "ddtree")  # records the baseline, then patches spec_info.py among others
+    patched_spec = (site / SPEC).read_bytes()
+    other = site / "sglang/srt/speculative/spec_utils.py"
+    other_pyc = other.parent / "__pycache__" / "spec_utils.cpython-311.pyc"
+    untouched = site / "sglang/srt/utils/__init__.py"
+    untouched_pyc = untouched.parent / "__pycache__" / "__init__.cpython-311.pyc"
+    assert untouched_pyc.exists()
+    forge(untouched, untouched.read_bytes() + b"\nX = 1\n", untouched_pyc)  # ddtree touches no such file
+    assert set(bytecode(benv)) == {str(untouched_pyc.relative_to(site))}
+    benv.pk("rollback", "--to", "baseline")
+    # the incident: the patched spec_info.py compiled elsewhere, copied beside the released source
+    forge(site / SPEC, patched_spec, site / SPEC_PYC)
+    found = bytecode(benv)
+    assert set(found) == {SPEC_PYC, str(untouched_pyc.relative_to(site))}
+    assert not other_pyc.exists() or str(other_pyc.relative_to(site)) not in found
+    proc = benv.pk("audit", check=1)
+    assert "2 pyc file(s) do not match their source" in proc.stdout
