@@ -30,6 +30,15 @@ class TargetError(PatchkeeperError):
     """The target cannot be reached or its interpreter or package cannot be found."""
 
 
+class NotInstalled(TargetError):
+    """The managed package is not installed in the target's interpreter (`state_dir`: where its
+    records would be, for a hint that names the release they need)."""
+
+    def __init__(self, message: str, hint: str = "", state_dir: str = "") -> None:
+        super().__init__(message, hint)
+        self.state_dir = state_dir
+
+
 class Unfinished(PatchkeeperError):
     """A transaction passed its commit point but could not be finished; `recover` finishes it."""
 

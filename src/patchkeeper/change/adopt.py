@@ -29,9 +29,17 @@ def ensure_baseline(s: Session, bytes_kept: bool = True, adopt: str | None = Non
     """Record the baseline unless a state is recorded already; the new baseline entry, or None.
     The package is checked against its RECORD first: hand edits are refused, or handled as
     `adopt` says (restore-pristine | accept-edits; below)."""
-    if s.ledger.current() is not None:
+    if s.ledger.current() is not None and not new_release(s):
         return None
     return record_baseline(s, bytes_kept, adopt)
+
+
+def new_release(s: Session) -> bool:
+    """Whether another release of the package was installed outside patchkeeper since the current
+    state: the first change after it records that release's baseline, as the first change to a new
+    target does (the old release's states stay, for a rollback once it is installed again)."""
+    moved = s.installation()
+    return moved is not None and moved.kind == "version"
 
 
 def hand_edits(s: Session) -> tuple[repair.Damage, dict[str, str], Manifest]:
@@ -53,7 +61,9 @@ def _refusal(s: Session, edits: dict[str, str]) -> Refused:
     info = s.target.info
     listed = ", ".join(f"{k} ({kind})" for k, kind in list(edits.items())[:20])
     more = f" and {len(edits) - 20} more" if len(edits) > 20 else ""
-    return Refused(f"{len(edits)} file(s) of {info.package} {info.version} on {s.target.name} differ from its RECORD "
+    moved = s.installation() if s.ledger.current() is not None else None
+    why = f"{moved.what()}, so a baseline of {info.version} is recorded first, but " if moved is not None else ""
+    return Refused(f"{why}{len(edits)} file(s) of {info.package} {info.version} on {s.target.name} differ from its RECORD "
                    f"(edited by hand before patchkeeper?): {listed}{more}; no baseline was recorded",
                    "--restore-pristine puts the release's bytes back first (from its wheel), so the baseline is "
                    "the pristine release; --accept-edits records them as they are, and the ledger says so")
@@ -96,7 +106,7 @@ def _restore_pristine(s: Session, bytes_kept: bool, damage: repair.Damage, edits
             raise Refused("files changed while patchkeeper was recording them", "retry when the package is quiet")
     state = State.make(ledger.save_manifest(after), (), "baseline", bytes_kept)
     entry = LedgerEntry(id=new_id(), seq=ledger.next_seq(), time=time.time(), who=who(), command=s.command,
-                        kind="baseline", before=None, after=state, hand_edits=tuple(edits),
+                        kind="baseline", before=ledger.current(), after=state, hand_edits=tuple(edits),
                         changed=differences({op.key: op.old for op in ops if op.old},
                                             {op.key: op.new for op in ops if op.new}),
                         extra=AdoptExtra(files=len(after), package_version=info.version, adopted="restore-pristine",
@@ -128,7 +138,11 @@ def preview(s: Session, how: str | None) -> None:
     what = {"accept-edits": "accept them as they are", "restore-pristine": "restore the release's bytes first"}
     extra = f"; {len(edits)} file(s) differ from its RECORD, it would {what[how or '']}: {', '.join(edits)}" \
         if edits and how else ""
-    print(f"{s.target.name}: no baseline yet; a real run records one first{extra}")
+    moved = s.installation() if s.ledger.current() is not None else None
+    if moved is not None:
+        print(f"{s.target.name}: {moved.what()}; a real run records a baseline of {s.target.info.version} first{extra}")
+    else:
+        print(f"{s.target.name}: no baseline yet; a real run records one first{extra}")
 
 
 def adopted_edits(s: Session) -> tuple[LedgerEntry, list[tuple[str, Entry | None, bytes | None, Entry | None, bytes | None]]]:

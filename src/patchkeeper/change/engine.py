@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any, Collection, Iterable, Mapping, cast
 
 from .. import faults
 from ..checks import environment
-from ..checks.scan import _cache, _scan_request  # scan.py: the audit loads it alone
+from ..checks.scan import compare as compare  # scan.py: the audit loads it alone
 from ..checks.scan import scan_all as scan_all
 from ..errors import BadInput, PatchkeeperError, Refused, StoreError
-from ..host.contract import CompareRequest, ScanRequest
+from ..host.contract import ScanRequest
 from ..host.disk import STAGE_PREFIX, is_managed_name
 from ..records.ledger import (
     ApplyExtra,
@@ -68,15 +68,6 @@ def scan_keys(target: Target, keys: Iterable[str]) -> dict[str, Entry]:
     return {k: Entry.of(v) for k, v in rows.items()}
 
 
-def compare(target: Target, *manifest_digests: str) -> list[dict[str, tuple[Entry | None, Entry | None]]]:
-    """For each recorded manifest, every managed file that differs from it, compared on the target
-    itself with one scan: key -> (recorded entry, actual entry). Only differences cross the network."""
-    request = CompareRequest(target.info.store, tuple(manifest_digests), _scan_request(target, _cache(target)))
-    results = target.agent.compare_many(request)
-    return [{k: (Entry.of(old) if old else None, Entry.of(new) if new else None) for k, (old, new) in c.pairs.items()}
-            for c in results]
-
-
 def drift(target: Target, manifest_digest: str) -> dict[str, str]:
     """key -> changed | added | removed | mode for every file that differs from a recorded manifest."""
     pairs, = compare(target, manifest_digest)
@@ -101,7 +92,8 @@ def record_state(s: Session, kind: str, name: str, bytes_kept: bool = True, hand
             raise Refused("files changed while patchkeeper was recording them", "retry when the package is quiet")
         faults.point(f"{kind}-stored")
     current = ledger.current()
-    state = State.make(ledger.save_manifest(manifest), current.stack if current else (), name, bytes_kept)
+    stack = current.stack if current and kind != "baseline" else ()  # a baseline (of a new release too): none
+    state = State.make(ledger.save_manifest(manifest), stack, name, bytes_kept)
     entry = LedgerEntry(id=new_id(), seq=ledger.next_seq(), time=time.time(), who=who(), command=s.command,
                         kind=kind, after=state, before=current, hand_edits=hand_edits,
                         extra=cast(RecordExtra, {"files": len(manifest), "package_version": target.info.version,
@@ -300,8 +292,12 @@ def plan_apply(s: Session, name: str, force: bool, trial: bool = False,
     recorded = Recorded(s)
     current = recorded.state
     change = stack_change(ws.patchsets_dir, current.stack, incoming)
-    if change is None:
-        return None
+    if change is None:  # already applied: as recorded, or its files are gone (a reinstall, a hand edit)
+        if trial:
+            return None
+        from .reapply import plan_reapply
+
+        return plan_reapply(s, recorded, incoming, force)
     removed, kept, adding = list(change.removed), list(change.kept), list(change.adding)
     new_stack = kept + [_ref(ps) for ps in adding]
 
@@ -325,8 +321,10 @@ def plan_apply(s: Session, name: str, force: bool, trial: bool = False,
     was = recorded.entries(keys)
     drift = tuple(k for k in keys if actual.get(k) != was[k])
     if drift and not force and not trial:
-        raise Refused(f"{len(drift)} file(s) differ from the recorded state {current.id} (edited by hand?): "
-                      + ", ".join(drift), "inspect them; --force applies anyway and backs them up first")
+        moved = s.installation()
+        raise Refused(f"{len(drift)} file(s) differ from the recorded state {current.id} "
+                      + (f"({moved.what()})" if moved else "(edited by hand?)") + ": " + ", ".join(drift),
+                      "inspect them; --force applies anyway and backs them up first")
 
     if base_manifest is not None:
         files = {k: _baseline_bytes(target, base_manifest, actual, k) for k in keys}
@@ -417,7 +415,8 @@ class Recorded:
         self._ledger = s.ledger
         self._manifest: Manifest | None = None
         current = s.ledger.current()
-        if current is None:
+        moved = s.installation() if current is not None else None
+        if current is None or (moved is not None and moved.kind == "version"):  # (a dry run: no baseline yet)
             self._manifest = scan_all(s.target)
             current = State.make(s.target.hash_bytes(self._manifest.to_text()), (), "baseline")
         self.state: State = current
@@ -544,6 +543,9 @@ def plan_rollback(s: Session, spec: str) -> Plan | None:
     from . import repair
 
     goal, upto, undo = repair.rollback_goal(ledger, spec)
+    from .reapply import refuse_other_release
+
+    refuse_other_release(s, goal)
     to_goal, to_recorded = compare(target, goal.manifest, current.manifest)
     hand = _kinds(to_recorded)  # changed by hand since the last transaction: backed up, then named
     notes = _keep_host_unit(target, to_goal, to_recorded, hand)

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import TYPE_CHECKING
 
-from ..errors import Refused, Unfinished
+from ..errors import NotInstalled, Refused, Unfinished
 from ..printable import one_line
 from ..records import history, statedir
 from ..records.ledger import Ledger
 from ..targets import Target, open_target
 from ..workspace import Workspace
 
+if TYPE_CHECKING:
+    from ..records.installation import Change
 
 READ_WAIT = 5.0  # seconds a reading command waits for a change under way to end (its lock)
 
@@ -39,6 +42,7 @@ class Session:
         self._locked = False
         self.record = history.Record(self.config.name, command)  # what changes.mirror copied, for one commit
         self.commit = commit
+        self._installation: tuple[int, Change | None] | None = None
 
     @property
     def target(self) -> Target:
@@ -54,12 +58,35 @@ class Session:
             raise RuntimeError("the session is not open")
         return self._ledger
 
+    def installation(self) -> Change | None:
+        """What pip, uv or a person did to the managed distribution since the current state recorded
+        it (installation.check), found once per command; None: it is as recorded."""
+        newest = len(self.ledger.entries())  # found again once the command records a state (a new baseline)
+        if self._installation is None or self._installation[0] != newest:
+            from ..records import installation
+
+            self._installation = (newest, installation.check(self.target, self.ledger))
+        return self._installation[1]
+
+    def warn_installation(self) -> None:
+        """For a command that reads the target without telling its installation itself: what pip, uv
+        or a person did to the managed distribution since the current state, on stderr."""
+        change = self.installation() if self.ledger.current() is not None else None
+        if change is not None:
+            print(f"patchkeeper: warning: {self.target.name}: {change.what()} (`patchkeeper status` says what "
+                  "to do)", file=sys.stderr)
+
     def __enter__(self) -> "Session":
         self._target = open_target(self.config)
         self._target.fresh = self.rehash
         try:
-            statedir.check_workspace(self._target, self.workspace.root)
-            statedir.check(self._target, claim=self.write)
+            try:
+                statedir.check_workspace(self._target, self.workspace.root)
+                statedir.check(self._target, claim=self.write)
+            except NotInstalled as exc:  # named with the state it was removed since, and the release it needs
+                from ..records import installation
+
+                raise installation.removed(self._target, exc) from None
             self._ledger = Ledger(self._target, indexed=not self.rehash)
             if (self.write or self.target.agent.lstat(self.ledger.journal_path) is not None) and self._lock():
                 from . import (

@@ -84,6 +84,7 @@ def carry_out(ledger: Ledger, ops: list[FileOp], contents: dict[str, bytes], ent
     the commit point; the journal of a transaction that never committed holds the entry without them."""
     target = ledger.target
     agent, store = target.agent, target.info.store
+    entry = ledger.stamped(entry)  # the installation it is made over, in the journal too
     found = obstacles(ledger, ops)
     if found:
         raise Refused(f"{len(found)} file(s) cannot be replaced or removed, so nothing was changed: "

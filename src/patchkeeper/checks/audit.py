@@ -16,6 +16,7 @@ from ..targets import Target
 from .scan import scan_request
 
 CLASSES = ("drift", "environment", "native", "bytecode", "probe", "patched")
+INSTALLATION = "drift"  # the class of a change of the managed distribution's installation (installation.py)
 PROBE_TIMEOUT = 60.0
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 _PROBE = (
@@ -75,6 +76,10 @@ class AuditReport:
         """One line saying where the trouble is."""
         parts = []
         drift = self.count("drift")
+        installed = [f.detail for f in self.findings if f.cls == INSTALLATION and f.path.endswith(".dist-info")]
+        if installed:
+            parts.extend(installed)
+            drift -= len(installed)
         if self.state is None:
             parts.append(f"no recorded state; {self.package} matches its RECORD" if not drift else
                          f"no recorded state; {self.package} differs from its RECORD in {drift} file(s)")
@@ -94,7 +99,7 @@ class AuditReport:
         probes = _unique(f.path for f in self.findings if f.cls == "probe")
         if probes:
             parts.append("import fails: " + ", ".join(probes))
-        if len(parts) == 1:
+        if len(parts) == 1 + len(installed):
             parts.append("environment clean")
         return "; ".join(parts)
 
@@ -231,9 +236,37 @@ def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), pro
                 tell("probes", done, steps)
                 if line is not None:
                     findings.append(Finding("probe", module, "import-failed", line))
+    if current is not None:
+        files += _installation(target, ledger, findings, notes)
+        if tree.linked:
+            shown = ", ".join(f"{key} ({n} links)" for key, n in tree.linked_examples)
+            notes.append(f"{tree.linked} managed file(s) share their inode with other files (hard links, as uv "
+                         f"installs from its cache): {shown}{' …' if tree.linked > len(tree.linked_examples) else ''}"
+                         "; a write in place would change every linked copy (uv's cache and the venvs linked to "
+                         "it); patchkeeper replaces files by rename, never in place")
     order = {c: i for i, c in enumerate(CLASSES)}
     findings.sort(key=lambda f: (order[f.cls], f.dist, f.path))
     return AuditReport(target.name, info.host, info.package, current, files, tuple(findings), tuple(notes), drift)
+
+
+def _installation(target: Target, ledger: Ledger, findings: list[Finding], notes: list[str]) -> int:
+    """The managed distribution's installation beside its code state: what pip, uv or a person did to
+    it since the state was recorded (records/installation.py), and its RECORD rows outside the package
+    (console scripts, the installer's records) against RECORD. Returns the files checked."""
+    from ..records import installation
+    from . import installed
+
+    info = target.info
+    change = installation.check(target, ledger)
+    if change is not None:
+        told = installed.tell(target, ledger, change)
+        if told.trouble:
+            findings.insert(0, Finding(INSTALLATION, info.dist_info, change.kind, told.line, info.package))
+        else:
+            notes.append(told.line)
+    checked = target.agent.audit_installation(info.site, info.dist_info, cache_dir(target))
+    findings.extend(Finding("drift", p, kind, detail, info.package) for p, kind, detail in checked.findings)
+    return checked.files
 
 
 def _patched(ledger: Ledger, current: State, owners: dict[str, str] | None) -> list[Finding]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import posixpath
 
-from ..host.contract import ScanRequest
-from ..records.manifest import Manifest
+from ..host.contract import CompareRequest, ScanRequest
+from ..records.manifest import Entry, Manifest
 from ..targets import Target
 
 
@@ -34,3 +34,12 @@ def scan_all(target: Target, algorithm: str | None = None) -> Manifest:
     else:
         request = _scan_request(target, _cache(target))
     return Manifest.from_scan(target.agent.scan(request).rows)
+
+
+def compare(target: Target, *manifest_digests: str) -> list[dict[str, tuple[Entry | None, Entry | None]]]:
+    """For each recorded manifest, every managed file that differs from it, compared on the target
+    itself with one scan: key -> (recorded entry, actual entry). Only differences cross the network."""
+    request = CompareRequest(target.info.store, tuple(manifest_digests), _scan_request(target, _cache(target)))
+    results = target.agent.compare_many(request)
+    return [{k: (Entry.of(old) if old else None, Entry.of(new) if new else None) for k, (old, new) in c.pairs.items()}
+            for c in results]

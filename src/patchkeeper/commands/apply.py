@@ -26,9 +26,13 @@ def _apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: b
     svc = changes.service_of(ws.target(target), verify)
     with Session(ws, target, f"apply {name}") as s:
         show = report.shower(s.target.name)
+        from ..records.installation import refuse_writes
+
+        refuse_writes(s.installation(), s.target, f"apply {name}", reinstall_ok=True)  # a cut RECORD: refused
+        first = s.ledger.current() is None or adopting.new_release(s)  # a baseline (of this release) comes first
         incoming = engine.resolve(ws.patchsets_dir, name, s.config)  # every template renders, before a baseline
         engine.check_fits(s.target, incoming, force)  # bad input is refused before a baseline is recorded
-        if dry_run and s.ledger.current() is None:
+        if dry_run and first:
             adopting.preview(s, adopt)
         elif not dry_run:
             baseline = adopting.ensure_baseline(s, adopt=adopt)

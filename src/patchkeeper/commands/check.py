@@ -24,6 +24,7 @@ def check(ws: Workspace, target: str | None, name: str, wheel: str | None, as_js
     if wheel:
         return _against_wheel(sets, wheel, as_json)
     with Session(ws, target, f"check {name}", write=False) as s:
+        s.warn_installation()
         t = s.target
         plan = engine.plan_apply(s, name, force=False, trial=True)
         if plan is None:

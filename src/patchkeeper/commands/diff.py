@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from ..change import engine
 from ..change.session import Session
+from ..checks import installed
 from ..errors import PatchkeeperError, Refused
 from ..printable import one_line
 from ..records.manifest import ROLE_PREFIX, Entry, differences
@@ -46,7 +47,9 @@ def _one_result(ws: Workspace, name: str) -> dict:
             return {"state": None, "differences": []}
         owners = engine.owners_of(ws, current.stack)
         diffs = _classify(engine.compare(s.target, current.manifest)[0], {s.target.name: owners})
-        return {"state": current.to_dict(), "differences": [d.to_dict() for d in diffs]}
+        told = installed.told(s.target, s.ledger, s.installation())
+        return {"state": current.to_dict(), "differences": [d.to_dict() for d in diffs],
+                "installation": told.to_dict() if told else None}
 
 
 def diff_all(ws: Workspace, as_json: bool) -> int:
@@ -55,7 +58,8 @@ def diff_all(ws: Workspace, as_json: bool) -> int:
 
     results = each(ws, _one_result, "diff")
     errors = [n for n, r in results.items() if isinstance(r, str)]
-    differing = [n for n, r in results.items() if not isinstance(r, str) and r["differences"]]
+    differing = [n for n, r in results.items() if not isinstance(r, str)
+                 and (r["differences"] or (r.get("installation") or {}).get("trouble"))]
     if as_json:
         emit_json({n: ({"error": r} if isinstance(r, str) else r) for n, r in results.items()})
     else:
@@ -67,8 +71,9 @@ def diff_all(ws: Workspace, as_json: bool) -> int:
                 rows.append([n, "-", "no recorded state"])
             else:
                 kinds = [d["kind"] for d in r["differences"]]
-                rows.append([n, r["state"]["id"], ", ".join(f"{kinds.count(k)} {k}" for k in dict.fromkeys(kinds))
-                             or "files match"])
+                told = r.get("installation")
+                rows.append([n, r["state"]["id"], (", ".join(f"{kinds.count(k)} {k}" for k in dict.fromkeys(kinds))
+                                                   or "files match") + (f"; {told['what']}" if told else "")])
         table(["target", "state", "differences"], rows)
         print(f"{len(results)} target(s): {len(differing)} differ, {len(errors)} unreachable")
     return 2 if errors else 1 if differing else 0
@@ -98,16 +103,21 @@ def _one(ws: Workspace, name: str | None, against: str | None, patch: bool, as_j
             patches = _patches(diffs, old, new, f"{state.id}", s.target.name)
         label = f"state {state.id}" + (f" ({state.name})" if state.name else "")
         starts = _exec_starts_recorded(s, diffs)
+        told = installed.told(s.target, s.ledger, s.installation())
+        code = 1 if diffs or (told is not None and told.trouble) else 0
         if as_json:
             emit_json({"target": s.target.name, "against": state.to_dict(), "algorithm": s.target.algorithm,
                        "differences": [d.to_dict() for d in diffs], "patches": patches,
-                       "exec_start": {k: _as_dict(v) for k, v in starts.items()}})
-            return 1 if diffs else 0
+                       "exec_start": {k: _as_dict(v) for k, v in starts.items()},
+                       "installation": told.to_dict() if told else None})
+            return code
         print(f"{s.target.name} against {label}: {state.stack_text()}")
+        if told is not None:
+            print(("" if told.trouble else "note: ") + told.line)
         _print(diffs, patches, f"{len(diffs)} file(s) differ from {label}",
                f"{s.target.name}: files match {label}")
         _print_starts({f"in {label}": starts.get("recorded"), "now": starts.get("now")})
-        return 1 if diffs else 0
+        return code
 
 
 def _two(ws: Workspace, a: str, b: str, patch: bool, as_json: bool) -> int:
@@ -121,6 +131,8 @@ def _two(ws: Workspace, a: str, b: str, patch: bool, as_json: bool) -> int:
                 stack.push(future.result().__exit__)
         for future in opening:
             future.result()  # the first failure, once every opened session will be closed
+        for s in sessions:
+            s.warn_installation()
         algorithms = {s.target.algorithm for s in sessions}
         common = next(iter(algorithms)) if len(algorithms) == 1 else "sha256"  # every Python has sha256
         ma, mb = pool.map(lambda s: engine.scan_all(s.target, common), sessions)

@@ -13,6 +13,7 @@ from . import check_sides, emit_json
 
 def env(ws: Workspace, target: str | None, as_json: bool) -> int:
     with Session(ws, target, "env", write=False) as s:
+        s.warn_installation()
         fp = environment.take(s.target)
     if as_json:
         emit_json({"target": s.target.name, **fp, "import_context": env_screen.import_context(fp)})
@@ -50,6 +51,7 @@ def _side(ws: Workspace, spec: str) -> tuple[str, dict]:
     """One side of a comparison: `TARGET` (its environment now) or `TARGET:STATE` (as recorded)."""
     name, _, state = spec.partition(":")
     with Session(ws, name or None, "diff --env", write=False) as s:
+        s.warn_installation()
         if state:
             return _recorded(s, state)
         return f"{s.target.name} (now)", environment.take(s.target)
@@ -60,6 +62,7 @@ def _one(ws: Workspace, name: str, state: str | None,
     """A target's recorded state (default: its current one; with `since_pass`, the last passing
     verification of its current one) and its environment now, one session."""
     with Session(ws, name or None, "diff --env", write=False) as s:
+        s.warn_installation()
         if since_pass:
             return _last_pass(s), (f"{s.target.name} (now)", environment.take(s.target))
         if state is None:

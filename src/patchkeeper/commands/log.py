@@ -12,6 +12,7 @@ from . import emit_json
 
 def log(ws: Workspace, target: str | None, as_json: bool) -> int:
     with Session(ws, target, "log", write=False) as s:
+        s.warn_installation()
         entries = list(reversed(s.ledger.entries()))
         if as_json:
             emit_json([e.to_dict() for e in entries])

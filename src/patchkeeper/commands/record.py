@@ -16,6 +16,7 @@ def record_target(ws: Workspace, target: str | None, name: str, since: str, bump
                   description: str | None) -> int:
     authoring.check_name(name)
     with Session(ws, target, f"record {name} --from {since}", write=False) as s:
+        s.warn_installation()
         state = s.ledger.find_state(since)
         then = s.ledger.load_manifest(state)
         now = engine.scan_all(s.target)

@@ -10,6 +10,7 @@ from .show_plan import render_not_mirrored
 
 def recover(ws: Workspace, target: str | None) -> int:
     with Session(ws, target, "recover") as s:
+        s.warn_installation()
         s.ledger.entries()  # a damaged entry is an error of its own, not a copy that could not be made
         if s.recovered is None:
             print(f"{s.target.name}: nothing to recover; no transaction was interrupted")

@@ -35,6 +35,10 @@ def _repair(ws: Workspace, target: str | None, dist: str, wheel: str | None, dry
             raise Refused(f"{dist} is the package patchkeeper manages on {s.target.name}: its files are kept by "
                           "its recorded states", "use `rollback --to baseline`; before the first baseline, "
                           "`apply` or `snapshot` with --restore-pristine")
+        if not dry_run:  # its entry would record the managed package's installation as the state's
+            from ..records.installation import refuse_writes
+
+            refuse_writes(s.installation(), s.target, s.command)
         damage = repair.find_damage(s.target, dist)
         if not damage.files:
             print(f"{s.target.name}: {damage.name} {damage.version} matches its RECORD; nothing to repair")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..change import engine
 from ..change.session import Session
-from ..checks import audit
+from ..checks import audit, installed
 from ..printable import one_line
 from ..workspace import Workspace
 from . import emit_json
@@ -27,13 +27,16 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
             from ..checks import units
 
             exec_start = units.on_target(s.target)
+        told = installed.told(s.target, s.ledger, s.installation())
         doc = {"target": s.target.name, "host": info.host, "package": info.package, "version": info.version,
                "site": info.site, "state_dir": info.state_dir, "state": current.to_dict() if current else None,
                "differences": diffs, "unfinished": s.unfinished.message if s.unfinished else None,
-               "roles": dict(info.roles), "exec_start": _as_dict(exec_start)}
+               "roles": dict(info.roles), "exec_start": _as_dict(exec_start),
+               "installation": told.to_dict() if told else None}
+        code = 1 if told is not None and told.trouble else 0
         if as_json:
             emit_json(doc)
-            return 0
+            return code
         print(f"target {s.target.name}: {info.package} {info.version} in {info.site}")
         if s.unfinished is not None:
             print(f"UNFINISHED: {s.unfinished.message}\n  hint: {s.unfinished.hint}")
@@ -43,6 +46,8 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
         print(f"state {current.id}{' (' + one_line(current.name) + ')' if current.name else ''}: {current.stack_text()}")
         for p in current.stack:
             print(f"  {one_line(p['name'])}@{one_line(p['version'])}  {p['digest'][:19]}…")
+        if told is not None:
+            print(("" if told.trouble else "note: ") + told.line)
         _print_unit(s, exec_start)
         if report is not None:
             print("audit: " + report.summary())
@@ -54,7 +59,21 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
                 print(f"  {kind:8} {one_line(key)}")
             if len(diffs) > 20:
                 print(f"  … and {len(diffs) - 20} more")
-        return 0
+        if told is not None and told.trouble:
+            print(f"hint: {_hint(s, told)}")
+        return code
+
+
+def _hint(s: Session, told: installed.Told) -> str:
+    change = told.change
+    if change.kind == "version":
+        return (f"{change.pin(s.target.info.python)} brings back the release state {change.state.id} was recorded "
+                "with; then `patchkeeper status` again")
+    if change.kind == "record":
+        return f"reinstall it: {change.pin(s.target.info.python)} --force-reinstall"
+    names = " ".join(p["name"] for p in change.state.stack)
+    return (f"`patchkeeper apply {names}` puts the patch sets' files back" if names else
+            f"`patchkeeper rollback --to {change.state.id}` puts the state's files back")
 
 
 def _as_dict(command) -> dict | None:
@@ -83,9 +102,11 @@ def _print_unit(s: Session, exec_start) -> None:
 def _one_doc(ws: Workspace, name: str) -> dict:
     with Session(ws, name, "status", write=False) as s:
         info, current = s.target.info, s.ledger.current()
+        told = installed.told(s.target, s.ledger, s.installation())
         return {"target": s.target.name, "host": info.host, "package": info.package, "version": info.version,
                 "site": info.site, "state_dir": info.state_dir, "state": current.to_dict() if current else None,
-                "differences": engine.drift(s.target, current.manifest) if current else {}}
+                "differences": engine.drift(s.target, current.manifest) if current else {},
+                "installation": told.to_dict() if told else None}
 
 
 def status_all(ws: Workspace, as_json: bool) -> int:
@@ -94,9 +115,10 @@ def status_all(ws: Workspace, as_json: bool) -> int:
 
     results = each(ws, _one_doc, "status")
     errors = [n for n, r in results.items() if isinstance(r, str)]
+    troubled = any(not isinstance(r, str) and (r.get("installation") or {}).get("trouble") for r in results.values())
     if as_json:
         emit_json({n: ({"error": r} if isinstance(r, str) else r) for n, r in results.items()})
-        return 2 if errors else 0
+        return 2 if errors else 1 if troubled else 0
     rows = []
     for n, r in results.items():
         if isinstance(r, str):
@@ -105,9 +127,11 @@ def status_all(ws: Workspace, as_json: bool) -> int:
         state = r["state"]
         stack = " + ".join(f"{p['name']}@{p['version']}" for p in state["stack"]) if state else ""
         diffs = len(r["differences"])
+        told = r.get("installation")
         rows.append([n, f"{r['package']} {r['version']}", state["id"] if state else "-",
                      ("no recorded state" if state is None else
-                      f"{stack or '(no patch sets)'}; " + (f"{diffs} file(s) differ" if diffs else "files match"))])
+                      f"{stack or '(no patch sets)'}; " + (f"{diffs} file(s) differ" if diffs else "files match")
+                      + (f"; {told['what']}" if told else ""))])
     table(["target", "package", "state", "stack; files"], rows)
     print(f"{len(results)} target(s): {len(errors)} unreachable")
-    return 2 if errors else 0
+    return 2 if errors else 1 if troubled else 0

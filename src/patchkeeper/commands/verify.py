@@ -21,6 +21,7 @@ def verify(ws: Workspace, target: str | None, as_json: bool, with_restart: bool)
     command = "verify" + (" --restart" if with_restart else "")
     with Report(as_json, command, target, step_printer) as report:
         with Session(ws, target, command) as s:
+            s.warn_installation()
             report.shower(s.target.name)
             svc = service.load(s.config)
             if svc is None:
@@ -54,6 +55,7 @@ def _verify_quiet(ws: Workspace, name: str, with_restart: bool) -> dict | None:
     if service.load(ws.target(name)) is None:
         return None
     with Session(ws, name, "verify --all" + (" --restart" if with_restart else ""), commit=False) as s:
+        s.warn_installation()
         svc = service.load(s.config)
         if svc is None:  # its [service] table went away since the look above
             return None

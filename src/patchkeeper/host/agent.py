@@ -50,7 +50,8 @@ from .contract import (
 from . import seal
 from .errors import AgentError
 from .bytecode import check_bytecode
-from .distinfo import installed_version, layout, record_paths
+from .distcheck import check_record
+from .distinfo import installation, installed_version, layout, record_paths
 from . import compare
 from .manifests import Manifests
 from .preflight import obstacles
@@ -341,7 +342,7 @@ class Agent(AgentContract):
                     continue
                 record = record_paths(os.path.join(site, name, "RECORD"))
                 return DistInfo(site, name, installed_version(os.path.join(site, name)) or version,
-                                tuple(record) if paths else (), *layout(record))
+                                tuple(record) if paths else (), *layout(record), installation(site, name))
         return None
 
     # ---- scanning ----------------------------------------------------------------------
@@ -558,6 +559,11 @@ class Agent(AgentContract):
     def _records(site: str, dist_infos: list[str], cache_dir: str | None) -> dict[str, dict[str, Any]]:
         """check_record of each distribution, sealed in `cache_dir` (see audit_record)."""
         return treecheck.checked_records(site, dist_infos, cache_dir)
+
+    def audit_installation(self, site: str, dist_info: str, cache_dir: str | None = None) -> RecordCheck:
+        """The managed distribution's RECORD rows outside its package (its console scripts in bin/, the
+        installer's records; the package's own files are the code state's) against RECORD."""
+        return RecordCheck.from_wire(check_record(site, dist_info, cache_dir, outside=True))
 
     def audit_bytecode(self, site: str, cache_tag: str, verify: list[str], cache: str | None = None,
                        pycs_since: str | None = None) -> BytecodeCheck:

@@ -112,7 +112,9 @@ class ChangedFiles(Answer):
 @dataclass(frozen=True)
 class DistInfo(Answer):
     """An installed distribution: where its metadata is, its version, the paths its RECORD lists
-    (left empty when not asked for) and their layout (host/distinfo.layout)."""
+    (left empty when not asked for), their layout (host/distinfo.layout) and what identifies this
+    installation of it (host/distinfo.installation: installer, RECORD's size and mtime, a digest of
+    the release's rows)."""
 
     site: str
     dist_info: str  # the directory's name, in `site`
@@ -120,11 +122,12 @@ class DistInfo(Answer):
     record: Tuple[str, ...]  # relative to `site`
     tops: Tuple[str, ...] = ()
     loose: Tuple[str, ...] = ()
+    installation: Optional[Dict[str, Any]] = None
 
     @classmethod
     def from_wire(cls, doc: Dict[str, Any]) -> "DistInfo":
         return cls(doc["site"], doc["dist_info"], doc["version"], tuple(doc["record"]), tuple(doc.get("tops", ())),
-                   tuple(doc.get("loose", ())))
+                   tuple(doc.get("loose", ())), doc.get("installation"))
 
 
 @dataclass(frozen=True)
@@ -225,24 +228,30 @@ class Fingerprint(Answer):
 @dataclass(frozen=True)
 class TreeCheck(Answer):
     """A TreeRequest's answer: the files scanned, how they differ from the manifest, the bytecode,
-    each distribution of `records` against its RECORD (by dist-info name), and the fingerprint's
-    native part of `native_sites` (None when not asked for)."""
+    each distribution of `records` against its RECORD (by dist-info name), the fingerprint's
+    native part of `native_sites` (None when not asked for), and how many of the package's files
+    share their inode with other files (hard links, as uv installs them), with a few of them and
+    their link counts."""
 
     files: int
     comparison: Comparison
     bytecode: BytecodeCheck
     records: Dict[str, RecordCheck] = field(default_factory=dict)
     native: Optional[Dict[str, Any]] = None
+    linked: int = 0
+    linked_examples: Tuple[Tuple[str, int], ...] = ()
 
     def to_wire(self) -> Dict[str, Any]:
         return {"files": self.files, "comparison": self.comparison.to_wire(), "bytecode": self.bytecode.to_wire(),
-                "records": {name: r.to_wire() for name, r in self.records.items()}, "native": self.native}
+                "records": {name: r.to_wire() for name, r in self.records.items()}, "native": self.native,
+                "linked": self.linked, "linked_examples": self.linked_examples}
 
     @classmethod
     def from_wire(cls, doc: Dict[str, Any]) -> "TreeCheck":
         return cls(doc["files"], Comparison.from_wire(doc["comparison"]), BytecodeCheck.from_wire(doc["bytecode"]),
                    {name: RecordCheck.from_wire(r) for name, r in (doc.get("records") or {}).items()},
-                   doc.get("native"))
+                   doc.get("native"), doc.get("linked", 0),
+                   tuple((key, n) for key, n in doc.get("linked_examples") or ()))
 
 
 _REQUESTS: Dict[str, Callable[[Dict[str, Any]], Any]] = {"scan": ScanRequest.from_wire,
@@ -268,6 +277,7 @@ _ANSWERS: Dict[str, Callable[[Any], Any]] = {
     "lock": _optional(LockHolder.from_wire),
     "clean_temps": lambda docs: [(path, size) for path, size in docs],
     "audit_record": lambda docs: {name: RecordCheck.from_wire(d) for name, d in docs.items()},
+    "audit_installation": RecordCheck.from_wire,
     "audit_bytecode": BytecodeCheck.from_wire,
     "audit_tree": TreeCheck.from_wire,
     "fingerprint": Fingerprint.from_wire,
@@ -392,6 +402,8 @@ class AgentContract(Protocol):
 
     def audit_record(self, site: str, dist_infos: List[str],
                      cache_dir: Optional[str] = None) -> Dict[str, RecordCheck]: ...
+
+    def audit_installation(self, site: str, dist_info: str, cache_dir: Optional[str] = None) -> RecordCheck: ...
 
     def audit_bytecode(self, site: str, cache_tag: str, verify: List[str],
                        cache: Optional[str] = None, pycs_since: Optional[str] = None) -> BytecodeCheck: ...

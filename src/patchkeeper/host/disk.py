@@ -24,8 +24,10 @@ if TYPE_CHECKING:  # annotations only: typing (with re) costs a command's start 
 _blake3: Any
 try:  # blake3 is patchkeeper's hash; a host without it falls back to sha256 (and says so).
     import blake3 as _blake3
-except ImportError:  # pragma: no cover - exercised on hosts without blake3
-    _blake3 = None
+except ImportError:  # an interpreter without blake3: a local target's agent hashes through the controller's
+    from . import blake3pipe  # Python (blake3pipe.py; the hashes are blake3's); elsewhere, sha256
+
+    _blake3 = blake3pipe.module()
 
 ALGORITHM = "blake3" if _blake3 is not None else "sha256"
 CHUNK = 1 << 20  # bytes a file is read by (feed)
@@ -34,10 +36,11 @@ _SKIP_DIRS = {"__pycache__"}
 _SKIP_SUFFIXES = (".pyc", ".pyo")
 STAGE_PREFIX = ".pk-stage-"
 # What an installer writes in a dist-info about this installation rather than the package: RECORD
-# (whose rows hash the console scripts, whose shebangs name the venv's path) and direct_url.json
-# (where the wheel was). They differ between two installs of one wheel, so they are no part of a
-# code state; `audit` checks the installation against RECORD instead.
-INSTALL_RECORDS = ("RECORD", "direct_url.json")
+# (whose rows hash the console scripts, whose shebangs name the venv's path), direct_url.json
+# (where the wheel was), INSTALLER (pip, uv), REQUESTED, and uv's uv_cache.json. They differ between
+# two installs of one wheel (by pip or by uv), so they are no part of a code state; `audit` checks
+# the installation against RECORD instead, and each state's ledger entry records who installed it.
+INSTALL_RECORDS = ("RECORD", "direct_url.json", "INSTALLER", "REQUESTED", "uv_cache.json")
 TEMP_PREFIX = ".pk-tmp-"  # write_atomic's temporary files: .pk-tmp-<pid>-<ns>
 
 

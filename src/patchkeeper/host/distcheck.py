@@ -6,12 +6,12 @@ import os
 import stat
 import sys
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, Iterator, List
 
 from . import seal
-from .disk import feed, map_files, write_atomic
+from .disk import feed, is_install_record, map_files, write_atomic
 from .statcache import StatCache, load_cache, save_cache
-from .distinfo import console_scripts, record_identity, record_paths, record_rows
+from .distinfo import console_scripts, record_identity, record_paths, record_rows, record_text_rows
 
 
 
@@ -71,17 +71,20 @@ def _shebang_only(path: str, algo: str, expected: str, entry_points: set[str]) -
     return _is_launcher(rest, entry_points)
 
 
-def check_record(site: str, name: str, cache_dir: str | None) -> dict[str, Any]:
+def check_record(site: str, name: str, cache_dir: str | None, outside: bool = False) -> dict[str, Any]:
+    """A distribution's files against its RECORD (hash, size); `outside`: only its rows outside its
+    package, the console scripts (`../`) and the installer's records (the managed distribution's,
+    whose package is its code state)."""
     dist_dir = os.path.join(site, name)
     record = os.path.join(dist_dir, "RECORD")
     if not os.path.exists(record):
         return {"files": 0, "findings": [], "note": "no RECORD: its files cannot be verified"}
-    cache = StatCache(os.path.join(cache_dir, name + ".json") if cache_dir else None)
+    cache = StatCache(os.path.join(cache_dir, name + (".outside" if outside else "") + ".json") if cache_dir else None)
     findings: list[list[str]] = []
     todo: list[tuple[str, str, str, str, os.stat_result]] = []
     checked = 0
     mismatched: list[tuple[str, str, str, str]] = []
-    rows = list(record_rows(record))
+    rows = list(_outside_rows(record) if outside else record_rows(record))
     for rel, algo, b64, size in rows:
         checked += 1
         path = os.path.normpath(os.path.join(site, rel))
@@ -133,6 +136,15 @@ def check_record(site: str, name: str, cache_dir: str | None) -> dict[str, Any]:
         os.makedirs(os.path.dirname(cache.path), mode=0o700, exist_ok=True)
         write_atomic(cache.path, b"{}", 0o600)
     return {"files": checked, "findings": sorted(findings), "identity": record_identity(rows)}
+
+def _outside_rows(record: str) -> Iterator[tuple[str, str, str, int | None]]:
+    """RECORD's rows outside the package, as record_rows gives them: the lines that may be one are
+    picked by their text first (sglang's RECORD has 10,000 rows; a handful are outside it)."""
+    with open(record, newline="", encoding="utf-8") as f:
+        lines = [line for line in f if line.startswith(("../", "/", '"')) or ".dist-info/" in line]
+    for row in record_text_rows(lines):
+        if row[0].startswith(("../", "/")) or is_install_record(row[0]):
+            yield row
 
 
 def shared_files(site: str, results: Dict[str, Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:

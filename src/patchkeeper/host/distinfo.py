@@ -8,7 +8,9 @@ audit reads every distribution's, where the csv module and email parser cost mor
 from __future__ import annotations
 
 import os
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator
+
+from .disk import is_install_record
 
 
 def record_paths(record: str) -> list[str]:
@@ -25,6 +27,35 @@ def record_paths(record: str) -> list[str]:
         paths = dict(zip(quoted, (row[0] for row in csv.reader(quoted))))
         return [paths[line] if line[0] == '"' else line.rsplit(",", 2)[0] for line in lines if line]
     return [line.rsplit(",", 2)[0] for line in lines if line]
+
+
+def installation(site: str, name: str) -> dict[str, Any]:
+    """What identifies this installation of a distribution, beside its name and version: who installed
+    it (INSTALLER), RECORD's size and mtime (any reinstall rewrites it; a copy of the venv keeps them),
+    and a sha256 of RECORD's rows that say what the release's files are (each path inside
+    site-packages and its hash, sorted; not the installer's own records, bytecode or scripts), which
+    two installs of one wheel share, by pip or by uv, and which a RECORD whose rows were cut loses."""
+    import hashlib
+
+    dist_dir = os.path.join(site, name)
+    try:
+        with open(os.path.join(dist_dir, "INSTALLER"), encoding="utf-8", errors="replace") as f:
+            installer = f.read(64).strip()
+    except OSError:
+        installer = ""
+    record = os.path.join(dist_dir, "RECORD")
+    try:
+        st = os.stat(record)
+        with open(record, newline="", encoding="utf-8", errors="surrogateescape") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return {"installer": installer, "record": None, "files": None, "rows": 0}
+    release = sorted(f"{path},{algo}={b64}" for path, algo, b64, _ in record_text_rows(lines)
+                     if not path.startswith(("../", "/")) and "__pycache__/" not in path
+                     and not is_install_record(path))
+    digest = hashlib.sha256("\n".join(release).encode("utf-8", "surrogateescape")).hexdigest()
+    return {"installer": installer, "record": [st.st_size, st.st_mtime_ns], "files": f"sha256:{digest}",
+            "rows": len(release)}
 
 
 def layout(paths: Iterable[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:

@@ -1,6 +1,8 @@
 """One audit of a site dir (Agent.audit_tree): the managed package against its recorded manifest,
 the bytecode below the site dir, other distributions against their RECORD and the native libraries,
-with one walk of the package; the answer sealed while nothing it read has changed (seal.py).
+with one walk of the package; the answer sealed while nothing it read has changed (seal.py). It also
+counts the package's files that share their inode with others (hard links, as uv installs them: a
+link count moves a file's ctime, so a sealed count holds while the seal does), from the scan's stats.
 Standard library only (shipped to hosts).
 """
 
@@ -65,7 +67,8 @@ def check(request: TreeRequest, manifests: Manifests, store: Store) -> TreeCheck
     verdicts = VerdictCache(request.bytecode_cache)
     judge = _judge(root, request.cache_tag, frozenset(verify), stats, verdicts, since(request.pycs_since))
     bytecode = BytecodeCheck.from_wire(_tally(found, [judge(rel, in_cache) for rel, in_cache in found], verdicts))
-    answer = TreeCheck(len(rows), comparison, bytecode)
+    linked = sorted((key, st.st_nlink) for key, st in stats.items() if st.st_nlink > 1 and key[:1] != "@")
+    answer = TreeCheck(len(rows), comparison, bytecode, linked=len(linked), linked_examples=tuple(linked[:5]))
     if taken is not None and request.seal:
         seal.save(request.seal, key, taken, answer.to_wire())
     return replace(answer, records=with_records, native=native)
@@ -97,7 +100,7 @@ def _key(request: TreeRequest, records: Dict[str, Any]) -> Tuple[Any, ...]:
     recompiled (those named, and those the RECORD checks found changed)."""
     verify = set(request.verify) | recompiled_sources(f for r in records.values() for f in r["findings"])
     return (request.scan.to_wire(), request.store, request.manifest, request.cache_tag, tuple(sorted(verify)),
-            request.pycs_since, since(request.pycs_since))
+            request.pycs_since, since(request.pycs_since), "linked")  # (answers sealed before they counted hard links are not given again)
 
 
 def since(marker: str | None) -> int | None:

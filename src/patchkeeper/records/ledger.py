@@ -9,7 +9,7 @@ import posixpath
 import pwd
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast, overload
 
 from ..errors import BadInput, Refused, StoreError
@@ -103,6 +103,7 @@ class LedgerEntry:
     extra: Extra = field(default_factory=lambda: RollbackExtra())
     env: str | None = None  # digest of the environment fingerprint in the store (None: not kept)
     env_error: str | None = None  # why no fingerprint could be taken
+    installed: dict[str, Any] | None = None  # the managed distribution's installation (installation.py)
 
     def to_dict(self) -> dict:
         return {"id": self.id, "seq": self.seq, "time": self.time, "who": self.who,
@@ -110,7 +111,8 @@ class LedgerEntry:
                 "before": self.before.to_dict() if self.before else None, "after": self.after.to_dict(),
                 "changed": self.changed, "hand_edits": list(self.hand_edits), "extra": self.extra,
                 **({"env": self.env} if self.env else {}),
-                **({"env_error": self.env_error} if self.env_error else {})}
+                **({"env_error": self.env_error} if self.env_error else {}),
+                **({"installed": self.installed} if self.installed else {})}
 
     @classmethod
     def from_dict(cls, d: dict) -> "LedgerEntry":
@@ -135,11 +137,15 @@ class LedgerEntry:
         env, env_error = d.get("env"), d.get("env_error")
         if env is not None:
             shapes.digest(env, "env")
+        installed = d.get("installed")
+        if installed is not None:
+            _check_installed(installed)
         return cls(id=d["id"], seq=d["seq"], time=d["time"], who=d["who"], command=d["command"],
                    kind=d["kind"], after=State.from_dict(d["after"], "after"),
                    before=State.from_dict(d["before"], "before") if d.get("before") else None,
                    patchsets=patchsets, changed=changed, hand_edits=hand_edits, extra=extra,
-                   env=env, env_error=None if env_error is None else shapes.text(env_error, "env_error"))
+                   env=env, env_error=None if env_error is None else shapes.text(env_error, "env_error"),
+                   installed=installed)
 
     @property
     def backups(self) -> dict[str, str]:
@@ -173,6 +179,24 @@ def _check_ref(ref: Any, what: str) -> None:
     shapes.name(ref.get("name"), f"{what}: name")
     shapes.text(ref.get("version"), f"{what}: version")
     shapes.digest(ref.get("digest"), f"{what}: digest")
+
+
+def _check_installed(installed: Any) -> None:
+    """An entry's record of the managed distribution's installation (records/installation.py)."""
+    if not isinstance(installed, dict):
+        raise shapes.fail("installed", installed, "a mapping")
+    shapes.name(installed.get("dist_info"), "installed.dist_info")
+    shapes.text(installed.get("version"), "installed.version")
+    shapes.text(installed.get("installer") or "", "installed.installer")
+    if installed.get("files") is not None:
+        shapes.digest(installed["files"], "installed.files")
+    shapes.count(installed.get("rows") or 0, "installed.rows")
+    record = installed.get("record")
+    if record is not None:
+        if not isinstance(record, list) or len(record) != 2:
+            raise shapes.fail("installed.record", record, "[size, mtime_ns]")
+        for value in record:
+            shapes.count(value, "installed.record")
 
 
 def _check_extra(extra: Any) -> None:
@@ -332,12 +356,21 @@ class Ledger:
         entries = self.entries()
         return entries[-1].after if entries else None
 
-    def baseline(self) -> State | None:
+    def baseline(self, release: str | None = None) -> State | None:
+        """The baseline: of the installed release (or of `release`), the newest recorded for it (a
+        target whose package was upgraded outside patchkeeper records a baseline of each release it
+        changes); else the first one."""
         entries = self.entries()
-        for i, slot in enumerate(entries.slots):
-            if slot.kind == "baseline":
-                return entries[i].after
-        return None
+        found = [i for i, slot in enumerate(entries.slots) if slot.kind == "baseline"]
+        if not found:
+            return None
+        if len(found) > 1:
+            release = release or self.target.info.version
+            for i in reversed(found):
+                entry = entries[i]
+                if (entry.installed or {}).get("version", dict(entry.extra).get("package_version")) == release:
+                    return entry.after
+        return entries[found[0]].after
 
     def has(self, entry_id: str) -> bool:
         return entry_id in self.entries().ids()
@@ -345,7 +378,20 @@ class Ledger:
     def next_seq(self) -> int:
         return self.entries().last_seq() + 1
 
+    def stamped(self, entry: LedgerEntry) -> LedgerEntry:
+        """An entry that records a state (every kind but verify) with the managed distribution's
+        installation as it is now, unless it has one (installation.py: what pip, uv or a person did to
+        it since is told by comparing with it). A transaction's entry gets it before its journal is
+        written, so a recovery after a later reinstall does not take that one for the state's."""
+        if entry.kind == "verify" or entry.installed is not None:
+            return entry
+        from .installation import Installed
+
+        return replace(entry, installed=Installed.of(self.target.info).to_dict())
+
     def append(self, entry: LedgerEntry) -> None:
+        """Write an entry (stamped, see `stamped`)."""
+        entry = self.stamped(entry)
         data = json.dumps(entry.to_dict(), indent=1).encode()
         self.target.agent.write_atomic(posixpath.join(self.dir, entry.file_name()), data)
         if self._entries is not None:  # the entries read already, and this one as a read gives it back
@@ -366,6 +412,10 @@ class Ledger:
             raise Refused(f"target {self.target.name} has no recorded states yet",
                           "nothing has been changed by patchkeeper here")
         slots = entries.slots
+        if spec == "baseline":  # the installed release's (see baseline)
+            found = self.baseline()
+            if found is not None:
+                return found
         if spec == "previous":
             current = slots[-1].after
             for i in reversed(range(len(slots))):

@@ -35,6 +35,7 @@ class ApplyExtra(TypedDict, total=False):
     backed_up_at_recovery: dict[str, str]  # key -> digest of a file changed by hand before `recover` finished
     backups: dict[str, str]  # hand-edited key -> digest of its bytes in the store (--force), for show-backup
     created_dirs: list[str]  # directories its transaction created (absent when none): see transaction.py
+    restored: str  # an apply of patch sets already applied whose files were gone: why they were put back
 
 
 class RollbackExtra(TypedDict, total=False):

@@ -8,7 +8,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, TypeVar
 
-from ..errors import BadInput, TargetError
+from ..errors import BadInput, NotInstalled, TargetError
 from ..host.contract import (
     ROLE_PREFIX,
     AgentContract,
@@ -73,6 +73,7 @@ class TargetInfo:
     loose: tuple[str, ...]  # RECORD paths inside site that a walk of `tops` does not reach
     roles: tuple[tuple[str, str], ...]  # role -> absolute path
     state_dir: str
+    installation: dict[str, Any] | None = None  # host/distinfo.installation: installer, RECORD's identity
 
     @property
     def store(self) -> str:
@@ -194,8 +195,9 @@ class Target(ABC):
         sites = list(dict.fromkeys([py.purelib, py.platlib]))
         dist = self.package_layout(sites, cfg.package)
         if dist is None:
-            raise TargetError(f"target {self.name}: package {cfg.package!r} is not installed in "
-                              f"{' or '.join(sites)}", f"install it with {cfg.python} -m pip install {cfg.package}")
+            raise NotInstalled(f"target {self.name}: package {cfg.package!r} is not installed in {' or '.join(sites)}",
+                               f"install it with {cfg.python} -m pip install {cfg.package}",
+                               cfg.state_dir or posixpath.join(py.prefix, ".patchkeeper"))
         roles = []
         for role, path in sorted(cfg.files.items()):
             if not posixpath.isabs(path):
@@ -210,5 +212,5 @@ class Target(ABC):
             python_version=py.python, prefix=py.prefix, site=dist.site,
             package=cfg.package, version=dist.version, dist_info=dist.dist_info,
             tops=dist.tops, loose=dist.loose, roles=tuple(roles),
-            state_dir=cfg.state_dir or posixpath.join(py.prefix, ".patchkeeper"),
+            state_dir=cfg.state_dir or posixpath.join(py.prefix, ".patchkeeper"), installation=dist.installation,
         )

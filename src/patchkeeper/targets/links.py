@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import os
 import shlex
+import sys
 import threading
 from typing import Any, Callable, Protocol
 
+from ..host import blake3pipe
+
 
 # The agent's modules, in import order; on the host they become the package `pkagent`.
-AGENT_MODULES = ("errors", "queries", "shapes", "contract", "disk", "manifest_text", "statcache", "store", "manifests",
-                 "compare", "distinfo", "seal", "distcheck", "bytecode", "preflight", "elf", "interp", "startup",
-                 "fingerprint", "treecheck", "agent", "wire")
+AGENT_MODULES = ("errors", "queries", "shapes", "contract", "blake3pipe", "disk", "manifest_text", "statcache", "store",
+                 "manifests", "compare", "distinfo", "seal", "distcheck", "bytecode", "preflight", "elf", "interp",
+                 "startup", "fingerprint", "treecheck", "agent", "wire")
 _BOOT = """
 import sys, types
 pkg = types.ModuleType("pkagent"); pkg.__path__ = []; sys.modules["pkagent"] = pkg
@@ -102,10 +105,13 @@ class PipeLink:
 
         self._err = tempfile.TemporaryFile()  # a file, not a pipe: a chatty stderr cannot block it
         self._timeout: float | None = None
+        # on this machine, an interpreter without blake3 hashes through this one's, so a local target's
+        # blake3 records stay readable whichever Python runs its agent (host/blake3pipe.py)
+        helper = {blake3pipe.VARIABLE: sys.executable} if sys.executable and wrap is None else {}
         try:
             command = argv(python, len(program))
             self._proc = subprocess.Popen(wrap(command) if wrap else command, stdin=subprocess.PIPE,
-                                          stdout=subprocess.PIPE, stderr=self._err)
+                                          stdout=subprocess.PIPE, stderr=self._err, env={**os.environ, **helper})
         except OSError:
             self._err.close()
             raise

@@ -111,7 +111,7 @@ class LocalTarget(Target):
 
 
 A = TypeVar("A", bound=Answer)
-_STAMP = ("pk-local-target", 2)  # the caches of interpreters and package layouts in ~/.cache/patchkeeper
+_STAMP = ("pk-local-target", 3)  # 3: a package layout holds its installation; the caches of interpreters and package layouts in ~/.cache/patchkeeper
 
 
 def _remembered(python: str, file: str, field: str, kind: type[A], compute: Callable[[], A],

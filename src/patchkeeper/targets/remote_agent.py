@@ -274,6 +274,9 @@ class AgentProxy(c.AgentContract):
     def audit_record(self, site: str, dist_infos: list[str], cache_dir: str | None = None) -> dict[str, c.RecordCheck]:
         return self._call("audit_record", site, dist_infos, cache_dir)
 
+    def audit_installation(self, site: str, dist_info: str, cache_dir: str | None = None) -> c.RecordCheck:
+        return self._call("audit_installation", site, dist_info, cache_dir)  # type: ignore[no-any-return]
+
     def audit_bytecode(self, site: str, cache_tag: str, verify: list[str], cache: str | None = None,
                        pycs_since: str | None = None) -> c.BytecodeCheck:
         return self._call("audit_bytecode", site, cache_tag, verify, cache, pycs_since)

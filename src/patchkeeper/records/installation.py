@@ -1,0 +1,191 @@
+"""The managed distribution's installation: what each state records of it, and what pip, uv or a person did to it since."""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..errors import NotInstalled, Refused, TargetError
+from ..printable import one_line
+
+if TYPE_CHECKING:
+    from ..targets import Target, TargetInfo
+    from .ledger import Ledger, LedgerEntry, State
+
+
+@dataclass(frozen=True)
+class Installed:
+    """One installation of the managed distribution, as a state's ledger entry records it.
+
+    `files` is a digest of what its RECORD says the release's files are (host/distinfo.installation):
+    the same for two installs of one wheel, by pip or by uv. `record` (RECORD's size and mtime)
+    moves with every reinstall and is kept by a copy of the venv; `installer` is INSTALLER's word."""
+
+    dist_info: str
+    version: str
+    installer: str = ""
+    files: str | None = None
+    rows: int = 0
+    record: tuple[int, int] | None = None
+
+    @classmethod
+    def of(cls, info: TargetInfo) -> "Installed":
+        found = info.installation or {}
+        record = found.get("record")
+        return cls(info.dist_info, info.version, found.get("installer") or "", found.get("files"),
+                   int(found.get("rows") or 0), (int(record[0]), int(record[1])) if record else None)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Installed":
+        record = d.get("record")
+        return cls(str(d.get("dist_info", "")), str(d.get("version", "")), str(d.get("installer") or ""),
+                   d.get("files"), int(d.get("rows") or 0), (int(record[0]), int(record[1])) if record else None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"dist_info": self.dist_info, "version": self.version, "installer": self.installer,
+                "files": self.files, "rows": self.rows, "record": list(self.record) if self.record else None}
+
+
+@dataclass(frozen=True)
+class Change:
+    """How the installation differs from the one the current state recorded.
+
+    kind: `version` (another release: upgraded or downgraded), `record` (the same release, but its
+    RECORD no longer lists the release's files as it did: rows cut or edited), `reinstalled` (the
+    same release installed again: RECORD rewritten, or another installer)."""
+
+    kind: str
+    package: str
+    then: Installed
+    now: Installed
+    state: State  # the state whose entry recorded `then`
+
+    @property
+    def since(self) -> str:
+        return f"state {self.state.id} ({one_line(self.state.name or self.state.stack_text())})"
+
+    def what(self) -> str:
+        """One sentence: what happened to the package since the state was recorded."""
+        p, then, now = self.package, self.then, self.now
+        was, now_is = one_line(then.version), one_line(now.version)  # (the target's words: one line each)
+        if self.kind == "version":
+            verb = "upgraded" if _newer(now.version, then.version) else "downgraded"
+            how = f"{verb} {was} -> {now_is}"
+        elif self.kind == "record":
+            return (f"{p}'s RECORD no longer lists the files of {p} {now_is} as it did when {self.since} was "
+                    f"recorded ({then.rows} rows of the release's files then, {now.rows} now)")
+        else:
+            how = "reinstalled" + (f" by {one_line(now.installer)} (by {one_line(then.installer)} before)"
+                                   if now.installer != then.installer and then.installer and now.installer else "")
+        return f"{p} was {how} outside patchkeeper since {self.since}"
+
+    def pin(self, python: str) -> str:
+        """The command that installs the release the state was recorded with."""
+        return pin(python, self.package, self.then.version)
+
+
+def _newer(a: str, b: str) -> bool:
+    try:
+        from packaging.version import Version
+
+        return Version(a) > Version(b)
+    except Exception:  # not PEP 440: by text
+        return a > b
+
+
+def pin(python: str, package: str, version: str) -> str:
+    return f"{python} -m pip install {package}=={version} --no-deps"
+
+
+def recorded(ledger: Ledger) -> tuple[LedgerEntry, Installed] | None:
+    """The newest entry that recorded a state, and the installation it recorded (None when it
+    recorded none: written before patchkeeper recorded installations, or no entry yet)."""
+    entries = ledger.entries()
+    for i in reversed(range(len(entries))):
+        if entries.slots[i].kind == "verify":
+            continue
+        entry = entries[i]
+        return (entry, Installed.from_dict(entry.installed)) if entry.installed else None
+    return None
+
+
+def check(target: Target, ledger: Ledger) -> Change | None:
+    """What happened to the managed distribution since the current state recorded it; None when it
+    is the installation recorded (or none was recorded)."""
+    found = recorded(ledger)
+    if found is None or target.info.installation is None:  # (an agent of an older patchkeeper cannot say)
+        return None
+    entry, then = found
+    now = Installed.of(target.info)
+    if (now.dist_info, now.version) != (then.dist_info, then.version):
+        kind = "version"
+    elif then.files and now.files != then.files:
+        kind = "record"
+    elif (then.record and now.record != then.record) or (then.installer and now.installer != then.installer):
+        kind = "reinstalled"
+    else:
+        return None
+    return Change(kind, target.info.package, then, now, entry.after)
+
+
+def refuse_writes(change: Change | None, target: Target, verb: str, reinstall_ok: bool = False) -> None:
+    """Refuse a change that would record a state over an installation other than the one the current
+    state recorded, naming what happened and what would do. Another release is no reason: the first
+    change after it records that release's baseline (change/adopt.py). `reinstall_ok`: nor is a
+    reinstall of the same release (apply puts the state's files back, rollback gives a state's)."""
+    if change is None or change.kind == "version" or (reinstall_ok and change.kind == "reinstalled"):
+        return
+    if change.kind == "record":
+        raise Refused(f"{change.what()}: `{verb}` is refused",
+                      f"reinstall it: {change.pin(target.info.python)} --force-reinstall, then run the command again")
+    raise Refused(f"{change.what()}: `{verb}` would record its files as the state's",
+                  "bring the state's files back first: `patchkeeper apply NAME` of an applied patch set, "
+                  "or `patchkeeper rollback --to STATE`; both record the new installation")
+
+
+def state_version(ledger: Ledger, state: State) -> str | None:
+    """The release a state was recorded with: from the installation its entries recorded, else the
+    package version a baseline or snapshot noted (None when unknown)."""
+    for entry in ledger.entries().newest(state.id):
+        if entry.kind == "verify":
+            continue
+        if entry.installed:
+            return str(entry.installed.get("version") or "") or None
+        noted = dict(entry.extra).get("package_version")
+        if noted:
+            return str(noted)
+    return None
+
+
+def removed(target: Target, exc: NotInstalled) -> TargetError:
+    """The error for a managed package that is not installed, naming the state it was removed
+    since and pinning the release that state needs (read from the newest entries of its ledger)."""
+    from .ledger import LedgerEntry
+
+    agent, ledger_dir = target.agent, posixpath.join(exc.state_dir, "ledger")
+    try:
+        names = sorted((n for n in agent.listdir(ledger_dir) if n.endswith(".json")), reverse=True)
+    except (OSError, TargetError):
+        return exc
+    state: State | None = None
+    version = None
+    for name in names[:64]:
+        try:
+            entry = LedgerEntry.from_dict(json.loads(agent.read(posixpath.join(ledger_dir, name))))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, TargetError):
+            continue  # damaged: the ledger's own reading says so once the package is back
+        if entry.kind == "verify":
+            continue
+        state = state or entry.after
+        version = (entry.installed or {}).get("version") or dict(entry.extra).get("package_version")
+        if version:
+            break
+    if state is None or not version:
+        return exc
+    package, python = target.config.package, target.config.python
+    return TargetError(f"{exc.message}: {package} was removed outside patchkeeper since state {state.id} "
+                       f"({one_line(state.name or state.stack_text())}), recorded with {package} {one_line(str(version))}",
+                       f"install the release that state needs: {pin(python, package, one_line(str(version)))}; then "
+                       "`patchkeeper status` says what to do to bring its files back")
