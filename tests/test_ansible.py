@@ -74,7 +74,8 @@ def lab(tmp_path_factory, pristine_venv, sshd):  # noqa: F811
         units[host].parent.mkdir()
         svc = Service(free_port(), root / f"{host}.pid", root / f"{host}.log")
         services.append(svc)
-        restart = shlex.join([sys.executable, str(FAKE), "start", "--state", str(units[host]), "--port", str(svc.port),
+        restart = shlex.join([sys.executable, str(FAKE), "start", "--state", str(units[host]),
+                              "--state", str(units[host].parent / "sglang-qwen.service.d" / "50-patchkeeper.conf"), "--port", str(svc.port),
                               "--pidfile", str(svc.pidfile), "--log", str(svc.log), "--default", "healthy",
                               "--when", "NEXTN=" + ("degenerate" if host == "ct200" else "healthy")])
         hostvars[host] = {"patchkeeper": {"python": f"{venvs[host]}/bin/python", "files": {"unit": str(units[host])},
