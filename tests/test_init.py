@@ -3,6 +3,7 @@ holds them, and init run from that wheel installed in a fresh venv writes a work
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -41,9 +42,14 @@ def test_init_writes_a_workspace_once(tmp_path, pristine_venv):
 
 
 def test_the_wheel_ships_the_patch_sets_and_init_runs_from_it(tmp_path):
-    dist = tmp_path / "dist"
+    dist, source = tmp_path / "dist", tmp_path / "source"
+    tracked = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z"], capture_output=True, check=True).stdout
+    for rel in filter(None, tracked.decode().split("\0")):  # the checkout's files only: no stale build/
+        if (REPO / rel).is_file():
+            (source / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / rel, source / rel)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(dist),
-                    str(REPO)], check=True, capture_output=True)
+                    str(source)], check=True, capture_output=True)
     (wheel,) = dist.glob("patchkeeper-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert sorted(n[len("patchkeeper/shipped/"):] for n in names if n.startswith("patchkeeper/shipped/")) == SHIPPED
