@@ -10,7 +10,7 @@ import tomllib
 import zipfile
 from pathlib import Path
 
-from conftest import REPO, Env
+from conftest import REPO, Env, copy_venv
 
 SHIPPED = sorted(p.relative_to(REPO / "patchsets").as_posix() for p in (REPO / "patchsets").rglob("*") if p.is_file())
 
@@ -20,12 +20,13 @@ def _files(root: Path) -> dict[str, bytes]:
 
 
 def test_init_writes_a_workspace_once(tmp_path, pristine_venv):
-    ws = Env(tmp_path / "ws", pristine_venv, tmp_path / "ws" / "sglang-qwen.service")
+    venv = copy_venv(pristine_venv, tmp_path / "venv")  # never the pristine one: a dry run may claim a state dir
+    ws = Env(tmp_path / "ws", venv, tmp_path / "ws" / "sglang-qwen.service")
     (tmp_path / "ws").mkdir()
-    proc = ws.pk("init", "--python", f"{pristine_venv}/bin/python")
+    proc = ws.pk("init", "--python", f"{venv}/bin/python")
     assert "patchsets/ (ddtree, dflash, nextn)" in proc.stdout
     doc = tomllib.loads((ws.root / "patchkeeper.toml").read_text())
-    assert doc["default_target"] == "local" and doc["targets"]["local"]["python"] == f"{pristine_venv}/bin/python"
+    assert doc["default_target"] == "local" and doc["targets"]["local"]["python"] == f"{venv}/bin/python"
     assert doc["defaults"]["package"] == "sglang"
     assert "# [targets.gpu1]" in (ws.root / "patchkeeper.toml").read_text()  # commented examples
     assert "# [defaults.service]" in (ws.root / "patchkeeper.toml").read_text()
