@@ -83,3 +83,14 @@ def test_after_rollback_to_baseline_a_copied_pyc_is_still_reported(benv):
     assert not other_pyc.exists() or str(other_pyc.relative_to(site)) not in found
     proc = benv.pk("audit", check=1)
     assert "2 pyc file(s) do not match their source" in proc.stdout
+
+
+def test_a_pyc_older_than_the_baseline_is_judged_by_its_header_until_audit_rehash(benv):
+    """The pycs present when the baseline was recorded are believed by their header (recompiling
+    every one would cost each baseline seconds of CPU); `audit --rehash` recompiles them all."""
+    site = benv.venv / SITE_REL
+    forge(site / SPEC, (site / SPEC).read_bytes() + b"\nBEFORE = 'the baseline'\n", site / SPEC_PYC)
+    benv.pk("snapshot", "--name", "start")
+    assert bytecode(benv) == {}
+    doc = json.loads(benv.pk("audit", "--json", "--rehash", check=1).stdout)
+    assert [(f["path"], f["kind"]) for f in doc["findings"] if f["class"] == "bytecode"] == [(SPEC_PYC, "mismatch")]
