@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from patchkeeper.workspace import default_dropin
+
 from conftest import DRAFT, REPO, Env, copy_venv, tree
 from sshd import accepted, sshd  # noqa: F401 (sshd is a fixture)
 from test_verify import FAKE, Service, free_port
@@ -75,7 +77,7 @@ def lab(tmp_path_factory, pristine_venv, sshd):  # noqa: F811
         svc = Service(free_port(), root / f"{host}.pid", root / f"{host}.log")
         services.append(svc)
         restart = shlex.join([sys.executable, str(FAKE), "start", "--state", str(units[host]),
-                              "--state", str(units[host].parent / "sglang-qwen.service.d" / "50-patchkeeper.conf"), "--port", str(svc.port),
+                              "--state", default_dropin(str(units[host])), "--port", str(svc.port),
                               "--pidfile", str(svc.pidfile), "--log", str(svc.log), "--default", "healthy",
                               "--when", "NEXTN=" + ("degenerate" if host == "ct200" else "healthy")])
         hostvars[host] = {"patchkeeper": {"python": f"{venvs[host]}/bin/python", "files": {"unit": str(units[host])},
@@ -142,7 +144,7 @@ def test_the_module_in_playbooks(hosts):
         assert result["_status"] == "CHANGED" and result["state_after"], out
         assert result["msg"].startswith("dry run: would change 18 file(s)")
         assert tree(lab.venvs[host]) == pristine[host]
-    assert f"--- before: {lab.units['ct129']}" in out  # each file's diff, rendered by Ansible
+    assert f"--- before: {default_dropin(str(lab.units['ct129']))}" in out  # each file's diff, rendered by Ansible
     assert re.search(r"^\+.*--speculative-algorithm DDTREE", out, re.M)
 
     # a real run over Ansible's connection: no SSH login of patchkeeper's own

@@ -3,13 +3,14 @@ holds them, and init run from that wheel installed in a fresh venv writes a work
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import tomllib
 import zipfile
 from pathlib import Path
 
-from conftest import REPO, Env
+from conftest import REPO, Env, copy_venv
 
 SHIPPED = sorted(p.relative_to(REPO / "patchsets").as_posix() for p in (REPO / "patchsets").rglob("*") if p.is_file())
 
@@ -19,12 +20,13 @@ def _files(root: Path) -> dict[str, bytes]:
 
 
 def test_init_writes_a_workspace_once(tmp_path, pristine_venv):
-    ws = Env(tmp_path / "ws", pristine_venv, tmp_path / "ws" / "sglang-qwen.service")
+    venv = copy_venv(pristine_venv, tmp_path / "venv")  # never the pristine one: a dry run may claim a state dir
+    ws = Env(tmp_path / "ws", venv, tmp_path / "ws" / "sglang-qwen.service")
     (tmp_path / "ws").mkdir()
-    proc = ws.pk("init", "--python", f"{pristine_venv}/bin/python")
+    proc = ws.pk("init", "--python", f"{venv}/bin/python")
     assert "patchsets/ (ddtree, dflash, nextn)" in proc.stdout
     doc = tomllib.loads((ws.root / "patchkeeper.toml").read_text())
-    assert doc["default_target"] == "local" and doc["targets"]["local"]["python"] == f"{pristine_venv}/bin/python"
+    assert doc["default_target"] == "local" and doc["targets"]["local"]["python"] == f"{venv}/bin/python"
     assert doc["defaults"]["package"] == "sglang"
     assert "# [targets.gpu1]" in (ws.root / "patchkeeper.toml").read_text()  # commented examples
     assert "# [defaults.service]" in (ws.root / "patchkeeper.toml").read_text()
@@ -41,9 +43,14 @@ def test_init_writes_a_workspace_once(tmp_path, pristine_venv):
 
 
 def test_the_wheel_ships_the_patch_sets_and_init_runs_from_it(tmp_path):
-    dist = tmp_path / "dist"
+    dist, source = tmp_path / "dist", tmp_path / "source"
+    tracked = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z"], capture_output=True, check=True).stdout
+    for rel in filter(None, tracked.decode().split("\0")):  # the checkout's files only: no stale build/
+        if (REPO / rel).is_file():
+            (source / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / rel, source / rel)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(dist),
-                    str(REPO)], check=True, capture_output=True)
+                    str(source)], check=True, capture_output=True)
     (wheel,) = dist.glob("patchkeeper-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert sorted(n[len("patchkeeper/shipped/"):] for n in names if n.startswith("patchkeeper/shipped/")) == SHIPPED

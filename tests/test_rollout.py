@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from patchkeeper.workspace import default_dropin
+
 from conftest import DRAFT, REPO, Env, copy_venv, tree
 from test_verify import FAKE, Service, free_port
 
@@ -35,7 +37,8 @@ def three(tmp_path, pristine_venv):
             shutil.copy(REPO / "demo" / "sglang-qwen.service", unit)
             svc = Service(free_port(), tmp_path / f"{name}.pid", tmp_path / f"{name}.log")
             started.append(svc)
-            restart = shlex.join([sys.executable, str(FAKE), "start", "--state", str(unit), "--port", str(svc.port),
+            restart = shlex.join([sys.executable, str(FAKE), "start", "--state", str(unit),
+                                  "--state", default_dropin(str(unit)), "--port", str(svc.port),
                                   "--pidfile", str(svc.pidfile), "--log", str(svc.log), "--default", "healthy",
                                   "--when", f"DDTREE={'degenerate' if name in bad else 'healthy'}"])
             toml += (f'\n[targets.{name}]\npython = "{venv}/bin/python"\n[targets.{name}.files]\nunit = "{unit}"\n'

@@ -52,8 +52,10 @@ def render_plan(plan: Plan, target: str, dry_run: bool, exec_start: Any = None) 
           + ("" if dry_run else f" (transaction {e.id})"))
 
 
-def render_report(report: Verification, target: str, state: State | None, out: TextIO = sys.stdout) -> None:
-    """One verification: each check, the output sample, the verdict and, on failure, the logs."""
+def render_report(report: Verification, target: str, state: State | None, out: TextIO | None = None) -> None:
+    """One verification: each check, the output sample, the verdict and, on failure, the logs (to
+    `out`, else sys.stdout as it is when called: a rollout routes it per target)."""
+    out = out or sys.stdout
     where = f"state {state.id}: {state.stack_text()}" if state else "no recorded state"
     print(f"verify {target}, {where}:", file=out)
     for c in report.checks:
