@@ -306,7 +306,7 @@ def record(ctx, name, target, since, adoption, checkout, span, subdir, bump, des
     if sum(map(bool, (since, adoption, checkout))) != 1:
         raise click.UsageError("give either -t T --from STATE, -t T --from-adoption, or --git DIR --range A..B")
     if adoption:
-        return rec.record_adoption(_workspace(ctx), target, name, bump, description)
+        return rec.record_adoption(workspace_of(ctx), target, name, bump, description)
     if checkout:
         if not span:
             raise click.UsageError("--git needs --range A..B")
