@@ -138,7 +138,7 @@ def test_loops_over_the_ledger_ask_the_facts_kept_in_the_index_and_build_only_wh
         assert ledger.find_state("previous") == next(e.after for e in reversed(whole) if e.after.id != whole[-1].after.id)
         assert ledger.find_state("mine") == whole[-1].after
         assert ledger.baseline() == whole[0].after
-        goal, at = rollback_goal(ledger, "baseline")
+        goal, at, _undo = rollback_goal(ledger, "baseline")
         assert goal == whole[0].after and at == max(i for i, e in enumerate(whole) if e.after.id == goal.id)
         assert environment_ops(t, ledger, at) == []  # no entry changed a file outside the package
         built = [i for i, e in enumerate(entries._built) if e is not None]
