@@ -239,7 +239,7 @@ def _manifest_text(env) -> bytes:
 
 
 def test_apply_records_the_recorded_manifest_with_its_changes(env):
-    """engine.Recorded: the state an apply's plan records is the recorded manifest with the plan's
+    """plans.Recorded: the state an apply's plan records is the recorded manifest with the plan's
     rows written whole, also where a file name would be quoted or is not ASCII."""
     from patchkeeper import workspace
     from patchkeeper.change import engine

@@ -1,61 +1,12 @@
-"""The command line (click, here and in options.py): the verbs; errors mapped to exit codes in one place."""
+"""The command line (click, here and in options.py): the verbs, each run by options.command."""
 
 from __future__ import annotations
 
-import sys
-from functools import wraps
-from typing import Any, Callable, NoReturn
-
 import click
 
-from . import pipes
 from .completion import complete_patchsets, complete_states, complete_targets
-from .errors import EXIT_INTERRUPTED, PatchkeeperError
-from .options import (adopt_options, change, change_options, chosen, group_option, json_option, target_option,
-                      targets_option, workspace_of)
-
-
-def _say(text: str) -> None:
-    from .printable import lines  # a message may quote a host's words: no control character reaches the terminal
-
-    sys.stderr.write(lines(text) + "\n")
-    sys.stderr.flush()
-
-
-def run_verb(fn: Callable[..., int], *args: Any, **kwargs: Any) -> NoReturn:
-    """Call a verb and exit with its code; an error becomes one line on stderr and its exit code."""
-    pipes.quiet_when_reader_leaves()
-    try:
-        code = fn(*args, **kwargs)
-    except PatchkeeperError as exc:
-        _say(f"patchkeeper: error: {exc}")
-        sys.exit(exc.exit_code)
-    except BrokenPipeError:
-        if not pipes.stdout_gone():
-            raise  # another pipe (a host's channel...): a real error, reported below
-        sys.exit(141)  # as git does when its reader leaves in the middle of raw bytes: 128 + SIGPIPE
-    except OSError as exc:  # the file system said no (permissions, a full disk): one line, not a traceback
-        from .errors import os_hint
-
-        where = f": {exc.filename}" if exc.filename else ""
-        _say(f"patchkeeper: error: {exc.strerror or exc}{where}\n  hint: " + os_hint(
-            exc.errno, "run the command again; an interrupted change is finished or undone by the next command"))
-        sys.exit(2)
-    except KeyboardInterrupt:  # Ctrl-C: its own code, not 1 ("differences found")
-        _say("\npatchkeeper: error: interrupted (Ctrl-C)\n  hint: a change that was under way is finished or undone by "
-             "`patchkeeper recover` (or by the next command on the target)")
-        sys.exit(EXIT_INTERRUPTED)
-    sys.exit(code)
-
-
-def command(fn):
-    """Run a verb: build the workspace, call it, turn every PatchkeeperError into its exit code."""
-
-    @wraps(fn)
-    def wrapper(*args, **kwargs):
-        run_verb(fn, *args, **kwargs)
-
-    return wrapper
+from .options import (adopt_options, change, change_options, chosen, command, group_option, json_option,
+                      target_option, targets_option, workspace_of)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

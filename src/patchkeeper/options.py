@@ -1,11 +1,61 @@
 """What several verbs share on the command line (click's, as cli.py is): the workspace, -t once or
-repeated, -g, --all, a rollout's options, and a change on one target or a rollout over many."""
+repeated, -g, --all, a rollout's options, a change on one target or a rollout over many, and the
+wrapper that runs every verb, where errors become exit codes in one place (run_verb)."""
 
 from __future__ import annotations
 
+import sys
+from functools import wraps
+from typing import Any, Callable, NoReturn
+
 import click
 
+from . import pipes
 from .completion import complete_targets
+from .errors import EXIT_INTERRUPTED, PatchkeeperError
+
+
+def _say(text: str) -> None:
+    from .printable import lines  # a message may quote a host's words: no control character reaches the terminal
+
+    sys.stderr.write(lines(text) + "\n")
+    sys.stderr.flush()
+
+
+def run_verb(fn: Callable[..., int], *args: Any, **kwargs: Any) -> NoReturn:
+    """Call a verb and exit with its code; an error becomes one line on stderr and its exit code."""
+    pipes.quiet_when_reader_leaves()
+    try:
+        code = fn(*args, **kwargs)
+    except PatchkeeperError as exc:
+        _say(f"patchkeeper: error: {exc}")
+        sys.exit(exc.exit_code)
+    except BrokenPipeError:
+        if not pipes.stdout_gone():
+            raise  # another pipe (a host's channel...): a real error, reported below
+        sys.exit(141)  # as git does when its reader leaves in the middle of raw bytes: 128 + SIGPIPE
+    except OSError as exc:  # the file system said no (permissions, a full disk): one line, not a traceback
+        from .errors import os_hint
+
+        where = f": {exc.filename}" if exc.filename else ""
+        _say(f"patchkeeper: error: {exc.strerror or exc}{where}\n  hint: " + os_hint(
+            exc.errno, "run the command again; an interrupted change is finished or undone by the next command"))
+        sys.exit(2)
+    except KeyboardInterrupt:  # Ctrl-C: its own code, not 1 ("differences found")
+        _say("\npatchkeeper: error: interrupted (Ctrl-C)\n  hint: a change that was under way is finished or undone by "
+             "`patchkeeper recover` (or by the next command on the target)")
+        sys.exit(EXIT_INTERRUPTED)
+    sys.exit(code)
+
+
+def command(fn):
+    """Run a verb: build the workspace, call it, turn every PatchkeeperError into its exit code."""
+
+    @wraps(fn)
+    def wrapper(*args, **kwargs):
+        run_verb(fn, *args, **kwargs)
+
+    return wrapper
 
 
 def _one(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> str | None:

@@ -11,6 +11,7 @@ from ..errors import BadInput, Refused
 from ..records.ledger import AdoptExtra, LedgerEntry, State, new_id, who
 from ..records.manifest import ROLE_PREFIX, Entry, Manifest, differences
 from . import engine, transaction
+from ..checks import scan
 from .session import Session
 
 if TYPE_CHECKING:  # repair (RECORD rows, wheels) loads only where a baseline is first recorded
@@ -49,7 +50,7 @@ def hand_edits(s: Session) -> tuple[repair.Damage, dict[str, str], Manifest]:
 
     info = s.target.info
     damage = repair.find_damage(s.target, info.package, only_inside=True)
-    manifest = engine.scan_all(s.target)
+    manifest = scan.scan_all(s.target)
     dist = s.target.agent.dist_info([info.site], info.package)
     listed = set(dist.record) if dist else set()
     edits = dict(damage.files)

@@ -12,7 +12,7 @@ from ..checks.service import ServiceConfig
 from ..errors import EXIT_DIFFERS, EXIT_ROLLED_BACK
 from ..records.ledger import LedgerEntry, RollbackExtra, State
 from ..workspace import Workspace
-from . import engine
+from . import engine, plans
 from .mirror import mirror_step
 from .session import Session
 from .verify import Verification, record_verification, verify_target
@@ -97,7 +97,7 @@ def after_change(ws: Workspace, s: Session, svc: ServiceConfig, change: LedgerEn
                                     extra=RollbackExtra(automatic=True, undoes=change.id, reason=report.reason))
         plan = dataclasses.replace(plan, entry=entry)
         engine.execute(s, plan)
-        step(engine.Changed(plan, False))
+        step(plans.Changed(plan, False))
     again = _verify(s, svc, "automatic rollback", plan.entry.id if plan else change.id, step)
     mirror_step(ws, s, f"{s.target.name} was rolled back", step)
     step(RolledBack(change, report, previous, again))

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Callable, Union
 
 from ..workspace import TargetConfig, Workspace
 from . import engine
-from .engine import Changed, Plan
+from .plans import Changed, Plan
 from .mirror import NotMirrored, mirror_step
 from .session import Session
 

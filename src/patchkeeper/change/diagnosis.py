@@ -39,13 +39,13 @@ def diagnose(target: Target, ledger: Ledger, state: State, restored: bool = Fals
     state's manifest (none may differ after a rollback), its environment against that pass's
     fingerprint; and say what to run next."""
     from ..checks import environment
-    from . import engine
+    from . import plans
 
     name = target.name
     code: dict[str, str] = {}
     code_error = None
     try:
-        code = engine.drift(target, state.manifest)
+        code = plans.drift(target, state.manifest)
     except Exception as exc:  # noqa: BLE001 - a diagnosis says what it could not find out, and goes on
         code_error = str(exc).splitlines()[0]
     last, changes, gpu = environment.since_last_pass(target, ledger, state)

@@ -10,7 +10,8 @@ from ..errors import Refused, StoreError
 from ..records import installation
 from ..records.ledger import ApplyExtra, LedgerEntry, State, new_id, who
 from ..records.manifest import ROLE_PREFIX, differences
-from .engine import Plan, Recorded, _backups, _baseline, _refuse_escaping, scan_keys, touched_keys
+from .plans import Plan, Recorded, backups, baseline, refuse_escaping, scan_keys
+from .stacks import touched_keys
 from .session import Session
 from .transaction import FileOp
 
@@ -28,7 +29,7 @@ def plan_reapply(s: Session, recorded: Recorded, incoming: list[PatchSet], force
     target, ledger, current = s.target, s.ledger, recorded.state
     moved = s.installation()
     keys = touched_keys(incoming)
-    base = ledger.load_manifest(_baseline(s))
+    base = ledger.load_manifest(baseline(s))
     if moved is not None:
         keys += [k for k in differences(base, recorded.manifest()) if k not in keys]
     actual = scan_keys(target, keys)
@@ -45,7 +46,7 @@ def plan_reapply(s: Session, recorded: Recorded, incoming: list[PatchSet], force
                       "(edited by hand?): " + ", ".join(hand),
                       "inspect them; --force puts the state's bytes back and backs these up first")
     ops = [FileOp(k, target.info.path_of(k), actual.get(k), was[k]) for k in differ]
-    _refuse_escaping(target, [k for k in differ if not k.startswith(ROLE_PREFIX)], "the patch sets write")
+    refuse_escaping(target, [k for k in differ if not k.startswith(ROLE_PREFIX)], "the patch sets write")
     wanted = sorted({op.new.digest for op in ops if op.new})
     missing = target.agent.store_missing(target.info.store, wanted)
     if missing:
@@ -54,9 +55,9 @@ def plan_reapply(s: Session, recorded: Recorded, incoming: list[PatchSet], force
                          + ", ".join(lost[:20]), f"`patchkeeper rollback --to baseline`, then apply {names} again")
     extra = ApplyExtra(removed=[], restored=f"{len(differ)} file(s) no longer held what state {current.id} "
                                             f"recorded: {why}")
-    backups = _backups(ops, hand)
-    if backups:
-        extra["backups"] = backups
+    saved = backups(ops, hand)
+    if saved:
+        extra["backups"] = saved
     refs = tuple(p for p in current.stack if any(p["name"] == ps.name for ps in incoming))
     entry = LedgerEntry(id=new_id(), seq=ledger.next_seq(), time=time.time(), who=who(), command=s.command,
                         kind="apply", before=current, after=current, patchsets=refs,

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from ..errors import BadInput
-from ..host.contract import BytecodeCheck, InterpreterFacts, RecordCheck, TreeRequest
+from ..host.contract import InterpreterFacts, RecordCheck, TreeRequest
 from ..host.bytecode import recompiled
 from ..records.ledger import Ledger, LedgerEntry, State
 from ..records.manifest import change_kind, differences

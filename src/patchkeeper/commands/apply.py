@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import cast
 
 from ..change import adopt as adopting
-from ..change import changes, engine
+from ..change import changes, engine, plans, stacks
 from ..change.session import Session
 from ..records.ledger import ApplyExtra, RecordExtra
 from ..workspace import Workspace
@@ -30,8 +30,8 @@ def _apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: b
 
         refuse_writes(s.installation(), s.target, f"apply {name}", reinstall_ok=True)  # a cut RECORD: refused
         first = s.ledger.current() is None or adopting.new_release(s)  # a baseline (of this release) comes first
-        incoming = engine.resolve(ws.patchsets_dir, name, s.config)  # every template renders, before a baseline
-        engine.check_fits(s.target, incoming, force)  # bad input is refused before a baseline is recorded
+        incoming = stacks.resolve(ws.patchsets_dir, name, s.config)  # every template renders, before a baseline
+        stacks.check_fits(s.target, incoming, force)  # bad input is refused before a baseline is recorded
         if dry_run and first:
             adopting.preview(s, adopt)
         elif not dry_run:
@@ -55,7 +55,7 @@ def _apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: b
                            dry_run)
 
 
-def with_workspace_ref(ws: Workspace, plan: engine.Plan) -> engine.Plan:
+def with_workspace_ref(ws: Workspace, plan: plans.Plan) -> plans.Plan:
     """Note in the ledger entry the workspace commit that held the patch sets being applied."""
     from dataclasses import replace
 

@@ -46,12 +46,12 @@ def _audit_one(ws: Workspace, name: str | None, probes: list[str], progress, wai
 
 
 def _owners(ws: Workspace, stack) -> dict[str, str]:
-    """engine.owners_of, loading the engine (patch sets, patching) only when a patch set is applied."""
+    """stacks.owners_of, loading the engine (patch sets, patching) only when a patch set is applied."""
     if not stack:
         return {}
-    from ..change import engine
+    from ..change import stacks
 
-    return engine.owners_of(ws, stack)
+    return stacks.owners_of(ws, stack)
 
 
 def audit(ws: Workspace, target: str | None, probes: list[str], every: bool, as_json: bool,

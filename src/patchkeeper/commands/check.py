@@ -6,7 +6,7 @@ import zipfile
 import zlib
 from typing import Sequence, cast
 
-from ..change import engine
+from ..change import engine, stacks
 from ..change.session import Session
 from ..errors import BadInput
 from ..host.distinfo import metadata_fields
@@ -20,7 +20,7 @@ _SHOWN = 8  # lines of a failed hunk shown, expected against found
 
 
 def check(ws: Workspace, target: str | None, name: str, wheel: str | None, as_json: bool) -> int:
-    sets = engine.resolve(ws.patchsets_dir, name)
+    sets = stacks.resolve(ws.patchsets_dir, name)
     if wheel:
         return _against_wheel(sets, wheel, as_json)
     with Session(ws, target, f"check {name}", write=False) as s:
@@ -45,7 +45,7 @@ def check(ws: Workspace, target: str | None, name: str, wheel: str | None, as_js
         return _report(sets[-1].ident, against, list(plan.checks), problems, as_json)
 
 
-def _misfit(m: engine.Misfit, where: str) -> str:
+def _misfit(m: stacks.Misfit, where: str) -> str:
     ps = m.patchset
     if m.kind == "package":
         return f"{ps.ident} is for package {ps.package!r}; {where} has {m.have!r}"
@@ -75,16 +75,16 @@ def _check_wheel(sets: list[PatchSet], wheel: str, archive: zipfile.ZipFile, as_
         raise BadInput(f"{wheel} has no .dist-info/METADATA; it is not a wheel", "give the path of a .whl file")
     fields = metadata_fields(archive.read(metadata[0]).decode("utf-8", "replace").splitlines())
     package, version = fields.get("Name", "?"), fields.get("Version", "?")
-    problems = [_misfit(m, f"wheel {wheel}") for m in engine.misfits(sets, package, version, None)]
+    problems = [_misfit(m, f"wheel {wheel}") for m in stacks.misfits(sets, package, version, None)]
     files = {p: archive.read(p) if p in names else None for ps in sets for p in ps.paths}
-    reports = engine.build_files(sets, files, {}, (), trial_of=sets)
+    reports = stacks.build_files(sets, files, {}, (), trial_of=sets)
     notes = [f"{ps.ident}: role file(s) {', '.join(r for r, _ in ps.files)} not checked (not in a wheel)"
              for ps in sets if ps.files]
     return _report(sets[-1].ident, f"wheel {wheel} ({package} {version})", list(reports), problems, as_json,
                    notes)
 
 
-def _report(ident: str, against: str, reports: list[engine.FileCheck], problems: list[str], as_json: bool,
+def _report(ident: str, against: str, reports: list[stacks.FileCheck], problems: list[str], as_json: bool,
             notes: Sequence[str] = ()) -> int:
     ok = all(r.ok for r in reports) and not problems
     if as_json:
@@ -115,7 +115,7 @@ def _report(ident: str, against: str, reports: list[engine.FileCheck], problems:
     return 0 if ok else 1
 
 
-def _as_dict(r: engine.FileCheck) -> dict:
+def _as_dict(r: stacks.FileCheck) -> dict:
     return {"patchset": r.patchset, "patch": r.origin, "path": r.path, "applies": r.ok,
             "hunks": [{"header": h.header, "offset": h.offset, "problem": h.problem,
                        "expected": list(h.expected), "found": list(h.found), "found_at": h.found_at}

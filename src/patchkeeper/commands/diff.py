@@ -5,9 +5,9 @@ from __future__ import annotations
 from contextlib import ExitStack
 from dataclasses import dataclass
 
-from ..change import engine
+from ..change import stacks
 from ..change.session import Session
-from ..checks import installed
+from ..checks import installed, scan
 from ..errors import PatchkeeperError, Refused
 from ..printable import one_line
 from ..records.manifest import ROLE_PREFIX, Entry, differences
@@ -45,8 +45,8 @@ def _one_result(ws: Workspace, name: str) -> dict:
         current = s.ledger.current()
         if current is None:
             return {"state": None, "differences": []}
-        owners = engine.owners_of(ws, current.stack)
-        diffs = _classify(engine.compare(s.target, current.manifest)[0], {s.target.name: owners})
+        owners = stacks.owners_of(ws, current.stack)
+        diffs = _classify(scan.compare(s.target, current.manifest)[0], {s.target.name: owners})
         told = installed.told(s.target, s.ledger, s.installation())
         return {"state": current.to_dict(), "differences": [d.to_dict() for d in diffs],
                 "installation": told.to_dict() if told else None}
@@ -93,8 +93,8 @@ def _one(ws: Workspace, name: str | None, against: str | None, patch: bool, as_j
                           f"record one with `patchkeeper snapshot -t {s.target.name} --name NAME`, "
                           "or compare two targets: patchkeeper diff HOST1 HOST2")
         state = s.ledger.find_state(against) if against else current
-        owners = engine.owners_of(ws, list(current.stack) + [p for p in state.stack if p not in current.stack])
-        diffs = _classify(engine.compare(s.target, state.manifest)[0], {s.target.name: owners})
+        owners = stacks.owners_of(ws, list(current.stack) + [p for p in state.stack if p not in current.stack])
+        diffs = _classify(scan.compare(s.target, state.manifest)[0], {s.target.name: owners})
         patches = {}
         if patch:
             store, info = s.target.info.store, s.target.info
@@ -135,11 +135,11 @@ def _two(ws: Workspace, a: str, b: str, patch: bool, as_json: bool) -> int:
             s.warn_installation()
         algorithms = {s.target.algorithm for s in sessions}
         common = next(iter(algorithms)) if len(algorithms) == 1 else "sha256"  # every Python has sha256
-        ma, mb = pool.map(lambda s: engine.scan_all(s.target, common), sessions)
+        ma, mb = pool.map(lambda s: scan.scan_all(s.target, common), sessions)
         owners = {}
         for s in sessions:
             current = s.ledger.current()
-            owners[s.target.name] = engine.owners_of(ws, current.stack) if current else {}
+            owners[s.target.name] = stacks.owners_of(ws, current.stack) if current else {}
         diffs = _classify({k: (ma.get(k), mb.get(k)) for k in set(ma) | set(mb)}, owners)
         patches = {}
         if patch:

@@ -56,7 +56,7 @@ def document(command: str, target: str, before: State | None, after: State | Non
     """The whole document: the states before and after, each change, each verification (its phase and
     every check), a diagnosis where one was made, warnings, the exit code."""
     from ..change.aftercheck import KeptFailing, RollingBack, SincePassed, Verified, Verifying
-    from ..change.engine import Changed
+    from ..change.plans import Changed
     from ..change.mirror import NotMirrored
 
     changes: list[dict] = []

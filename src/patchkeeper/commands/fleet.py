@@ -45,7 +45,7 @@ def each(ws: Workspace, work: Callable[[Workspace, str], T], what: str,
 
     `work` and its result must be picklable (a local target's runs in a worker process: `work` a
     module-level function or a partial of one)."""
-    from concurrent.futures import Executor, Future, ThreadPoolExecutor, as_completed
+    from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 
     names = sorted(ws.targets)
     remote = [n for n in names if ws.targets[n].ssh]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..change import engine
+from ..checks import scan
 from ..change.session import Session
 from ..errors import BadInput, Refused
 from ..patchset import authoring, diffwrite, patchset, templates
@@ -19,7 +19,7 @@ def record_target(ws: Workspace, target: str | None, name: str, since: str, bump
         s.warn_installation()
         state = s.ledger.find_state(since)
         then = s.ledger.load_manifest(state)
-        now = engine.scan_all(s.target)
+        now = scan.scan_all(s.target)
         changed = differences(then, now)
         if not changed:
             raise Refused(f"target {s.target.name} has no edits since state {state.id}"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..change import adopt as adopting
-from ..change import changes, engine, repair
+from ..change import changes, engine, plans, repair
 from ..change.mirror import mirror_step
 from ..change.session import Session
 from ..errors import EXIT_DIFFERS, Refused
@@ -61,12 +61,12 @@ def _repair(ws: Workspace, target: str | None, dist: str, wheel: str | None, dry
 
             current = State.make("-", (), "baseline")
         ops, contents, entry = repair.plan(s.target, s.ledger, current, s.command, damage, found)
-        plan = engine.Plan(tuple(ops), contents, entry)
+        plan = plans.Plan(tuple(ops), contents, entry)
         if not dry_run:
             engine.execute(s, plan)
             mirror_step(ws, s, f"{s.target.name} was repaired (transaction {entry.id})", show)
         if report.as_json:
-            show(engine.Changed(plan, dry_run))
+            show(plans.Changed(plan, dry_run))
         verb = "would be restored" if dry_run else "restored"
         print(f"{s.target.name}: repair {damage.name} {damage.version} from {found.wheel} ({found.source})")
         for op in ops:

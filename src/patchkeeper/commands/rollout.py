@@ -21,7 +21,7 @@ from ..workspace import Workspace
 
 if TYPE_CHECKING:
     from ..change.changes import Outcome
-    from ..change.engine import Plan
+    from ..change.plans import Plan
     from ..change.session import Session
     from ..targets import Target
 

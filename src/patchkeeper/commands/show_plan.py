@@ -6,7 +6,7 @@ import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..change.changes import Step
-from ..change.engine import Changed, Plan
+from ..change.plans import Changed, Plan
 from ..change.mirror import NotMirrored
 from ..printable import one_line
 from ..records.ledger import State

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..change import engine
+from ..change import plans, stacks
 from ..change.session import Session
 from ..checks import audit, installed
 from ..printable import one_line
@@ -18,10 +18,10 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
         if current is None:
             diffs: dict[str, str] = {}
         elif not as_json and audit.is_warm(s.target):  # cheap only when the audit's stat caches are warm
-            report = audit.audit_target(s.target, s.ledger, owners=engine.owners_of(ws, current.stack))
+            report = audit.audit_target(s.target, s.ledger, owners=stacks.owners_of(ws, current.stack))
             diffs = report.differences  # its one pass over the package compared it with the recorded state
         else:
-            diffs = engine.drift(s.target, current.manifest)  # compared on the target: only differences travel
+            diffs = plans.drift(s.target, current.manifest)  # compared on the target: only differences travel
         exec_start = None
         if "unit" in s.config.files:
             from ..checks import units
@@ -105,7 +105,7 @@ def _one_doc(ws: Workspace, name: str) -> dict:
         told = installed.told(s.target, s.ledger, s.installation())
         return {"target": s.target.name, "host": info.host, "package": info.package, "version": info.version,
                 "site": info.site, "state_dir": info.state_dir, "state": current.to_dict() if current else None,
-                "differences": engine.drift(s.target, current.manifest) if current else {},
+                "differences": plans.drift(s.target, current.manifest) if current else {},
                 "installation": told.to_dict() if told else None}
 
 

@@ -7,7 +7,6 @@ bytecode.py, which, like this module, use the standard library only (blake3 when
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import time
@@ -20,7 +19,6 @@ from .disk import (
     fsync_path,
     hostname,
     normalize_name,
-    pid_alive,
     map_threads,
     remove_stale_temps,
     write_atomic,
@@ -39,7 +37,6 @@ from .contract import (
     LockHolder,
     RecordCheck,
     Removed,
-    Row,
     Rows,
     ScanRequest,
     ScanResult,
@@ -56,25 +53,12 @@ from . import compare
 from .manifests import Manifests
 from .preflight import obstacles
 from .store import INDEX_CACHE, Store
-from . import treecheck
-from .statcache import StatCache, identity
+from . import statelock, treecheck
+from .statcache import read_changed, untrusted
 
 
 
 _DIST_INFOS: dict[tuple[Any, ...], tuple[list[str], bytes, DistInfo | None]] = {}  # Agent.dist_info's answers
-
-
-def untrusted(st: os.stat_result) -> str | None:
-    """Why a state file (a ledger entry, the journal) with this stat is not to be believed, None when
-    it is: it must belong to the user running the agent (or root) and be writable by no one else."""
-    if st.st_uid not in (os.geteuid(), 0):
-        return f"it belongs to uid {st.st_uid}"
-    if st.st_mode & 0o022:
-        return f"others may write it (mode {stat.S_IMODE(st.st_mode):04o})"
-    return None
-
-
-_DAMAGED_LOCK = {"pid": "?", "host": "?", "command": "? (its lock file is damaged)", "since": 0}
 
 
 class Agent(AgentContract):
@@ -190,42 +174,7 @@ class Agent(AgentContract):
         return obstacles(writes, removes)
 
     def read_changed(self, directory: str, suffix: str, known: dict[str, Any]) -> ChangedFiles:
-        """The files of a directory whose name ends with `suffix` that `known` (name -> the stat
-        identity the caller remembers: statcache.identity, with the device) does not describe: their
-        bytes and identity, taken before the read (None while the file is too fresh to be
-        remembered: StatCache's racily-clean rule); and the known names that are gone. A file
-        unchanged since the caller read it costs a stat, and none of its bytes."""
-        limit = time.time_ns() - StatCache.GRANULARITY_NS
-        files: dict[str, bytes] = {}
-        identities: dict[str, Any] = {}
-        present = set()
-        try:
-            listing = list(os.scandir(directory))
-        except FileNotFoundError:
-            listing = []
-        refused: dict[str, str] = {}
-        for item in listing:
-            name = item.name
-            if not name.endswith(suffix):
-                continue
-            try:
-                st = item.stat()  # followed, as open() follows it
-            except FileNotFoundError:  # removed since the listing
-                continue
-            present.add(name)
-            remembered = known.get(name)
-            if remembered is not None and tuple(remembered) == identity(st):
-                continue
-            with open(item.path, "rb") as f:
-                st = os.fstat(f.fileno())  # the identity of what is read, taken before it is read
-                why = untrusted(st)
-                if why is not None:
-                    refused[name] = why
-                    continue
-                files[name] = f.read()
-            settled = st.st_mtime_ns < limit and st.st_ctime_ns < limit
-            identities[name] = identity(st) if settled else None
-        return ChangedFiles(files, identities, tuple(sorted(set(known) - present)), refused)
+        return read_changed(directory, suffix, known)
 
     def rename(self, src: str, dst: str, durable: bool = True) -> None:
         """Rename; `durable=False` leaves the directory's fsync to a later sync_dirs (one per directory)."""
@@ -387,109 +336,12 @@ class Agent(AgentContract):
         """Write an object's verified bytes to the stage file `path` (synced later: see write_new)."""
         self.write_new(path, self._store(store).get(digest), mode, durable)
 
-    # ---- where the state lives ---------------------------------------------------------
+    # ---- where the state lives, and its lock (statelock.py) ------------------------------
     def state_dir_owner(self, prefix: str, state_dir: str, site: str, claim: bool) -> StateDirOwner:
-        """The real paths of `state_dir` and `site`, and the state dir the venv at `prefix` is
-        managed from, as its marker `<prefix>/.patchkeeper/state_dir` names it (None: no marker).
+        return statelock.state_dir_owner(prefix, state_dir, site, claim)
 
-        With `claim`, a missing marker is created, once and exclusively, naming `state_dir` (or the
-        default `<prefix>/.patchkeeper` if that already holds a ledger). It holds a path relative to
-        `<prefix>/.patchkeeper` when inside the venv, so a copied venv keeps its own."""
-        home = os.path.join(os.path.realpath(prefix), ".patchkeeper")
-        marker = os.path.join(home, "state_dir")
-        real = os.path.realpath(state_dir)
-        owner = self._marked(marker, home)
-        if owner is None and claim:
-            owner = home if real != home and self.listdir(os.path.join(home, "ledger")) else real
-            inside = owner.startswith(os.path.dirname(home) + os.sep)
-            text = (os.path.relpath(owner, home) if inside else owner) + "\n"
-            try:
-                os.makedirs(home, exist_ok=True)
-                tmp = f"{marker}.{os.getpid()}.tmp"
-                write_atomic(tmp, text.encode())
-                try:
-                    os.link(tmp, marker)  # exclusive: of two claims at once, one names the state dir
-                except FileExistsError:
-                    pass
-                finally:
-                    os.unlink(tmp)
-            except OSError:
-                return StateDirOwner(real, os.path.realpath(site), None)  # no venv to write
-            owner = self._marked(marker, home)
-        return StateDirOwner(real, os.path.realpath(site), owner)
-
-    @staticmethod
-    def _marked(marker: str, home: str) -> str | None:
-        try:
-            with open(marker, encoding="utf-8") as f:
-                named = f.read().strip()
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        return os.path.normpath(os.path.join(home, named)) if named else None
-
-    # ---- lock --------------------------------------------------------------------------
     def lock(self, path: str, holder: dict[str, Any]) -> LockHolder | None:
-        """Take the lock file; return None on success or the live holder's record.
-
-        The lock is written whole or not at all (a temp file hardlinked into place), and its holder
-        keeps an flock on it for as long as it lives, so the kernel says when a holder is gone.
-        A lock whose holder is a dead (or zombie) process of this host is broken and taken over;
-        so is an empty or damaged lock that no process holds an flock on.
-        Breaking and taking happen under a short flock on `<path>.guard`, so two takers never both
-        succeed.
-        """
-        import fcntl
-
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        holder = dict(holder, pid=os.getpid(), host=hostname(), since=time.time())
-        with open(path + ".guard", "a") as guard:
-            fcntl.flock(guard, fcntl.LOCK_EX)
-            if os.path.lexists(path):
-                current = self._read_lock(path)
-                if current is None:  # empty or damaged: only an flock can say whether a holder lives
-                    gone = not self._flocked(path)
-                else:
-                    gone = current.get("host") == hostname() and not pid_alive(current.get("pid", 0))
-                if not gone:
-                    return LockHolder.from_wire(current or _DAMAGED_LOCK)
-                os.unlink(path)  # its holder is gone: detected, not waited on
-            tmp = os.path.join(os.path.dirname(path), f"{TEMP_PREFIX}{os.getpid()}-{time.monotonic_ns()}")
-            try:
-                with open(tmp, "x") as f:  # not synced: after a power cut no holder lives, and an empty or
-                    json.dump(holder, f)  # damaged lock nobody holds an flock on is broken (above)
-                try:
-                    os.link(tmp, path)  # the lock appears complete or not at all
-                except FileExistsError:  # only a taker that ignores the guard could get here first
-                    return LockHolder.from_wire(self._read_lock(path) or _DAMAGED_LOCK)
-                except OSError:  # a file system without hardlinks; under the guard a rename is as safe
-                    os.rename(tmp, path)
-            finally:
-                try:
-                    os.unlink(tmp)
-                except FileNotFoundError:
-                    pass
-            fd = os.open(path, os.O_RDONLY)
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            os.set_inheritable(fd, False)
-            self._held[path] = fd
-            return None
-
-    @staticmethod
-    def _flocked(path: str) -> bool:
-        """Whether a live process holds an flock on the lock file (its holder while it runs)."""
-        import fcntl
-
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        finally:
-            os.close(fd)
-        return False
+        return statelock.take(path, holder, self._held)
 
     def clean_temps(self, state_dir: str, store: str) -> list[Removed]:
         """Remove the temporary files interrupted commands left in the state dir, its ledger, its
@@ -504,24 +356,7 @@ class Agent(AgentContract):
         return [(path, size) for path, size in removed]
 
     def unlock(self, path: str) -> None:
-        current = self._read_lock(path)
-        if current and current.get("pid") == os.getpid():
-            os.unlink(path)
-        fd = self._held.pop(path, None)
-        if fd is not None:
-            os.close(fd)
-
-    @staticmethod
-    def _read_lock(path: str) -> dict[str, Any] | None:
-        """The lock's holder record; None when absent, empty or damaged (not a JSON object with a pid)."""
-        try:
-            with open(path, "rb") as f:
-                current: Any = json.loads(f.read())
-        except (FileNotFoundError, ValueError):
-            return None
-        if isinstance(current, dict) and isinstance(current.get("pid"), int):
-            return current
-        return None
+        statelock.release(path, self._held)
 
     # ---- environment -------------------------------------------------------------------
     def interpreter_facts(self) -> InterpreterFacts:

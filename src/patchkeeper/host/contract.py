@@ -6,7 +6,7 @@ values of this module, so a caller never knows which one it talks to (the reques
 queries.py). Standard library only: this module is shipped to the host with the agent. The
 conversion to and from the wire's plain data is here and only here: a value's `to_wire` and
 `from_wire`, `to_wire` for any call's arguments or answer, `requests_from_wire` (on the host) and
-`answer_from_wire` (on the controller, which checks each answer against this contract's types).
+`shapes.answer_from_wire` (on the controller, which checks each answer against this contract's types).
 """
 
 from __future__ import annotations
@@ -264,7 +264,7 @@ def _optional(decode: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
 
 # method -> how its answer is rebuilt from the wire (answers of plain data need nothing)
-_ANSWERS: Dict[str, Callable[[Any], Any]] = {
+ANSWERS: Dict[str, Callable[[Any], Any]] = {
     "interpreter": Interpreter.from_wire,
     "interpreter_facts": InterpreterFacts.from_wire,
     "lstat": _optional(FileStat.from_wire),
@@ -304,24 +304,10 @@ def requests_from_wire(method: str, args: List[Any]) -> List[Any]:
     return [kind(args[0]), *args[1:]]
 
 
-def answer_from_wire(method: str, value: Any) -> Any:
-    """A method's answer as the agent returned it, from the plain data the wire carried, checked
-    against this contract's types (shapes.py: the controller's side only); shapes.Malformed if not."""
-    from . import shapes
-
-    decode = _ANSWERS.get(method)
-    try:
-        answer = value if decode is None else decode(value)
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
-        raise shapes.Malformed(f"{type(exc).__name__}: {exc}"[:200]) from None
-    shapes.answer(method, answer)
-    return answer
-
-
 class AgentContract(Protocol):
     """The near-disk half of a target. Every argument and answer is plain data (str, int, bytes,
     list, tuple, dict) or a request or answer value of this module, which `to_wire` and
-    `requests_from_wire` / `answer_from_wire` carry across a process boundary."""
+    `requests_from_wire` / `shapes.answer_from_wire` carry across a process boundary."""
 
     # ---- the host ------------------------------------------------------------------------------
     def hostname(self) -> str: ...

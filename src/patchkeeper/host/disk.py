@@ -16,7 +16,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing (with re) costs a command's start about 10 ms
     from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
-    from .statcache import Listings
+    from typing import Protocol
+
+    class Listings(Protocol):  # statcache.Listings: a directory's entries while it is unchanged
+        def entries_of(self, path: str) -> list[tuple[str, bool]] | None: ...
 
     _T = TypeVar("_T")
     _R = TypeVar("_R")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import struct
 import sys
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict
 
 ET_DYN = 3
 DT_NULL, DT_NEEDED, DT_STRTAB, DT_SONAME, DT_STRSZ, DT_RPATH, DT_RUNPATH = 0, 1, 5, 14, 10, 15, 29

@@ -3,7 +3,7 @@ ids, digests, names and paths inside its values.
 
 A host answers over the wire and writes the ledger and the journal the controller reads; whatever
 it sends may be wrong (another version, a damaged file, a hostile host). Where such data enters
-the controller (host/contract.answer_from_wire, records/ledger.py's from_dict, the journal) it is
+the controller (answer_from_wire below, records/ledger.py's from_dict, the journal) it is
 checked here, and a value that does not fit raises Malformed naming the field: an id is hex of its
 fixed length, a digest `algorithm:hex`, a name one path component, a path relative and normalised
 inside the place it belongs. Used on the controller only (never shipped to a host).
@@ -17,6 +17,8 @@ from array import array
 from dataclasses import fields, is_dataclass
 from functools import lru_cache
 from typing import Any, Callable, Union, get_args, get_origin, get_type_hints
+
+from .contract import ANSWERS, AgentContract
 
 ALGORITHMS = ("blake3", "sha256")
 _DIGEST = re.compile(r"(?:blake3|sha256):[0-9a-f]{64}")
@@ -215,10 +217,8 @@ def _hints(obj: Any) -> dict[str, Any]:
 
 
 def answer(method: str, value: Any) -> None:
-    """An agent's answer to `method`, rebuilt by contract.answer_from_wire: of the type the contract
+    """An agent's answer to `method`, rebuilt by answer_from_wire: of the type the contract
     declares, with the ids, digests and paths in it as they must be."""
-    from .contract import AgentContract
-
     declared = getattr(AgentContract, method, None)
     if declared is None:
         return  # not a method of the contract (the holder's park): nothing is declared
@@ -312,3 +312,15 @@ _FACTS: dict[str, tuple[bool, Callable[[Any, str], None]]] = {
     "missing_dirs": (False, _paths),
     "remove_empty_dirs": (False, _paths),
 }
+
+
+def answer_from_wire(method: str, value: Any) -> Any:
+    """A method's answer as the agent returned it, rebuilt from the plain data the wire carried and
+    checked against the contract's types; Malformed if it is not one."""
+    decode = ANSWERS.get(method)
+    try:
+        result = value if decode is None else decode(value)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+        raise Malformed(f"{type(exc).__name__}: {exc}"[:200]) from None
+    answer(method, result)
+    return result

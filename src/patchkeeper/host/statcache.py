@@ -6,7 +6,7 @@ the first four of every file, not the device) and is only remembered once the fi
 file system's timestamp granularity (git's racily-clean rule). A cache file is only read when it is
 a regular file that belongs to the user running the command (or root) and that no one else may
 write, in a directory of which the same holds; any other is ignored, with one warning per command
-on stderr. Caches hold data only (marshal of plain values, or JSON): nothing read from one runs.
+on stderr (and state files read by read_changed obey the same rule). Caches hold data only (marshal of plain values, or JSON): nothing read from one runs.
 Standard library only (shipped to hosts).
 """
 
@@ -18,6 +18,7 @@ import stat
 import sys
 import time
 
+from .contract import ChangedFiles
 from .disk import HASH_WORKERS, hash_file, list_entries, map_files, write_atomic
 
 TYPE_CHECKING = False
@@ -42,8 +43,9 @@ def user_cache(name: str) -> str:
 
 
 def untrusted(st: os.stat_result) -> str | None:
-    """Why a cache file or directory with this stat may not be believed, None when it may: it must
-    belong to the user running the command (or root) and be writable by no one else."""
+    """Why a cache or state file (a ledger entry, the journal) or its directory with this stat may not
+    be believed, None when it may: it must belong to the user running the command (or root) and be
+    writable by no one else."""
     if st.st_uid not in (os.geteuid(), 0):
         return f"it belongs to uid {st.st_uid}"
     if st.st_mode & 0o022:
@@ -214,3 +216,42 @@ class Listings(StatCache):
         if entries is not None:
             self.remember(path, st, entries)
         return entries
+
+
+def read_changed(directory: str, suffix: str, known: dict[str, Any]) -> ChangedFiles:
+    """The files of a directory whose name ends with `suffix` that `known` (name -> the stat
+    identity the caller remembers: statcache.identity, with the device) does not describe: their
+    bytes and identity, taken before the read (None while the file is too fresh to be
+    remembered: StatCache's racily-clean rule); and the known names that are gone. A file
+    unchanged since the caller read it costs a stat, and none of its bytes."""
+    limit = time.time_ns() - StatCache.GRANULARITY_NS
+    files: dict[str, bytes] = {}
+    identities: dict[str, Any] = {}
+    present = set()
+    try:
+        listing = list(os.scandir(directory))
+    except FileNotFoundError:
+        listing = []
+    refused: dict[str, str] = {}
+    for item in listing:
+        name = item.name
+        if not name.endswith(suffix):
+            continue
+        try:
+            st = item.stat()  # followed, as open() follows it
+        except FileNotFoundError:  # removed since the listing
+            continue
+        present.add(name)
+        remembered = known.get(name)
+        if remembered is not None and tuple(remembered) == identity(st):
+            continue
+        with open(item.path, "rb") as f:
+            st = os.fstat(f.fileno())  # the identity of what is read, taken before it is read
+            why = untrusted(st)
+            if why is not None:
+                refused[name] = why
+                continue
+            files[name] = f.read()
+        settled = st.st_mtime_ns < limit and st.st_ctime_ns < limit
+        identities[name] = identity(st) if settled else None
+    return ChangedFiles(files, identities, tuple(sorted(set(known) - present)), refused)

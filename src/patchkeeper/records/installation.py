@@ -5,47 +5,16 @@ from __future__ import annotations
 import json
 import posixpath
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..errors import NotInstalled, Refused, TargetError
 from ..printable import one_line
+from .installed import Installed
+from .ledger import LedgerEntry
 
 if TYPE_CHECKING:
-    from ..targets import Target, TargetInfo
-    from .ledger import Ledger, LedgerEntry, State
-
-
-@dataclass(frozen=True)
-class Installed:
-    """One installation of the managed distribution, as a state's ledger entry records it.
-
-    `files` is a digest of what its RECORD says the release's files are (host/distinfo.installation):
-    the same for two installs of one wheel, by pip or by uv. `record` (RECORD's size and mtime)
-    moves with every reinstall and is kept by a copy of the venv; `installer` is INSTALLER's word."""
-
-    dist_info: str
-    version: str
-    installer: str = ""
-    files: str | None = None
-    rows: int = 0
-    record: tuple[int, int] | None = None
-
-    @classmethod
-    def of(cls, info: TargetInfo) -> "Installed":
-        found = info.installation or {}
-        record = found.get("record")
-        return cls(info.dist_info, info.version, found.get("installer") or "", found.get("files"),
-                   int(found.get("rows") or 0), (int(record[0]), int(record[1])) if record else None)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Installed":
-        record = d.get("record")
-        return cls(str(d.get("dist_info", "")), str(d.get("version", "")), str(d.get("installer") or ""),
-                   d.get("files"), int(d.get("rows") or 0), (int(record[0]), int(record[1])) if record else None)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"dist_info": self.dist_info, "version": self.version, "installer": self.installer,
-                "files": self.files, "rows": self.rows, "record": list(self.record) if self.record else None}
+    from ..targets import Target
+    from .ledger import Ledger, State
 
 
 @dataclass(frozen=True)
@@ -162,8 +131,6 @@ def state_version(ledger: Ledger, state: State) -> str | None:
 def removed(target: Target, exc: NotInstalled) -> TargetError:
     """The error for a managed package that is not installed, naming the state it was removed
     since and pinning the release that state needs (read from the newest entries of its ledger)."""
-    from .ledger import LedgerEntry
-
     agent, ledger_dir = target.agent, posixpath.join(exc.state_dir, "ledger")
     try:
         names = sorted((n for n in agent.listdir(ledger_dir) if n.endswith(".json")), reverse=True)

@@ -19,6 +19,7 @@ from ..host.disk import hash_bytes, install_records
 from ..targets import Target
 from . import ledger_index
 from .ledger_index import Slot
+from .installed import Installed
 from .manifest import Manifest
 
 if TYPE_CHECKING:  # the typed parts of entries (ledger_types.py); at run time, as their instances are, dicts
@@ -385,8 +386,6 @@ class Ledger:
         written, so a recovery after a later reinstall does not take that one for the state's."""
         if entry.kind == "verify" or entry.installed is not None:
             return entry
-        from .installation import Installed
-
         return replace(entry, installed=Installed.of(self.target.info).to_dict())
 
     def append(self, entry: LedgerEntry) -> None:

@@ -175,7 +175,7 @@ class Target(ABC):
 
     def _answer(self, method: str, doc: Any) -> Any:
         """A document the target's interpreter printed, as the contract's answer to `method` (checked)."""
-        from ..host.contract import answer_from_wire
+        from ..host.shapes import answer_from_wire
 
         try:
             return answer_from_wire(method, doc)

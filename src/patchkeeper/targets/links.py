@@ -15,9 +15,9 @@ from ..host import blake3pipe
 
 
 # The agent's modules, in import order; on the host they become the package `pkagent`.
-AGENT_MODULES = ("errors", "queries", "shapes", "contract", "blake3pipe", "disk", "manifest_text", "statcache", "store",
+AGENT_MODULES = ("errors", "queries", "contract", "blake3pipe", "disk", "manifest_text", "statcache", "store",
                  "manifests", "compare", "distinfo", "seal", "distcheck", "bytecode", "preflight", "elf", "interp",
-                 "startup", "fingerprint", "treecheck", "agent", "wire")
+                 "startup", "fingerprint", "treecheck", "statelock", "agent", "wire")
 _BOOT = """
 import sys, types
 pkg = types.ModuleType("pkagent"); pkg.__path__ = []; sys.modules["pkagent"] = pkg

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import AgentError, TargetError
 from ..host import contract as c
-from ..host import wire
+from ..host import shapes, wire
 from .links import Link, PipeLink, SshLink, program
 
 HELLO_TIMEOUT = 120.0  # seconds for an agent to start and say hello (an interpreter, an upload)
@@ -42,7 +42,7 @@ class AgentProxy(c.AgentContract):
             header, hello = wire.decode(self._read_exact)
             if not isinstance(hello, dict) or not isinstance(hello.get("python"), str):
                 raise wire.FrameError("a hello without the agent's facts")
-            self.remote_algorithm: str = c.answer_from_wire("algorithm", hello.get("algorithm"))
+            self.remote_algorithm: str = shapes.answer_from_wire("algorithm", hello.get("algorithm"))
             link.settimeout(CALL_TIMEOUT)
         except (TargetError, ValueError) as exc:
             err = link.stderr()
@@ -123,7 +123,7 @@ class AgentProxy(c.AgentContract):
         return data
 
     def _call(self, method: str, *args: Any) -> Any:
-        """The answer of one call, rebuilt as the agent's own value (host.contract.answer_from_wire)."""
+        """The answer of one call, rebuilt as the agent's own value (host.shapes.answer_from_wire)."""
         with self._lock:
             self._idle = False
             try:
@@ -139,7 +139,7 @@ class AgentProxy(c.AgentContract):
         if "error" in header:
             raise _exception(header["error"], self._name, method)
         try:
-            return c.answer_from_wire(method, value)
+            return shapes.answer_from_wire(method, value)
         except ValueError as exc:  # shapes.Malformed
             raise self._malformed(f"the answer to {method}", exc) from None
 
@@ -168,7 +168,7 @@ class AgentProxy(c.AgentContract):
 
     def _from_hello(self, method: str) -> Any:
         try:
-            return c.answer_from_wire(method, self.hello[method])
+            return shapes.answer_from_wire(method, self.hello[method])
         except ValueError as exc:
             raise self._malformed(f"the {method} in its hello", exc) from None
 

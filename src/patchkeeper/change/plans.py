@@ -1,0 +1,159 @@
+"""What every plan shares: the recorded state it starts from, the files as they are, and the entries
+and bytes it ends with (engine.py plans apply and rollback, reapply.py a reinstalled state's files)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
+
+from ..checks.scan import compare, scan_all
+from ..errors import BadInput, PatchkeeperError, StoreError
+from ..host.contract import ScanRequest
+from ..records.ledger import LedgerEntry, State
+from ..records.manifest import ROLE_PREFIX, Entry, Manifest, differences
+from ..targets import Target
+from .session import Session
+from .transaction import FileOp
+
+if TYPE_CHECKING:
+    from .stacks import FileCheck, Misfit
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A change worked out in full before anything changes: its file operations, new contents and ledger entry."""
+
+    ops: tuple[FileOp, ...]
+    contents: dict[str, bytes]
+    entry: LedgerEntry
+    drift: tuple[str, ...] = ()  # keys that differ from the recorded state before the change
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    checks: tuple[FileCheck, ...] = ()  # a trial's report of every file patch of the sets applied
+    misfits: tuple[Misfit, ...] = ()  # a trial's misfits of those sets for the target
+
+
+@dataclass(frozen=True)
+class Changed:
+    """A plan carried out (or, on a dry run, the plan that would be); `exec_start` is the unit's
+    effective ExecStart after it (units.Command, or why it is not known) when it changed a role file."""
+
+    plan: Plan
+    dry_run: bool
+    exec_start: Any = None
+
+
+def scan_keys(target: Target, keys: Iterable[str]) -> dict[str, Entry]:
+    info = target.info
+    roles = info.role_keys()
+    paths = tuple(k for k in keys if not k.startswith(ROLE_PREFIX))
+    extra = {k: roles[k] for k in keys if k in roles}
+    rows = target.agent.scan(ScanRequest(info.site, paths, (), None, extra)).rows
+    return {k: Entry.of(v) for k, v in rows.items()}
+
+
+def drift(target: Target, manifest_digest: str) -> dict[str, str]:
+    """key -> changed | added | removed | mode for every file that differs from a recorded manifest."""
+    pairs, = compare(target, manifest_digest)
+    return kinds(pairs)
+
+
+def kinds(pairs: dict[str, tuple[Entry | None, Entry | None]]) -> dict[str, str]:
+    return differences({k: old for k, (old, _) in pairs.items() if old}, {k: new for k, (_, new) in pairs.items() if new})
+
+
+def backups(ops: list[FileOp], hand: tuple[str, ...]) -> dict[str, str]:
+    """key -> digest of the hand-edited files the change overwrites (their bytes are put in the store
+    before anything changes, and `patchkeeper show-backup DIGEST` gives them back)."""
+    return {op.key: op.old.digest for op in ops if op.key in hand and op.old is not None}
+
+
+class Recorded:
+    """The last recorded state's manifest as a plan reads it (before any baseline: the files as
+    they are), loaded when first asked for."""
+
+    def __init__(self, s: Session) -> None:
+        self._ledger = s.ledger
+        self._manifest: Manifest | None = None
+        current = s.ledger.current()
+        moved = s.installation() if current is not None else None
+        if current is None or (moved is not None and moved.kind == "version"):  # (a dry run: no baseline yet)
+            self._manifest = scan_all(s.target)
+            current = State.make(s.target.hash_bytes(self._manifest.to_text()), (), "baseline")
+        self.state: State = current
+
+    def manifest(self) -> Manifest:
+        if self._manifest is None:
+            self._manifest = self._ledger.load_manifest(self.state)
+        return self._manifest
+
+    def entries(self, keys: Iterable[str]) -> dict[str, Entry | None]:
+        """The recorded entry of each key (None: not recorded)."""
+        manifest = self.manifest()
+        return {k: manifest.get(k) for k in keys}
+
+    def changed(self, planned: Mapping[str, Entry | None]) -> bytes:
+        """The text of the manifest with `planned`'s entries (None: the file is removed)."""
+        return self.manifest().replace(planned).to_text()
+
+
+def baseline(s: Session) -> State:
+    baseline = s.ledger.baseline()
+    if baseline is None:  # every recorded state descends from a baseline
+        raise StoreError(f"target {s.target.name} has recorded states but no baseline",
+                         "its ledger is damaged; see `patchkeeper log`")
+    return baseline
+
+
+def baseline_bytes(target: Target, base: Manifest, actual: dict[str, Entry], key: str) -> bytes | None:
+    entry = base.get(key)
+    if entry is None:
+        return None
+    if actual.get(key) is not None and actual[key].digest == entry.digest:
+        return target.agent.read(target.info.path_of(key))
+    try:
+        return target.agent.store_get(target.info.store, entry.digest)
+    except (PatchkeeperError, OSError) as exc:  # AgentError (missing, corrupt), TargetError (remote)
+        raise StoreError(f"baseline bytes of {key} are not available: {exc}",
+                         "the baseline was recorded --manifest-only; restore the file first") from None
+
+
+def refuse_non_regular(target: Target, absent: list[str]) -> None:
+    """Files a patch modifies or deletes that the scan did not find as regular files: refuse a symlink,
+    directory or device there by name (a scan sees regular files only: they would read as "does not
+    exist"). Added files and role files meet the transaction's check of destinations instead."""
+    odd = []
+    for key in absent:
+        try:
+            st = target.agent.lstat(target.info.path_of(key))
+        except (OSError, PatchkeeperError):  # e.g. a parent that is no directory: the stage step says so
+            continue
+        if st is not None:
+            odd.append(f"{key} ({'a symlink' if st.is_link else 'a directory' if st.is_dir else 'not a regular file'})")
+    if odd:
+        raise BadInput(f"{len(odd)} path(s) the patch sets change are not regular files, so nothing was changed: "
+                       + ", ".join(odd),
+                       "patchkeeper manages regular files only; replace them with the files themselves")
+
+
+def refuse_escaping(target: Target, rels: list[str], what: str) -> None:
+    """Refuse paths that leave site-packages through a symlinked directory: nothing is written there."""
+    outside = target.agent.escaping(target.info.site, rels)
+    if outside:
+        listed = ", ".join(f"{rel} -> {where}" for rel, where in list(outside.items())[:5])
+        raise BadInput(f"{len(outside)} path(s) {what} lead outside site-packages (through a symlink): {listed}",
+                       "remove the symlink (or restore the directory it replaced), then retry")
+
+
+def planned_entries(target: Target, files: dict[str, bytes | None],
+             modes: dict[str, int]) -> tuple[dict[str, Entry | None], dict[str, bytes]]:
+    """The entry each key will have after the change (None: absent), and the new contents by digest."""
+    planned: dict[str, Entry | None] = {}
+    contents: dict[str, bytes] = {}
+    for key, data in files.items():
+        if data is None:
+            planned[key] = None
+        else:
+            digest = target.hash_bytes(data)
+            planned[key] = Entry(digest, len(data), modes.get(key, 0o644))
+            contents[digest] = data
+    return planned, contents

@@ -1,0 +1,267 @@
+"""The patch sets of a change: resolved with what they require, fitted to the target, what they do to
+the applied stack, and the files they build from the files they start from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Collection, Iterable
+
+from ..errors import BadInput, Refused
+from ..host.disk import STAGE_PREFIX, is_managed_name
+from ..records.ledger import PatchSetRef
+from ..records.manifest import ROLE_PREFIX
+from ..targets import Target, TargetInfo
+from ..workspace import TargetConfig, Workspace
+from .session import Session
+
+if TYPE_CHECKING:
+    from ..patchset import patching
+    from ..patchset.patchset import PatchSet
+
+
+def resolve(ws_patchsets: Path, name: str, bind_to: TargetConfig | None = None) -> list[PatchSet]:
+    """The patch set and everything it requires, requirements first; with `bind_to`, their role
+    files rendered with that target's vars (a missing value is refused here, before any change)."""
+    from ..patchset import patchset
+
+    out: dict[str, PatchSet] = {}
+
+    def visit(n: str, trail: tuple[str, ...]) -> None:
+        if n in trail:
+            raise BadInput(f"patch set requirements form a cycle: {' -> '.join(trail + (n,))}")
+        if n in out:
+            return
+        ps = patchset.load(ws_patchsets, n)
+        for req in ps.requires:
+            visit(req, trail + (n,))
+        out[n] = ps.bind(bind_to.vars, bind_to.name) if bind_to is not None else ps
+
+    visit(name, ())
+    return list(out.values())
+
+
+def bind_all(sets: list[PatchSet], config: TargetConfig, trial: bool) -> tuple[list[PatchSet], list[Misfit]]:
+    """The sets with role files rendered for the target; a template without a value raises BadInput,
+    or in a trial is a misfit (kind "template") and that set keeps its templates."""
+    out, unrendered = [], []
+    for ps in sets:
+        try:
+            out.append(ps.bind(config.vars, config.name))
+        except BadInput as exc:
+            if not trial:
+                raise
+            out.append(ps)
+            unrendered.append(Misfit("template", ps, exc.message))
+    return out, unrendered
+
+
+def ref_of(ps: PatchSet) -> PatchSetRef:
+    ref: PatchSetRef = {"name": ps.name, "version": ps.version, "digest": ps.digest, "group": ps.group}
+    if ps.values:
+        ref["vars"] = dict(ps.values)  # the values its role-file templates were rendered with
+    return ref
+
+
+@dataclass(frozen=True)
+class StackChange:
+    """What applying patch sets does to the applied stack."""
+
+    removed: tuple[PatchSetRef, ...]  # refs replaced: the same names, or the same groups (a switch)
+    kept: tuple[PatchSetRef, ...]  # refs that stay, in order
+    adding: tuple[PatchSet, ...]  # applied after the kept ones, requirements first
+
+
+def stack_change(ws_patchsets: Path, stack: Iterable[PatchSetRef], incoming: list[PatchSet]) -> StackChange | None:
+    """The change applying `incoming` (requirements first, the named one last) makes to `stack`;
+    None when that very version and content is already applied."""
+    top = incoming[-1]
+    if any(p["name"] == top.name and p["version"] == top.version and p["digest"] == top.digest
+           and (top.values is None or p.get("vars", {}) == dict(top.values)) for p in stack):
+        return None
+    names = {ps.name for ps in incoming}
+    groups = {ps.group for ps in incoming if ps.group}
+    removed = tuple(p for p in stack if p["name"] in names or (groups and group_of(ws_patchsets, p) in groups))
+    kept = tuple(p for p in stack if p not in removed)
+    adding = tuple(ps for ps in incoming if not any(k["name"] == ps.name for k in kept) or ps is top)
+    return StackChange(removed, kept, adding)
+
+
+def group_of(ws_patchsets: Path, ref: PatchSetRef) -> str | None:
+    """An applied patch set's group, from its ledger ref (or, for older refs, its directory)."""
+    from ..patchset import patchset
+
+    if "group" in ref:
+        return ref["group"]
+    try:
+        return patchset.load(ws_patchsets, ref["name"]).group
+    except BadInput:
+        return None  # removed from the workspace: it cannot be in the group being applied
+
+
+@dataclass(frozen=True)
+class Misfit:
+    """Why a patch set does not fit a package: another package, a version outside its range, a role
+    the target lacks (`have` is the package, the version or the role)."""
+
+    kind: str  # package | version | role | template (`have`: which variable lacks a value, where)
+    patchset: PatchSet
+    have: str
+
+
+def misfits(sets: list[PatchSet], package: str, version: str, roles: Collection[str] | None) -> list[Misfit]:
+    """Every misfit of `sets` for `package` `version` (names compared canonically); roles unchecked if None."""
+    from ..host.disk import (
+        normalize_name as canonicalize_name,  # packaging's rule, without importing packaging
+    )
+    from ..patchset import patchset
+
+    out = []
+    for ps in sets:
+        if canonicalize_name(ps.package) != canonicalize_name(package):
+            out.append(Misfit("package", ps, package))
+        elif ps.package_version and not patchset.fits(ps.package_version, version):
+            out.append(Misfit("version", ps, version))
+        for role, _ in ps.files:
+            if roles is not None and role not in roles:
+                out.append(Misfit("role", ps, role))
+    return out
+
+
+def check_fits(target: Target, sets: list[PatchSet], force: bool) -> list[str]:
+    from ..patchset import patchset
+
+    info, notes = target.info, []
+    for m in misfits(sets, target.config.package, info.version, dict(info.roles)):
+        ps = m.patchset
+        if m.kind == "package":
+            raise BadInput(f"patch set {ps.ident} is for package {ps.package!r}, "
+                           f"target {target.name} manages {target.config.package!r}")
+        if m.kind == "version":
+            msg = f"patch set {ps.ident} needs {ps.package}{ps.package_version}, target {target.name} has {info.version}"
+            if not force:
+                raise Refused(msg, "use --force to apply it anyway")
+            notes.append(f"warning: {msg} (--force)")
+        if m.kind == "role":
+            hint = (f"add unit = \"/etc/systemd/system/NAME.service\" (the host's unit; the drop-in goes beside it) "
+                    f"or dropin = \"...\" to [targets.{target.name}.files]" if m.have == "dropin" else
+                    f"add {m.have} = \"...\" to [targets.{target.name}.files]")
+            raise BadInput(f"patch set {ps.ident} sets the {m.have!r} file, but target {target.name} "
+                           f"has no such role", hint)
+    for ps in sets:
+        _refuse_unmanaged(info, ps)
+    unsafe = patchset.unsafe_modes(sets)
+    if unsafe:
+        msg = "patch sets make file(s) setuid, setgid or world-writable: " + ", ".join(unsafe)
+        if not force:
+            raise Refused(msg, "fix the modes in the patches; --force applies them anyway")
+        notes.append(f"warning: {msg} (--force)")
+    return notes
+
+
+def _refuse_unmanaged(info: TargetInfo, ps: PatchSet) -> None:
+    """Refuse a patch set that writes where no scan looks (so no rollback would undo it): outside the
+    package's own files and top-level directories, bytecode, or patchkeeper's stage names."""
+    tops, loose = set(info.top_dirs()), set(info.loose_paths())
+    bad = []
+    for path in ps.paths:
+        if not is_managed_name(path):
+            why = "a stage file name of patchkeeper" if STAGE_PREFIX in path else "bytecode, derived from sources"
+        elif path.split("/", 1)[0] not in tops and path not in loose:
+            why = f"not a file of package {info.package}"
+        else:
+            continue
+        bad.append(f"{path} ({why})")
+    if bad:
+        raise Refused(f"patch set {ps.ident} writes {len(bad)} path(s) patchkeeper does not manage, so no rollback "
+                      "would undo them: " + ", ".join(bad[:10]) + (" …" if len(bad) > 10 else ""),
+                      f"limit the patch set to the files of {info.package} ({', '.join(sorted(tops))}"
+                      f"{', ' + ', '.join(sorted(loose)[:5]) if loose else ''}), without bytecode")
+
+
+def check_history(s: Session, sets: list[PatchSet]) -> None:
+    applied = {ref for slot in s.ledger.entries().slots for ref in slot.refs}  # (name, version, digest)
+    for ps in sets:
+        for name, version, digest in applied:
+            if name == ps.name and version == ps.version and digest != ps.digest:
+                raise Refused(f"patch set {ps.ident} changed since it was applied here "
+                              f"({str(digest)[:19]}… then, {ps.digest[:19]}… now) without a version bump",
+                              f"raise version in patchsets/{ps.name}/patchset.toml")
+
+
+@dataclass(frozen=True)
+class FileCheck:
+    """How one file patch of a patch set fares in a trial: every hunk's offset, or why it fails."""
+
+    patchset: str
+    origin: str
+    path: str
+    hunks: tuple[patching.HunkCheck, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(h.offset is not None for h in self.hunks)
+
+
+def build_files(sets: list[PatchSet], files: dict[str, bytes | None], modes: dict[str, int],
+                roles: Collection[str], trial_of: Collection[PatchSet] | None = None) -> tuple[FileCheck, ...]:
+    """Apply `sets` in order to `files` (and their `modes`), in place, with their files for `roles`.
+
+    With `trial_of`, each file patch is checked first: a failing one is reported (for the sets in
+    `trial_of`) and skipped, instead of raising."""
+    from ..patchset import patching
+
+    checks = []
+    for ps in sets:
+        for origin, fps in ps.patches:
+            for fp in fps:
+                if trial_of is not None:
+                    hunks = patching.check(fp, files[fp.path])
+                    if ps in trial_of:
+                        checks.append(FileCheck(ps.ident, origin, fp.path, hunks))
+                    if any(h.offset is None for h in hunks):
+                        continue
+                files[fp.path] = patching.apply(fp, files[fp.path], f"{ps.name}/{origin}").data
+                if fp.new_mode is not None:
+                    modes[fp.path] = fp.new_mode
+                elif fp.kind == "add":
+                    modes[fp.path] = 0o644
+        for role, data in ps.files:
+            if role in roles:
+                files[ROLE_PREFIX + role] = data
+                modes.setdefault(ROLE_PREFIX + role, 0o644)
+    return tuple(checks)
+
+
+def load_applied(ws: Workspace, ref: PatchSetRef) -> PatchSet:
+    from ..patchset import patchset
+
+    ps = patchset.load(ws.patchsets_dir, ref["name"])
+    if ps.digest != ref["digest"]:
+        raise Refused(f"applied patch set {ref['name']}@{ref['version']} is no longer in the workspace as applied "
+                      "(its files changed)", "roll back to baseline instead, which needs no patch set")
+    return ps
+
+
+def owners_of(ws: Workspace, stack: Iterable[PatchSetRef]) -> dict[str, str]:
+    """key -> the patch set(s) of `stack` that touch it, by their paths and role files."""
+    from ..patchset import patchset
+
+    owners: dict[str, list[str]] = {}
+    for ref in stack:
+        ident = f"{ref['name']}@{ref['version']}"
+        try:
+            ps = patchset.load(ws.patchsets_dir, ref["name"])
+        except BadInput:
+            continue  # no longer in this workspace: its files cannot be named
+        for key in [*ps.paths, *(ROLE_PREFIX + role for role, _ in ps.files)]:
+            owners.setdefault(key, []).append(ident)
+    return {k: ", ".join(v) for k, v in owners.items()}
+
+
+def touched_keys(sets: list[PatchSet]) -> list[str]:
+    keys: dict[str, None] = {}
+    for ps in sets:
+        keys.update(dict.fromkeys(ps.paths))
+        keys.update(dict.fromkeys(ROLE_PREFIX + r for r, _ in ps.files))
+    return list(keys)
