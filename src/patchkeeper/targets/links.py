@@ -158,6 +158,9 @@ class PipeLink:
             if self._proc.stdout is not None:
                 self._proc.stdout.close()  # nothing more is read: an interpreter still printing stops too
             self._sending.join(5)
+            if self._sending.is_alive():  # it never read its program: closing stdin under the writer would
+                self._proc.kill()  # wait on the writer's lock for as long as the process lives
+                self._sending.join()
             if self._proc.stdin is not None:
                 self._proc.stdin.close()  # end of input: the agent returns and exits
             self._proc.wait(timeout=30)
