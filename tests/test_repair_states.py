@@ -55,3 +55,18 @@ def test_rollback_to_previous_right_after_a_repair_still_undoes_it(tenv):
     tenv.pk("repair", "torchcodec", "--wheel", str(torchcodec_wheel()))
     tenv.pk("rollback", "--to", "previous")
     assert (site / CORE).read_bytes() == damaged
+
+
+def test_rollback_to_a_change_after_a_repair_keeps_the_release_bytes(tenv):
+    """A state a change recorded tells other distributions by their RECORD's identity (its files not
+    read): a rollback to it after a repair keeps the release bytes too, not the damage."""
+    site = tenv.site
+    release = (site / CORE).read_bytes()
+    tenv.pk("apply", "ddtree")
+    applied = [e for e in json.loads(tenv.pk("log", "--json").stdout) if e["kind"] == "apply"][-1]["after"]["id"]
+    edit_file(site / CORE, b"\x7fELF" + b"\0" * 4096)
+    tenv.pk("repair", "torchcodec", "--wheel", str(torchcodec_wheel()))
+    tenv.pk("apply", "nextn")
+    tenv.pk("rollback", "--to", applied)
+    assert (site / CORE).read_bytes() == release
+    assert "DDTREE" in tenv.running() and json.loads(tenv.pk("audit", "--json").stdout)["exit"] == 0

@@ -44,6 +44,7 @@ def screen(name: str, fp: dict, shown: int = 8) -> list[str]:
     dists = fp.get("distributions") or {}
     bad = {k: d for k, d in dists.items() if d.get("differ") or d.get("note")}
     managed = [d for d in dists.values() if d.get("managed")]
+    unread = [d for d in dists.values() if d.get("checked") == "identity"]  # a change's: files not read
     lines = [f"target {name} on {where.get('host', '?')}: {where.get('python', '?')}",
              f"interpreter  {interp_text(fp)}",
              f"system       {(fp.get('system') or {}).get('os')}, kernel {(fp.get('system') or {}).get('kernel')}",
@@ -52,7 +53,9 @@ def screen(name: str, fp: dict, shown: int = 8) -> list[str]:
     xid = (fp.get("gpu") or {}).get("xid")
     if xid:
         lines.append(f"             {len(xid)} recent Xid line(s) in the kernel log; last: {xid[-1]}")
-    lines.append(f"distributions {len(dists)}: {len(dists) - len(bad) - len(managed)} clean against their RECORD"
+    lines.append(f"distributions {len(dists)}: {len(dists) - len(bad) - len(managed) - len(unread)} clean against their RECORD"
+                 + (f", {len(unread)} told by their RECORD's identity only (kept by a change; `patchkeeper audit` "
+                    "reads their files)" if unread else "")
                  + "".join(f", {d['name']} {d['version']} managed (its files: patchkeeper status)" for d in managed))
     for d in list(bad.values())[:shown]:
         files = [p for p, _ in d.get("differ") or []]

@@ -77,13 +77,18 @@ def encode(fp: dict) -> bytes:
     return json.dumps(fp, sort_keys=True, separators=(",", ":")).encode()
 
 
-def record(entry: LedgerEntry, target: Target) -> LedgerEntry:
+# What a transaction's fingerprint holds: other distributions by their RECORD's identity, not their
+# files (host/fingerprint.distributions), so a change does not cost more in a larger environment.
+CHANGE_PARTS = ("system", "identities", "native", "gpu", "startup")
+
+
+def record(entry: LedgerEntry, target: Target, parts: tuple[str, ...] | None = None) -> LedgerEntry:
     """`entry` with a fingerprint taken now and kept in the target's store (its digest in `env`);
     when it cannot be taken, the change goes on and the entry says why in `env_error`."""
     from dataclasses import replace
 
     try:
-        return replace(entry, env=target.agent.store_put(target.info.store, encode(take(target))))
+        return replace(entry, env=target.agent.store_put(target.info.store, encode(take(target, parts))))
     except (PatchkeeperError, OSError) as exc:
         return replace(entry, env_error=str(exc).splitlines()[0])
 
@@ -94,11 +99,11 @@ def recording(target: Target, alongside: list[str]) -> Callable[[LedgerEntry], L
     every one, so it is taken before any file changes), else when the transaction asks, just before
     its commit point. A fingerprint that cannot be taken does not stop the change (`env_error`)."""
     if not changes_objects(alongside):
-        return lambda entry: record(entry, target)
+        return lambda entry: record(entry, target, CHANGE_PARTS)
     from dataclasses import replace
 
     try:
-        data = encode(take(target))
+        data = encode(take(target, CHANGE_PARTS))
     except (PatchkeeperError, OSError) as exc:
         failed = str(exc).splitlines()[0]
         return lambda entry: replace(entry, env_error=failed)
@@ -264,7 +269,7 @@ def _distributions(a: dict, b: dict, managed: set) -> list[Change]:
         if da is None or db is None or da["version"] != db["version"] or key in managed:
             continue
         out += _rebuilt(da, db)
-        if da.get("differ") != db.get("differ"):
+        if "differ" in da and "differ" in db and da["differ"] != db["differ"]:  # (not where a change took it)
             was = {p for p, _ in da.get("differ") or []}
             now = {p for p, _ in db.get("differ") or []}
             kinds = dict(map(tuple, db.get("differ") or []))

@@ -16,6 +16,7 @@ from . import elf
 from .disk import ALGORITHM, STAGE_PREFIX, TEMP_PREFIX, hash_file, normalize_name
 from .statcache import StatCache
 from .distcheck import RecordSeals, shared_files
+from .distinfo import record_identity, record_rows
 
 SITE_TOKEN = "$SITE/"
 NO_DRIVER = "no NVIDIA driver"
@@ -37,9 +38,9 @@ def take(sites: list[str], cache_root: str | None, main_site: str | None = None,
         out["system"] = system()
     if "native" in parts:  # first: the distributions' long list of stat calls, split over two processes as
         out["native"] = native(sites, os.path.join(cache_root, "native") if cache_root else None)
-    if "distributions" in parts:  # soon as a CPU is idle, is then what is left when a change waits for it
+    if "distributions" in parts or "identities" in parts:  # "identities": a change's (see distributions)
         skip = os.path.join(main_site, managed) if main_site and managed else None
-        out["distributions"] = distributions(sites, caches, skip)
+        out["distributions"] = distributions(sites, caches, skip, files="distributions" in parts)
     if "gpu" in parts:
         out["gpu"] = gpu()
     if "startup" in parts:
@@ -76,11 +77,17 @@ def system() -> Dict[str, Any]:
 
 
 # ---- distributions ---------------------------------------------------------------------------
-def distributions(sites: list[str], caches: dict[str, str | None], managed: str | None = None) -> Dict[str, Dict[str, Any]]:
+def distributions(sites: list[str], caches: dict[str, str | None], managed: str | None = None,
+                  files: bool = True) -> Dict[str, Dict[str, Any]]:
     """normalized name -> {name, version, installer, files, differ: [[path, kind], ...], identity,
     shared: [path, ...]}: `identity` says what it is (its RECORD's files and hashes, distinfo.record_identity),
     `differ` whether its files match that, `shared` the files another distribution installed over.
-    The first site directory on sys.path that holds a distribution wins, as for imports."""
+    The first site directory on sys.path that holds a distribution wins, as for imports.
+
+    Without `files` (the fingerprint a change keeps), each distribution is told by its identity
+    alone, marked `"checked": "identity"` with no `files` or `differ`: its files are not read or
+    stat'ed, so a change costs the same in a venv of 200 distributions as in a bare one; `audit`
+    and `env` check every file."""
     out: Dict[str, Dict[str, Any]] = {}
     for site in sites:
         try:
@@ -89,7 +96,8 @@ def distributions(sites: list[str], caches: dict[str, str | None], managed: str 
             continue
         cache_dir = caches.get(site)
         installers = StatCache(os.path.join(cache_dir, "installers.json") if cache_dir else None)
-        seals = RecordSeals(os.path.join(cache_dir, "records.seal") if cache_dir else None)
+        identities = StatCache(os.path.join(cache_dir, "identities.json") if cache_dir and not files else None)
+        seals = RecordSeals(os.path.join(cache_dir, "records.seal") if cache_dir and files else None)
         rows: Dict[str, Dict[str, Any]] = {}
         for dist_info in names:
             stem = dist_info.rsplit(".", 1)[0]
@@ -103,9 +111,11 @@ def distributions(sites: list[str], caches: dict[str, str | None], managed: str 
                 out[key].update(files=0, differ=[], note="egg-info: no RECORD to verify against")
             elif managed and os.path.join(site, dist_info) == managed:
                 out[key].update(files=None, differ=[], managed=True)
+            elif not files:
+                out[key].update(identity=_identity(site, dist_info, identities), checked="identity")
             else:
                 rows[dist_info] = out[key]
-        for dist_info, result in shared_files(site, seals.checked(site, list(rows), cache_dir)).items():
+        for dist_info, result in shared_files(site, seals.checked(site, list(rows), cache_dir) if rows else {}).items():
             row = rows[dist_info]
             row.update(files=result["files"], differ=sorted([p, k] for p, k, _ in result["findings"] if k != "shared"))
             shared = sorted(p for p, k, _ in result["findings"] if k == "shared")
@@ -116,8 +126,23 @@ def distributions(sites: list[str], caches: dict[str, str | None], managed: str 
             if result.get("note"):
                 row["note"] = result["note"]
         installers.save()
+        identities.save()
         seals.save()
     return out
+
+
+def _identity(site: str, dist_info: str, cache: StatCache) -> str | None:
+    """A distribution's RECORD identity (distinfo.record_identity), kept by the RECORD's stat identity."""
+    rel = f"{dist_info}/RECORD"
+    try:
+        st = os.stat(os.path.join(site, rel))
+    except OSError:
+        return None
+    known = cache.lookup(rel, st)
+    if known is None:
+        known = record_identity(record_rows(os.path.join(site, rel)))
+        cache.remember(rel, st, known)
+    return str(known)
 
 
 def _installer(site: str, dist_info: str, cache: StatCache) -> str:
