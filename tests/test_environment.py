@@ -15,6 +15,7 @@ import pytest
 from conftest import REPO, SITE_REL, copy_venv, edit_file, fingerprinted, make_workspace
 from patchkeeper.commands.verify import PREVIOUS_FAILS
 from patchkeeper.host import elf, fingerprint
+from patchkeeper.host import gpu as gpu_stack
 from sshd import sshd  # noqa: F401 (a fixture)
 from test_ssh import fleet  # noqa: F401 (a fixture)
 from test_verify import service  # noqa: F401 (a fixture)
@@ -148,7 +149,7 @@ def test_xid_lines_from_kmsg_records_and_dmesg_lines():
     records = ["6,100,5000000,-;NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  580.159.04\n",
                "4,101,7123456,-;NVRM: Xid (PCI:0000:00:06): 79, pid=1234, name=python3, GPU has fallen off the bus.\n",
                "[  912.5] NVRM: Xid (PCI:0000:00:06): 48, pid=77, DBE (0x2,0x1) has been detected.\n"]
-    assert fingerprint.xid_lines(records) == [
+    assert gpu_stack.xid_lines(records) == [
         "[    7.123456] NVRM: Xid (PCI:0000:00:06): 79, pid=1234, name=python3, GPU has fallen off the bus.",
         "[  912.5] NVRM: Xid (PCI:0000:00:06): 48, pid=77, DBE (0x2,0x1) has been detected."]
 
@@ -157,7 +158,7 @@ def test_xid_lines_from_kmsg_records_and_dmesg_lines():
 def test_nvidia_smi_xml_of_real_h200_hosts(host):
     """Field by field what `nvidia-smi -q -x` printed on each host (driver, CUDA, model, memory, ECC, rows)."""
     xml = GPU_HOSTS[host].read_bytes()
-    gpu = fingerprint.parse_nvidia_smi(xml)
+    gpu = gpu_stack.parse_nvidia_smi(xml)
     assert gpu["driver"] == "580.159.04" and gpu["cuda"] == "13.0"
     assert gpu["gpus"] == [{"name": "NVIDIA H200", "uuid": UUIDS[host],
                             "bus_id": "00000000:00:06.0", "memory_total": "143771 MiB",
@@ -170,14 +171,14 @@ def test_nvidia_smi_xml_of_real_h200_hosts(host):
     volatile = text.index("<volatile>")
     text = text[:volatile] + text[volatile:].replace("<dram_uncorrectable>0<", "<dram_uncorrectable>1<", 1) \
         .replace("<sram_uncorrectable_parity>0<", "<sram_uncorrectable_parity>1<", 1)
-    ecc = fingerprint.parse_nvidia_smi(text.encode())["gpus"][0]["ecc"]
+    ecc = gpu_stack.parse_nvidia_smi(text.encode())["gpus"][0]["ecc"]
     assert ecc["volatile_uncorrectable"] == "2" and ecc["aggregate_uncorrectable"] == "0"
 
 
 def test_an_uncorrectable_ecc_error_is_a_health_change_and_an_older_fingerprint_without_ecc_is_not():
     from patchkeeper.checks import environment
 
-    gpu = fingerprint.parse_nvidia_smi(GPU_HOSTS["device"].read_bytes())
+    gpu = gpu_stack.parse_nvidia_smi(GPU_HOSTS["device"].read_bytes())
     before_ecc = {**gpu, "gpus": [{k: v for k, v in g.items() if k != "ecc"} for g in gpu["gpus"]]}
     assert environment.compare({"gpu": before_ecc}, {"gpu": gpu}) == []
     correctable = {**gpu, "gpus": [{**gpu["gpus"][0], "ecc": {**gpu["gpus"][0]["ecc"], "volatile_correctable": "7"}}]}

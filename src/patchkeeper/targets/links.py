@@ -17,7 +17,7 @@ from ..host import blake3pipe
 # The agent's modules, in import order; on the host they become the package `pkagent`.
 AGENT_MODULES = ("errors", "queries", "contract", "blake3pipe", "disk", "manifest_text", "statcache", "store",
                  "manifests", "compare", "distinfo", "seal", "distcheck", "bytecode", "preflight", "elf", "interp",
-                 "startup", "fingerprint", "treecheck", "statelock", "agent", "wire")
+                 "startup", "gpu", "fingerprint", "treecheck", "statelock", "agent", "wire")
 _BOOT = """
 import sys, types
 pkg = types.ModuleType("pkagent"); pkg.__path__ = []; sys.modules["pkagent"] = pkg
