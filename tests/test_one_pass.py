@@ -541,3 +541,50 @@ def test_a_file_is_hashed_in_reads_of_a_mebibyte(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "read", lambda fd, n: reads.append(n) or real(fd, n))
     disk.hash_file(str(big), 3 << 20)
     assert reads == [1 << 20] * 4
+
+
+def test_a_warm_audit_stats_each_path_once_for_both_seals(env, monkeypatch):
+    """The RECORD seals of other distributions and the tree's seal name the same .py and .pyc files
+    (every one below the site dir is a bytecode input): a warm audit given from both seals takes each
+    path's identity once (seal.stat_identities' memo), and a file changed in place is still seen."""
+    from collections import Counter
+
+    from patchkeeper import workspace
+    from patchkeeper.checks.scan import scan_request
+    from patchkeeper.host.contract import TreeRequest
+    from patchkeeper.targets import open_target
+
+    env.pk("snapshot", "--name", "s0")
+    digest = json.loads(env.pk("status", "--json").stdout)["state"]["manifest"]
+    state = env.state_dir
+    monkeypatch.setattr(statcache.StatCache, "GRANULARITY_NS", -10**12)  # seal even this fresh copy
+    target = open_target(workspace.load(env.root).target(None))
+    others = tuple(sorted(p.name for p in env.site.glob("*.dist-info") if not p.name.startswith("sglang-")))
+    assert others  # pip's and setuptools'
+    request = TreeRequest(str(state / "store"), digest, scan_request(target), TAG, (),
+                          str(state / "audit" / "bytecode.cache"), str(state / "audit" / "tree.seal"),
+                          others, str(state / "audit"))
+    for _ in range(3):  # the stat cache, then both seals
+        first = Agent().audit_tree(request)
+    counts: Counter = Counter()
+    real_lstat, real_stat = os.lstat, os.stat
+
+    def counted(real):
+        def call(path, *args, **kwargs):
+            counts[os.fspath(path)] += 1
+            return real(path, *args, **kwargs)
+        return call
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "lstat", counted(real_lstat))
+        m.setattr(os, "stat", counted(real_stat))
+        again = Agent().audit_tree(request)
+    assert again == first and first.records and all(not r.findings for r in first.records.values())
+    pip_py = [p for p in counts if p.endswith(".py") and "/pip/" in p]
+    assert len(pip_py) > 100  # pip's sources: in its RECORD seal and in the tree's (bytecode inputs)
+    assert max(counts.values()) == 1, counts.most_common(3)
+
+    pip_file = env.site / "pip" / "__init__.py"
+    edit_file(pip_file, pip_file.read_bytes() + b"# by hand\n")
+    found = Agent().audit_tree(request).records
+    assert [f[:2] for r in found.values() for f in r.findings] == [("pip/__init__.py", "changed")]

@@ -9,7 +9,7 @@ import time
 from typing import Any, Dict, Iterator, List
 
 from . import seal
-from .disk import feed, is_install_record, map_files, write_atomic
+from .disk import cpus, feed, is_install_record, map_files, map_threads, write_atomic
 from .statcache import StatCache, load_cache, save_cache
 from .distinfo import console_scripts, record_identity, record_paths, record_rows, record_text_rows
 
@@ -216,22 +216,33 @@ class RecordSeals:
         if path is not None:  # absent, damaged or another version's: every answer is checked again
             self.seals = load_cache(path, _SEAL_FORMAT) or {}
 
-    def checked(self, site: str, dist_infos: List[str], cache_dir: str | None) -> Dict[str, Dict[str, Any]]:
+    def checked(self, site: str, dist_infos: List[str], cache_dir: str | None,
+                memo: Dict[str, Any] | None = None) -> Dict[str, Dict[str, Any]]:
         """check_record(site, name, cache_dir) of each name, sealed (every sealed file's identity
-        is taken in one list: torch alone lists about 15,000 files)."""
+        is taken in one list: torch alone lists about 15,000 files; `memo`: seal.stat_identities)."""
         dirs = [os.path.join(site, name) for name in dist_infos]
         sealed = [self.seals.get(d) for d in dirs]
         paths = [p for entry in sealed if entry is not None for p in entry[0].split("\0")]
-        ids = seal.stat_identities(paths, os.stat)
+        ids = seal.stat_identities(paths, os.stat, memo)
         out: Dict[str, Dict[str, Any]] = {}
+        todo = []
         at = 0
         for name, entry in zip(dist_infos, sealed):
+            out[name] = {}  # (in this order)
             if entry is not None:
                 held, at = ids[at:at + len(entry[1])] == entry[1], at + len(entry[1])
                 if held:
                     out[name] = dict(entry[2])
                     continue
-            out[name] = self._check(site, name, cache_dir)
+            todo.append(name)
+        # one distribution per CPU at a time: most of an environment's bytes are single large
+        # libraries (an nvidia-* wheel holds one), whose hashing releases the GIL, so one checked
+        # after another leaves the other CPUs idle (a first audit of the serving venv: see BENCHMARKS.md)
+        def check(name: str) -> Dict[str, Any]:
+            return self._check(site, name, cache_dir)
+
+        for name, result in zip(todo, map_threads(check, todo, cpus()) if len(todo) > 1 else map(check, todo)):
+            out[name] = result
         return out
 
     def _check(self, site: str, dist_info: str, cache_dir: str | None) -> Dict[str, Any]:

@@ -26,26 +26,51 @@ from .statcache import StatCache, read_cache
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only (typing costs a command's start about 10 ms)
-    from typing import Any, Callable, Iterable, List, Optional, Tuple
+    from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 FORMAT = ("pk-seal", 2, tuple(sys.version_info[:2]))
 _ABSENT = (-1, 0, 0, 0, 0)
 WIDTH = len(_ABSENT)  # numbers per identity
 
 
-def stat_identities(paths: Iterable[str], stat_of: Optional[Callable[[str], os.stat_result]] = None) -> bytes:
+def stat_identities(paths: Iterable[str], stat_of: Optional[Callable[[str], os.stat_result]] = None,
+                    memo: Optional[Dict[str, Any]] = None) -> bytes:
     """(size, mtime_ns, ctime_ns, inode, device) of each path, packed, by `stat_of` (os.lstat; os.stat
-    to follow links); an absent path packs as _ABSENT."""
+    to follow links); an absent path packs as _ABSENT.
+
+    With `memo` (one audit's, shared by the seals it checks: the RECORD seals and the tree's name the
+    same .py and .pyc files), each path is lstat'ed once: os.stat's identity is the lstat's but for
+    a symlink, which is followed each time."""
     stat_of = stat_of or os.lstat
     out: List[int] = []
     extend = out.extend
+    if memo is None:
+        for path in paths:
+            try:
+                st = stat_of(path)
+            except OSError:  # absent (or unreadable): never equal to an identity a file had
+                extend(_ABSENT)
+                continue
+            extend((st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev))
+        return array("q", out).tobytes()
+    follow = stat_of is os.stat
     for path in paths:
-        try:
-            st = stat_of(path)
-        except OSError:  # absent (or unreadable): never equal to an identity a file had
-            extend(_ABSENT)
-            continue
-        extend((st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev))
+        known = memo.get(path)
+        if known is None:
+            try:
+                st = os.lstat(path)
+                known = memo[path] = ((st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev),
+                                      stat.S_ISLNK(st.st_mode))
+            except OSError:
+                known = memo[path] = (_ABSENT, False)
+        if follow and known[1]:
+            try:
+                st = os.stat(path)
+                extend((st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev))
+            except OSError:
+                extend(_ABSENT)
+        else:
+            extend(known[0])
     return array("q", out).tobytes()
 
 
@@ -57,8 +82,9 @@ def settled(ids: bytes, started_ns: int) -> bool:
     return newest + StatCache.GRANULARITY_NS < started_ns
 
 
-def load(path: str, key: Any) -> Optional[Any]:
-    """The answer sealed at `path` for `key` when every entry is as it was, else None."""
+def load(path: str, key: Any, memo: Optional[Dict[str, Any]] = None) -> Optional[Any]:
+    """The answer sealed at `path` for `key` when every entry is as it was, else None (`memo`: see
+    stat_identities)."""
     data = read_cache(path)  # None: absent, or not to be trusted
     try:
         stamp, sealed_key, names, ids, answer = marshal.loads(data)  # type: ignore[arg-type]
@@ -66,7 +92,7 @@ def load(path: str, key: Any) -> Optional[Any]:
         return None
     if stamp != FORMAT or sealed_key != key:
         return None
-    return answer if stat_identities(names.split("\0")) == ids else None
+    return answer if stat_identities(names.split("\0"), memo=memo) == ids else None
 
 
 def entries(root: str, walk: Tuple[str, ...], named: Iterable[str]) -> Optional[Tuple[List[str], bytes]]:

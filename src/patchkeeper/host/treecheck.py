@@ -34,7 +34,8 @@ def check(request: TreeRequest, manifests: Manifests, store: Store) -> TreeCheck
     exists (a cold audit pays no walk for it). Every pyc written since `request.pycs_since` is
     recompiled and compared whatever its header says (bytecode._judge)."""
     scan, root = request.scan, request.scan.root
-    records = checked_records(root, list(request.records), request.record_cache)
+    memo: Dict[str, Any] = {}  # each path lstat'ed once by the seals below (seal.stat_identities)
+    records = checked_records(root, list(request.records), request.record_cache, memo)
     key = _key(request, records)
     native = None
     if request.native_sites:
@@ -43,7 +44,7 @@ def check(request: TreeRequest, manifests: Manifests, store: Store) -> TreeCheck
         native = fingerprint.native(list(request.native_sites), request.native_cache)
     with_records = {name: RecordCheck.from_wire(r) for name, r in records.items()}
     if request.seal:
-        sealed = seal.load(request.seal, key)
+        sealed = seal.load(request.seal, key, memo)
         if sealed is not None:
             return TreeCheck.from_wire({**sealed, "records": records, "native": native})
     taken = None
@@ -74,12 +75,13 @@ def check(request: TreeRequest, manifests: Manifests, store: Store) -> TreeCheck
     return replace(answer, records=with_records, native=native)
 
 
-def checked_records(site: str, dist_infos: List[str], cache_dir: str | None) -> Dict[str, Dict[str, Any]]:
+def checked_records(site: str, dist_infos: List[str], cache_dir: str | None,
+                    memo: Dict[str, Any] | None = None) -> Dict[str, Dict[str, Any]]:
     """check_record of each distribution, sealed in `cache_dir` (RecordSeals), a file two of them
     install told apart from a change (distcheck.shared_files)."""
     seals = RecordSeals(os.path.join(cache_dir, "records.seal") if cache_dir else None)
     try:
-        return shared_files(site, seals.checked(site, dist_infos, cache_dir))
+        return shared_files(site, seals.checked(site, dist_infos, cache_dir, memo))
     finally:
         seals.save()
 
