@@ -113,7 +113,7 @@ demo: install $(WHEELS)/.sglang
 
 test: install $(TESTENV)/.done $(WHEELS)/.audit $(WHEELS)/env/.done $(WHEELS)/older/.done $(WHEELS)/port/.done $(DDTREEENV)/.done sshd
 	$(BIN)/mypy  # [tool.mypy] in pyproject.toml: strict on host/, the engine and changes.py
-	TMPDIR=$(TESTTMP) $(BIN)/pytest -q -n 4 --durations=15  # 4 workers on 2 cores: the tests wait on sshd, servers and fsync too
+	TMPDIR=$(TESTTMP) $(BIN)/pytest -q -n 6 --durations=15  # 6 workers on 2 cores: the tests wait on sshd, servers and fsync too (-n 4 left 20% of the CPU idle)
 
 bench: install $(TESTENV)/.done $(SERVEENV)/.done sshd
 	@command -v rsync >/dev/null && command -v b3sum >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rsync b3sum >/dev/null; }
