@@ -130,6 +130,19 @@ def copy_venv(pristine: Path, dest: Path) -> Path:
     return dest
 
 
+def drop_bytecode(site: Path, keep: str = "") -> int:
+    """Unlink every __pycache__ below `site` but the one of directory `keep` (a venv of our own: the
+    links go, the pristine venv's files stay); for tests of `audit --rehash`, which recompiles every
+    pyc there is (6,000 of sglang's: most of such a test's time, and not what it is about)."""
+    gone = 0
+    for cache in sorted(site.rglob("__pycache__")):
+        if keep and cache.parent == site / keep:
+            continue
+        gone += sum(1 for _ in cache.iterdir())
+        shutil.rmtree(cache)
+    return gone
+
+
 def edit_file(path: Path, data: bytes) -> None:
     """Change a file by hand without writing through a hardlink into the pristine venv."""
     mode = path.stat().st_mode if path.exists() else 0o644

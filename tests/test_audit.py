@@ -294,6 +294,9 @@ def test_rehash_finds_a_write_through_a_shared_mapping_that_the_caches_cannot_se
     seals believe the file unchanged; `audit --rehash` reads and hashes every file again."""
     import mmap
 
+    from conftest import drop_bytecode
+
+    assert drop_bytecode(env.site) > 1000
     env.pk("snapshot", "--name", "base")
     version = env.site / "sglang/_version.py"
     edit_file(version, version.read_bytes())  # an inode of its own: the mapping must not write into the pristine venv
