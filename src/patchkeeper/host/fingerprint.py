@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import Any, Dict, Iterator, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 from . import elf
 from .disk import ALGORITHM, STAGE_PREFIX, TEMP_PREFIX, hash_file, normalize_name
@@ -132,35 +132,32 @@ def distributions(sites: list[str], caches: dict[str, str | None], managed: str 
 
 
 def _identity(site: str, dist_info: str, cache: StatCache) -> str | None:
-    """A distribution's RECORD identity (distinfo.record_identity), kept by the RECORD's stat identity."""
-    rel = f"{dist_info}/RECORD"
-    try:
-        st = os.stat(os.path.join(site, rel))
-    except OSError:
-        return None
-    known = cache.lookup(rel, st)
-    if known is None:
-        known = record_identity(record_rows(os.path.join(site, rel)))
-        cache.remember(rel, st, known)
-    return str(known)
+    """A distribution's RECORD identity (distinfo.record_identity)."""
+    found = _kept(site, f"{dist_info}/RECORD", cache, lambda path: record_identity(record_rows(path)))
+    return None if found is None else str(found)
 
 
 def _installer(site: str, dist_info: str, cache: StatCache) -> str:
-    rel = f"{dist_info}/INSTALLER"
+    def read(path: str) -> str:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read(200).strip() or "unknown"
+
+    return str(_kept(site, f"{dist_info}/INSTALLER", cache, read) or "unknown")
+
+
+def _kept(site: str, rel: str, cache: StatCache, read: Callable[[str], Any]) -> Any:
+    """What `read` makes of the file `rel` below the site dir, kept in `cache` by the file's stat
+    identity; None when the file is absent or unreadable."""
+    path = os.path.join(site, rel)
     try:
-        st = os.stat(os.path.join(site, rel))
+        st = os.stat(path)
+        known = cache.lookup(rel, st)
+        if known is None:
+            known = read(path)
+            cache.remember(rel, st, known)
     except OSError:
-        return "unknown"
-    known = cache.lookup(rel, st)
-    if known is not None:
-        return str(known)
-    try:
-        with open(os.path.join(site, rel), encoding="utf-8", errors="replace") as f:
-            value = f.read(200).strip() or "unknown"
-    except OSError:
-        return "unknown"
-    cache.remember(rel, st, value)
-    return value
+        return None
+    return known
 
 
 # ---- native libraries ------------------------------------------------------------------------

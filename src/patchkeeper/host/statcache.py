@@ -6,7 +6,8 @@ the first four of every file, not the device) and is only remembered once the fi
 file system's timestamp granularity (git's racily-clean rule). A cache file is only read when it is
 a regular file that belongs to the user running the command (or root) and that no one else may
 write, in a directory of which the same holds; any other is ignored, with one warning per command
-on stderr (and state files read by read_changed obey the same rule). Caches hold data only (marshal of plain values, or JSON): nothing read from one runs.
+on stderr (state files read by read_changed obey the same rule). Caches hold data only (marshal of
+plain values, or JSON): nothing read from one runs.
 Standard library only (shipped to hosts).
 """
 

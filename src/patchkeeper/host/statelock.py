@@ -10,17 +10,10 @@ import time
 from typing import Any
 
 from .contract import LockHolder, StateDirOwner
-from .disk import TEMP_PREFIX, hostname, pid_alive, write_atomic
+from .disk import TEMP_PREFIX, hostname, list_entries, pid_alive, write_atomic
 
 
 _DAMAGED_LOCK = {"pid": "?", "host": "?", "command": "? (its lock file is damaged)", "since": 0}
-
-
-def _listdir(path: str) -> list[str]:
-    try:
-        return os.listdir(path)
-    except FileNotFoundError:
-        return []
 
 
 def state_dir_owner(prefix: str, state_dir: str, site: str, claim: bool) -> StateDirOwner:
@@ -35,7 +28,7 @@ def state_dir_owner(prefix: str, state_dir: str, site: str, claim: bool) -> Stat
     real = os.path.realpath(state_dir)
     owner = _marked(marker, home)
     if owner is None and claim:
-        owner = home if real != home and _listdir(os.path.join(home, "ledger")) else real
+        owner = home if real != home and list_entries(os.path.join(home, "ledger")) else real
         inside = owner.startswith(os.path.dirname(home) + os.sep)
         text = (os.path.relpath(owner, home) if inside else owner) + "\n"
         try:
