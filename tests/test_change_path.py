@@ -73,9 +73,9 @@ def test_record_verdicts_are_sealed_and_refused_after_any_change_they_read(env, 
     checked: list[str] = []
     real = distcheck.check_record
 
-    def counting(site, name, cache_dir):
+    def counting(site, name, cache_dir, **stats):
         checked.append(name)
-        return real(site, name, cache_dir)
+        return real(site, name, cache_dir, **stats)
 
     monkeypatch.setattr(distcheck, "check_record", counting)
     assert _take(env) == first and checked == []  # every verdict from its seal
@@ -130,8 +130,8 @@ def test_the_audits_record_answers_are_sealed_with_their_details(env, monkeypatc
 
     checked: list[str] = []
     real = distcheck.check_record
-    monkeypatch.setattr(distcheck, "check_record", lambda site, name, cache_dir: checked.append(name)
-                        or real(site, name, cache_dir))
+    monkeypatch.setattr(distcheck, "check_record", lambda site, name, cache_dir, **stats: checked.append(name)
+                        or real(site, name, cache_dir, **stats))
     assert Agent().audit_record(str(env.site), names, cache) == first and checked == []
 
     setuptools_file = env.site / "setuptools" / "__init__.py"

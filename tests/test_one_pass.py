@@ -282,9 +282,9 @@ def test_digests_come_from_the_cache_while_the_identity_holds_else_from_the_byte
         assert list(rows) == ["kept.py", "edited.py", "empty.py", "big.so"] and set(stats) == set(rows)
         for key in rows:
             if (key, algorithm) != ("kept.py", "blake3"):
-                assert rows[key] == (disk.hash_file(str(root / key), 0, algorithm), stats[key].st_size, 0o644)
+                assert rows[key] == (disk.hash_file(str(root / key), algorithm), stats[key].st_size, 0o644)
         assert rows["kept.py"][0] == ("blake3:remembered" if algorithm == "blake3" else
-                                      disk.hash_file(str(root / "kept.py"), 0, "sha256"))
+                                      disk.hash_file(str(root / "kept.py"), "sha256"))
         assert set(reads) == {disk.CHUNK} and len(reads) == (2 + 2 + 1 + 5 if algorithm == "sha256" else 2 + 1 + 5)
     assert cache.digests(jobs[:1], "blake3") == {"kept.py": ("blake3:remembered", st.st_size, 0o644)}  # no hash
     with pytest.raises(AgentError, match="cannot hash with 'md5'"):
@@ -539,7 +539,7 @@ def test_a_file_is_hashed_in_reads_of_a_mebibyte(tmp_path, monkeypatch):
     reads: list[int] = []
     real = os.read
     monkeypatch.setattr(os, "read", lambda fd, n: reads.append(n) or real(fd, n))
-    disk.hash_file(str(big), 3 << 20)
+    disk.hash_file(str(big))
     assert reads == [1 << 20] * 4
 
 

@@ -125,18 +125,16 @@ class _Hash:
 
 
 class Module:
-    """Stands in for the blake3 module: `blake3()` (max_threads accepted and left to the helper) and
-    `blake3.AUTO`, as disk.py uses them."""
+    """Stands in for the blake3 module: `blake3()`, as disk.py uses it."""
 
     def __init__(self, python: str) -> None:
         helper = _Helper(python)
 
-        def blake3(data: bytes = b"", max_threads: int = 1) -> _Hash:
+        def blake3(data: bytes = b"") -> _Hash:
             h = _Hash(helper)
             h.update(data)
             return h
 
-        blake3.AUTO = -1  # type: ignore[attr-defined]
         self.blake3 = blake3
 
 

@@ -34,7 +34,6 @@ except ImportError:  # an interpreter without blake3: a local target's agent has
 
 ALGORITHM = "blake3" if _blake3 is not None else "sha256"
 CHUNK = 1 << 20  # bytes a file is read by (feed)
-_BIG = 4 << 20  # files above this size are hashed with blake3's own threads
 _SKIP_DIRS = {"__pycache__"}
 _SKIP_SUFFIXES = (".pyc", ".pyo")
 STAGE_PREFIX = ".pk-stage-"
@@ -45,12 +44,6 @@ STAGE_PREFIX = ".pk-stage-"
 # the installation against RECORD instead, and each state's ledger entry records who installed it.
 INSTALL_RECORDS = ("RECORD", "direct_url.json", "INSTALLER", "REQUESTED", "uv_cache.json")
 TEMP_PREFIX = ".pk-tmp-"  # write_atomic's temporary files: .pk-tmp-<pid>-<ns>
-
-
-def _hasher(size: int = 0, algorithm: str | None = None) -> Any:
-    if size >= _BIG and (algorithm or ALGORITHM) == "blake3" and _blake3 is not None:
-        return _blake3.blake3(max_threads=_blake3.blake3.AUTO)
-    return _hash_type(algorithm)()
 
 
 def _hash_type(algorithm: str | None = None) -> Callable[[], Any]:
@@ -72,15 +65,15 @@ def algorithm_of(digest: str) -> str:
 
 
 def hash_bytes(data: bytes, algorithm: str | None = None) -> str:
-    h = _hasher(len(data), algorithm)
+    h = _hash_type(algorithm)()
     h.update(data)
     return f"{algorithm or ALGORITHM}:{h.hexdigest()}"
 
 
-def hash_file(path: str, size: int = 0, algorithm: str | None = None) -> str:
+def hash_file(path: str, algorithm: str | None = None) -> str:
     """The digest of a file's bytes, read to its end (os.read: a third cheaper per small file than a
     buffered file object, and audits read thousands)."""
-    h = _hasher(size, algorithm)
+    h = _hash_type(algorithm)()
     feed(path, h)
     return f"{algorithm or ALGORITHM}:{h.hexdigest()}"
 

@@ -71,10 +71,12 @@ def _shebang_only(path: str, algo: str, expected: str, entry_points: set[str]) -
     return _is_launcher(rest, entry_points)
 
 
-def check_record(site: str, name: str, cache_dir: str | None, outside: bool = False) -> dict[str, Any]:
+def check_record(site: str, name: str, cache_dir: str | None, outside: bool = False,
+                 stats: dict[str, os.stat_result | OSError] | None = None) -> dict[str, Any]:
     """A distribution's files against its RECORD (hash, size); `outside`: only its rows outside its
     package, the console scripts (`../`) and the installer's records (the managed distribution's,
-    whose package is its code state)."""
+    whose package is its code state). `stats`: os.stat of the listed paths, taken by the caller
+    (seal.stats), used in place of stats of its own."""
     dist_dir = os.path.join(site, name)
     record = os.path.join(dist_dir, "RECORD")
     if not os.path.exists(record):
@@ -89,7 +91,7 @@ def check_record(site: str, name: str, cache_dir: str | None, outside: bool = Fa
         checked += 1
         path = os.path.normpath(os.path.join(site, rel))
         try:
-            st = os.stat(path)
+            st = seal.stat_taken(path, stats)
         except (FileNotFoundError, NotADirectoryError):
             findings.append([rel, "missing", "listed in RECORD, not on disk"])
             continue
@@ -251,9 +253,11 @@ class RecordSeals:
         record = os.path.join(dist_dir, "RECORD")
         inputs = [dist_dir, record]
         head = seal.stat_identities(inputs, os.stat)  # before the RECORD is read
-        inputs += [os.path.normpath(os.path.join(site, rel)) for rel in record_paths(record)]
-        ids = head + seal.stat_identities(inputs[2:], os.stat)  # before check_record reads any of them
-        result = check_record(site, dist_info, cache_dir)
+        listed = [os.path.normpath(os.path.join(site, rel)) for rel in record_paths(record)]
+        stats = seal.stats(listed, os.stat)  # before check_record reads any of them; it stats none again
+        inputs += listed
+        ids = head + seal.pack(stats[path] for path in listed)
+        result = check_record(site, dist_info, cache_dir, stats=stats)
         if self.path is not None:
             if seal.settled(ids, started):
                 self.seals[dist_dir] = ("\0".join(inputs), ids, result)

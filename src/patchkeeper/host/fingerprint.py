@@ -251,7 +251,7 @@ class Resolver:
         digest = self.ids.lookup(path, st)
         if digest is None:
             try:
-                digest = hash_file(path, st.st_size)
+                digest = hash_file(path)
             except OSError:
                 return None
             self.ids.remember(path, st, digest)

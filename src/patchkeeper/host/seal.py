@@ -74,6 +74,40 @@ def stat_identities(paths: Iterable[str], stat_of: Optional[Callable[[str], os.s
     return array("q", out).tobytes()
 
 
+def stats(paths: Iterable[str], stat_of: Callable[[str], os.stat_result]) -> Dict[str, Any]:
+    """path -> stat_of(path), or the OSError it raised, for each path: taken once, then packed by
+    `pack` for a seal and handed to whoever reads the files (stat_taken)."""
+    out: Dict[str, Any] = {}
+    for path in paths:
+        try:
+            out[path] = stat_of(path)
+        except OSError as exc:
+            out[path] = exc
+    return out
+
+
+def pack(taken: Iterable[Any]) -> bytes:
+    """stat_identities of stats taken by `stats` (an OSError packs as _ABSENT)."""
+    out: List[int] = []
+    extend = out.extend
+    for st in taken:
+        if isinstance(st, OSError):
+            extend(_ABSENT)
+        else:
+            extend((st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev))
+    return array("q", out).tobytes()
+
+
+def stat_taken(path: str, taken: Optional[Dict[str, Any]]) -> os.stat_result:
+    """os.stat(path), from `taken` (`stats`'s answer) where it holds the path, its error raised again."""
+    known = taken.get(path) if taken is not None else None
+    if known is None:
+        return os.stat(path)
+    if isinstance(known, OSError):
+        raise known
+    return known  # type: ignore[no-any-return]
+
+
 def settled(ids: bytes, started_ns: int) -> bool:
     """Whether every identity of `ids` (from stat_identities) is older than the clock granularity
     before `started_ns`: only then may an answer derived from those files be remembered."""

@@ -179,7 +179,7 @@ class StatCache:
             else:
                 rows[key] = None  # its place, in order
                 todo.append((key, path, st))
-        hashed = map_files(lambda job: hash_file(job[1], job[2].st_size, algorithm), todo,
+        hashed = map_files(lambda job: hash_file(job[1], algorithm), todo,
                            lambda job: job[2].st_size, HASH_WORKERS)
         for (key, _, st), digest in zip(todo, hashed):
             rows[key] = (digest, st.st_size, imode(st.st_mode))
