@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, SITE_REL, copy_venv, make_workspace
+from conftest import PRISTINE, REPO, SITE_REL, copy_venv, make_workspace
 from made_wheels import make_wheel, pip_install, rebuilt
 
 WHEELS = Path(os.environ.get("PK_WHEELS", REPO / ".cache" / "wheels"))
@@ -110,3 +110,35 @@ def test_audit_before_any_baseline_names_files_the_record_does_not_know(denv):
     assert "sglang differs from its RECORD in 2 file(s)" in doc["summary"]
     proc = denv.pk("apply", "ddtree", check=2)  # adoption refuses, naming the same files
     assert "dflash_worker.py (added)" in proc.stderr and "ddtree_utils.py (added)" in proc.stderr
+
+
+def test_record_rows_split_as_csv_splits_them(tmp_path):
+    """distinfo.record_text_rows splits a line at its last two commas (an audit reads 70,000 rows) and
+    hands the RECORD to csv when a line is quoted: on every RECORD of the real sglang venv, and on one
+    with a quoted path holding a comma, its rows are csv's."""
+    import csv
+
+    from patchkeeper.host.distinfo import record_lines, record_text_rows
+
+    def by_csv(lines):
+        rows, unhashed = {}, set()
+        for row in csv.reader(lines):
+            if row and row[0] and (len(row) < 2 or not row[1] or "=" not in row[1]):
+                unhashed.add(row[0])
+                rows.setdefault(row[0], None)
+            elif row and row[0]:
+                algo, _, b64 = row[1].partition("=")
+                rows[row[0]] = (algo, b64, int(row[2]) if len(row) > 2 and row[2].isdigit() else None)
+        return [(p, *found) for p, found in rows.items() if found is not None and p not in unhashed]
+
+    site = PRISTINE / SITE_REL
+    records = sorted(site.glob("*.dist-info/RECORD"))
+    assert len(records) >= 3
+    for record in records:
+        lines = record_lines(str(record))
+        assert list(record_text_rows(lines)) == by_csv(lines) != []
+    quoted = tmp_path / "RECORD"
+    quoted.write_text('"a,b.py",sha256=AAA,3\r\nc.py,sha256=BBB,\r\n__pycache__/c.pyc,,\r\nd.py,sha256=CCC,7\r\n'
+                      'd.py,,\r\n', newline="")
+    lines = record_lines(str(quoted))
+    assert list(record_text_rows(lines)) == by_csv(lines) == [("a,b.py", "sha256", "AAA", 3), ("c.py", "sha256", "BBB", None)]

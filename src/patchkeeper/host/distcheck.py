@@ -11,7 +11,7 @@ from typing import Any, Dict, Iterator, List
 from . import seal
 from .disk import cpus, feed, is_install_record, map_files, map_threads, write_atomic
 from .statcache import StatCache, load_cache, save_cache
-from .distinfo import console_scripts, record_identity, record_paths, record_rows, record_text_rows
+from .distinfo import console_scripts, paths_of, record_identity, record_lines, record_rows, record_text_rows
 
 
 
@@ -72,11 +72,12 @@ def _shebang_only(path: str, algo: str, expected: str, entry_points: set[str]) -
 
 
 def check_record(site: str, name: str, cache_dir: str | None, outside: bool = False,
-                 stats: dict[str, os.stat_result | OSError] | None = None) -> dict[str, Any]:
+                 stats: dict[str, os.stat_result | OSError] | None = None,
+                 lines: list[str] | None = None) -> dict[str, Any]:
     """A distribution's files against its RECORD (hash, size); `outside`: only its rows outside its
     package, the console scripts (`../`) and the installer's records (the managed distribution's,
-    whose package is its code state). `stats`: os.stat of the listed paths, taken by the caller
-    (seal.stats), used in place of stats of its own."""
+    whose package is its code state). `stats` and `lines`: os.stat of the listed paths (seal.stats)
+    and the RECORD's lines, taken by the caller, used in place of its own."""
     dist_dir = os.path.join(site, name)
     record = os.path.join(dist_dir, "RECORD")
     if not os.path.exists(record):
@@ -86,7 +87,8 @@ def check_record(site: str, name: str, cache_dir: str | None, outside: bool = Fa
     todo: list[tuple[str, str, str, str, os.stat_result]] = []
     checked = 0
     mismatched: list[tuple[str, str, str, str]] = []
-    rows = list(_outside_rows(record) if outside else record_rows(record))
+    rows = list(_outside_rows(record) if outside else record_text_rows(lines) if lines is not None
+                else record_rows(record))
     for rel, algo, b64, size in rows:
         checked += 1
         path = os.path.normpath(os.path.join(site, rel))
@@ -143,7 +145,7 @@ def _outside_rows(record: str) -> Iterator[tuple[str, str, str, int | None]]:
     """RECORD's rows outside the package, as record_rows gives them: the lines that may be one are
     picked by their text first (sglang's RECORD has 10,000 rows; a handful are outside it)."""
     with open(record, newline="", encoding="utf-8") as f:
-        lines = [line for line in f if line.startswith(("../", "/", '"')) or ".dist-info/" in line]
+        lines = [line for line in f.read().splitlines() if line.startswith(("../", "/", '"')) or ".dist-info/" in line]
     for row in record_text_rows(lines):
         if row[0].startswith(("../", "/")) or is_install_record(row[0]):
             yield row
@@ -253,11 +255,12 @@ class RecordSeals:
         record = os.path.join(dist_dir, "RECORD")
         inputs = [dist_dir, record]
         head = seal.stat_identities(inputs, os.stat)  # before the RECORD is read
-        listed = [os.path.normpath(os.path.join(site, rel)) for rel in record_paths(record)]
+        lines = record_lines(record)  # read once, for the seal's paths and the check's rows
+        listed = [os.path.normpath(os.path.join(site, rel)) for rel in paths_of(lines)]
         stats = seal.stats(listed, os.stat)  # before check_record reads any of them; it stats none again
         inputs += listed
         ids = head + seal.pack(stats[path] for path in listed)
-        result = check_record(site, dist_info, cache_dir, stats=stats)
+        result = check_record(site, dist_info, cache_dir, stats=stats, lines=lines or None)
         if self.path is not None:
             if seal.settled(ids, started):
                 self.seals[dist_dir] = ("\0".join(inputs), ids, result)

@@ -13,13 +13,22 @@ from typing import Any, Iterable, Iterator
 from .disk import is_install_record
 
 
-def record_paths(record: str) -> list[str]:
-    """The paths of a RECORD (CSV: path,hash,size), [] without one; csv only for the rare quoted path."""
+def record_lines(record: str) -> list[str]:
+    """A RECORD's lines, [] without one."""
     try:
         with open(record, newline="", encoding="utf-8") as f:
-            lines = f.read().splitlines()
+            return f.read().splitlines()
     except FileNotFoundError:
         return []
+
+
+def record_paths(record: str) -> list[str]:
+    """The paths of a RECORD (CSV: path,hash,size), [] without one."""
+    return paths_of(record_lines(record))
+
+
+def paths_of(lines: list[str]) -> list[str]:
+    """The path of each of a RECORD's lines; csv only for the rare quoted path."""
     quoted = [line for line in lines if line.startswith('"')]
     if quoted:
         import csv
@@ -69,19 +78,25 @@ def layout(paths: Iterable[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
 def record_rows(record: str) -> Iterator[tuple[str, str, str, int | None]]:
     """(path, algorithm, urlsafe-b64 digest, size) of every RECORD row that carries a hash."""
     with open(record, newline="", encoding="utf-8") as f:
-        yield from record_text_rows(f)
+        lines = f.read().splitlines()
+    yield from record_text_rows(lines)
 
 
-def record_text_rows(lines: Iterable[str]) -> Iterator[tuple[str, str, str, int | None]]:
-    """The rows of RECORD text (a RECORD read elsewhere, e.g. from a remote host), as `record_rows`.
+def record_text_rows(lines: list[str]) -> Iterator[tuple[str, str, str, int | None]]:
+    """The rows of RECORD text (its lines, without line ends), as `record_rows`.
     A path listed more than once is checked by its last hashed row, unless one of its rows has no
     hash: the installer wrote it again after the wheel did (pip lists a .pyc the wheel shipped with
-    the wheel's hash and again, without one, for its own compile over it; numpy's RECORD has one)."""
-    import csv
+    the wheel's hash and again, without one, for its own compile over it; numpy's RECORD has one).
+    Lines are split at their last two commas, as csv would, unless one is quoted (a path with a comma)."""
+    if any(line.startswith('"') for line in lines):
+        import csv
 
+        split: Iterable[list[str]] = csv.reader(lines)
+    else:
+        split = (line.rsplit(",", 2) for line in lines)
     rows: dict[str, tuple[str, str, int | None] | None] = {}
     unhashed: set[str] = set()
-    for row in csv.reader(lines):
+    for row in split:
         if not row or not row[0]:
             continue
         if len(row) < 2 or not row[1] or "=" not in row[1]:
