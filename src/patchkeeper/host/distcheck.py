@@ -228,26 +228,23 @@ class RecordSeals:
         sealed = [self.seals.get(d) for d in dirs]
         paths = [p for entry in sealed if entry is not None for p in entry[0].split("\0")]
         ids = seal.stat_identities(paths, os.stat, memo)
-        out: Dict[str, Dict[str, Any]] = {}
-        todo = []
+        held: Dict[str, Dict[str, Any]] = {}
         at = 0
         for name, entry in zip(dist_infos, sealed):
-            out[name] = {}  # (in this order)
             if entry is not None:
-                held, at = ids[at:at + len(entry[1])] == entry[1], at + len(entry[1])
-                if held:
-                    out[name] = dict(entry[2])
-                    continue
-            todo.append(name)
+                if ids[at:at + len(entry[1])] == entry[1]:
+                    held[name] = dict(entry[2])
+                at += len(entry[1])
+        todo = [name for name in dist_infos if name not in held]
+
         # one distribution per CPU at a time: most of an environment's bytes are single large
         # libraries (an nvidia-* wheel holds one), whose hashing releases the GIL, so one checked
         # after another leaves the other CPUs idle (a first audit of the serving venv: see BENCHMARKS.md)
         def check(name: str) -> Dict[str, Any]:
             return self._check(site, name, cache_dir)
 
-        for name, result in zip(todo, map_threads(check, todo, cpus()) if len(todo) > 1 else map(check, todo)):
-            out[name] = result
-        return out
+        checked = dict(zip(todo, map_threads(check, todo, cpus()) if len(todo) > 1 else map(check, todo)))
+        return {name: held[name] if name in held else checked[name] for name in dist_infos}
 
     def _check(self, site: str, dist_info: str, cache_dir: str | None) -> Dict[str, Any]:
         started = time.time_ns()
