@@ -220,14 +220,13 @@ class RecordSeals:
         if path is not None:  # absent, damaged or another version's: every answer is checked again
             self.seals = load_cache(path, _SEAL_FORMAT) or {}
 
-    def checked(self, site: str, dist_infos: List[str], cache_dir: str | None,
-                memo: Dict[str, Any] | None = None) -> Dict[str, Dict[str, Any]]:
+    def checked(self, site: str, dist_infos: List[str], cache_dir: str | None) -> Dict[str, Dict[str, Any]]:
         """check_record(site, name, cache_dir) of each name, sealed (every sealed file's identity
-        is taken in one list: torch alone lists about 15,000 files; `memo`: seal.stat_identities)."""
+        is taken in one list: torch alone lists about 15,000 files)."""
         dirs = [os.path.join(site, name) for name in dist_infos]
         sealed = [self.seals.get(d) for d in dirs]
         paths = [p for entry in sealed if entry is not None for p in entry[0].split("\0")]
-        ids = seal.stat_identities(paths, os.stat, memo)
+        ids = seal.stat_identities(paths, os.stat)
         held: Dict[str, Dict[str, Any]] = {}
         at = 0
         for name, entry in zip(dist_infos, sealed):

@@ -33,44 +33,19 @@ _ABSENT = (-1, 0, 0, 0, 0)
 WIDTH = len(_ABSENT)  # numbers per identity
 
 
-def stat_identities(paths: Iterable[str], stat_of: Optional[Callable[[str], os.stat_result]] = None,
-                    memo: Optional[Dict[str, Any]] = None) -> bytes:
+def stat_identities(paths: Iterable[str], stat_of: Optional[Callable[[str], os.stat_result]] = None) -> bytes:
     """(size, mtime_ns, ctime_ns, inode, device) of each path, packed, by `stat_of` (os.lstat; os.stat
-    to follow links); an absent path packs as _ABSENT.
-
-    With `memo` (one audit's, shared by the seals it checks: the RECORD seals and the tree's name the
-    same .py and .pyc files), each path is lstat'ed once: os.stat's identity is the lstat's but for
-    a symlink, which is followed each time."""
+    to follow links); an absent path packs as _ABSENT."""
     stat_of = stat_of or os.lstat
     out: List[int] = []
     extend = out.extend
-    if memo is None:
-        for path in paths:
-            try:
-                st = stat_of(path)
-            except OSError:  # absent (or unreadable): never equal to an identity a file had
-                extend(_ABSENT)
-                continue
-            extend((st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev))
-        return array("q", out).tobytes()
-    follow = stat_of is os.stat
     for path in paths:
-        known = memo.get(path)
-        if known is None:
-            try:
-                st = os.lstat(path)
-                known = memo[path] = ((st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev),
-                                      stat.S_ISLNK(st.st_mode))
-            except OSError:
-                known = memo[path] = (_ABSENT, False)
-        if follow and known[1]:
-            try:
-                st = os.stat(path)
-                extend((st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev))
-            except OSError:
-                extend(_ABSENT)
-        else:
-            extend(known[0])
+        try:
+            st = stat_of(path)
+        except OSError:  # absent (or unreadable): never equal to an identity a file had
+            extend(_ABSENT)
+            continue
+        extend((st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev))
     return array("q", out).tobytes()
 
 
@@ -116,9 +91,8 @@ def settled(ids: bytes, started_ns: int) -> bool:
     return newest + StatCache.GRANULARITY_NS < started_ns
 
 
-def load(path: str, key: Any, memo: Optional[Dict[str, Any]] = None) -> Optional[Any]:
-    """The answer sealed at `path` for `key` when every entry is as it was, else None (`memo`: see
-    stat_identities)."""
+def load(path: str, key: Any) -> Optional[Any]:
+    """The answer sealed at `path` for `key` when every entry is as it was, else None."""
     data = read_cache(path)  # None: absent, or not to be trusted
     try:
         stamp, sealed_key, names, ids, answer = marshal.loads(data)  # type: ignore[arg-type]
@@ -126,7 +100,7 @@ def load(path: str, key: Any, memo: Optional[Dict[str, Any]] = None) -> Optional
         return None
     if stamp != FORMAT or sealed_key != key:
         return None
-    return answer if stat_identities(names.split("\0"), memo=memo) == ids else None
+    return answer if stat_identities(names.split("\0")) == ids else None
 
 
 def entries(root: str, walk: Tuple[str, ...], named: Iterable[str]) -> Optional[Tuple[List[str], bytes]]:

@@ -58,12 +58,11 @@ def _native_started(request: TreeRequest) -> Callable[[], Any]:
 
 def _check(request: TreeRequest, manifests: Manifests, store: Store, native_of: Callable[[], Any]) -> TreeCheck:
     scan, root = request.scan, request.scan.root
-    memo: Dict[str, Any] = {}  # each path lstat'ed once by the seals below (seal.stat_identities)
-    records = checked_records(root, list(request.records), request.record_cache, memo)
+    records = checked_records(root, list(request.records), request.record_cache)
     key = _key(request, records)
     with_records = {name: RecordCheck.from_wire(r) for name, r in records.items()}
     if request.seal:
-        sealed = seal.load(request.seal, key, memo)
+        sealed = seal.load(request.seal, key)
         if sealed is not None:
             return TreeCheck.from_wire({**sealed, "records": records, "native": native_of()})
     taken = None
@@ -94,13 +93,12 @@ def _check(request: TreeRequest, manifests: Manifests, store: Store, native_of: 
     return replace(answer, records=with_records, native=native_of())
 
 
-def checked_records(site: str, dist_infos: List[str], cache_dir: str | None,
-                    memo: Dict[str, Any] | None = None) -> Dict[str, Dict[str, Any]]:
+def checked_records(site: str, dist_infos: List[str], cache_dir: str | None) -> Dict[str, Dict[str, Any]]:
     """check_record of each distribution, sealed in `cache_dir` (RecordSeals), a file two of them
     install told apart from a change (distcheck.shared_files)."""
     seals = RecordSeals(os.path.join(cache_dir, "records.seal") if cache_dir else None)
     try:
-        return shared_files(site, seals.checked(site, dist_infos, cache_dir, memo))
+        return shared_files(site, seals.checked(site, dist_infos, cache_dir))
     finally:
         seals.save()
 
