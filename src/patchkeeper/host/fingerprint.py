@@ -34,7 +34,7 @@ def take(sites: list[str], cache_root: str | None, main_site: str | None = None,
     out: Dict[str, Any] = {"algorithm": ALGORITHM}
     if "system" in parts:
         out["system"] = system()
-    if "native" in parts:  # first: the distributions' long list of stat calls, split over two processes as
+    if "native" in parts:
         out["native"] = native(sites, os.path.join(cache_root, "native") if cache_root else None)
     if "distributions" in parts or "identities" in parts:  # "identities": a change's (see distributions)
         skip = os.path.join(main_site, managed) if main_site and managed else None
