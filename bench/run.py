@@ -69,7 +69,7 @@ def main() -> None:
     results: dict[str, Any] = json.loads(OUT.read_text()) if OUT.exists() and parts != list(PARTS) else {}
     if "about" not in results:  # figures of the old bench: not merged with these
         results = {}
-    results["about"] = about = _about()
+    results["about"] = about = _about()  # this run's; "ran" says when and at which commit each part last ran
     print(f"patchkeeper bench {about['date']} at {about['commit']}: {about['cpus']} CPUs, load {about['load_at_start']:.1f};"
           f" serving venv {about['serving_venv']['files']} files, {about['serving_venv']['bytes'] / 1e9:.1f} GB")
     before = _fingerprint(SERVE)
@@ -83,6 +83,8 @@ def main() -> None:
             rows = importlib.import_module(part).main(part_tmp, env)
             print_rows(f"{part}: {PARTS[part]} ({time.perf_counter() - started:.0f} s)", rows)
             results[part] = rows
+            results.setdefault("ran", {})[part] = {"date": about["date"], "commit": about["commit"],
+                                                   "load_at_start": about["load_at_start"]}
             shutil.rmtree(part_tmp, ignore_errors=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
