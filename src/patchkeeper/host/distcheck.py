@@ -144,8 +144,7 @@ def check_record(site: str, name: str, cache_dir: str | None, outside: bool = Fa
 def _outside_rows(record: str) -> Iterator[tuple[str, str, str, int | None]]:
     """RECORD's rows outside the package, as record_rows gives them: the lines that may be one are
     picked by their text first (sglang's RECORD has 10,000 rows; a handful are outside it)."""
-    with open(record, newline="", encoding="utf-8") as f:
-        lines = [line for line in f.read().splitlines() if line.startswith(("../", "/", '"')) or ".dist-info/" in line]
+    lines = [line for line in record_lines(record) if line.startswith(("../", "/", '"')) or ".dist-info/" in line]
     for row in record_text_rows(lines):
         if row[0].startswith(("../", "/")) or is_install_record(row[0]):
             yield row

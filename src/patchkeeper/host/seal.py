@@ -37,32 +37,18 @@ def stat_identities(paths: Iterable[str], stat_of: Optional[Callable[[str], os.s
     """(size, mtime_ns, ctime_ns, inode, device) of each path, packed, by `stat_of` (os.lstat; os.stat
     to follow links); an absent path packs as _ABSENT."""
     stat_of = stat_of or os.lstat
-    out: List[int] = []
-    extend = out.extend
-    for path in paths:
-        try:
-            st = stat_of(path)
-        except OSError:  # absent (or unreadable): never equal to an identity a file had
-            extend(_ABSENT)
-            continue
-        extend((st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev))
-    return array("q", out).tobytes()
+    return pack(_taken(path, stat_of) for path in paths)
 
 
 def stats(paths: Iterable[str], stat_of: Callable[[str], os.stat_result]) -> Dict[str, Any]:
     """path -> stat_of(path), or the OSError it raised, for each path: taken once, then packed by
     `pack` for a seal and handed to whoever reads the files (stat_taken)."""
-    out: Dict[str, Any] = {}
-    for path in paths:
-        try:
-            out[path] = stat_of(path)
-        except OSError as exc:
-            out[path] = exc
-    return out
+    return {path: _taken(path, stat_of) for path in paths}
 
 
 def pack(taken: Iterable[Any]) -> bytes:
-    """stat_identities of stats taken by `stats` (an OSError packs as _ABSENT)."""
+    """The identities of stats (or OSErrors, as `stats` gives them), packed: an error as _ABSENT,
+    never equal to an identity a file had."""
     out: List[int] = []
     extend = out.extend
     for st in taken:
@@ -71,6 +57,13 @@ def pack(taken: Iterable[Any]) -> bytes:
         else:
             extend((st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev))
     return array("q", out).tobytes()
+
+
+def _taken(path: str, stat_of: Callable[[str], os.stat_result]) -> Any:
+    try:
+        return stat_of(path)
+    except OSError as exc:  # absent (or unreadable)
+        return exc
 
 
 def stat_taken(path: str, taken: Optional[Dict[str, Any]]) -> os.stat_result:
