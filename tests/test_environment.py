@@ -329,3 +329,35 @@ def test_diff_env_between_two_ssh_hosts(fleet):
     assert fp["where"]["python"] == f"{fleet.venvs['ct200']}/bin/python"
     assert fp["distributions"]["six"]["version"] == "1.16.0"
     assert any(k.startswith("markupsafe/_speedups") for k in fp["native"])
+
+
+@pytest.mark.parametrize("how", ["truncated", "replaced"])
+def test_a_damaged_shared_object_is_named_damaged_not_its_libraries_unresolved(eenv, how):
+    """A .so cut short (a copy that stopped) or replaced by another build: checked against its
+    RECORD first, it is "damaged"; its libraries are not called unresolved. `ldd` agrees that the
+    file no longer loads what it did, for the loader's own reason."""
+    eenv.pk("snapshot", "--name", "before")
+    so = next((eenv.site / "markupsafe").glob("_speedups*.so"))
+    rel = f"markupsafe/{so.name}"
+    data = so.read_bytes()
+    new = data[:4096] if how == "truncated" else (eenv.site / "pkg.libs" / "libdep.so.1").read_bytes()
+    so.unlink()  # (a link of the pristine venv: written anew)
+    so.write_bytes(new)
+    ldd = subprocess.run(["ldd", str(so)], capture_output=True, text=True)
+    doc = json.loads(eenv.pk("audit", "--json", check=1).stdout)
+    native = [(f["path"], f["kind"], f["detail"]) for f in doc["findings"] if f["class"] == "native"]
+    assert [(p, k) for p, k, _ in native] == [(rel, "damaged")], native
+    assert f"differs from RECORD (size {len(data)} -> {len(new)} bytes)" in native[0][2]
+    assert "not found now" not in json.dumps(doc)
+    if how == "truncated":
+        assert ldd.returncode != 0 or "not a dynamic executable" in ldd.stdout + ldd.stderr, ldd
+    out = eenv.pk("diff", "--env", "--against", "before", check=1).stdout
+    assert f"native       damaged    {rel}" in out and "then, not found now" not in out, out
+    # an intact object whose library is gone is still "unresolved"
+    so.unlink()
+    so.write_bytes(data)
+    (eenv.site / "pkg.libs" / "libdep.so.1").unlink()
+    ldd = subprocess.run(["ldd", str(eenv.site / "pkg/_ext.so")], capture_output=True, text=True)
+    assert "libdep.so.1 => not found" in ldd.stdout
+    doc = json.loads(eenv.pk("audit", "--json", check=1).stdout)
+    assert [(f["path"], f["kind"]) for f in doc["findings"] if f["class"] == "native"] == [("pkg/_ext.so", "unresolved")]

@@ -227,6 +227,24 @@ def test_restore_pristine_gives_the_release_as_baseline(handmade, pristine_venv)
     assert fingerprinted(handmade) == [("baseline", True), ("apply", True), ("rollback", True)]
 
 
+def test_restore_pristine_dry_run_plans_on_the_restored_bytes(handmade):
+    """The adoption doc's first command: a hand edit inside a hunk's lines fails that hunk on the
+    edited bytes; the real run restores the release first, and so does the dry run's plan."""
+    toml = (handmade.root / "patchkeeper.toml").read_text()
+    (handmade.root / "patchkeeper.toml").write_text(f'wheels = "{WHEELS}"\n' + toml)
+    spec = handmade.site / SPEC
+    line = b"        return self == SpeculativeAlgorithm.DFLASH\n"
+    assert spec.read_bytes().count(line) == 1
+    edit_file(spec, spec.read_bytes().replace(line, b"        return self in (SpeculativeAlgorithm.DFLASH,)  # by hand\n"))
+    before = tree(handmade.venv)
+    handmade.pk("apply", "ddtree", "--dry-run", check=2)  # without the flag: refused, naming the edits
+    out = handmade.pk("apply", "ddtree", "--dry-run", "--restore-pristine").stdout
+    assert "it would restore the release's bytes first" in out and f"M {SPEC}" in out, out
+    assert tree(handmade.venv) == before and not (handmade.state_dir / "ledger").exists()
+    handmade.pk("apply", "ddtree", "--restore-pristine", "--no-verify")
+    assert b"SpeculativeAlgorithm.DDTREE,\n" in spec.read_bytes() and b"# by hand" not in spec.read_bytes()
+
+
 def test_accept_edits_records_them_and_the_ledger_says_so(handmade):
     edited = (handmade.site / SPEC).read_bytes()
     out = handmade.pk("snapshot", "--name", "adopted", "--accept-edits").stdout

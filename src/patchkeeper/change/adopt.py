@@ -12,12 +12,15 @@ from ..records.ledger import AdoptExtra, LedgerEntry, State, new_id, who
 from ..records.manifest import ROLE_PREFIX, Entry, Manifest, differences
 from . import engine, transaction
 from ..checks import scan
+from .plans import Restored
 from .session import Session
+from ..targets import Target
 
 if TYPE_CHECKING:  # repair (RECORD rows, wheels) loads only where a baseline is first recorded
     from . import repair
 
 MODES = ("restore-pristine", "accept-edits")
+BYTECODE = "bytecode"  # the kind of a hand edit that is a pyc running other code than its source
 
 
 def check_mode(restore_pristine: bool, accept_edits: bool) -> str | None:
@@ -55,7 +58,17 @@ def hand_edits(s: Session) -> tuple[repair.Damage, dict[str, str], Manifest]:
     listed = set(dist.record) if dist else set()
     edits = dict(damage.files)
     edits.update({k: "added" for k in manifest if not k.startswith(ROLE_PREFIX) and k not in listed})
+    edits.update({path: BYTECODE for path, _, _ in foreign_bytecode(s.target)})
     return damage, dict(sorted(edits.items())), manifest
+
+
+def foreign_bytecode(target: Target) -> tuple[tuple[str, str, str], ...]:
+    """The package's pycs that Python runs instead of their source and that hold other code (or
+    have no source): (path, kind, detail), as audit reports them (host/bytecode.installed_bytecode)."""
+    info = target.info
+    tag = "cpython-" + "".join(info.python_version.split(".")[:2])
+    return target.agent.installed_bytecode(info.site, tag, info.top_dirs(),
+                                           f"{info.site}/{info.dist_info}/RECORD").findings
 
 
 def _refusal(s: Session, edits: dict[str, str]) -> Refused:
@@ -66,8 +79,9 @@ def _refusal(s: Session, edits: dict[str, str]) -> Refused:
     why = f"{moved.what()}, so a baseline of {info.version} is recorded first, but " if moved is not None else ""
     return Refused(f"{why}{len(edits)} file(s) of {info.package} {info.version} on {s.target.name} differ from its RECORD "
                    f"(edited by hand before patchkeeper?): {listed}{more}; no baseline was recorded",
-                   "--restore-pristine puts the release's bytes back first (from its wheel), so the baseline is "
-                   "the pristine release; --accept-edits records them as they are, and the ledger says so")
+                   "--restore-pristine puts the release's bytes back first (from its wheel; a foreign pyc is "
+                   "taken out, so Python compiles its source), so the baseline is the pristine release; "
+                   "--accept-edits records them as they are, and the ledger says so")
 
 
 def record_baseline(s: Session, bytes_kept: bool, how: str | None) -> LedgerEntry:
@@ -94,9 +108,7 @@ def _restore_pristine(s: Session, bytes_kept: bool, damage: repair.Damage, edits
     target, ledger = s.target, s.ledger
     found = repair.restore(target, damage, None, s.workspace.wheels)
     if found.left:
-        raise Refused(f"the release's bytes of {len(found.left)} file(s) cannot be restored: "
-                      + ", ".join(f"{k} ({why})" for k, why in found.left.items()) + "; no baseline was recorded",
-                      "restore them by hand, or use --accept-edits")
+        raise _unrestorable(found.left)
     info = target.info
     wanted = {rel: found.files.get(rel) for rel in edits}  # added files: None, removed
     ops, contents = repair.file_ops(target, {rel: info.path_of(rel) for rel in wanted}, wanted)
@@ -118,6 +130,12 @@ def _restore_pristine(s: Session, bytes_kept: bool, damage: repair.Damage, edits
     return entry
 
 
+def _unrestorable(left: dict[str, str]) -> Refused:
+    return Refused(f"the release's bytes of {len(left)} file(s) cannot be restored: "
+                   + ", ".join(f"{k} ({why})" for k, why in left.items()) + "; no baseline was recorded",
+                   "restore them by hand, or use --accept-edits")
+
+
 def describe(entry: LedgerEntry) -> str:
     """What the baseline's ledger entry says about adopting the host, for the line that reports it."""
     extra = cast(AdoptExtra, entry.extra)
@@ -131,11 +149,21 @@ def describe(entry: LedgerEntry) -> str:
     return ""
 
 
-def preview(s: Session, how: str | None) -> None:
-    """For a dry run before the first baseline: refuse as the real command would, or say what it would do."""
-    _, edits, _ = hand_edits(s)
+def preview(s: Session, how: str | None) -> Restored:
+    """For a dry run before the first baseline: refuse as the real command would, or say what it
+    would do; with --restore-pristine, the release's bytes the real run would put back (the dry
+    run plans on them, as the real run does after restoring)."""
+    damage, edits, _ = hand_edits(s)
     if edits and how is None:
         raise _refusal(s, edits)
+    restored: dict[str, tuple[bytes, int] | None] = {}
+    if edits and how == "restore-pristine":
+        from . import repair
+
+        found = repair.restore(s.target, damage, None, s.workspace.wheels)
+        if found.left:
+            raise _unrestorable(found.left)
+        restored = {rel: found.files.get(rel) for rel in edits}
     what = {"accept-edits": "accept them as they are", "restore-pristine": "restore the release's bytes first"}
     extra = f"; {len(edits)} file(s) differ from its RECORD, it would {what[how or '']}: {', '.join(edits)}" \
         if edits and how else ""
@@ -144,6 +172,7 @@ def preview(s: Session, how: str | None) -> None:
         print(f"{s.target.name}: {moved.what()}; a real run records a baseline of {s.target.info.version} first{extra}")
     else:
         print(f"{s.target.name}: no baseline yet; a real run records one first{extra}")
+    return restored
 
 
 def adopted_edits(s: Session) -> tuple[LedgerEntry, list[tuple[str, Entry | None, bytes | None, Entry | None, bytes | None]]]:
@@ -166,12 +195,12 @@ def adopted_edits(s: Session) -> tuple[LedgerEntry, list[tuple[str, Entry | None
     found: list[tuple[str, Entry | None, bytes | None, Entry | None, bytes | None]] = []
     if extra["adopted"] == "restore-pristine":
         replaced = extra.get("replaced") or {}
-        for key in sorted(edits):
+        for key in sorted(k for k, kind in edits.items() if kind != BYTECODE):  # a pyc is no patch
             release, row = baseline.get(key), replaced.get(key)
             edited = Entry(row[0], row[1], row[2]) if row else None
             found.append((key, release, _stored(s, release), edited, _stored(s, edited)))
         return first, found
-    kinds = {key: kind for key, kind in edits.items() if kind != "added"}
+    kinds = {key: kind for key, kind in edits.items() if kind not in ("added", BYTECODE)}
     release_bytes: dict[str, tuple[bytes, int]] = {}
     if kinds:  # the release's bytes of the files the edits changed or removed, checked against RECORD
         from ..host.distinfo import record_text_rows
@@ -185,7 +214,7 @@ def adopted_edits(s: Session) -> tuple[LedgerEntry, list[tuple[str, Entry | None
             raise Refused(f"the release's bytes of {', '.join(restored.left)} cannot be found in {restored.wheel}",
                           "the patch set would not be the hand edits alone; record it by hand")
         release_bytes = restored.files
-    for key in sorted(edits):
+    for key in sorted(k for k, kind in edits.items() if kind != BYTECODE):
         edited = baseline.get(key)
         data, mode = release_bytes.get(key, (None, None))
         release = Entry(target.hash_bytes(data), len(data), mode or 0o644) if data is not None else None

@@ -56,9 +56,10 @@ def record_state(s: Session, kind: str, name: str, bytes_kept: bool = True, hand
 
 
 def plan_apply(s: Session, name: str, force: bool, trial: bool = False,
-               incoming: list[PatchSet] | None = None) -> Plan | None:
+               incoming: list[PatchSet] | None = None, restored: plans.Restored | None = None) -> Plan | None:
     """Plan applying `name` (and what it requires: `incoming`, if already resolved) on the current
-    stack; None if already applied.
+    stack; None if already applied. `restored`: a dry run's first baseline with --restore-pristine
+    (adopt.preview), the release's bytes the real run puts back first, planned on instead of the files'.
 
     A `trial` (what `check` shows) refuses nothing: misfits, hand edits and hunks that do not
     apply are kept in the plan (misfits, drift, checks) instead, and the files they concern left out."""
@@ -71,7 +72,8 @@ def plan_apply(s: Session, name: str, force: bool, trial: bool = False,
     notes = [] if trial else stacks.check_fits(target, incoming, force)
     if not trial:
         stacks.check_history(s, incoming)
-    recorded = Recorded(s)
+    restored = restored or {}
+    recorded = Recorded(s, restored)
     current = recorded.state
     change = stacks.stack_change(ws.patchsets_dir, current.stack, incoming)
     if change is None:  # already applied: as recorded, or its files are gone (a reinstall, a hand edit)
@@ -96,6 +98,11 @@ def plan_apply(s: Session, name: str, force: bool, trial: bool = False,
         keys = stacks.touched_keys(build)
         base_manifest = None
     actual = plans.scan_keys(target, keys)
+    for k, e in plans.restored_entries(target, {k: v for k, v in restored.items() if k in keys}).items():
+        if e is None:
+            actual.pop(k, None)
+        else:
+            actual[k] = e
     present = {fp.path for ps in build for _, fps in ps.patches for fp in fps if fp.kind != "add"}
     plans.refuse_non_regular(target, [k for k in keys if k not in actual and k in present])  # else "does not exist"
     was = recorded.entries(keys)
@@ -110,7 +117,8 @@ def plan_apply(s: Session, name: str, force: bool, trial: bool = False,
         files = {k: plans.baseline_bytes(target, base_manifest, actual, k) for k in keys}
         modes = {k: base_manifest[k].mode for k in keys if k in base_manifest}
     else:
-        files = {k: (target.agent.read(target.info.path_of(k)) if k in actual else None) for k in keys}
+        files = {k: (restored[k][0] if restored.get(k) else  # type: ignore[index]
+                     target.agent.read(target.info.path_of(k)) if k in actual else None) for k in keys}
         modes = {k: actual[k].mode for k in actual}
     plans.refuse_escaping(target, [k for k in keys if not k.startswith(ROLE_PREFIX)], "the patch sets write")
     checks = stacks.build_files(build, files, modes, dict(target.info.roles), adding if trial else None)

@@ -67,17 +67,26 @@ def backups(ops: list[FileOp], hand: tuple[str, ...]) -> dict[str, str]:
     return {op.key: op.old.digest for op in ops if op.key in hand and op.old is not None}
 
 
+Restored = Mapping[str, "tuple[bytes, int] | None"]  # key -> the release's (bytes, mode), None: the file goes
+# (what a first baseline with --restore-pristine puts back: its dry run plans on these, adopt.preview)
+
+
+def restored_entries(target: Target, restored: Restored) -> dict[str, Entry | None]:
+    return {k: None if v is None else Entry(target.hash_bytes(v[0]), len(v[0]), v[1]) for k, v in restored.items()}
+
+
 class Recorded:
     """The last recorded state's manifest as a plan reads it (before any baseline: the files as
-    they are), loaded when first asked for."""
+    they are, with the release's bytes where --restore-pristine would put them back), loaded when
+    first asked for."""
 
-    def __init__(self, s: Session) -> None:
+    def __init__(self, s: Session, restored: Restored | None = None) -> None:
         self._ledger = s.ledger
         self._manifest: Manifest | None = None
         current = s.ledger.current()
         moved = s.installation() if current is not None else None
         if current is None or (moved is not None and moved.kind == "version"):  # (a dry run: no baseline yet)
-            self._manifest = scan_all(s.target)
+            self._manifest = scan_all(s.target).replace(restored_entries(s.target, restored or {}))
             current = State.make(s.target.hash_bytes(self._manifest.to_text()), (), "baseline")
         self.state: State = current
 

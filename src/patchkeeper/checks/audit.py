@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable
 
 from ..errors import BadInput
@@ -90,12 +90,18 @@ class AuditReport:
         dists = _unique(f.dist or f.path for f in self.findings if f.cls == "environment")
         if dists:
             parts.append("environment drift in " + ", ".join(dists))
-        natives = _unique(f.path for f in self.findings if f.cls == "native")
+        damaged = _unique(f.path for f in self.findings if f.cls == "native" and f.kind == "damaged")
+        if damaged:
+            parts.append(f"{len(damaged)} shared object(s) damaged (they differ from their RECORD; "
+                         "`patchkeeper repair DIST` puts the release's bytes back)")
+        natives = _unique(f.path for f in self.findings if f.cls == "native" and f.kind != "damaged")
         if natives:
             parts.append(f"{len(natives)} shared object(s) no longer load their libraries as recorded")
         pycs = self.count("bytecode")
         if pycs:
-            parts.append(f"{pycs} pyc file(s) do not match their source")
+            parts.append(f"{pycs} pyc file(s) do not match their source (Python runs them instead: delete them and "
+                         "Python compiles the source again" + (", or `snapshot --restore-pristine` takes them out, "
+                                                               "backed up" if self.state is None else "") + ")")
         probes = _unique(f.path for f in self.findings if f.cls == "probe")
         if probes:
             parts.append("import fails: " + ", ".join(probes))
@@ -180,6 +186,12 @@ def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), pro
         findings.extend(_unlisted(target, rehash))
         pyc = agent.audit_bytecode(info.site, tag, sorted({f.path for f in findings if _recompile(f)}), bytecode_cache,
                                    "" if rehash else None)
+        if not rehash:  # the package's pycs as its first baseline judges them (hash-based or written after RECORD)
+            seen = {p for p, _, _ in pyc.findings}
+            pyc = replace(pyc, findings=pyc.findings + tuple(
+                f for f in agent.installed_bytecode(info.site, tag, info.top_dirs(),
+                                                    f"{info.site}/{info.dist_info}/RECORD").findings
+                if f[0] not in seen))
     else:  # the other distributions against their RECORD, the package against its recorded state and
         # the baseline, and the bytecode, in one pass (the sources found changed are recompiled there)
         patched = _patched(ledger, current, owners)
@@ -208,7 +220,9 @@ def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), pro
 
     if current is not None:
         then = environment.load(target, entry.env or "") if entry is not None else None
-        native, note = _native(target, current, entry, then, tree.native)
+        damaged = {p: detail for check in tree.records.values() for p, kind, detail in check.findings
+                   if kind in ("changed", "missing", "not-a-file")}
+        native, note = _native(target, current, entry, then, tree.native, damaged)
         findings.extend(native)
         notes.extend(note)
         if entry is not None and then is not None:
@@ -319,17 +333,18 @@ def _recompile(f: Finding) -> bool:
 
 
 def _native(target: Target, current: State, entry: LedgerEntry | None, then: dict | None,
-            now: dict | None) -> tuple[list[Finding], list[str]]:
+            now: dict | None, damaged: dict[str, str]) -> tuple[list[Finding], list[str]]:
     """Sonames that resolved when the current state's fingerprint (`then`, kept by `entry`) was
     taken and do not now, or resolve to another file or other bytes (never one already unresolved
-    then); `now`: the native part the tree's pass read (environment.take's)."""
+    then); `now`: the native part the tree's pass read (environment.take's). An object that differs
+    from its RECORD (`damaged`) is named damaged, its libraries not judged."""
     from . import environment
 
     if entry is None or then is None:
         return [], [f"state {current.id} was recorded without an environment fingerprint: native libraries "
                     "not compared (the next change or snapshot records one)"]
     changes = environment.native_changes(then.get("native") or {}, now or {},
-                                         same_hash=then.get("algorithm") == target.algorithm)
+                                         same_hash=then.get("algorithm") == target.algorithm, damaged=damaged)
     return [Finding("native", path, kind, f"{detail} (as of {entry.kind} {entry.id})") for path, kind, detail in changes], []
 
 

@@ -217,7 +217,7 @@ def compare(a: dict, b: dict) -> list[Change]:
     out += _distributions(a.get("distributions") or {}, b.get("distributions") or {}, {a.get("package"), b.get("package")})
     out += [Change("native", path, kind, detail) for path, kind, detail in
             native_changes(a.get("native") or {}, b.get("native") or {}, same_hash=a.get("algorithm") == b.get("algorithm"),
-                           both_ways=True)]
+                           both_ways=True, damaged=damaged_objects(b.get("distributions") or {}))]
     out += _gpu(a.get("gpu") or {}, b.get("gpu") or {})
     if "startup" in a and "startup" in b:  # (a fingerprint from before start-up code was kept says nothing)
         out += [Change("startup", key, kind, detail) for key, kind, detail in startup_changes(a["startup"], b["startup"])]
@@ -296,12 +296,26 @@ def _where(r: dict | None) -> str:
     return "not found" if r is None else r["path"]
 
 
-def native_changes(a: dict, b: dict, same_hash: bool = True, both_ways: bool = False) -> list[tuple[str, str, str]]:
+def damaged_objects(distributions: dict) -> dict[str, str]:
+    """Each file a fingerprint's distributions list as differing from their RECORD -> how (the
+    `differ` of a full fingerprint; one a change keeps checks identities only and lists none)."""
+    return {p: f"differs from RECORD ({k})" for d in distributions.values() for p, k in d.get("differ") or []}
+
+
+def native_changes(a: dict, b: dict, same_hash: bool = True, both_ways: bool = False,
+                   damaged: dict[str, str] | None = None) -> list[tuple[str, str, str]]:
     """(object, kind, detail) for every soname that resolved in `a` and does not in `b`, or now
     resolves to another file or to changed bytes. Never one that was already unresolved in `a`;
-    with `both_ways`, a soname that now resolves where it did not is listed too (kind resolved)."""
+    with `both_ways`, a soname that now resolves where it did not is listed too (kind resolved).
+
+    An object that differs from its RECORD in `b` (`damaged`: path -> how, as distcheck says) is
+    checked first: it is "damaged", and its libraries are not judged (a truncated or replaced file
+    names other libraries, or none, which says nothing of the loader)."""
     out = []
-    for path in sorted(set(a) & set(b)):
+    damaged = damaged or {}
+    for path in sorted(p for p in damaged if p in a):
+        out.append((path, "damaged", f"{damaged[path]}: the shared object itself is not as installed"))
+    for path in sorted(set(a) & set(b) - set(damaged)):
         ra, rb = a[path].get("resolved") or {}, b[path].get("resolved") or {}
         for so in sorted(set(ra) | set(rb)):
             was: Any = ra.get(so)
@@ -314,7 +328,7 @@ def native_changes(a: dict, b: dict, same_hash: bool = True, both_ways: bool = F
                 out.append((path, "changed", f"{so}: {now['path']} has other bytes ({was['size']} -> {now['size']} bytes)"))
             elif both_ways and was is None and now is not None and so in ra:
                 out.append((path, "resolved", f"{so}: not found then, {_where(now)} now"))
-    for path in sorted(set(a) - set(b)):
+    for path in sorted(set(a) - set(b) - set(damaged)):
         if any(r is not None for r in (a[path].get("resolved") or {}).values()):
             out.append((path, "gone", "the shared object is gone or no longer an ELF shared object"))
     return out

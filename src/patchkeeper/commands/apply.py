@@ -32,14 +32,15 @@ def _apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: b
         first = s.ledger.current() is None or adopting.new_release(s)  # a baseline (of this release) comes first
         incoming = stacks.resolve(ws.patchsets_dir, name, s.config)  # every template renders, before a baseline
         stacks.check_fits(s.target, incoming, force)  # bad input is refused before a baseline is recorded
+        restored: adopting.Restored = {}  # a dry run plans on the bytes --restore-pristine would put back
         if dry_run and first:
-            adopting.preview(s, adopt)
+            restored = adopting.preview(s, adopt)
         elif not dry_run:
             baseline = adopting.ensure_baseline(s, adopt=adopt)
             if baseline is not None:
                 print(f"recorded baseline of {s.target.name}: {cast(RecordExtra, baseline.extra)['files']} files, "
                       f"state {baseline.after.id}{adopting.describe(baseline)}")
-        plan = engine.plan_apply(s, name, force, incoming=incoming)
+        plan = engine.plan_apply(s, name, force, incoming=incoming, restored=restored)
         if plan is None:
             print(f"{s.target.name}: {name} is already applied; nothing to do")
             if noted is not None:

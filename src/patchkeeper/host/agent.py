@@ -46,7 +46,7 @@ from .contract import (
 )
 from . import seal
 from .errors import AgentError
-from .bytecode import check_bytecode
+from .bytecode import check_bytecode, installed_bytecode
 from .distcheck import check_record
 from .distinfo import installation, installed_version, layout, record_paths
 from . import compare
@@ -414,6 +414,11 @@ class Agent(AgentContract):
         """
         return BytecodeCheck.from_wire(check_bytecode(site, cache_tag, verify, cache, treecheck.since(pycs_since)))
 
+
+    def installed_bytecode(self, site: str, cache_tag: str, dirs: list[str], record: str) -> BytecodeCheck:
+        """The package's pycs that run other code than their source, for its first baseline
+        (bytecode.installed_bytecode: the hash-based ones and those written after its RECORD recompiled)."""
+        return BytecodeCheck.from_wire(installed_bytecode(site, cache_tag, dirs, record))
 
     def audit_tree(self, request: TreeRequest) -> TreeCheck:
         """The managed package against a stored manifest, the bytecode below its site dir, the

@@ -115,6 +115,44 @@ def check_bytecode(site: str, cache_tag: str, verify: list[str], cache_path: str
     return _tally(found, outcomes, cache)
 
 
+def installed_bytecode(site: str, cache_tag: str, dirs: list[str], record: str) -> dict[str, Any]:
+    """For a first baseline: the pycs below the package's top directories (`dirs`, relative to
+    `site`) that run other code than their source. Recompiled and compared: every hash-based pyc
+    (pip writes timestamp pycs) and every pyc written after the distribution's RECORD (`record`, a
+    path: pip writes the pycs, then RECORD); the others are judged by their header (audit --rehash
+    recompiles them all). Counts and findings as check_bytecode's."""
+    installed_ns = os.stat(record).st_mtime_ns
+    findings: list[list[str]] = []
+    pycs = orphans = stale = 0
+    for top in dirs:
+        for rel, in_cache in _walk_pyc(f"{site}/{top}"):
+            rel = f"{top}/{rel}"
+            pyc = f"{site}/{rel}"
+            if not in_cache:
+                pycs += 1
+                if not os.path.exists(pyc[:-1]):
+                    findings.append([rel, "sourceless", "a .pyc without its .py: Python imports this bytecode"])
+                continue
+            found = _pyc_source(rel, cache_tag)
+            if found is None:
+                continue
+            pycs += 1
+            try:
+                st = os.stat(f"{site}/{found[0]}")
+                pst, head = _stat_and_head(pyc)
+            except (FileNotFoundError, NotADirectoryError):
+                orphans += 1
+                continue
+            hashed = isinstance(head, bytes) and len(head) >= 8 and bool(head[4] & 1)
+            verdict = _pyc_verdict(pyc, f"{site}/{found[0]}", st, found[1],
+                                   hashed or pst.st_mtime_ns > installed_ns, head)
+            if verdict is None or verdict == "stale":
+                stale += verdict == "stale"
+            else:
+                findings.append([rel, *verdict])
+    return {"pycs": pycs, "orphans": orphans, "stale": stale, "findings": sorted(findings)}
+
+
 class VerdictCache(StatCache):
     """The verdicts of clean pycs (not a finding: they run their source's code, or are stale), each
     kept while the pyc and its source keep their identity: (size, mtime_ns, ctime_ns, inode, device) of both,

@@ -279,6 +279,7 @@ ANSWERS: Dict[str, Callable[[Any], Any]] = {
     "audit_record": lambda docs: {name: RecordCheck.from_wire(d) for name, d in docs.items()},
     "audit_installation": RecordCheck.from_wire,
     "audit_bytecode": BytecodeCheck.from_wire,
+    "installed_bytecode": BytecodeCheck.from_wire,
     "audit_tree": TreeCheck.from_wire,
     "fingerprint": Fingerprint.from_wire,
 }
@@ -393,6 +394,8 @@ class AgentContract(Protocol):
 
     def audit_bytecode(self, site: str, cache_tag: str, verify: List[str],
                        cache: Optional[str] = None, pycs_since: Optional[str] = None) -> BytecodeCheck: ...
+
+    def installed_bytecode(self, site: str, cache_tag: str, dirs: List[str], record: str) -> BytecodeCheck: ...
 
     def audit_tree(self, request: TreeRequest) -> TreeCheck: ...
 

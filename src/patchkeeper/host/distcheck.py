@@ -125,6 +125,7 @@ def check_record(site: str, name: str, cache_dir: str | None, outside: bool = Fa
     mismatched.extend((rel, path, algo, expected) for rel, path, algo, expected, digest in results
                       if digest != expected)
     scripts = None
+    sizes = {rel: size for rel, _, _, size in rows} if mismatched else {}
     for rel, path, algo, expected in mismatched:
         if rel.startswith("../") or os.path.isabs(rel):
             scripts = console_scripts(dist_dir) if scripts is None else scripts
@@ -134,7 +135,10 @@ def check_record(site: str, name: str, cache_dir: str | None, outside: bool = Fa
             size = os.stat(path).st_size
         except OSError:
             size = -1
-        findings.append([rel, "changed", f"differs from RECORD ({expected.partition(':')[0]}, {size} bytes)"])
+        listed = sizes.get(rel)
+        findings.append([rel, "changed", f"differs from RECORD ({expected.partition(':')[0]}, {size} bytes)"
+                         if listed is None or listed == size else
+                         f"differs from RECORD (size {listed} -> {size} bytes)"])
     cache.save()
     if cache.path and not os.path.exists(cache.path):  # an audit has run here: status may audit cheaply
         os.makedirs(os.path.dirname(cache.path), mode=0o700, exist_ok=True)

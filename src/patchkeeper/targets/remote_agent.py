@@ -281,6 +281,9 @@ class AgentProxy(c.AgentContract):
                        pycs_since: str | None = None) -> c.BytecodeCheck:
         return self._call("audit_bytecode", site, cache_tag, verify, cache, pycs_since)
 
+    def installed_bytecode(self, site: str, cache_tag: str, dirs: list[str], record: str) -> c.BytecodeCheck:
+        return self._call("installed_bytecode", site, cache_tag, dirs, record)  # type: ignore[no-any-return]
+
     def audit_tree(self, request: c.TreeRequest) -> c.TreeCheck:
         return self._call("audit_tree", request)
 
