@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -218,7 +219,8 @@ def test_env_of_real_wheels_and_two_installs_fingerprint_alike(eenv, pristine_ve
     # six downgraded on one side: exit 1, named
     pip_install(other, wheel("six-1.16.0-*.whl"))
     doc = json.loads(eenv.pk("diff", "--env", "local", "other", "--json", check=1).stdout)
-    assert doc["changes"] == [{"area": "distribution", "subject": "six", "kind": "version", "detail": "1.17.0 -> 1.16.0"}]
+    assert doc["changes"] == [{"area": "distribution", "subject": "six", "kind": "version",
+                               "detail": "local: 1.17.0; other: 1.16.0"}]
 
 
 def test_audit_native_and_diff_env_find_a_removed_or_replaced_library(eenv):
@@ -361,3 +363,57 @@ def test_a_damaged_shared_object_is_named_damaged_not_its_libraries_unresolved(e
     assert "libdep.so.1 => not found" in ldd.stdout
     doc = json.loads(eenv.pk("audit", "--json", check=1).stdout)
     assert [(f["path"], f["kind"]) for f in doc["findings"] if f["class"] == "native"] == [("pkg/_ext.so", "unresolved")]
+
+
+def swapped(detail: str, a: str, b: str) -> str:
+    """A two-host difference's detail with the hosts' values in the other order."""
+    head, na, va, nb, vb = re.split(rf"\b({re.escape(a)}|{re.escape(b)}): ", detail)
+    return f"{head}{nb}: {vb}; {na}: {va.removesuffix('; ')}"
+
+
+def test_diff_env_of_two_hosts_is_one_comparison_either_way_round(eenv, pristine_venv, tmp_path):
+    """`diff --env A B` names each difference with A's value and B's; `diff --env B A` gives the
+    mirrored report: the same differences, each with its values swapped, native lines included."""
+    other = tmp_path / "other-venv"
+    copy_venv(pristine_venv, other)
+    pip_install(other, wheel("torchcodec-0.17.0-*.whl"), wheel("markupsafe-*.whl"), wheel("six-1.16.0-*.whl"))
+    build_ext(other / SITE_REL, "two")  # another libdep.so.1: resolves to other bytes
+    osite = other / SITE_REL
+    so = next((osite / "markupsafe").glob("_speedups*.so"))
+    data = so.read_bytes()
+    so.unlink()
+    so.write_bytes(data[:4096])  # damaged on one host only
+    edit_file(eenv.site / "markupsafe/__init__.py", (eenv.site / "markupsafe/__init__.py").read_bytes() + b"#\n")
+    with open(eenv.root / "patchkeeper.toml", "a") as f:
+        f.write(f'\n[targets.other]\npython = "{other}/bin/python"\npackage = "sglang"\n')
+    ab = json.loads(eenv.pk("diff", "--env", "local", "other", "--json", check=1).stdout)["changes"]
+    ba = json.loads(eenv.pk("diff", "--env", "other", "local", "--json", check=1).stdout)["changes"]
+    got = {(c["area"], c["subject"], c["kind"]): c["detail"] for c in ab}
+    assert got[("distribution", "six", "version")] == "local: 1.17.0; other: 1.16.0"
+    speedups = f"markupsafe/{so.name}"
+    assert got[("native", speedups, "damaged")] == \
+        f"local: as in RECORD; other: differs from RECORD (changed)"
+    assert got[("distribution", "markupsafe", "files")].startswith(
+        "differ from RECORD: local: markupsafe/__init__.py (changed); other: " + f"{speedups} (changed)")
+    ext = got[("native", "pkg/_ext.so", "resolves")]
+    assert ext.startswith("libdep.so.1: local: ") and "; other: " in ext
+    assert not any(k[0] == "native" and k[1] == speedups and k[2] != "damaged" for k in got)
+    assert sorted((c["area"], c["subject"], c["kind"], swapped(c["detail"], "local", "other")) for c in ab) == \
+        sorted((c["area"], c["subject"], c["kind"], c["detail"]) for c in ba)
+    screen = eenv.pk("diff", "--env", "local", "other", check=1).stdout
+    assert screen.startswith("environments of local (now) and other (now), each difference with both values:")
+    # the code diff of the two hosts says the environments differ too
+    out = eenv.pk("diff", "local", "other").stdout
+    assert "the environments differ too: " in out and "`patchkeeper diff --env local other` lists them" in out
+
+
+def test_diff_env_against_a_recorded_state_lists_files_that_differ_from_record_now(eenv):
+    """A change's fingerprint checks identities only; compared with now, a file that differs from
+    its RECORD now is still named (with `-t X` and with `X:baseline X`)."""
+    eenv.pk("snapshot", "--name", "before")
+    assert eenv.pk("diff", "--env", "-t", "local").returncode == 0
+    edit_file(eenv.site / "six.py", (eenv.site / "six.py").read_bytes() + b"# by hand\n")
+    for argv in (["-t", "local"], ["local:baseline", "local"]):
+        out = eenv.pk("diff", "--env", *argv, check=1).stdout
+        assert "distribution files      six  1 file(s) differ from RECORD now (files not checked then): six.py (changed)" \
+            in out, out

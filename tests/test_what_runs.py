@@ -140,3 +140,26 @@ def test_json_of_a_failed_apply_is_one_document_with_every_step(env, deployment)
         ("apply", False, "degenerate"), ("automatic rollback", True, None)]
     assert "OSError: libddtree_kernels.so" in " ".join(doc["verifications"][0]["errors"])
     assert "restarting and verifying" in proc.stderr or "verification" not in proc.stderr
+
+
+def test_a_patch_set_declares_the_accept_length_that_tells_its_algorithm_from_the_linear_one(env, deployment):
+    """The server's name for its algorithm is all the algorithm check compares; ddtree declares in
+    its patchset.toml an accept-length floor above DFLASH's, and verify holds a DDTREE server to it."""
+    deployment.configure()
+    deployment.rule(DDTREE={"accept_length": 1.8}, DFLASH={"accept_length": 1.8})  # DDTREE as the linear path gives
+    proc = env.pk("apply", "ddtree", check=3)
+    assert "verification FAILED (accept-length)" in proc.stdout
+    assert ("average accept length 1.80 is below the floor ddtree@3.0.0 declares ([verify] min_accept_length = 2): "
+            "what the linear path gives, not its algorithm's") in proc.stdout
+    assert "names compared: the server's report, not its code path" in proc.stdout  # the name matched
+    proc = env.pk("apply", "dflash")  # the same figure is a pass for DFLASH, which declares no floor
+    assert "average accept length 1.80, at least min_accept_length = 1.2" in proc.stdout
+
+
+def test_the_verify_report_says_which_floor_it_held_the_server_to(env, deployment):
+    deployment.configure()
+    proc = env.pk("apply", "ddtree")
+    assert "average accept length 2.60, at least the floor ddtree@3.0.0 declares ([verify] min_accept_length = 2)" \
+        in proc.stdout
+    report = checks(verifications(env)[-1])
+    assert "ddtree@3.0.0" in report["accept"]["detail"] and "names compared" in report["algorithm"]["detail"]

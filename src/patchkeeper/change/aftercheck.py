@@ -109,7 +109,8 @@ def after_change(ws: Workspace, s: Session, svc: ServiceConfig, change: LedgerEn
 
 
 def _verify(s: Session, svc: ServiceConfig, phase: str, of: str, step: Callable[[Any], None]) -> Verification:
-    report = verify_target(s.target, s.ledger, svc, with_restart=True, progress=sys.stderr)
+    report = verify_target(s.target, s.ledger, svc, with_restart=True, progress=sys.stderr,
+                           patchsets_dir=s.workspace.patchsets_dir)
     record_verification(s, report, phase, of)
     step(Verified(report, s.ledger.current()))
     return report

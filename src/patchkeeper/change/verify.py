@@ -15,7 +15,9 @@ from typing import Callable, TextIO, cast
 from ..checks import smoke, units
 from ..checks.service import ServiceConfig
 from ..checks.smoke import SAMPLE_CHARS, Check, count_tokens, degenerate, judge  # noqa: F401  (their home is smoke.py)
+from ..errors import PatchkeeperError
 from ..host import probe_http
+from ..patchset import patchset
 from ..records.ledger import Ledger, LedgerEntry, State, VerifyExtra, new_id, who
 from ..targets import Target
 from .session import Session
@@ -151,11 +153,13 @@ def probe(target: Target, svc: ServiceConfig, progress: TextIO | None = sys.stde
 
 def run_checks(target: Target, svc: ServiceConfig, with_restart: bool = True,
                progress: TextIO | None = sys.stderr, last_pass: dict | None = None,
-               last_output: Callable[[dict], dict | None] | None = None) -> Verification:
+               last_output: Callable[[dict], dict | None] | None = None,
+               floor: tuple[float, str] | None = None) -> Verification:
     """Restart (optionally), Ready, Server (the process on the port runs the unit's effective
     ExecStart), Generate (`requests` in turn, `concurrency` at once), Algorithm and Accept (what
     /server_info says runs), Output (the greedy output `last_output(key)` gives: the last comparable pass)
-    and no regression against `last_pass` (the last pass of this code state). On failure the logs
+    and no regression against `last_pass` (the last pass of this code state); `floor`: the accept
+    length an applied patch set declares for its algorithm (declared_floor). On failure the logs
     command's output is attached, its first errors quoted. Changes nothing; records nothing."""
     checks: list[Check] = []
     figures: dict = {}
@@ -181,7 +185,7 @@ def run_checks(target: Target, svc: ServiceConfig, with_restart: bool = True,
             extra.update(requests=figures.get("requests", []), server_info=info)
             figures["warmups"] = gen.get("warmups", [])
             checks.append(smoke.algorithm_check(command, info))
-            accept = smoke.accept_check(command, info, svc.smoke.min_accept_length)
+            accept = smoke.accept_check(command, info, svc.smoke.min_accept_length, floor)
             if accept is not None:
                 checks.append(accept)
             key = smoke_key(svc, gen.get("model"))
@@ -302,11 +306,30 @@ def last_output(ledger: Ledger, key: dict) -> dict | None:
 
 
 def verify_target(target: Target, ledger: Ledger, svc: ServiceConfig, with_restart: bool = True,
-                  progress: TextIO | None = sys.stderr) -> Verification:
+                  progress: TextIO | None = sys.stderr, patchsets_dir: Path | None = None) -> Verification:
     """The checks of one target against its own history (the last pass of its current state, the last
-    comparable greedy output): a value the caller records (record_verification). One call per host."""
-    return run_checks(target, svc, with_restart, progress, last_pass=last_pass(ledger, ledger.current()),
-                      last_output=None if svc.smoke.compare_output == "off" else lambda key: last_output(ledger, key))
+    comparable greedy output) and the accept-length floor its applied patch sets declare (read from
+    `patchsets_dir`): a value the caller records (record_verification). One call per host."""
+    current = ledger.current()
+    return run_checks(target, svc, with_restart, progress, last_pass=last_pass(ledger, current),
+                      last_output=None if svc.smoke.compare_output == "off" else lambda key: last_output(ledger, key),
+                      floor=declared_floor(patchsets_dir, current) if patchsets_dir is not None else None)
+
+
+def declared_floor(patchsets_dir: Path, state: State | None) -> tuple[float, str] | None:
+    """The highest accept-length floor (`[verify] min_accept_length`) an applied patch set of `state`
+    declares, with its name@version: read from the workspace's copy of that version (a set no
+    longer there, or at another version, declares nothing)."""
+    found: tuple[float, str] | None = None
+    for ref in state.stack if state is not None else ():
+        try:
+            ps = patchset.load(patchsets_dir, ref["name"])
+        except PatchkeeperError:
+            continue
+        if ps.version == ref["version"] and ps.min_accept_length is not None \
+                and (found is None or ps.min_accept_length > found[0]):
+            found = (ps.min_accept_length, ps.ident)
+    return found
 
 
 def _figures_text(f: dict) -> str:

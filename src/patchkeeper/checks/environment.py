@@ -234,16 +234,16 @@ def startup_changes(a: dict, b: dict) -> list[tuple[str, str, str]]:
         if was == now:
             continue
         if was is None:
-            kind, detail = "added", _startup_text(key, now)
+            kind, detail = "added", startup_text(key, now)
         elif now is None:
             kind, detail = "removed", "no longer runs at start-up"
         else:
-            kind, detail = "changed", _startup_text(key, now)
+            kind, detail = "changed", startup_text(key, now)
         out.append((key, kind, detail))
     return out
 
 
-def _startup_text(key: str, what: dict) -> str:
+def startup_text(key: str, what: dict) -> str:
     if key.startswith("pth "):
         lines = what.get("code") or []
         return "runs in every interpreter of the site dir: " + "; ".join(lines[:3]) + (" …" if len(lines) > 3 else "")
@@ -269,7 +269,12 @@ def _distributions(a: dict, b: dict, managed: set) -> list[Change]:
         if da is None or db is None or da["version"] != db["version"] or key in managed:
             continue
         out += _rebuilt(da, db)
-        if "differ" in da and "differ" in db and da["differ"] != db["differ"]:  # (not where a change took it)
+        if "differ" in db and "differ" not in da and db["differ"]:  # `a` checked identities only (a change's)
+            parts = [f"{p} ({k})" for p, k in db["differ"]]
+            out.append(Change("distribution", db["name"], "files",
+                              f"{len(parts)} file(s) differ from RECORD now (files not checked then): "
+                              + ", ".join(parts[:8]) + (f" … and {len(parts) - 8} more" if len(parts) > 8 else "")))
+        if "differ" in da and "differ" in db and da["differ"] != db["differ"]:
             was = {p for p, _ in da.get("differ") or []}
             now = {p for p, _ in db.get("differ") or []}
             kinds = dict(map(tuple, db.get("differ") or []))

@@ -147,16 +147,26 @@ def algorithm_check(command: units.Command | str | None, info: dict | None) -> C
     asked = units.speculative_algorithm(command.argv)
     if same_algorithm(asked, reported):
         return Check("algorithm", True, 0.0, f"the server runs {shown}, as the unit asks"
-                     + (f" (--speculative-algorithm {asked})" if asked else ""))
+                     + (f" (--speculative-algorithm {asked}; names compared: the server's report, not its "
+                        "code path)" if asked else ""))
     return Check("algorithm", False, 0.0,
                  f"the unit asks for {'--speculative-algorithm ' + asked if asked else 'no speculative decoding'}, "
                  f"but the server runs {reported if reported else 'none'} (speculative_algorithm in {info['url']})",
                  f"asked:    {asked}\nreported: {reported}\nthe unit: {command.text()}", reason="algorithm")
 
 
-def accept_check(command: units.Command | str | None, info: dict | None, minimum: float) -> Check | None:
+def accept_check(command: units.Command | str | None, info: dict | None, minimum: float,
+                 floor: tuple[float, str] | None = None) -> Check | None:
     """With speculation on, the average accept length the server reports is at least `minimum`
-    (1.0: no draft token was ever accepted); None when there is nothing to judge."""
+    (1.0: no draft token was ever accepted), and at least `floor` (the floor an applied patch set
+    declares to tell its algorithm from the linear one, and the patch set's name) where that is
+    higher; None when there is nothing to judge."""
+    declared = floor is not None and floor[0] > minimum
+    if declared:
+        assert floor is not None
+        minimum, what = floor[0], f"the floor {floor[1]} declares ([verify] min_accept_length = {floor[0]:g})"
+    else:
+        what = f"min_accept_length = {minimum:g}"
     if minimum <= 0:
         return None
     reported = (info or {}).get("speculative_algorithm")
@@ -173,10 +183,11 @@ def accept_check(command: units.Command | str | None, info: dict | None, minimum
                      "(speculation has not run?)", skipped=True)
     average = sum(lengths) / len(lengths)
     if average < minimum:
-        none = ": no draft token was ever accepted" if average <= 1.0 else ""
-        return Check("accept", False, 0.0, f"average accept length {average:.2f} is below min_accept_length = "
-                     f"{minimum:g}{none} ({info['url']})", reason="accept-length")
-    return Check("accept", True, 0.0, f"average accept length {average:.2f} (min_accept_length = {minimum:g})")
+        none = ": no draft token was ever accepted" if average <= 1.0 else \
+            ": what the linear path gives, not its algorithm's" if declared else ""
+        return Check("accept", False, 0.0, f"average accept length {average:.2f} is below {what}{none} "
+                     f"({info['url']})", reason="accept-length")
+    return Check("accept", True, 0.0, f"average accept length {average:.2f}, at least {what}")
 
 
 def _unasked(info: dict | None, key: str | None) -> str | None:

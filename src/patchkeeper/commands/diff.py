@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ..change import stacks
 from ..change.session import Session
-from ..checks import installed, scan
+from ..checks import env_hosts, environment, installed, scan
 from ..errors import PatchkeeperError, Refused
 from ..printable import one_line
 from ..records.manifest import ROLE_PREFIX, Entry, differences
@@ -154,10 +154,13 @@ def _two(ws: Workspace, a: str, b: str, patch: bool, as_json: bool) -> int:
             from ..checks import units
 
             starts = dict(zip((a, b), pool.map(lambda s: units.on_target(s.target), sessions)))
+        fa, fb = pool.map(lambda s: environment.take(s.target), sessions)
+        env_changes = env_hosts.compare_hosts(fa, fb, *(s.target.name for s in sessions))
         if as_json:
             emit_json({"a": a, "b": b, "algorithm": common, "differences": [d.to_dict() for d in diffs],
                        "patches": patches, "states": {s.target.name: _state_dict(s) for s in sessions},
-                       "exec_start": {k: _as_dict(v) for k, v in starts.items()}})
+                       "exec_start": {k: _as_dict(v) for k, v in starts.items()},
+                       "environment": {"alike": not env_changes, "differences": len(env_changes)}})
             return 1 if diffs else 0
         for s in sessions:
             current = s.ledger.current()
@@ -167,6 +170,10 @@ def _two(ws: Workspace, a: str, b: str, patch: bool, as_json: bool) -> int:
                f"(added: only on {b}; removed: only on {a}; compared by {common})",
                f"{a} and {b} have the same files ({len(ma)} compared by {common})")
         _print_starts({f"on {n}": c for n, c in starts.items()})
+        if env_changes:
+            areas = ", ".join(dict.fromkeys(c.area for c in env_changes))
+            print(f"the environments differ too: {len(env_changes)} difference(s) ({areas}); "
+                  f"`patchkeeper diff --env {a} {b}` lists them")
         return 1 if diffs else 0
 
 

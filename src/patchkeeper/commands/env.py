@@ -5,7 +5,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 from ..change.session import Session
-from ..checks import env_screen, environment
+from ..checks import env_hosts, env_screen, environment
 from ..errors import Refused
 from ..workspace import Workspace
 from . import check_sides, emit_json
@@ -80,17 +80,22 @@ def diff_env(ws: Workspace, names: tuple[str, ...], against: str | None, as_json
     """A target now against a recorded state (default: its current one), or two sides: targets
     (now, both talked to concurrently) or `TARGET:STATE`s."""
     check_sides("diff --env", names, against)
+    hosts = len(names) == 2 and not any(":" in n for n in names)  # two hosts now: neither side is "before"
     if len(names) == 2:
         with ThreadPoolExecutor(max_workers=2) as pool:
             (la, a), (lb, b) = pool.map(lambda n: _side(ws, n), names)
     else:
         name, _, state = (names[0] if names else "").partition(":")
         (la, a), (lb, b) = _one(ws, name, state or against, since_pass)
-    changes = environment.compare(a, b)
+    if hosts:
+        changes = env_hosts.compare_hosts(a, b, la.removesuffix(" (now)"), lb.removesuffix(" (now)"))
+    else:
+        changes = environment.compare(a, b)
     if as_json:
         emit_json({"a": la, "b": lb, "changes": [c.to_dict() for c in changes], "alike": not changes})
     else:
-        print(f"environment of {lb} against {la}:")
+        print(f"environments of {la} and {lb}, each difference with both values:" if hosts else
+              f"environment of {lb} against {la}:")
         if not changes:
             print("  alike: interpreter, system, distributions, native libraries and GPU stack")
         for c in changes:

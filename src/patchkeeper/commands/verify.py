@@ -27,7 +27,8 @@ def verify(ws: Workspace, target: str | None, as_json: bool, with_restart: bool)
             if svc is None:
                 raise BadInput(f"target {s.target.name} has no [targets.{s.target.name}.service] table",
                                "add one with restart and base_url (see docs/verify-and-roll-back.md)")
-            result = verify_target(s.target, s.ledger, svc, with_restart, progress=sys.stderr)
+            result = verify_target(s.target, s.ledger, svc, with_restart, progress=sys.stderr,
+                                   patchsets_dir=ws.patchsets_dir)
             entry = record_verification(s, result, "verify", None)
             if entry is not None:
                 failed = try_mirror(ws, s, "the verification was recorded", manifest=False)
@@ -59,7 +60,7 @@ def _verify_quiet(ws: Workspace, name: str, with_restart: bool) -> dict | None:
         svc = service.load(s.config)
         if svc is None:  # its [service] table went away since the look above
             return None
-        result = verify_target(s.target, s.ledger, svc, with_restart, progress=None)
+        result = verify_target(s.target, s.ledger, svc, with_restart, progress=None, patchsets_dir=ws.patchsets_dir)
         if record_verification(s, result, "verify", None) is not None:
             failed = try_mirror(ws, s, "the verification was recorded", manifest=False)
             if failed is not None:

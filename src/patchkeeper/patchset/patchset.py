@@ -12,7 +12,8 @@ from ..workspace import check_values, value_text
 from . import patching, templates
 
 MANIFEST = "patchset.toml"
-KEYS = ("name", "version", "description", "package", "package_version", "requires", "group", "files", "vars")
+KEYS = ("name", "version", "description", "package", "package_version", "requires", "group", "files", "vars",
+        "verify")
 MAX_TOML = 64 << 10  # patchset.toml: a few lines of metadata
 MAX_PATCH = 32 << 20  # one *.patch file; the shipped ones are under 20 KB
 MAX_ROLE_FILE = 1 << 20  # a role file (a systemd unit...)
@@ -38,6 +39,7 @@ class PatchSet:
     defaults: tuple[tuple[str, str], ...] = ()  # [vars]: a value for a variable no target sets
     values: tuple[tuple[str, str], ...] | None = None  # once bound to a target: the values its templates used
     sources: tuple[tuple[str, str], ...] = ()  # (role, its file in the patch set directory)
+    min_accept_length: float | None = None  # [verify]: the accept-length floor that tells its algorithm apart
 
     @property
     def ident(self) -> str:
@@ -136,6 +138,12 @@ def load(root: Path, name: str) -> PatchSet:
             problems.append(f"{key} must be a string")
     defaults = doc.get("vars", {})
     problems += check_values(defaults, "[vars]")
+    checked = doc.get("verify", {})
+    floor = checked.get("min_accept_length") if isinstance(checked, dict) else None
+    if not isinstance(checked, dict) or set(checked) - {"min_accept_length"}:
+        problems.append("[verify] takes one key, min_accept_length")
+    elif floor is not None and (isinstance(floor, bool) or not isinstance(floor, (int, float)) or not 1 <= floor <= 64):
+        problems.append("[verify] min_accept_length must be a number from 1 to 64 (tokens per target forward)")
     roles = doc.get("files") or {}
     if not isinstance(roles, dict):
         problems.append('[files] must be a table of role = "file"')
@@ -165,6 +173,7 @@ def load(root: Path, name: str) -> PatchSet:
         digest=digest_dir(directory),
         sources=tuple(sources),
         defaults=tuple((k, value_text(v)) for k, v in defaults.items()) if isinstance(defaults, dict) else (),
+        min_accept_length=float(floor) if floor is not None else None,
     )
 
 
