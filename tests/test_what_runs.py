@@ -151,7 +151,7 @@ def test_a_patch_set_declares_the_accept_length_that_tells_its_algorithm_from_th
     assert "verification FAILED (accept-length)" in proc.stdout
     assert ("average accept length 1.80 is below the floor ddtree@3.0.0 declares ([verify] min_accept_length = 2): "
             "what the linear path gives, not its algorithm's") in proc.stdout
-    assert "names compared: the server's report, not its code path" in proc.stdout  # the name matched
+    assert "names compared: the server's report, not the code path it runs" in proc.stdout  # the name matched
     proc = env.pk("apply", "dflash")  # the same figure is a pass for DFLASH, which declares no floor
     assert "average accept length 1.80, at least min_accept_length = 1.2" in proc.stdout
 

@@ -147,8 +147,8 @@ def algorithm_check(command: units.Command | str | None, info: dict | None) -> C
     asked = units.speculative_algorithm(command.argv)
     if same_algorithm(asked, reported):
         return Check("algorithm", True, 0.0, f"the server runs {shown}, as the unit asks"
-                     + (f" (--speculative-algorithm {asked}; names compared: the server's report, not its "
-                        "code path)" if asked else ""))
+                     + (f" (--speculative-algorithm {asked}); names compared: the server's report, not the "
+                        "code path it runs" if asked else ""))
     return Check("algorithm", False, 0.0,
                  f"the unit asks for {'--speculative-algorithm ' + asked if asked else 'no speculative decoding'}, "
                  f"but the server runs {reported if reported else 'none'} (speculative_algorithm in {info['url']})",

@@ -121,7 +121,10 @@ def installed_bytecode(site: str, cache_tag: str, dirs: list[str], record: str) 
     (pip writes timestamp pycs) and every pyc written after the distribution's RECORD (`record`, a
     path: pip writes the pycs, then RECORD); the others are judged by their header (audit --rehash
     recompiles them all). Counts and findings as check_bytecode's."""
-    installed_ns = os.stat(record).st_mtime_ns
+    try:
+        installed_ns = os.stat(record).st_mtime_ns
+    except OSError:  # no RECORD to date the install by: every pyc is recompiled
+        installed_ns = -1
     findings: list[list[str]] = []
     pycs = orphans = stale = 0
     for top in dirs:
