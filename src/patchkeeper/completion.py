@@ -4,11 +4,11 @@ target, never SSH; a failure completes nothing rather than printing into the use
 from __future__ import annotations
 
 from typing import Any
+from . import workspace
+from .patchset import patchset
 
 
 def _completion_workspace(ctx: Any):
-    from . import workspace
-
     root = ctx.find_root().params.get("workspace")
     return workspace.load(workspace.find(root))
 
@@ -26,8 +26,6 @@ def _completing(names):
 
 
 def _patchset_names(ctx: Any) -> list[str]:
-    from .patchset import patchset
-
     return patchset.names(_completion_workspace(ctx).patchsets_dir)
 
 

@@ -13,11 +13,13 @@ import click
 from . import pipes
 from .completion import complete_targets
 from .errors import EXIT_INTERRUPTED, PatchkeeperError
+from . import workspace
+from .commands.rollout import rollout
+from .errors import os_hint
+from .printable import lines
 
 
 def _say(text: str) -> None:
-    from .printable import lines  # a message may quote a host's words: no control character reaches the terminal
-
     sys.stderr.write(lines(text) + "\n")
     sys.stderr.flush()
 
@@ -35,7 +37,6 @@ def run_verb(fn: Callable[..., int], *args: Any, **kwargs: Any) -> NoReturn:
             raise  # another pipe (a host's channel...): a real error, reported below
         sys.exit(141)  # as git does when its reader leaves in the middle of raw bytes: 128 + SIGPIPE
     except OSError as exc:  # the file system said no (permissions, a full disk): one line, not a traceback
-        from .errors import os_hint
 
         where = f": {exc.filename}" if exc.filename else ""
         _say(f"patchkeeper: error: {exc.strerror or exc}{where}\n  hint: " + os_hint(
@@ -102,8 +103,6 @@ def adopt_options(fn):
 
 
 def workspace_of(ctx: click.Context):
-    from . import workspace
-
     root = workspace.find(ctx.obj.get("workspace"))
     return workspace.load(root, ctx.obj.get("inventory"))
 
@@ -122,6 +121,5 @@ def change(ctx, one, what, targets, group, every, serial, max_fail, dry_run, ver
     picked = chosen(ctx, targets, group, every)
     if picked is None:
         return one(workspace_of(ctx), targets[0] if targets else None)
-    from .commands.rollout import rollout
 
     return rollout(picked, one, what, serial, max_fail, verify, dry_run)

@@ -16,6 +16,7 @@ from . import engine, plans
 from .mirror import mirror_step
 from .session import Session
 from .verify import Verification, record_verification, verify_target
+from .diagnosis import diagnose
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,6 @@ def after_change(ws: Workspace, s: Session, svc: ServiceConfig, change: LedgerEn
         step(KeptFailing(change, report))
         current = s.ledger.current()
         if current is not None:
-            from .diagnosis import diagnose
 
             step(SincePassed(diagnose(s.target, s.ledger, current)))
         return EXIT_DIFFERS
@@ -102,7 +102,6 @@ def after_change(ws: Workspace, s: Session, svc: ServiceConfig, change: LedgerEn
     mirror_step(ws, s, f"{s.target.name} was rolled back", step)
     step(RolledBack(change, report, previous, again))
     if not again.ok:
-        from .diagnosis import diagnose
 
         step(SincePassed(diagnose(s.target, s.ledger, previous, restored=True)))
     return EXIT_ROLLED_BACK

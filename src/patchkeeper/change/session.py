@@ -12,6 +12,8 @@ from ..records import history, statedir
 from ..records.ledger import Ledger
 from ..targets import Target, open_target
 from ..workspace import Workspace
+from . import transaction
+from ..records import installation
 
 if TYPE_CHECKING:
     from ..records.installation import Change
@@ -63,7 +65,6 @@ class Session:
         it (installation.check), found once per command; None: it is as recorded."""
         newest = len(self.ledger.entries())  # found again once the command records a state (a new baseline)
         if self._installation is None or self._installation[0] != newest:
-            from ..records import installation
 
             self._installation = (newest, installation.check(self.target, self.ledger))
         return self._installation[1]
@@ -84,14 +85,10 @@ class Session:
                 statedir.check_workspace(self._target, self.workspace.root)
                 statedir.check(self._target, claim=self.write)
             except NotInstalled as exc:  # named with the state it was removed since, and the release it needs
-                from ..records import installation
 
                 raise installation.removed(self._target, exc) from None
             self._ledger = Ledger(self._target, indexed=not self.rehash)
             if (self.write or self.target.agent.lstat(self.ledger.journal_path) is not None) and self._lock():
-                from . import (
-                    transaction,  # only for a change, or to finish an interrupted one
-                )
 
                 self._clean()
                 try:

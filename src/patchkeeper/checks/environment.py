@@ -11,6 +11,8 @@ from ..errors import PatchkeeperError, StoreError
 from ..host.contract import InterpreterFacts
 from ..records.ledger import Ledger, LedgerEntry, State
 from ..targets import Target
+from ..host.disk import normalize_name
+from ..host.elf import is_candidate
 
 FORMAT = 1
 AREAS = ("interpreter", "system", "distribution", "native", "gpu", "startup")
@@ -119,7 +121,6 @@ def recording(target: Target, alongside: list[str]) -> Callable[[LedgerEntry], L
 
 def changes_objects(paths: list[str]) -> bool:
     """Whether any of `paths` is a candidate shared object (which the fingerprint reads)."""
-    from ..host.elf import is_candidate
 
     return any(is_candidate(posixpath.basename(p)) for p in paths)
 
@@ -253,8 +254,6 @@ def _startup_text(key: str, what: dict) -> str:
 
 
 def _distributions(a: dict, b: dict, managed: set) -> list[Change]:
-    from ..host.disk import normalize_name
-
     managed = {normalize_name(m) for m in managed if m}
     out = []
     for key in sorted(set(a) | set(b)):

@@ -12,6 +12,8 @@ from ..workspace import Workspace
 from .document import Report
 from .rollout import Done, Noted
 from .show_plan import step_printer
+from ..records import history
+from ..records.installation import refuse_writes
 
 
 def apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bool, verify: bool = True,
@@ -26,7 +28,6 @@ def _apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: b
     svc = changes.service_of(ws.target(target), verify)
     with Session(ws, target, f"apply {name}") as s:
         show = report.shower(s.target.name)
-        from ..records.installation import refuse_writes
 
         refuse_writes(s.installation(), s.target, f"apply {name}", reinstall_ok=True)  # a cut RECORD: refused
         first = s.ledger.current() is None or adopting.new_release(s)  # a baseline (of this release) comes first
@@ -58,8 +59,6 @@ def _apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: b
 def with_workspace_ref(ws: Workspace, plan: plans.Plan) -> plans.Plan:
     """Note in the ledger entry the workspace commit that held the patch sets being applied."""
     from dataclasses import replace
-
-    from ..records import history
 
     ref = history.workspace_ref(ws.root, {p["name"]: ws.patchsets_dir / p["name"] for p in plan.entry.patchsets})
     if ref is None:

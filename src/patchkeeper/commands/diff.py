@@ -13,6 +13,9 @@ from ..printable import one_line
 from ..records.manifest import ROLE_PREFIX, Entry, differences
 from ..workspace import Workspace
 from . import check_sides, emit_json
+from ..checks import units
+from ..patchset import diffwrite
+from .fleet import each, table
 
 _PATCH_LIMIT = 4 << 20  # larger files are reported, not diffed
 
@@ -54,7 +57,6 @@ def _one_result(ws: Workspace, name: str) -> dict:
 
 def diff_all(ws: Workspace, as_json: bool) -> int:
     """Every target against its own recorded state, at once; one row each."""
-    from .fleet import each, table
 
     results = each(ws, _one_result, "diff")
     errors = [n for n, r in results.items() if isinstance(r, str)]
@@ -151,7 +153,6 @@ def _two(ws: Workspace, a: str, b: str, patch: bool, as_json: bool) -> int:
             patches = _patches(diffs, lambda d: got_a.get(d.key, b""), lambda d: got_b.get(d.key, b""), a, b)
         starts = {}
         if any(d.key.startswith(ROLE_PREFIX) for d in diffs):
-            from ..checks import units
 
             starts = dict(zip((a, b), pool.map(lambda s: units.on_target(s.target), sessions)))
         if as_json:
@@ -176,7 +177,6 @@ def _exec_starts_recorded(s: Session, diffs: list[Difference]) -> dict:
     roles = [d for d in diffs if d.key.startswith(ROLE_PREFIX)]
     if not roles or "unit" not in s.target.config.files:
         return {}
-    from ..checks import units
 
     override: dict[str, bytes | None] = {}
     for d in roles:
@@ -189,14 +189,11 @@ def _exec_starts_recorded(s: Session, diffs: list[Difference]) -> dict:
 
 
 def _as_dict(command) -> dict | None:
-    from ..checks import units
-
     return units.as_dict(command)
 
 
 def _print_starts(starts: dict) -> None:
     """The unit's effective ExecStart on each side, where a role file differs."""
-    from ..checks import units
 
     for side, command in starts.items():
         if command is None:
@@ -214,7 +211,6 @@ def _state_dict(s: Session) -> dict | None:
 
 def _patches(diffs: list[Difference], old, new, label_a: str, label_b: str) -> dict[str, str]:
     """Unified diffs of the differing text files; binary or oversized files get a one-line note."""
-    from ..patchset import diffwrite
 
     out = {}
     for d in diffs:

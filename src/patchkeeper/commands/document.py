@@ -7,6 +7,10 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import PatchkeeperError
 from . import emit_json
+from ..change.aftercheck import KeptFailing, RollingBack, SincePassed, Verified, Verifying
+from ..change.mirror import NotMirrored
+from ..change.plans import Changed
+from ..checks import units
 
 if TYPE_CHECKING:
     from ..change.changes import Step
@@ -35,7 +39,6 @@ def _entry(e: Entry | None) -> dict | None:
 def change_of(plan: Any, dry_run: bool, exec_start: Any = None) -> dict:
     """One change (a transaction, or on a dry run the plan): its entry and every file with its kind
     and digests."""
-    from ..checks import units
 
     e: LedgerEntry = plan.entry
     files = []
@@ -55,9 +58,6 @@ def document(command: str, target: str, before: State | None, after: State | Non
              diagnosis: Any = None) -> dict:
     """The whole document: the states before and after, each change, each verification (its phase and
     every check), a diagnosis where one was made, warnings, the exit code."""
-    from ..change.aftercheck import KeptFailing, RollingBack, SincePassed, Verified, Verifying
-    from ..change.plans import Changed
-    from ..change.mirror import NotMirrored
 
     changes: list[dict] = []
     checks = [{"phase": phase, **report.to_dict()} for phase, report in verifications or []]

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Callable, TypeVar
 
 from ..errors import PatchkeeperError
 from ..workspace import Workspace
+from ..host.disk import cpus
 
 if TYPE_CHECKING:
     from concurrent.futures import Executor
@@ -83,8 +84,6 @@ def _local_pool(count: int) -> Executor:
     new interpreter, nothing of this process copied into it)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
-
-    from ..host.disk import cpus
 
     for stream in (sys.stdout, sys.stderr):  # what a worker writes follows what this process wrote
         stream.flush()

@@ -15,6 +15,10 @@ from ..patchset import port as porting
 from ..patchset.patchset import MANIFEST, PatchSet
 from ..workspace import Workspace
 from . import emit_json
+from ..host.disk import normalize_name
+from ..records import history
+from ..targets import open_target
+from .record import commit_patchset
 
 _ENC = ("utf-8", "surrogateescape")
 BUMP = "minor"  # a port changes what the set is for, not what it does
@@ -115,8 +119,6 @@ def _releases(ws: Workspace, ps: PatchSet, to: str, given: tuple[str, ...], targ
 
 
 def _fitting(w: wheels.Wheel, ps: PatchSet, where: str) -> wheels.Wheel:
-    from ..host.disk import normalize_name
-
     if normalize_name(w.name) != normalize_name(ps.package):
         raise BadInput(f"{where}: a wheel of {w.name or '?'}, not of {ps.package} (the package {ps.ident} patches)",
                        f"give wheels of {ps.package}")
@@ -132,7 +134,6 @@ def _fetch(stack: contextlib.ExitStack, ws: Workspace, ps: PatchSet, version: st
             return _fitting(w, ps, path.name), f"{where}: {path.name}"
     config = ws.target(target)
     if not tags:  # the target's interpreter picks the wheel, as for repair; asked once
-        from ..targets import open_target
 
         t = open_target(config)
         try:
@@ -269,8 +270,6 @@ def _render_end(doc: dict) -> None:
 def _save(ws: Workspace, ps: PatchSet, patches: tuple[tuple[str, bytes], ...], to: str, bump: str) -> dict:
     """Write the ported set in place as its next version (the old one committed to the workspace's
     history first where it was not); role files and every other file carried as they are."""
-    from ..records import history
-    from .record import commit_patchset
 
     directory = ws.patchsets_dir / ps.name
     version = authoring.bump(ps.version, bump)

@@ -10,6 +10,10 @@ from ..errors import EXIT_DIFFERS, Refused
 from ..workspace import Workspace
 from .document import Report
 from .show_plan import step_printer
+from ..change.aftercheck import after_change
+from ..host.disk import normalize_name
+from ..records.installation import refuse_writes
+from ..records.ledger import State
 
 _MARK = {"changed": "M", "added": "A", "removed": "D", "mode": "m"}
 
@@ -25,7 +29,6 @@ def repair_dist(ws: Workspace, target: str | None, dist: str, wheel: str | None,
 
 def _repair(ws: Workspace, target: str | None, dist: str, wheel: str | None, dry_run: bool, adopt: str | None,
             verify: bool, report: Report, command: str) -> int:
-    from ..host.disk import normalize_name
 
     svc = changes.service_of(ws.target(target), verify)
     with Session(ws, target, command) as s:
@@ -36,7 +39,6 @@ def _repair(ws: Workspace, target: str | None, dist: str, wheel: str | None, dry
                           "its recorded states", "use `rollback --to baseline`; before the first baseline, "
                           "`apply` or `snapshot` with --restore-pristine")
         if not dry_run:  # its entry would record the managed package's installation as the state's
-            from ..records.installation import refuse_writes
 
             refuse_writes(s.installation(), s.target, s.command)
         damage = repair.find_damage(s.target, dist)
@@ -57,7 +59,6 @@ def _repair(ws: Workspace, target: str | None, dist: str, wheel: str | None, dry
                       f"state {baseline.after.id}{adopting.describe(baseline)}")
             current = s.ledger.current()
         if current is None:  # a dry run before any baseline: the entry is only printed
-            from ..records.ledger import State
 
             current = State.make("-", (), "baseline")
         ops, contents, entry = repair.plan(s.target, s.ledger, current, s.command, damage, found)
@@ -79,7 +80,6 @@ def _repair(ws: Workspace, target: str | None, dist: str, wheel: str | None, dry
         print(f"{len(ops)} file(s) {verb}{tail}" + (f"; {len(found.left)} left" if found.left else ""))
         code = EXIT_DIFFERS if found.left else 0
         if svc is not None and not dry_run:  # the service runs on what was repaired: restart it and verify
-            from ..change.aftercheck import after_change
 
             code = max(code, after_change(ws, s, svc, entry, show))
         elif svc is not None:

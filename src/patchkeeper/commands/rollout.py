@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Callable, TextIO
 
 from ..errors import EXIT_DIFFERS, EXIT_ROLLED_BACK, EXIT_UNFINISHED, PatchkeeperError
 from ..workspace import Workspace
+from ..change.aftercheck import RolledBack
 
 if TYPE_CHECKING:
     from ..change.changes import Outcome
@@ -46,8 +47,6 @@ class Done:
 
     @classmethod
     def of(cls, s: Session, plan: Plan, outcome: Outcome, dry_run: bool, service: bool) -> "Done":
-        from ..change.aftercheck import RolledBack
-
         before = plan.entry.before.id if plan.entry.before else None
         if dry_run:
             return cls(before, plan.entry.after.id, False, False, note=f"would change {len(plan.ops)} file(s)",

@@ -8,6 +8,7 @@ from typing import Any
 from ..patchset import patching, patchset, templates
 from ..workspace import Workspace
 from . import emit_json
+from ..checks import units
 
 
 def applied_on(ws: Workspace, name: str) -> list[dict]:
@@ -28,7 +29,6 @@ def applied_on(ws: Workspace, name: str) -> list[dict]:
 def _exec_starts(ps: patchset.PatchSet) -> list[str]:
     """The ExecStart= each role file sets (placeholders filled with the [vars] defaults where they
     have one): what the unit runs once it is applied, whatever else the host's unit says."""
-    from ..checks import units
 
     defaults = dict(ps.defaults)
     out = []

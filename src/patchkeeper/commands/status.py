@@ -8,6 +8,8 @@ from ..checks import audit, installed
 from ..printable import one_line
 from ..workspace import Workspace
 from . import emit_json
+from ..checks import units
+from .fleet import each, table
 
 
 def status(ws: Workspace, target: str | None, as_json: bool) -> int:
@@ -24,7 +26,6 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
             diffs = plans.drift(s.target, current.manifest)  # compared on the target: only differences travel
         exec_start = None
         if "unit" in s.config.files:
-            from ..checks import units
 
             exec_start = units.on_target(s.target)
         told = installed.told(s.target, s.ledger, s.installation())
@@ -79,7 +80,6 @@ def _hint(s: Session, told: installed.Told) -> str:
 def _as_dict(command) -> dict | None:
     if command is None:
         return None
-    from ..checks import units
 
     return units.as_dict(command)
 
@@ -89,7 +89,6 @@ def _print_unit(s: Session, exec_start) -> None:
     roles = s.config.files
     if "unit" not in roles:
         return
-    from ..checks import units
 
     print(f"unit     {roles['unit']} (the host's: read, not written)")
     if "dropin" in roles:
@@ -111,7 +110,6 @@ def _one_doc(ws: Workspace, name: str) -> dict:
 
 def status_all(ws: Workspace, as_json: bool) -> int:
     """Every target at once, one row each: state, stack, whether the files match it."""
-    from .fleet import each, table
 
     results = each(ws, _one_doc, "status")
     errors = [n for n, r in results.items() if isinstance(r, str)]

@@ -55,6 +55,8 @@ from .preflight import obstacles
 from .store import INDEX_CACHE, Store
 from . import statelock, treecheck
 from .statcache import read_changed, untrusted
+from . import fingerprint
+from . import interp
 
 
 
@@ -361,7 +363,6 @@ class Agent(AgentContract):
     # ---- environment -------------------------------------------------------------------
     def interpreter_facts(self) -> InterpreterFacts:
         """Implementation, version, tags, libc and site dirs of the Python this agent runs in."""
-        from . import interp
 
         return InterpreterFacts.from_wire(interp.facts())
 
@@ -370,7 +371,6 @@ class Agent(AgentContract):
                     stdlib: list[str] | None = None) -> Fingerprint:
         """The environment fingerprint of these site dirs and this host (see fingerprint.py);
         `stdlib`: the target's standard library directories (its site hooks are looked for there first)."""
-        from . import fingerprint
 
         return Fingerprint.from_wire(fingerprint.take(sites, cache_root, main_site,
                                                       tuple(parts) if parts else fingerprint.PARTS, managed, stdlib))
@@ -413,7 +413,6 @@ class Agent(AgentContract):
         `pycs_since`: as TreeRequest's ("": every pyc recompiled and compared).
         """
         return BytecodeCheck.from_wire(check_bytecode(site, cache_tag, verify, cache, treecheck.since(pycs_since)))
-
 
     def audit_tree(self, request: TreeRequest) -> TreeCheck:
         """The managed package against a stored manifest, the bytecode below its site dir, the

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import struct
 import threading
+from .errors import AgentError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -89,7 +90,6 @@ class _Helper:
             else:
                 why = "it ended"
             if len(out) != 32:
-                from .errors import AgentError
 
                 self.proc = None
                 raise AgentError("no-algorithm", f"cannot hash with blake3 through {self.python} ({why})",

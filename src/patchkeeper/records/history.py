@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BadInput
+from ..patchset.diffwrite import Change
 
 if TYPE_CHECKING:
     from ..patchset.diffwrite import Change
@@ -232,8 +233,6 @@ def read_range(directory: str, span: str, subdir: str) -> list[Change]:
     and modes, named relative to `subdir` (python/sglang/x.py -> sglang/x.py)."""
     import git
     from gitdb.exc import BadName, BadObject
-
-    from ..patchset.diffwrite import Change
 
     try:
         repo = git.Repo(directory)

@@ -17,6 +17,8 @@ from ..host.contract import (
     InterpreterFacts,
 )
 from ..workspace import TargetConfig
+from ..host.disk import hash_bytes
+from ..host.shapes import answer_from_wire
 
 T = TypeVar("T")
 
@@ -157,7 +159,6 @@ class Target(ABC):
 
     def hash_bytes(self, data: bytes) -> str:
         """The digest of `data` as this target's agent and store name it."""
-        from ..host.disk import hash_bytes
 
         return hash_bytes(data, self.algorithm)
 
@@ -175,7 +176,6 @@ class Target(ABC):
 
     def _answer(self, method: str, doc: Any) -> Any:
         """A document the target's interpreter printed, as the contract's answer to `method` (checked)."""
-        from ..host.shapes import answer_from_wire
 
         try:
             return answer_from_wire(method, doc)

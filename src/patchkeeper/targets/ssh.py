@@ -23,6 +23,8 @@ from ..errors import BadInput, TargetError
 from ..host.contract import Interpreter, InterpreterFacts
 from .base import Target, memo
 from .remote_agent import AgentProxy
+from .persist import Holder, Unavailable
+from .persist import Unavailable
 
 _SYSTEM_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"
 _IMPORT_LOCK = threading.Lock()
@@ -178,7 +180,6 @@ class SshTarget(Target):
         self._open_lock = threading.Lock()
         self._holder = None
         if self.persist > 0:
-            from .persist import Holder, Unavailable
 
             try:
                 self._holder = Holder(self.name, config.ssh, config.python, self.persist, config.identity_file)
@@ -200,7 +201,6 @@ class SshTarget(Target):
         """`call(holder)` through the held connection; None when it cannot be used (connect directly)."""
         if self._holder is None:
             return None
-        from .persist import Unavailable
 
         try:
             return call(self._holder)
