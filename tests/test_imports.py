@@ -109,6 +109,29 @@ def test_own_imports_are_at_module_level():
     assert len(LAZY_OWN) <= 12
 
 
+# Third-party (and stdlib) imports that may wait inside a function: each is slow to import and off the
+# fast paths (tests/test_cli_imports.py), and says so in a comment on its line.
+LAZY_HEAVY = {"packaging", "unidiff", "git", "gitdb", "paramiko", "http"}
+
+
+def test_only_heavy_libraries_are_imported_in_functions():
+    late = []
+    for path in sorted(SRC.rglob("*.py")):
+        lines = path.read_text().splitlines()
+        for fn in ast.walk(ast.parse("\n".join(lines))):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for node in ast.walk(fn):
+                    if isinstance(node, ast.Import):
+                        names = [a.name for a in node.names]
+                    elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                        names = [node.module or ""]
+                    else:
+                        continue
+                    if any(n.split(".")[0] not in LAZY_HEAVY for n in names) or "# lazy:" not in lines[node.lineno - 1]:
+                        late.append(f"{path.relative_to(SRC)}:{node.lineno}: {lines[node.lineno - 1].strip()}")
+    assert late == []
+
+
 def test_the_modules_import_no_cycle():
     assert cycles() == []
 

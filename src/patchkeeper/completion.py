@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 from . import workspace
 from .patchset import patchset
+import json
 
 
 def _completion_workspace(ctx: Any):
@@ -35,7 +36,6 @@ def _target_names(ctx: Any) -> list[str]:
 
 def _state_names(ctx: Any) -> list[str]:
     """baseline, previous, and the names and ids of the states in the workspace's copy of the ledger."""
-    import json
 
     ws = _completion_workspace(ctx)
     given = ctx.params.get("target") or ctx.params.get("targets_")  # -t once, or repeated: the first

@@ -11,6 +11,7 @@ from ..records.ledger import Ledger, LedgerEntry, State
 from ..targets import Target
 from . import plans
 from ..checks import environment
+import time
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,6 @@ def _newest_passing_state(ledger: Ledger, other_than: State) -> State | None:
 
 def render(d: Diagnosis) -> list[str]:
     """The diagnosis as a user reads it."""
-    import time
 
     out: list[str] = []
     if d.last is None:

@@ -19,6 +19,7 @@ from . import installed
 from ..host.contract import ROLE_PREFIX
 from ..host.disk import normalize_name
 from ..records import installation
+from concurrent.futures import ThreadPoolExecutor
 
 CLASSES = ("drift", "environment", "native", "bytecode", "probe", "patched")
 INSTALLATION = "drift"  # the class of a change of the managed distribution's installation (installation.py)
@@ -232,7 +233,6 @@ def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), pro
     tell("bytecode", done, steps)
 
     if probes:
-        from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(max_workers=min(4, len(probes))) as pool:
             for module, line in zip(probes, pool.map(lambda m: _probe(target, m, probe_timeout), probes)):

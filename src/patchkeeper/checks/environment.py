@@ -13,6 +13,7 @@ from ..records.ledger import Ledger, LedgerEntry, State
 from ..targets import Target
 from ..host.disk import normalize_name
 from ..host.elf import is_candidate
+from dataclasses import replace
 
 FORMAT = 1
 AREAS = ("interpreter", "system", "distribution", "native", "gpu", "startup")
@@ -87,7 +88,6 @@ CHANGE_PARTS = ("system", "identities", "native", "gpu", "startup")
 def record(entry: LedgerEntry, target: Target, parts: tuple[str, ...] | None = None) -> LedgerEntry:
     """`entry` with a fingerprint taken now and kept in the target's store (its digest in `env`);
     when it cannot be taken, the change goes on and the entry says why in `env_error`."""
-    from dataclasses import replace
 
     try:
         return replace(entry, env=target.agent.store_put(target.info.store, encode(take(target, parts))))
@@ -102,7 +102,6 @@ def recording(target: Target, alongside: list[str]) -> Callable[[LedgerEntry], L
     its commit point. A fingerprint that cannot be taken does not stop the change (`env_error`)."""
     if not changes_objects(alongside):
         return lambda entry: record(entry, target, CHANGE_PARTS)
-    from dataclasses import replace
 
     try:
         data = encode(take(target, CHANGE_PARTS))

@@ -14,6 +14,7 @@ from .rollout import Done, Noted
 from .show_plan import step_printer
 from ..records import history
 from ..records.installation import refuse_writes
+from dataclasses import replace
 
 
 def apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bool, verify: bool = True,
@@ -58,7 +59,6 @@ def _apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: b
 
 def with_workspace_ref(ws: Workspace, plan: plans.Plan) -> plans.Plan:
     """Note in the ledger entry the workspace commit that held the patch sets being applied."""
-    from dataclasses import replace
 
     ref = history.workspace_ref(ws.root, {p["name"]: ws.patchsets_dir / p["name"] for p in plan.entry.patchsets})
     if ref is None:

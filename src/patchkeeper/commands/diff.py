@@ -16,6 +16,7 @@ from . import check_sides, emit_json
 from ..checks import units
 from ..patchset import diffwrite
 from .fleet import each, table
+from concurrent.futures import ThreadPoolExecutor
 
 _PATCH_LIMIT = 4 << 20  # larger files are reported, not diffed
 
@@ -123,7 +124,6 @@ def _one(ws: Workspace, name: str | None, against: str | None, patch: bool, as_j
 
 
 def _two(ws: Workspace, a: str, b: str, patch: bool, as_json: bool) -> int:
-    from concurrent.futures import ThreadPoolExecutor
 
     with ExitStack() as stack, ThreadPoolExecutor(max_workers=2) as pool:
         sessions = [Session(ws, n, f"diff {a} {b}", write=False) for n in (a, b)]

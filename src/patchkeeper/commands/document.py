@@ -11,6 +11,8 @@ from ..change.aftercheck import KeptFailing, RollingBack, SincePassed, Verified,
 from ..change.mirror import NotMirrored
 from ..change.plans import Changed
 from ..checks import units
+import json
+import sys
 
 if TYPE_CHECKING:
     from ..change.changes import Step
@@ -111,7 +113,6 @@ class Report:
         return self._show
 
     def __enter__(self) -> "Report":
-        import sys
 
         if self.as_json:
             self._stdout = sys.stdout
@@ -119,7 +120,6 @@ class Report:
         return self
 
     def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
-        import sys
 
         if not self.as_json:
             return
@@ -135,7 +135,6 @@ class Report:
         if self.as_json:
             doc = document(self.command, self.target or "", before, after, self.kept.steps, code, dry_run,
                            verifications, diagnosis)
-            import json
 
             print(json.dumps(doc, indent=2, sort_keys=True), file=self._stdout, flush=True)
         return code

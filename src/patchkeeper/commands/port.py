@@ -19,6 +19,7 @@ from ..host.disk import normalize_name
 from ..records import history
 from ..targets import open_target
 from .record import commit_patchset
+import tomllib
 
 _ENC = ("utf-8", "surrogateescape")
 BUMP = "minor"  # a port changes what the set is for, not what it does
@@ -65,7 +66,7 @@ def port(ws: Workspace, name: str, to: str | None, given: tuple[str, ...], targe
 
 
 def _version(text: str) -> str:
-    from packaging.version import InvalidVersion, Version
+    from packaging.version import InvalidVersion, Version  # lazy: tens of ms to import, off the fast paths
 
     try:
         Version(text)
@@ -309,7 +310,6 @@ def retarget(text: str, version: str, pin: str) -> str:
         else:
             head = head.rstrip("\n") + f"\n{key} = {string}\n" + ("\n" if rest else "")
     out = head + rest
-    import tomllib
 
     doc = tomllib.loads(out)
     if doc.get("version") != version or doc.get("package_version") != pin:

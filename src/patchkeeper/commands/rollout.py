@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Callable, TextIO
 from ..errors import EXIT_DIFFERS, EXIT_ROLLED_BACK, EXIT_UNFINISHED, PatchkeeperError
 from ..workspace import Workspace
 from ..change.aftercheck import RolledBack
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
 if TYPE_CHECKING:
     from ..change.changes import Outcome
@@ -100,7 +101,6 @@ def rollout(ws: Workspace, change: Change, what: str, serial: int | None, max_fa
             dry_run: bool = False) -> int:
     """`change` on every target of `ws`, `serial` at a time; the worst exit code of them. A dry run
     changes nothing: every target at once (unless --serial), none stops the others."""
-    from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
     names = sorted(ws.targets)
     if dry_run:

@@ -18,6 +18,7 @@ from ..change.diagnosis import diagnose
 from ..change.diagnosis import render
 from ..records import history
 from .fleet import each, table
+from functools import partial
 
 
 def verify(ws: Workspace, target: str | None, as_json: bool, with_restart: bool) -> int:
@@ -71,7 +72,6 @@ def _verify_quiet(ws: Workspace, name: str, with_restart: bool) -> dict | None:
 
 def verify_all(ws: Workspace, as_json: bool, with_restart: bool) -> int:
     """Every target with a [service] table, at once; one row each; one commit of their records."""
-    from functools import partial
 
     results = each(ws, partial(_verify_quiet, with_restart=with_restart), "verify")
     reports = {n: r["report"] for n, r in results.items() if isinstance(r, dict)}

@@ -57,6 +57,8 @@ from . import statelock, treecheck
 from .statcache import read_changed, untrusted
 from . import fingerprint
 from . import interp
+import sys
+import sysconfig
 
 
 
@@ -92,8 +94,6 @@ class Agent(AgentContract):
 
     def interpreter(self) -> Interpreter:
         """This Python's prefix, site directories and version (the agent runs in the target's Python)."""
-        import sys
-        import sysconfig
 
         paths = sysconfig.get_paths()
         return Interpreter(sys.prefix, paths["purelib"], paths["platlib"], "%d.%d.%d" % sys.version_info[:3],

@@ -16,6 +16,7 @@ import os
 import struct
 import threading
 from .errors import AgentError
+import subprocess
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -56,7 +57,6 @@ class _Helper:
 
     def _started(self) -> Any:
         if self.proc is None or self.pid != os.getpid():
-            import subprocess
 
             self.proc = subprocess.Popen([self.python, "-I", "-c", _SERVE], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, bufsize=0)

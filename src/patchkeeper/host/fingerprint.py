@@ -19,6 +19,7 @@ from .distcheck import RecordSeals, shared_files
 from .distinfo import record_identity, record_rows
 from .gpu import gpu
 from .startup import startup
+import hashlib
 
 SITE_TOKEN = "$SITE/"
 PARTS = ("system", "distributions", "native", "gpu", "startup")
@@ -56,7 +57,6 @@ def _cache_dir(root: str | None, site: str, main_site: str | None) -> str | None
         return None
     if main_site is None or os.path.realpath(site) == os.path.realpath(main_site):
         return root
-    import hashlib  # only for a second site dir: the common audit path does without it
 
     return os.path.join(root, "sites", hashlib.sha256(site.encode()).hexdigest()[:16])
 

@@ -57,7 +57,7 @@ class Change:
 
 def _newer(a: str, b: str) -> bool:
     try:
-        from packaging.version import Version
+        from packaging.version import Version  # lazy: tens of ms to import, off the fast paths
 
         return Version(a) > Version(b)
     except Exception:  # not PEP 440: by text

@@ -21,6 +21,7 @@ from . import ledger_index
 from .ledger_index import Slot
 from .installed import Installed
 from .manifest import Manifest
+import sys
 
 if TYPE_CHECKING:  # the typed parts of entries (ledger_types.py); at run time, as their instances are, dicts
     from .ledger_types import (
@@ -239,7 +240,6 @@ def who() -> str:
 
 def warn_untrusted(target: str, what: str, files: dict[str, str]) -> None:
     """One warning for the state files of a target that were not read: another user's, or writable by others."""
-    import sys
 
     listed = "; ".join(f"{one_line(name)}: {why}" for name, why in sorted(files.items())[:5])
     more = f" and {len(files) - 5} more" if len(files) > 5 else ""

@@ -19,6 +19,7 @@ from ..host.contract import (
 from ..workspace import TargetConfig
 from ..host.disk import hash_bytes
 from ..host.shapes import answer_from_wire
+from importlib import resources
 
 T = TypeVar("T")
 
@@ -169,7 +170,6 @@ class Target(ABC):
     def interpreter_facts(self) -> InterpreterFacts:
         """Implementation, version, tags, libc and site dirs of the target's interpreter
         (host/interp.py run in it)."""
-        from importlib import resources
 
         source = resources.files("patchkeeper.host").joinpath("interp.py").read_text(encoding="utf-8")
         return self._answer("interpreter_facts", self.run_json(source, "the facts of its interpreter"))

@@ -25,6 +25,9 @@ from ..workspace import TargetConfig
 from .base import Target, memo
 from ..host import seal
 from .remote_agent import AgentProxy
+import signal
+import subprocess
+import tempfile
 
 if TYPE_CHECKING:  # the proxy (and the wire under it) loads only for another interpreter
     from .remote_agent import AgentProxy
@@ -160,9 +163,6 @@ def run_here(argv: list[str], timeout: float = 60.0, input: bytes | None = None)
     """Run argv on this machine. Output goes to files, not pipes, so a daemon the command leaves
     running (a restart command's service) cannot hold us; on timeout the command's whole process
     group is killed."""
-    import signal
-    import subprocess
-    import tempfile
 
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,

@@ -26,6 +26,7 @@ from ..errors import BadInput, PatchkeeperError, TargetError
 from ..host import wire
 from .remote_agent import HELLO_TIMEOUT
 from .remote_agent import HELLO_TIMEOUT, AgentProxy
+import subprocess
 
 if TYPE_CHECKING:
     from .remote_agent import AgentProxy
@@ -254,7 +255,6 @@ class Holder:
     # ---- starting ----------------------------------------------------------------------------
     def start(self) -> None:
         """Start a holder and wait until it is connected (or says why it cannot be)."""
-        import subprocess
 
         spec = json.dumps({"name": self.name, "ssh": self.ssh, "python": self.python, "persist": self.persist,
                            "path": self.path, "identity": self.identity})

@@ -25,6 +25,8 @@ from .base import Target, memo
 from .remote_agent import AgentProxy
 from .persist import Holder, Unavailable
 from .persist import Unavailable
+from dataclasses import replace
+import sys
 
 _SYSTEM_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"
 _IMPORT_LOCK = threading.Lock()
@@ -50,7 +52,6 @@ class Endpoint:
 def _paramiko():
     """paramiko, imported without `invoke` (half its import time) unless ~/.ssh/config uses
     `Match exec`, the only thing paramiko needs invoke for."""
-    import sys
 
     with _IMPORT_LOCK:  # targets connect from several threads at once
         if "paramiko" not in sys.modules and "invoke" not in sys.modules:
@@ -62,10 +63,10 @@ def _paramiko():
             if not uses_exec:
                 sys.modules["invoke"] = None  # makes paramiko.config's optional `import invoke` fail fast
                 try:
-                    import paramiko
+                    import paramiko  # lazy: slow to import; only SSH targets need it
                 finally:
                     sys.modules.pop("invoke", None)
-        import paramiko
+        import paramiko  # lazy: slow to import; only SSH targets need it
 
     return paramiko
 
@@ -192,7 +193,6 @@ class SshTarget(Target):
             raise BadInput(f"target {self.name} has no ssh = ... to connect to", f"set ssh in [targets.{self.name}]")
         found = resolve(self.config.ssh)
         if self.config.identity_file:  # an inventory's key comes before those of ~/.ssh/config
-            from dataclasses import replace
 
             found = replace(found, identity_files=(os.path.expanduser(self.config.identity_file),))
         return found
