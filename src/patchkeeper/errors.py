@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .host.errors import EXIT_REFUSED, AgentError, PatchkeeperError  # noqa: F401  (the root, shared with the host)
+from .host.errors import EXIT_REFUSED as EXIT_REFUSED, AgentError as AgentError, PatchkeeperError as PatchkeeperError  # the root, shared with the host
 import errno as codes
 
 EXIT_DIFFERS = 1  # a check found differences (diff, audit, verify)

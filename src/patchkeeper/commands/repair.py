@@ -11,6 +11,7 @@ from ..workspace import Workspace
 from .document import Report
 from .show_plan import step_printer
 from ..change.aftercheck import after_change
+from ..host.shapes import ENV as ENV_PREFIX
 from ..host.disk import normalize_name
 from ..records.installation import refuse_writes
 from ..records.ledger import State
@@ -73,7 +74,7 @@ def _repair(ws: Workspace, target: str | None, dist: str, wheel: str | None, dry
         for op in ops:
             assert op.new is not None  # a repair writes every file it changes
             kind = "added" if op.old is None else "mode" if op.old.digest == op.new.digest else "changed"
-            print(f"  {_MARK[kind]} {op.key[len(repair.ENV_PREFIX):]}  {op.new.size} bytes, checked against RECORD")
+            print(f"  {_MARK[kind]} {op.key[len(ENV_PREFIX):]}  {op.new.size} bytes, checked against RECORD")
         for rel, why in found.left.items():
             print(f"  ! {rel}  left as it is: {why}")
         tail = "" if dry_run else f"; state {current.id} -> {entry.after.id} (transaction {entry.id})"

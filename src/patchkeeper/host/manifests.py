@@ -47,7 +47,7 @@ class Manifests:
         self._rows[(store, digest)] = rows
         while len(self._rows) > KEPT:
             del self._rows[next(iter(self._rows))]
-        return rows  # type: ignore[no-any-return]
+        return rows
 
 
 def _path(store: str, digest: str, suffix: str) -> str:

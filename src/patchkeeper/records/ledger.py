@@ -25,15 +25,15 @@ import sys
 
 if TYPE_CHECKING:  # the typed parts of entries (ledger_types.py); at run time, as their instances are, dicts
     from .ledger_types import (
-        AdoptExtra,
-        ApplyExtra,
-        EnvChange,
-        Extra,
-        PatchSetRef,
-        RecordExtra,
-        RepairExtra,
-        RollbackExtra,
-        VerifyExtra,
+        AdoptExtra as AdoptExtra,
+        ApplyExtra as ApplyExtra,
+        EnvChange as EnvChange,
+        Extra as Extra,
+        PatchSetRef as PatchSetRef,
+        RecordExtra as RecordExtra,
+        RepairExtra as RepairExtra,
+        RollbackExtra as RollbackExtra,
+        VerifyExtra as VerifyExtra,
     )
 else:
     PatchSetRef = RecordExtra = ApplyExtra = RollbackExtra = VerifyExtra = EnvChange = AdoptExtra = RepairExtra = dict

@@ -22,7 +22,8 @@ from ..host.contract import Interpreter, InterpreterFacts
 from ..workspace import TargetConfig
 from .base import Target, memo
 from .local import run_here
-from .remote_agent import AgentProxy, PipeLink, program
+from .links import PipeLink, program
+from .remote_agent import AgentProxy
 
 SUPPORTED = ("ssh", "local")
 

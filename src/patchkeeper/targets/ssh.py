@@ -61,7 +61,7 @@ def _paramiko():
             except OSError:
                 uses_exec = False
             if not uses_exec:
-                sys.modules["invoke"] = None  # makes paramiko.config's optional `import invoke` fail fast
+                sys.modules["invoke"] = None  # type: ignore[assignment]  # makes paramiko.config's optional `import invoke` fail fast
                 try:
                     import paramiko  # lazy: slow to import; only SSH targets need it
                 finally:
