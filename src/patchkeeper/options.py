@@ -14,7 +14,7 @@ from . import pipes
 from .completion import complete_targets
 from .errors import EXIT_INTERRUPTED, PatchkeeperError
 from . import workspace
-from .commands.rollout import rollout
+from .change.rollout import rollout
 from .errors import os_hint
 from .printable import lines
 

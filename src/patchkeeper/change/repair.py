@@ -14,7 +14,7 @@ from ..errors import BadInput, Refused
 from ..host.contract import ScanRequest
 from ..host.disk import hash_bytes, normalize_name
 from ..host.distinfo import record_text_rows
-from ..host.shapes import ENV as ENV_PREFIX  # keys of files outside the package ("%six.py"), never in a manifest
+from ..targets.shapes import ENV as ENV_PREFIX  # keys of files outside the package ("%six.py"), never in a manifest
 from ..records.ledger import (
     EnvChange,
     Ledger,

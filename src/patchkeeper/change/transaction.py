@@ -26,8 +26,8 @@ from .. import faults
 from ..errors import PatchkeeperError, Refused, StoreError, Unfinished
 from ..host.contract import AgentContract, ScanRequest
 from ..host.disk import STAGE_PREFIX
-from ..host.shapes import ENV as ENV_PREFIX
-from ..host import shapes
+from ..targets.shapes import ENV as ENV_PREFIX
+from ..targets import shapes
 from ..host.errors import AgentError
 from ..records.ledger import ApplyExtra, Extra, Ledger, LedgerEntry, RollbackExtra
 from ..records.ledger_index import CREATED_DIRS

@@ -1,12 +1,7 @@
 """One module per verb; each exposes a plain function that returns an exit code."""
 
-import json
-
 from ..errors import BadInput
-
-
-def emit_json(doc) -> None:
-    print(json.dumps(doc, indent=2, sort_keys=True))
+from ..printable import emit_json as emit_json  # the verbs print their --json documents with it
 
 
 def check_sides(verb: str, names: tuple[str, ...], against: str | None) -> None:

@@ -9,9 +9,9 @@ from ..change import changes, engine, plans, stacks
 from ..change.session import Session
 from ..records.ledger import ApplyExtra, RecordExtra
 from ..workspace import Workspace
-from .document import Report
-from .rollout import Done, Noted
-from .show_plan import step_printer
+from ..change.document import Report
+from ..change.rollout import Done, Noted
+from ..change.show_plan import step_printer
 from ..records import history
 from ..records.installation import refuse_writes
 from dataclasses import replace

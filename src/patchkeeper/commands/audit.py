@@ -11,7 +11,7 @@ from ..printable import one_line
 from ..workspace import Workspace
 from . import emit_json
 from ..change import stacks
-from .fleet import each, table
+from ..targets.fleet import each, table
 from functools import partial
 
 _SHOWN = 50  # findings per class printed before "… and N more"
@@ -100,7 +100,7 @@ def _audit_quiet(ws: Workspace, name: str, probes: list[str], wait: float | None
 
 def _run_all(ws: Workspace, probes: list[str], as_json: bool, wait: float | None = None,
              rehash: bool = False) -> int:
-    """Every target concurrently (commands/fleet.py): hosts on threads, local targets in processes."""
+    """Every target concurrently (targets/fleet.py): hosts on threads, local targets in processes."""
 
     names = sorted(ws.targets)
     results = each(ws, partial(_audit_quiet, probes=probes, wait=wait, rehash=rehash), "audit",

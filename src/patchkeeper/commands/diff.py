@@ -15,7 +15,7 @@ from ..workspace import Workspace
 from . import check_sides, emit_json
 from ..checks import units
 from ..patchset import diffwrite
-from .fleet import each, table
+from ..targets.fleet import each, table
 from concurrent.futures import ThreadPoolExecutor
 
 _PATCH_LIMIT = 4 << 20  # larger files are reported, not diffed

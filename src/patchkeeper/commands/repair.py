@@ -8,10 +8,10 @@ from ..change.mirror import mirror_step
 from ..change.session import Session
 from ..errors import EXIT_DIFFERS, Refused
 from ..workspace import Workspace
-from .document import Report
-from .show_plan import step_printer
+from ..change.document import Report
+from ..change.show_plan import step_printer
 from ..change.aftercheck import after_change
-from ..host.shapes import ENV as ENV_PREFIX
+from ..targets.shapes import ENV as ENV_PREFIX
 from ..host.disk import normalize_name
 from ..records.installation import refuse_writes
 from ..records.ledger import State

@@ -5,9 +5,9 @@ from __future__ import annotations
 from ..change import changes, engine
 from ..change.session import Session
 from ..workspace import Workspace
-from .document import Report
-from .rollout import Done, Noted
-from .show_plan import step_printer
+from ..change.document import Report
+from ..change.rollout import Done, Noted
+from ..change.show_plan import step_printer
 
 
 def rollback(ws: Workspace, target: str | None, to: str, dry_run: bool, verify: bool = True,

@@ -11,7 +11,7 @@ from ..change.session import Session
 from ..errors import BadInput
 from ..records.ledger import RecordExtra
 from ..workspace import Workspace
-from .show_plan import render_not_mirrored
+from ..change.show_plan import render_not_mirrored
 from ..records.installation import refuse_writes
 
 RESERVED = {"baseline": "the state recorded before the first change",

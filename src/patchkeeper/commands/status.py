@@ -9,7 +9,7 @@ from ..printable import one_line
 from ..workspace import Workspace
 from . import emit_json
 from ..checks import units
-from .fleet import each, table
+from ..targets.fleet import each, table
 
 
 def status(ws: Workspace, target: str | None, as_json: bool) -> int:

@@ -12,12 +12,12 @@ from ..checks import service
 from ..errors import EXIT_DIFFERS, BadInput
 from ..workspace import Workspace
 from . import emit_json
-from .document import SCHEMA, SCHEMA_VERSION, Report
-from .show_plan import PREVIOUS_FAILS, render_not_mirrored, render_report, step_printer  # noqa: F401  (PREVIOUS_FAILS: the tests read it here)
+from ..change.document import SCHEMA, SCHEMA_VERSION, Report
+from ..change.show_plan import PREVIOUS_FAILS, render_not_mirrored, render_report, step_printer  # noqa: F401  (PREVIOUS_FAILS: the tests read it here)
 from ..change.diagnosis import diagnose
 from ..change.diagnosis import render
 from ..records import history
-from .fleet import each, table
+from ..targets.fleet import each, table
 from functools import partial
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, cast, overload
 
 from ..errors import BadInput, Refused, StoreError
 from ..printable import one_line
-from ..host import shapes
+from ..targets import shapes
 from ..host.disk import hash_bytes, install_records
 from ..targets import Target
 from . import ledger_index

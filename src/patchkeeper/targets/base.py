@@ -18,7 +18,7 @@ from ..host.contract import (
 )
 from ..workspace import TargetConfig
 from ..host.disk import hash_bytes
-from ..host.shapes import answer_from_wire
+from .shapes import answer_from_wire
 from importlib import resources
 
 T = TypeVar("T")

@@ -18,7 +18,8 @@ from typing import Any
 
 from ..errors import AgentError, TargetError
 from ..host import contract as c
-from ..host import shapes, wire
+from ..host import wire
+from . import shapes
 from .links import Link, PipeLink, SshLink, program
 
 HELLO_TIMEOUT = 120.0  # seconds for an agent to start and say hello (an interpreter, an upload)
@@ -123,7 +124,7 @@ class AgentProxy(c.AgentContract):
         return data
 
     def _call(self, method: str, *args: Any) -> Any:
-        """The answer of one call, rebuilt as the agent's own value (host.shapes.answer_from_wire)."""
+        """The answer of one call, rebuilt as the agent's own value (shapes.answer_from_wire)."""
         with self._lock:
             self._idle = False
             try:

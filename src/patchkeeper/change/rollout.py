@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Callable, TextIO
 
 from ..errors import EXIT_DIFFERS, EXIT_ROLLED_BACK, EXIT_UNFINISHED, PatchkeeperError
 from ..workspace import Workspace
-from ..change.aftercheck import RolledBack
+from .aftercheck import RolledBack
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
 if TYPE_CHECKING:
-    from ..change.changes import Outcome
-    from ..change.plans import Plan
-    from ..change.session import Session
+    from .changes import Outcome
+    from .plans import Plan
+    from .session import Session
     from ..targets import Target
 
 

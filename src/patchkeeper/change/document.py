@@ -6,19 +6,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import PatchkeeperError
-from . import emit_json
-from ..change.aftercheck import KeptFailing, RollingBack, SincePassed, Verified, Verifying
-from ..change.mirror import NotMirrored
-from ..change.plans import Changed
+from ..printable import emit_json
+from .aftercheck import KeptFailing, RollingBack, SincePassed, Verified, Verifying
+from .mirror import NotMirrored
+from .plans import Changed
 from ..checks import units
 import json
 import sys
 
 if TYPE_CHECKING:
-    from ..change.changes import Step
+    from .changes import Step
     from ..records.ledger import LedgerEntry, State
     from ..records.manifest import Entry
-    from ..change.verify import Verification
+    from .verify import Verification
 
 SCHEMA = "patchkeeper/change"
 SCHEMA_VERSION = 1

@@ -5,20 +5,20 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ..change.changes import Step
-from ..change.plans import Changed, Plan
-from ..change.mirror import NotMirrored
+from .changes import Step
+from .plans import Changed, Plan
+from .mirror import NotMirrored
 from ..printable import one_line
 from ..records.ledger import State
 from ..records.manifest import ROLE_PREFIX
-from ..change.aftercheck import KeptFailing, RolledBack, RollingBack, SincePassed, Verified, Verifying
-from ..change.diagnosis import render
+from .aftercheck import KeptFailing, RolledBack, RollingBack, SincePassed, Verified, Verifying
+from .diagnosis import render
 from ..checks.units import describe
 from ..errors import os_hint
 
 if TYPE_CHECKING:
-    from ..change.aftercheck import SincePassed
-    from ..change.verify import Verification
+    from .aftercheck import SincePassed
+    from .verify import Verification
 
 _MARK = {"changed": "M", "added": "A", "removed": "D", "mode": "m"}
 PREVIOUS_FAILS = "the previous code state fails as well: the fault is likely not in the patch set"

@@ -9,13 +9,13 @@ from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import replace
 from typing import Any
 
-from ..errors import EXIT_ROLLED_BACK, PatchkeeperError
-from .rollout import Done, HostResult
-from .. import workspace
-from ..change.session import Session
-from ..targets.ansible_link import AnsibleTarget, check
-from .apply import apply
-from .rollback import rollback
+from .errors import EXIT_ROLLED_BACK, PatchkeeperError
+from .change.rollout import Done, HostResult
+from . import workspace
+from .change.session import Session
+from .targets.ansible_link import AnsibleTarget, check
+from .commands.apply import apply
+from .commands.rollback import rollback
 
 MAX_DIFF = 1 << 20  # bytes of one side of a file diff; larger files are named, not shown
 
