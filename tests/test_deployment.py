@@ -195,7 +195,7 @@ def test_exec_start_is_read_as_systemd_reads_it():
 
 def test_a_regression_needs_the_ratio_and_a_floor_and_errors_are_found_anywhere():
     from patchkeeper.change import verify
-    from patchkeeper.checks.service import ServiceConfig
+    from patchkeeper.change.service import ServiceConfig
 
     svc = ServiceConfig(restart="true", base_url="http://x")
     then = {"entry": "e1", "seconds": 2.15, "tokens_per_s": 29.8, "ready": 60.0}

@@ -19,7 +19,7 @@ import pytest
 
 from patchkeeper.change import verify
 from patchkeeper.commands.verify import PREVIOUS_FAILS
-from patchkeeper.checks.service import ServiceConfig, SmokeConfig
+from patchkeeper.change.service import ServiceConfig, SmokeConfig
 
 FAKE = Path(__file__).with_name("fake_openai.py")
 

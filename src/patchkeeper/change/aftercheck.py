@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Union
 
-from ..checks.service import ServiceConfig
+from .service import ServiceConfig
 from ..errors import EXIT_DIFFERS, EXIT_ROLLED_BACK
 from ..records.ledger import LedgerEntry, RollbackExtra, State
 from ..workspace import Workspace

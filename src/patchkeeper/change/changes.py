@@ -10,13 +10,13 @@ from . import engine
 from .plans import Changed, Plan
 from .mirror import NotMirrored, mirror_step
 from .session import Session
-from ..checks import service
+from . import service
 from ..checks import units
 from ..host.contract import ROLE_PREFIX
 from .aftercheck import after_change
 
 if TYPE_CHECKING:  # the service check loads only after a change on a target with a [service]
-    from ..checks.service import ServiceConfig
+    from .service import ServiceConfig
     from . import aftercheck
 
 

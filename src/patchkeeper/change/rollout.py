@@ -59,7 +59,7 @@ class Done:
 
 
 Noted = Callable[[Done], None]
-Change = Callable[[Workspace, str, Noted], int]  # a verb on one target: its exit code
+OnOneTarget = Callable[[Workspace, str, Noted], int]  # a verb on one target: its exit code
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ def default_serial(ws: Workspace, verify: bool) -> int:
     return max(len(ws.targets), 1)
 
 
-def rollout(ws: Workspace, change: Change, what: str, serial: int | None, max_fail: int, verify: bool,
+def rollout(ws: Workspace, change: OnOneTarget, what: str, serial: int | None, max_fail: int, verify: bool,
             dry_run: bool = False) -> int:
     """`change` on every target of `ws`, `serial` at a time; the worst exit code of them. A dry run
     changes nothing: every target at once (unless --serial), none stops the others."""

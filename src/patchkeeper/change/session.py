@@ -13,10 +13,10 @@ from ..records.ledger import Ledger
 from ..targets import Target, open_target
 from ..workspace import Workspace
 from . import transaction
-from ..records import installation
+from ..checks import installation
 
 if TYPE_CHECKING:
-    from ..records.installation import Change
+    from ..checks.installation import InstallChange
 
 READ_WAIT = 5.0  # seconds a reading command waits for a change under way to end (its lock)
 
@@ -44,7 +44,7 @@ class Session:
         self._locked = False
         self.record = history.Record(self.config.name, command)  # what changes.mirror copied, for one commit
         self.commit = commit
-        self._installation: tuple[int, Change | None] | None = None
+        self._installation: tuple[int, InstallChange | None] | None = None
 
     @property
     def target(self) -> Target:
@@ -60,7 +60,7 @@ class Session:
             raise RuntimeError("the session is not open")
         return self._ledger
 
-    def installation(self) -> Change | None:
+    def installation(self) -> InstallChange | None:
         """What pip, uv or a person did to the managed distribution since the current state recorded
         it (installation.check), found once per command; None: it is as recorded."""
         newest = len(self.ledger.entries())  # found again once the command records a state (a new baseline)

@@ -12,9 +12,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, TextIO, cast
 
-from ..checks import smoke, units
-from ..checks.service import ServiceConfig
-from ..checks.smoke import SAMPLE_CHARS, Check, count_tokens, degenerate, judge  # noqa: F401  (their home is smoke.py)
+from ..checks import units
+from . import smoke
+from .service import ServiceConfig
+from .smoke import SAMPLE_CHARS, Check, count_tokens, degenerate, judge  # noqa: F401  (their home is smoke.py)
 from ..host import probe_http
 from ..records.ledger import Ledger, LedgerEntry, State, VerifyExtra, new_id, who
 from ..targets import Target

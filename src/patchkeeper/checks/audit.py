@@ -15,10 +15,9 @@ from ..records.manifest import change_kind, differences
 from ..targets import Target
 from .scan import scan_request
 from . import environment
-from . import installed
 from ..host.contract import ROLE_PREFIX
 from ..host.disk import normalize_name
-from ..records import installation
+from . import installation
 from concurrent.futures import ThreadPoolExecutor
 
 CLASSES = ("drift", "environment", "native", "bytecode", "probe", "patched")
@@ -261,7 +260,7 @@ def _installation(target: Target, ledger: Ledger, findings: list[Finding], notes
     info = target.info
     change = installation.check(target, ledger)
     if change is not None:
-        told = installed.tell(target, ledger, change)
+        told = installation.tell(target, ledger, change)
         if told.trouble:
             findings.insert(0, Finding(INSTALLATION, info.dist_info, change.kind, told.line, info.package))
         else:

@@ -13,7 +13,7 @@ from ..change.document import Report
 from ..change.rollout import Done, Noted
 from ..change.show_plan import step_printer
 from ..records import history
-from ..records.installation import refuse_writes
+from ..checks.installation import refuse_writes
 from dataclasses import replace
 
 

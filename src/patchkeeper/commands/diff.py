@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ..change import stacks
 from ..change.session import Session
-from ..checks import installed, scan
+from ..checks import installation, scan
 from ..errors import PatchkeeperError, Refused
 from ..printable import one_line
 from ..records.manifest import ROLE_PREFIX, Entry, differences
@@ -51,7 +51,7 @@ def _one_result(ws: Workspace, name: str) -> dict:
             return {"state": None, "differences": []}
         owners = stacks.owners_of(ws, current.stack)
         diffs = _classify(scan.compare(s.target, current.manifest)[0], {s.target.name: owners})
-        told = installed.told(s.target, s.ledger, s.installation())
+        told = installation.told(s.target, s.ledger, s.installation())
         return {"state": current.to_dict(), "differences": [d.to_dict() for d in diffs],
                 "installation": told.to_dict() if told else None}
 
@@ -106,7 +106,7 @@ def _one(ws: Workspace, name: str | None, against: str | None, patch: bool, as_j
             patches = _patches(diffs, old, new, f"{state.id}", s.target.name)
         label = f"state {state.id}" + (f" ({state.name})" if state.name else "")
         starts = _exec_starts_recorded(s, diffs)
-        told = installed.told(s.target, s.ledger, s.installation())
+        told = installation.told(s.target, s.ledger, s.installation())
         code = 1 if diffs or (told is not None and told.trouble) else 0
         if as_json:
             emit_json({"target": s.target.name, "against": state.to_dict(), "algorithm": s.target.algorithm,

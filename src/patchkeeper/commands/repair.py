@@ -13,7 +13,7 @@ from ..change.show_plan import step_printer
 from ..change.aftercheck import after_change
 from ..targets.shapes import ENV as ENV_PREFIX
 from ..host.disk import normalize_name
-from ..records.installation import refuse_writes
+from ..checks.installation import refuse_writes
 from ..records.ledger import State
 
 _MARK = {"changed": "M", "added": "A", "removed": "D", "mode": "m"}

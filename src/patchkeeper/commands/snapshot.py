@@ -12,7 +12,7 @@ from ..errors import BadInput
 from ..records.ledger import RecordExtra
 from ..workspace import Workspace
 from ..change.show_plan import render_not_mirrored
-from ..records.installation import refuse_writes
+from ..checks.installation import refuse_writes
 
 RESERVED = {"baseline": "the state recorded before the first change",
             "previous": "the state before the current one"}  # names `rollback --to` gives a meaning of its own

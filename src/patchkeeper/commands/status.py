@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..change import plans, stacks
 from ..change.session import Session
-from ..checks import audit, installed
+from ..checks import audit, installation
 from ..printable import one_line
 from ..workspace import Workspace
 from . import emit_json
@@ -28,7 +28,7 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
         if "unit" in s.config.files:
 
             exec_start = units.on_target(s.target)
-        told = installed.told(s.target, s.ledger, s.installation())
+        told = installation.told(s.target, s.ledger, s.installation())
         doc = {"target": s.target.name, "host": info.host, "package": info.package, "version": info.version,
                "site": info.site, "state_dir": info.state_dir, "state": current.to_dict() if current else None,
                "differences": diffs, "unfinished": s.unfinished.message if s.unfinished else None,
@@ -65,7 +65,7 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
         return code
 
 
-def _hint(s: Session, told: installed.Told) -> str:
+def _hint(s: Session, told: installation.Told) -> str:
     change = told.change
     if change.kind == "version":
         return (f"{change.pin(s.target.info.python)} brings back the release state {change.state.id} was recorded "
@@ -101,7 +101,7 @@ def _print_unit(s: Session, exec_start) -> None:
 def _one_doc(ws: Workspace, name: str) -> dict:
     with Session(ws, name, "status", write=False) as s:
         info, current = s.target.info, s.ledger.current()
-        told = installed.told(s.target, s.ledger, s.installation())
+        told = installation.told(s.target, s.ledger, s.installation())
         return {"target": s.target.name, "host": info.host, "package": info.package, "version": info.version,
                 "site": info.site, "state_dir": info.state_dir, "state": current.to_dict() if current else None,
                 "differences": plans.drift(s.target, current.manifest) if current else {},

@@ -8,7 +8,7 @@ import sys
 from ..change.mirror import try_mirror
 from ..change.session import Session
 from ..change.verify import record_verification, verify_target
-from ..checks import service
+from ..change import service
 from ..errors import EXIT_DIFFERS, BadInput
 from ..workspace import Workspace
 from . import emit_json

@@ -184,7 +184,7 @@ def _check_ref(ref: Any, what: str) -> None:
 
 
 def _check_installed(installed: Any) -> None:
-    """An entry's record of the managed distribution's installation (records/installation.py)."""
+    """An entry's record of the managed distribution's installation (records/installed.py; checks/installation.py compares it)."""
     if not isinstance(installed, dict):
         raise shapes.fail("installed", installed, "a mapping")
     shapes.name(installed.get("dist_info"), "installed.dist_info")
