@@ -29,7 +29,7 @@ from .commands.show_backup import show_backup as run_show_backup
 from .commands.snapshot import snapshot as run_snapshot
 from .completion import complete_patchsets, complete_states, complete_targets
 from .options import (adopt_options, change, change_options, chosen, command, group_option, json_option,
-                      target_option, targets_option, workspace_of)
+                      one_target_for_json, target_option, targets_option, workspace_of)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -68,7 +68,7 @@ def list_cmd(ctx, as_json):
 @change_options
 @click.option("--force", is_flag=True, help="apply over hand edits (backed up first) or another package version")
 @adopt_options
-@click.option("--json", "as_json", is_flag=True, help="print one JSON document (docs/json.md); progress on stderr")
+@json_option
 @click.pass_context
 @command
 def apply(ctx, name, targets_, group, every, serial, max_fail, dry_run, no_verify, force, restore_pristine,
@@ -81,8 +81,7 @@ def apply(ctx, name, targets_, group, every, serial, max_fail, dry_run, no_verif
     """
 
     adopt = check_mode(restore_pristine, accept_edits)
-    if as_json and (len(targets_) > 1 or group or every):
-        raise click.UsageError("--json describes one target's change: give one -t")
+    one_target_for_json(as_json, targets_, group, every)
 
     def one(ws, target, noted=None):
         return run_apply(ws, target, name, dry_run, force, verify=not no_verify, adopt=adopt, as_json=as_json, noted=noted)
@@ -94,13 +93,12 @@ def apply(ctx, name, targets_, group, every, serial, max_fail, dry_run, no_verif
 @change_options
 @click.option("--to", "to", required=True, metavar="STATE", shell_complete=complete_states,
               help="baseline | previous | a state name | a state id | a transaction id")
-@click.option("--json", "as_json", is_flag=True, help="print one JSON document (docs/json.md); progress on stderr")
+@json_option
 @click.pass_context
 @command
 def rollback(ctx, targets_, group, every, serial, max_fail, dry_run, no_verify, to, as_json):
     """Give every managed file the exact bytes and mode of STATE (on several targets: as apply does)."""
-    if as_json and (len(targets_) > 1 or group or every):
-        raise click.UsageError("--json describes one target's change: give one -t")
+    one_target_for_json(as_json, targets_, group, every)
 
     def one(ws, target, noted=None):
         return run_rollback(ws, target, to, dry_run, verify=not no_verify, as_json=as_json, noted=noted)
@@ -335,7 +333,6 @@ def diff(ctx, targets, targets_, group, against, patch, environment, since_pass,
     if since_pass and (not environment or against or len(targets) > 1):
         raise click.UsageError("--since-pass goes with --env and one target: patchkeeper diff --env -t T --since-pass")
     if environment:
-
         if patch:
             raise click.UsageError("--patch shows file contents; it does not go with --env")
         return diff_env(workspace_of(ctx), targets, against, as_json, since_pass)

@@ -37,7 +37,6 @@ def run_verb(fn: Callable[..., int], *args: Any, **kwargs: Any) -> NoReturn:
             raise  # another pipe (a host's channel...): a real error, reported below
         sys.exit(141)  # as git does when its reader leaves in the middle of raw bytes: 128 + SIGPIPE
     except OSError as exc:  # the file system said no (permissions, a full disk): one line, not a traceback
-
         where = f": {exc.filename}" if exc.filename else ""
         _say(f"patchkeeper: error: {exc.strerror or exc}{where}\n  hint: " + os_hint(
             exc.errno, "run the command again; an interrupted change is finished or undone by the next command"))
@@ -91,7 +90,14 @@ def change_options(fn):
     return fn
 
 
-json_option = click.option("--json", "as_json", is_flag=True, help="print one JSON document")
+json_option = click.option("--json", "as_json", is_flag=True,
+                           help="print one JSON document (docs/json.md); progress on stderr")
+
+
+def one_target_for_json(as_json: bool, targets_: tuple[str, ...], group: str | None, every: bool) -> None:
+    """A change's --json document describes one target: refuse it with several."""
+    if as_json and (len(targets_) > 1 or group or every):
+        raise click.UsageError("--json describes one target's change: give one -t")
 
 
 def adopt_options(fn):

@@ -156,7 +156,6 @@ def load(root: Path, inventory: str | None = None, hosts: dict[str, dict] | None
         for name, table in hosts.items():
             tables[name] = merged(table, tables[name]) if isinstance(tables.get(name), dict) else table
     if source is not None and not problems:
-
         found = ansible.read(root / source)
         for name, table in found.targets.items():  # a [targets.NAME] of the same name adds to the host's
             tables[name] = merged(table, tables[name]) if isinstance(tables.get(name), dict) else table

@@ -173,7 +173,6 @@ def adopted_edits(s: Session) -> tuple[LedgerEntry, list[tuple[str, Entry | None
     kinds = {key: kind for key, kind in edits.items() if kind != "added"}
     release_bytes: dict[str, tuple[bytes, int]] = {}
     if kinds:  # the release's bytes of the files the edits changed or removed, checked against RECORD
-
         text = agent.read(f"{info.site}/{info.dist_info}/RECORD").decode("utf-8")
         record = {rel: f"{algo}:{b64}" for rel, algo, b64, _ in record_text_rows(text.splitlines()) if rel in kinds}
         label = info.dist_info[: -len(".dist-info")].rpartition("-")[0] or info.package

@@ -86,7 +86,6 @@ def after_change(ws: Workspace, s: Session, svc: ServiceConfig, change: LedgerEn
         step(KeptFailing(change, report))
         current = s.ledger.current()
         if current is not None:
-
             step(SincePassed(diagnose(s.target, s.ledger, current)))
         return EXIT_DIFFERS
     previous = change.before
@@ -102,7 +101,6 @@ def after_change(ws: Workspace, s: Session, svc: ServiceConfig, change: LedgerEn
     mirror_step(ws, s, f"{s.target.name} was rolled back", step)
     step(RolledBack(change, report, previous, again))
     if not again.ok:
-
         step(SincePassed(diagnose(s.target, s.ledger, previous, restored=True)))
     return EXIT_ROLLED_BACK
 

@@ -33,11 +33,9 @@ class Outcome:
 
 
 def service_of(config: TargetConfig, verify: bool) -> ServiceConfig | None:
-    """The service to verify after a change: None with --no-verify or without a [service] table
-    (the service module, and the HTTP probe behind it, then load not at all)."""
+    """The service to verify after a change: None with --no-verify or without a [service] table."""
     if not verify or config.raw.get("service") is None:
         return None
-
     return service.load(config)
 
 
@@ -57,7 +55,6 @@ def carry_out(ws: Workspace, s: Session, plan: Plan, dry_run: bool, svc: Service
     step(Changed(plan, dry_run, exec_start_after(s, plan, dry_run)))
     code = 0
     if svc is not None and not dry_run:
-
         code = after_change(ws, s, svc, plan.entry, step)
     return Outcome(tuple(steps), code)
 

@@ -113,14 +113,12 @@ class Report:
         return self._show
 
     def __enter__(self) -> "Report":
-
         if self.as_json:
             self._stdout = sys.stdout
             sys.stdout = sys.stderr
         return self
 
     def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
-
         if not self.as_json:
             return
         sys.stdout = self._stdout

@@ -65,7 +65,6 @@ class Session:
         it (installation.check), found once per command; None: it is as recorded."""
         newest = len(self.ledger.entries())  # found again once the command records a state (a new baseline)
         if self._installation is None or self._installation[0] != newest:
-
             self._installation = (newest, installation.check(self.target, self.ledger))
         return self._installation[1]
 
@@ -85,11 +84,9 @@ class Session:
                 statedir.check_workspace(self._target, self.workspace.root)
                 statedir.check(self._target, claim=self.write)
             except NotInstalled as exc:  # named with the state it was removed since, and the release it needs
-
                 raise installation.removed(self._target, exc) from None
             self._ledger = Ledger(self._target, indexed=not self.rehash)
             if (self.write or self.target.agent.lstat(self.ledger.journal_path) is not None) and self._lock():
-
                 self._clean()
                 try:
                     self.recovered = transaction.recover(self.ledger)

@@ -48,7 +48,6 @@ def render_plan(plan: Plan, target: str, dry_run: bool, exec_start: Any = None) 
             for line in plan.contents[op.new.digest].decode("utf-8", "replace").splitlines():
                 print(f"      | {line}")  # the role file as it would be written, templates rendered
     if exec_start is not None:
-
         for line in describe(exec_start):
             print(("the unit's " if line.startswith("ExecStart") else "") + line)
     print(f"{len(plan.ops)} file(s) {verb}; state {e.before.id if e.before else '-'} -> {e.after.id}"

@@ -232,7 +232,6 @@ def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), pro
     tell("bytecode", done, steps)
 
     if probes:
-
         with ThreadPoolExecutor(max_workers=min(4, len(probes))) as pool:
             for module, line in zip(probes, pool.map(lambda m: _probe(target, m, probe_timeout), probes)):
                 done += 1

@@ -124,7 +124,6 @@ def _one(ws: Workspace, name: str | None, against: str | None, patch: bool, as_j
 
 
 def _two(ws: Workspace, a: str, b: str, patch: bool, as_json: bool) -> int:
-
     with ExitStack() as stack, ThreadPoolExecutor(max_workers=2) as pool:
         sessions = [Session(ws, n, f"diff {a} {b}", write=False) for n in (a, b)]
         opening = [pool.submit(s.__enter__) for s in sessions]  # connect to both hosts concurrently
@@ -153,7 +152,6 @@ def _two(ws: Workspace, a: str, b: str, patch: bool, as_json: bool) -> int:
             patches = _patches(diffs, lambda d: got_a.get(d.key, b""), lambda d: got_b.get(d.key, b""), a, b)
         starts = {}
         if any(d.key.startswith(ROLE_PREFIX) for d in diffs):
-
             starts = dict(zip((a, b), pool.map(lambda s: units.on_target(s.target), sessions)))
         if as_json:
             emit_json({"a": a, "b": b, "algorithm": common, "differences": [d.to_dict() for d in diffs],

@@ -135,7 +135,6 @@ def _fetch(stack: contextlib.ExitStack, ws: Workspace, ps: PatchSet, version: st
             return _fitting(w, ps, path.name), f"{where}: {path.name}"
     config = ws.target(target)
     if not tags:  # the target's interpreter picks the wheel, as for repair; asked once
-
         t = open_target(config)
         try:
             tags.append(wheels.target_tags(t))

@@ -40,7 +40,6 @@ def _repair(ws: Workspace, target: str | None, dist: str, wheel: str | None, dry
                           "its recorded states", "use `rollback --to baseline`; before the first baseline, "
                           "`apply` or `snapshot` with --restore-pristine")
         if not dry_run:  # its entry would record the managed package's installation as the state's
-
             refuse_writes(s.installation(), s.target, s.command)
         damage = repair.find_damage(s.target, dist)
         if not damage.files:
@@ -50,17 +49,14 @@ def _repair(ws: Workspace, target: str | None, dist: str, wheel: str | None, dry
         if dry_run:
             current = s.ledger.current()
             if current is None:
-
                 adopting.preview(s, adopt)
         else:
             baseline = adopting.ensure_baseline(s, adopt=adopt)
             if baseline is not None:
-
                 print(f"recorded baseline of {s.target.name}: {baseline.extra.get('files')} files, "
                       f"state {baseline.after.id}{adopting.describe(baseline)}")
             current = s.ledger.current()
         if current is None:  # a dry run before any baseline: the entry is only printed
-
             current = State.make("-", (), "baseline")
         ops, contents, entry = repair.plan(s.target, s.ledger, current, s.command, damage, found)
         plan = plans.Plan(tuple(ops), contents, entry)
@@ -81,7 +77,6 @@ def _repair(ws: Workspace, target: str | None, dist: str, wheel: str | None, dry
         print(f"{len(ops)} file(s) {verb}{tail}" + (f"; {len(found.left)} left" if found.left else ""))
         code = EXIT_DIFFERS if found.left else 0
         if svc is not None and not dry_run:  # the service runs on what was repaired: restart it and verify
-
             code = max(code, after_change(ws, s, svc, entry, show))
         elif svc is not None:
             print(f"{s.target.name}: the service would be restarted and verified after the repair")

@@ -23,7 +23,6 @@ def snapshot(ws: Workspace, target: str | None, name: str, manifest_only: bool, 
         raise BadInput(f"{name!r} cannot name a state: rollback --to {name} means "
                        + (RESERVED[name] if name in RESERVED else "nothing"), "pick another name")
     with Session(ws, target, f"snapshot --name {name}") as s:
-
         refuse_writes(s.installation(), s.target, f"snapshot --name {name}")
         baseline = adopting.ensure_baseline(s, bytes_kept=not manifest_only, adopt=adopt)
         if baseline is not None:

@@ -26,7 +26,6 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
             diffs = plans.drift(s.target, current.manifest)  # compared on the target: only differences travel
         exec_start = None
         if "unit" in s.config.files:
-
             exec_start = units.on_target(s.target)
         told = installation.told(s.target, s.ledger, s.installation())
         doc = {"target": s.target.name, "host": info.host, "package": info.package, "version": info.version,

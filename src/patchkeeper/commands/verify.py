@@ -41,12 +41,10 @@ def verify(ws: Workspace, target: str | None, as_json: bool, with_restart: bool)
             current = s.ledger.current()
             diagnosis = None
             if not result.ok and current is not None:
-
                 diagnosis = diagnose(s.target, s.ledger, current)
             if not as_json:
                 render_report(result, s.target.name, current)
                 if diagnosis is not None:
-
                     print("\n".join(render(diagnosis)))
             return report.done(0 if result.ok else EXIT_DIFFERS, current, current,
                                verifications=[("verify", result)], diagnosis=diagnosis)

@@ -57,7 +57,6 @@ class _Helper:
 
     def _started(self) -> Any:
         if self.proc is None or self.pid != os.getpid():
-
             self.proc = subprocess.Popen([self.python, "-I", "-c", _SERVE], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, bufsize=0)
             self.pid = os.getpid()
@@ -90,7 +89,6 @@ class _Helper:
             else:
                 why = "it ended"
             if len(out) != 32:
-
                 self.proc = None
                 raise AgentError("no-algorithm", f"cannot hash with blake3 through {self.python} ({why})",
                                  "check that patchkeeper's own Python still imports blake3")

@@ -54,7 +54,6 @@ def _hash_type(algorithm: str | None = None) -> Callable[[], Any]:
     this Python has none)."""
     algorithm = algorithm or ALGORITHM
     if algorithm == "sha256":
-
         return hashlib.sha256
     if algorithm != "blake3" or _blake3 is None:
         raise AgentError("no-algorithm", f"this Python cannot hash with {algorithm!r} (it has {ALGORITHM})")
@@ -328,5 +327,4 @@ def remove_stale_temps(directory: str, prefixes: tuple[str, ...]) -> list[tuple[
 
 
 def normalize_name(name: str) -> str:
-
     return re.sub(r"[-_.]+", "-", name).lower()

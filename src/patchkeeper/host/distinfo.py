@@ -33,7 +33,6 @@ def paths_of(lines: list[str]) -> list[str]:
     """The path of each of a RECORD's lines; csv only for the rare quoted path."""
     quoted = [line for line in lines if line.startswith('"')]
     if quoted:
-
         paths = dict(zip(quoted, (row[0] for row in csv.reader(quoted))))
         return [paths[line] if line[0] == '"' else line.rsplit(",", 2)[0] for line in lines if line]
     return [line.rsplit(",", 2)[0] for line in lines if line]
@@ -89,7 +88,6 @@ def record_text_rows(lines: list[str]) -> Iterator[tuple[str, str, str, int | No
     the wheel's hash and again, without one, for its own compile over it; numpy's RECORD has one).
     Lines are split at their last two commas, as csv would, unless one is quoted (a path with a comma)."""
     if any(line.startswith('"') for line in lines):
-
         split: Iterable[list[str]] = csv.reader(lines)
     else:
         split = (line.rsplit(",", 2) for line in lines)

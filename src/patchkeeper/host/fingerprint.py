@@ -43,10 +43,8 @@ def take(sites: list[str], cache_root: str | None, main_site: str | None = None,
         skip = os.path.join(main_site, managed) if main_site and managed else None
         out["distributions"] = distributions(sites, caches, skip, files="distributions" in parts)
     if "gpu" in parts:
-
         out["gpu"] = gpu()
     if "startup" in parts:
-
         out["startup"] = startup(sites, stdlib or [], managed)
     return out
 

@@ -171,7 +171,6 @@ def load(root: Path, name: str) -> PatchSet:
 
 
 def _unknown(key: str) -> str:
-
     close = difflib.get_close_matches(key, KEYS, n=1)
     return f"unknown key {key!r}" + (f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(KEYS)})")
 

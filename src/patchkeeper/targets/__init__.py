@@ -13,7 +13,6 @@ def open_target(config: TargetConfig) -> Target:
         target: Target = config.connect(config)
         return target
     if config.ssh:
-
         return SshTarget(config)
 
     return LocalTarget(config)

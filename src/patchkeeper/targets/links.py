@@ -103,7 +103,6 @@ class PipeLink:
     `wrap`, through a program that runs it elsewhere (Ansible's ssh: targets/ansible_link.py)."""
 
     def __init__(self, python: str, program: bytes, wrap: Callable[[list[str]], list[str]] | None = None) -> None:
-
         self._err = tempfile.TemporaryFile()  # a file, not a pipe: a chatty stderr cannot block it
         self._timeout: float | None = None
         # on this machine, an interpreter without blake3 hashes through this one's, so a local target's
@@ -137,7 +136,6 @@ class PipeLink:
         self._write(data)
 
     def recv(self, n: int) -> bytes:
-
         assert self._proc.stdout is not None
         fd = self._proc.stdout.fileno()
         if self._timeout is not None and not select.select([fd], [], [], self._timeout)[0]:
@@ -152,7 +150,6 @@ class PipeLink:
         return _last_line(self._err.read())
 
     def close(self) -> None:
-
         try:
             if self._proc.stdout is not None:
                 self._proc.stdout.close()  # nothing more is read: an interpreter still printing stops too

@@ -20,11 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import BadInput, TargetError
-from ..host.contract import Interpreter, InterpreterFacts
-from .base import Target, memo
-from .remote_agent import AgentProxy
+from .base import memo
+from .remote_agent import AgentProxy, AgentTarget
 from .persist import Holder, Unavailable
-from .persist import Unavailable
 from dataclasses import replace
 import sys
 
@@ -166,7 +164,7 @@ def connect(ep: Endpoint, target: str, sock=None):
     return client
 
 
-class SshTarget(Target):
+class SshTarget(AgentTarget):
     """A remote target: one SSH connection, one agent process on the host, opened lazily.
 
     Unless `persist` is 0 the connection is held by a holder process between commands
@@ -181,7 +179,6 @@ class SshTarget(Target):
         self._open_lock = threading.Lock()
         self._holder = None
         if self.persist > 0:
-
             try:
                 self._holder = Holder(self.name, config.ssh, config.python, self.persist, config.identity_file)
             except Unavailable:
@@ -193,7 +190,6 @@ class SshTarget(Target):
             raise BadInput(f"target {self.name} has no ssh = ... to connect to", f"set ssh in [targets.{self.name}]")
         found = resolve(self.config.ssh)
         if self.config.identity_file:  # an inventory's key comes before those of ~/.ssh/config
-
             found = replace(found, identity_files=(os.path.expanduser(self.config.identity_file),))
         return found
 
@@ -251,17 +247,6 @@ class SshTarget(Target):
                                                                                  self.config.python)
         return self._agent
 
-    def interpreter(self) -> Interpreter:
-        """Asked of the agent, which already runs in the target's Python: no second exec."""
-        return self.agent.interpreter()
-
-    def interpreter_facts(self) -> InterpreterFacts:
-        return self.agent.interpreter_facts()
-
-    @memo
-    def algorithm(self) -> str:
-        return self.agent.remote_algorithm
-
     def run(self, argv: list[str], timeout: float = 60.0, input: bytes | None = None) -> tuple[int, bytes, bytes]:
         """Run argv on the host: each argument quoted, so the login shell only ever sees words."""
         held = self._held(lambda h: h.run(argv, timeout, input))
@@ -286,9 +271,7 @@ class SshTarget(Target):
             chan.close()
 
     def close(self) -> None:
-        if self._agent is not None:
-            self._agent.close()
-            self._agent = None
+        super().close()
         for client in reversed(self._clients):
             client.close()
         self._clients = []
