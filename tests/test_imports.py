@@ -111,6 +111,7 @@ def test_own_imports_are_at_module_level():
 
 # Third-party (and stdlib) imports that may wait inside a function: each is slow to import and off the
 # fast paths (tests/test_cli_imports.py), and says so in a comment on its line.
+OPTIONAL_ON_HOSTS = {"blake3"}  # host/disk.py imports it where the host has it, else falls back
 LAZY_HEAVY = {"packaging", "unidiff", "git", "gitdb", "paramiko", "http"}
 
 
@@ -147,3 +148,22 @@ def test_the_walk_sees_in_function_imports_and_cycles(tmp_path, monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "SRC", pkg)
     assert in_function_own_imports() == {("patchkeeper.sub.a", "patchkeeper.sub.b")}
     assert cycles() == [["patchkeeper.sub.a", "patchkeeper.sub.b", "patchkeeper.sub.a"]]
+
+
+def test_host_modules_import_only_the_standard_library_and_each_other():
+    """host/ is shipped to targets and run in their interpreter: nothing else of patchkeeper goes with it."""
+    everything = modules()
+    outside = []
+    for name, (tree, is_package) in everything.items():
+        if name.startswith("patchkeeper.host."):
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom):
+                    found = {target(name, node, is_package)}
+                elif isinstance(node, ast.Import):
+                    found = {a.name for a in node.names}
+                else:
+                    continue
+                outside += [(name, f) for f in found if f.startswith("patchkeeper") and not
+                            f.startswith("patchkeeper.host")
+                            or not f.startswith("patchkeeper") and f.split(".")[0] not in OPTIONAL_ON_HOSTS | sys.stdlib_module_names]
+    assert outside == []
