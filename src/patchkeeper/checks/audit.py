@@ -253,7 +253,7 @@ def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), pro
 
 def _installation(target: Target, ledger: Ledger, findings: list[Finding], notes: list[str]) -> int:
     """The managed distribution's installation beside its code state: what pip, uv or a person did to
-    it since the state was recorded (records/installation.py), and its RECORD rows outside the package
+    it since the state was recorded (checks/installation.py), and its RECORD rows outside the package
     (console scripts, the installer's records) against RECORD. Returns the files checked."""
 
     info = target.info
