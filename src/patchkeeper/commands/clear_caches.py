@@ -8,13 +8,13 @@ import shutil
 
 from ..host.contract import AgentContract
 from ..host.statcache import user_cache
-from ..host.store import INDEX_CACHE
 from ..targets import open_target
 from ..workspace import Workspace
 
 # The caches of a target's state dir (docs/files-and-caches.md): everything else there is a record.
+# manifest-cache/ and pack-cache/ are left by versions before issue 31, which kept them.
 STATE_CACHES = ("statcache.json", "statcache.json.dirs", "statcache.json.sha256", "audit", "env",
-                "manifest-cache", INDEX_CACHE)
+                "manifest-cache", "pack-cache")
 
 
 def clear_caches(ws: Workspace, names: tuple[str, ...], group: str | None, every: bool) -> int:
