@@ -221,6 +221,23 @@ def disconnect(ctx, target, every):
     return run_disconnect(None if every else workspace_of(ctx), target, every)
 
 
+
+@main.command("clear-caches")
+@targets_option
+@group_option
+@click.option("--all", "every", is_flag=True, help="every target in the workspace")
+@click.pass_context
+@command
+def clear_caches(ctx, targets_, group, every):
+    """Delete every cache kept for the target (or -t A -t B, -g, --all) and your user cache.
+
+    Caches only save time (docs/files-and-caches.md): records are kept, and the next command that
+    needs a cache writes it again. `audit --rehash` reads none of them without deleting them.
+    """
+    from .commands.clear_caches import clear_caches as run
+
+    return run(workspace_of(ctx), targets_, group, every)
+
 # ---- authoring: record, import, export, check, show --------------------------------------------
 bump_option = click.option("--bump", type=click.Choice(["major", "minor", "patch"]),
                            help="raise the version of an existing patch set whose content changes")

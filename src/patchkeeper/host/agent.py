@@ -52,7 +52,7 @@ from .distinfo import installation, installed_version, layout, record_paths
 from . import compare
 from .manifests import Manifests
 from .preflight import obstacles
-from .store import INDEX_CACHE, Store
+from .store import Store
 from . import statelock, treecheck
 from .statcache import read_changed, untrusted
 from . import fingerprint
@@ -347,10 +347,10 @@ class Agent(AgentContract):
 
     def clean_temps(self, state_dir: str, store: str) -> list[Removed]:
         """Remove the temporary files interrupted commands left in the state dir, its ledger, its
-        caches (the audit's, the fingerprint's, the manifests', the pack indexes') and the store's
-        packs; [path, size] of each. Only under the lock (see Store.clean)."""
+        caches (the audit's, the fingerprint's) and the store's packs; [path, size] of each. Only
+        under the lock (see Store.clean)."""
         removed = []
-        for sub in ("", "ledger", "audit", "manifest-cache", INDEX_CACHE):
+        for sub in ("", "ledger", "audit"):
             removed += remove_stale_temps(os.path.join(state_dir, sub) if sub else state_dir, (TEMP_PREFIX,))
         for directory, _, _ in os.walk(os.path.join(state_dir, "env")):  # a few small directories
             removed += remove_stale_temps(directory, (TEMP_PREFIX,))

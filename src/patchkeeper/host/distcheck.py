@@ -235,7 +235,7 @@ class RecordSeals:
 
         # one distribution per CPU at a time: most of an environment's bytes are single large
         # libraries (an nvidia-* wheel holds one), whose hashing releases the GIL, so one checked
-        # after another leaves the other CPUs idle (a first audit of the serving venv: see BENCHMARKS.md)
+        # after another leaves the other CPUs idle (a first audit of the serving venv: see bench/BENCHMARKS.md)
         def check(name: str) -> Dict[str, Any]:
             return self._check(site, name, cache_dir)
 
