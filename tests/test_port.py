@@ -392,3 +392,36 @@ def test_the_merge_of_each_real_file_is_what_git_merge_file_writes(what, release
     git = subprocess.run(["git", "merge-file", "-p", "--diff3", *[a for n in labels for a in ("-L", n)], *labels],
                          cwd=tmp_path, capture_output=True)
     assert (data, conflicts) == (git.stdout, git.returncode) and [h.outcome for h in hunks] == [what]
+
+
+def test_the_shipped_ddtree_merged_into_0_5_22_is_what_git_merge_file_writes_file_for_file(ws, releases, tmp_path):
+    """Every file of ddtree (made for 0.5.23) ported back to 0.5.22 is git merge-file's bytes for the
+    same three files: base 0.5.23's, ours 0.5.23's with ddtree's patches put on by `git apply`,
+    theirs 0.5.22's (a renamed file's: where 0.5.22 has it). Exit 1: it conflicts, and says where."""
+    doc = json.loads(ws.pk("port", "ddtree", "--to", OLD, *both_wheels(), "--json", check=1).stdout)
+    scratch = Path(doc["scratch"])
+    ours = tmp_path / "ours"
+    patches = sorted((REPO / "patchsets" / "ddtree").glob("*.patch"))
+    for f in doc["files"]:
+        if f["kind"] == "modify":
+            (ours / f["path"]).parent.mkdir(parents=True, exist_ok=True)
+            (ours / f["path"]).write_bytes(releases.data(NEW, f["path"]))
+    subprocess.run(["git", "apply", *map(str, patches)], cwd=ours, check=True)
+    labels = ["ddtree@3.0.0 (ours)", f"sglang {NEW} (base)", f"sglang {OLD} (theirs)"]
+    merged = identical = 0
+    for f in doc["files"]:
+        lands = f["renamed_to"] or f["path"]
+        if f["kind"] != "modify" or f["outcome"] == "gone" and not f["renamed_to"]:
+            continue
+        sides = tmp_path / "sides" / str(merged)
+        sides.mkdir(parents=True)
+        for name, data in (("ours", (ours / f["path"]).read_bytes()), ("base", releases.data(NEW, f["path"])),
+                           ("theirs", releases.data(OLD, lands))):
+            (sides / name).write_bytes(data)
+        git = subprocess.run(["git", "merge-file", "-p", "--diff3", *[a for n in labels for a in ("-L", n)],
+                              "ours", "base", "theirs"], cwd=sides, capture_output=True)
+        merged += 1
+        identical += (scratch / "files" / lands).read_bytes() == git.stdout and f["conflicts"] == git.returncode
+        # a file whose merge conflicts has a conflicting hunk, and only such a file
+        assert ("conflict" in [h["outcome"] for h in f["hunks"]]) == (git.returncode > 0), f["path"]
+    assert merged >= 8 and (identical, merged) == (merged, merged), f"{identical} of {merged} identical to git"
