@@ -102,10 +102,18 @@ def adopt_options(fn):
 
 
 def workspace_of(ctx: click.Context):
+    """The workspace, a save of a patch set that a crash interrupted finished first (and said so)."""
+    from dataclasses import replace
+
     from . import workspace
+    from .patchset import saving
 
     root = workspace.find(ctx.obj.get("workspace"))
-    return workspace.load(root, ctx.obj.get("inventory"))
+    ws = workspace.load(root, ctx.obj.get("inventory"))
+    done = saving.recover(ws.patchsets_dir)
+    for line in done:
+        _say(f"patchkeeper: note: {line}")
+    return replace(ws, recovered=tuple(done)) if done else ws
 
 
 def chosen(ctx: click.Context, targets: tuple[str, ...], group: str | None, every: bool):

@@ -249,6 +249,8 @@ def _render_end(doc: dict) -> None:
         print(f"{w['status']} {w['ident']} (was {w['previous']}) in {w['directory']}: package_version "
               f"=={doc['to']}, {w['patches']} patch file(s) written against {doc['package']} {doc['to']}; "
               f"digest {w['digest']}")
+        if w.get("kept"):
+            print(f"kept {name}@{w['previous']} in {w['kept']}")
         for c in w["commits"]:
             print(f"committed {c}")
         print(f"next: patchkeeper check {name} -t TARGET (after pip install -U {doc['package']}=={doc['to']} "
@@ -294,7 +296,8 @@ def _save(ws: Workspace, ps: PatchSet, patches: tuple[tuple[str, bytes], ...], t
     if made:
         commits.append(f"{saved.ident} to the workspace's git repository as {made[:12]} (undo with git revert)")
     return {"ident": saved.ident, "previous": ps.version, "digest": saved.digest, "status": saved.status,
-            "directory": str(directory), "patches": len(patches), "commits": commits}
+            "directory": str(directory), "patches": len(patches), "commits": commits,
+            "kept": f"patchsets/{saved.kept}" if saved.kept else None}
 
 
 def retarget(text: str, version: str, pin: str) -> str:

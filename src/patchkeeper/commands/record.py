@@ -168,6 +168,8 @@ def report_saved(ws: Workspace, saved: authoring.Saved, files: int, roles: int) 
     was = f" (was {saved.previous})" if saved.previous else ""
     print(f"{saved.status} {saved.ident}{was} in {where}: {files} file(s)"
           + (f", {roles} role file(s)" if roles else "") + f"; digest {saved.digest}")
+    if saved.kept:
+        print(f"kept {saved.ident.partition('@')[0]}@{saved.previous} in patchsets/{saved.kept}")
     commit = commit_patchset(ws, saved)
     if commit:
         print(f"committed {where.relative_to(ws.root)}/ to the workspace's git repository as {commit[:12]} "
