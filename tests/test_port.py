@@ -15,7 +15,10 @@ from pathlib import Path
 import pytest
 
 from conftest import DRAFT, REPO, copy_venv, make_workspace, tree
+from made_wheels import make_wheel
 
+from patchkeeper.checks import wheels
+from patchkeeper.errors import BadInput
 from patchkeeper.patchset import diffwrite
 from patchkeeper.patchset.patching import split_lines
 
@@ -425,3 +428,42 @@ def test_the_shipped_ddtree_merged_into_0_5_22_is_what_git_merge_file_writes_fil
         # a file whose merge conflicts has a conflicting hunk, and only such a file
         assert ("conflict" in [h["outcome"] for h in f["hunks"]]) == (git.returncode > 0), f["path"]
     assert merged >= 8 and (identical, merged) == (merged, merged), f"{identical} of {merged} identical to git"
+
+
+def test_continue_writes_against_the_wheel_not_the_editable_release_copy_and_keeps_the_old_version(
+        ws, releases, edits):
+    """A line appended to the scratch copy port/NAME/release/ changes nothing: --continue writes and
+    checks the patches against 0.5.23's wheel, so `check --wheel` takes the set. The workspace has
+    no git: the version the port replaces is kept in patchsets/.history/, named by list and show."""
+    e = edits["conflict"]
+    write_set(ws.root, "portfix", {"0001-conflict.patch": patch_of(releases, e)})
+    ws.pk("port", "portfix", "--to", NEW, *both_wheels(), check=1)
+    scratch = ws.root / "port" / "portfix"
+    copy = scratch / "release" / e.path
+    copy.write_bytes(copy.read_bytes() + b"# appended to the scratch copy\n")
+    conflicted = (scratch / "files" / e.path).read_text()
+    resolved = re.sub(r"<<<<<<< .*? \(ours\)\n(.*?)\|\|\|\|\|\|\| .*?>>>>>>> [^\n]*\n", r"\1", conflicted, flags=re.S)
+    (scratch / "files" / e.path).write_text(resolved)
+    done = ws.pk("port", "portfix", "--continue").stdout
+    ws.pk("check", "portfix", "--wheel", str(wheel(NEW)))  # exit 0: the set applies to the release itself
+    assert f"note: {scratch}/release/{e.path} is not sglang {NEW}'s file" in done
+    assert "updated portfix@1.1.0 (was 1.0.0)" in done and "kept portfix@1.0.0 in patchsets/.history/portfix/1.0.0" in done
+    kept = ws.root / "patchsets" / ".history" / "portfix" / "1.0.0"
+    assert f'package_version = "=={OLD}"' in (kept / "patchset.toml").read_text()
+    assert (kept / "0001-conflict.patch").read_bytes() == patch_of(releases, e)
+    listed = {s["name"]: s for s in json.loads(ws.pk("list", "--json").stdout)}
+    assert listed["portfix"]["version"] == "1.1.0" and listed["portfix"]["kept"] == ["1.0.0"]
+    assert "kept      portfix@1.0.0" in ws.pk("show", "portfix").stdout
+
+
+def test_a_wheel_file_is_given_only_as_its_own_record_hashes_it(tmp_path):
+    good = make_wheel(tmp_path / "good", "demo", "1.0", {"demo/a.py": b"A = 1\n", "demo/b.py": b"B = 1\n"})
+    bad = tmp_path / "bad" / good.name
+    bad.parent.mkdir()
+    with zipfile.ZipFile(good) as src, zipfile.ZipFile(bad, "w") as dst:
+        for info in src.infolist():  # demo/b.py altered, RECORD as it was
+            dst.writestr(info, b"B = 2\n" if info.filename == "demo/b.py" else src.read(info))
+    with wheels.Wheel(bad) as w:
+        assert w.verified_file("demo/a.py") == (b"A = 1\n", 0o644) and w.verified_file("demo/nope.py") is None
+        with pytest.raises(BadInput, match="demo/b.py does not match its RECORD"):
+            w.verified_file("demo/b.py")
