@@ -183,4 +183,5 @@ def commit_patchset(ws: Workspace, saved: authoring.Saved) -> str | None:
     from ..records import history
 
     directory = ws.patchsets_dir / saved.ident.partition("@")[0]
-    return history.commit_paths(ws.root, [directory], f"patch set {saved.ident}: {saved.status} by patchkeeper\n")
+    kept = [ws.patchsets_dir / saved.kept] if saved.kept else []  # the version it replaced, kept beside
+    return history.commit_paths(ws.root, [directory, *kept], f"patch set {saved.ident}: {saved.status} by patchkeeper\n")
