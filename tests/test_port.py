@@ -15,7 +15,10 @@ from pathlib import Path
 import pytest
 
 from conftest import DRAFT, REPO, copy_venv, make_workspace, tree
+from made_wheels import make_wheel
 
+from patchkeeper.checks import wheels
+from patchkeeper.errors import BadInput
 from patchkeeper.patchset import diffwrite
 from patchkeeper.patchset.patching import split_lines
 
@@ -392,3 +395,75 @@ def test_the_merge_of_each_real_file_is_what_git_merge_file_writes(what, release
     git = subprocess.run(["git", "merge-file", "-p", "--diff3", *[a for n in labels for a in ("-L", n)], *labels],
                          cwd=tmp_path, capture_output=True)
     assert (data, conflicts) == (git.stdout, git.returncode) and [h.outcome for h in hunks] == [what]
+
+
+def test_the_shipped_ddtree_merged_into_0_5_22_is_what_git_merge_file_writes_file_for_file(ws, releases, tmp_path):
+    """Every file of ddtree (made for 0.5.23) ported back to 0.5.22 is git merge-file's bytes for the
+    same three files: base 0.5.23's, ours 0.5.23's with ddtree's patches put on by `git apply`,
+    theirs 0.5.22's (a renamed file's: where 0.5.22 has it). Exit 1: it conflicts, and says where."""
+    doc = json.loads(ws.pk("port", "ddtree", "--to", OLD, *both_wheels(), "--json", check=1).stdout)
+    scratch = Path(doc["scratch"])
+    ours = tmp_path / "ours"
+    patches = sorted((REPO / "patchsets" / "ddtree").glob("*.patch"))
+    for f in doc["files"]:
+        if f["kind"] == "modify":
+            (ours / f["path"]).parent.mkdir(parents=True, exist_ok=True)
+            (ours / f["path"]).write_bytes(releases.data(NEW, f["path"]))
+    subprocess.run(["git", "apply", *map(str, patches)], cwd=ours, check=True)
+    labels = ["ddtree@3.0.0 (ours)", f"sglang {NEW} (base)", f"sglang {OLD} (theirs)"]
+    merged = identical = 0
+    for f in doc["files"]:
+        lands = f["renamed_to"] or f["path"]
+        if f["kind"] != "modify" or f["outcome"] == "gone" and not f["renamed_to"]:
+            continue
+        sides = tmp_path / "sides" / str(merged)
+        sides.mkdir(parents=True)
+        for name, data in (("ours", (ours / f["path"]).read_bytes()), ("base", releases.data(NEW, f["path"])),
+                           ("theirs", releases.data(OLD, lands))):
+            (sides / name).write_bytes(data)
+        git = subprocess.run(["git", "merge-file", "-p", "--diff3", *[a for n in labels for a in ("-L", n)],
+                              "ours", "base", "theirs"], cwd=sides, capture_output=True)
+        merged += 1
+        identical += (scratch / "files" / lands).read_bytes() == git.stdout and f["conflicts"] == git.returncode
+        # a file whose merge conflicts has a conflicting hunk, and only such a file
+        assert ("conflict" in [h["outcome"] for h in f["hunks"]]) == (git.returncode > 0), f["path"]
+    assert merged >= 8 and (identical, merged) == (merged, merged), f"{identical} of {merged} identical to git"
+
+
+def test_continue_writes_against_the_wheel_not_the_editable_release_copy_and_keeps_the_old_version(
+        ws, releases, edits):
+    """A line appended to the scratch copy port/NAME/release/ changes nothing: --continue writes and
+    checks the patches against 0.5.23's wheel, so `check --wheel` takes the set. The workspace has
+    no git: the version the port replaces is kept in patchsets/.history/, named by list and show."""
+    e = edits["conflict"]
+    write_set(ws.root, "portfix", {"0001-conflict.patch": patch_of(releases, e)})
+    ws.pk("port", "portfix", "--to", NEW, *both_wheels(), check=1)
+    scratch = ws.root / "port" / "portfix"
+    copy = scratch / "release" / e.path
+    copy.write_bytes(copy.read_bytes() + b"# appended to the scratch copy\n")
+    conflicted = (scratch / "files" / e.path).read_text()
+    resolved = re.sub(r"<<<<<<< .*? \(ours\)\n(.*?)\|\|\|\|\|\|\| .*?>>>>>>> [^\n]*\n", r"\1", conflicted, flags=re.S)
+    (scratch / "files" / e.path).write_text(resolved)
+    done = ws.pk("port", "portfix", "--continue").stdout
+    ws.pk("check", "portfix", "--wheel", str(wheel(NEW)))  # exit 0: the set applies to the release itself
+    assert f"note: {scratch}/release/{e.path} is not sglang {NEW}'s file" in done
+    assert "updated portfix@1.1.0 (was 1.0.0)" in done and "kept portfix@1.0.0 in patchsets/.history/portfix/1.0.0" in done
+    kept = ws.root / "patchsets" / ".history" / "portfix" / "1.0.0"
+    assert f'package_version = "=={OLD}"' in (kept / "patchset.toml").read_text()
+    assert (kept / "0001-conflict.patch").read_bytes() == patch_of(releases, e)
+    listed = {s["name"]: s for s in json.loads(ws.pk("list", "--json").stdout)}
+    assert listed["portfix"]["version"] == "1.1.0" and listed["portfix"]["kept"] == ["1.0.0"]
+    assert "kept      portfix@1.0.0" in ws.pk("show", "portfix").stdout
+
+
+def test_a_wheel_file_is_given_only_as_its_own_record_hashes_it(tmp_path):
+    good = make_wheel(tmp_path / "good", "demo", "1.0", {"demo/a.py": b"A = 1\n", "demo/b.py": b"B = 1\n"})
+    bad = tmp_path / "bad" / good.name
+    bad.parent.mkdir()
+    with zipfile.ZipFile(good) as src, zipfile.ZipFile(bad, "w") as dst:
+        for info in src.infolist():  # demo/b.py altered, RECORD as it was
+            dst.writestr(info, b"B = 2\n" if info.filename == "demo/b.py" else src.read(info))
+    with wheels.Wheel(bad) as w:
+        assert w.verified_file("demo/a.py") == (b"A = 1\n", 0o644) and w.verified_file("demo/nope.py") is None
+        with pytest.raises(BadInput, match="demo/b.py does not match its RECORD"):
+            w.verified_file("demo/b.py")

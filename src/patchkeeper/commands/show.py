@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..patchset import patching, patchset, templates
+from ..patchset import patching, patchset, saving, templates
 from ..workspace import Workspace
 from . import emit_json
 from ..checks import units
@@ -58,14 +58,19 @@ def show(ws: Workspace, name: str, as_json: bool) -> int:
     where = applied_on(ws, name)
     for w in where:
         w["current"] = w["digest"] == ps.digest
+    kept = saving.kept(ws.patchsets_dir, name)
     if as_json:
-        emit_json({**ps.summary(), "diffstat": stats, "applied_on": where, "exec_start": _exec_starts(ps)})
+        emit_json({**ps.summary(), "diffstat": stats, "applied_on": where, "exec_start": _exec_starts(ps),
+                   "kept": kept})
         return 0
     print(f"{ps.ident}  {ps.description}")
     print(f"  package   {ps.package}{ps.package_version or ' (any version)'}")
     print(f"  group     {ps.group or '-'}")
     print(f"  requires  {', '.join(ps.requires) or '-'}")
     print(f"  digest    {ps.digest}")
+    if kept:
+        print(f"  kept      {', '.join(f'{name}@{v}' for v in kept)}: the versions it replaced, highest first, "
+              f"in patchsets/{saving.HISTORY}/{name}/VERSION/")
     print(f"  files     {', '.join(sorted(p.name for p in directory.rglob('*') if p.is_file()))}")
     for role, data in ps.files:
         print(f"  role      @{role}: {len(data)} bytes" + (" (a template)" if templates.names(data) else "")
