@@ -72,22 +72,6 @@ def _strip_subdir(data: bytes, subdir: str, origin: str) -> bytes:
     return b"\n".join(out)
 
 
-def _retitled(toml: bytes, name: str, version: str, origin: str) -> bytes:
-    """An exported patchset.toml under another name or version: read with tomllib, written by the
-    one patchset.toml renderer (authoring.render_toml)."""
-    import tomllib
-
-    try:
-        doc = tomllib.loads(toml.decode("utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise BadInput(f"{origin}: its {patchset.MANIFEST} is malformed: {exc}", "export the patch set again") from None
-    draft = authoring.Draft(name=name, package=str(doc.get("package", "")), patches=(),
-                            roles=tuple((role, str(fname), b"") for role, fname in (doc.get("files") or {}).items()),
-                            description=doc.get("description", ""), package_version=doc.get("package_version", ""),
-                            requires=tuple(doc.get("requires", ())), group=doc.get("group"))
-    return authoring.render_toml(draft, version)
-
-
 def _import_export(ws: Workspace, name: str, file: str, data: bytes, version: str | None) -> int:
     ident, digest, files = exchange.restore(data, file)
     if patchset.MANIFEST not in files:
@@ -103,7 +87,11 @@ def _import_export(ws: Workspace, name: str, file: str, data: bytes, version: st
         shutil.rmtree(check)
     old_name, _, old_version = ident.partition("@")
     if name != old_name or (version is not None and version != old_version):
-        files[patchset.MANIFEST] = _retitled(files[patchset.MANIFEST], name, version or old_version, file)
+        try:
+            toml = files[patchset.MANIFEST].decode("utf-8")
+        except UnicodeDecodeError:
+            raise BadInput(f"{file}: its {patchset.MANIFEST} is not UTF-8", "export the patch set again") from None
+        files[patchset.MANIFEST] = authoring.set_keys(toml, {"name": name, "version": version or old_version}).encode()
     draft = authoring.Draft(name=name, package="", patches=(), extra_files=tuple(sorted(files.items())))
     saved = authoring.save(ws.patchsets_dir, draft, version=version or old_version)
     paths = patchset.load(ws.patchsets_dir, name).paths
