@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from patchkeeper.patchset import patching
+from patchkeeper.patchset import gitdiff, patching
 from patchkeeper.errors import BadInput, HunkFailed
 
 DIFF = """diff --git a/pkg/a.py b/pkg/a.py
@@ -40,7 +40,7 @@ index 4444444..0000000
 
 
 def test_parse_kinds_and_modes():
-    a, run, new, gone = patching.parse(DIFF, "t.patch")
+    a, run, new, gone = gitdiff.parse(DIFF, "t.patch")
     assert (a.path, a.kind) == ("pkg/a.py", "modify")
     assert (run.kind, run.new_mode, run.hunks) == ("modify", 0o755, ())
     assert (new.kind, new.new_mode) == ("add", 0o644)
@@ -48,7 +48,7 @@ def test_parse_kinds_and_modes():
 
 
 def test_apply_exact_at_offset_and_without_final_newline():
-    a, _, new, gone = patching.parse(DIFF, "t.patch")
+    a, _, new, gone = gitdiff.parse(DIFF, "t.patch")
     assert patching.apply(a, b"one\ntwo\nthree\nfour", "t").data == b"one\ntwo\nTHREE\nfour"
     shifted = patching.apply(a, b"zero\nnew\none\ntwo\nthree\nfour", "t")
     assert shifted.data == b"zero\nnew\none\ntwo\nTHREE\nfour" and shifted.offsets == (2,)
@@ -57,14 +57,14 @@ def test_apply_exact_at_offset_and_without_final_newline():
 
 
 def test_form_feed_and_carriage_returns_are_not_line_breaks():
-    a, *_ = patching.parse(DIFF, "t.patch")
+    a, *_ = gitdiff.parse(DIFF, "t.patch")
     with pytest.raises(HunkFailed):
         patching.apply(a, b"one\ntwo\x0cthree\nfour", "t")
     assert patching.split_lines("a\x0cb\r\nc") == ["a\x0cb\r\n", "c"]
 
 
 def test_failures_name_the_hunk_and_the_first_mismatching_line():
-    a, _, new, gone = patching.parse(DIFF, "t.patch")
+    a, _, new, gone = gitdiff.parse(DIFF, "t.patch")
     with pytest.raises(HunkFailed, match=r"@@ -2,3 \+2,3 @@ does not apply: line 3: expected 'three', found 'tree'"):
         patching.apply(a, b"one\ntwo\ntree\nfour", "t")
     with pytest.raises(HunkFailed, match="already exists"):
@@ -75,6 +75,6 @@ def test_failures_name_the_hunk_and_the_first_mismatching_line():
 
 def test_bad_diffs_are_bad_input():
     with pytest.raises(BadInput, match="lacks the a/ or b/ prefix"):
-        patching.parse("--- x.py\n+++ x.py\n@@ -1 +1 @@\n-a\n+b\n", "t.patch")
+        gitdiff.parse("--- x.py\n+++ x.py\n@@ -1 +1 @@\n-a\n+b\n", "t.patch")
     with pytest.raises(BadInput, match="not a unified diff"):
-        patching.parse("--- a/x\n+++ b/x\n@@ -1,3 +1,3 @@\n-a\n", "t.patch")
+        gitdiff.parse("--- a/x\n+++ b/x\n@@ -1,3 +1,3 @@\n-a\n", "t.patch")

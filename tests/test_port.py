@@ -379,12 +379,12 @@ def test_the_shipped_ddtree_ported_back_to_0_5_22_reports_every_hunk_and_the_new
 
 @pytest.mark.parametrize("what", ["clean", "merged", "upstream", "conflict"])
 def test_the_merge_of_each_real_file_is_what_git_merge_file_writes(what, releases, edits, tmp_path):
-    from patchkeeper.patchset import patching
+    from patchkeeper.patchset import gitdiff
     from patchkeeper.patchset.port import merge
 
     e = edits[what]
     base, theirs = releases.data(OLD, e.path), releases.data(NEW, e.path)
-    fp = patching.parse(patch_of(releases, e).decode(), "test")[0]
+    fp = gitdiff.parse(patch_of(releases, e).decode(), "test")[0]
     labels = ("ours", "base", "theirs")
     data, conflicts, hunks = merge(base, fp, theirs, labels, "test")
     for name, side in zip(labels, (e.on(base), base, theirs)):
