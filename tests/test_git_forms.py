@@ -99,7 +99,7 @@ def test_git_s_renames_copies_binaries_and_modes_import_apply_export_and_roll_ba
         assert not (env.site / gone).exists()  # a rename is a removal and an addition in the manifest
 
     exported = tmp_path / "exported.patch"
-    exported.write_bytes(env.pk("export", "forms").stdout.encode("utf-8", "surrogateescape"))
+    exported.write_bytes(env.pk_bytes("export", "forms"))
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(repo), str(clone)], check=True)
     git(clone, "apply", str(exported))
@@ -143,7 +143,7 @@ def test_a_patch_over_32_mib_is_cut_by_file_and_applies(env, tmp_path):
     env.pk("check", "big")
     env.pk("apply", "big", "--no-verify")
     assert (env.site / "sglang/big_35.py").read_bytes().count(b"\n") == 14000
-    exported = env.pk("export", "big").stdout.encode()
+    exported = env.pk_bytes("export", "big")
     assert exported.endswith(patch.read_bytes())
 
 
