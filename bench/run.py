@@ -24,7 +24,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import BARE, PK, REPO, SERVE, SITE_REL, base_env, print_rows, scratch, site_files  # noqa: E402
 
 PARTS = {"local": "the serving environment on this machine", "remote": "the serving environment 10 ms away",
-         "fleet": "16 SSH targets 10 ms away (issue 25)", "guards": "old rows against git and b3sum (guards only)"}
+         "fleet": "16 SSH targets 10 ms away (issue 25)", "guards": "old rows against git and b3sum (guards only)",
+         "release": "the 0.5.22->0.5.23 release diff, 2,098 files (issue 33)"}
 OUT = Path(__file__).parent / "results.json"
 
 

@@ -100,31 +100,47 @@ def _varint(delta: bytes, pos: int) -> tuple[int, int]:
 
 
 def apply_delta(source: bytes, delta: bytes) -> bytes:
-    """git's patch_delta: copy runs of the source and insert literal bytes, sizes checked."""
+    """git's patch_delta: copy runs of the source and insert literal bytes, sizes checked. A copy's
+    offset and size bytes are read one `if` each, as patch-delta.c does: a release's .so deltas hold
+    a few hundred thousand of them."""
     size, pos = _varint(delta, 0)
     if size != len(source):
         raise ValueError(f"the delta is for {size} bytes, the file has {len(source)}")
     want, pos = _varint(delta, pos)
     out = bytearray()
-    while pos < len(delta):
+    end = len(delta)
+    while pos < end:
         cmd = delta[pos]
         pos += 1
         if cmd & 0x80:
             offset = length = 0
-            for bit, shift in ((0x01, 0), (0x02, 8), (0x04, 16), (0x08, 24)):
-                if cmd & bit:
-                    offset |= delta[pos] << shift
-                    pos += 1
-            for bit, shift in ((0x10, 0), (0x20, 8), (0x40, 16)):
-                if cmd & bit:
-                    length |= delta[pos] << shift
-                    pos += 1
+            if cmd & 0x01:
+                offset = delta[pos]
+                pos += 1
+            if cmd & 0x02:
+                offset |= delta[pos] << 8
+                pos += 1
+            if cmd & 0x04:
+                offset |= delta[pos] << 16
+                pos += 1
+            if cmd & 0x08:
+                offset |= delta[pos] << 24
+                pos += 1
+            if cmd & 0x10:
+                length = delta[pos]
+                pos += 1
+            if cmd & 0x20:
+                length |= delta[pos] << 8
+                pos += 1
+            if cmd & 0x40:
+                length |= delta[pos] << 16
+                pos += 1
             length = length or 0x10000
-            if offset + length > len(source):
+            if offset + length > size:
                 raise ValueError("the delta copies past the end of the file")
             out += source[offset:offset + length]
         elif cmd:
-            if pos + cmd > len(delta):
+            if pos + cmd > end:
                 raise ValueError("the delta ends inside an insert")
             out += delta[pos:pos + cmd]
             pos += cmd

@@ -10,7 +10,6 @@ from ..errors import BadInput
 from . import gitbinary
 from .patching import FilePatch, Hunk, unquote
 
-_CRLF_HEADER = re.compile(r"^(?:diff --git |--- |\+\+\+ |@@ ).*\r$", re.M)
 _HUNK = re.compile(r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _BINARY_HEAD = re.compile(r"(literal|delta) (\d+)")
 _INDEX = re.compile(r"([0-9a-f]+)\.\.([0-9a-f]+)(?: [0-7]+)?")
@@ -23,11 +22,6 @@ _REDO = "write the diff again with git diff (--binary for binary files)"
 def parse(text: str, origin: str) -> tuple[FilePatch, ...]:
     """Every file patch of a diff as `git diff` (or `diff -u`, or `git format-patch`) writes it;
     BadInput naming `origin` when it is not one."""
-    crlf = _CRLF_HEADER.search(text) if "\r\n" in text else None
-    if crlf:
-        raise BadInput(f"{origin}: has CRLF (Windows) line endings, first on line "
-                       f"{text.count(chr(10), 0, crlf.start()) + 1}: {crlf.group(0).strip()!r}",
-                       "convert it to LF endings (e.g. dos2unix), or write it again with git diff")
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()
@@ -36,9 +30,11 @@ def parse(text: str, origin: str) -> tuple[FilePatch, ...]:
     while i < len(lines):
         line = lines[i]
         if line.startswith("diff --git "):
+            _refuse_crlf(line, i, origin)
             i = _git_patch(lines, i, origin, out)
         elif (line.startswith("--- ") and lines[i + 1:i + 2] and lines[i + 1].startswith("+++ ")
               and lines[i + 2:i + 3] and lines[i + 2].startswith("@@ -")):
+            _refuse_crlf(line, i, origin)
             i = _traditional_patch(lines, i, origin, out)
         else:
             i += 1  # mail headers, the commit message, a signature: git skips them too
@@ -97,7 +93,7 @@ def _git_patch(lines: list[str], i: int, origin: str, out: list[FilePatch]) -> i
     elif i < len(lines) and lines[i].startswith("Binary files ") and lines[i].endswith(" differ"):
         raise BadInput(f"{where}: {path} is a binary change without its bytes (a diff made without --binary)", _REDO)
     elif i < len(lines) and lines[i].startswith("@@ -"):
-        hunks, counts, i = _hunks(lines, i, where)
+        hunks, counts, i = _hunks(lines, i, where, origin)
     out.append(_checked(FilePatch(path, kind, new_mode, hunks, source, binary, *counts), origin))
     return i
 
@@ -109,17 +105,19 @@ def _traditional_patch(lines: list[str], i: int, origin: str, out: list[FilePatc
     path = new if new is not None else old
     if path is None:
         raise BadInput(f"{where}: both sides are /dev/null", _REDO)
-    hunks, counts, i = _hunks(lines, i + 2, where)
+    hunks, counts, i = _hunks(lines, i + 2, where, origin)
     out.append(_checked(FilePatch(path, kind, None, hunks, None, None, *counts), origin))
     return i
 
 
-def _hunks(lines: list[str], i: int, where: str) -> tuple[tuple[Hunk, ...], tuple[int, int], int]:
+def _hunks(lines: list[str], i: int, where: str, origin: str) -> tuple[tuple[Hunk, ...], tuple[int, int], int]:
     """The hunks from line i on, each read by its header's line counts, as parse_fragment does."""
     hunks = []
     added = removed = 0
-    while i < len(lines) and lines[i].startswith("@@ -"):
+    end = len(lines)
+    while i < end and lines[i].startswith("@@ -"):
         header = lines[i]
+        _refuse_crlf(header, i, origin)
         m = _HUNK.match(header)
         if m is None:
             raise BadInput(f"{where}: not a unified diff: bad hunk header {header[:60]!r}", _REDO)
@@ -130,35 +128,46 @@ def _hunks(lines: list[str], i: int, where: str) -> tuple[tuple[Hunk, ...], tupl
         new: list[str] = []
         i += 1
         while left > 0 or right > 0:
-            line = lines[i] if i < len(lines) else None
-            mark = line[:1] if line is not None else "end"
-            if mark == " " or line == "":
-                value = (line or " ")[1:] + "\n"
+            if i >= end:
+                raise BadInput(f"{where}: not a unified diff: hunk {header.split(' @@')[0]} @@ ends early "
+                               "(at the end of the diff)", _REDO)
+            line = lines[i]
+            mark = line[:1]
+            if mark == "+":
+                new.append(line[1:] + "\n")
+                right -= 1
+                added += 1
+            elif mark == "-":
+                old.append(line[1:] + "\n")
+                left -= 1
+                removed += 1
+            elif mark == " " or not line:  # an empty line: an empty context line, as git reads it
+                value = line[1:] + "\n"
                 old.append(value)
                 new.append(value)
                 left -= 1
                 right -= 1
-            elif mark == "-":
-                old.append(line[1:] + "\n")  # type: ignore[index]
-                left -= 1
-                removed += 1
-            elif mark == "+":
-                new.append(line[1:] + "\n")  # type: ignore[index]
-                right -= 1
-                added += 1
             elif mark == "\\" and i > 0:
                 _no_newline(lines[i - 1], old, new)
             else:
                 raise BadInput(f"{where}: not a unified diff: hunk {header.split(' @@')[0]} @@ ends early "
-                               f"({'at the end of the diff' if line is None else f'at {line[:40]!r}'})", _REDO)
-            if left < 0 or right < 0:
-                raise BadInput(f"{where}: not a unified diff: hunk {header[:40]} holds more lines than it counts", _REDO)
+                               f"(at {line[:40]!r})", _REDO)
             i += 1
+        if left < 0 or right < 0:
+            raise BadInput(f"{where}: not a unified diff: hunk {header[:40]} holds more lines than it counts", _REDO)
         if i < len(lines) and lines[i].startswith("\\"):
             _no_newline(lines[i - 1], old, new)
             i += 1
         hunks.append(Hunk(f"@@ -{m.group(1)},{len(old)} +{m.group(3)},{len(new)} @@", start, tuple(old), tuple(new)))
     return tuple(hunks), (added, removed), i
+
+
+def _refuse_crlf(line: str, i: int, where: str) -> None:
+    """A header line ending in a CR: the diff went through Windows line endings, which no reader takes."""
+    if line.endswith("\r"):
+        raise BadInput(f"{where}: has CRLF (Windows) line endings, "
+                       f"first on line {i + 1}: {line.strip()!r}",
+                       "convert it to LF endings (e.g. dos2unix), or write it again with git diff")
 
 
 def _no_newline(previous: str, old: list[str], new: list[str]) -> None:
