@@ -27,7 +27,7 @@ from .reapply import plan_reapply, refuse_other_release
 from .session import Session
 from .transaction import FileOp
 
-if TYPE_CHECKING:  # patch sets are read (and unidiff loaded) only by the verbs that use them: not by rollback
+if TYPE_CHECKING:  # patch sets are read only by the verbs that use them: not by rollback
     from ..patchset.patchset import PatchSet
 
 
