@@ -152,5 +152,5 @@ def test_one_file_s_diff_over_32_mib_is_refused_at_import(env, tmp_path):
     patch.write_bytes(_big_patch(1, 470000))
     before = tree(env.root)
     err = env.pk("import", "huge", str(patch), check=2).stderr
-    assert "one file's diff holds" in err and "over the 32 MiB a .patch may hold" in err and "big_0.py" in err
+    assert "one file's diff (from one `diff --git` line to the next) holds" in err and "over the 32 MiB a .patch may hold" in err and "big_0.py" in err
     assert tree(env.root) == before

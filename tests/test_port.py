@@ -312,7 +312,7 @@ def test_port_fetches_the_releases_as_repair_does(ws, releases, edits):
 @pytest.mark.parametrize("case", ["unknown version", "not a version", "same version", "wheel of another package",
                                   "wheel of another release", "set for another package", "unpinned set",
                                   "set that does not fit its release", "no --to", "--continue with --to",
-                                  "--continue with no port stopped"])
+                                  "--continue with no port stopped", "set with a rename"])
 def test_bad_input_is_one_line_exit_2_and_nothing_written(ws, releases, edits, case):
     clean = patch_of(releases, edits["clean"])
     args = ["port", "portok", "--to", NEW, *both_wheels()]
@@ -329,6 +329,10 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(ws, releases, edits, c
         made = Edit(path, (line,), (line, "# x\n")).on(releases.data(NEW, path))
         write_set(ws.root, "portok", {"0001.patch": diffwrite.diff([
             diffwrite.Change(path, releases.data(NEW, path), made, 0o644, 0o644)])})
+    elif case == "set with a rename":  # git diff's rename, which port does not merge
+        path = edits["clean"].path
+        write_set(ws.root, "portok", {"0001.patch": (f"diff --git a/{path} b/{path}.moved\nsimilarity index 100%\n"
+                                                     f"rename from {path}\nrename to {path}.moved\n").encode()})
     else:
         write_set(ws.root, "portok", {"0001.patch": clean})
     if case == "unknown version":
@@ -359,7 +363,8 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(ws, releases, edits, c
                 "unpinned set": "port needs to know the one release", "set that does not fit its release":
                 "does not fit its own release 0.5.22", "no --to": "give the release to port to",
                 "--continue with --to": "--continue takes the release", "--continue with no port stopped":
-                "no port of portok is waiting to be finished"}[case]
+                "no port of portok is waiting to be finished",
+                "set with a rename": "which port does not merge yet"}[case]
     assert expected in lines[0]
 
 

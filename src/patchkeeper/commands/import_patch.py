@@ -53,9 +53,10 @@ def _pieces(name: str, data: bytes, origin: str) -> tuple[tuple[str, bytes], ...
     for section in gitdiff.sections(data):
         if len(section) > patchset.MAX_PATCH:
             first = section.split(b"\n", 1)[0].decode(*_ENC)
-            raise BadInput(f"{origin}: one file's diff holds {len(section)} bytes, over the "
-                           f"{patchset.MAX_PATCH >> 20} MiB a .patch may hold ({first[:100]})",
-                           "ship such a file another way, or leave it out of the diff")
+            raise BadInput(f"{origin}: one file's diff (from one `diff --git` line to the next) holds {len(section)} "
+                           f"bytes, over the {patchset.MAX_PATCH >> 20} MiB a .patch may hold ({first[:100]})",
+                           "ship such a file another way, or leave it out of the diff (git diff: import cuts "
+                           "between its files)")
         if pieces and size + len(section) <= patchset.MAX_PATCH:
             pieces[-1].append(section)
             size += len(section)
