@@ -315,7 +315,7 @@ def test_port_fetches_the_releases_as_repair_does(ws, releases, edits):
 @pytest.mark.parametrize("case", ["unknown version", "not a version", "same version", "wheel of another package",
                                   "wheel of another release", "set for another package", "unpinned set",
                                   "set that does not fit its release", "no --to", "--continue with --to",
-                                  "--continue with no port stopped"])
+                                  "--continue with no port stopped", "set with a rename"])
 def test_bad_input_is_one_line_exit_2_and_nothing_written(ws, releases, edits, case):
     clean = patch_of(releases, edits["clean"])
     args = ["port", "portok", "--to", NEW, *both_wheels()]
@@ -332,6 +332,10 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(ws, releases, edits, c
         made = Edit(path, (line,), (line, "# x\n")).on(releases.data(NEW, path))
         write_set(ws.root, "portok", {"0001.patch": diffwrite.diff([
             diffwrite.Change(path, releases.data(NEW, path), made, 0o644, 0o644)])})
+    elif case == "set with a rename":  # git diff's rename, which port does not merge
+        path = edits["clean"].path
+        write_set(ws.root, "portok", {"0001.patch": (f"diff --git a/{path} b/{path}.moved\nsimilarity index 100%\n"
+                                                     f"rename from {path}\nrename to {path}.moved\n").encode()})
     else:
         write_set(ws.root, "portok", {"0001.patch": clean})
     if case == "unknown version":
@@ -362,7 +366,8 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(ws, releases, edits, c
                 "unpinned set": "port needs to know the one release", "set that does not fit its release":
                 "does not fit its own release 0.5.22", "no --to": "give the release to port to",
                 "--continue with --to": "--continue takes the release", "--continue with no port stopped":
-                "no port of portok is waiting to be finished"}[case]
+                "no port of portok is waiting to be finished",
+                "set with a rename": "which port does not merge yet"}[case]
     assert expected in lines[0]
 
 
@@ -382,12 +387,12 @@ def test_the_shipped_ddtree_ported_back_to_0_5_22_reports_every_hunk_and_the_new
 
 @pytest.mark.parametrize("what", ["clean", "merged", "upstream", "conflict"])
 def test_the_merge_of_each_real_file_is_what_git_merge_file_writes(what, releases, edits, tmp_path):
-    from patchkeeper.patchset import patching
+    from patchkeeper.patchset import gitdiff
     from patchkeeper.patchset.port import merge
 
     e = edits[what]
     base, theirs = releases.data(OLD, e.path), releases.data(NEW, e.path)
-    fp = patching.parse(patch_of(releases, e).decode(), "test")[0]
+    fp = gitdiff.parse(patch_of(releases, e).decode(), "test")[0]
     labels = ("ours", "base", "theirs")
     data, conflicts, hunks = merge(base, fp, theirs, labels, "test")
     for name, side in zip(labels, (e.on(base), base, theirs)):

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
-import re
 from pathlib import Path
 from typing import Iterator
 
@@ -19,7 +17,6 @@ from ..host.disk import normalize_name
 from ..records import history
 from ..targets import open_target
 from .record import commit_patchset
-import tomllib
 
 _ENC = ("utf-8", "surrogateescape")
 BUMP = "minor"  # a port changes what the set is for, not what it does
@@ -302,22 +299,7 @@ def _save(ws: Workspace, ps: PatchSet, patches: tuple[tuple[str, bytes], ...], t
 
 def retarget(text: str, version: str, pin: str) -> str:
     """patchset.toml with its version and package_version set, everything else (comments) kept."""
-    lines = text.splitlines(keepends=True)
-    top = next((i for i, line in enumerate(lines) if line.lstrip().startswith("[")), len(lines))
-    head, rest = "".join(lines[:top]), "".join(lines[top:])
-    for key, value in (("version", version), ("package_version", pin)):
-        string = json.dumps(value)
-        line = re.compile(rf'^({key}\s*=\s*)(?:"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'|[^#\n]*?)(\s*(?:#.*)?)$', re.M)
-        if line.search(head):
-            head = line.sub(lambda m: m.group(1) + string + m.group(2), head, count=1)
-        else:
-            head = head.rstrip("\n") + f"\n{key} = {string}\n" + ("\n" if rest else "")
-    out = head + rest
-
-    doc = tomllib.loads(out)
-    if doc.get("version") != version or doc.get("package_version") != pin:
-        raise BadInput(f"cannot set version and package_version in {MANIFEST}", "set them by hand, then run again")
-    return out
+    return authoring.set_keys(text, {"version": version, "package_version": pin})
 
 
 class _Verified:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import tomllib
 import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -87,6 +88,28 @@ def render_toml(d: Draft, version: str) -> bytes:
     if d.defaults:
         lines += ["", "[vars]"] + [f"{key} = {_toml_str(value)}" for key, value in d.defaults]
     return ("\n".join(lines) + "\n").encode("utf-8")
+
+
+def set_keys(text: str, values: dict[str, str]) -> str:
+    """patchset.toml with top-level string keys set, everything else ([vars], [files], comments) kept."""
+    lines = text.splitlines(keepends=True)
+    top = next((i for i, line in enumerate(lines) if line.lstrip().startswith("[")), len(lines))
+    head, rest = "".join(lines[:top]), "".join(lines[top:])
+    for key, value in values.items():
+        string = _toml_str(value)
+        line = re.compile(rf'^({key}\s*=\s*)(?:"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'|[^#\n]*?)(\s*(?:#.*)?)$', re.M)
+        if line.search(head):
+            head = line.sub(lambda m: m.group(1) + string + m.group(2), head, count=1)
+        else:
+            head = head.rstrip("\n") + f"\n{key} = {string}\n" + ("\n" if rest else "")
+    out = head + rest
+    try:
+        doc = tomllib.loads(out)
+    except tomllib.TOMLDecodeError:
+        doc = {}
+    if any(doc.get(key) != value for key, value in values.items()):
+        raise BadInput(f"cannot set {', '.join(values)} in {MANIFEST}", "set them by hand, then run again")
+    return out
 
 
 def contents(d: Draft, version: str) -> dict[str, bytes]:

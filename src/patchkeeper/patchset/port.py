@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol, Sequence
 
 from ..errors import BadInput, HunkFailed
-from . import diffwrite, merge3, patching
+from . import diffwrite, gitdiff, merge3, patching
 from .patching import FilePatch, Hunk, split_lines
 from .patchset import PatchSet
 
@@ -95,6 +95,10 @@ def port(ps: PatchSet, old: Release, new: Release, labels: tuple[str, str, str])
     touches: dict[str, list[tuple[str, FilePatch]]] = {}
     for origin, fps in ps.patches:
         for fp in fps:
+            if fp.source is not None or fp.binary is not None:
+                raise BadInput(f"{ps.ident}: {origin} {'renames or copies' if fp.binary is None else 'is a binary patch of'} "
+                               f"{fp.path}, which port does not merge yet",
+                               "port the set's text patches alone, or make the set again for the new release")
             touches.setdefault(fp.path, []).append((origin, fp))
     added = _Added(old, new)
     files = tuple(port_file(path, steps, old, new, labels, added) for path, steps in touches.items())
@@ -189,7 +193,7 @@ def _file_outcome(hunks: Sequence[HunkPort]) -> str:
 def _combined(path: str, base: bytes, ours: bytes) -> FilePatch:
     """A file several patch files change: their sum, as one file patch written against base."""
     text = diffwrite.file_diff(diffwrite.Change(path, base, ours, 0o644, 0o644)).decode(*_ENC)
-    return patching.parse(text, path)[0] if text else FilePatch(path, "modify", None, ())
+    return gitdiff.parse(text, path)[0] if text else FilePatch(path, "modify", None, ())
 
 
 def _whole(base: bytes | None, ours: bytes | None, theirs: bytes, labels: tuple[str, str, str]) -> tuple[bytes, int]:
@@ -312,7 +316,7 @@ def check(patches: Sequence[tuple[str, bytes]], new: Release, files: Sequence[Fi
     problems = []
     made: dict[str, bytes | None] = {}
     for name, diff in patches:
-        for fp in patching.parse(diff.decode(*_ENC), name):
+        for fp in gitdiff.parse(diff.decode(*_ENC), name):
             got = new.site_file(fp.path)
             current = made[fp.path] if fp.path in made else (got[0] if got else None)
             try:
