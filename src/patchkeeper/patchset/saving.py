@@ -19,7 +19,7 @@ import os
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from .. import faults
 from ..errors import BadInput
@@ -104,7 +104,7 @@ def put(root: Path, name: str, new: Path, old_version: str | None) -> str | None
     return journal["kept"]
 
 
-def _finish(root: Path, journal: dict) -> None:
+def _finish(root: Path, journal: dict[str, Any]) -> None:
     """Steps 3-5 of a save, from wherever a crash left them."""
     name, new = journal["name"], root / journal["new"]
     target = root / name
