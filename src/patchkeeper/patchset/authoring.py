@@ -152,7 +152,7 @@ def save(root: Path, d: Draft, bump_part: str | None = None, version: str | None
 
 def _save(root: Path, d: Draft, existing: PatchSet | None, same_version: str, bump_part: str | None,
           version: str | None) -> Saved:
-    from packaging.version import Version
+    from packaging.version import Version  # lazy: tens of ms to import, off the fast paths
 
     tmp = saving.new_dir(root, d.name, uuid.uuid4().hex[:8])
     try:

@@ -76,7 +76,7 @@ def kept_dir(root: Path, name: str, version: str) -> Path:
 
 def kept(root: Path, name: str) -> list[str]:
     """The versions of `name` kept in patchsets/.history/, highest first."""
-    from packaging.version import InvalidVersion, Version  # slow to import: only where a version is kept
+    from packaging.version import InvalidVersion, Version  # lazy: slow to import, only where a version is kept
 
     directory = root / HISTORY / name
     if not directory.is_dir():
