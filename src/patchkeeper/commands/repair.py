@@ -43,7 +43,7 @@ def _repair(ws: Workspace, target: str | None, dist: str, wheel: str | None, dry
         if not damage.files:
             print(f"{s.target.name}: {damage.name} {damage.version} matches its RECORD; nothing to repair")
             return report.done(0, s.ledger.current(), s.ledger.current(), dry_run)
-        found = repair.restore(s.target, damage, wheel, ws.wheels)
+        found = repair.restore(s.target, damage, wheel, ws.wheels, True)
         if dry_run:
             current = s.ledger.current()
             if current is None:
