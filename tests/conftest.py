@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from installed import install_without_pip
 
 REPO = Path(__file__).resolve().parents[1]
 PRISTINE = Path(os.environ.get("PK_SGLANG_VENV", REPO / ".cache" / "sglang-venv"))
@@ -247,6 +248,12 @@ def make_workspace(root: Path, venv: Path, extra_toml: str = "") -> Env:
         f'[targets.local.vars]\ndraft_model_path = "{DRAFT}"\n\n'
         f'[targets.local.files]\nunit = "{unit}"\n{extra_toml}')
     return Env(root, venv, unit)
+
+
+@pytest.fixture(scope="session")
+def installed_bin(tmp_path_factory) -> Path:
+    """The bin directory of patchkeeper installed as `uv tool install` does: its own venv, no pip."""
+    return install_without_pip(tmp_path_factory.mktemp("installed"))
 
 
 @pytest.fixture

@@ -17,8 +17,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from conftest import REPO
-
+REPO = Path(__file__).resolve().parents[1]
 UV = Path(sys.executable).parent / "uv"
 
 

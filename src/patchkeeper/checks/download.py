@@ -78,8 +78,30 @@ def choose(local_python: str | None) -> Downloader | None:
             return Downloader((found,), f"{found} (on PATH)")
     uv = shutil.which("uv")
     if uv:
-        return Downloader((uv, "tool", "run", "--from", "pip", "pip"), f"pip run by {uv} (on PATH)", _uv_env())
+        return Downloader((uv, "tool", "run", "--python", sys.executable, "--from", "pip", "pip"),
+                          f"pip run by {uv} (on PATH)", _uv_env())
     return None
+
+
+def shown_command(argv: list[str]) -> str:
+    """A command for a message: the second and later `--platform X` (dozens of manylinux tags) left out."""
+    out: list[str] = []
+    more, i = 0, 0
+    while i < len(argv):
+        if argv[i] == "--platform" and i + 1 < len(argv):
+            if "--platform" in out:
+                more += 1
+            else:
+                out += argv[i:i + 2]
+            i += 2
+            continue
+        out.append(argv[i])
+        i += 1
+    text = shlex.join(out)
+    if more:
+        first = shlex.join(out[out.index("--platform"):out.index("--platform") + 2])
+        text = text.replace(first, f"{first} [and {more} more --platform]", 1)
+    return text
 
 
 @contextlib.contextmanager
@@ -91,7 +113,7 @@ def download(local_python: str | None, pip_args: list[str], spec: str, what: str
     downloader = choose(local_python)
     args = ["--no-deps", "--only-binary=:all:", "--disable-pip-version-check", "--quiet", *pip_args]
     if downloader is None:
-        by_hand = shlex.join(["pip", "download", *args, "-d", "DIR", spec])
+        by_hand = shown_command(["pip", "download", *args, "-d", "DIR", spec])
         raise Refused(f"no pip to download {what} with: none in " + ", ".join(tried(local_python)),
                       f"install pip or uv where patchkeeper runs (`python3 -m pip --version` says whether there is "
                       f"one), or download the wheel elsewhere (`{by_hand}`) and {fallback}")
@@ -106,7 +128,7 @@ def download(local_python: str | None, pip_args: list[str], spec: str, what: str
         got = sorted(Path(tmp).glob("*.whl"))
         if code != 0 or not got:
             last = [line for line in said.strip().splitlines() if not line.startswith("WARNING")][-1:]
-            shown = shlex.join(argv).replace(tmp, "DIR")
+            shown = shown_command(argv).replace(tmp, "DIR")
             raise Refused(f"no wheel of {what}: `{shown}` failed (exit {code}){': ' + last[0] if last else ''}",
                           f"pip used your pip configuration (pip.conf, PIP_INDEX_URL, PIP_FIND_LINKS...): check it "
                           f"reaches an index holding the wheel, or {fallback}")
