@@ -49,7 +49,7 @@ class Tags:
         return args
 
 
-def target_tags(target: Target, wheel_option: bool) -> Tags:
+def target_tags(target: Target, fallback: str) -> Tags:
     """Ask the target's own interpreter for its implementation, version, ABI and platform tags."""
     code, out, err = target.run_python(_TAGS, python=target.info.python)
     try:
@@ -61,8 +61,8 @@ def target_tags(target: Target, wheel_option: bool) -> Tags:
     except (ValueError, TypeError, KeyError):
         said = err.decode(errors="replace").strip()[-200:] or out[:200].decode(errors="replace") or str(code)
         raise Refused(f"cannot ask {target.name}'s interpreter for its wheel tags: {said}",
-                      "fix the target's interpreter (`python` in patchkeeper.toml)"
-                      + (", or pass the wheel with --wheel FILE" if wheel_option else "")) from None
+                      f"fix the target's interpreter (`python` in patchkeeper.toml), or download the wheel "
+                      f"elsewhere and {fallback}") from None
     abis = (f"{impl}{major}{minor}{d.get('abiflags', '')}", "abi3", "none") if impl == "cp" \
         else (f"{impl}{major}{minor}", "none")
     platforms = [plat]
@@ -113,7 +113,7 @@ def candidates(target: Target, dist: str, version: str, explicit: str | None, wh
         yield f"the workspace's wheels directory {wheels_dir}", found
         return
     local_python = None if target.config.ssh else target.info.python
-    with downloaded(target_tags(target, wheel_option), target.name, dist, version, wheels_dir, local_python,
+    with downloaded(target_tags(target, where_to_put(wheels_dir, wheel_option)), target.name, dist, version, wheels_dir, local_python,
                     wheel_option) as got:
         yield "pip download", got
 

@@ -15,6 +15,8 @@ from .record import default_package, report_saved
 _ENC = ("utf-8", "surrogateescape")
 
 
+_HIGHER = "a higher version: `patchkeeper import NAME FILE --version X.Y.Z`"  # import has no --bump
+
 def import_patch(ws: Workspace, name: str, file: str, version: str | None, subdir: str,
                  package: str | None, description: str | None) -> int:
     authoring.check_name(name)
@@ -39,7 +41,8 @@ def import_patch(ws: Workspace, name: str, file: str, version: str | None, subdi
     draft = authoring.Draft(name=name, package=package, patches=((f"{name}.patch", data),),
                             description=description if description is not None else
                             (subject.group(1).strip() if subject else f"imported from {Path(file).name}"))
-    return report_saved(ws, authoring.save(ws.patchsets_dir, draft, version=version), len(patching.parse(text, file)), 0)
+    saved = authoring.save(ws.patchsets_dir, draft, version=version, version_option=_HIGHER)
+    return report_saved(ws, saved, len(patching.parse(text, file)), 0)
 
 
 def _refuse_source_layout(paths: list[str], package: str, origin: str) -> None:
@@ -105,6 +108,6 @@ def _import_export(ws: Workspace, name: str, file: str, data: bytes, version: st
     if name != old_name or (version is not None and version != old_version):
         files[patchset.MANIFEST] = _retitled(files[patchset.MANIFEST], name, version or old_version, file)
     draft = authoring.Draft(name=name, package="", patches=(), extra_files=tuple(sorted(files.items())))
-    saved = authoring.save(ws.patchsets_dir, draft, version=version or old_version)
+    saved = authoring.save(ws.patchsets_dir, draft, version=version or old_version, version_option=_HIGHER)
     paths = patchset.load(ws.patchsets_dir, name).paths
     return report_saved(ws, saved, len(paths), 0)

@@ -136,7 +136,7 @@ def _fetch(stack: contextlib.ExitStack, ws: Workspace, ps: PatchSet, version: st
 
         t = open_target(config)
         try:
-            tags.append(wheels.target_tags(t, True))
+            tags.append(wheels.target_tags(t, wheels.where_to_put(ws.wheels, True)))
         finally:
             t.close()
     local_python = None if config.ssh else config.python

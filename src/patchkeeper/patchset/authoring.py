@@ -118,8 +118,10 @@ def _write_dir(directory: Path, files: dict[str, bytes]) -> None:
         path.write_bytes(data)
 
 
-def save(root: Path, d: Draft, bump_part: str | None = None, version: str | None = None) -> Saved:
-    """Write the draft as patchsets/<name>/. Changed content needs a higher version (bump or given)."""
+def save(root: Path, d: Draft, bump_part: str | None = None, version: str | None = None,
+         version_option: str = "--bump patch|minor|major") -> Saved:
+    """Write the draft as patchsets/<name>/. Changed content needs a higher version (bump or given:
+    `version_option` names how the verb gives one, for the hints)."""
     from packaging.version import InvalidVersion, Version
 
     check_name(d.name)
@@ -145,10 +147,10 @@ def save(root: Path, d: Draft, bump_part: str | None = None, version: str | None
                 new_version = bump(existing.version, bump_part)
             else:
                 raise Refused(f"patch set {existing.ident} exists with other content; recording changed content "
-                              "under an unchanged version is refused", "pass --bump patch|minor|major")
+                              "under an unchanged version is refused", f"pass {version_option}")
             if Version(new_version) <= Version(existing.version):
                 raise Refused(f"version {new_version} is not above {existing.ident}'s",
-                              "give a higher version, or --bump")
+                              f"give a higher version: {version_option}")
             if new_version != same_version:
                 shutil.rmtree(tmp)
                 _write_dir(tmp, contents(d, new_version))
