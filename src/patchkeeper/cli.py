@@ -6,10 +6,10 @@ import click
 
 from .completion import complete_patchsets, complete_states, complete_targets
 from .options import (adopt_options, change, change_options, chosen, command, group_option, json_option,
-                      target_option, targets_option, workspace_of)
+                      target_option, targets_option, Verbs, workspace_of)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Verbs, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--workspace", "-w", metavar="DIR", help="workspace directory (default: $PATCHKEEPER_WORKSPACE, "
               "else the current directory and its parents)")
 @click.option("--inventory", "-i", metavar="FILE", help="take targets and groups from this Ansible inventory "
@@ -68,13 +68,12 @@ def apply(ctx, name, targets_, group, every, serial, max_fail, dry_run, no_verif
     from .commands.apply import apply as run
 
     adopt = check_mode(restore_pristine, accept_edits)
-    if as_json and (len(targets_) > 1 or group or every):
-        raise click.UsageError("--json describes one target's change: give one -t")
 
-    def one(ws, target, noted=None):
-        return run(ws, target, name, dry_run, force, verify=not no_verify, adopt=adopt, as_json=as_json, noted=noted)
+    def one(ws, target, noted, json_doc):
+        return run(ws, target, name, dry_run, force, verify=not no_verify, adopt=adopt, as_json=json_doc, noted=noted)
 
-    return change(ctx, one, f"apply {name}", targets_, group, every, serial, max_fail, dry_run, not no_verify)
+    return change(ctx, one, f"apply {name}", targets_, group, every, serial, max_fail, dry_run, not no_verify,
+                  as_json)
 
 
 @main.command()
@@ -88,13 +87,11 @@ def rollback(ctx, targets_, group, every, serial, max_fail, dry_run, no_verify, 
     """Give every managed file the exact bytes and mode of STATE (on several targets: as apply does)."""
     from .commands.rollback import rollback as run
 
-    if as_json and (len(targets_) > 1 or group or every):
-        raise click.UsageError("--json describes one target's change: give one -t")
+    def one(ws, target, noted, json_doc):
+        return run(ws, target, to, dry_run, verify=not no_verify, as_json=json_doc, noted=noted)
 
-    def one(ws, target, noted=None):
-        return run(ws, target, to, dry_run, verify=not no_verify, as_json=as_json, noted=noted)
-
-    return change(ctx, one, f"rollback --to {to}", targets_, group, every, serial, max_fail, dry_run, not no_verify)
+    return change(ctx, one, f"rollback --to {to}", targets_, group, every, serial, max_fail, dry_run, not no_verify,
+                  as_json)
 
 
 @main.command()

@@ -4,6 +4,7 @@ wrapper that runs every verb, where errors become exit codes in one place (run_v
 
 from __future__ import annotations
 
+import json
 import sys
 from functools import wraps
 from typing import Any, Callable, NoReturn
@@ -22,13 +23,25 @@ def _say(text: str) -> None:
     sys.stderr.flush()
 
 
+def json_error(message: str, hint: str, code: int) -> None:
+    """The document of a --json command that ends in an error (docs/json.md, "Errors"), unless the
+    command already wrote its own (a change's document carries its error): one document either way."""
+    if not getattr(sys.stdout, "wrote", False):
+        sys.stdout.write(json.dumps({"error": message, "hint": hint, "exit": code}, indent=2, sort_keys=True) + "\n")
+        sys.stdout.flush()
+
+
 def run_verb(fn: Callable[..., int], *args: Any, **kwargs: Any) -> NoReturn:
-    """Call a verb and exit with its code; an error becomes one line on stderr and its exit code."""
+    """Call a verb and exit with its code; an error becomes one line on stderr and its exit code
+    (with --json, also a document on stdout)."""
     pipes.quiet_when_reader_leaves()
+    as_json = bool(kwargs.get("as_json"))
     try:
         code = fn(*args, **kwargs)
     except PatchkeeperError as exc:
         _say(f"patchkeeper: error: {exc}")
+        if as_json:
+            json_error(exc.message, exc.hint, exc.exit_code)
         sys.exit(exc.exit_code)
     except BrokenPipeError:
         if not pipes.stdout_gone():
@@ -38,14 +51,43 @@ def run_verb(fn: Callable[..., int], *args: Any, **kwargs: Any) -> NoReturn:
         from .errors import os_hint
 
         where = f": {exc.filename}" if exc.filename else ""
-        _say(f"patchkeeper: error: {exc.strerror or exc}{where}\n  hint: " + os_hint(
-            exc.errno, "run the command again; an interrupted change is finished or undone by the next command"))
+        hint = os_hint(exc.errno, "run the command again; an interrupted change is finished or undone by the next "
+                       "command")
+        _say(f"patchkeeper: error: {exc.strerror or exc}{where}\n  hint: {hint}")
+        if as_json:
+            json_error(f"{exc.strerror or exc}{where}", hint, 2)
         sys.exit(2)
     except KeyboardInterrupt:  # Ctrl-C: its own code, not 1 ("differences found")
-        _say("\npatchkeeper: error: interrupted (Ctrl-C)\n  hint: a change that was under way is finished or undone by "
-             "`patchkeeper recover` (or by the next command on the target)")
+        hint = ("a change that was under way is finished or undone by `patchkeeper recover` (or by the next command "
+                "on the target)")
+        _say(f"\npatchkeeper: error: interrupted (Ctrl-C)\n  hint: {hint}")
+        if as_json:
+            json_error("interrupted (Ctrl-C)", hint, EXIT_INTERRUPTED)
         sys.exit(EXIT_INTERRUPTED)
     sys.exit(code)
+
+
+class Verbs(click.Group):
+    """The verbs' group: with --json anywhere on the line, a usage error (an unknown option, a missing
+    argument, -t given twice...) is a JSON document on stdout too, besides click's lines on stderr."""
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        argv = list(sys.argv[1:] if args is None else args)
+        if not standalone_mode or "--json" not in argv:
+            return super().main(argv, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            code = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.ClickException as exc:
+            exc.show()
+            hint = f"see `{exc.ctx.command_path} --help`" if isinstance(exc, click.UsageError) and exc.ctx else ""
+            json_error(exc.format_message(), hint, exc.exit_code)
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("Aborted!", err=True)
+            json_error("aborted", "", 1)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)  # --help, --version: their text, exit 0
 
 
 def command(fn):
@@ -117,11 +159,13 @@ def chosen(ctx: click.Context, targets: tuple[str, ...], group: str | None, ever
     return workspace_of(ctx).select(targets, group, every)
 
 
-def change(ctx, one, what, targets, group, every, serial, max_fail, dry_run, verify) -> int:
-    """A change on one target, or a rollout over those chosen."""
+def change(ctx, one, what, targets, group, every, serial, max_fail, dry_run, verify, as_json=False) -> int:
+    """A change on one target (`one(ws, name, noted, as_json)`), or a rollout over those chosen: each
+    target's change then reports in words (kept per target), and --json is the rollout's document."""
     picked = chosen(ctx, targets, group, every)
     if picked is None:
-        return one(workspace_of(ctx), targets[0] if targets else None)
+        return one(workspace_of(ctx), targets[0] if targets else None, None, as_json)
     from .commands.rollout import rollout
 
-    return rollout(picked, one, what, serial, max_fail, verify, dry_run)
+    return rollout(picked, lambda ws, name, noted: one(ws, name, noted, False), what, serial, max_fail, verify,
+                   dry_run, as_json)
