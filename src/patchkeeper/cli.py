@@ -102,13 +102,17 @@ def rollback(ctx, targets_, group, every, serial, max_fail, dry_run, no_verify, 
 @click.pass_context
 @command
 def status(ctx, targets_, group, as_json, every):
-    """The applied stack, and whether the files still match the recorded state."""
+    """The applied stack, and whether the files still match the recorded state (without -t, of the
+    default target; with no default_target and several targets, of them all, as --all)."""
     from .commands import status as cmd
 
     picked = chosen(ctx, targets_, group, every)
     if picked is not None:
         return cmd.status_all(picked, as_json)
-    return cmd.status(workspace_of(ctx), targets_[0] if targets_ else None, as_json)
+    ws = workspace_of(ctx)
+    if not targets_ and ws.default_target is None and len(ws.targets) > 1:
+        return cmd.status_all(ws, as_json)
+    return cmd.status(ws, targets_[0] if targets_ else None, as_json)
 
 
 @main.command()
@@ -127,15 +131,17 @@ def log(ctx, target, as_json):
 @target_option
 @click.option("--name", required=True, help="the state's name, for rollback --to NAME")
 @click.option("--manifest-only", is_flag=True, help="record digests only, not the bytes")
+@click.option("--dry-run", "-n", is_flag=True, help="say what would be recorded; change nothing")
 @adopt_options
 @click.pass_context
 @command
-def snapshot(ctx, target, name, manifest_only, restore_pristine, accept_edits):
+def snapshot(ctx, target, name, manifest_only, dry_run, restore_pristine, accept_edits):
     """Record the target's files as a named state."""
     from .change.adopt import check_mode
     from .commands.snapshot import snapshot as run
 
-    return run(workspace_of(ctx), target, name, manifest_only, adopt=check_mode(restore_pristine, accept_edits))
+    return run(workspace_of(ctx), target, name, manifest_only, adopt=check_mode(restore_pristine, accept_edits),
+               dry_run=dry_run)
 
 
 @main.command()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+
 from .host.errors import EXIT_REFUSED, AgentError, PatchkeeperError  # noqa: F401  (the root, shared with the host)
 
 EXIT_DIFFERS = 1  # a check found differences (diff, audit, verify)
@@ -43,6 +45,12 @@ class Unfinished(PatchkeeperError):
     """A transaction passed its commit point but could not be finished; `recover` finishes it."""
 
     exit_code = EXIT_UNFINISHED
+
+
+def did_you_mean(name: str, known: list[str]) -> str | None:
+    """The known name closest to a mistyped one (difflib's ratio, as click uses for verbs), None when none is close."""
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    return close[0] if close else None
 
 
 def os_hint(errno: int | None, then: str) -> str:

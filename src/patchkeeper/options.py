@@ -67,13 +67,64 @@ def run_verb(fn: Callable[..., int], *args: Any, **kwargs: Any) -> NoReturn:
     sys.exit(code)
 
 
+_GROUP_VALUED = ("-w", "--workspace", "-i", "--inventory")  # the group's options that take a value
+_TARGET = ("-t", "--target")
+
+
+def _option_at(argv: list[str], i: int, names: tuple[str, ...]) -> int:
+    """How many words the option at argv[i] takes up when it is one of `names` (`-w DIR`, `-wDIR`,
+    `--workspace=DIR`, `--workspace DIR`), else 0."""
+    word = argv[i]
+    if word.startswith("--"):
+        name, eq, _ = word.partition("=")
+        return (1 if eq else 2) if name in names else 0
+    if word[:2] in names:
+        return 1 if len(word) > 2 else 2
+    return 0
+
+
+def verb_order(argv: list[str]) -> list[str]:
+    """The words with -t moved after the verb and -w/-i before it, as `git -C` and most CLIs take
+    them on either side: `patchkeeper -t gpu1 status` is `patchkeeper status -t gpu1`."""
+    before: list[str] = []
+    targets: list[str] = []
+    i = 0
+    while i < len(argv):
+        took = _option_at(argv, i, _GROUP_VALUED + _TARGET)
+        if took:
+            (targets if argv[i][:2] == "-t" or argv[i].startswith("--target") else before).extend(argv[i:i + took])
+            i += took
+        elif argv[i].startswith("-"):
+            before.append(argv[i])
+            i += 1
+        else:
+            break
+    if i >= len(argv):
+        return argv  # no verb: click says what is missing
+    verb, after, rest = argv[i], [], argv[i + 1:]
+    j = 0
+    while j < len(rest):
+        if rest[j] == "--":
+            after += rest[j:]
+            break
+        took = _option_at(rest, j, _GROUP_VALUED)
+        if took:
+            before.extend(rest[j:j + took])
+            j += took
+        else:
+            after.append(rest[j])
+            j += 1
+    return before + [verb] + targets + after
+
+
 class Verbs(click.Group):
-    """The verbs' group: with --json anywhere on the line, a usage error (an unknown option, a missing
-    argument, -t given twice...) is a JSON document on stdout too, besides click's lines on stderr."""
+    """The verbs' group: -t and -w on either side of the verb (verb_order); with --json anywhere on
+    the line, a usage error (an unknown option, a missing argument, -t given twice...) is a JSON
+    document on stdout too, besides click's lines on stderr."""
 
     def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
              standalone_mode: bool = True, **extra: Any) -> Any:
-        argv = list(sys.argv[1:] if args is None else args)
+        argv = verb_order(list(sys.argv[1:] if args is None else args))
         if not standalone_mode or "--json" not in argv:
             return super().main(argv, prog_name, complete_var, standalone_mode, **extra)
         try:
