@@ -132,3 +132,25 @@ def test_ssh_failures_are_said_in_words(tmp_path, pristine_venv):
         err = env.pk("status", "-t", "far", check=None).stderr
         assert f"127.0.0.1 port {port}: nothing listens there (connection refused)" in err, err
         assert "Errno" not in err
+
+
+# ---- output a newcomer reads -----------------------------------------------------------------------
+def test_list_lines_fit_the_terminal_and_say_where_the_full_text_is(env):
+    out = env.pk("list", env={"COLUMNS": "100"}).stdout
+    assert max(len(line) for line in out.splitlines()) <= 100, out
+    assert "DDTREE through the DFlash worker" in out and "(a description in full: patchkeeper show NAME)" in out
+    full = env.pk("show", "ddtree").stdout
+    assert "Not done: tree verification is not wired yet" in " ".join(full.split())
+
+
+def test_a_dry_run_prints_the_drop_ins_exec_start_once(env):
+    out = env.pk("apply", "ddtree", "--dry-run").stdout
+    assert out.count("--speculative-draft-model-path") == 1, out  # in the drop-in shown, not again
+    assert "ExecStart (effective, from " in out and "as set there (shown above)" in out
+
+
+def test_each_count_of_files_says_what_it_counts(env):
+    out = env.pk("apply", "ddtree", "--no-verify").stdout
+    assert "recorded baseline of local: " in out and " files of sglang, state " in out
+    out = env.pk("audit", check=None).stdout
+    assert " files checked (every distribution in site-packages, not only sglang)" in out

@@ -53,7 +53,8 @@ def _repair(ws: Workspace, target: str | None, dist: str, wheel: str | None, dry
             baseline = adopting.ensure_baseline(s, adopt=adopt)
             if baseline is not None:
 
-                print(f"recorded baseline of {s.target.name}: {baseline.extra.get('files')} files, "
+                print(f"recorded baseline of {s.target.name}: {baseline.extra.get('files')} files of "
+                      f"{s.target.info.package}, "
                       f"state {baseline.after.id}{adopting.describe(baseline)}")
             current = s.ledger.current()
         if current is None:  # a dry run before any baseline: the entry is only printed

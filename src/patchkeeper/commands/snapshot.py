@@ -32,16 +32,17 @@ def snapshot(ws: Workspace, target: str | None, name: str, manifest_only: bool, 
             if s.ledger.current() is None or adopting.new_release(s):
                 adopting.preview(s, adopt)
             files = len(scan_all(s.target))
-            print(f"{s.target.name}: would record state {name!r} ({files} files, {kept}); nothing changed (dry run)")
+            print(f"{s.target.name}: would record state {name!r} ({files} files of "
+                  f"{s.target.info.package}, {kept}); nothing changed (dry run)")
             return 0
         baseline = adopting.ensure_baseline(s, bytes_kept=not manifest_only, adopt=adopt)
         if baseline is not None:
             files = cast(RecordExtra, baseline.extra)["files"]
-            print(f"recorded baseline of {s.target.name}: {files} files, state {baseline.after.id}{adopting.describe(baseline)}")
+            print(f"recorded baseline of {s.target.name}: {files} files of {s.target.info.package}, state {baseline.after.id}{adopting.describe(baseline)}")
         entry = engine.record_state(s, "snapshot", name, bytes_kept=not manifest_only)
         failed = try_mirror(ws, s, f"state {entry.after.id} was recorded on {s.target.name}")
         if failed is not None:
             render_not_mirrored(failed)
         print(f"{s.target.name}: recorded state {entry.after.id} as {name!r} "
-              f"({cast(RecordExtra, entry.extra)['files']} files, {kept})")
+              f"({cast(RecordExtra, entry.extra)['files']} files of {s.target.info.package}, {kept})")
         return 0
