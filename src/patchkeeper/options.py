@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from functools import wraps
 from typing import Any, Callable, NoReturn
 
@@ -14,11 +15,14 @@ import click
 from . import pipes
 from .completion import complete_targets
 from .errors import EXIT_INTERRUPTED, PatchkeeperError
+from . import workspace
+from .change.rollout import rollout
+from .patchset import saving
+from .errors import os_hint
+from .printable import lines
 
 
 def _say(text: str) -> None:
-    from .printable import lines  # a message may quote a host's words: no control character reaches the terminal
-
     sys.stderr.write(lines(text) + "\n")
     sys.stderr.flush()
 
@@ -48,8 +52,6 @@ def run_verb(fn: Callable[..., int], *args: Any, **kwargs: Any) -> NoReturn:
             raise  # another pipe (a host's channel...): a real error, reported below
         sys.exit(141)  # as git does when its reader leaves in the middle of raw bytes: 128 + SIGPIPE
     except OSError as exc:  # the file system said no (permissions, a full disk): one line, not a traceback
-        from .errors import os_hint
-
         where = f": {exc.filename}" if exc.filename else ""
         hint = os_hint(exc.errno, "run the command again; an interrupted change is finished or undone by the next "
                        "command")
@@ -183,7 +185,8 @@ def change_options(fn):
     return fn
 
 
-json_option = click.option("--json", "as_json", is_flag=True, help="print one JSON document")
+json_option = click.option("--json", "as_json", is_flag=True,
+                           help="print one JSON document (docs/json.md); progress on stderr")
 
 
 def adopt_options(fn):
@@ -195,10 +198,12 @@ def adopt_options(fn):
 
 
 def workspace_of(ctx: click.Context):
-    from . import workspace
-
     root = workspace.find(ctx.obj.get("workspace"))
-    return workspace.load(root, ctx.obj.get("inventory"))
+    ws = workspace.load(root, ctx.obj.get("inventory"))
+    done = saving.recover(ws.patchsets_dir)
+    for line in done:
+        _say(f"patchkeeper: note: {line}")
+    return replace(ws, recovered=tuple(done)) if done else ws
 
 
 def chosen(ctx: click.Context, targets: tuple[str, ...], group: str | None, every: bool):
@@ -216,7 +221,6 @@ def change(ctx, one, what, targets, group, every, serial, max_fail, dry_run, ver
     picked = chosen(ctx, targets, group, every)
     if picked is None:
         return one(workspace_of(ctx), targets[0] if targets else None, None, as_json)
-    from .commands.rollout import rollout
 
     return rollout(picked, lambda ws, name, noted: one(ws, name, noted, False), what, serial, max_fail, verify,
                    dry_run, as_json)

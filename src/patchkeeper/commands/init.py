@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from importlib import resources
 from pathlib import Path
 
 from ..errors import BadInput, NotInstalled, Refused, TargetError
@@ -53,7 +54,6 @@ unit = "sglang-qwen.service"              # the unit role file (relative: in thi
 def shipped() -> Path:
     """The patch sets that come with patchkeeper: package data of the wheel (patchkeeper/shipped),
     or a source checkout's patchsets/ (an editable install)."""
-    from importlib import resources
 
     packaged = resources.files("patchkeeper") / "shipped"
     if packaged.is_dir():

@@ -5,15 +5,16 @@ from __future__ import annotations
 import shutil
 import textwrap
 
-from ..patchset import patchset
+from ..patchset import patchset, saving
 from ..workspace import Workspace
 from . import emit_json
 
 
 def list_patchsets(ws: Workspace, as_json: bool) -> int:
     sets = [patchset.load(ws.patchsets_dir, n) for n in patchset.names(ws.patchsets_dir)]
+    kept = {ps.name: saving.kept(ws.patchsets_dir, ps.name) for ps in sets}
     if as_json:
-        emit_json([ps.summary() for ps in sets])
+        emit_json([{**ps.summary(), "kept": kept[ps.name]} for ps in sets])
         return 0
     if not sets:
         print(f"no patch sets in {ws.patchsets_dir}")
@@ -26,6 +27,9 @@ def list_patchsets(ws: Workspace, as_json: bool) -> int:
         cut = cut or text != " ".join(ps.description.split())
         if text:
             print(f"    {text}")
+        if kept[ps.name]:
+            print(f"    kept: {', '.join(f'{ps.name}@{v}' for v in kept[ps.name])} "
+                  f"(in patchsets/{saving.HISTORY}/{ps.name}/)")
     if cut:
         print("(a description in full: patchkeeper show NAME)")
     return 0

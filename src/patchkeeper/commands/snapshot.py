@@ -12,7 +12,8 @@ from ..checks.scan import scan_all
 from ..errors import BadInput
 from ..records.ledger import RecordExtra
 from ..workspace import Workspace
-from .show_plan import render_not_mirrored
+from ..change.show_plan import render_not_mirrored
+from ..checks.installation import refuse_writes
 
 RESERVED = {"baseline": "the state recorded before the first change",
             "previous": "the state before the current one"}  # names `rollback --to` gives a meaning of its own
@@ -24,8 +25,6 @@ def snapshot(ws: Workspace, target: str | None, name: str, manifest_only: bool, 
         raise BadInput(f"{name!r} cannot name a state: rollback --to {name} means "
                        + (RESERVED[name] if name in RESERVED else "nothing"), "pick another name")
     with Session(ws, target, f"snapshot --name {name}") as s:
-        from ..records.installation import refuse_writes
-
         refuse_writes(s.installation(), s.target, f"snapshot --name {name}")
         kept = "digests only" if manifest_only else "bytes kept"
         if dry_run:  # refused as the real run would be; else what it would record
