@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from installed import install_without_pip
 
 from helpers import FAKE, Service, free_port, wheel
 from sshd import sshd, write_client_config  # noqa: F401 (sshd is a fixture the `fleet` fixture uses)
@@ -258,6 +259,12 @@ def make_workspace(root: Path, venv: Path, extra_toml: str = "") -> Env:
         f'[targets.local.vars]\ndraft_model_path = "{DRAFT}"\n\n'
         f'[targets.local.files]\nunit = "{unit}"\n{extra_toml}')
     return Env(root, venv, unit)
+
+
+@pytest.fixture(scope="session")
+def installed_bin(tmp_path_factory) -> Path:
+    """The bin directory of patchkeeper installed as `uv tool install` does: its own venv, no pip."""
+    return install_without_pip(tmp_path_factory.mktemp("installed"))
 
 
 WHEELS = Path(os.environ.get("PK_WHEELS", REPO / ".cache" / "wheels"))

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from conftest import REPO, tree
+from installed import clean_env
 from sshd import sshd, write_client_config  # noqa: F401 (sshd is a fixture)
 
 README = REPO / "README.md"
@@ -99,17 +100,21 @@ def wrong(ran: list[Ran]) -> str:
                        for r in ran if r.exit != r.command.exit)
 
 
-def shell_env(**extra: str) -> dict[str, str]:
-    """The environment a reader has: patchkeeper on PATH, a git identity, and the doc's variables."""
-    bin_dir = str(Path(sys.executable).parent)
+def shell_env(bin_dir: Path | None = None, **extra: str) -> dict[str, str]:
+    """The environment a reader has: patchkeeper on PATH (this venv's, or the one installed in
+    `bin_dir`, then without PYTHONPATH), a git identity, and the doc's variables."""
     git = {f"GIT_{who}_{what}": value for who in ("AUTHOR", "COMMITTER")
            for what, value in (("NAME", "Docs Reader"), ("EMAIL", "reader@example.test"))}
-    return {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""), **git, **extra}
+    if bin_dir is not None:
+        return {**clean_env(bin_dir), **git, **extra}
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}", **git,
+            **extra}
 
 
 # ---- the quick start runs as written --------------------------------------------------------------
-def test_the_readme_quick_start_runs_as_written(tmp_path, pristine_venv, sshd):  # noqa: F811
-    """Every command of the README's quick start, on a copy of the real sglang venv and on a second one
+def test_the_readme_quick_start_runs_as_written(tmp_path, pristine_venv, sshd, installed_bin):  # noqa: F811
+    """Every command of the README's quick start, run by patchkeeper installed as `uv tool install`
+    does (its wheel, a venv without pip), on a copy of the real sglang venv and on a second one
     behind the suite's real sshd, exits as the README says; afterwards both venvs are byte for byte
     the release again, as the quick start's rollbacks promise."""
     cmds = [c for block in fenced(section(README.read_text(), "Quick start"), "sh") for c in commands(block)]
@@ -125,7 +130,7 @@ def test_the_readme_quick_start_runs_as_written(tmp_path, pristine_venv, sshd): 
     cwd = tmp_path / "reader"
     cwd.mkdir()
     ran = run_in_one_shell(cmds, cwd, shell_env(
-        VENV=str(venv), PATCHKEEPER_SRC=str(REPO), HOST="gpu1-host", HOST_VENV=str(host_venv),
+        installed_bin, VENV=str(venv), PATCHKEEPER_SRC=str(REPO), HOST="gpu1-host", HOST_VENV=str(host_venv),
         HOST_UNIT=str(host_unit)))
     assert not wrong(ran), wrong(ran)
     pristine = tree(pristine_venv)

@@ -175,10 +175,9 @@ def test_verify_all_commits_once_for_every_target(env, tmp_path, pristine_venv):
 
 
 def test_a_git_failure_is_one_warning_line_and_leaves_nothing_staged(env):
-    run_git(env.root, "config", "user.useConfigOnly", "true")  # and no identity anywhere: git commit fails
-    run_git(env.root, "config", "--unset", "user.email")
-    run_git(env.root, "config", "--unset", "user.name")
-    proc = env.pk("apply", "nextn", env={"GIT_AUTHOR_EMAIL": "", "GIT_COMMITTER_EMAIL": "", "EMAIL": ""})
+    run_git(env.root, "config", "commit.gpgSign", "true")  # a signing program that always fails: git commit fails
+    run_git(env.root, "config", "gpg.program", "false")
+    proc = env.pk("apply", "nextn")
     warnings = [ln for ln in proc.stderr.splitlines() if "warning" in ln or "hint" in ln or ln.startswith(" ")]
     assert len(warnings) == 1 and warnings[0].startswith(
         "patchkeeper: warning: the workspace's history was not committed (")

@@ -106,7 +106,8 @@ def test_repair_refuses_a_wheel_of_another_version_or_other_bytes(renv, tmp_path
     proc = renv.pk("repair", "six", "--wheel", str(tampered), check=2)
     assert "does not match the installed RECORD in six.py" in proc.stderr
     proc = renv.pk("repair", "six", env={**NO_INDEX, "PIP_FIND_LINKS": str(tmp_path / "nowhere")}, check=2)
-    assert "no wheel of six 1.17.0 for local" in proc.stderr and "pip download failed" in proc.stderr
+    assert "no wheel of six 1.17.0 for local" in proc.stderr
+    assert f"`{renv.venv}/bin/python -m pip download --no-deps" in proc.stderr and "` failed (exit 1)" in proc.stderr
     assert tree(renv.venv) == before and not (renv.state_dir / "ledger").exists()  # nothing changed, no baseline
     assert renv.pk("repair", "sglang", check=2).stderr.count("rollback --to baseline") == 1
 

@@ -30,10 +30,10 @@ from .commands.show_backup import show_backup as run_show_backup
 from .commands.snapshot import snapshot as run_snapshot
 from .completion import complete_patchsets, complete_states, complete_targets
 from .options import (adopt_options, change, change_options, chosen, command, group_option, json_option,
-                      one_target_for_json, target_option, targets_option, workspace_of)
+                      target_option, targets_option, Verbs, workspace_of)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Verbs, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--workspace", "-w", metavar="DIR", help="workspace directory (default: $PATCHKEEPER_WORKSPACE, "
               "else the current directory and its parents)")
 @click.option("--inventory", "-i", metavar="FILE", help="take targets and groups from this Ansible inventory "
@@ -82,12 +82,13 @@ def apply(ctx, name, targets_, group, every, serial, max_fail, dry_run, no_verif
     """
 
     adopt = check_mode(restore_pristine, accept_edits)
-    one_target_for_json(as_json, targets_, group, every)
 
-    def one(ws, target, noted=None):
-        return run_apply(ws, target, name, dry_run, force, verify=not no_verify, adopt=adopt, as_json=as_json, noted=noted)
+    def one(ws, target, noted, json_doc):
+        return run_apply(ws, target, name, dry_run, force, verify=not no_verify, adopt=adopt, as_json=json_doc,
+                         noted=noted)
 
-    return change(ctx, one, f"apply {name}", targets_, group, every, serial, max_fail, dry_run, not no_verify)
+    return change(ctx, one, f"apply {name}", targets_, group, every, serial, max_fail, dry_run, not no_verify,
+                  as_json)
 
 
 @main.command()
@@ -99,12 +100,11 @@ def apply(ctx, name, targets_, group, every, serial, max_fail, dry_run, no_verif
 @command
 def rollback(ctx, targets_, group, every, serial, max_fail, dry_run, no_verify, to, as_json):
     """Give every managed file the exact bytes and mode of STATE (on several targets: as apply does)."""
-    one_target_for_json(as_json, targets_, group, every)
+    def one(ws, target, noted, json_doc):
+        return run_rollback(ws, target, to, dry_run, verify=not no_verify, as_json=json_doc, noted=noted)
 
-    def one(ws, target, noted=None):
-        return run_rollback(ws, target, to, dry_run, verify=not no_verify, as_json=as_json, noted=noted)
-
-    return change(ctx, one, f"rollback --to {to}", targets_, group, every, serial, max_fail, dry_run, not no_verify)
+    return change(ctx, one, f"rollback --to {to}", targets_, group, every, serial, max_fail, dry_run, not no_verify,
+                  as_json)
 
 
 @main.command()
@@ -115,11 +115,15 @@ def rollback(ctx, targets_, group, every, serial, max_fail, dry_run, no_verify, 
 @click.pass_context
 @command
 def status(ctx, targets_, group, as_json, every):
-    """The applied stack, and whether the files still match the recorded state."""
+    """The applied stack, and whether the files still match the recorded state (without -t, of the
+    default target; with no default_target and several targets, of them all, as --all)."""
     picked = chosen(ctx, targets_, group, every)
     if picked is not None:
         return status_verb.status_all(picked, as_json)
-    return status_verb.status(workspace_of(ctx), targets_[0] if targets_ else None, as_json)
+    ws = workspace_of(ctx)
+    if not targets_ and ws.default_target is None and len(ws.targets) > 1:
+        return status_verb.status_all(ws, as_json)
+    return status_verb.status(ws, targets_[0] if targets_ else None, as_json)
 
 
 @main.command()
@@ -136,12 +140,14 @@ def log(ctx, target, as_json):
 @target_option
 @click.option("--name", required=True, help="the state's name, for rollback --to NAME")
 @click.option("--manifest-only", is_flag=True, help="record digests only, not the bytes")
+@click.option("--dry-run", "-n", is_flag=True, help="say what would be recorded; change nothing")
 @adopt_options
 @click.pass_context
 @command
-def snapshot(ctx, target, name, manifest_only, restore_pristine, accept_edits):
+def snapshot(ctx, target, name, manifest_only, dry_run, restore_pristine, accept_edits):
     """Record the target's files as a named state."""
-    return run_snapshot(workspace_of(ctx), target, name, manifest_only, adopt=check_mode(restore_pristine, accept_edits))
+    return run_snapshot(workspace_of(ctx), target, name, manifest_only, adopt=check_mode(restore_pristine, accept_edits),
+                        dry_run=dry_run)
 
 
 @main.command()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .host.errors import EXIT_REFUSED as EXIT_REFUSED, AgentError as AgentError, PatchkeeperError as PatchkeeperError  # the root, shared with the host
+import difflib
 import errno as codes
 
 EXIT_DIFFERS = 1  # a check found differences (diff, audit, verify)
@@ -44,6 +45,12 @@ class Unfinished(PatchkeeperError):
     """A transaction passed its commit point but could not be finished; `recover` finishes it."""
 
     exit_code = EXIT_UNFINISHED
+
+
+def did_you_mean(name: str, known: list[str]) -> str | None:
+    """The known name closest to a mistyped one (difflib's ratio, as click uses for verbs), None when none is close."""
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    return close[0] if close else None
 
 
 def os_hint(errno: int | None, then: str) -> str:

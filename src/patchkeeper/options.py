@@ -4,6 +4,7 @@ wrapper that runs every verb, where errors become exit codes in one place (run_v
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import replace
 from functools import wraps
@@ -26,13 +27,25 @@ def _say(text: str) -> None:
     sys.stderr.flush()
 
 
+def json_error(message: str, hint: str, code: int) -> None:
+    """The document of a --json command that ends in an error (docs/json.md, "Errors"), unless the
+    command already wrote its own (a change's document carries its error): one document either way."""
+    if not getattr(sys.stdout, "wrote", False):
+        sys.stdout.write(json.dumps({"error": message, "hint": hint, "exit": code}, indent=2, sort_keys=True) + "\n")
+        sys.stdout.flush()
+
+
 def run_verb(fn: Callable[..., int], *args: Any, **kwargs: Any) -> NoReturn:
-    """Call a verb and exit with its code; an error becomes one line on stderr and its exit code."""
+    """Call a verb and exit with its code; an error becomes one line on stderr and its exit code
+    (with --json, also a document on stdout)."""
     pipes.quiet_when_reader_leaves()
+    as_json = bool(kwargs.get("as_json"))
     try:
         code = fn(*args, **kwargs)
     except PatchkeeperError as exc:
         _say(f"patchkeeper: error: {exc}")
+        if as_json:
+            json_error(exc.message, exc.hint, exc.exit_code)
         sys.exit(exc.exit_code)
     except BrokenPipeError:
         if not pipes.stdout_gone():
@@ -40,14 +53,94 @@ def run_verb(fn: Callable[..., int], *args: Any, **kwargs: Any) -> NoReturn:
         sys.exit(141)  # as git does when its reader leaves in the middle of raw bytes: 128 + SIGPIPE
     except OSError as exc:  # the file system said no (permissions, a full disk): one line, not a traceback
         where = f": {exc.filename}" if exc.filename else ""
-        _say(f"patchkeeper: error: {exc.strerror or exc}{where}\n  hint: " + os_hint(
-            exc.errno, "run the command again; an interrupted change is finished or undone by the next command"))
+        hint = os_hint(exc.errno, "run the command again; an interrupted change is finished or undone by the next "
+                       "command")
+        _say(f"patchkeeper: error: {exc.strerror or exc}{where}\n  hint: {hint}")
+        if as_json:
+            json_error(f"{exc.strerror or exc}{where}", hint, 2)
         sys.exit(2)
     except KeyboardInterrupt:  # Ctrl-C: its own code, not 1 ("differences found")
-        _say("\npatchkeeper: error: interrupted (Ctrl-C)\n  hint: a change that was under way is finished or undone by "
-             "`patchkeeper recover` (or by the next command on the target)")
+        hint = ("a change that was under way is finished or undone by `patchkeeper recover` (or by the next command "
+                "on the target)")
+        _say(f"\npatchkeeper: error: interrupted (Ctrl-C)\n  hint: {hint}")
+        if as_json:
+            json_error("interrupted (Ctrl-C)", hint, EXIT_INTERRUPTED)
         sys.exit(EXIT_INTERRUPTED)
     sys.exit(code)
+
+
+_GROUP_VALUED = ("-w", "--workspace", "-i", "--inventory")  # the group's options that take a value
+_TARGET = ("-t", "--target")
+
+
+def _option_at(argv: list[str], i: int, names: tuple[str, ...]) -> int:
+    """How many words the option at argv[i] takes up when it is one of `names` (`-w DIR`, `-wDIR`,
+    `--workspace=DIR`, `--workspace DIR`), else 0."""
+    word = argv[i]
+    if word.startswith("--"):
+        name, eq, _ = word.partition("=")
+        return (1 if eq else 2) if name in names else 0
+    if word[:2] in names:
+        return 1 if len(word) > 2 else 2
+    return 0
+
+
+def verb_order(argv: list[str]) -> list[str]:
+    """The words with -t moved after the verb and -w/-i before it, as `git -C` and most CLIs take
+    them on either side: `patchkeeper -t gpu1 status` is `patchkeeper status -t gpu1`."""
+    before: list[str] = []
+    targets: list[str] = []
+    i = 0
+    while i < len(argv):
+        took = _option_at(argv, i, _GROUP_VALUED + _TARGET)
+        if took:
+            (targets if argv[i][:2] == "-t" or argv[i].startswith("--target") else before).extend(argv[i:i + took])
+            i += took
+        elif argv[i].startswith("-"):
+            before.append(argv[i])
+            i += 1
+        else:
+            break
+    if i >= len(argv):
+        return argv  # no verb: click says what is missing
+    verb, after, rest = argv[i], [], argv[i + 1:]
+    j = 0
+    while j < len(rest):
+        if rest[j] == "--":
+            after += rest[j:]
+            break
+        took = _option_at(rest, j, _GROUP_VALUED)
+        if took:
+            before.extend(rest[j:j + took])
+            j += took
+        else:
+            after.append(rest[j])
+            j += 1
+    return before + [verb] + targets + after
+
+
+class Verbs(click.Group):
+    """The verbs' group: -t and -w on either side of the verb (verb_order); with --json anywhere on
+    the line, a usage error (an unknown option, a missing argument, -t given twice...) is a JSON
+    document on stdout too, besides click's lines on stderr."""
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        argv = verb_order(list(sys.argv[1:] if args is None else args))
+        if not standalone_mode or "--json" not in argv:
+            return super().main(argv, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            code = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.ClickException as exc:
+            exc.show()
+            hint = f"see `{exc.ctx.command_path} --help`" if isinstance(exc, click.UsageError) and exc.ctx else ""
+            json_error(exc.format_message(), hint, exc.exit_code)
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("Aborted!", err=True)
+            json_error("aborted", "", 1)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)  # --help, --version: their text, exit 0
 
 
 def command(fn):
@@ -96,12 +189,6 @@ json_option = click.option("--json", "as_json", is_flag=True,
                            help="print one JSON document (docs/json.md); progress on stderr")
 
 
-def one_target_for_json(as_json: bool, targets_: tuple[str, ...], group: str | None, every: bool) -> None:
-    """A change's --json document describes one target: refuse it with several."""
-    if as_json and (len(targets_) > 1 or group or every):
-        raise click.UsageError("--json describes one target's change: give one -t")
-
-
 def adopt_options(fn):
     """--restore-pristine / --accept-edits: what to do with hand edits found before the first baseline."""
     fn = click.option("--accept-edits", is_flag=True,
@@ -128,10 +215,12 @@ def chosen(ctx: click.Context, targets: tuple[str, ...], group: str | None, ever
     return workspace_of(ctx).select(targets, group, every)
 
 
-def change(ctx, one, what, targets, group, every, serial, max_fail, dry_run, verify) -> int:
-    """A change on one target, or a rollout over those chosen."""
+def change(ctx, one, what, targets, group, every, serial, max_fail, dry_run, verify, as_json=False) -> int:
+    """A change on one target (`one(ws, name, noted, as_json)`), or a rollout over those chosen: each
+    target's change then reports in words (kept per target), and --json is the rollout's document."""
     picked = chosen(ctx, targets, group, every)
     if picked is None:
-        return one(workspace_of(ctx), targets[0] if targets else None)
+        return one(workspace_of(ctx), targets[0] if targets else None, None, as_json)
 
-    return rollout(picked, one, what, serial, max_fail, verify, dry_run)
+    return rollout(picked, lambda ws, name, noted: one(ws, name, noted, False), what, serial, max_fail, verify,
+                   dry_run, as_json)

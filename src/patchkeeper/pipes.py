@@ -16,8 +16,10 @@ class ReaderGone:
     def __init__(self, stream) -> None:
         self._stream = stream
         self.gone = False
+        self.wrote = False  # anything written: a --json verb that wrote its document before an error
 
     def write(self, text: str) -> int:
+        self.wrote = self.wrote or bool(text)
         try:
             return self._stream.write(text)
         except BrokenPipeError:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from .errors import BadInput
+from .errors import BadInput, did_you_mean
 from . import inventory as ansible
 
 CONFIG = "patchkeeper.toml"
@@ -75,13 +75,19 @@ class Workspace:
 
     def target(self, name: str | None) -> TargetConfig:
         name = name or self.default_target
+        if not self.targets:
+            raise BadInput(f"no targets: {self.root / CONFIG} defines none",
+                           f'add one: [targets.local] with python = "VENV/bin/python" (the venv holding the package), '
+                           f'and default_target = "local" at the top')
         if not name:
-            raise BadInput(f"no target given and {self.root / CONFIG} sets no default_target",
-                           "pass -t NAME or set default_target")
+            raise BadInput(f"no target given and {self.root / CONFIG} sets no default_target "
+                           f"(targets: {', '.join(sorted(self.targets))})",
+                           f'pass -t NAME, or set default_target = "{sorted(self.targets)[0]}" at its top')
         if name not in self.targets:
-            known = ", ".join(sorted(self.targets)) or "none"
-            raise BadInput(f"unknown target {name!r} (known: {known})",
-                           f"add [targets.{name}] to {self.root / CONFIG}")
+            known = ", ".join(sorted(self.targets))
+            close = did_you_mean(name, sorted(self.targets))
+            raise BadInput(f"unknown target {name!r} (known: {known})" + (f"; did you mean {close!r}?" if close else ""),
+                           (f"-t {close}, or " if close else "") + f"add [targets.{name}] to {self.root / CONFIG}")
         return self.targets[name]
 
     def select(self, names: tuple[str, ...] = (), group: str | None = None, every: bool = False) -> "Workspace":

@@ -106,7 +106,7 @@ def _restore_pristine(s: Session, bytes_kept: bool, damage: repair.Damage, edits
     changed or missing file, added files removed (all backed up first), then the state recorded."""
 
     target, ledger = s.target, s.ledger
-    found = repair.restore(target, damage, None, s.workspace.wheels)
+    found = repair.restore(target, damage, None, s.workspace.wheels, False)
     if found.left:
         raise _unrestorable(found.left)
     info = target.info
@@ -204,7 +204,7 @@ def adopted_edits(s: Session) -> tuple[LedgerEntry, list[tuple[str, Entry | None
         record = {rel: f"{algo}:{b64}" for rel, algo, b64, _ in record_text_rows(text.splitlines()) if rel in kinds}
         label = info.dist_info[: -len(".dist-info")].rpartition("-")[0] or info.package
         damage = repair.Damage(label, info.version, info.site, info.dist_info, kinds, record)
-        restored = repair.restore(target, damage, None, s.workspace.wheels)
+        restored = repair.restore(target, damage, None, s.workspace.wheels, False)
         if restored.left:
             raise Refused(f"the release's bytes of {', '.join(restored.left)} cannot be found in {restored.wheel}",
                           "the patch set would not be the hand edits alone; record it by hand")

@@ -123,7 +123,8 @@ def baseline_bytes(target: Target, base: Manifest, actual: dict[str, Entry], key
         return target.agent.store_get(target.info.store, entry.digest)
     except (PatchkeeperError, OSError) as exc:  # AgentError (missing, corrupt), TargetError (remote)
         raise StoreError(f"baseline bytes of {key} are not available: {exc}",
-                         "the baseline was recorded --manifest-only; restore the file first") from None
+                         "the baseline was recorded by `patchkeeper snapshot --manifest-only`, without the bytes: "
+                         "restore the file first") from None
 
 
 def refuse_non_regular(target: Target, absent: list[str]) -> None:

@@ -82,14 +82,16 @@ def find_damage(target: Target, dist: str, only_inside: bool = False) -> Damage:
     return Damage(label, found.version, site, name, files, record)
 
 
-def restore(target: Target, damage: Damage, explicit: str | None, wheels_dir: Path | None) -> Restoration:
+def restore(target: Target, damage: Damage, explicit: str | None, wheels_dir: Path | None,
+            wheel_option: bool) -> Restoration:
     """The release bytes of every damaged file, from the first candidate wheel of the right
-    distribution and version whose files match the installed RECORD; refused when none does."""
+    distribution and version whose files match the installed RECORD; refused when none does.
+    `wheel_option`: whether the verb has --wheel, for the hints."""
 
     info = target.info
     interps = wheels.interpreters(info.python, info.prefix, info.python_version)
     problems: list[str] = []
-    with wheels.candidates(target, damage.name, damage.version, explicit, wheels_dir) as (source, paths):
+    with wheels.candidates(target, damage.name, damage.version, explicit, wheels_dir, wheel_option) as (source, paths):
         for path in paths:
             with wheels.Wheel(path) as wheel:
                 if normalize_name(wheel.name) != normalize_name(damage.name) or \
@@ -112,8 +114,8 @@ def restore(target: Target, damage: Damage, explicit: str | None, wheels_dir: Pa
                     continue
                 return Restoration(path.name, source, files, left)
     raise Refused(f"no wheel from {source} matches {damage.name} {damage.version} as installed on {target.name}: "
-                  + "; ".join(problems), f"pass --wheel with the wheel of {damage.name}=={damage.version} "
-                  "that was installed (see its RECORD)")
+                  + "; ".join(problems), f"find the wheel of {damage.name}=={damage.version} that was installed (see its "
+                  f"RECORD) and {wheels.where_to_put(wheels_dir, wheel_option)}")
 
 
 def _current(target: Target, damage: Damage, rel: str) -> bytes | None:

@@ -11,6 +11,7 @@ change one at a time: they share this process's agent.
 from __future__ import annotations
 
 import io
+import json
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -98,9 +99,10 @@ def default_serial(ws: Workspace, verify: bool) -> int:
 
 
 def rollout(ws: Workspace, change: OnOneTarget, what: str, serial: int | None, max_fail: int, verify: bool,
-            dry_run: bool = False) -> int:
+            dry_run: bool = False, as_json: bool = False) -> int:
     """`change` on every target of `ws`, `serial` at a time; the worst exit code of them. A dry run
-    changes nothing: every target at once (unless --serial), none stops the others."""
+    changes nothing: every target at once (unless --serial), none stops the others. `as_json`: the
+    lines go to stderr, and one document with a result per target to stdout (docs/json.md)."""
 
     names = sorted(ws.targets)
     if dry_run:
@@ -108,9 +110,10 @@ def rollout(ws: Workspace, change: OnOneTarget, what: str, serial: int | None, m
     at_once = serial if serial is not None else default_serial(ws, verify)
     results: dict[str, HostResult] = {}
     local = threading.Lock()
-    router = _Router(sys.stdout, sys.stderr)
+    document_out = sys.stdout
+    router = _Router(sys.stderr if as_json else sys.stdout, sys.stderr)
     stops = "" if dry_run else f", stopping after {max_fail + 1} failure(s)"
-    print(f"{what} on {len(names)} target(s), {at_once} at a time{stops}", flush=True)
+    print(f"{what} on {len(names)} target(s), {at_once} at a time{stops}", file=router.real_out, flush=True)
 
     def one(name: str) -> HostResult:
         noted: list[Done] = []
@@ -153,12 +156,29 @@ def rollout(ws: Workspace, change: OnOneTarget, what: str, serial: int | None, m
         sys.stdout, sys.stderr = router.real_out, router.real_err
     for name in pending:
         results[name] = HostResult(name, None, None, None, "")
-        _report(results[name], sys.stdout)
+        _report(results[name], router.real_out)
     counts = {"ok": sum(r.code == 0 for r in results.values()),
               "failed": sum(r.code not in (0, None) for r in results.values()),
               "not attempted": len(pending)}
-    print(f"{len(names)} target(s): " + ", ".join(f"{v} {k}" for k, v in counts.items()))
-    return max((r.code or 0 for r in results.values()), default=0)
+    print(f"{len(names)} target(s): " + ", ".join(f"{v} {k}" for k, v in counts.items()), file=router.real_out)
+    code = max((r.code or 0 for r in results.values()), default=0)
+    if as_json:
+        doc = {"schema": "patchkeeper/rollout", "schema_version": 1, "command": what, "dry_run": dry_run,
+               "exit_code": code, "ok": code == 0, "serial": at_once, "max_fail": max_fail,
+               "counts": {k.replace(" ", "_"): v for k, v in counts.items()},
+               "targets": {name: _result_doc(results[name]) for name in names}}
+        document_out.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        document_out.flush()
+    return code
+
+
+def _result_doc(r: HostResult) -> dict:
+    """One target's result in a rollout's document."""
+    d = r.done
+    return {"exit_code": r.code, "attempted": r.code is not None, "result": r.line(), "error": r.error,
+            "before": d.before if d else None, "after": d.after if d else None,
+            "changed": d.changed if d else False, "verified": d.verified if d else False,
+            "rolled_back": d.rolled_back if d else None, "output": r.output}
 
 
 def _report(result: HostResult, out: TextIO) -> None:

@@ -130,11 +130,12 @@ class Session:
             since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(holder.since)))
         except (TypeError, ValueError, OverflowError, OSError):
             since = "?"
+        longer = " (`patchkeeper audit --wait SECONDS` waits longer)" if self.command.startswith("audit") else ""
         raise Refused(
             f"target {self.target.name} is locked by pid {holder.pid} on {one_line(holder.host)} "
             f"running `{one_line(holder.command)}` since {since}",
-            ("wait for it to finish" if self.write else "wait longer (--wait SECONDS)")
-            + f"; if that process is gone from another host, remove {self.ledger.lock_path}")
+            f"wait for it to finish{longer}, then run the command again; if that process is gone from another "
+            f"host, remove {self.ledger.lock_path}")
 
     def _clean(self) -> None:
         """Remove the temporary files an interrupted command left in the target's state dir and store."""

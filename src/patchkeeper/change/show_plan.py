@@ -37,6 +37,7 @@ def render_plan(plan: Plan, target: str, dry_run: bool, exec_start: Any = None) 
         if e.backups:
             print(f"  (get one back: patchkeeper show-backup DIGEST -t {target} > FILE)")
     print(f"{target}: {e.kind} {e.before.stack_text() if e.before else '(nothing)'} -> {e.after.stack_text()}")
+    shown: set[str] = set()
     for op in plan.ops:
         kind = "added" if op.old is None else "removed" if op.new is None else \
             "mode" if op.old.digest == op.new.digest else "changed"
@@ -47,8 +48,9 @@ def render_plan(plan: Plan, target: str, dry_run: bool, exec_start: Any = None) 
         if dry_run and op.key.startswith(ROLE_PREFIX) and op.new and op.new.digest in plan.contents:
             for line in plan.contents[op.new.digest].decode("utf-8", "replace").splitlines():
                 print(f"      | {line}")  # the role file as it would be written, templates rendered
+            shown.add(op.path)
     if exec_start is not None:
-        for line in describe(exec_start):
+        for line in describe(exec_start, frozenset(shown)):
             print(("the unit's " if line.startswith("ExecStart") else "") + line)
     print(f"{len(plan.ops)} file(s) {verb}; state {e.before.id if e.before else '-'} -> {e.after.id}"
           + ("" if dry_run else f" (transaction {e.id})"))

@@ -110,7 +110,7 @@ def refuse_writes(change: InstallChange | None, target: Target, verb: str, reins
         return
     if change.kind == "record":
         raise Refused(f"{change.what()}: `{verb}` is refused",
-                      f"reinstall it: {change.pin(target.info.python)} --force-reinstall, then run the command again")
+                      f"reinstall it (`{change.pin(target.info.python)} --force-reinstall`), then run the command again")
     raise Refused(f"{change.what()}: `{verb}` would record its files as the state's",
                   "bring the state's files back first: `patchkeeper apply NAME` of an applied patch set, "
                   "or `patchkeeper rollback --to STATE`; both record the new installation")

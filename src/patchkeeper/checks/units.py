@@ -245,13 +245,15 @@ def as_dict(command: Command | str | None) -> dict | None:
             "files": list(command.files), "problem": command.problem, "refused": command.refused}
 
 
-def describe(command: Command | str | None) -> list[str]:
-    """Lines saying what runs: the effective ExecStart, where it comes from, and what systemd would say."""
+def describe(command: Command | str | None, shown: frozenset[str] = frozenset()) -> list[str]:
+    """Lines saying what runs: the effective ExecStart, where it comes from, and what systemd would say.
+    `shown`: files whose text was just printed (a dry run's drop-in): their ExecStart is not repeated."""
     if command is None:
         return []
     if isinstance(command, str):
         return [f"ExecStart: not known ({command})"]
-    lines = [f"ExecStart (effective, from {command.source}): {command.text()}"]
+    text = "as set there (shown above)" if command.source in shown else command.text()
+    lines = [f"ExecStart (effective, from {command.source}): {text}"]
     if len(command.files) > 1:
         lines.append("  read: " + ", then ".join(command.files))
     if command.problem:

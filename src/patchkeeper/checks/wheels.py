@@ -1,5 +1,5 @@
 """Where a release's bytes come from: a wheel given, the workspace's wheels directory, or `pip
-download` for the target's interpreter tags; a wheel's files matched to an installed RECORD."""
+download` for the target's interpreter tags (download.py); a wheel's files matched to an installed RECORD."""
 
 from __future__ import annotations
 
@@ -10,9 +10,6 @@ import hashlib
 import json
 import posixpath
 import re
-import subprocess
-import sys
-import tempfile
 import zipfile
 import zlib
 from dataclasses import dataclass
@@ -23,6 +20,7 @@ from ..errors import BadInput, Refused
 from ..host.disk import normalize_name
 from ..host.distcheck import record_hash
 from ..targets import Target
+from . import download
 
 # The target interpreter's tags, for `pip download` (standard library only: it runs on the target).
 _TAGS = (
@@ -53,7 +51,7 @@ class Tags:
         return args
 
 
-def target_tags(target: Target) -> Tags:
+def target_tags(target: Target, fallback: str) -> Tags:
     """Ask the target's own interpreter for its implementation, version, ABI and platform tags."""
     code, out, err = target.run_python(_TAGS, python=target.info.python)
     try:
@@ -64,7 +62,9 @@ def target_tags(target: Target) -> Tags:
         libc, libc_version = d["libc"]
     except (ValueError, TypeError, KeyError):
         said = err.decode(errors="replace").strip()[-200:] or out[:200].decode(errors="replace") or str(code)
-        raise Refused(f"cannot ask {target.name}'s interpreter for its wheel tags: {said}", "pass --wheel FILE") from None
+        raise Refused(f"cannot ask {target.name}'s interpreter for its wheel tags: {said}",
+                      f"fix the target's interpreter (`python` in patchkeeper.toml), or download the wheel "
+                      f"elsewhere and {fallback}") from None
     abis = (f"{impl}{major}{minor}{d.get('abiflags', '')}", "abi3", "none") if impl == "cp" \
         else (f"{impl}{major}{minor}", "none")
     platforms = [plat]
@@ -99,10 +99,11 @@ def same_version(a: str, b: str) -> bool:
 
 
 @contextlib.contextmanager
-def candidates(target: Target, dist: str, version: str, explicit: str | None,
-               wheels_dir: Path | None) -> Iterator[tuple[str, list[Path]]]:
+def candidates(target: Target, dist: str, version: str, explicit: str | None, wheels_dir: Path | None,
+               wheel_option: bool) -> Iterator[tuple[str, list[Path]]]:
     """(where they came from, wheel files) that may hold `dist` `version`: --wheel, else the
-    workspace's wheels directory, else `pip download` into a temporary directory (removed after)."""
+    workspace's wheels directory, else `pip download` into a temporary directory (removed after).
+    `wheel_option`: whether the verb has --wheel, for the hints."""
     if explicit:
         path = Path(explicit)
         if not path.is_file():
@@ -113,7 +114,9 @@ def candidates(target: Target, dist: str, version: str, explicit: str | None,
     if found:
         yield f"the workspace's wheels directory {wheels_dir}", found
         return
-    with downloaded(target_tags(target), target.name, dist, version, wheels_dir) as got:
+    local_python = None if target.config.ssh else target.info.python
+    with downloaded(target_tags(target, where_to_put(wheels_dir, wheel_option)), target.name, dist, version, wheels_dir, local_python,
+                    wheel_option) as got:
         yield "pip download", got
 
 
@@ -130,22 +133,22 @@ def in_directory(wheels_dir: Path | None, dist: str, version: str) -> list[Path]
     return found
 
 
+def where_to_put(wheels_dir: Path | None, wheel_option: bool) -> str:
+    """Where a user may put a wheel patchkeeper could not download: the verb's --wheel, the wheels directory."""
+    directory = f"put it in the workspace's wheels directory {wheels_dir}" if wheels_dir else \
+        'put it in a wheels directory (`wheels = "DIR"` in patchkeeper.toml)'
+    return f"pass it with --wheel FILE, or {directory}" if wheel_option else directory
+
+
 @contextlib.contextmanager
-def downloaded(tags: Tags, where: str, dist: str, version: str, wheels_dir: Path | None) -> Iterator[list[Path]]:
-    """`pip download --no-deps` of `dist` `version` for an interpreter's tags (`where` names it), into
-    a temporary directory removed after."""
-    with tempfile.TemporaryDirectory(prefix="patchkeeper-wheel-") as tmp:
-        argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
-                *tags.pip_args(), "-d", tmp, f"{dist}=={version}"]
-        proc = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-        got = sorted(Path(tmp).glob("*.whl"))
-        if proc.returncode != 0 or not got:
-            last = [line for line in proc.stderr.strip().splitlines() if not line.startswith("WARNING")][-1:]
-            not_in = f" and not in {wheels_dir}" if wheels_dir else ""
-            raise Refused(f"no wheel of {dist} {version} for {where} ({tags.implementation}"
-                          f"{tags.python_version}, {tags.abis[0]}, {tags.platforms[0]}): pip download failed"
-                          f"{not_in}{': ' + last[0] if last else ''}",
-                          "pass --wheel FILE, or put the wheel in the workspace's wheels directory")
+def downloaded(tags: Tags, where: str, dist: str, version: str, wheels_dir: Path | None,
+               local_python: str | None, wheel_option: bool) -> Iterator[list[Path]]:
+    """`pip download` of `dist` `version` for an interpreter's tags (`where` names it), into a temporary
+    directory removed after; `local_python`: a local target's interpreter, whose pip is tried first."""
+    what = (f"{dist} {version} for {where} ({tags.implementation}{tags.python_version}, {tags.abis[0]}, "
+            f"{tags.platforms[0]}){' (not in ' + str(wheels_dir) + ')' if wheels_dir else ''}")
+    with download.download(local_python, tags.pip_args(), f"{dist}=={version}", what,
+                           where_to_put(wheels_dir, wheel_option)) as got:
         yield got
 
 

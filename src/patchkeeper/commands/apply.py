@@ -41,7 +41,8 @@ def _apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: b
         elif not dry_run:
             baseline = adopting.ensure_baseline(s, adopt=adopt)
             if baseline is not None:
-                print(f"recorded baseline of {s.target.name}: {cast(RecordExtra, baseline.extra)['files']} files, "
+                print(f"recorded baseline of {s.target.name}: {cast(RecordExtra, baseline.extra)['files']} files of "
+                      f"{s.target.info.package}, "
                       f"state {baseline.after.id}{adopting.describe(baseline)}")
         plan = engine.plan_apply(s, name, force, incoming=incoming, restored=restored)
         if plan is not None and not dry_run:

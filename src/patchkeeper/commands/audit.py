@@ -74,7 +74,8 @@ def audit(ws: Workspace, target: str | None, probes: list[str], every: bool, as_
 
 
 def print_report(report: audit_core.AuditReport, verbose: bool) -> None:
-    print(f"target {report.target}: {report.package} on {report.host}, {report.files} files checked")
+    print(f"target {report.target}: {report.package} on {report.host}, {report.files} files checked "
+          f"(every distribution in site-packages, not only {report.package})")
     for cls in audit_core.CLASSES:
         found = [f for f in report.findings if f.cls == cls]
         if not found or (cls == "patched" and not verbose):

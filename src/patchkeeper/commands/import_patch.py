@@ -15,6 +15,8 @@ from .record import default_package, report_saved
 _ENC = ("utf-8", "surrogateescape")
 
 
+_HIGHER = "a higher version: `patchkeeper import NAME FILE --version X.Y.Z`"  # import has no --bump
+
 def import_patch(ws: Workspace, name: str, file: str, version: str | None, subdir: str,
                  package: str | None, description: str | None) -> int:
     authoring.check_name(name)
@@ -40,7 +42,8 @@ def import_patch(ws: Workspace, name: str, file: str, version: str | None, subdi
     draft = authoring.Draft(name=name, package=package, patches=_pieces(name, data, file),
                             description=description if description is not None else
                             (subject.group(1).strip() if subject else f"imported from {Path(file).name}"))
-    return report_saved(ws, authoring.save(ws.patchsets_dir, draft, version=version), len(parsed), 0)
+    saved = authoring.save(ws.patchsets_dir, draft, version=version, version_option=_HIGHER)
+    return report_saved(ws, saved, len(parsed), 0)
 
 
 def _pieces(name: str, data: bytes, origin: str) -> tuple[tuple[str, bytes], ...]:
@@ -119,6 +122,6 @@ def _import_export(ws: Workspace, name: str, file: str, data: bytes, version: st
             raise BadInput(f"{file}: its {patchset.MANIFEST} is not UTF-8", "export the patch set again") from None
         files[patchset.MANIFEST] = authoring.set_keys(toml, {"name": name, "version": version or old_version}).encode()
     draft = authoring.Draft(name=name, package="", patches=(), extra_files=tuple(sorted(files.items())))
-    saved = authoring.save(ws.patchsets_dir, draft, version=version or old_version)
+    saved = authoring.save(ws.patchsets_dir, draft, version=version or old_version, version_option=_HIGHER)
     paths = patchset.load(ws.patchsets_dir, name).paths
     return report_saved(ws, saved, len(paths), 0)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import shutil
+from importlib import resources
 from pathlib import Path
 
-from ..errors import Refused
-from ..workspace import CONFIG
-from importlib import resources
+from ..errors import BadInput, NotInstalled, Refused, TargetError
+from ..targets import open_target
+from ..workspace import CONFIG, TargetConfig
 
 _TOML = """\
 # A patchkeeper workspace: the targets patchkeeper changes. Every key: docs/configuration.md.
@@ -64,12 +65,38 @@ def shipped() -> Path:
                   "reinstall it from its wheel or a checkout of its repository")
 
 
+def check_python(python: str, package: str) -> str | None:
+    """Refuse a --python that is not an interpreter patchkeeper's agent runs in (a missing path, a
+    directory, a text file, /bin/true, a Python too old for it); the note to print when it is one but
+    `package` is not installed there yet, else None."""
+    path = Path(python).expanduser().absolute()
+    hint = "give the interpreter of the venv that holds the package: --python VENV/bin/python"
+    if not path.exists():
+        raise BadInput(f"--python {python}: no such file", hint)
+    if path.is_dir():
+        raise BadInput(f"--python {python} is a directory", f"{hint} (e.g. {path / 'bin' / 'python'})")
+    target = open_target(TargetConfig("local", str(path), package))
+    try:
+        target.info
+    except NotInstalled:
+        return (f"note: {package} is not installed in {python} yet (wrong venv?): install it there "
+                f"(`{python} -m pip install {package}`) before the first change")
+    except TargetError as exc:
+        raise BadInput(f"--python {python} is not a Python that patchkeeper can run in: {exc.message}", hint) from None
+    except OSError as exc:  # not executable, or not a program at all (a text file)
+        raise BadInput(f"--python {python} cannot be run: {exc.strerror or exc}", hint) from None
+    finally:
+        target.close()
+    return None
+
+
 def init(root: Path, python: str | None, package: str) -> int:
     """Write a workspace into `root`; refuse (overwriting nothing) where one is already."""
     there = [name for name in (CONFIG, "patchsets", "snapshots") if (root / name).exists()]
     if there:
         raise Refused(f"{root} already holds a workspace ({', '.join(there)}); nothing was written",
                       "run init in an empty directory, or edit the patchkeeper.toml that is there")
+    note = check_python(python, package) if python is not None else None
     source = shipped()
     root.mkdir(parents=True, exist_ok=True)
     if python is not None:
@@ -85,6 +112,8 @@ def init(root: Path, python: str | None, package: str) -> int:
     (root / "snapshots").mkdir()
     names = sorted(p.name for p in (root / "patchsets").iterdir() if (p / "patchset.toml").is_file())
     print(f"wrote a workspace in {root}: {CONFIG}, patchsets/ ({', '.join(names)}), snapshots/")
+    if note:
+        print(note)
     if python is None:
         print("next: set python = ... of a target in patchkeeper.toml (patchkeeper init --python VENV/bin/python "
               "writes one), then `patchkeeper audit`")

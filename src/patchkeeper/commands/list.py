@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+import textwrap
+
 from ..patchset import patchset, saving
 from ..workspace import Workspace
 from . import emit_json
@@ -15,10 +18,18 @@ def list_patchsets(ws: Workspace, as_json: bool) -> int:
         return 0
     if not sets:
         print(f"no patch sets in {ws.patchsets_dir}")
+    width = shutil.get_terminal_size((100, 24)).columns  # $COLUMNS, the terminal's, else 100
+    cut = False
     for ps in sets:
         what = f"{len(ps.paths)} file(s)" + (f" + {', '.join(r for r, _ in ps.files)}" if ps.files else "")
-        print(f"{ps.ident:16} {ps.package}{ps.package_version:10} group={ps.group or '-':18} {what:20} {ps.description}")
+        print(f"{ps.ident:16} {ps.package}{ps.package_version:10} group={ps.group or '-':18} {what}")
+        text = textwrap.shorten(ps.description, max(width - 4, 20), placeholder=" …")
+        cut = cut or text != " ".join(ps.description.split())
+        if text:
+            print(f"    {text}")
         if kept[ps.name]:
-            print(f"{'':16} kept: {', '.join(f'{ps.name}@{v}' for v in kept[ps.name])} "
+            print(f"    kept: {', '.join(f'{ps.name}@{v}' for v in kept[ps.name])} "
                   f"(in patchsets/{saving.HISTORY}/{ps.name}/)")
+    if cut:
+        print("(a description in full: patchkeeper show NAME)")
     return 0

@@ -135,14 +135,17 @@ def _fetch(stack: contextlib.ExitStack, ws: Workspace, ps: PatchSet, version: st
     if not tags:  # the target's interpreter picks the wheel, as for repair; asked once
         t = open_target(config)
         try:
-            tags.append(wheels.target_tags(t))
+            tags.append(wheels.target_tags(t, wheels.where_to_put(ws.wheels, True)))
         finally:
             t.close()
-    for path in stack.enter_context(wheels.downloaded(tags[0], config.name, ps.package, version, ws.wheels)):
+    local_python = None if config.ssh else config.python
+    for path in stack.enter_context(wheels.downloaded(tags[0], config.name, ps.package, version, ws.wheels,
+                                                      local_python, True)):
         w = stack.enter_context(wheels.Wheel(path))
         if wheels.same_version(w.version, version):
             return _fitting(w, ps, path.name), f"pip download: {path.name}"
-    raise Refused(f"pip download gave no wheel of {ps.package} {version}", "pass --wheel FILE")
+    raise Refused(f"pip download gave no wheel of {ps.package} {version}",
+                  f"download it yourself and {wheels.where_to_put(ws.wheels, True)}")
 
 
 def _scan(ps: PatchSet, old: wheels.Wheel, new: wheels.Wheel, result: porting.Port) -> dict | None:

@@ -45,7 +45,7 @@ def _repair(ws: Workspace, target: str | None, dist: str, wheel: str | None, dry
         if not damage.files:
             print(f"{s.target.name}: {damage.name} {damage.version} matches its RECORD; nothing to repair")
             return report.done(0, s.ledger.current(), s.ledger.current(), dry_run)
-        found = repair.restore(s.target, damage, wheel, ws.wheels)
+        found = repair.restore(s.target, damage, wheel, ws.wheels, True)
         if dry_run:
             current = s.ledger.current()
             if current is None:
@@ -53,7 +53,9 @@ def _repair(ws: Workspace, target: str | None, dist: str, wheel: str | None, dry
         else:
             baseline = adopting.ensure_baseline(s, adopt=adopt)
             if baseline is not None:
-                print(f"recorded baseline of {s.target.name}: {baseline.extra.get('files')} files, "
+
+                print(f"recorded baseline of {s.target.name}: {baseline.extra.get('files')} files of "
+                      f"{s.target.info.package}, "
                       f"state {baseline.after.id}{adopting.describe(baseline)}")
             current = s.ledger.current()
         if current is None:  # a dry run before any baseline: the entry is only printed

@@ -133,8 +133,10 @@ def inherit(d: Draft, existing: PatchSet | None) -> Draft:
                    defaults=d.defaults if d.defaults is not None else existing.defaults or None)
 
 
-def save(root: Path, d: Draft, bump_part: str | None = None, version: str | None = None) -> Saved:
-    """Write the draft as patchsets/<name>/. Changed content needs a higher version (bump or given)."""
+def save(root: Path, d: Draft, bump_part: str | None = None, version: str | None = None,
+         version_option: str = "--bump patch|minor|major") -> Saved:
+    """Write the draft as patchsets/<name>/. Changed content needs a higher version (bump or given:
+    `version_option` names how the verb gives one, for the hints)."""
     from packaging.version import InvalidVersion, Version  # lazy: tens of ms to import, off the fast paths
 
     check_name(d.name)
@@ -147,11 +149,11 @@ def save(root: Path, d: Draft, bump_part: str | None = None, version: str | None
         existing = patchset.load(root, d.name) if (root / d.name / MANIFEST).is_file() else None
         d = inherit(d, existing)
         same_version = version or (existing.version if existing else FIRST_VERSION)
-        return _save(root, d, existing, same_version, bump_part, version)
+        return _save(root, d, existing, same_version, bump_part, version, version_option)
 
 
 def _save(root: Path, d: Draft, existing: PatchSet | None, same_version: str, bump_part: str | None,
-          version: str | None) -> Saved:
+          version: str | None, version_option: str) -> Saved:
     from packaging.version import Version  # lazy: tens of ms to import, off the fast paths
 
     tmp = saving.new_dir(root, d.name, uuid.uuid4().hex[:8])
@@ -167,10 +169,10 @@ def _save(root: Path, d: Draft, existing: PatchSet | None, same_version: str, bu
                 new_version = bump(existing.version, bump_part)
             else:
                 raise Refused(f"patch set {existing.ident} exists with other content; recording changed content "
-                              "under an unchanged version is refused", "pass --bump patch|minor|major")
+                              "under an unchanged version is refused", f"pass {version_option}")
             if Version(new_version) <= Version(existing.version):
                 raise Refused(f"version {new_version} is not above {existing.ident}'s",
-                              "give a higher version, or --bump")
+                              f"give a higher version: {version_option}")
             if new_version != same_version:
                 shutil.rmtree(tmp)
                 saving.write_dir(tmp, contents(d, new_version))

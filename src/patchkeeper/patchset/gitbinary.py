@@ -43,10 +43,10 @@ def decode(patch: BinaryPatch, where: str) -> bytes:
     try:
         data = zlib.decompress(_base85(patch.lines))
     except (ValueError, zlib.error) as exc:
-        raise BadInput(f"{where}: corrupt binary patch: {exc}", "write the diff again with git diff --binary") from None
+        raise BadInput(f"{where}: corrupt binary patch: {exc}", "write the diff again with `git diff --binary`") from None
     if len(data) != patch.size:
         raise BadInput(f"{where}: corrupt binary patch: {len(data)} bytes inflated, {patch.size} declared",
-                       "write the diff again with git diff --binary")
+                       "write the diff again with `git diff --binary`")
     return data
 
 
@@ -170,8 +170,8 @@ def apply(patch: BinaryPatch, data: bytes | None, where: str) -> bytes:
         try:
             out = apply_delta(data or b"", payload)
         except (ValueError, IndexError) as exc:
-            raise BadInput(f"{where}: corrupt binary delta: {exc}", "write the diff again with git diff --binary") from None
+            raise BadInput(f"{where}: corrupt binary delta: {exc}", "write the diff again with `git diff --binary`") from None
     if blob_sha1(out) != patch.new_id:
         raise BadInput(f"{where}: the binary patch gives blob {blob_sha1(out)[:12]}, not the {patch.new_id[:12]} "
-                       "it names", "write the diff again with git diff --binary")
+                       "it names", "write the diff again with `git diff --binary`")
     return out

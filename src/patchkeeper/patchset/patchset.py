@@ -6,7 +6,7 @@ import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..errors import BadInput
+from ..errors import BadInput, did_you_mean
 from ..host.disk import hash_bytes
 from ..workspace import check_values, value_text
 from . import gitdiff, patching, templates
@@ -93,7 +93,8 @@ def load(root: Path, name: str) -> PatchSet:
     path = directory / MANIFEST
     if not path.is_file():
         known = ", ".join(names(root)) or "none"
-        raise BadInput(f"unknown patch set {name!r} (known: {known})",
+        close = did_you_mean(name, names(root))
+        raise BadInput(f"unknown patch set {name!r} (known: {known})" + (f"; did you mean {close!r}?" if close else ""),
                        f"create {directory}/{MANIFEST}, or run `patchkeeper list`")
     _cap(path, MAX_TOML)
     try:

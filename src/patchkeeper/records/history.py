@@ -4,6 +4,7 @@ history of each target's code state, and reading a package's source checkout bet
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import threading
 from contextlib import contextmanager
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from ..patchset.diffwrite import Change
 
 NO_HISTORY_MARK = ".no-git-history"
+NO_IDENTITY_MARK = ".no-git-identity"
 
 
 def repo_root(path: Path) -> Path | None:
@@ -47,6 +49,29 @@ def say_no_history_once(ws_root: Path) -> None:
     mark.parent.mkdir(parents=True, exist_ok=True)
     mark.write_text("patchkeeper noted once that this workspace is not a git repository.\n"
                     "Delete this file to be told again.\n")
+
+
+def identity(repo: Any, ws_root: Path) -> dict[str, str]:
+    """The environment for a commit: nothing when git has an identity (user.name and user.email, or
+    GIT_AUTHOR_*), else patchkeeper@HOST as etckeeper does, said once (its mark in snapshots/)."""
+    import git  # lazy: GitPython is slow to import; only a commit needs it here
+
+    try:
+        repo.git.var("GIT_COMMITTER_IDENT")
+        repo.git.var("GIT_AUTHOR_IDENT")
+        return {}
+    except git.GitCommandError:
+        pass
+    email = f"patchkeeper@{socket.gethostname() or 'localhost'}"
+    mark = ws_root / "snapshots" / NO_IDENTITY_MARK
+    if not mark.exists():
+        print(f"patchkeeper: note: git has no identity here, so the workspace's history is committed as "
+              f"patchkeeper <{email}>; set yours with `git config --global user.name NAME` and "
+              f"`git config --global user.email EMAIL`; this note is shown once", file=sys.stderr)
+        mark.parent.mkdir(parents=True, exist_ok=True)
+        mark.write_text("patchkeeper noted once that git has no identity here.\nDelete this file to be told again.\n")
+    return {f"GIT_{who}_{what}": value for who in ("AUTHOR", "COMMITTER")
+            for what, value in (("NAME", "patchkeeper"), ("EMAIL", email))}
 
 
 _COMMITTING = threading.Lock()  # one index per repository: a rollout's targets commit one at a time
@@ -159,7 +184,8 @@ def commit_paths(ws_root: Path, paths: list[Path], message: str) -> str | None:
                 except git.GitCommandError:
                     pass
             # --only: a commit of these paths alone, built from HEAD, whatever else is staged
-            _git(repo, "commit", "--only", "--no-verify", "-q", "-m", message, "--", *rels)
+            _git(repo, "commit", "--only", "--no-verify", "-q", "-m", message, "--", *rels,
+                 env=identity(repo, ws_root))
             return repo.head.commit.hexsha
     except (git.GitCommandError, git.InvalidGitRepositoryError, ValueError, OSError) as exc:
         if staged and repo is not None:
@@ -172,15 +198,15 @@ def commit_paths(ws_root: Path, paths: list[Path], message: str) -> str | None:
         return None
 
 
-def _git(repo: Any, *args: str) -> None:
+def _git(repo: Any, *args: str, env: dict[str, str] | None = None) -> None:
     """A git command that takes the index's lock: another git process holding it (an editor, another
-    patchkeeper command) is waited for a while, not failed at once."""
+    patchkeeper command) is waited for a while, not failed at once. `env`: added to the environment."""
 
     import git  # lazy: GitPython is slow to import; only authoring needs it
 
     for attempt in range(60):
         try:
-            repo.git.execute(["git", *args])
+            repo.git.execute(["git", *args], env=env or None)
             return
         except git.GitCommandError as exc:
             if "index.lock" not in str(exc.stderr) or attempt == 59:

@@ -142,10 +142,11 @@ class Target(ABC):
         try:
             code, out, err = self.run_python(source, timeout=timeout)
         except FileNotFoundError:
-            code, out, err = 127, b"", b"not found"
+            code, out, err = 127, b"", b"no such file"
         if code != 0:
+            said = err.decode(errors="replace").strip().splitlines()
             raise TargetError(f"target {self.name}: cannot run its interpreter {cfg.python}: "
-                              f"{err.decode(errors='replace').strip().splitlines()[-1:] or code}",
+                              f"{said[-1] if said else f'exit {code}'}",
                               f"fix python = ... in [targets.{self.name}]")
         try:
             return json.loads(out)
@@ -196,7 +197,9 @@ class Target(ABC):
         dist = self.package_layout(sites, cfg.package)
         if dist is None:
             raise NotInstalled(f"target {self.name}: package {cfg.package!r} is not installed in {' or '.join(sites)}",
-                               f"install it with {cfg.python} -m pip install {cfg.package}",
+                               f"wrong venv? python = \"{cfg.python}\" in [targets.{self.name}] names the interpreter "
+                               f"whose site-packages holds {cfg.package}: point it at that venv's bin/python; or "
+                               f"install it there: `{cfg.python} -m pip install {cfg.package}`",
                                cfg.state_dir or posixpath.join(py.prefix, ".patchkeeper"))
         roles = []
         for role, path in sorted(cfg.files.items()):

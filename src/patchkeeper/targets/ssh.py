@@ -10,6 +10,7 @@ once per target; the near-disk agent runs in the target's own Python on the host
 from __future__ import annotations
 
 import base64
+import errno
 import getpass
 import hashlib
 import os
@@ -158,10 +159,34 @@ def connect(ep: Endpoint, target: str, sock=None):
         raise
     except (OSError, paramiko.SSHException, EOFError) as exc:
         client.close()
-        raise TargetError(f"target {target}: cannot reach {where}: {exc}",
+        raise TargetError(f"target {target}: cannot reach {where}: {in_words(exc, ep.host, ep.port)}",
                           "check the host is up and `ssh` to it works") from None
     client.get_transport().set_keepalive(15)
     return client
+
+
+_GAI = {socket.EAI_NONAME: "does not resolve", socket.EAI_AGAIN: "cannot be resolved now (a temporary DNS failure)",
+        getattr(socket, "EAI_NODATA", -5): "has no address"}
+_REFUSALS = {errno.ECONNREFUSED: "nothing listens there (connection refused)",
+             errno.EHOSTUNREACH: "no route to that host", errno.ENETUNREACH: "its network is unreachable",
+             errno.ETIMEDOUT: "no answer (timed out)", errno.ECONNRESET: "the connection was reset"}
+
+
+def in_words(exc: BaseException, host: str, port: int) -> str:
+    """What failed when connecting to host:port, in words rather than `[Errno -2]` or `[Errno None]`."""
+    if isinstance(exc, socket.gaierror):
+        return f"the host name {host} {_GAI.get(exc.errno or 0, 'does not resolve')} ({exc.strerror})"
+    errors = getattr(exc, "errors", None)  # paramiko's NoValidConnectionsError: one error per address tried
+    if isinstance(errors, dict) and errors:
+        return "; ".join(f"{addr[0]} port {addr[1]}: " + in_words(e, host, port).split(": ", 1)[-1]
+                         for addr, e in errors.items())
+    if isinstance(exc, (socket.timeout, TimeoutError)):
+        return f"{host} port {port}: no answer within 20 s"
+    if isinstance(exc, OSError) and exc.errno in _REFUSALS:
+        return f"{host} port {port}: {_REFUSALS[exc.errno]}"
+    if isinstance(exc, EOFError) or "banner" in str(exc):
+        return f"{host} port {port} answered, but closed the connection during the SSH handshake (is it an SSH server?)"
+    return str(exc) or type(exc).__name__
 
 
 class SshTarget(AgentTarget):
