@@ -22,7 +22,7 @@ import pytest
 
 from patchkeeper.workspace import default_dropin
 
-from conftest import DRAFT, REPO, Env, copy_venv, tree
+from conftest import DRAFT, REPO, Env, copy_venv, every_path, tree
 from sshd import accepted, sshd  # noqa: F401 (sshd is a fixture)
 from test_verify import FAKE, Service, free_port
 
@@ -136,14 +136,17 @@ TASK = "    - patchkeeper.core.patchset:\n        name: {name}\n        state: {
 def test_the_module_in_playbooks(hosts):
     lab = hosts
     pristine = {h: tree(lab.venvs[h]) for h in HOSTS}
+    untouched = {h: every_path(lab.venvs[h], lab.units[h].parent) for h in HOSTS}  # state dirs, pycs, mtimes
 
-    # check mode with diffs: the plan, nothing changed
+    # check mode with diffs: the plan, nothing changed, nothing written at all (no state dir either)
     got, out = lab.playbook(TASK.format(name="ddtree", state="present"), "--check", "--diff")
     for host in HOSTS:
         (result,) = got[host]
         assert result["_status"] == "CHANGED" and result["state_after"], out
         assert result["msg"].startswith("dry run: would change 18 file(s)")
         assert tree(lab.venvs[host]) == pristine[host]
+        assert every_path(lab.venvs[host], lab.units[host].parent) == untouched[host]
+        assert not (lab.venvs[host] / ".patchkeeper").exists()
     assert f"--- before: {default_dropin(str(lab.units['ct129']))}" in out  # each file's diff, rendered by Ansible
     assert re.search(r"^\+.*--speculative-algorithm DDTREE", out, re.M)
 

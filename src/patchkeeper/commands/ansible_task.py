@@ -66,7 +66,7 @@ def _change(ws: Any, host: str, name: str, state: str, verify: bool, dry_run: bo
 
     if state == "present":
         return apply(ws, host, name, dry_run, False, verify=verify, noted=noted)
-    with Session(ws, host, "status", write=False) as s:  # absent: is the set applied at all?
+    with Session(ws, host, "status", write=False, hands_off=dry_run) as s:  # absent: is the set applied at all?
         current = s.ledger.current()
         if current is None or name not in [p["name"] for p in current.stack]:
             print(f"{host}: {name} is not applied; nothing to do")

@@ -54,18 +54,18 @@ def _one_result(ws: Workspace, name: str) -> dict:
 
 def diff_all(ws: Workspace, as_json: bool) -> int:
     """Every target against its own recorded state, at once; one row each."""
-    from .fleet import each, table
+    from .fleet import Failed, each, table
 
     results = each(ws, _one_result, "diff")
-    errors = [n for n, r in results.items() if isinstance(r, str)]
-    differing = [n for n, r in results.items() if not isinstance(r, str)
+    errors = [n for n, r in results.items() if isinstance(r, Failed)]
+    differing = [n for n, r in results.items() if not isinstance(r, Failed)
                  and (r["differences"] or (r.get("installation") or {}).get("trouble"))]
     if as_json:
-        emit_json({n: ({"error": r} if isinstance(r, str) else r) for n, r in results.items()})
+        emit_json({n: (r.to_dict() if isinstance(r, Failed) else r) for n, r in results.items()})
     else:
         rows = []
         for n, r in results.items():
-            if isinstance(r, str):
+            if isinstance(r, Failed):
                 rows.append([n, "-", f"error: {r}"])
             elif r["state"] is None:
                 rows.append([n, "-", "no recorded state"])

@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, TextIO
 
-from ..errors import EXIT_DIFFERS, EXIT_ROLLED_BACK, EXIT_UNFINISHED, PatchkeeperError
+from ..errors import EXIT_DIFFERS, EXIT_ROLLED_BACK, EXIT_UNFINISHED, PatchkeeperError, TargetError
 from ..workspace import Workspace
 
 if TYPE_CHECKING:
@@ -71,13 +71,15 @@ class HostResult:
     done: Done | None
     error: str | None
     output: str  # what its change printed
+    lost: bool = False  # the host failed under the change (unreachable, given up): not a refusal
 
     def line(self) -> str:
         d = self.done
         if self.code is None:
             return "not attempted"
         if self.error is not None:
-            return ("UNFINISHED: " if self.code == EXIT_UNFINISHED else "refused: ") + self.error
+            label = "UNFINISHED" if self.code == EXIT_UNFINISHED else "FAILED" if self.lost else "refused"
+            return f"{label}: {self.error}"
         if d is None:
             return f"exit {self.code}"
         states = f"state {d.before or '-'} -> {d.after or '-'}"
@@ -116,16 +118,19 @@ def rollout(ws: Workspace, change: Change, what: str, serial: int | None, max_fa
     def one(name: str) -> HostResult:
         noted: list[Done] = []
         buffer = router.capture()
+        lost = False
         try:
             with (local if not ws.targets[name].ssh else _nothing()):
                 code, error = change(ws, name, noted.append), None
+        except TargetError as exc:  # one line: what happened, then what to do
+            code, error, lost = exc.exit_code, f"{exc.message}; next: {exc.hint}" if exc.hint else exc.message, True
         except PatchkeeperError as exc:
             code, error = exc.exit_code, str(exc).splitlines()[0]
         except OSError as exc:
             code, error = 2, f"{exc.strerror or exc}{': ' + str(exc.filename) if exc.filename else ''}"
         finally:
             router.release()
-        return HostResult(name, code, noted[-1] if noted else None, error, buffer.getvalue())
+        return HostResult(name, code, noted[-1] if noted else None, error, buffer.getvalue(), lost)
 
     failures = 0
     pending = list(names)

@@ -22,7 +22,7 @@ from ..host.contract import Interpreter, InterpreterFacts
 from ..workspace import TargetConfig
 from .base import Target, memo
 from .local import run_here
-from .remote_agent import AgentProxy, PipeLink, program
+from .remote_agent import AgentProxy, Patience, PipeLink, program
 
 SUPPORTED = ("ssh", "local")
 
@@ -75,7 +75,7 @@ class AnsibleTarget(Target):
             except OSError as exc:
                 raise TargetError(f"target {self.name}: cannot start ssh for its agent: {exc}",
                                   "check that ssh is installed on the controller") from None
-            self._agent = AgentProxy(link, self.name, self.config.python)
+            self._agent = AgentProxy(link, self.name, self.config.python, Patience(self.config.timeout))
         return self._agent
 
     def interpreter(self) -> Interpreter:

@@ -43,9 +43,9 @@ class LocalTarget(Target):
             return self._proxy
         if self.same_interpreter:
             return self._in_process
-        from .remote_agent import AgentProxy
+        from .remote_agent import AgentProxy, Patience
 
-        self._proxy = AgentProxy.in_subprocess(self.name, self.config.python)
+        self._proxy = AgentProxy.in_subprocess(self.name, self.config.python, Patience(self.config.timeout))
         return self._proxy
 
     @memo
