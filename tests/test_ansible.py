@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from patchkeeper.commands.rollout import PREVIOUS_FAILS
 from patchkeeper.workspace import default_dropin
 
 from conftest import DRAFT, REPO, Env, copy_venv, every_path, tree
@@ -183,6 +184,27 @@ def test_an_error_fails_the_task_with_its_one_line(hosts):
     (result,) = got["ct129"]
     assert result["msg"].startswith("patchkeeper: error: ") and "nosuchset" in result["msg"]
     assert "\n" not in result["msg"] and result["rc"] == 2
+
+
+def test_a_failed_apply_gives_its_verdict_and_the_ledger_keeps_the_play_and_task(hosts):
+    lab = hosts
+    with lab.units["ct200"].open("a") as f:  # the fake service degenerates on ct200 whenever NEXTN is in its unit
+        f.write("# NEXTN in this comment: every code state of ct200 fails verification\n")
+    task = "    - name: roll out ddtree\n      patchkeeper.core.patchset:\n        name: ddtree\n        state: present\n"
+    got, out = lab.playbook(task, check=2)
+    ok, failed = got["ct129"][0], got["ct200"][0]
+    assert ok["_status"] == "CHANGED" and "verdict" not in ok, out
+    assert failed["_status"] == "FAILED" and failed["msg"].startswith("patchkeeper: FAILED and rolled back"), out
+    assert PREVIOUS_FAILS in failed["msg"] and "\n" not in failed["msg"], failed["msg"]
+    assert (failed["verdict"], failed["previous_state_fails"], failed["rolled_back"]) == \
+        (PREVIOUS_FAILS, True, "degenerate")
+
+    log = lab.env.pk("log", "-t", "ct129").stdout.splitlines()
+    assert all(f"via ansible {lab.root / 'play.yml'}:" in line and "task 'roll out ddtree'" in line for line in log)
+    entries = json.loads(lab.env.pk("log", "--all", "--json").stdout)["entries"]
+    assert {e["target"] for e in entries} == {"ct129", "ct200"}
+    assert all(e["origin"]["via"] == "ansible" and e["origin"]["play"] == "gpus" and
+               e["origin"]["task"] == "roll out ddtree" for e in entries), entries
 
 
 def test_inventory_hosts_are_targets_and_its_groups_are_groups(hosts):

@@ -460,3 +460,26 @@ def test_dry_runs_and_check_write_nothing_on_the_host(fleet):
             after = host(name)
             assert not [p for p in before.keys() | after.keys() if before.get(p) != after.get(p)], verb
     assert not (fleet.venvs["ct129"] / ".patchkeeper").exists()
+
+
+def test_log_all_merges_every_target_newest_first_with_its_origin(fleet):
+    fleet.pk("apply", "ddtree", "-t", "ct200")
+    fleet.pk("apply", "ddtree", "-t", "ct129")
+    fleet.pk("rollback", "-t", "ct200", "--to", "baseline")
+    one = fleet.pk("log", "-t", "ct129").stdout.splitlines()
+    assert all(" via cli " in line for line in one) and len(one) == 2, one  # the apply and its baseline
+
+    lines = fleet.pk("log", "--all", check=2).stdout.splitlines()  # `local` has no venv: its error line
+    rows = [line.split() for line in lines if " via " in line]
+    assert [(r[3], r[7]) for r in rows] == [("ct200", "rollback"), ("ct129", "apply"), ("ct129", "baseline"),
+                                            ("ct200", "apply"), ("ct200", "baseline")], lines
+    assert all(r[5:7] == ["via", "cli"] for r in rows), lines
+    assert any(line.startswith("local: error: ") for line in lines) and lines[-1].endswith("1 unreachable")
+
+    doc = json.loads(fleet.pk("log", "-t", "ct129", "-t", "ct200", "--json").stdout)
+    assert [(e["target"], e["kind"]) for e in doc["entries"]] == [(r[3], r[7]) for r in rows]
+    assert all(e["origin"] == {"via": "cli"} for e in doc["entries"]) and doc["errors"] == {}
+    times = [e["time"] for e in doc["entries"]]
+    assert times == sorted(times, reverse=True)
+    failed = json.loads(fleet.pk("status", "--all", "--json", check=2).stdout)["local"]
+    assert set(failed) == {"error", "hint", "exit"} and failed["exit"] == 2 and failed["hint"], failed

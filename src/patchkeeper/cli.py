@@ -115,15 +115,20 @@ def status(ctx, targets_, group, as_json, every):
 
 
 @main.command()
-@target_option
+@targets_option
+@group_option
 @json_option
+@click.option("--all", "every", is_flag=True, help="every target in the workspace, merged, newest first")
 @click.pass_context
 @command
-def log(ctx, target, as_json):
-    """Every transaction on the target, newest first."""
-    from .commands.log import log as run
+def log(ctx, targets_, group, as_json, every):
+    """Every transaction on the target, newest first, with its origin (the CLI or an Ansible task)."""
+    from .commands import log as cmd
 
-    return run(workspace_of(ctx), target, as_json)
+    picked = chosen(ctx, targets_, group, every)
+    if picked is not None:
+        return cmd.log_all(picked, as_json)
+    return cmd.log(workspace_of(ctx), targets_[0] if targets_ else None, as_json)
 
 
 @main.command()

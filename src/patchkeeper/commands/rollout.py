@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     from ..targets import Target
 
 
+PREVIOUS_FAILS = "the previous code state fails as well: the fault is likely not in the patch set"
+
+
 @dataclass(frozen=True)
 class Done:
     """What a change did on one target, as its command tells a rollout."""
@@ -35,6 +38,7 @@ class Done:
     changed: bool
     verified: bool  # a [service] was restarted and verified after it
     rolled_back: str | None = None  # the failed verification's reason, when it was rolled back
+    previous_fails: str | None = None  # after a rollback, the restored state's failed verification's reason
     note: str = ""
     plan: Plan | None = field(default=None, compare=False, repr=False)  # the plan carried out (or not: a dry run)
     target: Target | None = field(default=None, compare=False, repr=False)  # open while its command runs
@@ -54,8 +58,11 @@ class Done:
                        plan=plan, target=s.target)
         back = next((step for step in outcome.steps if isinstance(step, RolledBack)), None)
         current = s.ledger.current()
+        again = back.again if back is not None and not back.again.ok else None
         return cls(before, current.id if current else None, True, service and outcome.exit_code == 0,
-                   back.report.reason if back is not None else None, f"{len(plan.ops)} file(s)", plan, s.target)
+                   back.report.reason if back is not None else None,
+                   (again.reason or again.message or "failed") if again is not None else None,
+                   f"{len(plan.ops)} file(s)", plan, s.target)
 
 
 Noted = Callable[[Done], None]
@@ -84,7 +91,8 @@ class HostResult:
             return f"exit {self.code}"
         states = f"state {d.before or '-'} -> {d.after or '-'}"
         if self.code == EXIT_ROLLED_BACK:
-            return f"FAILED and rolled back (verification: {d.rolled_back or '?'}); back in state {d.after or '-'}"
+            line = f"FAILED and rolled back (verification: {d.rolled_back or '?'}); back in state {d.after or '-'}"
+            return line + (f", but {PREVIOUS_FAILS} ({d.previous_fails})" if d.previous_fails else "")
         if self.code == EXIT_DIFFERS:
             return f"changed, but its verification FAILED (kept); {states}"
         if not d.changed:

@@ -11,13 +11,13 @@ from ..change.mirror import NotMirrored
 from ..printable import one_line
 from ..records.ledger import State
 from ..records.manifest import ROLE_PREFIX
+from .rollout import PREVIOUS_FAILS
 
 if TYPE_CHECKING:
     from ..change.aftercheck import SincePassed
     from ..change.verify import Verification
 
 _MARK = {"changed": "M", "added": "A", "removed": "D", "mode": "m"}
-PREVIOUS_FAILS = "the previous code state fails as well: the fault is likely not in the patch set"
 
 
 def render_plan(plan: Plan, target: str, dry_run: bool, exec_start: Any = None) -> None:
