@@ -24,7 +24,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import BARE, PK, REPO, SERVE, SITE_REL, base_env, print_rows, scratch, site_files  # noqa: E402
 
 PARTS = {"local": "the serving environment on this machine", "remote": "the serving environment 10 ms away",
-         "fleet": "16 SSH targets 10 ms away (issue 25)", "guards": "old rows against git and b3sum (guards only)"}
+         "fleet": "16 SSH targets 10 ms away (issue 25)",
+         "hundred": "100 SSH targets beside 16, 10 ms away (issue 35)", "guards": "old rows against git and b3sum (guards only)"}
 OUT = Path(__file__).parent / "results.json"
 
 
@@ -41,7 +42,9 @@ def _fingerprint(venv: Path) -> dict[str, str]:
 
 
 def _about() -> dict[str, Any]:
-    checkout = Path(PK).resolve().parents[2]  # the checkout whose .venv holds the patchkeeper under test
+    found = subprocess.run([str(Path(PK).parent / "python"), "-c", "import patchkeeper; print(patchkeeper.__file__)"],
+                           capture_output=True, text=True).stdout.strip()
+    checkout = Path(found).resolve().parents[2]  # the checkout of the patchkeeper under test (PYTHONPATH wins)
     commit = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     dirty = subprocess.run(["git", "-C", str(checkout), "status", "--porcelain", "--untracked-files=no"],
