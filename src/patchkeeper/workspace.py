@@ -172,8 +172,8 @@ def load(root: Path, inventory: str | None = None, hosts: dict[str, dict] | None
         wrong = [k for k in ("ssh", "state_dir", "identity_file") if k in table and not isinstance(table[k], str)]
         if not _seconds(table.get("persist", 0)):
             wrong.append("persist (seconds >= 0)")
-        if not _seconds(table.get("timeout", 1)) or table.get("timeout", 1) == 0:
-            wrong.append("timeout (seconds > 0)")
+        if not _seconds(table.get("timeout", 3)) or table.get("timeout", 3) < 3:
+            wrong.append("timeout (seconds >= 3: the agent's heartbeat comes every second)")
         files = table.get("files") or {}
         if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
             wrong.append("files (a table of role = \"path\")")

@@ -14,6 +14,7 @@ before (wire.MAGIC) is skipped up to a bound; every read of the wire has a timeo
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,8 +22,6 @@ from ..errors import AgentError, TargetError
 from ..host import contract as c
 from ..host import shapes, wire
 from .links import Link, PipeLink, SshLink, program
-
-import time
 
 DEFAULT_TIMEOUT = 30.0  # seconds a host may keep the wire silent (no answer, no heartbeat): a target's `timeout`
 
