@@ -287,7 +287,8 @@ def error_doc(exc: PatchkeeperError) -> dict[str, str]:
 
 
 def _error(doc: dict[str, str]) -> PatchkeeperError:
-    kind = {"BadInput": BadInput, "TargetError": TargetError}.get(doc.get("type", ""), PatchkeeperError)
+    kind = {"BadInput": BadInput, "TargetError": TargetError, "_Said": TargetError}.get(doc.get("type", ""),
+                                                                                      PatchkeeperError)
     return kind(doc.get("message", "the held connection failed"), doc.get("hint", ""))
 
 

@@ -34,8 +34,9 @@ class Patience:
 
     @property
     def hello(self) -> float:
-        """For an agent to start and say hello: an interpreter to start, its program uploaded."""
-        return 4 * self.silence
+        """For an agent to start and say hello (no heartbeat yet: an interpreter to start, its program
+        uploaded and compiled, on a host that may be busy): four silences, at least a minute."""
+        return max(4 * self.silence, 60.0)
 
     def deadline(self, sent: int) -> float:
         """The longest one call may run, heartbeats or not: 60 silences (30 min by default: hashing
