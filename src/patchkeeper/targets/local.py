@@ -20,7 +20,7 @@ from ..host.contract import (
     Interpreter,
     InterpreterFacts,
 )
-from ..host.statcache import identity, load_cache, save_cache, user_cache
+from ..host.statcache import identity, load_cache, save_cache, user_cache, write_caches
 from ..workspace import TargetConfig
 from .base import Target, memo
 
@@ -59,6 +59,7 @@ class LocalTarget(Target):
         if self._proxy is not None:
             self._proxy.close()
             self._proxy = None
+        write_caches(True)  # the in-process agent's hands_off (a dry run) ends with the command's use of it
 
     def run(self, argv: list[str], timeout: float = 60.0, input: bytes | None = None) -> tuple[int, bytes, bytes]:
         return run_here(argv, timeout, input)
