@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from patchkeeper.commands.rollout import PREVIOUS_FAILS
+from patchkeeper.change.rollout import PREVIOUS_FAILS
 from patchkeeper.workspace import default_dropin
 
 from conftest import DRAFT, REPO, Env, copy_venv, every_path, tree
 from sshd import accepted, sshd  # noqa: F401 (sshd is a fixture)
-from test_verify import FAKE, Service, free_port
+from helpers import FAKE, Service, free_port
 
 HOSTS = ("ct129", "ct200")
 BIN = Path(sys.executable).parent

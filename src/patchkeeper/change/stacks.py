@@ -7,13 +7,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Collection, Iterable
 
-from ..errors import BadInput, Refused
+from ..errors import BadInput, HunkFailed, Refused
 from ..host.disk import STAGE_PREFIX, is_managed_name
 from ..records.ledger import PatchSetRef
 from ..records.manifest import ROLE_PREFIX
 from ..targets import Target, TargetInfo
 from ..workspace import TargetConfig, Workspace
 from .session import Session
+from ..host.disk import normalize_name as canonicalize_name
+from ..patchset import patching
+from ..patchset import patchset
 
 if TYPE_CHECKING:
     from ..patchset import patching
@@ -23,7 +26,6 @@ if TYPE_CHECKING:
 def resolve(ws_patchsets: Path, name: str, bind_to: TargetConfig | None = None) -> list[PatchSet]:
     """The patch set and everything it requires, requirements first; with `bind_to`, their role
     files rendered with that target's vars (a missing value is refused here, before any change)."""
-    from ..patchset import patchset
 
     out: dict[str, PatchSet] = {}
 
@@ -89,7 +91,6 @@ def stack_change(ws_patchsets: Path, stack: Iterable[PatchSetRef], incoming: lis
 
 def group_of(ws_patchsets: Path, ref: PatchSetRef) -> str | None:
     """An applied patch set's group, from its ledger ref (or, for older refs, its directory)."""
-    from ..patchset import patchset
 
     if "group" in ref:
         return ref["group"]
@@ -111,10 +112,6 @@ class Misfit:
 
 def misfits(sets: list[PatchSet], package: str, version: str, roles: Collection[str] | None) -> list[Misfit]:
     """Every misfit of `sets` for `package` `version` (names compared canonically); roles unchecked if None."""
-    from ..host.disk import (
-        normalize_name as canonicalize_name,  # packaging's rule, without importing packaging
-    )
-    from ..patchset import patchset
 
     out = []
     for ps in sets:
@@ -129,8 +126,6 @@ def misfits(sets: list[PatchSet], package: str, version: str, roles: Collection[
 
 
 def check_fits(target: Target, sets: list[PatchSet], force: bool) -> list[str]:
-    from ..patchset import patchset
-
     info, notes = target.info, []
     for m in misfits(sets, target.config.package, info.version, dict(info.roles)):
         ps = m.patchset
@@ -209,21 +204,34 @@ def build_files(sets: list[PatchSet], files: dict[str, bytes | None], modes: dic
 
     With `trial_of`, each file patch is checked first: a failing one is reported (for the sets in
     `trial_of`) and skipped, instead of raising."""
-    from ..patchset import patching
 
     checks = []
     for ps in sets:
+        before: dict[str, bytes | None] = {}  # a rename or copy reads its source as the set found it (git apply's rule)
         for origin, fps in ps.patches:
             for fp in fps:
+                src = fp.source
+                data = files[fp.path] if src is None else before[src] if src in before else files[src]
                 if trial_of is not None:
-                    hunks = patching.check(fp, files[fp.path])
+                    hunks = patching.check(fp, data)
+                    if src is not None and files[fp.path] is not None:
+                        hunks = (patching.HunkCheck(f"{fp.kind} from {src}", None, "the file already exists"),)
                     if ps in trial_of:
                         checks.append(FileCheck(ps.ident, origin, fp.path, hunks))
                     if any(h.offset is None for h in hunks):
                         continue
-                files[fp.path] = patching.apply(fp, files[fp.path], f"{ps.name}/{origin}").data
+                elif src is not None and files[fp.path] is not None:
+                    raise HunkFailed(f"{ps.name}/{origin}: {fp.path}: the patch {fp.kind}s {src} to this path, "
+                                     "but it already exists", "roll back first, or check which patch set created it")
+                before.setdefault(fp.path, files[fp.path])
+                files[fp.path] = patching.apply(fp, data, f"{ps.name}/{origin}").data
+                if fp.kind == "rename" and src is not None:
+                    before.setdefault(src, files[src])
+                    files[src] = None
                 if fp.new_mode is not None:
                     modes[fp.path] = fp.new_mode
+                elif src is not None:
+                    modes[fp.path] = modes.get(src, 0o644)
                 elif fp.kind == "add":
                     modes[fp.path] = 0o644
         for role, data in ps.files:
@@ -234,8 +242,6 @@ def build_files(sets: list[PatchSet], files: dict[str, bytes | None], modes: dic
 
 
 def load_applied(ws: Workspace, ref: PatchSetRef) -> PatchSet:
-    from ..patchset import patchset
-
     ps = patchset.load(ws.patchsets_dir, ref["name"])
     if ps.digest != ref["digest"]:
         raise Refused(f"applied patch set {ref['name']}@{ref['version']} is no longer in the workspace as applied "
@@ -245,7 +251,6 @@ def load_applied(ws: Workspace, ref: PatchSetRef) -> PatchSet:
 
 def owners_of(ws: Workspace, stack: Iterable[PatchSetRef]) -> dict[str, str]:
     """key -> the patch set(s) of `stack` that touch it, by their paths and role files."""
-    from ..patchset import patchset
 
     owners: dict[str, list[str]] = {}
     for ref in stack:

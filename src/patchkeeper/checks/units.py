@@ -7,10 +7,9 @@ import posixpath
 import re
 import shlex
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import Mapping, Sequence
 
-if TYPE_CHECKING:
-    from .targets import Target
+from ..targets.base import Target
 
 _PREFIXES = "-@:+!|"
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")  # inside a word only ${VAR} is expanded

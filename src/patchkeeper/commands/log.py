@@ -8,6 +8,7 @@ import time
 from ..change.session import Session
 from ..printable import one_line
 from ..records.ledger import LedgerEntry, describe_origin
+from ..targets.fleet import Failed, each
 from ..workspace import Workspace
 from . import emit_json
 
@@ -56,8 +57,6 @@ def _entries(ws: Workspace, name: str) -> list[LedgerEntry]:
 def log_all(ws: Workspace, as_json: bool) -> int:
     """Every transaction of every chosen target, newest first, one line each with its target; a
     target that cannot be read is its own line (JSON: {"entries": [...], "errors": {name: ...}})."""
-    from .fleet import Failed, each
-
     results = each(ws, _entries, "log")
     errors = {n: r for n, r in results.items() if isinstance(r, Failed)}
     merged = sorted(((e, n) for n, r in results.items() if not isinstance(r, Failed) for e in r),

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from ..change import plans, stacks
 from ..change.session import Session
-from ..checks import audit, installed
+from ..checks import audit, installation
 from ..printable import one_line
 from ..workspace import Workspace
 from . import emit_json
+from ..checks import units
+from ..targets.fleet import Failed, each, table
 
 
 def status(ws: Workspace, target: str | None, as_json: bool) -> int:
@@ -24,10 +26,8 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
             diffs = plans.drift(s.target, current.manifest)  # compared on the target: only differences travel
         exec_start = None
         if "unit" in s.config.files:
-            from ..checks import units
-
             exec_start = units.on_target(s.target)
-        told = installed.told(s.target, s.ledger, s.installation())
+        told = installation.told(s.target, s.ledger, s.installation())
         doc = {"target": s.target.name, "host": info.host, "package": info.package, "version": info.version,
                "site": info.site, "state_dir": info.state_dir, "state": current.to_dict() if current else None,
                "differences": diffs, "unfinished": s.unfinished.message if s.unfinished else None,
@@ -64,7 +64,7 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
         return code
 
 
-def _hint(s: Session, told: installed.Told) -> str:
+def _hint(s: Session, told: installation.Told) -> str:
     change = told.change
     if change.kind == "version":
         return (f"{change.pin(s.target.info.python)} brings back the release state {change.state.id} was recorded "
@@ -79,7 +79,6 @@ def _hint(s: Session, told: installed.Told) -> str:
 def _as_dict(command) -> dict | None:
     if command is None:
         return None
-    from ..checks import units
 
     return units.as_dict(command)
 
@@ -89,7 +88,6 @@ def _print_unit(s: Session, exec_start) -> None:
     roles = s.config.files
     if "unit" not in roles:
         return
-    from ..checks import units
 
     print(f"unit     {roles['unit']} (the host's: read, not written)")
     if "dropin" in roles:
@@ -102,7 +100,7 @@ def _print_unit(s: Session, exec_start) -> None:
 def _one_doc(ws: Workspace, name: str) -> dict:
     with Session(ws, name, "status", write=False) as s:
         info, current = s.target.info, s.ledger.current()
-        told = installed.told(s.target, s.ledger, s.installation())
+        told = installation.told(s.target, s.ledger, s.installation())
         return {"target": s.target.name, "host": info.host, "package": info.package, "version": info.version,
                 "site": info.site, "state_dir": info.state_dir, "state": current.to_dict() if current else None,
                 "differences": plans.drift(s.target, current.manifest) if current else {},
@@ -111,7 +109,6 @@ def _one_doc(ws: Workspace, name: str) -> dict:
 
 def status_all(ws: Workspace, as_json: bool) -> int:
     """Every target at once, one row each: state, stack, whether the files match it."""
-    from .fleet import Failed, each, table
 
     results = each(ws, _one_doc, "status")
     errors = [n for n, r in results.items() if isinstance(r, Failed)]

@@ -9,7 +9,9 @@ from pathlib import Path
 from ..errors import BadInput
 from ..host.disk import hash_bytes
 from ..workspace import check_values, value_text
-from . import patching, templates
+from . import gitdiff, patching, templates
+import difflib
+import re
 
 MANIFEST = "patchset.toml"
 KEYS = ("name", "version", "description", "package", "package_version", "requires", "group", "files", "vars")
@@ -45,8 +47,9 @@ class PatchSet:
 
     @property
     def paths(self) -> tuple[str, ...]:
-        """Every site-packages path the patch set touches, in first-touched order."""
-        return tuple(dict.fromkeys(fp.path for _, fps in self.patches for fp in fps))
+        """Every site-packages path the patch set touches (a rename's source too), in first-touched order."""
+        return tuple(dict.fromkeys(p for _, fps in self.patches for fp in fps
+                                   for p in ((fp.source, fp.path) if fp.source is not None else (fp.path,))))
 
     @property
     def variables(self) -> tuple[str, ...]:
@@ -106,7 +109,7 @@ def load(root: Path, name: str) -> PatchSet:
     version = doc.get("version")
     plain = isinstance(version, str) and len(version) <= MAX_VERSION and _plain_release(version)
     if isinstance(version, str) and version and version.isprintable() and not plain:
-        from packaging.version import (  # only past the plain N.N.N case
+        from packaging.version import (  # lazy: only past the plain N.N.N case
             InvalidVersion,
             Version,
         )
@@ -125,7 +128,7 @@ def load(root: Path, name: str) -> PatchSet:
         problems.append("requires must be a list of patch set names")
     spec = doc.get("package_version", "")
     if spec and pinned(spec) is None:  # an exact pin needs no PEP 440 parser (packaging is slow to import)
-        from packaging.specifiers import InvalidSpecifier, SpecifierSet
+        from packaging.specifiers import InvalidSpecifier, SpecifierSet  # lazy: tens of ms to import, off the fast paths
 
         try:
             SpecifierSet(spec)
@@ -154,9 +157,11 @@ def load(root: Path, name: str) -> PatchSet:
     patches = []
     for diff in sorted(directory.glob("*.patch")):
         _cap(diff, MAX_PATCH)
-        file_patches = patching.parse(diff.read_bytes().decode("utf-8", "surrogateescape"), str(diff))
+        file_patches = gitdiff.parse(diff.read_bytes().decode("utf-8", "surrogateescape"), str(diff))
         for fp in file_patches:
             check_relative(fp.path, str(diff))
+            if fp.source is not None:
+                check_relative(fp.source, str(diff))
         patches.append((diff.name, file_patches))
     return PatchSet(
         name=name, version=doc["version"], description=doc.get("description", ""),
@@ -169,8 +174,6 @@ def load(root: Path, name: str) -> PatchSet:
 
 
 def _unknown(key: str) -> str:
-    import difflib
-
     close = difflib.get_close_matches(key, KEYS, n=1)
     return f"unknown key {key!r}" + (f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(KEYS)})")
 
@@ -214,7 +217,6 @@ _PIN = None
 
 def pinned(spec: str) -> tuple[int, ...] | None:
     """The release of an exact pin like "==0.5.23" (trailing zeros dropped), None for anything else."""
-    import re
 
     global _PIN
     _PIN = _PIN or re.compile(r"\s*==\s*v?(\d+(?:\.\d+)*)\s*")
@@ -227,7 +229,7 @@ def fits(spec: str, version: str) -> bool:
     pin = pinned(spec)
     if pin is not None and version.replace(".", "").isdigit():  # both plain releases: compare them
         return pin == _release(version)
-    from packaging.specifiers import SpecifierSet
+    from packaging.specifiers import SpecifierSet  # lazy: tens of ms to import, off the fast paths
 
     return SpecifierSet(spec).contains(version, prereleases=True)
 

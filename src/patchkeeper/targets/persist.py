@@ -20,13 +20,11 @@ import socket
 import stat
 import struct
 import sys
-from typing import TYPE_CHECKING
 
 from ..errors import BadInput, PatchkeeperError, TargetError
 from ..host import wire
-
-if TYPE_CHECKING:
-    from .remote_agent import AgentProxy, Patience
+from .remote_agent import AgentProxy, Patience
+import subprocess
 
 DEFAULT_PERSIST = 60.0
 ACK_TIMEOUT = 5.0  # a holder that does not acknowledge a request within this is wedged
@@ -127,9 +125,7 @@ class Holder:
     """The holder of one SSH target's connection, seen from a command."""
 
     def __init__(self, name: str, ssh: str, python: str, persist: float, identity: str | None = None,
-                 patience: "Patience | None" = None) -> None:
-        from .remote_agent import Patience
-
+                 patience: Patience | None = None) -> None:
         self.name, self.ssh, self.python, self.persist, self.identity = name, ssh, python, persist, identity
         self.patience = patience or Patience()
         self.path = socket_path(ssh, python)
@@ -199,7 +195,6 @@ class Holder:
     def agent(self) -> "AgentProxy":
         """An agent of this command's own, reached through the holder, which first sends its hello
         (or the error that kept it from starting one)."""
-        from .remote_agent import AgentProxy
 
         sock = self._open("agent")
         seen = bytearray()
@@ -257,7 +252,6 @@ class Holder:
     # ---- starting ----------------------------------------------------------------------------
     def start(self) -> None:
         """Start a holder and wait until it is connected (or says why it cannot be)."""
-        import subprocess
 
         spec = json.dumps({"name": self.name, "ssh": self.ssh, "python": self.python, "persist": self.persist,
                            "path": self.path, "identity": self.identity, "timeout": self.patience.silence})

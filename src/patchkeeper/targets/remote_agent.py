@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import threading
 import time
+from abc import abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import AgentError, TargetError
 from ..host import contract as c
-from ..host import shapes, wire
+from ..host import wire
+from . import shapes
+from .base import Target, memo
 from .links import Link, PipeLink, SshLink, program
 
 DEFAULT_TIMEOUT = 30.0  # seconds a host may keep the wire silent (no answer, no heartbeat): a target's `timeout`
@@ -367,3 +370,30 @@ def _exception(doc: Any, target: str, method: str) -> Exception:
     detail = (trace.strip().splitlines()[-1:] if isinstance(trace, str) else []) or [f"{kind}: {message}"]
     return TargetError(f"target {target}: {method} failed on the host: {detail[0]}",
                        "check the path and permissions on the host")
+
+
+class AgentTarget(Target):
+    """A target whose agent runs on the host (over SSH, or an Ansible connection): the interpreter, its
+    facts and the hash algorithm are asked of that agent, and closing the target ends it."""
+
+    _agent: AgentProxy | None = None
+
+    @property
+    @abstractmethod
+    def agent(self) -> AgentProxy: ...
+
+    def interpreter(self) -> c.Interpreter:
+        """Asked of the agent, which already runs in the target's Python: no second exec."""
+        return self.agent.interpreter()
+
+    def interpreter_facts(self) -> c.InterpreterFacts:
+        return self.agent.interpreter_facts()
+
+    @memo
+    def algorithm(self) -> str:
+        return self.agent.remote_algorithm
+
+    def close(self) -> None:
+        if self._agent is not None:
+            self._agent.close()
+            self._agent = None

@@ -9,8 +9,15 @@ from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import replace
 from typing import Any
 
-from ..errors import EXIT_ROLLED_BACK, PatchkeeperError
-from .rollout import PREVIOUS_FAILS, Done, HostResult
+from .errors import EXIT_ROLLED_BACK, PatchkeeperError
+from .change.rollout import PREVIOUS_FAILS, Done, HostResult
+from . import workspace
+from .change.session import Session
+from .targets.ansible_link import AnsibleTarget, check
+from .commands.apply import apply
+from .commands.rollback import rollback
+from .patchset import saving
+from .records.ledger import ORIGIN
 
 MAX_DIFF = 1 << 20  # bytes of one side of a file diff; larger files are named, not shown
 
@@ -20,9 +27,6 @@ def run_task(root: str | None, host: str, table: dict, connection: Any, name: st
     """Everything patchkeeper prints goes into the result's `stdout`; an error fails the task with
     patchkeeper's one line (`msg`) and its hint. `origin` (the playbook, play and task) goes into
     the ledger entries of the change."""
-    from .. import workspace
-    from ..records.ledger import ORIGIN
-    from ..targets.ansible_link import AnsibleTarget, check
 
     out = io.StringIO()
     done: list[Done] = []
@@ -35,6 +39,8 @@ def run_task(root: str | None, host: str, table: dict, connection: Any, name: st
             table = dict(table)
             table.setdefault("ssh", f"ansible:{host}")  # paths are the host's, taken as given
             ws = workspace.load(ws_root, hosts={host: table})
+            for line in saving.recover(ws.patchsets_dir):  # a save of a patch set a crash interrupted
+                print(f"patchkeeper: note: {line}")
             config = replace(ws.target(host), connect=lambda c: AnsibleTarget(c, connection))
             ws = replace(ws, targets={host: config})
 
@@ -69,10 +75,6 @@ def run_task(root: str | None, host: str, table: dict, connection: Any, name: st
 
 
 def _change(ws: Any, host: str, name: str, state: str, verify: bool, dry_run: bool, noted: Any) -> int:
-    from ..change.session import Session
-    from .apply import apply
-    from .rollback import rollback
-
     if state == "present":
         return apply(ws, host, name, dry_run, False, verify=verify, noted=noted)
     with Session(ws, host, "status", write=False, hands_off=dry_run) as s:  # absent: is the set applied at all?
