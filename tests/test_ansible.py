@@ -55,6 +55,7 @@ class Lab:
             shutil.rmtree(self.venvs[host], ignore_errors=True)
             copy_venv(pristine, self.venvs[host])
             shutil.copy(REPO / "demo" / "sglang-qwen.service", self.units[host])
+            shutil.rmtree(default_dropin(str(self.units[host])).rpartition("/")[0], ignore_errors=True)  # a test's drop-in
 
 
 def _results(out: str) -> dict[str, list[dict]]:
