@@ -1,21 +1,22 @@
 """A host behind a slow link: the test sshd on 127.0.0.1, the delay proxy before it, SSH aliases through it,
-and the CPU that the controller's processes spend (the command, and the SSH holders it leaves running)."""
+and the CPU and memory the controller's processes spend (the command, and the SSH holders it leaves running)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
-from common import PK, REPO, run_usage
+from common import PK, REPO
 from proxy import DelayProxy
 
 sys.path.insert(0, str(REPO / "tests"))
 from sshd import Sshd, write_client_config  # noqa: E402
 
-CONTROLLER = str(Path(PK).parent.parent) + "/"  # the controller's processes run patchkeeper's venv's interpreter
 
 
 class Link:
@@ -48,35 +49,91 @@ class Link:
         self.sshd.stop()
 
 
-def _controller_cpu() -> dict[int, float]:
-    """CPU seconds so far of every controller process but this one: the SSH holders a command leaves."""
-    hz = os.sysconf("SC_CLK_TCK")
+def _processes() -> dict[int, tuple[int, str, list[str]]]:
+    """pid -> (parent pid, the stat fields after the name, argv) of every process that can be read."""
     out = {}
     for pid in os.listdir("/proc"):
-        if not pid.isdigit() or int(pid) == os.getpid():
+        if not pid.isdigit():
             continue
         try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv0 = f.read().split(b"\0", 1)[0].decode(errors="replace")
-            if not argv0.startswith(CONTROLLER):
-                continue
             with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().decode(errors="replace").split("\0")
         except OSError:
             continue
-        out[int(pid)] = sum(int(x) for x in fields[11:15]) / hz
+        out[int(pid)] = (int(fields[1]), " ".join(fields), argv)
     return out
+
+
+def _kept(argv: list[str], marks: tuple[str, ...]) -> bool:
+    """A process the controller keeps between commands: a holder of this run (its spec names this run's
+    socket directory) or an ssh ControlPersist master of this run's Ansible (its ControlPath)."""
+    line = " ".join(argv)
+    held = "patchkeeper.targets.holder" in line or os.path.basename(argv[0]) == "ssh"
+    return held and any(mark in line for mark in marks)
+
+
+def controller(root: int | None, marks: tuple[str, ...]) -> dict[int, tuple[float, int]]:
+    """pid -> (CPU seconds so far, RSS bytes) of the controller's processes: `root` and its descendants,
+    and the processes it keeps (_kept). Not the sshd nor the agents on the "hosts" (this machine too)."""
+    procs = _processes()
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in procs.items():
+        children.setdefault(ppid, []).append(pid)
+    chosen = {pid for pid, (_, _, argv) in procs.items() if _kept(argv, marks)}
+    stack = [root] if root is not None and root in procs else []
+    while stack:
+        pid = stack.pop()
+        chosen.add(pid)
+        stack.extend(c for c in children.get(pid, []) if "sshd" not in procs[c][2][0])
+    hz, page = os.sysconf("SC_CLK_TCK"), os.sysconf("SC_PAGE_SIZE")
+    out = {}
+    for pid in chosen:
+        fields = procs[pid][1].split()
+        out[pid] = (sum(int(x) for x in fields[11:13]) / hz, int(fields[21]) * page)  # utime, stime; rss pages
+    return out
+
+
+class _Peak(threading.Thread):
+    """Samples the controller's resident memory (the sum over its processes) while a command runs."""
+
+    def __init__(self, pid: int, marks: tuple[str, ...]) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.marks, self.peak, self.most = pid, marks, 0, 0
+        self.stop = threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        while not self.stop.wait(0.1):
+            procs = controller(self.pid, self.marks)
+            self.peak = max(self.peak, sum(rss for _, rss in procs.values()))
+            self.most = max(self.most, len(procs))
 
 
 def measured(argv: list[str], env: dict[str, str], proxy: DelayProxy,
              ok: tuple[int, ...] = (0, 1)) -> dict[str, Any]:
     """One run of a command: wall time, the controller's CPU (the command's own and its children's,
-    and what the holders spent meanwhile), and the proxy's round trips and bytes."""
-    before_cpu = _controller_cpu()
+    and what the processes it keeps spent meanwhile), its peak resident memory (every process of it,
+    kept ones included), and the proxy's round trips and bytes."""
+    marks = (env["XDG_RUNTIME_DIR"],) + ((env["ANSIBLE_SSH_CONTROL_PATH_DIR"],)
+                                         if "ANSIBLE_SSH_CONTROL_PATH_DIR" in env else ())
+    before_cpu = controller(None, marks)
     trips, up, down = proxy.counts()
-    took, usage = run_usage(argv, env, ok)
-    after_cpu = _controller_cpu()
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    peak = _Peak(proc.pid, marks)
+    assert proc.stderr is not None
+    err = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    took = time.perf_counter() - start
+    peak.stop.set()
+    peak.join()
+    code = os.waitstatus_to_exitcode(status)
+    if code not in ok:
+        raise RuntimeError(f"{' '.join(argv)} exited {code}: {err.decode(errors='replace')[-800:]}")
+    after_cpu = controller(None, marks)
     trips2, up2, down2 = proxy.counts()
-    holders = sum(cpu - before_cpu.get(pid, 0.0) for pid, cpu in after_cpu.items())
-    return {"wall": took, "cpu": usage.ru_utime + usage.ru_stime + holders, "round_trips": trips2 - trips,
-            "bytes": up2 - up + down2 - down}
+    kept = sum(cpu - before_cpu.get(pid, (0.0, 0))[0] for pid, (cpu, _) in after_cpu.items())
+    return {"wall": took, "cpu": usage.ru_utime + usage.ru_stime + kept, "round_trips": trips2 - trips,
+            "bytes": up2 - up + down2 - down, "peak_rss": peak.peak, "processes": peak.most}

@@ -25,6 +25,7 @@ from common import BARE, PK, REPO, SERVE, SITE_REL, base_env, print_rows, scratc
 
 PARTS = {"local": "the serving environment on this machine", "warm-audit": "the warm audit against the stat floor",
          "remote": "the serving environment 10 ms away", "fleet": "16 SSH targets 10 ms away (issue 25)",
+         "hundred": "100 SSH targets beside 16, 10 ms away (issue 35)",
          "guards": "old rows against git and b3sum (guards only)",
          "caches": "what each cache saves on the serving environment (issue 31)",
          "release": "the 0.5.22->0.5.23 release diff, 2,098 files (issue 33)"}
@@ -44,7 +45,9 @@ def _fingerprint(venv: Path) -> dict[str, str]:
 
 
 def _about() -> dict[str, Any]:
-    checkout = Path(PK).resolve().parents[2]  # the checkout whose .venv holds the patchkeeper under test
+    found = subprocess.run([str(Path(PK).parent / "python"), "-c", "import patchkeeper; print(patchkeeper.__file__)"],
+                           capture_output=True, text=True).stdout.strip()
+    checkout = Path(found).resolve().parents[2]  # the checkout of the patchkeeper under test (PYTHONPATH wins)
     commit = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     dirty = subprocess.run(["git", "-C", str(checkout), "status", "--porcelain", "--untracked-files=no"],

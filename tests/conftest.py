@@ -188,6 +188,25 @@ def tree(root: Path, skip_state: bool = True) -> dict[str, tuple[str, int]]:
     return out
 
 
+def every_path(*roots: Path) -> dict[str, tuple]:
+    """Every path below the roots, state dirs and bytecode caches included: kind, mode, size, mtime and
+    the bytes' sha256 (a symlink: its target), for a test that nothing at all was written."""
+    out: dict[str, tuple] = {}
+    for root in roots:
+        for dirpath, dirnames, filenames in os.walk(root):
+            for name in dirnames + filenames:
+                p = Path(dirpath) / name
+                st = p.lstat()
+                if stat.S_ISLNK(st.st_mode):
+                    body: object = os.readlink(p)
+                elif stat.S_ISREG(st.st_mode):
+                    body = _sha256(p, st)
+                else:
+                    body = None
+                out[str(p)] = (stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode), st.st_size, st.st_mtime_ns, body)
+    return out
+
+
 @dataclass
 class Env:
     """A workspace in a tmp dir with one local target, `local`, over a real sglang venv."""

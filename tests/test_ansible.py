@@ -20,9 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from patchkeeper.change.rollout import PREVIOUS_FAILS
 from patchkeeper.workspace import default_dropin
 
-from conftest import DRAFT, REPO, Env, copy_venv, tree
+from conftest import DRAFT, REPO, Env, copy_venv, every_path, tree
 from sshd import accepted, sshd  # noqa: F401 (sshd is a fixture)
 from helpers import FAKE, Service, free_port
 
@@ -54,6 +55,7 @@ class Lab:
             shutil.rmtree(self.venvs[host], ignore_errors=True)
             copy_venv(pristine, self.venvs[host])
             shutil.copy(REPO / "demo" / "sglang-qwen.service", self.units[host])
+            shutil.rmtree(default_dropin(str(self.units[host])).rpartition("/")[0], ignore_errors=True)  # a test's drop-in
 
 
 def _results(out: str) -> dict[str, list[dict]]:
@@ -136,14 +138,17 @@ TASK = "    - patchkeeper.core.patchset:\n        name: {name}\n        state: {
 def test_the_module_in_playbooks(hosts):
     lab = hosts
     pristine = {h: tree(lab.venvs[h]) for h in HOSTS}
+    untouched = {h: every_path(lab.venvs[h], lab.units[h].parent) for h in HOSTS}  # state dirs, pycs, mtimes
 
-    # check mode with diffs: the plan, nothing changed
+    # check mode with diffs: the plan, nothing changed, nothing written at all (no state dir either)
     got, out = lab.playbook(TASK.format(name="ddtree", state="present"), "--check", "--diff")
     for host in HOSTS:
         (result,) = got[host]
         assert result["_status"] == "CHANGED" and result["state_after"], out
         assert result["msg"].startswith("dry run: would change 18 file(s)")
         assert tree(lab.venvs[host]) == pristine[host]
+        assert every_path(lab.venvs[host], lab.units[host].parent) == untouched[host]
+        assert not (lab.venvs[host] / ".patchkeeper").exists()
     assert f"--- before: {default_dropin(str(lab.units['ct129']))}" in out  # each file's diff, rendered by Ansible
     assert re.search(r"^\+.*--speculative-algorithm DDTREE", out, re.M)
 
@@ -180,6 +185,27 @@ def test_an_error_fails_the_task_with_its_one_line(hosts):
     (result,) = got["ct129"]
     assert result["msg"].startswith("patchkeeper: error: ") and "nosuchset" in result["msg"]
     assert "\n" not in result["msg"] and result["rc"] == 2
+
+
+def test_a_failed_apply_gives_its_verdict_and_the_ledger_keeps_the_play_and_task(hosts):
+    lab = hosts
+    with lab.units["ct200"].open("a") as f:  # the fake service degenerates on ct200 whenever NEXTN is in its unit
+        f.write("# NEXTN in this comment: every code state of ct200 fails verification\n")
+    task = "    - name: roll out ddtree\n      patchkeeper.core.patchset:\n        name: ddtree\n        state: present\n"
+    got, out = lab.playbook(task, check=2)
+    ok, failed = got["ct129"][0], got["ct200"][0]
+    assert ok["_status"] == "CHANGED" and "verdict" not in ok, out
+    assert failed["_status"] == "FAILED" and failed["msg"].startswith("patchkeeper: FAILED and rolled back"), out
+    assert PREVIOUS_FAILS in failed["msg"] and "\n" not in failed["msg"], failed["msg"]
+    assert (failed["verdict"], failed["previous_state_fails"], failed["rolled_back"]) == \
+        (PREVIOUS_FAILS, True, "degenerate")
+
+    log = lab.env.pk("log", "-t", "ct129").stdout.splitlines()
+    assert all(f"via ansible {lab.root / 'play.yml'}:" in line and "task 'roll out ddtree'" in line for line in log)
+    entries = json.loads(lab.env.pk("log", "--all", "--json").stdout)["entries"]
+    assert {e["target"] for e in entries} == {"ct129", "ct200"}
+    assert all(e["origin"]["via"] == "ansible" and e["origin"]["play"] == "gpus" and
+               e["origin"]["task"] == "roll out ddtree" for e in entries), entries
 
 
 def test_inventory_hosts_are_targets_and_its_groups_are_groups(hosts):

@@ -72,7 +72,7 @@ def test_local_targets_run_in_at_most_one_process_per_cpu_and_an_error_stays_its
     names = [f"t{i}" for i in range(6)] + ["refused"]
     got = fleet.each(_workspace(tmp_path, names), _where, "test", progress=False)
     assert list(got) == sorted(names)
-    assert got["refused"] == "target refused"
+    assert got["refused"] == fleet.Failed("target refused", "a hint", 2)
     answers = [got[n] for n in names if n != "refused"]
     assert [a[0] for a in answers] == names[:-1]
     pids = {a[1] for a in answers}
@@ -82,7 +82,7 @@ def test_local_targets_run_in_at_most_one_process_per_cpu_and_an_error_stays_its
 
 def test_a_target_whose_run_raised_is_reported_and_the_others_finish(tmp_path, no_child_left):
     got = fleet.each(_workspace(tmp_path, ["t0", "t1", "t2", "t3"]), _raises_on_t1, "test", progress=False)
-    assert got["t1"] == "internal error: RuntimeError: a bug"
+    assert str(got["t1"]) == "internal error: RuntimeError: a bug" and isinstance(got["t1"], fleet.Failed)
     assert all(got[n][0] == n and got[n][1] != CONTROLLER for n in ("t0", "t2", "t3"))
     assert no_child_left()
 
@@ -93,8 +93,8 @@ def test_a_target_whose_worker_died_is_reported_not_lost(tmp_path, no_child_left
     names = ["t0", "t1", "t2", "t3"]
     got = fleet.each(_workspace(tmp_path, names), _dies_on_t1, "test", progress=False)
     died = "its worker process ended before it answered"
-    assert list(got) == names and got["t1"] == died
-    assert all(got[n] == died or got[n][0] == n for n in names)
+    assert list(got) == names and str(got["t1"]) == died
+    assert all(str(got[n]) == died or got[n][0] == n for n in names)
     assert no_child_left()
 
 

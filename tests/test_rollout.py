@@ -102,7 +102,8 @@ def test_repeated_t_groups_and_defaults(three):
     envs = three()
     env = envs["a"]
     # -t twice on a verb of one target is refused, not the last one silently used
-    assert "log works on one target: -t given 2 times" in env.pk("log", "-t", "a", "-t", "b", check=2).stderr
+    assert "snapshot works on one target: -t given 2 times" in \
+        env.pk("snapshot", "--name", "x", "-t", "a", "-t", "b", check=2).stderr
     proc = env.pk("apply", "nextn", "-t", "a", "-t", "c", "--no-verify")
     assert set(_lines(proc.stdout)) == {"a", "c"}  # without verification: both at once
     assert "2 at a time" in proc.stdout

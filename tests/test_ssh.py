@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SITE_REL, copy_venv, edit_file, make_workspace, tree
+from conftest import HOSTS, SITE_REL, copy_venv, edit_file, every_path, make_workspace, tree
 from helpers import FAKE, free_port, proc_state, wait_for
 from sshd import agent_session_pid, keygen, sshd, write_client_config  # noqa: F401 (sshd is a fixture)
 
@@ -318,3 +318,105 @@ def test_backups_come_back_over_ssh(fleet):
                           "show-backup", digest, "-t", "ct129"], capture_output=True, check=True)
     assert got.stdout == mine
     assert "ct129: files match state" in fleet.pk("diff", "-t", "ct129").stdout
+
+
+@pytest.mark.parametrize("fault, max_fail, persist", [("frozen", 1, 60), ("cut", 0, 60), ("frozen", 0, 0)])
+def test_a_frozen_or_cut_host_is_given_up_and_the_rollout_follows_its_rules(fleet, pristine_venv, fault, max_fail,
+                                                                             persist):
+    """ct129's agent is frozen (SIGSTOP) or its SSH session killed between two calls of its transaction,
+    in `apply --all --serial 1`: ct129 is given up with a one-line reason (its silence outlasting the
+    target's timeout of 5 s), counted against --max-fail, its journal left for `recover`; the rollout
+    goes on to the others (--max-fail 1) or stops (--max-fail 0). Through a held connection or not."""
+    copy_venv(pristine_venv, fleet.env.venv)
+    with (fleet.env.root / "patchkeeper.toml").open("a") as f:
+        f.write(f"\n[defaults]\ntimeout = 5\npersist = {persist}\n")
+    before = {host: fleet.state(host) for host in HOSTS}
+    state_dir = fleet.venvs["ct129"] / ".patchkeeper"
+    proc = subprocess.Popen([sys.executable, "-m", "patchkeeper", "--workspace", str(fleet.env.root), "apply",
+                             "ddtree", "--all", "--serial", "1", "--max-fail", str(max_fail)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env={**os.environ, "PATCHKEEPER_CRASH_AT": "journal-prepared",
+                                                         "PATCHKEEPER_CRASH_SIGNAL": "STOP"})
+    agent = None
+    try:
+        wait_for(lambda: proc_state(proc.pid) in ("T", "gone"), "the controller to stop at journal-prepared")
+        assert proc.poll() is None, proc.stderr.read()
+        agent = json.loads((state_dir / "lock").read_text())["pid"]  # ct129 comes first; its agent holds the lock
+        if fault == "frozen":
+            os.kill(agent, signal.SIGSTOP)
+            wait_for(lambda: proc_state(agent) == "T", "the host's agent to freeze")
+        else:
+            os.kill(agent_session_pid(agent), signal.SIGKILL)  # cut the connection under the agent
+            wait_for(lambda: proc_state(agent) == "gone", "the host's agent to exit")
+
+        def finished() -> bool:  # the other targets stop at the same step: let them go on
+            if proc_state(proc.pid) == "T":
+                proc.send_signal(signal.SIGCONT)
+            return proc.poll() is not None
+
+        proc.send_signal(signal.SIGCONT)
+        wait_for(finished, "the rollout to end", limit=300)  # a safety net: a stalled rollout never ends
+    finally:
+        proc.send_signal(signal.SIGCONT)
+        if proc.poll() is None:
+            proc.kill()
+    out, err = (s.decode() for s in proc.communicate())
+    rows = {line.split()[0].rstrip(":"): line for line in out.splitlines() if line.split()}
+    assert proc.returncode != 0, out
+    assert ("gave up" if fault == "frozen" else "connection to target ct129 was lost") in rows["ct129"], out
+    assert rows["ct129"].startswith("ct129  FAILED: ") and "recover -t ct129" in rows["ct129"], out
+    if max_fail:
+        assert "changed" in rows["ct200"] and "changed" in rows["local"], out
+        assert fleet.state("ct200") != before["ct200"]
+    else:
+        assert "not attempted" in rows["ct200"] and "not attempted" in rows["local"], out
+        assert fleet.state("ct200") == before["ct200"]
+    assert json.loads((state_dir / "journal.json").read_text())["status"] == "prepared"  # left for `recover`
+
+    if fault == "frozen":  # the host comes back: its agent finds its input closed and exits
+        os.kill(agent, signal.SIGCONT)
+        wait_for(lambda: proc_state(agent) == "gone", "the thawed agent to exit")
+    assert "undid transaction" in fleet.pk("recover", "-t", "ct129").stdout
+    assert fleet.state("ct129") == before["ct129"]
+    assert not (state_dir / "journal.json").exists() and not (state_dir / "lock").exists()
+
+
+def test_dry_runs_and_check_write_nothing_on_the_host(fleet):
+    """A pristine host (no state dir) and a recorded one: every path of its venv (state dir and bytecode
+    caches included) and of its unit's directory byte-identical afterwards, and none created."""
+    fleet.pk("apply", "ddtree", "-t", "ct200")
+
+    def host(name: str) -> dict:
+        return every_path(fleet.venvs[name], fleet.units[name].parent)
+
+    for name, verbs in (("ct129", [("apply", "ddtree", "--dry-run"), ("check", "ddtree")]),
+                        ("ct200", [("apply", "nextn", "--dry-run"), ("check", "nextn"),
+                                   ("rollback", "--to", "baseline", "--dry-run")])):
+        for verb in verbs:
+            before = host(name)
+            fleet.pk(*verb, "-t", name)
+            after = host(name)
+            assert not [p for p in before.keys() | after.keys() if before.get(p) != after.get(p)], verb
+    assert not (fleet.venvs["ct129"] / ".patchkeeper").exists()
+
+
+def test_log_all_merges_every_target_newest_first_with_its_origin(fleet):
+    fleet.pk("apply", "ddtree", "-t", "ct200")
+    fleet.pk("apply", "ddtree", "-t", "ct129")
+    fleet.pk("rollback", "-t", "ct200", "--to", "baseline")
+    one = fleet.pk("log", "-t", "ct129").stdout.splitlines()
+    assert all(" via cli " in line for line in one) and len(one) == 2, one  # the apply and its baseline
+
+    lines = fleet.pk("log", "--all", check=2).stdout.splitlines()  # `local` has no venv: its error line
+    rows = [line.split() for line in lines if " via " in line]
+    assert [(r[3], r[7]) for r in rows] == [("ct200", "rollback"), ("ct129", "apply"), ("ct129", "baseline"),
+                                            ("ct200", "apply"), ("ct200", "baseline")], lines
+    assert all(r[5:7] == ["via", "cli"] for r in rows), lines
+    assert any(line.startswith("local: error: ") for line in lines) and lines[-1].endswith("1 unreachable")
+
+    doc = json.loads(fleet.pk("log", "-t", "ct129", "-t", "ct200", "--json").stdout)
+    assert [(e["target"], e["kind"]) for e in doc["entries"]] == [(r[3], r[7]) for r in rows]
+    assert all(e["origin"] == {"via": "cli"} for e in doc["entries"]) and doc["errors"] == {}
+    times = [e["time"] for e in doc["entries"]]
+    assert times == sorted(times, reverse=True)
+    failed = json.loads(fleet.pk("status", "--all", "--json", check=2).stdout)["local"]
+    assert set(failed) == {"error", "hint", "exit"} and failed["exit"] == 2 and failed["hint"], failed

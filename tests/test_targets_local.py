@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import os
+import signal
+import sys
+import threading
 import time
 
+import pytest
+
+from patchkeeper.errors import TargetError
 from patchkeeper.targets.local import LocalTarget
+from patchkeeper.targets.remote_agent import AgentProxy, Patience
 from patchkeeper.workspace import TargetConfig
 
 
@@ -72,3 +79,35 @@ def test_memo_computes_once_per_instance_and_lets_instances_compute_at_once():
         t.join()
     assert not both.broken and len(calls) == 2
     assert [t.info for t in things] == [id(t) for t in things] and len(calls) == 2  # no second computation
+
+
+def test_heartbeats_keep_a_long_call_alive_and_silence_gives_the_agent_up(tmp_path):
+    """A call that runs for more than two timeouts (reading a FIFO nobody writes yet) is answered: the
+    agent's heartbeats keep the wire from being silent. Frozen (SIGSTOP), the agent is given up after
+    one timeout of silence, and every later call fails at once with the same line."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    proxy = AgentProxy.in_subprocess("slow", sys.executable, Patience(3.0))
+
+    def write_late() -> None:
+        time.sleep(7)  # more than two timeouts: without heartbeats the call would be given up
+        with open(fifo, "wb") as f:
+            f.write(b"late")
+
+    writer = threading.Thread(target=write_late)
+    writer.start()
+    try:
+        assert proxy.read(str(fifo)) == b"late"
+        writer.join()
+        agent = proxy.pid()
+        os.kill(agent, signal.SIGSTOP)
+        try:
+            with pytest.raises(TargetError, match="gave up: its agent went silent mid-call"):
+                proxy.lstat(str(tmp_path))
+            with pytest.raises(TargetError, match="gave up: its agent went silent mid-call"):
+                proxy.pid()  # at once: the wire is no longer used
+        finally:
+            os.kill(agent, signal.SIGCONT)
+    finally:
+        writer.join()
+        proxy.close()

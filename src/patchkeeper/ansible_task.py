@@ -10,21 +10,23 @@ from dataclasses import replace
 from typing import Any
 
 from .errors import EXIT_ROLLED_BACK, PatchkeeperError
-from .change.rollout import Done, HostResult
+from .change.rollout import PREVIOUS_FAILS, Done, HostResult
 from . import workspace
 from .change.session import Session
 from .targets.ansible_link import AnsibleTarget, check
 from .commands.apply import apply
 from .commands.rollback import rollback
 from .patchset import saving
+from .records.ledger import ORIGIN
 
 MAX_DIFF = 1 << 20  # bytes of one side of a file diff; larger files are named, not shown
 
 
 def run_task(root: str | None, host: str, table: dict, connection: Any, name: str, state: str, verify: bool,
-             check_mode: bool, diff_mode: bool) -> dict[str, Any]:
+             check_mode: bool, diff_mode: bool, origin: dict[str, str] | None = None) -> dict[str, Any]:
     """Everything patchkeeper prints goes into the result's `stdout`; an error fails the task with
-    patchkeeper's one line (`msg`) and its hint."""
+    patchkeeper's one line (`msg`) and its hint. `origin` (the playbook, play and task) goes into
+    the ledger entries of the change."""
 
     out = io.StringIO()
     done: list[Done] = []
@@ -47,7 +49,11 @@ def run_task(root: str | None, host: str, table: dict, connection: Any, name: st
                 if diff_mode and d.plan is not None and d.target is not None:
                     diffs.extend(file_diffs(d))
 
-            code = _change(ws, host, name, state, verify, check_mode, noted)
+            token = ORIGIN.set({"via": "ansible", **{k: v for k, v in (origin or {}).items() if v}})
+            try:
+                code = _change(ws, host, name, state, verify, check_mode, noted)
+            finally:
+                ORIGIN.reset(token)
     except PatchkeeperError as exc:
         return dict(result, failed=True, rc=exc.exit_code, msg=f"patchkeeper: error: {exc.message}",
                     hint=exc.hint, stdout=out.getvalue())
@@ -58,6 +64,9 @@ def run_task(root: str | None, host: str, table: dict, connection: Any, name: st
                   changed=bool(d and d.before != d.after))
     if diff_mode:
         result["diff"] = diffs
+    if d is not None and d.rolled_back:
+        result.update(rolled_back=d.rolled_back, previous_state_fails=d.previous_fails is not None,
+                      verdict=PREVIOUS_FAILS if d.previous_fails else "the patch set fails verification")
     if code != 0:
         result["failed"] = True
         if code == EXIT_ROLLED_BACK:
@@ -68,7 +77,7 @@ def run_task(root: str | None, host: str, table: dict, connection: Any, name: st
 def _change(ws: Any, host: str, name: str, state: str, verify: bool, dry_run: bool, noted: Any) -> int:
     if state == "present":
         return apply(ws, host, name, dry_run, False, verify=verify, noted=noted)
-    with Session(ws, host, "status", write=False) as s:  # absent: is the set applied at all?
+    with Session(ws, host, "status", write=False, hands_off=dry_run) as s:  # absent: is the set applied at all?
         current = s.ledger.current()
         if current is None or name not in [p["name"] for p in current.stack]:
             print(f"{host}: {name} is not applied; nothing to do")

@@ -20,7 +20,7 @@ from .commands.export import export as run_export
 from .commands.import_patch import import_patch
 from .commands.init import init as run_init
 from .commands.list import list_patchsets
-from .commands.log import log as run_log
+from .commands.log import log as run_log, log_all as run_log_all
 from .commands.port import port as run_port
 from .commands.recover import recover as run_recover
 from .commands.repair import repair_dist
@@ -127,13 +127,18 @@ def status(ctx, targets_, group, as_json, every):
 
 
 @main.command()
-@target_option
+@targets_option
+@group_option
 @json_option
+@click.option("--all", "every", is_flag=True, help="every target in the workspace, merged, newest first")
 @click.pass_context
 @command
-def log(ctx, target, as_json):
-    """Every transaction on the target, newest first."""
-    return run_log(workspace_of(ctx), target, as_json)
+def log(ctx, targets_, group, as_json, every):
+    """Every transaction on the target, newest first, with its origin (the CLI or an Ansible task)."""
+    picked = chosen(ctx, targets_, group, every)
+    if picked is not None:
+        return run_log_all(picked, as_json)
+    return run_log(workspace_of(ctx), targets_[0] if targets_ else None, as_json)
 
 
 @main.command()

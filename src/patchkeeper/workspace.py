@@ -48,6 +48,7 @@ class TargetConfig:
     state_dir: str | None = None
     ssh: str | None = None
     persist: float = 60.0  # seconds an SSH target's held connection outlives its last command; 0: none
+    timeout: float = 30.0  # seconds its agent may stay silent (no answer, no heartbeat) before it is given up
     vars: dict[str, str] = field(default_factory=dict)  # [targets.NAME.vars]: values for role-file templates
     raw: dict = field(default_factory=dict)  # the whole table ([defaults] merged in), for verbs with their own keys
     identity_file: str | None = None  # an SSH key of its own (an inventory's ansible_ssh_private_key_file)
@@ -123,7 +124,7 @@ def find(explicit: str | None = None, cwd: Path | None = None) -> Path:
                    "run inside a workspace, or pass --workspace DIR")
 
 
-DEFAULT_KEYS = ("python", "package", "vars", "service", "files", "persist")  # what [defaults] may hold
+DEFAULT_KEYS = ("python", "package", "vars", "service", "files", "persist", "timeout")  # what [defaults] may hold
 
 
 def load(root: Path, inventory: str | None = None, hosts: dict[str, dict] | None = None) -> Workspace:
@@ -177,6 +178,8 @@ def load(root: Path, inventory: str | None = None, hosts: dict[str, dict] | None
         wrong = [k for k in ("ssh", "state_dir", "identity_file") if k in table and not isinstance(table[k], str)]
         if not _seconds(table.get("persist", 0)):
             wrong.append("persist (seconds >= 0)")
+        if not _seconds(table.get("timeout", 3)) or table.get("timeout", 3) < 3:
+            wrong.append("timeout (seconds >= 3: the agent's heartbeat comes every second)")
         files = table.get("files") or {}
         if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
             wrong.append("files (a table of role = \"path\")")
@@ -203,6 +206,7 @@ def load(root: Path, inventory: str | None = None, hosts: dict[str, dict] | None
             state_dir=_local_path(root, state_dir, ssh) if state_dir else None,
             ssh=ssh,
             persist=float(table.get("persist", persist if _seconds(persist) else 60)),
+            timeout=float(table.get("timeout", 30)),
             vars={k: value_text(v) for k, v in values.items()},
             raw=table,
             identity_file=table.get("identity_file"),

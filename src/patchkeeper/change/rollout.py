@@ -17,7 +17,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, TextIO
 
-from ..errors import EXIT_DIFFERS, EXIT_ROLLED_BACK, EXIT_UNFINISHED, PatchkeeperError
+from ..errors import EXIT_DIFFERS, EXIT_ROLLED_BACK, EXIT_UNFINISHED, PatchkeeperError, TargetError
 from ..workspace import Workspace
 from .aftercheck import RolledBack
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -29,6 +29,9 @@ if TYPE_CHECKING:
     from ..targets import Target
 
 
+PREVIOUS_FAILS = "the previous code state fails as well: the fault is likely not in the patch set"
+
+
 @dataclass(frozen=True)
 class Done:
     """What a change did on one target, as its command tells a rollout."""
@@ -38,6 +41,7 @@ class Done:
     changed: bool
     verified: bool  # a [service] was restarted and verified after it
     rolled_back: str | None = None  # the failed verification's reason, when it was rolled back
+    previous_fails: str | None = None  # after a rollback, the restored state's failed verification's reason
     note: str = ""
     plan: Plan | None = field(default=None, compare=False, repr=False)  # the plan carried out (or not: a dry run)
     target: Target | None = field(default=None, compare=False, repr=False)  # open while its command runs
@@ -55,8 +59,11 @@ class Done:
                        plan=plan, target=s.target)
         back = next((step for step in outcome.steps if isinstance(step, RolledBack)), None)
         current = s.ledger.current()
+        again = back.again if back is not None and not back.again.ok else None
         return cls(before, current.id if current else None, True, service and outcome.exit_code == 0,
-                   back.report.reason if back is not None else None, f"{len(plan.ops)} file(s)", plan, s.target)
+                   back.report.reason if back is not None else None,
+                   (again.reason or again.message or "failed") if again is not None else None,
+                   f"{len(plan.ops)} file(s)", plan, s.target)
 
 
 Noted = Callable[[Done], None]
@@ -72,18 +79,21 @@ class HostResult:
     done: Done | None
     error: str | None
     output: str  # what its change printed
+    lost: bool = False  # the host failed under the change (unreachable, given up): not a refusal
 
     def line(self) -> str:
         d = self.done
         if self.code is None:
             return "not attempted"
         if self.error is not None:
-            return ("UNFINISHED: " if self.code == EXIT_UNFINISHED else "refused: ") + self.error
+            label = "UNFINISHED" if self.code == EXIT_UNFINISHED else "FAILED" if self.lost else "refused"
+            return f"{label}: {self.error}"
         if d is None:
             return f"exit {self.code}"
         states = f"state {d.before or '-'} -> {d.after or '-'}"
         if self.code == EXIT_ROLLED_BACK:
-            return f"FAILED and rolled back (verification: {d.rolled_back or '?'}); back in state {d.after or '-'}"
+            line = f"FAILED and rolled back (verification: {d.rolled_back or '?'}); back in state {d.after or '-'}"
+            return line + (f", but {PREVIOUS_FAILS} ({d.previous_fails})" if d.previous_fails else "")
         if self.code == EXIT_DIFFERS:
             return f"changed, but its verification FAILED (kept); {states}"
         if not d.changed:
@@ -118,16 +128,19 @@ def rollout(ws: Workspace, change: OnOneTarget, what: str, serial: int | None, m
     def one(name: str) -> HostResult:
         noted: list[Done] = []
         buffer = router.capture()
+        lost = False
         try:
             with (local if not ws.targets[name].ssh else _nothing()):
                 code, error = change(ws, name, noted.append), None
+        except TargetError as exc:  # one line: what happened, then what to do
+            code, error, lost = exc.exit_code, f"{exc.message}; next: {exc.hint}" if exc.hint else exc.message, True
         except PatchkeeperError as exc:
             code, error = exc.exit_code, str(exc).splitlines()[0]
         except OSError as exc:
             code, error = 2, f"{exc.strerror or exc}{': ' + str(exc.filename) if exc.filename else ''}"
         finally:
             router.release()
-        return HostResult(name, code, noted[-1] if noted else None, error, buffer.getvalue())
+        return HostResult(name, code, noted[-1] if noted else None, error, buffer.getvalue(), lost)
 
     failures = 0
     pending = list(names)

@@ -25,18 +25,21 @@ class Session:
     """`with Session(ws, name, "apply ddtree") as s:` locks the target and recovers it first.
 
     With `write=False` the lock is taken only when an interrupted transaction must be recovered.
+    With `hands_off` (a dry run, `check`, Ansible's check mode) nothing at all is written on the host:
+    no state dir, lock, cache or seal, and an interrupted transaction is not recovered but refused.
     What the command copied into the workspace's snapshots/ (`record`) is committed once as it ends;
     with `commit=False` the caller takes the record (a worker of --all: one commit for them all).
     """
 
     def __init__(self, workspace: Workspace, target_name: str | None, command: str, write: bool = True,
-                 commit: bool = True, wait: float | None = None, rehash: bool = False) -> None:
+                 commit: bool = True, wait: float | None = None, rehash: bool = False, hands_off: bool = False) -> None:
         self.workspace = workspace
         self.wait = (0.0 if write else READ_WAIT) if wait is None else wait  # seconds to wait for another's lock
         self.rehash = rehash  # believe no cache kept between commands (audit --rehash)
         self.config = workspace.target(target_name)
         self.command = command
-        self.write = write
+        self.write = write and not hands_off
+        self.hands_off = hands_off
         self._target: Target | None = None
         self._ledger: Ledger | None = None
         self.recovered: str | None = None
@@ -80,12 +83,18 @@ class Session:
         self._target = open_target(self.config)
         self._target.fresh = self.rehash
         try:
+            if self.hands_off:
+                self._target.agent.hands_off()
             try:
                 statedir.check_workspace(self._target, self.workspace.root)
                 statedir.check(self._target, claim=self.write)
             except NotInstalled as exc:  # named with the state it was removed since, and the release it needs
                 raise installation.removed(self._target, exc) from None
             self._ledger = Ledger(self._target, indexed=not self.rehash)
+            if self.hands_off and self.target.agent.lstat(self.ledger.journal_path) is not None:
+                raise Refused(f"target {self.target.name} has an interrupted transaction; `{self.command}` "
+                              "writes nothing, so it does not finish or undo it",
+                              f"run `patchkeeper recover -t {self.target.name}` first")
             if (self.write or self.target.agent.lstat(self.ledger.journal_path) is not None) and self._lock():
                 self._clean()
                 try:

@@ -15,13 +15,13 @@ from .aftercheck import KeptFailing, RolledBack, RollingBack, SincePassed, Verif
 from .diagnosis import render
 from ..checks.units import describe
 from ..errors import os_hint
+from .rollout import PREVIOUS_FAILS
 
 if TYPE_CHECKING:
     from .aftercheck import SincePassed
     from .verify import Verification
 
 _MARK = {"changed": "M", "added": "A", "removed": "D", "mode": "m"}
-PREVIOUS_FAILS = "the previous code state fails as well: the fault is likely not in the patch set"
 
 
 def render_plan(plan: Plan, target: str, dry_run: bool, exec_start: Any = None) -> None:

@@ -28,7 +28,7 @@ def apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bo
 def _apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bool, verify: bool,
            adopt: str | None, report: Report, noted: Noted | None) -> int:
     svc = changes.service_of(ws.target(target), verify)
-    with Session(ws, target, f"apply {name}") as s:
+    with Session(ws, target, f"apply {name}", hands_off=dry_run) as s:
         show = report.shower(s.target.name)
 
         refuse_writes(s.installation(), s.target, f"apply {name}", reinstall_ok=True)  # a cut RECORD: refused

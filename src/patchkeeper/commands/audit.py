@@ -11,7 +11,7 @@ from ..printable import one_line
 from ..workspace import Workspace
 from . import emit_json
 from ..change import stacks
-from ..targets.fleet import each, table
+from ..targets.fleet import Failed, each, table
 from functools import partial
 
 _SHOWN = 50  # findings per class printed before "… and N more"
@@ -106,16 +106,16 @@ def _run_all(ws: Workspace, probes: list[str], as_json: bool, wait: float | None
     names = sorted(ws.targets)
     results = each(ws, partial(_audit_quiet, probes=probes, wait=wait, rehash=rehash), "audit",
                    None if not as_json else False)
-    errors = {n: r for n, r in results.items() if isinstance(r, str)}
-    reports = {n: r for n, r in results.items() if not isinstance(r, str)}
+    errors = {n: r for n, r in results.items() if isinstance(r, Failed)}
+    reports = {n: r for n, r in results.items() if not isinstance(r, Failed)}
     if as_json:
-        emit_json({n: (r.to_dict() if not isinstance(r, str) else {"error": r}) for n, r in results.items()})
+        emit_json({n: r.to_dict() for n, r in results.items()})
     else:
         head = ["target", "state", *audit_core.CLASSES, "summary"]
         rows = []
         for n in names:
             r = results[n]
-            if isinstance(r, str):
+            if isinstance(r, Failed):
                 rows.append([n, "-", *("-" for _ in audit_core.CLASSES), f"error: {r}"])
             else:
                 rows.append([n, r.state.id if r.state else "-", *(str(r.count(c)) for c in audit_core.CLASSES),

@@ -23,7 +23,7 @@ def check(ws: Workspace, target: str | None, name: str, wheel: str | None, as_js
     sets = stacks.resolve(ws.patchsets_dir, name)
     if wheel:
         return _against_wheel(sets, wheel, as_json)
-    with Session(ws, target, f"check {name}", write=False) as s:
+    with Session(ws, target, f"check {name}", hands_off=True) as s:
         s.warn_installation()
         t = s.target
         plan = engine.plan_apply(s, name, force=False, trial=True)

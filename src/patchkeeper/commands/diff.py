@@ -15,7 +15,7 @@ from ..workspace import Workspace
 from . import check_sides, emit_json
 from ..checks import units
 from ..patchset import diffwrite
-from ..targets.fleet import each, table
+from ..targets.fleet import Failed, each, table
 from concurrent.futures import ThreadPoolExecutor
 
 _PATCH_LIMIT = 4 << 20  # larger files are reported, not diffed
@@ -60,15 +60,15 @@ def diff_all(ws: Workspace, as_json: bool) -> int:
     """Every target against its own recorded state, at once; one row each."""
 
     results = each(ws, _one_result, "diff")
-    errors = [n for n, r in results.items() if isinstance(r, str)]
-    differing = [n for n, r in results.items() if not isinstance(r, str)
+    errors = [n for n, r in results.items() if isinstance(r, Failed)]
+    differing = [n for n, r in results.items() if not isinstance(r, Failed)
                  and (r["differences"] or (r.get("installation") or {}).get("trouble"))]
     if as_json:
-        emit_json({n: ({"error": r} if isinstance(r, str) else r) for n, r in results.items()})
+        emit_json({n: (r.to_dict() if isinstance(r, Failed) else r) for n, r in results.items()})
     else:
         rows = []
         for n, r in results.items():
-            if isinstance(r, str):
+            if isinstance(r, Failed):
                 rows.append([n, "-", f"error: {r}"])
             elif r["state"] is None:
                 rows.append([n, "-", "no recorded state"])

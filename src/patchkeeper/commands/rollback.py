@@ -16,7 +16,7 @@ def rollback(ws: Workspace, target: str | None, to: str, dry_run: bool, verify: 
     """`noted` (a rollout's) is told what happened on the target, as a value; `as_json`: one document."""
     with Report(as_json, f"rollback --to {to}", target, step_printer) as report:
         svc = changes.service_of(ws.target(target), verify)
-        with Session(ws, target, f"rollback --to {to}") as s:
+        with Session(ws, target, f"rollback --to {to}", hands_off=dry_run) as s:
             show = report.shower(s.target.name)
             plan = engine.plan_rollback(s, to)
             return finish(ws, s, plan, f"already in state {to}", dry_run, svc, show, report, noted)

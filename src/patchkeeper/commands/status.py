@@ -9,7 +9,7 @@ from ..printable import one_line
 from ..workspace import Workspace
 from . import emit_json
 from ..checks import units
-from ..targets.fleet import each, table
+from ..targets.fleet import Failed, each, table
 
 
 def status(ws: Workspace, target: str | None, as_json: bool) -> int:
@@ -111,14 +111,14 @@ def status_all(ws: Workspace, as_json: bool) -> int:
     """Every target at once, one row each: state, stack, whether the files match it."""
 
     results = each(ws, _one_doc, "status")
-    errors = [n for n, r in results.items() if isinstance(r, str)]
-    troubled = any(not isinstance(r, str) and (r.get("installation") or {}).get("trouble") for r in results.values())
+    errors = [n for n, r in results.items() if isinstance(r, Failed)]
+    troubled = any(not isinstance(r, Failed) and (r.get("installation") or {}).get("trouble") for r in results.values())
     if as_json:
-        emit_json({n: ({"error": r} if isinstance(r, str) else r) for n, r in results.items()})
+        emit_json({n: (r.to_dict() if isinstance(r, Failed) else r) for n, r in results.items()})
         return 2 if errors else 1 if troubled else 0
     rows = []
     for n, r in results.items():
-        if isinstance(r, str):
+        if isinstance(r, Failed):
             rows.append([n, "-", "-", f"error: {r}"])
             continue
         state = r["state"]

@@ -13,11 +13,12 @@ from ..errors import EXIT_DIFFERS, BadInput
 from ..workspace import Workspace
 from . import emit_json
 from ..change.document import SCHEMA, SCHEMA_VERSION, Report
-from ..change.show_plan import PREVIOUS_FAILS, render_not_mirrored, render_report, step_printer  # noqa: F401  (PREVIOUS_FAILS: the tests read it here)
+from ..change.rollout import PREVIOUS_FAILS  # noqa: F401  (the tests read it here)
+from ..change.show_plan import render_not_mirrored, render_report, step_printer
 from ..change.diagnosis import diagnose
 from ..change.diagnosis import render
 from ..records import history
-from ..targets.fleet import each, table
+from ..targets.fleet import Failed, each, table
 from functools import partial
 
 
@@ -74,7 +75,7 @@ def verify_all(ws: Workspace, as_json: bool, with_restart: bool) -> int:
 
     results = each(ws, partial(_verify_quiet, with_restart=with_restart), "verify")
     reports = {n: r["report"] for n, r in results.items() if isinstance(r, dict)}
-    errors = [n for n, r in results.items() if isinstance(r, str)]
+    errors = [n for n, r in results.items() if isinstance(r, Failed)]
     failed = [n for n, r in reports.items() if not r.get("ok")]
     records = [r["history"] for r in results.values() if isinstance(r, dict)]
     command = "verify --all" + (" --restart" if with_restart else "")
@@ -83,10 +84,10 @@ def verify_all(ws: Workspace, as_json: bool, with_restart: bool) -> int:
     code = 2 if errors else EXIT_DIFFERS if failed else 0
     if as_json:
         emit_json({"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "command": command, "exit_code": code,
-                   "ok": code == 0, "targets": {n: ({"error": r} if isinstance(r, str) else
+                   "ok": code == 0, "targets": {n: (r.to_dict() if isinstance(r, Failed) else
                                                     None if r is None else reports[n]) for n, r in results.items()}})
     else:
-        rows = [[n, f"error: {r}" if isinstance(r, str) else "no [service] table" if r is None else
+        rows = [[n, f"error: {r}" if isinstance(r, Failed) else "no [service] table" if r is None else
                  "passed" if reports[n].get("ok") else
                  f"FAILED ({reports[n].get('reason')}): {reports[n].get('message', '')}"]
                 for n, r in results.items()]

@@ -54,7 +54,7 @@ from .manifests import Manifests
 from .preflight import obstacles
 from .store import Store
 from . import statelock, treecheck
-from .statcache import read_changed, untrusted
+from .statcache import read_changed, untrusted, write_caches
 from . import fingerprint
 from . import interp
 import sys
@@ -81,7 +81,13 @@ class Agent(AgentContract):
         for path in list(self._held):
             self.unlock(path)
         self.__init__()  # type: ignore[misc]
+        write_caches(True)
         return "parked"
+
+    def hands_off(self) -> None:
+        """From now on write no cache and no seal (a dry run, `check`, Ansible's check mode: they
+        write nothing on the host); what caches there are are still read."""
+        write_caches(False)
 
     def _store(self, root: str) -> "Store":
         """One Store per root, so its pack index is read once per process."""

@@ -10,7 +10,7 @@ from typing import Any, Dict, Iterator, List
 
 from . import seal
 from .disk import cpus, feed, is_install_record, map_files, map_threads, write_atomic
-from .statcache import StatCache, load_cache, save_cache
+from .statcache import StatCache, load_cache, save_cache, writing_caches
 from .distinfo import console_scripts, paths_of, record_identity, record_lines, record_rows, record_text_rows
 import base64
 import hashlib
@@ -138,7 +138,7 @@ def check_record(site: str, name: str, cache_dir: str | None, outside: bool = Fa
                          if listed is None or listed == size else
                          f"differs from RECORD (size {listed} -> {size} bytes)"])
     cache.save()
-    if cache.path and not os.path.exists(cache.path):  # an audit has run here: status may audit cheaply
+    if cache.path and writing_caches() and not os.path.exists(cache.path):  # an audit has run here: status may audit cheaply
         os.makedirs(os.path.dirname(cache.path), mode=0o700, exist_ok=True)
         write_atomic(cache.path, b"{}", 0o600)
     return {"files": checked, "findings": sorted(findings), "identity": record_identity(rows)}

@@ -22,7 +22,7 @@ import time
 from array import array
 
 from .disk import write_atomic
-from .statcache import StatCache, read_cache
+from .statcache import StatCache, read_cache, writing_caches
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only (typing costs a command's start about 10 ms)
@@ -141,6 +141,8 @@ def entries(root: str, walk: Tuple[str, ...], named: Iterable[str]) -> Optional[
 def save(path: str, key: Any, sealed: Tuple[List[str], bytes], answer: Any) -> None:
     """Write a seal (0600, not durably: a lost seal only costs one full audit)."""
     names, ids = sealed
+    if not writing_caches():
+        return
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         write_atomic(path, marshal.dumps((FORMAT, key, "\0".join(names), ids, answer)), 0o600, durable=False)

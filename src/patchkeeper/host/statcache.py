@@ -30,6 +30,16 @@ if TYPE_CHECKING:  # annotations only (typing costs a command's start about 10 m
     Row = tuple[str, int, int]
 
 _warned: list[str] = []  # the cache a warning was given for (one per process)
+_writing = [True]  # whether caches and seals are written: not for a dry run or check mode (Agent.hands_off)
+
+
+def write_caches(on: bool) -> None:
+    """Turn the writing of every cache and seal of this process on or off (off: read them only)."""
+    _writing[0] = on
+
+
+def writing_caches() -> bool:
+    return _writing[0]
 
 
 def identity(st: os.stat_result) -> Identity:
@@ -112,6 +122,8 @@ def load_cache(path: str, stamp: Any) -> Any:
 def save_cache(path: str, stamp: Any, body: Any) -> None:
     """Write a cache file that load_cache(path, stamp) reads back (0600, in a directory made 0700),
     not durably: a cache lost in a power cut, or one that cannot be written at all, only costs time."""
+    if not _writing[0]:
+        return
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         write_atomic(path, marshal.dumps((stamp, body)), 0o600, durable=False)

@@ -4,7 +4,9 @@ This module is shipped to a remote host after agent.py and executed there, so it
 standard library only. A frame is a 4-byte big-endian header length (its top bit set when the
 header is zlib-compressed), the header (JSON), then the payloads the header lists by length.
 Bytes inside a value travel as payloads and are referred to from the JSON as {"\\u0000b": index},
-so file contents are never base64-bloated.
+so file contents are never base64-bloated. While a call runs longer than BEAT seconds the agent sends
+a heartbeat frame ({"beat": 1}) every BEAT seconds, so the controller can tell a long call from a
+frozen agent or a dead connection by silence alone (remote_agent.AgentProxy).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import json
 import struct
 import sys
+import threading
 import traceback
 import zlib
 from typing import Any, BinaryIO, Callable
@@ -28,6 +31,7 @@ MAGIC = b"\x00\x00patchkeeper-agent-1\n"
 NOISE_MAX = 64 << 10
 MAX_HEADER = 256 << 20  # a frame's header (JSON), as sent and once decompressed
 MAX_PAYLOAD = 1 << 36  # one payload (a file's bytes)
+BEAT = 1.0  # seconds between two heartbeats of a running call
 
 
 class FrameError(ValueError):
@@ -110,6 +114,48 @@ def error_doc(exc: BaseException) -> dict[str, Any]:
     return doc
 
 
+def is_beat(header: dict[str, Any]) -> bool:
+    """Whether a frame is a heartbeat of a call still running (not its answer)."""
+    return header.get("beat") == 1
+
+
+class _Heart:
+    """Sends a heartbeat every BEAT seconds while a call runs; every frame goes out under its lock."""
+
+    def __init__(self, sink: BinaryIO) -> None:
+        self.sink = sink
+        self.cond = threading.Condition()
+        self.call = 0  # the number of the running call, 0 between calls
+        threading.Thread(target=self._beat, daemon=True).start()
+
+    def _beat(self) -> None:
+        frame = encode({"beat": 1})
+        with self.cond:
+            while True:
+                while not self.call:
+                    self.cond.wait()
+                call = self.call
+                self.cond.wait(BEAT)
+                if self.call == call:  # the same call still runs
+                    try:
+                        self.sink.write(frame)
+                        self.sink.flush()
+                    except (BrokenPipeError, OSError, ValueError):
+                        return
+
+    def begin(self, number: int) -> None:
+        with self.cond:
+            self.call = number
+            self.cond.notify()
+
+    def answer(self, frame: bytes) -> None:
+        with self.cond:
+            self.call = 0
+            self.cond.notify()
+            self.sink.write(frame)
+            self.sink.flush()
+
+
 def serve(agent: Any, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> None:
     """Answer requests {"m": method, "v": [args, kwargs]} until end of input."""
     source: BinaryIO = stdin or sys.stdin.buffer
@@ -130,12 +176,16 @@ def serve(agent: Any, stdin: BinaryIO | None = None, stdout: BinaryIO | None = N
                                        "python": "%d.%d.%d" % sys.version_info[:3], "hostname": agent.hostname(),
                                        "interpreter": to_wire(agent.interpreter())}))
     sink.flush()
+    heart = _Heart(sink)
+    calls = 0
     while True:
         try:
             header, call = decode(read_exact)
             args, kwargs = call
         except (EOFError, ValueError, TypeError):  # the end, or not a frame: the wire is no longer usable
             return
+        calls += 1
+        heart.begin(calls)
         try:
             method = header["m"]
             if method.startswith("_"):
@@ -145,7 +195,6 @@ def serve(agent: Any, stdin: BinaryIO | None = None, stdout: BinaryIO | None = N
         except Exception as exc:  # every failure goes back to the controller, the loop goes on
             frame = encode({"error": error_doc(exc)})
         try:
-            sink.write(frame)
-            sink.flush()
+            heart.answer(frame)
         except (BrokenPipeError, OSError):  # the connection is gone: nothing left to answer
             return

@@ -9,6 +9,7 @@ import posixpath
 import pwd
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast, overload
 
@@ -106,6 +107,7 @@ class LedgerEntry:
     env: str | None = None  # digest of the environment fingerprint in the store (None: not kept)
     env_error: str | None = None  # why no fingerprint could be taken
     installed: dict[str, Any] | None = None  # the managed distribution's installation (installation.py)
+    origin: dict[str, str] = field(default_factory=lambda: dict(ORIGIN.get()))  # where the change came from
 
     def to_dict(self) -> dict:
         return {"id": self.id, "seq": self.seq, "time": self.time, "who": self.who,
@@ -114,7 +116,8 @@ class LedgerEntry:
                 "changed": self.changed, "hand_edits": list(self.hand_edits), "extra": self.extra,
                 **({"env": self.env} if self.env else {}),
                 **({"env_error": self.env_error} if self.env_error else {}),
-                **({"installed": self.installed} if self.installed else {})}
+                **({"installed": self.installed} if self.installed else {}),
+                **({"origin": self.origin} if self.origin else {})}
 
     @classmethod
     def from_dict(cls, d: dict) -> "LedgerEntry":
@@ -147,7 +150,7 @@ class LedgerEntry:
                    before=State.from_dict(d["before"], "before") if d.get("before") else None,
                    patchsets=patchsets, changed=changed, hand_edits=hand_edits, extra=extra,
                    env=env, env_error=None if env_error is None else shapes.text(env_error, "env_error"),
-                   installed=installed)
+                   installed=installed, origin=_origin(d.get("origin")))
 
     @property
     def backups(self) -> dict[str, str]:
@@ -228,6 +231,29 @@ def _check_extra(extra: Any) -> None:
 
 def new_id() -> str:
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + os.urandom(3).hex()
+
+
+# Where the changes of this command come from: the CLI, or an Ansible task (ansible_task.py
+# sets {"via": "ansible", "playbook": FILE:LINE, "play": NAME, "task": NAME} while it runs).
+ORIGIN: ContextVar[dict[str, str]] = ContextVar("origin", default={"via": "cli"})
+_ORIGIN_KEYS = ("via", "playbook", "play", "task")
+
+
+def _origin(value: Any) -> dict[str, str]:
+    """An entry's origin as its file holds it (entries written before origins were kept have none)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(k in _ORIGIN_KEYS and isinstance(v, str) for k, v in value.items()):
+        raise shapes.fail("origin", value, "{via, playbook, play, task} strings")
+    return value
+
+
+def describe_origin(origin: dict[str, str]) -> str:
+    """`cli`, `ansible site.yml:12 task 'apply ddtree'`, or `?` for an entry that did not keep one."""
+    if origin.get("via") != "ansible":
+        return one_line(origin.get("via") or "?")
+    return one_line(" ".join(["ansible", origin.get("playbook") or "?"]
+                             + ([f"task {origin['task']!r}"] if origin.get("task") else [])))
 
 
 def who() -> str:

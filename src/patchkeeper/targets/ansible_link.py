@@ -21,7 +21,7 @@ from ..errors import TargetError
 from ..workspace import TargetConfig
 from .local import run_here
 from .links import PipeLink, program
-from .remote_agent import AgentProxy, AgentTarget
+from .remote_agent import AgentProxy, AgentTarget, Patience
 
 SUPPORTED = ("ssh", "local")
 
@@ -74,7 +74,7 @@ class AnsibleTarget(AgentTarget):
             except OSError as exc:
                 raise TargetError(f"target {self.name}: cannot start ssh for its agent: {exc}",
                                   "check that ssh is installed on the controller") from None
-            self._agent = AgentProxy(link, self.name, self.config.python)
+            self._agent = AgentProxy(link, self.name, self.config.python, Patience(self.config.timeout))
         return self._agent
 
     def run(self, argv: list[str], timeout: float = 60.0, input: bytes | None = None) -> tuple[int, bytes, bytes]:

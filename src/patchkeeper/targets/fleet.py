@@ -9,7 +9,8 @@ every other target still finishes. On a terminal, stderr shows done/total.
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Callable, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from ..errors import PatchkeeperError
 from ..workspace import Workspace
@@ -26,26 +27,43 @@ HOSTS = 32  # SSH targets in flight at once
 T = TypeVar("T")
 
 
-def _guarded(work: Callable[[Workspace, str], T], ws: Workspace, name: str) -> T | str:
+@dataclass(frozen=True)
+class Failed:
+    """A target whose run failed: its one line, what to do next, and the exit code it would have had."""
+
+    message: str
+    hint: str = ""
+    exit: int = 2
+
+    def __str__(self) -> str:
+        return self.message
+
+    def to_dict(self) -> dict[str, Any]:
+        """A target's result in an --all --json document when it failed."""
+        return {"error": self.message, "hint": self.hint, "exit": self.exit}
+
+
+def _guarded(work: Callable[[Workspace, str], T], ws: Workspace, name: str) -> T | Failed:
     try:
         return work(ws, name)
     except PatchkeeperError as exc:
-        return str(exc).splitlines()[0]
+        return Failed(str(exc.message).splitlines()[0], exc.hint, exc.exit_code)
     except OSError as exc:
-        return f"{exc.strerror or exc}{': ' + str(exc.filename) if exc.filename else ''}"
+        return Failed(f"{exc.strerror or exc}{': ' + str(exc.filename) if exc.filename else ''}",
+                      "check the path and its permissions")
 
 
-def _failed(exc: BaseException) -> str:
-    """The line of a target whose run raised past _guarded (a bug, or its worker process died)."""
+def _failed(exc: BaseException) -> Failed:
+    """A target whose run raised past _guarded (a bug, or its worker process died)."""
 
     if isinstance(exc, BrokenProcessPool):
-        return "its worker process ended before it answered"
-    return f"internal error: {type(exc).__name__}: {exc}".splitlines()[0]
+        return Failed("its worker process ended before it answered", "run the command on that target alone")
+    return Failed(f"internal error: {type(exc).__name__}: {exc}".splitlines()[0], "please report this as a bug")
 
 
 def each(ws: Workspace, work: Callable[[Workspace, str], T], what: str,
-         progress: bool | None = None) -> dict[str, T | str]:
-    """`work(ws, name)` for every target, concurrently; name -> its result, or its error line.
+         progress: bool | None = None) -> dict[str, T | Failed]:
+    """`work(ws, name)` for every target, concurrently; name -> its result, or how it failed.
 
     `work` and its result must be picklable (a local target's runs in a worker process: `work` a
     module-level function or a partial of one)."""
@@ -54,7 +72,7 @@ def each(ws: Workspace, work: Callable[[Workspace, str], T], what: str,
     remote = [n for n in names if ws.targets[n].ssh]
     local = [n for n in names if not ws.targets[n].ssh]
     show = sys.stderr.isatty() if progress is None else progress
-    results: dict[str, T | str] = {}
+    results: dict[str, T | Failed] = {}
     pools: list[Executor] = []
     try:
         futures: dict[Future, str] = {}

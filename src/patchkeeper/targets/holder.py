@@ -63,7 +63,8 @@ class Held:
         """Start an agent for the next command, unless one is ready."""
         with self.filling:
             if self.spare is None and not self.stopping.is_set():
-                self.spare = AgentProxy.over_ssh(self.target._session(), self.target.name, self.target.config.python)
+                self.spare = AgentProxy.over_ssh(self.target._session(), self.target.name, self.target.config.python,
+                                                 self.target.patience)
 
     def settled(self) -> AgentProxy | None:
         """The spare, once every park in flight has ended (so a command that follows one that
@@ -227,6 +228,8 @@ def _upstream(conn: socket.socket, chan: Any, parking: threading.Event, begun: A
         pass
     try:
         chan.shutdown_write()  # the command is gone or done: the agent reads EOF and exits
+        if not chan.status_event.wait(10):  # one frozen (SIGSTOP) never does: the relay must not wait for it
+            chan.close()
     except Exception:
         pass
 
@@ -245,6 +248,8 @@ def _is_parked(answer: bytearray) -> bool | None:
 
     try:
         header, value = wire.decode(read)
+        while wire.is_beat(header):  # the park itself ran long enough to send a heartbeat
+            header, value = wire.decode(read)
     except EOFError:
         return None
     except ValueError:
@@ -284,7 +289,7 @@ def main(spec: dict) -> int:
     os.dup2(devnull, 1)  # nothing may reach the starter's pipe but the one report line
     os.dup2(devnull, 0)
     config = TargetConfig(name=spec["name"], python=spec["python"], package="", ssh=spec["ssh"],
-                          identity_file=spec.get("identity"))
+                          identity_file=spec.get("identity"), timeout=float(spec.get("timeout", 30)))
     target = SshTarget(config, persist=0)
     path = spec["path"]
     temp = f"{path}.{os.getpid()}"

@@ -63,7 +63,7 @@ class Link(Protocol):
 
     def stderr(self) -> str: ...  # its last line
 
-    def close(self) -> None: ...
+    def close(self, wait: bool = True) -> None: ...  # wait=False: the agent is frozen or gone, do not wait for it
 
 
 class SshLink:
@@ -89,10 +89,11 @@ class SshLink:
             out += self._chan.recv_stderr(65536)
         return _last_line(out)
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
         try:
             self._chan.shutdown_write()  # end of input: the agent returns and exits
-            self._chan.status_event.wait(10)  # (one that floods its stdout unread never does)
+            if wait:
+                self._chan.status_event.wait(10)  # (one that floods its stdout unread never does)
         except Exception:
             pass
         self._chan.close()
@@ -149,7 +150,9 @@ class PipeLink:
         self._err.seek(0)
         return _last_line(self._err.read())
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
+        if not wait:  # frozen (SIGSTOP is no obstacle to SIGKILL) or gone: its journal stays for `recover`
+            self._proc.kill()
         try:
             if self._proc.stdout is not None:
                 self._proc.stdout.close()  # nothing more is read: an interpreter still printing stops too

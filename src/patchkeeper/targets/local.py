@@ -20,11 +20,11 @@ from ..host.contract import (
     Interpreter,
     InterpreterFacts,
 )
-from ..host.statcache import identity, load_cache, save_cache, user_cache
+from ..host.statcache import identity, load_cache, save_cache, user_cache, write_caches
 from ..workspace import TargetConfig
 from .base import Target, memo
 from ..host import seal
-from .remote_agent import AgentProxy
+from .remote_agent import AgentProxy, Patience
 import signal
 import subprocess
 import tempfile
@@ -49,7 +49,7 @@ class LocalTarget(Target):
         if self.same_interpreter:
             return self._in_process
 
-        self._proxy = AgentProxy.in_subprocess(self.name, self.config.python)
+        self._proxy = AgentProxy.in_subprocess(self.name, self.config.python, Patience(self.config.timeout))
         return self._proxy
 
     @memo
@@ -63,6 +63,7 @@ class LocalTarget(Target):
         if self._proxy is not None:
             self._proxy.close()
             self._proxy = None
+        write_caches(True)  # the in-process agent's hands_off (a dry run) ends with the command's use of it
 
     def run(self, argv: list[str], timeout: float = 60.0, input: bytes | None = None) -> tuple[int, bytes, bytes]:
         return run_here(argv, timeout, input)

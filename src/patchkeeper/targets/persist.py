@@ -20,16 +20,11 @@ import socket
 import stat
 import struct
 import sys
-from typing import TYPE_CHECKING
 
 from ..errors import BadInput, PatchkeeperError, TargetError
 from ..host import wire
-from .remote_agent import HELLO_TIMEOUT
-from .remote_agent import HELLO_TIMEOUT, AgentProxy
+from .remote_agent import AgentProxy, Patience
 import subprocess
-
-if TYPE_CHECKING:
-    from .remote_agent import AgentProxy
 
 DEFAULT_PERSIST = 60.0
 ACK_TIMEOUT = 5.0  # a holder that does not acknowledge a request within this is wedged
@@ -122,15 +117,17 @@ class SocketLink:
         while self.sock.recv(1 << 12):
             pass
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
         self.sock.close()  # the holder ends the agent's input: it returns and exits
 
 
 class Holder:
     """The holder of one SSH target's connection, seen from a command."""
 
-    def __init__(self, name: str, ssh: str, python: str, persist: float, identity: str | None = None) -> None:
+    def __init__(self, name: str, ssh: str, python: str, persist: float, identity: str | None = None,
+                 patience: Patience | None = None) -> None:
         self.name, self.ssh, self.python, self.persist, self.identity = name, ssh, python, persist, identity
+        self.patience = patience or Patience()
         self.path = socket_path(ssh, python)
 
     # ---- asking ------------------------------------------------------------------------------
@@ -209,7 +206,7 @@ class Holder:
             return data
 
         try:
-            sock.settimeout(HELLO_TIMEOUT)
+            sock.settimeout(self.patience.hello)
             if keep(len(wire.MAGIC)) != wire.MAGIC:
                 raise EOFError
             header, _ = wire.decode(keep)
@@ -221,12 +218,12 @@ class Holder:
             sock.close()
             raise _error(header["error"])
         sock.settimeout(None)
-        return AgentProxy(SocketLink(sock, bytes(seen)), self.name, self.python)
+        return AgentProxy(SocketLink(sock, bytes(seen)), self.name, self.python, self.patience)
 
     def run(self, argv: list[str], timeout: float, input: bytes | None) -> tuple[int, bytes, bytes]:
         sock = self._open("run", [argv, timeout, input])
         try:
-            sock.settimeout(timeout + HELLO_TIMEOUT)  # the holder answers when the program is done or timed out
+            sock.settimeout(timeout + self.patience.hello)  # the holder answers when the program is done or timed out
             header, value = wire.decode(_read_exact(sock))
         except (OSError, EOFError, ValueError):
             raise TargetError(f"the connection to target {self.name} was lost while running {argv[0]}",
@@ -257,7 +254,7 @@ class Holder:
         """Start a holder and wait until it is connected (or says why it cannot be)."""
 
         spec = json.dumps({"name": self.name, "ssh": self.ssh, "python": self.python, "persist": self.persist,
-                           "path": self.path, "identity": self.identity})
+                           "path": self.path, "identity": self.identity, "timeout": self.patience.silence})
         log = open(self.path[:-5] + ".log", "wb")  # the holder's own stderr, for a post-mortem
         try:
             proc = subprocess.Popen([sys.executable, "-m", "patchkeeper.targets.holder", spec],
@@ -284,7 +281,8 @@ def error_doc(exc: PatchkeeperError) -> dict[str, str]:
 
 
 def _error(doc: dict[str, str]) -> PatchkeeperError:
-    kind = {"BadInput": BadInput, "TargetError": TargetError}.get(doc.get("type", ""), PatchkeeperError)
+    kind = {"BadInput": BadInput, "TargetError": TargetError, "_Said": TargetError}.get(doc.get("type", ""),
+                                                                                      PatchkeeperError)
     return kind(doc.get("message", "the held connection failed"), doc.get("hint", ""))
 
 

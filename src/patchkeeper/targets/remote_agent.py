@@ -14,7 +14,9 @@ before (wire.MAGIC) is skipped up to a bound; every read of the wire has a timeo
 from __future__ import annotations
 
 import threading
+import time
 from abc import abstractmethod
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import AgentError, TargetError
@@ -24,29 +26,48 @@ from . import shapes
 from .base import Target, memo
 from .links import Link, PipeLink, SshLink, program
 
-HELLO_TIMEOUT = 120.0  # seconds for an agent to start and say hello (an interpreter, an upload)
-CALL_TIMEOUT = 1800.0  # seconds an answer may keep the wire silent (hashing a large package cold)
+DEFAULT_TIMEOUT = 30.0  # seconds a host may keep the wire silent (no answer, no heartbeat): a target's `timeout`
+
+
+@dataclass(frozen=True)
+class Patience:
+    """How long to wait for a host, all from one number (a target's `timeout`, in seconds)."""
+
+    silence: float = DEFAULT_TIMEOUT
+
+    @property
+    def hello(self) -> float:
+        """For an agent to start and say hello (no heartbeat yet: an interpreter to start, its program
+        uploaded and compiled, on a host that may be busy): four silences, at least a minute."""
+        return max(4 * self.silence, 60.0)
+
+    def deadline(self, sent: int) -> float:
+        """The longest one call may run, heartbeats or not: 60 silences (30 min by default: hashing
+        a large package cold), and one more per MiB the call was given."""
+        return self.silence * (60 + sent / (1 << 20))
 
 
 class AgentProxy(c.AgentContract):
     """The agent contract, each call one request over one link, one at a time."""
 
-    def __init__(self, link: Link, target_name: str, python: str) -> None:
+    def __init__(self, link: Link, target_name: str, python: str, patience: Patience = Patience()) -> None:
         self._link = link
         self._name = target_name
         self._lock = threading.Lock()
         self._buf = bytearray()
         self._idle = True  # no request is half sent or half answered: the wire is between frames
+        self._lost: TargetError | None = None  # why the wire is no longer usable, once it is not
+        self._patience = patience
         self._python = python
         self._noise = b""
         try:
-            link.settimeout(HELLO_TIMEOUT)
+            link.settimeout(patience.hello)
             noise = self._greeting()
             header, hello = wire.decode(self._read_exact)
             if not isinstance(hello, dict) or not isinstance(hello.get("python"), str):
                 raise wire.FrameError("a hello without the agent's facts")
             self.remote_algorithm: str = shapes.answer_from_wire("algorithm", hello.get("algorithm"))
-            link.settimeout(CALL_TIMEOUT)
+            link.settimeout(patience.silence)
         except (TargetError, ValueError) as exc:
             err = link.stderr()
             link.close()
@@ -89,10 +110,12 @@ class AgentProxy(c.AgentContract):
         try:
             return self._link.recv(n)
         except TimeoutError:
-            raise _Said(f"target {self._name}: its agent sent nothing for "
-                              f"{HELLO_TIMEOUT if self._idle else CALL_TIMEOUT:g} s; gave up waiting",
-                              f"check the host and its Python ({self._python}); then run "
-                              f"`patchkeeper recover -t {self._name}` (or any command on it)") from None
+            if self._idle:  # still waiting for its hello
+                raise _Said(f"target {self._name}: its agent sent nothing for {self._patience.hello:g} s; "
+                            "gave up waiting", f"check the host and its Python ({self._python}); then run "
+                            f"`patchkeeper recover -t {self._name}` (or any command on it)") from None
+            raise self._give_up(f"its agent went silent mid-call (no answer, no heartbeat for "
+                                f"{self._patience.silence:g} s: the host, its agent or the connection is frozen)")
 
     def _malformed(self, what: str, exc: Exception) -> TargetError:
         return TargetError(f"target {self._name}: {what} from its agent is malformed: {exc}",
@@ -100,42 +123,64 @@ class AgentProxy(c.AgentContract):
                            "answers so is not running it as sent; nothing was changed by this answer")
 
     @classmethod
-    def over_ssh(cls, channel: Any, target_name: str, python: str) -> "AgentProxy":
-        return cls(SshLink(channel, python, program()), target_name, python)
+    def over_ssh(cls, channel: Any, target_name: str, python: str, patience: Patience = Patience()) -> "AgentProxy":
+        return cls(SshLink(channel, python, program()), target_name, python, patience)
 
     @classmethod
-    def in_subprocess(cls, target_name: str, python: str) -> "AgentProxy":
+    def in_subprocess(cls, target_name: str, python: str, patience: Patience = Patience()) -> "AgentProxy":
         try:
             link = PipeLink(python, program())
         except OSError as exc:
             raise TargetError(f"target {target_name}: cannot start its interpreter {python}: {exc}",
                               f"fix python = ... in [targets.{target_name}]") from None
-        return cls(link, target_name, python)
+        return cls(link, target_name, python, patience)
 
     def _read_exact(self, n: int) -> bytes:
         buf = self._buf
         while len(buf) < n:
             chunk = self._recv(min(max(n - len(buf), 1 << 18), 1 << 24))
             if not chunk:
-                raise TargetError(f"the connection to target {self._name} was lost",
-                                  f"run `patchkeeper recover -t {self._name}` (or any command on it): "
-                                  "the host keeps its journal and finishes or undoes what was interrupted")
+                raise self._lost_connection()
             buf += chunk
         data = bytes(buf[:n])
         del buf[:n]
         return data
 
+    def _give_up(self, why: str) -> TargetError:
+        """The error that ends this agent's use: every later call fails at once with it."""
+        self._lost = TargetError(f"target {self._name}: gave up: {why}",
+                                 f"run `patchkeeper recover -t {self._name}` once the host answers again: its journal "
+                                 "finishes or undoes what was interrupted; `timeout` in [targets.NAME] sets the wait")
+        return self._lost
+
+    def _lost_connection(self, detail: str = "") -> TargetError:
+        self._lost = TargetError(f"the connection to target {self._name} was lost" + (f" {detail}" if detail else ""),
+                                 f"run `patchkeeper recover -t {self._name}` (or any command on it): "
+                                 "the host keeps its journal and finishes or undoes what was interrupted")
+        return self._lost
+
     def _call(self, method: str, *args: Any) -> Any:
-        """The answer of one call, rebuilt as the agent's own value (shapes.answer_from_wire)."""
+        """The answer of one call, rebuilt as the agent's own value (host.shapes.answer_from_wire).
+        Heartbeats are skipped; silence longer than the target's timeout, or a call running past
+        its deadline (Patience.deadline), gives the agent up."""
         with self._lock:
+            if self._lost is not None:
+                raise self._lost
             self._idle = False
+            request = wire.encode({"m": method}, [[c.to_wire(a) for a in args], {}])
             try:
-                self._link.send(wire.encode({"m": method}, [[c.to_wire(a) for a in args], {}]))
+                self._link.send(request)
             except OSError as exc:
-                raise TargetError(f"the connection to target {self._name} was lost ({exc})",
-                                  f"run `patchkeeper recover -t {self._name}`") from None
+                raise self._lost_connection(f"({exc})") from None
+            until = time.monotonic() + self._patience.deadline(len(request))
             try:
-                header, value = wire.decode(self._read_exact)
+                while True:
+                    header, value = wire.decode(self._read_exact)
+                    if not wire.is_beat(header):
+                        break
+                    if time.monotonic() > until:
+                        raise self._give_up(f"{method} ran past its deadline of "
+                                            f"{self._patience.deadline(len(request)):g} s")
             except wire.FrameError as exc:
                 raise self._malformed(f"the answer to {method}", exc) from None
             self._idle = not self._buf
@@ -151,6 +196,9 @@ class AgentProxy(c.AgentContract):
         frames is parked (its locks released, its caches forgotten) for the holder to give to the
         next command; any other end (an interrupted call, a killed command) ends the agent."""
         park = getattr(self._link, "park", None)  # a holder's socket (persist.SocketLink) can keep the agent
+        if self._lost is not None:
+            self._link.close(wait=False)  # a frozen agent or a dead connection: nothing to wait for
+            return
         if self._idle and park is not None:
             try:
                 park(wire.encode({"m": "park"}, [[], {}]))
@@ -180,6 +228,9 @@ class AgentProxy(c.AgentContract):
 
     def pid(self) -> int:
         return self._call("pid")
+
+    def hands_off(self) -> None:
+        self._call("hands_off")
 
     def read(self, path: str, owned: bool = False) -> bytes:
         return self._call("read", path, owned)

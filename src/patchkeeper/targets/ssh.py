@@ -22,7 +22,7 @@ from typing import Any
 
 from ..errors import BadInput, TargetError
 from .base import memo
-from .remote_agent import AgentProxy, AgentTarget
+from .remote_agent import AgentProxy, AgentTarget, Patience
 from .persist import Holder, Unavailable
 from dataclasses import replace
 import sys
@@ -116,8 +116,9 @@ def _keyscan(ep: Endpoint) -> str:
     return f"ssh-keyscan {port}{shlex.quote(ep.host)} >> ~/.ssh/known_hosts"
 
 
-def connect(ep: Endpoint, target: str, sock=None):
-    """An authenticated paramiko client for one hop (through `sock` for a ProxyJump)."""
+def connect(ep: Endpoint, target: str, sock=None, patience: Patience = Patience()):
+    """An authenticated paramiko client for one hop (through `sock` for a ProxyJump), sending an
+    SSH keepalive every third of the target's timeout (a dead peer then fails the transport)."""
     paramiko = _paramiko()
 
     def refuse(policy: Any, client: Any, hostname: str, key: Any) -> None:
@@ -161,7 +162,7 @@ def connect(ep: Endpoint, target: str, sock=None):
         client.close()
         raise TargetError(f"target {target}: cannot reach {where}: {in_words(exc, ep.host, ep.port)}",
                           "check the host is up and `ssh` to it works") from None
-    client.get_transport().set_keepalive(15)
+    client.get_transport().set_keepalive(max(1, int(patience.silence / 3)))
     return client
 
 
@@ -202,10 +203,12 @@ class SshTarget(AgentTarget):
         self._clients: list = []  # jump hosts first, the target last
         self._agent: AgentProxy | None = None
         self._open_lock = threading.Lock()
+        self.patience = Patience(config.timeout)
         self._holder = None
         if self.persist > 0:
             try:
-                self._holder = Holder(self.name, config.ssh, config.python, self.persist, config.identity_file)
+                self._holder = Holder(self.name, config.ssh, config.python, self.persist, config.identity_file,
+                                      self.patience)
             except Unavailable:
                 self._holder = None  # no safe place for its socket: connect directly
 
@@ -243,7 +246,7 @@ class SshTarget(AgentTarget):
         clients, sock = [], None
         try:
             for i, hop in enumerate(hops):
-                clients.append(connect(hop, self.name, sock))
+                clients.append(connect(hop, self.name, sock, self.patience))
                 if i + 1 < len(hops):
                     nxt = hops[i + 1]
                     sock = clients[-1].get_transport().open_channel("direct-tcpip", (nxt.host, nxt.port),
@@ -269,7 +272,7 @@ class SshTarget(AgentTarget):
     def agent(self) -> AgentProxy:
         if self._agent is None:
             self._agent = self._held(lambda h: h.agent()) or AgentProxy.over_ssh(self._session(), self.name,
-                                                                                 self.config.python)
+                                                                                 self.config.python, self.patience)
         return self._agent
 
     def run(self, argv: list[str], timeout: float = 60.0, input: bytes | None = None) -> tuple[int, bytes, bytes]:

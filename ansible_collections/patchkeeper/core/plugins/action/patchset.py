@@ -34,6 +34,8 @@ class ActionModule(ActionBase):
             result.update(failed=True, msg="patchkeeper: error: the host variable patchkeeper is not a mapping")
             return result
         host = task_vars.get("inventory_hostname") or self._play_context.remote_addr
+        origin = {"playbook": self._task.get_path() or "", "play": str(task_vars.get("ansible_play_name") or ""),
+                  "task": self._task.get_name() or ""}  # kept in the ledger: `patchkeeper log` shows it
         result.update(run_task(args["workspace"], host, dict(table), self._connection, args["name"], args["state"],
-                               args["verify"], bool(self._task.check_mode), bool(self._task.diff)))
+                               args["verify"], bool(self._task.check_mode), bool(self._task.diff), origin))
         return result

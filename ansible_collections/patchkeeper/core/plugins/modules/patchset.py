@@ -109,6 +109,21 @@ stdout:
   description: What patchkeeper printed for this host (the plan, the verification).
   returned: always
   type: str
+rolled_back:
+  description: The failed check of the verification that rolled the change back.
+  returned: when a verification failed and the change was rolled back
+  type: str
+  sample: degenerate
+previous_state_fails:
+  description: Whether the state rolled back to failed its verification as well.
+  returned: when a verification failed and the change was rolled back
+  type: bool
+verdict:
+  description: >-
+    "the previous code state fails as well: the fault is likely not in the patch set", or "the patch
+    set fails verification" (also in C(msg)).
+  returned: when a verification failed and the change was rolled back
+  type: str
 """
 
 from ansible.module_utils.basic import AnsibleModule

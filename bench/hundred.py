@@ -1,0 +1,129 @@
+"""Issue 35's rows: a fleet of 100 SSH targets beside 16, behind the same 10 ms link, one sshd with an
+alias per target, each a hardlinked copy of the bare sglang venv.
+
+For both ways of reaching the hosts, held connections (a holder process per target, `persist` 60, the
+default) and none (`persist = 0`: each command connects and starts its agents itself): `audit --all` at
+16 and at 100 targets, and `apply ddtree --all --serial 10` at 100; each with the controller's peak
+resident memory (the command, its children and every process it keeps: holders, Ansible's ssh masters)
+and its CPU per target. Then the same play through ansible-playbook -f 10 (`serial: 10`). The goals:
+controller memory <= 10 MB per target, `audit --all` at 100 <= 3x its time at 16.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from common import BARE, PK, RACY, REPO, copy_venv, pk, row, run, workspace
+from link import Link, measured
+
+SIZES = (16, 100)
+SERIAL = 10
+RUNS = 2
+MB = 1e6
+
+
+def main(tmp: Path, env: dict[str, str]) -> list[dict[str, Any]]:
+    link = Link(tmp, env)
+    try:
+        return _measure(tmp, link)
+    finally:
+        link.close()
+
+
+def _workspace(root: Path, targets: dict[str, dict[str, str]], persist: float) -> Path:
+    ws = workspace(root, targets)
+    toml = ws / "patchkeeper.toml"
+    toml.write_text(f"persist = {persist:g}\n" + toml.read_text())
+    return ws
+
+
+def _best(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    return min(runs, key=lambda r: r["wall"])
+
+
+def _disconnect(link: Link) -> None:
+    subprocess.run([PK, "disconnect", "--all"], env=link.env, capture_output=True)
+
+
+def _measure(tmp: Path, link: Link) -> list[dict[str, Any]]:
+    env, proxy = link.env, link.proxy
+    source = copy_venv(BARE, tmp / "fleet-src", link=False)
+    names = [f"h{i:03d}" for i in range(max(SIZES))]
+    targets = {}
+    for name in names:
+        venv = copy_venv(source, tmp / f"fleet-{name}", link=True)
+        targets[name] = {"ssh": link.alias(f"fleet-{name}"), "python": f"{venv}/bin/python"}
+    spaces = {(n, persist): _workspace(tmp / f"ws-{n}-{persist}", {k: targets[k] for k in names[:n]}, persist)
+              for n in SIZES for persist in (60, 0)}
+    start = spaces[(max(SIZES), 0)]
+    with ThreadPoolExecutor(4) as pool:  # a recorded state on each; four at a time (two cores, loaded)
+        list(pool.map(lambda n: run(pk(start, "snapshot", "-t", n, "--name", "start", "--manifest-only"), env),
+                      names))
+    os.sync()
+    time.sleep(RACY)
+    for _ in range(2):
+        run(pk(start, "audit", "--all", "-q"), env, ok=(0, 1))
+        time.sleep(RACY)
+
+    rows: list[dict[str, Any]] = []
+    audits: dict[tuple[int, int], dict[str, Any]] = {}
+    for persist, how in ((60, "held connections"), (0, "no held connections")):
+        for n in SIZES:
+            ws = spaces[(n, persist)]
+            run(pk(ws, "audit", "--all", "-q"), env, ok=(0, 1))  # holders started (held), caches warm
+            audits[(n, persist)] = _best([measured(pk(ws, "audit", "--all", "-q"), env, proxy) for _ in range(RUNS)])
+        small, large = audits[(SIZES[0], persist)], audits[(SIZES[1], persist)]
+        rows += [row(f"audit --all, {SIZES[1]} vs {SIZES[0]} targets ({how})", large["wall"],
+                     f"audit --all, {SIZES[0]} targets", small["wall"], goal=3.0,
+                     note=f"{large['round_trips']} vs {small['round_trips']} round trips"),
+                 row(f"controller memory per target, audit --all of {SIZES[1]} ({how})",
+                     large["peak_rss"] / SIZES[1] / MB, unit="MB", goal=10.0,
+                     note=f"peak {large['peak_rss'] / MB:.0f} MB over {large['processes']} process(es); "
+                          f"at {SIZES[0]}: {small['peak_rss'] / SIZES[0] / MB:.1f} MB per target"),
+                 row(f"controller CPU per target, audit --all of {SIZES[1]} ({how})", large["cpu"] / SIZES[1],
+                     f"the same at {SIZES[0]}", small["cpu"] / SIZES[0], kind="report")]
+        ws = spaces[(SIZES[1], persist)]
+        applied = measured(pk(ws, "apply", "ddtree", "--all", "--serial", str(SERIAL)), env, proxy, ok=(0,))
+        run(pk(ws, "rollback", "--to", "baseline", "--all", "--serial", str(SERIAL)), env)
+        rows += [row(f"apply ddtree --all --serial {SERIAL}, {SIZES[1]} targets ({how})", applied["wall"],
+                     kind="report", note=f"{applied['round_trips']} round trips; controller CPU per target "
+                                         f"{applied['cpu'] / SIZES[1]:.2f} s; peak memory "
+                                         f"{applied['peak_rss'] / MB:.0f} MB, "
+                                         f"{applied['peak_rss'] / SIZES[1] / MB:.1f} MB per target")]
+        _disconnect(link)
+    rows += _ansible(tmp, spaces[(SIZES[1], 0)], link, names)
+    return rows
+
+
+def _ansible(tmp: Path, ws: Path, link: Link, names: list[str]) -> list[dict[str, Any]]:
+    """The same change as a play of patchkeeper.core.patchset, `serial: 10`, `-f 10`, over Ansible's ssh
+    connection through the same link (one ControlPersist master per host)."""
+    playbook = Path(PK).parent / "ansible-playbook"
+    if not playbook.exists():
+        return [row("apply ddtree through Ansible", 0.0, kind="report", note="PENDING: ansible-core not installed")]
+    env, proxy = link.env, link.proxy
+    inventory = tmp / "hosts.yml"
+    inventory.write_text(json.dumps({"fleet": {"vars": {
+        "ansible_host": "127.0.0.1", "ansible_port": proxy.port, "ansible_user": "root",
+        "ansible_ssh_private_key_file": str(link.sshd.client_key), "ansible_python_interpreter": sys.executable,
+        "ansible_ssh_common_args": f"-o UserKnownHostsFile={link.home}/.ssh/known_hosts", "patchkeeper": {}},
+        "hosts": {n: None for n in names}}}))
+    ansible_env = {**env, "ANSIBLE_COLLECTIONS_PATH": str(REPO), "ANSIBLE_HOME": str(tmp / "ansible"),
+                   "ANSIBLE_SSH_CONTROL_PATH_DIR": str(tmp / "cp"), "ANSIBLE_LOCAL_TEMP": str(tmp / "atmp"),
+                   "ANSIBLE_NOCOLOR": "1", "ANSIBLE_RETRY_FILES_ENABLED": "0", "PATCHKEEPER_WORKSPACE": str(ws)}
+    play = tmp / "play.yml"
+    play.write_text(f"- hosts: fleet\n  gather_facts: false\n  serial: {SERIAL}\n  tasks:\n"
+                    "    - patchkeeper.core.patchset: {name: ddtree}\n")
+    m = measured([str(playbook), "-i", str(inventory), "-f", str(SERIAL), str(play)], ansible_env, proxy, ok=(0,))
+    run(pk(ws, "rollback", "--to", "baseline", "--all", "--serial", str(SERIAL)), env)
+    return [row(f"apply ddtree through Ansible (serial: {SERIAL}, -f {SERIAL}), {len(names)} targets", m["wall"],
+                kind="report", note=f"{m['round_trips']} round trips; controller CPU per target "
+                                    f"{m['cpu'] / len(names):.2f} s; peak memory {m['peak_rss'] / MB:.0f} MB, "
+                                    f"{m['peak_rss'] / len(names) / MB:.1f} MB per target (ssh masters included)")]
