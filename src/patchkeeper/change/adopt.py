@@ -158,7 +158,7 @@ def preview(s: Session, how: str | None) -> Restored:
         raise _refusal(s, edits)
     restored: dict[str, tuple[bytes, int] | None] = {}
     if edits and how == "restore-pristine":
-        found = repair.restore(s.target, damage, None, s.workspace.wheels)
+        found = repair.restore(s.target, damage, None, s.workspace.wheels, False)
         if found.left:
             raise _unrestorable(found.left)
         restored = {rel: found.files.get(rel) for rel in edits}
