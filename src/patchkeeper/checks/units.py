@@ -9,7 +9,7 @@ import shlex
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from . import unitsyntax
+from ..patchset import unitsyntax
 
 if TYPE_CHECKING:
     from ..targets import Target
