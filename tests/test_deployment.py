@@ -163,7 +163,8 @@ def test_two_targets_get_their_own_units_from_one_patch_set(env, tmp_path, prist
     assert between.count("@dropin") == 1 and "@unit" not in between  # only the drop-in differs
     assert "the unit's ExecStart (effective, from " in between and "--port 30001" in between
     shown = env.pk("show", "dflash").stdout
-    assert "variable  port = '30000'" in shown and "variable  draft_model_path (no default" in shown
+    assert "variable  port (int 1..65535) = '30000'" in shown and "variable  draft_model_path (path): no default" in shown
+    assert "variable  python (path): the target's own interpreter" in shown
     exported = env.pk("export", "dflash").stdout
     assert "# variables: the role files are templates using" in exported and "draft_model_path (no default)" in exported
 

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import PRISTINE, REPO, SITE_REL
 
-from patchkeeper.patchset import patching, patchset
+from patchkeeper.patchset import patching, patchset, unitsyntax
 from patchkeeper.checks import algoscan, units
 from patchkeeper.workspace import TargetConfig
 
@@ -42,8 +42,8 @@ def test_shipped_patchsets_are_listed_in_one_group():
         assert set(dict(ps.files)) == {"dropin"}  # a drop-in: the host's unit is the host's
         dropin = dict(ps.files)["dropin"].decode()
         assert "[Service]\nExecStart=\nExecStart=" in dropin  # clears the host's ExecStart=, then sets its own
-        assert [line.partition("=")[0] for line in units.logical_lines(dropin)
-                if line and not line.startswith("#")] == ["[Service]", "ExecStart", "ExecStart"]
+        parsed = unitsyntax.parse(dropin)
+        assert [(st.section, st.key) for st in parsed.settings] == [("Service", "ExecStart")] * 2 and not parsed.warnings
 
 
 def test_only_the_sets_with_code_patch_code():
