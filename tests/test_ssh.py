@@ -3,6 +3,7 @@ sglang venv; every verb, diff, host keys, a connection cut mid-apply, hostile fi
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -35,12 +36,19 @@ class Fleet:
         """The host's drop-in beside its unit (the patch sets' role file)."""
         return self.units[host].with_name(self.units[host].name + ".d") / "50-patchkeeper.conf"
 
+    def dropin_text(self, host: str) -> bytes:
+        """A drop-in as every host has it: its {{ python }} is the host's own interpreter, named PYTHON here."""
+        path, venv = (self.env.dropin, self.env.venv) if host == "local" else (self.dropin(host), self.venvs[host])
+        return path.read_bytes().replace(f"{venv}/bin/python".encode(), b"PYTHON")
+
     def state(self, host: str) -> dict:
-        """Every file of a host's venv (not its state dir), its unit file and drop-in: sha256 and mode."""
+        """Every file of a host's venv (not its state dir), its unit file and drop-in (its interpreter
+        named PYTHON): sha256 and mode."""
         files = tree(self.venvs[host])
         files["@unit"] = tree(self.units[host].parent)[self.units[host].name]
         if self.dropin(host).exists():
-            files["@dropin"] = tree(self.dropin(host).parent)[self.dropin(host).name]
+            files["@dropin"] = (hashlib.sha256(self.dropin_text(host)).hexdigest(),
+                                tree(self.dropin(host).parent)[self.dropin(host).name][1])
         return files
 
     def pk(self, *args, **kw):
@@ -82,7 +90,8 @@ def test_verbs_over_ssh_work_as_locally(fleet, pristine_venv):
         assert _ops(remote) == _ops(local) and _ops(remote)
         assert tree(fleet.venvs["ct129"]) == tree(fleet.env.venv)
         assert fleet.units["ct129"].read_bytes() == fleet.env.unit.read_bytes()
-        assert fleet.dropin("ct129").read_bytes() == fleet.env.dropin.read_bytes()
+        assert fleet.dropin_text("ct129") == fleet.dropin_text("local") and b"\nExecStart=PYTHON -m " in \
+            fleet.dropin_text("ct129")  # each runs its own interpreter
 
     st = json.loads(fleet.pk("status", "-t", "ct129", "--json").stdout)
     assert [p["name"] for p in st["state"]["stack"]] == ["ddtree"] and st["differences"] == {}
