@@ -217,9 +217,12 @@ class Env:
         return proc
 
     def snapshot(self) -> dict:
+        """Every file of the venv, the unit and the drop-in (whose {{ python }} is this venv's own interpreter,
+        named PYTHON, so that clones of one workspace in other venvs compare equal)."""
         files = tree(self.venv)
         for key, path in (("@unit", self.unit), ("@dropin", self.dropin)):
-            files[key] = (hashlib.sha256(path.read_bytes()).hexdigest(), stat.S_IMODE(path.stat().st_mode)) \
+            data = path.read_bytes().replace(f"{self.venv}/bin/python".encode(), b"PYTHON") if path.exists() else b""
+            files[key] = (hashlib.sha256(data).hexdigest(), stat.S_IMODE(path.stat().st_mode)) \
                 if path.exists() else None
         return files
 
