@@ -12,7 +12,7 @@ import pytest
 import systemd_reference as systemd
 from conftest import make_workspace
 
-from patchkeeper.checks import units
+from patchkeeper.checks import unitfiles, units
 from patchkeeper.targets.local import LocalTarget
 from patchkeeper.workspace import SYSTEMD_UNIT_PATH, TargetConfig
 
@@ -95,7 +95,7 @@ def test_status_names_the_runtime_dropin_that_makes_the_command_line(tmp_path, e
     ("-a.service", ["-a.service.d"]),
 ])
 def test_dash_prefix_and_template_directories_are_systemds(tmp_path, name, expected_dirs):
-    assert units.dropin_dir_names(name) == expected_dirs
+    assert unitfiles.dropin_dir_names(name) == expected_dirs
     tree: dict[str, bytes | str] = {f"usr/lib/systemd/system/{name}": "[Service]\nExecStart=/bin/true\n"}
     for i, d in enumerate(reversed(expected_dirs)):  # every directory, each with a file of its own
         tree[f"etc/systemd/system/{d}/{i:02d}.conf"] = f"[Service]\nEnvironment=D{i}=1\n"
