@@ -1,4 +1,4 @@
-"""The old rows against git and b3sum on the bare sglang venv, kept as guards (docs/BENCHMARKS.md says why)."""
+"""The old rows against git and b3sum on the bare sglang venv, kept as guards (bench/BENCHMARKS.md says why)."""
 
 from __future__ import annotations
 

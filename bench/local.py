@@ -1,5 +1,5 @@
-"""The serving environment on this machine: first audit vs the hashing floor, warm audit vs pip check,
-peak memory, and apply + rollback on it vs on the bare sglang venv."""
+"""The serving environment on this machine: first audit vs the hashing floor, peak memory, and apply +
+rollback on it vs on the bare sglang venv (the warm audit is its own part: warm_audit.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import (BARE, RACY, REPO, SERVE, SITE_REL, clear_caches, copy_venv, cpu_note, interleaved, pk, row, run, run_usage,
+from common import (BARE, RACY, REPO, SERVE, clear_caches, copy_venv, cpu_note, interleaved, pk, row, run, run_usage,
                     site_files, timed, workspace)
 
 FLOOR = [sys.executable, str(REPO / "bench" / "floor.py")]
@@ -42,24 +42,6 @@ def first_audit(ws: Path, state_dir: Path, env: dict[str, str], floor_list: Path
                 note=f"worst of {COLD_RUNS}")]
 
 
-def warm_audit(ws: Path, venv: Path, env: dict[str, str]) -> list[dict[str, Any]]:
-    audit = pk(ws, "audit", "-q")
-    for _ in range(3):  # a target at rest: every cache an audit writes (stat caches, seals, kept answers)
-        time.sleep(RACY)  # past the racily-clean window of the last one's writes
-        run(audit, env, ok=(0, 1))
-    check = [str(venv / "bin" / "python"), "-m", "pip", "check"]
-    # The physical floor of a warm audit that looks at every file: one lstat per entry of the site dir
-    # (a file edited in place moves only its own mtime and ctime), by find(1) in C.
-    stat_walk = ["find", str(venv / SITE_REL), "-printf", "%s %T@ %C@ %i\n"]
-    ours, peer, walk = interleaved([lambda: timed(audit, env, ok=(0, 1)), lambda: timed(check, env, ok=(0, 1)),
-                                    lambda: timed(stat_walk, env)], PAIRS)
-    return [row("warm audit", ours[0], "python -m pip check", peer[0], 0.5, note=cpu_note(ours[1], peer[1])),
-            row("warm audit against the stat floor", ours[0], "find -printf: one lstat per entry", walk[0],
-                kind="report", note=cpu_note(ours[1], walk[1])),
-            row("the stat floor against pip check", walk[0], "python -m pip check", peer[0], kind="report",
-                note="a warm audit cannot be faster than this walk; 0.5x pip check lies below it where this is > 0.5")]
-
-
 def apply_rollback(ws: Path, env: dict[str, str]) -> tuple[float, float]:
     apply, rollback = timed(pk(ws, "apply", "ddtree"), env), timed(pk(ws, "rollback", "--to", "baseline"), env)
     return apply[0] + rollback[0], apply[1] + rollback[1]
@@ -77,7 +59,6 @@ def main(tmp: Path, env: dict[str, str]) -> list[dict[str, Any]]:
     time.sleep(RACY)
     rows = first_audit(ws, serve / ".patchkeeper", env, tmp / "floor.txt")
     rows[0]["note"] = f"{files} files, {size / 1e9:.1f} GB; " + rows[0]["note"]
-    rows += warm_audit(ws, serve, env)
     run(pk(ws_bare, "status"), env)  # both at rest, as after any earlier command on a real target
     apply_rollback(ws, env)
     apply_rollback(ws_bare, env)

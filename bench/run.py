@@ -1,8 +1,8 @@
 """`make bench`: patchkeeper on the real serving environment, each figure beside its peer in one run.
 
-`python bench/run.py [local remote fleet guards]` runs the named parts (default: all), prints one
-table per part with each ratio, goal and verdict, and writes bench/results.json (parts not run keep
-their figures from the last run). patchkeeper is driven through its CLI only. docs/BENCHMARKS.md says
+`python bench/run.py [local warm-audit remote fleet guards caches]` runs the named parts (default:
+all), prints one table per part with each ratio, goal and verdict, and writes bench/results.json (parts not run keep
+their figures from the last run). patchkeeper is driven through its CLI only. bench/BENCHMARKS.md says
 what each row measures and why.
 """
 
@@ -23,8 +23,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 from common import BARE, PK, REPO, SERVE, SITE_REL, base_env, print_rows, scratch, site_files  # noqa: E402
 
-PARTS = {"local": "the serving environment on this machine", "remote": "the serving environment 10 ms away",
-         "fleet": "16 SSH targets 10 ms away (issue 25)", "guards": "old rows against git and b3sum (guards only)"}
+PARTS = {"local": "the serving environment on this machine", "warm-audit": "the warm audit against the stat floor",
+         "remote": "the serving environment 10 ms away", "fleet": "16 SSH targets 10 ms away (issue 25)",
+         "guards": "old rows against git and b3sum (guards only)",
+         "caches": "what each cache saves on the serving environment (issue 31)"}
 OUT = Path(__file__).parent / "results.json"
 
 
@@ -80,7 +82,7 @@ def main() -> None:
             started = time.perf_counter()
             part_tmp = tmp / part
             part_tmp.mkdir()
-            rows = importlib.import_module(part).main(part_tmp, env)
+            rows = importlib.import_module(part.replace("-", "_")).main(part_tmp, env)
             print_rows(f"{part}: {PARTS[part]} ({time.perf_counter() - started:.0f} s)", rows)
             results[part] = rows
             results.setdefault("ran", {})[part] = {"date": about["date"], "commit": about["commit"],

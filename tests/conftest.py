@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import stat
 import subprocess
@@ -14,6 +15,9 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+
+from helpers import FAKE, Service, free_port, wheel
+from sshd import sshd, write_client_config  # noqa: F401 (sshd is a fixture the `fleet` fixture uses)
 
 REPO = Path(__file__).resolve().parents[1]
 PRISTINE = Path(os.environ.get("PK_SGLANG_VENV", REPO / ".cache" / "sglang-venv"))
@@ -256,3 +260,147 @@ def make_workspace(root: Path, venv: Path, extra_toml: str = "") -> Env:
 def env(tmp_path, pristine_venv) -> Env:
     venv = copy_venv(pristine_venv, tmp_path / "venv")
     return make_workspace(tmp_path / "ws", venv)
+
+
+HERE = Path(__file__).parent
+SYSTEMD = HERE / "fake_systemd.py"
+STANDIN = HERE / "standin"
+HOSTS = ("ct129", "ct200")  # the ssh aliases of the `fleet` fixture's two hosts
+
+
+@pytest.fixture
+def service(env, tmp_path):
+    """`service(rules, ...)` adds a [service] table whose restart (re)starts the fake server."""
+    started: list[Service] = []
+
+    def add(*rules: str, default: str = "healthy", server_args: str = "", ready_timeout: float = 5,
+            smoke: str = "") -> Service:
+        svc = Service(free_port(), tmp_path / "fake.pid", tmp_path / "fake.log")
+        args = [sys.executable, str(FAKE), "start", "--state", str(env.unit), "--state", str(env.dropin),
+                "--port", str(svc.port),
+                "--pidfile", str(svc.pidfile), "--log", str(svc.log), "--default", default]
+        for rule in rules:
+            args += ["--when", rule]
+        restart = shlex.join(args) + (" " + server_args if server_args else "")
+        with open(env.root / "patchkeeper.toml", "a") as f:
+            f.write(f"\n[targets.local.service]\nrestart = {json.dumps(restart)}\n"
+                    f"logs = {json.dumps('tail -n 20 ' + shlex.quote(str(svc.log)))}\n"
+                    f'base_url = "{svc.base_url}"\nready_timeout = {ready_timeout}\nrestart_timeout = 20\n'
+                    "match_unit = false\n"  # this stand-in is not started from the unit's ExecStart
+                    f"[targets.local.service.smoke]\nmax_tokens = 24\ntimeout = 3\nmin_tokens = 16\n"
+                    f"min_tokens_per_s = 20\n{smoke}")
+        started.append(svc)
+        return svc
+
+    yield add
+    for svc in started:
+        svc.stop()
+
+
+@pytest.fixture
+def deployment(env, tmp_path):
+    """A [service] whose restart does what systemd does with the target's unit and its drop-ins
+    (`daemon-reload`, then `restart`): the process on the port runs the ExecStart in effect (with the
+    stand-in sglang on its PYTHONPATH only). `systemctl` on `path` answers `systemctl show` as systemd
+    would; `restart_only` restarts what the last daemon-reload loaded (no daemon-reload)."""
+    port, journal, pidfile = free_port(), tmp_path / "journal.log", tmp_path / "server.pid"
+    rules, delay, loaded = tmp_path / "rules.json", tmp_path / "delay", tmp_path / "systemd-loaded.json"
+    rules.write_text("{}")
+    unit = ["--unit", str(env.unit)]
+    systemd = [sys.executable, str(SYSTEMD), "restart", *unit, "--pidfile", str(pidfile),
+               "--journal", str(journal), "--port", str(port),
+               "--setenv", f"PYTHONPATH={STANDIN}:{HERE}", "--setenv", f"STANDIN_RULES={rules}",
+               "--setenv", f"STANDIN_DELAY_FILE={delay}"]
+    reload = [sys.executable, str(SYSTEMD), "daemon-reload", *unit, "--loaded", str(loaded)]
+    restart_only = [*systemd, "--loaded", str(loaded)]
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    shim = bindir / "systemctl"
+    shim.write_text(f"#!/bin/sh\nverb=$1; shift\nexec {shlex.join([sys.executable, str(SYSTEMD)])} \"$verb\" "
+                    f"{shlex.join(unit)} --loaded {shlex.quote(str(loaded))} \"$@\"\n")
+    shim.chmod(0o755)
+    # the baseline unit starts the same stand-in: its ExecStart with this test's python, host and port
+    text = env.unit.read_text().replace("/root/ml-env/bin/python3", sys.executable)
+    env.unit.write_text(text.replace("--port 30000", f"--port {port}").replace("--host 0.0.0.0", "--host 127.0.0.1"))
+    logs = f"awk -v s=\"$PATCHKEEPER_SINCE\" '/^-- restart at /{{p = ($4 >= s)}} p' {shlex.quote(str(journal))}"
+
+    def configure(restart: str | None = None, smoke: str = "") -> None:
+        toml = env.root / "patchkeeper.toml"
+        text = toml.read_text().replace(
+            "[targets.local.vars]\n",
+            f'[targets.local.vars]\npython = "{sys.executable}"\nhost = "127.0.0.1"\nport = {port}\n'
+            'model_path = "/srv/models/Qwen3.6-27B"\ntp_size = 1\n')
+        toml.write_text(text + f"\n[targets.local.service]\nrestart = {json.dumps(restart or shlex.join(reload) + ' && ' + shlex.join(restart_only))}\n"
+                        f"logs = {json.dumps(logs)}\nbase_url = \"http://127.0.0.1:{port}\"\nready_timeout = 20\n"
+                        f"restart_timeout = 20\n[targets.local.service.smoke]\nmax_tokens = 24\ntimeout = 10\n"
+                        f"min_tokens = 16\nmin_tokens_per_s = 1\n{smoke}")
+
+    def rule(**by_algorithm) -> None:
+        rules.write_text(json.dumps(by_algorithm))
+
+    d = type("Deployment", (), {"configure": staticmethod(configure), "rules": rules, "delay": delay,
+                                "journal": journal, "port": port, "systemd": systemd, "rule": staticmethod(rule),
+                                "reload": reload, "restart_only": restart_only,
+                                "path": {"PATH": f"{bindir}:{os.environ['PATH']}"}})
+    yield d
+    subprocess.run([*systemd[:2], "stop", *systemd[3:11]], check=False)
+
+
+@pytest.fixture(scope="session")
+def repair_pristine(pristine_venv, tmp_path_factory) -> Path:
+    """The sglang venv (hardlinked) with six and markupsafe installed from their real wheels."""
+    venv = copy_venv(pristine_venv, tmp_path_factory.mktemp("repair-pristine") / "venv")
+    subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+                    str(wheel("six-1.17.0-*.whl")), str(wheel("markupsafe-3.0.4-*.whl"))],
+                   check=True, capture_output=True)
+    return venv
+
+
+@dataclass
+class Fleet:
+    """Two SSH hosts (venvs reached through the test sshd) and a workspace naming them."""
+
+    env: Env  # the workspace; its `local` target is a third venv, copied on demand
+    sshd: object
+    venvs: dict[str, Path]
+    units: dict[str, Path]
+
+    def site(self, host: str) -> Path:
+        return self.venvs[host] / SITE_REL
+
+    def dropin(self, host: str) -> Path:
+        """The host's drop-in beside its unit (the patch sets' role file)."""
+        return self.units[host].with_name(self.units[host].name + ".d") / "50-patchkeeper.conf"
+
+    def dropin_text(self, host: str) -> bytes:
+        """A drop-in as every host has it: its {{ python }} is the host's own interpreter, named PYTHON here."""
+        path, venv = (self.env.dropin, self.env.venv) if host == "local" else (self.dropin(host), self.venvs[host])
+        return path.read_bytes().replace(f"{venv}/bin/python".encode(), b"PYTHON")
+
+    def state(self, host: str) -> dict:
+        """Every file of a host's venv (not its state dir), its unit file and drop-in (its interpreter
+        named PYTHON): sha256 and mode."""
+        files = tree(self.venvs[host])
+        files["@unit"] = tree(self.units[host].parent)[self.units[host].name]
+        if self.dropin(host).exists():
+            files["@dropin"] = (hashlib.sha256(self.dropin_text(host)).hexdigest(),
+                                tree(self.dropin(host).parent)[self.dropin(host).name][1])
+        return files
+
+    def pk(self, *args, **kw):
+        return self.env.pk(*args, **kw)
+
+
+@pytest.fixture
+def fleet(tmp_path, pristine_venv, sshd) -> Fleet:  # noqa: F811
+    write_client_config(Path(os.environ["HOME"]), sshd, list(HOSTS))
+    toml, venvs, units = "", {}, {}
+    for host in HOSTS:
+        venvs[host] = copy_venv(pristine_venv, tmp_path / f"venv-{host}")
+        units[host] = tmp_path / f"unit-{host}" / "sglang-qwen.service"
+        units[host].parent.mkdir()
+        shutil.copy(REPO / "demo" / "sglang-qwen.service", units[host])
+        toml += (f'\n[targets.{host}]\nssh = "{host}"\npython = "{venvs[host]}/bin/python"\npackage = "sglang"\n'
+                 f'[targets.{host}.vars]\ndraft_model_path = "{DRAFT}"\n[targets.{host}.files]\nunit = "{units[host]}"\n')
+    env = make_workspace(tmp_path / "ws", tmp_path / "venv-local", toml)
+    return Fleet(env, sshd, venvs, units)

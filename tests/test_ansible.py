@@ -24,7 +24,7 @@ from patchkeeper.workspace import default_dropin
 
 from conftest import DRAFT, REPO, Env, copy_venv, tree
 from sshd import accepted, sshd  # noqa: F401 (sshd is a fixture)
-from test_verify import FAKE, Service, free_port
+from helpers import FAKE, Service, free_port
 
 HOSTS = ("ct129", "ct200")
 BIN = Path(sys.executable).parent

@@ -14,7 +14,7 @@ import pytest
 
 from patchkeeper.host.statcache import StatCache
 from conftest import REPO, SITE_REL, copy_venv, edit_file, make_workspace, tree
-from test_cli_imports import heavy, imported
+from helpers import heavy, imported
 
 WHEELS = Path(os.environ.get("PK_WHEELS", REPO / ".cache" / "wheels"))
 

@@ -4,25 +4,7 @@ milliseconds on every run)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
-from conftest import edit_file
-
-HEAVY = ("paramiko", "invoke", "git", "gitdb", "packaging", "http", "urllib.request", "ssl", "email")
-
-
-def imported(env, *args: str, code: int = 0) -> set[str]:
-    """Every module the CLI imports for `args`, as -X importtime lists them."""
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "patchkeeper", "--workspace", str(env.root),
-                           *args], capture_output=True, text=True)
-    assert proc.returncode == code, proc.stderr[-2000:]
-    return {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
-
-
-def heavy(modules: set[str]) -> list[str]:
-    return sorted(m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY))
+from helpers import heavy, imported
 
 
 def test_fast_paths_import_no_heavy_modules(env):

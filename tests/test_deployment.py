@@ -5,71 +5,10 @@ that knows the process on the port, the last pass of the same code state and the
 from __future__ import annotations
 
 import json
-import os
-import shlex
-import sys
-from pathlib import Path
-
-import pytest
 
 from conftest import copy_venv, make_workspace
+from helpers import ledger, stack
 from patchkeeper.checks import units
-from test_verify import free_port, ledger, stack
-
-HERE = Path(__file__).parent
-SYSTEMD = HERE / "fake_systemd.py"
-STANDIN = HERE / "standin"
-
-
-@pytest.fixture
-def deployment(env, tmp_path):
-    """A [service] whose restart does what systemd does with the target's unit and its drop-ins
-    (`daemon-reload`, then `restart`): the process on the port runs the ExecStart in effect (with the
-    stand-in sglang on its PYTHONPATH only). `systemctl` on `path` answers `systemctl show` as systemd
-    would; `restart_only` restarts what the last daemon-reload loaded (no daemon-reload)."""
-    port, journal, pidfile = free_port(), tmp_path / "journal.log", tmp_path / "server.pid"
-    rules, delay, loaded = tmp_path / "rules.json", tmp_path / "delay", tmp_path / "systemd-loaded.json"
-    rules.write_text("{}")
-    unit = ["--unit", str(env.unit)]
-    systemd = [sys.executable, str(SYSTEMD), "restart", *unit, "--pidfile", str(pidfile),
-               "--journal", str(journal), "--port", str(port),
-               "--setenv", f"PYTHONPATH={STANDIN}:{HERE}", "--setenv", f"STANDIN_RULES={rules}",
-               "--setenv", f"STANDIN_DELAY_FILE={delay}"]
-    reload = [sys.executable, str(SYSTEMD), "daemon-reload", *unit, "--loaded", str(loaded)]
-    restart_only = [*systemd, "--loaded", str(loaded)]
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    shim = bindir / "systemctl"
-    shim.write_text(f"#!/bin/sh\nverb=$1; shift\nexec {shlex.join([sys.executable, str(SYSTEMD)])} \"$verb\" "
-                    f"{shlex.join(unit)} --loaded {shlex.quote(str(loaded))} \"$@\"\n")
-    shim.chmod(0o755)
-    # the baseline unit starts the same stand-in: its ExecStart with this test's python, host and port
-    text = env.unit.read_text().replace("/root/ml-env/bin/python3", sys.executable)
-    env.unit.write_text(text.replace("--port 30000", f"--port {port}").replace("--host 0.0.0.0", "--host 127.0.0.1"))
-    logs = f"awk -v s=\"$PATCHKEEPER_SINCE\" '/^-- restart at /{{p = ($4 >= s)}} p' {shlex.quote(str(journal))}"
-
-    def configure(restart: str | None = None, smoke: str = "") -> None:
-        toml = env.root / "patchkeeper.toml"
-        text = toml.read_text().replace(
-            "[targets.local.vars]\n",
-            f'[targets.local.vars]\npython = "{sys.executable}"\nhost = "127.0.0.1"\nport = {port}\n'
-            'model_path = "/srv/models/Qwen3.6-27B"\ntp_size = 1\n')
-        toml.write_text(text + f"\n[targets.local.service]\nrestart = {json.dumps(restart or shlex.join(reload) + ' && ' + shlex.join(restart_only))}\n"
-                        f"logs = {json.dumps(logs)}\nbase_url = \"http://127.0.0.1:{port}\"\nready_timeout = 20\n"
-                        f"restart_timeout = 20\n[targets.local.service.smoke]\nmax_tokens = 24\ntimeout = 10\n"
-                        f"min_tokens = 16\nmin_tokens_per_s = 1\n{smoke}")
-
-    def rule(**by_algorithm) -> None:
-        rules.write_text(json.dumps(by_algorithm))
-
-    d = type("Deployment", (), {"configure": staticmethod(configure), "rules": rules, "delay": delay,
-                                "journal": journal, "port": port, "systemd": systemd, "rule": staticmethod(rule),
-                                "reload": reload, "restart_only": restart_only,
-                                "path": {"PATH": f"{bindir}:{os.environ['PATH']}"}})
-    yield d
-    import subprocess
-
-    subprocess.run([*systemd[:2], "stop", *systemd[3:11]], check=False)
 
 
 def test_good_apply_runs_the_rendered_unit_and_passes(env, deployment):
@@ -196,7 +135,7 @@ def test_exec_start_is_read_as_systemd_reads_it():
 
 def test_a_regression_needs_the_ratio_and_a_floor_and_errors_are_found_anywhere():
     from patchkeeper.change import verify
-    from patchkeeper.checks.service import ServiceConfig
+    from patchkeeper.change.service import ServiceConfig
 
     svc = ServiceConfig(restart="true", base_url="http://x")
     then = {"entry": "e1", "seconds": 2.15, "tokens_per_s": 29.8, "ready": 60.0}

@@ -9,9 +9,7 @@ import json
 import pytest
 
 from conftest import copy_venv, edit_file, make_workspace
-from test_deployment import deployment  # noqa: F401  (a fixture)
-from test_repair import NO_INDEX, repair_pristine, wheel  # noqa: F401  (repair_pristine: a fixture)
-from test_verify import ledger
+from helpers import NO_INDEX, ledger, wheel
 
 VERSION = "sglang/version.py"
 

@@ -154,13 +154,15 @@ def test_the_readme_stays_short():
 
 
 def test_every_linked_doc_exists():
-    """Every relative .md link of README.md and docs/*.md, every file of the repository they name, and
-    every docs page an error's hint names, is there; every docs page is linked from the README."""
-    pages = [README, *sorted(DOCS.glob("*.md"))]
+    """Every relative .md or folder link of README.md, docs/*.md and bench/*.md, every file of the
+    repository they name, and every docs page an error's hint names, is there; every docs page is
+    linked from the README."""
+    pages = [README, *sorted(DOCS.glob("*.md")), *sorted((REPO / "bench").glob("*.md"))]
     missing = []
-    for page in pages:
-        for link in re.findall(r"\]\(([^)#\s]+\.md)(?:#[^)]*)?\)", page.read_text()):
-            if not link.startswith(("http://", "https://")) and not (page.parent / link).is_file():
+    for page in pages:  # links to pages and to folders (the lab notes beside bench/ and scripts/)
+        for link in re.findall(r"\]\(([^)#\s]+(?:\.md|/))(?:#[^)]*)?\)", page.read_text()):
+            target = page.parent / link
+            if not link.startswith(("http://", "https://")) and not (target.is_dir() if link.endswith("/") else target.is_file()):
                 missing.append(f"{page.relative_to(REPO)} -> {link}")
     for page in pages:  # and every file of this repository a page names
         missing += [f"{page.relative_to(REPO)} -> {name}" for name in
@@ -173,6 +175,14 @@ def test_every_linked_doc_exists():
     linked = set(re.findall(r"\]\((docs/[^)#\s]+\.md)", README.read_text()))
     assert linked and {f"docs/{p.name}" for p in DOCS.glob("*.md")} <= linked
 
+
+
+def test_docs_hold_user_pages_only_and_the_lab_notes_are_linked_from_development():
+    """docs/ is for users: measurements (benchmarks, dated runs) live beside bench/ and scripts/,
+    linked from the README's Development section."""
+    assert [p.name for p in DOCS.iterdir() if p.is_dir() or re.search(r"\d{4}-\d\d-\d\d|BENCH", p.name)] == []
+    development = section(README.read_text(), "Development")
+    assert "](bench/BENCHMARKS.md)" in development and "](scripts/gpu_host/run-2026-12-02/)" in development
 
 def _help(*verb: str) -> str:
     exe = Path(sys.executable).parent / "patchkeeper"

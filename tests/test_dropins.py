@@ -9,8 +9,7 @@ import shutil
 from pathlib import Path
 
 from conftest import edit_file
-from test_deployment import deployment  # noqa: F401  (a fixture)
-from test_verify import ledger, stack
+from helpers import ledger, stack
 
 OLD_STYLE = Path(__file__).parent / "data" / "old-style-patchsets"  # nextn and dflash 2.0.0: they write `unit`
 

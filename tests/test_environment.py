@@ -17,8 +17,6 @@ from patchkeeper.commands.verify import PREVIOUS_FAILS
 from patchkeeper.host import elf, fingerprint
 from patchkeeper.host import gpu as gpu_stack
 from sshd import sshd  # noqa: F401 (a fixture)
-from test_ssh import fleet  # noqa: F401 (a fixture)
-from test_verify import service  # noqa: F401 (a fixture)
 
 WHEELS = Path(os.environ.get("PK_WHEELS", REPO / ".cache" / "wheels"))
 CAPTURED = REPO.parent / "shared" / "fixtures" / "gpu-host-h200"

@@ -1,4 +1,4 @@
-"""`--all` (commands/fleet.py): local targets run in worker processes (a concurrent.futures pool),
+"""`--all` (targets/fleet.py): local targets run in worker processes (a concurrent.futures pool),
 at most one per CPU; an error stays that target's one line; a target whose run raised, or whose
 worker died, is reported as its line, never lost; nothing the command had buffered for stdout is
 written twice; no worker outlives the command."""
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from patchkeeper import workspace
-from patchkeeper.commands import fleet
+from patchkeeper.targets import fleet
 from patchkeeper.errors import Refused
 from patchkeeper.host.disk import cpus
 
@@ -104,7 +104,7 @@ from pathlib import Path
 sys.path.insert(0, sys.argv[2])
 import test_fleet
 from patchkeeper import workspace
-from patchkeeper.commands import fleet
+from patchkeeper.targets import fleet
 sys.stdout.write("before\\n")  # block-buffered: stdout is a pipe
 got = fleet.each(workspace.load(Path(sys.argv[1])), test_fleet._where, "test", progress=False)
 print(sorted(got))

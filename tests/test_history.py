@@ -12,7 +12,7 @@ import pytest
 
 from checkout import git as run_git, init_repo
 from conftest import copy_venv, make_workspace
-from test_deployment import deployment  # noqa: F401  (a fixture)
+from helpers import FAKE, free_port
 
 
 @pytest.fixture
@@ -142,8 +142,6 @@ def test_a_failed_apply_is_one_commit_reading_failed_rolled_back(env, deployment
 
 
 def test_verify_all_commits_once_for_every_target(env, tmp_path, pristine_venv):
-    from test_verify import FAKE, free_port
-
     toml, servers = "", []
     for name in ("local", "b", "c"):
         if name != "local":

@@ -16,7 +16,6 @@ from patchkeeper.records.ledger import Ledger
 from patchkeeper.targets import open_target
 from patchkeeper.workspace import load
 
-from test_ssh import fleet  # noqa: F401 (a fixture)
 from sshd import sshd  # noqa: F401 (a fixture)
 
 

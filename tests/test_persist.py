@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import proc_state, wait_for
 from sshd import accepted, sshd  # noqa: F401 (sshd is a fixture)
-from test_ssh import _proc_state, _wait, fleet  # noqa: F401 (fleet is a fixture)
 
 from patchkeeper.host import wire
 from patchkeeper.targets.persist import peer, socket_path
@@ -35,7 +35,7 @@ def _holder_pid(fleet, host: str = "ct129") -> int:
 
 
 def _gone(pid: int) -> bool:
-    return _proc_state(pid) in ("gone", "Z")
+    return proc_state(pid) in ("gone", "Z")
 
 
 def test_holder_started_on_first_use_reused_and_ended_by_disconnect(fleet):
@@ -50,14 +50,14 @@ def test_holder_started_on_first_use_reused_and_ended_by_disconnect(fleet):
     assert _holder_pid(fleet) == pid
 
     assert "ct129: connection ended" in fleet.pk("disconnect", "-t", "ct129").stdout
-    _wait(lambda: _gone(pid), "the holder to exit")
+    wait_for(lambda: _gone(pid), "the holder to exit")
     assert _sockets() == []
     assert "no held connection" in fleet.pk("disconnect", "-t", "ct129").stdout
     fleet.pk("status", "-t", "ct200")
     fleet.pk("status", "-t", "ct129")
     assert accepted(fleet.sshd) == before + 3 and len(_sockets()) == 2
     assert "ended 2 held connection(s)" in fleet.pk("disconnect", "--all").stdout
-    _wait(lambda: _sockets() == [], "every holder to exit")
+    wait_for(lambda: _sockets() == [], "every holder to exit")
 
 
 def test_holder_exits_when_idle_and_persist_0_holds_nothing(fleet):
@@ -65,7 +65,7 @@ def test_holder_exits_when_idle_and_persist_0_holds_nothing(fleet):
     toml.write_text("persist = 1\n" + toml.read_text().replace('[targets.ct200]\n', '[targets.ct200]\npersist = 0\n'))
     fleet.pk("status", "-t", "ct129")
     pid = _holder_pid(fleet)
-    _wait(lambda: _gone(pid), "the idle holder to exit")
+    wait_for(lambda: _gone(pid), "the idle holder to exit")
     assert _sockets() == []
     before = accepted(fleet.sshd)
     fleet.pk("status", "-t", "ct200")
@@ -126,7 +126,7 @@ def test_wedged_holder_is_killed_and_replaced(fleet):
             os.kill(pid, signal.SIGCONT)
         except ProcessLookupError:
             pass
-    _wait(lambda: _gone(pid), "the wedged holder to be killed")
+    wait_for(lambda: _gone(pid), "the wedged holder to be killed")
     assert _holder_pid(fleet) != pid
 
 
@@ -151,10 +151,10 @@ def test_sigkill_mid_apply_through_a_holder_recovers_byte_for_byte(fleet, killed
     proc = _apply(fleet, step, stop=killed == "holder")
     if killed == "holder":
         try:
-            _wait(lambda: _proc_state(proc.pid) in ("T", "gone"), "the controller to stop at " + step)
+            wait_for(lambda: proc_state(proc.pid) in ("T", "gone"), "the controller to stop at " + step)
             assert proc.poll() is None, proc.stderr.read()
             os.kill(holder, signal.SIGKILL)
-            _wait(lambda: _gone(holder), "the holder to die")
+            wait_for(lambda: _gone(holder), "the holder to die")
         finally:
             proc.send_signal(signal.SIGCONT)
         out, err = proc.communicate(timeout=120)
@@ -163,7 +163,7 @@ def test_sigkill_mid_apply_through_a_holder_recovers_byte_for_byte(fleet, killed
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == -signal.SIGKILL, err
     agent = json.loads((state_dir / "lock").read_text())["pid"]  # the lock's holder: that command's agent
-    _wait(lambda: _gone(agent), "the command's agent on the host to exit")
+    wait_for(lambda: _gone(agent), "the command's agent on the host to exit")
 
     rec = fleet.pk("recover", "-t", "ct129").stdout
     assert ("undid transaction" if outcome == "old" else "finished transaction") in rec or step == "ledger"
@@ -224,15 +224,15 @@ def test_a_finished_command_parks_its_agent_for_the_next_and_holds_no_lock(fleet
     assert proxy.pid() == agent
     assert proxy.lock(lock, {"command": "test"}) is None
     proxy.close()  # without unlocking: parking releases what the command still held
-    _wait(lambda: _ping(fleet)["spare"] == agent, "the parked agent to be the spare again")
+    wait_for(lambda: _ping(fleet)["spare"] == agent, "the parked agent to be the spare again")
     assert not Path(lock).exists()
 
     proxy = holder.agent()
     assert proxy.lock(lock, {"command": "test"}) is None
     proxy._link.close()  # the command dies: its socket closes with no park
-    _wait(lambda: _gone(agent), "the agent of a command that died to exit")
+    wait_for(lambda: _gone(agent), "the agent of a command that died to exit")
     assert json.loads(Path(lock).read_text())["pid"] == agent  # its lock is left, to a dead process
-    _wait(lambda: _ping(fleet)["spare"] not in (None, agent), "a new spare agent")
+    wait_for(lambda: _ping(fleet)["spare"] not in (None, agent), "a new spare agent")
     assert "files match the recorded state" in fleet.pk("status", "-t", "ct129").stdout  # ...which is broken
     fleet.pk("rollback", "-t", "ct129", "--to", "baseline")  # a write command takes the lock over
     assert not Path(lock).exists()

@@ -14,29 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, SITE_REL, copy_venv, edit_file, fingerprinted, make_workspace, tree
+from conftest import SITE_REL, copy_venv, edit_file, fingerprinted, make_workspace, tree
+from helpers import NO_INDEX, WHEELS, wheel
 from sshd import sshd, write_client_config  # noqa: F401 (sshd is a fixture)
 
-WHEELS = Path(os.environ.get("PK_WHEELS", REPO / ".cache" / "wheels"))
 SO = "markupsafe/_speedups.cpython-311-x86_64-linux-gnu.so"
-NO_INDEX = {"PIP_NO_INDEX": "1", "PIP_CONFIG_FILE": os.devnull}  # pip download never leaves this machine
-
-
-def wheel(pattern: str) -> Path:
-    found = sorted(WHEELS.glob(pattern))
-    if not found:
-        pytest.fail(f"{pattern} is missing from {WHEELS}: run `make test`, which downloads it")
-    return found[0]
-
-
-@pytest.fixture(scope="session")
-def repair_pristine(pristine_venv, tmp_path_factory) -> Path:
-    """The sglang venv (hardlinked) with six and markupsafe installed from their real wheels."""
-    venv = copy_venv(pristine_venv, tmp_path_factory.mktemp("repair-pristine") / "venv")
-    subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "-q", "--no-deps", "--no-index",
-                    str(wheel("six-1.17.0-*.whl")), str(wheel("markupsafe-3.0.4-*.whl"))],
-                   check=True, capture_output=True)
-    return venv
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import pytest
 from patchkeeper.workspace import default_dropin
 
 from conftest import DRAFT, REPO, Env, copy_venv, tree
-from test_verify import FAKE, Service, free_port
+from helpers import FAKE, Service, free_port
 
 NAMES = ("a", "b", "c")
 

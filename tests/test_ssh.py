@@ -3,72 +3,19 @@ sglang venv; every verb, diff, host keys, a connection cut mid-apply, hostile fi
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from conftest import DRAFT, REPO, SITE_REL, Env, copy_venv, edit_file, make_workspace, tree
+from conftest import SITE_REL, copy_venv, edit_file, make_workspace, tree
+from helpers import FAKE, free_port, proc_state, wait_for
 from sshd import agent_session_pid, keygen, sshd, write_client_config  # noqa: F401 (sshd is a fixture)
-
-HOSTS = ("ct129", "ct200")
-
-
-@dataclass
-class Fleet:
-    env: Env  # the workspace; its `local` target is a third venv, copied on demand
-    sshd: object
-    venvs: dict[str, Path]
-    units: dict[str, Path]
-
-    def site(self, host: str) -> Path:
-        return self.venvs[host] / SITE_REL
-
-    def dropin(self, host: str) -> Path:
-        """The host's drop-in beside its unit (the patch sets' role file)."""
-        return self.units[host].with_name(self.units[host].name + ".d") / "50-patchkeeper.conf"
-
-    def dropin_text(self, host: str) -> bytes:
-        """A drop-in as every host has it: its {{ python }} is the host's own interpreter, named PYTHON here."""
-        path, venv = (self.env.dropin, self.env.venv) if host == "local" else (self.dropin(host), self.venvs[host])
-        return path.read_bytes().replace(f"{venv}/bin/python".encode(), b"PYTHON")
-
-    def state(self, host: str) -> dict:
-        """Every file of a host's venv (not its state dir), its unit file and drop-in (its interpreter
-        named PYTHON): sha256 and mode."""
-        files = tree(self.venvs[host])
-        files["@unit"] = tree(self.units[host].parent)[self.units[host].name]
-        if self.dropin(host).exists():
-            files["@dropin"] = (hashlib.sha256(self.dropin_text(host)).hexdigest(),
-                                tree(self.dropin(host).parent)[self.dropin(host).name][1])
-        return files
-
-    def pk(self, *args, **kw):
-        return self.env.pk(*args, **kw)
-
-
-@pytest.fixture
-def fleet(tmp_path, pristine_venv, sshd) -> Fleet:  # noqa: F811
-    write_client_config(Path(os.environ["HOME"]), sshd, list(HOSTS))
-    toml, venvs, units = "", {}, {}
-    for host in HOSTS:
-        venvs[host] = copy_venv(pristine_venv, tmp_path / f"venv-{host}")
-        units[host] = tmp_path / f"unit-{host}" / "sglang-qwen.service"
-        units[host].parent.mkdir()
-        shutil.copy(REPO / "demo" / "sglang-qwen.service", units[host])
-        toml += (f'\n[targets.{host}]\nssh = "{host}"\npython = "{venvs[host]}/bin/python"\npackage = "sglang"\n'
-                 f'[targets.{host}.vars]\ndraft_model_path = "{DRAFT}"\n[targets.{host}.files]\nunit = "{units[host]}"\n')
-    env = make_workspace(tmp_path / "ws", tmp_path / "venv-local", toml)
-    return Fleet(env, sshd, venvs, units)
-
 
 def _chmod(path: Path, mode: int) -> None:
     """chmod a file of a hardlinked venv without changing the pristine venv's inode."""
@@ -210,22 +157,6 @@ def test_unknown_or_changed_host_key_is_refused(fleet, tmp_path):
     assert "no recorded state" in fleet.pk("status", "-t", "ct129").stdout
 
 
-def _wait(predicate, what: str, limit: float = 60.0) -> None:
-    deadline = time.monotonic() + limit
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.05)
-
-
-def _proc_state(pid: int) -> str:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):  # ESRCH: it ended between the open and the read
-        return "gone"
-    return stat[stat.rindex(")") + 2]
-
-
 @pytest.mark.parametrize("step, outcome", [("journal-prepared", "old"), ("journal-committed", "new")])
 def test_connection_killed_mid_apply_leaves_host_recoverable(fleet, step, outcome):
     fleet.pk("apply", "ddtree", "-t", "ct200")  # the reference for the new state
@@ -234,13 +165,13 @@ def test_connection_killed_mid_apply_leaves_host_recoverable(fleet, step, outcom
                              "apply", "ddtree", "-t", "ct129"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env={**os.environ, "PATCHKEEPER_CRASH_AT": step, "PATCHKEEPER_CRASH_SIGNAL": "STOP"})
     try:
-        _wait(lambda: _proc_state(proc.pid) in ("T", "gone"), "the controller to stop at " + step)
+        wait_for(lambda: proc_state(proc.pid) in ("T", "gone"), "the controller to stop at " + step)
         assert proc.poll() is None, proc.stderr.read()
         state_dir = fleet.venvs["ct129"] / ".patchkeeper"
         holder = json.loads((state_dir / "lock").read_text())  # the agent on the host holds the lock
         agent = holder["pid"]
         os.kill(agent_session_pid(agent), signal.SIGKILL)  # cut the connection under the agent
-        _wait(lambda: _proc_state(agent) == "gone", "the host's agent to exit")
+        wait_for(lambda: proc_state(agent) == "gone", "the host's agent to exit")
     finally:
         proc.send_signal(signal.SIGCONT)
     out, err = proc.communicate(timeout=60)
@@ -340,8 +271,6 @@ def test_verification_runs_on_the_host_and_rolls_back_over_ssh(fleet, tmp_path):
     """The restart, readiness and generation checks run on the host's side of the SSH connection;
     a degenerate service after apply is rolled back there to exact bytes."""
     import shlex
-
-    from test_verify import FAKE, free_port
 
     port, pidfile, log = free_port(), tmp_path / "fake.pid", tmp_path / "fake.log"
     restart = shlex.join([sys.executable, str(FAKE), "start", "--state", str(fleet.units["ct129"]),

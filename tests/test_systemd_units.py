@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import systemd_reference as systemd
-from conftest import make_workspace
 
 from patchkeeper.checks import unitfiles, units
 from patchkeeper.targets.local import LocalTarget

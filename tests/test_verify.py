@@ -8,79 +8,15 @@ from __future__ import annotations
 
 import ast
 import json
-import shlex
-import socket
-import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from helpers import free_port, ledger, stack
 from patchkeeper.change import verify
 from patchkeeper.commands.verify import PREVIOUS_FAILS
-from patchkeeper.checks.service import ServiceConfig, SmokeConfig
-
-FAKE = Path(__file__).with_name("fake_openai.py")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@dataclass
-class Service:
-    port: int
-    pidfile: Path
-    log: Path
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        subprocess.run([sys.executable, str(FAKE), "stop", "--pidfile", str(self.pidfile), "--port", str(self.port)],
-                       check=True)
-
-
-@pytest.fixture
-def service(env, tmp_path):
-    """`service(rules, ...)` adds a [service] table whose restart (re)starts the fake server."""
-    started: list[Service] = []
-
-    def add(*rules: str, default: str = "healthy", server_args: str = "", ready_timeout: float = 5,
-            smoke: str = "") -> Service:
-        svc = Service(free_port(), tmp_path / "fake.pid", tmp_path / "fake.log")
-        args = [sys.executable, str(FAKE), "start", "--state", str(env.unit), "--state", str(env.dropin),
-                "--port", str(svc.port),
-                "--pidfile", str(svc.pidfile), "--log", str(svc.log), "--default", default]
-        for rule in rules:
-            args += ["--when", rule]
-        restart = shlex.join(args) + (" " + server_args if server_args else "")
-        with open(env.root / "patchkeeper.toml", "a") as f:
-            f.write(f"\n[targets.local.service]\nrestart = {json.dumps(restart)}\n"
-                    f"logs = {json.dumps('tail -n 20 ' + shlex.quote(str(svc.log)))}\n"
-                    f'base_url = "{svc.base_url}"\nready_timeout = {ready_timeout}\nrestart_timeout = 20\n'
-                    "match_unit = false\n"  # this stand-in is not started from the unit's ExecStart
-                    f"[targets.local.service.smoke]\nmax_tokens = 24\ntimeout = 3\nmin_tokens = 16\n"
-                    f"min_tokens_per_s = 20\n{smoke}")
-        started.append(svc)
-        return svc
-
-    yield add
-    for svc in started:
-        svc.stop()
-
-
-def ledger(env) -> list[dict]:
-    """The target's ledger entries, oldest first, read from its state dir."""
-    return [json.loads(p.read_text()) for p in sorted((env.state_dir / "ledger").glob("*.json"))]
-
-
-def stack(env) -> list[str]:
-    return [p["name"] for p in ledger(env)[-1]["after"]["stack"]]
+from patchkeeper.change.service import ServiceConfig, SmokeConfig
 
 
 # ---- through the CLI ---------------------------------------------------------------------------

@@ -8,8 +8,7 @@ from __future__ import annotations
 import json
 import shlex
 
-from test_deployment import deployment  # noqa: F401  (a fixture)
-from test_verify import ledger, stack
+from helpers import ledger, stack
 
 
 def verifications(env) -> list[dict]:

@@ -2,11 +2,34 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import click
 
+from .change.adopt import check_mode
+from .commands import record as record_verb, status as status_verb, verify as verify_verb
+from .commands.apply import apply as run_apply
+from .commands.audit import audit as run_audit
+from .commands.check import check as run_check
+from .commands.diff import diff as run_diff, diff_all
+from .commands.disconnect import disconnect as run_disconnect
+from .commands.env import diff_env, env as run_env
+from .commands.export import export as run_export
+from .commands.import_patch import import_patch
+from .commands.init import init as run_init
+from .commands.list import list_patchsets
+from .commands.log import log as run_log
+from .commands.port import port as run_port
+from .commands.recover import recover as run_recover
+from .commands.repair import repair_dist
+from .commands.rollback import rollback as run_rollback
+from .commands.show import show as run_show
+from .commands.show_backup import show_backup as run_show_backup
+from .commands.snapshot import snapshot as run_snapshot
 from .completion import complete_patchsets, complete_states, complete_targets
 from .options import (adopt_options, change, change_options, chosen, command, group_option, json_option,
-                      target_option, targets_option, workspace_of)
+                      one_target_for_json, target_option, targets_option, workspace_of)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -18,8 +41,6 @@ from .options import (adopt_options, change, change_options, chosen, command, gr
 @click.pass_context
 def main(ctx: click.Context, workspace: str | None, inventory: str | None) -> None:
     """Versioned patch sets over an installed Python package: apply atomically, roll back exactly."""
-    import os
-
     ctx.obj = {"workspace": workspace, "inventory": os.path.abspath(inventory) if inventory else None}
 
 
@@ -30,11 +51,7 @@ def main(ctx: click.Context, workspace: str | None, inventory: str | None) -> No
 @command
 def init(ctx, python, package):
     """Start a workspace here (or in -w DIR): patchkeeper.toml, the shipped patch sets, snapshots/."""
-    from pathlib import Path
-
-    from .commands.init import init as run
-
-    return run(Path(ctx.obj.get("workspace") or ".").resolve(), python, package)
+    return run_init(Path(ctx.obj.get("workspace") or ".").resolve(), python, package)
 
 
 @main.command("list")
@@ -43,8 +60,6 @@ def init(ctx, python, package):
 @command
 def list_cmd(ctx, as_json):
     """Patch sets, versions, and which package version each fits."""
-    from .commands.list import list_patchsets
-
     return list_patchsets(workspace_of(ctx), as_json)
 
 
@@ -53,7 +68,7 @@ def list_cmd(ctx, as_json):
 @change_options
 @click.option("--force", is_flag=True, help="apply over hand edits (backed up first) or another package version")
 @adopt_options
-@click.option("--json", "as_json", is_flag=True, help="print one JSON document (docs/json.md); progress on stderr")
+@json_option
 @click.pass_context
 @command
 def apply(ctx, name, targets_, group, every, serial, max_fail, dry_run, no_verify, force, restore_pristine,
@@ -64,15 +79,12 @@ def apply(ctx, name, targets_, group, every, serial, max_fail, dry_run, no_verif
     if that fails the previous state is put back (exit 3). On several targets (-t A -t B, -g, --all)
     they are changed --serial at a time, one line each; exit code: the worst of theirs.
     """
-    from .change.adopt import check_mode
-    from .commands.apply import apply as run
 
     adopt = check_mode(restore_pristine, accept_edits)
-    if as_json and (len(targets_) > 1 or group or every):
-        raise click.UsageError("--json describes one target's change: give one -t")
+    one_target_for_json(as_json, targets_, group, every)
 
     def one(ws, target, noted=None):
-        return run(ws, target, name, dry_run, force, verify=not no_verify, adopt=adopt, as_json=as_json, noted=noted)
+        return run_apply(ws, target, name, dry_run, force, verify=not no_verify, adopt=adopt, as_json=as_json, noted=noted)
 
     return change(ctx, one, f"apply {name}", targets_, group, every, serial, max_fail, dry_run, not no_verify)
 
@@ -81,18 +93,15 @@ def apply(ctx, name, targets_, group, every, serial, max_fail, dry_run, no_verif
 @change_options
 @click.option("--to", "to", required=True, metavar="STATE", shell_complete=complete_states,
               help="baseline | previous | a state name | a state id | a transaction id")
-@click.option("--json", "as_json", is_flag=True, help="print one JSON document (docs/json.md); progress on stderr")
+@json_option
 @click.pass_context
 @command
 def rollback(ctx, targets_, group, every, serial, max_fail, dry_run, no_verify, to, as_json):
     """Give every managed file the exact bytes and mode of STATE (on several targets: as apply does)."""
-    from .commands.rollback import rollback as run
-
-    if as_json and (len(targets_) > 1 or group or every):
-        raise click.UsageError("--json describes one target's change: give one -t")
+    one_target_for_json(as_json, targets_, group, every)
 
     def one(ws, target, noted=None):
-        return run(ws, target, to, dry_run, verify=not no_verify, as_json=as_json, noted=noted)
+        return run_rollback(ws, target, to, dry_run, verify=not no_verify, as_json=as_json, noted=noted)
 
     return change(ctx, one, f"rollback --to {to}", targets_, group, every, serial, max_fail, dry_run, not no_verify)
 
@@ -106,12 +115,10 @@ def rollback(ctx, targets_, group, every, serial, max_fail, dry_run, no_verify, 
 @command
 def status(ctx, targets_, group, as_json, every):
     """The applied stack, and whether the files still match the recorded state."""
-    from .commands import status as cmd
-
     picked = chosen(ctx, targets_, group, every)
     if picked is not None:
-        return cmd.status_all(picked, as_json)
-    return cmd.status(workspace_of(ctx), targets_[0] if targets_ else None, as_json)
+        return status_verb.status_all(picked, as_json)
+    return status_verb.status(workspace_of(ctx), targets_[0] if targets_ else None, as_json)
 
 
 @main.command()
@@ -121,9 +128,7 @@ def status(ctx, targets_, group, as_json, every):
 @command
 def log(ctx, target, as_json):
     """Every transaction on the target, newest first."""
-    from .commands.log import log as run
-
-    return run(workspace_of(ctx), target, as_json)
+    return run_log(workspace_of(ctx), target, as_json)
 
 
 @main.command()
@@ -135,10 +140,7 @@ def log(ctx, target, as_json):
 @command
 def snapshot(ctx, target, name, manifest_only, restore_pristine, accept_edits):
     """Record the target's files as a named state."""
-    from .change.adopt import check_mode
-    from .commands.snapshot import snapshot as run
-
-    return run(workspace_of(ctx), target, name, manifest_only, adopt=check_mode(restore_pristine, accept_edits))
+    return run_snapshot(workspace_of(ctx), target, name, manifest_only, adopt=check_mode(restore_pristine, accept_edits))
 
 
 @main.command()
@@ -160,8 +162,6 @@ def repair(ctx, dist, target, wheel, dry_run, no_verify, restore_pristine, accep
     Exit 0 when all were restored (and it verifies), 1 when some are left (named) or it fails
     verification, 2 when no wheel matches.
     """
-    from .change.adopt import check_mode
-    from .commands.repair import repair_dist
 
     return repair_dist(workspace_of(ctx), target, dist, wheel, dry_run, adopt=check_mode(restore_pristine, accept_edits),
                        verify=not no_verify, as_json=as_json)
@@ -175,9 +175,8 @@ def repair(ctx, dist, target, wheel, dry_run, no_verify, restore_pristine, accep
 def show_backup(ctx, digest, target):
     """Print the bytes of a backed-up file (a hand edit a change replaced), verified: DIGEST as
     rollback and log show it, or 8+ of its hex digits. `patchkeeper show-backup D > FILE`."""
-    from .commands.show_backup import show_backup as run
 
-    return run(workspace_of(ctx), target, digest)
+    return run_show_backup(workspace_of(ctx), target, digest)
 
 
 @main.command()
@@ -186,9 +185,7 @@ def show_backup(ctx, digest, target):
 @command
 def recover(ctx, target):
     """Finish or undo a transaction that was interrupted (any command does this first)."""
-    from .commands.recover import recover as run
-
-    return run(workspace_of(ctx), target)
+    return run_recover(workspace_of(ctx), target)
 
 
 @main.command()
@@ -207,12 +204,10 @@ def recover(ctx, target):
 @command
 def audit(ctx, targets_, group, probes, every, as_json, verbose, quiet, wait, rehash):
     """What differs in the target's site-packages, and why: patched, drift, environment, bytecode, probe."""
-    from .commands.audit import audit as run
-
     picked = chosen(ctx, targets_, group, every)
     if picked is not None:
-        return run(picked, None, list(probes), True, as_json, verbose, quiet, wait, rehash)
-    return run(workspace_of(ctx), targets_[0] if targets_ else None, list(probes), False, as_json, verbose, quiet,
+        return run_audit(picked, None, list(probes), True, as_json, verbose, quiet, wait, rehash)
+    return run_audit(workspace_of(ctx), targets_[0] if targets_ else None, list(probes), False, as_json, verbose, quiet,
                wait, rehash)
 
 
@@ -223,10 +218,25 @@ def audit(ctx, targets_, group, probes, every, as_json, verbose, quiet, wait, re
 @command
 def disconnect(ctx, target, every):
     """End the held SSH connection of a target (or --all), before its `persist` seconds run out."""
-    from .commands.disconnect import disconnect as run
+    return run_disconnect(None if every else workspace_of(ctx), target, every)
 
-    return run(None if every else workspace_of(ctx), target, every)
 
+
+@main.command("clear-caches")
+@targets_option
+@group_option
+@click.option("--all", "every", is_flag=True, help="every target in the workspace")
+@click.pass_context
+@command
+def clear_caches(ctx, targets_, group, every):
+    """Delete every cache kept for the target (or -t A -t B, -g, --all) and your user cache.
+
+    Caches only save time (docs/files-and-caches.md): records are kept, and the next command that
+    needs a cache writes it again. `audit --rehash` reads none of them without deleting them.
+    """
+    from .commands.clear_caches import clear_caches as run
+
+    return run(workspace_of(ctx), targets_, group, every)
 
 # ---- authoring: record, import, export, check, show --------------------------------------------
 bump_option = click.option("--bump", type=click.Choice(["major", "minor", "patch"]),
@@ -252,18 +262,17 @@ bump_option = click.option("--bump", type=click.Choice(["major", "minor", "patch
 def record(ctx, name, target, since, adoption, checkout, span, subdir, bump, description, package, package_version):
     """Write patch set NAME from a target's edits since a state, the hand edits found when it was
     adopted, or a git range."""
-    from .commands import record as rec
 
     if sum(map(bool, (since, adoption, checkout))) != 1:
         raise click.UsageError("give either -t T --from STATE, -t T --from-adoption, or --git DIR --range A..B")
     if adoption:
-        return rec.record_adoption(workspace_of(ctx), target, name, bump, description)
+        return record_verb.record_adoption(workspace_of(ctx), target, name, bump, description)
     if checkout:
         if not span:
             raise click.UsageError("--git needs --range A..B")
-        return rec.record_git(workspace_of(ctx), name, checkout, span, subdir, bump, description, package,
+        return record_verb.record_git(workspace_of(ctx), name, checkout, span, subdir, bump, description, package,
                               package_version)
-    return rec.record_target(workspace_of(ctx), target, name, since, bump, description)
+    return record_verb.record_target(workspace_of(ctx), target, name, since, bump, description)
 
 
 @main.command("import")
@@ -277,8 +286,6 @@ def record(ctx, name, target, since, adoption, checkout, span, subdir, bump, des
 @command
 def import_cmd(ctx, name, file, version, subdir, package, description):
     """Make patch set NAME from a patch file, or restore one from `patchkeeper export`."""
-    from .commands.import_patch import import_patch
-
     return import_patch(workspace_of(ctx), name, file, version, subdir, package, description)
 
 
@@ -288,9 +295,7 @@ def import_cmd(ctx, name, file, version, subdir, package, description):
 @command
 def export(ctx, name):
     """Print patch set NAME as one patch that git apply and patch -p1 accept in site-packages."""
-    from .commands.export import export as run
-
-    return run(workspace_of(ctx), name)
+    return run_export(workspace_of(ctx), name)
 
 
 @main.command()
@@ -302,9 +307,7 @@ def export(ctx, name):
 @command
 def check(ctx, name, target, wheel, as_json):
     """Would patch set NAME apply? Per file: clean, at an offset, or the failing hunk. Changes nothing."""
-    from .commands.check import check as run
-
-    return run(workspace_of(ctx), target, name, wheel, as_json)
+    return run_check(workspace_of(ctx), target, name, wheel, as_json)
 
 
 @main.command()
@@ -314,9 +317,7 @@ def check(ctx, name, target, wheel, as_json):
 @command
 def show(ctx, name, as_json):
     """Patch set NAME: metadata, files, diffstat, and the targets it is applied on."""
-    from .commands.show import show as run
-
-    return run(workspace_of(ctx), name, as_json)
+    return run_show(workspace_of(ctx), name, as_json)
 
 
 @main.command()
@@ -344,20 +345,16 @@ def diff(ctx, targets, targets_, group, against, patch, environment, since_pass,
         if targets or against or patch or environment:
             raise click.UsageError("--all and -g compare each target with its own recorded state: "
                                    "no TARGET, --against, --patch or --env")
-        from .commands.diff import diff_all
 
         return diff_all(workspace_of(ctx).select((), group, every), as_json)
     if since_pass and (not environment or against or len(targets) > 1):
         raise click.UsageError("--since-pass goes with --env and one target: patchkeeper diff --env -t T --since-pass")
     if environment:
-        from .commands.env import diff_env
-
         if patch:
             raise click.UsageError("--patch shows file contents; it does not go with --env")
         return diff_env(workspace_of(ctx), targets, against, as_json, since_pass)
-    from .commands.diff import diff as run
 
-    return run(workspace_of(ctx), targets, against, patch, as_json)
+    return run_diff(workspace_of(ctx), targets, against, patch, as_json)
 
 
 @main.command()
@@ -374,9 +371,8 @@ def diff(ctx, targets, targets_, group, against, patch, environment, since_pass,
 def port(ctx, name, to, given, target, bump, resume, dry_run, as_json):
     """Carry patch set NAME to release VERSION of its package: a three-way merge per file and hunk;
     written as its next version when nothing conflicts (exit 0), else left to resolve (exit 1)."""
-    from .commands.port import port as run
 
-    return run(workspace_of(ctx), name, to, tuple(given), target, as_json, dry_run, bump, resume)
+    return run_port(workspace_of(ctx), name, to, tuple(given), target, as_json, dry_run, bump, resume)
 
 
 @main.command("env")
@@ -386,9 +382,7 @@ def port(ctx, name, to, given, target, bump, resume, dry_run, as_json):
 @command
 def env_cmd(ctx, target, as_json):
     """The target's environment: interpreter, system, GPU stack, distributions, native libraries."""
-    from .commands.env import env as run
-
-    return run(workspace_of(ctx), target, as_json)
+    return run_env(workspace_of(ctx), target, as_json)
 
 
 @main.command("verify")
@@ -406,12 +400,11 @@ def verify_cmd(ctx, targets_, group, as_json, with_restart, every):
     Exit 0 when it passes, 1 when a check fails (nothing is changed or rolled back): then what changed
     since the code state last passed, and the command to run next.
     """
-    from .commands import verify as cmd
 
     picked = chosen(ctx, targets_, group, every)
     if picked is not None:
-        return cmd.verify_all(picked, as_json, with_restart)
-    return cmd.verify(workspace_of(ctx), targets_[0] if targets_ else None, as_json, with_restart)
+        return verify_verb.verify_all(picked, as_json, with_restart)
+    return verify_verb.verify(workspace_of(ctx), targets_[0] if targets_ else None, as_json, with_restart)
 
 
 if __name__ == "__main__":  # pragma: no cover

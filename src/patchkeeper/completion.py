@@ -4,11 +4,12 @@ target, never SSH; a failure completes nothing rather than printing into the use
 from __future__ import annotations
 
 from typing import Any
+from . import workspace
+from .patchset import patchset
+import json
 
 
 def _completion_workspace(ctx: Any):
-    from . import workspace
-
     root = ctx.find_root().params.get("workspace")
     return workspace.load(workspace.find(root))
 
@@ -26,8 +27,6 @@ def _completing(names):
 
 
 def _patchset_names(ctx: Any) -> list[str]:
-    from .patchset import patchset
-
     return patchset.names(_completion_workspace(ctx).patchsets_dir)
 
 
@@ -37,7 +36,6 @@ def _target_names(ctx: Any) -> list[str]:
 
 def _state_names(ctx: Any) -> list[str]:
     """baseline, previous, and the names and ids of the states in the workspace's copy of the ledger."""
-    import json
 
     ws = _completion_workspace(ctx)
     given = ctx.params.get("target") or ctx.params.get("targets_")  # -t once, or repeated: the first

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from .host.errors import EXIT_REFUSED, AgentError, PatchkeeperError  # noqa: F401  (the root, shared with the host)
+from .host.errors import EXIT_REFUSED as EXIT_REFUSED, AgentError as AgentError, PatchkeeperError as PatchkeeperError  # the root, shared with the host
+import errno as codes
 
 EXIT_DIFFERS = 1  # a check found differences (diff, audit, verify)
 EXIT_ROLLED_BACK = 3  # failed and rolled back
@@ -47,7 +48,6 @@ class Unfinished(PatchkeeperError):
 
 def os_hint(errno: int | None, then: str) -> str:
     """What to do about a file system's refusal (`errno`) before `then` (run the command again...)."""
-    import errno as codes
 
     if errno == codes.EROFS:
         return f"the file system is read-only: remount it read-write, or use a writable place; then {then}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import select
 
 
 class ReaderGone:
@@ -45,7 +46,6 @@ class ReaderGone:
 
 def stdout_gone() -> bool:
     """Whether stdout's reader has left; if so, whatever is still buffered goes to /dev/null."""
-    import select
 
     out = sys.stdout
     if isinstance(out, ReaderGone):

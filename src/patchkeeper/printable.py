@@ -8,7 +8,9 @@ from files and hosts that anyone able to write them controls: a newline there wo
 
 from __future__ import annotations
 
+import json
 import re
+from typing import Any
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _CONTROL_BUT_NEWLINE = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029]")
@@ -29,3 +31,8 @@ def lines(text: object) -> str:
     """`text` with every control character but the newline written as its escape."""
     s = str(text)
     return _CONTROL_BUT_NEWLINE.sub(_escape, s) if _CONTROL_BUT_NEWLINE.search(s) else s
+
+
+def emit_json(doc: Any) -> None:
+    """Print one JSON document (`--json`), keys sorted, on stdout."""
+    print(json.dumps(doc, indent=2, sort_keys=True))

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .errors import BadInput
+from . import inventory as ansible
 
 CONFIG = "patchkeeper.toml"
 DROPIN_NAME = "50-patchkeeper.conf"  # a target's systemd drop-in, by default in <unit>.d/ beside its unit
@@ -165,8 +166,6 @@ def load(root: Path, inventory: str | None = None, hosts: dict[str, dict] | None
         for name, table in hosts.items():
             tables[name] = merged(table, tables[name]) if isinstance(tables.get(name), dict) else table
     if source is not None and not problems:
-        from . import inventory as ansible
-
         found = ansible.read(root / source)
         for name, table in found.targets.items():  # a [targets.NAME] of the same name adds to the host's
             tables[name] = merged(table, tables[name]) if isinstance(tables.get(name), dict) else table

@@ -13,6 +13,8 @@ from ..records.manifest import ROLE_PREFIX, Entry, Manifest, differences
 from . import engine, transaction
 from ..checks import scan
 from .session import Session
+from . import repair
+from ..host.distinfo import record_text_rows
 
 if TYPE_CHECKING:  # repair (RECORD rows, wheels) loads only where a baseline is first recorded
     from . import repair
@@ -46,7 +48,6 @@ def new_release(s: Session) -> bool:
 def hand_edits(s: Session) -> tuple[repair.Damage, dict[str, str], Manifest]:
     """The package's files that differ from its RECORD (changed, missing) or that RECORD does not
     list (added), with the damage as repair sees it and the files as they are."""
-    from . import repair
 
     info = s.target.info
     damage = repair.find_damage(s.target, info.package, only_inside=True)
@@ -89,7 +90,6 @@ def _restore_pristine(s: Session, bytes_kept: bool, damage: repair.Damage, edits
                       manifest: Manifest) -> LedgerEntry:
     """One transaction whose ledger entry is the baseline: the release's bytes back in every
     changed or missing file, added files removed (all backed up first), then the state recorded."""
-    from . import repair
 
     target, ledger = s.target, s.ledger
     found = repair.restore(target, damage, None, s.workspace.wheels)
@@ -151,7 +151,6 @@ def adopted_edits(s: Session) -> tuple[LedgerEntry, list[tuple[str, Entry | None
     release: (key, the release's entry, its bytes, the edited file's entry, its bytes), None where
     absent. With --restore-pristine the baseline is the release and the edits are the backups it
     made; with --accept-edits the baseline holds the edits and the release's bytes come from its wheel."""
-    from . import repair
 
     ledger, target = s.ledger, s.target
     info, agent = target.info, target.agent
@@ -174,8 +173,6 @@ def adopted_edits(s: Session) -> tuple[LedgerEntry, list[tuple[str, Entry | None
     kinds = {key: kind for key, kind in edits.items() if kind != "added"}
     release_bytes: dict[str, tuple[bytes, int]] = {}
     if kinds:  # the release's bytes of the files the edits changed or removed, checked against RECORD
-        from ..host.distinfo import record_text_rows
-
         text = agent.read(f"{info.site}/{info.dist_info}/RECORD").decode("utf-8")
         record = {rel: f"{algo}:{b64}" for rel, algo, b64, _ in record_text_rows(text.splitlines()) if rel in kinds}
         label = info.dist_info[: -len(".dist-info")].rpartition("-")[0] or info.package

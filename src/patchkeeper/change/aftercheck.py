@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Union
 
-from ..checks.service import ServiceConfig
+from .service import ServiceConfig
 from ..errors import EXIT_DIFFERS, EXIT_ROLLED_BACK
 from ..records.ledger import LedgerEntry, RollbackExtra, State
 from ..workspace import Workspace
@@ -16,6 +16,7 @@ from . import engine, plans
 from .mirror import mirror_step
 from .session import Session
 from .verify import Verification, record_verification, verify_target
+from .diagnosis import diagnose
 
 
 @dataclass(frozen=True)
@@ -85,8 +86,6 @@ def after_change(ws: Workspace, s: Session, svc: ServiceConfig, change: LedgerEn
         step(KeptFailing(change, report))
         current = s.ledger.current()
         if current is not None:
-            from .diagnosis import diagnose
-
             step(SincePassed(diagnose(s.target, s.ledger, current)))
         return EXIT_DIFFERS
     previous = change.before
@@ -102,8 +101,6 @@ def after_change(ws: Workspace, s: Session, svc: ServiceConfig, change: LedgerEn
     mirror_step(ws, s, f"{s.target.name} was rolled back", step)
     step(RolledBack(change, report, previous, again))
     if not again.ok:
-        from .diagnosis import diagnose
-
         step(SincePassed(diagnose(s.target, s.ledger, previous, restored=True)))
     return EXIT_ROLLED_BACK
 

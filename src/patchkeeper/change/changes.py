@@ -10,9 +10,13 @@ from . import engine
 from .plans import Changed, Plan
 from .mirror import NotMirrored, mirror_step
 from .session import Session
+from . import service
+from ..checks import units
+from ..host.contract import ROLE_PREFIX
+from .aftercheck import after_change
 
 if TYPE_CHECKING:  # the service check loads only after a change on a target with a [service]
-    from ..checks.service import ServiceConfig
+    from .service import ServiceConfig
     from . import aftercheck
 
 
@@ -29,12 +33,9 @@ class Outcome:
 
 
 def service_of(config: TargetConfig, verify: bool) -> ServiceConfig | None:
-    """The service to verify after a change: None with --no-verify or without a [service] table
-    (the service module, and the HTTP probe behind it, then load not at all)."""
+    """The service to verify after a change: None with --no-verify or without a [service] table."""
     if not verify or config.raw.get("service") is None:
         return None
-    from ..checks import service
-
     return service.load(config)
 
 
@@ -54,8 +55,6 @@ def carry_out(ws: Workspace, s: Session, plan: Plan, dry_run: bool, svc: Service
     step(Changed(plan, dry_run, exec_start_after(s, plan, dry_run)))
     code = 0
     if svc is not None and not dry_run:
-        from .aftercheck import after_change
-
         code = after_change(ws, s, svc, plan.entry, step)
     return Outcome(tuple(steps), code)
 
@@ -63,8 +62,6 @@ def carry_out(ws: Workspace, s: Session, plan: Plan, dry_run: bool, svc: Service
 def exec_start_after(s: Session, plan: Plan, dry_run: bool) -> Any:
     """The unit's effective ExecStart once `plan` is carried out (read from the files after it, or on a
     dry run with the planned bytes in their place), where the plan touches a role file; else None."""
-    from ..checks import units
-    from ..host.contract import ROLE_PREFIX
 
     roles = [op for op in plan.ops if op.key.startswith(ROLE_PREFIX)]
     if not roles or "unit" not in s.target.config.files:

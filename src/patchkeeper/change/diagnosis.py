@@ -9,6 +9,9 @@ from typing import Any
 
 from ..records.ledger import Ledger, LedgerEntry, State
 from ..targets import Target
+from . import plans
+from ..checks import environment
+import time
 
 
 @dataclass(frozen=True)
@@ -38,8 +41,6 @@ def diagnose(target: Target, ledger: Ledger, state: State, restored: bool = Fals
     """Compare the target now with the newest passing verification of `state`: its files against the
     state's manifest (none may differ after a rollback), its environment against that pass's
     fingerprint; and say what to run next."""
-    from ..checks import environment
-    from . import plans
 
     name = target.name
     code: dict[str, str] = {}
@@ -84,9 +85,6 @@ def _newest_passing_state(ledger: Ledger, other_than: State) -> State | None:
 
 def render(d: Diagnosis) -> list[str]:
     """The diagnosis as a user reads it."""
-    import time
-
-    from ..checks import environment
 
     out: list[str] = []
     if d.last is None:

@@ -26,6 +26,8 @@ from .plans import Plan, Recorded
 from .reapply import plan_reapply, refuse_other_release
 from .session import Session
 from .transaction import FileOp
+from . import repair
+from ..patchset import patchset
 
 if TYPE_CHECKING:  # patch sets are read (and unidiff loaded) only by the verbs that use them: not by rollback
     from ..patchset.patchset import PatchSet
@@ -62,7 +64,6 @@ def plan_apply(s: Session, name: str, force: bool, trial: bool = False,
 
     A `trial` (what `check` shows) refuses nothing: misfits, hand edits and hunks that do not
     apply are kept in the plan (misfits, drift, checks) instead, and the files they concern left out."""
-    from ..patchset import patchset
 
     ws, target, ledger = s.workspace, s.target, s.ledger
     incoming, unrendered = stacks.bind_all(incoming or stacks.resolve(ws.patchsets_dir, name), s.config, trial)
@@ -145,7 +146,6 @@ def plan_rollback(s: Session, spec: str) -> Plan | None:
     if current is None:
         raise Refused(f"target {target.name} has no recorded state to roll back to",
                       "patchkeeper has not changed it yet")
-    from . import repair
 
     goal, upto, undo = repair.rollback_goal(ledger, spec)
     refuse_other_release(s, goal)

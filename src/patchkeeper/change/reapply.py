@@ -7,7 +7,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ..errors import Refused, StoreError
-from ..records import installation
+from ..checks import installation
 from ..records.ledger import ApplyExtra, LedgerEntry, State, new_id, who
 from ..records.manifest import ROLE_PREFIX, differences
 from .plans import Plan, Recorded, backups, baseline, refuse_escaping, scan_keys

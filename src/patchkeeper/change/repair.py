@@ -14,7 +14,7 @@ from ..errors import BadInput, Refused
 from ..host.contract import ScanRequest
 from ..host.disk import hash_bytes, normalize_name
 from ..host.distinfo import record_text_rows
-from ..host.shapes import ENV as ENV_PREFIX  # keys of files outside the package ("%six.py"), never in a manifest
+from ..targets.shapes import ENV as ENV_PREFIX  # keys of files outside the package ("%six.py"), never in a manifest
 from ..records.ledger import (
     EnvChange,
     Ledger,
@@ -27,6 +27,10 @@ from ..records.ledger import (
 from ..records.manifest import Entry, differences
 from ..targets import Target
 from .transaction import FileOp
+from ..checks import environment
+from ..checks import wheels
+from ..checks.audit import cache_dir
+from ..errors import PatchkeeperError
 
 
 
@@ -58,7 +62,6 @@ class Restoration:
 def find_damage(target: Target, dist: str, only_inside: bool = False) -> Damage:
     """Check an installed distribution against its RECORD, on the target (its stat cache keeps
     a repeated check cheap). `only_inside`: leave out paths outside site-packages."""
-    from ..checks.audit import cache_dir
 
     info = target.info
     py = target.interpreter()
@@ -82,7 +85,6 @@ def find_damage(target: Target, dist: str, only_inside: bool = False) -> Damage:
 def restore(target: Target, damage: Damage, explicit: str | None, wheels_dir: Path | None) -> Restoration:
     """The release bytes of every damaged file, from the first candidate wheel of the right
     distribution and version whose files match the installed RECORD; refused when none does."""
-    from ..checks import wheels
 
     info = target.info
     interps = wheels.interpreters(info.python, info.prefix, info.python_version)
@@ -197,8 +199,6 @@ def recorded_clean(target: Target, ledger: Ledger, goal: State) -> Callable[[str
     """Whether the environment fingerprint kept with `goal` recorded a file (a RECORD path, relative
     to the target's site dir) of a distribution and version matching its RECORD: a rollback to that
     state then keeps the release bytes a later repair put back, never the damage it replaced."""
-    from ..checks import environment
-    from ..errors import PatchkeeperError
 
     entry = environment.entry_of(ledger, goal)
     try:

@@ -12,9 +12,11 @@ from ..records import history, statedir
 from ..records.ledger import Ledger
 from ..targets import Target, open_target
 from ..workspace import Workspace
+from . import transaction
+from ..checks import installation
 
 if TYPE_CHECKING:
-    from ..records.installation import Change
+    from ..checks.installation import InstallChange
 
 READ_WAIT = 5.0  # seconds a reading command waits for a change under way to end (its lock)
 
@@ -42,7 +44,7 @@ class Session:
         self._locked = False
         self.record = history.Record(self.config.name, command)  # what changes.mirror copied, for one commit
         self.commit = commit
-        self._installation: tuple[int, Change | None] | None = None
+        self._installation: tuple[int, InstallChange | None] | None = None
 
     @property
     def target(self) -> Target:
@@ -58,13 +60,11 @@ class Session:
             raise RuntimeError("the session is not open")
         return self._ledger
 
-    def installation(self) -> Change | None:
+    def installation(self) -> InstallChange | None:
         """What pip, uv or a person did to the managed distribution since the current state recorded
         it (installation.check), found once per command; None: it is as recorded."""
         newest = len(self.ledger.entries())  # found again once the command records a state (a new baseline)
         if self._installation is None or self._installation[0] != newest:
-            from ..records import installation
-
             self._installation = (newest, installation.check(self.target, self.ledger))
         return self._installation[1]
 
@@ -84,15 +84,9 @@ class Session:
                 statedir.check_workspace(self._target, self.workspace.root)
                 statedir.check(self._target, claim=self.write)
             except NotInstalled as exc:  # named with the state it was removed since, and the release it needs
-                from ..records import installation
-
                 raise installation.removed(self._target, exc) from None
             self._ledger = Ledger(self._target, indexed=not self.rehash)
             if (self.write or self.target.agent.lstat(self.ledger.journal_path) is not None) and self._lock():
-                from . import (
-                    transaction,  # only for a change, or to finish an interrupted one
-                )
-
                 self._clean()
                 try:
                     self.recovered = transaction.recover(self.ledger)

@@ -14,6 +14,9 @@ from ..records.manifest import ROLE_PREFIX
 from ..targets import Target, TargetInfo
 from ..workspace import TargetConfig, Workspace
 from .session import Session
+from ..host.disk import normalize_name as canonicalize_name
+from ..patchset import patching
+from ..patchset import patchset
 
 if TYPE_CHECKING:
     from ..patchset import patching
@@ -23,7 +26,6 @@ if TYPE_CHECKING:
 def resolve(ws_patchsets: Path, name: str, bind_to: TargetConfig | None = None) -> list[PatchSet]:
     """The patch set and everything it requires, requirements first; with `bind_to`, their role
     files rendered with that target's vars (a missing value is refused here, before any change)."""
-    from ..patchset import patchset
 
     out: dict[str, PatchSet] = {}
 
@@ -123,7 +125,6 @@ def refuse_shared_role_files(ws_patchsets: Path, config: TargetConfig, kept: Ite
 
 def group_of(ws_patchsets: Path, ref: PatchSetRef) -> str | None:
     """An applied patch set's group, from its ledger ref (or, for older refs, its directory)."""
-    from ..patchset import patchset
 
     if "group" in ref:
         return ref["group"]
@@ -145,10 +146,6 @@ class Misfit:
 
 def misfits(sets: list[PatchSet], package: str, version: str, roles: Collection[str] | None) -> list[Misfit]:
     """Every misfit of `sets` for `package` `version` (names compared canonically); roles unchecked if None."""
-    from ..host.disk import (
-        normalize_name as canonicalize_name,  # packaging's rule, without importing packaging
-    )
-    from ..patchset import patchset
 
     out = []
     for ps in sets:
@@ -163,8 +160,6 @@ def misfits(sets: list[PatchSet], package: str, version: str, roles: Collection[
 
 
 def check_fits(target: Target, sets: list[PatchSet], force: bool) -> list[str]:
-    from ..patchset import patchset
-
     info, notes = target.info, []
     for m in misfits(sets, target.config.package, info.version, dict(info.roles)):
         ps = m.patchset
@@ -249,7 +244,6 @@ def build_files(sets: list[PatchSet], files: dict[str, bytes | None], modes: dic
 
     With `trial_of`, each file patch is checked first: a failing one is reported (for the sets in
     `trial_of`) and skipped, instead of raising."""
-    from ..patchset import patching
 
     checks = []
     for ps in sets:
@@ -274,8 +268,6 @@ def build_files(sets: list[PatchSet], files: dict[str, bytes | None], modes: dic
 
 
 def load_applied(ws: Workspace, ref: PatchSetRef) -> PatchSet:
-    from ..patchset import patchset
-
     ps = patchset.load(ws.patchsets_dir, ref["name"])
     if ps.digest != ref["digest"]:
         raise Refused(f"applied patch set {ref['name']}@{ref['version']} is no longer in the workspace as applied "
@@ -285,7 +277,6 @@ def load_applied(ws: Workspace, ref: PatchSetRef) -> PatchSet:
 
 def owners_of(ws: Workspace, stack: Iterable[PatchSetRef]) -> dict[str, str]:
     """key -> the patch set(s) of `stack` that touch it, by their paths and role files."""
-    from ..patchset import patchset
 
     owners: dict[str, list[str]] = {}
     for ref in stack:

@@ -26,12 +26,13 @@ from .. import faults
 from ..errors import PatchkeeperError, Refused, StoreError, Unfinished
 from ..host.contract import AgentContract, ScanRequest
 from ..host.disk import STAGE_PREFIX
-from ..host.shapes import ENV as ENV_PREFIX
-from ..host import shapes
+from ..targets.shapes import ENV as ENV_PREFIX
+from ..targets import shapes
 from ..host.errors import AgentError
 from ..records.ledger import ApplyExtra, Extra, Ledger, LedgerEntry, RollbackExtra
 from ..records.ledger_index import CREATED_DIRS
 from ..records.manifest import Entry
+from ..records.ledger import warn_untrusted
 
 
 NAME_MAX = 255  # bytes in one file name (Linux, every common file system)
@@ -254,7 +255,6 @@ def recover(ledger: Ledger) -> str | None:
     except AgentError as exc:
         if exc.kind != "untrusted":
             raise
-        from ..records.ledger import warn_untrusted
 
         warn_untrusted(target.name, "journal", {ledger.journal_path: exc.message.rpartition(": ")[2]})
         return None

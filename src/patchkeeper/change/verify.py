@@ -12,13 +12,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, TextIO, cast
 
-from ..checks import smoke, units
-from ..checks.service import ServiceConfig
-from ..checks.smoke import SAMPLE_CHARS, Check, count_tokens, degenerate, judge  # noqa: F401  (their home is smoke.py)
+from ..checks import units
+from . import smoke
+from .service import ServiceConfig
+from .smoke import SAMPLE_CHARS, Check, count_tokens, degenerate, judge  # noqa: F401  (their home is smoke.py)
 from ..host import probe_http
 from ..records.ledger import Ledger, LedgerEntry, State, VerifyExtra, new_id, who
 from ..targets import Target
 from .session import Session
+from ..checks import environment
 
 OUTPUT_KEEP = 8000  # characters of restart / log output kept in a report
 WINDOW_MAX = 10.0  # seconds one probe run polls for readiness before progress is shown
@@ -348,7 +350,6 @@ def first_errors(text: str, limit: int = FIRST_ERRORS) -> tuple[str, ...]:
 
 def record_verification(s: Session, report: Verification, phase: str, of: str | None) -> LedgerEntry | None:
     """Append a `verify` ledger entry for the current state (none before any state is recorded)."""
-    from ..checks import environment
 
     state: State | None = s.ledger.current()
     if state is None:

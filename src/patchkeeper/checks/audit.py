@@ -14,6 +14,11 @@ from ..records.ledger import Ledger, LedgerEntry, State
 from ..records.manifest import change_kind, differences
 from ..targets import Target
 from .scan import scan_request
+from . import environment
+from ..host.contract import ROLE_PREFIX
+from ..host.disk import normalize_name
+from . import installation
+from concurrent.futures import ThreadPoolExecutor
 
 CLASSES = ("drift", "environment", "native", "bytecode", "probe", "patched")
 INSTALLATION = "drift"  # the class of a change of the managed distribution's installation (installation.py)
@@ -137,7 +142,6 @@ def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), pro
         probe_timeout: float = PROBE_TIMEOUT, owners: dict[str, str] | None = None, rehash: bool = False) -> AuditReport:
     """Audit one target, opened in a Session (so an interrupted transaction was recovered first);
     `rehash`: with no cache or seal, every file read and hashed again, every pyc recompiled and compared."""
-    from . import environment
 
     info, agent = target.info, target.agent
     tell = progress or (lambda what, done, total: None)
@@ -228,8 +232,6 @@ def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), pro
     tell("bytecode", done, steps)
 
     if probes:
-        from concurrent.futures import ThreadPoolExecutor
-
         with ThreadPoolExecutor(max_workers=min(4, len(probes))) as pool:
             for module, line in zip(probes, pool.map(lambda m: _probe(target, m, probe_timeout), probes)):
                 done += 1
@@ -251,15 +253,13 @@ def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), pro
 
 def _installation(target: Target, ledger: Ledger, findings: list[Finding], notes: list[str]) -> int:
     """The managed distribution's installation beside its code state: what pip, uv or a person did to
-    it since the state was recorded (records/installation.py), and its RECORD rows outside the package
+    it since the state was recorded (checks/installation.py), and its RECORD rows outside the package
     (console scripts, the installer's records) against RECORD. Returns the files checked."""
-    from ..records import installation
-    from . import installed
 
     info = target.info
     change = installation.check(target, ledger)
     if change is not None:
-        told = installed.tell(target, ledger, change)
+        told = installation.tell(target, ledger, change)
         if told.trouble:
             findings.insert(0, Finding(INSTALLATION, info.dist_info, change.kind, told.line, info.package))
         else:
@@ -291,7 +291,6 @@ def _patched(ledger: Ledger, current: State, owners: dict[str, str] | None) -> l
 def _unlisted(target: Target, rehash: bool = False) -> list[Finding]:
     """Before any baseline: the files inside the managed package that its RECORD does not list
     (added by hand, as adoption's refusal names them; bytecode and the roles aside)."""
-    from ..host.contract import ROLE_PREFIX
 
     info = target.info
     dist = target.agent.dist_info([info.site], info.package)
@@ -323,7 +322,6 @@ def _native(target: Target, current: State, entry: LedgerEntry | None, then: dic
     """Sonames that resolved when the current state's fingerprint (`then`, kept by `entry`) was
     taken and do not now, or resolve to another file or other bytes (never one already unresolved
     then); `now`: the native part the tree's pass read (environment.take's)."""
-    from . import environment
 
     if entry is None or then is None:
         return [], [f"state {current.id} was recorded without an environment fingerprint: native libraries "
@@ -338,7 +336,6 @@ def _distributions_since(then: dict, records: dict[str, RecordCheck], when: str,
     fingerprint of the current state (`then`, taken at `when`): one installed since, another
     version, or another build of the same version (its RECORD's identity differs, though its files
     match it: a rebuilt wheel reinstalled)."""
-    from ..host.disk import normalize_name
 
     recorded = then.get("distributions") or {}
     out = []

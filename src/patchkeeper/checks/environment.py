@@ -11,13 +11,16 @@ from ..errors import PatchkeeperError, StoreError
 from ..host.contract import InterpreterFacts
 from ..records.ledger import Ledger, LedgerEntry, State
 from ..targets import Target
+from ..host.disk import normalize_name
+from ..host.elf import is_candidate
+from dataclasses import replace
 
 FORMAT = 1
 AREAS = ("interpreter", "system", "distribution", "native", "gpu", "startup")
 
 
 @dataclass(frozen=True)
-class Change:
+class Difference:
     """One difference between two fingerprints."""
 
     area: str  # one of AREAS
@@ -85,7 +88,6 @@ CHANGE_PARTS = ("system", "identities", "native", "gpu", "startup")
 def record(entry: LedgerEntry, target: Target, parts: tuple[str, ...] | None = None) -> LedgerEntry:
     """`entry` with a fingerprint taken now and kept in the target's store (its digest in `env`);
     when it cannot be taken, the change goes on and the entry says why in `env_error`."""
-    from dataclasses import replace
 
     try:
         return replace(entry, env=target.agent.store_put(target.info.store, encode(take(target, parts))))
@@ -100,7 +102,6 @@ def recording(target: Target, alongside: list[str]) -> Callable[[LedgerEntry], L
     its commit point. A fingerprint that cannot be taken does not stop the change (`env_error`)."""
     if not changes_objects(alongside):
         return lambda entry: record(entry, target, CHANGE_PARTS)
-    from dataclasses import replace
 
     try:
         data = encode(take(target, CHANGE_PARTS))
@@ -119,7 +120,6 @@ def recording(target: Target, alongside: list[str]) -> Callable[[LedgerEntry], L
 
 def changes_objects(paths: list[str]) -> bool:
     """Whether any of `paths` is a candidate shared object (which the fingerprint reads)."""
-    from ..host.elf import is_candidate
 
     return any(is_candidate(posixpath.basename(p)) for p in paths)
 
@@ -153,7 +153,7 @@ def last_passing(ledger: Ledger, state: State) -> LedgerEntry | None:
     return None
 
 
-def since_last_pass(target: Target, ledger: Ledger, state: State) -> tuple[LedgerEntry | None, list["Change"], dict]:
+def since_last_pass(target: Target, ledger: Ledger, state: State) -> tuple[LedgerEntry | None, list["Difference"], dict]:
     """The newest passing verification of `state` with a fingerprint, what changed in the
     environment since then, and the GPU facts now (the fingerprint's `gpu` part)."""
     last = last_passing(ledger, state)
@@ -204,23 +204,23 @@ def _health(x: dict, ecc: bool) -> dict:
     return out
 
 
-def compare(a: dict, b: dict) -> list[Change]:
+def compare(a: dict, b: dict) -> list[Difference]:
     """What changed from fingerprint `a` to `b`. The managed package's files are code state
     (`patchkeeper diff` shows them), so only its version counts here."""
-    out: list[Change] = []
+    out: list[Difference] = []
     if interp_text(a) != interp_text(b):
-        out.append(Change("interpreter", "python", "changed", f"{interp_text(a)} -> {interp_text(b)}"))
+        out.append(Difference("interpreter", "python", "changed", f"{interp_text(a)} -> {interp_text(b)}"))
     sa, sb = a.get("system") or {}, b.get("system") or {}
     for key, label in (("os", "OS"), ("kernel", "kernel")):
         if sa.get(key) != sb.get(key):
-            out.append(Change("system", label, "changed", f"{sa.get(key)} -> {sb.get(key)}"))
+            out.append(Difference("system", label, "changed", f"{sa.get(key)} -> {sb.get(key)}"))
     out += _distributions(a.get("distributions") or {}, b.get("distributions") or {}, {a.get("package"), b.get("package")})
-    out += [Change("native", path, kind, detail) for path, kind, detail in
+    out += [Difference("native", path, kind, detail) for path, kind, detail in
             native_changes(a.get("native") or {}, b.get("native") or {}, same_hash=a.get("algorithm") == b.get("algorithm"),
                            both_ways=True)]
     out += _gpu(a.get("gpu") or {}, b.get("gpu") or {})
     if "startup" in a and "startup" in b:  # (a fingerprint from before start-up code was kept says nothing)
-        out += [Change("startup", key, kind, detail) for key, kind, detail in startup_changes(a["startup"], b["startup"])]
+        out += [Difference("startup", key, kind, detail) for key, kind, detail in startup_changes(a["startup"], b["startup"])]
     return out
 
 
@@ -252,20 +252,18 @@ def _startup_text(key: str, what: dict) -> str:
     return f"imported at every interpreter's start ({what.get('digest', '')[:19]}…)"
 
 
-def _distributions(a: dict, b: dict, managed: set) -> list[Change]:
-    from ..host.disk import normalize_name
-
+def _distributions(a: dict, b: dict, managed: set) -> list[Difference]:
     managed = {normalize_name(m) for m in managed if m}
     out = []
     for key in sorted(set(a) | set(b)):
         da: Any = a.get(key)
         db: Any = b.get(key)
         if da is None:
-            out.append(Change("distribution", db["name"], "added", f"{db['version']} (installed by {db['installer']})"))
+            out.append(Difference("distribution", db["name"], "added", f"{db['version']} (installed by {db['installer']})"))
         elif db is None:
-            out.append(Change("distribution", da["name"], "removed", f"{da['version']} is gone"))
+            out.append(Difference("distribution", da["name"], "removed", f"{da['version']} is gone"))
         elif da["version"] != db["version"]:
-            out.append(Change("distribution", db["name"], "version", f"{da['version']} -> {db['version']}"))
+            out.append(Difference("distribution", db["name"], "version", f"{da['version']} -> {db['version']}"))
         if da is None or db is None or da["version"] != db["version"] or key in managed:
             continue
         out += _rebuilt(da, db)
@@ -276,18 +274,18 @@ def _distributions(a: dict, b: dict, managed: set) -> list[Change]:
             parts = [f"{p} ({kinds.get(p)})" for p in sorted(now - was)]
             parts += [f"{p} (as in RECORD again)" for p in sorted(was - now)]
             parts += [f"{p} ({kinds.get(p)})" for p in sorted(was & now) if dict(map(tuple, da["differ"])).get(p) != kinds.get(p)]
-            out.append(Change("distribution", db["name"], "files",
+            out.append(Difference("distribution", db["name"], "files",
                               f"{len(now)} file(s) differ from RECORD (was {len(was)}): " + ", ".join(parts[:8])
                               + (f" … and {len(parts) - 8} more" if len(parts) > 8 else "")))
     return out
 
 
-def _rebuilt(da: dict, db: dict) -> list[Change]:
+def _rebuilt(da: dict, db: dict) -> list[Difference]:
     """A distribution of one version whose RECORD now lists other files or hashes than then: another
     build reinstalled over it (a fingerprint from before identities were kept says nothing)."""
     if not da.get("identity") or not db.get("identity") or da["identity"] == db["identity"]:
         return []
-    return [Change("distribution", db["name"], "rebuilt",
+    return [Difference("distribution", db["name"], "rebuilt",
                    f"{db['version']} is another build: its RECORD lists other files or bytes than then "
                    f"(installed by {db.get('installer', '?')})")]
 
@@ -320,27 +318,27 @@ def native_changes(a: dict, b: dict, same_hash: bool = True, both_ways: bool = F
     return out
 
 
-def _gpu(a: dict, b: dict) -> list[Change]:
-    out: list[Change] = []
+def _gpu(a: dict, b: dict) -> list[Difference]:
+    out: list[Difference] = []
     if bool(a.get("driver")) != bool(b.get("driver")):
-        return [Change("gpu", "driver", "changed", f"{gpu_text(a)} -> {gpu_text(b)}")]
+        return [Difference("gpu", "driver", "changed", f"{gpu_text(a)} -> {gpu_text(b)}")]
     if not a.get("driver"):
         return out
     for key, label in (("driver", "driver"), ("cuda", "CUDA")):
         if a.get(key) != b.get(key):
-            out.append(Change("gpu", label, "changed", f"{a.get(key)} -> {b.get(key)}"))
+            out.append(Difference("gpu", label, "changed", f"{a.get(key)} -> {b.get(key)}"))
     ga, gb = a.get("gpus") or [], b.get("gpus") or []
     if len(ga) != len(gb):
-        out.append(Change("gpu", "count", "changed", f"{len(ga)} -> {len(gb)} GPU(s)"))
+        out.append(Difference("gpu", "count", "changed", f"{len(ga)} -> {len(gb)} GPU(s)"))
     models = lambda gs: sorted((g.get("name") or "?", g.get("memory_total") or "?") for g in gs)  # noqa: E731
     if models(ga) != models(gb):
-        out.append(Change("gpu", "models", "changed", f"{gpu_text(a)} -> {gpu_text(b)}"))
+        out.append(Difference("gpu", "models", "changed", f"{gpu_text(a)} -> {gpu_text(b)}"))
     by_uuid = {g.get("uuid"): g for g in ga}
     for g in gb:
         old = by_uuid.get(g.get("uuid"))
         ecc = old is not None and bool(old.get("ecc")) and bool(g.get("ecc"))
         if old is not None and _health(old, ecc) != _health(g, ecc):
-            out.append(Change("gpu", g.get("uuid") or "?", "health",
+            out.append(Difference("gpu", g.get("uuid") or "?", "health",
                               f"{g.get('bus_id')}: retired pages {old.get('retired_pages')} -> {g.get('retired_pages')}, "
                               f"remapped rows {old.get('remapped_rows')} -> {g.get('remapped_rows')}"
                               + (f", ECC {_health(old, ecc)['ecc']} -> {_health(g, ecc)['ecc']}" if ecc else "")))

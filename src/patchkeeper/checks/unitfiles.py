@@ -6,7 +6,7 @@ from __future__ import annotations
 import posixpath
 from typing import Mapping
 
-from ..targets import Target
+from ..targets.base import Target
 
 
 def dropin_dir_names(name: str) -> list[str]:

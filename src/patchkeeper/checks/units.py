@@ -7,13 +7,11 @@ import posixpath
 import re
 import shlex
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from ..patchset import unitsyntax
+from ..targets.base import Target
 from . import unitfiles
-
-if TYPE_CHECKING:
-    from ..targets import Target
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")  # inside a word only ${VAR} is expanded
 ALGORITHM_FLAG = "--speculative-algorithm"

@@ -88,7 +88,7 @@ def wheel_name_version(path: Path) -> tuple[str, str] | None:
 
 
 def same_version(a: str, b: str) -> bool:
-    from packaging.version import InvalidVersion, Version
+    from packaging.version import InvalidVersion, Version  # lazy: tens of ms to import, off the fast paths
 
     try:
         return Version(a) == Version(b)

@@ -9,9 +9,13 @@ from ..change import changes, engine, plans, stacks
 from ..change.session import Session
 from ..records.ledger import ApplyExtra, RecordExtra
 from ..workspace import Workspace
-from .document import Report
-from .rollout import Done, Noted
-from .show_plan import step_printer
+from ..change.document import Report
+from ..change.rollout import Noted
+from . import finish
+from ..change.show_plan import step_printer
+from ..records import history
+from ..checks.installation import refuse_writes
+from dataclasses import replace
 
 
 def apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bool, verify: bool = True,
@@ -26,7 +30,6 @@ def _apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: b
     svc = changes.service_of(ws.target(target), verify)
     with Session(ws, target, f"apply {name}") as s:
         show = report.shower(s.target.name)
-        from ..records.installation import refuse_writes
 
         refuse_writes(s.installation(), s.target, f"apply {name}", reinstall_ok=True)  # a cut RECORD: refused
         first = s.ledger.current() is None or adopting.new_release(s)  # a baseline (of this release) comes first
@@ -44,26 +47,12 @@ def _apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: b
                 print(f"recorded baseline of {s.target.name}: {cast(RecordExtra, baseline.extra)['files']} files, "
                       f"state {baseline.after.id}{adopting.describe(baseline)}")
         plan = engine.plan_apply(s, name, force, incoming=incoming)
-        if plan is None:
-            print(f"{s.target.name}: {name} is already applied; nothing to do")
-            if noted is not None:
-                noted(Done.unchanged(s, f"{name} is already applied"))
-            current = s.ledger.current()
-            return report.done(0, current, current, dry_run)
-        if not dry_run:
+        if plan is not None and not dry_run:
             plan = with_workspace_ref(ws, plan)
-        outcome = changes.carry_out(ws, s, plan, dry_run, svc, show)
-        if noted is not None:
-            noted(Done.of(s, plan, outcome, dry_run, svc is not None))
-        return report.done(outcome.exit_code, plan.entry.before, plan.entry.after if dry_run else s.ledger.current(),
-                           dry_run)
-
+        return finish(ws, s, plan, f"{name} is already applied", dry_run, svc, show, report, noted)
 
 def with_workspace_ref(ws: Workspace, plan: plans.Plan) -> plans.Plan:
     """Note in the ledger entry the workspace commit that held the patch sets being applied."""
-    from dataclasses import replace
-
-    from ..records import history
 
     ref = history.workspace_ref(ws.root, {p["name"]: ws.patchsets_dir / p["name"] for p in plan.entry.patchsets})
     if ref is None:

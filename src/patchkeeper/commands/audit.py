@@ -10,6 +10,9 @@ from ..checks import audit as audit_core
 from ..printable import one_line
 from ..workspace import Workspace
 from . import emit_json
+from ..change import stacks
+from ..targets.fleet import each, table
+from functools import partial
 
 _SHOWN = 50  # findings per class printed before "… and N more"
 
@@ -49,7 +52,6 @@ def _owners(ws: Workspace, stack) -> dict[str, str]:
     """stacks.owners_of, loading the engine (patch sets, patching) only when a patch set is applied."""
     if not stack:
         return {}
-    from ..change import stacks
 
     return stacks.owners_of(ws, stack)
 
@@ -98,10 +100,7 @@ def _audit_quiet(ws: Workspace, name: str, probes: list[str], wait: float | None
 
 def _run_all(ws: Workspace, probes: list[str], as_json: bool, wait: float | None = None,
              rehash: bool = False) -> int:
-    """Every target concurrently (commands/fleet.py): hosts on threads, local targets in processes."""
-    from functools import partial
-
-    from .fleet import each, table
+    """Every target concurrently (targets/fleet.py): hosts on threads, local targets in processes."""
 
     names = sorted(ws.targets)
     results = each(ws, partial(_audit_quiet, probes=probes, wait=wait, rehash=rehash), "audit",

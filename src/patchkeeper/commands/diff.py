@@ -7,12 +7,16 @@ from dataclasses import dataclass
 
 from ..change import stacks
 from ..change.session import Session
-from ..checks import installed, scan
+from ..checks import installation, scan
 from ..errors import PatchkeeperError, Refused
 from ..printable import one_line
 from ..records.manifest import ROLE_PREFIX, Entry, differences
 from ..workspace import Workspace
 from . import check_sides, emit_json
+from ..checks import units
+from ..patchset import diffwrite
+from ..targets.fleet import each, table
+from concurrent.futures import ThreadPoolExecutor
 
 _PATCH_LIMIT = 4 << 20  # larger files are reported, not diffed
 
@@ -47,14 +51,13 @@ def _one_result(ws: Workspace, name: str) -> dict:
             return {"state": None, "differences": []}
         owners = stacks.owners_of(ws, current.stack)
         diffs = _classify(scan.compare(s.target, current.manifest)[0], {s.target.name: owners})
-        told = installed.told(s.target, s.ledger, s.installation())
+        told = installation.told(s.target, s.ledger, s.installation())
         return {"state": current.to_dict(), "differences": [d.to_dict() for d in diffs],
                 "installation": told.to_dict() if told else None}
 
 
 def diff_all(ws: Workspace, as_json: bool) -> int:
     """Every target against its own recorded state, at once; one row each."""
-    from .fleet import each, table
 
     results = each(ws, _one_result, "diff")
     errors = [n for n, r in results.items() if isinstance(r, str)]
@@ -103,7 +106,7 @@ def _one(ws: Workspace, name: str | None, against: str | None, patch: bool, as_j
             patches = _patches(diffs, old, new, f"{state.id}", s.target.name)
         label = f"state {state.id}" + (f" ({state.name})" if state.name else "")
         starts = _exec_starts_recorded(s, diffs)
-        told = installed.told(s.target, s.ledger, s.installation())
+        told = installation.told(s.target, s.ledger, s.installation())
         code = 1 if diffs or (told is not None and told.trouble) else 0
         if as_json:
             emit_json({"target": s.target.name, "against": state.to_dict(), "algorithm": s.target.algorithm,
@@ -121,8 +124,6 @@ def _one(ws: Workspace, name: str | None, against: str | None, patch: bool, as_j
 
 
 def _two(ws: Workspace, a: str, b: str, patch: bool, as_json: bool) -> int:
-    from concurrent.futures import ThreadPoolExecutor
-
     with ExitStack() as stack, ThreadPoolExecutor(max_workers=2) as pool:
         sessions = [Session(ws, n, f"diff {a} {b}", write=False) for n in (a, b)]
         opening = [pool.submit(s.__enter__) for s in sessions]  # connect to both hosts concurrently
@@ -151,8 +152,6 @@ def _two(ws: Workspace, a: str, b: str, patch: bool, as_json: bool) -> int:
             patches = _patches(diffs, lambda d: got_a.get(d.key, b""), lambda d: got_b.get(d.key, b""), a, b)
         starts = {}
         if any(d.key.startswith(ROLE_PREFIX) for d in diffs):
-            from ..checks import units
-
             starts = dict(zip((a, b), pool.map(lambda s: units.on_target(s.target), sessions)))
         if as_json:
             emit_json({"a": a, "b": b, "algorithm": common, "differences": [d.to_dict() for d in diffs],
@@ -176,7 +175,6 @@ def _exec_starts_recorded(s: Session, diffs: list[Difference]) -> dict:
     roles = [d for d in diffs if d.key.startswith(ROLE_PREFIX)]
     if not roles or "unit" not in s.target.config.files:
         return {}
-    from ..checks import units
 
     override: dict[str, bytes | None] = {}
     for d in roles:
@@ -189,14 +187,11 @@ def _exec_starts_recorded(s: Session, diffs: list[Difference]) -> dict:
 
 
 def _as_dict(command) -> dict | None:
-    from ..checks import units
-
     return units.as_dict(command)
 
 
 def _print_starts(starts: dict) -> None:
     """The unit's effective ExecStart on each side, where a role file differs."""
-    from ..checks import units
 
     for side, command in starts.items():
         if command is None:
@@ -214,7 +209,6 @@ def _state_dict(s: Session) -> dict | None:
 
 def _patches(diffs: list[Difference], old, new, label_a: str, label_b: str) -> dict[str, str]:
     """Unified diffs of the differing text files; binary or oversized files get a one-line note."""
-    from ..patchset import diffwrite
 
     out = {}
     for d in diffs:

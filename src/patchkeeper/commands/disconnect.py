@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from ..errors import BadInput
 from ..workspace import Workspace
+from ..targets import persist
 
 
 def disconnect(ws: Workspace | None, target: str | None, every: bool) -> int:
-    from ..targets import persist
-
     if every:
         pids = persist.stop_all()
         print(f"ended {len(pids)} held connection(s)" if pids else "no held connections")

@@ -11,6 +11,7 @@ from ..errors import BadInput
 from ..patchset import authoring, exchange, patching, patchset
 from ..workspace import Workspace
 from .record import default_package, report_saved
+import tomllib
 
 _ENC = ("utf-8", "surrogateescape")
 
@@ -75,7 +76,6 @@ def _strip_subdir(data: bytes, subdir: str, origin: str) -> bytes:
 def _retitled(toml: bytes, name: str, version: str, origin: str) -> bytes:
     """An exported patchset.toml under another name or version: read with tomllib, written by the
     one patchset.toml renderer (authoring.render_toml)."""
-    import tomllib
 
     try:
         doc = tomllib.loads(toml.decode("utf-8"))

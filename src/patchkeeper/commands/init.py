@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..errors import Refused
 from ..workspace import CONFIG
+from importlib import resources
 
 _TOML = """\
 # A patchkeeper workspace: the targets patchkeeper changes. Every key: docs/configuration.md.
@@ -52,7 +53,6 @@ unit = "sglang-qwen.service"              # the unit role file (relative: in thi
 def shipped() -> Path:
     """The patch sets that come with patchkeeper: package data of the wheel (patchkeeper/shipped),
     or a source checkout's patchsets/ (an editable install)."""
-    from importlib import resources
 
     packaged = resources.files("patchkeeper") / "shipped"
     if packaged.is_dir():

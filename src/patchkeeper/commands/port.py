@@ -15,6 +15,11 @@ from ..patchset import port as porting
 from ..patchset.patchset import MANIFEST, PatchSet
 from ..workspace import Workspace
 from . import emit_json
+from ..host.disk import normalize_name
+from ..records import history
+from ..targets import open_target
+from .record import commit_patchset
+import tomllib
 
 _ENC = ("utf-8", "surrogateescape")
 BUMP = "minor"  # a port changes what the set is for, not what it does
@@ -61,7 +66,7 @@ def port(ws: Workspace, name: str, to: str | None, given: tuple[str, ...], targe
 
 
 def _version(text: str) -> str:
-    from packaging.version import InvalidVersion, Version
+    from packaging.version import InvalidVersion, Version  # lazy: tens of ms to import, off the fast paths
 
     try:
         Version(text)
@@ -115,8 +120,6 @@ def _releases(ws: Workspace, ps: PatchSet, to: str, given: tuple[str, ...], targ
 
 
 def _fitting(w: wheels.Wheel, ps: PatchSet, where: str) -> wheels.Wheel:
-    from ..host.disk import normalize_name
-
     if normalize_name(w.name) != normalize_name(ps.package):
         raise BadInput(f"{where}: a wheel of {w.name or '?'}, not of {ps.package} (the package {ps.ident} patches)",
                        f"give wheels of {ps.package}")
@@ -132,8 +135,6 @@ def _fetch(stack: contextlib.ExitStack, ws: Workspace, ps: PatchSet, version: st
             return _fitting(w, ps, path.name), f"{where}: {path.name}"
     config = ws.target(target)
     if not tags:  # the target's interpreter picks the wheel, as for repair; asked once
-        from ..targets import open_target
-
         t = open_target(config)
         try:
             tags.append(wheels.target_tags(t))
@@ -269,8 +270,6 @@ def _render_end(doc: dict) -> None:
 def _save(ws: Workspace, ps: PatchSet, patches: tuple[tuple[str, bytes], ...], to: str, bump: str) -> dict:
     """Write the ported set in place as its next version (the old one committed to the workspace's
     history first where it was not); role files and every other file carried as they are."""
-    from ..records import history
-    from .record import commit_patchset
 
     directory = ws.patchsets_dir / ps.name
     version = authoring.bump(ps.version, bump)
@@ -310,7 +309,6 @@ def retarget(text: str, version: str, pin: str) -> str:
         else:
             head = head.rstrip("\n") + f"\n{key} = {string}\n" + ("\n" if rest else "")
     out = head + rest
-    import tomllib
 
     doc = tomllib.loads(out)
     if doc.get("version") != version or doc.get("package_version") != pin:

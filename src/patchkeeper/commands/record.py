@@ -11,6 +11,8 @@ from ..patchset.varspec import VarType
 from ..records.ledger import State
 from ..records.manifest import ROLE_PREFIX, differences
 from ..workspace import TargetConfig, Workspace
+from ..change import adopt
+from ..records import history
 
 
 def record_target(ws: Workspace, target: str | None, name: str, since: str, bump: str | None,
@@ -76,7 +78,6 @@ def record_target(ws: Workspace, target: str | None, name: str, since: str, bump
 def record_adoption(ws: Workspace, target: str | None, name: str, bump: str | None,
                     description: str | None) -> int:
     """A patch set of exactly the hand edits found when the target was adopted, against the release."""
-    from ..change import adopt
 
     authoring.check_name(name)
     with Session(ws, target, f"record {name} --from-adoption", write=False) as s:
@@ -136,7 +137,6 @@ def as_template(source: PatchSet, applied: dict[str, str] | None, role: str, dat
 
 def record_git(ws: Workspace, name: str, checkout: str, span: str, subdir: str, bump: str | None,
                description: str | None, package: str | None, package_version: str | None) -> int:
-    from ..records import history
 
     authoring.check_name(name)
     package = package or default_package(ws)
@@ -182,7 +182,6 @@ def report_saved(ws: Workspace, saved: authoring.Saved, files: int, roles: int) 
 def commit_patchset(ws: Workspace, saved: authoring.Saved) -> str | None:
     """Commit the patch set's directory, which patchkeeper just wrote whole, to the workspace, so the
     apply that names this version can name the commit holding it; returns the commit, if one was made."""
-    from ..records import history
 
     directory = ws.patchsets_dir / saved.ident.partition("@")[0]
     return history.commit_paths(ws.root, [directory], f"patch set {saved.ident}: {saved.status} by patchkeeper\n")

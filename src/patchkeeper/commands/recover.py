@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..change.mirror import try_mirror
 from ..change.session import Session
 from ..workspace import Workspace
-from .show_plan import render_not_mirrored
+from ..change.show_plan import render_not_mirrored
 
 
 def recover(ws: Workspace, target: str | None) -> int:

@@ -8,8 +8,13 @@ from ..change.mirror import mirror_step
 from ..change.session import Session
 from ..errors import EXIT_DIFFERS, Refused
 from ..workspace import Workspace
-from .document import Report
-from .show_plan import step_printer
+from ..change.document import Report
+from ..change.show_plan import step_printer
+from ..change.aftercheck import after_change
+from ..targets.shapes import ENV as ENV_PREFIX
+from ..host.disk import normalize_name
+from ..checks.installation import refuse_writes
+from ..records.ledger import State
 
 _MARK = {"changed": "M", "added": "A", "removed": "D", "mode": "m"}
 
@@ -25,7 +30,6 @@ def repair_dist(ws: Workspace, target: str | None, dist: str, wheel: str | None,
 
 def _repair(ws: Workspace, target: str | None, dist: str, wheel: str | None, dry_run: bool, adopt: str | None,
             verify: bool, report: Report, command: str) -> int:
-    from ..host.disk import normalize_name
 
     svc = changes.service_of(ws.target(target), verify)
     with Session(ws, target, command) as s:
@@ -36,8 +40,6 @@ def _repair(ws: Workspace, target: str | None, dist: str, wheel: str | None, dry
                           "its recorded states", "use `rollback --to baseline`; before the first baseline, "
                           "`apply` or `snapshot` with --restore-pristine")
         if not dry_run:  # its entry would record the managed package's installation as the state's
-            from ..records.installation import refuse_writes
-
             refuse_writes(s.installation(), s.target, s.command)
         damage = repair.find_damage(s.target, dist)
         if not damage.files:
@@ -47,18 +49,14 @@ def _repair(ws: Workspace, target: str | None, dist: str, wheel: str | None, dry
         if dry_run:
             current = s.ledger.current()
             if current is None:
-
                 adopting.preview(s, adopt)
         else:
             baseline = adopting.ensure_baseline(s, adopt=adopt)
             if baseline is not None:
-
                 print(f"recorded baseline of {s.target.name}: {baseline.extra.get('files')} files, "
                       f"state {baseline.after.id}{adopting.describe(baseline)}")
             current = s.ledger.current()
         if current is None:  # a dry run before any baseline: the entry is only printed
-            from ..records.ledger import State
-
             current = State.make("-", (), "baseline")
         ops, contents, entry = repair.plan(s.target, s.ledger, current, s.command, damage, found)
         plan = plans.Plan(tuple(ops), contents, entry)
@@ -72,15 +70,13 @@ def _repair(ws: Workspace, target: str | None, dist: str, wheel: str | None, dry
         for op in ops:
             assert op.new is not None  # a repair writes every file it changes
             kind = "added" if op.old is None else "mode" if op.old.digest == op.new.digest else "changed"
-            print(f"  {_MARK[kind]} {op.key[len(repair.ENV_PREFIX):]}  {op.new.size} bytes, checked against RECORD")
+            print(f"  {_MARK[kind]} {op.key[len(ENV_PREFIX):]}  {op.new.size} bytes, checked against RECORD")
         for rel, why in found.left.items():
             print(f"  ! {rel}  left as it is: {why}")
         tail = "" if dry_run else f"; state {current.id} -> {entry.after.id} (transaction {entry.id})"
         print(f"{len(ops)} file(s) {verb}{tail}" + (f"; {len(found.left)} left" if found.left else ""))
         code = EXIT_DIFFERS if found.left else 0
         if svc is not None and not dry_run:  # the service runs on what was repaired: restart it and verify
-            from ..change.aftercheck import after_change
-
             code = max(code, after_change(ws, s, svc, entry, show))
         elif svc is not None:
             print(f"{s.target.name}: the service would be restarted and verified after the repair")

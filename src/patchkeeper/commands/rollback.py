@@ -5,9 +5,10 @@ from __future__ import annotations
 from ..change import changes, engine
 from ..change.session import Session
 from ..workspace import Workspace
-from .document import Report
-from .rollout import Done, Noted
-from .show_plan import step_printer
+from ..change.document import Report
+from ..change.rollout import Noted
+from . import finish
+from ..change.show_plan import step_printer
 
 
 def rollback(ws: Workspace, target: str | None, to: str, dry_run: bool, verify: bool = True,
@@ -18,14 +19,4 @@ def rollback(ws: Workspace, target: str | None, to: str, dry_run: bool, verify: 
         with Session(ws, target, f"rollback --to {to}") as s:
             show = report.shower(s.target.name)
             plan = engine.plan_rollback(s, to)
-            if plan is None:
-                print(f"{s.target.name}: already in state {to}; nothing to do")
-                if noted is not None:
-                    noted(Done.unchanged(s, f"already in state {to}"))
-                current = s.ledger.current()
-                return report.done(0, current, current, dry_run)
-            outcome = changes.carry_out(ws, s, plan, dry_run, svc, show)
-            if noted is not None:
-                noted(Done.of(s, plan, outcome, dry_run, svc is not None))
-            return report.done(outcome.exit_code, plan.entry.before,
-                               plan.entry.after if dry_run else s.ledger.current(), dry_run)
+            return finish(ws, s, plan, f"already in state {to}", dry_run, svc, show, report, noted)

@@ -9,6 +9,7 @@ from typing import Any
 from ..patchset import patching, patchset, templates
 from ..workspace import Workspace
 from . import emit_json
+from ..checks import units
 
 
 def applied_on(ws: Workspace, name: str) -> list[dict]:
@@ -30,7 +31,6 @@ def _exec_starts(ps: patchset.PatchSet) -> list[str]:
     """The ExecStart= each role file sets (placeholders filled with the [vars] defaults where they
     have one, shown as {{ name }} where not): what the unit runs once it is applied, whatever else the
     host's unit says."""
-    from ..checks import units
 
     defaults = dict(ps.defaults)
     out = []

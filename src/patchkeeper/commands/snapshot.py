@@ -11,7 +11,8 @@ from ..change.session import Session
 from ..errors import BadInput
 from ..records.ledger import RecordExtra
 from ..workspace import Workspace
-from .show_plan import render_not_mirrored
+from ..change.show_plan import render_not_mirrored
+from ..checks.installation import refuse_writes
 
 RESERVED = {"baseline": "the state recorded before the first change",
             "previous": "the state before the current one"}  # names `rollback --to` gives a meaning of its own
@@ -22,8 +23,6 @@ def snapshot(ws: Workspace, target: str | None, name: str, manifest_only: bool, 
         raise BadInput(f"{name!r} cannot name a state: rollback --to {name} means "
                        + (RESERVED[name] if name in RESERVED else "nothing"), "pick another name")
     with Session(ws, target, f"snapshot --name {name}") as s:
-        from ..records.installation import refuse_writes
-
         refuse_writes(s.installation(), s.target, f"snapshot --name {name}")
         baseline = adopting.ensure_baseline(s, bytes_kept=not manifest_only, adopt=adopt)
         if baseline is not None:

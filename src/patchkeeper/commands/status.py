@@ -6,7 +6,7 @@ import difflib
 
 from ..change import plans, stacks
 from ..change.session import Session
-from ..checks import audit, installed
+from ..checks import audit, installation
 from ..errors import BadInput
 from ..patchset import patchset
 from ..printable import one_line
@@ -14,6 +14,8 @@ from ..records.ledger import State
 from ..records.manifest import ROLE_PREFIX
 from ..workspace import Workspace
 from . import emit_json
+from ..checks import units
+from ..targets.fleet import each, table
 
 
 def status(ws: Workspace, target: str | None, as_json: bool) -> int:
@@ -30,10 +32,8 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
             diffs = plans.drift(s.target, current.manifest)  # compared on the target: only differences travel
         exec_start = None
         if "unit" in s.config.files:
-            from ..checks import units
-
             exec_start = units.on_target(s.target)
-        told = installed.told(s.target, s.ledger, s.installation())
+        told = installation.told(s.target, s.ledger, s.installation())
         stale = out_of_date(ws, s, current, diffs) if current is not None else []
         doc = {"target": s.target.name, "host": info.host, "package": info.package, "version": info.version,
                "site": info.site, "state_dir": info.state_dir, "state": current.to_dict() if current else None,
@@ -122,7 +122,7 @@ def _print_stale(item: dict) -> None:
         print("  " + one_line(line.rstrip("\n")))
 
 
-def _hint(s: Session, told: installed.Told) -> str:
+def _hint(s: Session, told: installation.Told) -> str:
     change = told.change
     if change.kind == "version":
         return (f"{change.pin(s.target.info.python)} brings back the release state {change.state.id} was recorded "
@@ -137,7 +137,6 @@ def _hint(s: Session, told: installed.Told) -> str:
 def _as_dict(command) -> dict | None:
     if command is None:
         return None
-    from ..checks import units
 
     return units.as_dict(command)
 
@@ -147,7 +146,6 @@ def _print_unit(s: Session, exec_start) -> None:
     roles = s.config.files
     if "unit" not in roles:
         return
-    from ..checks import units
 
     print(f"unit     {roles['unit']} (the host's: read, not written)")
     if "dropin" in roles:
@@ -160,7 +158,7 @@ def _print_unit(s: Session, exec_start) -> None:
 def _one_doc(ws: Workspace, name: str) -> dict:
     with Session(ws, name, "status", write=False) as s:
         info, current = s.target.info, s.ledger.current()
-        told = installed.told(s.target, s.ledger, s.installation())
+        told = installation.told(s.target, s.ledger, s.installation())
         return {"target": s.target.name, "host": info.host, "package": info.package, "version": info.version,
                 "site": info.site, "state_dir": info.state_dir, "state": current.to_dict() if current else None,
                 "differences": plans.drift(s.target, current.manifest) if current else {},
@@ -169,7 +167,6 @@ def _one_doc(ws: Workspace, name: str) -> dict:
 
 def status_all(ws: Workspace, as_json: bool) -> int:
     """Every target at once, one row each: state, stack, whether the files match it."""
-    from .fleet import each, table
 
     results = each(ws, _one_doc, "status")
     errors = [n for n, r in results.items() if isinstance(r, str)]

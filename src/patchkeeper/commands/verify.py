@@ -8,12 +8,17 @@ import sys
 from ..change.mirror import try_mirror
 from ..change.session import Session
 from ..change.verify import record_verification, verify_target
-from ..checks import service
+from ..change import service
 from ..errors import EXIT_DIFFERS, BadInput
 from ..workspace import Workspace
 from . import emit_json
-from .document import SCHEMA, SCHEMA_VERSION, Report
-from .show_plan import PREVIOUS_FAILS, render_not_mirrored, render_report, step_printer  # noqa: F401  (PREVIOUS_FAILS: the tests read it here)
+from ..change.document import SCHEMA, SCHEMA_VERSION, Report
+from ..change.show_plan import PREVIOUS_FAILS, render_not_mirrored, render_report, step_printer  # noqa: F401  (PREVIOUS_FAILS: the tests read it here)
+from ..change.diagnosis import diagnose
+from ..change.diagnosis import render
+from ..records import history
+from ..targets.fleet import each, table
+from functools import partial
 
 
 def verify(ws: Workspace, target: str | None, as_json: bool, with_restart: bool) -> int:
@@ -36,14 +41,10 @@ def verify(ws: Workspace, target: str | None, as_json: bool, with_restart: bool)
             current = s.ledger.current()
             diagnosis = None
             if not result.ok and current is not None:
-                from ..change.diagnosis import diagnose
-
                 diagnosis = diagnose(s.target, s.ledger, current)
             if not as_json:
                 render_report(result, s.target.name, current)
                 if diagnosis is not None:
-                    from ..change.diagnosis import render
-
                     print("\n".join(render(diagnosis)))
             return report.done(0 if result.ok else EXIT_DIFFERS, current, current,
                                verifications=[("verify", result)], diagnosis=diagnosis)
@@ -69,10 +70,6 @@ def _verify_quiet(ws: Workspace, name: str, with_restart: bool) -> dict | None:
 
 def verify_all(ws: Workspace, as_json: bool, with_restart: bool) -> int:
     """Every target with a [service] table, at once; one row each; one commit of their records."""
-    from functools import partial
-
-    from ..records import history
-    from .fleet import each, table
 
     results = each(ws, partial(_verify_quiet, with_restart=with_restart), "verify")
     reports = {n: r["report"] for n, r in results.items() if isinstance(r, dict)}

@@ -52,9 +52,13 @@ from .distinfo import installation, installed_version, layout, record_paths
 from . import compare
 from .manifests import Manifests
 from .preflight import obstacles
-from .store import INDEX_CACHE, Store
+from .store import Store
 from . import statelock, treecheck
 from .statcache import read_changed, untrusted
+from . import fingerprint
+from . import interp
+import sys
+import sysconfig
 
 
 
@@ -90,8 +94,6 @@ class Agent(AgentContract):
 
     def interpreter(self) -> Interpreter:
         """This Python's prefix, site directories and version (the agent runs in the target's Python)."""
-        import sys
-        import sysconfig
 
         paths = sysconfig.get_paths()
         return Interpreter(sys.prefix, paths["purelib"], paths["platlib"], "%d.%d.%d" % sys.version_info[:3],
@@ -345,10 +347,10 @@ class Agent(AgentContract):
 
     def clean_temps(self, state_dir: str, store: str) -> list[Removed]:
         """Remove the temporary files interrupted commands left in the state dir, its ledger, its
-        caches (the audit's, the fingerprint's, the manifests', the pack indexes') and the store's
-        packs; [path, size] of each. Only under the lock (see Store.clean)."""
+        caches (the audit's, the fingerprint's) and the store's packs; [path, size] of each. Only
+        under the lock (see Store.clean)."""
         removed = []
-        for sub in ("", "ledger", "audit", "manifest-cache", INDEX_CACHE):
+        for sub in ("", "ledger", "audit"):
             removed += remove_stale_temps(os.path.join(state_dir, sub) if sub else state_dir, (TEMP_PREFIX,))
         for directory, _, _ in os.walk(os.path.join(state_dir, "env")):  # a few small directories
             removed += remove_stale_temps(directory, (TEMP_PREFIX,))
@@ -361,7 +363,6 @@ class Agent(AgentContract):
     # ---- environment -------------------------------------------------------------------
     def interpreter_facts(self) -> InterpreterFacts:
         """Implementation, version, tags, libc and site dirs of the Python this agent runs in."""
-        from . import interp
 
         return InterpreterFacts.from_wire(interp.facts())
 
@@ -370,7 +371,6 @@ class Agent(AgentContract):
                     stdlib: list[str] | None = None) -> Fingerprint:
         """The environment fingerprint of these site dirs and this host (see fingerprint.py);
         `stdlib`: the target's standard library directories (its site hooks are looked for there first)."""
-        from . import fingerprint
 
         return Fingerprint.from_wire(fingerprint.take(sites, cache_root, main_site,
                                                       tuple(parts) if parts else fingerprint.PARTS, managed, stdlib))
@@ -413,7 +413,6 @@ class Agent(AgentContract):
         `pycs_since`: as TreeRequest's ("": every pyc recompiled and compared).
         """
         return BytecodeCheck.from_wire(check_bytecode(site, cache_tag, verify, cache, treecheck.since(pycs_since)))
-
 
     def audit_tree(self, request: TreeRequest) -> TreeCheck:
         """The managed package against a stored manifest, the bytecode below its site dir, the

@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 import struct
 import threading
+from .errors import AgentError
+import subprocess
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -55,8 +57,6 @@ class _Helper:
 
     def _started(self) -> Any:
         if self.proc is None or self.pid != os.getpid():
-            import subprocess
-
             self.proc = subprocess.Popen([self.python, "-I", "-c", _SERVE], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, bufsize=0)
             self.pid = os.getpid()
@@ -89,8 +89,6 @@ class _Helper:
             else:
                 why = "it ended"
             if len(out) != 32:
-                from .errors import AgentError
-
                 self.proc = None
                 raise AgentError("no-algorithm", f"cannot hash with blake3 through {self.python} ({why})",
                                  "check that patchkeeper's own Python still imports blake3")

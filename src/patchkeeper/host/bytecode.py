@@ -15,6 +15,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator
 
 from .disk import listing
 from .statcache import Listings, StatCache
+import marshal
 
 _IDENTITIES = struct.Struct("<10q")  # a pyc's identity and its source's (see VerdictCache)
 _FLAG_AT = _IDENTITIES.size  # where a packed verdict says how the pyc was judged
@@ -278,7 +279,6 @@ def _other_code(pyc: str, src: str, opt: int) -> bool | str:
     cannot be compared at all). Code objects compare by what they run: their bytecode, constants
     (nested code included), names, line tables and flags, not the file name they were compiled
     under, which is where the pyc legitimately differs when it was compiled at another path."""
-    import marshal
 
     try:
         with open(pyc, "rb") as f:

@@ -11,6 +11,9 @@ import stat
 import time
 
 from .errors import AgentError
+import hashlib
+import re
+import threading
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing (with re) costs a command's start about 10 ms
@@ -51,8 +54,6 @@ def _hash_type(algorithm: str | None = None) -> Callable[[], Any]:
     this Python has none)."""
     algorithm = algorithm or ALGORITHM
     if algorithm == "sha256":
-        import hashlib
-
         return hashlib.sha256
     if algorithm != "blake3" or _blake3 is None:
         raise AgentError("no-algorithm", f"this Python cannot hash with {algorithm!r} (it has {ALGORITHM})")
@@ -253,7 +254,6 @@ def start_threads(fn: Callable[[_T], _R], items: Sequence[_T], workers: int) -> 
 
     Plain threading: concurrent.futures would cost its import (logging with it, about 10 ms) on
     every command that writes or hashes a big file."""
-    import threading
 
     results: list[Any] = [None] * len(items)
     errors: list[BaseException] = []
@@ -327,6 +327,4 @@ def remove_stale_temps(directory: str, prefixes: tuple[str, ...]) -> list[tuple[
 
 
 def normalize_name(name: str) -> str:
-    import re
-
     return re.sub(r"[-_.]+", "-", name).lower()

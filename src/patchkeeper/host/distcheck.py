@@ -12,13 +12,14 @@ from . import seal
 from .disk import cpus, feed, is_install_record, map_files, map_threads, write_atomic
 from .statcache import StatCache, load_cache, save_cache
 from .distinfo import console_scripts, paths_of, record_identity, record_lines, record_rows, record_text_rows
+import base64
+import hashlib
+import re
 
 
 
 def _record_digest(path: str, algo: str) -> str:
     """`algo:<urlsafe base64 without padding>`, the form RECORD files use."""
-    import base64
-    import hashlib
 
     h = hashlib.new(algo)
     feed(path, h)
@@ -30,7 +31,6 @@ _LAUNCHER = None
 
 def _is_launcher(rest: bytes, entry_points: set[str]) -> bool:
     """pip/distlib's console-script template calling one of this distribution's entry points."""
-    import re
 
     global _LAUNCHER
     if _LAUNCHER is None:
@@ -44,8 +44,6 @@ def _is_launcher(rest: bytes, entry_points: set[str]) -> bool:
 
 def record_hash(data: bytes, algo: str) -> str:
     """`algo:<urlsafe base64 without padding>` of bytes, the form RECORD files use."""
-    import base64
-    import hashlib
 
     return f"{algo}:{base64.urlsafe_b64encode(hashlib.new(algo, data).digest()).rstrip(b'=').decode()}"
 
@@ -237,7 +235,7 @@ class RecordSeals:
 
         # one distribution per CPU at a time: most of an environment's bytes are single large
         # libraries (an nvidia-* wheel holds one), whose hashing releases the GIL, so one checked
-        # after another leaves the other CPUs idle (a first audit of the serving venv: see BENCHMARKS.md)
+        # after another leaves the other CPUs idle (a first audit of the serving venv: see bench/BENCHMARKS.md)
         def check(name: str) -> Dict[str, Any]:
             return self._check(site, name, cache_dir)
 

@@ -11,6 +11,8 @@ import os
 from typing import Any, Iterable, Iterator
 
 from .disk import is_install_record
+import csv
+import hashlib
 
 
 def record_lines(record: str) -> list[str]:
@@ -31,8 +33,6 @@ def paths_of(lines: list[str]) -> list[str]:
     """The path of each of a RECORD's lines; csv only for the rare quoted path."""
     quoted = [line for line in lines if line.startswith('"')]
     if quoted:
-        import csv
-
         paths = dict(zip(quoted, (row[0] for row in csv.reader(quoted))))
         return [paths[line] if line[0] == '"' else line.rsplit(",", 2)[0] for line in lines if line]
     return [line.rsplit(",", 2)[0] for line in lines if line]
@@ -44,7 +44,6 @@ def installation(site: str, name: str) -> dict[str, Any]:
     and a sha256 of RECORD's rows that say what the release's files are (each path inside
     site-packages and its hash, sorted; not the installer's own records, bytecode or scripts), which
     two installs of one wheel share, by pip or by uv, and which a RECORD whose rows were cut loses."""
-    import hashlib
 
     dist_dir = os.path.join(site, name)
     try:
@@ -89,8 +88,6 @@ def record_text_rows(lines: list[str]) -> Iterator[tuple[str, str, str, int | No
     the wheel's hash and again, without one, for its own compile over it; numpy's RECORD has one).
     Lines are split at their last two commas, as csv would, unless one is quoted (a path with a comma)."""
     if any(line.startswith('"') for line in lines):
-        import csv
-
         split: Iterable[list[str]] = csv.reader(lines)
     else:
         split = (line.rsplit(",", 2) for line in lines)
@@ -119,7 +116,6 @@ def record_identity(rows: Iterable[tuple[str, str, str, int | None]]) -> str:
     the site dir with its hash, but the files its installer writes (INSTALLER_FILES in the dist-info)
     and the rows outside the site dir (console scripts, rewritten for each environment). Two
     installs of one wheel, by pip or uv, have the same; a rebuild with other bytes has another."""
-    import hashlib
 
     kept = sorted(f"{path}\0{algo}={b64}" for path, algo, b64, _ in rows
                   if not path.startswith(("../", "/")) and not _installer_file(path))

@@ -17,6 +17,9 @@ from .disk import ALGORITHM, STAGE_PREFIX, TEMP_PREFIX, hash_file, normalize_nam
 from .statcache import StatCache
 from .distcheck import RecordSeals, shared_files
 from .distinfo import record_identity, record_rows
+from .gpu import gpu
+from .startup import startup
+import hashlib
 
 SITE_TOKEN = "$SITE/"
 PARTS = ("system", "distributions", "native", "gpu", "startup")
@@ -40,12 +43,8 @@ def take(sites: list[str], cache_root: str | None, main_site: str | None = None,
         skip = os.path.join(main_site, managed) if main_site and managed else None
         out["distributions"] = distributions(sites, caches, skip, files="distributions" in parts)
     if "gpu" in parts:
-        from .gpu import gpu
-
         out["gpu"] = gpu()
     if "startup" in parts:
-        from .startup import startup
-
         out["startup"] = startup(sites, stdlib or [], managed)
     return out
 
@@ -56,7 +55,6 @@ def _cache_dir(root: str | None, site: str, main_site: str | None) -> str | None
         return None
     if main_site is None or os.path.realpath(site) == os.path.realpath(main_site):
         return root
-    import hashlib  # only for a second site dir: the common audit path does without it
 
     return os.path.join(root, "sites", hashlib.sha256(site.encode()).hexdigest()[:16])
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 from typing import Any, Dict, Iterable, List, Optional
+import subprocess
+import xml.etree.ElementTree as ET
 
 NO_DRIVER = "no NVIDIA driver"
 XID_KEEP = 20  # most recent Xid lines kept
@@ -20,7 +22,6 @@ def gpu() -> Dict[str, Any]:
     exe = _which("nvidia-smi")
     if exe is None:
         return {"driver": None, "note": NO_DRIVER}
-    import subprocess
 
     try:
         proc = subprocess.run([exe, "-q", "-x"], capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
@@ -58,7 +59,6 @@ def _text(node: Any, path: str) -> Optional[str]:
 
 def parse_nvidia_smi(xml: bytes) -> Dict[str, Any]:
     """Driver, CUDA, and per GPU: name, UUID, bus id, memory total, retired pages, remapped rows, ECC."""
-    import xml.etree.ElementTree as ET
 
     try:
         root = ET.fromstring(xml)

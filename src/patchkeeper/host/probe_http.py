@@ -17,6 +17,7 @@ import socket
 import sys
 import time
 from typing import Any
+import threading
 
 TEXT_KEEP = 4000
 # http.client, not urllib.request: ~0.1 s less of imports on every run, and it never goes through
@@ -39,7 +40,7 @@ def split_url(url: str) -> tuple[str, str, int, str]:
 
 def _exchange(url: str, body: Any, timeout: float) -> tuple[int, str, bytes]:
     """(status, reason, payload) of one request, the whole answer read within `timeout` seconds."""
-    import http.client
+    import http.client  # lazy: http (with email) is slow to import; only probes need it
 
     scheme, host, port, path = split_url(url)
     deadline = time.monotonic() + timeout
@@ -75,7 +76,7 @@ def _exchange(url: str, body: Any, timeout: float) -> tuple[int, str, bytes]:
 
 def _call(url: str, body: Any = None, timeout: float = 5.0) -> tuple[int, Any, str | None]:
     """(status, parsed JSON or None, error text or None); status 0 when no HTTP answer came."""
-    import http.client
+    import http.client  # lazy: http (with email) is slow to import; only probes need it
 
     try:
         status, reason, payload = _exchange(url, body, timeout)
@@ -169,7 +170,6 @@ def _pids() -> list[str]:
 def generate(base: str, models: list[str], g: dict[str, Any]) -> dict[str, Any]:
     """The warm-up completions, then `requests` judged ones one after the other (ending at the first
     that fails to answer), then `concurrency` at once: each one's text, token count and seconds."""
-    import threading
 
     warmups = []
     for _ in range(int(g.get("warmup") or 0)):

@@ -11,6 +11,7 @@ from typing import Any
 
 from .contract import LockHolder, StateDirOwner
 from .disk import TEMP_PREFIX, hostname, list_entries, pid_alive, write_atomic
+import fcntl
 
 
 _DAMAGED_LOCK = {"pid": "?", "host": "?", "command": "? (its lock file is damaged)", "since": 0}
@@ -66,7 +67,6 @@ def take(path: str, holder: dict[str, Any], held: dict[str, int]) -> LockHolder 
     Breaking and taking happen under a short flock on `<path>.guard`, so two takers never both
     succeed.
     """
-    import fcntl
 
     os.makedirs(os.path.dirname(path), exist_ok=True)
     holder = dict(holder, pid=os.getpid(), host=hostname(), since=time.time())
@@ -105,7 +105,6 @@ def take(path: str, holder: dict[str, Any], held: dict[str, int]) -> LockHolder 
 
 def _flocked(path: str) -> bool:
     """Whether a live process holds an flock on the lock file (its holder while it runs)."""
-    import fcntl
 
     try:
         fd = os.open(path, os.O_RDONLY)

@@ -20,6 +20,7 @@ from .distcheck import RecordSeals, shared_files
 from .manifests import Manifests
 from .statcache import Listings
 from .store import Store
+from . import fingerprint
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only (typing costs a command's start about 10 ms)
@@ -50,7 +51,6 @@ def _native_started(request: TreeRequest) -> Callable[[], Any]:
     leave CPU time free (on a first audit of the serving venv it took 1.3 s of 7.7 s, one after the other)."""
     if not request.native_sites:
         return lambda: None
-    from . import fingerprint
 
     done = start_threads(lambda sites: fingerprint.native(sites, request.native_cache), [list(request.native_sites)], 1)
     return lambda: done()[0]

@@ -17,6 +17,7 @@ import zlib
 from typing import Any, BinaryIO, Callable
 
 from .contract import requests_from_wire, to_wire
+import os
 
 _BYTES = "\x00b"  # a key no path or field can be
 _SQUEEZE = 16 << 10  # headers larger than this (long path lists, scans) travel zlib-compressed
@@ -122,7 +123,6 @@ def serve(agent: Any, stdin: BinaryIO | None = None, stdout: BinaryIO | None = N
             raise EOFError
         return data
 
-    import os
 
     # what every command asks first comes with the hello: a held spare has it ready; the magic
     # first, after whatever the interpreter printed before this ran

@@ -53,7 +53,7 @@ def check_name(name: str) -> None:
 
 
 def bump(version: str, part: str) -> str:
-    from packaging.version import InvalidVersion, Version
+    from packaging.version import InvalidVersion, Version  # lazy: tens of ms to import, off the fast paths
 
     try:
         release = list(Version(version).release) + [0, 0]
@@ -136,7 +136,7 @@ def _write_dir(directory: Path, files: dict[str, bytes]) -> None:
 
 def save(root: Path, d: Draft, bump_part: str | None = None, version: str | None = None) -> Saved:
     """Write the draft as patchsets/<name>/. Changed content needs a higher version (bump or given)."""
-    from packaging.version import InvalidVersion, Version
+    from packaging.version import InvalidVersion, Version  # lazy: tens of ms to import, off the fast paths
 
     check_name(d.name)
     existing = patchset.load(root, d.name) if (root / d.name / MANIFEST).is_file() else None

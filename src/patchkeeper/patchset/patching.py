@@ -51,7 +51,7 @@ def split_lines(text: str) -> list[str]:
 
 def parse(text: str, origin: str) -> tuple[FilePatch, ...]:
     """Parse a unified diff as `git diff` writes it; raise BadInput naming `origin` if it is not one."""
-    import unidiff
+    import unidiff  # lazy: needed only when a diff is parsed
 
     crlf = _CRLF_HEADER.search(text)
     if crlf:
@@ -342,7 +342,7 @@ def check(patch: FilePatch, data: bytes | None) -> tuple[HunkCheck, ...]:
 
 def diffstat(text: str) -> list[tuple[str, int, int]]:
     """(path as written, lines added, lines removed) for each file of a diff."""
-    import unidiff
+    import unidiff  # lazy: needed only when a diff is parsed
 
     out = []
     for pf in unidiff.PatchSet(_quote_spaced_names(text)):

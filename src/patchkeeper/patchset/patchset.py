@@ -10,6 +10,8 @@ from ..errors import BadInput
 from ..host.disk import hash_bytes
 from ..workspace import VAR_NAME, TargetConfig, value_text
 from . import patching, templates, varspec
+import difflib
+import re
 
 MANIFEST = "patchset.toml"
 KEYS = ("name", "version", "description", "package", "package_version", "requires", "group", "files", "vars")
@@ -120,7 +122,7 @@ def load(root: Path, name: str) -> PatchSet:
     version = doc.get("version")
     plain = isinstance(version, str) and len(version) <= MAX_VERSION and _plain_release(version)
     if isinstance(version, str) and version and version.isprintable() and not plain:
-        from packaging.version import (  # only past the plain N.N.N case
+        from packaging.version import (  # lazy: only past the plain N.N.N case
             InvalidVersion,
             Version,
         )
@@ -142,7 +144,7 @@ def load(root: Path, name: str) -> PatchSet:
         problems.append(f"package_version must be a string, a PEP 440 specifier such as \"==0.5.23\" (not {spec!r})")
         spec = ""
     if spec and pinned(spec) is None:  # an exact pin needs no PEP 440 parser (packaging is slow to import)
-        from packaging.specifiers import InvalidSpecifier, SpecifierSet
+        from packaging.specifiers import InvalidSpecifier, SpecifierSet  # lazy: tens of ms to import, off the fast paths
 
         try:
             SpecifierSet(spec)
@@ -199,8 +201,6 @@ def load(root: Path, name: str) -> PatchSet:
 
 
 def _unknown(key: str) -> str:
-    import difflib
-
     close = difflib.get_close_matches(key, KEYS, n=1)
     return f"unknown key {key!r}" + (f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(KEYS)})")
 
@@ -244,7 +244,6 @@ _PIN = None
 
 def pinned(spec: str) -> tuple[int, ...] | None:
     """The release of an exact pin like "==0.5.23" (trailing zeros dropped), None for anything else."""
-    import re
 
     global _PIN
     _PIN = _PIN or re.compile(r"\s*==\s*v?(\d+(?:\.\d+)*)\s*")
@@ -257,7 +256,7 @@ def fits(spec: str, version: str) -> bool:
     pin = pinned(spec)
     if pin is not None and version.replace(".", "").isdigit():  # both plain releases: compare them
         return pin == _release(version)
-    from packaging.specifiers import SpecifierSet
+    from packaging.specifiers import SpecifierSet  # lazy: tens of ms to import, off the fast paths
 
     return SpecifierSet(spec).contains(version, prereleases=True)
 

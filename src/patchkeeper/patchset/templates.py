@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from ..errors import BadInput, Refused
 from . import unitsyntax
+import difflib
 
 # Only {{ name }}: systemd's own $VAR, ${VAR} and %-specifiers never match, so they pass through untouched.
 PLACEHOLDER = re.compile(rb"\{\{\s*([a-z_][a-z0-9_]*)\s*\}\}")
@@ -140,7 +141,6 @@ def record(template: bytes, values: dict[str, str], now: bytes, origin: str, hin
     """The template that renders to `now` with these values: unchanged when `now` is its rendering;
     else with the edits made to its literal text, every placeholder kept. An edit that changes or
     cuts a placeholder's value is refused (it would keep one target's value for every target)."""
-    import difflib
 
     render(template, values, origin, hint)  # a placeholder without a value is refused by name
     rendered, segments = _segments(template, values)

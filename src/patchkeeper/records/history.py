@@ -12,6 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BadInput
+from ..patchset.diffwrite import Change
+import fcntl
+import time
 
 if TYPE_CHECKING:
     from ..patchset.diffwrite import Change
@@ -28,7 +31,7 @@ def repo_root(path: Path) -> Path | None:
 
 
 def _repo(ws_root: Path):
-    import git
+    import git  # lazy: GitPython is slow to import; only authoring needs it
 
     return git.Repo(repo_root(ws_root))
 
@@ -53,7 +56,6 @@ _COMMITTING = threading.Lock()  # one index per repository: a rollout's targets 
 def _one_committer(repo):
     """This thread alone, and this process alone (Ansible runs a task per host in its own process),
     commits into the repository: an flock on a file in its git directory, beside git's own locks."""
-    import fcntl
 
     with _COMMITTING, open(os.path.join(repo.git_dir, "patchkeeper-commit.lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -134,7 +136,7 @@ def commit_paths(ws_root: Path, paths: list[Path], message: str) -> str | None:
     if repo_root(ws_root) is None:
         say_no_history_once(ws_root)
         return None
-    import git
+    import git  # lazy: GitPython is slow to import; only authoring needs it
 
     rels: list[str] = []
     staged = False
@@ -173,9 +175,8 @@ def commit_paths(ws_root: Path, paths: list[Path], message: str) -> str | None:
 def _git(repo: Any, *args: str) -> None:
     """A git command that takes the index's lock: another git process holding it (an editor, another
     patchkeeper command) is waited for a while, not failed at once."""
-    import time
 
-    import git
+    import git  # lazy: GitPython is slow to import; only authoring needs it
 
     for attempt in range(60):
         try:
@@ -209,7 +210,7 @@ def workspace_ref(ws_root: Path, patchset_dirs: dict[str, Path]) -> dict | None:
     """The workspace commit now, and for each patch set whether its directory is as committed there."""
     if repo_root(ws_root) is None:
         return None
-    import git
+    import git  # lazy: GitPython is slow to import; only authoring needs it
 
     try:
         repo = _repo(ws_root)
@@ -230,10 +231,8 @@ def workspace_ref(ws_root: Path, patchset_dirs: dict[str, Path]) -> dict | None:
 def read_range(directory: str, span: str, subdir: str) -> list[Change]:
     """The files that differ between the two refs of `span` (A..B) below `subdir`, with their bytes
     and modes, named relative to `subdir` (python/sglang/x.py -> sglang/x.py)."""
-    import git
-    from gitdb.exc import BadName, BadObject
-
-    from ..patchset.diffwrite import Change
+    import git  # lazy: GitPython is slow to import; only authoring needs it
+    from gitdb.exc import BadName, BadObject  # lazy: part of GitPython (see `import git` above)
 
     try:
         repo = git.Repo(directory)
@@ -288,7 +287,7 @@ def read_range(directory: str, span: str, subdir: str) -> list[Change]:
 def range_patch(directory: str, span: str, subdir: str) -> bytes:
     """The patch git itself writes for `span` below `subdir`, paths relative to `subdir` (call
     after read_range, which checks the range); the options fix what a user's git config could vary."""
-    import git
+    import git  # lazy: GitPython is slow to import; only authoring needs it
 
     left, _, right = span.partition("..")
     subdir = subdir.strip("/")

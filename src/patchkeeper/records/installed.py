@@ -1,4 +1,4 @@
-"""What a state records of the managed distribution's installation (records/installation.py compares it)."""
+"""What a state records of the managed distribution's installation (checks/installation.py compares it)."""
 
 from __future__ import annotations
 

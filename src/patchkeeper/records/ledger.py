@@ -14,25 +14,26 @@ from typing import TYPE_CHECKING, Any, cast, overload
 
 from ..errors import BadInput, Refused, StoreError
 from ..printable import one_line
-from ..host import shapes
+from ..targets import shapes
 from ..host.disk import hash_bytes, install_records
 from ..targets import Target
 from . import ledger_index
 from .ledger_index import Slot
 from .installed import Installed
 from .manifest import Manifest
+import sys
 
 if TYPE_CHECKING:  # the typed parts of entries (ledger_types.py); at run time, as their instances are, dicts
     from .ledger_types import (
-        AdoptExtra,
-        ApplyExtra,
-        EnvChange,
-        Extra,
-        PatchSetRef,
-        RecordExtra,
-        RepairExtra,
-        RollbackExtra,
-        VerifyExtra,
+        AdoptExtra as AdoptExtra,
+        ApplyExtra as ApplyExtra,
+        EnvChange as EnvChange,
+        Extra as Extra,
+        PatchSetRef as PatchSetRef,
+        RecordExtra as RecordExtra,
+        RepairExtra as RepairExtra,
+        RollbackExtra as RollbackExtra,
+        VerifyExtra as VerifyExtra,
     )
 else:
     PatchSetRef = RecordExtra = ApplyExtra = RollbackExtra = VerifyExtra = EnvChange = AdoptExtra = RepairExtra = dict
@@ -183,7 +184,7 @@ def _check_ref(ref: Any, what: str) -> None:
 
 
 def _check_installed(installed: Any) -> None:
-    """An entry's record of the managed distribution's installation (records/installation.py)."""
+    """An entry's record of the managed distribution's installation (records/installed.py; checks/installation.py compares it)."""
     if not isinstance(installed, dict):
         raise shapes.fail("installed", installed, "a mapping")
     shapes.name(installed.get("dist_info"), "installed.dist_info")
@@ -239,7 +240,6 @@ def who() -> str:
 
 def warn_untrusted(target: str, what: str, files: dict[str, str]) -> None:
     """One warning for the state files of a target that were not read: another user's, or writable by others."""
-    import sys
 
     listed = "; ".join(f"{one_line(name)}: {why}" for name, why in sorted(files.items())[:5])
     more = f" and {len(files) - 5} more" if len(files) > 5 else ""

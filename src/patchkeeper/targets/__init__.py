@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from ..workspace import TargetConfig
 from .base import Target, TargetInfo
+from .local import LocalTarget
+from .ssh import SshTarget
 
 
 def open_target(config: TargetConfig) -> Target:
@@ -11,10 +13,7 @@ def open_target(config: TargetConfig) -> Target:
         target: Target = config.connect(config)
         return target
     if config.ssh:
-        from .ssh import SshTarget  # paramiko is imported only for remote targets
-
         return SshTarget(config)
-    from .local import LocalTarget
 
     return LocalTarget(config)
 

@@ -18,11 +18,10 @@ import shlex
 from typing import Any
 
 from ..errors import TargetError
-from ..host.contract import Interpreter, InterpreterFacts
 from ..workspace import TargetConfig
-from .base import Target, memo
 from .local import run_here
-from .remote_agent import AgentProxy, PipeLink, program
+from .links import PipeLink, program
+from .remote_agent import AgentProxy, AgentTarget
 
 SUPPORTED = ("ssh", "local")
 
@@ -49,7 +48,7 @@ def _option(connection: Any, name: str) -> Any:
         return None
 
 
-class AnsibleTarget(Target):
+class AnsibleTarget(AgentTarget):
     """A target whose agent and programs run through an Ansible connection."""
 
     def __init__(self, config: TargetConfig, connection: Any) -> None:
@@ -78,20 +77,5 @@ class AnsibleTarget(Target):
             self._agent = AgentProxy(link, self.name, self.config.python)
         return self._agent
 
-    def interpreter(self) -> Interpreter:
-        return self.agent.interpreter()
-
-    def interpreter_facts(self) -> InterpreterFacts:
-        return self.agent.interpreter_facts()
-
-    @memo
-    def algorithm(self) -> str:
-        return self.agent.remote_algorithm
-
     def run(self, argv: list[str], timeout: float = 60.0, input: bytes | None = None) -> tuple[int, bytes, bytes]:
         return run_here(self.wrap(argv), timeout, input)
-
-    def close(self) -> None:
-        if self._agent is not None:
-            self._agent.close()
-            self._agent = None

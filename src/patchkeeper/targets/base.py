@@ -17,6 +17,9 @@ from ..host.contract import (
     InterpreterFacts,
 )
 from ..workspace import TargetConfig
+from ..host.disk import hash_bytes
+from .shapes import answer_from_wire
+from importlib import resources
 
 T = TypeVar("T")
 
@@ -157,7 +160,6 @@ class Target(ABC):
 
     def hash_bytes(self, data: bytes) -> str:
         """The digest of `data` as this target's agent and store name it."""
-        from ..host.disk import hash_bytes
 
         return hash_bytes(data, self.algorithm)
 
@@ -168,14 +170,12 @@ class Target(ABC):
     def interpreter_facts(self) -> InterpreterFacts:
         """Implementation, version, tags, libc and site dirs of the target's interpreter
         (host/interp.py run in it)."""
-        from importlib import resources
 
         source = resources.files("patchkeeper.host").joinpath("interp.py").read_text(encoding="utf-8")
         return self._answer("interpreter_facts", self.run_json(source, "the facts of its interpreter"))
 
     def _answer(self, method: str, doc: Any) -> Any:
         """A document the target's interpreter printed, as the contract's answer to `method` (checked)."""
-        from ..host.shapes import answer_from_wire
 
         try:
             return answer_from_wire(method, doc)

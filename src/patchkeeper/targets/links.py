@@ -12,6 +12,10 @@ import threading
 from typing import Any, Callable, Protocol
 
 from ..host import blake3pipe
+from importlib import resources
+import select
+import subprocess
+import tempfile
 
 
 # The agent's modules, in import order; on the host they become the package `pkagent`.
@@ -32,7 +36,6 @@ pkg.wire.serve(pkg.agent.Agent())
 def program() -> bytes:
     """The agent's modules as one script that builds them as a package and serves an Agent on
     stdin/stdout (relative imports between them work as they do locally)."""
-    from importlib import resources
 
     sources = [(name, resources.files("patchkeeper.host").joinpath(f"{name}.py").read_text(encoding="utf-8"))
                for name in AGENT_MODULES]
@@ -100,9 +103,6 @@ class PipeLink:
     `wrap`, through a program that runs it elsewhere (Ansible's ssh: targets/ansible_link.py)."""
 
     def __init__(self, python: str, program: bytes, wrap: Callable[[list[str]], list[str]] | None = None) -> None:
-        import subprocess  # here: a command that reaches its agent through a holder starts no process
-        import tempfile
-
         self._err = tempfile.TemporaryFile()  # a file, not a pipe: a chatty stderr cannot block it
         self._timeout: float | None = None
         # on this machine, an interpreter without blake3 hashes through this one's, so a local target's
@@ -136,8 +136,6 @@ class PipeLink:
         self._write(data)
 
     def recv(self, n: int) -> bytes:
-        import select
-
         assert self._proc.stdout is not None
         fd = self._proc.stdout.fileno()
         if self._timeout is not None and not select.select([fd], [], [], self._timeout)[0]:
@@ -152,8 +150,6 @@ class PipeLink:
         return _last_line(self._err.read())
 
     def close(self) -> None:
-        import subprocess
-
         try:
             if self._proc.stdout is not None:
                 self._proc.stdout.close()  # nothing more is read: an interpreter still printing stops too

@@ -23,6 +23,11 @@ from ..host.contract import (
 from ..host.statcache import identity, load_cache, save_cache, user_cache
 from ..workspace import TargetConfig
 from .base import Target, memo
+from ..host import seal
+from .remote_agent import AgentProxy
+import signal
+import subprocess
+import tempfile
 
 if TYPE_CHECKING:  # the proxy (and the wire under it) loads only for another interpreter
     from .remote_agent import AgentProxy
@@ -43,7 +48,6 @@ class LocalTarget(Target):
             return self._proxy
         if self.same_interpreter:
             return self._in_process
-        from .remote_agent import AgentProxy
 
         self._proxy = AgentProxy.in_subprocess(self.name, self.config.python)
         return self._proxy
@@ -79,7 +83,6 @@ class LocalTarget(Target):
         identity is the one the files had when they were read)."""
         if not self.same_interpreter or self.fresh:
             return super().package_layout(sites, package)
-        from ..host import seal
 
         cache, known = _read_cache("dist-infos.marshal")
         key = (self.config.python, package, tuple(sites))
@@ -160,9 +163,6 @@ def run_here(argv: list[str], timeout: float = 60.0, input: bytes | None = None)
     """Run argv on this machine. Output goes to files, not pipes, so a daemon the command leaves
     running (a restart command's service) cannot hold us; on timeout the command's whole process
     group is killed."""
-    import signal
-    import subprocess
-    import tempfile
 
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,

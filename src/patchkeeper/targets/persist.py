@@ -24,6 +24,9 @@ from typing import TYPE_CHECKING
 
 from ..errors import BadInput, PatchkeeperError, TargetError
 from ..host import wire
+from .remote_agent import HELLO_TIMEOUT
+from .remote_agent import HELLO_TIMEOUT, AgentProxy
+import subprocess
 
 if TYPE_CHECKING:
     from .remote_agent import AgentProxy
@@ -195,7 +198,6 @@ class Holder:
     def agent(self) -> "AgentProxy":
         """An agent of this command's own, reached through the holder, which first sends its hello
         (or the error that kept it from starting one)."""
-        from .remote_agent import HELLO_TIMEOUT, AgentProxy
 
         sock = self._open("agent")
         seen = bytearray()
@@ -222,8 +224,6 @@ class Holder:
         return AgentProxy(SocketLink(sock, bytes(seen)), self.name, self.python)
 
     def run(self, argv: list[str], timeout: float, input: bytes | None) -> tuple[int, bytes, bytes]:
-        from .remote_agent import HELLO_TIMEOUT
-
         sock = self._open("run", [argv, timeout, input])
         try:
             sock.settimeout(timeout + HELLO_TIMEOUT)  # the holder answers when the program is done or timed out
@@ -255,7 +255,6 @@ class Holder:
     # ---- starting ----------------------------------------------------------------------------
     def start(self) -> None:
         """Start a holder and wait until it is connected (or says why it cannot be)."""
-        import subprocess
 
         spec = json.dumps({"name": self.name, "ssh": self.ssh, "python": self.python, "persist": self.persist,
                            "path": self.path, "identity": self.identity})

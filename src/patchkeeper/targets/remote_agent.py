@@ -14,11 +14,14 @@ before (wire.MAGIC) is skipped up to a bound; every read of the wire has a timeo
 from __future__ import annotations
 
 import threading
+from abc import abstractmethod
 from typing import Any
 
 from ..errors import AgentError, TargetError
 from ..host import contract as c
-from ..host import shapes, wire
+from ..host import wire
+from . import shapes
+from .base import Target, memo
 from .links import Link, PipeLink, SshLink, program
 
 HELLO_TIMEOUT = 120.0  # seconds for an agent to start and say hello (an interpreter, an upload)
@@ -123,7 +126,7 @@ class AgentProxy(c.AgentContract):
         return data
 
     def _call(self, method: str, *args: Any) -> Any:
-        """The answer of one call, rebuilt as the agent's own value (host.shapes.answer_from_wire)."""
+        """The answer of one call, rebuilt as the agent's own value (shapes.answer_from_wire)."""
         with self._lock:
             self._idle = False
             try:
@@ -316,3 +319,30 @@ def _exception(doc: Any, target: str, method: str) -> Exception:
     detail = (trace.strip().splitlines()[-1:] if isinstance(trace, str) else []) or [f"{kind}: {message}"]
     return TargetError(f"target {target}: {method} failed on the host: {detail[0]}",
                        "check the path and permissions on the host")
+
+
+class AgentTarget(Target):
+    """A target whose agent runs on the host (over SSH, or an Ansible connection): the interpreter, its
+    facts and the hash algorithm are asked of that agent, and closing the target ends it."""
+
+    _agent: AgentProxy | None = None
+
+    @property
+    @abstractmethod
+    def agent(self) -> AgentProxy: ...
+
+    def interpreter(self) -> c.Interpreter:
+        """Asked of the agent, which already runs in the target's Python: no second exec."""
+        return self.agent.interpreter()
+
+    def interpreter_facts(self) -> c.InterpreterFacts:
+        return self.agent.interpreter_facts()
+
+    @memo
+    def algorithm(self) -> str:
+        return self.agent.remote_algorithm
+
+    def close(self) -> None:
+        if self._agent is not None:
+            self._agent.close()
+            self._agent = None

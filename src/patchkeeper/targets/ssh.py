@@ -20,9 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import BadInput, TargetError
-from ..host.contract import Interpreter, InterpreterFacts
-from .base import Target, memo
-from .remote_agent import AgentProxy
+from .base import memo
+from .remote_agent import AgentProxy, AgentTarget
+from .persist import Holder, Unavailable
+from dataclasses import replace
+import sys
 
 _SYSTEM_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"
 _IMPORT_LOCK = threading.Lock()
@@ -48,7 +50,6 @@ class Endpoint:
 def _paramiko():
     """paramiko, imported without `invoke` (half its import time) unless ~/.ssh/config uses
     `Match exec`, the only thing paramiko needs invoke for."""
-    import sys
 
     with _IMPORT_LOCK:  # targets connect from several threads at once
         if "paramiko" not in sys.modules and "invoke" not in sys.modules:
@@ -58,12 +59,12 @@ def _paramiko():
             except OSError:
                 uses_exec = False
             if not uses_exec:
-                sys.modules["invoke"] = None  # makes paramiko.config's optional `import invoke` fail fast
+                sys.modules["invoke"] = None  # type: ignore[assignment]  # makes paramiko.config's optional `import invoke` fail fast
                 try:
-                    import paramiko
+                    import paramiko  # lazy: slow to import; only SSH targets need it
                 finally:
                     sys.modules.pop("invoke", None)
-        import paramiko
+        import paramiko  # lazy: slow to import; only SSH targets need it
 
     return paramiko
 
@@ -163,7 +164,7 @@ def connect(ep: Endpoint, target: str, sock=None):
     return client
 
 
-class SshTarget(Target):
+class SshTarget(AgentTarget):
     """A remote target: one SSH connection, one agent process on the host, opened lazily.
 
     Unless `persist` is 0 the connection is held by a holder process between commands
@@ -178,8 +179,6 @@ class SshTarget(Target):
         self._open_lock = threading.Lock()
         self._holder = None
         if self.persist > 0:
-            from .persist import Holder, Unavailable
-
             try:
                 self._holder = Holder(self.name, config.ssh, config.python, self.persist, config.identity_file)
             except Unavailable:
@@ -191,8 +190,6 @@ class SshTarget(Target):
             raise BadInput(f"target {self.name} has no ssh = ... to connect to", f"set ssh in [targets.{self.name}]")
         found = resolve(self.config.ssh)
         if self.config.identity_file:  # an inventory's key comes before those of ~/.ssh/config
-            from dataclasses import replace
-
             found = replace(found, identity_files=(os.path.expanduser(self.config.identity_file),))
         return found
 
@@ -200,7 +197,6 @@ class SshTarget(Target):
         """`call(holder)` through the held connection; None when it cannot be used (connect directly)."""
         if self._holder is None:
             return None
-        from .persist import Unavailable
 
         try:
             return call(self._holder)
@@ -251,17 +247,6 @@ class SshTarget(Target):
                                                                                  self.config.python)
         return self._agent
 
-    def interpreter(self) -> Interpreter:
-        """Asked of the agent, which already runs in the target's Python: no second exec."""
-        return self.agent.interpreter()
-
-    def interpreter_facts(self) -> InterpreterFacts:
-        return self.agent.interpreter_facts()
-
-    @memo
-    def algorithm(self) -> str:
-        return self.agent.remote_algorithm
-
     def run(self, argv: list[str], timeout: float = 60.0, input: bytes | None = None) -> tuple[int, bytes, bytes]:
         """Run argv on the host: each argument quoted, so the login shell only ever sees words."""
         held = self._held(lambda h: h.run(argv, timeout, input))
@@ -286,9 +271,7 @@ class SshTarget(Target):
             chan.close()
 
     def close(self) -> None:
-        if self._agent is not None:
-            self._agent.close()
-            self._agent = None
+        super().close()
         for client in reversed(self._clients):
             client.close()
         self._clients = []

@@ -25,7 +25,7 @@ class ActionModule(ActionBase):
         result = super(ActionModule, self).run(tmp, task_vars)
         dummy, args = self.validate_argument_spec(argument_spec=ARGS)
         try:
-            from patchkeeper.commands.ansible_task import run_task
+            from patchkeeper.ansible_task import run_task
         except ImportError as exc:
             raise AnsibleError("patchkeeper.core.patchset needs patchkeeper in the controller's Python: "
                                "pip install 'patchkeeper[ansible]' (%s)" % exc)

@@ -18,11 +18,13 @@ from typing import TYPE_CHECKING, Callable, TextIO
 
 from ..errors import EXIT_DIFFERS, EXIT_ROLLED_BACK, EXIT_UNFINISHED, PatchkeeperError
 from ..workspace import Workspace
+from .aftercheck import RolledBack
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
 if TYPE_CHECKING:
-    from ..change.changes import Outcome
-    from ..change.plans import Plan
-    from ..change.session import Session
+    from .changes import Outcome
+    from .plans import Plan
+    from .session import Session
     from ..targets import Target
 
 
@@ -46,8 +48,6 @@ class Done:
 
     @classmethod
     def of(cls, s: Session, plan: Plan, outcome: Outcome, dry_run: bool, service: bool) -> "Done":
-        from ..change.aftercheck import RolledBack
-
         before = plan.entry.before.id if plan.entry.before else None
         if dry_run:
             return cls(before, plan.entry.after.id, False, False, note=f"would change {len(plan.ops)} file(s)",
@@ -59,7 +59,7 @@ class Done:
 
 
 Noted = Callable[[Done], None]
-Change = Callable[[Workspace, str, Noted], int]  # a verb on one target: its exit code
+OnOneTarget = Callable[[Workspace, str, Noted], int]  # a verb on one target: its exit code
 
 
 @dataclass(frozen=True)
@@ -97,11 +97,10 @@ def default_serial(ws: Workspace, verify: bool) -> int:
     return max(len(ws.targets), 1)
 
 
-def rollout(ws: Workspace, change: Change, what: str, serial: int | None, max_fail: int, verify: bool,
+def rollout(ws: Workspace, change: OnOneTarget, what: str, serial: int | None, max_fail: int, verify: bool,
             dry_run: bool = False) -> int:
     """`change` on every target of `ws`, `serial` at a time; the worst exit code of them. A dry run
     changes nothing: every target at once (unless --serial), none stops the others."""
-    from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
     names = sorted(ws.targets)
     if dry_run:

@@ -18,7 +18,7 @@ from dataclasses import fields, is_dataclass
 from functools import lru_cache
 from typing import Any, Callable, Union, get_args, get_origin, get_type_hints
 
-from .contract import ANSWERS, AgentContract
+from ..host.contract import ANSWERS, AgentContract
 
 ALGORITHMS = ("blake3", "sha256")
 _DIGEST = re.compile(r"(?:blake3|sha256):[0-9a-f]{64}")

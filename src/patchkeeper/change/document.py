@@ -6,13 +6,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import PatchkeeperError
-from . import emit_json
+from ..printable import emit_json
+from .aftercheck import KeptFailing, RollingBack, SincePassed, Verified, Verifying
+from .mirror import NotMirrored
+from .plans import Changed
+from ..checks import units
+import json
+import sys
 
 if TYPE_CHECKING:
-    from ..change.changes import Step
+    from .changes import Step
     from ..records.ledger import LedgerEntry, State
     from ..records.manifest import Entry
-    from ..change.verify import Verification
+    from .verify import Verification
 
 SCHEMA = "patchkeeper/change"
 SCHEMA_VERSION = 1
@@ -35,7 +41,6 @@ def _entry(e: Entry | None) -> dict | None:
 def change_of(plan: Any, dry_run: bool, exec_start: Any = None) -> dict:
     """One change (a transaction, or on a dry run the plan): its entry and every file with its kind
     and digests."""
-    from ..checks import units
 
     e: LedgerEntry = plan.entry
     files = []
@@ -55,9 +60,6 @@ def document(command: str, target: str, before: State | None, after: State | Non
              diagnosis: Any = None) -> dict:
     """The whole document: the states before and after, each change, each verification (its phase and
     every check), a diagnosis where one was made, warnings, the exit code."""
-    from ..change.aftercheck import KeptFailing, RollingBack, SincePassed, Verified, Verifying
-    from ..change.plans import Changed
-    from ..change.mirror import NotMirrored
 
     changes: list[dict] = []
     checks = [{"phase": phase, **report.to_dict()} for phase, report in verifications or []]
@@ -111,16 +113,12 @@ class Report:
         return self._show
 
     def __enter__(self) -> "Report":
-        import sys
-
         if self.as_json:
             self._stdout = sys.stdout
             sys.stdout = sys.stderr
         return self
 
     def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
-        import sys
-
         if not self.as_json:
             return
         sys.stdout = self._stdout
@@ -135,7 +133,6 @@ class Report:
         if self.as_json:
             doc = document(self.command, self.target or "", before, after, self.kept.steps, code, dry_run,
                            verifications, diagnosis)
-            import json
 
             print(json.dumps(doc, indent=2, sort_keys=True), file=self._stdout, flush=True)
         return code

@@ -1,24 +1,26 @@
-"""The managed distribution's installation: what each state records of it, and what pip, uv or a person did to it since."""
+"""The managed distribution's installation: what pip, uv or a person did to it since the state recorded it
+(records/installed.py), and where the managed files stand then, told in one line."""
 
 from __future__ import annotations
 
 import json
 import posixpath
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import NotInstalled, Refused, TargetError
 from ..printable import one_line
-from .installed import Installed
-from .ledger import LedgerEntry
+from ..records.installed import Installed
+from ..records.ledger import LedgerEntry
+from .scan import compare
 
 if TYPE_CHECKING:
     from ..targets import Target
-    from .ledger import Ledger, State
+    from ..records.ledger import Ledger, State
 
 
 @dataclass(frozen=True)
-class Change:
+class InstallChange:
     """How the installation differs from the one the current state recorded.
 
     kind: `version` (another release: upgraded or downgraded), `record` (the same release, but its
@@ -57,7 +59,7 @@ class Change:
 
 def _newer(a: str, b: str) -> bool:
     try:
-        from packaging.version import Version
+        from packaging.version import Version  # lazy: tens of ms to import, off the fast paths
 
         return Version(a) > Version(b)
     except Exception:  # not PEP 440: by text
@@ -80,7 +82,7 @@ def recorded(ledger: Ledger) -> tuple[LedgerEntry, Installed] | None:
     return None
 
 
-def check(target: Target, ledger: Ledger) -> Change | None:
+def check(target: Target, ledger: Ledger) -> InstallChange | None:
     """What happened to the managed distribution since the current state recorded it; None when it
     is the installation recorded (or none was recorded)."""
     found = recorded(ledger)
@@ -96,10 +98,10 @@ def check(target: Target, ledger: Ledger) -> Change | None:
         kind = "reinstalled"
     else:
         return None
-    return Change(kind, target.info.package, then, now, entry.after)
+    return InstallChange(kind, target.info.package, then, now, entry.after)
 
 
-def refuse_writes(change: Change | None, target: Target, verb: str, reinstall_ok: bool = False) -> None:
+def refuse_writes(change: InstallChange | None, target: Target, verb: str, reinstall_ok: bool = False) -> None:
     """Refuse a change that would record a state over an installation other than the one the current
     state recorded, naming what happened and what would do. Another release is no reason: the first
     change after it records that release's baseline (change/adopt.py). `reinstall_ok`: nor is a
@@ -156,3 +158,52 @@ def removed(target: Target, exc: NotInstalled) -> TargetError:
                        f"({one_line(state.name or state.stack_text())}), recorded with {package} {one_line(str(version))}",
                        f"install the release that state needs: {pin(python, package, one_line(str(version)))}; then "
                        "`patchkeeper status` says what to do to bring its files back")
+
+
+@dataclass(frozen=True)
+class Told:
+    """A change of the installation as reading commands tell it: one line, and whether the state no
+    longer holds (status, audit and diff then exit 1). A reinstall that left every managed file as
+    the state recorded it is told, but the state still holds."""
+
+    change: InstallChange
+    line: str
+    trouble: bool
+    released: tuple[str, ...] = ()  # the keys the state changed that are back to the release's bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"change": self.change.kind, "what": self.line, "state": self.change.state.id,
+                "then": self.change.then.to_dict(), "now": self.change.now.to_dict(),
+                "trouble": self.trouble, "released": list(self.released)}
+
+
+def told(target: Target, ledger: Ledger, change: InstallChange | None) -> Told | None:
+    """`tell`, where the installation changed (None where it is as the current state recorded it)."""
+    return tell(target, ledger, change) if change is not None else None
+
+
+def tell(target: Target, ledger: Ledger, change: InstallChange) -> Told:
+    """`change` with where the managed files stand: compared on the target with the current state and
+    the baseline (one scan), the files the state changed from the baseline (the patch sets' files,
+    and any hand edit a snapshot recorded) that are back to the baseline's, the release's, bytes."""
+    current, base = change.state, ledger.baseline()
+    if change.kind == "version" or base is None or base.manifest == current.manifest:
+        differ, = compare(target, current.manifest)
+        files = (f"{len(differ)} managed file(s) differ from the state" if differ else
+                 "its files match the state")
+        if change.kind == "version" and differ:
+            files += f" (they are {change.now.version}'s)"
+        return Told(change, f"{change.what()}; {files}", change.kind != "reinstalled" or bool(differ))
+    to_current, to_base = compare(target, current.manifest, base.manifest)
+    rows_now, rows_base = ledger.load_manifest(current), ledger.load_manifest(base)
+    changed = sorted(k for k in rows_now.keys() | rows_base.keys() if rows_now.get(k) != rows_base.get(k))
+    released = tuple(k for k in changed if k in to_current and k not in to_base)
+    what = current.stack_text() if current.stack else "the state"
+    if released:
+        files = f"{len(released)} of the {len(changed)} files {what} changes are back to the release's bytes"
+    elif to_current:
+        files = f"{len(to_current)} managed file(s) differ from the state"
+    else:
+        files = "its files match the state"
+    return Told(change, f"{change.what()}; {files}", change.kind != "reinstalled" or bool(to_current), released)
+

@@ -13,6 +13,11 @@ from typing import TYPE_CHECKING, Callable, TypeVar
 
 from ..errors import PatchkeeperError
 from ..workspace import Workspace
+from ..host.disk import cpus
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+import multiprocessing
 
 if TYPE_CHECKING:
     from concurrent.futures import Executor
@@ -32,7 +37,6 @@ def _guarded(work: Callable[[Workspace, str], T], ws: Workspace, name: str) -> T
 
 def _failed(exc: BaseException) -> str:
     """The line of a target whose run raised past _guarded (a bug, or its worker process died)."""
-    from concurrent.futures.process import BrokenProcessPool
 
     if isinstance(exc, BrokenProcessPool):
         return "its worker process ended before it answered"
@@ -45,7 +49,6 @@ def each(ws: Workspace, work: Callable[[Workspace, str], T], what: str,
 
     `work` and its result must be picklable (a local target's runs in a worker process: `work` a
     module-level function or a partial of one)."""
-    from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 
     names = sorted(ws.targets)
     remote = [n for n in names if ws.targets[n].ssh]
@@ -81,10 +84,6 @@ def each(ws: Workspace, work: Callable[[Workspace, str], T], what: str,
 def _local_pool(count: int) -> Executor:
     """Worker processes for local targets, one per CPU (at most `count`), started fresh (spawn: a
     new interpreter, nothing of this process copied into it)."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    from ..host.disk import cpus
 
     for stream in (sys.stdout, sys.stderr):  # what a worker writes follows what this process wrote
         stream.flush()

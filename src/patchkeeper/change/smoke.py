@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from . import units
+from ..checks import units
 from .service import ServiceConfig
 
 SAMPLE_CHARS = 200

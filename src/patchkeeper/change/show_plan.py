@@ -5,16 +5,20 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ..change.changes import Step
-from ..change.plans import Changed, Plan
-from ..change.mirror import NotMirrored
+from .changes import Step
+from .plans import Changed, Plan
+from .mirror import NotMirrored
 from ..printable import one_line
 from ..records.ledger import State
 from ..records.manifest import ROLE_PREFIX
+from .aftercheck import KeptFailing, RolledBack, RollingBack, SincePassed, Verified, Verifying
+from .diagnosis import render
+from ..checks.units import describe
+from ..errors import os_hint
 
 if TYPE_CHECKING:
-    from ..change.aftercheck import SincePassed
-    from ..change.verify import Verification
+    from .aftercheck import SincePassed
+    from .verify import Verification
 
 _MARK = {"changed": "M", "added": "A", "removed": "D", "mode": "m"}
 PREVIOUS_FAILS = "the previous code state fails as well: the fault is likely not in the patch set"
@@ -44,8 +48,6 @@ def render_plan(plan: Plan, target: str, dry_run: bool, exec_start: Any = None) 
             for line in plan.contents[op.new.digest].decode("utf-8", "replace").splitlines():
                 print(f"      | {line}")  # the role file as it would be written, templates rendered
     if exec_start is not None:
-        from ..checks.units import describe
-
         for line in describe(exec_start):
             print(("the unit's " if line.startswith("ExecStart") else "") + line)
     print(f"{len(plan.ops)} file(s) {verb}; state {e.before.id if e.before else '-'} -> {e.after.id}"
@@ -90,8 +92,6 @@ def _block(text: str, out: TextIO, lines: int = 40) -> None:
 
 
 def render_not_mirrored(step: NotMirrored) -> None:
-    from ..errors import os_hint
-
     print(f"patchkeeper: warning: {step.done}, but its records could not be copied into {step.where}: "
           f"{one_line(step.reason)}\n  hint: "
           + os_hint(step.errno, f"run `patchkeeper recover -t {step.target}`: it copies them again"), file=sys.stderr)
@@ -107,14 +107,6 @@ def step_printer(target: str):
         if isinstance(step, NotMirrored):
             render_not_mirrored(step)
             return
-        from ..change.aftercheck import (
-            KeptFailing,
-            RolledBack,
-            RollingBack,
-            SincePassed,
-            Verified,
-            Verifying,
-        )
 
         if isinstance(step, Verifying):
             print(f"{target}: restarting and verifying the service (--no-verify skips this)")
@@ -145,6 +137,5 @@ def step_printer(target: str):
 
 def render_since_passed(step: SincePassed, target: str) -> None:
     """What changed since the state last passed: code, environment, GPU facts, and what to run next."""
-    from ..change.diagnosis import render
 
     print("\n".join(render(step.diagnosis)))

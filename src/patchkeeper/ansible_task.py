@@ -9,8 +9,13 @@ from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import replace
 from typing import Any
 
-from ..errors import EXIT_ROLLED_BACK, PatchkeeperError
-from .rollout import Done, HostResult
+from .errors import EXIT_ROLLED_BACK, PatchkeeperError
+from .change.rollout import Done, HostResult
+from . import workspace
+from .change.session import Session
+from .targets.ansible_link import AnsibleTarget, check
+from .commands.apply import apply
+from .commands.rollback import rollback
 
 MAX_DIFF = 1 << 20  # bytes of one side of a file diff; larger files are named, not shown
 
@@ -19,8 +24,6 @@ def run_task(root: str | None, host: str, table: dict, connection: Any, name: st
              check_mode: bool, diff_mode: bool) -> dict[str, Any]:
     """Everything patchkeeper prints goes into the result's `stdout`; an error fails the task with
     patchkeeper's one line (`msg`) and its hint."""
-    from .. import workspace
-    from ..targets.ansible_link import AnsibleTarget, check
 
     out = io.StringIO()
     done: list[Done] = []
@@ -60,10 +63,6 @@ def run_task(root: str | None, host: str, table: dict, connection: Any, name: st
 
 
 def _change(ws: Any, host: str, name: str, state: str, verify: bool, dry_run: bool, noted: Any) -> int:
-    from ..change.session import Session
-    from .apply import apply
-    from .rollback import rollback
-
     if state == "present":
         return apply(ws, host, name, dry_run, False, verify=verify, noted=noted)
     with Session(ws, host, "status", write=False) as s:  # absent: is the set applied at all?

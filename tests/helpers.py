@@ -1,0 +1,93 @@
+"""Helpers shared by test files: the fake service, ledger readers, wheels, waiting on processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+
+FAKE = Path(__file__).with_name("fake_openai.py")  # the OpenAI-compatible stand-in server
+WHEELS = Path(os.environ.get("PK_WHEELS", Path(__file__).resolve().parents[1] / ".cache" / "wheels"))
+NO_INDEX = {"PIP_NO_INDEX": "1", "PIP_CONFIG_FILE": os.devnull}  # pip download never leaves this machine
+HEAVY = ("paramiko", "invoke", "git", "gitdb", "packaging", "http", "urllib.request", "ssl", "email")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Service:
+    """A fake_openai.py server on 127.0.0.1: where it listens, its pid file and log."""
+
+    port: int
+    pidfile: Path
+    log: Path
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        subprocess.run([sys.executable, str(FAKE), "stop", "--pidfile", str(self.pidfile), "--port", str(self.port)],
+                       check=True)
+
+
+def ledger(env) -> list[dict]:
+    """The target's ledger entries, oldest first, read from its state dir."""
+    return [json.loads(p.read_text()) for p in sorted((env.state_dir / "ledger").glob("*.json"))]
+
+
+def stack(env) -> list[str]:
+    """The names of the patch sets applied in the target's last recorded state, bottom first."""
+    return [p["name"] for p in ledger(env)[-1]["after"]["stack"]]
+
+
+def wheel(pattern: str) -> Path:
+    """The one wheel of the test cache that matches `pattern` (`make test` downloads them)."""
+    found = sorted(WHEELS.glob(pattern))
+    if not found:
+        pytest.fail(f"{pattern} is missing from {WHEELS}: run `make test`, which downloads it")
+    return found[0]
+
+
+def imported(env, *args: str, code: int = 0) -> set[str]:
+    """Every module the CLI imports for `args`, as -X importtime lists them."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "patchkeeper", "--workspace", str(env.root),
+                           *args], capture_output=True, text=True)
+    assert proc.returncode == code, proc.stderr[-2000:]
+    return {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+
+
+def heavy(modules: set[str]) -> list[str]:
+    """The heavy third-party (or slow stdlib) modules among `modules`."""
+    return sorted(m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY))
+
+
+def wait_for(predicate: Callable[[], bool], what: str, limit: float = 60.0) -> None:
+    """Poll `predicate` until it holds; fail naming `what` after `limit` seconds (a hang, not a speed bound)."""
+    deadline = time.monotonic() + limit
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        time.sleep(0.05)
+
+
+def proc_state(pid: int) -> str:
+    """The state letter of /proc/<pid>/stat ("Z", "S", ...), or "gone"."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):  # ESRCH: it ended between the open and the read
+        return "gone"
+    return stat[stat.rindex(")") + 2]
