@@ -94,8 +94,6 @@ def refuse_shared_role_files(ws_patchsets: Path, config: TargetConfig, kept: Ite
     """One role file, one owner: refuse (before anything changes) a stack in which two patch sets write
     the same file on the target (two drop-ins at the default path): the second would replace the first's
     file while the recorded state named both."""
-    from ..patchset import patchset
-
     sets: list[tuple[PatchSet, str]] = []
     for ref in kept:
         try:
