@@ -220,6 +220,13 @@ class Env:
             assert proc.returncode == check, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
         return proc
 
+    def pk_bytes(self, *args: str) -> bytes:
+        """Run the real CLI; its stdout as bytes (a patch may hold CRs that text mode would turn into newlines)."""
+        proc = subprocess.run([sys.executable, "-m", "patchkeeper", "--workspace", str(self.root), *args],
+                              capture_output=True)
+        assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+        return proc.stdout
+
     def snapshot(self) -> dict:
         """Every file of the venv, the unit and the drop-in (whose {{ python }} is this venv's own interpreter,
         named PYTHON, so that clones of one workspace in other venvs compare equal)."""
@@ -254,6 +261,25 @@ def make_workspace(root: Path, venv: Path, extra_toml: str = "") -> Env:
         f'[targets.local.vars]\ndraft_model_path = "{DRAFT}"\n\n'
         f'[targets.local.files]\nunit = "{unit}"\n{extra_toml}')
     return Env(root, venv, unit)
+
+
+WHEELS = Path(os.environ.get("PK_WHEELS", REPO / ".cache" / "wheels"))
+
+
+def release_wheel(version: str) -> Path:
+    """The real sglang wheel of `version` that `make test` downloads (0.5.22, 0.5.23)."""
+    found = sorted((WHEELS / "port").glob(f"sglang-{version}-*.whl"))
+    if not found:
+        pytest.fail(f"no sglang {version} wheel in {WHEELS / 'port'}: run `make test`, which downloads it")
+    return found[-1]
+
+
+def install_release(venv: Path, version: str) -> None:
+    """pip of the venv itself installs that release over what is there, offline, without compiling."""
+    proc = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", "-q", "install",
+                           "--no-index", "--no-compile", "--no-deps", "--force-reinstall", str(release_wheel(version))],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
 
 
 @pytest.fixture

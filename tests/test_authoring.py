@@ -158,6 +158,19 @@ def test_export_applies_with_git_apply_and_patch_and_import_round_trips(env, tmp
     assert not (other.root / "patchsets/ddtree2").exists()
 
 
+def test_import_of_an_export_under_another_name_and_version_keeps_vars_and_comments(env, tmp_path):
+    patch_file = tmp_path / "ddtree.patch"
+    patch_file.write_bytes(env.pk("export", "ddtree").stdout.encode())
+    was = (env.root / "patchsets/ddtree/patchset.toml").read_text()
+    assert "created tree2@4.0.0" in env.pk("import", "tree2", str(patch_file), "--version", "4.0.0").stdout
+    toml = (env.root / "patchsets/tree2/patchset.toml").read_text()
+    assert toml == was.replace('name = "ddtree"', 'name = "tree2"').replace('version = "3.0.0"', 'version = "4.0.0"')
+    shown = json.loads(env.pk("show", "tree2", "--json").stdout)
+    assert shown["variables"]["model_path"] == "/root/models/Qwen3.6-27B"
+    env.pk("apply", "tree2", "--no-verify")  # the drop-in renders with the [vars] defaults
+    assert "--model-path /root/models/Qwen3.6-27B" in env.dropin.read_text()
+
+
 def test_import_a_plain_patch_from_a_git_checkout(env, checkout, tmp_path):
     mail = tmp_path / "feature.patch"
     mail.write_text(checkout.git("format-patch", "--stdout", "v0.5.23..feature", "--", "python"))

@@ -15,7 +15,10 @@ from pathlib import Path
 import pytest
 
 from conftest import DRAFT, REPO, copy_venv, make_workspace, tree
+from made_wheels import make_wheel
 
+from patchkeeper.checks import wheels
+from patchkeeper.errors import BadInput
 from patchkeeper.patchset import diffwrite
 from patchkeeper.patchset.patching import split_lines
 
@@ -312,7 +315,7 @@ def test_port_fetches_the_releases_as_repair_does(ws, releases, edits):
 @pytest.mark.parametrize("case", ["unknown version", "not a version", "same version", "wheel of another package",
                                   "wheel of another release", "set for another package", "unpinned set",
                                   "set that does not fit its release", "no --to", "--continue with --to",
-                                  "--continue with no port stopped"])
+                                  "--continue with no port stopped", "set with a rename"])
 def test_bad_input_is_one_line_exit_2_and_nothing_written(ws, releases, edits, case):
     clean = patch_of(releases, edits["clean"])
     args = ["port", "portok", "--to", NEW, *both_wheels()]
@@ -329,6 +332,10 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(ws, releases, edits, c
         made = Edit(path, (line,), (line, "# x\n")).on(releases.data(NEW, path))
         write_set(ws.root, "portok", {"0001.patch": diffwrite.diff([
             diffwrite.Change(path, releases.data(NEW, path), made, 0o644, 0o644)])})
+    elif case == "set with a rename":  # git diff's rename, which port does not merge
+        path = edits["clean"].path
+        write_set(ws.root, "portok", {"0001.patch": (f"diff --git a/{path} b/{path}.moved\nsimilarity index 100%\n"
+                                                     f"rename from {path}\nrename to {path}.moved\n").encode()})
     else:
         write_set(ws.root, "portok", {"0001.patch": clean})
     if case == "unknown version":
@@ -359,7 +366,8 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(ws, releases, edits, c
                 "unpinned set": "port needs to know the one release", "set that does not fit its release":
                 "does not fit its own release 0.5.22", "no --to": "give the release to port to",
                 "--continue with --to": "--continue takes the release", "--continue with no port stopped":
-                "no port of portok is waiting to be finished"}[case]
+                "no port of portok is waiting to be finished",
+                "set with a rename": "which port does not merge yet"}[case]
     assert expected in lines[0]
 
 
@@ -379,12 +387,12 @@ def test_the_shipped_ddtree_ported_back_to_0_5_22_reports_every_hunk_and_the_new
 
 @pytest.mark.parametrize("what", ["clean", "merged", "upstream", "conflict"])
 def test_the_merge_of_each_real_file_is_what_git_merge_file_writes(what, releases, edits, tmp_path):
-    from patchkeeper.patchset import patching
+    from patchkeeper.patchset import gitdiff
     from patchkeeper.patchset.port import merge
 
     e = edits[what]
     base, theirs = releases.data(OLD, e.path), releases.data(NEW, e.path)
-    fp = patching.parse(patch_of(releases, e).decode(), "test")[0]
+    fp = gitdiff.parse(patch_of(releases, e).decode(), "test")[0]
     labels = ("ours", "base", "theirs")
     data, conflicts, hunks = merge(base, fp, theirs, labels, "test")
     for name, side in zip(labels, (e.on(base), base, theirs)):
@@ -392,3 +400,75 @@ def test_the_merge_of_each_real_file_is_what_git_merge_file_writes(what, release
     git = subprocess.run(["git", "merge-file", "-p", "--diff3", *[a for n in labels for a in ("-L", n)], *labels],
                          cwd=tmp_path, capture_output=True)
     assert (data, conflicts) == (git.stdout, git.returncode) and [h.outcome for h in hunks] == [what]
+
+
+def test_the_shipped_ddtree_merged_into_0_5_22_is_what_git_merge_file_writes_file_for_file(ws, releases, tmp_path):
+    """Every file of ddtree (made for 0.5.23) ported back to 0.5.22 is git merge-file's bytes for the
+    same three files: base 0.5.23's, ours 0.5.23's with ddtree's patches put on by `git apply`,
+    theirs 0.5.22's (a renamed file's: where 0.5.22 has it). Exit 1: it conflicts, and says where."""
+    doc = json.loads(ws.pk("port", "ddtree", "--to", OLD, *both_wheels(), "--json", check=1).stdout)
+    scratch = Path(doc["scratch"])
+    ours = tmp_path / "ours"
+    patches = sorted((REPO / "patchsets" / "ddtree").glob("*.patch"))
+    for f in doc["files"]:
+        if f["kind"] == "modify":
+            (ours / f["path"]).parent.mkdir(parents=True, exist_ok=True)
+            (ours / f["path"]).write_bytes(releases.data(NEW, f["path"]))
+    subprocess.run(["git", "apply", *map(str, patches)], cwd=ours, check=True)
+    labels = ["ddtree@3.0.0 (ours)", f"sglang {NEW} (base)", f"sglang {OLD} (theirs)"]
+    merged = identical = 0
+    for f in doc["files"]:
+        lands = f["renamed_to"] or f["path"]
+        if f["kind"] != "modify" or f["outcome"] == "gone" and not f["renamed_to"]:
+            continue
+        sides = tmp_path / "sides" / str(merged)
+        sides.mkdir(parents=True)
+        for name, data in (("ours", (ours / f["path"]).read_bytes()), ("base", releases.data(NEW, f["path"])),
+                           ("theirs", releases.data(OLD, lands))):
+            (sides / name).write_bytes(data)
+        git = subprocess.run(["git", "merge-file", "-p", "--diff3", *[a for n in labels for a in ("-L", n)],
+                              "ours", "base", "theirs"], cwd=sides, capture_output=True)
+        merged += 1
+        identical += (scratch / "files" / lands).read_bytes() == git.stdout and f["conflicts"] == git.returncode
+        # a file whose merge conflicts has a conflicting hunk, and only such a file
+        assert ("conflict" in [h["outcome"] for h in f["hunks"]]) == (git.returncode > 0), f["path"]
+    assert merged >= 8 and (identical, merged) == (merged, merged), f"{identical} of {merged} identical to git"
+
+
+def test_continue_writes_against_the_wheel_not_the_editable_release_copy_and_keeps_the_old_version(
+        ws, releases, edits):
+    """A line appended to the scratch copy port/NAME/release/ changes nothing: --continue writes and
+    checks the patches against 0.5.23's wheel, so `check --wheel` takes the set. The workspace has
+    no git: the version the port replaces is kept in patchsets/.history/, named by list and show."""
+    e = edits["conflict"]
+    write_set(ws.root, "portfix", {"0001-conflict.patch": patch_of(releases, e)})
+    ws.pk("port", "portfix", "--to", NEW, *both_wheels(), check=1)
+    scratch = ws.root / "port" / "portfix"
+    copy = scratch / "release" / e.path
+    copy.write_bytes(copy.read_bytes() + b"# appended to the scratch copy\n")
+    conflicted = (scratch / "files" / e.path).read_text()
+    resolved = re.sub(r"<<<<<<< .*? \(ours\)\n(.*?)\|\|\|\|\|\|\| .*?>>>>>>> [^\n]*\n", r"\1", conflicted, flags=re.S)
+    (scratch / "files" / e.path).write_text(resolved)
+    done = ws.pk("port", "portfix", "--continue").stdout
+    ws.pk("check", "portfix", "--wheel", str(wheel(NEW)))  # exit 0: the set applies to the release itself
+    assert f"note: {scratch}/release/{e.path} is not sglang {NEW}'s file" in done
+    assert "updated portfix@1.1.0 (was 1.0.0)" in done and "kept portfix@1.0.0 in patchsets/.history/portfix/1.0.0" in done
+    kept = ws.root / "patchsets" / ".history" / "portfix" / "1.0.0"
+    assert f'package_version = "=={OLD}"' in (kept / "patchset.toml").read_text()
+    assert (kept / "0001-conflict.patch").read_bytes() == patch_of(releases, e)
+    listed = {s["name"]: s for s in json.loads(ws.pk("list", "--json").stdout)}
+    assert listed["portfix"]["version"] == "1.1.0" and listed["portfix"]["kept"] == ["1.0.0"]
+    assert "kept      portfix@1.0.0" in ws.pk("show", "portfix").stdout
+
+
+def test_a_wheel_file_is_given_only_as_its_own_record_hashes_it(tmp_path):
+    good = make_wheel(tmp_path / "good", "demo", "1.0", {"demo/a.py": b"A = 1\n", "demo/b.py": b"B = 1\n"})
+    bad = tmp_path / "bad" / good.name
+    bad.parent.mkdir()
+    with zipfile.ZipFile(good) as src, zipfile.ZipFile(bad, "w") as dst:
+        for info in src.infolist():  # demo/b.py altered, RECORD as it was
+            dst.writestr(info, b"B = 2\n" if info.filename == "demo/b.py" else src.read(info))
+    with wheels.Wheel(bad) as w:
+        assert w.verified_file("demo/a.py") == (b"A = 1\n", 0o644) and w.verified_file("demo/nope.py") is None
+        with pytest.raises(BadInput, match="demo/b.py does not match its RECORD"):
+            w.verified_file("demo/b.py")

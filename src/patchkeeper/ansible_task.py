@@ -16,6 +16,7 @@ from .change.session import Session
 from .targets.ansible_link import AnsibleTarget, check
 from .commands.apply import apply
 from .commands.rollback import rollback
+from .patchset import saving
 
 MAX_DIFF = 1 << 20  # bytes of one side of a file diff; larger files are named, not shown
 
@@ -36,6 +37,8 @@ def run_task(root: str | None, host: str, table: dict, connection: Any, name: st
             table = dict(table)
             table.setdefault("ssh", f"ansible:{host}")  # paths are the host's, taken as given
             ws = workspace.load(ws_root, hosts={host: table})
+            for line in saving.recover(ws.patchsets_dir):  # a save of a patch set a crash interrupted
+                print(f"patchkeeper: note: {line}")
             config = replace(ws.target(host), connect=lambda c: AnsibleTarget(c, connection))
             ws = replace(ws, targets={host: config})
 

@@ -12,6 +12,7 @@ from .commands import record as record_verb, status as status_verb, verify as ve
 from .commands.apply import apply as run_apply
 from .commands.audit import audit as run_audit
 from .commands.check import check as run_check
+from .commands.clear_caches import clear_caches as run_clear_caches
 from .commands.diff import diff as run_diff, diff_all
 from .commands.disconnect import disconnect as run_disconnect
 from .commands.env import diff_env, env as run_env
@@ -234,9 +235,8 @@ def clear_caches(ctx, targets_, group, every):
     Caches only save time (docs/files-and-caches.md): records are kept, and the next command that
     needs a cache writes it again. `audit --rehash` reads none of them without deleting them.
     """
-    from .commands.clear_caches import clear_caches as run
+    return run_clear_caches(workspace_of(ctx), targets_, group, every)
 
-    return run(workspace_of(ctx), targets_, group, every)
 
 # ---- authoring: record, import, export, check, show --------------------------------------------
 bump_option = click.option("--bump", type=click.Choice(["major", "minor", "patch"]),

@@ -5,6 +5,7 @@ wrapper that runs every verb, where errors become exit codes in one place (run_v
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from functools import wraps
 from typing import Any, Callable, NoReturn
 
@@ -15,6 +16,7 @@ from .completion import complete_targets
 from .errors import EXIT_INTERRUPTED, PatchkeeperError
 from . import workspace
 from .change.rollout import rollout
+from .patchset import saving
 from .errors import os_hint
 from .printable import lines
 
@@ -110,7 +112,11 @@ def adopt_options(fn):
 
 def workspace_of(ctx: click.Context):
     root = workspace.find(ctx.obj.get("workspace"))
-    return workspace.load(root, ctx.obj.get("inventory"))
+    ws = workspace.load(root, ctx.obj.get("inventory"))
+    done = saving.recover(ws.patchsets_dir)
+    for line in done:
+        _say(f"patchkeeper: note: {line}")
+    return replace(ws, recovered=tuple(done)) if done else ws
 
 
 def chosen(ctx: click.Context, targets: tuple[str, ...], group: str | None, every: bool):

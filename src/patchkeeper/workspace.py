@@ -73,6 +73,7 @@ class Workspace:
     targets: dict[str, TargetConfig]
     wheels: Path | None = None  # release wheels for repair and --restore-pristine (`wheels = "dir"`)
     groups: dict[str, tuple[str, ...]] = field(default_factory=dict)  # [groups], and an inventory's groups
+    recovered: tuple[str, ...] = ()  # what finishing an interrupted save of a patch set did, as the command began
 
     @property
     def patchsets_dir(self) -> Path:

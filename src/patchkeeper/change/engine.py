@@ -29,7 +29,7 @@ from .transaction import FileOp
 from . import repair
 from ..patchset import patchset
 
-if TYPE_CHECKING:  # patch sets are read (and unidiff loaded) only by the verbs that use them: not by rollback
+if TYPE_CHECKING:  # patch sets are read only by the verbs that use them: not by rollback
     from ..patchset.patchset import PatchSet
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import configparser
 import contextlib
+import csv
+import hashlib
 import json
 import posixpath
 import re
@@ -175,6 +177,7 @@ class Wheel:
         fields = dict(line.split(":", 1) for line in meta.split("\n\n", 1)[0].splitlines() if ":" in line)
         self.name = fields.get("Name", "").strip()
         self.version = fields.get("Version", "").strip()
+        self._hashes: dict[str, str] | None = None
 
     def read(self, name: str) -> bytes:
         """A member's bytes, checked against its CRC by zipfile; a damaged one is BadInput naming the wheel."""
@@ -217,6 +220,29 @@ class Wheel:
         for name in (rel, f"{self.data_dir}/purelib/{rel}", f"{self.data_dir}/platlib/{rel}"):
             got = self._member(name)
             if got is not None:
+                return got
+        return None
+
+    def _record(self) -> dict[str, str]:
+        """The wheel's own RECORD: member name -> "algo:b64" hash (read once)."""
+        if self._hashes is None:
+            text = self.read(f"{self.dist_info}/RECORD").decode("utf-8", "replace")
+            self._hashes = {row[0]: row[1] for row in csv.reader(text.splitlines()) if len(row) >= 2 and row[1]}
+        return self._hashes
+
+    def verified_file(self, rel: str) -> tuple[bytes, int] | None:
+        """site_file's bytes and mode, checked against the hash the wheel's own RECORD gives them
+        (BadInput when it gives none or another); None when the wheel installs no such file."""
+        for name in (rel, f"{self.data_dir}/purelib/{rel}", f"{self.data_dir}/platlib/{rel}"):
+            got = self._member(name)
+            if got is not None:
+                expected = self._record().get(name)  # "sha256=<urlsafe b64>", as RECORD writes it
+                algo, _, value = (expected or "").partition("=")
+                if expected is None or algo not in hashlib.algorithms_guaranteed \
+                        or record_hash(got[0], algo) != f"{algo}:{value}":
+                    raise BadInput(f"the wheel {self.path}: its {name} "
+                                   + ("is not in its RECORD" if expected is None else "does not match its RECORD"),
+                                   "download the wheel again (damaged or altered?)")
                 return got
         return None
 

@@ -8,10 +8,9 @@ import tempfile
 from pathlib import Path
 
 from ..errors import BadInput
-from ..patchset import authoring, exchange, patching, patchset
+from ..patchset import authoring, exchange, gitdiff, patchset
 from ..workspace import Workspace
 from .record import default_package, report_saved
-import tomllib
 
 _ENC = ("utf-8", "surrogateescape")
 
@@ -31,16 +30,41 @@ def import_patch(ws: Workspace, name: str, file: str, version: str | None, subdi
     text = data.decode(*_ENC)
     if not text.strip():
         raise BadInput(f"{file} is empty", "give a patch file made by git diff or git format-patch")
-    parsed = patching.parse(text, file)
-    for fp in parsed:
-        patchset.check_relative(fp.path, file)
+    parsed = gitdiff.parse(text, file)
+    paths = [p for fp in parsed for p in (fp.source, fp.path) if p is not None]
+    for path in paths:
+        patchset.check_relative(path, file)
     package = package or default_package(ws)
-    _refuse_source_layout([fp.path for fp in parsed], package, file)
+    _refuse_source_layout(paths, package, file)
     subject = re.search(r"^Subject: (?:\[PATCH[^\]]*\] )?(.+)$", text, re.M)
-    draft = authoring.Draft(name=name, package=package, patches=((f"{name}.patch", data),),
+    draft = authoring.Draft(name=name, package=package, patches=_pieces(name, data, file),
                             description=description if description is not None else
                             (subject.group(1).strip() if subject else f"imported from {Path(file).name}"))
-    return report_saved(ws, authoring.save(ws.patchsets_dir, draft, version=version), len(patching.parse(text, file)), 0)
+    return report_saved(ws, authoring.save(ws.patchsets_dir, draft, version=version), len(parsed), 0)
+
+
+def _pieces(name: str, data: bytes, origin: str) -> tuple[tuple[str, bytes], ...]:
+    """The patch as NAME.patch, or, over the size a .patch may hold, cut between files into
+    NAME-001.patch, NAME-002.patch, ... (applied in name order; exported joined again, byte for byte)."""
+    if len(data) <= patchset.MAX_PATCH:
+        return ((f"{name}.patch", data),)
+    pieces: list[list[bytes]] = []
+    size = 0
+    for section in gitdiff.sections(data):
+        if len(section) > patchset.MAX_PATCH:
+            first = section.split(b"\n", 1)[0].decode(*_ENC)
+            raise BadInput(f"{origin}: one file's diff (from one `diff --git` line to the next) holds {len(section)} "
+                           f"bytes, over the {patchset.MAX_PATCH >> 20} MiB a .patch may hold ({first[:100]})",
+                           "ship such a file another way, or leave it out of the diff (git diff: import cuts "
+                           "between its files)")
+        if pieces and size + len(section) <= patchset.MAX_PATCH:
+            pieces[-1].append(section)
+            size += len(section)
+        else:
+            pieces.append([section])
+            size = len(section)
+    width = max(3, len(str(len(pieces))))
+    return tuple((f"{name}-{i:0{width}d}.patch", b"".join(piece)) for i, piece in enumerate(pieces, 1))
 
 
 def _refuse_source_layout(paths: list[str], package: str, origin: str) -> None:
@@ -60,7 +84,8 @@ def _strip_subdir(data: bytes, subdir: str, origin: str) -> bytes:
     prefix = subdir.encode() + b"/"
     out = []
     for line in data.split(b"\n"):
-        m = re.match(rb"^(diff --git a/)(\S+)( b/)(\S+)$", line) or re.match(rb"^(--- a/|\+\+\+ b/)(.*)$", line)
+        m = (re.match(rb"^(diff --git a/)(\S+)( b/)(\S+)$", line) or re.match(rb"^(--- a/|\+\+\+ b/)(.*)$", line)
+             or re.match(rb"^((?:rename|copy) (?:from|to) )(.*)$", line))
         if m:
             groups = list(m.groups())
             for i in range(1, len(groups), 2):
@@ -71,21 +96,6 @@ def _strip_subdir(data: bytes, subdir: str, origin: str) -> bytes:
             line = b"".join(groups)
         out.append(line)
     return b"\n".join(out)
-
-
-def _retitled(toml: bytes, name: str, version: str, origin: str) -> bytes:
-    """An exported patchset.toml under another name or version: read with tomllib, written by the
-    one patchset.toml renderer (authoring.render_toml)."""
-
-    try:
-        doc = tomllib.loads(toml.decode("utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise BadInput(f"{origin}: its {patchset.MANIFEST} is malformed: {exc}", "export the patch set again") from None
-    draft = authoring.Draft(name=name, package=str(doc.get("package", "")), patches=(),
-                            roles=tuple((role, str(fname), b"") for role, fname in (doc.get("files") or {}).items()),
-                            description=doc.get("description", ""), package_version=doc.get("package_version", ""),
-                            requires=tuple(doc.get("requires", ())), group=doc.get("group"))
-    return authoring.render_toml(draft, version)
 
 
 def _import_export(ws: Workspace, name: str, file: str, data: bytes, version: str | None) -> int:
@@ -103,7 +113,11 @@ def _import_export(ws: Workspace, name: str, file: str, data: bytes, version: st
         shutil.rmtree(check)
     old_name, _, old_version = ident.partition("@")
     if name != old_name or (version is not None and version != old_version):
-        files[patchset.MANIFEST] = _retitled(files[patchset.MANIFEST], name, version or old_version, file)
+        try:
+            toml = files[patchset.MANIFEST].decode("utf-8")
+        except UnicodeDecodeError:
+            raise BadInput(f"{file}: its {patchset.MANIFEST} is not UTF-8", "export the patch set again") from None
+        files[patchset.MANIFEST] = authoring.set_keys(toml, {"name": name, "version": version or old_version}).encode()
     draft = authoring.Draft(name=name, package="", patches=(), extra_files=tuple(sorted(files.items())))
     saved = authoring.save(ws.patchsets_dir, draft, version=version or old_version)
     paths = patchset.load(ws.patchsets_dir, name).paths

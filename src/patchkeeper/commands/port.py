@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
-import re
 from pathlib import Path
 from typing import Iterator
 
@@ -19,7 +17,6 @@ from ..host.disk import normalize_name
 from ..records import history
 from ..targets import open_target
 from .record import commit_patchset
-import tomllib
 
 _ENC = ("utf-8", "surrogateescape")
 BUMP = "minor"  # a port changes what the set is for, not what it does
@@ -51,7 +48,8 @@ def port(ws: Workspace, name: str, to: str | None, given: tuple[str, ...], targe
     elif result.blocked:
         portdir.write(directory, {"name": name, "from_version": ps.version, "from_digest": ps.digest,
                                   "package": ps.package, "old": old.version, "new": new.version, "bump": bump,
-                                  "order": [origin for origin, _ in ps.patches]}, result.files)
+                                  "order": [origin for origin, _ in ps.patches], "wheel": str(new.path.resolve())},
+                      result.files)
         doc["outcome"], doc["scratch"] = "blocked", str(directory)
     else:
         doc["written"] = _save(ws, ps, result.patches, new.version, bump)
@@ -250,6 +248,8 @@ def _render_end(doc: dict) -> None:
         print(f"{w['status']} {w['ident']} (was {w['previous']}) in {w['directory']}: package_version "
               f"=={doc['to']}, {w['patches']} patch file(s) written against {doc['package']} {doc['to']}; "
               f"digest {w['digest']}")
+        if w.get("kept"):
+            print(f"kept {name}@{w['previous']} in {w['kept']}")
         for c in w["commits"]:
             print(f"committed {c}")
         print(f"next: patchkeeper check {name} -t TARGET (after pip install -U {doc['package']}=={doc['to']} "
@@ -293,43 +293,36 @@ def _save(ws: Workspace, ps: PatchSet, patches: tuple[tuple[str, bytes], ...], t
     if made:
         commits.append(f"{saved.ident} to the workspace's git repository as {made[:12]} (undo with git revert)")
     return {"ident": saved.ident, "previous": ps.version, "digest": saved.digest, "status": saved.status,
-            "directory": str(directory), "patches": len(patches), "commits": commits}
+            "directory": str(directory), "patches": len(patches), "commits": commits,
+            "kept": f"patchsets/{saved.kept}" if saved.kept else None}
 
 
 def retarget(text: str, version: str, pin: str) -> str:
     """patchset.toml with its version and package_version set, everything else (comments) kept."""
-    lines = text.splitlines(keepends=True)
-    top = next((i for i, line in enumerate(lines) if line.lstrip().startswith("[")), len(lines))
-    head, rest = "".join(lines[:top]), "".join(lines[top:])
-    for key, value in (("version", version), ("package_version", pin)):
-        string = json.dumps(value)
-        line = re.compile(rf'^({key}\s*=\s*)(?:"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'|[^#\n]*?)(\s*(?:#.*)?)$', re.M)
-        if line.search(head):
-            head = line.sub(lambda m: m.group(1) + string + m.group(2), head, count=1)
-        else:
-            head = head.rstrip("\n") + f"\n{key} = {string}\n" + ("\n" if rest else "")
-    out = head + rest
-
-    doc = tomllib.loads(out)
-    if doc.get("version") != version or doc.get("package_version") != pin:
-        raise BadInput(f"cannot set version and package_version in {MANIFEST}", "set them by hand, then run again")
-    return out
+    return authoring.set_keys(text, {"version": version, "package_version": pin})
 
 
-class _Left:
-    """The new release as the scratch directory keeps it (the files the port touches)."""
+class _Verified:
+    """The new release as its wheel has it, every file checked against the wheel's own RECORD."""
 
-    def __init__(self, pending: portdir.Pending) -> None:
-        self.pending = pending
-        self.version = pending.new
-        self._modes = {f["path"]: f["release_mode"] for f in pending.files}
+    def __init__(self, wheel: wheels.Wheel) -> None:
+        self.wheel = wheel
+        self.version = wheel.version
 
     def site_file(self, rel: str) -> tuple[bytes, int] | None:
-        data = self.pending.release(rel)
-        return None if data is None else (data, self._modes.get(rel) or 0o644)
+        return self.wheel.verified_file(rel)
 
     def site_names(self) -> set[str]:
-        return set(self._modes)
+        return self.wheel.site_names()
+
+
+def _new_release(stack: contextlib.ExitStack, ws: Workspace, ps: PatchSet, pending: portdir.Pending) -> wheels.Wheel:
+    """The wheel of the release a stopped port goes to: the one it used, else found again as port finds it."""
+    if pending.wheel and Path(pending.wheel).is_file():
+        w = stack.enter_context(wheels.Wheel(Path(pending.wheel)))
+        if wheels.same_version(w.version, pending.new):
+            return _fitting(w, ps, pending.wheel)
+    return _fetch(stack, ws, ps, pending.new, None, [])[0]
 
 
 def finish(ws: Workspace, name: str, as_json: bool) -> int:
@@ -341,25 +334,31 @@ def finish(ws: Workspace, name: str, as_json: bool) -> int:
         raise Refused(f"patchsets/{name} changed since the port to {pending.package} {pending.new} began "
                       f"({name}@{pending.from_version} then, {ps.ident} now)",
                       f"run `patchkeeper port {name} --to {pending.new}` again")
-    files, unresolved = [], []
-    for entry in pending.files:
-        result = pending.result(entry["path"])
-        marks = merge3.marker_lines(result.decode(*_ENC)) if result is not None else []
-        if marks:
-            unresolved.append(f"{pending.directory}/files/{entry['path']}: conflict markers at line(s) "
-                              + ", ".join(map(str, marks[:6])) + (" …" if len(marks) > 6 else ""))
-        files.append(porting.FilePort(entry["origin"], (entry["patch"],), entry["kind"], "resolved", (), result,
-                                      pending.release(entry["path"]), entry["release_mode"], entry["new_mode"],
-                                      renamed_to=entry["path"] if entry["path"] != entry["origin"] else None))
-    patches: tuple[tuple[str, bytes], ...] = ()
-    dropped: tuple[str, ...] = ()
-    problems: list[str] = []
-    if not unresolved:
-        patches, dropped = porting.regenerate(files, pending.order)
-        problems, _ = porting.check(patches, _Left(pending), files)
+    with contextlib.ExitStack() as stack:
+        release = _Verified(_new_release(stack, ws, ps, pending))
+        files, unresolved, notes = [], [], []
+        for entry in pending.files:
+            result = pending.result(entry["path"])
+            marks = merge3.marker_lines(result.decode(*_ENC)) if result is not None else []
+            if marks:
+                unresolved.append(f"{pending.directory}/files/{entry['path']}: conflict markers at line(s) "
+                                  + ", ".join(map(str, marks[:6])) + (" …" if len(marks) > 6 else ""))
+            got = release.site_file(entry["path"])  # the wheel's bytes, never the editable copy in release/
+            if pending.release(entry["path"]) != (got[0] if got else None):
+                notes.append(f"{pending.directory}/release/{entry['path']} is not {pending.package} {pending.new}'s "
+                             "file: left aside; the patches are written against the wheel's")
+            files.append(porting.FilePort(entry["origin"], (entry["patch"],), entry["kind"], "resolved", (), result,
+                                          got[0] if got else None, got[1] if got else None, entry["new_mode"],
+                                          renamed_to=entry["path"] if entry["path"] != entry["origin"] else None))
+        patches: tuple[tuple[str, bytes], ...] = ()
+        dropped: tuple[str, ...] = ()
+        problems: list[str] = []
+        if not unresolved:
+            patches, dropped = porting.regenerate(files, pending.order)
+            problems, _ = porting.check(patches, release, files)
     doc: dict = {"patchset": f"{name}@{pending.from_version}", "package": pending.package, "from": pending.old,
                  "to": pending.new, "unresolved": unresolved, "problems": problems, "dropped": list(dropped),
-                 "scratch": str(pending.directory), "written": None}
+                 "scratch": str(pending.directory), "written": None, "notes": notes}
     if not unresolved and not problems:
         doc["written"] = _save(ws, ps, patches, pending.new, pending.bump)
         portdir.remove(ws.root, name)
@@ -368,6 +367,9 @@ def finish(ws: Workspace, name: str, as_json: bool) -> int:
         return 0 if doc["written"] else 1
     for line in unresolved:
         print(f"unresolved: {line}")
+    if not doc["written"]:
+        for note in notes:
+            print(f"note: {note}")
     for p in problems:
         print(f"problem: {p}")
     if not doc["written"]:
@@ -376,6 +378,6 @@ def finish(ws: Workspace, name: str, as_json: bool) -> int:
         return 1
     for d in dropped:
         print(f"dropped {d}: nothing of it is left to change in {pending.package} {pending.new}")
-    _render_end({**doc, "outcome": "ported", "notes": []})
+    _render_end({**doc, "outcome": "ported"})
     print(f"finished the port left in {pending.directory} (removed)")
     return 0

@@ -172,6 +172,8 @@ def report_saved(ws: Workspace, saved: authoring.Saved, files: int, roles: int) 
     was = f" (was {saved.previous})" if saved.previous else ""
     print(f"{saved.status} {saved.ident}{was} in {where}: {files} file(s)"
           + (f", {roles} role file(s)" if roles else "") + f"; digest {saved.digest}")
+    if saved.kept:
+        print(f"kept {saved.ident.partition('@')[0]}@{saved.previous} in patchsets/{saved.kept}")
     commit = commit_patchset(ws, saved)
     if commit:
         print(f"committed {where.relative_to(ws.root)}/ to the workspace's git repository as {commit[:12]} "
@@ -184,4 +186,5 @@ def commit_patchset(ws: Workspace, saved: authoring.Saved) -> str | None:
     apply that names this version can name the commit holding it; returns the commit, if one was made."""
 
     directory = ws.patchsets_dir / saved.ident.partition("@")[0]
-    return history.commit_paths(ws.root, [directory], f"patch set {saved.ident}: {saved.status} by patchkeeper\n")
+    kept = [ws.patchsets_dir / saved.kept] if saved.kept else []  # the version it replaced, kept beside
+    return history.commit_paths(ws.root, [directory, *kept], f"patch set {saved.ident}: {saved.status} by patchkeeper\n")

@@ -9,6 +9,8 @@ from ..change.show_plan import render_not_mirrored
 
 
 def recover(ws: Workspace, target: str | None) -> int:
+    for line in ws.recovered:  # the workspace's own: a save of a patch set, finished as the command began
+        print(f"patchsets: {line}")
     with Session(ws, target, "recover") as s:
         s.warn_installation()
         s.ledger.entries()  # a damaged entry is an error of its own, not a copy that could not be made

@@ -6,7 +6,7 @@ import json
 import re
 from typing import Any
 
-from ..patchset import patching, patchset, templates
+from ..patchset import patchset, saving, templates
 from ..workspace import Workspace
 from . import emit_json
 from ..checks import units
@@ -50,25 +50,28 @@ def show(ws: Workspace, name: str, as_json: bool) -> int:
     ps = patchset.load(ws.patchsets_dir, name)
     directory = ws.patchsets_dir / name
     stats: list[dict[str, Any]] = []
-    for origin, _ in ps.patches:
-        text = (directory / origin).read_bytes().decode("utf-8", "surrogateescape")
-        kinds = {fp.path: (fp.kind, fp.new_mode) for fp in patching.parse(text, origin)}
-        for path, added, removed in patching.diffstat(text):
-            path = path.removeprefix("a/").removeprefix("b/")
-            kind, mode = kinds.get(path, ("modify", None))
-            stats.append({"patch": origin, "path": path, "added": added, "removed": removed, "kind": kind,
-                          "mode": f"{mode:o}" if mode is not None else None})
+    for origin, fps in ps.patches:
+        for fp in fps:
+            stats.append({"patch": origin, "path": fp.path, "added": fp.added, "removed": fp.removed, "kind": fp.kind,
+                          "mode": f"{fp.new_mode:o}" if fp.new_mode is not None else None,
+                          **({"source": fp.source} if fp.source is not None else {}),
+                          **({"binary": True} if fp.binary is not None else {})})
     where = applied_on(ws, name)
     for w in where:
         w["current"] = w["digest"] == ps.digest
+    kept = saving.kept(ws.patchsets_dir, name)
     if as_json:
-        emit_json({**ps.summary(), "diffstat": stats, "applied_on": where, "exec_start": _exec_starts(ps)})
+        emit_json({**ps.summary(), "diffstat": stats, "applied_on": where, "exec_start": _exec_starts(ps),
+                   "kept": kept})
         return 0
     print(f"{ps.ident}  {ps.description}")
     print(f"  package   {ps.package}{ps.package_version or ' (any version)'}")
     print(f"  group     {ps.group or '-'}")
     print(f"  requires  {', '.join(ps.requires) or '-'}")
     print(f"  digest    {ps.digest}")
+    if kept:
+        print(f"  kept      {', '.join(f'{name}@{v}' for v in kept)}: the versions it replaced, highest first, "
+              f"in patchsets/{saving.HISTORY}/{name}/VERSION/")
     print(f"  files     {', '.join(sorted(p.name for p in directory.rglob('*') if p.is_file()))}")
     for role, data in ps.files:
         print(f"  role      @{role}: {len(data)} bytes" + (" (a template)" if templates.names(data) else "")
@@ -85,8 +88,9 @@ def show(ws: Workspace, name: str, as_json: bool) -> int:
               if var == "python" else f"  variable  {var} ({kind}): no default, set it in [targets.NAME.vars]")
     width = max((len(s["path"]) for s in stats), default=0)
     for s in stats:
-        tag = {"add": " (new)", "delete": " (deleted)"}.get(s["kind"], "")
-        mode_text = f" mode {s['mode']}" if s["mode"] and s["kind"] == "modify" else ""
+        tag = {"add": " (new)", "delete": " (deleted)", "rename": f" (renamed from {s.get('source')})",
+               "copy": f" (copied from {s.get('source')})"}.get(s["kind"], "") + (" (binary)" if s.get("binary") else "")
+        mode_text = f" mode {s['mode']}" if s["mode"] and s["kind"] in ("modify", "rename", "copy") else ""
         print(f"  {s['path']:{width}}  +{s['added']:<4} -{s['removed']:<4}{tag}{mode_text}")
     print(f"  {len(stats)} file(s), +{sum(s['added'] for s in stats)} -{sum(s['removed'] for s in stats)}")
     if not where:

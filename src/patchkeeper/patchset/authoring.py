@@ -1,17 +1,17 @@
-"""Write patchsets/<name>/ whole and atomically, under the version rules (bump to change content)."""
+"""Write patchsets/<name>/ whole, under the version rules (bump to change content); saving.py puts it in place."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
+import tomllib
 import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import BadInput, Refused
-from . import patchset
+from . import patchset, saving
 from .patchset import MANIFEST, PatchSet
 from .varspec import VarType
 
@@ -45,6 +45,7 @@ class Saved:
     digest: str
     status: str  # created | updated | unchanged
     previous: str | None = None  # the version it replaced
+    kept: str | None = None  # where that version is kept, relative to patchsets/ (.history/NAME/VERSION)
 
 
 def check_name(name: str) -> None:
@@ -104,6 +105,28 @@ def _var_line(key: str, vartype: VarType | None, default: str | None) -> str:
     return f"{key} = {{ {', '.join(parts)} }}"
 
 
+def set_keys(text: str, values: dict[str, str]) -> str:
+    """patchset.toml with top-level string keys set, everything else ([vars], [files], comments) kept."""
+    lines = text.splitlines(keepends=True)
+    top = next((i for i, line in enumerate(lines) if line.lstrip().startswith("[")), len(lines))
+    head, rest = "".join(lines[:top]), "".join(lines[top:])
+    for key, value in values.items():
+        string = _toml_str(value)
+        line = re.compile(rf'^({key}\s*=\s*)(?:"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'|[^#\n]*?)(\s*(?:#.*)?)$', re.M)
+        if line.search(head):
+            head = line.sub(lambda m: m.group(1) + string + m.group(2), head, count=1)
+        else:
+            head = head.rstrip("\n") + f"\n{key} = {string}\n" + ("\n" if rest else "")
+    out = head + rest
+    try:
+        doc = tomllib.loads(out)
+    except tomllib.TOMLDecodeError:
+        doc = {}
+    if any(doc.get(key) != value for key, value in values.items()):
+        raise BadInput(f"cannot set {', '.join(values)} in {MANIFEST}", "set them by hand, then run again")
+    return out
+
+
 def contents(d: Draft, version: str) -> dict[str, bytes]:
     if d.extra_files:
         return dict(d.extra_files)
@@ -126,31 +149,30 @@ def inherit(d: Draft, existing: PatchSet | None) -> Draft:
                    types=d.types if d.types is not None else existing.types or None)
 
 
-def _write_dir(directory: Path, files: dict[str, bytes]) -> None:
-    directory.mkdir(parents=True)
-    for rel, data in files.items():
-        path = directory / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-
-
 def save(root: Path, d: Draft, bump_part: str | None = None, version: str | None = None) -> Saved:
     """Write the draft as patchsets/<name>/. Changed content needs a higher version (bump or given)."""
     from packaging.version import InvalidVersion, Version  # lazy: tens of ms to import, off the fast paths
 
     check_name(d.name)
-    existing = patchset.load(root, d.name) if (root / d.name / MANIFEST).is_file() else None
-    d = inherit(d, existing)
     if version is not None:
         try:
             Version(version)
         except InvalidVersion:
             raise BadInput(f"version {version!r} is not a PEP 440 version", "use e.g. 1.2.0") from None
-    same_version = version or (existing.version if existing else FIRST_VERSION)
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = root / f".{d.name}.pk-new-{uuid.uuid4().hex[:8]}"
+    with saving.locked(root):  # one save at a time: what is there is read, compared and replaced alone
+        existing = patchset.load(root, d.name) if (root / d.name / MANIFEST).is_file() else None
+        d = inherit(d, existing)
+        same_version = version or (existing.version if existing else FIRST_VERSION)
+        return _save(root, d, existing, same_version, bump_part, version)
+
+
+def _save(root: Path, d: Draft, existing: PatchSet | None, same_version: str, bump_part: str | None,
+          version: str | None) -> Saved:
+    from packaging.version import Version  # lazy: tens of ms to import, off the fast paths
+
+    tmp = saving.new_dir(root, d.name, uuid.uuid4().hex[:8])
     try:
-        _write_dir(tmp, contents(d, same_version))
+        saving.write_dir(tmp, contents(d, same_version))
         digest = patchset.digest_dir(tmp)
         if existing is not None and digest == existing.digest:
             return Saved(existing.ident, digest, "unchanged")
@@ -167,14 +189,11 @@ def save(root: Path, d: Draft, bump_part: str | None = None, version: str | None
                               "give a higher version, or --bump")
             if new_version != same_version:
                 shutil.rmtree(tmp)
-                _write_dir(tmp, contents(d, new_version))
+                saving.write_dir(tmp, contents(d, new_version))
                 digest = patchset.digest_dir(tmp)
-            old = root / f".{d.name}.pk-old-{uuid.uuid4().hex[:8]}"
-            os.rename(root / d.name, old)
-            os.rename(tmp, root / d.name)
-            shutil.rmtree(old)
-            return Saved(f"{d.name}@{new_version}", digest, "updated", existing.version)
-        os.rename(tmp, root / d.name)
+            kept = saving.put(root, d.name, tmp, existing.version)
+            return Saved(f"{d.name}@{new_version}", digest, "updated", existing.version, kept)
+        saving.put(root, d.name, tmp, None)
         return Saved(f"{d.name}@{same_version}", digest, "created")
     finally:
         if tmp.exists():

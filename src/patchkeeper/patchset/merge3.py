@@ -1,12 +1,17 @@
-"""A three-way merge of lines (diff3): stretches of a base file and what two sides made of each."""
+"""Three-way merges: git merge-file's text of a file's merge, and the stretches (diff3 chunks) port classifies hunks by."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import tempfile
 from dataclasses import dataclass
 from typing import Sequence
 
+from ..errors import BadInput
 from .diffwrite import opcodes
+from .patching import split_lines
 
 STABLE, OURS, THEIRS, SAME, CONFLICT = "stable", "ours", "theirs", "same", "conflict"
 
@@ -85,30 +90,94 @@ def _block(lines: tuple[str, ...]) -> list[str]:
     return out
 
 
-def merged(chunks: list[Chunk], labels: tuple[str, str, str]) -> tuple[str, int]:
-    """The merge's text, each conflict written between diff3 markers (git merge-file --diff3's
-    form; labels: ours, base, theirs), and how many conflicts there are."""
-    out: list[str] = []
-    conflicts = 0
-    for c in chunks:
-        kind = c.kind
-        if kind == CONFLICT:
-            conflicts += 1
-            out += [f"<<<<<<< {labels[0]}\n", *_block(c.ours), f"||||||| {labels[1]}\n", *_block(c.base),
-                    "=======\n", *_block(c.theirs), f">>>>>>> {labels[2]}\n"]
-        else:
-            out += c.theirs if kind == THEIRS else c.ours
-    return "".join(out), conflicts
+def whole_conflict(base: tuple[str, ...], ours: tuple[str, ...], theirs: tuple[str, ...],
+                   labels: tuple[str, str, str]) -> str:
+    """A whole file as one conflict between diff3 markers (a file both sides added, or one side
+    deleted and the other changed: git leaves those to the tree level, merge-file has no form for them)."""
+    return "".join([f"<<<<<<< {labels[0]}\n", *_block(ours), f"||||||| {labels[1]}\n", *_block(base),
+                    "=======\n", *_block(theirs), f">>>>>>> {labels[2]}\n"])
+
+
+def merge_file(base: bytes, ours: bytes, theirs: bytes, labels: tuple[str, str, str]) -> tuple[bytes, int]:
+    """The merge as `git merge-file -p --diff3` writes it (labels: ours, base, theirs), and how many
+    conflicts it has: git's own bytes, so a port resolves what `git merge` would leave to resolve."""
+    with tempfile.TemporaryDirectory(prefix="pk-merge-") as tmp:
+        paths = []
+        for name, data in (("ours", ours), ("base", base), ("theirs", theirs)):
+            path = os.path.join(tmp, name)
+            with open(path, "wb") as f:
+                f.write(data)
+            paths.append(path)
+        try:
+            proc = subprocess.run(["git", "merge-file", "-p", "--diff3", "-L", labels[0], "-L", labels[1],
+                                   "-L", labels[2], *paths], capture_output=True, stdin=subprocess.DEVNULL)
+        except OSError as exc:
+            raise BadInput(f"cannot run git merge-file: {exc.strerror or exc}",
+                           "install git (patchkeeper needs it, as GitPython does)") from None
+    if not 0 <= proc.returncode <= 127:  # git's own failure (a binary file...): -1, seen as 255
+        said = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise BadInput(f"git merge-file failed: {said[-1] if said else f'exit {proc.returncode}'}",
+                       "merge that file by hand, or leave it out of the patch set")
+    # the exit code counts conflicts up to 127; past that the markers are counted
+    n = proc.returncode if proc.returncode < 127 else proc.stdout.count(b"\n<<<<<<< ") + proc.stdout.startswith(b"<<<<<<< ")
+    return proc.stdout, n
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """One conflict of a merge's text: what ours, base and theirs have there."""
+
+    ours: tuple[str, ...]
+    base: tuple[str, ...]
+    theirs: tuple[str, ...]
+
+
+def conflicts(text: str) -> list[Conflict]:
+    """The conflicts of a merge written with diff3 markers, in order."""
+    return [Conflict(*(tuple(split_lines(m.group(k))) for k in (1, 2, 3))) for m in _CONFLICT.finditer(text)]
+
+
+def spans(found: list[Conflict], base: Sequence[str], ours: Sequence[str], ours_map: dict[int, int]
+          ) -> list[tuple[int, int]]:
+    """The lines of base [start, stop) each conflict stands in place of, found in order: by its base
+    lines where it has some, else (both sides inserted there) by where its ours lines are."""
+    out = []
+    at_base = at_ours = 0
+    back = sorted((j, i) for i, j in ours_map.items())
+    for c in found:
+        if c.base:
+            start = _find(base, c.base, at_base)
+            if start is None:
+                continue
+            out.append((start, start + len(c.base)))
+            at_base = start + len(c.base)
+        elif c.ours:
+            p = _find(ours, c.ours, at_ours)
+            if p is None:
+                continue
+            start = max((i + 1 for j, i in back if j < p), default=0)
+            out.append((start, start))
+            at_ours, at_base = p + len(c.ours), max(at_base, start)
+    return out
+
+
+def _find(lines: Sequence[str], run: tuple[str, ...], start: int) -> int | None:
+    """Where `run` first stands in `lines` from `start` (a last line git ended before a marker matches its own)."""
+    want = [line.removesuffix("\n") for line in run]
+    for i in range(start, len(lines) - len(run) + 1):
+        if [line.removesuffix("\n") for line in lines[i:i + len(run)]] == want:
+            return i
+    return None
 
 
 MARKERS = ("<<<<<<< ", "||||||| ", ">>>>>>> ")
-_CONFLICT = re.compile(r"^<<<<<<< [^\n]*\n(.*?)^\|\|\|\|\|\|\| [^\n]*\n.*?^=======\n(.*?)^>>>>>>> [^\n]*\n", re.M | re.S)
+_CONFLICT = re.compile(r"^<<<<<<< [^\n]*\n(.*?)^\|\|\|\|\|\|\| [^\n]*\n(.*?)^=======\n(.*?)^>>>>>>> [^\n]*\n", re.M | re.S)
 
 
 def taking(text: str, side: str) -> str:
     """The merge with each conflict settled for one side ("ours" or "theirs"): what the file is
     where the merge is sure, the rest as that side has it."""
-    return _CONFLICT.sub(lambda m: m.group(1 if side == "ours" else 2), text)
+    return _CONFLICT.sub(lambda m: m.group(1 if side == "ours" else 3), text)
 
 
 def marker_lines(text: str) -> list[int]:

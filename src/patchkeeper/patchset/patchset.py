@@ -9,7 +9,7 @@ from pathlib import Path
 from ..errors import BadInput
 from ..host.disk import hash_bytes
 from ..workspace import VAR_NAME, TargetConfig, value_text
-from . import patching, templates, varspec
+from . import gitdiff, patching, templates, varspec
 import difflib
 import re
 
@@ -48,8 +48,9 @@ class PatchSet:
 
     @property
     def paths(self) -> tuple[str, ...]:
-        """Every site-packages path the patch set touches, in first-touched order."""
-        return tuple(dict.fromkeys(fp.path for _, fps in self.patches for fp in fps))
+        """Every site-packages path the patch set touches (a rename's source too), in first-touched order."""
+        return tuple(dict.fromkeys(p for _, fps in self.patches for fp in fps
+                                   for p in ((fp.source, fp.path) if fp.source is not None else (fp.path,))))
 
     @property
     def variables(self) -> tuple[str, ...]:
@@ -185,9 +186,11 @@ def load(root: Path, name: str) -> PatchSet:
     patches = []
     for diff in sorted(directory.glob("*.patch")):
         _cap(diff, MAX_PATCH)
-        file_patches = patching.parse(diff.read_bytes().decode("utf-8", "surrogateescape"), str(diff))
+        file_patches = gitdiff.parse(diff.read_bytes().decode("utf-8", "surrogateescape"), str(diff))
         for fp in file_patches:
             check_relative(fp.path, str(diff))
+            if fp.source is not None:
+                check_relative(fp.source, str(diff))
         patches.append((diff.name, file_patches))
     return PatchSet(
         name=name, version=doc["version"], description=doc.get("description", ""),

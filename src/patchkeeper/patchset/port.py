@@ -7,11 +7,11 @@ is written; the command decides what to do with the result."""
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol, Sequence
 
 from ..errors import BadInput, HunkFailed
-from . import diffwrite, merge3, patching
+from . import diffwrite, gitdiff, merge3, patching
 from .patching import FilePatch, Hunk, split_lines
 from .patchset import PatchSet
 
@@ -95,6 +95,10 @@ def port(ps: PatchSet, old: Release, new: Release, labels: tuple[str, str, str])
     touches: dict[str, list[tuple[str, FilePatch]]] = {}
     for origin, fps in ps.patches:
         for fp in fps:
+            if fp.source is not None or fp.binary is not None:
+                raise BadInput(f"{ps.ident}: {origin} {'renames or copies' if fp.binary is None else 'is a binary patch of'} "
+                               f"{fp.path}, which port does not merge yet",
+                               "port the set's text patches alone, or make the set again for the new release")
             touches.setdefault(fp.path, []).append((origin, fp))
     added = _Added(old, new)
     files = tuple(port_file(path, steps, old, new, labels, added) for path, steps in touches.items())
@@ -189,7 +193,7 @@ def _file_outcome(hunks: Sequence[HunkPort]) -> str:
 def _combined(path: str, base: bytes, ours: bytes) -> FilePatch:
     """A file several patch files change: their sum, as one file patch written against base."""
     text = diffwrite.file_diff(diffwrite.Change(path, base, ours, 0o644, 0o644)).decode(*_ENC)
-    return patching.parse(text, path)[0] if text else FilePatch(path, "modify", None, ())
+    return gitdiff.parse(text, path)[0] if text else FilePatch(path, "modify", None, ())
 
 
 def _whole(base: bytes | None, ours: bytes | None, theirs: bytes, labels: tuple[str, str, str]) -> tuple[bytes, int]:
@@ -197,23 +201,27 @@ def _whole(base: bytes | None, ours: bytes | None, theirs: bytes, labels: tuple[
     def lines(data: bytes | None) -> tuple[str, ...]:
         return tuple(split_lines(data.decode(*_ENC))) if data else ()
 
-    b = lines(base)
-    text, n = merge3.merged([merge3.Chunk(0, len(b), b, lines(ours), lines(theirs), 0)], labels)
-    return text.encode(*_ENC), n
+    return merge3.whole_conflict(lines(base), lines(ours), lines(theirs), labels).encode(*_ENC), 1
 
 
 def merge(base: bytes, fp: FilePatch, theirs: bytes, labels: tuple[str, str, str],
           origin: str) -> tuple[bytes, int, tuple[HunkPort, ...]]:
-    """Three-way merge of one file: (its bytes, markers where it conflicts; how many conflicts; each
-    hunk's outcome). Ours is base with fp's hunks, so their lines are matched to base exactly."""
+    """Three-way merge of one file: (its bytes as git merge-file writes them, diff3 markers where it
+    conflicts; how many conflicts; each hunk's outcome). A hunk conflicts where git's merge does; the
+    other outcomes come from diff3's chunks, ours matched to base exactly by fp's hunks."""
     b_lines = split_lines(base.decode(*_ENC))
     t_lines = split_lines(theirs.decode(*_ENC))
-    offsets = patching.apply(fp, base, origin).offsets
-    o_lines, o_map, spans = _ours(b_lines, fp.hunks, offsets)
+    applied = patching.apply(fp, base, origin)
+    o_lines, o_map, spans = _ours(b_lines, fp.hunks, applied.offsets)
+    assert applied.data is not None  # a modified file
+    data, conflicts = merge3.merge_file(base, applied.data, theirs, labels)
+    found = merge3.spans(merge3.conflicts(data.decode(*_ENC)), b_lines, o_lines, o_map) if conflicts else []
     chunks = merge3.diff3(b_lines, o_lines, t_lines, o_map)
-    text, conflicts = merge3.merged(chunks, labels)
-    hunks = tuple(_classify(h, span, chunks, fp, theirs) for h, span in zip(fp.hunks, spans))
-    return text.encode(*_ENC), conflicts, hunks
+    hunks = tuple(_classify(h, span, chunks, found, fp, theirs) for h, span in zip(fp.hunks, spans))
+    if conflicts and not any(h.outcome == CONFLICT for h in hunks):  # not placed: every hunk is in question
+        hunks = tuple(replace(h, outcome=CONFLICT, offset=None, note="git's merge conflicts in this file")
+                      for h in hunks)
+    return data, conflicts, hunks
 
 
 def _ours(base: list[str], hunks: tuple[Hunk, ...], offsets: tuple[int, ...]
@@ -241,17 +249,17 @@ def _ours(base: list[str], hunks: tuple[Hunk, ...], offsets: tuple[int, ...]
     return out, kept, spans
 
 
-def _classify(hunk: Hunk, span: tuple[int, int], chunks: list[merge3.Chunk], fp: FilePatch,
-              theirs: bytes) -> HunkPort:
+def _classify(hunk: Hunk, span: tuple[int, int], chunks: list[merge3.Chunk], conflicts: list[tuple[int, int]],
+              fp: FilePatch, theirs: bytes) -> HunkPort:
     start, stop = span
     lines = _hunk_lines(hunk)
-    mine = {c.kind for c in chunks if c.ours != c.base and c.start <= stop and c.stop >= start}
-    if merge3.CONFLICT in mine:
+    if any(a <= stop and b >= start for a, b in conflicts):
         return HunkPort(hunk.header, CONFLICT, None, lines, "the new release changed these lines otherwise")
+    mine = {c.kind for c in chunks if c.ours != c.base and c.start <= stop and c.stop >= start}
     if mine == {merge3.SAME}:
         return HunkPort(hunk.header, UPSTREAM, None, lines, "the new release has this change")
     partly = "; part of it the new release makes itself" if merge3.SAME in mine else ""
-    if any(c.theirs != c.base and c.touches(start, stop) for c in chunks):
+    if merge3.CONFLICT in mine or any(c.theirs != c.base and c.touches(start, stop) for c in chunks):
         return HunkPort(hunk.header, MERGED, None, lines, "the new release changed its context" + partly)
     offset = patching.check(FilePatch(fp.path, "modify", None, (hunk,)), theirs)[0].offset
     if offset is None:  # its context is intact but found elsewhere first: the merge placed it
@@ -308,7 +316,7 @@ def check(patches: Sequence[tuple[str, bytes]], new: Release, files: Sequence[Fi
     problems = []
     made: dict[str, bytes | None] = {}
     for name, diff in patches:
-        for fp in patching.parse(diff.decode(*_ENC), name):
+        for fp in gitdiff.parse(diff.decode(*_ENC), name):
             got = new.site_file(fp.path)
             current = made[fp.path] if fp.path in made else (got[0] if got else None)
             try:

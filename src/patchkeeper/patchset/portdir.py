@@ -2,7 +2,8 @@
 
 <workspace>/port/<name>/ holds port.json (what was ported from and to, and each file), files/<path>
 (each ported file as the merge made it, diff3 markers where it conflicts: the copy a person edits)
-and release/<path> (the new release's bytes, which the patches are written against)."""
+and release/<path> (the new release's bytes, to read: finishing writes and checks the patches
+against the wheel's own bytes, verified against its RECORD)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ class Pending:
     bump: str
     order: tuple[str, ...]  # the patch files, in order
     files: tuple[dict, ...]  # path (where it lands), origin, patch, kind, outcome, release_mode, new_mode
+    wheel: str | None = None  # the new release's wheel as the port found it (finishing re-reads the release there)
 
     def result(self, path: str) -> bytes | None:
         """The file as the person left it in files/ (None: removed, the ported set deletes it)."""
@@ -92,7 +94,7 @@ def load(ws_root: Path, name: str) -> Pending:
             raise ValueError("a patch file name that is not one of the patch set's")
         return Pending(directory, name, str(doc["from_version"]), str(doc["from_digest"]), str(doc["package"]),
                        str(doc["old"]), str(doc["new"]), str(doc["bump"]), tuple(doc["order"]),
-                       tuple(dict(f) for f in doc["files"]))
+                       tuple(dict(f) for f in doc["files"]), str(doc["wheel"]) if doc.get("wheel") else None)
     except (ValueError, KeyError, TypeError) as exc:
         raise BadInput(f"{path} is damaged: {exc}", f"run `patchkeeper port {name} --to VERSION` again") from None
 

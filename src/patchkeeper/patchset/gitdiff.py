@@ -1,0 +1,283 @@
+"""Read a diff into file patches the way `git apply` reads it (apply.c: parse_chunk, the git header
+table, parse_fragment, parse_binary): git's extended headers (modes, renames, copies, binary
+patches), quoted and spaced names, and the traditional `---`/`+++` form; mail text around is skipped."""
+
+from __future__ import annotations
+
+import re
+
+from ..errors import BadInput
+from . import gitbinary
+from .patching import FilePatch, Hunk, unquote
+
+_HUNK = re.compile(r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+_BINARY_HEAD = re.compile(r"(literal|delta) (\d+)")
+_INDEX = re.compile(r"([0-9a-f]+)\.\.([0-9a-f]+)(?: [0-7]+)?")
+_HEADERS = ("old mode ", "new mode ", "deleted file mode ", "new file mode ", "copy from ", "copy to ",
+            "rename old ", "rename new ", "rename from ", "rename to ", "similarity index ",
+            "dissimilarity index ", "index ", "--- ", "+++ ")  # apply.c's table; anything else ends the header
+_REDO = "write the diff again with git diff (--binary for binary files)"
+
+
+def parse(text: str, origin: str) -> tuple[FilePatch, ...]:
+    """Every file patch of a diff as `git diff` (or `diff -u`, or `git format-patch`) writes it;
+    BadInput naming `origin` when it is not one."""
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    out: list[FilePatch] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("diff --git "):
+            _refuse_crlf(line, i, origin)
+            i = _git_patch(lines, i, origin, out)
+        elif (line.startswith("--- ") and lines[i + 1:i + 2] and lines[i + 1].startswith("+++ ")
+              and lines[i + 2:i + 3] and lines[i + 2].startswith("@@ -")):
+            _refuse_crlf(line, i, origin)
+            i = _traditional_patch(lines, i, origin, out)
+        else:
+            i += 1  # mail headers, the commit message, a signature: git skips them too
+    if not out and text.strip():
+        raise BadInput(f"{origin}: no file changes found in the diff", "regenerate it with git diff")
+    return tuple(out)
+
+
+def _git_patch(lines: list[str], i: int, origin: str, out: list[FilePatch]) -> int:
+    """One `diff --git` section: its extended headers, then hunks or a binary patch."""
+    where = f"{origin}:{i + 1}"
+    names = _header_names(lines[i][len("diff --git "):])
+    head: dict[str, str] = {}
+    i += 1
+    while i < len(lines):
+        line = lines[i]
+        key = next((k for k in _HEADERS if line.startswith(k)), None)
+        if key is None:
+            break
+        head[key] = line[len(key):]
+        i += 1
+    old = new = None
+    if names is not None:
+        old, new = _strip(names[0], where), _strip(names[1], where)
+    for key in ("rename from ", "rename old ", "copy from "):
+        if key in head:
+            old = unquote(head[key])
+    for key in ("rename to ", "rename new ", "copy to "):
+        if key in head:
+            new = unquote(head[key])
+    if "--- " in head and not ("rename from " in head or "rename old " in head or "copy from " in head):
+        old = _side(head["--- "], where) or old
+    if "+++ " in head and not ("rename to " in head or "rename new " in head or "copy to " in head):
+        new = _side(head["+++ "], where) or new
+    if old is None and new is None:
+        raise BadInput(f"{where}: the git header names no file (`{lines[i - len(head) - 1][:80]}`)", _REDO)
+    copy = "copy from " in head
+    rename = not copy and any(k in head for k in ("rename from ", "rename old "))
+    added = "new file mode " in head or head.get("--- ") == "/dev/null"
+    deleted = "deleted file mode " in head or head.get("+++ ") == "/dev/null"
+    kind = "add" if added else "delete" if deleted else "copy" if copy else "rename" if rename else "modify"
+    path = (old if kind == "delete" else new) or old or new
+    assert path is not None
+    source = old if kind in ("rename", "copy") else None
+    if kind == "modify" and old is not None and new is not None and old != new:
+        raise BadInput(f"{where}: the diff changes {old!r} into {new!r} without a rename header", _REDO)
+    for key in ("old mode ", "new mode ", "deleted file mode ", "new file mode "):
+        if key in head:
+            _mode(head[key], path, origin)
+    new_mode = next((_mode(head[k], path, origin) for k in ("new mode ", "new file mode ") if k in head), None)
+    binary = None
+    hunks: tuple[Hunk, ...] = ()
+    counts = (0, 0)
+    if i < len(lines) and lines[i] == "GIT binary patch":
+        binary, i = _binary(lines, i + 1, head.get("index "), where)
+    elif i < len(lines) and lines[i].startswith("Binary files ") and lines[i].endswith(" differ"):
+        raise BadInput(f"{where}: {path} is a binary change without its bytes (a diff made without --binary)", _REDO)
+    elif i < len(lines) and lines[i].startswith("@@ -"):
+        hunks, counts, i = _hunks(lines, i, where, origin)
+    out.append(_checked(FilePatch(path, kind, new_mode, hunks, source, binary, *counts), origin))
+    return i
+
+
+def _traditional_patch(lines: list[str], i: int, origin: str, out: list[FilePatch]) -> int:
+    where = f"{origin}:{i + 1}"
+    old, new = _side(lines[i][4:], where), _side(lines[i + 1][4:], where)
+    kind = "add" if old is None else "delete" if new is None else "modify"
+    path = new if new is not None else old
+    if path is None:
+        raise BadInput(f"{where}: both sides are /dev/null", _REDO)
+    hunks, counts, i = _hunks(lines, i + 2, where, origin)
+    out.append(_checked(FilePatch(path, kind, None, hunks, None, None, *counts), origin))
+    return i
+
+
+def _hunks(lines: list[str], i: int, where: str, origin: str) -> tuple[tuple[Hunk, ...], tuple[int, int], int]:
+    """The hunks from line i on, each read by its header's line counts, as parse_fragment does."""
+    hunks = []
+    added = removed = 0
+    end = len(lines)
+    while i < end and lines[i].startswith("@@ -"):
+        header = lines[i]
+        _refuse_crlf(header, i, origin)
+        m = _HUNK.match(header)
+        if m is None:
+            raise BadInput(f"{where}: not a unified diff: bad hunk header {header[:60]!r}", _REDO)
+        start = int(m.group(1))
+        left = int(m.group(2)) if m.group(2) is not None else 1
+        right = int(m.group(4)) if m.group(4) is not None else 1
+        old: list[str] = []
+        new: list[str] = []
+        i += 1
+        while left > 0 or right > 0:
+            if i >= end:
+                raise BadInput(f"{where}: not a unified diff: hunk {header.split(' @@')[0]} @@ ends early "
+                               "(at the end of the diff)", _REDO)
+            line = lines[i]
+            mark = line[:1]
+            if mark == "+":
+                new.append(line[1:] + "\n")
+                right -= 1
+                added += 1
+            elif mark == "-":
+                old.append(line[1:] + "\n")
+                left -= 1
+                removed += 1
+            elif mark == " " or not line:  # an empty line: an empty context line, as git reads it
+                value = line[1:] + "\n"
+                old.append(value)
+                new.append(value)
+                left -= 1
+                right -= 1
+            elif mark == "\\" and i > 0:
+                _no_newline(lines[i - 1], old, new)
+            else:
+                raise BadInput(f"{where}: not a unified diff: hunk {header.split(' @@')[0]} @@ ends early "
+                               f"(at {line[:40]!r})", _REDO)
+            i += 1
+        if left < 0 or right < 0:
+            raise BadInput(f"{where}: not a unified diff: hunk {header[:40]} holds more lines than it counts", _REDO)
+        if i < len(lines) and lines[i].startswith("\\"):
+            _no_newline(lines[i - 1], old, new)
+            i += 1
+        hunks.append(Hunk(f"@@ -{m.group(1)},{len(old)} +{m.group(3)},{len(new)} @@", start, tuple(old), tuple(new)))
+    return tuple(hunks), (added, removed), i
+
+
+def _refuse_crlf(line: str, i: int, where: str) -> None:
+    """A header line ending in a CR: the diff went through Windows line endings, which no reader takes."""
+    if line.endswith("\r"):
+        raise BadInput(f"{where}: has CRLF (Windows) line endings, "
+                       f"first on line {i + 1}: {line.strip()!r}",
+                       "convert it to LF endings (e.g. dos2unix), or write it again with git diff")
+
+
+def _no_newline(previous: str, old: list[str], new: list[str]) -> None:
+    """`\\ No newline at end of file` ends the line before it without its newline."""
+    sides = [old, new] if previous[:1] in (" ", "") else [old] if previous[:1] == "-" else [new]
+    for side in sides:
+        side[-1] = side[-1].removesuffix("\n")
+
+
+def _binary(lines: list[str], i: int, index: str | None, where: str) -> tuple[gitbinary.BinaryPatch, int]:
+    """`GIT binary patch`: the forward chunk (kept), then the reverse one (read past), each ended by an empty line."""
+    m = _INDEX.fullmatch(index or "")
+    if m is None or len(m.group(1)) != 40 or len(m.group(2)) != 40:
+        raise BadInput(f"{where}: a binary patch needs git's full index line (git diff --binary writes it)", _REDO)
+    chunks: list[gitbinary.BinaryPatch] = []
+    while i < len(lines) and len(chunks) < 2:
+        head = _BINARY_HEAD.fullmatch(lines[i])
+        if head is None:
+            break
+        start = i + 1
+        try:
+            i = lines.index("", start)  # the lines are checked as they are decoded, when applied
+        except ValueError:
+            i = len(lines)
+        chunks.append(gitbinary.BinaryPatch(head.group(1), int(head.group(2)), tuple(lines[start:i]),
+                                            m.group(1), m.group(2)))
+        i += 1  # the empty line
+    if not chunks:
+        raise BadInput(f"{where}: `GIT binary patch` without a literal or delta chunk", _REDO)
+    return chunks[0], i
+
+
+def _checked(fp: FilePatch, origin: str) -> FilePatch:
+    for name in (fp.path, fp.source or ""):
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            raise BadInput(f"{origin}: the file name {shown!r} is not UTF-8, which patchkeeper cannot name "
+                           "in its manifests", "rename the file to a UTF-8 name, or ship it another way") from None
+    return fp
+
+
+def _mode(text: str, path: str, origin: str) -> int:
+    try:
+        mode = int(text.strip(), 8)
+    except ValueError:
+        mode = -1
+    if mode < 0 or mode & 0o170000 != 0o100000:
+        raise BadInput(f"{origin}: {path} gets mode {text.strip()}, not a regular file's (100644, 100755)",
+                       "patchkeeper manages regular files only; ship a file's content instead")
+    return mode & 0o7777
+
+
+def _side(text: str, where: str) -> str | None:
+    """The name of a ---/+++ line, prefix stripped (None for /dev/null); a tab and what follows
+    (a timestamp, or git's mark of a name with a space) is not part of it."""
+    quoted = _quoted_head(text)
+    name = quoted[0] if quoted else text.split("\t", 1)[0]
+    return None if name == "/dev/null" else _strip(name, where)
+
+
+def _strip(name: str, where: str) -> str:
+    plain = unquote(name)
+    if not plain.startswith(("a/", "b/")):
+        raise BadInput(f"{where}: path {plain!r} lacks the a/ or b/ prefix of git diff",
+                       "write diffs relative to site-packages with git diff")
+    return plain[2:]
+
+
+def _quoted_head(text: str) -> tuple[str, str] | None:
+    """A quoted name at the start of `text` and what follows it, or None."""
+    if not text.startswith('"'):
+        return None
+    i = 1
+    while i < len(text):
+        if text[i] == "\\":
+            i += 2
+        elif text[i] == '"':
+            return text[:i + 1], text[i + 1:]
+        else:
+            i += 1
+    return None
+
+
+def _header_names(rest: str) -> tuple[str, str] | None:
+    """The two names of `diff --git A B` as written (bare or quoted), as git_header_name finds them:
+    a bare pair with spaces is split where both sides name the same path below their prefixes."""
+    first = _quoted_head(rest)
+    if first is not None:
+        tail = first[1][1:] if first[1].startswith(" ") else None
+        return (first[0], tail) if tail else None
+    at = rest.find(' "')
+    if at > 0 and rest.endswith('"') and _quoted_head(rest[at + 1:]) == (rest[at + 1:], ""):
+        return rest[:at], rest[at + 1:]
+    for at, c in enumerate(rest):
+        if c == " ":
+            a, b = rest[:at], rest[at + 1:]
+            if "/" in a and "/" in b and a.split("/", 1)[1] == b.split("/", 1)[1]:
+                return a, b
+    return None
+
+
+def diffstat(patches: tuple[FilePatch, ...]) -> list[tuple[str, int, int]]:
+    """(path, lines added, lines removed) for each file patch."""
+    return [(fp.path, fp.added, fp.removed) for fp in patches]
+
+
+def sections(data: bytes) -> list[bytes]:
+    """A git diff cut before each `diff --git` line (the text before the first stays with it);
+    joined again they are the diff."""
+    starts = [0] + [m.start() + 1 for m in re.finditer(rb"\ndiff --git ", data)]
+    return [data[a:b] for a, b in zip(starts, starts[1:] + [len(data)]) if b > a]
