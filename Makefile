@@ -11,7 +11,7 @@ TESTTMP   := $(shell test -d /dev/shm && test -w /dev/shm && echo /dev/shm || ec
 export PK_SGLANG_VENV ?= $(CURDIR)/$(TESTENV)
 export PK_WHEELS := $(CURDIR)/$(WHEELS)
 
-.PHONY: install demo test test-needs bench sshd clean gpu-bundle
+.PHONY: install demo test test-needs bench sshd systemd clean gpu-bundle
 
 install: $(BIN)/patchkeeper
 
@@ -95,6 +95,11 @@ sshd:
 	@test -x /usr/sbin/sshd || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server openssh-client >/dev/null; }
 	@mkdir -p /run/sshd  # sshd's privilege separation directory (the test sshd runs from a tmp config)
 
+# Debian's systemd for the tests that compare patchkeeper's reading of a unit with systemd's own
+# (`systemd-analyze verify --root=DIR` loads units in a test manager: no running systemd needed).
+systemd:
+	@command -v systemd-analyze >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd >/dev/null; }
+
 # What one device call on a GPU host needs (scripts/gpu_host/run.sh, docs/gpu-host.md): patchkeeper and its
 # dependencies as wheels for the host's Python (3.12, x86-64), the scripts, and the ddtree patch that makes ddtree_utils.py.
 GPU_PY    := 3.12
@@ -114,7 +119,7 @@ demo: install $(WHEELS)/.sglang
 # What the tests need, built side by side (-j: the downloads and venvs are independent). On a fresh
 # 2-core machine, set-up and mypy took 2 min 39 s one after another, 1 min 48 s side by side.
 TEST_NEEDS := install $(TESTENV)/.done $(WHEELS)/.audit $(WHEELS)/env/.done $(WHEELS)/older/.done \
-              $(WHEELS)/port/.done $(DDTREEENV)/.done sshd
+              $(WHEELS)/port/.done $(DDTREEENV)/.done sshd systemd
 test-needs: $(TEST_NEEDS)
 
 test:

@@ -248,9 +248,12 @@ class Env:
         return proc.stdout
 
     def snapshot(self) -> dict:
+        """Every file of the venv, the unit and the drop-in (whose {{ python }} is this venv's own interpreter,
+        named PYTHON, so that clones of one workspace in other venvs compare equal)."""
         files = tree(self.venv)
         for key, path in (("@unit", self.unit), ("@dropin", self.dropin)):
-            files[key] = (hashlib.sha256(path.read_bytes()).hexdigest(), stat.S_IMODE(path.stat().st_mode)) \
+            data = path.read_bytes().replace(f"{self.venv}/bin/python".encode(), b"PYTHON") if path.exists() else b""
+            files[key] = (hashlib.sha256(data).hexdigest(), stat.S_IMODE(path.stat().st_mode)) \
                 if path.exists() else None
         return files
 
@@ -421,12 +424,19 @@ class Fleet:
         """The host's drop-in beside its unit (the patch sets' role file)."""
         return self.units[host].with_name(self.units[host].name + ".d") / "50-patchkeeper.conf"
 
+    def dropin_text(self, host: str) -> bytes:
+        """A drop-in as every host has it: its {{ python }} is the host's own interpreter, named PYTHON here."""
+        path, venv = (self.env.dropin, self.env.venv) if host == "local" else (self.dropin(host), self.venvs[host])
+        return path.read_bytes().replace(f"{venv}/bin/python".encode(), b"PYTHON")
+
     def state(self, host: str) -> dict:
-        """Every file of a host's venv (not its state dir), its unit file and drop-in: sha256 and mode."""
+        """Every file of a host's venv (not its state dir), its unit file and drop-in (its interpreter
+        named PYTHON): sha256 and mode."""
         files = tree(self.venvs[host])
         files["@unit"] = tree(self.units[host].parent)[self.units[host].name]
         if self.dropin(host).exists():
-            files["@dropin"] = tree(self.dropin(host).parent)[self.dropin(host).name]
+            files["@dropin"] = (hashlib.sha256(self.dropin_text(host)).hexdigest(),
+                                tree(self.dropin(host).parent)[self.dropin(host).name][1])
         return files
 
     def pk(self, *args, **kw):

@@ -14,6 +14,7 @@ import pytest
 from checkout import make_checkout
 from conftest import edit_file, make_workspace, tree
 from patchkeeper.patchset import patchset
+from patchkeeper.workspace import TargetConfig
 
 SPEC = "sglang/srt/speculative/spec_info.py"
 
@@ -264,8 +265,10 @@ def test_record_over_a_templated_unit_keeps_the_template_and_maps_edits_back(env
     (env.root / "patchkeeper.toml").write_text(toml)
     assert (env.root / "patchsets/nextn/dropin.conf").read_bytes() == template
     recorded = patchset.load(env.root / "patchsets", "nextn")
-    assert dict(recorded.defaults) == {"python": "/root/ml-env/bin/python3", "model_path": "/root/models/Qwen3.6-27B",
+    assert dict(recorded.defaults) == {"model_path": "/root/models/Qwen3.6-27B",
                                        "host": "0.0.0.0", "port": "30000", "tp_size": "2"}
+    assert {n: t.describe() for n, t in recorded.types} == {"python": "path", "model_path": "path", "host": "word",
+                                                            "port": "int 1..65535", "tp_size": "int 1..64"}
 
     rendered = env.dropin.read_bytes()
     edit_file(env.dropin, rendered.replace(b"--mem-fraction-static 0.88", b"--mem-fraction-static 0.85")
@@ -275,7 +278,8 @@ def test_record_over_a_templated_unit_keeps_the_template_and_maps_edits_back(env
     edited = (env.root / "patchsets/nextn/dropin.conf").read_bytes()
     assert edited == template.replace(b"--mem-fraction-static 0.88", b"--mem-fraction-static 0.85").replace(
         b"[Service]\n", b"[Service]\nEnvironment=MODEL=/root/models/Qwen3.6-27B\n")
-    other = patchset.load(env.root / "patchsets", "nextn").bind({"tp_size": "8", "port": "31000"}, "ct200")
+    other = patchset.load(env.root / "patchsets", "nextn").bind(TargetConfig(name="ct200", python="/root/ml-env/bin/python3", package="sglang",
+                                                                            vars={"tp_size": "8", "port": "31000"}))
     unit = dict(other.files)["dropin"]
     assert b"--port 31000 \\\n    --host 0.0.0.0 --tp-size 8 --mem-fraction-static 0.85" in unit
     env.pk("rollback", "--to", "baseline")

@@ -10,9 +10,19 @@ import pytest
 from conftest import copy_venv, make_workspace
 
 
+def _workspace(root, venv):
+    """A workspace whose drop-in runs one interpreter for every clone (by default each runs its own venv's,
+    and a clone keeps the template's recorded drop-in)."""
+    env = make_workspace(root, venv)
+    config = env.root / "patchkeeper.toml"
+    config.write_text(config.read_text().replace("[targets.local.vars]\n",
+                                                 '[targets.local.vars]\npython = "/opt/sglang/bin/python3"\n'))
+    return env
+
+
 def _prepare(tmp_path, pristine, op):
     """A template target in the state before `op`, and the trees before and after it."""
-    env = make_workspace(tmp_path / "tmpl-ws", copy_venv(pristine, tmp_path / "tmpl-venv"))
+    env = _workspace(tmp_path / "tmpl-ws", copy_venv(pristine, tmp_path / "tmpl-venv"))
     if op in ("switch", "rollback"):
         env.pk("apply", "ddtree")
     return env
@@ -24,7 +34,7 @@ def _args(op):
 
 def _clone(tmp_path, template, n):
     venv = copy_venv(template.venv, tmp_path / f"venv-{n}")
-    env = make_workspace(tmp_path / f"ws-{n}", venv)
+    env = _workspace(tmp_path / f"ws-{n}", venv)
     env.unit.write_bytes(template.unit.read_bytes())
     if template.dropin.exists():
         env.dropin.parent.mkdir(exist_ok=True)

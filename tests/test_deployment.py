@@ -87,8 +87,8 @@ def test_two_targets_get_their_own_units_from_one_patch_set(env, tmp_path, prist
                 f'[targets.ct200.files]\nunit = "{unit2}"\n[targets.ct200.vars]\nport = 30001\ntp_size = 4\n'
                 'model_path = "/data/models/Qwen3.6-27B"\ndraft_model_path = "/data/models/Qwen3.6-27B-DFlash"\n')
     dry = env.pk("apply", "dflash", "-t", "ct200", "--dry-run").stdout
-    assert "      | ExecStart=/root/ml-env/bin/python3 -m sglang.launch_server --model-path /data/models/Qwen3.6-27B " \
-           "--port 30001 \\" in dry  # the rendered file
+    assert f"      | ExecStart={second}/bin/python -m sglang.launch_server --model-path /data/models/Qwen3.6-27B " \
+           "--port 30001 \\" in dry  # the rendered file, run by the target's own interpreter
     env.pk("apply", "dflash")
     env.pk("apply", "dflash", "-t", "ct200")
     ours = units.effective([("unit", env.unit.read_text()), ("dropin", env.dropin.read_text())]).argv
@@ -102,7 +102,8 @@ def test_two_targets_get_their_own_units_from_one_patch_set(env, tmp_path, prist
     assert between.count("@dropin") == 1 and "@unit" not in between  # only the drop-in differs
     assert "the unit's ExecStart (effective, from " in between and "--port 30001" in between
     shown = env.pk("show", "dflash").stdout
-    assert "variable  port = '30000'" in shown and "variable  draft_model_path (no default" in shown
+    assert "variable  port (int 1..65535) = '30000'" in shown and "variable  draft_model_path (path): no default" in shown
+    assert "variable  python (path): the target's own interpreter" in shown
     exported = env.pk("export", "dflash").stdout
     assert "# variables: the role files are templates using" in exported and "draft_model_path (no default)" in exported
 

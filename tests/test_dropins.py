@@ -50,7 +50,7 @@ def test_the_host_units_own_lines_stay_and_the_dropin_sets_what_runs(env, deploy
     assert json.loads(env.pk("status", "--json").stdout)["exec_start"]["source"] == str(env.dropin)
     shown = env.pk("show", "dflash").stdout
     assert "role      @dropin: " in shown and "a systemd drop-in beside the target's unit" in shown
-    assert "ExecStart (@dropin, with the defaults): /root/ml-env/bin/python3 -m sglang.launch_server" in shown
+    assert "ExecStart (@dropin, with the defaults): {{ python }} -m sglang.launch_server" in shown
     assert "# role dropin: a systemd drop-in, written beside the target's unit" in env.pk("export", "dflash").stdout
     against = env.pk("diff", "--against", "baseline", check=1).stdout
     assert "  added    @dropin  [dflash@3.0.0]" in against

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import ast
 import os
+from dataclasses import replace
 import py_compile
 
 import pytest
 
 from conftest import PRISTINE, REPO, SITE_REL
 
-from patchkeeper.patchset import patching, patchset
+from patchkeeper.patchset import patching, patchset, unitsyntax
 from patchkeeper.checks import algoscan, units
+from patchkeeper.workspace import TargetConfig
 
 SHIPPED = ["ddtree", "dflash", "nextn"]
 WITH_CODE = ["ddtree"]  # dflash and nextn are built into sglang 0.5.23: their sets are the drop-in alone
@@ -40,8 +42,8 @@ def test_shipped_patchsets_are_listed_in_one_group():
         assert set(dict(ps.files)) == {"dropin"}  # a drop-in: the host's unit is the host's
         dropin = dict(ps.files)["dropin"].decode()
         assert "[Service]\nExecStart=\nExecStart=" in dropin  # clears the host's ExecStart=, then sets its own
-        assert [line.partition("=")[0] for line in units.logical_lines(dropin)
-                if line and not line.startswith("#")] == ["[Service]", "ExecStart", "ExecStart"]
+        parsed = unitsyntax.parse(dropin)
+        assert [(st.section, st.key) for st in parsed.settings] == [("Service", "ExecStart")] * 2 and not parsed.warnings
 
 
 def test_only_the_sets_with_code_patch_code():
@@ -141,14 +143,15 @@ def test_shipped_dropins_render_the_ct129_deployment():
         assert command is not None and command.source == "dropin" and command.refused is None
         return list(command.argv)
 
-    nextn = patchset.load(REPO / "patchsets", "nextn").bind({}, "ct129")
+    ct129 = TargetConfig(name="ct129", python="/root/ml-env/bin/python3", package="sglang")  # python: the target's
+    nextn = patchset.load(REPO / "patchsets", "nextn").bind(ct129)
     assert effective(dict(nextn.files)["dropin"]) == issue + (
         "--speculative-algo NEXTN --speculative-num-steps 3 --speculative-eagle-topk 1 "
         "--speculative-num-draft-tokens 4").split()
     for name in ("dflash", "ddtree"):
         ps = patchset.load(REPO / "patchsets", name)
         assert "draft_model_path" in ps.variables and "draft_model_path" not in dict(ps.defaults)
-        argv = effective(dict(ps.bind({"draft_model_path": "/d"}, "ct129").files)["dropin"])
+        argv = effective(dict(ps.bind(replace(ct129, vars={"draft_model_path": "/d"})).files)["dropin"])
         assert argv == issue + ["--speculative-algorithm", name.upper(), "--speculative-draft-model-path", "/d"]
     ddtree = patchset.load(REPO / "patchsets", "ddtree").description  # what is proven, and what is not
     assert "is lossless" in ddtree and "not wired yet" in ddtree and "verifies a linear chain" in ddtree

@@ -37,7 +37,8 @@ def test_verbs_over_ssh_work_as_locally(fleet, pristine_venv):
         assert _ops(remote) == _ops(local) and _ops(remote)
         assert tree(fleet.venvs["ct129"]) == tree(fleet.env.venv)
         assert fleet.units["ct129"].read_bytes() == fleet.env.unit.read_bytes()
-        assert fleet.dropin("ct129").read_bytes() == fleet.env.dropin.read_bytes()
+        assert fleet.dropin_text("ct129") == fleet.dropin_text("local") and b"\nExecStart=PYTHON -m " in \
+            fleet.dropin_text("ct129")  # each runs its own interpreter
 
     st = json.loads(fleet.pk("status", "-t", "ct129", "--json").stdout)
     assert [p["name"] for p in st["state"]["stack"]] == ["ddtree"] and st["differences"] == {}

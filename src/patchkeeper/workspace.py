@@ -15,6 +15,15 @@ from . import inventory as ansible
 CONFIG = "patchkeeper.toml"
 DROPIN_NAME = "50-patchkeeper.conf"  # a target's systemd drop-in, by default in <unit>.d/ beside its unit
 
+# systemd's unit search path for the system manager, highest priority first: what `systemd-analyze unit-paths`
+# prints on Debian 12's systemd 252 (src/basic/path-lookup.c; Debian puts /lib before /usr/lib).
+SYSTEMD_UNIT_PATH = (
+    "/etc/systemd/system.control", "/run/systemd/system.control", "/run/systemd/transient",
+    "/run/systemd/generator.early", "/etc/systemd/system", "/etc/systemd/system.attached", "/run/systemd/system",
+    "/run/systemd/system.attached", "/run/systemd/generator", "/usr/local/lib/systemd/system", "/lib/systemd/system",
+    "/usr/lib/systemd/system", "/run/systemd/generator.late",
+)
+
 VAR_NAME = re.compile(r"[a-z_][a-z0-9_]*\Z")  # a template variable's name
 
 
@@ -50,6 +59,7 @@ class TargetConfig:
     persist: float = 60.0  # seconds an SSH target's held connection outlives its last command; 0: none
     timeout: float = 30.0  # seconds its agent may stay silent (no answer, no heartbeat) before it is given up
     vars: dict[str, str] = field(default_factory=dict)  # [targets.NAME.vars]: values for role-file templates
+    unit_path: tuple[str, ...] = SYSTEMD_UNIT_PATH  # where systemd looks for units and drop-ins, highest first
     raw: dict = field(default_factory=dict)  # the whole table ([defaults] merged in), for verbs with their own keys
     identity_file: str | None = None  # an SSH key of its own (an inventory's ansible_ssh_private_key_file)
     connect: Callable[["TargetConfig"], Any] | None = field(default=None, compare=False)  # opens it another way
@@ -124,7 +134,7 @@ def find(explicit: str | None = None, cwd: Path | None = None) -> Path:
                    "run inside a workspace, or pass --workspace DIR")
 
 
-DEFAULT_KEYS = ("python", "package", "vars", "service", "files", "persist", "timeout")  # what [defaults] may hold
+DEFAULT_KEYS = ("python", "package", "vars", "service", "files", "persist", "timeout", "unit_path")  # what [defaults] may hold
 
 
 def load(root: Path, inventory: str | None = None, hosts: dict[str, dict] | None = None) -> Workspace:
@@ -180,6 +190,10 @@ def load(root: Path, inventory: str | None = None, hosts: dict[str, dict] | None
             wrong.append("persist (seconds >= 0)")
         if not _seconds(table.get("timeout", 3)) or table.get("timeout", 3) < 3:
             wrong.append("timeout (seconds >= 3: the agent's heartbeat comes every second)")
+        unit_path = table.get("unit_path", list(SYSTEMD_UNIT_PATH))
+        if not isinstance(unit_path, list) or not all(isinstance(d, str) and d.startswith("/") for d in unit_path):
+            wrong.append("unit_path (a list of absolute directories, highest priority first)")
+            unit_path = []
         files = table.get("files") or {}
         if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
             wrong.append("files (a table of role = \"path\")")
@@ -208,6 +222,7 @@ def load(root: Path, inventory: str | None = None, hosts: dict[str, dict] | None
             persist=float(table.get("persist", persist if _seconds(persist) else 60)),
             timeout=float(table.get("timeout", 30)),
             vars={k: value_text(v) for k, v in values.items()},
+            unit_path=tuple(p.rstrip("/") or "/" for p in unit_path),
             raw=table,
             identity_file=table.get("identity_file"),
         )

@@ -82,10 +82,12 @@ def plan_apply(s: Session, name: str, force: bool, trial: bool = False,
             return None
         return plan_reapply(s, recorded, incoming, force)
     removed, kept, adding = list(change.removed), list(change.kept), list(change.adding)
+    if not trial:
+        stacks.refuse_shared_role_files(ws.patchsets_dir, s.config, kept, adding)
     new_stack = kept + [stacks.ref_of(ps) for ps in adding]
 
     if removed:  # a switch: rebuild every file any of the old or new patch sets touches from baseline
-        kept_sets = [patchset.load(ws.patchsets_dir, p["name"]).bind(s.config.vars, s.config.name) for p in kept]
+        kept_sets = [patchset.load(ws.patchsets_dir, p["name"]).bind(s.config) for p in kept]
         for old_ref, ps in zip(kept, kept_sets):
             if ps.digest != old_ref["digest"]:
                 raise Refused(f"applied patch set {old_ref['name']}@{old_ref['version']} changed in the workspace",

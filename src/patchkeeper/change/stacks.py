@@ -37,7 +37,7 @@ def resolve(ws_patchsets: Path, name: str, bind_to: TargetConfig | None = None) 
         ps = patchset.load(ws_patchsets, n)
         for req in ps.requires:
             visit(req, trail + (n,))
-        out[n] = ps.bind(bind_to.vars, bind_to.name) if bind_to is not None else ps
+        out[n] = ps.bind(bind_to) if bind_to is not None else ps
 
     visit(name, ())
     return list(out.values())
@@ -49,7 +49,7 @@ def bind_all(sets: list[PatchSet], config: TargetConfig, trial: bool) -> tuple[l
     out, unrendered = [], []
     for ps in sets:
         try:
-            out.append(ps.bind(config.vars, config.name))
+            out.append(ps.bind(config))
         except BadInput as exc:
             if not trial:
                 raise
@@ -87,6 +87,38 @@ def stack_change(ws_patchsets: Path, stack: Iterable[PatchSetRef], incoming: lis
     kept = tuple(p for p in stack if p not in removed)
     adding = tuple(ps for ps in incoming if not any(k["name"] == ps.name for k in kept) or ps is top)
     return StackChange(removed, kept, adding)
+
+
+def refuse_shared_role_files(ws_patchsets: Path, config: TargetConfig, kept: Iterable[PatchSetRef],
+                             adding: Iterable[PatchSet]) -> None:
+    """One role file, one owner: refuse (before anything changes) a stack in which two patch sets write
+    the same file on the target (two drop-ins at the default path): the second would replace the first's
+    file while the recorded state named both."""
+    sets: list[tuple[PatchSet, str]] = []
+    for ref in kept:
+        try:
+            sets.append((patchset.load(ws_patchsets, ref["name"]), "applied"))
+        except BadInput:
+            continue  # gone from the workspace: its role files cannot be named (the scan still guards them)
+    sets += [(ps, "being applied") for ps in adding]
+    owners: dict[str, tuple[PatchSet, str, str]] = {}
+    for ps, how in sets:
+        for role, _ in ps.files:
+            path = config.files.get(role)
+            if path is None:
+                continue
+            first = owners.setdefault(path, (ps, how, role))
+            if first[0].name == ps.name:
+                continue
+            other, other_how, other_role = first
+            directory = path.rpartition("/")[0]
+            raise Refused(
+                f"patch sets {other.ident} ({other_how}, group {other.group or '-'}, role {other_role}) and {ps.ident} "
+                f"({how}, group {ps.group or '-'}, role {role}) both write {path}: one file holds only one of them, "
+                "so the state would name a patch set whose drop-in is gone; nothing was changed",
+                f"give {ps.name} a drop-in of its own: in patchsets/{ps.name}/patchset.toml name its role "
+                f"{ps.name}_dropin under [files], and map it in [targets.{config.name}.files] to "
+                f"{ps.name}_dropin = \"{directory}/60-{ps.name}.conf\"")
 
 
 def group_of(ws_patchsets: Path, ref: PatchSetRef) -> str | None:
@@ -145,6 +177,12 @@ def check_fits(target: Target, sets: list[PatchSet], force: bool) -> list[str]:
                            f"has no such role", hint)
     for ps in sets:
         _refuse_unmanaged(info, ps)
+        python = dict(ps.values or ()).get("python")
+        if python is not None and python != target.config.python:
+            notes.append(f"warning: {ps.ident} makes the service run {python} ({{{{ python }}}}), not the target's "
+                         f"interpreter {target.config.python}, whose {target.config.package} patchkeeper patches: the "
+                         f"service would run another environment's {target.config.package} (drop python from "
+                         f"[targets.{target.name}.vars] to use the target's own)")
     unsafe = patchset.unsafe_modes(sets)
     if unsafe:
         msg = "patch sets make file(s) setuid, setgid or world-writable: " + ", ".join(unsafe)

@@ -6,12 +6,13 @@ from __future__ import annotations
 import posixpath
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
+from ..patchset import unitsyntax
 from ..targets.base import Target
+from . import unitfiles
 
-_PREFIXES = "-@:+!|"
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")  # inside a word only ${VAR} is expanded
 ALGORITHM_FLAG = "--speculative-algorithm"
 _SHORTEST_ALGORITHM_PREFIX = len("--speculative-al")  # argparse takes an unambiguous prefix: --speculative-algo
@@ -26,41 +27,111 @@ class Command:
     source: str = ""  # the file whose ExecStart= is the one in effect
     files: tuple[str, ...] = ()  # every file read, in the order systemd applies them
     refused: str | None = None  # why systemd would refuse the unit (two ExecStart= in a Type=simple service)
+    stored: tuple[str, ...] = ()  # the argv as systemd stores it, before $VAR expansion
+    path: str = ""  # the executable
+    prefixes: str = ""  # its -@:+! prefixes
+    cleared: str = ""  # the file whose empty ExecStart= cleared the list before the one in effect
+    env: tuple[tuple[str, str], ...] = ()  # Environment= in effect, in systemd's order
+    masked: tuple[tuple[str, str], ...] = ()  # (a drop-in not read, the same-named one read instead)
 
     def text(self) -> str:
         return shlex.join(self.argv)
 
 
-def logical_lines(text: str) -> list[str]:
-    """The unit's lines with systemd's continuations joined (a trailing backslash becomes a space;
-    comment lines inside a continuation are skipped)."""
-    out: list[str] = []
-    pending: str | None = None
-    for raw in text.splitlines():
-        line = raw.strip()
-        if pending is not None and line.startswith(("#", ";")):
-            continue
-        if line.endswith("\\"):
-            pending = (pending + " " if pending is not None else "") + line[:-1].rstrip()
-            continue
-        out.append(line if pending is None else pending + " " + line)
-        pending = None
-    if pending is not None:
-        out.append(pending)
-    return out
+@dataclass(frozen=True)
+class ExecLine:
+    """One command of an ExecStart= as systemd stores it: its prefixes, the executable, and the argv
+    before variables are expanded (what `systemd-analyze verify` prints as "Command Line")."""
+
+    prefixes: str
+    path: str
+    stored: tuple[str, ...]
 
 
-def _service_settings(text: str) -> list[tuple[str, str]]:
-    section, out = "", []
-    for line in logical_lines(text):
-        if not line or line.startswith(("#", ";")):
+def parse_exec(value: str, unit_name: str = "") -> tuple[list[ExecLine], str | None, list[str]]:
+    """The commands of an ExecStart= value as config_parse_exec reads them (the `-@:+!` prefixes, a lone
+    `;` between commands, `\\;` for a literal one, %-specifiers), why systemd refuses it (a fatal
+    error: the unit does not load), and the %-specifiers it could not resolve."""
+    out: list[ExecLine] = []
+    unresolved: list[str] = []
+    warnings: list[str] = []
+    p = 0
+    while True:
+        try:
+            first, p = unitsyntax.extract_word(value, p, warnings)
+        except unitsyntax.BadWord:
+            return out, f"unbalanced quoting in ExecStart={value}", unresolved
+        if first is None:
+            return out, None, unresolved
+        if first == ";":
             continue
-        if line.startswith("[") and line.endswith("]"):
-            section = line[1:-1]
-        elif section == "Service" and "=" in line:
-            key, _, value = line.partition("=")
-            out.append((key.strip(), value.strip()))
-    return out
+        prefixes, f = _prefixes(first)
+        path = _specifiers(f, unit_name, unresolved)
+        if not path:
+            return out, f"empty path in command line: ExecStart={value}", unresolved
+        if not path.startswith("/") and "/" in path:
+            return out, f"neither a valid executable name nor an absolute path: {path}", unresolved
+        argv: list[str] = [] if "@" in prefixes else [path]
+        while p < len(value):
+            rest = value[p:]
+            if rest[0] == ";" and (len(rest) == 1 or rest[1] in unitsyntax.WHITESPACE):
+                p += 1
+                break
+            if rest.startswith("\\;") and (len(rest) == 2 or rest[2] in unitsyntax.WHITESPACE):
+                argv.append(";")
+                p += 2
+                while p < len(value) and value[p] in unitsyntax.WHITESPACE:
+                    p += 1
+                continue
+            try:
+                word, p = unitsyntax.extract_word(value, p, warnings)
+            except unitsyntax.BadWord:
+                return out, f"unbalanced quoting in ExecStart={value}", unresolved
+            if word is None:
+                break
+            argv.append(_specifiers(word, unit_name, unresolved))
+        if not argv:
+            return out, f"empty executable name or zeroeth argument: ExecStart={value}", unresolved
+        out.append(ExecLine(prefixes, path, tuple(argv)))
+
+
+def _prefixes(word: str) -> tuple[str, str]:
+    """The leading `-@:+!` (and `!!`) of a command's first word, each at most once, as systemd takes them."""
+    taken = ""
+    i = 0
+    while i < len(word):
+        c = word[i]
+        if c in "-@:" and c not in taken:
+            taken += c
+        elif c == "+" and not any(x in taken for x in "+!"):
+            taken += c
+        elif c == "!" and not any(x in taken for x in "+!"):
+            taken += c
+        elif c == "!" and "+" not in taken and taken.count("!") == 1 and not taken.endswith("!!"):
+            taken += c
+        else:
+            break
+        i += 1
+    return taken, word[i:]
+
+
+_SPECIFIER = re.compile(r"%(.)", re.S)
+
+
+def _specifiers(word: str, unit_name: str, unresolved: list[str]) -> str:
+    """A word with the unit-name specifiers systemd resolves from the name alone (%n %N %p %i %%);
+    any other one is noted as not known from the unit files."""
+    name, _, _suffix = unit_name.rpartition(".")
+    prefix, at, instance = name.partition("@")
+    known = {"%": "%", "n": unit_name, "N": name, "p": prefix, "i": instance if at else ""}
+
+    def one(m: re.Match) -> str:
+        if unit_name and m.group(1) in known or m.group(1) == "%":
+            return known[m.group(1)]
+        unresolved.append(f"{word!r} holds the %-specifier %{m.group(1)}")
+        return m.group(0)
+
+    return _SPECIFIER.sub(one, word)
 
 
 def exec_start(text: str) -> Command | None:
@@ -68,58 +139,79 @@ def exec_start(text: str) -> Command | None:
     return effective([("unit", text)])
 
 
-def effective(files: Sequence[tuple[str, str]]) -> Command | None:
+def effective(files: Sequence[tuple[str, str]], unit_name: str = "") -> Command | None:
     """The ExecStart= in effect after reading `files` (name, text) in order, the unit file first and
-    then its drop-ins in name order, as systemd does: each ExecStart= adds a command, an empty one
+    then its drop-ins in name order, as systemd does: each ExecStart= adds its commands, an empty one
     clears the list, Environment= lines add up (an empty one clears them). None when none is left."""
-    starts: list[tuple[str, str]] = []
+    starts: list[tuple[str, ExecLine]] = []
+    cleared = ""
     env: dict[str, str] = {}
     oneshot = False
+    fatal: list[str] = []
+    unresolved: list[str] = []
     for name, text in files:
-        for key, value in _service_settings(text):
+        parsed = unitsyntax.parse(text)
+        if parsed.fatal:
+            fatal.append(f"{name}: {parsed.fatal}")
+        for setting in parsed.settings:
+            if setting.section != "Service":
+                continue
+            key, value = setting.key, setting.value
             if key == "ExecStart":
-                starts = starts + [(name, value)] if value else []
-            elif key == "Environment":
                 if not value:
-                    env = {}
+                    starts, cleared = [], name
                     continue
-                try:
-                    words = shlex.split(value)
-                except ValueError:
-                    continue
-                for word in words:
-                    var, sep, val = word.partition("=")
-                    if sep:
-                        env[var] = val
+                commands, bad, missing = parse_exec(value, unit_name)
+                unresolved += missing
+                if bad:
+                    fatal.append(f"{name} line {setting.line}: {bad}")
+                starts += [(name, c) for c in commands]
+            elif key == "Environment":
+                env = _environment(value, env, unit_name)
             elif key == "Type":
                 oneshot = value == "oneshot"
-    if not starts:
+    if not starts and not fatal:
         return None
-    refused = None
+    refused = "; ".join(f"systemd refuses the unit: {f}" for f in fatal) or None
     if len(starts) > 1 and not oneshot:
-        refused = (f"{len(starts)} ExecStart= lines are in effect ({', '.join(n for n, _ in starts)}): systemd refuses "
-                   "more than one outside Type=oneshot; a drop-in must clear the list first with an empty ExecStart=")
-    source, value = starts[-1]
-    argv, problem = _split(value, env)
-    return Command(argv, problem, source, tuple(n for n, _ in files), refused)
+        refused = (f"{len(starts)} ExecStart= commands are in effect ({', '.join(n for n, _ in starts)}): systemd "
+                   "refuses more than one outside Type=oneshot; a drop-in must clear the list first with an "
+                   "empty ExecStart=")
+    if not starts:
+        return Command((), None, "", tuple(n for n, _ in files), refused, env=tuple(env.items()))
+    source, line = starts[-1]
+    argv, problem = _expand(line, env)
+    if unresolved:
+        problem = "; ".join([*unresolved, *([problem] if problem else [])])
+    return Command(argv, problem, source, tuple(n for n, _ in files), refused, line.stored, line.path,
+                   line.prefixes, cleared, tuple(env.items()))
 
 
-def _split(value: str, env: Mapping[str, str]) -> tuple[tuple[str, ...], str | None]:
-    prefix = len(value) - len(value.lstrip(_PREFIXES))
-    flags, value = value[:prefix], value[prefix:]
+def _environment(value: str, env: dict[str, str], unit_name: str) -> dict[str, str]:
+    """Environment= on top of `env`: an empty value clears it; a line systemd cannot split is ignored
+    whole; each NAME=value word with a valid name sets it (config_parse_environ)."""
+    if not value:
+        return {}
     try:
-        words = shlex.split(value)
-    except ValueError as exc:
-        return (), f"its ExecStart= cannot be split into words ({exc})"
-    if "@" in flags and words:
-        words = words[1:]  # '@': the second word is argv[0]
-    if ";" in words:
-        words = words[:words.index(";")]
+        assignments = unitsyntax.words(value, strict=True)
+    except unitsyntax.BadWord:
+        return env
+    out = dict(env)
+    for word in assignments:
+        var, sep, val = _specifiers(word, unit_name, []).partition("=")
+        if sep and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", var):
+            out[var] = val
+    return out
+
+
+def _expand(line: ExecLine, env: Mapping[str, str]) -> tuple[tuple[str, ...], str | None]:
+    """The argv the process sees: $VAR alone split into words, ${VAR} inside a word, $$ a dollar (not
+    with the `:` prefix); a variable no Environment= line sets is noted."""
+    if ":" in line.prefixes:
+        return line.stored, None
     argv: list[str] = []
     problems: list[str] = []
-    for word in words:
-        if re.search(r"%[^%]", word.replace("%%", "")):
-            problems.append(f"{word!r} holds a %-specifier")
+    for word in line.stored:
         whole = re.fullmatch(r"\$([A-Za-z_][A-Za-z0-9_]*)", word)
         if whole:  # $VAR alone is split into words at whitespace
             if whole.group(1) not in env:
@@ -133,7 +225,7 @@ def _split(value: str, env: Mapping[str, str]) -> tuple[tuple[str, ...], str | N
                 problems.append(f"${{{name}}} is not set by an Environment= line of the unit")
             return env.get(name, "")
 
-        argv.append(_VAR.sub(expand, word).replace("$$", "$").replace("%%", "%"))
+        argv.append(_VAR.sub(expand, word).replace("$$", "$"))
     return tuple(argv), "; ".join(problems) or None
 
 
@@ -162,63 +254,19 @@ def parse_systemctl_show(text: str) -> tuple[str, ...] | None:
 
 
 # ---- on a target ----------------------------------------------------------------------------------
-def unit_files(target: Target, override: Mapping[str, bytes | None] | None = None) -> list[tuple[str, str]] | str:
-    """The files systemd reads for the target's unit: the unit file, then the *.conf files of its
-    drop-in directories (<unit>.d/, and the `dropin` role's directory) in name order; `override`
-    gives some paths' planned bytes (None: absent). A string says why they cannot be read."""
-    roles = target.config.files
-    unit = roles.get("unit")
-    if unit is None:
-        return "the target has no unit role file"
-    override = override or {}
-    try:
-        data = override[unit] if unit in override else target.agent.read(unit)
-    except FileNotFoundError:
-        data = None
-    except Exception as exc:  # noqa: BLE001 - any failure to read is said, and the caller goes on
-        return f"the unit file {unit} could not be read ({exc})"
-    if data is None:
-        return f"the unit file {unit} is absent (systemd has no such unit)"
-    dirs = [unit + ".d"]
-    dropin = roles.get("dropin")
-    if dropin and posixpath.dirname(dropin) not in dirs and posixpath.dirname(dropin).endswith(".d"):
-        dirs.append(posixpath.dirname(dropin))
-    paths: dict[str, str] = {}  # name -> path: a name in a later directory hides the same name in an earlier
-    for directory in dirs:
-        try:
-            names = target.agent.listdir(directory)
-        except Exception:  # noqa: BLE001 - not a directory, unreadable: systemd reads nothing there either
-            names = []
-        paths.update({n: posixpath.join(directory, n) for n in names if n.endswith(".conf")})
-    for path in override:
-        if path != unit and posixpath.dirname(path) in dirs and path.endswith(".conf"):
-            paths[posixpath.basename(path)] = path
-    files = [(unit, data.decode("utf-8", "replace"))]
-    for name in sorted(paths):
-        path = paths[name]
-        try:
-            got = override[path] if path in override else target.agent.read(path)
-        except FileNotFoundError:
-            got = None  # gone since the listing
-        except Exception as exc:  # noqa: BLE001
-            return f"the drop-in {path} could not be read ({exc})"
-        if got is not None:
-            files.append((path, got.decode("utf-8", "replace")))
-    return files
-
-
 def on_target(target: Target, override: Mapping[str, bytes | None] | None = None) -> Command | str | None:
     """The target's effective ExecStart (with `override`'s planned bytes); a string says why it is not
     known; None when the target has no unit role."""
     if "unit" not in target.config.files:
         return None
-    files = unit_files(target, override)
-    if isinstance(files, str):
-        return files
-    command = effective(files)
+    found = unitfiles.unit_files(target, override)
+    if isinstance(found, str):
+        return found
+    files, masked = found
+    command = effective(files, posixpath.basename(target.config.files["unit"]))
     if command is None:
         return f"no ExecStart= is in effect in {', '.join(path for path, _ in files)}"
-    return command
+    return replace(command, masked=tuple(masked))
 
 
 def systemd_loaded(target: Target, timeout: float = 10.0) -> tuple[str, ...] | None:
@@ -242,7 +290,9 @@ def as_dict(command: Command | str | None) -> dict | None:
     if isinstance(command, str):
         return {"known": False, "why": command}
     return {"known": True, "argv": list(command.argv), "text": command.text(), "source": command.source,
-            "files": list(command.files), "problem": command.problem, "refused": command.refused}
+            "cleared_by": command.cleared or None, "files": list(command.files),
+            "masked": [{"path": hidden, "by": by} for hidden, by in command.masked],
+            "environment": dict(command.env), "problem": command.problem, "refused": command.refused}
 
 
 def describe(command: Command | str | None, shown: frozenset[str] = frozenset()) -> list[str]:
@@ -252,10 +302,16 @@ def describe(command: Command | str | None, shown: frozenset[str] = frozenset())
         return []
     if isinstance(command, str):
         return [f"ExecStart: not known ({command})"]
+    if not command.source:
+        return [f"ExecStart: none runs ({command.refused})"]
     text = "as set there (shown above)" if command.source in shown else command.text()
     lines = [f"ExecStart (effective, from {command.source}): {text}"]
+    if command.cleared and command.cleared != command.source:
+        lines.append(f"  the list cleared by the empty ExecStart= of {command.cleared}")
     if len(command.files) > 1:
         lines.append("  read: " + ", then ".join(command.files))
+    for hidden, by in command.masked:
+        lines.append(f"  not read: {hidden} (masked by {by}, of the same name in a directory systemd prefers)")
     if command.problem:
         lines.append(f"  note: the command line depends on more than the unit files ({command.problem})")
     if command.refused:

@@ -27,6 +27,8 @@ def variable_notes(ps: patchset.PatchSet) -> tuple[str, ...]:
     if not ps.variables:
         return tuple(notes)
     defaults = dict(ps.defaults)
-    listed = ", ".join(f"{n} = {defaults[n]!r}" if n in defaults else f"{n} (no default)" for n in ps.variables)
+    listed = ", ".join(f"{n} = {defaults[n]!r}" if n in defaults else
+                       f"{n} (default: the target's interpreter)" if n == "python" else f"{n} (no default)"
+                       for n in ps.variables)
     return (*notes, f"variables: the role files are templates using {listed}; "
             "`patchkeeper apply` renders them with [targets.NAME.vars], then these defaults")

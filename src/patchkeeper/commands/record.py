@@ -7,6 +7,7 @@ from ..change.session import Session
 from ..errors import BadInput, Refused
 from ..patchset import authoring, diffwrite, patchset, templates
 from ..patchset.patchset import PatchSet
+from ..patchset.varspec import VarType
 from ..records.ledger import State
 from ..records.manifest import ROLE_PREFIX, differences
 from ..workspace import TargetConfig, Workspace
@@ -49,6 +50,7 @@ def record_target(ws: Workspace, target: str | None, name: str, since: str, bump
         taken: set[str] = {f"{name}.patch"}
         role_files: list[tuple[str, str, bytes]] = []
         defaults: dict[str, str] = {}
+        types: dict[str, VarType] = {}
         sources = template_sources(ws, name, s.ledger.current(), [role for role, _, _ in roles])
         for role, path, data in roles:
             source, applied = sources.get(role, (None, None))
@@ -58,6 +60,7 @@ def record_target(ws: Workspace, target: str | None, name: str, since: str, bump
                 data = as_template(source, applied, role, data, s.target.config, name, fname)
                 used = templates.names(data)
                 defaults.update((k, v) for k, v in source.defaults if k in used)
+                types.update((k, t) for k, t in source.types if k in used)
             role_files.append((role, fname, data))
         patch = diffwrite.diff(changes)
         draft = authoring.Draft(
@@ -66,7 +69,8 @@ def record_target(ws: Workspace, target: str | None, name: str, since: str, bump
             description=description if description is not None else
             f"recorded from {s.target.name} since state {state.name or state.id}",
             package_version=f"=={info.version}", requires=tuple(p["name"] for p in state.stack),
-            defaults=tuple(sorted(defaults.items())) if defaults else None)
+            defaults=tuple(sorted(defaults.items())) if defaults else None,
+            types=tuple(sorted(types.items())) if types else None)
         saved = authoring.save(ws.patchsets_dir, draft, bump)
         return report_saved(ws, saved, len(changes), len(role_files))
 
@@ -119,7 +123,7 @@ def as_template(source: PatchSet, applied: dict[str, str] | None, role: str, dat
     """The role file as `source`'s template again (see templates.record), with a note for values
     written out in text the user added; the edited file of the target is never the template."""
     where = f"patchsets/{source.name}/{dict(source.sources)[role]}"
-    values = {**dict(source.defaults), **config.vars, **(applied or {})}
+    values = {"python": config.python, **dict(source.defaults), **config.vars, **(applied or {})}
     hint = (f"give {config.name} its own value in [targets.{config.name}.vars] of patchkeeper.toml and apply, "
             f"or edit the template {where} by hand; nothing was written")
     recorded = templates.record(dict(source.files)[role], values, data,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from ..patchset import patchset, saving, templates
@@ -28,16 +29,18 @@ def applied_on(ws: Workspace, name: str) -> list[dict]:
 
 def _exec_starts(ps: patchset.PatchSet) -> list[str]:
     """The ExecStart= each role file sets (placeholders filled with the [vars] defaults where they
-    have one): what the unit runs once it is applied, whatever else the host's unit says."""
+    have one, shown as {{ name }} where not): what the unit runs once it is applied, whatever else the
+    host's unit says."""
 
     defaults = dict(ps.defaults)
     out = []
     for role, data in ps.files:
-        filled = templates.PLACEHOLDER.sub(
-            lambda m: defaults.get(m.group(1).decode(), m.group(0).decode()).encode(), data)
+        filled = templates.PLACEHOLDER.sub(  # a stand-in word for a variable without a default, named back below
+            lambda m: defaults.get(m.group(1).decode(), f"/__{m.group(1).decode()}__").encode(), data)
         command = units.effective([(role, filled.decode("utf-8", "replace"))])
-        if command is not None:
-            out.append(f"ExecStart (@{role}, with the defaults): {command.text()}")
+        if command is not None and command.source:
+            text = re.sub(r"/__([a-z_][a-z0-9_]*)__", r"{{ \1 }}", command.text())
+            out.append(f"ExecStart (@{role}, with the defaults): {text}")
             if command.refused:
                 out.append(f"  warning: {command.refused}")
     return out
@@ -77,10 +80,12 @@ def show(ws: Workspace, name: str, as_json: bool) -> int:
               + (" - the whole unit (the old style: the host's own unit lines are replaced)" if role == "unit" else ""))
     for line in _exec_starts(ps):
         print(f"  {line}")
-    defaults = dict(ps.defaults)
+    defaults, types = dict(ps.defaults), dict(ps.types)
     for var in ps.variables:
-        print(f"  variable  {var} = {defaults[var]!r}" if var in defaults
-              else f"  variable  {var} (no default: set it in [targets.NAME.vars])")
+        kind = types[var].describe() if var in types else "text"
+        print(f"  variable  {var} ({kind}) = {defaults[var]!r}" if var in defaults else
+              f"  variable  {var} ({kind}): the target's own interpreter unless [targets.NAME.vars] sets it"
+              if var == "python" else f"  variable  {var} ({kind}): no default, set it in [targets.NAME.vars]")
     width = max((len(s["path"]) for s in stats), default=0)
     for s in stats:
         tag = {"add": " (new)", "delete": " (deleted)", "rename": f" (renamed from {s.get('source')})",

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import difflib
+
 from ..change import plans, stacks
 from ..change.session import Session
 from ..checks import audit, installation
+from ..errors import BadInput
+from ..patchset import patchset
 from ..printable import one_line
+from ..records.ledger import State
+from ..records.manifest import ROLE_PREFIX
 from ..workspace import Workspace
 from . import emit_json
 from ..checks import units
@@ -28,11 +34,12 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
         if "unit" in s.config.files:
             exec_start = units.on_target(s.target)
         told = installation.told(s.target, s.ledger, s.installation())
+        stale = out_of_date(ws, s, current, diffs) if current is not None else []
         doc = {"target": s.target.name, "host": info.host, "package": info.package, "version": info.version,
                "site": info.site, "state_dir": info.state_dir, "state": current.to_dict() if current else None,
                "differences": diffs, "unfinished": s.unfinished.message if s.unfinished else None,
                "roles": dict(info.roles), "exec_start": _as_dict(exec_start),
-               "installation": told.to_dict() if told else None}
+               "installation": told.to_dict() if told else None, "out_of_date": stale}
         code = 1 if told is not None and told.trouble else 0
         if as_json:
             emit_json(doc)
@@ -49,6 +56,8 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
         if told is not None:
             print(("" if told.trouble else "note: ") + told.line)
         _print_unit(s, exec_start)
+        for item in stale:
+            _print_stale(item)
         if report is not None:
             print("audit: " + report.summary())
         if not diffs:
@@ -62,6 +71,55 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
         if told is not None and told.trouble:
             print(f"hint: {_hint(s, told)}")
         return code
+
+
+def out_of_date(ws: Workspace, s: Session, current: State, diffs: dict[str, str]) -> list[dict]:
+    """Role files (the drop-in) that match the recorded state but are no longer what the workspace renders
+    for the target (a var changed since the apply): which, the vars that changed, what `apply` would write."""
+    out: list[dict] = []
+    for ref in current.stack:
+        try:
+            ps = patchset.load(ws.patchsets_dir, ref["name"])
+        except BadInput:
+            continue
+        if ps.digest != ref["digest"] or not ps.files:
+            continue  # another version in the workspace: status says so elsewhere (`diff`)
+        try:
+            bound = ps.bind(s.config)
+        except BadInput as exc:
+            out.append({"patchset": ps.ident, "name": ps.name, "role": None, "path": None, "vars": {},
+                        "why": exc.message, "would_write": None, "diff": []})
+            continue
+        was, now = ref.get("vars", {}), dict(bound.values or ())
+        changed = {k: [was.get(k), v] for k, v in now.items() if was.get(k) != v}
+        for role, data in bound.files:
+            path = s.config.files.get(role)
+            if path is None or ROLE_PREFIX + role in diffs:
+                continue  # no such file here, or edited by hand (listed among the differences)
+            try:
+                on_disk: bytes | None = s.target.agent.read(path)
+            except FileNotFoundError:
+                on_disk = None
+            if on_disk == data:
+                continue
+            old = (on_disk or b"").decode("utf-8", "replace").splitlines(keepends=True)
+            new = data.decode("utf-8", "replace").splitlines(keepends=True)
+            diff = list(difflib.unified_diff(old, new, path, f"{path} (as `apply` would write it)"))
+            out.append({"patchset": ps.ident, "name": ps.name, "role": role, "path": path, "vars": changed,
+                        "why": None, "would_write": data.decode("utf-8", "replace"), "diff": diff})
+    return out
+
+
+def _print_stale(item: dict) -> None:
+    if item["why"]:
+        print(f"out of date: {item['patchset']} no longer renders for this target: {item['why']}")
+        return
+    changed = ", ".join(f"{k} ({one_line(str(a))} -> {one_line(str(b))})" for k, (a, b) in item["vars"].items())
+    print(f"out of date: {item['path']} (role {item['role']} of {item['patchset']}) is not what the workspace renders "
+          f"now{': ' + changed + ' changed since it was applied' if changed else ''}; "
+          f"`patchkeeper apply {item['name']}` would write:")
+    for line in item["diff"][2:]:
+        print("  " + one_line(line.rstrip("\n")))
 
 
 def _hint(s: Session, told: installation.Told) -> str:

@@ -13,6 +13,7 @@ from pathlib import Path
 from ..errors import BadInput, Refused
 from . import patchset, saving
 from .patchset import MANIFEST, PatchSet
+from .varspec import VarType
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 BUMPS = ("major", "minor", "patch")
@@ -33,6 +34,7 @@ class Draft:
     group: str | None = None
     extra_files: tuple[tuple[str, bytes], ...] = ()  # files written verbatim (import of an export)
     defaults: tuple[tuple[str, str], ...] | None = None  # [vars]: defaults of the role-file templates
+    types: tuple[tuple[str, VarType], ...] | None = None  # [vars]: the variables' declared types
 
 
 @dataclass(frozen=True)
@@ -85,9 +87,22 @@ def render_toml(d: Draft, version: str) -> bytes:
         lines.append(f"group = {_toml_str(d.group)}")
     if d.roles:
         lines += ["", "[files]"] + [f"{role} = {_toml_str(fname)}" for role, fname, _ in d.roles]
-    if d.defaults:
-        lines += ["", "[vars]"] + [f"{key} = {_toml_str(value)}" for key, value in d.defaults]
+    defaults, types = dict(d.defaults or ()), dict(d.types or ())
+    if defaults or types:
+        lines += ["", "[vars]"] + [_var_line(key, types.get(key), defaults.get(key)) for key in {**types, **defaults}]
     return ("\n".join(lines) + "\n").encode("utf-8")
+
+
+def _var_line(key: str, vartype: VarType | None, default: str | None) -> str:
+    """One [vars] entry: `key = "default"` for plain text, else a table with its type."""
+    if (vartype is None or vartype == VarType()) and default is not None:
+        return f"{key} = {_toml_str(default)}"
+    vartype = vartype or VarType()
+    parts = [f"type = {_toml_str(vartype.kind)}"] + [f"{bound} = {value}" for bound, value in
+                                                     (("min", vartype.low), ("max", vartype.high)) if value is not None]
+    if default is not None:
+        parts.append(f"default = {default}" if vartype.kind == "int" else f"default = {_toml_str(default)}")
+    return f"{key} = {{ {', '.join(parts)} }}"
 
 
 def set_keys(text: str, values: dict[str, str]) -> str:
@@ -130,7 +145,8 @@ def inherit(d: Draft, existing: PatchSet | None) -> Draft:
                    package_version=d.package_version if d.package_version is not None else existing.package_version,
                    requires=d.requires if d.requires is not None else existing.requires,
                    group=d.group if d.group is not None else existing.group,
-                   defaults=d.defaults if d.defaults is not None else existing.defaults or None)
+                   defaults=d.defaults if d.defaults is not None else existing.defaults or None,
+                   types=d.types if d.types is not None else existing.types or None)
 
 
 def save(root: Path, d: Draft, bump_part: str | None = None, version: str | None = None,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from ..errors import BadInput, did_you_mean
 from ..host.disk import hash_bytes
-from ..workspace import check_values, value_text
-from . import gitdiff, patching, templates
+from ..workspace import VAR_NAME, TargetConfig, value_text
+from . import gitdiff, patching, templates, varspec
 import difflib
 import re
 
@@ -42,6 +42,7 @@ class PatchSet:
     values: tuple[tuple[str, str], ...] | None = None  # once bound to a target: the values its templates used
     sources: tuple[tuple[str, str], ...] = ()  # (role, its file in the patch set directory)
     min_accept_length: float | None = None  # [verify]: the accept-length floor that tells its algorithm apart
+    types: tuple[tuple[str, varspec.VarType], ...] = ()  # [vars]: each declared variable's type
 
     @property
     def ident(self) -> str:
@@ -58,15 +59,27 @@ class PatchSet:
         """Every variable its role files use, in first-use order."""
         return tuple(dict.fromkeys(n for _, data in self.files for n in templates.names(data)))
 
-    def bind(self, target_vars: dict[str, str], target: str) -> "PatchSet":
-        """The patch set with its role files rendered for a target (its vars, then the [vars] defaults).
-
-        A placeholder that has neither is refused (BadInput) by variable and file, before anything changes."""
+    def bind(self, config: TargetConfig) -> "PatchSet":
+        """The patch set with its role files rendered for a target: its [targets.NAME.vars], then the
+        [vars] defaults, then (for `python`) the target's own interpreter. A value that does not fit its
+        declared type, or a placeholder without a value, is refused (BadInput) before anything changes."""
         if self.values is not None:
             return self  # already bound
-        values = {**dict(self.defaults), **target_vars}
-        hint = (f"set it in [targets.{target}.vars] of patchkeeper.toml, "
+        values = {"python": config.python, **dict(self.defaults), **config.vars}
+        hint = (f"set it in [targets.{config.name}.vars] of patchkeeper.toml, "
                 f"or give it a default in [vars] of patchsets/{self.name}/{MANIFEST}")
+        types = dict(self.types)
+        for name in self.variables:
+            if name not in values:
+                continue  # templates.render names every missing one
+            vartype = types.get(name, varspec.VarType())
+            why = vartype.problem(values[name])
+            if why:
+                origin = (f"[targets.{config.name}.vars]" if name in config.vars else
+                          f"[vars] of patchsets/{self.name}/{MANIFEST}")
+                raise BadInput(f"{self.ident}: {name} = {values[name][:80]!r} (from {origin}) {why}; "
+                               f"{name} is declared {vartype.describe()}; nothing was changed",
+                               f"fix {name} in {origin}")
         where = dict(self.sources)
         files = tuple((role, templates.render(data, values, f"patchsets/{self.name}/{where.get(role, role)} "
                                               f"(role {role} of {self.ident})", hint))
@@ -79,7 +92,8 @@ class PatchSet:
                 "description": self.description, "package": self.package,
                 "package_version": self.package_version, "requires": list(self.requires),
                 "group": self.group, "paths": list(self.paths), "roles": [r for r, _ in self.files],
-                "variables": {n: dict(self.defaults).get(n) for n in self.variables}}
+                "variables": {n: dict(self.defaults).get(n) for n in self.variables},
+                "types": {n: t.describe() for n, t in self.types}}
 
 
 def names(root: Path) -> list[str]:
@@ -130,6 +144,9 @@ def load(root: Path, name: str) -> PatchSet:
     if not isinstance(requires, list) or not all(isinstance(r, str) for r in requires):
         problems.append("requires must be a list of patch set names")
     spec = doc.get("package_version", "")
+    if not isinstance(spec, str):
+        problems.append(f"package_version must be a string, a PEP 440 specifier such as \"==0.5.23\" (not {spec!r})")
+        spec = ""
     if spec and pinned(spec) is None:  # an exact pin needs no PEP 440 parser (packaging is slow to import)
         from packaging.specifiers import InvalidSpecifier, SpecifierSet  # lazy: tens of ms to import, off the fast paths
 
@@ -140,8 +157,20 @@ def load(root: Path, name: str) -> PatchSet:
     for key in ("description", "group"):
         if key in doc and not isinstance(doc[key], str):
             problems.append(f"{key} must be a string")
-    defaults = doc.get("vars", {})
-    problems += check_values(defaults, "[vars]")
+    table = doc.get("vars", {})
+    defaults: dict[str, object] = {}
+    types: dict[str, varspec.VarType] = {}
+    if not isinstance(table, dict):
+        problems.append("[vars] must be a table of name = default, or name = { type = ..., default = ... }")
+        table = {}
+    for key, entry in table.items():
+        if not VAR_NAME.match(key):
+            problems.append(f"[vars] {key!r} is not a variable name ([a-z_][a-z0-9_]*)")
+            continue
+        types[key], default, bad = varspec.declared(key, entry, "[vars]")
+        problems += bad
+        if default is not None:
+            defaults[key] = default
     checked = doc.get("verify", {})
     floor = checked.get("min_accept_length") if isinstance(checked, dict) else None
     if not isinstance(checked, dict) or set(checked) - {"min_accept_length"}:
@@ -178,7 +207,8 @@ def load(root: Path, name: str) -> PatchSet:
         group=doc.get("group"), files=tuple(sorted(files)), patches=tuple(patches),
         digest=digest_dir(directory),
         sources=tuple(sources),
-        defaults=tuple((k, value_text(v)) for k, v in defaults.items()) if isinstance(defaults, dict) else (),
+        defaults=tuple((k, value_text(v)) for k, v in defaults.items()),
+        types=tuple(types.items()),
         min_accept_length=float(floor) if floor is not None else None,
     )
 

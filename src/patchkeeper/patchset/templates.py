@@ -1,4 +1,5 @@
-"""Role-file templates: `{{ name }}` placeholders filled from a target's vars, then a patch set's defaults."""
+"""Role-file templates: `{{ name }}` placeholders filled from a target's vars, then a patch set's defaults,
+each value written with systemd's quoting for the place it lands in."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import re
 from dataclasses import dataclass
 
 from ..errors import BadInput, Refused
+from . import unitsyntax
 import difflib
 
 # Only {{ name }}: systemd's own $VAR, ${VAR} and %-specifiers never match, so they pass through untouched.
@@ -23,7 +25,80 @@ def render(data: bytes, values: dict[str, str], origin: str, hint: str) -> bytes
     if missing:
         listed = ", ".join(f"{{{{ {n} }}}}" for n in missing)
         raise BadInput(f"{origin} uses {listed} but no value is set for {', '.join(missing)}", hint)
-    return PLACEHOLDER.sub(lambda m: values[m.group(1).decode()].encode(), data)
+    fills = iter(_fills(data, values))
+    return PLACEHOLDER.sub(lambda m: next(fills), data)
+
+
+COMMAND_KEYS = frozenset(("ExecStart", "ExecStartPre", "ExecStartPost", "ExecCondition", "ExecReload", "ExecStop",
+                          "ExecStopPost"))  # systemd.service(5): command lines, where $VAR is expanded
+WORD_KEYS = COMMAND_KEYS | {"Environment"}  # values split into words, quotes and escapes taken
+
+
+def _fills(data: bytes, values: dict[str, str]) -> list[bytes]:
+    """What each placeholder becomes, in order. In a `Key=value` line of a file with [Section] headers (a
+    systemd unit): inside a command line or Environment= the value is one word with systemd's quoting
+    (or escaped inside the quotes the template opened), `%` doubled, and `$` doubled in a command line;
+    in another key `%` is doubled. Elsewhere (comments, files of other formats) it is written as is."""
+    text = data.decode("utf-8", "surrogateescape")
+    out = []
+    for m in PLACEHOLDER.finditer(data):
+        value = values[m.group(1).decode()]
+        start = len(data[:m.start()].decode("utf-8", "surrogateescape"))
+        out.append(_fill(text, start, value).encode("utf-8", "surrogateescape"))
+    return out
+
+
+def _continued(line: str) -> bool:
+    return (len(line) - len(line.rstrip("\\"))) % 2 == 1
+
+
+def _is_comment(line: str) -> bool:
+    stripped = line.lstrip(unitsyntax.WHITESPACE)
+    return bool(stripped) and stripped[0] in unitsyntax.COMMENTS
+
+
+def _fill(text: str, start: int, value: str) -> str:
+    line_start = text.rfind("\n", 0, start) + 1
+    parts = [text[line_start:start]]  # the logical line up to the placeholder, as systemd joins it
+    at = line_start
+    while at > 0:
+        previous = text.rfind("\n", 0, at - 1) + 1
+        before = text[previous:at - 1]
+        if _is_comment(before):  # skipped by systemd, also inside a continuation
+            at = previous
+            continue
+        if not _continued(before):
+            break
+        parts.insert(0, before[:-1] + " ")
+        line_start = at = previous
+    head = PLACEHOLDER.sub(b"x", "".join(parts).encode("utf-8", "surrogateescape")).decode("utf-8", "surrogateescape")
+    stripped = head.lstrip(unitsyntax.WHITESPACE)
+    in_unit = re.search(r"(?m)^[ \t]*\[[^\]\n]*\][ \t]*$", text[:line_start]) is not None
+    if not in_unit or not stripped or stripped[0] in unitsyntax.COMMENTS or "=" not in stripped:
+        return value
+    key, _, rest = stripped.partition("=")
+    key = key.strip(unitsyntax.WHITESPACE)
+    if key not in WORD_KEYS:
+        return value.replace("%", "%%")
+    quote = _open_quote(rest)
+    dollar = key in COMMAND_KEYS
+    return unitsyntax.escape_in_quotes(value, quote, dollar) if quote else unitsyntax.quote_word(value, dollar)
+
+
+def _open_quote(value: str) -> str:
+    """The quote character open at the end of `value` ("" for none), as systemd's word splitting sees it."""
+    quote, i = "", 0
+    while i < len(value):
+        c = value[i]
+        if c == "\\":
+            i += 2
+            continue
+        if quote and c == quote:
+            quote = ""
+        elif not quote and c in "'\"":
+            quote = c
+        i += 1
+    return quote
 
 
 # ---- recording a rendered file back as its template ------------------------------------------
@@ -50,9 +125,9 @@ def _segments(template: bytes, values: dict[str, str]) -> tuple[bytes, list[_Seg
     """The rendering, cut into the template's literal stretches and placeholders."""
     pieces: list[tuple[bytes, bytes, str | None]] = []  # (rendered, template source, variable)
     pos = 0
-    for m in PLACEHOLDER.finditer(template):
+    for m, filled in zip(PLACEHOLDER.finditer(template), _fills(template, values)):
         name = m.group(1).decode()
-        pieces += [(template[pos:m.start()], template[pos:m.start()], None), (values[name].encode(), m.group(0), name)]
+        pieces += [(template[pos:m.start()], template[pos:m.start()], None), (filled, m.group(0), name)]
         pos = m.end()
     pieces.append((template[pos:], template[pos:], None))
     segments, at = [], 0
