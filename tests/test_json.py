@@ -89,7 +89,6 @@ def test_a_usage_error_is_one_error_document(env, verb):
     (["port", "ddtree", "--to", "9.9.9", "--wheel", "/nonexistent.whl"], 2),
     (["port", "ddtree", "--to", "not-a-version"], 2), (["port", "ddtree"], 2),
     (["rollback", "--to", "nosuch"], 2), (["repair", "nosuchdist"], 2), (["verify"], 2),
-    (["log", "-t", "local", "-t", "local"], 2),
 ])
 def test_a_failure_is_one_document(env, args, code):
     env.pk("snapshot", "--name", "first")

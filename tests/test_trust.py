@@ -227,7 +227,7 @@ def test_an_agent_that_never_speaks_times_out(tmp_path, monkeypatch):
     silent = tmp_path / "silent"  # reads nothing: the agent's program (over 64 KiB) fills the pipe to it
     silent.write_text(f"#!/bin/sh\necho $$ > {tmp_path}/pid\nexec sleep 3600\n")
     silent.chmod(0o755)
-    monkeypatch.setattr(remote_agent, "HELLO_TIMEOUT", 0.5)
+    monkeypatch.setattr(remote_agent.Patience, "hello", property(lambda self: 0.5))  # the floor is a minute
     with pytest.raises(TargetError, match=r"target mute: its agent sent nothing for 0.5 s; gave up waiting"):
         remote_agent.AgentProxy.in_subprocess("mute", str(silent))
     pid = int((tmp_path / "pid").read_text())  # given up on, it is killed (the writer of its program with it),
