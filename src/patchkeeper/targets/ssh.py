@@ -232,7 +232,7 @@ class SshTarget(AgentTarget):
             self._holder = None
             return None
 
-    def _client(self):
+    def _client(self) -> Any:  # a paramiko.SSHClient (paramiko has no type information)
         with self._open_lock:
             if not self._clients:
                 self._clients = self._connect_chain()
