@@ -216,7 +216,8 @@ def _state_dict(s: Session) -> dict[str, Any] | None:
     return current.to_dict() if current else None
 
 
-def _patches(diffs: list[Difference], old: Callable[[Difference], bytes], new: Callable[[Difference], bytes], label_a: str, label_b: str) -> dict[str, str]:
+def _patches(diffs: list[Difference], old: Callable[[Difference], bytes], new: Callable[[Difference], bytes],
+             label_a: str, label_b: str) -> dict[str, str]:
     """Unified diffs of the differing text files; binary or oversized files get a one-line note."""
 
     out = {}
