@@ -53,7 +53,7 @@ def socket_dir() -> str:
     return path
 
 
-def socket_path(ssh: str, python: str) -> str:
+def socket_path(ssh: str | None, python: str) -> str:
     """One holder per (ssh spec, interpreter, home: whose ~/.ssh/config says how to connect)."""
     key = hashlib.sha256(json.dumps([ssh, python, os.path.expanduser("~")]).encode()).hexdigest()[:24]
     path = os.path.join(socket_dir(), key + ".sock")
@@ -125,7 +125,7 @@ class SocketLink:
 class Holder:
     """The holder of one SSH target's connection, seen from a command."""
 
-    def __init__(self, name: str, ssh: str, python: str, persist: float, identity: str | None = None,
+    def __init__(self, name: str, ssh: str | None, python: str, persist: float, identity: str | None = None,
                  patience: Patience | None = None) -> None:
         self.name, self.ssh, self.python, self.persist, self.identity = name, ssh, python, persist, identity
         self.patience = patience or Patience()
