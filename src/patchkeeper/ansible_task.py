@@ -22,7 +22,7 @@ from .records.ledger import ORIGIN
 MAX_DIFF = 1 << 20  # bytes of one side of a file diff; larger files are named, not shown
 
 
-def run_task(root: str | None, host: str, table: dict, connection: Any, name: str, state: str, verify: bool,
+def run_task(root: str | None, host: str, table: dict[str, Any], connection: Any, name: str, state: str, verify: bool,
              check_mode: bool, diff_mode: bool, origin: dict[str, str] | None = None) -> dict[str, Any]:
     """Everything patchkeeper prints goes into the result's `stdout`; an error fails the task with
     patchkeeper's one line (`msg`) and its hint. `origin` (the playbook, play and task) goes into

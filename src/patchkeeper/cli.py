@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import cast
 
 import click
 
@@ -28,9 +29,11 @@ from .commands.rollback import rollback as run_rollback
 from .commands.show import show as run_show
 from .commands.show_backup import show_backup as run_show_backup
 from .commands.snapshot import snapshot as run_snapshot
+from .change.rollout import Noted
 from .completion import complete_patchsets, complete_states, complete_targets
 from .options import (adopt_options, change, change_options, chosen, command, group_option, json_option,
                       target_option, targets_option, Verbs, workspace_of)
+from .workspace import Workspace
 
 
 @click.group(cls=Verbs, context_settings={"help_option_names": ["-h", "--help"]})
@@ -50,7 +53,7 @@ def main(ctx: click.Context, workspace: str | None, inventory: str | None) -> No
 @click.option("--package", default="sglang", show_default=True, help="the distribution patch sets change")
 @click.pass_context
 @command
-def init(ctx, python, package):
+def init(ctx: click.Context, python: str | None, package: str) -> int:
     """Start a workspace here (or in -w DIR): patchkeeper.toml, the shipped patch sets, snapshots/."""
     return run_init(Path(ctx.obj.get("workspace") or ".").resolve(), python, package)
 
@@ -59,7 +62,7 @@ def init(ctx, python, package):
 @json_option
 @click.pass_context
 @command
-def list_cmd(ctx, as_json):
+def list_cmd(ctx: click.Context, as_json: bool) -> int:
     """Patch sets, versions, and which package version each fits."""
     return list_patchsets(workspace_of(ctx), as_json)
 
@@ -72,8 +75,9 @@ def list_cmd(ctx, as_json):
 @json_option
 @click.pass_context
 @command
-def apply(ctx, name, targets_, group, every, serial, max_fail, dry_run, no_verify, force, restore_pristine,
-          accept_edits, as_json):
+def apply(ctx: click.Context, name: str, targets_: tuple[str, ...], group: str | None, every: bool, serial: int | None,
+          max_fail: int, dry_run: bool, no_verify: bool, force: bool, restore_pristine: bool, accept_edits: bool,
+          as_json: bool) -> int:
     """Apply patch set NAME (switching within its group) in one transaction.
 
     With a [service] table the service is then restarted and verified by a real generation;
@@ -83,7 +87,7 @@ def apply(ctx, name, targets_, group, every, serial, max_fail, dry_run, no_verif
 
     adopt = check_mode(restore_pristine, accept_edits)
 
-    def one(ws, target, noted, json_doc):
+    def one(ws: Workspace, target: str | None, noted: Noted | None, json_doc: bool) -> int:
         return run_apply(ws, target, name, dry_run, force, verify=not no_verify, adopt=adopt, as_json=json_doc,
                          noted=noted)
 
@@ -98,9 +102,10 @@ def apply(ctx, name, targets_, group, every, serial, max_fail, dry_run, no_verif
 @json_option
 @click.pass_context
 @command
-def rollback(ctx, targets_, group, every, serial, max_fail, dry_run, no_verify, to, as_json):
+def rollback(ctx: click.Context, targets_: tuple[str, ...], group: str | None, every: bool, serial: int | None, max_fail: int,
+             dry_run: bool, no_verify: bool, to: str, as_json: bool) -> int:
     """Give every managed file the exact bytes and mode of STATE (on several targets: as apply does)."""
-    def one(ws, target, noted, json_doc):
+    def one(ws: Workspace, target: str | None, noted: Noted | None, json_doc: bool) -> int:
         return run_rollback(ws, target, to, dry_run, verify=not no_verify, as_json=json_doc, noted=noted)
 
     return change(ctx, one, f"rollback --to {to}", targets_, group, every, serial, max_fail, dry_run, not no_verify,
@@ -114,7 +119,7 @@ def rollback(ctx, targets_, group, every, serial, max_fail, dry_run, no_verify, 
 @click.option("--all", "every", is_flag=True, help="every target in the workspace, concurrently, one table")
 @click.pass_context
 @command
-def status(ctx, targets_, group, as_json, every):
+def status(ctx: click.Context, targets_: tuple[str, ...], group: str | None, as_json: bool, every: bool) -> int:
     """The applied stack, and whether the files still match the recorded state (without -t, of the
     default target; with no default_target and several targets, of them all, as --all)."""
     picked = chosen(ctx, targets_, group, every)
@@ -133,7 +138,7 @@ def status(ctx, targets_, group, as_json, every):
 @click.option("--all", "every", is_flag=True, help="every target in the workspace, merged, newest first")
 @click.pass_context
 @command
-def log(ctx, targets_, group, as_json, every):
+def log(ctx: click.Context, targets_: tuple[str, ...], group: str | None, as_json: bool, every: bool) -> int:
     """Every transaction on the target, newest first, with its origin (the CLI or an Ansible task)."""
     picked = chosen(ctx, targets_, group, every)
     if picked is not None:
@@ -149,7 +154,8 @@ def log(ctx, targets_, group, as_json, every):
 @adopt_options
 @click.pass_context
 @command
-def snapshot(ctx, target, name, manifest_only, dry_run, restore_pristine, accept_edits):
+def snapshot(ctx: click.Context, target: str | None, name: str, manifest_only: bool, dry_run: bool, restore_pristine: bool,
+             accept_edits: bool) -> int:
     """Record the target's files as a named state."""
     return run_snapshot(workspace_of(ctx), target, name, manifest_only, adopt=check_mode(restore_pristine, accept_edits),
                         dry_run=dry_run)
@@ -166,7 +172,8 @@ def snapshot(ctx, target, name, manifest_only, dry_run, restore_pristine, accept
 @json_option
 @click.pass_context
 @command
-def repair(ctx, dist, target, wheel, dry_run, no_verify, restore_pristine, accept_edits, as_json):
+def repair(ctx: click.Context, dist: str, target: str | None, wheel: str | None, dry_run: bool, no_verify: bool,
+           restore_pristine: bool, accept_edits: bool, as_json: bool) -> int:
     """Give the files of installed distribution DIST that differ from its RECORD their release bytes back.
 
     One transaction (backups in the store, a ledger entry of kind repair): `rollback --to previous`
@@ -184,7 +191,7 @@ def repair(ctx, dist, target, wheel, dry_run, no_verify, restore_pristine, accep
 @target_option
 @click.pass_context
 @command
-def show_backup(ctx, digest, target):
+def show_backup(ctx: click.Context, digest: str, target: str | None) -> int:
     """Print the bytes of a backed-up file (a hand edit a change replaced), verified: DIGEST as
     rollback and log show it, or 8+ of its hex digits. `patchkeeper show-backup D > FILE`."""
 
@@ -195,7 +202,7 @@ def show_backup(ctx, digest, target):
 @target_option
 @click.pass_context
 @command
-def recover(ctx, target):
+def recover(ctx: click.Context, target: str | None) -> int:
     """Finish or undo a transaction that was interrupted (any command does this first)."""
     return run_recover(workspace_of(ctx), target)
 
@@ -214,7 +221,8 @@ def recover(ctx, target):
 @click.option("--rehash", is_flag=True, help="ignore every cache and seal: read and hash every file again")
 @click.pass_context
 @command
-def audit(ctx, targets_, group, probes, every, as_json, verbose, quiet, wait, rehash):
+def audit(ctx: click.Context, targets_: tuple[str, ...], group: str | None, probes: tuple[str, ...], every: bool, as_json: bool, verbose: bool,
+          quiet: bool, wait: float | None, rehash: bool) -> int:
     """What differs in the target's site-packages, and why: patched, drift, environment, bytecode, probe."""
     picked = chosen(ctx, targets_, group, every)
     if picked is not None:
@@ -228,7 +236,7 @@ def audit(ctx, targets_, group, probes, every, as_json, verbose, quiet, wait, re
 @click.option("--all", "every", is_flag=True, help="every held connection of this user")
 @click.pass_context
 @command
-def disconnect(ctx, target, every):
+def disconnect(ctx: click.Context, target: str | None, every: bool) -> int:
     """End the held SSH connection of a target (or --all), before its `persist` seconds run out."""
     return run_disconnect(None if every else workspace_of(ctx), target, every)
 
@@ -240,7 +248,7 @@ def disconnect(ctx, target, every):
 @click.option("--all", "every", is_flag=True, help="every target in the workspace")
 @click.pass_context
 @command
-def clear_caches(ctx, targets_, group, every):
+def clear_caches(ctx: click.Context, targets_: tuple[str, ...], group: str | None, every: bool) -> int:
     """Delete every cache kept for the target (or -t A -t B, -g, --all) and your user cache.
 
     Caches only save time (docs/files-and-caches.md): records are kept, and the next command that
@@ -270,7 +278,9 @@ bump_option = click.option("--bump", type=click.Choice(["major", "minor", "patch
 @click.option("--package-version", metavar="SPEC", help="with --git: PEP 440 specifier of fitting versions")
 @click.pass_context
 @command
-def record(ctx, name, target, since, adoption, checkout, span, subdir, bump, description, package, package_version):
+def record(ctx: click.Context, name: str, target: str | None, since: str | None, adoption: bool, checkout: str | None,
+           span: str | None, subdir: str, bump: str | None, description: str | None, package: str | None,
+           package_version: str | None) -> int:
     """Write patch set NAME from a target's edits since a state, the hand edits found when it was
     adopted, or a git range."""
 
@@ -283,7 +293,8 @@ def record(ctx, name, target, since, adoption, checkout, span, subdir, bump, des
             raise click.UsageError("--git needs --range A..B")
         return record_verb.record_git(workspace_of(ctx), name, checkout, span, subdir, bump, description, package,
                               package_version)
-    return record_verb.record_target(workspace_of(ctx), target, name, since, bump, description)
+    # exactly one of the three is given: here, --from STATE
+    return record_verb.record_target(workspace_of(ctx), target, name, cast(str, since), bump, description)
 
 
 @main.command("import")
@@ -295,7 +306,8 @@ def record(ctx, name, target, since, adoption, checkout, span, subdir, bump, des
 @click.option("-m", "--description", help="the patch set's description")
 @click.pass_context
 @command
-def import_cmd(ctx, name, file, version, subdir, package, description):
+def import_cmd(ctx: click.Context, name: str, file: str, version: str | None, subdir: str, package: str | None,
+               description: str | None) -> int:
     """Make patch set NAME from a patch file, or restore one from `patchkeeper export`."""
     return import_patch(workspace_of(ctx), name, file, version, subdir, package, description)
 
@@ -304,7 +316,7 @@ def import_cmd(ctx, name, file, version, subdir, package, description):
 @click.argument("name", shell_complete=complete_patchsets)
 @click.pass_context
 @command
-def export(ctx, name):
+def export(ctx: click.Context, name: str) -> int:
     """Print patch set NAME as one patch that git apply and patch -p1 accept in site-packages."""
     return run_export(workspace_of(ctx), name)
 
@@ -316,7 +328,7 @@ def export(ctx, name):
 @json_option
 @click.pass_context
 @command
-def check(ctx, name, target, wheel, as_json):
+def check(ctx: click.Context, name: str, target: str | None, wheel: str | None, as_json: bool) -> int:
     """Would patch set NAME apply? Per file: clean, at an offset, or the failing hunk. Changes nothing."""
     return run_check(workspace_of(ctx), target, name, wheel, as_json)
 
@@ -326,7 +338,7 @@ def check(ctx, name, target, wheel, as_json):
 @json_option
 @click.pass_context
 @command
-def show(ctx, name, as_json):
+def show(ctx: click.Context, name: str, as_json: bool) -> int:
     """Patch set NAME: metadata, files, diffstat, and the targets it is applied on."""
     return run_show(workspace_of(ctx), name, as_json)
 
@@ -347,7 +359,8 @@ def show(ctx, name, as_json):
 @click.option("--all", "every", is_flag=True, help="every target in the workspace, concurrently, one table")
 @click.pass_context
 @command
-def diff(ctx, targets, targets_, group, against, patch, environment, since_pass, as_json, every):
+def diff(ctx: click.Context, targets: tuple[str, ...], targets_: tuple[str, ...], group: str | None, against: str | None, patch: bool,
+         environment: bool, since_pass: bool, as_json: bool, every: bool) -> int:
     """What differs on TARGET (or -t TARGET) from its recorded state, and which patch set owns it; or
     TARGET against TARGET2, side by side (-g GROUP, --all: each target against its own record).
     Exit 0 when nothing differs, 1 when something does."""
@@ -379,7 +392,8 @@ def diff(ctx, targets, targets_, group, against, patch, environment, since_pass,
 @json_option
 @click.pass_context
 @command
-def port(ctx, name, to, given, target, bump, resume, dry_run, as_json):
+def port(ctx: click.Context, name: str, to: str | None, given: tuple[str, ...], target: str | None, bump: str | None, resume: bool,
+         dry_run: bool, as_json: bool) -> int:
     """Carry patch set NAME to release VERSION of its package: a three-way merge per file and hunk;
     written as its next version when nothing conflicts (exit 0), else left to resolve (exit 1)."""
 
@@ -391,7 +405,7 @@ def port(ctx, name, to, given, target, bump, resume, dry_run, as_json):
 @json_option
 @click.pass_context
 @command
-def env_cmd(ctx, target, as_json):
+def env_cmd(ctx: click.Context, target: str | None, as_json: bool) -> int:
     """The target's environment: interpreter, system, GPU stack, distributions, native libraries."""
     return run_env(workspace_of(ctx), target, as_json)
 
@@ -404,7 +418,7 @@ def env_cmd(ctx, target, as_json):
 @click.option("--all", "every", is_flag=True, help="every target in the workspace, concurrently, one table")
 @click.pass_context
 @command
-def verify_cmd(ctx, targets_, group, as_json, with_restart, every):
+def verify_cmd(ctx: click.Context, targets_: tuple[str, ...], group: str | None, as_json: bool, with_restart: bool, every: bool) -> int:
     """Check the target's service: it answers, runs the unit's command and speculative algorithm, and
     generates enough, fast enough, not degenerate, the same greedy output as before.
 

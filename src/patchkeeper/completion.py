@@ -3,21 +3,21 @@ target, never SSH; a failure completes nothing rather than printing into the use
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, Iterable
 from . import workspace
 from .patchset import patchset
 import json
 
 
-def _completion_workspace(ctx: Any):
+def _completion_workspace(ctx: Any) -> workspace.Workspace:
     root = ctx.find_root().params.get("workspace")
     return workspace.load(workspace.find(root))
 
 
-def _completing(names):
+def _completing(names: Callable[[Any], Iterable[str]]) -> Callable[[Any, Any, str], list[str]]:
     """A click shell_complete function over the names `names(ctx)` gives; none when that fails."""
 
-    def complete(ctx: Any, param, incomplete: str) -> list[str]:
+    def complete(ctx: Any, param: Any, incomplete: str) -> list[str]:
         try:
             return [n for n in names(ctx) if n.startswith(incomplete)]
         except Exception:  # completion never prints errors into the user's shell

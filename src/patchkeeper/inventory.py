@@ -9,6 +9,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .errors import BadInput
 
@@ -20,7 +21,7 @@ class Inventory:
     """What an inventory gives a workspace: a target table per host that has the `patchkeeper`
     variable, and its groups (their members that are targets)."""
 
-    targets: dict[str, dict]
+    targets: dict[str, dict[str, Any]]
     groups: dict[str, tuple[str, ...]]
 
 
@@ -53,10 +54,10 @@ def read(path: Path) -> Inventory:
     return parse(json.loads(proc.stdout), str(path))
 
 
-def parse(doc: dict, where: str) -> Inventory:
+def parse(doc: dict[str, Any], where: str) -> Inventory:
     """`ansible-inventory --list`'s document -> targets and groups."""
-    hostvars: dict[str, dict] = doc.get("_meta", {}).get("hostvars", {})
-    targets: dict[str, dict] = {}
+    hostvars: dict[str, dict[str, Any]] = doc.get("_meta", {}).get("hostvars", {})
+    targets: dict[str, dict[str, Any]] = {}
     for host, hv in sorted(hostvars.items()):
         if VARIABLE not in hv:
             continue  # a host that is no target of patchkeeper's (a database, a proxy)
@@ -81,7 +82,7 @@ def ssh_spec(host: str, port: object, user: object) -> str:
     return f"{str(user) + '@' if user else ''}{host}{':' + str(port) if port is not None else ''}"
 
 
-def _groups(doc: dict, targets: set[str]) -> dict[str, tuple[str, ...]]:
+def _groups(doc: dict[str, Any], targets: set[str]) -> dict[str, tuple[str, ...]]:
     """Each group's hosts that are targets, its children's included."""
     def members(group: str, seen: frozenset[str]) -> set[str]:
         node = doc.get(group) or {}

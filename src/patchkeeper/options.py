@@ -8,7 +8,7 @@ import json
 import sys
 from dataclasses import replace
 from functools import wraps
-from typing import Any, Callable, NoReturn
+from typing import Any, Callable, NoReturn, TypeVar
 
 import click
 
@@ -16,10 +16,14 @@ from . import pipes
 from .completion import complete_targets
 from .errors import EXIT_INTERRUPTED, PatchkeeperError
 from . import workspace
-from .change.rollout import rollout
+from .change.rollout import Noted, rollout
 from .patchset import saving
 from .errors import os_hint
 from .printable import lines
+
+F = TypeVar("F", bound=Callable[..., Any])
+# a change on one target: (workspace, target name, the rollout's Noted or None, --json) -> exit code
+OnOne = Callable[[workspace.Workspace, str | None, Noted | None, bool], int]
 
 
 def _say(text: str) -> None:
@@ -143,11 +147,11 @@ class Verbs(click.Group):
         sys.exit(code if isinstance(code, int) else 0)  # --help, --version: their text, exit 0
 
 
-def command(fn):
+def command(fn: Callable[..., int]) -> Callable[..., None]:
     """Run a verb: build the workspace, call it, turn every PatchkeeperError into its exit code."""
 
     @wraps(fn)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: Any, **kwargs: Any) -> None:
         run_verb(fn, *args, **kwargs)
 
     return wrapper
@@ -169,7 +173,7 @@ targets_option = click.option("-t", "--target", "targets_", multiple=True, shell
 group_option = click.option("-g", "--group", help="the targets of a group ([groups], or an inventory's)")
 
 
-def change_options(fn):
+def change_options(fn: F) -> F:
     """The options of a change: where (-t repeated, -g, --all), how many at a time, --dry-run, --no-verify."""
     for option in reversed([
         targets_option, group_option,
@@ -189,7 +193,7 @@ json_option = click.option("--json", "as_json", is_flag=True,
                            help="print one JSON document (docs/json.md); progress on stderr")
 
 
-def adopt_options(fn):
+def adopt_options(fn: F) -> F:
     """--restore-pristine / --accept-edits: what to do with hand edits found before the first baseline."""
     fn = click.option("--accept-edits", is_flag=True,
                       help="before the first baseline: record files that differ from RECORD as they are")(fn)
@@ -197,7 +201,7 @@ def adopt_options(fn):
                         help="before the first baseline: give files that differ from RECORD the release's bytes")(fn)
 
 
-def workspace_of(ctx: click.Context):
+def workspace_of(ctx: click.Context) -> workspace.Workspace:
     root = workspace.find(ctx.obj.get("workspace"))
     ws = workspace.load(root, ctx.obj.get("inventory"))
     done = saving.recover(ws.patchsets_dir)
@@ -206,7 +210,7 @@ def workspace_of(ctx: click.Context):
     return replace(ws, recovered=tuple(done)) if done else ws
 
 
-def chosen(ctx: click.Context, targets: tuple[str, ...], group: str | None, every: bool):
+def chosen(ctx: click.Context, targets: tuple[str, ...], group: str | None, every: bool) -> workspace.Workspace | None:
     """The workspace narrowed to -t (repeated), -g or --all; None when one target (or the default) is meant."""
     if not every and group is None and len(targets) <= 1:
         return None
@@ -215,7 +219,8 @@ def chosen(ctx: click.Context, targets: tuple[str, ...], group: str | None, ever
     return workspace_of(ctx).select(targets, group, every)
 
 
-def change(ctx, one, what, targets, group, every, serial, max_fail, dry_run, verify, as_json=False) -> int:
+def change(ctx: click.Context, one: OnOne, what: str, targets: tuple[str, ...], group: str | None, every: bool,
+           serial: int | None, max_fail: int, dry_run: bool, verify: bool, as_json: bool = False) -> int:
     """A change on one target (`one(ws, name, noted, as_json)`), or a rollout over those chosen: each
     target's change then reports in words (kept per target), and --json is the rollout's document."""
     picked = chosen(ctx, targets, group, every)

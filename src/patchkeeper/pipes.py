@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import select
+from typing import Any, TextIO
 
 
 class ReaderGone:
@@ -13,7 +14,7 @@ class ReaderGone:
     Like git, the output simply stops: no "Broken pipe" error, and the command still runs to its
     end, so a change it made is mirrored and verified and its exit code keeps its meaning."""
 
-    def __init__(self, stream) -> None:
+    def __init__(self, stream: TextIO) -> None:
         self._stream = stream
         self.gone = False
         self.wrote = False  # anything written: a --json verb that wrote its document before an error
@@ -42,7 +43,7 @@ class ReaderGone:
         except BrokenPipeError:  # a part of the buffer the failed write kept: now it goes nowhere
             self._stream.flush()
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
 
 

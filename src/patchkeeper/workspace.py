@@ -60,7 +60,7 @@ class TargetConfig:
     timeout: float = 30.0  # seconds its agent may stay silent (no answer, no heartbeat) before it is given up
     vars: dict[str, str] = field(default_factory=dict)  # [targets.NAME.vars]: values for role-file templates
     unit_path: tuple[str, ...] = SYSTEMD_UNIT_PATH  # where systemd looks for units and drop-ins, highest first
-    raw: dict = field(default_factory=dict)  # the whole table ([defaults] merged in), for verbs with their own keys
+    raw: dict[str, Any] = field(default_factory=dict)  # the whole table ([defaults] merged in), for verbs with their own keys
     identity_file: str | None = None  # an SSH key of its own (an inventory's ansible_ssh_private_key_file)
     connect: Callable[["TargetConfig"], Any] | None = field(default=None, compare=False)  # opens it another way
 
@@ -137,7 +137,7 @@ def find(explicit: str | None = None, cwd: Path | None = None) -> Path:
 DEFAULT_KEYS = ("python", "package", "vars", "service", "files", "persist", "timeout", "unit_path")  # what [defaults] may hold
 
 
-def load(root: Path, inventory: str | None = None, hosts: dict[str, dict] | None = None) -> Workspace:
+def load(root: Path, inventory: str | None = None, hosts: dict[str, dict[str, Any]] | None = None) -> Workspace:
     """The workspace at `root`; `inventory` (--inventory) overrides its `inventory = "FILE"`; `hosts`
     (the Ansible action's host and its `patchkeeper` variable) stands in for the inventory."""
     path = root / CONFIG
@@ -185,7 +185,7 @@ def load(root: Path, inventory: str | None = None, hosts: dict[str, dict] | None
             continue
         table = merged(defaults, table)
         missing = [k for k in ("python", "package") if not isinstance(table.get(k), str)]
-        wrong = [k for k in ("ssh", "state_dir", "identity_file") if k in table and not isinstance(table[k], str)]
+        wrong: list[str] = [k for k in ("ssh", "state_dir", "identity_file") if k in table and not isinstance(table[k], str)]
         if not _seconds(table.get("persist", 0)):
             wrong.append("persist (seconds >= 0)")
         if not _seconds(table.get("timeout", 3)) or table.get("timeout", 3) < 3:
@@ -237,7 +237,7 @@ def load(root: Path, inventory: str | None = None, hosts: dict[str, dict] | None
                      wheels=root / wheels if wheels else None, groups=groups)
 
 
-def merged(base: dict, over: dict) -> dict:
+def merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     """`over` on top of `base`: tables merge key by key (vars, files, service and its smoke), a
     value of `over` replaces the one of `base`."""
     out = dict(base)
@@ -266,7 +266,7 @@ def default_dropin(unit: str) -> str:
     return unit.rstrip("/") + ".d/" + DROPIN_NAME
 
 
-def _seconds(value) -> bool:
+def _seconds(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
 
 

@@ -29,7 +29,7 @@ class Diagnosis:
     next: tuple[str, ...] = ()  # commands to run next, most likely first
     code_error: str | None = None  # why the files could not be compared
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"target": self.target, "state": self.state.to_dict(), "last_pass": self.last.id if self.last else None,
                 "last_pass_time": self.last.time if self.last else None, "code": dict(self.code),
                 "code_error": self.code_error, "environment": [c.to_dict() for c in self.environment],

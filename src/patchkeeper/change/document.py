@@ -34,11 +34,11 @@ class Steps:
         self.steps.append(step)
 
 
-def _entry(e: Entry | None) -> dict | None:
+def _entry(e: Entry | None) -> dict[str, Any] | None:
     return None if e is None else {"digest": e.digest, "size": e.size, "mode": f"{e.mode:o}"}
 
 
-def change_of(plan: Any, dry_run: bool, exec_start: Any = None) -> dict:
+def change_of(plan: Any, dry_run: bool, exec_start: Any = None) -> dict[str, Any]:
     """One change (a transaction, or on a dry run the plan): its entry and every file with its kind
     and digests."""
 
@@ -57,11 +57,11 @@ def change_of(plan: Any, dry_run: bool, exec_start: Any = None) -> dict:
 
 def document(command: str, target: str, before: State | None, after: State | None, steps: list[Step],
              exit_code: int, dry_run: bool = False, verifications: list[tuple[str, Verification]] | None = None,
-             diagnosis: Any = None) -> dict:
+             diagnosis: Any = None) -> dict[str, Any]:
     """The whole document: the states before and after, each change, each verification (its phase and
     every check), a diagnosis where one was made, warnings, the exit code."""
 
-    changes: list[dict] = []
+    changes: list[dict[str, Any]] = []
     checks = [{"phase": phase, **report.to_dict()} for phase, report in verifications or []]
     warnings: list[str] = []
     phase = "verify"

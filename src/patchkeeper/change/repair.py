@@ -227,8 +227,8 @@ def environment_ops(target: Target, ledger: Ledger, upto: int,
     first later change is a repair and `clean(dist, version, path)` says the state at `upto` had
     the file as its RECORD says (recorded_clean), the release bytes the repair wrote stay: the
     damage it replaced came after that state."""
-    earlier: dict[str, tuple[str, list | None]] = {}
-    later: dict[str, tuple[str, list | None]] = {}
+    earlier: dict[str, tuple[str, list[Any] | None]] = {}
+    later: dict[str, tuple[str, list[Any] | None]] = {}
     entries = ledger.entries()
     for i, slot in enumerate(entries.slots):
         if not slot.env:

@@ -15,7 +15,7 @@ import json
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, TextIO
+from typing import TYPE_CHECKING, Any, Callable, TextIO, cast
 
 from ..errors import EXIT_DIFFERS, EXIT_ROLLED_BACK, EXIT_UNFINISHED, PatchkeeperError, TargetError
 from ..workspace import Workspace
@@ -144,7 +144,7 @@ def rollout(ws: Workspace, change: OnOneTarget, what: str, serial: int | None, m
 
     failures = 0
     pending = list(names)
-    running: dict[Future, str] = {}
+    running: dict[Future[Any], str] = {}
     pool = ThreadPoolExecutor(max(1, min(at_once, len(names))))
     sys.stdout, sys.stderr = router.out, router.err
     try:
@@ -185,7 +185,7 @@ def rollout(ws: Workspace, change: OnOneTarget, what: str, serial: int | None, m
     return code
 
 
-def _result_doc(r: HostResult) -> dict:
+def _result_doc(r: HostResult) -> dict[str, Any]:
     """One target's result in a rollout's document."""
     d = r.done
     return {"exit_code": r.code, "attempted": r.code is not None, "result": r.line(), "error": r.error,
@@ -238,7 +238,7 @@ class _Router:
 
     def capture(self) -> io.StringIO:
         self.local.buffer = io.StringIO()
-        return self.local.buffer
+        return cast(io.StringIO, self.local.buffer)
 
     def release(self) -> None:
         self.local.buffer = None

@@ -87,11 +87,11 @@ def load(config: TargetConfig) -> ServiceConfig | None:
     return ServiceConfig(**values, smoke=SmokeConfig(**smoke_values))
 
 
-def _number(value) -> bool:
+def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _check(table: dict, keys: dict, where: str) -> list[str]:
+def _check(table: dict[str, Any], keys: dict[str, Any], where: str) -> list[str]:
     problems = []
     for key, value in table.items():
         kind = keys.get(key)
@@ -107,7 +107,7 @@ def _check(table: dict, keys: dict, where: str) -> list[str]:
     return problems
 
 
-def _check_smoke(smoke: dict, where: str) -> list[str]:
+def _check_smoke(smoke: dict[str, Any], where: str) -> list[str]:
     problems = []
     if isinstance(smoke.get("max_tokens"), int) and smoke["max_tokens"] < 1:
         problems.append(f"{where} max_tokens must be at least 1")

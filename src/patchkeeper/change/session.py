@@ -155,7 +155,7 @@ class Session:
             print(f"{self.target.name}: removed {len(removed)} temporary file(s) ({size / 1e6:.1f} MB) "
                   "left by an interrupted command", file=sys.stderr)
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self.commit and self.record.paths and not isinstance(exc[1], KeyboardInterrupt):
             history.commit_records(self.workspace.root, [self.record])
             self.record = history.Record(self.config.name, self.command)

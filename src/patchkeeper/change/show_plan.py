@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, Callable, TextIO
 
 from .changes import Step
 from .plans import Changed, Plan
@@ -99,7 +99,7 @@ def render_not_mirrored(step: NotMirrored) -> None:
           + os_hint(step.errno, f"run `patchkeeper recover -t {step.target}`: it copies them again"), file=sys.stderr)
 
 
-def step_printer(target: str):
+def step_printer(target: str) -> Callable[[Step], None]:
     """A `show` callback for changes.carry_out that prints each step as it happens."""
 
     def show(step: Step) -> None:

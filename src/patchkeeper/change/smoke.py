@@ -56,7 +56,7 @@ def degenerate(text: str) -> str | None:
     return None
 
 
-def judge(gen: dict, svc: ServiceConfig) -> tuple[Check, dict]:
+def judge(gen: dict[str, Any], svc: ServiceConfig) -> tuple[Check, dict[str, Any]]:
     """The generate check of one completion, and its figures (tokens, seconds, tokens_per_s, sample,
     output, problems, reason)."""
     smoke = svc.smoke
@@ -89,7 +89,7 @@ def judge(gen: dict, svc: ServiceConfig) -> tuple[Check, dict]:
     return Check("generate", not problems, secs, detail, reason=first), figures
 
 
-def judge_requests(gen: dict, svc: ServiceConfig) -> tuple[Check, dict]:
+def judge_requests(gen: dict[str, Any], svc: ServiceConfig) -> tuple[Check, dict[str, Any]]:
     """The generate check over every judged completion (`requests` in turn, then `concurrency` at
     once): the first one's figures, the first failure's reason and problems, each one's row."""
     sequential = gen.get("sequential") or [gen]
@@ -133,7 +133,7 @@ def same_algorithm(asked: str | None, reported: Any) -> bool:
     return a == r or (a, r) in _SAME
 
 
-def algorithm_check(command: units.Command | str | None, info: dict | None) -> Check:
+def algorithm_check(command: units.Command | str | None, info: dict[str, Any] | None) -> Check:
     """Is the speculative algorithm the server reports the one the unit's effective ExecStart asks for?"""
     why = _unasked(info, "speculative_algorithm")
     if why:
@@ -155,7 +155,7 @@ def algorithm_check(command: units.Command | str | None, info: dict | None) -> C
                  f"asked:    {asked}\nreported: {reported}\nthe unit: {command.text()}", reason="algorithm")
 
 
-def accept_check(command: units.Command | str | None, info: dict | None, minimum: float,
+def accept_check(command: units.Command | str | None, info: dict[str, Any] | None, minimum: float,
                  floor: tuple[float, str] | None = None) -> Check | None:
     """With speculation on, the average accept length the server reports is at least `minimum`
     (1.0: no draft token was ever accepted), and at least `floor` (the floor an applied patch set
@@ -190,7 +190,7 @@ def accept_check(command: units.Command | str | None, info: dict | None, minimum
     return Check("accept", True, 0.0, f"average accept length {average:.2f}, at least {what}")
 
 
-def _unasked(info: dict | None, key: str | None) -> str | None:
+def _unasked(info: dict[str, Any] | None, key: str | None) -> str | None:
     """Why /server_info cannot answer (None when it can)."""
     if info is None:
         return "the probe did not ask /server_info"
@@ -202,7 +202,7 @@ def _unasked(info: dict | None, key: str | None) -> str | None:
 
 
 # ---- greedy output, against the last pass -------------------------------------------------------
-def output_check(now: str | None, then: dict | None, mode: str) -> Check | None:
+def output_check(now: str | None, then: dict[str, Any] | None, mode: str) -> Check | None:
     """Speculative decoding is lossless: at temperature 0 the output must be the last pass's for the
     same prompt, model and max_tokens (`then`: its entry, state and output). warn or fail."""
     if mode == "off" or now is None:

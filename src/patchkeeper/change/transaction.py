@@ -61,13 +61,13 @@ class FileOp:
             name = f"{STAGE_PREFIX}{tx_id}-{short}"
         return posixpath.join(head, name)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"key": self.key, "path": self.path,
                 "old": [self.old.digest, self.old.size, self.old.mode] if self.old else None,
                 "new": [self.new.digest, self.new.size, self.new.mode] if self.new else None}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "FileOp":
+    def from_dict(cls, d: dict[str, Any]) -> "FileOp":
         """An op as the journal holds it, its key, path and digests checked (shapes.Malformed)."""
         shapes.key(d["key"], "an op's key")
         shapes.absolute(d["path"], "an op's path")

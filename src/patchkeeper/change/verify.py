@@ -10,7 +10,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, TextIO, cast
+from typing import Any, Callable, TextIO, cast
 
 from ..checks import units
 from . import smoke
@@ -48,12 +48,12 @@ class Verification:
     sample: str = ""
     problems: tuple[str, ...] = ()
     logs: str | None = None
-    extra: dict = field(default_factory=dict)  # since, warmups, requests (each judged completion), server_info
+    extra: dict[str, Any] = field(default_factory=dict)  # since, warmups, requests (each judged completion), server_info
     errors: tuple[str, ...] = ()  # the first error-looking lines of the logs, wherever they are
     output: str | None = None  # the first judged completion's text (greedy: compared with the next pass's)
-    smoke: dict = field(default_factory=dict)  # what makes two outputs comparable: prompt, model, max_tokens, endpoint
+    smoke: dict[str, Any] = field(default_factory=dict)  # what makes two outputs comparable: prompt, model, max_tokens, endpoint
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["checks"] = [asdict(c) for c in self.checks]
         d["problems"] = list(self.problems)
@@ -97,7 +97,7 @@ def restart(target: Target, svc: ServiceConfig) -> tuple[Check, str]:
 
 
 def probe(target: Target, svc: ServiceConfig, progress: TextIO | None = sys.stderr,
-          listener_port: int | None = None) -> tuple[Check, dict | None]:
+          listener_port: int | None = None) -> tuple[Check, dict[str, Any] | None]:
     """Wait for the server (progress on `progress`), then the generations (after `warmup` others), then
     /server_info (result["server_info"]), and with `listener_port` the processes listening there
     (result["listener"]); all from the target's side."""
@@ -154,8 +154,8 @@ def probe(target: Target, svc: ServiceConfig, progress: TextIO | None = sys.stde
 
 
 def run_checks(target: Target, svc: ServiceConfig, with_restart: bool = True,
-               progress: TextIO | None = sys.stderr, last_pass: dict | None = None,
-               last_output: Callable[[dict], dict | None] | None = None,
+               progress: TextIO | None = sys.stderr, last_pass: dict[str, Any] | None = None,
+               last_output: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None,
                floor: tuple[float, str] | None = None) -> Verification:
     """Restart (optionally), Ready, Server (the process on the port runs the unit's effective
     ExecStart), Generate (`requests` in turn, `concurrency` at once), Algorithm and Accept (what
@@ -164,9 +164,9 @@ def run_checks(target: Target, svc: ServiceConfig, with_restart: bool = True,
     length an applied patch set declares for its algorithm (declared_floor). On failure the logs
     command's output is attached, its first errors quoted. Changes nothing; records nothing."""
     checks: list[Check] = []
-    figures: dict = {}
+    figures: dict[str, Any] = {}
     since = ""
-    extra: dict = {}
+    extra: dict[str, Any] = {}
     if with_restart:
         check, since = restart(target, svc)
         checks.append(check)
@@ -228,7 +228,7 @@ def run_checks(target: Target, svc: ServiceConfig, with_restart: bool = True,
                         errors=errors, output=figures.get("output"), smoke=figures.get("smoke", {}))
 
 
-def smoke_key(svc: ServiceConfig, model: str | None) -> dict:
+def smoke_key(svc: ServiceConfig, model: str | None) -> dict[str, Any]:
     """What makes two greedy outputs comparable (the model: as configured, else the one the server listed)."""
     return {"prompt": svc.smoke.prompt, "model": svc.smoke.model or model, "max_tokens": svc.smoke.max_tokens,
             "endpoint": svc.smoke.endpoint}
@@ -239,7 +239,7 @@ def _port(base_url: str) -> int:
     return probe_http.split_url(base_url)[2]
 
 
-def server_check(command: units.Command | str, listener: dict | None, loaded: tuple[str, ...] | None = None) -> Check:
+def server_check(command: units.Command | str, listener: dict[str, Any] | None, loaded: tuple[str, ...] | None = None) -> Check:
     """Does a process listening on the port run the unit's effective command line? Unknowable is said,
     not failed. `loaded`: what systemd itself has loaded (systemctl show), where it answered."""
     if isinstance(command, str):
@@ -277,7 +277,7 @@ def server_check(command: units.Command | str, listener: dict | None, loaded: tu
 
 
 # ---- history: the last pass of the same code state ---------------------------------------------
-def last_pass(ledger: Ledger, state: State | None) -> dict | None:
+def last_pass(ledger: Ledger, state: State | None) -> dict[str, Any] | None:
     """The figures of the newest passing verification of `state` (ready seconds, smoke seconds, tokens/s)."""
     if state is None:
         return None
@@ -291,7 +291,7 @@ def last_pass(ledger: Ledger, state: State | None) -> dict | None:
     return None
 
 
-def last_output(ledger: Ledger, key: dict) -> dict | None:
+def last_output(ledger: Ledger, key: dict[str, Any]) -> dict[str, Any] | None:
     """The greedy output of the newest passing verification, of any code state, that asked the same
     (prompt, model, max_tokens, endpoint): its entry, state and text."""
     if not key:
@@ -334,13 +334,13 @@ def declared_floor(patchsets_dir: Path, state: State | None) -> tuple[float, str
     return found
 
 
-def _figures_text(f: dict) -> str:
+def _figures_text(f: dict[str, Any]) -> str:
     rate = f" ({f['tokens_per_s']:.1f} tokens/s)" if f.get("tokens_per_s") else ""
     ready = f", ready after {f['ready']:.2f} s" if f.get("ready") is not None else ""
     return f"smoke request {f['seconds']:.2f} s{rate}{ready}"
 
 
-def regression(then: dict, now: dict, ready_now: float | None, svc: ServiceConfig) -> list[str]:
+def regression(then: dict[str, Any], now: dict[str, Any], ready_now: float | None, svc: ServiceConfig) -> list[str]:
     """What is over max_slowdown times slower than the last pass (and at least MIN_SLOWER seconds more;
     MIN_SLOWER_READY for the ready time after a restart)."""
     limit, out = svc.smoke.max_slowdown, []

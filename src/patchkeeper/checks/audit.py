@@ -5,7 +5,7 @@ from __future__ import annotations
 import posixpath
 import re
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from ..errors import BadInput
 from ..host.contract import InterpreterFacts, RecordCheck, TreeRequest
@@ -49,7 +49,7 @@ class Finding:
     detail: str
     dist: str = ""  # the distribution a file belongs to, where known
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"class": self.cls, "path": self.path, "kind": self.kind, "detail": self.detail, "dist": self.dist}
 
 
@@ -114,7 +114,7 @@ class AuditReport:
             parts.append("environment clean")
         return "; ".join(parts)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"target": self.target, "host": self.host, "package": self.package,
                 "state": self.state.to_dict() if self.state else None, "files": self.files,
                 "counts": {c: self.count(c) for c in CLASSES}, "findings": [f.to_dict() for f in self.findings],
@@ -331,8 +331,8 @@ def _recompile(f: Finding) -> bool:
     return recompiled(f.path, f.kind)
 
 
-def _native(target: Target, current: State, entry: LedgerEntry | None, then: dict | None,
-            now: dict | None, damaged: dict[str, str]) -> tuple[list[Finding], list[str]]:
+def _native(target: Target, current: State, entry: LedgerEntry | None, then: dict[str, Any] | None,
+            now: dict[str, Any] | None, damaged: dict[str, str]) -> tuple[list[Finding], list[str]]:
     """Sonames that resolved when the current state's fingerprint (`then`, kept by `entry`) was
     taken and do not now, or resolve to another file or other bytes (never one already unresolved
     then); `now`: the native part the tree's pass read (environment.take's). An object that differs
@@ -346,7 +346,7 @@ def _native(target: Target, current: State, entry: LedgerEntry | None, then: dic
     return [Finding("native", path, kind, f"{detail} (as of {entry.kind} {entry.id})") for path, kind, detail in changes], []
 
 
-def _distributions_since(then: dict, records: dict[str, RecordCheck], when: str, package: str) -> list[Finding]:
+def _distributions_since(then: dict[str, Any], records: dict[str, RecordCheck], when: str, package: str) -> list[Finding]:
     """The distributions of the site dir (their RECORD checks, by dist-info name) against the
     fingerprint of the current state (`then`, taken at `when`): one installed since, another
     version, or another build of the same version (its RECORD's identity differs, though its files

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import posixpath
+from typing import Any
 
 from .environment import gpu_health, gpu_text, interp_text
 
 
-def unresolved(fp: dict) -> dict[str, list[str]]:
+def unresolved(fp: dict[str, Any]) -> dict[str, list[str]]:
     """object -> its sonames the loader would not find."""
     return {p: [so for so, r in (o.get("resolved") or {}).items() if r is None]
             for p, o in sorted((fp.get("native") or {}).items())
             if any(r is None for r in (o.get("resolved") or {}).values())}
 
 
-def import_context(fp: dict) -> dict[str, dict[str, str | None]]:
+def import_context(fp: dict[str, Any]) -> dict[str, dict[str, str | None]]:
     """object -> {soname: the library it resolves against in the import context, or None} for each
     soname the loader would not find for the object alone. In the process that imports the object,
     the libraries of the packages imported before it are loaded already (torch/lib's, for every
@@ -38,7 +39,7 @@ def import_context(fp: dict) -> dict[str, dict[str, str | None]]:
             for path, names in missing.items()}
 
 
-def screen(name: str, fp: dict, shown: int = 8) -> list[str]:
+def screen(name: str, fp: dict[str, Any], shown: int = 8) -> list[str]:
     """The fingerprint in one screen of text."""
     where = fp.get("where") or {}
     dists = fp.get("distributions") or {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import posixpath
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, cast
 
 from ..errors import PatchkeeperError, StoreError
 from ..host.contract import InterpreterFacts
@@ -28,7 +28,7 @@ class Difference:
     kind: str  # added | removed | version | files | unresolved | moved | changed | resolved | gone
     detail: str
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"area": self.area, "subject": self.subject, "kind": self.kind, "detail": self.detail}
 
 
@@ -53,7 +53,7 @@ def site_dirs(target: Target, facts: InterpreterFacts | None = None) -> list[str
     return found
 
 
-def take(target: Target, parts: tuple[str, ...] | None = None) -> dict:
+def take(target: Target, parts: tuple[str, ...] | None = None) -> dict[str, Any]:
     """The target's fingerprint now: one call for its interpreter's facts, one to its agent."""
     info = target.info
     facts = target.interpreter_facts()
@@ -67,7 +67,7 @@ def take(target: Target, parts: tuple[str, ...] | None = None) -> dict:
     return doc
 
 
-def startup_now(target: Target, facts: InterpreterFacts | None = None) -> dict:
+def startup_now(target: Target, facts: InterpreterFacts | None = None) -> dict[str, Any]:
     """The fingerprint's start-up part now (host/startup.py): one call to the target's agent."""
     info = target.info
     facts = facts or target.interpreter_facts()
@@ -76,7 +76,7 @@ def startup_now(target: Target, facts: InterpreterFacts | None = None) -> dict:
     return found or {}
 
 
-def encode(fp: dict) -> bytes:
+def encode(fp: dict[str, Any]) -> bytes:
     return json.dumps(fp, sort_keys=True, separators=(",", ":")).encode()
 
 
@@ -124,9 +124,9 @@ def changes_objects(paths: list[str]) -> bool:
     return any(is_candidate(posixpath.basename(p)) for p in paths)
 
 
-def load(target: Target, digest: str) -> dict:
+def load(target: Target, digest: str) -> dict[str, Any]:
     try:
-        return json.loads(target.agent.store_get(target.info.store, digest))
+        return cast("dict[str, Any]", json.loads(target.agent.store_get(target.info.store, digest)))
     except (PatchkeeperError, ValueError) as exc:
         raise StoreError(f"the environment fingerprint {digest[:19]}… of target {target.name} cannot be read: {exc}",
                          "record a new state (patchkeeper snapshot) to keep a fresh one") from None
@@ -153,7 +153,8 @@ def last_passing(ledger: Ledger, state: State) -> LedgerEntry | None:
     return None
 
 
-def since_last_pass(target: Target, ledger: Ledger, state: State) -> tuple[LedgerEntry | None, list["Difference"], dict]:
+def since_last_pass(target: Target, ledger: Ledger,
+                    state: State) -> tuple[LedgerEntry | None, list["Difference"], dict[str, Any]]:
     """The newest passing verification of `state` with a fingerprint, what changed in the
     environment since then, and the GPU facts now (the fingerprint's `gpu` part)."""
     last = last_passing(ledger, state)
@@ -164,7 +165,7 @@ def since_last_pass(target: Target, ledger: Ledger, state: State) -> tuple[Ledge
 
 
 # ---- comparing ---------------------------------------------------------------------------------
-def interp_text(fp: dict) -> str:
+def interp_text(fp: dict[str, Any]) -> str:
     i = fp.get("interpreter") or {}
     t = i.get("tags") or {}
     libc = i.get("libc") or {}
@@ -173,7 +174,7 @@ def interp_text(fp: dict) -> str:
             f"{libc.get('name', '?')} {libc.get('version', '?')}")
 
 
-def gpu_text(g: dict | None) -> str:
+def gpu_text(g: dict[str, Any] | None) -> str:
     if not g or not g.get("driver"):
         return (g or {}).get("note") or "no NVIDIA driver"
     gpus = g.get("gpus") or []
@@ -185,7 +186,7 @@ def gpu_text(g: dict | None) -> str:
     return f"driver {g['driver']}, CUDA {g.get('cuda') or '?'}, {len(gpus)} GPU(s)" + (f": {names}" if names else "")
 
 
-def gpu_health(g: dict | None) -> list[str]:
+def gpu_health(g: dict[str, Any] | None) -> list[str]:
     """One line per GPU: bus id, name, and the retired pages / remapped rows / ECC counts it reports."""
     out = []
     for x in (g or {}).get("gpus") or []:
@@ -195,7 +196,7 @@ def gpu_health(g: dict | None) -> list[str]:
     return out
 
 
-def _health(x: dict, ecc: bool) -> dict:
+def _health(x: dict[str, Any], ecc: bool) -> dict[str, Any]:
     """What a GPU's memory health is compared by; ECC (mode, uncorrectable counts) where both sides read it
     (fingerprints taken before patchkeeper read ECC have none)."""
     out = {"retired_pages": x.get("retired_pages"), "remapped_rows": x.get("remapped_rows")}
@@ -204,7 +205,7 @@ def _health(x: dict, ecc: bool) -> dict:
     return out
 
 
-def compare(a: dict, b: dict) -> list[Difference]:
+def compare(a: dict[str, Any], b: dict[str, Any]) -> list[Difference]:
     """What changed from fingerprint `a` to `b`. The managed package's files are code state
     (`patchkeeper diff` shows them), so only its version counts here."""
     out: list[Difference] = []
@@ -224,7 +225,7 @@ def compare(a: dict, b: dict) -> list[Difference]:
     return out
 
 
-def startup_changes(a: dict, b: dict) -> list[tuple[str, str, str]]:
+def startup_changes(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str, str]]:
     """(what, kind, detail) for every piece of start-up code (host/startup.py) added, removed or
     changed from `a` to `b`: a .pth file with import lines, a site hook, a plugin entry point."""
     out = []
@@ -243,7 +244,7 @@ def startup_changes(a: dict, b: dict) -> list[tuple[str, str, str]]:
     return out
 
 
-def startup_text(key: str, what: dict) -> str:
+def startup_text(key: str, what: dict[str, Any]) -> str:
     if key.startswith("pth "):
         lines = what.get("code") or []
         return "runs in every interpreter of the site dir: " + "; ".join(lines[:3]) + (" …" if len(lines) > 3 else "")
@@ -252,7 +253,7 @@ def startup_text(key: str, what: dict) -> str:
     return f"imported at every interpreter's start ({what.get('digest', '')[:19]}…)"
 
 
-def _distributions(a: dict, b: dict, managed: set) -> list[Difference]:
+def _distributions(a: dict[str, Any], b: dict[str, Any], managed: Iterable[str | None]) -> list[Difference]:
     managed = {normalize_name(m) for m in managed if m}
     out = []
     for key in sorted(set(a) | set(b)):
@@ -285,7 +286,7 @@ def _distributions(a: dict, b: dict, managed: set) -> list[Difference]:
     return out
 
 
-def _rebuilt(da: dict, db: dict) -> list[Difference]:
+def _rebuilt(da: dict[str, Any], db: dict[str, Any]) -> list[Difference]:
     """A distribution of one version whose RECORD now lists other files or hashes than then: another
     build reinstalled over it (a fingerprint from before identities were kept says nothing)."""
     if not da.get("identity") or not db.get("identity") or da["identity"] == db["identity"]:
@@ -295,17 +296,17 @@ def _rebuilt(da: dict, db: dict) -> list[Difference]:
                    f"(installed by {db.get('installer', '?')})")]
 
 
-def _where(r: dict | None) -> str:
+def _where(r: dict[str, Any] | None) -> str:
     return "not found" if r is None else r["path"]
 
 
-def damaged_objects(distributions: dict) -> dict[str, str]:
+def damaged_objects(distributions: dict[str, Any]) -> dict[str, str]:
     """Each file a fingerprint's distributions list as differing from their RECORD -> how (the
     `differ` of a full fingerprint; one a change keeps checks identities only and lists none)."""
     return {p: f"differs from RECORD ({k})" for d in distributions.values() for p, k in d.get("differ") or []}
 
 
-def native_changes(a: dict, b: dict, same_hash: bool = True, both_ways: bool = False,
+def native_changes(a: dict[str, Any], b: dict[str, Any], same_hash: bool = True, both_ways: bool = False,
                    damaged: dict[str, str] | None = None) -> list[tuple[str, str, str]]:
     """(object, kind, detail) for every soname that resolved in `a` and does not in `b`, or now
     resolves to another file or to changed bytes. Never one that was already unresolved in `a`;
@@ -337,7 +338,7 @@ def native_changes(a: dict, b: dict, same_hash: bool = True, both_ways: bool = F
     return out
 
 
-def _gpu(a: dict, b: dict) -> list[Difference]:
+def _gpu(a: dict[str, Any], b: dict[str, Any]) -> list[Difference]:
     out: list[Difference] = []
     if bool(a.get("driver")) != bool(b.get("driver")):
         return [Difference("gpu", "driver", "changed", f"{gpu_text(a)} -> {gpu_text(b)}")]
@@ -349,7 +350,8 @@ def _gpu(a: dict, b: dict) -> list[Difference]:
     ga, gb = a.get("gpus") or [], b.get("gpus") or []
     if len(ga) != len(gb):
         out.append(Difference("gpu", "count", "changed", f"{len(ga)} -> {len(gb)} GPU(s)"))
-    models = lambda gs: sorted((g.get("name") or "?", g.get("memory_total") or "?") for g in gs)  # noqa: E731
+    models: Callable[[list[dict[str, Any]]], list[tuple[Any, Any]]] = \
+        lambda gs: sorted((g.get("name") or "?", g.get("memory_total") or "?") for g in gs)  # noqa: E731
     if models(ga) != models(gb):
         out.append(Difference("gpu", "models", "changed", f"{gpu_text(a)} -> {gpu_text(b)}"))
     by_uuid = {g.get("uuid"): g for g in ga}

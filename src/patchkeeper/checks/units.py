@@ -7,7 +7,7 @@ import posixpath
 import re
 import shlex
 from dataclasses import dataclass, replace
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from ..patchset import unitsyntax
 from ..targets.base import Target
@@ -125,7 +125,7 @@ def _specifiers(word: str, unit_name: str, unresolved: list[str]) -> str:
     prefix, at, instance = name.partition("@")
     known = {"%": "%", "n": unit_name, "N": name, "p": prefix, "i": instance if at else ""}
 
-    def one(m: re.Match) -> str:
+    def one(m: re.Match[str]) -> str:
         if unit_name and m.group(1) in known or m.group(1) == "%":
             return known[m.group(1)]
         unresolved.append(f"{word!r} holds the %-specifier %{m.group(1)}")
@@ -219,7 +219,7 @@ def _expand(line: ExecLine, env: Mapping[str, str]) -> tuple[tuple[str, ...], st
             argv.extend(env.get(whole.group(1), "").split())
             continue
 
-        def expand(m: re.Match) -> str:
+        def expand(m: re.Match[str]) -> str:
             name = m.group(1)
             if name not in env:
                 problems.append(f"${{{name}}} is not set by an Environment= line of the unit")
@@ -283,7 +283,7 @@ def systemd_loaded(target: Target, timeout: float = 10.0) -> tuple[str, ...] | N
     return parse_systemctl_show(out.decode("utf-8", "replace")) if code == 0 else None
 
 
-def as_dict(command: Command | str | None) -> dict | None:
+def as_dict(command: Command | str | None) -> dict[str, Any] | None:
     """The effective ExecStart as JSON: its argv and where it comes from, or why it is not known."""
     if command is None:
         return None

@@ -197,7 +197,7 @@ class Wheel:
     def __enter__(self) -> "Wheel":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def _member(self, name: str) -> tuple[bytes, int] | None:

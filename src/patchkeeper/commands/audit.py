@@ -8,6 +8,7 @@ import time
 from ..change.session import Session
 from ..checks import audit as audit_core
 from ..printable import one_line
+from ..records.ledger import PatchSetRef
 from ..workspace import Workspace
 from . import emit_json
 from ..change import stacks
@@ -40,7 +41,7 @@ class ProgressBar:
             sys.stderr.flush()
 
 
-def _audit_one(ws: Workspace, name: str | None, probes: list[str], progress, wait: float | None = None,
+def _audit_one(ws: Workspace, name: str | None, probes: list[str], progress: audit_core.Progress | None, wait: float | None = None,
                rehash: bool = False) -> audit_core.AuditReport:
     with Session(ws, name, "audit", write=False, wait=wait, rehash=rehash) as s:
         current = s.ledger.current()
@@ -48,7 +49,7 @@ def _audit_one(ws: Workspace, name: str | None, probes: list[str], progress, wai
         return audit_core.audit_target(s.target, s.ledger, probes, progress, owners=owners, rehash=rehash)
 
 
-def _owners(ws: Workspace, stack) -> dict[str, str]:
+def _owners(ws: Workspace, stack: tuple[PatchSetRef, ...]) -> dict[str, str]:
     """stacks.owners_of, loading the engine (patch sets, patching) only when a patch set is applied."""
     if not stack:
         return {}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import zipfile
 import zlib
-from typing import Sequence, cast
+from typing import Any, Sequence, cast
 
 from ..change import engine, stacks
 from ..change.session import Session
@@ -115,7 +115,7 @@ def _report(ident: str, against: str, reports: list[stacks.FileCheck], problems:
     return 0 if ok else 1
 
 
-def _as_dict(r: stacks.FileCheck) -> dict:
+def _as_dict(r: stacks.FileCheck) -> dict[str, Any]:
     return {"patchset": r.patchset, "patch": r.origin, "path": r.path, "applies": r.ok,
             "hunks": [{"header": h.header, "offset": h.offset, "problem": h.problem,
                        "expected": list(h.expected), "found": list(h.found), "found_at": h.found_at}

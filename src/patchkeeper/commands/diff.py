@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 from dataclasses import dataclass
+from typing import Any, Callable
 
 from ..change import stacks
 from ..change.session import Session
@@ -15,6 +16,7 @@ from ..workspace import Workspace
 from . import check_sides, emit_json
 from ..checks import units
 from ..patchset import diffwrite
+from ..targets import Target
 from ..targets.fleet import Failed, each, table
 from concurrent.futures import ThreadPoolExecutor
 
@@ -31,8 +33,8 @@ class Difference:
     b: Entry | None
     owners: tuple[tuple[str, str], ...]  # (side, patch set that owns the file there)
 
-    def to_dict(self) -> dict:
-        row = lambda e: [e.digest, e.size, e.mode] if e else None  # noqa: E731
+    def to_dict(self) -> dict[str, Any]:
+        row: Callable[[Entry | None], list[Any] | None] = lambda e: [e.digest, e.size, e.mode] if e else None  # noqa: E731
         return {"key": self.key, "kind": self.kind, "a": row(self.a), "b": row(self.b),
                 "owners": dict(self.owners)}
 
@@ -44,7 +46,7 @@ def diff(ws: Workspace, names: tuple[str, ...], against: str | None, patch: bool
     return _one(ws, names[0] if names else None, against, patch, as_json)
 
 
-def _one_result(ws: Workspace, name: str) -> dict:
+def _one_result(ws: Workspace, name: str) -> dict[str, Any]:
     with Session(ws, name, "diff", write=False) as s:
         current = s.ledger.current()
         if current is None:
@@ -145,7 +147,7 @@ def _two(ws: Workspace, a: str, b: str, patch: bool, as_json: bool) -> int:
         patches = {}
         if patch:
             ta, tb = (s.target for s in sessions)
-            read = lambda t, key: t.agent.read(t.info.path_of(key))  # noqa: E731
+            read: Callable[[Target, str], bytes] = lambda t, key: t.agent.read(t.info.path_of(key))  # noqa: E731
             wanted = [d for d in diffs if d.kind != "mode" and max(d.a.size if d.a else 0, d.b.size if d.b else 0) <= _PATCH_LIMIT]
             got_a = dict(zip([d.key for d in wanted if d.a], pool.map(lambda d: read(ta, d.key), [d for d in wanted if d.a])))
             got_b = dict(zip([d.key for d in wanted if d.b], pool.map(lambda d: read(tb, d.key), [d for d in wanted if d.b])))
@@ -176,7 +178,7 @@ def _two(ws: Workspace, a: str, b: str, patch: bool, as_json: bool) -> int:
         return 1 if diffs else 0
 
 
-def _exec_starts_recorded(s: Session, diffs: list[Difference]) -> dict:
+def _exec_starts_recorded(s: Session, diffs: list[Difference]) -> dict[str, Any]:
     """Where role files differ from the recorded state: the unit's effective ExecStart as recorded
     (the recorded bytes of the differing role files in place of today's) and now."""
     roles = [d for d in diffs if d.key.startswith(ROLE_PREFIX)]
@@ -193,11 +195,11 @@ def _exec_starts_recorded(s: Session, diffs: list[Difference]) -> dict:
     return {"recorded": units.on_target(s.target, override), "now": units.on_target(s.target)}
 
 
-def _as_dict(command) -> dict | None:
+def _as_dict(command: units.Command | str | None) -> dict[str, Any] | None:
     return units.as_dict(command)
 
 
-def _print_starts(starts: dict) -> None:
+def _print_starts(starts: dict[str, Any]) -> None:
     """The unit's effective ExecStart on each side, where a role file differs."""
 
     for side, command in starts.items():
@@ -209,12 +211,13 @@ def _print_starts(starts: dict) -> None:
             print(line)
 
 
-def _state_dict(s: Session) -> dict | None:
+def _state_dict(s: Session) -> dict[str, Any] | None:
     current = s.ledger.current()
     return current.to_dict() if current else None
 
 
-def _patches(diffs: list[Difference], old, new, label_a: str, label_b: str) -> dict[str, str]:
+def _patches(diffs: list[Difference], old: Callable[[Difference], bytes], new: Callable[[Difference], bytes],
+             label_a: str, label_b: str) -> dict[str, str]:
     """Unified diffs of the differing text files; binary or oversized files get a one-line note."""
 
     out = {}

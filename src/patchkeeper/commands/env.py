@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from ..change.session import Session
 from ..checks import env_hosts, env_screen, environment
@@ -22,7 +23,7 @@ def env(ws: Workspace, target: str | None, as_json: bool) -> int:
     return 0
 
 
-def _recorded(s: Session, state: str) -> tuple[str, dict]:
+def _recorded(s: Session, state: str) -> tuple[str, dict[str, Any]]:
     entry = environment.entry_of(s.ledger, state)
     if entry is None:
         raise Refused(f"state {state!r} of target {s.target.name} was recorded without an environment "
@@ -32,7 +33,7 @@ def _recorded(s: Session, state: str) -> tuple[str, dict]:
     return f"{label} as of {entry.kind} {entry.id}", environment.load(s.target, entry.env or "")
 
 
-def _last_pass(s: Session) -> tuple[str, dict]:
+def _last_pass(s: Session) -> tuple[str, dict[str, Any]]:
     """The fingerprint of the last passing verification of the current code state: a stable point
     (the state's newest entry may have been taken while the service was failing)."""
     current = s.ledger.current()
@@ -47,7 +48,7 @@ def _last_pass(s: Session) -> tuple[str, dict]:
         environment.load(s.target, last.env)
 
 
-def _side(ws: Workspace, spec: str) -> tuple[str, dict]:
+def _side(ws: Workspace, spec: str) -> tuple[str, dict[str, Any]]:
     """One side of a comparison: `TARGET` (its environment now) or `TARGET:STATE` (as recorded)."""
     name, _, state = spec.partition(":")
     with Session(ws, name or None, "diff --env", write=False) as s:
@@ -58,7 +59,7 @@ def _side(ws: Workspace, spec: str) -> tuple[str, dict]:
 
 
 def _one(ws: Workspace, name: str, state: str | None,
-         since_pass: bool = False) -> tuple[tuple[str, dict], tuple[str, dict]]:
+         since_pass: bool = False) -> tuple[tuple[str, dict[str, Any]], tuple[str, dict[str, Any]]]:
     """A target's recorded state (default: its current one; with `since_pass`, the last passing
     verification of its current one) and its environment now, one session."""
     with Session(ws, name or None, "diff --env", write=False) as s:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from ..checks import algoscan, wheels
 from ..errors import BadInput, Refused
@@ -148,7 +148,7 @@ def _fetch(stack: contextlib.ExitStack, ws: Workspace, ps: PatchSet, version: st
                   f"download it yourself and {wheels.where_to_put(ws.wheels, True)}")
 
 
-def _scan(ps: PatchSet, old: wheels.Wheel, new: wheels.Wheel, result: porting.Port) -> dict | None:
+def _scan(ps: PatchSet, old: wheels.Wheel, new: wheels.Wheel, result: porting.Port) -> dict[str, Any] | None:
     """For a patch set that names an algorithm of its own (ddtree: DDTREE) where sglang names
     DFLASH: the comparisons that name DFLASH alone after the port and not before it. Only the files
     whose bytes differ are parsed (a file alike on both sides has the same places)."""
@@ -182,7 +182,7 @@ def _python(release: wheels.Wheel, overrides: dict[str, bytes | None]) -> Iterat
 
 
 def document(ps: PatchSet, old: str, new: str, sources: dict[str, str], result: porting.Port,
-             scan: dict | None) -> dict:
+             scan: dict[str, Any] | None) -> dict[str, Any]:
     """The report as one JSON-ready document; the text report is printed from it."""
     counts = {o: 0 for o in OUTCOMES}
     for f in result.files:
@@ -198,13 +198,13 @@ def document(ps: PatchSet, old: str, new: str, sources: dict[str, str], result: 
             "scratch": None, "written": None, "notes": []}
 
 
-def _hunk_text(h: dict) -> str:
+def _hunk_text(h: dict[str, Any]) -> str:
     where = f"  {abs(h['offset'])} line(s) {'later' if h['offset'] > 0 else 'earlier'}" if h["offset"] else ""
     note = f"  ({h['note']})" if h["note"] and h["outcome"] not in (porting.CLEAN, porting.CONFLICT) else ""
     return f"{h['outcome']:<9} {h['header']}{where}{note}"
 
 
-def render(doc: dict) -> None:
+def render(doc: dict[str, Any]) -> None:
     """One screen: each file and each hunk with its outcome, then what was written or what to do."""
     print(f"port {doc['patchset']}: {doc['package']} {doc['from']} -> {doc['to']} "
           f"(wheels: {doc['wheels']['from']}; {doc['wheels']['to']})")
@@ -239,7 +239,7 @@ def render(doc: dict) -> None:
     _render_end(doc)
 
 
-def _render_end(doc: dict) -> None:
+def _render_end(doc: dict[str, Any]) -> None:
     for note in doc["notes"]:
         print(f"note: {note}")
     outcome, name = doc["outcome"], doc["patchset"].partition("@")[0]
@@ -270,7 +270,7 @@ def _render_end(doc: dict) -> None:
         print(f"then: patchkeeper port {name} --continue   (or start again: patchkeeper port {name} --to {doc['to']})")
 
 
-def _save(ws: Workspace, ps: PatchSet, patches: tuple[tuple[str, bytes], ...], to: str, bump: str) -> dict:
+def _save(ws: Workspace, ps: PatchSet, patches: tuple[tuple[str, bytes], ...], to: str, bump: str) -> dict[str, Any]:
     """Write the ported set in place as its next version (the old one committed to the workspace's
     history first where it was not); role files and every other file carried as they are."""
 
@@ -359,7 +359,7 @@ def finish(ws: Workspace, name: str, as_json: bool) -> int:
         if not unresolved:
             patches, dropped = porting.regenerate(files, pending.order)
             problems, _ = porting.check(patches, release, files)
-    doc: dict = {"patchset": f"{name}@{pending.from_version}", "package": pending.package, "from": pending.old,
+    doc: dict[str, Any] = {"patchset": f"{name}@{pending.from_version}", "package": pending.package, "from": pending.old,
                  "to": pending.new, "unresolved": unresolved, "problems": problems, "dropped": list(dropped),
                  "scratch": str(pending.directory), "written": None, "notes": notes}
     if not unresolved and not problems:

@@ -12,7 +12,7 @@ from . import emit_json
 from ..checks import units
 
 
-def applied_on(ws: Workspace, name: str) -> list[dict]:
+def applied_on(ws: Workspace, name: str) -> list[dict[str, Any]]:
     """Targets whose last mirrored state (snapshots/<target>/state.json) has `name` in its stack."""
     out = []
     for path in sorted(ws.snapshots_dir.glob("*/state.json")):

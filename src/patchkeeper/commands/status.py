@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+from typing import Any
 
 from ..change import plans, stacks
 from ..change.session import Session
@@ -73,10 +74,10 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
         return code
 
 
-def out_of_date(ws: Workspace, s: Session, current: State, diffs: dict[str, str]) -> list[dict]:
+def out_of_date(ws: Workspace, s: Session, current: State, diffs: dict[str, str]) -> list[dict[str, Any]]:
     """Role files (the drop-in) that match the recorded state but are no longer what the workspace renders
     for the target (a var changed since the apply): which, the vars that changed, what `apply` would write."""
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     for ref in current.stack:
         try:
             ps = patchset.load(ws.patchsets_dir, ref["name"])
@@ -110,7 +111,7 @@ def out_of_date(ws: Workspace, s: Session, current: State, diffs: dict[str, str]
     return out
 
 
-def _print_stale(item: dict) -> None:
+def _print_stale(item: dict[str, Any]) -> None:
     if item["why"]:
         print(f"out of date: {item['patchset']} no longer renders for this target: {item['why']}")
         return
@@ -134,14 +135,14 @@ def _hint(s: Session, told: installation.Told) -> str:
             f"`patchkeeper rollback --to {change.state.id}` puts the state's files back")
 
 
-def _as_dict(command) -> dict | None:
+def _as_dict(command: units.Command | str | None) -> dict[str, Any] | None:
     if command is None:
         return None
 
     return units.as_dict(command)
 
 
-def _print_unit(s: Session, exec_start) -> None:
+def _print_unit(s: Session, exec_start: units.Command | str | None) -> None:
     """The host's unit, the drop-in (whether it is there) and the ExecStart they make together."""
     roles = s.config.files
     if "unit" not in roles:
@@ -155,7 +156,7 @@ def _print_unit(s: Session, exec_start) -> None:
         print(line)
 
 
-def _one_doc(ws: Workspace, name: str) -> dict:
+def _one_doc(ws: Workspace, name: str) -> dict[str, Any]:
     with Session(ws, name, "status", write=False) as s:
         info, current = s.target.info, s.ledger.current()
         told = installation.told(s.target, s.ledger, s.installation())

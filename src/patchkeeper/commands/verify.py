@@ -4,6 +4,7 @@ failure, what changed since the code state last passed, and what to run next."""
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 from ..change.mirror import try_mirror
 from ..change.session import Session
@@ -52,7 +53,7 @@ def verify(ws: Workspace, target: str | None, as_json: bool, with_restart: bool)
                                verifications=[("verify", result)], diagnosis=diagnosis)
 
 
-def _verify_quiet(ws: Workspace, name: str, with_restart: bool) -> dict | None:
+def _verify_quiet(ws: Workspace, name: str, with_restart: bool) -> dict[str, Any] | None:
     """One target's checks without progress lines (they would interleave); None without [service].
     Its records are copied into snapshots/ and handed back (`history`) for the command's one commit."""
     if service.load(ws.target(name)) is None:

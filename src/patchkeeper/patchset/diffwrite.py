@@ -79,7 +79,7 @@ def opcodes(a: list[str], b: list[str]) -> list[tuple[str, int, int, int, int]]:
     return ops
 
 
-def _groups(ops, context: int):
+def _groups(ops: list[tuple[str, int, int, int, int]], context: int) -> list[list[tuple[str, int, int, int, int]]]:
     """difflib's get_grouped_opcodes over precomputed opcodes: hunks with `context` lines around."""
     if not ops or all(op[0] == "equal" for op in ops):
         return []

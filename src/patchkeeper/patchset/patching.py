@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..errors import BadInput, HunkFailed
@@ -138,7 +139,7 @@ def apply(patch: FilePatch, data: bytes | None, origin: str) -> Applied:
     return Applied("".join(out).encode(*_ENC), tuple(offsets))
 
 
-def _placements(lines: list[str], hunks: tuple[Hunk, ...]):
+def _placements(lines: list[str], hunks: tuple[Hunk, ...]) -> Iterator[tuple[Hunk, int, int | None]]:
     """(hunk, where its header puts it, where it lands or None), hunk by hunk, as patch places them:
     in order, each at or after the previous one's end, the nearest exact match to where it should be."""
     pos = shift = 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from ..errors import BadInput, did_you_mean
 from ..host.disk import hash_bytes
@@ -87,7 +88,7 @@ class PatchSet:
         used = tuple((n, values[n]) for n in self.variables)
         return replace(self, files=files, values=used)
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         return {"name": self.name, "version": self.version, "digest": self.digest,
                 "description": self.description, "package": self.package,
                 "package_version": self.package_version, "requires": list(self.requires),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, replace
-from typing import Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
 from ..errors import BadInput, HunkFailed
 from . import diffwrite, gitdiff, merge3, patching
@@ -140,7 +140,7 @@ def port_file(path: str, steps: list[tuple[str, FilePatch]], old: Release, new: 
     kind = "add" if base is None else "delete" if ours is None else "modify"
     names = tuple(dict.fromkeys(origin for origin, _ in steps))
 
-    def done(outcome: str, hunks: tuple[HunkPort, ...], result: bytes | None, conflicts: int = 0, **more) -> FilePort:
+    def done(outcome: str, hunks: tuple[HunkPort, ...], result: bytes | None, conflicts: int = 0, **more: Any) -> FilePort:
         return FilePort(path, names, kind, outcome, hunks, result, more.pop("release", theirs),
                         more.pop("release_mode", theirs_mode), new_mode, conflicts=conflicts, ours=ours, **more)
 

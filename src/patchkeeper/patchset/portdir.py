@@ -11,6 +11,7 @@ import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..errors import BadInput
 from .patchset import check_relative
@@ -39,7 +40,7 @@ class Pending:
     new: str  # the release it is ported to
     bump: str
     order: tuple[str, ...]  # the patch files, in order
-    files: tuple[dict, ...]  # path (where it lands), origin, patch, kind, outcome, release_mode, new_mode
+    files: tuple[dict[str, Any], ...]  # path (where it lands), origin, patch, kind, outcome, release_mode, new_mode
     wheel: str | None = None  # the new release's wheel as the port found it (finishing re-reads the release there)
 
     def result(self, path: str) -> bytes | None:
@@ -56,7 +57,7 @@ def _read(root: Path, path: str) -> bytes | None:
     return target.read_bytes() if target.is_file() else None
 
 
-def write(directory: Path, pending: dict, files: tuple[FilePort, ...]) -> None:
+def write(directory: Path, pending: dict[str, Any], files: tuple[FilePort, ...]) -> None:
     """Write the scratch directory anew (an earlier one of this patch set is replaced)."""
     for f in files:
         check_relative(f.lands, "the ported set")  # a rename's name comes from the wheel

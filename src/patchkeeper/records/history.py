@@ -7,10 +7,11 @@ import os
 import socket
 import sys
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import BadInput
 from ..patchset.diffwrite import Change
@@ -18,6 +19,8 @@ import fcntl
 import time
 
 if TYPE_CHECKING:
+    import git  # for annotations only: at run time GitPython is imported lazily (slow to import)
+
     from ..patchset.diffwrite import Change
 
 NO_HISTORY_MARK = ".no-git-history"
@@ -32,7 +35,7 @@ def repo_root(path: Path) -> Path | None:
     return None
 
 
-def _repo(ws_root: Path):
+def _repo(ws_root: Path) -> git.Repo:
     import git  # lazy: GitPython is slow to import; only authoring needs it
 
     return git.Repo(repo_root(ws_root))
@@ -78,7 +81,7 @@ _COMMITTING = threading.Lock()  # one index per repository: a rollout's targets 
 
 
 @contextmanager
-def _one_committer(repo):
+def _one_committer(repo: git.Repo) -> Iterator[None]:
     """This thread alone, and this process alone (Ansible runs a task per host in its own process),
     commits into the repository: an flock on a file in its git directory, beside git's own locks."""
 
@@ -169,7 +172,7 @@ def commit_paths(ws_root: Path, paths: list[Path], message: str) -> str | None:
     try:
         repo = _repo(ws_root)
         with _one_committer(repo):
-            top = Path(repo.working_tree_dir)
+            top = Path(cast("str | os.PathLike[str]", repo.working_tree_dir))  # never None: repo_root found a work tree
             rels = sorted({os.path.relpath(p, top) for p in paths})
             ignored = set(repo.ignored(*rels)) if rels else set()
             rels = [r for r in rels if r not in ignored]
@@ -232,7 +235,7 @@ def _one_line(exc: BaseException) -> str:
     return (lines[-1] if lines else type(exc).__name__).removeprefix("stderr: ").strip("'")
 
 
-def workspace_ref(ws_root: Path, patchset_dirs: dict[str, Path]) -> dict | None:
+def workspace_ref(ws_root: Path, patchset_dirs: dict[str, Path]) -> dict[str, Any] | None:
     """The workspace commit now, and for each patch set whether its directory is as committed there."""
     if repo_root(ws_root) is None:
         return None
@@ -240,7 +243,7 @@ def workspace_ref(ws_root: Path, patchset_dirs: dict[str, Path]) -> dict | None:
 
     try:
         repo = _repo(ws_root)
-        top = Path(repo.working_tree_dir)
+        top = Path(cast("str | os.PathLike[str]", repo.working_tree_dir))  # never None: repo_root found a work tree
         head = repo.head.commit.hexsha if repo.head.is_valid() else None
         clean = {}
         for name, directory in patchset_dirs.items():
@@ -320,4 +323,4 @@ def range_patch(directory: str, span: str, subdir: str) -> bytes:
     args = ["--binary", "--no-renames", "--no-color", "--no-ext-diff", "--no-textconv", "-U3",
             "--src-prefix=a/", "--dst-prefix=b/", *([f"--relative={subdir}"] if subdir else []),
             left, right, "--", subdir or "."]
-    return git.Repo(directory).git.diff(*args, stdout_as_string=False, strip_newline_in_stdout=False)
+    return cast(bytes, git.Repo(directory).git.diff(*args, stdout_as_string=False, strip_newline_in_stdout=False))

@@ -59,13 +59,13 @@ class State:
     bytes_kept: bool = True
 
     @classmethod
-    def make(cls, manifest: str, stack, name: str | None = None, bytes_kept: bool = True) -> "State":
+    def make(cls, manifest: str, stack: Iterable[PatchSetRef], name: str | None = None, bytes_kept: bool = True) -> "State":
         stack = tuple(stack)
         sid = hash_bytes(json.dumps([manifest, list(stack)], sort_keys=True).encode()).partition(":")[2][:12]
         return cls(sid, manifest, stack, name, bytes_kept)
 
     @classmethod
-    def from_dict(cls, d: dict, what: str = "state") -> "State":
+    def from_dict(cls, d: dict[str, Any], what: str = "state") -> "State":
         """A state as a ledger entry holds it, checked (shapes.Malformed): a file's name is made of its id."""
         shapes.state_id(d["id"], f"{what}.id")
         shapes.digest(d["manifest"], f"{what}.manifest")
@@ -77,7 +77,7 @@ class State:
             shapes.text(name, f"{what}.name")
         return cls(d["id"], d["manifest"], stack, name, d.get("bytes_kept", True) is not False)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """Its fields as plain data; each ref a copy (asdict's deep recursion, at a fraction of its cost)."""
         return {"id": self.id, "manifest": self.manifest, "stack": [_copy_ref(p) for p in self.stack],
                 "name": self.name, "bytes_kept": self.bytes_kept}
@@ -109,7 +109,7 @@ class LedgerEntry:
     installed: dict[str, Any] | None = None  # the managed distribution's installation (installation.py)
     origin: dict[str, str] = field(default_factory=lambda: dict(ORIGIN.get()))  # where the change came from
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "seq": self.seq, "time": self.time, "who": self.who,
                 "command": self.command, "kind": self.kind, "patchsets": list(self.patchsets),
                 "before": self.before.to_dict() if self.before else None, "after": self.after.to_dict(),
@@ -120,7 +120,7 @@ class LedgerEntry:
                 **({"origin": self.origin} if self.origin else {})}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "LedgerEntry":
+    def from_dict(cls, d: dict[str, Any]) -> "LedgerEntry":
         """An entry as its file holds it, checked: every id, digest, key and number that comes from the
         target is what it must be (shapes.py), or shapes.Malformed names the field."""
         shapes.entry_id(d["id"], "id")

@@ -6,7 +6,7 @@ import json
 import posixpath
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Callable, Generic, TypeVar
+from typing import Any, Callable, Generic, TypeVar, cast
 
 from ..errors import BadInput, NotInstalled, TargetError
 from ..host.contract import (
@@ -166,14 +166,14 @@ class Target(ABC):
 
     def interpreter(self) -> Interpreter:
         """The target interpreter's prefix, purelib, platlib and version."""
-        return self._answer("interpreter", self.run_json(_INFO, "the facts of its interpreter"))
+        return cast(Interpreter, self._answer("interpreter", self.run_json(_INFO, "the facts of its interpreter")))
 
     def interpreter_facts(self) -> InterpreterFacts:
         """Implementation, version, tags, libc and site dirs of the target's interpreter
         (host/interp.py run in it)."""
 
         source = resources.files("patchkeeper.host").joinpath("interp.py").read_text(encoding="utf-8")
-        return self._answer("interpreter_facts", self.run_json(source, "the facts of its interpreter"))
+        return cast(InterpreterFacts, self._answer("interpreter_facts", self.run_json(source, "the facts of its interpreter")))
 
     def _answer(self, method: str, doc: Any) -> Any:
         """A document the target's interpreter printed, as the contract's answer to `method` (checked)."""

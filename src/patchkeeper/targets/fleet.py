@@ -75,7 +75,7 @@ def each(ws: Workspace, work: Callable[[Workspace, str], T], what: str,
     results: dict[str, T | Failed] = {}
     pools: list[Executor] = []
     try:
-        futures: dict[Future, str] = {}
+        futures: dict[Future[Any], str] = {}
         if remote:
             pools.append(ThreadPoolExecutor(min(len(remote), HOSTS)))
             futures.update({pools[-1].submit(_guarded, work, ws, n): n for n in remote})

@@ -283,7 +283,7 @@ def _publish(listener_path: str, path: str) -> bool:
     return False
 
 
-def main(spec: dict) -> int:
+def main(spec: dict[str, Any]) -> int:
     report = os.fdopen(os.dup(1), "w")
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 1)  # nothing may reach the starter's pipe but the one report line

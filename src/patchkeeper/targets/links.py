@@ -9,7 +9,7 @@ import os
 import shlex
 import sys
 import threading
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, cast
 
 from ..host import blake3pipe
 from importlib import resources
@@ -78,7 +78,7 @@ class SshLink:
         self._chan.sendall(data)
 
     def recv(self, n: int) -> bytes:
-        return self._chan.recv(n)
+        return cast(bytes, self._chan.recv(n))
 
     def settimeout(self, seconds: float | None) -> None:
         self._chan.settimeout(seconds)

@@ -20,6 +20,7 @@ import socket
 import stat
 import struct
 import sys
+from typing import Any, Callable
 
 from ..errors import BadInput, PatchkeeperError, TargetError
 from ..host import wire
@@ -52,7 +53,7 @@ def socket_dir() -> str:
     return path
 
 
-def socket_path(ssh: str, python: str) -> str:
+def socket_path(ssh: str | None, python: str) -> str:
     """One holder per (ssh spec, interpreter, home: whose ~/.ssh/config says how to connect)."""
     key = hashlib.sha256(json.dumps([ssh, python, os.path.expanduser("~")]).encode()).hexdigest()[:24]
     path = os.path.join(socket_dir(), key + ".sock")
@@ -67,7 +68,7 @@ def peer(sock: socket.socket) -> tuple[int, int]:
     return pid, uid
 
 
-def _read_exact(sock: socket.socket):
+def _read_exact(sock: socket.socket) -> Callable[[int], bytes]:
     """read(n) of exactly n bytes, never more: what follows a frame stays in the socket."""
     buf = bytearray()
 
@@ -124,7 +125,7 @@ class SocketLink:
 class Holder:
     """The holder of one SSH target's connection, seen from a command."""
 
-    def __init__(self, name: str, ssh: str, python: str, persist: float, identity: str | None = None,
+    def __init__(self, name: str, ssh: str | None, python: str, persist: float, identity: str | None = None,
                  patience: Patience | None = None) -> None:
         self.name, self.ssh, self.python, self.persist, self.identity = name, ssh, python, persist, identity
         self.patience = patience or Patience()
@@ -151,7 +152,7 @@ class Holder:
             raise Unavailable(f"{self.path} is held by another user")
         return sock
 
-    def _ask(self, op: str, value=None) -> socket.socket | None:
+    def _ask(self, op: str, value: Any = None) -> socket.socket | None:
         """Send one request; return the socket once the holder acknowledged it, or None when no
         holder is there or it did not answer (a wedged one is killed and its socket removed)."""
         sock = self._connect()
@@ -183,7 +184,7 @@ class Holder:
         except FileNotFoundError:
             pass
 
-    def _open(self, op: str, value=None) -> socket.socket:
+    def _open(self, op: str, value: Any = None) -> socket.socket:
         """An acknowledged request to a live holder, starting one when there is none."""
         for _ in range(3):
             sock = self._ask(op, value)

@@ -17,7 +17,7 @@ import threading
 import time
 from abc import abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from ..errors import AgentError, TargetError
 from ..host import contract as c
@@ -209,13 +209,13 @@ class AgentProxy(c.AgentContract):
     # ---- the contract, method by method (host.contract.AgentContract) -------------------------
     def hostname(self) -> str:
         if "hostname" in self.hello:  # the agent's answers that cannot change while it runs came with its hello
-            return self._from_hello("hostname")
-        return self._call("hostname")
+            return cast(str, self._from_hello("hostname"))
+        return cast(str, self._call("hostname"))
 
     def interpreter(self) -> c.Interpreter:
         if "interpreter" in self.hello:
-            return self._from_hello("interpreter")
-        return self._call("interpreter")
+            return cast("c.Interpreter", self._from_hello("interpreter"))
+        return cast("c.Interpreter", self._call("interpreter"))
 
     def _from_hello(self, method: str) -> Any:
         try:
@@ -224,25 +224,25 @@ class AgentProxy(c.AgentContract):
             raise self._malformed(f"the {method} in its hello", exc) from None
 
     def algorithm(self) -> str:
-        return self._call("algorithm")
+        return cast(str, self._call("algorithm"))
 
     def pid(self) -> int:
-        return self._call("pid")
+        return cast(int, self._call("pid"))
 
     def hands_off(self) -> None:
         self._call("hands_off")
 
     def read(self, path: str, owned: bool = False) -> bytes:
-        return self._call("read", path, owned)
+        return cast(bytes, self._call("read", path, owned))
 
     def lstat(self, path: str) -> c.FileStat | None:
-        return self._call("lstat", path)
+        return cast("c.FileStat | None", self._call("lstat", path))
 
     def realpath(self, path: str) -> str:
-        return self._call("realpath", path)
+        return cast(str, self._call("realpath", path))
 
     def escaping(self, root: str, rels: list[str]) -> dict[str, str]:
-        return self._call("escaping", root, rels)
+        return cast("dict[str, str]", self._call("escaping", root, rels))
 
     def write_atomic(self, path: str, data: bytes, mode: int = 0o644) -> None:
         self._call("write_atomic", path, data, mode)
@@ -254,100 +254,100 @@ class AgentProxy(c.AgentContract):
         self._call("sync_files", paths)
 
     def obstacles(self, writes: list[str], removes: list[str]) -> dict[str, str]:
-        return self._call("obstacles", writes, removes)
+        return cast("dict[str, str]", self._call("obstacles", writes, removes))
 
     def read_changed(self, directory: str, suffix: str, known: dict[str, Any]) -> c.ChangedFiles:
-        return self._call("read_changed", directory, suffix, known)
+        return cast("c.ChangedFiles", self._call("read_changed", directory, suffix, known))
 
     def rename(self, src: str, dst: str, durable: bool = True) -> None:
         self._call("rename", src, dst, durable)
 
     def unlink(self, path: str, durable: bool = True) -> bool:
-        return self._call("unlink", path, durable)
+        return cast(bool, self._call("unlink", path, durable))
 
     def sync_dirs(self, paths: list[str]) -> None:
         self._call("sync_dirs", paths)
 
     def listdir(self, path: str) -> list[str]:
-        return self._call("listdir", path)
+        return cast("list[str]", self._call("listdir", path))
 
     def remove_bytecode(self, paths: list[str]) -> int:
-        return self._call("remove_bytecode", paths)
+        return cast(int, self._call("remove_bytecode", paths))
 
     def missing_dirs(self, paths: list[str]) -> list[str]:
-        return self._call("missing_dirs", paths)
+        return cast("list[str]", self._call("missing_dirs", paths))
 
     def remove_empty_dirs(self, dirs: list[str]) -> list[str]:
-        return self._call("remove_empty_dirs", dirs)
+        return cast("list[str]", self._call("remove_empty_dirs", dirs))
 
     def dist_info(self, site_dirs: list[str], package: str, paths: bool = True) -> c.DistInfo | None:
-        return self._call("dist_info", site_dirs, package, paths)
+        return cast("c.DistInfo | None", self._call("dist_info", site_dirs, package, paths))
 
     def scan(self, request: c.ScanRequest) -> c.ScanResult:
-        return self._call("scan", request)
+        return cast("c.ScanResult", self._call("scan", request))
 
     def compare_many(self, request: c.CompareRequest) -> list[c.Comparison]:
-        return self._call("compare_many", request)
+        return cast("list[c.Comparison]", self._call("compare_many", request))
 
     def store_put(self, store: str, data: bytes, digest: str | None = None) -> str:
-        return self._call("store_put", store, data, digest)
+        return cast(str, self._call("store_put", store, data, digest))
 
     def store_get(self, store: str, digest: str) -> bytes:
-        return self._call("store_get", store, digest)
+        return cast(bytes, self._call("store_get", store, digest))
 
     def manifest_rows(self, store: str, digest: str) -> c.Rows:
-        return self._call("manifest_rows", store, digest)
+        return cast("c.Rows", self._call("manifest_rows", store, digest))
 
     def store_missing(self, store: str, digests: list[str]) -> list[str]:
-        return self._call("store_missing", store, digests)
+        return cast("list[str]", self._call("store_missing", store, digests))
 
     def store_damage(self, store: str) -> list[str]:
-        return self._call("store_damage", store)
+        return cast("list[str]", self._call("store_damage", store))
 
     def store_put_files(self, store: str, files: dict[str, str]) -> dict[str, str]:
-        return self._call("store_put_files", store, files)
+        return cast("dict[str, str]", self._call("store_put_files", store, files))
 
     def stage(self, store: str, digest: str, path: str, mode: int, durable: bool = True) -> None:
         self._call("stage", store, digest, path, mode, durable)
 
     def state_dir_owner(self, prefix: str, state_dir: str, site: str, claim: bool) -> c.StateDirOwner:
-        return self._call("state_dir_owner", prefix, state_dir, site, claim)
+        return cast("c.StateDirOwner", self._call("state_dir_owner", prefix, state_dir, site, claim))
 
     def lock(self, path: str, holder: dict[str, Any]) -> c.LockHolder | None:
-        return self._call("lock", path, holder)
+        return cast("c.LockHolder | None", self._call("lock", path, holder))
 
     def unlock(self, path: str) -> None:
         self._call("unlock", path)
 
     def clean_temps(self, state_dir: str, store: str) -> list[c.Removed]:
-        return self._call("clean_temps", state_dir, store)
+        return cast("list[c.Removed]", self._call("clean_temps", state_dir, store))
 
     def dist_infos(self, site: str) -> list[str]:
-        return self._call("dist_infos", site)
+        return cast("list[str]", self._call("dist_infos", site))
 
     def audit_record(self, site: str, dist_infos: list[str], cache_dir: str | None = None) -> dict[str, c.RecordCheck]:
-        return self._call("audit_record", site, dist_infos, cache_dir)
+        return cast("dict[str, c.RecordCheck]", self._call("audit_record", site, dist_infos, cache_dir))
 
     def audit_installation(self, site: str, dist_info: str, cache_dir: str | None = None) -> c.RecordCheck:
         return self._call("audit_installation", site, dist_info, cache_dir)  # type: ignore[no-any-return]
 
     def audit_bytecode(self, site: str, cache_tag: str, verify: list[str], cache: str | None = None,
                        pycs_since: str | None = None) -> c.BytecodeCheck:
-        return self._call("audit_bytecode", site, cache_tag, verify, cache, pycs_since)
+        return cast("c.BytecodeCheck", self._call("audit_bytecode", site, cache_tag, verify, cache, pycs_since))
 
     def installed_bytecode(self, site: str, cache_tag: str, dirs: list[str], record: str) -> c.BytecodeCheck:
         return self._call("installed_bytecode", site, cache_tag, dirs, record)  # type: ignore[no-any-return]
 
     def audit_tree(self, request: c.TreeRequest) -> c.TreeCheck:
-        return self._call("audit_tree", request)
+        return cast("c.TreeCheck", self._call("audit_tree", request))
 
     def interpreter_facts(self) -> c.InterpreterFacts:
-        return self._call("interpreter_facts")
+        return cast("c.InterpreterFacts", self._call("interpreter_facts"))
 
     def fingerprint(self, sites: list[str], cache_root: str | None, main_site: str | None = None,
                     parts: list[str] | None = None, managed: str | None = None,
                     stdlib: list[str] | None = None) -> c.Fingerprint:
-        return self._call("fingerprint", sites, cache_root, main_site, parts, managed, stdlib)
+        return cast("c.Fingerprint", self._call("fingerprint", sites, cache_root, main_site, parts, managed, stdlib))
 
 
 class _Said(TargetError):

@@ -18,9 +18,10 @@ import shlex
 import socket
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from ..errors import BadInput, TargetError
+from ..workspace import TargetConfig
 from .base import memo
 from .remote_agent import AgentProxy, AgentTarget, Patience
 from .persist import Holder, Unavailable
@@ -29,6 +30,7 @@ import sys
 
 _SYSTEM_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"
 _IMPORT_LOCK = threading.Lock()
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,7 @@ class Endpoint:
         return self.host if self.port == 22 else f"[{self.host}]:{self.port}"
 
 
-def _paramiko():
+def _paramiko() -> Any:  # the paramiko module (paramiko has no type information)
     """paramiko, imported without `invoke` (half its import time) unless ~/.ssh/config uses
     `Match exec`, the only thing paramiko needs invoke for."""
 
@@ -70,7 +72,7 @@ def _paramiko():
     return paramiko
 
 
-def _ssh_config():
+def _ssh_config() -> Any:  # a paramiko.SSHConfig
     paramiko = _paramiko()
 
     path = os.path.expanduser("~/.ssh/config")
@@ -82,7 +84,7 @@ def _ssh_config():
         raise BadInput(f"cannot read {path}: {exc}", "fix its syntax") from None
 
 
-def resolve(spec: str, config=None) -> Endpoint:
+def resolve(spec: str, config: Any = None) -> Endpoint:
     """`alias` or `user@host[:port]` -> an Endpoint, with ~/.ssh/config applied."""
     config = config if config is not None else _ssh_config()
     user, _, rest = spec.rpartition("@")
@@ -107,7 +109,7 @@ def resolve(spec: str, config=None) -> Endpoint:
                     known_hosts=known + (_SYSTEM_KNOWN_HOSTS,), jumps=jumps)
 
 
-def fingerprint(key) -> str:
+def fingerprint(key: Any) -> str:
     return "SHA256:" + base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
 
 
@@ -116,7 +118,7 @@ def _keyscan(ep: Endpoint) -> str:
     return f"ssh-keyscan {port}{shlex.quote(ep.host)} >> ~/.ssh/known_hosts"
 
 
-def connect(ep: Endpoint, target: str, sock=None, patience: Patience = Patience()):
+def connect(ep: Endpoint, target: str, sock: Any = None, patience: Patience = Patience()) -> Any:  # a paramiko.SSHClient
     """An authenticated paramiko client for one hop (through `sock` for a ProxyJump), sending an
     SSH keepalive every third of the target's timeout (a dead peer then fails the transport)."""
     paramiko = _paramiko()
@@ -197,10 +199,10 @@ class SshTarget(AgentTarget):
     (persist.py); this process then imports no paramiko and makes no handshake of its own.
     """
 
-    def __init__(self, config, persist: float | None = None) -> None:
+    def __init__(self, config: TargetConfig, persist: float | None = None) -> None:
         super().__init__(config)
         self.persist = config.persist if persist is None else persist
-        self._clients: list = []  # jump hosts first, the target last
+        self._clients: list[Any] = []  # jump hosts first, the target last
         self._agent: AgentProxy | None = None
         self._open_lock = threading.Lock()
         self.patience = Patience(config.timeout)
@@ -221,7 +223,7 @@ class SshTarget(AgentTarget):
             found = replace(found, identity_files=(os.path.expanduser(self.config.identity_file),))
         return found
 
-    def _held(self, call):
+    def _held(self, call: Callable[[Holder], T]) -> T | None:
         """`call(holder)` through the held connection; None when it cannot be used (connect directly)."""
         if self._holder is None:
             return None
@@ -232,13 +234,13 @@ class SshTarget(AgentTarget):
             self._holder = None
             return None
 
-    def _client(self):
+    def _client(self) -> Any:  # a paramiko.SSHClient (paramiko has no type information)
         with self._open_lock:
             if not self._clients:
                 self._clients = self._connect_chain()
             return self._clients[-1]
 
-    def _connect_chain(self) -> list:
+    def _connect_chain(self) -> list[Any]:
         config = _ssh_config()
         hops = [resolve(j, config) for j in self.endpoint.jumps] + [self.endpoint]
         if len(hops) > 8:
@@ -257,7 +259,7 @@ class SshTarget(AgentTarget):
             raise
         return clients
 
-    def _session(self, timeout: float | None = None):
+    def _session(self, timeout: float | None = None) -> Any:  # a paramiko.Channel
         paramiko = _paramiko()
 
         try:
@@ -305,7 +307,7 @@ class SshTarget(AgentTarget):
         self._clients = []
 
 
-def _drain(recv) -> bytes:
+def _drain(recv: Callable[[int], bytes]) -> bytes:
     out = bytearray()
     while True:
         chunk = recv(1 << 16)
@@ -314,7 +316,7 @@ def _drain(recv) -> bytes:
         out += chunk
 
 
-def _drain_into(recv, out: bytearray) -> None:
+def _drain_into(recv: Callable[[int], bytes], out: bytearray) -> None:
     try:
         out.extend(_drain(recv))
     except (socket.timeout, OSError):
