@@ -11,17 +11,15 @@ controller memory <= 10 MB per target, `audit --all` at 100 <= 3x its time at 16
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from common import BARE, PK, RACY, REPO, copy_venv, pk, row, run, workspace
-from link import Link, measured
+from link import Link, ansible_inventory, measured
 
 SIZES = (16, 100)
 SERIAL = 10
@@ -109,15 +107,7 @@ def _ansible(tmp: Path, ws: Path, link: Link, names: list[str]) -> list[dict[str
     if not playbook.exists():
         return [row("apply ddtree through Ansible", 0.0, kind="report", note="PENDING: ansible-core not installed")]
     env, proxy = link.env, link.proxy
-    inventory = tmp / "hosts.yml"
-    inventory.write_text(json.dumps({"fleet": {"vars": {
-        "ansible_host": "127.0.0.1", "ansible_port": proxy.port, "ansible_user": "root",
-        "ansible_ssh_private_key_file": str(link.sshd.client_key), "ansible_python_interpreter": sys.executable,
-        "ansible_ssh_common_args": f"-o UserKnownHostsFile={link.home}/.ssh/known_hosts", "patchkeeper": {}},
-        "hosts": {n: None for n in names}}}))
-    ansible_env = {**env, "ANSIBLE_COLLECTIONS_PATH": str(REPO), "ANSIBLE_HOME": str(tmp / "ansible"),
-                   "ANSIBLE_SSH_CONTROL_PATH_DIR": str(tmp / "cp"), "ANSIBLE_LOCAL_TEMP": str(tmp / "atmp"),
-                   "ANSIBLE_NOCOLOR": "1", "ANSIBLE_RETRY_FILES_ENABLED": "0", "PATCHKEEPER_WORKSPACE": str(ws)}
+    inventory, ansible_env = ansible_inventory(tmp, ws, link, names)
     play = tmp / "play.yml"
     play.write_text(f"- hosts: fleet\n  gather_facts: false\n  serial: {SERIAL}\n  tasks:\n"
                     "    - patchkeeper.core.patchset: {name: ddtree}\n")

@@ -3,6 +3,7 @@ and the CPU and memory the controller's processes spend (the command, and the SS
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -137,3 +138,18 @@ def measured(argv: list[str], env: dict[str, str], proxy: DelayProxy,
     kept = sum(cpu - before_cpu.get(pid, (0.0, 0))[0] for pid, (cpu, _) in after_cpu.items())
     return {"wall": took, "cpu": usage.ru_utime + usage.ru_stime + kept, "round_trips": trips2 - trips,
             "bytes": up2 - up + down2 - down, "peak_rss": peak.peak, "processes": peak.most}
+
+
+def ansible_inventory(tmp: Path, ws: Path, link: Link, names: list[str]) -> tuple[Path, dict[str, str]]:
+    """An inventory of `names`, every host 127.0.0.1 through the link's proxy, and the environment for
+    ansible-playbook (the collection from this checkout, the workspace `ws`)."""
+    proxy = link.proxy
+    inventory = tmp / "hosts.yml"
+    inventory.write_text(json.dumps({"fleet": {"vars": {
+        "ansible_host": "127.0.0.1", "ansible_port": proxy.port, "ansible_user": "root",
+        "ansible_ssh_private_key_file": str(link.sshd.client_key), "ansible_python_interpreter": sys.executable,
+        "ansible_ssh_common_args": f"-o UserKnownHostsFile={link.home}/.ssh/known_hosts", "patchkeeper": {}},
+        "hosts": {n: None for n in names}}}))
+    return inventory, {**link.env, "ANSIBLE_COLLECTIONS_PATH": str(REPO), "ANSIBLE_HOME": str(tmp / "ansible"),
+                       "ANSIBLE_SSH_CONTROL_PATH_DIR": str(tmp / "cp"), "ANSIBLE_LOCAL_TEMP": str(tmp / "atmp"),
+                       "ANSIBLE_NOCOLOR": "1", "ANSIBLE_RETRY_FILES_ENABLED": "0", "PATCHKEEPER_WORKSPACE": str(ws)}
