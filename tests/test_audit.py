@@ -58,7 +58,7 @@ def test_clean_target_then_applied_patch_sets_are_patched_not_drift(aenv):
     assert patched["@dropin"]["kind"] == "added"  # the drop-in beside the host's unit, which is not touched
     out = aenv.pk("audit").stdout
     assert "ddtree_utils.py" not in out and f"{doc['counts']['patched']} patched" in out
-    assert out.strip().splitlines()[-1] == f"code state matches {doc['state']['id']} (ddtree@3.0.0); environment clean"
+    assert out.strip().splitlines()[-1] == f"code state matches {doc['state']['id']} (ddtree@3.1.0); environment clean"
     assert "ddtree_utils.py" in aenv.pk("audit", "-v").stdout
 
 
