@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import py_compile
+import re
 import subprocess
 import sys
 import time
@@ -58,7 +60,7 @@ def test_clean_target_then_applied_patch_sets_are_patched_not_drift(aenv):
     assert patched["@dropin"]["kind"] == "added"  # the drop-in beside the host's unit, which is not touched
     out = aenv.pk("audit").stdout
     assert "ddtree_utils.py" not in out and f"{doc['counts']['patched']} patched" in out
-    assert out.strip().splitlines()[-1] == f"code state matches {doc['state']['id']} (ddtree@3.0.0); environment clean"
+    assert out.strip().splitlines()[-1] == f"code state matches {doc['state']['id']} (ddtree@3.1.0); environment clean"
     assert "ddtree_utils.py" in aenv.pk("audit", "-v").stdout
 
 
@@ -337,3 +339,41 @@ def test_audit_during_a_change_waits_for_it_then_answers(env):
     finally:
         os.kill(change.pid, signal.SIGCONT)
         change.wait()
+
+
+def _bar_counts(env, *args: str) -> tuple[subprocess.CompletedProcess, list[tuple[int, int]]]:
+    """Run `audit ARGS` with stderr on a pseudo-terminal (stdout a pipe); the (files read, found)
+    counts click's bar drew there, in order."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "patchkeeper", "--workspace", str(env.root), "audit", *args],
+                            stdout=subprocess.PIPE, stderr=slave, text=True, env={**os.environ, "COLUMNS": "120"})
+    os.close(slave)
+    drawn = bytearray()
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the command ended and closed its end
+            break
+        if not chunk:
+            break
+        drawn += chunk
+    os.close(master)
+    out = proc.stdout.read() if proc.stdout else ""
+    proc.wait()
+    counts = [(int(d), int(t)) for d, t in re.findall(r"audit: files read +\[[#-]*\] +(\d+)/(\d+)", drawn.decode())]
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, drawn.decode()), counts
+
+
+def test_rehash_on_a_terminal_shows_the_files_read_as_they_are_read(aenv):
+    """`audit --rehash` reads every file of the venv in one call to the agent: click's bar on stderr
+    moves with the agent's count of files read (not only at the end), and reaches the total."""
+    proc, counts = _bar_counts(aenv, "--rehash")
+    assert proc.returncode == 0, proc.stderr
+    assert "environment clean" in proc.stdout
+    between = sorted({(done, total) for done, total in counts if 0 < done < total})
+    assert len({done for done, _ in between}) >= 2, counts  # seen moving, at two values at least
+    done, total = counts[-1]
+    assert done == total and total > 1000, counts
+    assert [d for d, _ in counts] == sorted(d for d, _ in counts)  # it never goes back
+    quiet, none = _bar_counts(aenv, "--rehash", "--json")  # a JSON document: no bar
+    assert quiet.returncode == 0 and none == [] and json.loads(quiet.stdout)["target"]

@@ -147,7 +147,7 @@ def test_export_applies_with_git_apply_and_patch_and_import_round_trips(env, tmp
     other = make_workspace(tmp_path / "ws2", env.venv)
     shutil.rmtree(other.root / "patchsets")
     out = other.pk("import", "ddtree", str(patch_file)).stdout
-    assert "created ddtree@3.0.0" in out
+    assert "created ddtree@3.1.0" in out
     digest = json.loads(env.pk("show", "ddtree", "--json").stdout)["digest"]
     assert json.loads(other.pk("show", "ddtree", "--json").stdout)["digest"] == digest
     assert tree(other.root / "patchsets/ddtree") == tree(env.root / "patchsets/ddtree")
@@ -164,7 +164,7 @@ def test_import_of_an_export_under_another_name_and_version_keeps_vars_and_comme
     was = (env.root / "patchsets/ddtree/patchset.toml").read_text()
     assert "created tree2@4.0.0" in env.pk("import", "tree2", str(patch_file), "--version", "4.0.0").stdout
     toml = (env.root / "patchsets/tree2/patchset.toml").read_text()
-    assert toml == was.replace('name = "ddtree"', 'name = "tree2"').replace('version = "3.0.0"', 'version = "4.0.0"')
+    assert toml == was.replace('name = "ddtree"', 'name = "tree2"').replace('version = "3.1.0"', 'version = "4.0.0"')
     shown = json.loads(env.pk("show", "tree2", "--json").stdout)
     assert shown["variables"]["model_path"] == "/root/models/Qwen3.6-27B"
     env.pk("apply", "tree2", "--no-verify")  # the drop-in renders with the [vars] defaults
@@ -192,7 +192,7 @@ def test_import_a_plain_patch_from_a_git_checkout(env, checkout, tmp_path):
 
 def test_check_reports_clean_offset_and_failing_hunks(env):
     out = env.pk("check", "ddtree").stdout
-    assert f"ok    {SPEC}  applies cleanly" in out and "ddtree@3.0.0: applies" in out
+    assert f"ok    {SPEC}  applies cleanly" in out and "ddtree@3.1.0: applies" in out
     spec = env.site / SPEC
     original = spec.read_bytes()
     edit_file(spec, b"# one\n# two\n# three\n" + original)
@@ -227,7 +227,7 @@ def test_check_against_wheels_without_a_target(env, tmp_path):
     files = {rel: (env.site / rel).read_bytes() for rel in ps_paths}
     same = wheel(tmp_path / "sglang-0.5.23-py3-none-any.whl", "0.5.23", files)
     out = env.pk("check", "ddtree", "--wheel", str(same)).stdout
-    assert "ddtree@3.0.0: applies" in out and "role file(s) dropin not checked" in out
+    assert "ddtree@3.1.0: applies" in out and "role file(s) dropin not checked" in out
     moved = dict(files)
     moved[SPEC] = b"# new header\n" * 5 + files[SPEC]
     newer = wheel(tmp_path / "sglang-0.5.24-py3-none-any.whl", "0.5.24", moved)
@@ -239,7 +239,7 @@ def test_check_against_wheels_without_a_target(env, tmp_path):
 
 def test_show_lists_metadata_diffstat_and_targets(env):
     out = env.pk("show", "ddtree").stdout
-    assert "ddtree@3.0.0" in out and "sglang==0.5.23" in out and "speculative-algo" in out
+    assert "ddtree@3.1.0" in out and "sglang==0.5.23" in out and "speculative-algo" in out
     assert "sglang/srt/speculative/ddtree_utils.py" in out and "(new)" in out
     assert "not applied on any target" in out
     env.pk("apply", "ddtree")
@@ -261,7 +261,7 @@ def test_record_over_a_templated_unit_keeps_the_template_and_maps_edits_back(env
     (env.root / "patchkeeper.toml").write_text(toml.replace("[targets.local.vars]\n",
                                                             "[targets.local.vars]\nport = 31000\n"))
     out = env.pk("record", "nextn", "--from", "baseline", "--bump", "minor").stdout
-    assert "updated nextn@3.1.0" in out
+    assert "updated nextn@3.2.0" in out
     (env.root / "patchkeeper.toml").write_text(toml)
     assert (env.root / "patchsets/nextn/dropin.conf").read_bytes() == template
     recorded = patchset.load(env.root / "patchsets", "nextn")
@@ -274,7 +274,7 @@ def test_record_over_a_templated_unit_keeps_the_template_and_maps_edits_back(env
     edit_file(env.dropin, rendered.replace(b"--mem-fraction-static 0.88", b"--mem-fraction-static 0.85")
               .replace(b"[Service]\n", b"[Service]\nEnvironment=MODEL=/root/models/Qwen3.6-27B\n"))
     out = env.pk("record", "nextn", "--from", "baseline", "--bump", "patch").stdout
-    assert "updated nextn@3.1.1" in out and "the value of {{ model_path }}" in out
+    assert "updated nextn@3.2.1" in out and "the value of {{ model_path }}" in out
     edited = (env.root / "patchsets/nextn/dropin.conf").read_bytes()
     assert edited == template.replace(b"--mem-fraction-static 0.88", b"--mem-fraction-static 0.85").replace(
         b"[Service]\n", b"[Service]\nEnvironment=MODEL=/root/models/Qwen3.6-27B\n")

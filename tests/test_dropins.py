@@ -53,7 +53,7 @@ def test_the_host_units_own_lines_stay_and_the_dropin_sets_what_runs(env, deploy
     assert "ExecStart (@dropin, with the defaults): {{ python }} -m sglang.launch_server" in shown
     assert "# role dropin: a systemd drop-in, written beside the target's unit" in env.pk("export", "dflash").stdout
     against = env.pk("diff", "--against", "baseline", check=1).stdout
-    assert "  added    @dropin  [dflash@3.0.0]" in against
+    assert "  added    @dropin  [dflash@3.1.0]" in against
     assert f"the unit's ExecStart (effective, from {env.unit}): " in against and "(in state " in against
     assert f"the unit's ExecStart (effective, from {env.dropin}): " in against and "(now)" in against
 

@@ -68,7 +68,7 @@ def test_reapply_is_a_no_op_and_changed_content_needs_a_version_bump(env):
     proc = env.pk("apply", "ddtree", check=2)
     assert "without a version bump" in proc.stderr
     toml = env.root / "patchsets/ddtree/patchset.toml"
-    toml.write_text(toml.read_text().replace('version = "3.0.0"', 'version = "3.0.1"'))
+    toml.write_text(toml.read_text().replace('version = "3.1.0"', 'version = "3.1.1"'))
     env.pk("apply", "ddtree")
     assert "# changed" in env.running()
 

@@ -41,7 +41,7 @@ def test_each_transaction_commits_only_its_snapshot(repo_env):
     env.pk("apply", "ddtree")
     head = repo.head.commit
     assert head.parents[0].hexsha == start
-    assert head.message.startswith("local: apply ddtree@3.0.0 (patchkeeper apply ddtree)")
+    assert head.message.startswith("local: apply ddtree@3.1.0 (patchkeeper apply ddtree)")
     touched = sorted(head.stats.files)
     assert touched and all(p.startswith("snapshots/local/") for p in touched)
     assert {"snapshots/local/manifest.txt", "snapshots/local/state.json"} <= set(touched)
@@ -63,8 +63,8 @@ def test_each_transaction_commits_only_its_snapshot(repo_env):
     env.pk("rollback", "--to", "baseline")
     log = repo.git.log("--format=%s", "--", "snapshots/local").splitlines()
     assert log == ["local: rollback state 'baseline' (patchkeeper rollback --to baseline)",
-                   "local: switch nextn@3.0.0 (patchkeeper apply nextn)",
-                   "local: apply ddtree@3.0.0 (patchkeeper apply ddtree)"]
+                   "local: switch nextn@3.1.0 (patchkeeper apply nextn)",
+                   "local: apply ddtree@3.1.0 (patchkeeper apply ddtree)"]
     state = json.loads(repo.git.show("HEAD:snapshots/local/state.json"))
     assert state["stack"] == [] and state["target"] == "local"
     assert [d.a_path for d in repo.index.diff("HEAD")] == ["notes.txt"]  # still only the user's
@@ -132,7 +132,7 @@ def test_a_failed_apply_is_one_commit_reading_failed_rolled_back(env, deployment
     start = run_git(env.root, "rev-parse", "HEAD").strip()
     deployment.rule(DDTREE="broken")
     env.pk("apply", "ddtree", check=3)
-    assert _subjects(env, start) == ["local: apply ddtree@3.0.0 FAILED, rolled back (degenerate) "
+    assert _subjects(env, start) == ["local: apply ddtree@3.1.0 FAILED, rolled back (degenerate) "
                                      "(patchkeeper apply ddtree)"]
     body = run_git(env.root, "log", "-1", "--format=%b")
     assert "verify " in body and ": FAILED (degenerate); apply; entry " in body and ": passed; automatic rollback" in body

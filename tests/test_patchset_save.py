@@ -22,12 +22,12 @@ def venv(tmp_path_factory, pristine_venv):
 
 
 def _new_patch(env, tmp_path):
-    """ddtree's patches as one plain patch, one added line changed: the content of ddtree@3.1.0."""
+    """ddtree's patches as one plain patch, one added line changed: the content of ddtree@3.2.0."""
     text = env.pk("export", "ddtree").stdout
     body = "".join(line for line in text.splitlines(keepends=True) if not line.startswith("#"))
     changed = body.replace("+    DDTREE = auto()\n", "+    DDTREE = auto()  # saved by the crash test\n", 1)
     assert changed != body
-    path = tmp_path / "ddtree-3.1.0.patch"
+    path = tmp_path / "ddtree-3.2.0.patch"
     path.write_text(changed)
     return path
 
@@ -52,21 +52,21 @@ STEPS = ["save-written", "save-journal", "save-aside", "save-in", "save-done"]
 
 @pytest.fixture(scope="module")
 def versions(tmp_path_factory, venv):
-    """The plain patch of ddtree@3.1.0, and the digests of ddtree before and after a save that ends."""
+    """The plain patch of ddtree@3.2.0, and the digests of ddtree before and after a save that ends."""
     tmp = tmp_path_factory.mktemp("versions")
     template = make_workspace(tmp / "tmpl", venv)
     patch = _new_patch(template, tmp)
     old = _digest(template.root / "patchsets" / "ddtree")
-    template.pk(*IMPORT, str(patch), "--version", "3.1.0")
+    template.pk(*IMPORT, str(patch), "--version", "3.2.0")
     new = _digest(template.root / "patchsets" / "ddtree")
     assert old and new and old != new
-    assert _digest(template.root / "patchsets" / ".history" / "ddtree" / "3.0.0") == old  # kept, not lost
+    assert _digest(template.root / "patchsets" / ".history" / "ddtree" / "3.1.0") == old  # kept, not lost
     return patch, old, new
 
 
 def test_a_save_passes_these_steps_in_this_order(tmp_path, venv, versions):
     trace = tmp_path / "trace"
-    make_workspace(tmp_path / "ws", venv).pk(*IMPORT, str(versions[0]), "--version", "3.1.0", env={
+    make_workspace(tmp_path / "ws", venv).pk(*IMPORT, str(versions[0]), "--version", "3.2.0", env={
         "PATCHKEEPER_CRASH_AT": "no such step", "PATCHKEEPER_CRASH_TRACE": str(trace)})
     assert [line.split(" ", 1)[1] for line in trace.read_text().splitlines()] == STEPS
 
@@ -75,12 +75,12 @@ def test_a_save_passes_these_steps_in_this_order(tmp_path, venv, versions):
 def test_kill_at_a_step_of_a_save_leaves_the_old_or_the_new_version(step, tmp_path, venv, versions):
     patch, old, new = versions
     crashed = make_workspace(tmp_path / "crashed", venv)
-    proc = crashed.pk(*IMPORT, str(patch), "--version", "3.1.0", check=None, env={"PATCHKEEPER_CRASH_AT": step})
+    proc = crashed.pk(*IMPORT, str(patch), "--version", "3.2.0", check=None, env={"PATCHKEEPER_CRASH_AT": step})
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     hidden = [p.name for p in (crashed.root / "patchsets").iterdir() if ".pk-" in p.name]
     assert bool(hidden) == (step != "save-done"), hidden  # before: no patchsets/ddtree, or the old one
     committed = step != "save-written"  # past the journal the save is finished, before it undone
-    version = "3.1.0" if committed else "3.0.0"
+    version = "3.2.0" if committed else "3.1.0"
     for first, args in FIRST.items():  # each command, run first on a copy of the crashed workspace
         ws = tmp_path / first
         shutil.copytree(crashed.root, ws, symlinks=True)
@@ -88,11 +88,11 @@ def test_kill_at_a_step_of_a_save_leaves_the_old_or_the_new_version(step, tmp_pa
         assert run.returncode == 0, f"{first}: exit {run.returncode}\n{run.stderr}"
         patchsets = ws / "patchsets"
         assert _digest(patchsets / "ddtree") == (new if committed else old), first
-        assert _digest(patchsets / ".history" / "ddtree" / "3.0.0") == (old if committed else None), first
+        assert _digest(patchsets / ".history" / "ddtree" / "3.1.0") == (old if committed else None), first
         assert not [p.name for p in patchsets.iterdir() if ".pk-" in p.name], first
         if first == "list":
             sets = {s["name"]: s for s in json.loads(run.stdout)}
-            assert (sets["ddtree"]["version"], sets["ddtree"]["kept"]) == (version, ["3.0.0"] if committed else [])
+            assert (sets["ddtree"]["version"], sets["ddtree"]["kept"]) == (version, ["3.1.0"] if committed else [])
             before = tree(ws)  # and a second command finds nothing left to do
             again = _pk(ws, "recover")
             assert "patchsets:" not in again.stdout and tree(ws) == before

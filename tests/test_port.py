@@ -415,7 +415,7 @@ def test_the_shipped_ddtree_merged_into_0_5_22_is_what_git_merge_file_writes_fil
             (ours / f["path"]).parent.mkdir(parents=True, exist_ok=True)
             (ours / f["path"]).write_bytes(releases.data(NEW, f["path"]))
     subprocess.run(["git", "apply", *map(str, patches)], cwd=ours, check=True)
-    labels = ["ddtree@3.0.0 (ours)", f"sglang {NEW} (base)", f"sglang {OLD} (theirs)"]
+    labels = ["ddtree@3.1.0 (ours)", f"sglang {NEW} (base)", f"sglang {OLD} (theirs)"]
     merged = identical = 0
     for f in doc["files"]:
         lands = f["renamed_to"] or f["path"]

@@ -72,19 +72,19 @@ def test_diff_host_against_its_record_names_kinds_and_owners(fleet):
     out = fleet.pk("diff", "ct129", "--json", check=1)
     doc = json.loads(out.stdout)
     got = {d["key"]: (d["kind"], d["owners"].get("ct129")) for d in doc["differences"]}
-    assert got == {"sglang/srt/speculative/spec_info.py": ("changed", "ddtree@3.0.0"),
+    assert got == {"sglang/srt/speculative/spec_info.py": ("changed", "ddtree@3.1.0"),
                    "sglang/srt/extra_by_hand.py": ("added", None),
                    "sglang/version.py": ("mode", None),
                    "sglang/srt/utils/common.py": ("removed", None)}
     assert doc["algorithm"] == "sha256"
 
     text = fleet.pk("diff", "ct129", "--patch", check=1).stdout
-    assert "  changed  sglang/srt/speculative/spec_info.py  [ddtree@3.0.0]" in text
+    assert "  changed  sglang/srt/speculative/spec_info.py  [ddtree@3.1.0]" in text
     assert "+# tuned by hand\n" in text and "+x = 1\n" in text
 
     base = json.loads(fleet.pk("diff", "ct129", "--against", "baseline", "--json", check=1).stdout)
     owned = {d["key"]: d["owners"].get("ct129") for d in base["differences"]}
-    assert owned["@dropin"] == "ddtree@3.0.0" and owned["sglang/srt/speculative/ddtree_utils.py"] == "ddtree@3.0.0"
+    assert owned["@dropin"] == "ddtree@3.1.0" and owned["sglang/srt/speculative/ddtree_utils.py"] == "ddtree@3.1.0"
     assert owned["sglang/srt/extra_by_hand.py"] is None and len(owned) == 18 + 3
 
     fleet.pk("rollback", "-t", "ct129", "--to", "baseline")
@@ -119,7 +119,7 @@ def test_diff_two_hosts_reports_exactly_the_files_that_differ(fleet, pristine_ve
     doc = json.loads(fleet.pk("diff", "ct129", "ct200", "--json", check=1).stdout)
     assert {d["key"]: d["kind"] for d in doc["differences"]} == expected
     owners = {d["key"]: d["owners"] for d in doc["differences"]}
-    assert owners["sglang/srt/speculative/ddtree_utils.py"] == {"ct129": "ddtree@3.0.0"}
+    assert owners["sglang/srt/speculative/ddtree_utils.py"] == {"ct129": "ddtree@3.1.0"}
     assert owners["sglang/srt/only_on_ct200.py"] == {}
 
     text = fleet.pk("diff", "ct129", "ct200", "--patch", check=1).stdout

@@ -12,6 +12,7 @@ import pytest
 
 from patchkeeper.errors import TargetError
 from patchkeeper.targets.local import LocalTarget
+from patchkeeper.targets.links import PipeLink, program
 from patchkeeper.targets.remote_agent import AgentProxy, Patience
 from patchkeeper.workspace import TargetConfig
 
@@ -110,4 +111,48 @@ def test_heartbeats_keep_a_long_call_alive_and_silence_gives_the_agent_up(tmp_pa
             os.kill(agent, signal.SIGCONT)
     finally:
         writer.join()
+        proxy.close()
+
+
+# An agent with one more method: it finds `n` files to read, and stops after each third of them
+# until the controller has been told that count (it opens a FIFO the test writes then).
+COUNTING = b'''
+def count(self, n, gates):
+    pkg.progress.expect(n)
+    for i in range(1, n + 1):
+        pkg.progress.step()
+        if i in (n // 3, 2 * n // 3):
+            with open(gates.pop(0), "rb") as gate:
+                gate.read()
+    return n
+pkg.agent.Agent.count = count
+pkg.wire.serve(pkg.agent.Agent())
+'''
+
+
+def test_heartbeats_carry_how_many_files_the_running_call_has_read(tmp_path):
+    """While a call runs, each heartbeat carries the agent's count (files read, files found to read):
+    the proxy tells it to its watcher at the count the agent is at, call after call (a count per call)."""
+    gates = [tmp_path / "third", tmp_path / "two-thirds"]
+    for gate in gates:
+        os.mkfifo(gate)
+    link = PipeLink(sys.executable, program().replace(b"pkg.wire.serve(pkg.agent.Agent())", COUNTING))
+    proxy = AgentProxy(link, "counting", sys.executable, Patience(30.0))
+    seen: list[tuple[int, int]] = []
+
+    def watch(done: int, total: int) -> None:
+        seen.append((done, total))
+        if gates and done == 300 * (3 - len(gates)) // 3:  # the agent waits there: let it go on
+            with open(gates.pop(0), "wb"):
+                pass
+
+    proxy.watch(watch)
+    try:
+        assert proxy._call("count", 300, [str(g) for g in gates]) == 300
+        assert (100, 300) in seen and (200, 300) in seen and not gates, seen
+        assert all(total == 300 and 0 <= done <= 300 for done, total in seen), seen
+        seen.clear()
+        proxy.watch(None)
+        assert proxy.pid() > 0 and seen == []  # no watcher: nothing told
+    finally:
         proxy.close()

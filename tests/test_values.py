@@ -46,9 +46,9 @@ def test_a_second_patch_set_writing_the_same_dropin_is_refused_and_its_own_dropi
     before = env.snapshot()
     proc = env.pk("apply", "nccl-tuning", check=2)
     error = proc.stderr.splitlines()[0]
-    assert "dflash@3.0.0" in error and "nccl-tuning@1.0.0" in error and str(env.dropin) in error
+    assert "dflash@3.1.0" in error and "nccl-tuning@1.0.0" in error and str(env.dropin) in error
     assert "hint: give nccl-tuning a drop-in of its own" in proc.stderr and "60-nccl-tuning.conf" in proc.stderr
-    assert env.snapshot() == before and stack(env) == ["dflash@3.0.0"]
+    assert env.snapshot() == before and stack(env) == ["dflash@3.1.0"]
     assert "--speculative-algorithm DFLASH" in env.dropin.read_text()
 
     # the hint, followed: its own role, mapped to its own drop-in beside the patch sets' one
@@ -58,7 +58,7 @@ def test_a_second_patch_set_writing_the_same_dropin_is_refused_and_its_own_dropi
     config = env.root / "patchkeeper.toml"
     config.write_text(config.read_text() + f'nccl-tuning_dropin = "{own}"\n')
     env.pk("apply", "nccl-tuning")
-    assert stack(env) == ["dflash@3.0.0", "nccl-tuning@1.0.0"]
+    assert stack(env) == ["dflash@3.1.0", "nccl-tuning@1.0.0"]
     effective = json.loads(env.pk("status", "--json").stdout)["exec_start"]
     assert effective["environment"]["NCCL_DEBUG"] == "INFO" and "DFLASH" in effective["text"]
     assert effective["files"][-2:] == [str(env.dropin), str(own)]
@@ -77,7 +77,7 @@ def test_a_value_that_does_not_fit_its_type_is_refused_before_anything_changes(e
     set_vars(env, **values)
     before = env.snapshot()
     proc = env.pk("apply", "dflash", check=2)
-    assert said in proc.stderr and proc.stderr.startswith("patchkeeper: error: dflash@3.0.0: ")
+    assert said in proc.stderr and proc.stderr.startswith("patchkeeper: error: dflash@3.1.0: ")
     assert len(proc.stderr.splitlines()) == 2 and "nothing was changed" in proc.stderr  # the error, its hint
     assert env.snapshot() == before and not env.dropin.exists()
     assert not (env.state_dir / "ledger").exists() or stack(env) == []
@@ -126,7 +126,7 @@ def test_python_defaults_to_the_targets_own_interpreter_and_another_is_warned_ab
     other = "/opt/other-env/bin/python3"
     set_vars(env, python=json.dumps(other))
     proc = env.pk("apply", "dflash")
-    assert (f"warning: dflash@3.0.0 makes the service run {other} ({{{{ python }}}}), not the target's interpreter "
+    assert (f"warning: dflash@3.1.0 makes the service run {other} ({{{{ python }}}}), not the target's interpreter "
             f"{env.venv}/bin/python") in proc.stdout
     assert f"ExecStart={other} -m sglang.launch_server" in env.dropin.read_text()
 
@@ -137,7 +137,7 @@ def test_status_says_the_dropin_is_out_of_date_and_what_apply_would_write(env):
     assert "out of date" not in env.pk("status").stdout
     set_vars(env, port="30001")
     out = env.pk("status").stdout
-    assert (f"out of date: {env.dropin} (role dropin of dflash@3.0.0) is not what the workspace renders now: "
+    assert (f"out of date: {env.dropin} (role dropin of dflash@3.1.0) is not what the workspace renders now: "
             "port (30000 -> 30001) changed since it was applied; `patchkeeper apply dflash` would write:") in out
     assert "  +ExecStart=" in out and "--port 30001" in out and "  -ExecStart=" in out
     doc = json.loads(env.pk("status", "--json").stdout)["out_of_date"]

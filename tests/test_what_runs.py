@@ -148,7 +148,7 @@ def test_a_patch_set_declares_the_accept_length_that_tells_its_algorithm_from_th
     deployment.rule(DDTREE={"accept_length": 1.8}, DFLASH={"accept_length": 1.8})  # DDTREE as the linear path gives
     proc = env.pk("apply", "ddtree", check=3)
     assert "verification FAILED (accept-length)" in proc.stdout
-    assert ("average accept length 1.80 is below the floor ddtree@3.0.0 declares ([verify] min_accept_length = 2): "
+    assert ("average accept length 1.80 is below the floor ddtree@3.1.0 declares ([verify] min_accept_length = 2): "
             "what the linear path gives, not its algorithm's") in proc.stdout
     assert "names compared: the server's report, not the code path it runs" in proc.stdout  # the name matched
     proc = env.pk("apply", "dflash")  # the same figure is a pass for DFLASH, which declares no floor
@@ -158,7 +158,7 @@ def test_a_patch_set_declares_the_accept_length_that_tells_its_algorithm_from_th
 def test_the_verify_report_says_which_floor_it_held_the_server_to(env, deployment):
     deployment.configure()
     proc = env.pk("apply", "ddtree")
-    assert "average accept length 2.60, at least the floor ddtree@3.0.0 declares ([verify] min_accept_length = 2)" \
+    assert "average accept length 2.60, at least the floor ddtree@3.1.0 declares ([verify] min_accept_length = 2)" \
         in proc.stdout
     report = checks(verifications(env)[-1])
-    assert "ddtree@3.0.0" in report["accept"]["detail"] and "names compared" in report["algorithm"]["detail"]
+    assert "ddtree@3.1.0" in report["accept"]["detail"] and "names compared" in report["algorithm"]["detail"]

@@ -36,7 +36,6 @@ _PROBE = (
     "    sys.exit(3)\n"
 )
 
-Progress = Callable[[str, int, int], None]  # (what, done, total)
 
 
 @dataclass(frozen=True)
@@ -144,13 +143,12 @@ def is_warm(target: Target) -> bool:
                               if name != target.info.dist_info)
 
 
-def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), progress: Progress | None = None,
+def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (),
         probe_timeout: float = PROBE_TIMEOUT, owners: dict[str, str] | None = None, rehash: bool = False) -> AuditReport:
     """Audit one target, opened in a Session (so an interrupted transaction was recovered first);
     `rehash`: with no cache or seal, every file read and hashed again, every pyc recompiled and compared."""
 
     info, agent = target.info, target.agent
-    tell = progress or (lambda what, done, total: None)
     probes = check_probes(probes)
     current = ledger.current()
     findings: list[Finding] = []
@@ -160,9 +158,6 @@ def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), pro
     drift: dict[str, str] = {}  # the package against the recorded state
     dists = agent.dist_infos(info.site)
     others = [d for d in dists if d != info.dist_info or current is None]
-    steps = len(others) + 2 + len(probes)
-    tell("distributions", 0, steps)
-    done = 0
 
     def record_findings(checks: dict[str, RecordCheck]) -> None:
         nonlocal files
@@ -185,8 +180,6 @@ def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), pro
     if current is None:  # no recorded state: the bytecode of the sources that differ from RECORD is recompiled
         for chunk in _chunks(others, 16):  # every distribution against its RECORD
             record_findings(agent.audit_record(info.site, chunk, caches))
-            done += len(chunk)
-            tell("distributions", done, steps)
         findings.extend(_unlisted(target, rehash))
         pyc = agent.audit_bytecode(info.site, tag, sorted({f.path for f in findings if _recompile(f)}), bytecode_cache,
                                    "" if rehash else None)
@@ -210,8 +203,6 @@ def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), pro
                                             None if rehash else environment.native_cache(target),
                                             "" if rehash else _baseline_file(ledger)))
         record_findings(tree.records)
-        done += len(others)
-        tell("distributions", done, steps)
         files += tree.files
         drift = {k: change_kind(*pair) for k, pair in sorted(tree.comparison.pairs.items())}
         findings.extend(Finding("drift", key, kind, f"{kind} since state {current.id}, by no transaction")
@@ -219,8 +210,6 @@ def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), pro
         findings.extend(f for f in patched if f.path not in tree.comparison.pairs)
         pyc = tree.bytecode
     files += pyc.pycs
-    done += 1
-    tell("package", done, steps)
 
     if current is not None:
         then = environment.load(target, entry.env or "") if entry is not None else None
@@ -242,14 +231,10 @@ def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (), pro
     if pyc.stale:
         notes.append(f"{pyc.stale} pyc file(s) are older than their source; Python recompiles them on "
                      "import, so they run no old code")
-    done += 1
-    tell("bytecode", done, steps)
 
     if probes:
         with ThreadPoolExecutor(max_workers=min(4, len(probes))) as pool:
             for module, line in zip(probes, pool.map(lambda m: _probe(target, m, probe_timeout), probes)):
-                done += 1
-                tell("probes", done, steps)
                 if line is not None:
                     findings.append(Finding("probe", module, "import-failed", line))
     if current is not None:

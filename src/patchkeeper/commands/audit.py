@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import sys
-import time
+
+import click
 
 from ..change.session import Session
 from ..checks import audit as audit_core
@@ -18,35 +19,40 @@ from functools import partial
 _SHOWN = 50  # findings per class printed before "… and N more"
 
 
-class ProgressBar:
-    """A one-line bar on stderr for runs longer than half a second; silent when not wanted."""
+class FilesBar:
+    """click's progress bar on stderr of the files the target's agent reads and hashes, moved by its
+    count (each heartbeat's, or as the files are read by an agent in this process)."""
 
     def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.start = time.monotonic()
-        self.drawn = False
+        self.bar = click.progressbar(length=1, label="audit: files read", file=sys.stderr,
+                                     show_pos=True, show_eta=False) if enabled else None
 
-    def __call__(self, what: str, done: int, total: int) -> None:
-        if not self.enabled or time.monotonic() - self.start < 0.5:
+    def __call__(self, done: int, total: int) -> None:
+        if self.bar is None or not total:
             return
-        width = 30
-        filled = width * done // max(total, 1)
-        sys.stderr.write(f"\raudit [{'#' * filled}{'.' * (width - filled)}] {done}/{total} {what:<14}")
-        sys.stderr.flush()
-        self.drawn = True
+        if not self.bar.entered:
+            self.bar.__enter__()
+        self.bar.length = total  # it grows as the agent finds more files to read
+        self.bar.finished = False
+        self.bar.update(done - self.bar.pos)
 
     def close(self) -> None:
-        if self.drawn:
-            sys.stderr.write("\r" + " " * 70 + "\r")
-            sys.stderr.flush()
+        if self.bar is not None and self.bar.entered:
+            self.bar.__exit__(None, None, None)
 
 
-def _audit_one(ws: Workspace, name: str | None, probes: list[str], progress: audit_core.Progress | None, wait: float | None = None,
+def _audit_one(ws: Workspace, name: str | None, probes: list[str], bar: FilesBar | None, wait: float | None = None,
                rehash: bool = False) -> audit_core.AuditReport:
     with Session(ws, name, "audit", write=False, wait=wait, rehash=rehash) as s:
         current = s.ledger.current()
         owners = _owners(ws, current.stack) if current else None
-        return audit_core.audit_target(s.target, s.ledger, probes, progress, owners=owners, rehash=rehash)
+        if bar is None:
+            return audit_core.audit_target(s.target, s.ledger, probes, owners=owners, rehash=rehash)
+        s.target.agent.watch(bar)
+        try:
+            return audit_core.audit_target(s.target, s.ledger, probes, owners=owners, rehash=rehash)
+        finally:
+            s.target.agent.watch(None)
 
 
 def _owners(ws: Workspace, stack: tuple[PatchSetRef, ...]) -> dict[str, str]:
@@ -62,7 +68,7 @@ def audit(ws: Workspace, target: str | None, probes: list[str], every: bool, as_
     probes = audit_core.check_probes(probes)
     if every:
         return _run_all(ws, probes, as_json, wait, rehash)
-    bar = ProgressBar(not quiet and not as_json and sys.stdout.isatty() and sys.stderr.isatty())
+    bar = FilesBar(not quiet and not as_json and sys.stderr.isatty())
     try:
         report = _audit_one(ws, target, probes, bar, wait, rehash)
     finally:

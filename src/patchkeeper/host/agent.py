@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import stat
 import time
-from typing import Any
+from typing import Any, Callable
 
 from .disk import (
     ALGORITHM,
@@ -53,7 +53,7 @@ from . import compare
 from .manifests import Manifests
 from .preflight import obstacles
 from .store import Store
-from . import statelock, treecheck
+from . import progress, statelock, treecheck
 from .statcache import read_changed, untrusted, write_caches
 from . import fingerprint
 from . import interp
@@ -88,6 +88,11 @@ class Agent(AgentContract):
         """From now on write no cache and no seal (a dry run, `check`, Ansible's check mode: they
         write nothing on the host); what caches there are are still read."""
         write_caches(False)
+
+    def watch(self, listener: Callable[[int, int], None] | None) -> None:
+        """Tell (files read, files found to read) of each call to `listener` as it goes (progress);
+        in the controller's own process only: over the wire the heartbeats carry them."""
+        progress.listen(listener if callable(listener) else None)
 
     def _store(self, root: str) -> "Store":
         """One Store per root, so its pack index is read once per process."""

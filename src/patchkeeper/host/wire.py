@@ -5,8 +5,9 @@ standard library only. A frame is a 4-byte big-endian header length (its top bit
 header is zlib-compressed), the header (JSON), then the payloads the header lists by length.
 Bytes inside a value travel as payloads and are referred to from the JSON as {"\\u0000b": index},
 so file contents are never base64-bloated. While a call runs longer than BEAT seconds the agent sends
-a heartbeat frame ({"beat": 1}) every BEAT seconds, so the controller can tell a long call from a
-frozen agent or a dead connection by silence alone (remote_agent.AgentProxy).
+a heartbeat frame ({"beat": 1, "done": files read, "total": files found to read: progress.now()})
+every BEAT seconds, so the controller can tell a long call from a frozen agent or a dead connection
+by silence alone (remote_agent.AgentProxy), and show how far the call is.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import traceback
 import zlib
 from typing import Any, BinaryIO, Callable
 
+from . import progress
 from .contract import requests_from_wire, to_wire
 import os
 
@@ -129,7 +131,6 @@ class _Heart:
         threading.Thread(target=self._beat, daemon=True).start()
 
     def _beat(self) -> None:
-        frame = encode({"beat": 1})
         with self.cond:
             while True:
                 while not self.call:
@@ -137,14 +138,16 @@ class _Heart:
                 call = self.call
                 self.cond.wait(BEAT)
                 if self.call == call:  # the same call still runs
+                    done, total = progress.now()
                     try:
-                        self.sink.write(frame)
+                        self.sink.write(encode({"beat": 1, "done": done, "total": total}))
                         self.sink.flush()
                     except (BrokenPipeError, OSError, ValueError):
                         return
 
     def begin(self, number: int) -> None:
         with self.cond:
+            progress.begin()
             self.call = number
             self.cond.notify()
 

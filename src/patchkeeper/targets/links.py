@@ -19,7 +19,7 @@ import tempfile
 
 
 # The agent's modules, in import order; on the host they become the package `pkagent`.
-AGENT_MODULES = ("errors", "queries", "contract", "blake3pipe", "disk", "manifest_text", "statcache", "store",
+AGENT_MODULES = ("errors", "queries", "contract", "blake3pipe", "progress", "disk", "manifest_text", "statcache", "store",
                  "manifests", "compare", "distinfo", "seal", "distcheck", "bytecode", "preflight", "elf", "interp",
                  "startup", "gpu", "fingerprint", "treecheck", "statelock", "agent", "wire")
 _BOOT = """

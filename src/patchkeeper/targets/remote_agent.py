@@ -17,7 +17,7 @@ import threading
 import time
 from abc import abstractmethod
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Callable, cast
 
 from ..errors import AgentError, TargetError
 from ..host import contract as c
@@ -60,6 +60,7 @@ class AgentProxy(c.AgentContract):
         self._patience = patience
         self._python = python
         self._noise = b""
+        self._watch: Callable[[int, int], None] | None = None  # told each heartbeat's count of files
         try:
             link.settimeout(patience.hello)
             noise = self._greeting()
@@ -178,6 +179,9 @@ class AgentProxy(c.AgentContract):
                     header, value = wire.decode(self._read_exact)
                     if not wire.is_beat(header):
                         break
+                    done, total = header.get("done"), header.get("total")
+                    if self._watch is not None and isinstance(done, int) and isinstance(total, int):
+                        self._watch(done, total)
                     if time.monotonic() > until:
                         raise self._give_up(f"{method} ran past its deadline of "
                                             f"{self._patience.deadline(len(request)):g} s")
@@ -231,6 +235,9 @@ class AgentProxy(c.AgentContract):
 
     def hands_off(self) -> None:
         self._call("hands_off")
+
+    def watch(self, listener: Callable[[int, int], None] | None) -> None:
+        self._watch = listener  # no call: the heartbeats of every later call carry the count
 
     def read(self, path: str, owned: bool = False) -> bytes:
         return cast(bytes, self._call("read", path, owned))
