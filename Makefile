@@ -97,7 +97,8 @@ sshd:
 
 # Debian's systemd for the tests that compare patchkeeper's reading of a unit with systemd's own
 # (`systemd-analyze verify --root=DIR` loads units in a test manager: no running systemd needed).
-systemd:
+# After sshd: two apt-get runs side by side (make -j) would fight over dpkg's lock.
+systemd: sshd
 	@command -v systemd-analyze >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd >/dev/null; }
 
 # What one device call on a GPU host needs (scripts/gpu_host/run.sh, docs/gpu-host.md): patchkeeper and its
