@@ -125,6 +125,8 @@ test-needs: $(TEST_NEEDS)
 
 test:
 	$(MAKE) -j4 --no-print-directory test-needs
+	$(BIN)/ruff check .  # [tool.ruff] in pyproject.toml: the house rules (imports sorted, pyflakes, bugbear)
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy  # [tool.mypy] in pyproject.toml: strict on host/, the engine and changes.py
 	TMPDIR=$(TESTTMP) $(BIN)/pytest -q -n 6 --durations=15  # 6 workers on 2 cores: the tests wait on sshd, servers and fsync too (-n 4 left 20% of the CPU idle)
 

@@ -5,8 +5,11 @@ from pathlib import Path
 
 from setuptools import find_packages, setup
 
-SHIPPED = ["patchkeeper.shipped"] + [f"patchkeeper.shipped.{'.'.join(p.relative_to('patchsets').parts)}"
-                                     for p in sorted(Path("patchsets").rglob("*")) if p.is_dir()]
+SHIPPED = ["patchkeeper.shipped"] + [
+    f"patchkeeper.shipped.{'.'.join(p.relative_to('patchsets').parts)}"
+    for p in sorted(Path("patchsets").rglob("*"))
+    if p.is_dir()
+]
 
 setup(
     packages=find_packages("src") + SHIPPED,

@@ -50,19 +50,37 @@ def main(tmp: Path, env: dict[str, str]) -> list[dict[str, Any]]:
         ("pack-cache/ (seals gone)", audit, SEALS, SEALS + ("pack-cache",)),
         ("env/ (every fingerprint cache)", env_cmd, (), ("env",)),
         ("env/native/", env_cmd, (), ("env/native",)),
-        ("user cache: interpreters, dist-infos", status, (), ("@interpreter*.marshal", "@dist-infos.marshal")),
+        (
+            "user cache: interpreters, dist-infos",
+            status,
+            (),
+            ("@interpreter*.marshal", "@dist-infos.marshal"),
+        ),
         ("user cache: ledgers/", log, (), ("@ledgers",)),
     ]
     rows = []
     for name, argv, before_with, before_without in cases:
+
         def prepared(patterns: tuple[str, ...]) -> Callable[[], tuple[float, float]]:
             def go() -> tuple[float, float]:
-                _remove(_globbed(state, tuple(p for p in patterns if not p.startswith("@")))
-                        + _globbed(user, tuple(p[1:] for p in patterns if p.startswith("@"))))
-                return timed(argv, env, ok=(0, 1))
+                _remove(
+                    _globbed(state, tuple(p for p in patterns if not p.startswith("@")))
+                    + _globbed(user, tuple(p[1:] for p in patterns if p.startswith("@")))
+                )
+                return timed(argv, env, ok=(0, 1))  # noqa: B023
+
             return go
+
         warm, cold = interleaved([prepared(before_with), prepared(before_without)], PAIRS)
         verb = " ".join(argv[3:])
-        rows.append(row(f"{verb} without {name}", cold[0], f"{verb} with it", warm[0], kind="report",
-                        note=f"saves {cold[0] - warm[0]:+.3f} s wall, {cold[1] - warm[1]:+.3f} s CPU"))
+        rows.append(
+            row(
+                f"{verb} without {name}",
+                cold[0],
+                f"{verb} with it",
+                warm[0],
+                kind="report",
+                note=f"saves {cold[0] - warm[0]:+.3f} s wall, {cold[1] - warm[1]:+.3f} s CPU",
+            )
+        )
     return rows

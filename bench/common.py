@@ -23,7 +23,17 @@ SITE_REL = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-pa
 RACY = 2.5  # seconds past a file's mtime/ctime before a stat cache may trust it (racily clean)
 # What a state dir keeps that is not a cache: the records of the target's states. Everything else in it
 # (stat caches, seals, audit answers, listings, whatever a later version adds) is cleared for a first audit.
-RECORDS = {"ledger", "store", "state_dir", "lock", "lock.guard", "manifests", "snapshots", "transactions", "journal"}
+RECORDS = {
+    "ledger",
+    "store",
+    "state_dir",
+    "lock",
+    "lock.guard",
+    "manifests",
+    "snapshots",
+    "transactions",
+    "journal",
+}
 
 
 def scratch(prefix: str) -> Path:
@@ -36,22 +46,29 @@ def base_env(tmp: Path) -> dict[str, str]:
     """patchkeeper's per-user caches and sockets in the run's own dirs, never the user's."""
     for sub in ("xdg-cache", "run"):
         (tmp / sub).mkdir(mode=0o700, exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PATCHKEEPER_WORKSPACE")}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PATCHKEEPER_WORKSPACE")
+    }
     return {**env, "XDG_CACHE_HOME": str(tmp / "xdg-cache"), "XDG_RUNTIME_DIR": str(tmp / "run")}
 
 
-def run(argv: list[str], env: dict[str, str] | None = None, ok: tuple[int, ...] = (0,),
-        cwd: Path | None = None) -> float:
+def run(
+    argv: list[str], env: dict[str, str] | None = None, ok: tuple[int, ...] = (0,), cwd: Path | None = None
+) -> float:
     """Run a command to completion, output discarded; its wall time in seconds; raise unless it exits in `ok`."""
     start = time.perf_counter()
     proc = subprocess.run(argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     took = time.perf_counter() - start
     if proc.returncode not in ok:
-        raise RuntimeError(f"{' '.join(argv)} exited {proc.returncode}: {proc.stderr.decode(errors='replace')[-800:]}")
+        raise RuntimeError(
+            f"{' '.join(argv)} exited {proc.returncode}: {proc.stderr.decode(errors='replace')[-800:]}"
+        )
     return took
 
 
-def run_usage(argv: list[str], env: dict[str, str] | None = None, ok: tuple[int, ...] = (0,)) -> tuple[float, Any]:
+def run_usage(
+    argv: list[str], env: dict[str, str] | None = None, ok: tuple[int, ...] = (0,)
+) -> tuple[float, Any]:
     """Like run, and the child's resource usage (os.wait4: its own and its waited-for children's)."""
     start = time.perf_counter()
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -61,11 +78,15 @@ def run_usage(argv: list[str], env: dict[str, str] | None = None, ok: tuple[int,
     took = time.perf_counter() - start
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode not in ok:
-        raise RuntimeError(f"{' '.join(argv)} exited {proc.returncode}: {err.decode(errors='replace')[-800:]}")
+        raise RuntimeError(
+            f"{' '.join(argv)} exited {proc.returncode}: {err.decode(errors='replace')[-800:]}"
+        )
     return took, usage
 
 
-def timed(argv: list[str], env: dict[str, str] | None = None, ok: tuple[int, ...] = (0,)) -> tuple[float, float]:
+def timed(
+    argv: list[str], env: dict[str, str] | None = None, ok: tuple[int, ...] = (0,)
+) -> tuple[float, float]:
     """(wall, CPU) seconds of one run: the CPU is user + system of the command and its waited-for children,
     a figure that other load on a shared machine moves far less than the wall time."""
     took, usage = run_usage(argv, env, ok)
@@ -84,8 +105,10 @@ def interleaved(fns: list[Callable[[], Any]], repeat: int = 5) -> list[Any]:
     for _ in range(repeat):
         for i, fn in enumerate(fns):
             times[i].append(fn())
-    return [tuple(statistics.median(x) for x in zip(*t)) if isinstance(t[0], tuple) else statistics.median(t)
-            for t in times]
+    return [
+        tuple(statistics.median(x) for x in zip(*t)) if isinstance(t[0], tuple) else statistics.median(t)
+        for t in times
+    ]
 
 
 def cpu_note(ours: float, peer: float) -> str:
@@ -125,8 +148,10 @@ def workspace(root: Path, targets: dict[str, dict[str, str]], default: str | Non
         unit = root / f"{name}.service"
         shutil.copy(REPO / "demo" / "sglang-qwen.service", unit)
         text += f"\n[targets.{name}]\n" + "".join(f'{k} = "{v}"\n' for k, v in table.items())
-        text += (f'package = "sglang"\n[targets.{name}.vars]\ndraft_model_path = "/root/models/Qwen3.6-27B-DFlash"\n'
-                 f'[targets.{name}.files]\nunit = "{unit}"\n')
+        text += (
+            f'package = "sglang"\n[targets.{name}.vars]\ndraft_model_path = "/root/models/Qwen3.6-27B-DFlash"\n'
+            f'[targets.{name}.files]\nunit = "{unit}"\n'
+        )
     (root / "patchkeeper.toml").write_text(text)
     return root
 
@@ -140,22 +165,42 @@ def site_files(venv: Path) -> list[Path]:
     files: list[Path] = []
     for root, dirs, names in os.walk(venv / SITE_REL):
         dirs[:] = [d for d in dirs if d != "__pycache__"]
-        files.extend(Path(root, n) for n in names if os.path.isfile(os.path.join(root, n))
-                     and not os.path.islink(os.path.join(root, n)))
+        files.extend(
+            Path(root, n)
+            for n in names
+            if os.path.isfile(os.path.join(root, n)) and not os.path.islink(os.path.join(root, n))
+        )
     return files
 
 
-def row(measure: str, ours: float, peer: str = "", peer_value: float | None = None, goal: float | None = None,
-        unit: str = "s", kind: str = "goal", note: str = "") -> dict[str, Any]:
+def row(
+    measure: str,
+    ours: float,
+    peer: str = "",
+    peer_value: float | None = None,
+    goal: float | None = None,
+    unit: str = "s",
+    kind: str = "goal",
+    note: str = "",
+) -> dict[str, Any]:
     """One figure. With a peer, the ratio ours/peer is judged against `goal`; without one, ours itself
     (in `unit`). kind: "goal" (the figures the project steers by), "guard" (old rows against git and
     b3sum, kept to catch a regression, not steered by), "report" (a count or a time without a goal)."""
     ratio = ours / peer_value if peer_value else None
     judged = ours if ratio is None else ratio
     met = None if goal is None or kind == "report" else judged <= goal
-    return {"measure": measure, "kind": kind, "ours": round(ours, 4), "unit": unit, "peer": peer,
-            "peer_value": None if peer_value is None else round(peer_value, 4),
-            "ratio": None if ratio is None else round(ratio, 3), "goal": goal, "met": met, "note": note}
+    return {
+        "measure": measure,
+        "kind": kind,
+        "ours": round(ours, 4),
+        "unit": unit,
+        "peer": peer,
+        "peer_value": None if peer_value is None else round(peer_value, 4),
+        "ratio": None if ratio is None else round(ratio, 3),
+        "goal": goal,
+        "met": met,
+        "note": note,
+    }
 
 
 def _value(value: float | None, unit: str) -> str:
@@ -170,8 +215,17 @@ def print_rows(title: str, rows: list[dict[str, Any]]) -> None:
     for r in rows:
         ratio = f"{r['ratio']:.2f}x" if r["ratio"] is not None else "-"
         goal = "-" if r["goal"] is None else (f"<={r['goal']}x" if r["peer_value"] else f"<={r['goal']:g}")
-        verdict = {"goal": "met" if r["met"] else "MISSED", "guard": "guard " + ("ok" if r["met"] else "over"),
-                   "report": ""}[r["kind"]] if r["met"] is not None else ("" if r["kind"] != "goal" else "?")
-        print(f"{r['measure'][:58]:58} {_value(r['ours'], r['unit']):>11}  {r['peer'][:34]:34} "
-              f"{_value(r['peer_value'], r['unit']):>11} {ratio:>7} {goal:>8}  {verdict}"
-              + (f"  [{r['note']}]" if r["note"] else ""))
+        verdict = (
+            {
+                "goal": "met" if r["met"] else "MISSED",
+                "guard": "guard " + ("ok" if r["met"] else "over"),
+                "report": "",
+            }[r["kind"]]
+            if r["met"] is not None
+            else ("" if r["kind"] != "goal" else "?")
+        )
+        print(
+            f"{r['measure'][:58]:58} {_value(r['ours'], r['unit']):>11}  {r['peer'][:34]:34} "
+            f"{_value(r['peer_value'], r['unit']):>11} {ratio:>7} {goal:>8}  {verdict}"
+            + (f"  [{r['note']}]" if r["note"] else "")
+        )

@@ -29,20 +29,30 @@ def verdict(r: dict[str, Any] | None) -> str:
 
 def main() -> None:
     before, after = (json.loads(open(p).read()) for p in sys.argv[1:3])
-    print(f"| part | measure | peer | before: {before['about']['commit']} | | after: {after['about']['commit']} | | goal |")
+    print(
+        f"| part | measure | peer | before: {before['about']['commit']} | | after: {after['about']['commit']} | | goal |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for part in ("local", "remote", "fleet", "guards"):
         rows_b = {r["measure"]: r for r in before.get(part, [])}
         for r in after.get(part, []):
             b = rows_b.get(r["measure"])
-            goal = "" if r["goal"] is None else (f"<= {r['goal']:g}x" if r["peer_value"] else f"<= {r['goal']:g} {r['unit']}")
+            goal = (
+                ""
+                if r["goal"] is None
+                else (f"<= {r['goal']:g}x" if r["peer_value"] else f"<= {r['goal']:g} {r['unit']}")
+            )
             if r["kind"] == "guard":
                 goal += " (guard)"
-            print(f"| {part} | {r['measure']} | {r['peer']} | {cell(b)} | {verdict(b)} | {cell(r)} | {verdict(r)} | {goal} |")
+            print(
+                f"| {part} | {r['measure']} | {r['peer']} | {cell(b)} | {verdict(b)} | {cell(r)} | {verdict(r)} | {goal} |"
+            )
     for name, run in (("before", before), ("after", after)):
         a = run["about"]
-        print(f"\n{name}: {a['date']}, commit {a['commit']}, load {a['load_at_start']:.1f} at the start"
-              + (f", {a['load_at_end']:.1f} at the end" if "load_at_end" in a else ""))
+        print(
+            f"\n{name}: {a['date']}, commit {a['commit']}, load {a['load_at_start']:.1f} at the start"
+            + (f", {a['load_at_end']:.1f} at the end" if "load_at_end" in a else "")
+        )
 
 
 if __name__ == "__main__":

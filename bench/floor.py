@@ -26,7 +26,7 @@ def digest(paths: list[str]) -> int:
 def main() -> None:
     with open(sys.argv[1]) as f:
         paths = [line.rstrip("\n") for line in f if line.strip()]
-    chunks = [paths[i:i + 64] for i in range(0, len(paths), 64)]
+    chunks = [paths[i : i + 64] for i in range(0, len(paths), 64)]
     cpus = os.cpu_count() or 1
     with ProcessPoolExecutor(cpus) as pool:
         total = sum(pool.map(digest, chunks))

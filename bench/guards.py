@@ -9,8 +9,22 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import (BARE, RACY, REPO, SITE_REL, clear_caches, copy_venv, cpu_note, interleaved, pk, row, run, site_files,
-                    timed, workspace)
+from common import (
+    BARE,
+    RACY,
+    REPO,
+    SITE_REL,
+    clear_caches,
+    copy_venv,
+    cpu_note,
+    interleaved,
+    pk,
+    row,
+    run,
+    site_files,
+    timed,
+    workspace,
+)
 
 GIT = ["git", "-c", "user.name=bench", "-c", "user.email=bench@localhost", "-c", "gc.auto=0"]
 
@@ -43,21 +57,50 @@ def main(tmp: Path, env: dict[str, str]) -> list[dict[str, Any]]:
             os.sync()
             return timed(audit, env, ok=(0, 1))
 
-        ours, peer = interleaved([cold, lambda: timed(["sh", "-c", f"xargs -d '\\n' {b3sum} < {listing} >/dev/null"])],
-                                 3)
-        rows.append(row("first audit, bare sglang", ours[0], "b3sum of the same files", peer[0], 1.5, kind="guard",
-                        note=cpu_note(ours[1], peer[1])))
+        ours, peer = interleaved(
+            [cold, lambda: timed(["sh", "-c", f"xargs -d '\\n' {b3sum} < {listing} >/dev/null"])], 3
+        )
+        rows.append(
+            row(
+                "first audit, bare sglang",
+                ours[0],
+                "b3sum of the same files",
+                peer[0],
+                1.5,
+                kind="guard",
+                note=cpu_note(ours[1], peer[1]),
+            )
+        )
     run(audit, env, ok=(0, 1))
     time.sleep(RACY)
-    ours, peer = interleaved([lambda: timed(audit, env, ok=(0, 1)),
-                              lambda: timed(["git", "-C", str(repo), "status", "--porcelain"])], 5)
-    rows.append(row("warm audit, bare sglang", ours[0], "git status --porcelain", peer[0], 2.0, kind="guard",
-                    note=cpu_note(ours[1], peer[1])))
+    ours, peer = interleaved(
+        [
+            lambda: timed(audit, env, ok=(0, 1)),
+            lambda: timed(["git", "-C", str(repo), "status", "--porcelain"]),
+        ],
+        5,
+    )
+    rows.append(
+        row(
+            "warm audit, bare sglang",
+            ours[0],
+            "git status --porcelain",
+            peer[0],
+            2.0,
+            kind="guard",
+            note=cpu_note(ours[1], peer[1]),
+        )
+    )
     diff = tmp / "ddtree.diff"
-    diff.write_bytes(b"".join(p.read_bytes() for p in sorted((REPO / "patchsets" / "ddtree").glob("*.patch"))))
+    diff.write_bytes(
+        b"".join(p.read_bytes() for p in sorted((REPO / "patchsets" / "ddtree").glob("*.patch")))
+    )
 
     def ours_pair() -> tuple[float, float]:
-        apply, rollback = timed(pk(ws, "apply", "ddtree"), env), timed(pk(ws, "rollback", "--to", "baseline"), env)
+        apply, rollback = (
+            timed(pk(ws, "apply", "ddtree"), env),
+            timed(pk(ws, "rollback", "--to", "baseline"), env),
+        )
         return apply[0] + rollback[0], apply[1] + rollback[1]
 
     def git_pair() -> tuple[float, float]:
@@ -66,6 +109,15 @@ def main(tmp: Path, env: dict[str, str]) -> list[dict[str, Any]]:
         return apply[0] + back[0], apply[1] + back[1]
 
     ours, peer = interleaved([ours_pair, git_pair], 5)
-    rows.append(row("apply ddtree + rollback, bare sglang", ours[0], "git apply + checkout + clean", peer[0], 3.0,
-                    kind="guard", note=cpu_note(ours[1], peer[1])))
+    rows.append(
+        row(
+            "apply ddtree + rollback, bare sglang",
+            ours[0],
+            "git apply + checkout + clean",
+            peer[0],
+            3.0,
+            kind="guard",
+            note=cpu_note(ours[1], peer[1]),
+        )
+    )
     return rows

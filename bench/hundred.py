@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from common import BARE, PK, RACY, REPO, copy_venv, pk, row, run, workspace
+from common import BARE, PK, RACY, copy_venv, pk, row, run, workspace
 from link import Link, ansible_inventory, measured
 
 SIZES = (16, 100)
@@ -58,12 +58,19 @@ def _measure(tmp: Path, link: Link) -> list[dict[str, Any]]:
     for name in names:
         venv = copy_venv(source, tmp / f"fleet-{name}", link=True)
         targets[name] = {"ssh": link.alias(f"fleet-{name}"), "python": f"{venv}/bin/python"}
-    spaces = {(n, persist): _workspace(tmp / f"ws-{n}-{persist}", {k: targets[k] for k in names[:n]}, persist)
-              for n in SIZES for persist in (60, 0)}
+    spaces = {
+        (n, persist): _workspace(tmp / f"ws-{n}-{persist}", {k: targets[k] for k in names[:n]}, persist)
+        for n in SIZES
+        for persist in (60, 0)
+    }
     start = spaces[(max(SIZES), 0)]
     with ThreadPoolExecutor(4) as pool:  # a recorded state on each; four at a time (two cores, loaded)
-        list(pool.map(lambda n: run(pk(start, "snapshot", "-t", n, "--name", "start", "--manifest-only"), env),
-                      names))
+        list(
+            pool.map(
+                lambda n: run(pk(start, "snapshot", "-t", n, "--name", "start", "--manifest-only"), env),
+                names,
+            )
+        )
     os.sync()
     time.sleep(RACY)
     for _ in range(2):
@@ -76,25 +83,49 @@ def _measure(tmp: Path, link: Link) -> list[dict[str, Any]]:
         for n in SIZES:
             ws = spaces[(n, persist)]
             run(pk(ws, "audit", "--all", "-q"), env, ok=(0, 1))  # holders started (held), caches warm
-            audits[(n, persist)] = _best([measured(pk(ws, "audit", "--all", "-q"), env, proxy) for _ in range(RUNS)])
+            audits[(n, persist)] = _best(
+                [measured(pk(ws, "audit", "--all", "-q"), env, proxy) for _ in range(RUNS)]
+            )
         small, large = audits[(SIZES[0], persist)], audits[(SIZES[1], persist)]
-        rows += [row(f"audit --all, {SIZES[1]} vs {SIZES[0]} targets ({how})", large["wall"],
-                     f"audit --all, {SIZES[0]} targets", small["wall"], goal=3.0,
-                     note=f"{large['round_trips']} vs {small['round_trips']} round trips"),
-                 row(f"controller memory per target, audit --all of {SIZES[1]} ({how})",
-                     large["peak_rss"] / SIZES[1] / MB, unit="MB", goal=10.0,
-                     note=f"peak {large['peak_rss'] / MB:.0f} MB over {large['processes']} process(es); "
-                          f"at {SIZES[0]}: {small['peak_rss'] / SIZES[0] / MB:.1f} MB per target"),
-                 row(f"controller CPU per target, audit --all of {SIZES[1]} ({how})", large["cpu"] / SIZES[1],
-                     f"the same at {SIZES[0]}", small["cpu"] / SIZES[0], kind="report")]
+        rows += [
+            row(
+                f"audit --all, {SIZES[1]} vs {SIZES[0]} targets ({how})",
+                large["wall"],
+                f"audit --all, {SIZES[0]} targets",
+                small["wall"],
+                goal=3.0,
+                note=f"{large['round_trips']} vs {small['round_trips']} round trips",
+            ),
+            row(
+                f"controller memory per target, audit --all of {SIZES[1]} ({how})",
+                large["peak_rss"] / SIZES[1] / MB,
+                unit="MB",
+                goal=10.0,
+                note=f"peak {large['peak_rss'] / MB:.0f} MB over {large['processes']} process(es); "
+                f"at {SIZES[0]}: {small['peak_rss'] / SIZES[0] / MB:.1f} MB per target",
+            ),
+            row(
+                f"controller CPU per target, audit --all of {SIZES[1]} ({how})",
+                large["cpu"] / SIZES[1],
+                f"the same at {SIZES[0]}",
+                small["cpu"] / SIZES[0],
+                kind="report",
+            ),
+        ]
         ws = spaces[(SIZES[1], persist)]
         applied = measured(pk(ws, "apply", "ddtree", "--all", "--serial", str(SERIAL)), env, proxy, ok=(0,))
         run(pk(ws, "rollback", "--to", "baseline", "--all", "--serial", str(SERIAL)), env)
-        rows += [row(f"apply ddtree --all --serial {SERIAL}, {SIZES[1]} targets ({how})", applied["wall"],
-                     kind="report", note=f"{applied['round_trips']} round trips; controller CPU per target "
-                                         f"{applied['cpu'] / SIZES[1]:.2f} s; peak memory "
-                                         f"{applied['peak_rss'] / MB:.0f} MB, "
-                                         f"{applied['peak_rss'] / SIZES[1] / MB:.1f} MB per target")]
+        rows += [
+            row(
+                f"apply ddtree --all --serial {SERIAL}, {SIZES[1]} targets ({how})",
+                applied["wall"],
+                kind="report",
+                note=f"{applied['round_trips']} round trips; controller CPU per target "
+                f"{applied['cpu'] / SIZES[1]:.2f} s; peak memory "
+                f"{applied['peak_rss'] / MB:.0f} MB, "
+                f"{applied['peak_rss'] / SIZES[1] / MB:.1f} MB per target",
+            )
+        ]
         _disconnect(link)
     rows += _ansible(tmp, spaces[(SIZES[1], 0)], link, names)
     return rows
@@ -105,15 +136,29 @@ def _ansible(tmp: Path, ws: Path, link: Link, names: list[str]) -> list[dict[str
     connection through the same link (one ControlPersist master per host)."""
     playbook = Path(PK).parent / "ansible-playbook"
     if not playbook.exists():
-        return [row("apply ddtree through Ansible", 0.0, kind="report", note="PENDING: ansible-core not installed")]
+        return [
+            row(
+                "apply ddtree through Ansible", 0.0, kind="report", note="PENDING: ansible-core not installed"
+            )
+        ]
     env, proxy = link.env, link.proxy
     inventory, ansible_env = ansible_inventory(tmp, ws, link, names)
     play = tmp / "play.yml"
-    play.write_text(f"- hosts: fleet\n  gather_facts: false\n  serial: {SERIAL}\n  tasks:\n"
-                    "    - patchkeeper.core.patchset: {name: ddtree}\n")
-    m = measured([str(playbook), "-i", str(inventory), "-f", str(SERIAL), str(play)], ansible_env, proxy, ok=(0,))
+    play.write_text(
+        f"- hosts: fleet\n  gather_facts: false\n  serial: {SERIAL}\n  tasks:\n"
+        "    - patchkeeper.core.patchset: {name: ddtree}\n"
+    )
+    m = measured(
+        [str(playbook), "-i", str(inventory), "-f", str(SERIAL), str(play)], ansible_env, proxy, ok=(0,)
+    )
     run(pk(ws, "rollback", "--to", "baseline", "--all", "--serial", str(SERIAL)), env)
-    return [row(f"apply ddtree through Ansible (serial: {SERIAL}, -f {SERIAL}), {len(names)} targets", m["wall"],
-                kind="report", note=f"{m['round_trips']} round trips; controller CPU per target "
-                                    f"{m['cpu'] / len(names):.2f} s; peak memory {m['peak_rss'] / MB:.0f} MB, "
-                                    f"{m['peak_rss'] / len(names) / MB:.1f} MB per target (ssh masters included)")]
+    return [
+        row(
+            f"apply ddtree through Ansible (serial: {SERIAL}, -f {SERIAL}), {len(names)} targets",
+            m["wall"],
+            kind="report",
+            note=f"{m['round_trips']} round trips; controller CPU per target "
+            f"{m['cpu'] / len(names):.2f} s; peak memory {m['peak_rss'] / MB:.0f} MB, "
+            f"{m['peak_rss'] / len(names) / MB:.1f} MB per target (ssh masters included)",
+        )
+    ]

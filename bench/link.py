@@ -19,7 +19,6 @@ sys.path.insert(0, str(REPO / "tests"))
 from sshd import Sshd, write_client_config  # noqa: E402
 
 
-
 class Link:
     """An sshd and a DelayProxy before it; aliases added with `alias` reach the sshd through the proxy."""
 
@@ -35,14 +34,18 @@ class Link:
 
     def alias(self, name: str) -> str:
         with (self.home / ".ssh" / "config").open("a") as f:
-            f.write(f"\nHost {name}\n  HostName 127.0.0.1\n  Port {self.proxy.port}\n  User root\n"
-                    f"  IdentityFile {self.sshd.client_key}\n")
+            f.write(
+                f"\nHost {name}\n  HostName 127.0.0.1\n  Port {self.proxy.port}\n  User root\n"
+                f"  IdentityFile {self.sshd.client_key}\n"
+            )
         return name
 
     def ssh_command(self) -> str:
         """The ssh command line through the proxy, for rsync -e."""
-        return (f"ssh -p {self.proxy.port} -i {self.sshd.client_key} -o BatchMode=yes "
-                f"-o UserKnownHostsFile={self.home}/.ssh/known_hosts")
+        return (
+            f"ssh -p {self.proxy.port} -i {self.sshd.client_key} -o BatchMode=yes "
+            f"-o UserKnownHostsFile={self.home}/.ssh/known_hosts"
+        )
 
     def close(self) -> None:
         subprocess.run([PK, "disconnect", "--all"], env=self.env, capture_output=True)
@@ -92,7 +95,10 @@ def controller(root: int | None, marks: tuple[str, ...]) -> dict[int, tuple[floa
     out = {}
     for pid in chosen:
         fields = procs[pid][1].split()
-        out[pid] = (sum(int(x) for x in fields[11:13]) / hz, int(fields[21]) * page)  # utime, stime; rss pages
+        out[pid] = (
+            sum(int(x) for x in fields[11:13]) / hz,
+            int(fields[21]) * page,
+        )  # utime, stime; rss pages
     return out
 
 
@@ -112,13 +118,15 @@ class _Peak(threading.Thread):
             self.most = max(self.most, len(procs))
 
 
-def measured(argv: list[str], env: dict[str, str], proxy: DelayProxy,
-             ok: tuple[int, ...] = (0, 1)) -> dict[str, Any]:
+def measured(
+    argv: list[str], env: dict[str, str], proxy: DelayProxy, ok: tuple[int, ...] = (0, 1)
+) -> dict[str, Any]:
     """One run of a command: wall time, the controller's CPU (the command's own and its children's,
     and what the processes it keeps spent meanwhile), its peak resident memory (every process of it,
     kept ones included), and the proxy's round trips and bytes."""
-    marks = (env["XDG_RUNTIME_DIR"],) + ((env["ANSIBLE_SSH_CONTROL_PATH_DIR"],)
-                                         if "ANSIBLE_SSH_CONTROL_PATH_DIR" in env else ())
+    marks = (env["XDG_RUNTIME_DIR"],) + (
+        (env["ANSIBLE_SSH_CONTROL_PATH_DIR"],) if "ANSIBLE_SSH_CONTROL_PATH_DIR" in env else ()
+    )
     before_cpu = controller(None, marks)
     trips, up, down = proxy.counts()
     start = time.perf_counter()
@@ -136,8 +144,14 @@ def measured(argv: list[str], env: dict[str, str], proxy: DelayProxy,
     after_cpu = controller(None, marks)
     trips2, up2, down2 = proxy.counts()
     kept = sum(cpu - before_cpu.get(pid, (0.0, 0))[0] for pid, (cpu, _) in after_cpu.items())
-    return {"wall": took, "cpu": usage.ru_utime + usage.ru_stime + kept, "round_trips": trips2 - trips,
-            "bytes": up2 - up + down2 - down, "peak_rss": peak.peak, "processes": peak.most}
+    return {
+        "wall": took,
+        "cpu": usage.ru_utime + usage.ru_stime + kept,
+        "round_trips": trips2 - trips,
+        "bytes": up2 - up + down2 - down,
+        "peak_rss": peak.peak,
+        "processes": peak.most,
+    }
 
 
 def ansible_inventory(tmp: Path, ws: Path, link: Link, names: list[str]) -> tuple[Path, dict[str, str]]:
@@ -145,11 +159,31 @@ def ansible_inventory(tmp: Path, ws: Path, link: Link, names: list[str]) -> tupl
     ansible-playbook (the collection from this checkout, the workspace `ws`)."""
     proxy = link.proxy
     inventory = tmp / "hosts.yml"
-    inventory.write_text(json.dumps({"fleet": {"vars": {
-        "ansible_host": "127.0.0.1", "ansible_port": proxy.port, "ansible_user": "root",
-        "ansible_ssh_private_key_file": str(link.sshd.client_key), "ansible_python_interpreter": sys.executable,
-        "ansible_ssh_common_args": f"-o UserKnownHostsFile={link.home}/.ssh/known_hosts", "patchkeeper": {}},
-        "hosts": {n: None for n in names}}}))
-    return inventory, {**link.env, "ANSIBLE_COLLECTIONS_PATH": str(REPO), "ANSIBLE_HOME": str(tmp / "ansible"),
-                       "ANSIBLE_SSH_CONTROL_PATH_DIR": str(tmp / "cp"), "ANSIBLE_LOCAL_TEMP": str(tmp / "atmp"),
-                       "ANSIBLE_NOCOLOR": "1", "ANSIBLE_RETRY_FILES_ENABLED": "0", "PATCHKEEPER_WORKSPACE": str(ws)}
+    inventory.write_text(
+        json.dumps(
+            {
+                "fleet": {
+                    "vars": {
+                        "ansible_host": "127.0.0.1",
+                        "ansible_port": proxy.port,
+                        "ansible_user": "root",
+                        "ansible_ssh_private_key_file": str(link.sshd.client_key),
+                        "ansible_python_interpreter": sys.executable,
+                        "ansible_ssh_common_args": f"-o UserKnownHostsFile={link.home}/.ssh/known_hosts",
+                        "patchkeeper": {},
+                    },
+                    "hosts": {n: None for n in names},
+                }
+            }
+        )
+    )
+    return inventory, {
+        **link.env,
+        "ANSIBLE_COLLECTIONS_PATH": str(REPO),
+        "ANSIBLE_HOME": str(tmp / "ansible"),
+        "ANSIBLE_SSH_CONTROL_PATH_DIR": str(tmp / "cp"),
+        "ANSIBLE_LOCAL_TEMP": str(tmp / "atmp"),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_RETRY_FILES_ENABLED": "0",
+        "PATCHKEEPER_WORKSPACE": str(ws),
+    }

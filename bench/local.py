@@ -9,8 +9,23 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import (BARE, RACY, REPO, SERVE, clear_caches, copy_venv, cpu_note, interleaved, pk, row, run, run_usage,
-                    site_files, timed, workspace)
+from common import (
+    BARE,
+    RACY,
+    REPO,
+    SERVE,
+    clear_caches,
+    copy_venv,
+    cpu_note,
+    interleaved,
+    pk,
+    row,
+    run,
+    run_usage,
+    site_files,
+    timed,
+    workspace,
+)
 
 FLOOR = [sys.executable, str(REPO / "bench" / "floor.py")]
 COLD_RUNS = 3  # each a whole read of the environment; best of these, as a first audit would meet a quiet host
@@ -36,14 +51,30 @@ def first_audit(ws: Path, state_dir: Path, env: dict[str, str], floor_list: Path
         took, usage = run_usage(audit, env, ok=(0, 1))
         cold, peak = min(cold, (took, usage.ru_utime + usage.ru_stime)), max(peak, usage.ru_maxrss)
         floor = min(floor, timed(FLOOR + [str(floor_list)]))
-    return [row("first audit (nothing cached)", cold[0], "sha256 floor, 1 process per CPU", floor[0], 1.3,
-                note=cpu_note(cold[1], floor[1])),
-            row("peak memory of the first audit (ru_maxrss)", peak / 1024, goal=150, unit="MiB",
-                note=f"worst of {COLD_RUNS}")]
+    return [
+        row(
+            "first audit (nothing cached)",
+            cold[0],
+            "sha256 floor, 1 process per CPU",
+            floor[0],
+            1.3,
+            note=cpu_note(cold[1], floor[1]),
+        ),
+        row(
+            "peak memory of the first audit (ru_maxrss)",
+            peak / 1024,
+            goal=150,
+            unit="MiB",
+            note=f"worst of {COLD_RUNS}",
+        ),
+    ]
 
 
 def apply_rollback(ws: Path, env: dict[str, str]) -> tuple[float, float]:
-    apply, rollback = timed(pk(ws, "apply", "ddtree"), env), timed(pk(ws, "rollback", "--to", "baseline"), env)
+    apply, rollback = (
+        timed(pk(ws, "apply", "ddtree"), env),
+        timed(pk(ws, "rollback", "--to", "baseline"), env),
+    )
     return apply[0] + rollback[0], apply[1] + rollback[1]
 
 
@@ -63,6 +94,14 @@ def main(tmp: Path, env: dict[str, str]) -> list[dict[str, Any]]:
     apply_rollback(ws, env)
     apply_rollback(ws_bare, env)
     ours, peer = interleaved([lambda: apply_rollback(ws, env), lambda: apply_rollback(ws_bare, env)], PAIRS)
-    rows.append(row("apply ddtree + rollback, serving venv", ours[0], "the same on the bare sglang venv", peer[0], 2.0,
-                    note=cpu_note(ours[1], peer[1])))
+    rows.append(
+        row(
+            "apply ddtree + rollback, serving venv",
+            ours[0],
+            "the same on the bare sglang venv",
+            peer[0],
+            2.0,
+            note=cpu_note(ours[1], peer[1]),
+        )
+    )
     return rows

@@ -46,15 +46,17 @@ class DelayProxy:
         self.connections += 1
         last = ["down"]  # the direction of the last chunk: a client chunk after "down" is a new turn
         try:
-            await asyncio.gather(self._pump(client_r, server_w, "up", last),
-                                 self._pump(server_r, client_w, "down", last))
+            await asyncio.gather(
+                self._pump(client_r, server_w, "up", last), self._pump(server_r, client_w, "down", last)
+            )
         except asyncio.CancelledError:  # the proxy closing with connections still open (held SSH links)
             pass
         for writer in (client_w, server_w):
             writer.close()
 
-    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, way: str,
-                    last: list[str]) -> None:
+    async def _pump(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, way: str, last: list[str]
+    ) -> None:
         queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
         sender = asyncio.ensure_future(self._send(queue, writer))
         try:

@@ -25,8 +25,11 @@ def _wheel(version: str) -> Path:
 
 
 def _git(repo: Path, *args: str) -> bytes:
-    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=b", "-c", "user.email=b@b", *args],
-                          check=True, capture_output=True).stdout
+    return subprocess.run(
+        ["git", "-C", str(repo), "-c", "user.name=b", "-c", "user.email=b@b", *args],
+        check=True,
+        capture_output=True,
+    ).stdout
 
 
 def release_diff(tmp: Path) -> tuple[Path, Path]:
@@ -49,7 +52,9 @@ def release_diff(tmp: Path) -> tuple[Path, Path]:
 
 def replaced(patch: Path) -> list[str]:
     """The files the diff changes, renames away or deletes (what a backup must copy), from git's own numstat."""
-    out = subprocess.run(["git", "apply", "--numstat", "-z", str(patch)], check=True, capture_output=True).stdout
+    out = subprocess.run(
+        ["git", "apply", "--numstat", "-z", str(patch)], check=True, capture_output=True
+    ).stdout
     fields = out.split(b"\0")
     paths, i = [], 0
     while i < len(fields) - 1:
@@ -66,8 +71,22 @@ def replaced(patch: Path) -> list[str]:
 def main(tmp: Path, env: dict[str, str]) -> list[dict[str, Any]]:
     patch, tree = release_diff(tmp)
     venv = copy_venv(BARE, tmp / "venv", link=False)
-    run([str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", "-q", "install", "--no-index",
-         "--no-compile", "--no-deps", "--force-reinstall", str(_wheel("0.5.22"))], env)
+    run(
+        [
+            str(venv / "bin" / "python"),
+            "-m",
+            "pip",
+            "--disable-pip-version-check",
+            "-q",
+            "install",
+            "--no-index",
+            "--no-compile",
+            "--no-deps",
+            "--force-reinstall",
+            str(_wheel("0.5.22")),
+        ],
+        env,
+    )
     ws = workspace(tmp / "ws", {"release": {"python": f"{venv}/bin/python"}})
     run(pk(ws, "import", "release", str(patch)), env)
     run(pk(ws, "snapshot", "--name", "start", "--manifest-only"), env)
@@ -75,10 +94,17 @@ def main(tmp: Path, env: dict[str, str]) -> list[dict[str, Any]]:
     listing = tmp / "replaced.txt"
     listing.write_text("".join(f"{p}\n" for p in old))
     backup = tmp / "backup"
-    floor_apply = ["sh", "-c", f'cd "{tree}" && cp --parents -p $(cat "{listing}") "{backup}" && git apply "{patch}"']
+    floor_apply = [
+        "sh",
+        "-c",
+        f'cd "{tree}" && cp --parents -p $(cat "{listing}") "{backup}" && git apply "{patch}"',
+    ]
 
     def ours() -> tuple[float, float, float, float]:
-        apply, rollback = timed(pk(ws, "apply", "release"), env), timed(pk(ws, "rollback", "--to", "baseline"), env)
+        apply, rollback = (
+            timed(pk(ws, "apply", "release"), env),
+            timed(pk(ws, "rollback", "--to", "baseline"), env),
+        )
         return (*apply, *rollback)
 
     def floor() -> tuple[float, float, float, float]:
@@ -93,7 +119,21 @@ def main(tmp: Path, env: dict[str, str]) -> list[dict[str, Any]]:
     mine, peer = interleaved([ours, floor], PAIRS)
     files = len(list((ws / "patchsets" / "release").glob("*.patch")))
     assert (venv / SITE_REL / "sglang").is_dir()
-    return [row("apply the 0.5.22->0.5.23 release diff", mine[0], "git apply + a copy of the replaced files",
-                peer[0], 2.0, note=f"{len(old)} files replaced, {files} .patch files; " + cpu_note(mine[1], peer[1])),
-            row("rollback --to baseline of it", mine[2], "git apply -R", peer[2], kind="report",
-                note=cpu_note(mine[3], peer[3]))]
+    return [
+        row(
+            "apply the 0.5.22->0.5.23 release diff",
+            mine[0],
+            "git apply + a copy of the replaced files",
+            peer[0],
+            2.0,
+            note=f"{len(old)} files replaced, {files} .patch files; " + cpu_note(mine[1], peer[1]),
+        ),
+        row(
+            "rollback --to baseline of it",
+            mine[2],
+            "git apply -R",
+            peer[2],
+            kind="report",
+            note=cpu_note(mine[3], peer[3]),
+        ),
+    ]

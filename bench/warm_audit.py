@@ -25,14 +25,40 @@ def warm_audit(ws: Path, venv: Path, env: dict[str, str]) -> list[dict[str, Any]
     # The physical floor of a warm audit that looks at every file: one lstat per entry of the site dir
     # (a file edited in place moves only its own mtime and ctime), by find(1) in C.
     stat_walk = ["find", str(venv / SITE_REL), "-printf", "%s %T@ %C@ %i\n"]
-    ours, walk, peer = interleaved([lambda: timed(audit, env, ok=(0, 1)), lambda: timed(stat_walk, env),
-                                    lambda: timed(check, env, ok=(0, 1))], PAIRS)
-    return [row("warm audit", ours[0], "the stat floor: find -printf, one lstat per entry", walk[0], GOAL,
-                note=cpu_note(ours[1], walk[1])),
-            row("warm audit against pip check", ours[0], "python -m pip check", peer[0], kind="report",
-                note=cpu_note(ours[1], peer[1])),
-            row("the stat floor against pip check", walk[0], "python -m pip check", peer[0], kind="report",
-                note="pip check, its modules compiled, costs about the walk itself")]
+    ours, walk, peer = interleaved(
+        [
+            lambda: timed(audit, env, ok=(0, 1)),
+            lambda: timed(stat_walk, env),
+            lambda: timed(check, env, ok=(0, 1)),
+        ],
+        PAIRS,
+    )
+    return [
+        row(
+            "warm audit",
+            ours[0],
+            "the stat floor: find -printf, one lstat per entry",
+            walk[0],
+            GOAL,
+            note=cpu_note(ours[1], walk[1]),
+        ),
+        row(
+            "warm audit against pip check",
+            ours[0],
+            "python -m pip check",
+            peer[0],
+            kind="report",
+            note=cpu_note(ours[1], peer[1]),
+        ),
+        row(
+            "the stat floor against pip check",
+            walk[0],
+            "python -m pip check",
+            peer[0],
+            kind="report",
+            note="pip check, its modules compiled, costs about the walk itself",
+        ),
+    ]
 
 
 def main(tmp: Path, env: dict[str, str]) -> list[dict[str, Any]]:

@@ -44,10 +44,17 @@ def make_models(args: argparse.Namespace) -> tuple[Any, Any]:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(args.seed)
-    config = LlamaConfig(vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.hidden * 2,
-                         num_hidden_layers=args.layers, num_attention_heads=args.heads,
-                         num_key_value_heads=max(1, args.heads // 2), max_position_embeddings=4096,
-                         initializer_range=args.init, tie_word_embeddings=False)
+    config = LlamaConfig(
+        vocab_size=args.vocab,
+        hidden_size=args.hidden,
+        intermediate_size=args.hidden * 2,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        num_key_value_heads=max(1, args.heads // 2),
+        max_position_embeddings=4096,
+        initializer_range=args.init,
+        tie_word_embeddings=False,
+    )
     config._attn_implementation = "eager"  # an additive float mask, the same in every transformers release
     dtype = getattr(torch, args.dtype)
     target = LlamaForCausalLM(config).to(device=args.device, dtype=dtype).eval()
@@ -78,7 +85,9 @@ def greedy(model: Any, prompt: list[int], n: int, device: str) -> tuple[list[int
     return out, logps
 
 
-def verify_mask(utils: ModuleType, parents: list[int], prefix: int, kind: str, dtype: Any, device: str) -> Any:
+def verify_mask(
+    utils: ModuleType, parents: list[int], prefix: int, kind: str, dtype: Any, device: str
+) -> Any:
     """The additive [1, 1, Q, Q] mask of one verify forward: prefix causal, tree rows see the whole prefix and
     (kind "tree") their ancestors only, or (kind "causal", broken on purpose) every earlier tree node."""
     import torch
@@ -93,8 +102,15 @@ def verify_mask(utils: ModuleType, parents: list[int], prefix: int, kind: str, d
     return mask[None, None]
 
 
-def ddtree_decode(utils: ModuleType, target: Any, draft: Any, prompt: list[int], n: int, budget: int,
-                  args: argparse.Namespace) -> tuple[list[int], int, int]:
+def ddtree_decode(
+    utils: ModuleType,
+    target: Any,
+    draft: Any,
+    prompt: list[int],
+    n: int,
+    budget: int,
+    args: argparse.Namespace,
+) -> tuple[list[int], int, int]:
     """n tokens by DDTree rounds; returns them, the number of rounds and of accepted draft tokens."""
     import torch
 
@@ -109,20 +125,28 @@ def ddtree_decode(utils: ModuleType, target: Any, draft: Any, prompt: list[int],
         tree = utils.build_draft_tree(ids, scores, budget, root_token=seq[-1])
         # One target forward: the prefix without its last token, then the tree (its root is that token).
         prefix = len(seq) - 1
-        positions = list(range(prefix)) + (utils.tree_positions(tree.depths, len(seq))
-                                           if args.positions == "tree" else list(range(prefix, prefix + len(tree))))
+        positions = list(range(prefix)) + (
+            utils.tree_positions(tree.depths, len(seq))
+            if args.positions == "tree"
+            else list(range(prefix, prefix + len(tree)))
+        )
         input_ids = torch.tensor([seq[:-1] + tree.tokens], device=args.device)
         mask = verify_mask(utils, tree.parents, prefix, args.mask, target.dtype, args.device)
         with torch.no_grad():
-            logits = target(input_ids=input_ids, attention_mask=mask,
-                            position_ids=torch.tensor([positions], device=args.device)).logits[0, prefix:]
+            logits = target(
+                input_ids=input_ids,
+                attention_mask=mask,
+                position_ids=torch.tensor([positions], device=args.device),
+            ).logits[0, prefix:]
         accepted, bonus = utils.accept_longest_path(tree, logits.argmax(-1))
         path = [0] + accepted
-        assert any(row[:len(path)] == path for row in utils.retrieve_indices(tree.parents)), "path not in the tree"
+        assert any(row[: len(path)] == path for row in utils.retrieve_indices(tree.parents)), (
+            "path not in the tree"
+        )
         seq += [tree.tokens[i] for i in accepted] + [bonus]
         rounds += 1
         accepted_total += len(accepted)
-    return seq[len(prompt):len(prompt) + n], rounds, accepted_total
+    return seq[len(prompt) : len(prompt) + n], rounds, accepted_total
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,8 +158,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--init", type=float, default=0.5, help="initializer_range: large keeps greedy text varied")
-    parser.add_argument("--noise", type=float, default=0.3, help="the draft's weight noise, relative to each tensor's std")
+    parser.add_argument(
+        "--init", type=float, default=0.5, help="initializer_range: large keeps greedy text varied"
+    )
+    parser.add_argument(
+        "--noise", type=float, default=0.3, help="the draft's weight noise, relative to each tensor's std"
+    )
     parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--prompt-len", type=int, default=8)
     parser.add_argument("--new-tokens", type=int, default=24)
@@ -145,9 +173,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--mask", choices=("tree", "causal"), default="tree")
     parser.add_argument("--positions", choices=("tree", "linear"), default="tree")
-    parser.add_argument("--deadline", type=float, default=0, help="start no new prompt after this many seconds of decoding")
-    parser.add_argument("--broken", type=int, default=0,
-                        help="also decode this many prompts at the largest budget with a broken mask, then positions")
+    parser.add_argument(
+        "--deadline", type=float, default=0, help="start no new prompt after this many seconds of decoding"
+    )
+    parser.add_argument(
+        "--broken",
+        type=int,
+        default=0,
+        help="also decode this many prompts at the largest budget with a broken mask, then positions",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
 
@@ -166,10 +200,14 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     target, draft = make_models(args)
     gen = torch.Generator().manual_seed(args.seed + 1)
-    prompts = [torch.randint(0, args.vocab, (args.prompt_len,), generator=gen).tolist() for _ in range(args.prompts)]
+    prompts = [
+        torch.randint(0, args.vocab, (args.prompt_len,), generator=gen).tolist() for _ in range(args.prompts)
+    ]
     references: list[list[int]] = []
     budgets = [int(b) for b in args.budgets.split(",")]
-    stats = {b: {"mismatched": [], "rounds": 0, "accepted": 0, "seconds": 0.0, "first": None} for b in budgets}
+    stats = {
+        b: {"mismatched": [], "rounds": 0, "accepted": 0, "seconds": 0.0, "first": None} for b in budgets
+    }
     done, decoding = 0, time.perf_counter()
     for i, prompt in enumerate(prompts):
         if args.deadline and time.perf_counter() - decoding > args.deadline:
@@ -178,7 +216,9 @@ def main(argv: list[str] | None = None) -> int:
         references.append(reference)
         for budget in budgets:
             t0 = time.perf_counter()
-            tokens, rounds, accepted = ddtree_decode(utils, target, draft, prompt, args.new_tokens, budget, args)
+            tokens, rounds, accepted = ddtree_decode(
+                utils, target, draft, prompt, args.new_tokens, budget, args
+            )
             row = stats[budget]
             row["rounds"] += rounds
             row["accepted"] += accepted
@@ -186,32 +226,63 @@ def main(argv: list[str] | None = None) -> int:
             if tokens != reference:
                 row["mismatched"].append(i)
                 if row["first"] is None:
-                    row["first"] = {"prompt": i, "at": next(j for j, (x, y) in enumerate(zip(tokens, reference)) if x != y)}
+                    row["first"] = {
+                        "prompt": i,
+                        "at": next(j for j, (x, y) in enumerate(zip(tokens, reference)) if x != y),
+                    }
         done += 1
-    rows = [{"budget": b, "prompts": done, "mismatched": len(r["mismatched"]), "first_mismatch": r["first"],
-             "rounds": r["rounds"], "mean_accepted_length": round((r["accepted"] + r["rounds"]) / max(1, r["rounds"]), 3),
-             "mean_accepted_draft_tokens": round(r["accepted"] / max(1, r["rounds"]), 3),
-             "seconds": round(r["seconds"], 2)} for b, r in stats.items()]
+    rows = [
+        {
+            "budget": b,
+            "prompts": done,
+            "mismatched": len(r["mismatched"]),
+            "first_mismatch": r["first"],
+            "rounds": r["rounds"],
+            "mean_accepted_length": round((r["accepted"] + r["rounds"]) / max(1, r["rounds"]), 3),
+            "mean_accepted_draft_tokens": round(r["accepted"] / max(1, r["rounds"]), 3),
+            "seconds": round(r["seconds"], 2),
+        }
+        for b, r in stats.items()
+    ]
     broken = {}
     if args.broken and done:
         # The same decoding with a broken verify forward must be caught: siblings visible to each other
         # (a causal mask over the flattened tree), or nodes placed by index instead of depth.
-        for key, change in (("causal_mask", {"mask": "causal"}), ("linear_positions", {"positions": "linear"})):
+        for key, change in (
+            ("causal_mask", {"mask": "causal"}),
+            ("linear_positions", {"positions": "linear"}),
+        ):
             bad = argparse.Namespace(**{**vars(args), **change})
-            pairs = list(zip(prompts, references))[:args.broken]
-            broken[key] = sum(ddtree_decode(utils, target, draft, p, args.new_tokens, max(budgets), bad)[0] != ref
-                              for p, ref in pairs)
+            pairs = list(zip(prompts, references))[: args.broken]
+            broken[key] = sum(
+                ddtree_decode(utils, target, draft, p, args.new_tokens, max(budgets), bad)[0] != ref
+                for p, ref in pairs
+            )
     distinct = len({t for ref in references for t in ref})
-    doc = {"lossless": done > 0 and all(r["mismatched"] == 0 for r in rows), "rows": rows,
-           "broken_mismatched": broken,
-           "model": {"vocab": args.vocab, "hidden": args.hidden, "layers": args.layers, "heads": args.heads,
-                     "dtype": args.dtype, "device": args.device,
-                     "parameters": sum(p.numel() for p in target.parameters())},
-           "draft": {"noise": args.noise, "depth": args.depth, "topk": args.topk},
-           "prompts": done, "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
-           "distinct_reference_tokens": distinct, "mask": args.mask, "positions": args.positions,
-           "torch": torch.__version__, "transformers": __import__("transformers").__version__,
-           "seconds": round(time.perf_counter() - started, 2)}
+    doc = {
+        "lossless": done > 0 and all(r["mismatched"] == 0 for r in rows),
+        "rows": rows,
+        "broken_mismatched": broken,
+        "model": {
+            "vocab": args.vocab,
+            "hidden": args.hidden,
+            "layers": args.layers,
+            "heads": args.heads,
+            "dtype": args.dtype,
+            "device": args.device,
+            "parameters": sum(p.numel() for p in target.parameters()),
+        },
+        "draft": {"noise": args.noise, "depth": args.depth, "topk": args.topk},
+        "prompts": done,
+        "prompt_len": args.prompt_len,
+        "new_tokens": args.new_tokens,
+        "distinct_reference_tokens": distinct,
+        "mask": args.mask,
+        "positions": args.positions,
+        "torch": torch.__version__,
+        "transformers": __import__("transformers").__version__,
+        "seconds": round(time.perf_counter() - started, 2),
+    }
     text = json.dumps(doc, indent=1)
     if args.json:
         args.json.write_text(text + "\n")

@@ -52,7 +52,9 @@ def make_checkout(site: Path, dest: Path) -> Checkout:
     co.git("tag", "v0.5.23")
     co.git("checkout", "-qb", "feature")
     spec = co.pkg / "sglang/srt/speculative/spec_info.py"
-    spec.write_text(spec.read_text().replace("    DFLASH = auto()\n", "    DFLASH = auto()\n    FEATURE = auto()\n"))
+    spec.write_text(
+        spec.read_text().replace("    DFLASH = auto()\n", "    DFLASH = auto()\n    FEATURE = auto()\n")
+    )
     hook = co.pkg / "sglang/srt/arg_groups/speculative_hook.py"
     hook.write_text(hook.read_text() + "\n# feature: no trailing newline")
     ver = co.pkg / "sglang/version.py"

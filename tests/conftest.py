@@ -10,14 +10,13 @@ import shutil
 import stat
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import pytest
-from installed import install_without_pip
-
 from helpers import FAKE, Service, free_port, wheel
+from installed import install_without_pip
 from sshd import sshd, write_client_config  # noqa: F401 (sshd is a fixture the `fleet` fixture uses)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,8 +41,9 @@ def _isolated_home(tmp_path_factory, monkeypatch):
 
 def _runs_patchkeeper(args) -> bool:
     argv = [str(a) for a in args] if isinstance(args, (list, tuple)) else str(args).split()
-    return any(argv[i:i + 2] == ["-m", "patchkeeper"] for i in range(len(argv))) or \
-        any(a.endswith("/patchkeeper") for a in argv[:1])
+    return any(argv[i : i + 2] == ["-m", "patchkeeper"] for i in range(len(argv))) or any(
+        a.endswith("/patchkeeper") for a in argv[:1]
+    )
 
 
 def _scan_for_traceback(args, stderr) -> None:
@@ -99,8 +99,10 @@ def pristine_venv(tmp_path_factory) -> Iterator[Path]:
         pytest.fail(f"{PRISTINE} is missing: run the tests with `make test`, which builds it")
     damaged = _damaged(PRISTINE)
     if damaged:
-        pytest.fail(f"{PRISTINE} was written through a hardlink ({', '.join(damaged[:5])}): "
-                    f"a test changed a file in place; `rm -rf {PRISTINE}` and fix the test to use edit_file/chmod_file")
+        pytest.fail(
+            f"{PRISTINE} was written through a hardlink ({', '.join(damaged[:5])}): "
+            f"a test changed a file in place; `rm -rf {PRISTINE}` and fix the test to use edit_file/chmod_file"
+        )
     base = tmp_path_factory.getbasetemp()
     if base.stat().st_dev == PRISTINE.stat().st_dev:
         yield PRISTINE
@@ -110,8 +112,10 @@ def pristine_venv(tmp_path_factory) -> Iterator[Path]:
     yield local
     damaged = _damaged(local)  # the copy is shared by this worker's tests: none may have written through it
     if damaged:
-        pytest.fail(f"a test wrote through a hardlink into the pristine venv ({', '.join(damaged[:5])}): "
-                    "fix the test to use edit_file/chmod_file")
+        pytest.fail(
+            f"a test wrote through a hardlink into the pristine venv ({', '.join(damaged[:5])}): "
+            "fix the test to use edit_file/chmod_file"
+        )
 
 
 def _damaged(venv: Path) -> list[str]:
@@ -124,7 +128,9 @@ def _damaged(venv: Path) -> list[str]:
         except FileNotFoundError:
             bad.append(rel)
             continue
-        if (f"{stat.S_IMODE(st.st_mode):o}", st.st_size) != (mode, int(size)) or abs(st.st_mtime - float(mtime)) > 1e-3:
+        if (f"{stat.S_IMODE(st.st_mode):o}", st.st_size) != (mode, int(size)) or abs(
+            st.st_mtime - float(mtime)
+        ) > 1e-3:
             bad.append(rel)
     return bad
 
@@ -203,7 +209,13 @@ def every_path(*roots: Path) -> dict[str, tuple]:
                     body = _sha256(p, st)
                 else:
                     body = None
-                out[str(p)] = (stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode), st.st_size, st.st_mtime_ns, body)
+                out[str(p)] = (
+                    stat.S_IFMT(st.st_mode),
+                    stat.S_IMODE(st.st_mode),
+                    st.st_size,
+                    st.st_mtime_ns,
+                    body,
+                )
     return out
 
 
@@ -234,16 +246,21 @@ class Env:
 
     def pk(self, *args: str, check: int | None = 0, env: dict | None = None) -> subprocess.CompletedProcess:
         """Run the real CLI in a subprocess; assert its exit code unless check is None."""
-        proc = subprocess.run([sys.executable, "-m", "patchkeeper", "--workspace", str(self.root), *args],
-                              capture_output=True, text=True, env={**os.environ, **(env or {})})
+        proc = subprocess.run(
+            [sys.executable, "-m", "patchkeeper", "--workspace", str(self.root), *args],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )
         if check is not None:
             assert proc.returncode == check, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
         return proc
 
     def pk_bytes(self, *args: str) -> bytes:
         """Run the real CLI; its stdout as bytes (a patch may hold CRs that text mode would turn into newlines)."""
-        proc = subprocess.run([sys.executable, "-m", "patchkeeper", "--workspace", str(self.root), *args],
-                              capture_output=True)
+        proc = subprocess.run(
+            [sys.executable, "-m", "patchkeeper", "--workspace", str(self.root), *args], capture_output=True
+        )
         assert proc.returncode == 0, proc.stderr.decode(errors="replace")
         return proc.stdout
 
@@ -252,9 +269,16 @@ class Env:
         named PYTHON, so that clones of one workspace in other venvs compare equal)."""
         files = tree(self.venv)
         for key, path in (("@unit", self.unit), ("@dropin", self.dropin)):
-            data = path.read_bytes().replace(f"{self.venv}/bin/python".encode(), b"PYTHON") if path.exists() else b""
-            files[key] = (hashlib.sha256(data).hexdigest(), stat.S_IMODE(path.stat().st_mode)) \
-                if path.exists() else None
+            data = (
+                path.read_bytes().replace(f"{self.venv}/bin/python".encode(), b"PYTHON")
+                if path.exists()
+                else b""
+            )
+            files[key] = (
+                (hashlib.sha256(data).hexdigest(), stat.S_IMODE(path.stat().st_mode))
+                if path.exists()
+                else None
+            )
         return files
 
 
@@ -266,7 +290,9 @@ def fingerprinted(env: Env) -> list[tuple[str, bool]]:
         entry = json.loads(path.read_text())
         algo, _, hexd = entry.get("env", "").partition(":")
         obj = env.state_dir / "store" / "objects" / algo / hexd[:2] / hexd[2:]
-        out.append((entry["kind"], bool(hexd) and obj.is_file() and "distributions" in json.loads(obj.read_bytes())))
+        out.append(
+            (entry["kind"], bool(hexd) and obj.is_file() and "distributions" in json.loads(obj.read_bytes()))
+        )
     return out
 
 
@@ -279,7 +305,8 @@ def make_workspace(root: Path, venv: Path, extra_toml: str = "") -> Env:
     (root / "patchkeeper.toml").write_text(
         f'default_target = "local"\n\n[targets.local]\npython = "{venv}/bin/python"\npackage = "sglang"\n\n'
         f'[targets.local.vars]\ndraft_model_path = "{DRAFT}"\n\n'
-        f'[targets.local.files]\nunit = "{unit}"\n{extra_toml}')
+        f'[targets.local.files]\nunit = "{unit}"\n{extra_toml}'
+    )
     return Env(root, venv, unit)
 
 
@@ -302,9 +329,23 @@ def release_wheel(version: str) -> Path:
 
 def install_release(venv: Path, version: str) -> None:
     """pip of the venv itself installs that release over what is there, offline, without compiling."""
-    proc = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", "-q", "install",
-                           "--no-index", "--no-compile", "--no-deps", "--force-reinstall", str(release_wheel(version))],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            str(venv / "bin" / "python"),
+            "-m",
+            "pip",
+            "--disable-pip-version-check",
+            "-q",
+            "install",
+            "--no-index",
+            "--no-compile",
+            "--no-deps",
+            "--force-reinstall",
+            str(release_wheel(version)),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
 
 
@@ -325,22 +366,43 @@ def service(env, tmp_path):
     """`service(rules, ...)` adds a [service] table whose restart (re)starts the fake server."""
     started: list[Service] = []
 
-    def add(*rules: str, default: str = "healthy", server_args: str = "", ready_timeout: float = 5,
-            smoke: str = "") -> Service:
+    def add(
+        *rules: str,
+        default: str = "healthy",
+        server_args: str = "",
+        ready_timeout: float = 5,
+        smoke: str = "",
+    ) -> Service:
         svc = Service(free_port(), tmp_path / "fake.pid", tmp_path / "fake.log")
-        args = [sys.executable, str(FAKE), "start", "--state", str(env.unit), "--state", str(env.dropin),
-                "--port", str(svc.port),
-                "--pidfile", str(svc.pidfile), "--log", str(svc.log), "--default", default]
+        args = [
+            sys.executable,
+            str(FAKE),
+            "start",
+            "--state",
+            str(env.unit),
+            "--state",
+            str(env.dropin),
+            "--port",
+            str(svc.port),
+            "--pidfile",
+            str(svc.pidfile),
+            "--log",
+            str(svc.log),
+            "--default",
+            default,
+        ]
         for rule in rules:
             args += ["--when", rule]
         restart = shlex.join(args) + (" " + server_args if server_args else "")
         with open(env.root / "patchkeeper.toml", "a") as f:
-            f.write(f"\n[targets.local.service]\nrestart = {json.dumps(restart)}\n"
-                    f"logs = {json.dumps('tail -n 20 ' + shlex.quote(str(svc.log)))}\n"
-                    f'base_url = "{svc.base_url}"\nready_timeout = {ready_timeout}\nrestart_timeout = 20\n'
-                    "match_unit = false\n"  # this stand-in is not started from the unit's ExecStart
-                    f"[targets.local.service.smoke]\nmax_tokens = 24\ntimeout = 3\nmin_tokens = 16\n"
-                    f"min_tokens_per_s = 20\n{smoke}")
+            f.write(
+                f"\n[targets.local.service]\nrestart = {json.dumps(restart)}\n"
+                f"logs = {json.dumps('tail -n 20 ' + shlex.quote(str(svc.log)))}\n"
+                f'base_url = "{svc.base_url}"\nready_timeout = {ready_timeout}\nrestart_timeout = 20\n'
+                "match_unit = false\n"  # this stand-in is not started from the unit's ExecStart
+                f"[targets.local.service.smoke]\nmax_tokens = 24\ntimeout = 3\nmin_tokens = 16\n"
+                f"min_tokens_per_s = 20\n{smoke}"
+            )
         started.append(svc)
         return svc
 
@@ -359,41 +421,77 @@ def deployment(env, tmp_path):
     rules, delay, loaded = tmp_path / "rules.json", tmp_path / "delay", tmp_path / "systemd-loaded.json"
     rules.write_text("{}")
     unit = ["--unit", str(env.unit)]
-    systemd = [sys.executable, str(SYSTEMD), "restart", *unit, "--pidfile", str(pidfile),
-               "--journal", str(journal), "--port", str(port),
-               "--setenv", f"PYTHONPATH={STANDIN}:{HERE}", "--setenv", f"STANDIN_RULES={rules}",
-               "--setenv", f"STANDIN_DELAY_FILE={delay}"]
+    systemd = [
+        sys.executable,
+        str(SYSTEMD),
+        "restart",
+        *unit,
+        "--pidfile",
+        str(pidfile),
+        "--journal",
+        str(journal),
+        "--port",
+        str(port),
+        "--setenv",
+        f"PYTHONPATH={STANDIN}:{HERE}",
+        "--setenv",
+        f"STANDIN_RULES={rules}",
+        "--setenv",
+        f"STANDIN_DELAY_FILE={delay}",
+    ]
     reload = [sys.executable, str(SYSTEMD), "daemon-reload", *unit, "--loaded", str(loaded)]
     restart_only = [*systemd, "--loaded", str(loaded)]
     bindir = tmp_path / "bin"
     bindir.mkdir()
     shim = bindir / "systemctl"
-    shim.write_text(f"#!/bin/sh\nverb=$1; shift\nexec {shlex.join([sys.executable, str(SYSTEMD)])} \"$verb\" "
-                    f"{shlex.join(unit)} --loaded {shlex.quote(str(loaded))} \"$@\"\n")
+    shim.write_text(
+        f'#!/bin/sh\nverb=$1; shift\nexec {shlex.join([sys.executable, str(SYSTEMD)])} "$verb" '
+        f'{shlex.join(unit)} --loaded {shlex.quote(str(loaded))} "$@"\n'
+    )
     shim.chmod(0o755)
     # the baseline unit starts the same stand-in: its ExecStart with this test's python, host and port
     text = env.unit.read_text().replace("/root/ml-env/bin/python3", sys.executable)
-    env.unit.write_text(text.replace("--port 30000", f"--port {port}").replace("--host 0.0.0.0", "--host 127.0.0.1"))
-    logs = f"awk -v s=\"$PATCHKEEPER_SINCE\" '/^-- restart at /{{p = ($4 >= s)}} p' {shlex.quote(str(journal))}"
+    env.unit.write_text(
+        text.replace("--port 30000", f"--port {port}").replace("--host 0.0.0.0", "--host 127.0.0.1")
+    )
+    logs = (
+        f"awk -v s=\"$PATCHKEEPER_SINCE\" '/^-- restart at /{{p = ($4 >= s)}} p' {shlex.quote(str(journal))}"
+    )
 
     def configure(restart: str | None = None, smoke: str = "") -> None:
         toml = env.root / "patchkeeper.toml"
         text = toml.read_text().replace(
             "[targets.local.vars]\n",
             f'[targets.local.vars]\npython = "{sys.executable}"\nhost = "127.0.0.1"\nport = {port}\n'
-            'model_path = "/srv/models/Qwen3.6-27B"\ntp_size = 1\n')
-        toml.write_text(text + f"\n[targets.local.service]\nrestart = {json.dumps(restart or shlex.join(reload) + ' && ' + shlex.join(restart_only))}\n"
-                        f"logs = {json.dumps(logs)}\nbase_url = \"http://127.0.0.1:{port}\"\nready_timeout = 20\n"
-                        f"restart_timeout = 20\n[targets.local.service.smoke]\nmax_tokens = 24\ntimeout = 10\n"
-                        f"min_tokens = 16\nmin_tokens_per_s = 1\n{smoke}")
+            'model_path = "/srv/models/Qwen3.6-27B"\ntp_size = 1\n',
+        )
+        toml.write_text(
+            text
+            + f"\n[targets.local.service]\nrestart = {json.dumps(restart or shlex.join(reload) + ' && ' + shlex.join(restart_only))}\n"
+            f'logs = {json.dumps(logs)}\nbase_url = "http://127.0.0.1:{port}"\nready_timeout = 20\n'
+            f"restart_timeout = 20\n[targets.local.service.smoke]\nmax_tokens = 24\ntimeout = 10\n"
+            f"min_tokens = 16\nmin_tokens_per_s = 1\n{smoke}"
+        )
 
     def rule(**by_algorithm) -> None:
         rules.write_text(json.dumps(by_algorithm))
 
-    d = type("Deployment", (), {"configure": staticmethod(configure), "rules": rules, "delay": delay,
-                                "journal": journal, "port": port, "systemd": systemd, "rule": staticmethod(rule),
-                                "reload": reload, "restart_only": restart_only,
-                                "path": {"PATH": f"{bindir}:{os.environ['PATH']}"}})
+    d = type(
+        "Deployment",
+        (),
+        {
+            "configure": staticmethod(configure),
+            "rules": rules,
+            "delay": delay,
+            "journal": journal,
+            "port": port,
+            "systemd": systemd,
+            "rule": staticmethod(rule),
+            "reload": reload,
+            "restart_only": restart_only,
+            "path": {"PATH": f"{bindir}:{os.environ['PATH']}"},
+        },
+    )
     yield d
     subprocess.run([*systemd[:2], "stop", *systemd[3:11]], check=False)
 
@@ -402,9 +500,21 @@ def deployment(env, tmp_path):
 def repair_pristine(pristine_venv, tmp_path_factory) -> Path:
     """The sglang venv (hardlinked) with six and markupsafe installed from their real wheels."""
     venv = copy_venv(pristine_venv, tmp_path_factory.mktemp("repair-pristine") / "venv")
-    subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "-q", "--no-deps", "--no-index",
-                    str(wheel("six-1.17.0-*.whl")), str(wheel("markupsafe-3.0.4-*.whl"))],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            str(venv / "bin/python"),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            str(wheel("six-1.17.0-*.whl")),
+            str(wheel("markupsafe-3.0.4-*.whl")),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return venv
 
 
@@ -426,7 +536,9 @@ class Fleet:
 
     def dropin_text(self, host: str) -> bytes:
         """A drop-in as every host has it: its {{ python }} is the host's own interpreter, named PYTHON here."""
-        path, venv = (self.env.dropin, self.env.venv) if host == "local" else (self.dropin(host), self.venvs[host])
+        path, venv = (
+            (self.env.dropin, self.env.venv) if host == "local" else (self.dropin(host), self.venvs[host])
+        )
         return path.read_bytes().replace(f"{venv}/bin/python".encode(), b"PYTHON")
 
     def state(self, host: str) -> dict:
@@ -435,8 +547,10 @@ class Fleet:
         files = tree(self.venvs[host])
         files["@unit"] = tree(self.units[host].parent)[self.units[host].name]
         if self.dropin(host).exists():
-            files["@dropin"] = (hashlib.sha256(self.dropin_text(host)).hexdigest(),
-                                tree(self.dropin(host).parent)[self.dropin(host).name][1])
+            files["@dropin"] = (
+                hashlib.sha256(self.dropin_text(host)).hexdigest(),
+                tree(self.dropin(host).parent)[self.dropin(host).name][1],
+            )
         return files
 
     def pk(self, *args, **kw):
@@ -452,7 +566,9 @@ def fleet(tmp_path, pristine_venv, sshd) -> Fleet:  # noqa: F811
         units[host] = tmp_path / f"unit-{host}" / "sglang-qwen.service"
         units[host].parent.mkdir()
         shutil.copy(REPO / "demo" / "sglang-qwen.service", units[host])
-        toml += (f'\n[targets.{host}]\nssh = "{host}"\npython = "{venvs[host]}/bin/python"\npackage = "sglang"\n'
-                 f'[targets.{host}.vars]\ndraft_model_path = "{DRAFT}"\n[targets.{host}.files]\nunit = "{units[host]}"\n')
+        toml += (
+            f'\n[targets.{host}]\nssh = "{host}"\npython = "{venvs[host]}/bin/python"\npackage = "sglang"\n'
+            f'[targets.{host}.vars]\ndraft_model_path = "{DRAFT}"\n[targets.{host}.files]\nunit = "{units[host]}"\n'
+        )
     env = make_workspace(tmp_path / "ws", tmp_path / "venv-local", toml)
     return Fleet(env, sshd, venvs, units)

@@ -32,12 +32,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 MODES = ("healthy", "slow-load", "hang", "degenerate", "flaky", "other-text", "slow", "fail-start")
 MODEL = "qwen3-8b"
-TEXT = ("def fibonacci(n: int) -> int:\n    \"\"\"Return the n-th Fibonacci number, starting from F(0) = 0.\"\"\"\n"
-        "    if n < 0:\n        raise ValueError(\"n must not be negative\")\n    a, b = 0, 1\n"
-        "    for _ in range(n):\n        a, b = b, a + b\n    return a\n\n\nprint([fibonacci(i) for i in range(10)])\n")
-OTHER_TEXT = ("def fibonacci(n: int) -> int:\n    \"\"\"The n-th Fibonacci number, computed recursively.\"\"\"\n"
-              "    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n\n\n"
-              "assert [fibonacci(i) for i in range(8)] == [0, 1, 1, 2, 3, 5, 8, 13]\n")
+TEXT = (
+    'def fibonacci(n: int) -> int:\n    """Return the n-th Fibonacci number, starting from F(0) = 0."""\n'
+    '    if n < 0:\n        raise ValueError("n must not be negative")\n    a, b = 0, 1\n'
+    "    for _ in range(n):\n        a, b = b, a + b\n    return a\n\n\nprint([fibonacci(i) for i in range(10)])\n"
+)
+OTHER_TEXT = (
+    'def fibonacci(n: int) -> int:\n    """The n-th Fibonacci number, computed recursively."""\n'
+    "    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n\n\n"
+    "assert [fibonacci(i) for i in range(8)] == [0, 1, 1, 2, 3, 5, 8, 13]\n"
+)
 
 
 def words(text: str) -> list[str]:
@@ -124,8 +128,13 @@ def start(args: argparse.Namespace, argv: list[str]) -> int:
         print(f"fake-openai: cannot start: the unit is broken (mode fail-start, {why})", file=sys.stderr)
         return 1
     with open(args.log, "a") as logf:
-        proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "serve", *argv],
-                                stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "serve", *argv],
+            stdin=subprocess.DEVNULL,
+            stdout=logf,
+            stderr=logf,
+            start_new_session=True,
+        )
     with open(args.pidfile, "w") as f:
         f.write(f"{proc.pid}\n")
     print(f"fake-openai: started pid {proc.pid} on port {args.port}")
@@ -166,9 +175,21 @@ def serve(args: argparse.Namespace) -> int:
             if self.path == "/v1/completions":
                 choice = {"index": 0, "text": text, "finish_reason": "length"}
             else:
-                choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
-            self.send(200, {"id": "cmpl-fake", "object": "text_completion", "model": MODEL, "choices": [choice],
-                            "usage": {"prompt_tokens": 12, "completion_tokens": n, "total_tokens": 12 + n}})
+                choice = {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": "length",
+                }
+            self.send(
+                200,
+                {
+                    "id": "cmpl-fake",
+                    "object": "text_completion",
+                    "model": MODEL,
+                    "choices": [choice],
+                    "usage": {"prompt_tokens": 12, "completion_tokens": n, "total_tokens": 12 + n},
+                },
+            )
 
     deadline = time.monotonic() + 5
     while True:

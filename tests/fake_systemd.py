@@ -62,8 +62,10 @@ def read_unit(unit: str) -> dict:
     if not starts:
         sys.exit(f"{unit}: no ExecStart=")
     if len(starts) > 1 and not oneshot:
-        sys.exit(f"{unit}: Service has more than one ExecStart= setting, which is only allowed for Type=oneshot "
-                 "services. Refusing.")
+        sys.exit(
+            f"{unit}: Service has more than one ExecStart= setting, which is only allowed for Type=oneshot "
+            "services. Refusing."
+        )
     return {"argv": starts[-1], "env": env, "texts": texts, "workdir": workdir}
 
 
@@ -117,24 +119,38 @@ def main() -> int:
         return 0
     if args.action == "show":
         argv = loaded(args)["argv"]
-        print(f"{{ path={argv[0]} ; argv[]={' '.join(argv)} ; ignore_errors=no ; start_time=[n/a] ; "
-              "stop_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }")
+        print(
+            f"{{ path={argv[0]} ; argv[]={' '.join(argv)} ; ignore_errors=no ; start_time=[n/a] ; "
+            "stop_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }"
+        )
         return 0
     stop(args.pidfile, args.port)
     if args.action == "stop":
         return 0
     unit = loaded(args) if args.loaded else read_unit(args.unit)
     name = os.path.basename(args.unit)
-    if args.loaded and unit["texts"] != {path: open(path, encoding="utf-8").read() for path in files_of(args.unit)}:
-        print(f"Warning: The unit file, source configuration file or drop-ins of {name} changed on disk. "
-              "Run 'systemctl daemon-reload' to reload units.", file=sys.stderr)
+    if args.loaded and unit["texts"] != {
+        path: open(path, encoding="utf-8").read() for path in files_of(args.unit)
+    }:
+        print(
+            f"Warning: The unit file, source configuration file or drop-ins of {name} changed on disk. "
+            "Run 'systemctl daemon-reload' to reload units.",
+            file=sys.stderr,
+        )
     env = {**os.environ, **unit["env"], **dict(kv.split("=", 1) for kv in args.setenv)}
     with open(args.journal, "a") as journal:
         journal.write(f"-- restart at {int(time.time())}\n")
         journal.flush()
         workdir = unit.get("workdir")
-        proc = subprocess.Popen(unit["argv"], stdin=subprocess.DEVNULL, stdout=journal, stderr=journal, env=env,
-                                start_new_session=True, cwd=workdir if workdir and os.path.isdir(workdir) else None)
+        proc = subprocess.Popen(
+            unit["argv"],
+            stdin=subprocess.DEVNULL,
+            stdout=journal,
+            stderr=journal,
+            env=env,
+            start_new_session=True,
+            cwd=workdir if workdir and os.path.isdir(workdir) else None,
+        )
     with open(args.pidfile, "w") as f:
         f.write(str(proc.pid))
     return 0

@@ -8,12 +8,11 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import pytest
-
 
 FAKE = Path(__file__).with_name("fake_openai.py")  # the OpenAI-compatible stand-in server
 WHEELS = Path(os.environ.get("PK_WHEELS", Path(__file__).resolve().parents[1] / ".cache" / "wheels"))
@@ -40,8 +39,10 @@ class Service:
         return f"http://127.0.0.1:{self.port}"
 
     def stop(self) -> None:
-        subprocess.run([sys.executable, str(FAKE), "stop", "--pidfile", str(self.pidfile), "--port", str(self.port)],
-                       check=True)
+        subprocess.run(
+            [sys.executable, str(FAKE), "stop", "--pidfile", str(self.pidfile), "--port", str(self.port)],
+            check=True,
+        )
 
 
 def ledger(env) -> list[dict]:
@@ -64,10 +65,15 @@ def wheel(pattern: str) -> Path:
 
 def imported(env, *args: str, code: int = 0) -> set[str]:
     """Every module the CLI imports for `args`, as -X importtime lists them."""
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "patchkeeper", "--workspace", str(env.root),
-                           *args], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "patchkeeper", "--workspace", str(env.root), *args],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == code, proc.stderr[-2000:]
-    return {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    return {
+        line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")
+    }
 
 
 def heavy(modules: set[str]) -> list[str]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import ast
 import re
-from functools import lru_cache
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -150,7 +150,11 @@ def graph() -> Graph:
     verbs = {}
     for qual, node, _, _ in _defs(modules[f"{PACKAGE}.cli"]):
         for deco in getattr(node, "decorator_list", []):
-            if isinstance(deco, ast.Call) and isinstance(deco.func, ast.Attribute) and deco.func.attr == "command":
+            if (
+                isinstance(deco, ast.Call)
+                and isinstance(deco.func, ast.Attribute)
+                and deco.func.attr == "command"
+            ):
                 name = deco.args[0].value if deco.args and isinstance(deco.args[0], ast.Constant) else qual
                 verbs[str(name)] = f"{PACKAGE}.cli:{qual}"
     return Graph(functions, module_of, edges, verbs)
@@ -173,12 +177,17 @@ def hints(g: Graph) -> list[Hint]:
         for n in ast.walk(node):
             if isinstance(n, ast.Raise) and isinstance(n.exc, ast.Call):
                 call = n.exc
-                hint = call.args[1] if len(call.args) > 1 else \
-                    next((k.value for k in call.keywords if k.arg == "hint"), None)
+                hint = (
+                    call.args[1]
+                    if len(call.args) > 1
+                    else next((k.value for k in call.keywords if k.arg == "hint"), None)
+                )
                 if hint is None:
                     continue
-                text = "".join(c.value if isinstance(c, ast.Constant) and isinstance(c.value, str) else " "
-                               for c in _pieces(hint))
+                text = "".join(
+                    c.value if isinstance(c, ast.Constant) and isinstance(c.value, str) else " "
+                    for c in _pieces(hint)
+                )
                 path = g.module_of[key].replace(".", "/") + ".py"
                 out.append(Hint(f"{path}:{n.lineno}", key, text))
     return out

@@ -24,13 +24,29 @@ UV = Path(sys.executable).parent / "uv"
 def build_wheel(dest: Path) -> Path:
     """patchkeeper's wheel, built from the checkout's tracked files (no stale build/ of an earlier run)."""
     source = dest / "source"
-    tracked = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z"], capture_output=True, check=True).stdout
+    tracked = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "-z"], capture_output=True, check=True
+    ).stdout
     for rel in filter(None, tracked.decode().split("\0")):
         if (REPO / rel).is_file():
             (source / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / rel, source / rel)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
-                    str(dest / "dist"), str(source)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(dest / "dist"),
+            str(source),
+        ],
+        check=True,
+        capture_output=True,
+    )
     (wheel,) = (dest / "dist").glob("patchkeeper-*.whl")
     return wheel
 
@@ -62,11 +78,21 @@ def _repack(name: str, dest: Path) -> Path:
     dist = metadata.distribution(name)
     site = Path(str(dist.locate_file("")))
     info = Path(str(dist._path))  # type: ignore[attr-defined]
-    tags = [line.split(":", 1)[1].strip() for line in (info / "WHEEL").read_text().splitlines()
-            if line.startswith("Tag:")]
-    wheel = dest / f"{info.name[:-len('.dist-info')]}-{tags[0]}.whl"
-    files = sorted({str(f) for f in dist.files or [] if not str(f).startswith("..") and "__pycache__" not in str(f)
-                    and not str(f).endswith((".pyc", "/RECORD", "/INSTALLER", "/REQUESTED", "/direct_url.json"))})
+    tags = [
+        line.split(":", 1)[1].strip()
+        for line in (info / "WHEEL").read_text().splitlines()
+        if line.startswith("Tag:")
+    ]
+    wheel = dest / f"{info.name[: -len('.dist-info')]}-{tags[0]}.whl"
+    files = sorted(
+        {
+            str(f)
+            for f in dist.files or []
+            if not str(f).startswith("..")
+            and "__pycache__" not in str(f)
+            and not str(f).endswith((".pyc", "/RECORD", "/INSTALLER", "/REQUESTED", "/direct_url.json"))
+        }
+    )
     rows = []
     with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as zf:
         for rel in files:
@@ -89,9 +115,24 @@ def install_without_pip(root: Path) -> Path:
         _repack(name, wheelhouse)
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    subprocess.run([str(UV), "pip", "install", "--quiet", "--offline", "--no-index", "--find-links", str(wheelhouse),
-                    "--python", str(venv / "bin" / "python"), str(wheel)], check=True, capture_output=True,
-                   env={**os.environ, "UV_CACHE_DIR": str(root / "uv-cache")})
+    subprocess.run(
+        [
+            str(UV),
+            "pip",
+            "install",
+            "--quiet",
+            "--offline",
+            "--no-index",
+            "--find-links",
+            str(wheelhouse),
+            "--python",
+            str(venv / "bin" / "python"),
+            str(wheel),
+        ],
+        check=True,
+        capture_output=True,
+        env={**os.environ, "UV_CACHE_DIR": str(root / "uv-cache")},
+    )
     return venv / "bin"
 
 

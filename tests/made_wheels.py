@@ -19,7 +19,9 @@ def make_wheel(where: Path, name: str, version: str, files: dict[str, bytes], en
     info = f"{name.replace('-', '_')}-{version}.dist-info"
     members = dict(files)
     members[f"{info}/METADATA"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode()
-    members[f"{info}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    members[f"{info}/WHEEL"] = (
+        b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    )
     if entry_points:
         members[f"{info}/entry_points.txt"] = entry_points.encode()
     record = "".join(f"{path},{record_hash(data)},{len(data)}\n" for path, data in members.items())
@@ -41,7 +43,9 @@ def rebuilt(wheel: Path, where: Path, change: dict[str, bytes]) -> Path:
         members = {i.filename: src.read(i) for i in src.infolist()}
     members.update(change)
     record_name = next(n for n in members if n.endswith(".dist-info/RECORD"))
-    rows = "".join(f"{path},{record_hash(data)},{len(data)}\n" for path, data in members.items() if path != record_name)
+    rows = "".join(
+        f"{path},{record_hash(data)},{len(data)}\n" for path, data in members.items() if path != record_name
+    )
     members[record_name] = (rows + f"{record_name},,\n").encode()
     with zipfile.ZipFile(out, "w") as z:
         for path, data in members.items():
@@ -50,5 +54,18 @@ def rebuilt(wheel: Path, where: Path, change: dict[str, bytes]) -> Path:
 
 
 def pip_install(venv: Path, *wheels: Path, reinstall: bool = False) -> None:
-    subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "-q", "--no-deps", "--no-index",
-                    *(["--force-reinstall"] if reinstall else []), *map(str, wheels)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            str(venv / "bin/python"),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            *(["--force-reinstall"] if reinstall else []),
+            *map(str, wheels),
+        ],
+        check=True,
+        capture_output=True,
+    )

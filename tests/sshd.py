@@ -27,8 +27,9 @@ def free_port() -> int:
 
 
 def keygen(path: Path) -> Path:
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "patchkeeper-test", "-f", str(path)],
-                   check=True)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "patchkeeper-test", "-f", str(path)], check=True
+    )
     return path
 
 
@@ -41,22 +42,40 @@ class Sshd:
     proc: subprocess.Popen
 
     @classmethod
-    def start(cls, directory: Path) -> "Sshd":
+    def start(cls, directory: Path) -> Sshd:
         if not os.access(SSHD, os.X_OK) or not os.path.isdir("/run/sshd"):
             pytest.fail(f"{SSHD} (and /run/sshd) missing: run `make sshd`, which installs openssh-server")
         directory.mkdir(parents=True, exist_ok=True)
         host_key = keygen(directory / "host_ed25519")
         client_key = keygen(directory / "client_ed25519")
         (directory / "authorized_keys").write_bytes(client_key.with_suffix(".pub").read_bytes())
-        for attempt in range(5):
+        for _attempt in range(5):
             port = free_port()
             config = directory / "sshd_config"
-            config.write_text("\n".join([
-                f"Port {port}", "ListenAddress 127.0.0.1", f"HostKey {host_key}",
-                f"PidFile {directory / 'sshd.pid'}", f"AuthorizedKeysFile {directory / 'authorized_keys'}",
-                "UsePAM no", "StrictModes no", "PasswordAuthentication no", "KbdInteractiveAuthentication no",
-                "PubkeyAuthentication yes", "PermitRootLogin prohibit-password", "AllowTcpForwarding yes",
-                "MaxSessions 100", "MaxStartups 100:30:200", "LogLevel INFO", "PrintMotd no", "UseDNS no", ""]))
+            config.write_text(
+                "\n".join(
+                    [
+                        f"Port {port}",
+                        "ListenAddress 127.0.0.1",
+                        f"HostKey {host_key}",
+                        f"PidFile {directory / 'sshd.pid'}",
+                        f"AuthorizedKeysFile {directory / 'authorized_keys'}",
+                        "UsePAM no",
+                        "StrictModes no",
+                        "PasswordAuthentication no",
+                        "KbdInteractiveAuthentication no",
+                        "PubkeyAuthentication yes",
+                        "PermitRootLogin prohibit-password",
+                        "AllowTcpForwarding yes",
+                        "MaxSessions 100",
+                        "MaxStartups 100:30:200",
+                        "LogLevel INFO",
+                        "PrintMotd no",
+                        "UseDNS no",
+                        "",
+                    ]
+                )
+            )
             proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config), "-E", str(directory / "sshd.log")])
             for _ in range(200):
                 if proc.poll() is not None:
@@ -83,13 +102,17 @@ class Sshd:
         return f"[127.0.0.1]:{self.port} {kind} {blob}\n"
 
 
-def write_client_config(home: Path, sshd: Sshd, aliases: list[str], extra: str = "",
-                        known_hosts: bool = True) -> Path:
+def write_client_config(
+    home: Path, sshd: Sshd, aliases: list[str], extra: str = "", known_hosts: bool = True
+) -> Path:
     """~/.ssh/config with each alias -> the test sshd, and its host key in ~/.ssh/known_hosts."""
     ssh = home / ".ssh"
     ssh.mkdir(mode=0o700, exist_ok=True)
-    blocks = [f"Host {alias}\n  HostName 127.0.0.1\n  Port {sshd.port}\n  User root\n"
-              f"  IdentityFile {sshd.client_key}\n" for alias in aliases]
+    blocks = [
+        f"Host {alias}\n  HostName 127.0.0.1\n  Port {sshd.port}\n  User root\n"
+        f"  IdentityFile {sshd.client_key}\n"
+        for alias in aliases
+    ]
     (ssh / "config").write_text("\n".join(blocks) + extra)
     if known_hosts:
         (ssh / "known_hosts").write_text(sshd.host_key_line())
@@ -107,8 +130,8 @@ def agent_session_pid(agent_pid: int) -> int:
     pid = agent_pid
     while pid > 1:
         stat = Path(f"/proc/{pid}/stat").read_text()
-        comm = stat[stat.index("(") + 1: stat.rindex(")")]
-        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
         if comm.startswith("sshd") and pid != agent_pid:
             return pid
         pid = ppid

@@ -38,8 +38,12 @@ def why_not() -> str | None:
 def loaded(root: Path, unit: str) -> Loaded:
     """systemd's reading of `unit` under `root` (its default unit search path below root)."""
     assert ANALYZE is not None
-    proc = subprocess.run([ANALYZE, "verify", f"--root={root}", "--", unit], capture_output=True, text=True,
-                          env={**os.environ, "SYSTEMD_LOG_LEVEL": "debug", "SYSTEMD_LOG_TARGET": "console"})
+    proc = subprocess.run(
+        [ANALYZE, "verify", f"--root={root}", "--", unit],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "SYSTEMD_LOG_LEVEL": "debug", "SYSTEMD_LOG_TARGET": "console"},
+    )
     log = proc.stdout + proc.stderr
     fragment, dropins, env, commands = "", [], {}, []
     section, in_unit = "", False
@@ -61,8 +65,14 @@ def loaded(root: Path, unit: str) -> Loaded:
             env[var] = value
         elif body.startswith("Command Line: ") and section == "ExecStart":
             commands.append(command_line(line.split("Command Line: ", 1)[1]))
-    failed = next((ln.strip() for ln in log.splitlines() if f"{unit}: Failed to load configuration" in ln
-                   or "Refusing." in ln), None)
+    failed = next(
+        (
+            ln.strip()
+            for ln in log.splitlines()
+            if f"{unit}: Failed to load configuration" in ln or "Refusing." in ln
+        ),
+        None,
+    )
     return Loaded(fragment, tuple(dropins), env, tuple(commands), failed, log)
 
 
@@ -86,7 +96,7 @@ def command_line(text: str) -> tuple[str, ...]:
             elif nxt in _C_ESCAPES:
                 raw += _C_ESCAPES[nxt].encode()
             elif nxt in "01234567":
-                raw.append(int(text[i + 1:i + 4], 8))
+                raw.append(int(text[i + 1 : i + 4], 8))
                 i += 2
             else:
                 raise ValueError(f"unexpected escape \\{nxt} in {text!r}")

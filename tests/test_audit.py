@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 
 import pytest
-
-from patchkeeper.host.statcache import StatCache
 from conftest import REPO, SITE_REL, copy_venv, edit_file, make_workspace, tree
 from helpers import heavy, imported
+
+from patchkeeper.host.statcache import StatCache
 
 WHEELS = Path(os.environ.get("PK_WHEELS", REPO / ".cache" / "wheels"))
 
@@ -26,11 +26,25 @@ def audit_pristine(pristine_venv, tmp_path_factory) -> Path:
     """The sglang venv with markupsafe (it has a compiled .so) and six installed from real wheels."""
     wheels = sorted(WHEELS.glob("markupsafe-*.whl")) + sorted(WHEELS.glob("six-*.whl"))
     if len(wheels) < 2:
-        pytest.fail(f"markupsafe and six wheels are missing from {WHEELS}: run `make test`, which downloads them")
+        pytest.fail(
+            f"markupsafe and six wheels are missing from {WHEELS}: run `make test`, which downloads them"
+        )
     venv = tmp_path_factory.mktemp("audit-pristine") / "venv"
     subprocess.run(["cp", "-a", str(pristine_venv), str(venv)], check=True)
-    subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "-q", "--no-deps", "--no-index",
-                    *map(str, wheels)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            str(venv / "bin/python"),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            *map(str, wheels),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return venv
 
 
@@ -60,7 +74,10 @@ def test_clean_target_then_applied_patch_sets_are_patched_not_drift(aenv):
     assert patched["@dropin"]["kind"] == "added"  # the drop-in beside the host's unit, which is not touched
     out = aenv.pk("audit").stdout
     assert "ddtree_utils.py" not in out and f"{doc['counts']['patched']} patched" in out
-    assert out.strip().splitlines()[-1] == f"code state matches {doc['state']['id']} (ddtree@3.1.0); environment clean"
+    assert (
+        out.strip().splitlines()[-1]
+        == f"code state matches {doc['state']['id']} (ddtree@3.1.0); environment clean"
+    )
     assert "ddtree_utils.py" in aenv.pk("audit", "-v").stdout
 
 
@@ -74,7 +91,10 @@ def test_hand_edits_after_apply_are_drift(aenv):
     assert code == 1
     drift = found(doc, "drift")
     assert {k: v["kind"] for k, v in drift.items()} == {
-        "sglang/srt/speculative/spec_info.py": "changed", "sglang/srt/copied_in.py": "added", "@unit": "changed"}
+        "sglang/srt/speculative/spec_info.py": "changed",
+        "sglang/srt/copied_in.py": "added",
+        "@unit": "changed",
+    }
     assert "sglang/srt/speculative/spec_info.py" not in found(doc, "patched")  # each file once
     assert "3 file(s) changed outside patchkeeper" in doc["summary"]
 
@@ -93,13 +113,18 @@ def test_environment_corruption_is_found_and_the_probe_names_the_broken_library(
     env = found(doc, "environment")
     assert set(env) == {"markupsafe/__init__.py", f"markupsafe/{so.name}", "six.py"}
     assert env["six.py"]["kind"] == "missing" and env["six.py"]["dist"] == "six"
-    assert env[f"markupsafe/{so.name}"]["kind"] == "changed" and env["markupsafe/__init__.py"]["dist"] == "markupsafe"
+    assert (
+        env[f"markupsafe/{so.name}"]["kind"] == "changed"
+        and env["markupsafe/__init__.py"]["dist"] == "markupsafe"
+    )
     probe = found(doc, "probe")
     assert set(probe) == {"markupsafe._speedups"}  # pip imports fine
     assert probe["markupsafe._speedups"]["detail"].startswith("ImportError: ")
     assert str(so) in probe["markupsafe._speedups"]["detail"]
-    assert doc["summary"] == ("no recorded state; sglang matches its RECORD; environment drift in markupsafe, six; "
-                              "import fails: markupsafe._speedups")
+    assert doc["summary"] == (
+        "no recorded state; sglang matches its RECORD; environment drift in markupsafe, six; "
+        "import fails: markupsafe._speedups"
+    )
     assert doc["counts"]["bytecode"] == 0  # the truncated module's pyc is stale: recompiled, never run
     assert tree(audit_pristine) != tree(aenv.venv) and (audit_pristine / SITE_REL / "six.py").exists()
 
@@ -129,7 +154,9 @@ def test_bytecode_stale_mismatched_and_sourceless(aenv):
     other.write_text("print('not six')\n")
     six_pyc = site / "__pycache__/six.cpython-311.pyc"
     six_pyc.unlink()
-    py_compile.compile(str(other), cfile=str(six_pyc), invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    py_compile.compile(
+        str(other), cfile=str(six_pyc), invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH
+    )
     # a pyc beside a module without source is imported; one in __pycache__ without source is not
     py_compile.compile(str(other), cfile=str(site / "sglang/legacy.pyc"))
     py_compile.compile(str(other), cfile=str(site / "sglang/__pycache__/gone.cpython-311.pyc"))
@@ -181,9 +208,12 @@ def test_stat_cache_is_never_fooled_by_same_size_edits_in_the_same_tick(aenv):
 
 def test_audit_all_runs_every_target_into_one_table(tmp_path, audit_pristine):
     second = copy_venv(audit_pristine, tmp_path / "venv2")
-    env = make_workspace(tmp_path / "ws", copy_venv(audit_pristine, tmp_path / "venv1"),
-                         f'\n[targets.ct2]\npython = "{second}/bin/python"\npackage = "sglang"\n'
-                         '\n[targets.gone]\npython = "/nonexistent/bin/python"\npackage = "sglang"\n')
+    env = make_workspace(
+        tmp_path / "ws",
+        copy_venv(audit_pristine, tmp_path / "venv1"),
+        f'\n[targets.ct2]\npython = "{second}/bin/python"\npackage = "sglang"\n'
+        '\n[targets.gone]\npython = "/nonexistent/bin/python"\npackage = "sglang"\n',
+    )
     (second / SITE_REL / "six.py").unlink()
     proc = env.pk("audit", "--all", check=2)  # one target cannot be reached
     lines = proc.stdout.splitlines()
@@ -223,7 +253,9 @@ def test_bytecode_verdict_cache_follows_the_pyc_and_its_source(aenv):
     other = aenv.root / "other.py"
     other.write_text("VERSION = 'not sglang'\n")
     pyc.unlink()
-    py_compile.compile(str(other), cfile=str(pyc), invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    py_compile.compile(
+        str(other), cfile=str(pyc), invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH
+    )
     code, doc = audit(aenv)
     assert found(doc, "bytecode")["sglang/__pycache__/_version.cpython-311.pyc"]["kind"] == "mismatch"
     # a source changed under a clean, cached pyc whose header still matches (mtime put back)
@@ -234,7 +266,10 @@ def test_bytecode_verdict_cache_follows_the_pyc_and_its_source(aenv):
     os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert spc.exists()
     code, doc = audit(aenv)
-    assert found(doc, "bytecode")["sglang/srt/speculative/__pycache__/spec_info.cpython-311.pyc"]["kind"] == "mismatch"
+    assert (
+        found(doc, "bytecode")["sglang/srt/speculative/__pycache__/spec_info.cpython-311.pyc"]["kind"]
+        == "mismatch"
+    )
 
 
 def test_a_hand_edit_recorded_by_a_snapshot_is_not_called_patched(aenv):
@@ -251,7 +286,9 @@ def test_a_hand_edit_recorded_by_a_snapshot_is_not_called_patched(aenv):
 PY312 = Path("/root/.pyenv/versions/3.12.1/bin/python3")
 
 
-@pytest.mark.skipif(not PY312.exists(), reason=f"no Python 3.12 at {PY312} to make a target of another version")
+@pytest.mark.skipif(
+    not PY312.exists(), reason=f"no Python 3.12 at {PY312} to make a target of another version"
+)
 def test_a_target_on_another_python_is_judged_by_its_own_interpreter(tmp_path, pristine_venv):
     """A 3.12 target's pyc of other code (unchecked hash) is found: its agent runs in 3.12, over the wire."""
     import sys
@@ -262,28 +299,59 @@ def test_a_target_on_another_python_is_judged_by_its_own_interpreter(tmp_path, p
     venv = tmp_path / "venv312"
     subprocess.run([str(PY312), "-m", "venv", "--without-pip", str(venv)], check=True)
     six = sorted(WHEELS.glob("six-*.whl"))[-1]
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin/python"), "install", "-q", "--no-deps",
-                    "--no-index", "--no-compile", str(six)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(venv / "bin/python"),
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            "--no-compile",
+            str(six),
+        ],
+        check=True,
+        capture_output=True,
+    )
     site = venv / "lib/python3.12/site-packages"
     other = tmp_path / "other.py"
     other.write_text("def ensure_str(s):\n    return 'not six'\n")
     pyc = site / "__pycache__/six.cpython-312.pyc"
-    subprocess.run([str(venv / "bin/python"), "-c", "import py_compile, sys; py_compile.compile(sys.argv[1], "
-                    "cfile=sys.argv[2], invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)",
-                    str(other), str(pyc)], check=True)
+    subprocess.run(
+        [
+            str(venv / "bin/python"),
+            "-c",
+            "import py_compile, sys; py_compile.compile(sys.argv[1], "
+            "cfile=sys.argv[2], invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)",
+            str(other),
+            str(pyc),
+        ],
+        check=True,
+    )
     ws = tmp_path / "ws"
     ws.mkdir()
-    (ws / "patchkeeper.toml").write_text(f'default_target = "py312"\n\n[targets.py312]\n'
-                                         f'python = "{venv}/bin/python"\npackage = "six"\n')
-    proc = subprocess.run([sys.executable, "-m", "patchkeeper", "--workspace", str(ws), "audit", "--json"],
-                          capture_output=True, text=True)
+    (ws / "patchkeeper.toml").write_text(
+        f'default_target = "py312"\n\n[targets.py312]\npython = "{venv}/bin/python"\npackage = "six"\n'
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "patchkeeper", "--workspace", str(ws), "audit", "--json"],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert found(json.loads(proc.stdout), "bytecode")["__pycache__/six.cpython-312.pyc"]["kind"] == "mismatch"
 
     other_python = LocalTarget(TargetConfig(name="py312", python=f"{venv}/bin/python", package="six"))
-    same_python = LocalTarget(TargetConfig(name="local", python=f"{pristine_venv}/bin/python", package="sglang"))
+    same_python = LocalTarget(
+        TargetConfig(name="local", python=f"{pristine_venv}/bin/python", package="sglang")
+    )
     try:
-        assert not other_python.same_interpreter and other_python.agent.interpreter().python.startswith("3.12.")
+        assert not other_python.same_interpreter and other_python.agent.interpreter().python.startswith(
+            "3.12."
+        )
         assert other_python.agent.pid() != os.getpid()  # a subprocess in the target's interpreter
         assert same_python.same_interpreter and same_python.agent.pid() == os.getpid()  # in-process
     finally:
@@ -301,14 +369,16 @@ def test_rehash_finds_a_write_through_a_shared_mapping_that_the_caches_cannot_se
     assert drop_bytecode(env.site) > 1000
     env.pk("snapshot", "--name", "base")
     version = env.site / "sglang/_version.py"
-    edit_file(version, version.read_bytes())  # an inode of its own: the mapping must not write into the pristine venv
+    edit_file(
+        version, version.read_bytes()
+    )  # an inode of its own: the mapping must not write into the pristine venv
     time.sleep(2.2)  # past the racily-clean window: its identity may now be remembered
     assert audit(env)[0] == 0 and audit(env)[0] == 0  # warm: the caches and the tree's seal are written
     before = version.stat()
     with open(version, "r+b") as f, mmap.mmap(f.fileno(), 0) as mapped:
         at = mapped.find(b"0.5.23")
         assert at >= 0
-        mapped[at:at + 6] = b"6.6.66"
+        mapped[at : at + 6] = b"6.6.66"
     after = version.stat()
     if (after.st_mtime_ns, after.st_ctime_ns) != (before.st_mtime_ns, before.st_ctime_ns):
         pytest.skip("this file system moves mtime for writes through a mapping: nothing for --rehash to find")
@@ -321,16 +391,22 @@ def test_audit_during_a_change_waits_for_it_then_answers(env):
     import signal
 
     env.pk("status")
-    change = subprocess.Popen([sys.executable, "-m", "patchkeeper", "--workspace", str(env.root), "apply", "ddtree"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              env={**os.environ, "PATCHKEEPER_CRASH_AT": "journal-committed",
-                                   "PATCHKEEPER_CRASH_SIGNAL": "STOP"})
+    change = subprocess.Popen(
+        [sys.executable, "-m", "patchkeeper", "--workspace", str(env.root), "apply", "ddtree"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PATCHKEEPER_CRASH_AT": "journal-committed", "PATCHKEEPER_CRASH_SIGNAL": "STOP"},
+    )
     try:
         os.waitid(os.P_PID, change.pid, os.WSTOPPED | os.WNOWAIT)  # stopped mid-change, holding the lock
         refused = env.pk("audit", "--wait", "0", check=2)
         assert f"is locked by pid {change.pid}" in refused.stderr and "--wait SECONDS" in refused.stderr
-        waiting = subprocess.Popen([sys.executable, "-m", "patchkeeper", "--workspace", str(env.root), "audit",
-                                    "--wait", "600"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        waiting = subprocess.Popen(
+            [sys.executable, "-m", "patchkeeper", "--workspace", str(env.root), "audit", "--wait", "600"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         assert "locked by pid" in waiting.stderr.readline()  # it waits...
         os.kill(change.pid, signal.SIGCONT)  # ...for the change to end
         out, err = waiting.communicate()
@@ -345,8 +421,13 @@ def _bar_counts(env, *args: str) -> tuple[subprocess.CompletedProcess, list[tupl
     """Run `audit ARGS` with stderr on a pseudo-terminal (stdout a pipe); the (files read, found)
     counts click's bar drew there, in order."""
     master, slave = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "patchkeeper", "--workspace", str(env.root), "audit", *args],
-                            stdout=subprocess.PIPE, stderr=slave, text=True, env={**os.environ, "COLUMNS": "120"})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "patchkeeper", "--workspace", str(env.root), "audit", *args],
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        text=True,
+        env={**os.environ, "COLUMNS": "120"},
+    )
     os.close(slave)
     drawn = bytearray()
     while True:
@@ -360,7 +441,9 @@ def _bar_counts(env, *args: str) -> tuple[subprocess.CompletedProcess, list[tupl
     os.close(master)
     out = proc.stdout.read() if proc.stdout else ""
     proc.wait()
-    counts = [(int(d), int(t)) for d, t in re.findall(r"audit: files read +\[[#-]*\] +(\d+)/(\d+)", drawn.decode())]
+    counts = [
+        (int(d), int(t)) for d, t in re.findall(r"audit: files read +\[[#-]*\] +(\d+)/(\d+)", drawn.decode())
+    ]
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, drawn.decode()), counts
 
 

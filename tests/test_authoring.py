@@ -10,9 +10,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from checkout import make_checkout
 from conftest import edit_file, make_workspace, tree
+
 from patchkeeper.patchset import patchset
 from patchkeeper.workspace import TargetConfig
 
@@ -26,7 +26,9 @@ def _pristine_site(pristine_venv: Path, env) -> Path:
 def _edit_target(env) -> None:
     """Modify, add, delete, chmod in the package; write a drop-in beside the unit."""
     spec = env.site / SPEC
-    edit_file(spec, spec.read_bytes().replace(b"    DFLASH = auto()\n", b"    DFLASH = auto()\n    MINE = auto()\n"))
+    edit_file(
+        spec, spec.read_bytes().replace(b"    DFLASH = auto()\n", b"    DFLASH = auto()\n    MINE = auto()\n")
+    )
     (env.site / "sglang/srt/speculative/mine_utils.py").write_bytes(b"X = 1  # no newline at the end")
     (env.site / "sglang/srt/speculative/spec_utils.py").unlink()
     version = env.site / "sglang/version.py"
@@ -45,7 +47,10 @@ def test_record_from_target_gives_back_the_edited_bytes(env):
     assert "created mine@1.0.0" in out and "4 file(s), 1 role file(s)" in out
     diff = (env.root / "patchsets/mine/mine.patch").read_text()
     assert "new file mode 100644" in diff and "deleted file mode 100644" in diff
-    assert f"old mode {0o100000 | old_mode:o}\nnew mode 100755" in diff and "\\ No newline at end of file" in diff
+    assert (
+        f"old mode {0o100000 | old_mode:o}\nnew mode 100755" in diff
+        and "\\ No newline at end of file" in diff
+    )
     toml = (env.root / "patchsets/mine/patchset.toml").read_text()
     assert 'package_version = "==0.5.23"' in toml and 'dropin = "50-patchkeeper.conf"' in toml
 
@@ -82,16 +87,21 @@ def checkout(tmp_path, pristine_venv, env):
 
 
 def test_record_from_git_range_applies_to_the_real_package(env, checkout):
-    out = env.pk("record", "feature", "--git", str(checkout.root), "--range", "v0.5.23..feature",
-                 "--subdir", "python").stdout
+    out = env.pk(
+        "record", "feature", "--git", str(checkout.root), "--range", "v0.5.23..feature", "--subdir", "python"
+    ).stdout
     assert "created feature@1.0.0" in out and "6 file(s)" in out
     diff = (env.root / "patchsets/feature/feature.patch").read_text()
     assert "diff --git a/sglang/srt/speculative/spec_info.py b/sglang/srt/speculative/spec_info.py" in diff
     assert "README.md" not in diff and "python/" not in diff
     env.pk("apply", "feature")
-    for rel in ("sglang/srt/speculative/spec_info.py", "sglang/srt/speculative/feature_utils.py",
-                "sglang/version.py", "sglang/srt/arg_groups/speculative_hook.py",
-                "sglang/srt/speculative/spec_registry.py"):
+    for rel in (
+        "sglang/srt/speculative/spec_info.py",
+        "sglang/srt/speculative/feature_utils.py",
+        "sglang/version.py",
+        "sglang/srt/arg_groups/speculative_hook.py",
+        "sglang/srt/speculative/spec_registry.py",
+    ):
         src, dst = checkout.pkg / rel, env.site / rel
         assert dst.read_bytes() == src.read_bytes(), rel
         assert stat.S_IMODE(dst.stat().st_mode) == stat.S_IMODE(src.stat().st_mode), rel
@@ -100,7 +110,16 @@ def test_record_from_git_range_applies_to_the_real_package(env, checkout):
     # a new commit on the branch: same version refused, --bump patch accepted
     (checkout.pkg / "sglang/version.py").write_text("__version__ = '0.5.23+feature'\n")
     checkout.git("commit", "-qam", "more")
-    args = ("record", "feature", "--git", str(checkout.root), "--range", "v0.5.23..feature", "--subdir", "python")
+    args = (
+        "record",
+        "feature",
+        "--git",
+        str(checkout.root),
+        "--range",
+        "v0.5.23..feature",
+        "--subdir",
+        "python",
+    )
     env.pk(*args, check=2)
     assert "updated feature@1.0.1" in env.pk(*args, "--bump", "patch").stdout
 
@@ -140,7 +159,9 @@ def test_export_applies_with_git_apply_and_patch_and_import_round_trips(env, tmp
     subprocess.run(["git", "apply", str(patch_file)], cwd=by_git, check=True)
     subprocess.run(["patch", "-p1", "-s", "-i", str(patch_file)], cwd=by_patch, check=True)
     env.pk("apply", "ddtree")
-    wanted = {k: v for k, v in tree(env.site).items() if k.split("/")[0] in ("sglang", "sglang-0.5.23.dist-info")}
+    wanted = {
+        k: v for k, v in tree(env.site).items() if k.split("/")[0] in ("sglang", "sglang-0.5.23.dist-info")
+    }
     assert tree(by_git) == wanted
     assert tree(by_patch) == wanted
 
@@ -164,7 +185,9 @@ def test_import_of_an_export_under_another_name_and_version_keeps_vars_and_comme
     was = (env.root / "patchsets/ddtree/patchset.toml").read_text()
     assert "created tree2@4.0.0" in env.pk("import", "tree2", str(patch_file), "--version", "4.0.0").stdout
     toml = (env.root / "patchsets/tree2/patchset.toml").read_text()
-    assert toml == was.replace('name = "ddtree"', 'name = "tree2"').replace('version = "3.1.0"', 'version = "4.0.0"')
+    assert toml == was.replace('name = "ddtree"', 'name = "tree2"').replace(
+        'version = "3.1.0"', 'version = "4.0.0"'
+    )
     shown = json.loads(env.pk("show", "tree2", "--json").stdout)
     assert shown["variables"]["model_path"] == "/root/models/Qwen3.6-27B"
     env.pk("apply", "tree2", "--no-verify")  # the drop-in renders with the [vars] defaults
@@ -178,7 +201,9 @@ def test_import_a_plain_patch_from_a_git_checkout(env, checkout, tmp_path):
     assert "created pr-1@0.1.0" in out
     assert 'description = "feature"' in (env.root / "patchsets/pr-1/patchset.toml").read_text()
     env.pk("apply", "pr-1")
-    assert (env.site / SPEC).read_bytes() == (checkout.pkg / "sglang" / SPEC.removeprefix("sglang/")).read_bytes()
+    assert (env.site / SPEC).read_bytes() == (
+        checkout.pkg / "sglang" / SPEC.removeprefix("sglang/")
+    ).read_bytes()
 
     bad = tmp_path / "bad.patch"
     bad.write_text("diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1,2 +1,2 @@\n-a\n")
@@ -219,8 +244,10 @@ def test_check_against_wheels_without_a_target(env, tmp_path):
         with zipfile.ZipFile(path, "w") as z:
             for rel, data in files.items():
                 z.writestr(rel, data)
-            z.writestr(f"sglang-{version}.dist-info/METADATA",
-                       f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n\nbody\n")
+            z.writestr(
+                f"sglang-{version}.dist-info/METADATA",
+                f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n\nbody\n",
+            )
         return path
 
     ps_paths = [p for p in patchset.load(env.root / "patchsets", "ddtree").paths if (env.site / p).exists()]
@@ -258,34 +285,55 @@ def test_record_over_a_templated_unit_keeps_the_template_and_maps_edits_back(env
     assert b"{{ tp_size }}" in template and b"{{" not in env.dropin.read_bytes()
     # a value changed in patchkeeper.toml since the apply: the unit is still the rendering the ledger recorded
     toml = (env.root / "patchkeeper.toml").read_text()
-    (env.root / "patchkeeper.toml").write_text(toml.replace("[targets.local.vars]\n",
-                                                            "[targets.local.vars]\nport = 31000\n"))
+    (env.root / "patchkeeper.toml").write_text(
+        toml.replace("[targets.local.vars]\n", "[targets.local.vars]\nport = 31000\n")
+    )
     out = env.pk("record", "nextn", "--from", "baseline", "--bump", "minor").stdout
     assert "updated nextn@3.2.0" in out
     (env.root / "patchkeeper.toml").write_text(toml)
     assert (env.root / "patchsets/nextn/dropin.conf").read_bytes() == template
     recorded = patchset.load(env.root / "patchsets", "nextn")
-    assert dict(recorded.defaults) == {"model_path": "/root/models/Qwen3.6-27B",
-                                       "host": "0.0.0.0", "port": "30000", "tp_size": "2"}
-    assert {n: t.describe() for n, t in recorded.types} == {"python": "path", "model_path": "path", "host": "word",
-                                                            "port": "int 1..65535", "tp_size": "int 1..64"}
+    assert dict(recorded.defaults) == {
+        "model_path": "/root/models/Qwen3.6-27B",
+        "host": "0.0.0.0",
+        "port": "30000",
+        "tp_size": "2",
+    }
+    assert {n: t.describe() for n, t in recorded.types} == {
+        "python": "path",
+        "model_path": "path",
+        "host": "word",
+        "port": "int 1..65535",
+        "tp_size": "int 1..64",
+    }
 
     rendered = env.dropin.read_bytes()
-    edit_file(env.dropin, rendered.replace(b"--mem-fraction-static 0.88", b"--mem-fraction-static 0.85")
-              .replace(b"[Service]\n", b"[Service]\nEnvironment=MODEL=/root/models/Qwen3.6-27B\n"))
+    edit_file(
+        env.dropin,
+        rendered.replace(b"--mem-fraction-static 0.88", b"--mem-fraction-static 0.85").replace(
+            b"[Service]\n", b"[Service]\nEnvironment=MODEL=/root/models/Qwen3.6-27B\n"
+        ),
+    )
     out = env.pk("record", "nextn", "--from", "baseline", "--bump", "patch").stdout
     assert "updated nextn@3.2.1" in out and "the value of {{ model_path }}" in out
     edited = (env.root / "patchsets/nextn/dropin.conf").read_bytes()
     assert edited == template.replace(b"--mem-fraction-static 0.88", b"--mem-fraction-static 0.85").replace(
-        b"[Service]\n", b"[Service]\nEnvironment=MODEL=/root/models/Qwen3.6-27B\n")
-    other = patchset.load(env.root / "patchsets", "nextn").bind(TargetConfig(name="ct200", python="/root/ml-env/bin/python3", package="sglang",
-                                                                            vars={"tp_size": "8", "port": "31000"}))
+        b"[Service]\n", b"[Service]\nEnvironment=MODEL=/root/models/Qwen3.6-27B\n"
+    )
+    other = patchset.load(env.root / "patchsets", "nextn").bind(
+        TargetConfig(
+            name="ct200",
+            python="/root/ml-env/bin/python3",
+            package="sglang",
+            vars={"tp_size": "8", "port": "31000"},
+        )
+    )
     unit = dict(other.files)["dropin"]
     assert b"--port 31000 \\\n    --host 0.0.0.0 --tp-size 8 --mem-fraction-static 0.85" in unit
     env.pk("rollback", "--to", "baseline")
     assert env.pk("apply", "nextn").returncode == 0 and env.dropin.read_bytes() == rendered.replace(
-        b"--mem-fraction-static 0.88", b"--mem-fraction-static 0.85").replace(
-        b"[Service]\n", b"[Service]\nEnvironment=MODEL=/root/models/Qwen3.6-27B\n")
+        b"--mem-fraction-static 0.88", b"--mem-fraction-static 0.85"
+    ).replace(b"[Service]\n", b"[Service]\nEnvironment=MODEL=/root/models/Qwen3.6-27B\n")
 
     # a new patch set over the applied nextn's rendered unit takes nextn's template and its defaults
     assert "created tuned@1.0.0" in env.pk("record", "tuned", "--from", "baseline").stdout

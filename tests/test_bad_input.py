@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import make_workspace
 
 ESCAPE = """diff --git a/{p} b/{p}
@@ -26,7 +25,8 @@ def _patchset(env, name, patch_text, toml_extra=""):
     d = env.root / "patchsets" / name
     d.mkdir()
     (d / "patchset.toml").write_text(
-        f'name = "{name}"\nversion = "1.0.0"\npackage = "sglang"\npackage_version = "==0.5.23"\n{toml_extra}')
+        f'name = "{name}"\nversion = "1.0.0"\npackage = "sglang"\npackage_version = "==0.5.23"\n{toml_extra}'
+    )
     if patch_text is not None:
         (d / "0001.patch").write_text(patch_text)
 
@@ -45,10 +45,13 @@ def test_unknown_patchset_and_target(env):
     _refused(env, "apply", "ddtree", "-t", "ct999", expect="unknown target 'ct999'")
 
 
-@pytest.mark.parametrize("path, expect", [
-    ("../evil.py", "escapes site-packages"),
-    ("sglang/../../evil.py", "escapes site-packages"),
-])
+@pytest.mark.parametrize(
+    "path, expect",
+    [
+        ("../evil.py", "escapes site-packages"),
+        ("sglang/../../evil.py", "escapes site-packages"),
+    ],
+)
 def test_paths_escaping_site_packages(env, path, expect):
     _patchset(env, "evil", ESCAPE.format(p=path))
     _refused(env, "apply", "evil", expect=expect)
@@ -82,7 +85,10 @@ def test_malformed_patchset_toml_and_diff(env):
 
 def test_hunk_that_does_not_apply_names_file_hunk_and_line(env):
     spec = "sglang/srt/speculative/spec_info.py"
-    _patchset(env, "stale", f"""diff --git a/{spec} b/{spec}
+    _patchset(
+        env,
+        "stale",
+        f"""diff --git a/{spec} b/{spec}
 --- a/{spec}
 +++ b/{spec}
 @@ -1,3 +1,3 @@
@@ -90,8 +96,14 @@ def test_hunk_that_does_not_apply_names_file_hunk_and_line(env):
 +replacement
  context
  more context
-""")
-    _refused(env, "apply", "stale", expect=f"{spec}: hunk @@ -1,3 +1,3 @@ does not apply: line 1: expected 'this line is not in the file'")
+""",
+    )
+    _refused(
+        env,
+        "apply",
+        "stale",
+        expect=f"{spec}: hunk @@ -1,3 +1,3 @@ does not apply: line 1: expected 'this line is not in the file'",
+    )
 
 
 def test_missing_interpreter_and_missing_package(env, tmp_path):
@@ -107,7 +119,9 @@ def test_no_workspace(tmp_path):
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-m", "patchkeeper", "status"], cwd=tmp_path, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "patchkeeper", "status"], cwd=tmp_path, capture_output=True, text=True
+    )
     assert proc.returncode == 2 and "no patchkeeper.toml" in proc.stderr
 
 
@@ -129,21 +143,27 @@ def test_a_stage_that_cannot_be_written_changes_nothing_and_leaves_no_journal(en
     assert "nothing to recover" in env.pk("recover").stdout
 
 
-@pytest.mark.parametrize("toml, expect", [
-    ('targets = 3\n', "targets must be a table"),
-    ('[targets.local]\npython = "/x"\npackage = "sglang"\nfiles = "x"\n', "has a bad files"),
-    ('[targets.local]\npython = "/x"\npackage = "sglang"\nssh = 3\n', "has a bad ssh"),
-    ('[targets.local]\npackage = "sglang"\n', "lacks python"),
-])
+@pytest.mark.parametrize(
+    "toml, expect",
+    [
+        ("targets = 3\n", "targets must be a table"),
+        ('[targets.local]\npython = "/x"\npackage = "sglang"\nfiles = "x"\n', "has a bad files"),
+        ('[targets.local]\npython = "/x"\npackage = "sglang"\nssh = 3\n', "has a bad ssh"),
+        ('[targets.local]\npackage = "sglang"\n', "lacks python"),
+    ],
+)
 def test_malformed_workspace_values(env, toml, expect):
     (env.root / "patchkeeper.toml").write_text('default_target = "local"\n' + toml)
     _refused(env, "status", expect=expect)
 
 
-@pytest.mark.parametrize("extra, expect", [
-    ('group = ["a"]\n', "group must be a string"),
-    ('files = "x"\n', "[files] must be a table"),
-])
+@pytest.mark.parametrize(
+    "extra, expect",
+    [
+        ('group = ["a"]\n', "group must be a string"),
+        ('files = "x"\n', "[files] must be a table"),
+    ],
+)
 def test_malformed_patchset_values(env, extra, expect):
     _patchset(env, "odd", None, toml_extra=extra)
     _refused(env, "apply", "odd", expect=expect)
@@ -161,25 +181,39 @@ new mode {mode}
 """
 
 
-@pytest.mark.parametrize("extra, expect", [
-    ('pacakge_version = "==0.5.24"\n', "unknown key 'pacakge_version' (did you mean 'package_version'?)"),
-    ('[files]\nunit = "u"\n[service]\nx = 1\n', "unknown key 'service'"),
-])
+@pytest.mark.parametrize(
+    "extra, expect",
+    [
+        ('pacakge_version = "==0.5.24"\n', "unknown key 'pacakge_version' (did you mean 'package_version'?)"),
+        ('[files]\nunit = "u"\n[service]\nx = 1\n', "unknown key 'service'"),
+    ],
+)
 def test_unknown_patchset_keys_are_refused_by_name(env, extra, expect):
     _patchset(env, "typo", None, toml_extra=extra)
     _refused(env, "apply", "typo", expect=expect)
     _no_records(env)
 
 
-@pytest.mark.parametrize("version", ["1.0.0\n20991231T000000-forged  root@x  apply", "1" + ".1" * 20_000,
-                                     "1" + ".1" * 1_000_000, "banana", " 1.0"])
+@pytest.mark.parametrize(
+    "version",
+    [
+        "1.0.0\n20991231T000000-forged  root@x  apply",
+        "1" + ".1" * 20_000,
+        "1" + ".1" * 1_000_000,
+        "banana",
+        " 1.0",
+    ],
+)
 def test_versions_must_be_pep440_and_short(env, version):
     d = env.root / "patchsets" / "odd"
     d.mkdir()
     (d / "patchset.toml").write_text(f'name = "odd"\nversion = {json.dumps(version)}\npackage = "sglang"\n')
     proc = env.pk("apply", "odd", check=2)
-    assert ("version" in proc.stderr and ("PEP 440" in proc.stderr or "one line" in proc.stderr)
-            or "over the 64 KiB" in proc.stderr), proc.stderr
+    assert (
+        "version" in proc.stderr
+        and ("PEP 440" in proc.stderr or "one line" in proc.stderr)
+        or "over the 64 KiB" in proc.stderr
+    ), proc.stderr
     assert len(proc.stderr) < 1000 and proc.stderr.count("\n") == 2  # one line and its hint
     _no_records(env)
 
@@ -194,7 +228,12 @@ def test_oversized_patch_files_are_refused(env):
 @pytest.mark.parametrize("mode", ["100777", "104755", "102755"])
 def test_setuid_setgid_and_world_writable_modes_need_force(env, mode):
     _patchset(env, "modes", MODE.format(mode=mode))
-    _refused(env, "apply", "modes", expect=f"setuid, setgid or world-writable: sglang/version.py {int(mode, 8) & 0o7777:o}")
+    _refused(
+        env,
+        "apply",
+        "modes",
+        expect=f"setuid, setgid or world-writable: sglang/version.py {int(mode, 8) & 0o7777:o}",
+    )
     _no_records(env)
     proc = env.pk("apply", "modes", "--force", "--no-verify")
     assert "warning:" in proc.stdout
@@ -212,8 +251,13 @@ def test_short_state_prefix_is_refused_and_ambiguous_lists_candidates(env):
     base = json.loads(entries[0].read_text())
     _refused(env, "rollback", "--to", base["after"]["id"][:1], expect="needs at least 4 characters")
     # a second state whose id shares the baseline's first 4 characters, as a 65,536th state would
-    twin = dict(base, id="20990101T000000-aaaaaa", seq=3, kind="snapshot",
-                after=dict(base["after"], id=base["after"]["id"][:4] + "ffffffff", name="twin"))
+    twin = dict(
+        base,
+        id="20990101T000000-aaaaaa",
+        seq=3,
+        kind="snapshot",
+        after=dict(base["after"], id=base["after"]["id"][:4] + "ffffffff", name="twin"),
+    )
     (env.state_dir / "ledger" / "000003-20990101T000000-aaaaaa.json").write_text(json.dumps(twin))
     proc = env.pk("rollback", "--to", base["after"]["id"][:4], "--dry-run", check=2)
     assert "is ambiguous" in proc.stderr
@@ -262,19 +306,23 @@ def test_a_symlinked_file_is_named_a_symlink(env, tmp_path):
     real.write_bytes(version.read_bytes())
     version.unlink()
     version.symlink_to(real)
-    _patchset(env, "v", f"""diff --git a/sglang/version.py b/sglang/version.py
+    _patchset(
+        env,
+        "v",
+        f"""diff --git a/sglang/version.py b/sglang/version.py
 --- a/sglang/version.py
 +++ b/sglang/version.py
 @@ -1 +1,2 @@
  {real.read_text().splitlines()[0]}
 +patched = True
-""")
+""",
+    )
     _refused(env, "apply", "v", expect="sglang/version.py (a symlink)")
 
 
 def test_a_deleted_pack_index_is_named(env):
     env.pk("apply", "ddtree", "--no-verify")
-    index, = (env.state_dir / "store" / "packs").glob("*.idx")
+    (index,) = (env.state_dir / "store" / "packs").glob("*.idx")
     index.unlink()
     proc = env.pk("rollback", "--to", "baseline", check=2)
     assert "the store lacks the bytes of 16 file(s) state" in proc.stderr and "spec_info.py" in proc.stderr
@@ -284,8 +332,15 @@ def test_a_deleted_pack_index_is_named(env):
 def test_diff_and_diff_env_refuse_three_sides_and_against_with_two_alike(env):
     for verb in (["diff"], ["diff", "--env"]):
         _refused(env, *verb, "a", "b", "c", expect=f"{' '.join(verb)} compares one target or two, not 3")
-        _refused(env, *verb, "a", "b", "--against", "x",
-                 expect="--against compares one target with its own recorded state")
+        _refused(
+            env,
+            *verb,
+            "a",
+            "b",
+            "--against",
+            "x",
+            expect="--against compares one target with its own recorded state",
+        )
 
 
 # ---- odd names and odd places --------------------------------------------------------------------
@@ -320,8 +375,9 @@ def test_record_of_a_path_with_a_space_reads_back_everywhere(env, tmp_path):
     env.pk("apply", "planb", "--no-verify")
     assert (spaced / "mod.py").read_bytes() == b"PLAN = 'b'\n" and quoted.read_bytes() == b"HI = 1\n"
     env.pk("rollback", "--to", "before", "--no-verify")
-    proc = subprocess.run(["git", "apply", "--check", "-"], input=exported, text=True, capture_output=True,
-                          cwd=env.site)
+    proc = subprocess.run(
+        ["git", "apply", "--check", "-"], input=exported, text=True, capture_output=True, cwd=env.site
+    )
     assert proc.returncode == 0, proc.stderr  # git reads what record wrote
 
 
@@ -336,8 +392,9 @@ def test_git_s_own_diff_of_a_path_with_a_space_imports(env, tmp_path):
     (repo / "sglang/plan b/mod.py").write_text("PLAN = 'b'\n")
     (repo / "sglang/plan b/new file.py").write_text("NEW = 1\n")
     subprocess.run([*git, "add", "-A"], check=True)
-    (tmp_path / "git.patch").write_bytes(subprocess.run([*git, "diff", "--cached"], capture_output=True,
-                                                        check=True).stdout)
+    (tmp_path / "git.patch").write_bytes(
+        subprocess.run([*git, "diff", "--cached"], capture_output=True, check=True).stdout
+    )
     env.pk("import", "gitplan", str(tmp_path / "git.patch"))
     kinds = {d["path"]: d["kind"] for d in json.loads(env.pk("show", "gitplan", "--json").stdout)["diffstat"]}
     assert kinds == {"sglang/plan b/mod.py": "modify", "sglang/plan b/new file.py": "add"}
@@ -349,7 +406,14 @@ def test_a_file_name_that_is_not_utf8_is_refused_naming_the_patch(env, name):
     b = b"b/" + name if not name.startswith(b'"') else b'"b/' + name[1:]
     _patchset(env, "latin", None)
     (env.root / "patchsets/latin/0001.patch").write_bytes(
-        b"diff --git " + a + b" " + b + b"\nnew file mode 100644\n--- /dev/null\n+++ " + b + b"\n@@ -0,0 +1 @@\n+x = 1\n")
+        b"diff --git "
+        + a
+        + b" "
+        + b
+        + b"\nnew file mode 100644\n--- /dev/null\n+++ "
+        + b
+        + b"\n@@ -0,0 +1 @@\n+x = 1\n"
+    )
     for verb in (["apply", "latin"], ["check", "latin"], ["show", "latin"]):
         proc = env.pk(*verb, check=2)
         assert "0001.patch: the file name 'sglang/caf\\\\xe9.py' is not UTF-8" in proc.stderr, proc.stderr
@@ -360,22 +424,30 @@ def test_a_workspace_inside_the_managed_site_packages_is_refused(env):
     shutil.copytree(env.root, inside)
     before = env.snapshot()
     for verb in (["status"], ["apply", "ddtree", "--restore-pristine"]):
-        proc = subprocess.run([sys.executable, "-m", "patchkeeper", "--workspace", str(inside), *verb],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [sys.executable, "-m", "patchkeeper", "--workspace", str(inside), *verb],
+            capture_output=True,
+            text=True,
+        )
         assert proc.returncode == 2
-        assert proc.stderr.startswith(f"patchkeeper: error: target local: the workspace {inside} is inside its "
-                                      "site-packages"), proc.stderr
+        assert proc.stderr.startswith(
+            f"patchkeeper: error: target local: the workspace {inside} is inside its site-packages"
+        ), proc.stderr
     assert env.snapshot() == before and (inside / "patchkeeper.toml").exists()
 
 
 def test_a_role_file_that_is_a_file_of_the_package_is_refused(env):
     toml = env.root / "patchkeeper.toml"
-    toml.write_text(toml.read_text().replace(f'unit = "{env.unit}"', f'unit = "{env.site}/sglang/version.py"'))
+    toml.write_text(
+        toml.read_text().replace(f'unit = "{env.unit}"', f'unit = "{env.site}/sglang/version.py"')
+    )
     for verb in (["apply", "ddtree"], ["status"]):
         proc = env.pk(*verb, check=2)
         # the unit, or the drop-in beside it (<unit>.d/, inside the package too), named as the role file refused
         assert "target local: role file " in proc.stderr and "version.py" in proc.stderr
-        assert "is inside site-packages" in proc.stderr or "one file cannot be both" in proc.stderr, proc.stderr
+        assert "is inside site-packages" in proc.stderr or "one file cannot be both" in proc.stderr, (
+            proc.stderr
+        )
     assert not (env.state_dir / "ledger").exists()
 
 
@@ -384,8 +456,10 @@ def _read_only(env, *args: str) -> subprocess.CompletedProcess:
     if shutil.which("unshare") is None:
         pytest.skip("no unshare(1) to mount the workspace read-only")
     ws = str(env.root)
-    script = (f'mount --bind "{ws}" "{ws}" && mount -o remount,bind,ro "{ws}" "{ws}" && '
-              f'exec "{sys.executable}" -m patchkeeper --workspace "{ws}" "$@"')
+    script = (
+        f'mount --bind "{ws}" "{ws}" && mount -o remount,bind,ro "{ws}" "{ws}" && '
+        f'exec "{sys.executable}" -m patchkeeper --workspace "{ws}" "$@"'
+    )
     proc = subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", *args], capture_output=True, text=True)
     if "mount:" in proc.stderr or "unshare:" in proc.stderr:
         pytest.skip(f"cannot mount the workspace read-only here: {proc.stderr.strip()}")

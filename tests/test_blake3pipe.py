@@ -19,8 +19,10 @@ WHEELS = Path(os.environ.get("PK_WHEELS", REPO / ".cache" / "wheels"))
 PY312 = Path("/root/.pyenv/versions/3.12.1/bin/python3")
 BASE = Path(os.path.realpath(sys.executable))  # this Python's own interpreter (not the venv's link)
 
-pytestmark = pytest.mark.skipif(not PY312.exists(), reason=f"no Python 3.12 at {PY312} (pyenv) for a target on "
-                                                           "another interpreter than patchkeeper's")
+pytestmark = pytest.mark.skipif(
+    not PY312.exists(),
+    reason=f"no Python 3.12 at {PY312} (pyenv) for a target on another interpreter than patchkeeper's",
+)
 
 
 def _venv(python: Path, where: Path) -> Path:
@@ -30,14 +32,30 @@ def _venv(python: Path, where: Path) -> Path:
     six = WHEELS / "six-1.17.0-py2.py3-none-any.whl"
     if not six.exists():
         pytest.fail(f"{six} is missing: run `make test`, which downloads it")
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(where / "bin" / "python"), "install", "-q",
-                    "--no-deps", "--no-index", "--no-compile", str(six)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(where / "bin" / "python"),
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            "--no-compile",
+            str(six),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return next((where / "lib").glob("python3.*/site-packages"))
 
 
 def _pk(ws: Path, *args: str, check: int = 0) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "patchkeeper", "--workspace", str(ws), *args],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "patchkeeper", "--workspace", str(ws), *args], capture_output=True, text=True
+    )
     assert proc.returncode == check, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     return proc
 
@@ -52,12 +70,17 @@ def test_a_target_recorded_with_blake3_stays_usable_on_a_python_without_it(tmp_p
     new = old.replace('__version__ = "1.17.0"', '__version__ = "1.17.0+fix"')
     ws = tmp_path / "ws"
     (ws / "patchsets" / "sixfix").mkdir(parents=True)
-    (ws / "patchsets" / "sixfix" / "patchset.toml").write_text('name = "sixfix"\nversion = "1.0.0"\npackage = "six"\n')
+    (ws / "patchsets" / "sixfix" / "patchset.toml").write_text(
+        'name = "sixfix"\nversion = "1.0.0"\npackage = "six"\n'
+    )
     (ws / "patchsets" / "sixfix" / "fix.patch").write_text(
-        "diff --git a/six.py b/six.py\n" + "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True),
-                                                                         "a/six.py", "b/six.py")))
-    (ws / "patchkeeper.toml").write_text(f'default_target = "t"\n[targets.t]\npython = "{venv}/bin/python"\n'
-                                         f'package = "six"\nstate_dir = "{tmp_path / "state"}"\n')
+        "diff --git a/six.py b/six.py\n"
+        + "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), "a/six.py", "b/six.py"))
+    )
+    (ws / "patchkeeper.toml").write_text(
+        f'default_target = "t"\n[targets.t]\npython = "{venv}/bin/python"\n'
+        f'package = "six"\nstate_dir = "{tmp_path / "state"}"\n'
+    )
     _pk(ws, "apply", "sixfix", "--no-verify")
     state = json.loads(_pk(ws, "status", "--json").stdout)["state"]
     assert state["manifest"].startswith("blake3:")

@@ -12,7 +12,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import SITE_REL, copy_venv, drop_bytecode, make_workspace
 
 SPEC = "sglang/srt/speculative/spec_info.py"
@@ -25,17 +24,27 @@ def benv(tmp_path, pristine_venv):
     return make_workspace(tmp_path / "ws", copy_venv(pristine_venv, tmp_path / "venv"))
 
 
-def forge(source: Path, code_of: bytes, pyc: Path, checked_hash: bool = False, at: str = "/home/dev/sglang") -> None:
+def forge(
+    source: Path, code_of: bytes, pyc: Path, checked_hash: bool = False, at: str = "/home/dev/sglang"
+) -> None:
     """A pyc of `code_of`, compiled elsewhere (another path), whose header says it is `source`'s:
     a timestamp header with the source's mtime and size, or a checked hash of the source's bytes.
     Written on an inode of its own (the venv is hardlinked to the pristine one)."""
     code = compile(code_of, f"{at}/{source.name}", "exec", dont_inherit=True)
     if checked_hash:
-        head = importlib.util.MAGIC_NUMBER + (3).to_bytes(4, "little") + importlib.util.source_hash(source.read_bytes())
+        head = (
+            importlib.util.MAGIC_NUMBER
+            + (3).to_bytes(4, "little")
+            + importlib.util.source_hash(source.read_bytes())
+        )
     else:
         st = source.stat()
-        head = (importlib.util.MAGIC_NUMBER + (0).to_bytes(4, "little")
-                + (int(st.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little") + (st.st_size & 0xFFFFFFFF).to_bytes(4, "little"))
+        head = (
+            importlib.util.MAGIC_NUMBER
+            + (0).to_bytes(4, "little")
+            + (int(st.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little")
+            + (st.st_size & 0xFFFFFFFF).to_bytes(4, "little")
+        )
     pyc.unlink(missing_ok=True)
     pyc.write_bytes(head + marshal.dumps(code))
 
@@ -53,16 +62,27 @@ def test_a_pyc_copied_in_after_the_baseline_is_compared_whatever_its_header_says
     patched = (site / SPEC).read_bytes() + b"\nINCIDENT = 'compiled from the patched spec_info.py'\n"
     forge(site / SPEC, patched, site / SPEC_PYC)  # the header matches the unchanged source
     found = bytecode(benv)
-    assert found[SPEC_PYC]["kind"] == "mismatch" and "its header matches spec_info.py" in found[SPEC_PYC]["detail"]
+    assert (
+        found[SPEC_PYC]["kind"] == "mismatch"
+        and "its header matches spec_info.py" in found[SPEC_PYC]["detail"]
+    )
     assert "1 pyc file(s) do not match their source" in benv.pk("audit", check=1).stdout
     # a checked-hash pyc with the source's right hash and other code
     forge(site / "sglang/_version.py", b"__version__ = 'other'\n", site / VERSION_PYC, checked_hash=True)
     found = bytecode(benv)
-    assert found[VERSION_PYC]["kind"] == "mismatch" and "source hash matches _version.py" in found[VERSION_PYC]["detail"]
+    assert (
+        found[VERSION_PYC]["kind"] == "mismatch"
+        and "source hash matches _version.py" in found[VERSION_PYC]["detail"]
+    )
     assert SPEC_PYC in found  # a mismatch is never remembered as a verdict: found again
     # a pyc compiled elsewhere from the very same source: only its file name differs, not a finding
     forge(site / SPEC, (site / SPEC).read_bytes(), site / SPEC_PYC)
-    forge(site / "sglang/_version.py", (site / "sglang/_version.py").read_bytes(), site / VERSION_PYC, checked_hash=True)
+    forge(
+        site / "sglang/_version.py",
+        (site / "sglang/_version.py").read_bytes(),
+        site / VERSION_PYC,
+        checked_hash=True,
+    )
     assert bytecode(benv) == {}
     assert bytecode(benv) == {}  # and the verdict kept says so too
 
@@ -101,7 +121,9 @@ def test_a_pyc_older_than_the_baseline_is_judged_by_its_header_until_audit_rehas
     benv.pk("snapshot", "--name", "start")
     assert bytecode(benv) == {}
     doc = json.loads(benv.pk("audit", "--json", "--rehash", check=1).stdout)
-    assert [(f["path"], f["kind"]) for f in doc["findings"] if f["class"] == "bytecode"] == [(SPEC_PYC, "mismatch")]
+    assert [(f["path"], f["kind"]) for f in doc["findings"] if f["class"] == "bytecode"] == [
+        (SPEC_PYC, "mismatch")
+    ]
 
 
 def unchecked(source: Path, code_of: bytes, pyc: Path) -> None:
@@ -110,8 +132,12 @@ def unchecked(source: Path, code_of: bytes, pyc: Path) -> None:
     made = pyc.with_name("made.pyc")
     tmp = made.with_suffix(".py")
     tmp.write_bytes(code_of)
-    py_compile.compile(str(tmp), cfile=str(made), invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
-                       doraise=True)
+    py_compile.compile(
+        str(tmp),
+        cfile=str(made),
+        invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
+        doraise=True,
+    )
     tmp.unlink()
     pyc.unlink(missing_ok=True)
     made.rename(pyc)
@@ -135,9 +161,13 @@ def timestamped(source: Path, code_of: bytes, pyc: Path) -> None:
 def runs(env, source: Path) -> str:
     """Which code the venv's Python loads for `source` (its import system's loader, which reads
     the pyc where it believes it): "foreign" (SpeculativeAlgorithX) or "source"."""
-    probe = ("import importlib.util, sys; spec = importlib.util.spec_from_file_location('m', sys.argv[1]); "
-             "print('foreign' if 'SpeculativeAlgorithX' in spec.loader.get_code('m').co_names else 'source')")
-    ran = subprocess.run([str(env.venv / "bin/python"), "-c", probe, str(source)], capture_output=True, text=True)
+    probe = (
+        "import importlib.util, sys; spec = importlib.util.spec_from_file_location('m', sys.argv[1]); "
+        "print('foreign' if 'SpeculativeAlgorithX' in spec.loader.get_code('m').co_names else 'source')"
+    )
+    ran = subprocess.run(
+        [str(env.venv / "bin/python"), "-c", probe, str(source)], capture_output=True, text=True
+    )
     assert ran.returncode == 0, ran.stderr
     return ran.stdout.strip()
 
@@ -157,7 +187,9 @@ def test_a_foreign_pyc_is_refused_by_the_first_baseline(benv, kind):
     assert SPEC_PYC in audit.stdout and "delete them and Python compiles the source again" in audit.stdout
     for argv in (["snapshot", "--name", "start"], ["apply", "ddtree"], ["apply", "ddtree", "--dry-run"]):
         proc = benv.pk(*argv, check=2)
-        assert f"{SPEC_PYC} (bytecode)" in proc.stderr and "no baseline was recorded" in proc.stderr, proc.stderr
+        assert f"{SPEC_PYC} (bytecode)" in proc.stderr and "no baseline was recorded" in proc.stderr, (
+            proc.stderr
+        )
     assert "baseline" not in benv.pk("log", check=None).stdout
     foreign = (site / SPEC_PYC).read_bytes()
     benv.pk("snapshot", "--name", "start", "--restore-pristine")

@@ -12,15 +12,20 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import edit_file, fingerprinted
-from patchkeeper.host import disk, distcheck, fingerprint, statcache
+
+from patchkeeper.host import distcheck, fingerprint, statcache
 
 
 def _take(env) -> dict:
     state = env.state_dir / "env"
-    return fingerprint.take([str(env.site)], str(state), str(env.site), ("distributions", "native"),
-                            os.path.join(str(env.site), "sglang-0.5.23.dist-info"))
+    return fingerprint.take(
+        [str(env.site)],
+        str(state),
+        str(env.site),
+        ("distributions", "native"),
+        os.path.join(str(env.site), "sglang-0.5.23.dist-info"),
+    )
 
 
 def _own_copies(site: Path, names: list[str]) -> None:
@@ -62,7 +67,7 @@ def test_record_verdicts_are_sealed_and_refused_after_any_change_they_read(env, 
     checked, while every file it read keeps its identity; an in-place edit (same size), a file
     replaced by another inode, a rewritten RECORD and a removed distribution are each checked again
     and show."""
-    monkeypatch.setattr(statcache.StatCache, "GRANULARITY_NS", -10**12)  # seal even this fresh copy
+    monkeypatch.setattr(statcache.StatCache, "GRANULARITY_NS", -(10**12))  # seal even this fresh copy
     _own_copies(env.site, [p.name for p in env.site.iterdir() if not p.name.startswith("sglang")])
     pip_file = env.site / "pip" / "__init__.py"
     first = _take(env)
@@ -114,11 +119,13 @@ def test_the_audits_record_answers_are_sealed_with_their_details(env, monkeypatc
     """An audit's RECORD check of the other distributions (what an SSH target answers on every
     audit: no kept answer there) comes from its own seal while nothing it read changed, with the
     same findings and details; a same-size edit in place is checked again and shows, detail and all."""
-    monkeypatch.setattr(statcache.StatCache, "GRANULARITY_NS", -10**12)  # seal even this fresh copy
+    monkeypatch.setattr(statcache.StatCache, "GRANULARITY_NS", -(10**12))  # seal even this fresh copy
     _own_copies(env.site, [p.name for p in env.site.iterdir() if not p.name.startswith("sglang")])
     from patchkeeper.host.agent import Agent
 
-    names = sorted(p.name for p in env.site.iterdir() if p.name.endswith(".dist-info") and "sglang" not in p.name)
+    names = sorted(
+        p.name for p in env.site.iterdir() if p.name.endswith(".dist-info") and "sglang" not in p.name
+    )
     cache = str(env.state_dir / "audit")
     pip_file = env.site / "pip" / "__init__.py"
     data = pip_file.read_bytes()
@@ -130,8 +137,11 @@ def test_the_audits_record_answers_are_sealed_with_their_details(env, monkeypatc
 
     checked: list[str] = []
     real = distcheck.check_record
-    monkeypatch.setattr(distcheck, "check_record", lambda site, name, cache_dir, **stats: checked.append(name)
-                        or real(site, name, cache_dir, **stats))
+    monkeypatch.setattr(
+        distcheck,
+        "check_record",
+        lambda site, name, cache_dir, **stats: checked.append(name) or real(site, name, cache_dir, **stats),
+    )
     assert Agent().audit_record(str(env.site), names, cache) == first and checked == []
 
     setuptools_file = env.site / "setuptools" / "__init__.py"
@@ -142,7 +152,8 @@ def test_the_audits_record_answers_are_sealed_with_their_details(env, monkeypatc
     assert checked == ["setuptools-65.5.0.dist-info"]  # only the distribution whose file changed
     assert again["pip-23.2.1.dist-info"] == first["pip-23.2.1.dist-info"]
     assert again["setuptools-65.5.0.dist-info"].findings == (
-        ("setuptools/__init__.py", "changed", f"differs from RECORD (sha256, {len(text)} bytes)"),)
+        ("setuptools/__init__.py", "changed", f"differs from RECORD (sha256, {len(text)} bytes)"),
+    )
 
 
 def test_no_record_verdict_is_sealed_within_the_clock_granularity(env):
@@ -158,7 +169,10 @@ def test_the_fingerprint_a_change_records_is_what_the_files_show(env):
     distributions are told by their RECORD's identity, their files not read (a change costs no more in
     a venv of 200 distributions): the baseline's fingerprint read them, and audit still finds a hand edit."""
     env.pk("apply", "ddtree")
-    baseline, applied = _entry_env(env, "baseline")["distributions"]["pip"], _entry_env(env, "apply")["distributions"]["pip"]
+    baseline, applied = (
+        _entry_env(env, "baseline")["distributions"]["pip"],
+        _entry_env(env, "apply")["distributions"]["pip"],
+    )
     assert baseline["differ"] == [] and "differ" not in applied and applied["checked"] == "identity"
     assert applied["identity"] == baseline["identity"] and applied["version"] == baseline["version"]
     pip_file = env.site / "pip" / "__init__.py"
@@ -166,7 +180,9 @@ def test_the_fingerprint_a_change_records_is_what_the_files_show(env):
     env.pk("rollback", "--to", "baseline")
     assert "differ" not in _entry_env(env, "rollback")["distributions"]["pip"]
     audit = json.loads(env.pk("audit", "--json", check=1).stdout)
-    assert any(f["path"] == "pip/__init__.py" and f["class"] == "environment" for f in audit["findings"]), audit
+    assert any(f["path"] == "pip/__init__.py" and f["class"] == "environment" for f in audit["findings"]), (
+        audit
+    )
     shutil.copy(_an_elf_object(), env.site / "pip" / "_speedups.so")
     shutil.rmtree(env.site / "setuptools-65.5.0.dist-info")
     env.pk("apply", "ddtree")
@@ -183,7 +199,7 @@ def test_the_package_layout_is_remembered_until_its_files_change(env, monkeypatc
     from patchkeeper.host.agent import Agent
     from patchkeeper.targets import open_target
 
-    monkeypatch.setattr(statcache.StatCache, "GRANULARITY_NS", -10**12)
+    monkeypatch.setattr(statcache.StatCache, "GRANULARITY_NS", -(10**12))
     _own_copies(env.site, ["sglang-0.5.23.dist-info"])
     config = workspace.load(env.root).target(None)
     assert open_target(config).info.version == "0.5.23"
@@ -210,12 +226,15 @@ def test_the_package_layout_is_remembered_until_its_files_change(env, monkeypatc
 
 
 def _run(env, *args: str, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *kw.get("flags", ()), "-m", "patchkeeper", *args],
-                          capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, *kw.get("flags", ()), "-m", "patchkeeper", *args], capture_output=True, text=True
+    )
 
 
 def _imports(proc: subprocess.CompletedProcess) -> set[str]:
-    return {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    return {
+        line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")
+    }
 
 
 def test_manifest_text_quotes_as_each_key_alone_would_say():
@@ -226,8 +245,16 @@ def test_manifest_text_quotes_as_each_key_alone_would_say():
     from patchkeeper.host import manifest_text
 
     row = ("blake3:" + "0" * 64, 3, 0o644)
-    cases = [["a.py", "b/c.py"], ['"q.py', "z.py"], ["a.py", '"q.py'], ["a.py", 'b"q.py'], ["a\\b.py", "z.py"],
-             ["a.py", "b\x01.py"], ["a.py", "b\x7f.py"], ["a.py", "tab\there.py"]]
+    cases = [
+        ["a.py", "b/c.py"],
+        ['"q.py', "z.py"],
+        ["a.py", '"q.py'],
+        ["a.py", 'b"q.py'],
+        ["a\\b.py", "z.py"],
+        ["a.py", "b\x01.py"],
+        ["a.py", "b\x7f.py"],
+        ["a.py", "tab\there.py"],
+    ]
     for keys in cases:
         rows = {k: row for k in sorted(keys)}
         text = manifest_text.write_rows(rows)

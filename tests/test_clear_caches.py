@@ -25,7 +25,9 @@ def test_clear_caches_removes_every_cache_and_the_next_commands_answer_the_same(
     cached = {p for p in state if p.split("/")[0] not in RECORDS}
     for kind in ("statcache.json", "audit/tree.seal", "audit/records.seal", "env/"):
         assert any(p.startswith(kind) for p in cached), (kind, sorted(cached))
-    assert {"ledgers", "interpreters.marshal", "dist-infos.marshal"} <= {p.split("/")[0] for p in _files(user)}
+    assert {"ledgers", "interpreters.marshal", "dist-infos.marshal"} <= {
+        p.split("/")[0] for p in _files(user)
+    }
     status, audit = env.pk("status", "--json").stdout, env.pk("audit", "--json", check=None)
 
     proc = env.pk("clear-caches")

@@ -40,7 +40,8 @@ def test_workspace_keeps_the_ledger_and_every_state_manifest(env):
     out = env.root / "snapshots" / "local"
     log = json.loads(env.pk("log", "--json").stdout)
     assert sorted(p.name for p in (out / "ledger").iterdir()) == sorted(
-        f"{e['seq']:06d}-{e['id']}.json" for e in log)
+        f"{e['seq']:06d}-{e['id']}.json" for e in log
+    )
     states = {e["after"]["id"] for e in log}
     assert {p.stem for p in (out / "manifests").iterdir()} == states and len(states) == 3
     baseline = next(e["after"]["id"] for e in log if e["kind"] == "baseline")

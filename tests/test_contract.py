@@ -35,13 +35,19 @@ def site(tmp_path):
         digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
         return f"{rel},sha256={digest},{len(data)}\n"
 
-    (dist / "RECORD").write_text(line("demo/__init__.py", b"X = 1\n") + line("demo/util.py", b"other\n")
-                                 + "demo-1.0.dist-info/RECORD,,\n")
+    (dist / "RECORD").write_text(
+        line("demo/__init__.py", b"X = 1\n")
+        + line("demo/util.py", b"other\n")
+        + "demo-1.0.dist-info/RECORD,,\n"
+    )
     tag = sys.implementation.cache_tag
     other = tmp_path / "other.py"
     other.write_text("X = 2\n")
-    py_compile.compile(str(other), cfile=str(pkg / "__pycache__" / f"__init__.{tag}.pyc"),
-                       invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    py_compile.compile(
+        str(other),
+        cfile=str(pkg / "__pycache__" / f"__init__.{tag}.pyc"),
+        invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
+    )
     return site
 
 
@@ -62,10 +68,14 @@ def _answers(agent, site, tmp_path) -> dict:
         "scan": rows,
         "bytecode": agent.audit_bytecode(s, sys.implementation.cache_tag, [], None),
         "compare": agent.compare_many(CompareRequest(str(state / "store"), (manifest, manifest), scan)),
-        "tree": agent.audit_tree(TreeRequest(str(state / "store"), manifest, scan, sys.implementation.cache_tag)),
+        "tree": agent.audit_tree(
+            TreeRequest(str(state / "store"), manifest, scan, sys.implementation.cache_tag)
+        ),
         "manifest_rows": agent.manifest_rows(str(state / "store"), manifest),
         # just written: its identity too fresh to be remembered
-        "read_changed": agent.read_changed(str(state / "ledger"), ".json", {"000000-gone.json": (1, 2, 3, 4)}),
+        "read_changed": agent.read_changed(
+            str(state / "ledger"), ".json", {"000000-gone.json": (1, 2, 3, 4)}
+        ),
         "record": agent.audit_record(s, ["demo-1.0.dist-info"], None),
         "owner": agent.state_dir_owner(str(tmp_path / "venv"), str(state), s, False),
         "lock": agent.lock(str(state / "lock"), {"command": "test"}),
@@ -88,28 +98,44 @@ def test_the_agent_in_process_and_over_the_wire_give_the_same_values(site, tmp_p
     finally:
         proxy.close()
     assert held is None  # unlocked above
-    assert isinstance(taken, contract.LockHolder) and taken.command == "again" and taken.pid == proxy.hello["pid"]
+    assert (
+        isinstance(taken, contract.LockHolder)
+        and taken.command == "again"
+        and taken.pid == proxy.hello["pid"]
+    )
 
     here["owner"], there["owner"] = here["owner"].owner, there["owner"].owner  # the state dirs differ by name
     assert here == there
     for name, value in here.items():  # typed values, not dicts, on both sides
-        assert value is None or is_dataclass(value) or name in ("manifest_rows", "clean_temps", "record", "owner",
-                                                                "compare"), name
+        assert (
+            value is None
+            or is_dataclass(value)
+            or name in ("manifest_rows", "clean_temps", "record", "owner", "compare")
+        ), name
     assert [type(c) for c in there["compare"]] == [contract.Comparison] * 2 and not there["compare"][0].pairs
     assert isinstance(there["record"]["demo-1.0.dist-info"], contract.RecordCheck)
-    assert there["record"]["demo-1.0.dist-info"].findings == (("demo/util.py", "changed", there["record"][
-        "demo-1.0.dist-info"].findings[0][2]),)
+    assert there["record"]["demo-1.0.dist-info"].findings == (
+        ("demo/util.py", "changed", there["record"]["demo-1.0.dist-info"].findings[0][2]),
+    )
     assert [(p, k) for p, k, _ in there["bytecode"].findings] == [
-        (f"demo/__pycache__/__init__.{sys.implementation.cache_tag}.pyc", "mismatch")]
+        (f"demo/__pycache__/__init__.{sys.implementation.cache_tag}.pyc", "mismatch")
+    ]
     assert there["lstat"].mode == 0o640 and there["lstat"].is_file and there["lstat missing"] is None
     assert there["dist_info"].record == ("demo/__init__.py", "demo/util.py", "demo-1.0.dist-info/RECORD")
     assert Entry.of(there["scan"].rows["demo/util.py"]).mode == 0o640
-    assert there["read_changed"] == contract.ChangedFiles({"000001-a.json": b"{}"}, {"000001-a.json": None},
-                                                          ("000000-gone.json",))
+    assert there["read_changed"] == contract.ChangedFiles(
+        {"000001-a.json": b"{}"}, {"000001-a.json": None}, ("000000-gone.json",)
+    )
     assert there["manifest_rows"] == there["scan"].rows  # rows are (digest, size, mode) tuples on both sides
     tree = there["tree"]  # the scan and the bytecode check in one pass, typed to the leaves
-    assert isinstance(tree.comparison, contract.Comparison) and isinstance(tree.bytecode, contract.BytecodeCheck)
-    assert tree.files == len(there["scan"].rows) and not tree.comparison.pairs and tree.bytecode == there["bytecode"]
+    assert isinstance(tree.comparison, contract.Comparison) and isinstance(
+        tree.bytecode, contract.BytecodeCheck
+    )
+    assert (
+        tree.files == len(there["scan"].rows)
+        and not tree.comparison.pairs
+        and tree.bytecode == there["bytecode"]
+    )
 
 
 def test_a_frame_carries_bytes_nested_anywhere_as_payloads():
@@ -117,7 +143,11 @@ def test_a_frame_carries_bytes_nested_anywhere_as_payloads():
 
     from patchkeeper.host import wire
 
-    value = {"rows": [("a.py", b"\x00\xff", 3)], "deep": {"x": [bytearray(b"y"), memoryview(b"zz")]}, "s": "\udc80"}
+    value = {
+        "rows": [("a.py", b"\x00\xff", 3)],
+        "deep": {"x": [bytearray(b"y"), memoryview(b"zz")]},
+        "s": "\udc80",
+    }
     frame = wire.encode({"ok": 1}, value)
     assert b"\x00\xff" in frame and b"\\u0000b" in frame  # the bytes travel raw, referred to from the header
     header, back = wire.decode(io.BytesIO(frame).read)
@@ -130,12 +160,17 @@ def test_a_frame_carries_bytes_nested_anywhere_as_payloads():
 def test_a_kept_agent_answers_dist_info_again_only_while_its_files_are_unchanged(site, monkeypatch):
     from patchkeeper.host.statcache import StatCache
 
-    monkeypatch.setattr(StatCache, "GRANULARITY_NS", -10**12)  # the files were just written: trust them anyway
+    monkeypatch.setattr(
+        StatCache, "GRANULARITY_NS", -(10**12)
+    )  # the files were just written: trust them anyway
     agent = Agent()
     first = agent.dist_info([str(site)], "demo")
     agent.park()  # the next command's agent: the same process
     assert agent.dist_info([str(site)], "demo") is first  # answered from memory
-    assert agent.dist_info([str(site)], "demo", False).record == () and first.tops == ("demo", "demo-1.0.dist-info")
+    assert agent.dist_info([str(site)], "demo", False).record == () and first.tops == (
+        "demo",
+        "demo-1.0.dist-info",
+    )
 
     record = site / "demo-1.0.dist-info" / "RECORD"
     record.write_text(record.read_text() + "demo/extra.py,,\n")  # a reinstall rewrites RECORD

@@ -6,7 +6,6 @@ import shutil
 import signal
 
 import pytest
-
 from conftest import copy_venv, make_workspace
 
 
@@ -15,8 +14,11 @@ def _workspace(root, venv):
     and a clone keeps the template's recorded drop-in)."""
     env = make_workspace(root, venv)
     config = env.root / "patchkeeper.toml"
-    config.write_text(config.read_text().replace("[targets.local.vars]\n",
-                                                 '[targets.local.vars]\npython = "/opt/sglang/bin/python3"\n'))
+    config.write_text(
+        config.read_text().replace(
+            "[targets.local.vars]\n", '[targets.local.vars]\npython = "/opt/sglang/bin/python3"\n'
+        )
+    )
     return env
 
 
@@ -29,7 +31,11 @@ def _prepare(tmp_path, pristine, op):
 
 
 def _args(op):
-    return {"apply": ["apply", "ddtree"], "switch": ["apply", "nextn"], "rollback": ["rollback", "--to", "baseline"]}[op]
+    return {
+        "apply": ["apply", "ddtree"],
+        "switch": ["apply", "nextn"],
+        "rollback": ["rollback", "--to", "baseline"],
+    }[op]
 
 
 def _clone(tmp_path, template, n):
@@ -76,14 +82,26 @@ def test_kill_at_every_step_then_recover(op, tmp_path, pristine_venv):
     assert old != new
     points = _fault_points(tmp_path, template, op)
     kinds = {name.split(" ", 1)[0] for _, name in points}
-    assert {"stored", "journal-prepared", "staged", "journal-committed", "placed", "ledger", "done"} <= kinds, kinds
+    assert {
+        "stored",
+        "journal-prepared",
+        "staged",
+        "journal-committed",
+        "placed",
+        "ledger",
+        "done",
+    } <= kinds, kinds
 
     crashed_before_commit = crashed_after_commit = 0
     chosen = _chosen(points)
     for n in chosen:
         env = _clone(tmp_path, template, n)
         trace = tmp_path / f"trace-{n}"
-        proc = env.pk(*_args(op), check=None, env={"PATCHKEEPER_CRASH_AT": str(n), "PATCHKEEPER_CRASH_TRACE": str(trace)})
+        proc = env.pk(
+            *_args(op),
+            check=None,
+            env={"PATCHKEEPER_CRASH_AT": str(n), "PATCHKEEPER_CRASH_TRACE": str(trace)},
+        )
         assert proc.returncode == -signal.SIGKILL, proc.stderr
         step = trace.read_text().splitlines()[-1].split(" ", 1)[1]
         assert step == dict(points)[n], "the run took another path than the traced one"

@@ -8,6 +8,7 @@ import json
 
 from conftest import copy_venv, make_workspace
 from helpers import ledger, stack
+
 from patchkeeper.checks import units
 
 
@@ -16,12 +17,26 @@ def test_good_apply_runs_the_rendered_unit_and_passes(env, deployment):
     host_unit = env.unit.read_bytes()
     proc = env.pk("apply", "ddtree")
     unit = env.dropin.read_text()  # the drop-in beside the host's unit, which stays as the host wrote it
-    assert f"--port {deployment.port}" in unit and "--speculative-draft-model-path /root/models/Qwen3.6-27B-DFlash" in unit
-    assert "{{" not in unit and "verification passed: 24 tokens" in proc.stdout and env.unit.read_bytes() == host_unit
+    assert (
+        f"--port {deployment.port}" in unit
+        and "--speculative-draft-model-path /root/models/Qwen3.6-27B-DFlash" in unit
+    )
+    assert (
+        "{{" not in unit
+        and "verification passed: 24 tokens" in proc.stdout
+        and env.unit.read_bytes() == host_unit
+    )
     assert "runs the unit's effective ExecStart" in proc.stdout and proc.stdout.count("warm-up") == 2
     report = ledger(env)[-1]["extra"]["verify"]
-    assert [c["name"] for c in report["checks"]] == ["restart", "ready", "server", "generate", "algorithm", "accept",
-                                                     "output"]
+    assert [c["name"] for c in report["checks"]] == [
+        "restart",
+        "ready",
+        "server",
+        "generate",
+        "algorithm",
+        "accept",
+        "output",
+    ]
     assert len(report["extra"]["warmups"]) == 2
     # the ledger entry records the values the unit was rendered with
     applied = [e for e in ledger(env) if e["kind"] == "apply"][0]
@@ -42,7 +57,9 @@ def test_broken_ddtree_quotes_the_first_error_and_rolls_back(env, deployment):
     assert "OSError" not in quoted[1]  # 150 lines above the end: not in the tail, quoted all the same
     journal = deployment.journal.read_text().splitlines()
     at = next(i for i, line in enumerate(journal) if line.startswith("OSError"))
-    end = next(i for i in range(at, len(journal)) if journal[i].startswith("-- restart at"))  # the rollback's restart
+    end = next(
+        i for i in range(at, len(journal)) if journal[i].startswith("-- restart at")
+    )  # the rollback's restart
     assert sum(1 for line in journal[at:end] if "capture cuda graph" in line) == 150
     assert "is back in place and verifies" in proc.stdout and env.snapshot() == before and stack(env) == []
 
@@ -83,12 +100,16 @@ def test_two_targets_get_their_own_units_from_one_patch_set(env, tmp_path, prist
     unit2.write_text(env.unit.read_text())
     dropin2 = tmp_path / "ct200.service.d" / "50-patchkeeper.conf"
     with open(env.root / "patchkeeper.toml", "a") as f:
-        f.write(f'\n[targets.ct200]\npython = "{second}/bin/python"\npackage = "sglang"\n'
-                f'[targets.ct200.files]\nunit = "{unit2}"\n[targets.ct200.vars]\nport = 30001\ntp_size = 4\n'
-                'model_path = "/data/models/Qwen3.6-27B"\ndraft_model_path = "/data/models/Qwen3.6-27B-DFlash"\n')
+        f.write(
+            f'\n[targets.ct200]\npython = "{second}/bin/python"\npackage = "sglang"\n'
+            f'[targets.ct200.files]\nunit = "{unit2}"\n[targets.ct200.vars]\nport = 30001\ntp_size = 4\n'
+            'model_path = "/data/models/Qwen3.6-27B"\ndraft_model_path = "/data/models/Qwen3.6-27B-DFlash"\n'
+        )
     dry = env.pk("apply", "dflash", "-t", "ct200", "--dry-run").stdout
-    assert f"      | ExecStart={second}/bin/python -m sglang.launch_server --model-path /data/models/Qwen3.6-27B " \
-           "--port 30001 \\" in dry  # the rendered file, run by the target's own interpreter
+    assert (
+        f"      | ExecStart={second}/bin/python -m sglang.launch_server --model-path /data/models/Qwen3.6-27B "
+        "--port 30001 \\" in dry
+    )  # the rendered file, run by the target's own interpreter
     env.pk("apply", "dflash")
     env.pk("apply", "dflash", "-t", "ct200")
     ours = units.effective([("unit", env.unit.read_text()), ("dropin", env.dropin.read_text())]).argv
@@ -102,10 +123,16 @@ def test_two_targets_get_their_own_units_from_one_patch_set(env, tmp_path, prist
     assert between.count("@dropin") == 1 and "@unit" not in between  # only the drop-in differs
     assert "the unit's ExecStart (effective, from " in between and "--port 30001" in between
     shown = env.pk("show", "dflash").stdout
-    assert "variable  port (int 1..65535) = '30000'" in shown and "variable  draft_model_path (path): no default" in shown
+    assert (
+        "variable  port (int 1..65535) = '30000'" in shown
+        and "variable  draft_model_path (path): no default" in shown
+    )
     assert "variable  python (path): the target's own interpreter" in shown
     exported = env.pk("export", "dflash").stdout
-    assert "# variables: the role files are templates using" in exported and "draft_model_path (no default)" in exported
+    assert (
+        "# variables: the role files are templates using" in exported
+        and "draft_model_path (no default)" in exported
+    )
 
 
 def test_an_undefined_variable_is_refused_by_name(tmp_path, pristine_venv):
@@ -122,12 +149,31 @@ def test_an_undefined_variable_is_refused_by_name(tmp_path, pristine_venv):
 
 
 def test_exec_start_is_read_as_systemd_reads_it():
-    unit = ('[Unit]\nDescription=x\nExecStart=/not/this\n[Service]\nEnvironment="MODEL=/m 1" PORT=8\n'
-            'ExecStart=/bin/old\nExecStart=\nExecStart=-/usr/bin/python3 -m s \\\n# a comment\n'
-            '    --model "${MODEL}" --port $PORT \\\n    --name \'a b\' --pct 90%% --cost $$5\n')
+    unit = (
+        '[Unit]\nDescription=x\nExecStart=/not/this\n[Service]\nEnvironment="MODEL=/m 1" PORT=8\n'
+        "ExecStart=/bin/old\nExecStart=\nExecStart=-/usr/bin/python3 -m s \\\n# a comment\n"
+        "    --model \"${MODEL}\" --port $PORT \\\n    --name 'a b' --pct 90%% --cost $$5\n"
+    )
     cmd = units.exec_start(unit)
-    assert cmd.argv == ("/usr/bin/python3", "-m", "s", "--model", "/m 1", "--port", "8", "--name", "a b",
-                        "--pct", "90%", "--cost", "$5") and cmd.problem is None
+    assert (
+        cmd.argv
+        == (
+            "/usr/bin/python3",
+            "-m",
+            "s",
+            "--model",
+            "/m 1",
+            "--port",
+            "8",
+            "--name",
+            "a b",
+            "--pct",
+            "90%",
+            "--cost",
+            "$5",
+        )
+        and cmd.problem is None
+    )
     assert units.exec_start("[Service]\nExecStart=@/bin/sh mysh -c x\n").argv == ("mysh", "-c", "x")
     assert "%i" in units.exec_start("[Service]\nExecStart=/bin/x %i\n").problem
     assert units.exec_start("[Service]\nType=oneshot\n") is None
@@ -142,8 +188,17 @@ def test_a_regression_needs_the_ratio_and_a_floor_and_errors_are_found_anywhere(
     found = verify.regression(then, {"seconds": 141.0, "tokens_per_s": 0.45}, None, svc)
     assert len(found) == 1 and found[0].startswith("the smoke request: 2.15 s then, 141 s now (65.6x")
     assert verify.regression({**then, "seconds": 0.01}, {"seconds": 0.05}, None, svc) == []  # 5x of jitter
-    assert verify.regression(then, {"seconds": 2.2}, 400.0, svc)[0].startswith("ready after restart: 60 s then")
+    assert verify.regression(then, {"seconds": 2.2}, 400.0, svc)[0].startswith(
+        "ready after restart: 60 s then"
+    )
     assert verify.regression({**then, "ready": 5.0}, {"seconds": 2.2}, 30.0, svc) == []  # 6x, but 25 s more
-    log = ["INFO start", "ERROR: CUDA out of memory", *["INFO ok"] * 200, "Traceback (most recent call last):"]
-    assert verify.first_errors("\n".join(log)) == ("line 2 of 203: ERROR: CUDA out of memory",
-                                                   "line 203 of 203: Traceback (most recent call last):")
+    log = [
+        "INFO start",
+        "ERROR: CUDA out of memory",
+        *["INFO ok"] * 200,
+        "Traceback (most recent call last):",
+    ]
+    assert verify.first_errors("\n".join(log)) == (
+        "line 2 of 203: ERROR: CUDA out of memory",
+        "line 203 of 203: Traceback (most recent call last):",
+    )

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import copy_venv, edit_file, make_workspace
 from helpers import NO_INDEX, ledger, wheel
 
@@ -24,7 +23,9 @@ def test_a_failed_verify_says_what_changed_since_the_last_pass_and_what_to_run(e
     deployment.configure()
     env.pk("apply", "nextn")
     state = ledger(env)[-1]["after"]["id"]
-    deployment.rule(NEXTN="broken")  # the service breaks; on the host, six and one file of sglang were touched
+    deployment.rule(
+        NEXTN="broken"
+    )  # the service breaks; on the host, six and one file of sglang were touched
     six = env.site / "six.py"
     edit_file(six, six.read_bytes() + b"# patched on the host\n")
     edit_file(env.site / VERSION, (env.site / VERSION).read_bytes() + b"# by hand\n")
@@ -51,7 +52,10 @@ def test_a_failed_verify_says_what_changed_since_the_last_pass_and_what_to_run(e
     repaired = env.pk("repair", "six", "--wheel", str(wheel("six-1.17.0-*.whl")), env=NO_INDEX)
     assert "local: restarting and verifying the service (--no-verify skips this)" in repaired.stdout
     assert "verification passed" in repaired.stdout
-    assert [(e["kind"], e["extra"].get("phase")) for e in ledger(env)][-2:] == [("repair", None), ("verify", "repair")]
+    assert [(e["kind"], e["extra"].get("phase")) for e in ledger(env)][-2:] == [
+        ("repair", None),
+        ("verify", "repair"),
+    ]
     edit_file(six, six.read_bytes() + b"# again\n")
     quiet = env.pk("repair", "six", "--wheel", str(wheel("six-1.17.0-*.whl")), "--no-verify", env=NO_INDEX)
     assert "restarting" not in quiet.stdout and ledger(env)[-1]["kind"] == "repair"
@@ -61,20 +65,26 @@ def test_json_documents_of_a_dry_rollback_a_repair_a_verify_and_an_error(env, de
     deployment.configure()
     env.pk("apply", "ddtree")
     dry = json.loads(env.pk("rollback", "--to", "baseline", "--dry-run", "--json").stdout)
-    assert dry["schema_version"] == 1 and dry["dry_run"] and dry["exit_code"] == 0 and dry["verifications"] == []
-    change, = dry["changes"]
+    assert (
+        dry["schema_version"] == 1 and dry["dry_run"] and dry["exit_code"] == 0 and dry["verifications"] == []
+    )
+    (change,) = dry["changes"]
     assert change["transaction"] is None and change["kind"] == "rollback"
     files = {f["key"]: f for f in change["files"]}
     assert files["@dropin"]["change"] == "removed" and files["@dropin"]["new"] is None
     assert files["sglang/srt/speculative/ddtree_utils.py"]["change"] == "removed"
-    assert files["sglang/srt/speculative/spec_info.py"]["old"]["digest"] != files[
-        "sglang/srt/speculative/spec_info.py"]["new"]["digest"]
+    assert (
+        files["sglang/srt/speculative/spec_info.py"]["old"]["digest"]
+        != files["sglang/srt/speculative/spec_info.py"]["new"]["digest"]
+    )
     assert change["exec_start"]["source"] == str(env.unit)  # without the drop-in, the host's own ExecStart
     assert dry["after"]["id"] == ledger(env)[0]["after"]["id"] and ledger(env)[-1]["kind"] == "verify"
 
     six = env.site / "six.py"
     edit_file(six, six.read_bytes() + b"# patched on the host\n")
-    doc = json.loads(env.pk("repair", "six", "--wheel", str(wheel("six-1.17.0-*.whl")), "--json", env=NO_INDEX).stdout)
+    doc = json.loads(
+        env.pk("repair", "six", "--wheel", str(wheel("six-1.17.0-*.whl")), "--json", env=NO_INDEX).stdout
+    )
     assert doc["command"].startswith("repair six") and doc["exit_code"] == 0
     assert [f["path"] for f in doc["changes"][0]["files"]] == [str(six)]
     assert [(v["phase"], v["ok"]) for v in doc["verifications"]] == [("repair", True)]
@@ -82,7 +92,14 @@ def test_json_documents_of_a_dry_rollback_a_repair_a_verify_and_an_error(env, de
     verified = json.loads(env.pk("verify", "--json").stdout)
     assert verified["schema"] == "patchkeeper/change" and verified["ok"] and verified["diagnosis"] is None
     assert [c["name"] for c in verified["verifications"][0]["checks"]] == [
-        "ready", "server", "generate", "algorithm", "accept", "output", "history"]
+        "ready",
+        "server",
+        "generate",
+        "algorithm",
+        "accept",
+        "output",
+        "history",
+    ]
 
     proc = env.pk("apply", "no-such-set", "--json", check=2)
     error = json.loads(proc.stdout)

@@ -10,7 +10,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from conftest import PRISTINE, REPO, SITE_REL, copy_venv, make_workspace
 from made_wheels import make_wheel, pip_install, rebuilt
 
@@ -43,16 +42,22 @@ def test_six_rebuilt_with_other_code_and_a_consistent_record_is_found(denv, tmp_
 
     with zipfile.ZipFile(six_wheel()) as z:
         six_py = z.read("six.py")
-    other = rebuilt(six_wheel(), tmp_path / "rebuilt", {"six.py": six_py + b"\nimport os  # not the release\n"})
+    other = rebuilt(
+        six_wheel(), tmp_path / "rebuilt", {"six.py": six_py + b"\nimport os  # not the release\n"}
+    )
     pip_install(denv.venv, other, reinstall=True)
     doc = audit(denv, check=1)
     found = [f for f in doc["findings"] if f["class"] == "environment"]
     assert [(f["dist"], f["kind"]) for f in found] == [("six", "rebuilt")]
-    assert "six 1.17.0 is another build" in found[0]["detail"] and "environment drift in six" in doc["summary"]
+    assert (
+        "six 1.17.0 is another build" in found[0]["detail"] and "environment drift in six" in doc["summary"]
+    )
     proc = denv.pk("diff", "--env", "--against", "start", check=1)
     assert "distribution rebuilt    six  1.17.0 is another build" in proc.stdout
     doc = json.loads(denv.pk("diff", "--env", "--against", "start", "--json", check=1).stdout)
-    assert [(c["area"], c["kind"], c["subject"]) for c in doc["changes"]] == [("distribution", "rebuilt", "six")]
+    assert [(c["area"], c["kind"], c["subject"]) for c in doc["changes"]] == [
+        ("distribution", "rebuilt", "six")
+    ]
 
 
 def test_a_pyc_the_wheel_ships_and_pip_compiles_again_is_no_drift(denv, tmp_path):
@@ -61,28 +66,55 @@ def test_a_pyc_the_wheel_ships_and_pip_compiles_again_is_no_drift(denv, tmp_path
     import sys
 
     tag = sys.implementation.cache_tag
-    shipped = importlib.util.MAGIC_NUMBER + bytes(12) + marshal.dumps(compile("VALUE = 0\n", "build/mod.py", "exec"))
-    whl = make_wheel(tmp_path / "w", "shippyc", "1.0", {"shippyc/__init__.py": b"", "shippyc/mod.py": b"VALUE = 1\n",
-                                                          f"shippyc/__pycache__/mod.{tag}.pyc": shipped})
+    shipped = (
+        importlib.util.MAGIC_NUMBER
+        + bytes(12)
+        + marshal.dumps(compile("VALUE = 0\n", "build/mod.py", "exec"))
+    )
+    whl = make_wheel(
+        tmp_path / "w",
+        "shippyc",
+        "1.0",
+        {
+            "shippyc/__init__.py": b"",
+            "shippyc/mod.py": b"VALUE = 1\n",
+            f"shippyc/__pycache__/mod.{tag}.pyc": shipped,
+        },
+    )
     pip_install(denv.venv, whl)
     record = (denv.site / "shippyc-1.0.dist-info" / "RECORD").read_text().splitlines()
     assert len([r for r in record if r.startswith(f"shippyc/__pycache__/mod.{tag}.pyc,")]) == 2  # as numpy's
     doc = audit(denv, check=0)
-    assert doc["findings"] == [] and doc["summary"] == "no recorded state; sglang matches its RECORD; environment clean"
+    assert (
+        doc["findings"] == []
+        and doc["summary"] == "no recorded state; sglang matches its RECORD; environment clean"
+    )
     assert json.loads(denv.pk("env", "--json").stdout)["distributions"]["shippyc"]["differ"] == []
 
 
 def test_a_top_level_file_two_wheels_install_is_shared_not_drift(denv, tmp_path):
-    first = make_wheel(tmp_path / "w", "flashinfer-stand-in", "0.6.0",
-                       {"flashinfer_stand_in/__init__.py": b"", "build_backend.py": b"# flashinfer's backend\n"})
-    second = make_wheel(tmp_path / "w", "dlpack-stand-in", "0.1.0",
-                        {"dlpack_stand_in/__init__.py": b"", "build_backend.py": b"# the dlpack extension's backend\n"})
+    first = make_wheel(
+        tmp_path / "w",
+        "flashinfer-stand-in",
+        "0.6.0",
+        {"flashinfer_stand_in/__init__.py": b"", "build_backend.py": b"# flashinfer's backend\n"},
+    )
+    second = make_wheel(
+        tmp_path / "w",
+        "dlpack-stand-in",
+        "0.1.0",
+        {"dlpack_stand_in/__init__.py": b"", "build_backend.py": b"# the dlpack extension's backend\n"},
+    )
     pip_install(denv.venv, first)
     pip_install(denv.venv, second)  # its bytes win
     doc = audit(denv, check=0)
     assert doc["findings"] == []
-    assert any(n.startswith("build_backend.py: a file of flashinfer_stand_in, also installed by dlpack_stand_in-0.1.0")
-               for n in doc["notes"]), doc["notes"]
+    assert any(
+        n.startswith(
+            "build_backend.py: a file of flashinfer_stand_in, also installed by dlpack_stand_in-0.1.0"
+        )
+        for n in doc["notes"]
+    ), doc["notes"]
     out = denv.pk("audit").stdout
     assert "environment clean" in out and "build_backend.py: a file of flashinfer_stand_in" in out
     denv.pk("snapshot", "--name", "start")
@@ -94,8 +126,10 @@ def test_a_top_level_file_two_wheels_install_is_shared_not_drift(denv, tmp_path)
     # bytes of neither: a change again
     (denv.site / "build_backend.py").write_text("# by hand\n")
     doc = audit(denv, check=1)
-    assert {(f["dist"], f["kind"]) for f in doc["findings"]} == {("flashinfer_stand_in", "changed"),
-                                                                ("dlpack_stand_in", "changed")}
+    assert {(f["dist"], f["kind"]) for f in doc["findings"]} == {
+        ("flashinfer_stand_in", "changed"),
+        ("dlpack_stand_in", "changed"),
+    }
 
 
 def test_audit_before_any_baseline_names_files_the_record_does_not_know(denv):
@@ -138,7 +172,13 @@ def test_record_rows_split_as_csv_splits_them(tmp_path):
         lines = record_lines(str(record))
         assert list(record_text_rows(lines)) == by_csv(lines) != []
     quoted = tmp_path / "RECORD"
-    quoted.write_text('"a,b.py",sha256=AAA,3\r\nc.py,sha256=BBB,\r\n__pycache__/c.pyc,,\r\nd.py,sha256=CCC,7\r\n'
-                      'd.py,,\r\n', newline="")
+    quoted.write_text(
+        '"a,b.py",sha256=AAA,3\r\nc.py,sha256=BBB,\r\n__pycache__/c.pyc,,\r\nd.py,sha256=CCC,7\r\nd.py,,\r\n',
+        newline="",
+    )
     lines = record_lines(str(quoted))
-    assert list(record_text_rows(lines)) == by_csv(lines) == [("a,b.py", "sha256", "AAA", 3), ("c.py", "sha256", "BBB", None)]
+    assert (
+        list(record_text_rows(lines))
+        == by_csv(lines)
+        == [("a,b.py", "sha256", "AAA", 3), ("c.py", "sha256", "BBB", None)]
+    )

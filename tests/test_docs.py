@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -85,8 +84,14 @@ def run_in_one_shell(cmds: list[Command], cwd: Path, env: dict[str, str]) -> lis
     script = []
     for n, cmd in enumerate(cmds):
         script += [f"printf '\\n@@docs-start {n}\\n'", cmd.text, f"printf '\\n@@docs-end {n} %s\\n' $?"]
-    proc = subprocess.run(["bash", "-c", "\n".join(script)], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.run(
+        ["bash", "-c", "\n".join(script)],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     ran = []
     for n, cmd in enumerate(cmds):
         m = re.search(rf"\n@@docs-start {n}\n(.*?)\n@@docs-end {n} (\d+)\n", proc.stdout, re.S)
@@ -96,19 +101,29 @@ def run_in_one_shell(cmds: list[Command], cwd: Path, env: dict[str, str]) -> lis
 
 def wrong(ran: list[Ran]) -> str:
     """Each command that did not exit as its doc says, with its output; '' when all did."""
-    return "\n\n".join(f"$ {r.command.text}\nexit {r.exit}, the doc says {r.command.exit}\n{r.output}"
-                       for r in ran if r.exit != r.command.exit)
+    return "\n\n".join(
+        f"$ {r.command.text}\nexit {r.exit}, the doc says {r.command.exit}\n{r.output}"
+        for r in ran
+        if r.exit != r.command.exit
+    )
 
 
 def shell_env(bin_dir: Path | None = None, **extra: str) -> dict[str, str]:
     """The environment a reader has: patchkeeper on PATH (this venv's, or the one installed in
     `bin_dir`, then without PYTHONPATH), a git identity, and the doc's variables."""
-    git = {f"GIT_{who}_{what}": value for who in ("AUTHOR", "COMMITTER")
-           for what, value in (("NAME", "Docs Reader"), ("EMAIL", "reader@example.test"))}
+    git = {
+        f"GIT_{who}_{what}": value
+        for who in ("AUTHOR", "COMMITTER")
+        for what, value in (("NAME", "Docs Reader"), ("EMAIL", "reader@example.test"))
+    }
     if bin_dir is not None:
         return {**clean_env(bin_dir), **git, **extra}
-    return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}", **git,
-            **extra}
+    return {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        **git,
+        **extra,
+    }
 
 
 # ---- the quick start runs as written --------------------------------------------------------------
@@ -129,9 +144,18 @@ def test_the_readme_quick_start_runs_as_written(tmp_path, pristine_venv, sshd, i
     write_client_config(Path(os.environ["HOME"]), sshd, ["gpu1-host"])
     cwd = tmp_path / "reader"
     cwd.mkdir()
-    ran = run_in_one_shell(cmds, cwd, shell_env(
-        installed_bin, VENV=str(venv), PATCHKEEPER_SRC=str(REPO), HOST="gpu1-host", HOST_VENV=str(host_venv),
-        HOST_UNIT=str(host_unit)))
+    ran = run_in_one_shell(
+        cmds,
+        cwd,
+        shell_env(
+            installed_bin,
+            VENV=str(venv),
+            PATCHKEEPER_SRC=str(REPO),
+            HOST="gpu1-host",
+            HOST_VENV=str(host_venv),
+            HOST_UNIT=str(host_unit),
+        ),
+    )
     assert not wrong(ran), wrong(ran)
     pristine = tree(pristine_venv)
     assert tree(venv) == pristine and tree(host_venv) == pristine
@@ -139,17 +163,21 @@ def test_the_readme_quick_start_runs_as_written(tmp_path, pristine_venv, sshd, i
 
 
 def test_a_command_that_does_not_exit_as_documented_is_caught(tmp_path):
-    block = ("cat > f.toml <<EOF\n# not a command\nx = 1\nEOF\n"
-             "patchkeeper lsit\n"
-             "patchkeeper --version                # exit 1: wrong on purpose\n"
-             "patchkeeper --workspace . list       # exit 2: no patchkeeper.toml here\n")
+    block = (
+        "cat > f.toml <<EOF\n# not a command\nx = 1\nEOF\n"
+        "patchkeeper lsit\n"
+        "patchkeeper --version                # exit 1: wrong on purpose\n"
+        "patchkeeper --workspace . list       # exit 2: no patchkeeper.toml here\n"
+    )
     cmds = commands(block)
     assert [c.exit for c in cmds] == [0, 0, 1, 2] and cmds[0].text.endswith("x = 1\nEOF")
     ran = run_in_one_shell(cmds, tmp_path, shell_env())
     assert [r.exit for r in ran] == [0, 2, 0, 2]
     assert (tmp_path / "f.toml").read_text() == "# not a command\nx = 1\n"
     report = wrong(ran)
-    assert report.count("\n$ ") == 1 and "$ patchkeeper lsit\n" in report and "$ patchkeeper --version" in report
+    assert (
+        report.count("\n$ ") == 1 and "$ patchkeeper lsit\n" in report and "$ patchkeeper --version" in report
+    )
 
 
 # ---- the README's shape -------------------------------------------------------------------------
@@ -167,19 +195,27 @@ def test_every_linked_doc_exists():
     for page in pages:  # links to pages and to folders (the lab notes beside bench/ and scripts/)
         for link in re.findall(r"\]\(([^)#\s]+(?:\.md|/))(?:#[^)]*)?\)", page.read_text()):
             target = page.parent / link
-            if not link.startswith(("http://", "https://")) and not (target.is_dir() if link.endswith("/") else target.is_file()):
+            if not link.startswith(("http://", "https://")) and not (
+                target.is_dir() if link.endswith("/") else target.is_file()
+            ):
                 missing.append(f"{page.relative_to(REPO)} -> {link}")
     for page in pages:  # and every file of this repository a page names
-        missing += [f"{page.relative_to(REPO)} -> {name}" for name in
-                    re.findall(r"(?<![\w/])((?:src|tests|bench|scripts)/[\w/.-]+\.(?:py|sh|json))", page.read_text())
-                    if not (REPO / name).is_file()]
+        missing += [
+            f"{page.relative_to(REPO)} -> {name}"
+            for name in re.findall(
+                r"(?<![\w/])((?:src|tests|bench|scripts)/[\w/.-]+\.(?:py|sh|json))", page.read_text()
+            )
+            if not (REPO / name).is_file()
+        ]
     for source in sorted((REPO / "src").rglob("*.py")):  # the hints of errors name pages too
-        missing += [f"{source.relative_to(REPO)} -> {name}" for name in re.findall(r"docs/[\w-]+\.md", source.read_text())
-                    if not (REPO / name).is_file()]
+        missing += [
+            f"{source.relative_to(REPO)} -> {name}"
+            for name in re.findall(r"docs/[\w-]+\.md", source.read_text())
+            if not (REPO / name).is_file()
+        ]
     assert not missing, missing
     linked = set(re.findall(r"\]\((docs/[^)#\s]+\.md)", README.read_text()))
     assert linked and {f"docs/{p.name}" for p in DOCS.glob("*.md")} <= linked
-
 
 
 def test_docs_hold_user_pages_only_and_the_lab_notes_are_linked_from_development():
@@ -188,6 +224,7 @@ def test_docs_hold_user_pages_only_and_the_lab_notes_are_linked_from_development
     assert [p.name for p in DOCS.iterdir() if p.is_dir() or re.search(r"\d{4}-\d\d-\d\d|BENCH", p.name)] == []
     development = section(README.read_text(), "Development")
     assert "](bench/BENCHMARKS.md)" in development and "](scripts/gpu_host/run-2026-12-02/)" in development
+
 
 def _help(*verb: str) -> str:
     exe = Path(sys.executable).parent / "patchkeeper"
@@ -236,8 +273,11 @@ def test_every_command_in_the_docs_names_real_verbs_and_options():
                 text = helps[verb]
                 for word in words[1:]:
                     option = word.split("=", 1)[0]
-                    if re.fullmatch(r"--?[a-zA-Z][\w-]*", option) and not re.search(
-                            rf"(?<![\w-]){re.escape(option)}(?![\w-])", text) and (verb, option) not in PENDING:
+                    if (
+                        re.fullmatch(r"--?[a-zA-Z][\w-]*", option)
+                        and not re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", text)
+                        and (verb, option) not in PENDING
+                    ):
                         bad.append(f"{page.name}: `{verb}` has no option {option}: {line}")
     assert shown >= 40, shown
     assert not bad, "\n".join(bad)

@@ -6,7 +6,6 @@ mode: tests/test_ansible.py)."""
 from __future__ import annotations
 
 import pytest
-
 from conftest import every_path
 
 
@@ -19,8 +18,9 @@ def _changed(before: dict, after: dict) -> list[str]:
     return sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
 
 
-@pytest.mark.parametrize("verb", [("apply", "ddtree", "--dry-run"), ("check", "ddtree"),
-                                  ("apply", "ddtree", "--all", "--dry-run")])
+@pytest.mark.parametrize(
+    "verb", [("apply", "ddtree", "--dry-run"), ("check", "ddtree"), ("apply", "ddtree", "--all", "--dry-run")]
+)
 def test_a_dry_run_on_a_pristine_target_creates_no_state_dir(env, verb):
     before = _host(env)
     env.pk(*verb)
@@ -29,8 +29,10 @@ def test_a_dry_run_on_a_pristine_target_creates_no_state_dir(env, verb):
     assert not (env.venv / ".patchkeeper").exists()
 
 
-@pytest.mark.parametrize("verb", [("apply", "nextn", "--dry-run"), ("check", "nextn"),
-                                  ("rollback", "--to", "baseline", "--dry-run")])
+@pytest.mark.parametrize(
+    "verb",
+    [("apply", "nextn", "--dry-run"), ("check", "nextn"), ("rollback", "--to", "baseline", "--dry-run")],
+)
 def test_a_dry_run_on_a_recorded_target_leaves_its_state_dir_byte_identical(env, verb):
     env.pk("apply", "ddtree")
     before = _host(env)

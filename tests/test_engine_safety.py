@@ -106,11 +106,16 @@ def _pristine(env, rel):
 def test_lock_names_its_holder_and_a_dead_holder_is_detected(env):
     env.pk("status")
     holder = subprocess.Popen(
-        [sys.executable, "-c",
-         "import sys,time; from patchkeeper.host.agent import Agent;"
-         f"assert Agent().lock({str(env.state_dir / 'lock')!r}, {{'command': 'apply ddtree'}}) is None;"
-         "print('locked', flush=True); time.sleep(60)"],
-        stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import sys,time; from patchkeeper.host.agent import Agent;"
+            f"assert Agent().lock({str(env.state_dir / 'lock')!r}, {{'command': 'apply ddtree'}}) is None;"
+            "print('locked', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         proc = env.pk("apply", "nextn", check=2)

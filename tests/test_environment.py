@@ -12,22 +12,27 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, SITE_REL, copy_venv, edit_file, fingerprinted, make_workspace
+from sshd import sshd  # noqa: F401 (a fixture)
+
 from patchkeeper.commands.verify import PREVIOUS_FAILS
 from patchkeeper.host import elf, fingerprint
 from patchkeeper.host import gpu as gpu_stack
-from sshd import sshd  # noqa: F401 (a fixture)
 
 WHEELS = Path(os.environ.get("PK_WHEELS", REPO / ".cache" / "wheels"))
 CAPTURED = REPO.parent / "shared" / "fixtures" / "gpu-host-h200"
 if not CAPTURED.exists():  # the worktrees of this repository sit one level deeper than main
     CAPTURED = Path("/work/shared/fixtures/gpu-host-h200")
 # Two real H200 hosts' `nvidia-smi -q -x`: one captured by hand, one printed on the device machine (its README).
-GPU_HOSTS = {"captured": CAPTURED / "nvidia-smi-q.xml",
-             "device": REPO / "tests" / "fixtures" / "gpu-host-h200-device" / "nvidia-smi-q.xml"}
+GPU_HOSTS = {
+    "captured": CAPTURED / "nvidia-smi-q.xml",
+    "device": REPO / "tests" / "fixtures" / "gpu-host-h200-device" / "nvidia-smi-q.xml",
+}
 GPU_XML = GPU_HOSTS["captured"]
-UUIDS = {"captured": "GPU-24f329aa-fbed-d450-0b08-05de21981072", "device": "GPU-e416addf-13cd-bdcd-3df9-5916bbc6758d"}
+UUIDS = {
+    "captured": "GPU-24f329aa-fbed-d450-0b08-05de21981072",
+    "device": "GPU-e416addf-13cd-bdcd-3df9-5916bbc6758d",
+}
 
 
 def wheel(pattern: str) -> Path:
@@ -38,8 +43,20 @@ def wheel(pattern: str) -> Path:
 
 
 def pip_install(venv: Path, *wheels: Path) -> None:
-    subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "-q", "--no-deps", "--no-index",
-                    *map(str, wheels)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            str(venv / "bin/python"),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            *map(str, wheels),
+        ],
+        check=True,
+        capture_output=True,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -57,17 +74,33 @@ def build_ext(site: Path, marker: str = "one") -> None:
     src = site.parent / f"csrc-{marker}"
     src.mkdir(exist_ok=True)
     (src / "dep.c").write_text(f'const char *dep_marker(void) {{ return "{marker}"; }}\n')
-    (src / "ext.c").write_text("#include <string.h>\nconst char *dep_marker(void);\n"
-                               "size_t ext(void) { return strlen(dep_marker()); }\n")
+    (src / "ext.c").write_text(
+        "#include <string.h>\nconst char *dep_marker(void);\n"
+        "size_t ext(void) { return strlen(dep_marker()); }\n"
+    )
     (site / "pkg.libs").mkdir(exist_ok=True)
     (site / "pkg").mkdir(exist_ok=True)
     dep = site / "pkg.libs" / "libdep.so.1"
     tmp = src / "libdep.so.1"
-    subprocess.run(["cc", "-shared", "-fPIC", "-Wl,-soname,libdep.so.1", "-o", str(tmp), str(src / "dep.c")], check=True)
+    subprocess.run(
+        ["cc", "-shared", "-fPIC", "-Wl,-soname,libdep.so.1", "-o", str(tmp), str(src / "dep.c")], check=True
+    )
     dep.unlink(missing_ok=True)
     shutil.copy(tmp, dep)
-    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(site / "pkg" / "_ext.so"), str(src / "ext.c"),
-                    f"-L{src}", "-l:libdep.so.1", "-Wl,--enable-new-dtags,-rpath,$ORIGIN/../pkg.libs"], check=True)
+    subprocess.run(
+        [
+            "cc",
+            "-shared",
+            "-fPIC",
+            "-o",
+            str(site / "pkg" / "_ext.so"),
+            str(src / "ext.c"),
+            f"-L{src}",
+            "-l:libdep.so.1",
+            "-Wl,--enable-new-dtags,-rpath,$ORIGIN/../pkg.libs",
+        ],
+        check=True,
+    )
 
 
 @pytest.fixture
@@ -77,18 +110,24 @@ def eenv(tmp_path, env_pristine):
     return make_workspace(tmp_path / "ws", venv)
 
 
-def stand_in_nvidia_smi(bindir: Path, driver: str | None = None, gpus: int = 1, xml_path: Path = GPU_XML) -> dict:
+def stand_in_nvidia_smi(
+    bindir: Path, driver: str | None = None, gpus: int = 1, xml_path: Path = GPU_XML
+) -> dict:
     """A `nvidia-smi` that prints a real H200 host's `-q -x` output (optionally with another
     driver version, or its GPU repeated): the environment for a CLI run with it on PATH."""
     xml = xml_path.read_text()
     if driver:
-        xml = xml.replace("<driver_version>580.159.04</driver_version>", f"<driver_version>{driver}</driver_version>")
+        xml = xml.replace(
+            "<driver_version>580.159.04</driver_version>", f"<driver_version>{driver}</driver_version>"
+        )
     if gpus > 1:
         start, end = xml.index("\t<gpu id="), xml.index("</gpu>") + len("</gpu>\n")
         block = xml[start:end]
-        uuid = block[block.index("<uuid>") + len("<uuid>"):][:12]  # GPU-xxxxxxxx
-        copies = [block.replace(uuid, f"GPU-{i:08x}").replace("00:06.0", f"00:{6 + i:02x}.0")
-                  for i in range(1, gpus)]
+        uuid = block[block.index("<uuid>") + len("<uuid>") :][:12]  # GPU-xxxxxxxx
+        copies = [
+            block.replace(uuid, f"GPU-{i:08x}").replace("00:06.0", f"00:{6 + i:02x}.0")
+            for i in range(1, gpus)
+        ]
         xml = xml[:end] + "".join(copies) + xml[end:]
         xml = xml.replace("<attached_gpus>1</attached_gpus>", f"<attached_gpus>{gpus}</attached_gpus>")
     bindir.mkdir(parents=True, exist_ok=True)
@@ -118,14 +157,18 @@ def test_elf_reader_and_loader_cache_agree_with_the_toolchain(tmp_path):
     cache = elf.parse_ld_cache(Path("/etc/ld.so.cache").read_bytes(), ext["machine"])
     printed: dict[str, str] = {}
     arch = {62: "x86-64", 183: "AArch64"}.get(ext["machine"], "")
-    for line in subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, check=True).stdout.splitlines()[1:]:
+    for line in subprocess.run(
+        ["ldconfig", "-p"], capture_output=True, text=True, check=True
+    ).stdout.splitlines()[1:]:
         name, _, path = line.strip().partition(" => ")
         if arch in name:
             printed.setdefault(name.split(" (")[0], path)
     assert cache == printed and "libc.so.6" in cache
     # the resolver follows RUNPATH ($ORIGIN expanded), then the cache, and names site files portably
     got = fingerprint.native([str(site)], None)["pkg/_ext.so"]["resolved"]
-    assert got["libdep.so.1"]["path"] == "$SITE/pkg.libs/libdep.so.1" and got["libdep.so.1"]["via"] == "runpath"
+    assert (
+        got["libdep.so.1"]["path"] == "$SITE/pkg.libs/libdep.so.1" and got["libdep.so.1"]["via"] == "runpath"
+    )
     assert got["libc.so.6"]["via"] in ("cache", "default")
 
 
@@ -145,12 +188,15 @@ def test_the_fingerprint_lists_no_stage_or_temp_file_of_patchkeeper(tmp_path):
 
 
 def test_xid_lines_from_kmsg_records_and_dmesg_lines():
-    records = ["6,100,5000000,-;NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  580.159.04\n",
-               "4,101,7123456,-;NVRM: Xid (PCI:0000:00:06): 79, pid=1234, name=python3, GPU has fallen off the bus.\n",
-               "[  912.5] NVRM: Xid (PCI:0000:00:06): 48, pid=77, DBE (0x2,0x1) has been detected.\n"]
+    records = [
+        "6,100,5000000,-;NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  580.159.04\n",
+        "4,101,7123456,-;NVRM: Xid (PCI:0000:00:06): 79, pid=1234, name=python3, GPU has fallen off the bus.\n",
+        "[  912.5] NVRM: Xid (PCI:0000:00:06): 48, pid=77, DBE (0x2,0x1) has been detected.\n",
+    ]
     assert gpu_stack.xid_lines(records) == [
         "[    7.123456] NVRM: Xid (PCI:0000:00:06): 79, pid=1234, name=python3, GPU has fallen off the bus.",
-        "[  912.5] NVRM: Xid (PCI:0000:00:06): 48, pid=77, DBE (0x2,0x1) has been detected."]
+        "[  912.5] NVRM: Xid (PCI:0000:00:06): 48, pid=77, DBE (0x2,0x1) has been detected.",
+    ]
 
 
 @pytest.mark.parametrize("host", sorted(GPU_HOSTS))
@@ -159,17 +205,28 @@ def test_nvidia_smi_xml_of_real_h200_hosts(host):
     xml = GPU_HOSTS[host].read_bytes()
     gpu = gpu_stack.parse_nvidia_smi(xml)
     assert gpu["driver"] == "580.159.04" and gpu["cuda"] == "13.0"
-    assert gpu["gpus"] == [{"name": "NVIDIA H200", "uuid": UUIDS[host],
-                            "bus_id": "00000000:00:06.0", "memory_total": "143771 MiB",
-                            "remapped_rows": {"correctable": "0", "uncorrectable": "0", "pending": "No",
-                                              "failure": "No"},
-                            "ecc": {"mode": "Enabled", "volatile_correctable": "0", "volatile_uncorrectable": "0",
-                                    "aggregate_correctable": "0", "aggregate_uncorrectable": "0"}}]
+    assert gpu["gpus"] == [
+        {
+            "name": "NVIDIA H200",
+            "uuid": UUIDS[host],
+            "bus_id": "00000000:00:06.0",
+            "memory_total": "143771 MiB",
+            "remapped_rows": {"correctable": "0", "uncorrectable": "0", "pending": "No", "failure": "No"},
+            "ecc": {
+                "mode": "Enabled",
+                "volatile_correctable": "0",
+                "volatile_uncorrectable": "0",
+                "aggregate_correctable": "0",
+                "aggregate_uncorrectable": "0",
+            },
+        }
+    ]
     # The counts are sums over DRAM and SRAM: a volatile DRAM error and an SRAM parity error are 2.
     text = xml.decode()
     volatile = text.index("<volatile>")
-    text = text[:volatile] + text[volatile:].replace("<dram_uncorrectable>0<", "<dram_uncorrectable>1<", 1) \
-        .replace("<sram_uncorrectable_parity>0<", "<sram_uncorrectable_parity>1<", 1)
+    text = text[:volatile] + text[volatile:].replace(
+        "<dram_uncorrectable>0<", "<dram_uncorrectable>1<", 1
+    ).replace("<sram_uncorrectable_parity>0<", "<sram_uncorrectable_parity>1<", 1)
     ecc = gpu_stack.parse_nvidia_smi(text.encode())["gpus"][0]["ecc"]
     assert ecc["volatile_uncorrectable"] == "2" and ecc["aggregate_uncorrectable"] == "0"
 
@@ -180,19 +237,31 @@ def test_an_uncorrectable_ecc_error_is_a_health_change_and_an_older_fingerprint_
     gpu = gpu_stack.parse_nvidia_smi(GPU_HOSTS["device"].read_bytes())
     before_ecc = {**gpu, "gpus": [{k: v for k, v in g.items() if k != "ecc"} for g in gpu["gpus"]]}
     assert environment.compare({"gpu": before_ecc}, {"gpu": gpu}) == []
-    correctable = {**gpu, "gpus": [{**gpu["gpus"][0], "ecc": {**gpu["gpus"][0]["ecc"], "volatile_correctable": "7"}}]}
+    correctable = {
+        **gpu,
+        "gpus": [{**gpu["gpus"][0], "ecc": {**gpu["gpus"][0]["ecc"], "volatile_correctable": "7"}}],
+    }
     assert environment.compare({"gpu": gpu}, {"gpu": correctable}) == []
-    bad = {**gpu, "gpus": [{**gpu["gpus"][0], "ecc": {**gpu["gpus"][0]["ecc"], "volatile_uncorrectable": "2"}}]}
+    bad = {
+        **gpu,
+        "gpus": [{**gpu["gpus"][0], "ecc": {**gpu["gpus"][0]["ecc"], "volatile_uncorrectable": "2"}}],
+    }
     [change] = environment.compare({"gpu": gpu}, {"gpu": bad})
     assert (change.subject, change.kind) == (UUIDS["device"], "health")
-    assert "'volatile_uncorrectable': '0'" in change.detail and "'volatile_uncorrectable': '2'" in change.detail
+    assert (
+        "'volatile_uncorrectable': '0'" in change.detail and "'volatile_uncorrectable': '2'" in change.detail
+    )
 
 
 # ---- through the CLI ---------------------------------------------------------------------------
 def test_env_of_real_wheels_and_two_installs_fingerprint_alike(eenv, pristine_venv, tmp_path):
     fp = env_json(eenv)
     dists = fp["distributions"]
-    assert dists["six"]["version"] == "1.17.0" and dists["six"]["differ"] == [] and dists["six"]["installer"] == "pip"
+    assert (
+        dists["six"]["version"] == "1.17.0"
+        and dists["six"]["differ"] == []
+        and dists["six"]["installer"] == "pip"
+    )
     assert dists["torchcodec"]["differ"] == [] and dists["sglang"]["managed"]
     speedups = next(k for k in fp["native"] if k.startswith("markupsafe/_speedups"))
     assert fp["native"][speedups]["resolved"]["libc.so.6"] is not None
@@ -217,8 +286,14 @@ def test_env_of_real_wheels_and_two_installs_fingerprint_alike(eenv, pristine_ve
     # six downgraded on one side: exit 1, named
     pip_install(other, wheel("six-1.16.0-*.whl"))
     doc = json.loads(eenv.pk("diff", "--env", "local", "other", "--json", check=1).stdout)
-    assert doc["changes"] == [{"area": "distribution", "subject": "six", "kind": "version",
-                               "detail": "local: 1.17.0; other: 1.16.0"}]
+    assert doc["changes"] == [
+        {
+            "area": "distribution",
+            "subject": "six",
+            "kind": "version",
+            "detail": "local: 1.17.0; other: 1.16.0",
+        }
+    ]
 
 
 def test_audit_native_and_diff_env_find_a_removed_or_replaced_library(eenv):
@@ -242,7 +317,9 @@ def test_audit_native_and_diff_env_find_a_removed_or_replaced_library(eenv):
     native = [f for f in doc["findings"] if f["class"] == "native"]
     assert [(f["path"], f["kind"]) for f in native] == [("pkg/_ext.so", "changed")]
     out = eenv.pk("diff", "--env", "local:before", "local", check=1).stdout
-    assert "native       changed    pkg/_ext.so  libdep.so.1: $SITE/pkg.libs/libdep.so.1 has other bytes" in out
+    assert (
+        "native       changed    pkg/_ext.so  libdep.so.1: $SITE/pkg.libs/libdep.so.1 has other bytes" in out
+    )
 
 
 @pytest.mark.parametrize("host", sorted(GPU_HOSTS))
@@ -253,20 +330,29 @@ def test_gpu_stack_from_a_stand_in_nvidia_smi(eenv, tmp_path, host):
     assert [g["name"] for g in fp["gpu"]["gpus"]] == ["NVIDIA H200"]
     out = eenv.pk("env", env=h200).stdout
     assert "gpu          driver 580.159.04, CUDA 13.0, 1 GPU(s): NVIDIA H200 (143771 MiB)" in out
-    assert (f"  00000000:00:06.0 NVIDIA H200 {UUIDS[host]}: remapped_rows correctable=0 uncorrectable=0 pending=No "
-            "failure=No; ecc mode=Enabled volatile_correctable=0 volatile_uncorrectable=0 aggregate_correctable=0 "
-            "aggregate_uncorrectable=0") in out
+    assert (
+        f"  00000000:00:06.0 NVIDIA H200 {UUIDS[host]}: remapped_rows correctable=0 uncorrectable=0 pending=No "
+        "failure=No; ecc mode=Enabled volatile_correctable=0 volatile_uncorrectable=0 aggregate_correctable=0 "
+        "aggregate_uncorrectable=0"
+    ) in out
     eenv.pk("snapshot", "--name", "h200", env=h200)
     assert eenv.pk("diff", "--env", "--against", "h200", env=h200).returncode == 0
 
     newer = stand_in_nvidia_smi(tmp_path / "bin-b", driver="590.48.01", gpus=2, xml_path=GPU_HOSTS[host])
     doc = json.loads(eenv.pk("diff", "--env", "--against", "h200", "--json", env=newer, check=1).stdout)
     assert {(c["subject"], c["detail"]) for c in doc["changes"]} == {
-        ("driver", "580.159.04 -> 590.48.01"), ("count", "1 -> 2 GPU(s)"),
-        ("models", "driver 580.159.04, CUDA 13.0, 1 GPU(s): NVIDIA H200 (143771 MiB) -> "
-                   "driver 590.48.01, CUDA 13.0, 2 GPU(s): 2x NVIDIA H200 (143771 MiB)")}
+        ("driver", "580.159.04 -> 590.48.01"),
+        ("count", "1 -> 2 GPU(s)"),
+        (
+            "models",
+            "driver 580.159.04, CUDA 13.0, 1 GPU(s): NVIDIA H200 (143771 MiB) -> "
+            "driver 590.48.01, CUDA 13.0, 2 GPU(s): 2x NVIDIA H200 (143771 MiB)",
+        ),
+    }
     doc = json.loads(eenv.pk("diff", "--env", "--against", "h200", "--json", check=1).stdout)  # no driver now
-    assert [c["subject"] for c in doc["changes"]] == ["driver"] and "no NVIDIA driver" in doc["changes"][0]["detail"]
+    assert [c["subject"] for c in doc["changes"]] == ["driver"] and "no NVIDIA driver" in doc["changes"][0][
+        "detail"
+    ]
 
 
 def test_every_state_and_passing_verification_keeps_a_fingerprint_and_old_ledgers_still_read(eenv):
@@ -294,7 +380,9 @@ def test_every_state_and_passing_verification_keeps_a_fingerprint_and_old_ledger
     assert eenv.pk("log").returncode == 0
 
 
-def test_a_previous_state_that_fails_too_is_reported_with_what_changed_since_it_passed(env, service, tmp_path):
+def test_a_previous_state_that_fails_too_is_reported_with_what_changed_since_it_passed(
+    env, service, tmp_path
+):
     service()  # healthy until the toml says otherwise
     h200 = stand_in_nvidia_smi(tmp_path / "bin-a")
     env.pk("snapshot", "--name", "good", env=h200)
@@ -313,7 +401,9 @@ def test_a_previous_state_that_fails_too_is_reported_with_what_changed_since_it_
     assert "  gpu          changed    driver  580.159.04 -> 590.48.01" in out
     assert "  GPU now      driver 590.48.01, CUDA 13.0, 1 GPU(s): NVIDIA H200 (143771 MiB)" in out
     assert "remapped_rows correctable=0 uncorrectable=0 pending=No failure=No" in out
-    kept = fingerprinted(env)  # every state and transaction, and the passing verification (not the failing ones)
+    kept = fingerprinted(
+        env
+    )  # every state and transaction, and the passing verification (not the failing ones)
     assert ("verify", True) in kept and all(ok for kind, ok in kept if kind != "verify")
 
 
@@ -324,8 +414,10 @@ def test_diff_env_between_two_ssh_hosts(fleet):
     doc = json.loads(fleet.pk("diff", "--env", "ct129", "ct200", "--json", check=1).stdout)
     speedups = next(c["subject"] for c in doc["changes"] if c["area"] == "native")
     assert [(c["area"], c["subject"], c["kind"]) for c in doc["changes"]] == [
-        ("distribution", "markupsafe", "installed"), ("distribution", "six", "version"),
-        ("native", speedups, "present")]
+        ("distribution", "markupsafe", "installed"),
+        ("distribution", "six", "version"),
+        ("native", speedups, "present"),
+    ]
     assert doc["changes"][0]["detail"] == "ct129: not installed; ct200: 3.0.4 (installed by pip)"
     assert doc["a"] == "ct129 (now)" and doc["b"] == "ct200 (now)"
     fp = json.loads(fleet.pk("env", "-t", "ct200", "--json").stdout)  # taken on the host, by its own Python
@@ -363,7 +455,9 @@ def test_a_damaged_shared_object_is_named_damaged_not_its_libraries_unresolved(e
     ldd = subprocess.run(["ldd", str(eenv.site / "pkg/_ext.so")], capture_output=True, text=True)
     assert "libdep.so.1 => not found" in ldd.stdout
     doc = json.loads(eenv.pk("audit", "--json", check=1).stdout)
-    assert [(f["path"], f["kind"]) for f in doc["findings"] if f["class"] == "native"] == [("pkg/_ext.so", "unresolved")]
+    assert [(f["path"], f["kind"]) for f in doc["findings"] if f["class"] == "native"] == [
+        ("pkg/_ext.so", "unresolved")
+    ]
 
 
 def swapped(detail: str, a: str, b: str) -> str:
@@ -384,7 +478,9 @@ def test_diff_env_of_two_hosts_is_one_comparison_either_way_round(eenv, pristine
     data = so.read_bytes()
     so.unlink()
     so.write_bytes(data[:4096])  # damaged on one host only
-    edit_file(eenv.site / "markupsafe/__init__.py", (eenv.site / "markupsafe/__init__.py").read_bytes() + b"#\n")
+    edit_file(
+        eenv.site / "markupsafe/__init__.py", (eenv.site / "markupsafe/__init__.py").read_bytes() + b"#\n"
+    )
     with open(eenv.root / "patchkeeper.toml", "a") as f:
         f.write(f'\n[targets.other]\npython = "{other}/bin/python"\npackage = "sglang"\n')
     ab = json.loads(eenv.pk("diff", "--env", "local", "other", "--json", check=1).stdout)["changes"]
@@ -392,19 +488,22 @@ def test_diff_env_of_two_hosts_is_one_comparison_either_way_round(eenv, pristine
     got = {(c["area"], c["subject"], c["kind"]): c["detail"] for c in ab}
     assert got[("distribution", "six", "version")] == "local: 1.17.0; other: 1.16.0"
     speedups = f"markupsafe/{so.name}"
-    assert got[("native", speedups, "damaged")] == \
-        f"local: as in RECORD; other: differs from RECORD (changed)"
+    assert got[("native", speedups, "damaged")] == "local: as in RECORD; other: differs from RECORD (changed)"
     assert got[("distribution", "markupsafe", "files")].startswith(
-        "differ from RECORD: local: markupsafe/__init__.py (changed); other: " + f"{speedups} (changed)")
+        "differ from RECORD: local: markupsafe/__init__.py (changed); other: " + f"{speedups} (changed)"
+    )
     ext = got[("native", "pkg/_ext.so", "resolves")]
     assert ext.startswith("libdep.so.1: local: ") and "; other: " in ext
     assert not any(k[0] == "native" and k[1] == speedups and k[2] != "damaged" for k in got)
-    assert sorted((c["area"], c["subject"], c["kind"], swapped(c["detail"], "local", "other")) for c in ab) == \
-        sorted((c["area"], c["subject"], c["kind"], c["detail"]) for c in ba)
+    assert sorted(
+        (c["area"], c["subject"], c["kind"], swapped(c["detail"], "local", "other")) for c in ab
+    ) == sorted((c["area"], c["subject"], c["kind"], c["detail"]) for c in ba)
     screen = eenv.pk("diff", "--env", "local", "other", check=1).stdout
     assert screen.startswith("environments of local (now) and other (now), each difference with both values:")
     # the code diff of the two hosts says the environments differ too
-    out = eenv.pk("diff", "local", "other", check=None).stdout  # (exit: the files', the unit role on one side)
+    out = eenv.pk(
+        "diff", "local", "other", check=None
+    ).stdout  # (exit: the files', the unit role on one side)
     assert "the environments differ too: " in out and "`patchkeeper diff --env local other` lists them" in out
 
 
@@ -415,7 +514,9 @@ def test_diff_env_against_a_recorded_state_lists_files_that_differ_from_record_n
     assert eenv.pk("diff", "--env", "-t", "local").returncode == 0
     edit_file(eenv.site / "six.py", (eenv.site / "six.py").read_bytes() + b"# by hand\n")
     out = eenv.pk("diff", "--env", "-t", "local", check=1).stdout
-    assert "distribution files      six  1 file(s) differ from RECORD now (files not checked then): six.py (changed)" \
-        in out, out
+    assert (
+        "distribution files      six  1 file(s) differ from RECORD now (files not checked then): six.py (changed)"
+        in out
+    ), out
     out = eenv.pk("diff", "--env", "local:baseline", "local", check=1).stdout
     assert "distribution files      six  1 file(s) differ from RECORD (was 0): six.py (changed)" in out, out

@@ -6,18 +6,22 @@ a fresh $HOME without a git identity still commits, SSH failures in words, `snap
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
-from conftest import REPO, Env, copy_venv, make_workspace
+from conftest import copy_venv, make_workspace
 
 
 def pk(cwd: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "patchkeeper", *args], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "patchkeeper", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
 
 
 # ---- init --python ------------------------------------------------------------------------------
@@ -25,9 +29,12 @@ def test_init_refuses_a_python_that_is_not_one_and_writes_nothing(tmp_path):
     text = tmp_path / "notes.txt"
     text.write_text("not a program\n")
     text.chmod(0o755)
-    for python, said in ((tmp_path / "missing" / "python", "no such file"), (text, "cannot be run"),
-                         (Path("/bin/true"), "is not a Python that patchkeeper can run in"),
-                         (tmp_path, "is a directory")):
+    for python, said in (
+        (tmp_path / "missing" / "python", "no such file"),
+        (text, "cannot be run"),
+        (Path("/bin/true"), "is not a Python that patchkeeper can run in"),
+        (tmp_path, "is a directory"),
+    ):
         ws = tmp_path / f"ws-{python.name}"
         proc = pk(tmp_path, "-w", str(ws), "init", "--python", str(python))
         assert proc.returncode == 2 and said in proc.stderr, proc.stderr
@@ -35,7 +42,9 @@ def test_init_refuses_a_python_that_is_not_one_and_writes_nothing(tmp_path):
 
 
 def test_init_says_when_the_package_is_not_installed_there_yet(tmp_path):
-    proc = pk(tmp_path, "-w", str(tmp_path / "ws"), "init", "--python", sys.executable)  # this venv: no sglang
+    proc = pk(
+        tmp_path, "-w", str(tmp_path / "ws"), "init", "--python", sys.executable
+    )  # this venv: no sglang
     assert proc.returncode == 0, proc.stderr
     assert f"note: sglang is not installed in {sys.executable} yet (wrong venv?)" in proc.stdout
 
@@ -65,15 +74,22 @@ def test_a_typo_in_a_patch_set_or_target_name_gets_did_you_mean(env):
 
 def test_target_and_workspace_options_go_on_either_side_of_the_verb(env, tmp_path):
     expected = env.pk("status", "-t", "local").stdout
-    for args in (["-t", "local", "status", "-w", str(env.root)], ["status", "-w", str(env.root), "-t", "local"],
-                 ["--target=local", "--workspace", str(env.root), "status"], ["status", f"--workspace={env.root}"]):
+    for args in (
+        ["-t", "local", "status", "-w", str(env.root)],
+        ["status", "-w", str(env.root), "-t", "local"],
+        ["--target=local", "--workspace", str(env.root), "status"],
+        ["status", f"--workspace={env.root}"],
+    ):
         proc = pk(tmp_path, *args)
         assert proc.returncode == 0 and proc.stdout == expected, (args, proc.stderr)
 
 
 def test_status_without_a_default_target_shows_every_target(tmp_path, pristine_venv):
-    env = make_workspace(tmp_path / "ws", copy_venv(pristine_venv, tmp_path / "venv"),
-                         f'\n[targets.other]\npython = "{pristine_venv}/bin/python"\npackage = "sglang"\n')
+    env = make_workspace(
+        tmp_path / "ws",
+        copy_venv(pristine_venv, tmp_path / "venv"),
+        f'\n[targets.other]\npython = "{pristine_venv}/bin/python"\npackage = "sglang"\n',
+    )
     toml = env.root / "patchkeeper.toml"
     toml.write_text(toml.read_text().replace('default_target = "local"\n', ""))
     out = env.pk("status").stdout
@@ -98,20 +114,47 @@ def _git(root: Path, *args: str) -> str:
 def test_without_a_git_identity_the_workspace_commits_as_patchkeeper_and_says_so_once(env):
     _git(env.root, "init", "-q")
     _git(env.root, "config", "user.useConfigOnly", "true")  # no identity, and git may not guess one
-    no_identity = {"GIT_AUTHOR_NAME": "", "GIT_AUTHOR_EMAIL": "", "GIT_COMMITTER_NAME": "", "GIT_COMMITTER_EMAIL": "",
-                   "EMAIL": ""}
+    no_identity = {
+        "GIT_AUTHOR_NAME": "",
+        "GIT_AUTHOR_EMAIL": "",
+        "GIT_COMMITTER_NAME": "",
+        "GIT_COMMITTER_EMAIL": "",
+        "EMAIL": "",
+    }
     no_identity = {k: v for k, v in os.environ.items() if k not in no_identity}
-    first = subprocess.run([sys.executable, "-m", "patchkeeper", "-w", str(env.root), "apply", "ddtree", "--no-verify"],
-                           capture_output=True, text=True, env=no_identity)
+    first = subprocess.run(
+        [sys.executable, "-m", "patchkeeper", "-w", str(env.root), "apply", "ddtree", "--no-verify"],
+        capture_output=True,
+        text=True,
+        env=no_identity,
+    )
     assert first.returncode == 0, first.stderr
     email = f"patchkeeper@{socket.gethostname()}"
     assert first.stderr.count("git has no identity here") == 1 and email in first.stderr
     assert "warning" not in first.stderr
-    assert _git(env.root, "log", "-1", "--format=%an <%ae>|%cn <%ce>").strip() == f"patchkeeper <{email}>|" \
+    assert (
+        _git(env.root, "log", "-1", "--format=%an <%ae>|%cn <%ce>").strip() == f"patchkeeper <{email}>|"
         f"patchkeeper <{email}>"
-    again = subprocess.run([sys.executable, "-m", "patchkeeper", "-w", str(env.root), "rollback", "--to", "baseline",
-                            "--no-verify"], capture_output=True, text=True, env=no_identity)
-    assert again.returncode == 0 and "git has no identity" not in again.stderr and "warning" not in again.stderr
+    )
+    again = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "patchkeeper",
+            "-w",
+            str(env.root),
+            "rollback",
+            "--to",
+            "baseline",
+            "--no-verify",
+        ],
+        capture_output=True,
+        text=True,
+        env=no_identity,
+    )
+    assert (
+        again.returncode == 0 and "git has no identity" not in again.stderr and "warning" not in again.stderr
+    )
     assert "rollback" in _git(env.root, "log", "-1", "--format=%s")
 
 
@@ -119,16 +162,21 @@ def test_without_a_git_identity_the_workspace_commits_as_patchkeeper_and_says_so
 def test_ssh_failures_are_said_in_words(tmp_path, pristine_venv):
     from patchkeeper.targets.ssh import in_words
 
-    assert in_words(socket.gaierror(socket.EAI_NONAME, "Name or service not known"), "ct129", 22) == \
-        "the host name ct129 does not resolve (Name or service not known)"
+    assert (
+        in_words(socket.gaierror(socket.EAI_NONAME, "Name or service not known"), "ct129", 22)
+        == "the host name ct129 does not resolve (Name or service not known)"
+    )
     free = socket.socket()
     free.bind(("127.0.0.1", 0))
     port = free.getsockname()[1]
     free.close()  # nothing listens there now
     for persist in ("0", "60"):  # this process connects, or a holder does
-        env = make_workspace(tmp_path / f"ws{persist}", pristine_venv,
-                             f'\n[targets.far]\nssh = "nobody@127.0.0.1:{port}"\npython = "/usr/bin/python3"\n'
-                             f'package = "sglang"\npersist = {persist}\n')
+        env = make_workspace(
+            tmp_path / f"ws{persist}",
+            pristine_venv,
+            f'\n[targets.far]\nssh = "nobody@127.0.0.1:{port}"\npython = "/usr/bin/python3"\n'
+            f'package = "sglang"\npersist = {persist}\n',
+        )
         err = env.pk("status", "-t", "far", check=None).stderr
         assert f"127.0.0.1 port {port}: nothing listens there (connection refused)" in err, err
         assert "Errno" not in err
@@ -138,7 +186,9 @@ def test_ssh_failures_are_said_in_words(tmp_path, pristine_venv):
 def test_list_lines_fit_the_terminal_and_say_where_the_full_text_is(env):
     out = env.pk("list", env={"COLUMNS": "100"}).stdout
     assert max(len(line) for line in out.splitlines()) <= 100, out
-    assert "DDTREE through the DFlash worker" in out and "(a description in full: patchkeeper show NAME)" in out
+    assert (
+        "DDTREE through the DFlash worker" in out and "(a description in full: patchkeeper show NAME)" in out
+    )
     full = env.pk("show", "ddtree").stdout
     assert "Not done: tree verification is not wired yet" in " ".join(full.split())
 

@@ -13,16 +13,17 @@ from pathlib import Path
 import pytest
 
 from patchkeeper import workspace
-from patchkeeper.targets import fleet
 from patchkeeper.errors import Refused
 from patchkeeper.host.disk import cpus
+from patchkeeper.targets import fleet
 
 CONTROLLER = os.getpid()  # the pytest process (a worker that imports this module has its own)
 
 
 def _workspace(root: Path, names: list[str]) -> workspace.Workspace:
-    (root / "patchkeeper.toml").write_text("".join(
-        f'[targets.{n}]\npython = "/nonexistent/{n}/bin/python"\npackage = "sglang"\n' for n in names))
+    (root / "patchkeeper.toml").write_text(
+        "".join(f'[targets.{n}]\npython = "/nonexistent/{n}/bin/python"\npackage = "sglang"\n' for n in names)
+    )
     return workspace.load(root)
 
 
@@ -68,7 +69,9 @@ def no_child_left():
     return lambda: _children() <= before
 
 
-def test_local_targets_run_in_at_most_one_process_per_cpu_and_an_error_stays_its_line(tmp_path, no_child_left):
+def test_local_targets_run_in_at_most_one_process_per_cpu_and_an_error_stays_its_line(
+    tmp_path, no_child_left
+):
     names = [f"t{i}" for i in range(6)] + ["refused"]
     got = fleet.each(_workspace(tmp_path, names), _where, "test", progress=False)
     assert list(got) == sorted(names)
@@ -98,7 +101,7 @@ def test_a_target_whose_worker_died_is_reported_not_lost(tmp_path, no_child_left
     assert no_child_left()
 
 
-_BUFFERED = '''
+_BUFFERED = """
 import sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[2])
@@ -108,12 +111,17 @@ from patchkeeper.targets import fleet
 sys.stdout.write("before\\n")  # block-buffered: stdout is a pipe
 got = fleet.each(workspace.load(Path(sys.argv[1])), test_fleet._where, "test", progress=False)
 print(sorted(got))
-'''
+"""
 
 
 def test_what_was_buffered_for_stdout_is_written_once(tmp_path):
     _workspace(tmp_path, ["a", "b", "c"])
     env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # or nothing would be buffered
-    proc = subprocess.run([sys.executable, "-c", _BUFFERED, str(tmp_path), str(Path(__file__).parent)],
-                          capture_output=True, text=True, check=True, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", _BUFFERED, str(tmp_path), str(Path(__file__).parent)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    )
     assert proc.stdout == "before\n['a', 'b', 'c']\n"

@@ -24,8 +24,12 @@ SPACED = "sglang/plan b.py"
 
 
 def git(repo: Path, *args: str, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
-                          check=True, capture_output=True, **kw)
+    return subprocess.run(
+        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        check=True,
+        capture_output=True,
+        **kw,
+    )
 
 
 def files_of(root: Path) -> dict[str, tuple[bytes, int]]:
@@ -58,7 +62,9 @@ def _forms_repo(env, tmp_path: Path) -> tuple[Path, bytes]:
     (repo / SPEC).unlink()
     (repo / "sglang/srt/speculative/spec_info_v2.py").write_bytes(spec.replace(b"DFLASH", b"DFLASH2", 1))
     (repo / CO).rename(repo / "sglang/kernels/renamed.co")
-    (repo / "sglang/srt/speculative/spec_utils_copy.py").write_bytes((repo / UTILS).read_bytes() + b"# copied\n")
+    (repo / "sglang/srt/speculative/spec_utils_copy.py").write_bytes(
+        (repo / UTILS).read_bytes() + b"# copied\n"
+    )
     changed = bytearray(blob)
     changed[10000:10010] = b"0123456789"
     (repo / BLOB).write_bytes(bytes(changed))
@@ -75,16 +81,25 @@ def _forms_repo(env, tmp_path: Path) -> tuple[Path, bytes]:
 
 def test_git_s_renames_copies_binaries_and_modes_import_apply_export_and_roll_back(env, tmp_path):
     repo, diff = _forms_repo(env, tmp_path)
-    for form in (b"rename from sglang/srt/speculative/spec_info.py", b"similarity index 100%",
-                 b"copy from sglang/srt/speculative/spec_utils.py", b"GIT binary patch\nliteral ",
-                 b"GIT binary patch\ndelta ", b"old mode 100644\nnew mode 100755", b'"b/sglang/caf\\303\\251.py"',
-                 b"diff --git a/sglang/new thing.py b/sglang/new thing.py", b"deleted file mode 100644"):
+    for form in (
+        b"rename from sglang/srt/speculative/spec_info.py",
+        b"similarity index 100%",
+        b"copy from sglang/srt/speculative/spec_utils.py",
+        b"GIT binary patch\nliteral ",
+        b"GIT binary patch\ndelta ",
+        b"old mode 100644\nnew mode 100755",
+        b'"b/sglang/caf\\303\\251.py"',
+        b"diff --git a/sglang/new thing.py b/sglang/new thing.py",
+        b"deleted file mode 100644",
+    ):
         assert form in diff, form
     (tmp_path / "forms.patch").write_bytes(diff)
     before = env.snapshot()
     env.pk("import", "forms", str(tmp_path / "forms.patch"))
-    shown = {d["path"]: (d["kind"], d.get("source"), d.get("binary", False))
-             for d in json.loads(env.pk("show", "forms", "--json").stdout)["diffstat"]}
+    shown = {
+        d["path"]: (d["kind"], d.get("source"), d.get("binary", False))
+        for d in json.loads(env.pk("show", "forms", "--json").stdout)["diffstat"]
+    }
     assert shown["sglang/srt/speculative/spec_info_v2.py"] == ("rename", SPEC, False)
     assert shown["sglang/srt/speculative/spec_utils_copy.py"] == ("copy", UTILS, False)
     assert shown["sglang/kernels/renamed.co"] == ("rename", CO, False)
@@ -114,8 +129,12 @@ def test_a_binary_patch_for_other_bytes_is_refused_as_git_apply_refuses_it(env, 
     (tmp_path / "forms.patch").write_bytes(diff)
     env.pk("import", "forms", str(tmp_path / "forms.patch"))
     edit_file(env.site / BLOB, b"\0other bytes")
-    proc = subprocess.run(["git", "apply", "--check", str(tmp_path / "forms.patch")], cwd=env.site,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["git", "apply", "--check", str(tmp_path / "forms.patch")],
+        cwd=env.site,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode != 0 and BLOB in proc.stderr  # git refuses it too
     before = env.snapshot()
     err = env.pk("apply", "forms", "--no-verify", "--force", check=2).stderr
@@ -125,11 +144,14 @@ def test_a_binary_patch_for_other_bytes_is_refused_as_git_apply_refuses_it(env, 
 
 def _big_patch(files: int, lines: int) -> bytes:
     """A git diff adding `files` Python files of `lines` lines each."""
-    body = "".join(f"+VALUE_{i} = {i * 7919}  # a line of generated code to make the diff large\n"
-                   for i in range(lines))
-    return "".join(f"diff --git a/sglang/big_{n}.py b/sglang/big_{n}.py\nnew file mode 100644\n"
-                   f"--- /dev/null\n+++ b/sglang/big_{n}.py\n@@ -0,0 +1,{lines} @@\n{body}"
-                   for n in range(files)).encode()
+    body = "".join(
+        f"+VALUE_{i} = {i * 7919}  # a line of generated code to make the diff large\n" for i in range(lines)
+    )
+    return "".join(
+        f"diff --git a/sglang/big_{n}.py b/sglang/big_{n}.py\nnew file mode 100644\n"
+        f"--- /dev/null\n+++ b/sglang/big_{n}.py\n@@ -0,0 +1,{lines} @@\n{body}"
+        for n in range(files)
+    ).encode()
 
 
 def test_a_patch_over_32_mib_is_cut_by_file_and_applies(env, tmp_path):
@@ -152,5 +174,9 @@ def test_one_file_s_diff_over_32_mib_is_refused_at_import(env, tmp_path):
     patch.write_bytes(_big_patch(1, 470000))
     before = tree(env.root)
     err = env.pk("import", "huge", str(patch), check=2).stderr
-    assert "one file's diff (from one `diff --git` line to the next) holds" in err and "over the 32 MiB a .patch may hold" in err and "big_0.py" in err
+    assert (
+        "one file's diff (from one `diff --git` line to the next) holds" in err
+        and "over the 32 MiB a .patch may hold" in err
+        and "big_0.py" in err
+    )
     assert tree(env.root) == before

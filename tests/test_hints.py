@@ -5,8 +5,8 @@ own command tree), and each `patchkeeper VERB --option` it shows is a real verb 
 from __future__ import annotations
 
 import click
-
 from hints import Graph, graph, hints, options_named, reached
+
 from patchkeeper.cli import main
 
 
@@ -16,7 +16,11 @@ def _options(command: click.Command) -> set[str]:
 
 # Hints the call graph reaches from a verb that never gives them, and why (checked by reading the code).
 UNREACHED = {
-    ("patchkeeper.change.engine:plan_apply", "check", "--force"): "check plans with trial=True, which refuses nothing",
+    (
+        "patchkeeper.change.engine:plan_apply",
+        "check",
+        "--force",
+    ): "check plans with trial=True, which refuses nothing",
     ("patchkeeper.change.stacks:check_fits", "check", "--force"): "plan_apply calls it only when not a trial",
     ("patchkeeper.change.reapply:plan_reapply", "check", "--force"): "a trial returns before a reapply",
 }
@@ -36,8 +40,11 @@ def wrong_hints(g: Graph) -> list[str]:
             elif option and option not in options[verb]:
                 bad.append(f"{h.where}: `{verb}` has no {option}: {h.text!r}")
         for option in bare:
-            lacking = sorted(v for v, r in reach.items() if h.function in r and option not in options[v]
-                             and (h.function, v, option) not in UNREACHED)
+            lacking = sorted(
+                v
+                for v, r in reach.items()
+                if h.function in r and option not in options[v] and (h.function, v, option) not in UNREACHED
+            )
             if lacking:
                 bad.append(f"{h.where}: {option}, which {', '.join(lacking)} do(es) not have: {h.text!r}")
     return bad
@@ -57,6 +64,8 @@ def test_the_check_catches_an_option_a_verb_does_not_have():
     h = next(h for h in hints(g) if h.where.startswith("patchkeeper/checks/wheels.py"))
     assert any(h.function in reached(g, g.verbs[v]) for v in ("apply", "snapshot"))
     assert options_named("pass --wheel FILE", {"apply"}) == ([], ["--wheel"])
-    assert options_named("run `patchkeeper rollback --to baseline` or `git log --oneline`", {"rollback"}) == \
-        ([("rollback", "--to")], [])
+    assert options_named("run `patchkeeper rollback --to baseline` or `git log --oneline`", {"rollback"}) == (
+        [("rollback", "--to")],
+        [],
+    )
     assert options_named("`patchkeeper lsit --x`", {"list"}) == ([("lsit", "--x")], [])

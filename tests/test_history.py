@@ -9,8 +9,8 @@ import sys
 
 import git
 import pytest
-
-from checkout import git as run_git, init_repo
+from checkout import git as run_git
+from checkout import init_repo
 from conftest import copy_venv, make_workspace
 from helpers import FAKE, free_port
 
@@ -54,7 +54,9 @@ def test_each_transaction_commits_only_its_snapshot(repo_env):
     assert not any(p.startswith("snapshots/") for p in repo.untracked_files)
 
     # the ledger names the workspace commit that held the patch set, and that it was committed there
-    entries = [json.loads(p.read_text()) for p in sorted((env.root / "snapshots/local/ledger").glob("*.json"))]
+    entries = [
+        json.loads(p.read_text()) for p in sorted((env.root / "snapshots/local/ledger").glob("*.json"))
+    ]
     applied = entries[-1]
     assert applied["kind"] == "apply"
     assert applied["extra"]["workspace"] == {"commit": start, "patchsets_clean": {"ddtree": True}}
@@ -62,9 +64,11 @@ def test_each_transaction_commits_only_its_snapshot(repo_env):
     env.pk("apply", "nextn")
     env.pk("rollback", "--to", "baseline")
     log = repo.git.log("--format=%s", "--", "snapshots/local").splitlines()
-    assert log == ["local: rollback state 'baseline' (patchkeeper rollback --to baseline)",
-                   "local: switch nextn@3.1.0 (patchkeeper apply nextn)",
-                   "local: apply ddtree@3.1.0 (patchkeeper apply ddtree)"]
+    assert log == [
+        "local: rollback state 'baseline' (patchkeeper rollback --to baseline)",
+        "local: switch nextn@3.1.0 (patchkeeper apply nextn)",
+        "local: apply ddtree@3.1.0 (patchkeeper apply ddtree)",
+    ]
     state = json.loads(repo.git.show("HEAD:snapshots/local/state.json"))
     assert state["stack"] == [] and state["target"] == "local"
     assert [d.a_path for d in repo.index.diff("HEAD")] == ["notes.txt"]  # still only the user's
@@ -88,9 +92,14 @@ def test_record_commits_the_patch_set_it_wrote(repo_env):
     repo = git.Repo(env.root)
     assert repo.head.commit.message.startswith("patch set extra@1.0.0: created")
     # and says so: the user's repository got a commit
-    assert f"committed patchsets/extra/ to the workspace's git repository as {repo.head.commit.hexsha[:12]}" \
+    assert (
+        f"committed patchsets/extra/ to the workspace's git repository as {repo.head.commit.hexsha[:12]}"
         in proc.stdout
-    assert sorted(repo.head.commit.stats.files) == ["patchsets/extra/extra.patch", "patchsets/extra/patchset.toml"]
+    )
+    assert sorted(repo.head.commit.stats.files) == [
+        "patchsets/extra/extra.patch",
+        "patchsets/extra/patchset.toml",
+    ]
 
 
 def test_ignored_snapshots_are_skipped_quietly(repo_env):
@@ -132,10 +141,15 @@ def test_a_failed_apply_is_one_commit_reading_failed_rolled_back(env, deployment
     start = run_git(env.root, "rev-parse", "HEAD").strip()
     deployment.rule(DDTREE="broken")
     env.pk("apply", "ddtree", check=3)
-    assert _subjects(env, start) == ["local: apply ddtree@3.1.0 FAILED, rolled back (degenerate) "
-                                     "(patchkeeper apply ddtree)"]
+    assert _subjects(env, start) == [
+        "local: apply ddtree@3.1.0 FAILED, rolled back (degenerate) (patchkeeper apply ddtree)"
+    ]
     body = run_git(env.root, "log", "-1", "--format=%b")
-    assert "verify " in body and ": FAILED (degenerate); apply; entry " in body and ": passed; automatic rollback" in body
+    assert (
+        "verify " in body
+        and ": FAILED (degenerate); apply; entry " in body
+        and ": passed; automatic rollback" in body
+    )
     assert run_git(env.root, "diff", "--cached", "--name-only") == ""  # nothing of ours left staged
     env.pk("verify")
     assert _subjects(env, start)[0] == "local: verify passed (patchkeeper verify)"
@@ -150,9 +164,11 @@ def test_verify_all_commits_once_for_every_target(env, tmp_path, pristine_venv):
         port, pidfile = free_port(), tmp_path / f"{name}.pid"
         restart = [sys.executable, str(FAKE), "start", "--port", str(port), "--pidfile", str(pidfile)]
         servers.append([sys.executable, str(FAKE), "stop", "--port", str(port), "--pidfile", str(pidfile)])
-        toml += (f"\n[targets.{name}.service]\nrestart = {json.dumps(shlex.join(restart))}\n"
-                 f'base_url = "http://127.0.0.1:{port}"\nready_timeout = 10\nmatch_unit = false\n'
-                 "[targets.{name}.service.smoke]\nmin_tokens_per_s = 1\n".replace("{name}", name))
+        toml += (
+            f"\n[targets.{name}.service]\nrestart = {json.dumps(shlex.join(restart))}\n"
+            f'base_url = "http://127.0.0.1:{port}"\nready_timeout = 10\nmatch_unit = false\n'
+            "[targets.{name}.service.smoke]\nmin_tokens_per_s = 1\n".replace("{name}", name)
+        )
     with open(env.root / "patchkeeper.toml", "a") as f:
         f.write(toml)
     for name in ("local", "b", "c"):
@@ -166,8 +182,9 @@ def test_verify_all_commits_once_for_every_target(env, tmp_path, pristine_venv):
         for stop in servers:
             subprocess.run(stop, check=False)
     assert "warning" not in proc.stderr
-    assert _subjects(env, start) == ["verify --all: 3 target(s) verified, 0 failed, 0 unreachable "
-                                     "(patchkeeper verify --all --restart)"]
+    assert _subjects(env, start) == [
+        "verify --all: 3 target(s) verified, 0 failed, 0 unreachable (patchkeeper verify --all --restart)"
+    ]
     files = run_git(env.root, "show", "--name-only", "--format=", "HEAD").split()
     assert {f.split("/")[1] for f in files} == {"local", "b", "c"} and all("/ledger/" in f for f in files)
     assert run_git(env.root, "diff", "--cached", "--name-only") == ""
@@ -175,12 +192,17 @@ def test_verify_all_commits_once_for_every_target(env, tmp_path, pristine_venv):
 
 
 def test_a_git_failure_is_one_warning_line_and_leaves_nothing_staged(env):
-    run_git(env.root, "config", "commit.gpgSign", "true")  # a signing program that always fails: git commit fails
+    run_git(
+        env.root, "config", "commit.gpgSign", "true"
+    )  # a signing program that always fails: git commit fails
     run_git(env.root, "config", "gpg.program", "false")
     proc = env.pk("apply", "nextn")
-    warnings = [ln for ln in proc.stderr.splitlines() if "warning" in ln or "hint" in ln or ln.startswith(" ")]
+    warnings = [
+        ln for ln in proc.stderr.splitlines() if "warning" in ln or "hint" in ln or ln.startswith(" ")
+    ]
     assert len(warnings) == 1 and warnings[0].startswith(
-        "patchkeeper: warning: the workspace's history was not committed (")
+        "patchkeeper: warning: the workspace's history was not committed ("
+    )
     assert "Traceback" not in proc.stderr and "cmdline" not in proc.stderr
     assert run_git(env.root, "diff", "--cached", "--name-only") == ""  # the records are not left staged
     assert (env.root / "snapshots/local/state.json").is_file()

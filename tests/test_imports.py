@@ -39,7 +39,9 @@ def imported(module: str, node: ast.Import | ast.ImportFrom, is_package: bool, k
 
 
 def modules() -> dict[str, tuple[ast.Module, bool]]:
-    return {module_name(p): (ast.parse(p.read_text()), p.name == "__init__.py") for p in sorted(SRC.rglob("*.py"))}
+    return {
+        module_name(p): (ast.parse(p.read_text()), p.name == "__init__.py") for p in sorted(SRC.rglob("*.py"))
+    }
 
 
 def runtime_top_level(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
@@ -58,6 +60,7 @@ def runtime_top_level(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
                 visit(getattr(node, "finalbody", []))
                 for handler in getattr(node, "handlers", []):
                     visit(handler.body)
+
     visit(tree.body)
     return found
 
@@ -84,9 +87,15 @@ def cycles() -> list[list[str]]:
     submodules is how packages work, so the edge from a submodule up to its package is left out)."""
     everything = modules()
     known = set(everything)
-    edges = {name: {o for node in runtime_top_level(tree) for o in imported(name, node, is_package, known)
-                    if not name.startswith(o + ".")}
-             for name, (tree, is_package) in everything.items()}
+    edges = {
+        name: {
+            o
+            for node in runtime_top_level(tree)
+            for o in imported(name, node, is_package, known)
+            if not name.startswith(o + ".")
+        }
+        for name, (tree, is_package) in everything.items()
+    }
     found: list[list[str]] = []
     state: dict[str, int] = {}
 
@@ -94,10 +103,11 @@ def cycles() -> list[list[str]]:
         state[name] = 1
         for other in sorted(edges[name]):
             if state.get(other) == 1:
-                found.append(path[path.index(other):] + [other] if other in path else [name, other])
+                found.append(path[path.index(other) :] + [other] if other in path else [name, other])
             elif other not in state:
                 walk(other, path + [other])
         state[name] = 2
+
     for name in sorted(edges):
         if name not in state:
             walk(name, [name])
@@ -128,8 +138,13 @@ def test_only_heavy_libraries_are_imported_in_functions():
                         names = [node.module or ""]
                     else:
                         continue
-                    if any(n.split(".")[0] not in LAZY_HEAVY for n in names) or "# lazy:" not in lines[node.lineno - 1]:
-                        late.append(f"{path.relative_to(SRC)}:{node.lineno}: {lines[node.lineno - 1].strip()}")
+                    if (
+                        any(n.split(".")[0] not in LAZY_HEAVY for n in names)
+                        or "# lazy:" not in lines[node.lineno - 1]
+                    ):
+                        late.append(
+                            f"{path.relative_to(SRC)}:{node.lineno}: {lines[node.lineno - 1].strip()}"
+                        )
     assert late == []
 
 
@@ -143,7 +158,9 @@ def test_the_walk_sees_in_function_imports_and_cycles(tmp_path, monkeypatch):
     (pkg / "sub").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
     (pkg / "sub" / "__init__.py").write_text("")
-    (pkg / "sub" / "a.py").write_text("from . import b\n\n\ndef f():\n    from ..sub import b\n    return b\n")
+    (pkg / "sub" / "a.py").write_text(
+        "from . import b\n\n\ndef f():\n    from ..sub import b\n    return b\n"
+    )
     (pkg / "sub" / "b.py").write_text("from .a import f\n")
     monkeypatch.setattr(sys.modules[__name__], "SRC", pkg)
     assert in_function_own_imports() == {("patchkeeper.sub.a", "patchkeeper.sub.b")}
@@ -163,7 +180,12 @@ def test_host_modules_import_only_the_standard_library_and_each_other():
                     found = {a.name for a in node.names}
                 else:
                     continue
-                outside += [(name, f) for f in found if f.startswith("patchkeeper") and not
-                            f.startswith("patchkeeper.host")
-                            or not f.startswith("patchkeeper") and f.split(".")[0] not in OPTIONAL_ON_HOSTS | sys.stdlib_module_names]
+                outside += [
+                    (name, f)
+                    for f in found
+                    if f.startswith("patchkeeper")
+                    and not f.startswith("patchkeeper.host")
+                    or not f.startswith("patchkeeper")
+                    and f.split(".")[0] not in OPTIONAL_ON_HOSTS | sys.stdlib_module_names
+                ]
     assert outside == []

@@ -13,7 +13,9 @@ from pathlib import Path
 
 from conftest import REPO, Env, copy_venv
 
-SHIPPED = sorted(p.relative_to(REPO / "patchsets").as_posix() for p in (REPO / "patchsets").rglob("*") if p.is_file())
+SHIPPED = sorted(
+    p.relative_to(REPO / "patchsets").as_posix() for p in (REPO / "patchsets").rglob("*") if p.is_file()
+)
 
 
 def _files(root: Path) -> dict[str, bytes]:
@@ -21,7 +23,9 @@ def _files(root: Path) -> dict[str, bytes]:
 
 
 def test_init_writes_a_workspace_once(tmp_path, pristine_venv):
-    venv = copy_venv(pristine_venv, tmp_path / "venv")  # never the pristine one: a dry run may claim a state dir
+    venv = copy_venv(
+        pristine_venv, tmp_path / "venv"
+    )  # never the pristine one: a dry run may claim a state dir
     ws = Env(tmp_path / "ws", venv, tmp_path / "ws" / "sglang-qwen.service")
     (tmp_path / "ws").mkdir()
     proc = ws.pk("init", "--python", f"{venv}/bin/python")
@@ -45,35 +49,87 @@ def test_init_writes_a_workspace_once(tmp_path, pristine_venv):
 
 def test_the_wheel_ships_the_patch_sets_and_init_runs_from_it(tmp_path):
     dist, source = tmp_path / "dist", tmp_path / "source"
-    tracked = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z"], capture_output=True, check=True).stdout
+    tracked = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "-z"], capture_output=True, check=True
+    ).stdout
     for rel in filter(None, tracked.decode().split("\0")):  # the checkout's files only: no stale build/
         if (REPO / rel).is_file():
             (source / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / rel, source / rel)
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation", "-w",
-                            str(dist), str(source)], check=True, capture_output=True, text=True)
-    assert "Warning" not in built.stdout + built.stderr  # a quiet build: `make demo` showed four setuptools warnings
+    built = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-v",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(dist),
+            str(source),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    assert (
+        "Warning" not in built.stdout + built.stderr
+    )  # a quiet build: `make demo` showed four setuptools warnings
     (wheel,) = dist.glob("patchkeeper-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert sorted(n[len("patchkeeper/shipped/"):] for n in names if n.startswith("patchkeeper/shipped/")) == SHIPPED
+    assert (
+        sorted(n[len("patchkeeper/shipped/") :] for n in names if n.startswith("patchkeeper/shipped/"))
+        == SHIPPED
+    )
 
     # a fresh venv with only the wheel's patchkeeper; its dependencies seen from this venv's site-packages
     # (no package index in the tests), not this checkout's patchkeeper (an editable finder is not loaded there)
     venv = tmp_path / "fresh"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q",
-                    "--no-deps", "--no-index", str(wheel)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(venv / "bin" / "python"),
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            str(wheel),
+        ],
+        check=True,
+        capture_output=True,
+    )
     site = next((venv / "lib").glob("python*/site-packages"))
     ours = next(p for p in sys.path if p.endswith("site-packages") and Path(p, "click").is_dir())
     (site / "deps.pth").write_text(ours + "\n")
-    alone = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # not a checkout's src/ first on the path
-    where = subprocess.run([str(venv / "bin" / "python"), "-c", "import patchkeeper; print(patchkeeper.__file__)"],
-                           capture_output=True, text=True, check=True, env=alone).stdout
+    alone = {
+        k: v for k, v in os.environ.items() if k != "PYTHONPATH"
+    }  # not a checkout's src/ first on the path
+    where = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import patchkeeper; print(patchkeeper.__file__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=alone,
+    ).stdout
     assert where.startswith(str(site))
     ws = tmp_path / "ws"
-    proc = subprocess.run([str(venv / "bin" / "patchkeeper"), "-w", str(ws), "init"], capture_output=True, text=True,
-                          env=alone)
+    proc = subprocess.run(
+        [str(venv / "bin" / "patchkeeper"), "-w", str(ws), "init"], capture_output=True, text=True, env=alone
+    )
     assert proc.returncode == 0, proc.stderr
     assert _files(ws / "patchsets") == _files(REPO / "patchsets")
-    assert "ddtree@" in subprocess.run([str(venv / "bin" / "patchkeeper"), "-w", str(ws), "list"],
-                                       capture_output=True, text=True, check=True, env=alone).stdout
+    assert (
+        "ddtree@"
+        in subprocess.run(
+            [str(venv / "bin" / "patchkeeper"), "-w", str(ws), "list"],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=alone,
+        ).stdout
+    )

@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -30,8 +29,11 @@ def wheel(version: str) -> Path:
 def pip(venv: Path, *args: str) -> None:
     """The venv's own pip (through its python: the scripts of a hardlinked venv name the pristine
     one's interpreter), offline, without compiling (which is most of its time on a busy machine)."""
-    proc = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", "-q", *args],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", "-q", *args],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
 
 
@@ -68,7 +70,9 @@ def test_a_reinstall_of_the_same_wheel_is_named_and_apply_puts_the_sets_files_ba
     assert doc(env, "status", check=1)["installation"]["change"] == "reinstalled"
     report = doc(env, "audit", check=1)
     assert said in report["summary"] and back in report["summary"]
-    assert any(f["kind"] == "reinstalled" and f["path"] == "sglang-0.5.23.dist-info" for f in report["findings"])
+    assert any(
+        f["kind"] == "reinstalled" and f["path"] == "sglang-0.5.23.dist-info" for f in report["findings"]
+    )
     out = env.pk("diff", check=1).stdout
     assert said in out and "16 file(s) differ" in out
 
@@ -82,7 +86,9 @@ def test_a_reinstall_of_the_same_wheel_is_named_and_apply_puts_the_sets_files_ba
     assert "putting them back" in out and f"16 file(s) changed; state {state} -> {state}" in out
     assert sglang_tree(env.venv) == was
     out = env.pk("status").stdout
-    assert "files match the recorded state" in out and "reinstalled" not in out  # the new installation recorded
+    assert (
+        "files match the recorded state" in out and "reinstalled" not in out
+    )  # the new installation recorded
     assert "already applied; nothing to do" in env.pk("apply", "ddtree", "--no-verify").stdout
     entry = doc(env, "log")[0]
     assert entry["extra"]["restored"].startswith("16 file(s) no longer held what state")
@@ -94,7 +100,9 @@ def test_a_hand_edit_of_an_applied_sets_file_is_refused_by_apply_not_called_appl
     _, ddtree = applied(env)
     edit_file(env.site / SPEC, b"# mine\n")
     err = env.pk("apply", "ddtree", "--no-verify", check=2).stderr
-    assert f"{ddtree} is applied (state " in err and "but 1 of its file(s) no longer hold what the state" in err
+    assert (
+        f"{ddtree} is applied (state " in err and "but 1 of its file(s) no longer hold what the state" in err
+    )
     assert "(edited by hand?): " + SPEC in err and "--force" in err
     out = env.pk("apply", "ddtree", "--force", "--no-verify").stdout
     assert "backup of " + SPEC in out and b"DDTREE" in (env.site / SPEC).read_bytes()
@@ -115,17 +123,31 @@ def test_another_release_over_a_state_is_named_and_a_rollback_across_it_refused(
     err = env.pk("rollback", "--to", "baseline", "--no-verify", check=2).stderr
     assert "was recorded with sglang 0.5.23, and 0.5.22 is installed" in err and pin in err
     assert "needs sglang==0.5.23, target local has 0.5.22" in env.pk("apply", "ddtree", check=2).stderr
-    for args in (["apply", "ddtree", "--force"], ["snapshot", "--name", "x"]):  # 0.5.22's baseline comes first,
+    for args in (
+        ["apply", "ddtree", "--force"],
+        ["snapshot", "--name", "x"],
+    ):  # 0.5.22's baseline comes first,
         err = env.pk(*args, check=2).stderr  # and pip left ddtree's added file behind
         assert f"{said}, so a baseline of 0.5.22 is recorded first, but 1 file(s)" in err
         assert f"{ADDED} (added)" in err and "--restore-pristine" in err
     assert env.snapshot() == before  # nothing was changed
 
-    pip(env.venv, "install", "--no-index", "--no-compile", "--find-links", str(wheel("0.5.23").parent),
-        "sglang==0.5.23", "--no-deps")  # the hint's command, offline
+    pip(
+        env.venv,
+        "install",
+        "--no-index",
+        "--no-compile",
+        "--find-links",
+        str(wheel("0.5.23").parent),
+        "sglang==0.5.23",
+        "--no-deps",
+    )  # the hint's command, offline
     env.pk("rollback", "--to", "baseline", "--no-verify")
     site = env.site
-    assert sorted(p.name for p in site.iterdir() if p.name.startswith("sglang")) == ["sglang", "sglang-0.5.23.dist-info"]
+    assert sorted(p.name for p in site.iterdir() if p.name.startswith("sglang")) == [
+        "sglang",
+        "sglang-0.5.23.dist-info",
+    ]
     assert (site / "sglang-0.5.23.dist-info" / "RECORD").is_file()
     assert sglang_tree(env.venv) == {k: v for k, v in sglang_tree(pristine_venv).items()}
     assert "files match the recorded state" in env.pk("status").stdout
@@ -137,7 +159,9 @@ def test_another_release_over_a_state_is_named_and_a_rollback_across_it_refused(
     assert pin in err  # pinned: an unpinned install would bring another release
 
 
-def test_an_upgrade_gets_a_baseline_of_its_own_and_the_old_states_wait_for_their_release(tmp_path, pristine_venv):
+def test_an_upgrade_gets_a_baseline_of_its_own_and_the_old_states_wait_for_their_release(
+    tmp_path, pristine_venv
+):
     venv = copy_venv(pristine_venv, tmp_path / "venv")
     install(venv, "0.5.22")
     env = make_workspace(tmp_path / "ws", venv)
@@ -172,14 +196,17 @@ def test_an_edited_console_script_and_a_cut_record_are_findings(env):
     kept = script.read_bytes()
     edit_file(script, kept + b"import os; os.system('echo owned')\n")
     report = doc(env, "audit", check=1)
-    assert [(f["path"], f["kind"]) for f in report["findings"] if f["class"] == "drift"] == \
-        [("../../../bin/sglang", "changed")]
+    assert [(f["path"], f["kind"]) for f in report["findings"] if f["class"] == "drift"] == [
+        ("../../../bin/sglang", "changed")
+    ]
     edit_file(script, kept)
     assert env.pk("audit").returncode == 0
 
     record = env.site / "sglang-0.5.23.dist-info" / "RECORD"
     lines = record.read_text().splitlines(keepends=True)
-    edit_file(record, "".join(line for line in lines if not line.startswith(("sglang/", '"sglang/'))).encode())
+    edit_file(
+        record, "".join(line for line in lines if not line.startswith(("sglang/", '"sglang/'))).encode()
+    )
     report = doc(env, "audit", check=1)
     assert "sglang's RECORD no longer lists the files of sglang 0.5.23 as it did" in report["summary"]
     assert "(5776 rows of the release's files then, 5 now)" in report["summary"]
@@ -190,9 +217,18 @@ def test_an_edited_console_script_and_a_cut_record_are_findings(env):
 # ---- installers ---------------------------------------------------------------------------------
 def _uv(*args: str, cache: Path) -> None:
     uv = Path(sys.executable).parent / "uv"
-    proc = subprocess.run([str(uv), *args], capture_output=True, text=True,
-                          env={**os.environ, "UV_CACHE_DIR": str(cache), "UV_NO_CONFIG": "1",
-                               "UV_PYTHON_DOWNLOADS": "never", "UV_OFFLINE": "1"})
+    proc = subprocess.run(
+        [str(uv), *args],
+        capture_output=True,
+        text=True,
+        env={
+            **os.environ,
+            "UV_CACHE_DIR": str(cache),
+            "UV_NO_CONFIG": "1",
+            "UV_PYTHON_DOWNLOADS": "never",
+            "UV_OFFLINE": "1",
+        },
+    )
     assert proc.returncode == 0, proc.stderr
 
 
@@ -211,8 +247,19 @@ def test_pip_and_uv_installs_of_one_wheel_are_one_state_and_uv_links_are_never_w
     cache, venv = tmp_path / "uv-cache", tmp_path / "uv-venv"
     base = os.path.realpath(env.venv / "bin" / "python")
     _uv("venv", "-q", "-p", base, str(venv), cache=cache)
-    _uv("pip", "install", "-q", "--python", str(venv / "bin" / "python"), "--no-index", "--no-deps",
-        "--link-mode", "hardlink", str(wheel("0.5.23")), cache=cache)
+    _uv(
+        "pip",
+        "install",
+        "-q",
+        "--python",
+        str(venv / "bin" / "python"),
+        "--no-index",
+        "--no-deps",
+        "--link-mode",
+        "hardlink",
+        str(wheel("0.5.23")),
+        cache=cache,
+    )
     assert (venv / SITE_REL / "sglang-0.5.23.dist-info" / "INSTALLER").read_text().strip() == "uv"
     uv_env = make_workspace(tmp_path / "uv-ws", venv)
     uv_env.pk("apply", "ddtree", "--no-verify")
@@ -226,7 +273,12 @@ def test_pip_and_uv_installs_of_one_wheel_are_one_state_and_uv_links_are_never_w
     uv_env.pk("rollback", "--to", "baseline", "--no-verify")
     assert _files(cache) == archive  # every cached file: the same bytes, the same inode
     out = uv_env.pk("audit").stdout
-    assert "managed file(s) share their inode with other files (hard links, as uv installs from its cache)" in out
+    assert (
+        "managed file(s) share their inode with other files (hard links, as uv installs from its cache)"
+        in out
+    )
     assert "patchkeeper replaces files by rename, never in place" in out
     linked = [p for p in _files(cache) if p.endswith(SPEC)]
-    assert linked and os.stat(cache / linked[0]).st_nlink == 1  # the rolled-back file is a copy, not the cache's
+    assert (
+        linked and os.stat(cache / linked[0]).st_nlink == 1
+    )  # the rolled-back file is a copy, not the cache's

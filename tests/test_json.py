@@ -10,7 +10,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, copy_venv, edit_file, make_workspace
 
 PORT_WHEELS = Path(os.environ.get("PK_WHEELS", REPO / ".cache" / "wheels")) / "port"
@@ -24,24 +23,36 @@ def one_document(proc, code: int | None = None):
     try:
         doc = json.loads(proc.stdout)
     except ValueError as exc:
-        raise AssertionError(f"stdout is not one JSON document ({exc}):\n{proc.stdout!r}\nstderr: {proc.stderr}")
+        raise AssertionError(
+            f"stdout is not one JSON document ({exc}):\n{proc.stdout!r}\nstderr: {proc.stderr}"
+        ) from None
     if isinstance(doc, dict) and "error" in doc and "exit" in doc:
         assert doc["exit"] == proc.returncode and doc["error"] and "hint" in doc
     return doc
 
 
 VERBS = {  # each verb that takes --json: a run that succeeds (exit 0, or 1 for port's conflicts)
-    "list": ["list"], "status": ["status"], "log": ["log"], "audit": ["audit"], "check": ["check", "ddtree"],
-    "show": ["show", "ddtree"], "diff": ["diff"], "env": ["env"], "repair": ["repair", "pip", "--no-verify"],
-    "apply": ["apply", "ddtree", "--dry-run"], "rollback": ["rollback", "--to", "baseline", "--dry-run"],
+    "list": ["list"],
+    "status": ["status"],
+    "log": ["log"],
+    "audit": ["audit"],
+    "check": ["check", "ddtree"],
+    "show": ["show", "ddtree"],
+    "diff": ["diff"],
+    "env": ["env"],
+    "repair": ["repair", "pip", "--no-verify"],
+    "apply": ["apply", "ddtree", "--dry-run"],
+    "rollback": ["rollback", "--to", "baseline", "--dry-run"],
     "port": ["port", "ddtree", "--to", "0.5.22", "--dry-run", "--wheel", "{old}", "--wheel", "{new}"],
     "verify": None,  # success needs a served model: tests/test_verify.py
 }
 
 
 def wheels() -> dict[str, str]:
-    return {"old": str(sorted(PORT_WHEELS.glob("sglang-0.5.23-*.whl"))[-1]),
-            "new": str(sorted(PORT_WHEELS.glob("sglang-0.5.22-*.whl"))[-1])}
+    return {
+        "old": str(sorted(PORT_WHEELS.glob("sglang-0.5.23-*.whl"))[-1]),
+        "new": str(sorted(PORT_WHEELS.glob("sglang-0.5.22-*.whl"))[-1]),
+    }
 
 
 def test_every_json_verb_is_covered():
@@ -69,8 +80,11 @@ def test_an_unknown_target_is_one_error_document(env, verb):
         args = [verb, "nosuch"] if verb == "show" else ["show", "nosuch"]
     elif verb == "check":
         args = ["check", "nosuch"]
-    proc = env.pk(*args, "-t", "nosuch", "--json", check=2) if verb not in ("list", "show", "check") else \
-        env.pk(*args, "--json", check=2)
+    proc = (
+        env.pk(*args, "-t", "nosuch", "--json", check=2)
+        if verb not in ("list", "show", "check")
+        else env.pk(*args, "--json", check=2)
+    )
     doc = one_document(proc)
     assert "nosuch" in json.dumps(doc)
 
@@ -79,17 +93,27 @@ def test_an_unknown_target_is_one_error_document(env, verb):
 def test_a_usage_error_is_one_error_document(env, verb):
     proc = env.pk(verb, "--no-such-option", "--json", check=2)
     doc = one_document(proc)
-    assert doc["error"] == "No such option '--no-such-option'." and doc["exit"] == 2 and "--help" in doc["hint"]
+    assert (
+        doc["error"] == "No such option '--no-such-option'." and doc["exit"] == 2 and "--help" in doc["hint"]
+    )
     assert "Usage:" in proc.stderr  # click's own lines still on stderr
 
 
-@pytest.mark.parametrize("args, code", [
-    (["status"], 0), (["diff"], 1), (["audit"], 1),  # a hand edit after the baseline (status names it, exit 0)
-    (["apply", "ddtree"], 2),  # the hand edit refuses the apply
-    (["port", "ddtree", "--to", "9.9.9", "--wheel", "/nonexistent.whl"], 2),
-    (["port", "ddtree", "--to", "not-a-version"], 2), (["port", "ddtree"], 2),
-    (["rollback", "--to", "nosuch"], 2), (["repair", "nosuchdist"], 2), (["verify"], 2),
-])
+@pytest.mark.parametrize(
+    "args, code",
+    [
+        (["status"], 0),
+        (["diff"], 1),
+        (["audit"], 1),  # a hand edit after the baseline (status names it, exit 0)
+        (["apply", "ddtree"], 2),  # the hand edit refuses the apply
+        (["port", "ddtree", "--to", "9.9.9", "--wheel", "/nonexistent.whl"], 2),
+        (["port", "ddtree", "--to", "not-a-version"], 2),
+        (["port", "ddtree"], 2),
+        (["rollback", "--to", "nosuch"], 2),
+        (["repair", "nosuchdist"], 2),
+        (["verify"], 2),
+    ],
+)
 def test_a_failure_is_one_document(env, args, code):
     env.pk("snapshot", "--name", "first")
     edit_file(env.site / SPEC, (env.site / SPEC).read_bytes() + b"# by hand\n")
@@ -99,10 +123,13 @@ def test_a_failure_is_one_document(env, args, code):
 def test_a_change_on_several_targets_is_one_document_with_a_result_per_target(tmp_path, pristine_venv):
     other = copy_venv(pristine_venv, tmp_path / "other")
     shutil.copy(REPO / "demo" / "sglang-qwen.service", tmp_path / "other.service")
-    env = make_workspace(tmp_path / "ws", copy_venv(pristine_venv, tmp_path / "venv"),
-                         f'\n[targets.other]\npython = "{other}/bin/python"\npackage = "sglang"\n\n'
-                         f'[targets.other.vars]\ndraft_model_path = "/m"\n\n'
-                         f'[targets.other.files]\nunit = "{tmp_path}/other.service"\n')
+    env = make_workspace(
+        tmp_path / "ws",
+        copy_venv(pristine_venv, tmp_path / "venv"),
+        f'\n[targets.other]\npython = "{other}/bin/python"\npackage = "sglang"\n\n'
+        f'[targets.other.vars]\ndraft_model_path = "/m"\n\n'
+        f'[targets.other.files]\nunit = "{tmp_path}/other.service"\n',
+    )
     doc = one_document(env.pk("apply", "ddtree", "-t", "local", "-t", "other", "--no-verify", "--json"), 0)
     assert doc["schema"] == "patchkeeper/rollout" and set(doc["targets"]) == {"local", "other"}
     assert all(t["exit_code"] == 0 and t["changed"] and t["after"] for t in doc["targets"].values())

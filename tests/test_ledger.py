@@ -8,15 +8,29 @@ from pathlib import Path
 import pytest
 
 from patchkeeper.records.ledger import KINDS, LedgerEntry
-from patchkeeper.records.ledger_types import AdoptExtra, ApplyExtra, RecordExtra, RepairExtra, RollbackExtra, VerifyExtra
+from patchkeeper.records.ledger_types import (
+    AdoptExtra,
+    ApplyExtra,
+    RecordExtra,
+    RepairExtra,
+    RollbackExtra,
+    VerifyExtra,
+)
 
 # Written by `main` at ddc636b+changes.py (a six venv: snapshot, apply, switch, rollback, verify, and an
 # apply whose verification failed and was rolled back automatically).
 WRITTEN_BY_MAIN = sorted((Path(__file__).parent / "data" / "ledger-main").glob("*.json"))
 # Written by branch h6 (repair): a repair, the rollback that undid it, a --restore-pristine baseline.
 WRITTEN_BY_MAIN += sorted((Path(__file__).parent / "data" / "ledger-repair").glob("*.json"))
-EXTRA_OF_KIND = {"baseline": AdoptExtra, "snapshot": RecordExtra, "apply": ApplyExtra, "switch": ApplyExtra,
-                 "rollback": RollbackExtra, "verify": VerifyExtra, "repair": RepairExtra}
+EXTRA_OF_KIND = {
+    "baseline": AdoptExtra,
+    "snapshot": RecordExtra,
+    "apply": ApplyExtra,
+    "switch": ApplyExtra,
+    "rollback": RollbackExtra,
+    "verify": VerifyExtra,
+    "repair": RepairExtra,
+}
 
 
 @pytest.mark.parametrize("path", WRITTEN_BY_MAIN, ids=lambda p: p.name.split("-")[0])

@@ -9,14 +9,13 @@ import time
 from pathlib import Path
 
 import pytest
+from sshd import sshd  # noqa: F401 (a fixture)
 
-from patchkeeper.records import ledger_index
 from patchkeeper.errors import StoreError
+from patchkeeper.records import ledger_index
 from patchkeeper.records.ledger import Ledger
 from patchkeeper.targets import open_target
 from patchkeeper.workspace import load
-
-from sshd import sshd  # noqa: F401 (a fixture)
 
 
 def _history(pk) -> None:
@@ -116,9 +115,9 @@ def test_over_ssh_an_unchanged_ledger_crosses_no_wire_and_an_edit_is_seen(fleet)
 
 
 def test_loops_over_the_ledger_ask_the_facts_kept_in_the_index_and_build_only_what_they_answer(env):
-    from patchkeeper.records.ledger import LedgerEntry
-    from patchkeeper.errors import BadInput
     from patchkeeper.change.repair import environment_ops, rollback_goal
+    from patchkeeper.errors import BadInput
+    from patchkeeper.records.ledger import LedgerEntry
 
     _history(env.pk)
     env.pk("snapshot", "--name", "mine")
@@ -134,14 +133,18 @@ def test_loops_over_the_ledger_ask_the_facts_kept_in_the_index_and_build_only_wh
         assert ledger.files_read == 0
         for slot, f in zip(entries.slots, files, strict=True):  # each slot's facts, from the index
             assert slot.facts == ledger_index.facts_of(json.loads(f.read_bytes()))
-        assert ledger.find_state("previous") == next(e.after for e in reversed(whole) if e.after.id != whole[-1].after.id)
+        assert ledger.find_state("previous") == next(
+            e.after for e in reversed(whole) if e.after.id != whole[-1].after.id
+        )
         assert ledger.find_state("mine") == whole[-1].after
         assert ledger.baseline() == whole[0].after
         goal, at, _undo = rollback_goal(ledger, "baseline")
         assert goal == whole[0].after and at == max(i for i, e in enumerate(whole) if e.after.id == goal.id)
         assert environment_ops(t, ledger, at) == []  # no entry changed a file outside the package
         built = [i for i, e in enumerate(entries._built) if e is not None]
-        assert built == [0, 2, 4] and len(whole) == 5  # the answers themselves: the baseline, the previous, "mine"
+        assert (
+            built == [0, 2, 4] and len(whole) == 5
+        )  # the answers themselves: the baseline, the previous, "mine"
         assert [entries[i] for i in range(len(entries))] == whole
     finally:
         t.close()

@@ -26,8 +26,26 @@ def edit(text: str, **lines: str | None) -> str:
 def git_merge(tmp_path, base: str, ours: str, theirs: str) -> tuple[str, int]:
     for name, text in (("ours", ours), ("base", base), ("theirs", theirs)):
         (tmp_path / name).write_text(text)
-    proc = subprocess.run(["git", "merge-file", "-p", "--diff3", "-L", "ours", "-L", "base", "-L", "theirs",
-                           "ours", "base", "theirs"], cwd=tmp_path, capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            "git",
+            "merge-file",
+            "-p",
+            "--diff3",
+            "-L",
+            "ours",
+            "-L",
+            "base",
+            "-L",
+            "theirs",
+            "ours",
+            "base",
+            "theirs",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     return proc.stdout, proc.returncode
 
 
@@ -43,11 +61,24 @@ CASES = {
     "adjacent": (edit(BASE, l3="ours 3\n"), edit(BASE, l4="theirs 4\n"), ["conflict"], 1),
     "alike": (edit(BASE, l5="both 5\n"), edit(BASE, l5="both 5\n"), ["same"], 0),
     "insert at one place": (edit(BASE, a7="ours\n"), edit(BASE, a7="theirs\n"), ["conflict"], 1),
-    "theirs removed what ours edits": (edit(BASE, l8="ours 8\n"), edit(BASE, l7=None, l8=None, l9=None),
-                                       ["conflict"], 1),
-    "ours context changed by theirs": (edit(BASE, a4="ours\n"), edit(BASE, l6="theirs 6\n"), ["ours", "theirs"], 0),
-    "at the ends": (edit(BASE, l1="ours 1\n", a12="ours end\n"), edit(BASE, l12="theirs 12\n"),
-                    ["ours", "conflict"], 1),
+    "theirs removed what ours edits": (
+        edit(BASE, l8="ours 8\n"),
+        edit(BASE, l7=None, l8=None, l9=None),
+        ["conflict"],
+        1,
+    ),
+    "ours context changed by theirs": (
+        edit(BASE, a4="ours\n"),
+        edit(BASE, l6="theirs 6\n"),
+        ["ours", "theirs"],
+        0,
+    ),
+    "at the ends": (
+        edit(BASE, l1="ours 1\n", a12="ours end\n"),
+        edit(BASE, l12="theirs 12\n"),
+        ["ours", "conflict"],
+        1,
+    ),
 }
 
 

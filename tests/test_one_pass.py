@@ -8,13 +8,12 @@ import json
 import os
 import py_compile
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-
 from conftest import edit_file
+
 from patchkeeper.host import agent as agent_module
 from patchkeeper.host import manifests, statcache
 from patchkeeper.host import treecheck as treecheck_module
@@ -31,21 +30,25 @@ def _bytecode_cases(site):
     other.write_text("print('not the real module')\n")
     inside = site / "sglang" / "__pycache__" / f"version.{TAG}.pyc"
     inside.parent.mkdir(exist_ok=True)
-    py_compile.compile(str(other), cfile=str(inside), invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    py_compile.compile(
+        str(other), cfile=str(inside), invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH
+    )
     py_compile.compile(str(other), cfile=str(site / "sglang" / "legacy.pyc"))
     (site / "outside").mkdir()
     (site / "outside" / "mod.py").write_text("X = 1\n")
     outside = site / "outside" / "__pycache__" / f"mod.{TAG}.pyc"
     outside.parent.mkdir()
-    py_compile.compile(str(other), cfile=str(outside), invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    py_compile.compile(
+        str(other), cfile=str(outside), invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH
+    )
     other.unlink()
 
 
 def _tree_request(env, **fields):
     """An audit_tree request for the env's target against its current state (one must be recorded)."""
     from patchkeeper import workspace
-    from patchkeeper.host.contract import TreeRequest
     from patchkeeper.checks.scan import scan_request
+    from patchkeeper.host.contract import TreeRequest
     from patchkeeper.targets import open_target
 
     digest = json.loads(env.pk("status", "--json").stdout)["state"]["manifest"]
@@ -62,11 +65,16 @@ def test_the_tree_audit_lists_each_directory_once_and_finds_what_the_bytecode_ch
     _bytecode_cases(env.site)
     full = Agent().audit_bytecode(site, TAG, [], None)  # no scan beside it: walks everything itself
     kinds = {rel: kind for rel, kind, _ in full.findings}
-    assert kinds == {f"sglang/__pycache__/version.{TAG}.pyc": "mismatch", "sglang/legacy.pyc": "sourceless",
-                     f"outside/__pycache__/mod.{TAG}.pyc": "mismatch"}
+    assert kinds == {
+        f"sglang/__pycache__/version.{TAG}.pyc": "mismatch",
+        "sglang/legacy.pyc": "sourceless",
+        f"outside/__pycache__/mod.{TAG}.pyc": "mismatch",
+    }
 
     request = _tree_request(env)
-    for cache in env.state_dir.glob("statcache.json*"):  # the snapshot's: listings remembered there are not listed
+    for cache in env.state_dir.glob(
+        "statcache.json*"
+    ):  # the snapshot's: listings remembered there are not listed
         cache.unlink()
     listed: list[str] = []
     real_scandir = os.scandir
@@ -99,12 +107,11 @@ def test_a_stored_manifest_is_read_from_the_store_and_a_corrupt_one_is_an_error(
 def _scanned(env, monkeypatch) -> tuple[str, str, Path, ScanRequest, dict]:
     """A scan of the package with a stat cache that remembers every file (even this fresh copy), one
     file of which (returned: its key and path) is an inode of our own, to be edited in place."""
-    from patchkeeper.host import disk
 
     rel = "sglang/version.py"
     path = env.site / rel
     edit_file(path, path.read_bytes())  # an inode of our own: the edit below is in place
-    monkeypatch.setattr(statcache.StatCache, "GRANULARITY_NS", -10**12)
+    monkeypatch.setattr(statcache.StatCache, "GRANULARITY_NS", -(10**12))
     request = ScanRequest(root=str(env.site), walk=("sglang",), cache=str(env.state_dir / "statcache.json"))
     return rel, str(request.cache), path, request, Agent().scan(request).rows
 
@@ -134,9 +141,11 @@ def test_stat_cache_is_never_believed_over_the_file(env, monkeypatch):
     assert again[rel][0] != first[rel][0] and again[rel][0] == disk.hash_file(str(path))
 
     # a cache file that is not ours (the old JSON form, another stamp) is empty, never misread
-    for foreign in (b'{"sglang/version.py": [1, 2, 3, 4, "blake3:00"]}',
-                    __import__("marshal").dumps((("pk-statcache", 1, (3, 0)), {rel: (0, 0, 0, 0, "x")})),
-                    __import__("marshal").dumps((("pk-statcache", 2, sys.version_info[:2]), {rel: (0, 0, 0, 0, "x")}))):
+    for foreign in (
+        b'{"sglang/version.py": [1, 2, 3, 4, "blake3:00"]}',
+        __import__("marshal").dumps((("pk-statcache", 1, (3, 0)), {rel: (0, 0, 0, 0, "x")})),
+        __import__("marshal").dumps((("pk-statcache", 2, sys.version_info[:2]), {rel: (0, 0, 0, 0, "x")})),
+    ):
         with open(cache, "wb") as f:
             f.write(foreign)
         assert statcache.StatCache(cache).entries == {}
@@ -153,14 +162,19 @@ def test_stat_cache_is_written_only_when_it_learned_something(env, monkeypatch):
     written = os.stat(cache)
     assert Agent().scan(request).rows == first and os.stat(cache).st_ino == written.st_ino  # nothing new
     _edit_in_place(path)
-    monkeypatch.setattr(statcache.StatCache, "GRANULARITY_NS", 10**15)  # now nothing is old enough to remember
+    monkeypatch.setattr(
+        statcache.StatCache, "GRANULARITY_NS", 10**15
+    )  # now nothing is old enough to remember
     for _ in range(2):
         again = Agent().scan(request).rows
         assert again[rel][0] == disk.hash_file(str(path)) != first[rel][0]  # the kept entry is not believed
         assert {k for k in first if first[k] != again[k]} == {rel}
-        assert os.stat(cache).st_ino == written.st_ino and statcache.StatCache(cache).entries[rel][5] == first[rel][0]
+        assert (
+            os.stat(cache).st_ino == written.st_ino
+            and statcache.StatCache(cache).entries[rel][5] == first[rel][0]
+        )
 
-    monkeypatch.setattr(statcache.StatCache, "GRANULARITY_NS", -10**12)
+    monkeypatch.setattr(statcache.StatCache, "GRANULARITY_NS", -(10**12))
     assert Agent().scan(request).rows == again
     assert statcache.StatCache(cache).entries[rel][5] == again[rel][0]  # learned: written
 
@@ -172,12 +186,24 @@ def test_differences_of_rows_and_of_entries_agree():
     rows = {"a": ["blake3:1", 1, 0o644], "b": ["blake3:2", 2, 0o644], "c": ["blake3:3", 3, 0o644]}
     same = Manifest.from_scan(rows)
     assert differences(same, Manifest.from_scan(dict(rows))) == {}
-    assert differences(same, Manifest.from_scan({k: tuple(v) for k, v in rows.items()})) == {}  # tuples, not lists
+    assert (
+        differences(same, Manifest.from_scan({k: tuple(v) for k, v in rows.items()})) == {}
+    )  # tuples, not lists
     assert differences(same, Manifest({k: Entry.of(v) for k, v in rows.items()})) == {}
-    other = Manifest.from_scan({"a": ["blake3:1", 1, 0o755], "b": ["blake3:9", 2, 0o644], "d": ["blake3:4", 4, 0o644]})
+    other = Manifest.from_scan(
+        {"a": ["blake3:1", 1, 0o755], "b": ["blake3:9", 2, 0o644], "d": ["blake3:4", 4, 0o644]}
+    )
     assert differences(same, other) == {"a": "mode", "b": "changed", "c": "removed", "d": "added"}
-    assert dict(other) == {"a": Entry("blake3:1", 1, 0o755), "b": Entry("blake3:9", 2, 0o644),
-                           "d": Entry("blake3:4", 4, 0o644)} and "c" not in other and len(other) == 3
+    assert (
+        dict(other)
+        == {
+            "a": Entry("blake3:1", 1, 0o755),
+            "b": Entry("blake3:9", 2, 0o644),
+            "d": Entry("blake3:4", 4, 0o644),
+        }
+        and "c" not in other
+        and len(other) == 3
+    )
     # rows stay rows through replace and the text form, which is the one Entries give
     changes = {"a": None, "e": Entry("blake3:5", 5, 0o600), "b": Entry("blake3:6", 2, 0o644)}
     as_entries = Manifest({k: Entry.of(v) for k, v in rows.items()})
@@ -189,10 +215,9 @@ def test_differences_of_rows_and_of_entries_agree():
 def test_a_remembered_directory_listing_is_never_believed_over_the_directory(env, monkeypatch):
     """The scan remembers each walked directory's entries by the directory's stat identity: a file
     added (or removed) in the same directory later is found, because the directory changed."""
-    from patchkeeper.host import disk
 
     site, cache = str(env.site), str(env.state_dir / "statcache.json")
-    monkeypatch.setattr(statcache.StatCache, "GRANULARITY_NS", -10**12)  # remember even this fresh copy
+    monkeypatch.setattr(statcache.StatCache, "GRANULARITY_NS", -(10**12))  # remember even this fresh copy
     request = ScanRequest(root=site, walk=("sglang",), cache=cache)
     first = Agent().scan(request).rows
     lang = env.site / "sglang" / "lang"
@@ -255,11 +280,14 @@ def test_digests_come_from_the_cache_while_the_identity_holds_else_from_the_byte
     jobs = [(name, str(root / name)) for name in names]
     st = os.lstat(root / "kept.py")
     cache = StatCache(None)
-    cache.entries = {"kept.py": (*identity(st), "blake3:remembered"), "edited.py": (1, 2, 3, 4, 5, "blake3:stale")}
+    cache.entries = {
+        "kept.py": (*identity(st), "blake3:remembered"),
+        "edited.py": (1, 2, 3, 4, 5, "blake3:stale"),
+    }
     for algorithm in ("blake3", "sha256"):
         reads: list[int] = []
         real_read = os.read
-        monkeypatch.setattr(os, "read", lambda fd, n: reads.append(n) or real_read(fd, n))
+        monkeypatch.setattr(os, "read", lambda fd, n: reads.append(n) or real_read(fd, n))  # noqa: B023
         stats: dict = {}
         rows = cache.digests(jobs, algorithm, stats)
         monkeypatch.undo()
@@ -267,10 +295,15 @@ def test_digests_come_from_the_cache_while_the_identity_holds_else_from_the_byte
         for key in rows:
             if (key, algorithm) != ("kept.py", "blake3"):
                 assert rows[key] == (disk.hash_file(str(root / key), algorithm), stats[key].st_size, 0o644)
-        assert rows["kept.py"][0] == ("blake3:remembered" if algorithm == "blake3" else
-                                      disk.hash_file(str(root / "kept.py"), "sha256"))
-        assert set(reads) == {disk.CHUNK} and len(reads) == (2 + 2 + 1 + 5 if algorithm == "sha256" else 2 + 1 + 5)
-    assert cache.digests(jobs[:1], "blake3") == {"kept.py": ("blake3:remembered", st.st_size, 0o644)}  # no hash
+        assert rows["kept.py"][0] == (
+            "blake3:remembered" if algorithm == "blake3" else disk.hash_file(str(root / "kept.py"), "sha256")
+        )
+        assert set(reads) == {disk.CHUNK} and len(reads) == (
+            2 + 2 + 1 + 5 if algorithm == "sha256" else 2 + 1 + 5
+        )
+    assert cache.digests(jobs[:1], "blake3") == {
+        "kept.py": ("blake3:remembered", st.st_size, 0o644)
+    }  # no hash
     with pytest.raises(AgentError, match="cannot hash with 'md5'"):
         cache.digests(jobs, "md5")
 
@@ -280,7 +313,7 @@ def test_a_sealed_audit_is_given_again_only_while_nothing_it_read_has_changed(en
     every entry it read; while all are unchanged the answer comes back with nothing else read, and
     any change (an in-place edit keeping size and mtime, a new pyc, a mode, a removal, a role file)
     is audited in full and found."""
-    from patchkeeper.host import disk, seal
+    from patchkeeper.host import seal
     from patchkeeper.host.contract import TreeRequest
 
     env.pk("snapshot", "--name", "s0")
@@ -288,7 +321,7 @@ def test_a_sealed_audit_is_given_again_only_while_nothing_it_read_has_changed(en
     site, state = env.site, env.state_dir
     unit = env.unit
     edit_file(unit, unit.read_bytes())  # an inode of our own: edited in place below
-    monkeypatch.setattr(statcache.StatCache, "GRANULARITY_NS", -10**12)  # seal even this fresh copy
+    monkeypatch.setattr(statcache.StatCache, "GRANULARITY_NS", -(10**12))  # seal even this fresh copy
     sealed_at = str(state / "audit" / "tree.seal")
     for cache in state.glob("statcache.json*"):
         cache.unlink()
@@ -299,8 +332,9 @@ def test_a_sealed_audit_is_given_again_only_while_nothing_it_read_has_changed(en
     target = open_target(workspace.load(env.root).target(None))
     scan = scan_request(target)  # the package's RECORD paths, its top directories, the unit file
     assert scan.absolute == {"@unit": str(unit), "@dropin": str(env.dropin)} and "sglang" in scan.walk
-    request = TreeRequest(str(state / "store"), digest, scan, TAG, (), str(state / "audit" / "bytecode.cache"),
-                          sealed_at)
+    request = TreeRequest(
+        str(state / "store"), digest, scan, TAG, (), str(state / "audit" / "bytecode.cache"), sealed_at
+    )
     first = Agent().audit_tree(request)
     assert not os.path.exists(sealed_at)  # a cold audit (no stat cache yet) pays for no seal
     assert first.files > 5000 and first.bytecode.pycs > 5000 and first.comparison.pairs == {}
@@ -347,7 +381,9 @@ def test_a_sealed_audit_is_given_again_only_while_nothing_it_read_has_changed(en
 
     stray = site / "sglang" / "srt" / "zz_stray.pyc"  # a legacy pyc without its source: Python imports it
     py_compile.compile(str(version), cfile=str(stray))
-    assert [f[:2] for f in Agent().audit_tree(request).bytecode.findings] == [("sglang/srt/zz_stray.pyc", "sourceless")]
+    assert [f[:2] for f in Agent().audit_tree(request).bytecode.findings] == [
+        ("sglang/srt/zz_stray.pyc", "sourceless")
+    ]
     stray.unlink()
     assert Agent().audit_tree(request).bytecode.findings == ()
 
@@ -355,15 +391,17 @@ def test_a_sealed_audit_is_given_again_only_while_nothing_it_read_has_changed(en
     mode = init.stat().st_mode
     edit_file(init, init.read_bytes())
     init.chmod(0o600)
-    assert {k: (old[2], new[2]) for k, (old, new) in Agent().audit_tree(request).comparison.pairs.items()} == \
-        {"sglang/__init__.py": (mode & 0o777, 0o600)}
+    assert {
+        k: (old[2], new[2]) for k, (old, new) in Agent().audit_tree(request).comparison.pairs.items()
+    } == {"sglang/__init__.py": (mode & 0o777, 0o600)}
     init.chmod(mode & 0o777)
 
     removed = next((site / "sglang" / "srt").glob("*.py"))
     saved = removed.read_bytes()
     removed.unlink()
-    assert {k: new for k, (_, new) in Agent().audit_tree(request).comparison.pairs.items()} == \
-        {str(removed.relative_to(site)): None}
+    assert {k: new for k, (_, new) in Agent().audit_tree(request).comparison.pairs.items()} == {
+        str(removed.relative_to(site)): None
+    }
     removed.write_bytes(saved)
 
     with open(unit, "ab") as f:
@@ -372,8 +410,13 @@ def test_a_sealed_audit_is_given_again_only_while_nothing_it_read_has_changed(en
 
     # another distribution's RECORD is checked in the same call, never from the tree's seal: a file
     # no seal covers (not below the package, no .py), edited keeping its size and mtime, is found
-    with_records = replace(request, records=("pip-23.2.1.dist-info",), record_cache=str(state / "audit"),
-                           native_sites=(str(site),), native_cache=str(state / "env" / "native"))
+    with_records = replace(
+        request,
+        records=("pip-23.2.1.dist-info",),
+        record_cache=str(state / "audit"),
+        native_sites=(str(site),),
+        native_cache=str(state / "env" / "native"),
+    )
     assert Agent().audit_tree(with_records).records["pip-23.2.1.dist-info"].findings == ()
     assert Agent().audit_tree(with_records).records["pip-23.2.1.dist-info"].findings == ()  # sealed
     exe = site / "pip" / "_vendor" / "distlib" / "t64.exe"
@@ -386,10 +429,14 @@ def test_a_sealed_audit_is_given_again_only_while_nothing_it_read_has_changed(en
     with monkeypatch.context() as m:
         m.setattr(compare, "scan", nothing_else)  # the tree from its seal
         found = Agent().audit_tree(with_records)
-    assert [f[:2] for f in found.records["pip-23.2.1.dist-info"].findings] == [("pip/_vendor/distlib/t64.exe", "changed")]
+    assert [f[:2] for f in found.records["pip-23.2.1.dist-info"].findings] == [
+        ("pip/_vendor/distlib/t64.exe", "changed")
+    ]
     from patchkeeper.host import fingerprint  # and the native libraries, read as always
 
-    assert found.native == fingerprint.native([str(site)], None) and any(k.endswith(".so") for k in found.native)
+    assert found.native == fingerprint.native([str(site)], None) and any(
+        k.endswith(".so") for k in found.native
+    )
 
 
 def test_no_seal_is_written_within_the_clock_granularity_of_a_change(env):
@@ -433,26 +480,37 @@ def test_a_cold_audit_finds_same_tick_edits_and_recompiles_their_pycs(env, monke
     mismatched pyc beside the package and a legacy one are found in the same call."""
     env.pk("snapshot", "--name", "s0")
     _bytecode_cases(env.site)
-    request = _tree_request(env, bytecode_cache=str(env.state_dir / "audit" / "bytecode.cache"),
-                            records=("pip-23.2.1.dist-info", "setuptools-65.5.0.dist-info"),
-                            record_cache=str(env.state_dir / "audit"), native_sites=(str(env.site),),
-                            native_cache=str(env.state_dir / "env" / "native"))
+    request = _tree_request(
+        env,
+        bytecode_cache=str(env.state_dir / "audit" / "bytecode.cache"),
+        records=("pip-23.2.1.dist-info", "setuptools-65.5.0.dist-info"),
+        record_cache=str(env.state_dir / "audit"),
+        native_sites=(str(env.site),),
+        native_cache=str(env.state_dir / "env" / "native"),
+    )
     pairs = [str(src.relative_to(env.site)) for src, _ in _stamped(env.site, "sglang")]
-    package = {_same_tick_edit(env.site, env.site / rel) for rel in (pairs[0], pairs[len(pairs) // 2], pairs[-1])}
-    others = {name: _same_tick_edit(env.site, _stamped(env.site, name)[0][0]) for name in ("pip", "setuptools")}
+    package = {
+        _same_tick_edit(env.site, env.site / rel) for rel in (pairs[0], pairs[len(pairs) // 2], pairs[-1])
+    }
+    others = {
+        name: _same_tick_edit(env.site, _stamped(env.site, name)[0][0]) for name in ("pip", "setuptools")
+    }
     for cache in env.state_dir.glob("statcache.json*"):
         cache.unlink()
     found = Agent().audit_tree(request)
     assert set(found.comparison.pairs) == package
     for name, dist in (("pip", "pip-23.2.1.dist-info"), ("setuptools", "setuptools-65.5.0.dist-info")):
         assert [tuple(f[:2]) for f in found.records[dist].findings] == [(others[name], "changed")]
-    mismatched = {rel.replace("/__pycache__", "").split(".")[0] for rel, kind, _ in found.bytecode.findings
-                  if kind == "mismatch"}
+    mismatched = {
+        rel.replace("/__pycache__", "").split(".")[0]
+        for rel, kind, _ in found.bytecode.findings
+        if kind == "mismatch"
+    }
     assert {e[:-3] for e in [*package, *others.values()]} <= mismatched  # each one's pyc, recompiled
     assert {"sglang/version", "outside/mod"} <= mismatched
     assert found.native and any(k.endswith(".so") for k in found.native)
     assert ("sglang/legacy.pyc", "sourceless") in [tuple(f[:2]) for f in found.bytecode.findings]
-    monkeypatch.setattr("patchkeeper.host.statcache.StatCache.GRANULARITY_NS", -10**12)
+    monkeypatch.setattr("patchkeeper.host.statcache.StatCache.GRANULARITY_NS", -(10**12))
     assert Agent().audit_tree(request) == found  # the same from every cache
 
 
@@ -476,10 +534,28 @@ def test_pyc_names_map_to_their_sources_as_importlib_maps_them():
 
     names = []
     for stem in ("m", "_m", "m-x", ""):
-        for tail in (f"{TAG}.pyc", f"{TAG}.opt-1.pyc", f"{TAG}.opt-2.pyc", f"{TAG}.opt-.pyc", f"{TAG}.opt-x1.pyc",
-                     f"{TAG}.opt-1.x.pyc", f"{TAG}.x.pyc", "cpython-27.pyc", "pyc", f"{TAG}.opt-a_b.pyc"):
-            for head in ("", "__pycache__/", "a/__pycache__/", "a/b/__pycache__/", "a/", "x__pycache__/",
-                         "__pycache__/__pycache__/", "a.b/__pycache__/"):
+        for tail in (
+            f"{TAG}.pyc",
+            f"{TAG}.opt-1.pyc",
+            f"{TAG}.opt-2.pyc",
+            f"{TAG}.opt-.pyc",
+            f"{TAG}.opt-x1.pyc",
+            f"{TAG}.opt-1.x.pyc",
+            f"{TAG}.x.pyc",
+            "cpython-27.pyc",
+            "pyc",
+            f"{TAG}.opt-a_b.pyc",
+        ):
+            for head in (
+                "",
+                "__pycache__/",
+                "a/__pycache__/",
+                "a/b/__pycache__/",
+                "a/",
+                "x__pycache__/",
+                "__pycache__/__pycache__/",
+                "a.b/__pycache__/",
+            ):
                 names.append(f"{head}{stem}.{tail}")
     assert len(names) > 300
     for rel in names:
@@ -494,8 +570,15 @@ def test_install_records_of_an_old_manifest_are_left_out_of_its_comparison(tmp_p
     from patchkeeper.host.contract import CompareRequest
     from patchkeeper.records.manifest import Manifest
 
-    keys = ["pkg/a.py", "pkg-1.dist-info/RECORD", "pkg-1.dist-info/METADATA", "pkg/sub.dist-info/RECORD",
-            "pkg-1.dist-info/direct_url.json", "pkg/RECORD", "pkg-1.dist-info/RECORD.jws"]
+    keys = [
+        "pkg/a.py",
+        "pkg-1.dist-info/RECORD",
+        "pkg-1.dist-info/METADATA",
+        "pkg/sub.dist-info/RECORD",
+        "pkg-1.dist-info/direct_url.json",
+        "pkg/RECORD",
+        "pkg-1.dist-info/RECORD.jws",
+    ]
     assert disk.install_records(keys) == ["pkg-1.dist-info/RECORD", "pkg-1.dist-info/direct_url.json"]
     assert disk.install_records(["pkg/a.py", "pkg/RECORD"]) == []
 
@@ -540,13 +623,21 @@ def test_a_warm_audit_from_both_seals_still_sees_a_file_changed_in_place(env, mo
     env.pk("snapshot", "--name", "s0")
     digest = json.loads(env.pk("status", "--json").stdout)["state"]["manifest"]
     state = env.state_dir
-    monkeypatch.setattr(statcache.StatCache, "GRANULARITY_NS", -10**12)  # seal even this fresh copy
+    monkeypatch.setattr(statcache.StatCache, "GRANULARITY_NS", -(10**12))  # seal even this fresh copy
     target = open_target(workspace.load(env.root).target(None))
     others = tuple(sorted(p.name for p in env.site.glob("*.dist-info") if not p.name.startswith("sglang-")))
     assert others  # pip's and setuptools'
-    request = TreeRequest(str(state / "store"), digest, scan_request(target), TAG, (),
-                          str(state / "audit" / "bytecode.cache"), str(state / "audit" / "tree.seal"),
-                          others, str(state / "audit"))
+    request = TreeRequest(
+        str(state / "store"),
+        digest,
+        scan_request(target),
+        TAG,
+        (),
+        str(state / "audit" / "bytecode.cache"),
+        str(state / "audit" / "tree.seal"),
+        others,
+        str(state / "audit"),
+    )
     for _ in range(3):  # the stat cache, then both seals
         first = Agent().audit_tree(request)
     with monkeypatch.context() as m:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from patchkeeper.patchset import gitdiff, patching
 from patchkeeper.errors import BadInput, HunkFailed
+from patchkeeper.patchset import gitdiff, patching
 
 DIFF = """diff --git a/pkg/a.py b/pkg/a.py
 index 1111111..2222222 100644
@@ -65,7 +65,9 @@ def test_form_feed_and_carriage_returns_are_not_line_breaks():
 
 def test_failures_name_the_hunk_and_the_first_mismatching_line():
     a, _, new, gone = gitdiff.parse(DIFF, "t.patch")
-    with pytest.raises(HunkFailed, match=r"@@ -2,3 \+2,3 @@ does not apply: line 3: expected 'three', found 'tree'"):
+    with pytest.raises(
+        HunkFailed, match=r"@@ -2,3 \+2,3 @@ does not apply: line 3: expected 'three', found 'tree'"
+    ):
         patching.apply(a, b"one\ntwo\ntree\nfour", "t")
     with pytest.raises(HunkFailed, match="already exists"):
         patching.apply(new, b"", "t")
@@ -127,9 +129,16 @@ def test_the_header_forms_git_apply_takes_give_git_apply_s_bytes(tmp_path):
     (tmp_path / "forms.patch").write_text(text)
     subprocess.run(["git", "apply", "forms.patch"], cwd=tmp_path, check=True)
     fps = {fp.path: fp for fp in gitdiff.parse(text, "forms.patch")}
-    assert [(fp.kind, fp.new_mode) for fp in fps.values()] == [("add", 0o644), ("modify", 0o755), ("modify", None),
-                                                                 ("modify", None)]
-    assert patching.apply(fps["pkg/new thing.py"], None, "t").data == (tmp_path / "pkg/new thing.py").read_bytes()
+    assert [(fp.kind, fp.new_mode) for fp in fps.values()] == [
+        ("add", 0o644),
+        ("modify", 0o755),
+        ("modify", None),
+        ("modify", None),
+    ]
+    assert (
+        patching.apply(fps["pkg/new thing.py"], None, "t").data
+        == (tmp_path / "pkg/new thing.py").read_bytes()
+    )
     assert (tmp_path / "pkg/run.sh").stat().st_mode & 0o777 == fps["pkg/run.sh"].new_mode
     for rel, data in start.items():
         assert patching.apply(fps[rel], data, "t").data == (tmp_path / rel).read_bytes()

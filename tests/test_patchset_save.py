@@ -11,7 +11,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import copy_venv, make_workspace, tree
 
 
@@ -66,8 +65,13 @@ def versions(tmp_path_factory, venv):
 
 def test_a_save_passes_these_steps_in_this_order(tmp_path, venv, versions):
     trace = tmp_path / "trace"
-    make_workspace(tmp_path / "ws", venv).pk(*IMPORT, str(versions[0]), "--version", "3.2.0", env={
-        "PATCHKEEPER_CRASH_AT": "no such step", "PATCHKEEPER_CRASH_TRACE": str(trace)})
+    make_workspace(tmp_path / "ws", venv).pk(
+        *IMPORT,
+        str(versions[0]),
+        "--version",
+        "3.2.0",
+        env={"PATCHKEEPER_CRASH_AT": "no such step", "PATCHKEEPER_CRASH_TRACE": str(trace)},
+    )
     assert [line.split(" ", 1)[1] for line in trace.read_text().splitlines()] == STEPS
 
 
@@ -75,7 +79,9 @@ def test_a_save_passes_these_steps_in_this_order(tmp_path, venv, versions):
 def test_kill_at_a_step_of_a_save_leaves_the_old_or_the_new_version(step, tmp_path, venv, versions):
     patch, old, new = versions
     crashed = make_workspace(tmp_path / "crashed", venv)
-    proc = crashed.pk(*IMPORT, str(patch), "--version", "3.2.0", check=None, env={"PATCHKEEPER_CRASH_AT": step})
+    proc = crashed.pk(
+        *IMPORT, str(patch), "--version", "3.2.0", check=None, env={"PATCHKEEPER_CRASH_AT": step}
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     hidden = [p.name for p in (crashed.root / "patchsets").iterdir() if ".pk-" in p.name]
     assert bool(hidden) == (step != "save-done"), hidden  # before: no patchsets/ddtree, or the old one
@@ -92,7 +98,10 @@ def test_kill_at_a_step_of_a_save_leaves_the_old_or_the_new_version(step, tmp_pa
         assert not [p.name for p in patchsets.iterdir() if ".pk-" in p.name], first
         if first == "list":
             sets = {s["name"]: s for s in json.loads(run.stdout)}
-            assert (sets["ddtree"]["version"], sets["ddtree"]["kept"]) == (version, ["3.1.0"] if committed else [])
+            assert (sets["ddtree"]["version"], sets["ddtree"]["kept"]) == (
+                version,
+                ["3.1.0"] if committed else [],
+            )
             before = tree(ws)  # and a second command finds nothing left to do
             again = _pk(ws, "recover")
             assert "patchsets:" not in again.stdout and tree(ws) == before
@@ -115,5 +124,9 @@ def test_a_set_left_between_two_renames_by_a_save_without_journal_is_put_back(tm
 
 
 def _pk(root, *args):
-    return subprocess.run([sys.executable, "-m", "patchkeeper", "--workspace", str(root), *args],
-                          capture_output=True, text=True, env={**os.environ})
+    return subprocess.run(
+        [sys.executable, "-m", "patchkeeper", "--workspace", str(root), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ},
+    )

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import ast
 import os
-from dataclasses import replace
 import py_compile
+from dataclasses import replace
 
 import pytest
-
 from conftest import PRISTINE, REPO, SITE_REL
 
-from patchkeeper.patchset import patching, patchset, unitsyntax
 from patchkeeper.checks import algoscan, units
+from patchkeeper.patchset import patching, patchset, unitsyntax
 from patchkeeper.workspace import TargetConfig
 
 SHIPPED = ["ddtree", "dflash", "nextn"]
@@ -28,7 +27,11 @@ def produce(name: str, without: str | None = None) -> dict[str, bytes | None]:
         if origin == without:
             continue
         for fp in fps:
-            current = out[fp.path] if fp.path in out else ((site / fp.path).read_bytes() if (site / fp.path).exists() else None)
+            current = (
+                out[fp.path]
+                if fp.path in out
+                else ((site / fp.path).read_bytes() if (site / fp.path).exists() else None)
+            )
             out[fp.path] = patching.apply(fp, current, origin).data
     return out
 
@@ -41,9 +44,13 @@ def test_shipped_patchsets_are_listed_in_one_group():
         assert ps.group == "speculative-algo" and ps.package_version == "==0.5.23"
         assert set(dict(ps.files)) == {"dropin"}  # a drop-in: the host's unit is the host's
         dropin = dict(ps.files)["dropin"].decode()
-        assert "[Service]\nExecStart=\nExecStart=" in dropin  # clears the host's ExecStart=, then sets its own
+        assert (
+            "[Service]\nExecStart=\nExecStart=" in dropin
+        )  # clears the host's ExecStart=, then sets its own
         parsed = unitsyntax.parse(dropin)
-        assert [(st.section, st.key) for st in parsed.settings] == [("Service", "ExecStart")] * 2 and not parsed.warnings
+        assert [(st.section, st.key) for st in parsed.settings] == [
+            ("Service", "ExecStart")
+        ] * 2 and not parsed.warnings
 
 
 def test_only_the_sets_with_code_patch_code():
@@ -67,8 +74,14 @@ def test_every_produced_file_compiles(name, tmp_path, pristine_venv):
 def test_ddtree_adds_the_algorithm_everywhere_it_must(pristine_venv):
     produced = produce("ddtree")
     spec = produced["sglang/srt/speculative/spec_info.py"].decode()
-    enum = next(n for n in ast.walk(ast.parse(spec)) if isinstance(n, ast.ClassDef) and n.name == "SpeculativeAlgorithm")
-    members = [t.id for n in enum.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)]
+    enum = next(
+        n
+        for n in ast.walk(ast.parse(spec))
+        if isinstance(n, ast.ClassDef) and n.name == "SpeculativeAlgorithm"
+    )
+    members = [
+        t.id for n in enum.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)
+    ]
     assert "DDTREE" in members and "DFLASH" in members
     is_dflash = next(n for n in enum.body if isinstance(n, ast.FunctionDef) and n.name == "is_dflash")
     assert "DDTREE" in ast.unparse(is_dflash)
@@ -76,11 +89,15 @@ def test_ddtree_adds_the_algorithm_everywhere_it_must(pristine_venv):
     unit = dict(patchset.load(REPO / "patchsets", "ddtree").files)["dropin"].decode()
     assert "--speculative-algorithm DDTREE" in unit
     nextn = dict(patchset.load(REPO / "patchsets", "nextn").files)["dropin"].decode()
-    assert "NEXTN --speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4" in nextn
+    assert (
+        "NEXTN --speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4" in nextn
+    )
 
 
 # ---- ddtree: no place in sglang that compares the algorithm to DFLASH by name leaves DDTREE out ----
-_found: dict[tuple[str, bytes], list[str]] = {}  # a file's findings by its bytes: most files are the pristine ones
+_found: dict[
+    tuple[str, bytes], list[str]
+] = {}  # a file's findings by its bytes: most files are the pristine ones
 
 
 def dflash_only_comparisons(files: dict[str, bytes]) -> list[str]:
@@ -121,21 +138,31 @@ def test_applied_ddtree_leaves_no_dflash_only_comparison(env, pristine_dflash):
     assert dflash_only_comparisons(naming_dflash(env.site / "sglang")) == []
 
 
-@pytest.mark.parametrize("dropped", [p for p, _ in patchset.load(REPO / "patchsets", "ddtree").patches
-                                     if p != "0004-ddtree-utils.patch"])
+@pytest.mark.parametrize(
+    "dropped",
+    [p for p, _ in patchset.load(REPO / "patchsets", "ddtree").patches if p != "0004-ddtree-utils.patch"],
+)
 def test_every_ddtree_comparison_patch_is_needed(dropped, pristine_dflash):
     produced = {rel: data for rel, data in produce("ddtree", without=dropped).items() if data is not None}
-    left = dflash_only_comparisons({**pristine_dflash, **{k: v for k, v in produced.items() if b"DFLASH" in v}})
-    fixed_by_it = {fp.path for origin, fps in patchset.load(REPO / "patchsets", "ddtree").patches
-                   if origin == dropped for fp in fps}
+    left = dflash_only_comparisons(
+        {**pristine_dflash, **{k: v for k, v in produced.items() if b"DFLASH" in v}}
+    )
+    fixed_by_it = {
+        fp.path
+        for origin, fps in patchset.load(REPO / "patchsets", "ddtree").patches
+        if origin == dropped
+        for fp in fps
+    }
     assert left and {entry.partition(":")[0] for entry in left} <= fixed_by_it
 
 
 def test_shipped_dropins_render_the_ct129_deployment():
-    issue = ("/root/ml-env/bin/python3 -m sglang.launch_server --model-path /root/models/Qwen3.6-27B --port 30000 "
-             "--host 0.0.0.0 --tp-size 2 --mem-fraction-static 0.88 --context-length 131072 "
-             "--max-running-requests 16 --mamba-full-memory-ratio 0.5 --mamba-scheduler-strategy extra_buffer "
-             "--reasoning-parser qwen3 --tool-call-parser qwen3_coder").split()
+    issue = (
+        "/root/ml-env/bin/python3 -m sglang.launch_server --model-path /root/models/Qwen3.6-27B --port 30000 "
+        "--host 0.0.0.0 --tp-size 2 --mem-fraction-static 0.88 --context-length 131072 "
+        "--max-running-requests 16 --mamba-full-memory-ratio 0.5 --mamba-scheduler-strategy extra_buffer "
+        "--reasoning-parser qwen3 --tool-call-parser qwen3_coder"
+    ).split()
     host = (REPO / "demo/sglang-qwen.service").read_text()  # the host's unit, its own ExecStart= cleared
 
     def effective(dropin: bytes) -> list[str]:
@@ -143,15 +170,27 @@ def test_shipped_dropins_render_the_ct129_deployment():
         assert command is not None and command.source == "dropin" and command.refused is None
         return list(command.argv)
 
-    ct129 = TargetConfig(name="ct129", python="/root/ml-env/bin/python3", package="sglang")  # python: the target's
+    ct129 = TargetConfig(
+        name="ct129", python="/root/ml-env/bin/python3", package="sglang"
+    )  # python: the target's
     nextn = patchset.load(REPO / "patchsets", "nextn").bind(ct129)
-    assert effective(dict(nextn.files)["dropin"]) == issue + (
-        "--speculative-algo NEXTN --speculative-num-steps 3 --speculative-eagle-topk 1 "
-        "--speculative-num-draft-tokens 4").split()
+    assert (
+        effective(dict(nextn.files)["dropin"])
+        == issue
+        + (
+            "--speculative-algo NEXTN --speculative-num-steps 3 --speculative-eagle-topk 1 "
+            "--speculative-num-draft-tokens 4"
+        ).split()
+    )
     for name in ("dflash", "ddtree"):
         ps = patchset.load(REPO / "patchsets", name)
         assert "draft_model_path" in ps.variables and "draft_model_path" not in dict(ps.defaults)
         argv = effective(dict(ps.bind(replace(ct129, vars={"draft_model_path": "/d"})).files)["dropin"])
-        assert argv == issue + ["--speculative-algorithm", name.upper(), "--speculative-draft-model-path", "/d"]
+        assert argv == issue + [
+            "--speculative-algorithm",
+            name.upper(),
+            "--speculative-draft-model-path",
+            "/d",
+        ]
     ddtree = patchset.load(REPO / "patchsets", "ddtree").description  # what is proven, and what is not
     assert "is lossless" in ddtree and "not wired yet" in ddtree and "verifies a linear chain" in ddtree

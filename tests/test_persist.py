@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from helpers import proc_state, wait_for
 from sshd import accepted, sshd  # noqa: F401 (sshd is a fixture)
 
@@ -62,7 +61,9 @@ def test_holder_started_on_first_use_reused_and_ended_by_disconnect(fleet):
 
 def test_holder_exits_when_idle_and_persist_0_holds_nothing(fleet):
     toml = fleet.env.root / "patchkeeper.toml"
-    toml.write_text("persist = 1\n" + toml.read_text().replace('[targets.ct200]\n', '[targets.ct200]\npersist = 0\n'))
+    toml.write_text(
+        "persist = 1\n" + toml.read_text().replace("[targets.ct200]\n", "[targets.ct200]\npersist = 0\n")
+    )
     fleet.pk("status", "-t", "ct129")
     pid = _holder_pid(fleet)
     wait_for(lambda: _gone(pid), "the idle holder to exit")
@@ -90,7 +91,11 @@ def _python_for_all() -> str:
     """An interpreter every uid may run (this one may live in root's private home)."""
     for python in (sys.executable, "/usr/bin/python3", "/usr/local/bin/python3"):
         real = Path(os.path.realpath(python))
-        if real.is_file() and all(p.stat().st_mode & 0o001 for p in real.parents) and real.stat().st_mode & 0o001:
+        if (
+            real.is_file()
+            and all(p.stat().st_mode & 0o001 for p in real.parents)
+            and real.stat().st_mode & 0o001
+        ):
             return str(real)
     pytest.skip("no Python here that another uid may run")
 
@@ -102,10 +107,17 @@ def test_holder_refuses_a_peer_of_another_uid(fleet):
     # loosen what normally keeps others out, so that only the holder's own check is left
     sock_path.parent.chmod(0o711)
     sock_path.chmod(0o777)
-    proc = subprocess.run([_python_for_all(), "-I", "-c", _ANOTHER_UID, sock_path.name,
-                           wire.encode({"op": "ping"}).hex()], cwd=sock_path.parent, env={"PATH": "/usr/bin:/bin"},
-                          user=65534, group=65534, extra_groups=[], timeout=60, capture_output=True,
-                          text=True)  # (the tmp dirs above cwd stay closed to that uid)
+    proc = subprocess.run(
+        [_python_for_all(), "-I", "-c", _ANOTHER_UID, sock_path.name, wire.encode({"op": "ping"}).hex()],
+        cwd=sock_path.parent,
+        env={"PATH": "/usr/bin:/bin"},
+        user=65534,
+        group=65534,
+        extra_groups=[],
+        timeout=60,
+        capture_output=True,
+        text=True,
+    )  # (the tmp dirs above cwd stay closed to that uid)
     assert proc.returncode == 0, f"the holder answered (1) or the client failed (2): {proc.stderr[-2000:]}"
     # and a command refuses to use a socket directory others can enter: it connects by itself
     before = accepted(fleet.sshd)
@@ -134,14 +146,34 @@ def _apply(fleet, step: str, stop: bool) -> subprocess.Popen:
     env = {**os.environ, "PATCHKEEPER_CRASH_AT": step}
     if stop:
         env["PATCHKEEPER_CRASH_SIGNAL"] = "STOP"
-    return subprocess.Popen([sys.executable, "-m", "patchkeeper", "--workspace", str(fleet.env.root),
-                             "apply", "ddtree", "-t", "ct129"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=env)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "patchkeeper",
+            "--workspace",
+            str(fleet.env.root),
+            "apply",
+            "ddtree",
+            "-t",
+            "ct129",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
 
 
-@pytest.mark.parametrize("killed, step, outcome", [
-    ("controller", "journal-prepared", "old"), ("controller", "journal-committed", "new"),
-    ("controller", "ledger", "new"), ("holder", "journal-prepared", "old"), ("holder", "journal-committed", "new")])
+@pytest.mark.parametrize(
+    "killed, step, outcome",
+    [
+        ("controller", "journal-prepared", "old"),
+        ("controller", "journal-committed", "new"),
+        ("controller", "ledger", "new"),
+        ("holder", "journal-prepared", "old"),
+        ("holder", "journal-committed", "new"),
+    ],
+)
 def test_sigkill_mid_apply_through_a_holder_recovers_byte_for_byte(fleet, killed, step, outcome):
     fleet.pk("apply", "ddtree", "-t", "ct200")  # the reference for the new state
     fleet.pk("status", "-t", "ct129")  # the holder runs before the apply
@@ -186,7 +218,7 @@ def test_all_with_one_host_unreachable_reports_it_and_finishes_the_others(fleet,
     with (home / ".ssh" / "config").open("a") as f:
         f.write(f"\nHost gone\n  HostName 127.0.0.1\n  Port {free_port()}\n  User root\n")
     with (fleet.env.root / "patchkeeper.toml").open("a") as f:
-        f.write(f'\n[targets.gone]\nssh = "gone"\npython = "/usr/bin/python3"\npackage = "sglang"\n')
+        f.write('\n[targets.gone]\nssh = "gone"\npython = "/usr/bin/python3"\npackage = "sglang"\n')
     fleet.pk("apply", "ddtree", "-t", "ct129")
     for verb in ("audit", "status", "diff"):
         proc = fleet.pk(verb, "--all", check=2)

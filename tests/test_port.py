@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-from conftest import DRAFT, REPO, copy_venv, make_workspace, tree
+from conftest import REPO, copy_venv, make_workspace, tree
 from made_wheels import make_wheel
 
 from patchkeeper.checks import wheels
@@ -30,7 +29,9 @@ ADDED = "sglang/srt/pk_port_test_added.py"
 def wheel(version: str) -> Path:
     found = sorted(PORT_WHEELS.glob(f"sglang-{version}-*.whl"))
     if not found:
-        pytest.fail(f"no sglang {version} wheel in {PORT_WHEELS}: run the tests with `make test`, which fetches it")
+        pytest.fail(
+            f"no sglang {version} wheel in {PORT_WHEELS}: run the tests with `make test`, which fetches it"
+        )
     return found[0]
 
 
@@ -43,7 +44,9 @@ class Releases:
         self._lines: dict[tuple[str, str], list[str]] = {}
         old, new = self.infos[OLD], self.infos[NEW]
         py = [n for n in old if n.startswith("sglang/") and n.endswith(".py")]
-        self.changed = sorted(n for n in py if n in new and new[n].CRC != old[n].CRC and n.startswith("sglang/srt/"))
+        self.changed = sorted(
+            n for n in py if n in new and new[n].CRC != old[n].CRC and n.startswith("sglang/srt/")
+        )
         self.removed = sorted(n for n in py if n not in new)
         self.added = sorted(n for n in new if n not in old and n.startswith("sglang/") and n.endswith(".py"))
 
@@ -71,14 +74,18 @@ class Edit:
 
     def on(self, data: bytes) -> bytes:
         lines = split_lines(data.decode())
-        at = [i for i in range(len(lines)) if tuple(lines[i:i + len(self.old)]) == self.old]
+        at = [i for i in range(len(lines)) if tuple(lines[i : i + len(self.old)]) == self.old]
         assert len(at) == 1, (self.path, self.old, at)
-        return "".join(lines[:at[0]] + list(self.new) + lines[at[0] + len(self.old):]).encode()
+        return "".join(lines[: at[0]] + list(self.new) + lines[at[0] + len(self.old) :]).encode()
 
 
 def _once(line: str, *files: list[str]) -> bool:
-    return bool(line.strip()) and line.endswith("\n") and not line.rstrip().endswith("\\") \
+    return (
+        bool(line.strip())
+        and line.endswith("\n")
+        and not line.rstrip().endswith("\\")
         and all(f.count(line) == 1 for f in files)
+    )
 
 
 def _ops(r: Releases, path: str) -> list[tuple[str, int, int, int, int]]:
@@ -97,15 +104,33 @@ def find(r: Releases, what: str, taken: set[str]) -> Edit:
             after = ops[k + 1] if k + 1 < len(ops) else None
             if what == "clean" and tag == "equal" and i2 - i1 >= 21 and j1 != i1 and _once(a[i1 + 10], a, b):
                 edit = Edit(path, (a[i1 + 10],), (a[i1 + 10], "# pk-port-test: clean\n"))
-            elif tag != "replace" or i2 - i1 != j2 - j1 or not prev or prev[0] != "equal" or not after \
-                    or after[0] != "equal" or after[2] - after[1] < 4:
+            elif (
+                tag != "replace"
+                or i2 - i1 != j2 - j1
+                or not prev
+                or prev[0] != "equal"
+                or not after
+                or after[0] != "equal"
+                or after[2] - after[1] < 4
+            ):
                 continue
             elif what == "merged" and i2 - i1 == 1 and prev[2] - prev[1] >= 8 and _once(a[i1 - 3], a, b):
                 edit = Edit(path, (a[i1 - 3],), (a[i1 - 3], "# pk-port-test: merged\n"))
-            elif what == "upstream" and i2 - i1 <= 3 and prev[2] - prev[1] >= 4 and all(_once(x, a) for x in a[i1:i2]):
+            elif (
+                what == "upstream"
+                and i2 - i1 <= 3
+                and prev[2] - prev[1] >= 4
+                and all(_once(x, a) for x in a[i1:i2])
+            ):
                 edit = Edit(path, tuple(a[i1:i2]), tuple(b[j1:j2]))
-            elif what == "conflict" and i2 - i1 == 1 and prev[2] - prev[1] >= 4 and _once(a[i1], a) \
-                    and _once(b[j1], b) and not a[i1].lstrip().startswith("#"):
+            elif (
+                what == "conflict"
+                and i2 - i1 == 1
+                and prev[2] - prev[1] >= 4
+                and _once(a[i1], a)
+                and _once(b[j1], b)
+                and not a[i1].lstrip().startswith("#")
+            ):
                 edit = Edit(path, (a[i1],), (a[i1].rstrip("\n") + "  # pk-port-test: conflict\n",))
                 if not _compiles(Edit(path, (b[j1],), edit.new).on(r.data(NEW, path))):
                     continue  # resolved as ours, it must still be Python
@@ -136,7 +161,7 @@ def find_removed(r: Releases, renamed: bool) -> tuple[Edit, str | None]:
         near = [p for p in r.added if p.rpartition("/")[0] == path.rpartition("/")[0]]
         if renamed != bool(twins) or (not renamed and (by_name.get(name) or near)) or len(a) < 20:
             continue
-        anchor = next((line for line in a[len(a) // 2:] if _once(line, a)), None)
+        anchor = next((line for line in a[len(a) // 2 :] if _once(line, a)), None)
         if anchor is not None:
             return Edit(path, (anchor,), (anchor, "# pk-port-test: gone\n")), twins[0] if twins else None
     raise AssertionError("no removed file found")
@@ -146,23 +171,32 @@ def patch_of(r: Releases, *edits: Edit) -> bytes:
     changes = []
     for e in edits:
         base = r.data(OLD, e.path) if e.path in r.infos[OLD] else None
-        changes.append(diffwrite.Change(e.path, base, e.on(base) if base is not None else e.new[0].encode(),
-                                        0o644 if base is not None else None, 0o644))
+        changes.append(
+            diffwrite.Change(
+                e.path,
+                base,
+                e.on(base) if base is not None else e.new[0].encode(),
+                0o644 if base is not None else None,
+                0o644,
+            )
+        )
     return diffwrite.diff(changes)
 
 
 UNIT = (REPO / "patchsets" / "dflash" / "dropin.conf").read_bytes()  # a role file: the drop-in
 
 
-def write_set(root: Path, name: str, patches: dict[str, bytes], package: str = "sglang",
-              pin: str = f"=={OLD}") -> Path:
+def write_set(
+    root: Path, name: str, patches: dict[str, bytes], package: str = "sglang", pin: str = f"=={OLD}"
+) -> Path:
     d = root / "patchsets" / name
     d.mkdir(parents=True)
     (d / "patchset.toml").write_text(
         f'name = "{name}"\nversion = "1.0.0"\ndescription = "port test"\npackage = "{package}"\n'
         f'package_version = "{pin}"   # the release it was made for\nrequires = []\n\n'
         '[files]\ndropin = "dropin.conf"\n\n# the unit\'s defaults\n[vars]\ntp_size = 2\n'
-        'python = "/usr/bin/python3"\nmodel_path = "/m"\nhost = "0.0.0.0"\nport = 30000\n')
+        'python = "/usr/bin/python3"\nmodel_path = "/m"\nhost = "0.0.0.0"\nport = 30000\n'
+    )
     (d / "dropin.conf").write_bytes(UNIT)
     for fname, data in patches.items():
         (d / fname).write_bytes(data)
@@ -172,8 +206,12 @@ def write_set(root: Path, name: str, patches: dict[str, bytes], package: str = "
 def pk(root: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     import sys
 
-    return subprocess.run([sys.executable, "-m", "patchkeeper", "--workspace", str(root), *args],
-                          capture_output=True, text=True, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "patchkeeper", "--workspace", str(root), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def both_wheels() -> list[str]:
@@ -198,40 +236,74 @@ def edits(releases) -> dict[str, Edit]:
 
 
 def git_init(root: Path) -> None:
-    for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "ws"]):
+    for args in (
+        ["init", "-q"],
+        ["add", "-A"],
+        ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "ws"],
+    ):
         subprocess.run(["git", *args], cwd=root, check=True)
     subprocess.run(["git", "config", "user.name", "t"], cwd=root, check=True)
     subprocess.run(["git", "config", "user.email", "t@t"], cwd=root, check=True)
 
 
 def test_a_clean_port_is_written_as_the_next_version_and_applies_on_0_5_23_byte_for_byte(
-        tmp_path, pristine_venv, releases, edits):
+    tmp_path, pristine_venv, releases, edits
+):
     env = make_workspace(tmp_path / "ws", copy_venv(pristine_venv, tmp_path / "venv"))
     git_init(env.root)
     e = edits
-    write_set(env.root, "portok", {"0001-clean.patch": patch_of(releases, e["clean"]),
-                                   "0002-merged.patch": patch_of(releases, e["merged"]),
-                                   "0003-upstream.patch": patch_of(releases, e["upstream"]),
-                                   "0004-added.patch": patch_of(releases, e["added"])})
+    write_set(
+        env.root,
+        "portok",
+        {
+            "0001-clean.patch": patch_of(releases, e["clean"]),
+            "0002-merged.patch": patch_of(releases, e["merged"]),
+            "0003-upstream.patch": patch_of(releases, e["upstream"]),
+            "0004-added.patch": patch_of(releases, e["added"]),
+        },
+    )
     proc = env.pk("port", "portok", "--to", NEW, *both_wheels(), "--json")
     doc = json.loads(proc.stdout)
-    assert outcomes(doc) == {e["clean"].path: ["clean"], e["merged"].path: ["merged"],
-                             e["upstream"].path: ["upstream"], ADDED: ["clean"]}
+    assert outcomes(doc) == {
+        e["clean"].path: ["clean"],
+        e["merged"].path: ["merged"],
+        e["upstream"].path: ["upstream"],
+        ADDED: ["clean"],
+    }
     clean = doc["files"][0]["hunks"][0]
     assert clean["offset"] != 0 and "+# pk-port-test: clean" in clean["lines"]
     assert doc["outcome"] == "ported" and doc["dropped"] == ["0003-upstream.patch"] and not doc["problems"]
     assert doc["written"]["ident"] == "portok@1.1.0" and doc["written"]["previous"] == "1.0.0"
     d = env.root / "patchsets" / "portok"
-    assert sorted(p.name for p in d.iterdir()) == ["0001-clean.patch", "0002-merged.patch", "0004-added.patch",
-                                                   "dropin.conf", "patchset.toml"]
+    assert sorted(p.name for p in d.iterdir()) == [
+        "0001-clean.patch",
+        "0002-merged.patch",
+        "0004-added.patch",
+        "dropin.conf",
+        "patchset.toml",
+    ]
     toml = (d / "patchset.toml").read_text()
-    assert 'version = "1.1.0"' in toml and f'package_version = "=={NEW}"   # the release it was made for' in toml
+    assert (
+        'version = "1.1.0"' in toml and f'package_version = "=={NEW}"   # the release it was made for' in toml
+    )
     assert "# the unit's defaults" in toml and (d / "dropin.conf").read_bytes() == UNIT  # carried as is
-    log = subprocess.run(["git", "log", "--format=%s", "--", "patchsets/portok"], cwd=env.root,
-                         capture_output=True, text=True, check=True).stdout.splitlines()
-    assert log[0].startswith("patch set portok@1.1.0") and log[1].startswith("patch set portok@1.0.0: as it was")
-    old_toml = subprocess.run(["git", "show", "HEAD~1:patchsets/portok/patchset.toml"], cwd=env.root,
-                              capture_output=True, text=True, check=True).stdout
+    log = subprocess.run(
+        ["git", "log", "--format=%s", "--", "patchsets/portok"],
+        cwd=env.root,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    assert log[0].startswith("patch set portok@1.1.0") and log[1].startswith(
+        "patch set portok@1.0.0: as it was"
+    )
+    old_toml = subprocess.run(
+        ["git", "show", "HEAD~1:patchsets/portok/patchset.toml"],
+        cwd=env.root,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert f'package_version = "=={OLD}"' in old_toml
 
     env.pk("check", "portok", "--wheel", str(wheel(NEW)))
@@ -249,41 +321,69 @@ def test_a_clean_port_is_written_as_the_next_version_and_applies_on_0_5_23_byte_
     assert changed == {f"{rel}/{p}" for p in (e["clean"].path, e["merged"].path, ADDED)} | {"@dropin"}
 
 
-def test_a_blocked_port_writes_nothing_into_patchsets_and_continue_finishes_it(tmp_path, pristine_venv, releases,
-                                                                               edits):
+def test_a_blocked_port_writes_nothing_into_patchsets_and_continue_finishes_it(
+    tmp_path, pristine_venv, releases, edits
+):
     env = make_workspace(tmp_path / "ws", copy_venv(pristine_venv, tmp_path / "venv"))
     e = edits
-    write_set(env.root, "portbad", {"0001-clean.patch": patch_of(releases, e["clean"]),
-                                    "0002-conflict.patch": patch_of(releases, e["conflict"]),
-                                    "0003-gone.patch": patch_of(releases, e["gone"]),
-                                    "0004-renamed.patch": patch_of(releases, e["renamed"]),
-                                    "0005-collision.patch": patch_of(releases, e["collision"])})
+    write_set(
+        env.root,
+        "portbad",
+        {
+            "0001-clean.patch": patch_of(releases, e["clean"]),
+            "0002-conflict.patch": patch_of(releases, e["conflict"]),
+            "0003-gone.patch": patch_of(releases, e["gone"]),
+            "0004-renamed.patch": patch_of(releases, e["renamed"]),
+            "0005-collision.patch": patch_of(releases, e["collision"]),
+        },
+    )
     before = tree(env.root)
     dry = env.pk("port", "portbad", "--to", NEW, *both_wheels(), "--dry-run", check=1)
     assert "dry run: nothing written" in dry.stdout and tree(env.root) == before
 
     doc = json.loads(env.pk("port", "portbad", "--to", NEW, *both_wheels(), "--json", check=1).stdout)
     twin = e["twin"].path
-    assert outcomes(doc) == {e["clean"].path: ["clean"], e["conflict"].path: ["conflict"], e["gone"].path: ["gone"],
-                             e["renamed"].path: ["gone"], e["collision"].path: ["collision"]}
+    assert outcomes(doc) == {
+        e["clean"].path: ["clean"],
+        e["conflict"].path: ["conflict"],
+        e["gone"].path: ["gone"],
+        e["renamed"].path: ["gone"],
+        e["collision"].path: ["collision"],
+    }
     files = {f["path"]: f for f in doc["files"]}
     assert files[e["renamed"].path]["renamed_to"] == twin and files[e["gone"].path]["renamed_to"] is None
     scratch = env.root / "port" / "portbad"
     assert doc["outcome"] == "blocked" and doc["scratch"] == str(scratch) and doc["written"] is None
-    assert {k: v for k, v in tree(env.root).items() if not k.startswith("port/")} == before  # patchsets/ untouched
+    assert {
+        k: v for k, v in tree(env.root).items() if not k.startswith("port/")
+    } == before  # patchsets/ untouched
 
     conflicted = (scratch / "files" / e["conflict"].path).read_text()
-    assert re.search(r"^<<<<<<< portbad@1\.0\.0 \(ours\)\n.*pk-port-test: conflict\n\|\|\|\|\|\|\| sglang 0\.5\.22 "
-                     r"\(base\)\n.*\n=======\n.*\n>>>>>>> sglang 0\.5\.23 \(theirs\)$", conflicted, re.M | re.S)
-    assert (scratch / "files" / twin).read_bytes() == e["renamed"].on(releases.data(NEW, twin))  # merged where it went
+    assert re.search(
+        r"^<<<<<<< portbad@1\.0\.0 \(ours\)\n.*pk-port-test: conflict\n\|\|\|\|\|\|\| sglang 0\.5\.22 "
+        r"\(base\)\n.*\n=======\n.*\n>>>>>>> sglang 0\.5\.23 \(theirs\)$",
+        conflicted,
+        re.M | re.S,
+    )
+    assert (scratch / "files" / twin).read_bytes() == e["renamed"].on(
+        releases.data(NEW, twin)
+    )  # merged where it went
     assert not (scratch / "files" / e["gone"].path).exists()
     text = env.pk("port", "portbad", "--to", NEW, *both_wheels(), check=1).stdout
-    assert f"the merge is in {scratch}/files/" in text and f"resolve files/{e['conflict'].path}  (1 conflict(s))" in text
+    assert (
+        f"the merge is in {scratch}/files/" in text
+        and f"resolve files/{e['conflict'].path}  (1 conflict(s))" in text
+    )
     assert "then: patchkeeper port portbad --continue" in text
 
     left = env.pk("port", "portbad", "--continue", check=1)
-    assert "conflict markers at line(s)" in left.stdout and (env.root / "patchsets" / "portbad" / "0003-gone.patch").exists()
-    resolved = re.sub(r"<<<<<<< .*? \(ours\)\n(.*?)\|\|\|\|\|\|\| .*?>>>>>>> [^\n]*\n", r"\1", conflicted, flags=re.S)
+    assert (
+        "conflict markers at line(s)" in left.stdout
+        and (env.root / "patchsets" / "portbad" / "0003-gone.patch").exists()
+    )
+    resolved = re.sub(
+        r"<<<<<<< .*? \(ours\)\n(.*?)\|\|\|\|\|\|\| .*?>>>>>>> [^\n]*\n", r"\1", conflicted, flags=re.S
+    )
     (scratch / "files" / e["conflict"].path).write_text(resolved)  # ours kept
     (scratch / "files" / e["collision"].path).write_text("VALUE = 2\n")
     done = env.pk("port", "portbad", "--continue")
@@ -308,14 +408,30 @@ def test_port_fetches_the_releases_as_repair_does(ws, releases, edits):
     write_set(ws.root, "portok", {"0001-clean.patch": patch_of(releases, edits["clean"])})
     offline = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(PORT_WHEELS)}  # pip download, from the local copies
     doc = json.loads(ws.pk("port", "portok", "--to", NEW, "--json", "--dry-run", env=offline).stdout)
-    assert doc["wheels"] == {"from": f"pip download: {wheel(OLD).name}", "to": f"pip download: {wheel(NEW).name}"}
+    assert doc["wheels"] == {
+        "from": f"pip download: {wheel(OLD).name}",
+        "to": f"pip download: {wheel(NEW).name}",
+    }
     assert outcomes(doc) == {edits["clean"].path: ["clean"]} and doc["outcome"] == "dry-run"
 
 
-@pytest.mark.parametrize("case", ["unknown version", "not a version", "same version", "wheel of another package",
-                                  "wheel of another release", "set for another package", "unpinned set",
-                                  "set that does not fit its release", "no --to", "--continue with --to",
-                                  "--continue with no port stopped", "set with a rename"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "unknown version",
+        "not a version",
+        "same version",
+        "wheel of another package",
+        "wheel of another release",
+        "set for another package",
+        "unpinned set",
+        "set that does not fit its release",
+        "no --to",
+        "--continue with --to",
+        "--continue with no port stopped",
+        "set with a rename",
+    ],
+)
 def test_bad_input_is_one_line_exit_2_and_nothing_written(ws, releases, edits, case):
     clean = patch_of(releases, edits["clean"])
     args = ["port", "portok", "--to", NEW, *both_wheels()]
@@ -325,21 +441,41 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(ws, releases, edits, c
     elif case == "unpinned set":
         write_set(ws.root, "portok", {"0001.patch": clean}, pin=">=0.5")
         args = ["port", "portok", "--to", NEW]
-    elif case == "set that does not fit its release":  # made for 0.5.23 (a line 0.5.22 lacks), pinned to 0.5.22
+    elif (
+        case == "set that does not fit its release"
+    ):  # made for 0.5.23 (a line 0.5.22 lacks), pinned to 0.5.22
         path = edits["conflict"].path
         a, b = releases.lines(OLD, path), releases.lines(NEW, path)
         line = next(x for x in b if _once(x, b) and x not in a)
         made = Edit(path, (line,), (line, "# x\n")).on(releases.data(NEW, path))
-        write_set(ws.root, "portok", {"0001.patch": diffwrite.diff([
-            diffwrite.Change(path, releases.data(NEW, path), made, 0o644, 0o644)])})
+        write_set(
+            ws.root,
+            "portok",
+            {
+                "0001.patch": diffwrite.diff(
+                    [diffwrite.Change(path, releases.data(NEW, path), made, 0o644, 0o644)]
+                )
+            },
+        )
     elif case == "set with a rename":  # git diff's rename, which port does not merge
         path = edits["clean"].path
-        write_set(ws.root, "portok", {"0001.patch": (f"diff --git a/{path} b/{path}.moved\nsimilarity index 100%\n"
-                                                     f"rename from {path}\nrename to {path}.moved\n").encode()})
+        write_set(
+            ws.root,
+            "portok",
+            {
+                "0001.patch": (
+                    f"diff --git a/{path} b/{path}.moved\nsimilarity index 100%\n"
+                    f"rename from {path}\nrename to {path}.moved\n"
+                ).encode()
+            },
+        )
     else:
         write_set(ws.root, "portok", {"0001.patch": clean})
     if case == "unknown version":
-        args, env = ["port", "portok", "--to", "9.9.9"], {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(PORT_WHEELS)}
+        args, env = (
+            ["port", "portok", "--to", "9.9.9"],
+            {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(PORT_WHEELS)},
+        )
     elif case == "not a version":
         args[3] = "latest"
     elif case == "same version":
@@ -357,22 +493,32 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(ws, releases, edits, c
     before = tree(ws.root)
     proc = ws.pk(*args, check=2, env=env)
     lines = proc.stderr.strip().splitlines()
-    assert lines[0].startswith("patchkeeper: error: ") and lines[1].startswith("  hint: ") and len(lines) == 2, proc.stderr
+    assert (
+        lines[0].startswith("patchkeeper: error: ") and lines[1].startswith("  hint: ") and len(lines) == 2
+    ), proc.stderr
     assert "Traceback" not in proc.stderr and proc.stdout == ""
     assert tree(ws.root) == before  # nothing written, not even a scratch directory
-    expected = {"unknown version": "no wheel of sglang 9.9.9", "not a version": "is not a version",
-                "same version": "is already for sglang 0.5.22", "wheel of another package": "a wheel of six",
-                "wheel of another release": "neither 0.5.22", "set for another package": "not of six",
-                "unpinned set": "port needs to know the one release", "set that does not fit its release":
-                "does not fit its own release 0.5.22", "no --to": "give the release to port to",
-                "--continue with --to": "--continue takes the release", "--continue with no port stopped":
-                "no port of portok is waiting to be finished",
-                "set with a rename": "which port does not merge yet"}[case]
+    expected = {
+        "unknown version": "no wheel of sglang 9.9.9",
+        "not a version": "is not a version",
+        "same version": "is already for sglang 0.5.22",
+        "wheel of another package": "a wheel of six",
+        "wheel of another release": "neither 0.5.22",
+        "set for another package": "not of six",
+        "unpinned set": "port needs to know the one release",
+        "set that does not fit its release": "does not fit its own release 0.5.22",
+        "no --to": "give the release to port to",
+        "--continue with --to": "--continue takes the release",
+        "--continue with no port stopped": "no port of portok is waiting to be finished",
+        "set with a rename": "which port does not merge yet",
+    }[case]
     assert expected in lines[0]
 
 
 def test_the_shipped_ddtree_ported_back_to_0_5_22_reports_every_hunk_and_the_new_dflash_places(ws):
-    doc = json.loads(ws.pk("port", "ddtree", "--to", OLD, *both_wheels(), "--json", "--dry-run", check=1).stdout)
+    doc = json.loads(
+        ws.pk("port", "ddtree", "--to", OLD, *both_wheels(), "--json", "--dry-run", check=1).stdout
+    )
     hunks = [h for f in doc["files"] for h in f["hunks"]]
     assert len(hunks) == 24 and doc["hunks"]["clean"] >= 10 and doc["hunks"]["conflict"] >= 1
     assert outcomes(doc)["sglang/srt/speculative/ddtree_utils.py"] == ["clean"]  # a new file: 0.5.22 has none
@@ -397,12 +543,17 @@ def test_the_merge_of_each_real_file_is_what_git_merge_file_writes(what, release
     data, conflicts, hunks = merge(base, fp, theirs, labels, "test")
     for name, side in zip(labels, (e.on(base), base, theirs)):
         (tmp_path / name).write_bytes(side)
-    git = subprocess.run(["git", "merge-file", "-p", "--diff3", *[a for n in labels for a in ("-L", n)], *labels],
-                         cwd=tmp_path, capture_output=True)
+    git = subprocess.run(
+        ["git", "merge-file", "-p", "--diff3", *[a for n in labels for a in ("-L", n)], *labels],
+        cwd=tmp_path,
+        capture_output=True,
+    )
     assert (data, conflicts) == (git.stdout, git.returncode) and [h.outcome for h in hunks] == [what]
 
 
-def test_the_shipped_ddtree_merged_into_0_5_22_is_what_git_merge_file_writes_file_for_file(ws, releases, tmp_path):
+def test_the_shipped_ddtree_merged_into_0_5_22_is_what_git_merge_file_writes_file_for_file(
+    ws, releases, tmp_path
+):
     """Every file of ddtree (made for 0.5.23) ported back to 0.5.22 is git merge-file's bytes for the
     same three files: base 0.5.23's, ours 0.5.23's with ddtree's patches put on by `git apply`,
     theirs 0.5.22's (a renamed file's: where 0.5.22 has it). Exit 1: it conflicts, and says where."""
@@ -423,20 +574,40 @@ def test_the_shipped_ddtree_merged_into_0_5_22_is_what_git_merge_file_writes_fil
             continue
         sides = tmp_path / "sides" / str(merged)
         sides.mkdir(parents=True)
-        for name, data in (("ours", (ours / f["path"]).read_bytes()), ("base", releases.data(NEW, f["path"])),
-                           ("theirs", releases.data(OLD, lands))):
+        for name, data in (
+            ("ours", (ours / f["path"]).read_bytes()),
+            ("base", releases.data(NEW, f["path"])),
+            ("theirs", releases.data(OLD, lands)),
+        ):
             (sides / name).write_bytes(data)
-        git = subprocess.run(["git", "merge-file", "-p", "--diff3", *[a for n in labels for a in ("-L", n)],
-                              "ours", "base", "theirs"], cwd=sides, capture_output=True)
+        git = subprocess.run(
+            [
+                "git",
+                "merge-file",
+                "-p",
+                "--diff3",
+                *[a for n in labels for a in ("-L", n)],
+                "ours",
+                "base",
+                "theirs",
+            ],
+            cwd=sides,
+            capture_output=True,
+        )
         merged += 1
-        identical += (scratch / "files" / lands).read_bytes() == git.stdout and f["conflicts"] == git.returncode
+        identical += (scratch / "files" / lands).read_bytes() == git.stdout and f[
+            "conflicts"
+        ] == git.returncode
         # a file whose merge conflicts has a conflicting hunk, and only such a file
         assert ("conflict" in [h["outcome"] for h in f["hunks"]]) == (git.returncode > 0), f["path"]
-    assert merged >= 8 and (identical, merged) == (merged, merged), f"{identical} of {merged} identical to git"
+    assert merged >= 8 and (identical, merged) == (merged, merged), (
+        f"{identical} of {merged} identical to git"
+    )
 
 
 def test_continue_writes_against_the_wheel_not_the_editable_release_copy_and_keeps_the_old_version(
-        ws, releases, edits):
+    ws, releases, edits
+):
     """A line appended to the scratch copy port/NAME/release/ changes nothing: --continue writes and
     checks the patches against 0.5.23's wheel, so `check --wheel` takes the set. The workspace has
     no git: the version the port replaces is kept in patchsets/.history/, named by list and show."""
@@ -447,12 +618,17 @@ def test_continue_writes_against_the_wheel_not_the_editable_release_copy_and_kee
     copy = scratch / "release" / e.path
     copy.write_bytes(copy.read_bytes() + b"# appended to the scratch copy\n")
     conflicted = (scratch / "files" / e.path).read_text()
-    resolved = re.sub(r"<<<<<<< .*? \(ours\)\n(.*?)\|\|\|\|\|\|\| .*?>>>>>>> [^\n]*\n", r"\1", conflicted, flags=re.S)
+    resolved = re.sub(
+        r"<<<<<<< .*? \(ours\)\n(.*?)\|\|\|\|\|\|\| .*?>>>>>>> [^\n]*\n", r"\1", conflicted, flags=re.S
+    )
     (scratch / "files" / e.path).write_text(resolved)
     done = ws.pk("port", "portfix", "--continue").stdout
     ws.pk("check", "portfix", "--wheel", str(wheel(NEW)))  # exit 0: the set applies to the release itself
     assert f"note: {scratch}/release/{e.path} is not sglang {NEW}'s file" in done
-    assert "updated portfix@1.1.0 (was 1.0.0)" in done and "kept portfix@1.0.0 in patchsets/.history/portfix/1.0.0" in done
+    assert (
+        "updated portfix@1.1.0 (was 1.0.0)" in done
+        and "kept portfix@1.0.0 in patchsets/.history/portfix/1.0.0" in done
+    )
     kept = ws.root / "patchsets" / ".history" / "portfix" / "1.0.0"
     assert f'package_version = "=={OLD}"' in (kept / "patchset.toml").read_text()
     assert (kept / "0001-conflict.patch").read_bytes() == patch_of(releases, e)

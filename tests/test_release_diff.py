@@ -9,7 +9,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from conftest import copy_venv, install_release, make_workspace, release_wheel, tree
 
 
@@ -19,8 +18,11 @@ def _unpack(version: str, repo: Path) -> None:
 
 
 def _git(repo: Path, *args: str) -> bytes:
-    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
-                          check=True, capture_output=True).stdout
+    return subprocess.run(
+        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        check=True,
+        capture_output=True,
+    ).stdout
 
 
 def _bytes_of(root: Path) -> dict[str, str]:

@@ -13,7 +13,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from conftest import SITE_REL, copy_venv, edit_file, fingerprinted, make_workspace, tree
 from helpers import NO_INDEX, WHEELS, wheel
 from sshd import sshd, write_client_config  # noqa: F401 (sshd is a fixture)
@@ -39,7 +38,9 @@ def log_kinds(env, target="local") -> list[str]:
     return [e["kind"] for e in json.loads(env.pk("log", "-t", target, "--json").stdout)]
 
 
-def test_repair_restores_six_and_markupsafe_so_byte_exact_and_rollback_puts_the_damage_back(renv, repair_pristine, tmp_path):
+def test_repair_restores_six_and_markupsafe_so_byte_exact_and_rollback_puts_the_damage_back(
+    renv, repair_pristine, tmp_path
+):
     site, pristine_site = renv.site, repair_pristine / SITE_REL
     damaged_six = (site / "six.py").read_bytes().replace(b"def ", b"def  ", 3)
     edit_file(site / "six.py", damaged_six)
@@ -95,8 +96,13 @@ def test_repair_refuses_a_wheel_of_another_version_or_other_bytes(renv, tmp_path
     site = renv.site
     edit_file(site / "six.py", b"broken = True\n")
     before = tree(renv.venv)
-    proc = renv.pk("repair", "six", "--wheel", str(WHEELS / "older" / "six-1.16.0-py2.py3-none-any.whl"), check=2)
-    assert "six-1.16.0-py2.py3-none-any.whl is six 1.16.0, not six 1.17.0" in proc.stderr and "hint:" in proc.stderr
+    proc = renv.pk(
+        "repair", "six", "--wheel", str(WHEELS / "older" / "six-1.16.0-py2.py3-none-any.whl"), check=2
+    )
+    assert (
+        "six-1.16.0-py2.py3-none-any.whl is six 1.16.0, not six 1.17.0" in proc.stderr
+        and "hint:" in proc.stderr
+    )
 
     tampered = tmp_path / "six-1.17.0-py2.py3-none-any.whl"  # the release, with six.py not as released
     with zipfile.ZipFile(wheel("six-1.17.0-*.whl")) as src, zipfile.ZipFile(tampered, "w") as dst:
@@ -107,8 +113,13 @@ def test_repair_refuses_a_wheel_of_another_version_or_other_bytes(renv, tmp_path
     assert "does not match the installed RECORD in six.py" in proc.stderr
     proc = renv.pk("repair", "six", env={**NO_INDEX, "PIP_FIND_LINKS": str(tmp_path / "nowhere")}, check=2)
     assert "no wheel of six 1.17.0 for local" in proc.stderr
-    assert f"`{renv.venv}/bin/python -m pip download --no-deps" in proc.stderr and "` failed (exit 1)" in proc.stderr
-    assert tree(renv.venv) == before and not (renv.state_dir / "ledger").exists()  # nothing changed, no baseline
+    assert (
+        f"`{renv.venv}/bin/python -m pip download --no-deps" in proc.stderr
+        and "` failed (exit 1)" in proc.stderr
+    )
+    assert (
+        tree(renv.venv) == before and not (renv.state_dir / "ledger").exists()
+    )  # nothing changed, no baseline
     assert renv.pk("repair", "sglang", check=2).stderr.count("rollback --to baseline") == 1
 
 
@@ -126,8 +137,9 @@ def test_repair_regenerates_console_scripts_the_installer_wrote_or_names_them(re
     import ensurepip
 
     bundled = sorted((Path(ensurepip.__file__).parent / "_bundled").glob("pip-*.whl"))
-    version = subprocess.run([str(renv.venv / "bin/python"), "-m", "pip", "--version"], capture_output=True,
-                             text=True).stdout.split()[1]
+    version = subprocess.run(
+        [str(renv.venv / "bin/python"), "-m", "pip", "--version"], capture_output=True, text=True
+    ).stdout.split()[1]
     if not any(p.name.startswith(f"pip-{version}-") for p in bundled):
         pytest.skip(f"the venv's pip {version} is not the wheel this Python bundles")
     pip_wheel = next(p for p in bundled if p.name.startswith(f"pip-{version}-"))
@@ -145,12 +157,17 @@ def test_repair_regenerates_console_scripts_the_installer_wrote_or_names_them(re
 def test_repair_over_ssh_sends_the_bytes_to_the_host(tmp_path, repair_pristine, sshd):  # noqa: F811
     write_client_config(Path(os.environ["HOME"]), sshd, ["ct129"])
     venv = copy_venv(repair_pristine, tmp_path / "venv-ct129")
-    env = make_workspace(tmp_path / "ws", tmp_path / "venv-local",
-                         f'\n[targets.ct129]\nssh = "ct129"\npython = "{venv}/bin/python"\npackage = "sglang"\n')
+    env = make_workspace(
+        tmp_path / "ws",
+        tmp_path / "venv-local",
+        f'\n[targets.ct129]\nssh = "ct129"\npython = "{venv}/bin/python"\npackage = "sglang"\n',
+    )
     site = venv / SITE_REL
     damaged = b"\x7fELF" + b"\1" * 64
     edit_file(site / SO, damaged)
-    out = env.pk("repair", "markupsafe", "-t", "ct129", "--wheel", str(wheel("markupsafe-3.0.4-*.whl"))).stdout
+    out = env.pk(
+        "repair", "markupsafe", "-t", "ct129", "--wheel", str(wheel("markupsafe-3.0.4-*.whl"))
+    ).stdout
     assert f"  M {SO}" in out
     assert (site / SO).read_bytes() == (repair_pristine / SITE_REL / SO).read_bytes()
     assert log_kinds(env, "ct129") == ["repair", "baseline"]
@@ -169,8 +186,9 @@ def test_repair_with_a_wheel_whose_member_fails_its_crc_changes_nothing(renv, tm
     data[start + info.compress_size // 2] ^= 0xFF
     corrupt.write_bytes(bytes(data))
     proc = renv.pk("repair", "six", "--wheel", str(corrupt), check=2)
-    assert proc.stderr.startswith(f"patchkeeper: error: the wheel {corrupt} is damaged: its member six.py cannot "
-                                  "be read"), proc.stderr
+    assert proc.stderr.startswith(
+        f"patchkeeper: error: the wheel {corrupt} is damaged: its member six.py cannot be read"
+    ), proc.stderr
     assert "nothing was changed" in proc.stderr and "download the wheel again" in proc.stderr
     assert tree(renv.venv) == before and not (renv.state_dir / "ledger").exists()
 
@@ -191,7 +209,9 @@ def test_first_baseline_over_hand_edits_is_refused_naming_them(handmade):
     before = tree(handmade.venv)
     for args in (["apply", "ddtree"], ["apply", "ddtree", "--dry-run"], ["snapshot", "--name", "x"]):
         err = handmade.pk(*args, check=2).stderr
-        assert f"{SPEC} (changed)" in err and "ddtree_by_hand.py (added)" in err and "--restore-pristine" in err
+        assert (
+            f"{SPEC} (changed)" in err and "ddtree_by_hand.py (added)" in err and "--restore-pristine" in err
+        )
     assert tree(handmade.venv) == before and not (handmade.state_dir / "ledger").exists()
 
 
@@ -218,7 +238,12 @@ def test_restore_pristine_dry_run_plans_on_the_restored_bytes(handmade):
     spec = handmade.site / SPEC
     line = b"        return self == SpeculativeAlgorithm.DFLASH\n"
     assert spec.read_bytes().count(line) == 1
-    edit_file(spec, spec.read_bytes().replace(line, b"        return self in (SpeculativeAlgorithm.DFLASH,)  # by hand\n"))
+    edit_file(
+        spec,
+        spec.read_bytes().replace(
+            line, b"        return self in (SpeculativeAlgorithm.DFLASH,)  # by hand\n"
+        ),
+    )
     before = tree(handmade.venv)
     handmade.pk("apply", "ddtree", "--dry-run", check=2)  # without the flag: refused, naming the edits
     out = handmade.pk("apply", "ddtree", "--dry-run", "--restore-pristine").stdout
@@ -234,37 +259,56 @@ def test_accept_edits_records_them_and_the_ledger_says_so(handmade):
     assert "2 hand edit(s) accepted as they are (--accept-edits)" in out
     base = json.loads(handmade.pk("log", "--json").stdout)[-1]
     assert base["extra"]["adopted"] == "accept-edits" and base["extra"]["edits"][SPEC] == "changed"
-    assert f"recorded as they are (--accept-edits): sglang/srt/speculative/ddtree_by_hand.py, {SPEC}" \
+    assert (
+        f"recorded as they are (--accept-edits): sglang/srt/speculative/ddtree_by_hand.py, {SPEC}"
         in handmade.pk("log").stdout
+    )
     handmade.pk("apply", "nextn", "--no-verify")
     handmade.pk("rollback", "--to", "baseline", "--no-verify")
     assert (handmade.site / SPEC).read_bytes() == edited
     assert (handmade.site / "sglang/srt/speculative/ddtree_by_hand.py").exists()
-    assert fingerprinted(handmade) == [("baseline", True), ("snapshot", True), ("apply", True), ("rollback", True)]
+    assert fingerprinted(handmade) == [
+        ("baseline", True),
+        ("snapshot", True),
+        ("apply", True),
+        ("rollback", True),
+    ]
 
 
 def test_repair_restores_a_wheels_headers_data_and_scripts_where_pip_put_them(renv, tmp_path):
     """A wheel's .data/headers, .data/data and .data/scripts, installed by pip into the venv's scheme
     paths (include/site/pythonX.Y/<dist>, the prefix, bin with its shebang rewritten), come back."""
-    members = {"hdr_demo/__init__.py": b"X = 1\n", "hdr_demo-1.0.data/headers/hdr_demo.h": b"#define HDR_DEMO 1\n",
-               "hdr_demo-1.0.data/headers/sub/inner.h": b"int inner(void);\n",
-               "hdr_demo-1.0.data/data/share/hdr-demo/table.txt": b"a b c\n",
-               "hdr_demo-1.0.data/scripts/hdr-demo-run": b"#!python\nprint('run')\n",
-               "hdr_demo-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: hdr-demo\nVersion: 1.0\n",
-               "hdr_demo-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
-                                               b"Tag: py3-none-any\n"}
+    members = {
+        "hdr_demo/__init__.py": b"X = 1\n",
+        "hdr_demo-1.0.data/headers/hdr_demo.h": b"#define HDR_DEMO 1\n",
+        "hdr_demo-1.0.data/headers/sub/inner.h": b"int inner(void);\n",
+        "hdr_demo-1.0.data/data/share/hdr-demo/table.txt": b"a b c\n",
+        "hdr_demo-1.0.data/scripts/hdr-demo-run": b"#!python\nprint('run')\n",
+        "hdr_demo-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: hdr-demo\nVersion: 1.0\n",
+        "hdr_demo-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+        b"Tag: py3-none-any\n",
+    }
     whl = tmp_path / "hdr_demo-1.0-py3-none-any.whl"
     with zipfile.ZipFile(whl, "w") as z:
         for name, data in members.items():
             z.writestr(name, data)
         rows = "".join(f"{name},{sha256_row(data)},{len(data)}\n" for name, data in members.items())
         z.writestr("hdr_demo-1.0.dist-info/RECORD", rows + "hdr_demo-1.0.dist-info/RECORD,,\n")
-    subprocess.run([str(renv.venv / "bin/python"), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(whl)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [str(renv.venv / "bin/python"), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(whl)],
+        check=True,
+        capture_output=True,
+    )
     headers = renv.venv / f"include/site/python{SITE_REL.split('python')[1].split('/')[0]}/hdr-demo"
-    installed = [headers / "hdr_demo.h", headers / "sub/inner.h", renv.venv / "share/hdr-demo/table.txt",
-                 renv.venv / "bin/hdr-demo-run"]
-    released = {p: (p.read_bytes(), p.stat().st_mode & 0o777) for p in installed}  # the script: 0644, as in the zip
+    installed = [
+        headers / "hdr_demo.h",
+        headers / "sub/inner.h",
+        renv.venv / "share/hdr-demo/table.txt",
+        renv.venv / "bin/hdr-demo-run",
+    ]
+    released = {
+        p: (p.read_bytes(), p.stat().st_mode & 0o777) for p in installed
+    }  # the script: 0644, as in the zip
     assert released[installed[3]][0].startswith(f"#!{renv.venv}/bin/python".encode())
     for p in installed[:3]:
         edit_file(p, b"broken\n")
@@ -283,7 +327,9 @@ def _with_wheels(env) -> None:
 
 def test_adoption_backups_show_in_log_come_back_by_prefix_and_become_a_patch_set(handmade, pristine_venv):
     _with_wheels(handmade)
-    edited = {rel: (handmade.site / rel).read_bytes() for rel in (SPEC, "sglang/srt/speculative/ddtree_by_hand.py")}
+    edited = {
+        rel: (handmade.site / rel).read_bytes() for rel in (SPEC, "sglang/srt/speculative/ddtree_by_hand.py")
+    }
     handmade.pk("snapshot", "--name", "adopted", "--restore-pristine")
     assert tree(handmade.venv) == tree(pristine_venv)
     line = next(l for l in handmade.pk("log").stdout.splitlines() if "--restore-pristine" in l)
@@ -305,7 +351,7 @@ def test_the_hand_edits_accepted_at_adoption_become_a_patch_set_against_the_rele
     handmade.pk("record", "byhand", "--from-adoption")
     patch = (handmade.root / "patchsets/byhand/byhand.patch").read_text()
     assert patch.count("diff --git ") == 2 and "+# copied in by scp\n" in patch and "+TREE = 1\n" in patch
-    assert "package_version = \"==0.5.23\"" in (handmade.root / "patchsets/byhand/patchset.toml").read_text()
+    assert 'package_version = "==0.5.23"' in (handmade.root / "patchsets/byhand/patchset.toml").read_text()
     copy = handmade.root.parent / "pristine"
     copy_venv(pristine_venv, copy)
     env2 = make_workspace(handmade.root.parent / "ws2", copy)

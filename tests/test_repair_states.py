@@ -9,7 +9,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, copy_venv, edit_file, make_workspace
 from made_wheels import pip_install
 
@@ -63,7 +62,9 @@ def test_rollback_to_a_change_after_a_repair_keeps_the_release_bytes(tenv):
     site = tenv.site
     release = (site / CORE).read_bytes()
     tenv.pk("apply", "ddtree")
-    applied = [e for e in json.loads(tenv.pk("log", "--json").stdout) if e["kind"] == "apply"][-1]["after"]["id"]
+    applied = [e for e in json.loads(tenv.pk("log", "--json").stdout) if e["kind"] == "apply"][-1]["after"][
+        "id"
+    ]
     edit_file(site / CORE, b"\x7fELF" + b"\0" * 4096)
     tenv.pk("repair", "torchcodec", "--wheel", str(torchcodec_wheel()))
     tenv.pk("apply", "nextn")

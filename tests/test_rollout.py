@@ -8,14 +8,12 @@ import json
 import shlex
 import shutil
 import sys
-from pathlib import Path
 
 import pytest
-
-from patchkeeper.workspace import default_dropin
-
 from conftest import DRAFT, REPO, Env, copy_venv, tree
 from helpers import FAKE, Service, free_port
+
+from patchkeeper.workspace import default_dropin
 
 NAMES = ("a", "b", "c")
 
@@ -37,19 +35,39 @@ def three(tmp_path, pristine_venv):
             shutil.copy(REPO / "demo" / "sglang-qwen.service", unit)
             svc = Service(free_port(), tmp_path / f"{name}.pid", tmp_path / f"{name}.log")
             started.append(svc)
-            restart = shlex.join([sys.executable, str(FAKE), "start", "--state", str(unit),
-                                  "--state", default_dropin(str(unit)), "--port", str(svc.port),
-                                  "--pidfile", str(svc.pidfile), "--log", str(svc.log), "--default", "healthy",
-                                  "--when", f"DDTREE={'degenerate' if name in bad else 'healthy'}"])
-            toml += (f'\n[targets.{name}]\npython = "{venv}/bin/python"\n[targets.{name}.files]\nunit = "{unit}"\n'
-                     f'[targets.{name}.service]\nrestart = {json.dumps(restart)}\nbase_url = "{svc.base_url}"\n')
+            restart = shlex.join(
+                [
+                    sys.executable,
+                    str(FAKE),
+                    "start",
+                    "--state",
+                    str(unit),
+                    "--state",
+                    default_dropin(str(unit)),
+                    "--port",
+                    str(svc.port),
+                    "--pidfile",
+                    str(svc.pidfile),
+                    "--log",
+                    str(svc.log),
+                    "--default",
+                    "healthy",
+                    "--when",
+                    f"DDTREE={'degenerate' if name in bad else 'healthy'}",
+                ]
+            )
+            toml += (
+                f'\n[targets.{name}]\npython = "{venv}/bin/python"\n[targets.{name}.files]\nunit = "{unit}"\n'
+                f'[targets.{name}.service]\nrestart = {json.dumps(restart)}\nbase_url = "{svc.base_url}"\n'
+            )
             envs[name] = Env(root, venv, unit)
         (root / "patchkeeper.toml").write_text(
             f'[defaults]\npackage = "sglang"\n[defaults.vars]\ndraft_model_path = "{DRAFT}"\n'
             '[defaults.service]\nrestart = "false"\nbase_url = "http://127.0.0.1:9"\nready_timeout = 5\n'
-            'restart_timeout = 20\nmatch_unit = false\n'
-            '[defaults.service.smoke]\nmax_tokens = 24\ntimeout = 3\nmin_tokens = 16\nmin_tokens_per_s = 20\n'
-            '\n[groups]\nfirst = ["a", "b"]\n' + toml)
+            "restart_timeout = 20\nmatch_unit = false\n"
+            "[defaults.service.smoke]\nmax_tokens = 24\ntimeout = 3\nmin_tokens = 16\nmin_tokens_per_s = 20\n"
+            '\n[groups]\nfirst = ["a", "b"]\n' + toml
+        )
         return envs
 
     yield make
@@ -59,8 +77,11 @@ def three(tmp_path, pristine_venv):
 
 def _lines(out: str) -> dict[str, str]:
     """The report's one line per target."""
-    return {line.split("  ")[0]: line.split("  ", 1)[1] for line in out.splitlines()
-            if line.split("  ")[0] in NAMES}
+    return {
+        line.split("  ")[0]: line.split("  ", 1)[1]
+        for line in out.splitlines()
+        if line.split("  ")[0] in NAMES
+    }
 
 
 def _stack(env: Env) -> list[str]:
@@ -77,7 +98,9 @@ def test_a_rollout_stops_at_the_first_failed_verification(three):
     assert lines["a"].startswith("changed and verified: ")
     assert lines["b"].startswith("FAILED and rolled back (verification: degenerate)")
     assert lines["c"] == "not attempted"
-    assert "    | " in proc.stdout and "verification FAILED (degenerate)" in proc.stdout  # b's own report, indented
+    assert (
+        "    | " in proc.stdout and "verification FAILED (degenerate)" in proc.stdout
+    )  # b's own report, indented
     assert "3 target(s): 1 ok, 1 failed, 1 not attempted" in proc.stdout
     assert _stack(envs["a"]) == ["ddtree"] and _stack(envs["b"]) == []
     assert tree(envs["b"].venv) == before["b"]
@@ -94,7 +117,9 @@ def test_a_rollout_stops_at_the_first_failed_verification(three):
     proc = envs["a"].pk("rollback", "--to", "baseline", "-g", "first", "--serial", "2")
     lines = _lines(proc.stdout)
     assert set(lines) == {"a", "b"} and "2 at a time" in proc.stdout
-    assert lines["a"].startswith("changed and verified") and lines["b"] == "unchanged: already in state baseline"
+    assert (
+        lines["a"].startswith("changed and verified") and lines["b"] == "unchanged: already in state baseline"
+    )
     assert tree(envs["a"].venv) == before["a"]
 
 
@@ -102,8 +127,10 @@ def test_repeated_t_groups_and_defaults(three):
     envs = three()
     env = envs["a"]
     # -t twice on a verb of one target is refused, not the last one silently used
-    assert "snapshot works on one target: -t given 2 times" in \
-        env.pk("snapshot", "--name", "x", "-t", "a", "-t", "b", check=2).stderr
+    assert (
+        "snapshot works on one target: -t given 2 times"
+        in env.pk("snapshot", "--name", "x", "-t", "a", "-t", "b", check=2).stderr
+    )
     proc = env.pk("apply", "nextn", "-t", "a", "-t", "c", "--no-verify")
     assert set(_lines(proc.stdout)) == {"a", "c"}  # without verification: both at once
     assert "2 at a time" in proc.stdout
@@ -118,7 +145,11 @@ def test_repeated_t_groups_and_defaults(three):
     assert _stack(envs["b"]) == []
     # a target overrides one key of [defaults.service]: a wrong restart fails only where it is set
     toml = env.root / "patchkeeper.toml"
-    toml.write_text(toml.read_text().replace('[targets.b.service]\nrestart = ', '[targets.b.service]\nrestart = "exit 1"\n#'))
+    toml.write_text(
+        toml.read_text().replace(
+            "[targets.b.service]\nrestart = ", '[targets.b.service]\nrestart = "exit 1"\n#'
+        )
+    )
     proc = env.pk("apply", "ddtree", "-t", "b", "-t", "c", check=3)
     assert _lines(proc.stdout)["b"].startswith("FAILED and rolled back (verification: restart)")
     assert _lines(proc.stdout)["c"] == "not attempted"
@@ -127,7 +158,8 @@ def test_repeated_t_groups_and_defaults(three):
 def test_bad_defaults_and_groups_are_refused_at_once(tmp_path):
     (tmp_path / "patchkeeper.toml").write_text(
         '[defaults]\npackage = "sglang"\nssh = "x"\n[groups]\ng = ["nope"]\nh = "a"\n'
-        '[targets.a]\npython = "/usr/bin/python3"\n')
+        '[targets.a]\npython = "/usr/bin/python3"\n'
+    )
     proc = Env(tmp_path, tmp_path, tmp_path / "u").pk("status", check=2)
     assert "[defaults] has unknown key 'ssh'" in proc.stderr and "[groups] h must be a list" in proc.stderr
     assert "group g names unknown target(s): nope" in proc.stderr

@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from conftest import HOSTS, SITE_REL, copy_venv, edit_file, every_path, make_workspace, tree
+from conftest import HOSTS, SITE_REL, copy_venv, edit_file, every_path, tree
 from helpers import FAKE, free_port, proc_state, wait_for
 from sshd import agent_session_pid, keygen, sshd, write_client_config  # noqa: F401 (sshd is a fixture)
+
 
 def _chmod(path: Path, mode: int) -> None:
     """chmod a file of a hardlinked venv without changing the pristine venv's inode."""
@@ -25,7 +25,9 @@ def _chmod(path: Path, mode: int) -> None:
 
 def _ops(out: str) -> list[str]:
     """The per-file lines of a printed plan ("  M key  size"), which do not depend on the target."""
-    return sorted(line.split("  (/")[0] for line in out.splitlines() if line[:4] in ("  M ", "  A ", "  D ", "  m "))
+    return sorted(
+        line.split("  (/")[0] for line in out.splitlines() if line[:4] in ("  M ", "  A ", "  D ", "  m ")
+    )
 
 
 def test_verbs_over_ssh_work_as_locally(fleet, pristine_venv):
@@ -37,8 +39,9 @@ def test_verbs_over_ssh_work_as_locally(fleet, pristine_venv):
         assert _ops(remote) == _ops(local) and _ops(remote)
         assert tree(fleet.venvs["ct129"]) == tree(fleet.env.venv)
         assert fleet.units["ct129"].read_bytes() == fleet.env.unit.read_bytes()
-        assert fleet.dropin_text("ct129") == fleet.dropin_text("local") and b"\nExecStart=PYTHON -m " in \
-            fleet.dropin_text("ct129")  # each runs its own interpreter
+        assert fleet.dropin_text("ct129") == fleet.dropin_text(
+            "local"
+        ) and b"\nExecStart=PYTHON -m " in fleet.dropin_text("ct129")  # each runs its own interpreter
 
     st = json.loads(fleet.pk("status", "-t", "ct129", "--json").stdout)
     assert [p["name"] for p in st["state"]["stack"]] == ["ddtree"] and st["differences"] == {}
@@ -47,7 +50,9 @@ def test_verbs_over_ssh_work_as_locally(fleet, pristine_venv):
     assert fleet.state("ct129") == pristine
     log = json.loads(fleet.pk("log", "-t", "ct129", "--json").stdout)
     assert [e["kind"] for e in log] == ["rollback", "rollback", "switch", "apply", "baseline"]
-    assert [e["kind"] for e in log[1:]] == [e["kind"] for e in json.loads(fleet.pk("log", "-t", "local", "--json").stdout)]
+    assert [e["kind"] for e in log[1:]] == [
+        e["kind"] for e in json.loads(fleet.pk("log", "-t", "local", "--json").stdout)
+    ]
     # the venv's Python has no blake3: the host's store and manifests say sha256, and compare by it
     objects = fleet.venvs["ct129"] / ".patchkeeper" / "store" / "objects"
     assert [p.name for p in objects.iterdir()] == ["sha256"]
@@ -72,10 +77,12 @@ def test_diff_host_against_its_record_names_kinds_and_owners(fleet):
     out = fleet.pk("diff", "ct129", "--json", check=1)
     doc = json.loads(out.stdout)
     got = {d["key"]: (d["kind"], d["owners"].get("ct129")) for d in doc["differences"]}
-    assert got == {"sglang/srt/speculative/spec_info.py": ("changed", "ddtree@3.1.0"),
-                   "sglang/srt/extra_by_hand.py": ("added", None),
-                   "sglang/version.py": ("mode", None),
-                   "sglang/srt/utils/common.py": ("removed", None)}
+    assert got == {
+        "sglang/srt/speculative/spec_info.py": ("changed", "ddtree@3.1.0"),
+        "sglang/srt/extra_by_hand.py": ("added", None),
+        "sglang/version.py": ("mode", None),
+        "sglang/srt/utils/common.py": ("removed", None),
+    }
     assert doc["algorithm"] == "sha256"
 
     text = fleet.pk("diff", "ct129", "--patch", check=1).stdout
@@ -84,7 +91,10 @@ def test_diff_host_against_its_record_names_kinds_and_owners(fleet):
 
     base = json.loads(fleet.pk("diff", "ct129", "--against", "baseline", "--json", check=1).stdout)
     owned = {d["key"]: d["owners"].get("ct129") for d in base["differences"]}
-    assert owned["@dropin"] == "ddtree@3.1.0" and owned["sglang/srt/speculative/ddtree_utils.py"] == "ddtree@3.1.0"
+    assert (
+        owned["@dropin"] == "ddtree@3.1.0"
+        and owned["sglang/srt/speculative/ddtree_utils.py"] == "ddtree@3.1.0"
+    )
     assert owned["sglang/srt/extra_by_hand.py"] is None and len(owned) == 18 + 3
 
     fleet.pk("rollback", "-t", "ct129", "--to", "baseline")
@@ -97,20 +107,34 @@ def _expected(a: dict, b: dict) -> dict[str, str]:
     for key in set(a) | set(b):
         if a.get(key) == b.get(key):
             continue
-        out[key] = "added" if key not in a else "removed" if key not in b else \
-            "mode" if a[key][0] == b[key][0] else "changed"
+        out[key] = (
+            "added"
+            if key not in a
+            else "removed"
+            if key not in b
+            else "mode"
+            if a[key][0] == b[key][0]
+            else "changed"
+        )
     return out
 
 
 def _site_keys(states: dict, site_rel: str = SITE_REL + "/") -> dict:
-    return {k[len(site_rel):] if k.startswith(site_rel) else k: v for k, v in states.items()
-            if k.startswith(site_rel) and not k.startswith(site_rel + "sglang-0.5.23.dist-info/") or k.startswith("@")}
+    return {
+        k[len(site_rel) :] if k.startswith(site_rel) else k: v
+        for k, v in states.items()
+        if k.startswith(site_rel)
+        and not k.startswith(site_rel + "sglang-0.5.23.dist-info/")
+        or k.startswith("@")
+    }
 
 
 def test_diff_two_hosts_reports_exactly_the_files_that_differ(fleet, pristine_venv):
     fleet.pk("apply", "ddtree", "-t", "ct129")
     site = fleet.site("ct200")
-    edit_file(site / "sglang/srt/server_args.py", (site / "sglang/srt/server_args.py").read_bytes() + b"# ct200\n")
+    edit_file(
+        site / "sglang/srt/server_args.py", (site / "sglang/srt/server_args.py").read_bytes() + b"# ct200\n"
+    )
     edit_file(site / "sglang/srt/only_on_ct200.py", b"print('hi')\n")
     _chmod(site / "sglang/lang/api.py", 0o755)
     expected = _expected(_site_keys(fleet.state("ct129")), _site_keys(fleet.state("ct200")))
@@ -124,7 +148,9 @@ def test_diff_two_hosts_reports_exactly_the_files_that_differ(fleet, pristine_ve
 
     text = fleet.pk("diff", "ct129", "ct200", "--patch", check=1).stdout
     assert "--- ct129/sglang/srt/server_args.py\n+++ ct200/sglang/srt/server_args.py\n" in text
-    assert "+# ct200\n" in text and "--- ct129/sglang/srt/speculative/ddtree_utils.py\n+++ /dev/null\n" in text
+    assert (
+        "+# ct200\n" in text and "--- ct129/sglang/srt/speculative/ddtree_utils.py\n+++ /dev/null\n" in text
+    )
 
     # a local target hashes with blake3, the hosts with sha256: they are compared by sha256
     copy_venv(pristine_venv, fleet.env.venv)
@@ -132,7 +158,10 @@ def test_diff_two_hosts_reports_exactly_the_files_that_differ(fleet, pristine_ve
     doc = json.loads(fleet.pk("diff", "local", "ct200", "--json", check=1).stdout)
     assert doc["algorithm"] == "sha256"
     assert {d["key"]: d["kind"] for d in doc["differences"]} == {
-        "sglang/srt/server_args.py": "changed", "sglang/srt/only_on_ct200.py": "added", "sglang/lang/api.py": "mode"}
+        "sglang/srt/server_args.py": "changed",
+        "sglang/srt/only_on_ct200.py": "added",
+        "sglang/lang/api.py": "mode",
+    }
     fleet.pk("rollback", "-t", "ct129", "--to", "baseline")
     assert "have the same files" in fleet.pk("diff", "ct129", "local").stdout
 
@@ -161,9 +190,22 @@ def test_unknown_or_changed_host_key_is_refused(fleet, tmp_path):
 def test_connection_killed_mid_apply_leaves_host_recoverable(fleet, step, outcome):
     fleet.pk("apply", "ddtree", "-t", "ct200")  # the reference for the new state
     before = fleet.state("ct129")
-    proc = subprocess.Popen([sys.executable, "-m", "patchkeeper", "--workspace", str(fleet.env.root),
-                             "apply", "ddtree", "-t", "ct129"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, "PATCHKEEPER_CRASH_AT": step, "PATCHKEEPER_CRASH_SIGNAL": "STOP"})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "patchkeeper",
+            "--workspace",
+            str(fleet.env.root),
+            "apply",
+            "ddtree",
+            "-t",
+            "ct129",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PATCHKEEPER_CRASH_AT": step, "PATCHKEEPER_CRASH_SIGNAL": "STOP"},
+    )
     try:
         wait_for(lambda: proc_state(proc.pid) in ("T", "gone"), "the controller to stop at " + step)
         assert proc.poll() is None, proc.stderr.read()
@@ -203,8 +245,10 @@ def test_hostile_file_names_are_data_everywhere(fleet, tmp_path):
     ps.mkdir()
     (ps / "patchset.toml").write_text('name = "hostile"\nversion = "1"\npackage = "sglang"\n')
     rel = f"sglang/odd dir $(x)/{name}"
-    (ps / "0001-add.patch").write_bytes(f"diff --git a/{rel} b/{rel}\nnew file mode 100644\n--- /dev/null\n"
-                                        f"+++ b/{rel}\n@@ -0,0 +1,2 @@\n+A = 1\n+B = 'é'\n".encode())
+    (ps / "0001-add.patch").write_bytes(
+        f"diff --git a/{rel} b/{rel}\nnew file mode 100644\n--- /dev/null\n"
+        f"+++ b/{rel}\n@@ -0,0 +1,2 @@\n+A = 1\n+B = 'é'\n".encode()
+    )
     fleet.pk("apply", "hostile", "-t", "ct129")
     added = fleet.site("ct129") / rel
     assert added.read_bytes() == "A = 1\nB = 'é'\n".encode()
@@ -213,7 +257,9 @@ def test_hostile_file_names_are_data_everywhere(fleet, tmp_path):
     edit_file(by_hand, b"\x00\xff binary \n")
     doc = json.loads(fleet.pk("diff", "ct129", "--json", check=1).stdout)
     assert [(d["key"], d["kind"]) for d in doc["differences"]] == [(f"sglang/{name}", "added")]
-    assert json.loads(fleet.pk("status", "-t", "ct129", "--json").stdout)["differences"] == {f"sglang/{name}": "added"}
+    assert json.loads(fleet.pk("status", "-t", "ct129", "--json").stdout)["differences"] == {
+        f"sglang/{name}": "added"
+    }
     fleet.pk("snapshot", "-t", "ct129", "--name", "with odd names")
     assert "Binary files differ" in fleet.pk("diff", "ct129", "ct200", "--patch", check=1).stdout
 
@@ -226,16 +272,18 @@ def test_hostile_file_names_are_data_everywhere(fleet, tmp_path):
 
 def test_ssh_target_in_process(fleet, tmp_path):
     """SshTarget itself: run() quotes every argument, errors map back, ProxyJump, one agent."""
-    from patchkeeper.host.disk import AgentError
     from patchkeeper.errors import TargetError
     from patchkeeper.host.contract import ScanRequest
+    from patchkeeper.host.disk import AgentError
     from patchkeeper.targets import open_target
     from patchkeeper.workspace import load
 
     marker = tmp_path / "pwned"
     with (Path(os.environ["HOME"]) / ".ssh" / "config").open("a") as f:
-        f.write("\nHost jumped\n  HostName 127.0.0.1\n  ProxyJump ct129\n  Port %d\n  User root\n"
-                "  IdentityFile %s\n" % (fleet.sshd.port, fleet.sshd.client_key))
+        f.write(
+            "\nHost jumped\n  HostName 127.0.0.1\n  ProxyJump ct129\n  Port %d\n  User root\n"
+            "  IdentityFile %s\n" % (fleet.sshd.port, fleet.sshd.client_key)
+        )
     shutil.copy(fleet.sshd.client_key, Path(os.environ["HOME"]) / ".ssh" / "id_ed25519")  # for user@host:port
     ws = load(fleet.env.root)
     config = ws.targets["ct129"]
@@ -245,7 +293,10 @@ def test_ssh_target_in_process(fleet, tmp_path):
             word = HOSTILE.format(marker=marker)
             code, out, err = target.run(["printf", "%s|", word, "", "a\nb"], input=b"ignored")
             assert (code, out, err) == (0, f"{word}||a\nb|".encode(), b"")
-            assert target.run(["sh", "-c", "cat; exit 3"], input=b"\x00\xff" * 70000)[:2] == (3, b"\x00\xff" * 70000)
+            assert target.run(["sh", "-c", "cat; exit 3"], input=b"\x00\xff" * 70000)[:2] == (
+                3,
+                b"\x00\xff" * 70000,
+            )
             assert target.info.version == "0.5.23" and target.algorithm == "sha256"
             data = bytes(range(256)) * 1000
             path = str(tmp_path / f"out {via}" / word)
@@ -273,14 +324,33 @@ def test_verification_runs_on_the_host_and_rolls_back_over_ssh(fleet, tmp_path):
     import shlex
 
     port, pidfile, log = free_port(), tmp_path / "fake.pid", tmp_path / "fake.log"
-    restart = shlex.join([sys.executable, str(FAKE), "start", "--state", str(fleet.units["ct129"]),
-                          "--state", str(fleet.dropin("ct129")), "--port", str(port),
-                          "--pidfile", str(pidfile), "--log", str(log), "--default", "healthy",
-                          "--when", "DDTREE=degenerate"])
+    restart = shlex.join(
+        [
+            sys.executable,
+            str(FAKE),
+            "start",
+            "--state",
+            str(fleet.units["ct129"]),
+            "--state",
+            str(fleet.dropin("ct129")),
+            "--port",
+            str(port),
+            "--pidfile",
+            str(pidfile),
+            "--log",
+            str(log),
+            "--default",
+            "healthy",
+            "--when",
+            "DDTREE=degenerate",
+        ]
+    )
     with open(fleet.env.root / "patchkeeper.toml", "a") as f:
-        f.write(f"\n[targets.ct129.service]\nrestart = {json.dumps(restart)}\nbase_url = \"http://127.0.0.1:{port}\"\n"
-                f"ready_timeout = 10\nrestart_timeout = 20\nmatch_unit = false\n[targets.ct129.service.smoke]\nmax_tokens = 24\n"
-                f"timeout = 5\nmin_tokens = 16\nmin_tokens_per_s = 20\n")
+        f.write(
+            f'\n[targets.ct129.service]\nrestart = {json.dumps(restart)}\nbase_url = "http://127.0.0.1:{port}"\n'
+            f"ready_timeout = 10\nrestart_timeout = 20\nmatch_unit = false\n[targets.ct129.service.smoke]\nmax_tokens = 24\n"
+            f"timeout = 5\nmin_tokens = 16\nmin_tokens_per_s = 20\n"
+        )
     try:
         before = fleet.state("ct129")
         proc = fleet.pk("apply", "ddtree", "-t", "ct129", check=3)
@@ -288,7 +358,9 @@ def test_verification_runs_on_the_host_and_rolls_back_over_ssh(fleet, tmp_path):
         assert fleet.state("ct129") == before
         assert "verification passed" in fleet.pk("verify", "-t", "ct129").stdout
     finally:
-        subprocess.run([sys.executable, str(FAKE), "stop", "--pidfile", str(pidfile), "--port", str(port)], check=False)
+        subprocess.run(
+            [sys.executable, str(FAKE), "stop", "--pidfile", str(pidfile), "--port", str(port)], check=False
+        )
 
 
 def test_audit_record_check_and_show_over_ssh(fleet):
@@ -315,15 +387,29 @@ def test_backups_come_back_over_ssh(fleet):
     out = fleet.pk("rollback", "-t", "ct129", "--to", "baseline").stdout
     digest = next(l for l in out.splitlines() if l.startswith("  backup of @dropin: ")).split(": ", 1)[1]
     assert digest.startswith("sha256:")  # the host's own algorithm
-    got = subprocess.run([sys.executable, "-m", "patchkeeper", "--workspace", str(fleet.env.root),
-                          "show-backup", digest, "-t", "ct129"], capture_output=True, check=True)
+    got = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "patchkeeper",
+            "--workspace",
+            str(fleet.env.root),
+            "show-backup",
+            digest,
+            "-t",
+            "ct129",
+        ],
+        capture_output=True,
+        check=True,
+    )
     assert got.stdout == mine
     assert "ct129: files match state" in fleet.pk("diff", "-t", "ct129").stdout
 
 
 @pytest.mark.parametrize("fault, max_fail, persist", [("frozen", 1, 60), ("cut", 0, 60), ("frozen", 0, 0)])
-def test_a_frozen_or_cut_host_is_given_up_and_the_rollout_follows_its_rules(fleet, pristine_venv, fault, max_fail,
-                                                                             persist):
+def test_a_frozen_or_cut_host_is_given_up_and_the_rollout_follows_its_rules(
+    fleet, pristine_venv, fault, max_fail, persist
+):
     """ct129's agent is frozen (SIGSTOP) or its SSH session killed between two calls of its transaction,
     in `apply --all --serial 1`: ct129 is given up with a one-line reason (its silence outlasting the
     target's timeout of 5 s), counted against --max-fail, its journal left for `recover`; the rollout
@@ -333,15 +419,32 @@ def test_a_frozen_or_cut_host_is_given_up_and_the_rollout_follows_its_rules(flee
         f.write(f"\n[defaults]\ntimeout = 5\npersist = {persist}\n")
     before = {host: fleet.state(host) for host in HOSTS}
     state_dir = fleet.venvs["ct129"] / ".patchkeeper"
-    proc = subprocess.Popen([sys.executable, "-m", "patchkeeper", "--workspace", str(fleet.env.root), "apply",
-                             "ddtree", "--all", "--serial", "1", "--max-fail", str(max_fail)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env={**os.environ, "PATCHKEEPER_CRASH_AT": "journal-prepared",
-                                                         "PATCHKEEPER_CRASH_SIGNAL": "STOP"})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "patchkeeper",
+            "--workspace",
+            str(fleet.env.root),
+            "apply",
+            "ddtree",
+            "--all",
+            "--serial",
+            "1",
+            "--max-fail",
+            str(max_fail),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PATCHKEEPER_CRASH_AT": "journal-prepared", "PATCHKEEPER_CRASH_SIGNAL": "STOP"},
+    )
     agent = None
     try:
         wait_for(lambda: proc_state(proc.pid) in ("T", "gone"), "the controller to stop at journal-prepared")
         assert proc.poll() is None, proc.stderr.read()
-        agent = json.loads((state_dir / "lock").read_text())["pid"]  # ct129 comes first; its agent holds the lock
+        agent = json.loads((state_dir / "lock").read_text())[
+            "pid"
+        ]  # ct129 comes first; its agent holds the lock
         if fault == "frozen":
             os.kill(agent, signal.SIGSTOP)
             wait_for(lambda: proc_state(agent) == "T", "the host's agent to freeze")
@@ -389,9 +492,17 @@ def test_dry_runs_and_check_write_nothing_on_the_host(fleet):
     def host(name: str) -> dict:
         return every_path(fleet.venvs[name], fleet.units[name].parent)
 
-    for name, verbs in (("ct129", [("apply", "ddtree", "--dry-run"), ("check", "ddtree")]),
-                        ("ct200", [("apply", "nextn", "--dry-run"), ("check", "nextn"),
-                                   ("rollback", "--to", "baseline", "--dry-run")])):
+    for name, verbs in (
+        ("ct129", [("apply", "ddtree", "--dry-run"), ("check", "ddtree")]),
+        (
+            "ct200",
+            [
+                ("apply", "nextn", "--dry-run"),
+                ("check", "nextn"),
+                ("rollback", "--to", "baseline", "--dry-run"),
+            ],
+        ),
+    ):
         for verb in verbs:
             before = host(name)
             fleet.pk(*verb, "-t", name)
@@ -409,8 +520,13 @@ def test_log_all_merges_every_target_newest_first_with_its_origin(fleet):
 
     lines = fleet.pk("log", "--all", check=2).stdout.splitlines()  # `local` has no venv: its error line
     rows = [line.split() for line in lines if " via " in line]
-    assert [(r[3], r[7]) for r in rows] == [("ct200", "rollback"), ("ct129", "apply"), ("ct129", "baseline"),
-                                            ("ct200", "apply"), ("ct200", "baseline")], lines
+    assert [(r[3], r[7]) for r in rows] == [
+        ("ct200", "rollback"),
+        ("ct129", "apply"),
+        ("ct129", "baseline"),
+        ("ct200", "apply"),
+        ("ct200", "baseline"),
+    ], lines
     assert all(r[5:7] == ["via", "cli"] for r in rows), lines
     assert any(line.startswith("local: error: ") for line in lines) and lines[-1].endswith("1 unreachable")
 

@@ -7,7 +7,6 @@ import json
 import subprocess
 
 import pytest
-
 from conftest import copy_venv, make_workspace
 from made_wheels import make_wheel, pip_install
 
@@ -30,21 +29,43 @@ def test_pth_sitecustomize_and_plugins_are_recorded_and_a_new_one_is_found(senv,
 
     (senv.site / "paths-only.pth").write_text("hooks\n")  # adds a directory, runs nothing itself
     (senv.site / "hooks").mkdir()
-    (senv.site / "hooks" / "sitecustomize.py").write_text("import os; os.environ['PK_SITECUSTOMIZED'] = '1'\n")
+    (senv.site / "hooks" / "sitecustomize.py").write_text(
+        "import os; os.environ['PK_SITECUSTOMIZED'] = '1'\n"
+    )
     (senv.site / "zz-hook.pth").write_text("import os; os.environ.setdefault('PK_HOOKED', '1')\n")
-    ran = subprocess.run([str(senv.venv / "bin/python"), "-c", "import os; print(os.environ.get('PK_SITECUSTOMIZED'), "
-                          "os.environ.get('PK_HOOKED'))"], capture_output=True, text=True, check=True)
+    ran = subprocess.run(
+        [
+            str(senv.venv / "bin/python"),
+            "-c",
+            "import os; print(os.environ.get('PK_SITECUSTOMIZED'), os.environ.get('PK_HOOKED'))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert ran.stdout.split() == ["1", "1"]  # both run in every interpreter of the venv
-    plugin = make_wheel(tmp_path / "w", "sgl-plugin-demo", "0.1", {"sgl_plugin_demo/__init__.py": b"def register():\n    pass\n"},
-                        entry_points="[sglang.srt.plugins]\ndemo = sgl_plugin_demo:register\n\n[console_scripts]\nx = y:z\n")
+    plugin = make_wheel(
+        tmp_path / "w",
+        "sgl-plugin-demo",
+        "0.1",
+        {"sgl_plugin_demo/__init__.py": b"def register():\n    pass\n"},
+        entry_points="[sglang.srt.plugins]\ndemo = sgl_plugin_demo:register\n\n[console_scripts]\nx = y:z\n",
+    )
     pip_install(senv.venv, plugin)
 
     found = environment(senv, check=1)
-    assert set(found) == {"pth $SITE/zz-hook.pth", "sitecustomize $SITE/hooks/sitecustomize.py",
-                          "entry point sglang.srt.plugins demo", "sgl_plugin_demo-0.1.dist-info"}
+    assert set(found) == {
+        "pth $SITE/zz-hook.pth",
+        "sitecustomize $SITE/hooks/sitecustomize.py",
+        "entry point sglang.srt.plugins demo",
+        "sgl_plugin_demo-0.1.dist-info",
+    }
     assert found["pth $SITE/zz-hook.pth"]["kind"] == "added"
     assert "import os; os.environ.setdefault('PK_HOOKED', '1')" in found["pth $SITE/zz-hook.pth"]["detail"]
-    assert "sgl_plugin_demo:register from sgl_plugin_demo 0.1" in found["entry point sglang.srt.plugins demo"]["detail"]
+    assert (
+        "sgl_plugin_demo:register from sgl_plugin_demo 0.1"
+        in found["entry point sglang.srt.plugins demo"]["detail"]
+    )
     out = senv.pk("audit", check=1).stdout
     assert "environment drift in" in out and "pth $SITE/zz-hook.pth" in out
 

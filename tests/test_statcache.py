@@ -30,7 +30,7 @@ def _warn_again(monkeypatch):
 
 def _scan(env, monkeypatch) -> tuple[ScanRequest, dict, Path]:
     """A warm scan of the package whose stat cache remembers every file (even this fresh copy)."""
-    monkeypatch.setattr(StatCache, "GRANULARITY_NS", -10**12)
+    monkeypatch.setattr(StatCache, "GRANULARITY_NS", -(10**12))
     cache = env.state_dir / "statcache.json"
     request = ScanRequest(root=str(env.site), walk=("sglang",), cache=str(cache))
     return request, Agent().scan(request).rows, cache
@@ -63,7 +63,7 @@ def test_a_cache_whose_device_changed_is_not_believed(env, monkeypatch):
 def test_a_seal_whose_device_changed_is_not_believed(env, monkeypatch):
     """A tree's seal (seal.py): every entry's identity is checked with its device."""
     root = env.site / "sglang" / "lang"
-    monkeypatch.setattr(StatCache, "GRANULARITY_NS", -10**12)
+    monkeypatch.setattr(StatCache, "GRANULARITY_NS", -(10**12))
     sealed = seal.entries(str(root), (), [])
     assert sealed is not None
     path = str(env.state_dir / "test.seal")
@@ -85,7 +85,7 @@ def test_the_ledger_index_rereads_an_entry_whose_device_changed(env, monkeypatch
     from patchkeeper.workspace import load
 
     env.pk("snapshot", "--name", "s0")
-    monkeypatch.setattr(StatCache, "GRANULARITY_NS", -10**12)  # remember even these fresh entries
+    monkeypatch.setattr(StatCache, "GRANULARITY_NS", -(10**12))  # remember even these fresh entries
 
     def read() -> tuple[int, list]:
         target = open_target(load(env.root).target(None))
@@ -170,7 +170,7 @@ def test_one_warning_per_command_however_many_caches_are_ignored(env):
 
 
 def _is_cache(path: Path) -> bool:
-    rel = path.parts[len(path.parts) - 3:]
+    rel = path.parts[len(path.parts) - 3 :]
     return path.name.startswith("statcache.json") or "audit" in rel or "manifest-cache" in rel or "env" in rel
 
 

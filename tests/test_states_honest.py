@@ -32,8 +32,10 @@ def _patchset(env, name: str, toml: str, files: dict[str, str]) -> None:
 
 def _add_patch(rel: str, text: str) -> str:
     lines = text.splitlines(keepends=True)
-    return (f"diff --git a/{rel} b/{rel}\nnew file mode 100644\n--- /dev/null\n+++ b/{rel}\n"
-            f"@@ -0,0 +1,{len(lines)} @@\n" + "".join("+" + line for line in lines))
+    return (
+        f"diff --git a/{rel} b/{rel}\nnew file mode 100644\n--- /dev/null\n+++ b/{rel}\n"
+        f"@@ -0,0 +1,{len(lines)} @@\n" + "".join("+" + line for line in lines)
+    )
 
 
 def _state(env) -> dict:
@@ -72,18 +74,22 @@ def test_snapshot_names_that_rollback_gives_a_meaning_of_their_own_are_refused(e
 
 
 # ---- 5: paths a patch set writes outside what patchkeeper manages ------------------------------
-PIP_PATCH = ('diff --git a/pip/__init__.py b/pip/__init__.py\n--- a/pip/__init__.py\n+++ b/pip/__init__.py\n'
-             '@@ -1,3 +1,3 @@\n from typing import List, Optional\n \n-__version__ = "23.2.1"\n+__version__ = "23.2.1+pk"\n')
+PIP_PATCH = (
+    "diff --git a/pip/__init__.py b/pip/__init__.py\n--- a/pip/__init__.py\n+++ b/pip/__init__.py\n"
+    '@@ -1,3 +1,3 @@\n from typing import List, Optional\n \n-__version__ = "23.2.1"\n+__version__ = "23.2.1+pk"\n'
+)
 
 
 def test_paths_outside_the_managed_package_are_refused_by_name_even_forced(env):
     env.pk("apply", "nextn")  # the baseline exists: the refusals below must not add to the ledger
     before, log = env.snapshot(), env.pk("log", "--json").stdout
-    cases = {"pth": ("zz_pk_adv.pth", "not a file of package sglang"),
-             "pyc": ("sglang/x.pyc", "bytecode"),
-             "pycache": ("sglang/__pycache__/x.py", "bytecode"),
-             "stage": ("sglang/.pk-stage-x.py", "a stage file name"),
-             "pip": ("pip/__init__.py", "not a file of package sglang")}
+    cases = {
+        "pth": ("zz_pk_adv.pth", "not a file of package sglang"),
+        "pyc": ("sglang/x.pyc", "bytecode"),
+        "pycache": ("sglang/__pycache__/x.py", "bytecode"),
+        "stage": ("sglang/.pk-stage-x.py", "a stage file name"),
+        "pip": ("pip/__init__.py", "not a file of package sglang"),
+    }
     for name, (rel, why) in cases.items():
         patch = PIP_PATCH if name == "pip" else _add_patch(rel, "import os; os.system('true')\n")
         _patchset(env, f"adv-{name}", "", {"0001.patch": patch})
@@ -111,13 +117,19 @@ def _files(env) -> tuple:
     out: list = [tree(env.venv)]
     for path in (env.unit, env.dropin):
         st = path.lstat() if os.path.lexists(path) else None
-        out += [None] if st is None else [st.st_mode, st.st_ino, path.read_bytes() if stat.S_ISREG(st.st_mode) else None]
+        out += (
+            [None]
+            if st is None
+            else [st.st_mode, st.st_ino, path.read_bytes() if stat.S_ISREG(st.st_mode) else None]
+        )
     return tuple(out)
 
 
 def _refused_unchanged(env, *args: str) -> str:
     before, log = _files(env), sorted(os.listdir(env.state_dir / "ledger"))
-    proc = env.pk(*args, check=2)  # refused by the planner (a path that is no regular file) or the transaction
+    proc = env.pk(
+        *args, check=2
+    )  # refused by the planner (a path that is no regular file) or the transaction
     assert "hint:" in proc.stderr
     assert _files(env) == before and sorted(os.listdir(env.state_dir / "ledger")) == log
     assert not list(env.site.rglob(".pk-stage-*")) and not (env.state_dir / "journal.json").exists()
@@ -139,7 +151,9 @@ def test_obstacles_at_destinations_are_refused_by_name_before_anything_changes(e
         err = _refused_unchanged(env, "apply", "ddtree")
         assert f"{pyc} is immutable" in err and f"bytecode of {env.site / SPEC}" in err
 
-    env.dropin.mkdir(parents=True)  # the role path is a directory (a hand change: --force goes past the pre-image check)
+    env.dropin.mkdir(
+        parents=True
+    )  # the role path is a directory (a hand change: --force goes past the pre-image check)
     err = _refused_unchanged(env, "apply", "ddtree", "--force")
     assert f"{env.dropin} is a directory" in err or "@dropin (a directory)" in err
     env.dropin.rmdir()
@@ -177,10 +191,13 @@ def test_an_obstacle_after_the_commit_point_is_named_and_recover_finishes_once_i
     done_env = make_workspace(env.root.parent / "done-ws", done)
     done_env.pk("apply", "ddtree")
     # stop the apply right after its commit point, put a directory in the way, let it go on
-    proc = subprocess.Popen([sys.executable, "-m", "patchkeeper", "--workspace", str(env.root), "apply", "ddtree"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PATCHKEEPER_CRASH_AT": "journal-committed",
-                                 "PATCHKEEPER_CRASH_SIGNAL": "STOP"})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "patchkeeper", "--workspace", str(env.root), "apply", "ddtree"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PATCHKEEPER_CRASH_AT": "journal-committed", "PATCHKEEPER_CRASH_SIGNAL": "STOP"},
+    )
     while not _stopped(proc.pid):
         time.sleep(0.05)
     (env.site / ADDED).mkdir()
@@ -213,7 +230,9 @@ def test_recover_backs_up_and_names_a_hand_edit_made_after_the_crash(env):
     assert "finished transaction" in out and f"{SPEC} ({hash_bytes(edited)})" in out
     assert Store(str(env.state_dir / "store")).get(hash_bytes(edited)) == edited  # the bytes are kept
     entry = json.loads(env.pk("log", "--json").stdout)[0]
-    assert SPEC in entry["hand_edits"] and entry["extra"]["backed_up_at_recovery"] == {SPEC: hash_bytes(edited)}
+    assert SPEC in entry["hand_edits"] and entry["extra"]["backed_up_at_recovery"] == {
+        SPEC: hash_bytes(edited)
+    }
     assert b"DDTREE" in (env.site / SPEC).read_bytes()
     assert "files match the recorded state" in env.pk("status").stdout
 
@@ -222,7 +241,9 @@ def test_recover_backs_up_and_names_a_hand_edit_made_after_the_crash(env):
 def _with_state_dir(env, root: Path, state_dir: Path):
     other = make_workspace(root, env.venv)
     toml = other.root / "patchkeeper.toml"
-    toml.write_text(toml.read_text().replace('package = "sglang"\n', f'package = "sglang"\nstate_dir = "{state_dir}"\n'))
+    toml.write_text(
+        toml.read_text().replace('package = "sglang"\n', f'package = "sglang"\nstate_dir = "{state_dir}"\n')
+    )
     return other
 
 
@@ -258,7 +279,9 @@ def test_the_new_agent_methods_answer_over_the_wire(tmp_path):
     agent = AgentProxy.in_subprocess("wire", sys.executable)
     try:
         found = agent.obstacles([str(tmp_path / "dir.py"), str(tmp_path / "new.py")], [])
-        assert list(found) == [str(tmp_path / "dir.py")] and found[str(tmp_path / "dir.py")].startswith("is a directory")
+        assert list(found) == [str(tmp_path / "dir.py")] and found[str(tmp_path / "dir.py")].startswith(
+            "is a directory"
+        )
         prefix = str(tmp_path / "venv")
         state = os.path.join(prefix, ".patchkeeper")
         assert agent.state_dir_owner(prefix, state, str(tmp_path), False).owner is None

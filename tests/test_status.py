@@ -4,6 +4,7 @@ and one scan of the package serves both the differences and the audit."""
 from __future__ import annotations
 
 from conftest import edit_file
+
 from patchkeeper import workspace
 from patchkeeper.commands import status as status_cmd
 from patchkeeper.host.agent import Agent
@@ -18,8 +19,11 @@ def test_status_with_the_audit_scans_the_package_once(env, monkeypatch, capsys):
     passes: list[str] = []  # agent calls that go over the whole package
     for name in ("compare_many", "audit_tree"):
         real = getattr(Agent, name)
-        monkeypatch.setattr(Agent, name, lambda self, request, _real=real, _name=name:
-                            passes.append(_name) or _real(self, request))
+        monkeypatch.setattr(
+            Agent,
+            name,
+            lambda self, request, _real=real, _name=name: passes.append(_name) or _real(self, request),
+        )
     ws = workspace.load(env.root)
     assert status_cmd.status(ws, None, False) == 0
     out = capsys.readouterr().out

@@ -22,7 +22,9 @@ def test_objects_are_read_only_verified_and_deduplicated(tmp_path):
     assert digest == hash_bytes(b"hello\n") and store.get(digest) == b"hello\n"
     path = store._loose(digest)
     assert os.stat(path).st_mode & 0o777 == 0o444
-    assert store.put(b"hello\n") == digest and len(list((tmp_path / "objects").rglob("*"))) == 3  # algo/ab/obj
+    assert (
+        store.put(b"hello\n") == digest and len(list((tmp_path / "objects").rglob("*"))) == 3
+    )  # algo/ab/obj
     with pytest.raises(AgentError, match="digest-mismatch|hash to"):
         store.put(b"hello\n", hash_bytes(b"other"))
 
@@ -76,7 +78,7 @@ def test_a_pack_index_is_read_as_it_is_now(tmp_path, monkeypatch):
 
     from patchkeeper.host import statcache
 
-    monkeypatch.setattr(statcache.StatCache, "GRANULARITY_NS", -10**12)  # every file as if written long ago
+    monkeypatch.setattr(statcache.StatCache, "GRANULARITY_NS", -(10**12))  # every file as if written long ago
 
     files = {}
     for i in range(3):
@@ -92,7 +94,9 @@ def test_a_pack_index_is_read_as_it_is_now(tmp_path, monkeypatch):
     rows = json.loads(index.read_bytes())
     os.chmod(index, 0o644)
     index.write_text(json.dumps({d: [0, 1] for d in rows}))  # rewritten in place: other rows
-    with pytest.raises(AgentError, match="corrupt"):  # its rows are believed, and the object read by them fails
+    with pytest.raises(
+        AgentError, match="corrupt"
+    ):  # its rows are believed, and the object read by them fails
         Store(str(root)).get(digest)
     index.write_text("{not json")  # damaged in place
     with pytest.raises(AgentError, match="is damaged"):

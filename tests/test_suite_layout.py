@@ -14,8 +14,13 @@ def imports_of_test_files(source: str) -> list[str]:
     """The test_* modules that `source` imports, at any depth (inside functions too)."""
     found = []
     for node in ast.walk(ast.parse(source)):
-        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-            [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+        names = (
+            [a.name for a in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module or ""]
+            if isinstance(node, ast.ImportFrom) and not node.level
+            else []
+        )
         found += [n for n in names if n.split(".")[0].startswith("test_")]
     return found
 

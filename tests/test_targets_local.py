@@ -11,8 +11,8 @@ import time
 import pytest
 
 from patchkeeper.errors import TargetError
-from patchkeeper.targets.local import LocalTarget
 from patchkeeper.targets.links import PipeLink, program
+from patchkeeper.targets.local import LocalTarget
 from patchkeeper.targets.remote_agent import AgentProxy, Patience
 from patchkeeper.workspace import TargetConfig
 
@@ -23,7 +23,9 @@ def _target(tmp_path) -> LocalTarget:
 
 def test_a_background_child_holding_stdout_does_not_hold_the_command(tmp_path):
     pidfile = tmp_path / "pid"
-    code, out, err = _target(tmp_path).run(["sh", "-c", f"sleep 30 & echo $! > {pidfile}; echo started"], timeout=5)
+    code, out, err = _target(tmp_path).run(
+        ["sh", "-c", f"sleep 30 & echo $! > {pidfile}; echo started"], timeout=5
+    )
     try:
         assert (code, out) == (0, b"started\n"), err  # before: the pipe stayed open until the timeout (124)
     finally:
@@ -32,7 +34,9 @@ def test_a_background_child_holding_stdout_does_not_hold_the_command(tmp_path):
 
 def test_timeout_kills_the_whole_process_group(tmp_path):
     pidfile = tmp_path / "pid"
-    code, _, err = _target(tmp_path).run(["sh", "-c", f"sleep 30 & echo $! > {pidfile}; sleep 30"], timeout=0.5)
+    code, _, err = _target(tmp_path).run(
+        ["sh", "-c", f"sleep 30 & echo $! > {pidfile}; sleep 30"], timeout=0.5
+    )
     assert code == 124 and b"timed out" in err
     child = int(pidfile.read_text())
 
@@ -116,7 +120,7 @@ def test_heartbeats_keep_a_long_call_alive_and_silence_gives_the_agent_up(tmp_pa
 
 # An agent with one more method: it finds `n` files to read, and stops after each third of them
 # until the controller has been told that count (it opens a FIFO the test writes then).
-COUNTING = b'''
+COUNTING = b"""
 def count(self, n, gates):
     pkg.progress.expect(n)
     for i in range(1, n + 1):
@@ -127,7 +131,7 @@ def count(self, n, gates):
     return n
 pkg.agent.Agent.count = count
 pkg.wire.serve(pkg.agent.Agent())
-'''
+"""
 
 
 def test_heartbeats_carry_how_many_files_the_running_call_has_read(tmp_path):

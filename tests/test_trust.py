@@ -9,12 +9,11 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import pytest
-
 from conftest import DRAFT, REPO, SITE_REL, Env, copy_venv, make_workspace
 from sshd import sshd, write_client_config  # noqa: F401 (sshd is a fixture)
 
@@ -45,8 +44,10 @@ def remote(tmp_path, pristine_venv, sshd) -> Remote:  # noqa: F811
     unit = tmp_path / "unit-far" / "sglang-qwen.service"
     unit.parent.mkdir()
     shutil.copy(REPO / "demo" / "sglang-qwen.service", unit)
-    toml = (f'\n[targets.far]\nssh = "far"\npython = "{venv}/bin/python"\npackage = "sglang"\n'
-            f'[targets.far.vars]\ndraft_model_path = "{DRAFT}"\n[targets.far.files]\nunit = "{unit}"\n')
+    toml = (
+        f'\n[targets.far]\nssh = "far"\npython = "{venv}/bin/python"\npackage = "sglang"\n'
+        f'[targets.far.vars]\ndraft_model_path = "{DRAFT}"\n[targets.far.files]\nunit = "{unit}"\n'
+    )
     return Remote(make_workspace(tmp_path / "ws", tmp_path / "venv-local", toml), venv)
 
 
@@ -83,22 +84,30 @@ def _rewrite(path: Path, change) -> None:
 
 
 def test_a_state_id_that_is_a_path_is_refused_and_nothing_is_written_outside(side):
-    escaped = side.workspace.parent / "escaped.txt"  # where snapshots/<target>/manifests/<id>.txt leads with it
+    escaped = (
+        side.workspace.parent / "escaped.txt"
+    )  # where snapshots/<target>/manifests/<id>.txt leads with it
     _rewrite(_newest(side.state_dir), lambda d: d["after"].__setitem__("id", "../../../escaped"))
     for verb in ("recover", "status", "log"):
         proc = side.pk(verb, check=2)
-        assert proc.stderr.startswith("patchkeeper: error: ledger entry") and f"of target {side.name}" in proc.stderr
+        assert (
+            proc.stderr.startswith("patchkeeper: error: ledger entry")
+            and f"of target {side.name}" in proc.stderr
+        )
         assert "after.id is '../../../escaped', not a state id" in proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 2  # the error and its hint
     assert not escaped.exists()
 
 
-@pytest.mark.parametrize("field, value, said", [
-    ("id", "../x", "id is '../x', not a transaction id"),
-    ("seq", "1; rm", "seq is '1; rm', not a whole number"),
-    ("env", "blake3:../../etc/passwd", "env is 'blake3:../../etc/passwd', not a digest"),
-    ("hand_edits", ["/etc/passwd"], "hand_edits is '/etc/passwd', not a relative path"),
-])
+@pytest.mark.parametrize(
+    "field, value, said",
+    [
+        ("id", "../x", "id is '../x', not a transaction id"),
+        ("seq", "1; rm", "seq is '1; rm', not a whole number"),
+        ("env", "blake3:../../etc/passwd", "env is 'blake3:../../etc/passwd', not a digest"),
+        ("hand_edits", ["/etc/passwd"], "hand_edits is '/etc/passwd', not a relative path"),
+    ],
+)
 def test_ids_numbers_digests_and_keys_of_an_entry_are_checked(env, field, value, said):
     env.pk("apply", "ddtree")
     _rewrite(_newest(env.state_dir), lambda d: d.__setitem__(field, value))
@@ -110,9 +119,15 @@ def test_a_journal_whose_op_leads_outside_the_package_is_refused(side, tmp_path)
     newest = json.loads(_newest(side.state_dir).read_text())
     outside = tmp_path / "outside.py"
     entry = dict(newest, id="20300101T000000-abcdef", seq=newest["seq"] + 1, kind="rollback")
-    op = {"key": "sglang/version.py", "path": str(outside), "old": None, "new": [newest["after"]["manifest"], 1, 0o644]}
-    (side.state_dir / "journal.json").write_text(json.dumps({"id": entry["id"], "status": "committed",
-                                                              "entry": entry, "ops": [op]}))
+    op = {
+        "key": "sglang/version.py",
+        "path": str(outside),
+        "old": None,
+        "new": [newest["after"]["manifest"], 1, 0o644],
+    }
+    (side.state_dir / "journal.json").write_text(
+        json.dumps({"id": entry["id"], "status": "committed", "entry": entry, "ops": [op]})
+    )
     proc = side.pk("recover", check=2)
     assert f"the journal of target {side.name}" in proc.stderr, proc.stderr
     assert "its op for 'sglang/version.py' names another path than that file's on the target" in proc.stderr
@@ -149,24 +164,32 @@ else:
 """
 
 
-@pytest.mark.parametrize("method, verb", [("dist_info", "status"), ("read_changed", "log"),
-                                          ("state_dir_owner", "status"), ("audit_tree", "audit"),
-                                          ("manifest_rows", "record mine --from baseline")])
+@pytest.mark.parametrize(
+    "method, verb",
+    [
+        ("dist_info", "status"),
+        ("read_changed", "log"),
+        ("state_dir_owner", "status"),
+        ("audit_tree", "audit"),
+        ("manifest_rows", "record mine --from baseline"),
+    ],
+)
 def test_a_malformed_answer_is_one_line_naming_the_call_and_the_target(remote, tmp_path, method, verb):
     remote.pk("apply", "ddtree")
     flag = tmp_path / "break"
     hostile = tmp_path / "hostile.py"
     hostile.write_text(HOSTILE.format(real=str(remote.venv / "bin/python"), flag=str(flag)))
     wrapper = tmp_path / "python"
-    wrapper.write_text(f"#!/bin/sh\nexec {remote.venv}/bin/python {hostile} \"$@\"\n")
+    wrapper.write_text(f'#!/bin/sh\nexec {remote.venv}/bin/python {hostile} "$@"\n')
     wrapper.chmod(0o755)
     toml = remote.env.root / "patchkeeper.toml"
     toml.write_text(toml.read_text().replace(f'python = "{remote.venv}/bin/python"', f'python = "{wrapper}"'))
     remote.pk("status")  # the wrapper's agent, answering honestly
     flag.write_text(method)
     proc = remote.pk(*verb.split(), check=2)
-    assert proc.stderr.startswith(f"patchkeeper: error: target far: the answer to {method} from its agent is "
-                                  "malformed: "), proc.stderr
+    assert proc.stderr.startswith(
+        f"patchkeeper: error: target far: the answer to {method} from its agent is malformed: "
+    ), proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 2
 
 
@@ -174,7 +197,9 @@ def test_what_the_targets_python_prints_before_the_agent_is_skipped(side):
     (side.site / "sitecustomize.py").write_text("print('Welcome! This host is managed by Ansible.')\n")
     assert "files match the recorded state" in side.pk("status").stdout
     side.pk("env")  # the facts of the target's interpreter, asked of it with the same noise
-    if side.name == "far":  # over SSH every command's agent is started there: a flood is refused, not waited on
+    if (
+        side.name == "far"
+    ):  # over SSH every command's agent is started there: a flood is refused, not waited on
         side.pk("disconnect")
         (side.site / "sitecustomize.py").write_text("import sys\nsys.stdout.write('#' * 200000)\n")
         proc = side.pk("status", check=2)
@@ -196,8 +221,11 @@ def test_a_local_agent_in_another_interpreter_skips_noise_and_refuses_a_flood(tm
     finally:
         agent.close()
     custom.write_text("import sys\nwhile True:\n    sys.stdout.write('x' * 4096)\n")
-    with pytest.raises(TargetError, match=r"target noisy: the target's Python .* printed 'xxx.*' before the agent "
-                                          r"started: a sitecustomize or \.pth\?"):
+    with pytest.raises(
+        TargetError,
+        match=r"target noisy: the target's Python .* printed 'xxx.*' before the agent "
+        r"started: a sitecustomize or \.pth\?",
+    ):
         AgentProxy.in_subprocess("noisy", str(venv / "bin/python"))
 
 
@@ -214,7 +242,7 @@ def test_a_frame_longer_than_the_bound_is_refused_unread():
         pos += n
         if pos > 4 + 10:
             raise AssertionError("read past the length prefix of a frame out of bounds")
-        return sent[pos - n:pos]
+        return sent[pos - n : pos]
 
     with pytest.raises(wire.FrameError, match="a frame header of"):
         wire.decode(read)
@@ -230,7 +258,9 @@ def test_an_agent_that_never_speaks_times_out(tmp_path, monkeypatch):
     monkeypatch.setattr(remote_agent.Patience, "hello", property(lambda self: 0.5))  # the floor is a minute
     with pytest.raises(TargetError, match=r"target mute: its agent sent nothing for 0.5 s; gave up waiting"):
         remote_agent.AgentProxy.in_subprocess("mute", str(silent))
-    pid = int((tmp_path / "pid").read_text())  # given up on, it is killed (the writer of its program with it),
+    pid = int(
+        (tmp_path / "pid").read_text()
+    )  # given up on, it is killed (the writer of its program with it),
     with pytest.raises(ProcessLookupError):  # not waited for: closing its stdin under that writer hung until
         os.kill(pid, 0)  # the process ended of itself (here an hour; sleep 600 held CI for ten minutes)
 
@@ -262,9 +292,13 @@ def test_state_files_of_another_user_or_writable_by_others_are_ignored_with_a_wa
 # ---- recorded text on the terminal -------------------------------------------------------------
 def test_log_escapes_control_characters_of_recorded_text(env):
     env.pk("apply", "ddtree")
-    _rewrite(_newest(env.state_dir), lambda d: d.update(
-        command="apply ddtree\n20990101T000000-000000  2099-01-01 00:00:00  root@x  apply  forged",
-        who="\x1b]0;owned\x07\x1b[31mroot@host"))
+    _rewrite(
+        _newest(env.state_dir),
+        lambda d: d.update(
+            command="apply ddtree\n20990101T000000-000000  2099-01-01 00:00:00  root@x  apply  forged",
+            who="\x1b]0;owned\x07\x1b[31mroot@host",
+        ),
+    )
     out = env.pk("log").stdout
     assert "\x1b" not in out and "\x07" not in out
     assert len(out.splitlines()) == 2  # two entries, two lines: the newline in `command` forged none
@@ -276,7 +310,16 @@ def test_the_suite_fails_a_command_that_shows_a_traceback(env):
     (env.root / "boom").mkdir()
     (env.root / "boom" / "click.py").write_text("raise RuntimeError('boom')\n")  # the CLI's import fails
     with pytest.raises(pytest.fail.Exception, match="a traceback reached the user"):
-        subprocess.run([sys.executable, "-m", "patchkeeper", "--workspace", str(env.root), "status"],
-                       capture_output=True, env={**os.environ, "PYTHONPATH": str(env.root / "boom")})
-    assert "Traceback" in subprocess.run([sys.executable, "-c", "import sys; sys.stderr.write('Traceback "
-                                          "(most recent call last)')"], capture_output=True, text=True).stderr
+        subprocess.run(
+            [sys.executable, "-m", "patchkeeper", "--workspace", str(env.root), "status"],
+            capture_output=True,
+            env={**os.environ, "PYTHONPATH": str(env.root / "boom")},
+        )
+    assert (
+        "Traceback"
+        in subprocess.run(
+            [sys.executable, "-c", "import sys; sys.stderr.write('Traceback (most recent call last)')"],
+            capture_output=True,
+            text=True,
+        ).stderr
+    )

@@ -5,12 +5,9 @@ interpreter by default; one drop-in, one owner; `status` says when the drop-in i
 from __future__ import annotations
 
 import json
-import shutil
-from pathlib import Path
 
 import pytest
 import systemd_reference as systemd
-
 from conftest import DRAFT
 
 REASON = systemd.why_not()
@@ -33,21 +30,29 @@ def add_patchset(env, name: str, group: str, files: dict[str, str], roles: str) 
     directory.mkdir()
     (directory / "patchset.toml").write_text(
         f'name = "{name}"\nversion = "1.0.0"\npackage = "sglang"\npackage_version = "==0.5.23"\n'
-        f'group = "{group}"\n\n[files]\n{roles}\n')
+        f'group = "{group}"\n\n[files]\n{roles}\n'
+    )
     for fname, text in files.items():
         (directory / fname).write_text(text)
 
 
 # ---- one drop-in, one owner ---------------------------------------------------------------------------
 def test_a_second_patch_set_writing_the_same_dropin_is_refused_and_its_own_dropin_works(env):
-    add_patchset(env, "nccl-tuning", "tuning", {"dropin.conf": "[Service]\nEnvironment=NCCL_DEBUG=INFO\n"},
-                 'dropin = "dropin.conf"')
+    add_patchset(
+        env,
+        "nccl-tuning",
+        "tuning",
+        {"dropin.conf": "[Service]\nEnvironment=NCCL_DEBUG=INFO\n"},
+        'dropin = "dropin.conf"',
+    )
     env.pk("apply", "dflash")
     before = env.snapshot()
     proc = env.pk("apply", "nccl-tuning", check=2)
     error = proc.stderr.splitlines()[0]
     assert "dflash@3.1.0" in error and "nccl-tuning@1.0.0" in error and str(env.dropin) in error
-    assert "hint: give nccl-tuning a drop-in of its own" in proc.stderr and "60-nccl-tuning.conf" in proc.stderr
+    assert (
+        "hint: give nccl-tuning a drop-in of its own" in proc.stderr and "60-nccl-tuning.conf" in proc.stderr
+    )
     assert env.snapshot() == before and stack(env) == ["dflash@3.1.0"]
     assert "--speculative-algorithm DFLASH" in env.dropin.read_text()
 
@@ -65,14 +70,20 @@ def test_a_second_patch_set_writing_the_same_dropin_is_refused_and_its_own_dropi
 
 
 # ---- values checked before anything changes --------------------------------------------------------
-@pytest.mark.parametrize("values, said", [
-    ({"model_path": '"/m\\nExecStartPre=/bin/touch /tmp/pwned"'}, "holds '\\n': a newline or control character"),
-    ({"model_path": '"/d\\u0007"'}, "holds '\\x07'"),
-    ({"port": "12345678901234567890123456789012345678"}, "is outside int 1..65535"),
-    ({"port": '"80 --enable-evil"'}, "is not a whole number"),
-    ({"host": '"0.0.0.0 --x"'}, "is not one word"),
-    ({"model_path": '"models/qwen"'}, "is not an absolute path"),
-])
+@pytest.mark.parametrize(
+    "values, said",
+    [
+        (
+            {"model_path": '"/m\\nExecStartPre=/bin/touch /tmp/pwned"'},
+            "holds '\\n': a newline or control character",
+        ),
+        ({"model_path": '"/d\\u0007"'}, "holds '\\x07'"),
+        ({"port": "12345678901234567890123456789012345678"}, "is outside int 1..65535"),
+        ({"port": '"80 --enable-evil"'}, "is not a whole number"),
+        ({"host": '"0.0.0.0 --x"'}, "is not one word"),
+        ({"model_path": '"models/qwen"'}, "is not an absolute path"),
+    ],
+)
 def test_a_value_that_does_not_fit_its_type_is_refused_before_anything_changes(env, values, said):
     set_vars(env, **values)
     before = env.snapshot()
@@ -85,9 +96,28 @@ def test_a_value_that_does_not_fit_its_type_is_refused_before_anything_changes(e
 
 def test_an_inventory_hosts_vars_take_the_same_check(env, tmp_path):
     inventory = tmp_path / "hosts.json"
-    inventory.write_text(json.dumps({"gpus": {"hosts": {"gpu1": {"ansible_connection": "local", "patchkeeper": {
-        "python": f"{env.venv}/bin/python", "package": "sglang", "files": {"unit": str(env.unit)},
-        "vars": {"draft_model_path": DRAFT, "model_path": "/m\n[Service]\nExecStartPre=/bin/sh -c id"}}}}}}))
+    inventory.write_text(
+        json.dumps(
+            {
+                "gpus": {
+                    "hosts": {
+                        "gpu1": {
+                            "ansible_connection": "local",
+                            "patchkeeper": {
+                                "python": f"{env.venv}/bin/python",
+                                "package": "sglang",
+                                "files": {"unit": str(env.unit)},
+                                "vars": {
+                                    "draft_model_path": DRAFT,
+                                    "model_path": "/m\n[Service]\nExecStartPre=/bin/sh -c id",
+                                },
+                            },
+                        }
+                    }
+                }
+            }
+        )
+    )
     before = env.snapshot()
     proc = env.pk("--inventory", str(inventory), "apply", "-t", "gpu1", "dflash", check=2)
     assert "model_path = '/m\\n[Service]" in proc.stderr and "holds '\\n'" in proc.stderr
@@ -109,8 +139,13 @@ def test_values_are_written_with_systemds_quoting_as_systemd_reads_them(env, tmp
     text = env.dropin.read_text()
     assert '--model-path "/models/Qwen 27B \\"q\\" back\\\\slash 100%%"' in text
     root = tmp_path / "root"
-    systemd.write_tree(root, {"etc/systemd/system/sglang-qwen.service": env.unit.read_bytes(),
-                              "etc/systemd/system/sglang-qwen.service.d/50-patchkeeper.conf": env.dropin.read_bytes()})
+    systemd.write_tree(
+        root,
+        {
+            "etc/systemd/system/sglang-qwen.service": env.unit.read_bytes(),
+            "etc/systemd/system/sglang-qwen.service.d/50-patchkeeper.conf": env.dropin.read_bytes(),
+        },
+    )
     theirs = systemd.loaded(root, "sglang-qwen.service")
     assert theirs.failed is None, theirs.log
     argv = theirs.commands[-1]
@@ -126,8 +161,10 @@ def test_python_defaults_to_the_targets_own_interpreter_and_another_is_warned_ab
     other = "/opt/other-env/bin/python3"
     set_vars(env, python=json.dumps(other))
     proc = env.pk("apply", "dflash")
-    assert (f"warning: dflash@3.1.0 makes the service run {other} ({{{{ python }}}}), not the target's interpreter "
-            f"{env.venv}/bin/python") in proc.stdout
+    assert (
+        f"warning: dflash@3.1.0 makes the service run {other} ({{{{ python }}}}), not the target's interpreter "
+        f"{env.venv}/bin/python"
+    ) in proc.stdout
     assert f"ExecStart={other} -m sglang.launch_server" in env.dropin.read_text()
 
 
@@ -137,8 +174,10 @@ def test_status_says_the_dropin_is_out_of_date_and_what_apply_would_write(env):
     assert "out of date" not in env.pk("status").stdout
     set_vars(env, port="30001")
     out = env.pk("status").stdout
-    assert (f"out of date: {env.dropin} (role dropin of dflash@3.1.0) is not what the workspace renders now: "
-            "port (30000 -> 30001) changed since it was applied; `patchkeeper apply dflash` would write:") in out
+    assert (
+        f"out of date: {env.dropin} (role dropin of dflash@3.1.0) is not what the workspace renders now: "
+        "port (30000 -> 30001) changed since it was applied; `patchkeeper apply dflash` would write:"
+    ) in out
     assert "  +ExecStart=" in out and "--port 30001" in out and "  -ExecStart=" in out
     doc = json.loads(env.pk("status", "--json").stdout)["out_of_date"]
     assert doc[0]["vars"] == {"port": ["30000", "30001"]} and "--port 30001" in doc[0]["would_write"]

@@ -12,11 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from helpers import free_port, ledger, stack
+
 from patchkeeper.change import verify
-from patchkeeper.commands.verify import PREVIOUS_FAILS
 from patchkeeper.change.service import ServiceConfig, SmokeConfig
+from patchkeeper.commands.verify import PREVIOUS_FAILS
 
 
 # ---- through the CLI ---------------------------------------------------------------------------
@@ -31,21 +31,39 @@ def test_good_apply_commits_and_records_the_verification(env, service):
     check = entries[-1]["extra"]
     assert check["phase"] == "apply" and check["of"] == entries[1]["id"]
     assert check["verify"]["ok"] and check["verify"]["tokens"] == 24 and check["verify"]["tokens_per_s"] >= 20
-    assert [c["name"] for c in check["verify"]["checks"]] == ["restart", "ready", "generate", "algorithm", "accept",
-                                                             "output"]
-    assert all(c["skipped"] for c in check["verify"]["checks"][3:])  # this server does not say what runs: never a pass
+    assert [c["name"] for c in check["verify"]["checks"]] == [
+        "restart",
+        "ready",
+        "generate",
+        "algorithm",
+        "accept",
+        "output",
+    ]
+    assert all(
+        c["skipped"] for c in check["verify"]["checks"][3:]
+    )  # this server does not say what runs: never a pass
     # the ledger mirror in the workspace holds the verification too
     assert len(list((env.root / "snapshots" / "local" / "ledger").glob("*.json"))) == 3
 
 
-@pytest.mark.parametrize("mode, reason, server_args, says", [
-    ("degenerate", "degenerate", "", "one character, '!', is 100% of the output"),
-    ("hang", "timeout", "", "no completion from"),
-    ("slow", "slow", "--slow-seconds 1.5", "below min_tokens_per_s = 20"),
-    ("slow-load", "not-ready", "--load-seconds 30", "did not answer within ready_timeout = 1s (last: HTTP 503"),
-    ("fail-start", "restart", "", "failed with exit code 1"),
-])
-def test_each_bad_mode_is_detected_and_rolled_back_to_exact_bytes(env, service, mode, reason, server_args, says):
+@pytest.mark.parametrize(
+    "mode, reason, server_args, says",
+    [
+        ("degenerate", "degenerate", "", "one character, '!', is 100% of the output"),
+        ("hang", "timeout", "", "no completion from"),
+        ("slow", "slow", "--slow-seconds 1.5", "below min_tokens_per_s = 20"),
+        (
+            "slow-load",
+            "not-ready",
+            "--load-seconds 30",
+            "did not answer within ready_timeout = 1s (last: HTTP 503",
+        ),
+        ("fail-start", "restart", "", "failed with exit code 1"),
+    ],
+)
+def test_each_bad_mode_is_detected_and_rolled_back_to_exact_bytes(
+    env, service, mode, reason, server_args, says
+):
     service(f"DDTREE={mode}", server_args=server_args, ready_timeout=1)
     before = env.snapshot()
     proc = env.pk("apply", "ddtree", check=3)
@@ -120,7 +138,7 @@ def test_verify_alone_reports_and_changes_nothing(env, service):
     before = env.snapshot()
     doc = json.loads(env.pk("verify", "--restart", "--json", check=1).stdout)
     assert doc["schema_version"] == 1 and doc["exit_code"] == 1 and doc["changes"] == []
-    report, = doc["verifications"]
+    (report,) = doc["verifications"]
     assert report["reason"] == "degenerate" and report["tokens"] == 24 and report["sample"] == "!" * 24
     assert doc["after"]["stack"][0]["name"] == "ddtree" and "mode=degenerate" in report["logs"]
     assert doc["diagnosis"]["code"] == {} and doc["diagnosis"]["last_pass"] is None
@@ -146,19 +164,31 @@ def test_verify_all_records_and_mirrors_each_verification(env, service):
 def test_chat_endpoint(env, service):
     service(smoke='endpoint = "chat"\nmodel = "qwen3-8b"\n')
     doc = json.loads(env.pk("verify", "--restart", "--json").stdout)
-    assert doc["ok"] and doc["verifications"][0]["checks"][2]["detail"].split(";")[0].endswith("/v1/chat/completions")
+    assert doc["ok"] and doc["verifications"][0]["checks"][2]["detail"].split(";")[0].endswith(
+        "/v1/chat/completions"
+    )
 
 
-@pytest.mark.parametrize("table, says", [
-    ('[targets.local.service]\nbase_url = "http://127.0.0.1:1"\n', "lacks restart"),
-    ('[targets.local.service]\nrestart = "true"\nbase_url = "127.0.0.1:1"\nready_timeout = -1\n',
-     "is not an http:// or https:// URL; [targets.local.service] ready_timeout must be above 0"),
-    ('[targets.local.service]\nrestart = "true"\nbase_url = "http://x"\n[targets.local.service.smoke]\n'
-     'max_tokens = "lots"\nmin_tokens_per_s = "fast"\ntemperature = 1\n',
-     "max_tokens must be a whole number, not 'lots'"),
-    ('[targets.local.service]\nrestart = "true"\nbase_url = "http://x"\n[targets.local.service.smoke]\n'
-     'max_tokens = 8\nmin_tokens = 16\n', "min_tokens (16) is above max_tokens (8)"),
-])
+@pytest.mark.parametrize(
+    "table, says",
+    [
+        ('[targets.local.service]\nbase_url = "http://127.0.0.1:1"\n', "lacks restart"),
+        (
+            '[targets.local.service]\nrestart = "true"\nbase_url = "127.0.0.1:1"\nready_timeout = -1\n',
+            "is not an http:// or https:// URL; [targets.local.service] ready_timeout must be above 0",
+        ),
+        (
+            '[targets.local.service]\nrestart = "true"\nbase_url = "http://x"\n[targets.local.service.smoke]\n'
+            'max_tokens = "lots"\nmin_tokens_per_s = "fast"\ntemperature = 1\n',
+            "max_tokens must be a whole number, not 'lots'",
+        ),
+        (
+            '[targets.local.service]\nrestart = "true"\nbase_url = "http://x"\n[targets.local.service.smoke]\n'
+            "max_tokens = 8\nmin_tokens = 16\n",
+            "min_tokens (16) is above max_tokens (8)",
+        ),
+    ],
+)
 def test_bad_service_config_is_refused_before_anything_changes(env, table, says):
     with open(env.root / "patchkeeper.toml", "a") as f:
         f.write("\n" + table)
@@ -174,13 +204,16 @@ def test_verify_without_a_service_table_is_bad_input(env):
 
 
 # ---- the judgement and the probe, directly ------------------------------------------------------
-@pytest.mark.parametrize("text, says", [
-    ("!" * 8, "one character, '!'"),
-    ("!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!! ok", "one character, '!'"),
-    ("the " * 20 + "end", "one token, 'the'"),
-    ("to be or not " * 12, "distinct tokens"),
-    ("\n\n  \n", "empty or only whitespace"),
-])
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ("!" * 8, "one character, '!'"),
+        ("!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!! ok", "one character, '!'"),
+        ("the " * 20 + "end", "one token, 'the'"),
+        ("to be or not " * 12, "distinct tokens"),
+        ("\n\n  \n", "empty or only whitespace"),
+    ],
+)
 def test_degenerate_outputs_are_flagged(text, says):
     assert says in verify.degenerate(text)
 
@@ -189,16 +222,27 @@ def test_real_looking_outputs_are_not_flagged():
     from fake_openai import healthy_text
 
     assert verify.degenerate(healthy_text(64)[0]) is None
-    assert verify.degenerate("The n-th Fibonacci number is the sum of the two before it: F(n) = F(n-1) + F(n-2).") is None
+    assert (
+        verify.degenerate(
+            "The n-th Fibonacci number is the sum of the two before it: F(n) = F(n-1) + F(n-2)."
+        )
+        is None
+    )
 
 
 def test_judge_names_every_problem_and_reports_figures():
-    svc = ServiceConfig(restart="true", base_url="http://x", smoke=SmokeConfig(min_tokens=16, min_tokens_per_s=5.0))
-    check, figures = verify.judge({"text": "!" * 8, "completion_tokens": 8, "seconds": 141.0, "url": "u"}, svc)
+    svc = ServiceConfig(
+        restart="true", base_url="http://x", smoke=SmokeConfig(min_tokens=16, min_tokens_per_s=5.0)
+    )
+    check, figures = verify.judge(
+        {"text": "!" * 8, "completion_tokens": 8, "seconds": 141.0, "url": "u"}, svc
+    )
     assert not check.ok and figures["reason"] == "few-tokens"
     assert [p.split(" ")[0] for p in figures["problems"]] == ["only", "0.1", "degenerate"]
     assert figures["tokens"] == 8 and figures["seconds"] == 141.0 and figures["sample"] == "!" * 8
-    check, figures = verify.judge({"text": "a b c d e f g h i j k l m n o p q", "seconds": 0.5, "url": "u"}, svc)
+    check, figures = verify.judge(
+        {"text": "a b c d e f g h i j k l m n o p q", "seconds": 0.5, "url": "u"}, svc
+    )
     assert check.ok and figures["tokens"] == 17  # counted from the text when the server reports no usage
 
 
@@ -221,13 +265,19 @@ def test_probe_reads_chunked_answers_and_bracketed_hosts():
         conn, _ = server.accept()
         with conn:
             conn.recv(65536)
-            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
-                         b"4\r\n{\"a\"\r\n3;x=1\r\n: 1\r\n1\r\n}\r\n0\r\n\r\n")
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+                b'4\r\n{"a"\r\n3;x=1\r\n: 1\r\n1\r\n}\r\n0\r\n\r\n'
+            )
 
     thread = threading.Thread(target=answer, daemon=True)
     thread.start()
     try:
-        assert probe_http._call(f"http://127.0.0.1:{server.getsockname()[1]}/v1/models") == (200, {"a": 1}, None)
+        assert probe_http._call(f"http://127.0.0.1:{server.getsockname()[1]}/v1/models") == (
+            200,
+            {"a": 1},
+            None,
+        )
     finally:
         thread.join(10)
         server.close()

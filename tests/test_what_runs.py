@@ -22,13 +22,20 @@ def checks(report: dict) -> dict[str, dict]:
 def test_a_good_apply_checks_the_algorithm_the_accept_length_and_every_request(env, deployment):
     deployment.configure()
     proc = env.pk("apply", "nextn")
-    assert "algorithm ok" in proc.stdout and "the server runs EAGLE, as the unit asks (--speculative-algorithm NEXTN)" \
-        in proc.stdout  # sglang resolves NEXTN to EAGLE
+    assert (
+        "algorithm ok" in proc.stdout
+        and "the server runs EAGLE, as the unit asks (--speculative-algorithm NEXTN)" in proc.stdout
+    )  # sglang resolves NEXTN to EAGLE
     assert "accept    ok" in proc.stdout and "average accept length 2.60" in proc.stdout
     assert "3 in turn and 2 at once all passed" in proc.stdout
     report = verifications(env)[-1]
     assert [r["request"] for r in report["extra"]["requests"]] == [
-        "request 1 of 3", "request 2 of 3", "request 3 of 3", "concurrent request 1 of 2", "concurrent request 2 of 2"]
+        "request 1 of 3",
+        "request 2 of 3",
+        "request 3 of 3",
+        "concurrent request 1 of 2",
+        "concurrent request 2 of 2",
+    ]
     assert report["output"].startswith("def fibonacci") and report["smoke"]["max_tokens"] == 24
     assert report["extra"]["server_info"]["speculative_algorithm"] == "EAGLE"
     assert checks(report)["output"]["skipped"]  # the first pass: nothing to compare with, said so
@@ -54,7 +61,10 @@ def test_an_accept_length_of_one_means_no_draft_token_was_accepted(env, deployme
     deployment.rule(DFLASH={"accept_length": 1.0})
     proc = env.pk("apply", "dflash", check=3)
     assert "verification FAILED (accept-length)" in proc.stdout
-    assert "average accept length 1.00 is below min_accept_length = 1.2: no draft token was ever accepted" in proc.stdout
+    assert (
+        "average accept length 1.00 is below min_accept_length = 1.2: no draft token was ever accepted"
+        in proc.stdout
+    )
     assert stack(env) == []
 
 
@@ -83,8 +93,11 @@ def test_greedy_output_other_than_the_last_pass_warns_by_default(env, deployment
     proc = env.pk("apply", "ddtree")  # compare_output = "warn": a warning, and the switch stays
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("  output    warn"))
     passed = [e for e in ledger(env) if e["kind"] == "verify"][0]
-    assert f"greedy output differs from the last pass (state {passed['after']['id']}, ledger entry {passed['id']})" \
-        in line and "at character 38 (line 2, column 8)" in line
+    assert (
+        f"greedy output differs from the last pass (state {passed['after']['id']}, ledger entry {passed['id']})"
+        in line
+        and "at character 38 (line 2, column 8)" in line
+    )
     then = next(ln for ln in proc.stdout.splitlines() if ln.startswith("    | then: "))
     now = next(ln for ln in proc.stdout.splitlines() if ln.startswith("    | now:  "))
     assert '"""Return the n-th Fibonacci' in then and '"""The n-th Fibonacci' in now  # both texts, around it
@@ -98,7 +111,11 @@ def test_greedy_output_other_than_the_last_pass_fails_when_asked(env, deployment
     proc = env.pk("apply", "ddtree", check=3)
     assert "verification FAILED (output-changed): greedy output differs from the last pass" in proc.stdout
     assert "then: " in proc.stdout and "now:  " in proc.stdout
-    assert stack(env) == ["nextn"] and [v["reason"] for v in verifications(env)] == [None, "output-changed", None]
+    assert stack(env) == ["nextn"] and [v["reason"] for v in verifications(env)] == [
+        None,
+        "output-changed",
+        None,
+    ]
     again = checks(verifications(env)[-1])["output"]  # nextn again: the same text as its own pass
     assert again["ok"] and again["detail"].startswith("the same greedy output as the last pass")
 
@@ -136,7 +153,9 @@ def test_json_of_a_failed_apply_is_one_document_with_every_step(env, deployment)
     assert dropin["new"]["digest"].startswith("blake3:") and dropin["new"]["mode"] == "644"
     assert applied["exec_start"]["source"] == str(env.dropin) and "DDTREE" in applied["exec_start"]["argv"]
     assert [(v["phase"], v["ok"], v["reason"]) for v in doc["verifications"]] == [
-        ("apply", False, "degenerate"), ("automatic rollback", True, None)]
+        ("apply", False, "degenerate"),
+        ("automatic rollback", True, None),
+    ]
     assert "OSError: libddtree_kernels.so" in " ".join(doc["verifications"][0]["errors"])
     assert "restarting and verifying" in proc.stderr or "verification" not in proc.stderr
 
@@ -145,11 +164,15 @@ def test_a_patch_set_declares_the_accept_length_that_tells_its_algorithm_from_th
     """The server's name for its algorithm is all the algorithm check compares; ddtree declares in
     its patchset.toml an accept-length floor above DFLASH's, and verify holds a DDTREE server to it."""
     deployment.configure()
-    deployment.rule(DDTREE={"accept_length": 1.8}, DFLASH={"accept_length": 1.8})  # DDTREE as the linear path gives
+    deployment.rule(
+        DDTREE={"accept_length": 1.8}, DFLASH={"accept_length": 1.8}
+    )  # DDTREE as the linear path gives
     proc = env.pk("apply", "ddtree", check=3)
     assert "verification FAILED (accept-length)" in proc.stdout
-    assert ("average accept length 1.80 is below the floor ddtree@3.1.0 declares ([verify] min_accept_length = 2): "
-            "what the linear path gives, not its algorithm's") in proc.stdout
+    assert (
+        "average accept length 1.80 is below the floor ddtree@3.1.0 declares ([verify] min_accept_length = 2): "
+        "what the linear path gives, not its algorithm's"
+    ) in proc.stdout
     assert "names compared: the server's report, not the code path it runs" in proc.stdout  # the name matched
     proc = env.pk("apply", "dflash")  # the same figure is a pass for DFLASH, which declares no floor
     assert "average accept length 1.80, at least min_accept_length = 1.2" in proc.stdout
@@ -158,7 +181,9 @@ def test_a_patch_set_declares_the_accept_length_that_tells_its_algorithm_from_th
 def test_the_verify_report_says_which_floor_it_held_the_server_to(env, deployment):
     deployment.configure()
     proc = env.pk("apply", "ddtree")
-    assert "average accept length 2.60, at least the floor ddtree@3.1.0 declares ([verify] min_accept_length = 2)" \
+    assert (
+        "average accept length 2.60, at least the floor ddtree@3.1.0 declares ([verify] min_accept_length = 2)"
         in proc.stdout
+    )
     report = checks(verifications(env)[-1])
     assert "ddtree@3.1.0" in report["accept"]["detail"] and "names compared" in report["algorithm"]["detail"]

@@ -14,9 +14,11 @@ import subprocess
 import sys
 
 TRY = "import ctypes, sys\ntry:\n    ctypes.CDLL(sys.argv[1])\nexcept OSError as e:\n    print(str(e)[:300]); sys.exit(1)\n"
-AFTER = ("import ctypes, json, sys, importlib\nimportlib.import_module(sys.argv[1])\nout = {}\n"
-         "for p in sys.argv[2:]:\n    try:\n        ctypes.CDLL(p); out[p] = None\n"
-         "    except OSError as e:\n        out[p] = str(e)[:300]\nprint(json.dumps(out))\n")
+AFTER = (
+    "import ctypes, json, sys, importlib\nimportlib.import_module(sys.argv[1])\nout = {}\n"
+    "for p in sys.argv[2:]:\n    try:\n        ctypes.CDLL(p); out[p] = None\n"
+    "    except OSError as e:\n        out[p] = str(e)[:300]\nprint(json.dumps(out))\n"
+)
 
 
 LIMIT = 300  # objects tried, at about 50 ms each
@@ -27,29 +29,52 @@ def main(argv: list[str]) -> int:
     preload = argv[1] if len(argv) > 1 else "torch"
     sites = doc["where"]["sites"]
     native = doc["native"]
-    unresolved = {rel: sorted(so for so, ident in info["resolved"].items() if ident is None)
-                  for rel, info in native.items() if any(ident is None for ident in info["resolved"].values())}
+    unresolved = {
+        rel: sorted(so for so, ident in info["resolved"].items() if ident is None)
+        for rel, info in native.items()
+        if any(ident is None for ident in info["resolved"].values())
+    }
 
     def full(rel: str) -> str:
-        return rel if rel.startswith("/") else next((os.path.join(s, rel) for s in sites
-                                                     if os.path.exists(os.path.join(s, rel))), rel)
+        return (
+            rel
+            if rel.startswith("/")
+            else next((os.path.join(s, rel) for s in sites if os.path.exists(os.path.join(s, rel))), rel)
+        )
 
     standalone, failed = [], {}
     for rel in sorted(unresolved)[:LIMIT]:
-        proc = subprocess.run([sys.executable, "-c", TRY, full(rel)], capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            [sys.executable, "-c", TRY, full(rel)], capture_output=True, text=True, timeout=120
+        )
         (standalone.append(rel) if proc.returncode == 0 else failed.__setitem__(rel, proc.stdout.strip()))
     after, never = [], {}
     if failed:
-        proc = subprocess.run([sys.executable, "-c", AFTER, preload, *map(full, sorted(failed))],
-                              capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(
+            [sys.executable, "-c", AFTER, preload, *map(full, sorted(failed))],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         results = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else {}
         for rel in sorted(failed):
             err = results.get(full(rel), f"the preload failed: {proc.stderr.strip()[-300:]}")
             (after.append(rel) if err is None else never.__setitem__(rel, err))
-    print(json.dumps({"objects": len(native), "all_resolved": len(native) - len(unresolved),
-                      "with_unresolved": len(unresolved), "tried": min(LIMIT, len(unresolved)), "unresolved_sonames": unresolved,
-                      "loads_standalone": standalone, f"loads_only_after_import_{preload}": after,
-                      "loads_not_at_all": never}, indent=1))
+    print(
+        json.dumps(
+            {
+                "objects": len(native),
+                "all_resolved": len(native) - len(unresolved),
+                "with_unresolved": len(unresolved),
+                "tried": min(LIMIT, len(unresolved)),
+                "unresolved_sonames": unresolved,
+                "loads_standalone": standalone,
+                f"loads_only_after_import_{preload}": after,
+                "loads_not_at_all": never,
+            },
+            indent=1,
+        )
+    )
     return 0
 
 

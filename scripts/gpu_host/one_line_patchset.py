@@ -18,7 +18,9 @@ def main(argv: list[str]) -> int:
     old = (site / MODULE).read_text()
     lines = old.splitlines(keepends=True)
     at = next(i for i, line in enumerate(lines) if line.startswith("def require_version("))
-    new_lines = lines[:at] + ["# patched by patchkeeper's one-line patch set (a GPU host test)\n"] + lines[at:]
+    new_lines = (
+        lines[:at] + ["# patched by patchkeeper's one-line patch set (a GPU host test)\n"] + lines[at:]
+    )
     diff = "".join(difflib.unified_diff(lines, new_lines, f"a/{MODULE}", f"b/{MODULE}"))
     out = workspace / "patchsets" / "tf-one-line"
     out.mkdir(parents=True, exist_ok=True)
@@ -26,7 +28,8 @@ def main(argv: list[str]) -> int:
     (out / "patchset.toml").write_text(
         'name = "tf-one-line"\nversion = "1.0.0"\n'
         'description = "One added comment line in transformers/utils/versions.py: apply, audit, roll back"\n'
-        f'package = "transformers"\npackage_version = "=={version}"\nrequires = []\ngroup = "gpu-host-test"\n')
+        f'package = "transformers"\npackage_version = "=={version}"\nrequires = []\ngroup = "gpu-host-test"\n'
+    )
     print(MODULE)
     return 0
 

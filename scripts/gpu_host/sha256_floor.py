@@ -23,7 +23,7 @@ def digest(path: str) -> tuple[str, int, int, str]:
 
 def regular_files(site: str) -> list[str]:
     out = []
-    for top, dirs, files in os.walk(site):
+    for top, _dirs, files in os.walk(site):
         for name in files:
             path = os.path.join(top, name)
             if stat.S_ISREG(os.lstat(path).st_mode):
@@ -42,8 +42,17 @@ def main(argv: list[str]) -> int:
     done = time.perf_counter()
     with open(manifest_path, "w") as f:
         json.dump({p: [size, mode, d] for p, size, mode, d in rows}, f, sort_keys=True)
-    print(json.dumps({"files": len(rows), "bytes": sum(r[1] for r in rows), "processes": processes,
-                      "walk_s": round(listed - started, 3), "seconds": round(done - started, 3)}))
+    print(
+        json.dumps(
+            {
+                "files": len(rows),
+                "bytes": sum(r[1] for r in rows),
+                "processes": processes,
+                "walk_s": round(listed - started, 3),
+                "seconds": round(done - started, 3),
+            }
+        )
+    )
     return 0
 
 

@@ -9,21 +9,31 @@ from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import replace
 from typing import Any
 
-from .errors import EXIT_ROLLED_BACK, PatchkeeperError
-from .change.rollout import PREVIOUS_FAILS, Done, HostResult
 from . import workspace
+from .change.rollout import PREVIOUS_FAILS, Done, HostResult
 from .change.session import Session
-from .targets.ansible_link import AnsibleTarget, check
 from .commands.apply import apply
 from .commands.rollback import rollback
+from .errors import EXIT_ROLLED_BACK, PatchkeeperError
 from .patchset import saving
 from .records.ledger import ORIGIN
+from .targets.ansible_link import AnsibleTarget, check
 
 MAX_DIFF = 1 << 20  # bytes of one side of a file diff; larger files are named, not shown
 
 
-def run_task(root: str | None, host: str, table: dict[str, Any], connection: Any, name: str, state: str, verify: bool,
-             check_mode: bool, diff_mode: bool, origin: dict[str, str] | None = None) -> dict[str, Any]:
+def run_task(
+    root: str | None,
+    host: str,
+    table: dict[str, Any],
+    connection: Any,
+    name: str,
+    state: str,
+    verify: bool,
+    check_mode: bool,
+    diff_mode: bool,
+    origin: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """Everything patchkeeper prints goes into the result's `stdout`; an error fails the task with
     patchkeeper's one line (`msg`) and its hint. `origin` (the playbook, play and task) goes into
     the ledger entries of the change."""
@@ -55,18 +65,33 @@ def run_task(root: str | None, host: str, table: dict[str, Any], connection: Any
             finally:
                 ORIGIN.reset(token)
     except PatchkeeperError as exc:
-        return dict(result, failed=True, rc=exc.exit_code, msg=f"patchkeeper: error: {exc.message}",
-                    hint=exc.hint, stdout=out.getvalue())
+        return dict(
+            result,
+            failed=True,
+            rc=exc.exit_code,
+            msg=f"patchkeeper: error: {exc.message}",
+            hint=exc.hint,
+            stdout=out.getvalue(),
+        )
     line = HostResult(host, code, done[-1] if done else None, None, "").line()
     d = done[-1] if done else None
-    result.update(rc=code, msg=line, stdout=out.getvalue(), stdout_lines=out.getvalue().splitlines(),
-                  state_before=d.before if d else None, state_after=d.after if d else None,
-                  changed=bool(d and d.before != d.after))
+    result.update(
+        rc=code,
+        msg=line,
+        stdout=out.getvalue(),
+        stdout_lines=out.getvalue().splitlines(),
+        state_before=d.before if d else None,
+        state_after=d.after if d else None,
+        changed=bool(d and d.before != d.after),
+    )
     if diff_mode:
         result["diff"] = diffs
     if d is not None and d.rolled_back:
-        result.update(rolled_back=d.rolled_back, previous_state_fails=d.previous_fails is not None,
-                      verdict=PREVIOUS_FAILS if d.previous_fails else "the patch set fails verification")
+        result.update(
+            rolled_back=d.rolled_back,
+            previous_state_fails=d.previous_fails is not None,
+            verdict=PREVIOUS_FAILS if d.previous_fails else "the patch set fails verification",
+        )
     if code != 0:
         result["failed"] = True
         if code == EXIT_ROLLED_BACK:
@@ -77,12 +102,21 @@ def run_task(root: str | None, host: str, table: dict[str, Any], connection: Any
 def _change(ws: Any, host: str, name: str, state: str, verify: bool, dry_run: bool, noted: Any) -> int:
     if state == "present":
         return apply(ws, host, name, dry_run, False, verify=verify, noted=noted)
-    with Session(ws, host, "status", write=False, hands_off=dry_run) as s:  # absent: is the set applied at all?
+    with Session(
+        ws, host, "status", write=False, hands_off=dry_run
+    ) as s:  # absent: is the set applied at all?
         current = s.ledger.current()
         if current is None or name not in [p["name"] for p in current.stack]:
             print(f"{host}: {name} is not applied; nothing to do")
-            noted(Done(current.id if current else None, current.id if current else None, False, False,
-                       note=f"{name} is not applied"))
+            noted(
+                Done(
+                    current.id if current else None,
+                    current.id if current else None,
+                    False,
+                    False,
+                    note=f"{name} is not applied",
+                )
+            )
             return 0
     return rollback(ws, host, "baseline", dry_run, verify=verify, noted=noted)
 
@@ -109,5 +143,12 @@ def file_diffs(d: Done) -> list[dict[str, str]]:
             return f"({len(data)} bytes, binary or too large to show)\n"
         return data.decode("utf-8", "replace")
 
-    return [{"before_header": op.path, "after_header": op.path, "before": text(op.old, op.path, False),
-             "after": text(op.new, op.path, True)} for op in plan.ops]
+    return [
+        {
+            "before_header": op.path,
+            "after_header": op.path,
+            "before": text(op.old, op.path, False),
+            "after": text(op.new, op.path, True),
+        }
+        for op in plan.ops
+    ]

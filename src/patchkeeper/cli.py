@@ -9,19 +9,25 @@ from typing import cast
 import click
 
 from .change.adopt import check_mode
-from .commands import record as record_verb, status as status_verb, verify as verify_verb
+from .change.rollout import Noted
+from .commands import record as record_verb
+from .commands import status as status_verb
+from .commands import verify as verify_verb
 from .commands.apply import apply as run_apply
 from .commands.audit import audit as run_audit
 from .commands.check import check as run_check
 from .commands.clear_caches import clear_caches as run_clear_caches
-from .commands.diff import diff as run_diff, diff_all
+from .commands.diff import diff as run_diff
+from .commands.diff import diff_all
 from .commands.disconnect import disconnect as run_disconnect
-from .commands.env import diff_env, env as run_env
+from .commands.env import diff_env
+from .commands.env import env as run_env
 from .commands.export import export as run_export
 from .commands.import_patch import import_patch
 from .commands.init import init as run_init
 from .commands.list import list_patchsets
-from .commands.log import log as run_log, log_all as run_log_all
+from .commands.log import log as run_log
+from .commands.log import log_all as run_log_all
 from .commands.port import port as run_port
 from .commands.recover import recover as run_recover
 from .commands.repair import repair_dist
@@ -29,18 +35,36 @@ from .commands.rollback import rollback as run_rollback
 from .commands.show import show as run_show
 from .commands.show_backup import show_backup as run_show_backup
 from .commands.snapshot import snapshot as run_snapshot
-from .change.rollout import Noted
 from .completion import complete_patchsets, complete_states, complete_targets
-from .options import (adopt_options, change, change_options, chosen, command, group_option, json_option,
-                      target_option, targets_option, Verbs, workspace_of)
+from .options import (
+    Verbs,
+    adopt_options,
+    change,
+    change_options,
+    chosen,
+    command,
+    group_option,
+    json_option,
+    target_option,
+    targets_option,
+    workspace_of,
+)
 from .workspace import Workspace
 
 
 @click.group(cls=Verbs, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--workspace", "-w", metavar="DIR", help="workspace directory (default: $PATCHKEEPER_WORKSPACE, "
-              "else the current directory and its parents)")
-@click.option("--inventory", "-i", metavar="FILE", help="take targets and groups from this Ansible inventory "
-              "(default: inventory = ... in patchkeeper.toml)")
+@click.option(
+    "--workspace",
+    "-w",
+    metavar="DIR",
+    help="workspace directory (default: $PATCHKEEPER_WORKSPACE, else the current directory and its parents)",
+)
+@click.option(
+    "--inventory",
+    "-i",
+    metavar="FILE",
+    help="take targets and groups from this Ansible inventory (default: inventory = ... in patchkeeper.toml)",
+)
 @click.version_option(package_name="patchkeeper")
 @click.pass_context
 def main(ctx: click.Context, workspace: str | None, inventory: str | None) -> None:
@@ -70,14 +94,28 @@ def list_cmd(ctx: click.Context, as_json: bool) -> int:
 @main.command()
 @click.argument("name", shell_complete=complete_patchsets)
 @change_options
-@click.option("--force", is_flag=True, help="apply over hand edits (backed up first) or another package version")
+@click.option(
+    "--force", is_flag=True, help="apply over hand edits (backed up first) or another package version"
+)
 @adopt_options
 @json_option
 @click.pass_context
 @command
-def apply(ctx: click.Context, name: str, targets_: tuple[str, ...], group: str | None, every: bool, serial: int | None,
-          max_fail: int, dry_run: bool, no_verify: bool, force: bool, restore_pristine: bool, accept_edits: bool,
-          as_json: bool) -> int:
+def apply(
+    ctx: click.Context,
+    name: str,
+    targets_: tuple[str, ...],
+    group: str | None,
+    every: bool,
+    serial: int | None,
+    max_fail: int,
+    dry_run: bool,
+    no_verify: bool,
+    force: bool,
+    restore_pristine: bool,
+    accept_edits: bool,
+    as_json: bool,
+) -> int:
     """Apply patch set NAME (switching within its group) in one transaction.
 
     With a [service] table the service is then restarted and verified by a real generation;
@@ -88,28 +126,58 @@ def apply(ctx: click.Context, name: str, targets_: tuple[str, ...], group: str |
     adopt = check_mode(restore_pristine, accept_edits)
 
     def one(ws: Workspace, target: str | None, noted: Noted | None, json_doc: bool) -> int:
-        return run_apply(ws, target, name, dry_run, force, verify=not no_verify, adopt=adopt, as_json=json_doc,
-                         noted=noted)
+        return run_apply(
+            ws, target, name, dry_run, force, verify=not no_verify, adopt=adopt, as_json=json_doc, noted=noted
+        )
 
-    return change(ctx, one, f"apply {name}", targets_, group, every, serial, max_fail, dry_run, not no_verify,
-                  as_json)
+    return change(
+        ctx, one, f"apply {name}", targets_, group, every, serial, max_fail, dry_run, not no_verify, as_json
+    )
 
 
 @main.command()
 @change_options
-@click.option("--to", "to", required=True, metavar="STATE", shell_complete=complete_states,
-              help="baseline | previous | a state name | a state id | a transaction id")
+@click.option(
+    "--to",
+    "to",
+    required=True,
+    metavar="STATE",
+    shell_complete=complete_states,
+    help="baseline | previous | a state name | a state id | a transaction id",
+)
 @json_option
 @click.pass_context
 @command
-def rollback(ctx: click.Context, targets_: tuple[str, ...], group: str | None, every: bool, serial: int | None, max_fail: int,
-             dry_run: bool, no_verify: bool, to: str, as_json: bool) -> int:
+def rollback(
+    ctx: click.Context,
+    targets_: tuple[str, ...],
+    group: str | None,
+    every: bool,
+    serial: int | None,
+    max_fail: int,
+    dry_run: bool,
+    no_verify: bool,
+    to: str,
+    as_json: bool,
+) -> int:
     """Give every managed file the exact bytes and mode of STATE (on several targets: as apply does)."""
+
     def one(ws: Workspace, target: str | None, noted: Noted | None, json_doc: bool) -> int:
         return run_rollback(ws, target, to, dry_run, verify=not no_verify, as_json=json_doc, noted=noted)
 
-    return change(ctx, one, f"rollback --to {to}", targets_, group, every, serial, max_fail, dry_run, not no_verify,
-                  as_json)
+    return change(
+        ctx,
+        one,
+        f"rollback --to {to}",
+        targets_,
+        group,
+        every,
+        serial,
+        max_fail,
+        dry_run,
+        not no_verify,
+        as_json,
+    )
 
 
 @main.command()
@@ -119,7 +187,9 @@ def rollback(ctx: click.Context, targets_: tuple[str, ...], group: str | None, e
 @click.option("--all", "every", is_flag=True, help="every target in the workspace, concurrently, one table")
 @click.pass_context
 @command
-def status(ctx: click.Context, targets_: tuple[str, ...], group: str | None, as_json: bool, every: bool) -> int:
+def status(
+    ctx: click.Context, targets_: tuple[str, ...], group: str | None, as_json: bool, every: bool
+) -> int:
     """The applied stack, and whether the files still match the recorded state (without -t, of the
     default target; with no default_target and several targets, of them all, as --all)."""
     picked = chosen(ctx, targets_, group, every)
@@ -154,26 +224,52 @@ def log(ctx: click.Context, targets_: tuple[str, ...], group: str | None, as_jso
 @adopt_options
 @click.pass_context
 @command
-def snapshot(ctx: click.Context, target: str | None, name: str, manifest_only: bool, dry_run: bool, restore_pristine: bool,
-             accept_edits: bool) -> int:
+def snapshot(
+    ctx: click.Context,
+    target: str | None,
+    name: str,
+    manifest_only: bool,
+    dry_run: bool,
+    restore_pristine: bool,
+    accept_edits: bool,
+) -> int:
     """Record the target's files as a named state."""
-    return run_snapshot(workspace_of(ctx), target, name, manifest_only, adopt=check_mode(restore_pristine, accept_edits),
-                        dry_run=dry_run)
+    return run_snapshot(
+        workspace_of(ctx),
+        target,
+        name,
+        manifest_only,
+        adopt=check_mode(restore_pristine, accept_edits),
+        dry_run=dry_run,
+    )
 
 
 @main.command()
 @click.argument("dist")
 @target_option
-@click.option("--wheel", metavar="FILE.whl", help="the release wheel (default: the workspace's wheels directory, "
-              "else pip download for the target's interpreter)")
+@click.option(
+    "--wheel",
+    metavar="FILE.whl",
+    help="the release wheel (default: the workspace's wheels directory, "
+    "else pip download for the target's interpreter)",
+)
 @click.option("--dry-run", "-n", is_flag=True, help="print what would be restored; change nothing")
 @click.option("--no-verify", is_flag=True, help="do not restart and verify the target's [service] afterwards")
 @adopt_options
 @json_option
 @click.pass_context
 @command
-def repair(ctx: click.Context, dist: str, target: str | None, wheel: str | None, dry_run: bool, no_verify: bool,
-           restore_pristine: bool, accept_edits: bool, as_json: bool) -> int:
+def repair(
+    ctx: click.Context,
+    dist: str,
+    target: str | None,
+    wheel: str | None,
+    dry_run: bool,
+    no_verify: bool,
+    restore_pristine: bool,
+    accept_edits: bool,
+    as_json: bool,
+) -> int:
     """Give the files of installed distribution DIST that differ from its RECORD their release bytes back.
 
     One transaction (backups in the store, a ledger entry of kind repair): `rollback --to previous`
@@ -182,8 +278,16 @@ def repair(ctx: click.Context, dist: str, target: str | None, wheel: str | None,
     verification, 2 when no wheel matches.
     """
 
-    return repair_dist(workspace_of(ctx), target, dist, wheel, dry_run, adopt=check_mode(restore_pristine, accept_edits),
-                       verify=not no_verify, as_json=as_json)
+    return repair_dist(
+        workspace_of(ctx),
+        target,
+        dist,
+        wheel,
+        dry_run,
+        adopt=check_mode(restore_pristine, accept_edits),
+        verify=not no_verify,
+        as_json=as_json,
+    )
 
 
 @main.command("show-backup")
@@ -210,25 +314,53 @@ def recover(ctx: click.Context, target: str | None) -> int:
 @main.command()
 @targets_option
 @group_option
-@click.option("--probe", "probes", multiple=True, metavar="MODULE",
-              help="import MODULE in the target's interpreter (a separate process); repeatable")
+@click.option(
+    "--probe",
+    "probes",
+    multiple=True,
+    metavar="MODULE",
+    help="import MODULE in the target's interpreter (a separate process); repeatable",
+)
 @click.option("--all", "every", is_flag=True, help="every target in the workspace, concurrently, one table")
 @json_option
 @click.option("-v", "--verbose", is_flag=True, help="also list the files the applied patch sets changed")
 @click.option("--quiet", "-q", is_flag=True, help="no progress bar")
-@click.option("--wait", type=click.FloatRange(min=0), metavar="SECONDS",
-              help="how long to wait for a change under way on the target to end (default 5)")
+@click.option(
+    "--wait",
+    type=click.FloatRange(min=0),
+    metavar="SECONDS",
+    help="how long to wait for a change under way on the target to end (default 5)",
+)
 @click.option("--rehash", is_flag=True, help="ignore every cache and seal: read and hash every file again")
 @click.pass_context
 @command
-def audit(ctx: click.Context, targets_: tuple[str, ...], group: str | None, probes: tuple[str, ...], every: bool, as_json: bool, verbose: bool,
-          quiet: bool, wait: float | None, rehash: bool) -> int:
+def audit(
+    ctx: click.Context,
+    targets_: tuple[str, ...],
+    group: str | None,
+    probes: tuple[str, ...],
+    every: bool,
+    as_json: bool,
+    verbose: bool,
+    quiet: bool,
+    wait: float | None,
+    rehash: bool,
+) -> int:
     """What differs in the target's site-packages, and why: patched, drift, environment, bytecode, probe."""
     picked = chosen(ctx, targets_, group, every)
     if picked is not None:
         return run_audit(picked, None, list(probes), True, as_json, verbose, quiet, wait, rehash)
-    return run_audit(workspace_of(ctx), targets_[0] if targets_ else None, list(probes), False, as_json, verbose, quiet,
-               wait, rehash)
+    return run_audit(
+        workspace_of(ctx),
+        targets_[0] if targets_ else None,
+        list(probes),
+        False,
+        as_json,
+        verbose,
+        quiet,
+        wait,
+        rehash,
+    )
 
 
 @main.command()
@@ -239,7 +371,6 @@ def audit(ctx: click.Context, targets_: tuple[str, ...], group: str | None, prob
 def disconnect(ctx: click.Context, target: str | None, every: bool) -> int:
     """End the held SSH connection of a target (or --all), before its `persist` seconds run out."""
     return run_disconnect(None if every else workspace_of(ctx), target, every)
-
 
 
 @main.command("clear-caches")
@@ -258,41 +389,69 @@ def clear_caches(ctx: click.Context, targets_: tuple[str, ...], group: str | Non
 
 
 # ---- authoring: record, import, export, check, show --------------------------------------------
-bump_option = click.option("--bump", type=click.Choice(["major", "minor", "patch"]),
-                           help="raise the version of an existing patch set whose content changes")
+bump_option = click.option(
+    "--bump",
+    type=click.Choice(["major", "minor", "patch"]),
+    help="raise the version of an existing patch set whose content changes",
+)
 
 
 @main.command()
 @click.argument("name")
 @target_option
-@click.option("--from", "since", metavar="STATE", shell_complete=complete_states,
-              help="record the target's edits since this state")
-@click.option("--from-adoption", "adoption", is_flag=True,
-              help="record the hand edits found when the target was adopted (its first baseline), against the release")
+@click.option(
+    "--from",
+    "since",
+    metavar="STATE",
+    shell_complete=complete_states,
+    help="record the target's edits since this state",
+)
+@click.option(
+    "--from-adoption",
+    "adoption",
+    is_flag=True,
+    help="record the hand edits found when the target was adopted (its first baseline), against the release",
+)
 @click.option("--git", "checkout", metavar="DIR", help="record from a git checkout of the package's source")
 @click.option("--range", "span", metavar="A..B", help="with --git: the refs to diff")
-@click.option("--subdir", default="", metavar="DIR", help="with --git: the directory holding the package (python)")
+@click.option(
+    "--subdir", default="", metavar="DIR", help="with --git: the directory holding the package (python)"
+)
 @bump_option
 @click.option("-m", "--description", help="the patch set's description")
 @click.option("--package", help="with --git: the package it is for (default: the default target's)")
 @click.option("--package-version", metavar="SPEC", help="with --git: PEP 440 specifier of fitting versions")
 @click.pass_context
 @command
-def record(ctx: click.Context, name: str, target: str | None, since: str | None, adoption: bool, checkout: str | None,
-           span: str | None, subdir: str, bump: str | None, description: str | None, package: str | None,
-           package_version: str | None) -> int:
+def record(
+    ctx: click.Context,
+    name: str,
+    target: str | None,
+    since: str | None,
+    adoption: bool,
+    checkout: str | None,
+    span: str | None,
+    subdir: str,
+    bump: str | None,
+    description: str | None,
+    package: str | None,
+    package_version: str | None,
+) -> int:
     """Write patch set NAME from a target's edits since a state, the hand edits found when it was
     adopted, or a git range."""
 
     if sum(map(bool, (since, adoption, checkout))) != 1:
-        raise click.UsageError("give either -t T --from STATE, -t T --from-adoption, or --git DIR --range A..B")
+        raise click.UsageError(
+            "give either -t T --from STATE, -t T --from-adoption, or --git DIR --range A..B"
+        )
     if adoption:
         return record_verb.record_adoption(workspace_of(ctx), target, name, bump, description)
     if checkout:
         if not span:
             raise click.UsageError("--git needs --range A..B")
-        return record_verb.record_git(workspace_of(ctx), name, checkout, span, subdir, bump, description, package,
-                              package_version)
+        return record_verb.record_git(
+            workspace_of(ctx), name, checkout, span, subdir, bump, description, package, package_version
+        )
     # exactly one of the three is given: here, --from STATE
     return record_verb.record_target(workspace_of(ctx), target, name, cast(str, since), bump, description)
 
@@ -306,8 +465,15 @@ def record(ctx: click.Context, name: str, target: str | None, since: str | None,
 @click.option("-m", "--description", help="the patch set's description")
 @click.pass_context
 @command
-def import_cmd(ctx: click.Context, name: str, file: str, version: str | None, subdir: str, package: str | None,
-               description: str | None) -> int:
+def import_cmd(
+    ctx: click.Context,
+    name: str,
+    file: str,
+    version: str | None,
+    subdir: str,
+    package: str | None,
+    description: str | None,
+) -> int:
     """Make patch set NAME from a patch file, or restore one from `patchkeeper export`."""
     return import_patch(workspace_of(ctx), name, file, version, subdir, package, description)
 
@@ -347,32 +513,57 @@ def show(ctx: click.Context, name: str, as_json: bool) -> int:
 @click.argument("targets", nargs=-1, metavar="[TARGET [TARGET2]]", shell_complete=complete_targets)
 @targets_option
 @group_option
-@click.option("--against", metavar="STATE", shell_complete=complete_states,
-              help="compare one target with this recorded state (default: its current one)")
+@click.option(
+    "--against",
+    metavar="STATE",
+    shell_complete=complete_states,
+    help="compare one target with this recorded state (default: its current one)",
+)
 @click.option("--patch", "-p", is_flag=True, help="add unified diffs of the differing text files")
-@click.option("--env", "environment", is_flag=True,
-              help="compare environments (interpreter, system, distributions, native libraries, GPU) instead of "
-                   "files; a side may be TARGET:STATE")
-@click.option("--since-pass", is_flag=True,
-              help="with --env: compare with the last passing verification of the target's current code state")
+@click.option(
+    "--env",
+    "environment",
+    is_flag=True,
+    help="compare environments (interpreter, system, distributions, native libraries, GPU) instead of "
+    "files; a side may be TARGET:STATE",
+)
+@click.option(
+    "--since-pass",
+    is_flag=True,
+    help="with --env: compare with the last passing verification of the target's current code state",
+)
 @json_option
 @click.option("--all", "every", is_flag=True, help="every target in the workspace, concurrently, one table")
 @click.pass_context
 @command
-def diff(ctx: click.Context, targets: tuple[str, ...], targets_: tuple[str, ...], group: str | None, against: str | None, patch: bool,
-         environment: bool, since_pass: bool, as_json: bool, every: bool) -> int:
+def diff(
+    ctx: click.Context,
+    targets: tuple[str, ...],
+    targets_: tuple[str, ...],
+    group: str | None,
+    against: str | None,
+    patch: bool,
+    environment: bool,
+    since_pass: bool,
+    as_json: bool,
+    every: bool,
+) -> int:
     """What differs on TARGET (or -t TARGET) from its recorded state, and which patch set owns it; or
     TARGET against TARGET2, side by side (-g GROUP, --all: each target against its own record).
     Exit 0 when nothing differs, 1 when something does."""
     targets = tuple(targets_) + tuple(targets)
     if every or group:
         if targets or against or patch or environment:
-            raise click.UsageError("--all and -g compare each target with its own recorded state: "
-                                   "no TARGET, --against, --patch or --env")
+            raise click.UsageError(
+                "--all and -g compare each target with its own recorded state: "
+                "no TARGET, --against, --patch or --env"
+            )
 
         return diff_all(workspace_of(ctx).select((), group, every), as_json)
     if since_pass and (not environment or against or len(targets) > 1):
-        raise click.UsageError("--since-pass goes with --env and one target: patchkeeper diff --env -t T --since-pass")
+        raise click.UsageError(
+            "--since-pass goes with --env and one target: patchkeeper diff --env -t T --since-pass"
+        )
     if environment:
         if patch:
             raise click.UsageError("--patch shows file contents; it does not go with --env")
@@ -384,16 +575,29 @@ def diff(ctx: click.Context, targets: tuple[str, ...], targets_: tuple[str, ...]
 @main.command()
 @click.argument("name", shell_complete=complete_patchsets)
 @click.option("--to", metavar="VERSION", help="the release of the package to carry the patch set to")
-@click.option("--wheel", "given", multiple=True, metavar="FILE.whl", help="the old or the new release's wheel")
+@click.option(
+    "--wheel", "given", multiple=True, metavar="FILE.whl", help="the old or the new release's wheel"
+)
 @target_option
 @bump_option
-@click.option("--continue", "resume", is_flag=True, help="finish a port that stopped, from its scratch directory")
+@click.option(
+    "--continue", "resume", is_flag=True, help="finish a port that stopped, from its scratch directory"
+)
 @click.option("--dry-run", "-n", is_flag=True, help="print the report; write nothing")
 @json_option
 @click.pass_context
 @command
-def port(ctx: click.Context, name: str, to: str | None, given: tuple[str, ...], target: str | None, bump: str | None, resume: bool,
-         dry_run: bool, as_json: bool) -> int:
+def port(
+    ctx: click.Context,
+    name: str,
+    to: str | None,
+    given: tuple[str, ...],
+    target: str | None,
+    bump: str | None,
+    resume: bool,
+    dry_run: bool,
+    as_json: bool,
+) -> int:
     """Carry patch set NAME to release VERSION of its package: a three-way merge per file and hunk;
     written as its next version when nothing conflicts (exit 0), else left to resolve (exit 1)."""
 
@@ -418,7 +622,14 @@ def env_cmd(ctx: click.Context, target: str | None, as_json: bool) -> int:
 @click.option("--all", "every", is_flag=True, help="every target in the workspace, concurrently, one table")
 @click.pass_context
 @command
-def verify_cmd(ctx: click.Context, targets_: tuple[str, ...], group: str | None, as_json: bool, with_restart: bool, every: bool) -> int:
+def verify_cmd(
+    ctx: click.Context,
+    targets_: tuple[str, ...],
+    group: str | None,
+    as_json: bool,
+    with_restart: bool,
+    every: bool,
+) -> int:
     """Check the target's service: it answers, runs the unit's command and speculative algorithm, and
     generates enough, fast enough, not degenerate, the same greedy output as before.
 

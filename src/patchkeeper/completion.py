@@ -3,10 +3,12 @@ target, never SSH; a failure completes nothing rather than printing into the use
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+import json
+from collections.abc import Callable, Iterable
+from typing import Any
+
 from . import workspace
 from .patchset import patchset
-import json
 
 
 def _completion_workspace(ctx: Any) -> workspace.Workspace:

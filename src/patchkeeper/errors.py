@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
-from .host.errors import EXIT_REFUSED as EXIT_REFUSED, AgentError as AgentError, PatchkeeperError as PatchkeeperError  # the root, shared with the host
 import difflib
 import errno as codes
+
+from .host.errors import (
+    EXIT_REFUSED as EXIT_REFUSED,
+)  # the root, shared with the host
+from .host.errors import (
+    AgentError as AgentError,
+)
+from .host.errors import (
+    PatchkeeperError as PatchkeeperError,
+)
 
 EXIT_DIFFERS = 1  # a check found differences (diff, audit, verify)
 EXIT_ROLLED_BACK = 3  # failed and rolled back

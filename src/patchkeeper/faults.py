@@ -26,7 +26,9 @@ def point(name: str) -> None:
         with open(trace, "a") as f:
             f.write(f"{_count} {name}\n")
     if at == name or (at.isdigit() and int(at) == _count):
-        sig = getattr(signal, "SIG" + os.environ.get("PATCHKEEPER_CRASH_SIGNAL", "KILL").upper().removeprefix("SIG"))
+        sig = getattr(
+            signal, "SIG" + os.environ.get("PATCHKEEPER_CRASH_SIGNAL", "KILL").upper().removeprefix("SIG")
+        )
         os.kill(os.getpid(), sig)
 
 

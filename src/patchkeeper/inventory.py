@@ -32,25 +32,40 @@ def command() -> str:
         return str(beside)
     found = shutil.which("ansible-inventory")
     if found is None:
-        raise BadInput("an inventory is configured but ansible-inventory is not installed",
-                       "pip install 'patchkeeper[ansible]' (ansible-core) into patchkeeper's environment")
+        raise BadInput(
+            "an inventory is configured but ansible-inventory is not installed",
+            "pip install 'patchkeeper[ansible]' (ansible-core) into patchkeeper's environment",
+        )
     return found
 
 
 def read(path: Path) -> Inventory:
     """The inventory at `path` (a file, a directory, or a script: whatever Ansible reads)."""
     if not path.exists():
-        raise BadInput(f"inventory {path} does not exist", "fix inventory = ... in patchkeeper.toml or --inventory")
+        raise BadInput(
+            f"inventory {path} does not exist", "fix inventory = ... in patchkeeper.toml or --inventory"
+        )
     try:
-        proc = subprocess.run([command(), "-i", str(path), "--list"], capture_output=True, text=True,
-                              stdin=subprocess.DEVNULL, timeout=300)
+        proc = subprocess.run(
+            [command(), "-i", str(path), "--list"],
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            timeout=300,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise BadInput(f"cannot run ansible-inventory on {path}: {exc}", "run `ansible-inventory -i FILE --list`") from None
-    errors = [line for line in proc.stderr.splitlines() if "ERROR" in line or "[WARNING]: Unable to parse" in line]
+        raise BadInput(
+            f"cannot run ansible-inventory on {path}: {exc}", "run `ansible-inventory -i FILE --list`"
+        ) from None
+    errors = [
+        line for line in proc.stderr.splitlines() if "ERROR" in line or "[WARNING]: Unable to parse" in line
+    ]
     if proc.returncode != 0 or errors:
         detail = (errors or proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[0]
-        raise BadInput(f"ansible-inventory cannot read {path}: {detail}",
-                       f"run `ansible-inventory -i {path} --list` to see the whole message")
+        raise BadInput(
+            f"ansible-inventory cannot read {path}: {detail}",
+            f"run `ansible-inventory -i {path} --list` to see the whole message",
+        )
     return parse(json.loads(proc.stdout), str(path))
 
 
@@ -63,12 +78,15 @@ def parse(doc: dict[str, Any], where: str) -> Inventory:
             continue  # a host that is no target of patchkeeper's (a database, a proxy)
         table = hv[VARIABLE]
         if not isinstance(table, dict):
-            raise BadInput(f"inventory {where}: host {host}'s variable {VARIABLE} is not a mapping",
-                           "give it the keys a [targets.NAME] table has (python, package, files, vars, service)")
+            raise BadInput(
+                f"inventory {where}: host {host}'s variable {VARIABLE} is not a mapping",
+                "give it the keys a [targets.NAME] table has (python, package, files, vars, service)",
+            )
         targets[host] = dict(table)
         if "ssh" not in table and hv.get("ansible_connection") != "local":
-            targets[host]["ssh"] = ssh_spec(str(hv.get("ansible_host", host)), hv.get("ansible_port"),
-                                            hv.get("ansible_user"))
+            targets[host]["ssh"] = ssh_spec(
+                str(hv.get("ansible_host", host)), hv.get("ansible_port"), hv.get("ansible_user")
+            )
             key = hv.get("ansible_ssh_private_key_file") or hv.get("ansible_private_key_file")
             if key and "identity_file" not in table:
                 targets[host]["identity_file"] = os.path.expanduser(str(key))
@@ -84,6 +102,7 @@ def ssh_spec(host: str, port: object, user: object) -> str:
 
 def _groups(doc: dict[str, Any], targets: set[str]) -> dict[str, tuple[str, ...]]:
     """Each group's hosts that are targets, its children's included."""
+
     def members(group: str, seen: frozenset[str]) -> set[str]:
         node = doc.get(group) or {}
         found = set(node.get("hosts", []))

@@ -6,19 +6,18 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from functools import wraps
-from typing import Any, Callable, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
 
-from . import pipes
-from .completion import complete_targets
-from .errors import EXIT_INTERRUPTED, PatchkeeperError
-from . import workspace
+from . import pipes, workspace
 from .change.rollout import Noted, rollout
+from .completion import complete_targets
+from .errors import EXIT_INTERRUPTED, PatchkeeperError, os_hint
 from .patchset import saving
-from .errors import os_hint
 from .printable import lines
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -35,7 +34,9 @@ def json_error(message: str, hint: str, code: int) -> None:
     """The document of a --json command that ends in an error (docs/json.md, "Errors"), unless the
     command already wrote its own (a change's document carries its error): one document either way."""
     if not getattr(sys.stdout, "wrote", False):
-        sys.stdout.write(json.dumps({"error": message, "hint": hint, "exit": code}, indent=2, sort_keys=True) + "\n")
+        sys.stdout.write(
+            json.dumps({"error": message, "hint": hint, "exit": code}, indent=2, sort_keys=True) + "\n"
+        )
         sys.stdout.flush()
 
 
@@ -57,15 +58,19 @@ def run_verb(fn: Callable[..., int], *args: Any, **kwargs: Any) -> NoReturn:
         sys.exit(141)  # as git does when its reader leaves in the middle of raw bytes: 128 + SIGPIPE
     except OSError as exc:  # the file system said no (permissions, a full disk): one line, not a traceback
         where = f": {exc.filename}" if exc.filename else ""
-        hint = os_hint(exc.errno, "run the command again; an interrupted change is finished or undone by the next "
-                       "command")
+        hint = os_hint(
+            exc.errno,
+            "run the command again; an interrupted change is finished or undone by the next command",
+        )
         _say(f"patchkeeper: error: {exc.strerror or exc}{where}\n  hint: {hint}")
         if as_json:
             json_error(f"{exc.strerror or exc}{where}", hint, 2)
         sys.exit(2)
     except KeyboardInterrupt:  # Ctrl-C: its own code, not 1 ("differences found")
-        hint = ("a change that was under way is finished or undone by `patchkeeper recover` (or by the next command "
-                "on the target)")
+        hint = (
+            "a change that was under way is finished or undone by `patchkeeper recover` (or by the next command "
+            "on the target)"
+        )
         _say(f"\npatchkeeper: error: interrupted (Ctrl-C)\n  hint: {hint}")
         if as_json:
             json_error("interrupted (Ctrl-C)", hint, EXIT_INTERRUPTED)
@@ -98,7 +103,9 @@ def verb_order(argv: list[str]) -> list[str]:
     while i < len(argv):
         took = _option_at(argv, i, _GROUP_VALUED + _TARGET)
         if took:
-            (targets if argv[i][:2] == "-t" or argv[i].startswith("--target") else before).extend(argv[i:i + took])
+            (targets if argv[i][:2] == "-t" or argv[i].startswith("--target") else before).extend(
+                argv[i : i + took]
+            )
             i += took
         elif argv[i].startswith("-"):
             before.append(argv[i])
@@ -107,7 +114,7 @@ def verb_order(argv: list[str]) -> list[str]:
             break
     if i >= len(argv):
         return argv  # no verb: click says what is missing
-    verb, after, rest = argv[i], [], argv[i + 1:]
+    verb, after, rest = argv[i], [], argv[i + 1 :]
     j = 0
     while j < len(rest):
         if rest[j] == "--":
@@ -115,7 +122,7 @@ def verb_order(argv: list[str]) -> list[str]:
             break
         took = _option_at(rest, j, _GROUP_VALUED)
         if took:
-            before.extend(rest[j:j + took])
+            before.extend(rest[j : j + took])
             j += took
         else:
             after.append(rest[j])
@@ -128,8 +135,14 @@ class Verbs(click.Group):
     the line, a usage error (an unknown option, a missing argument, -t given twice...) is a JSON
     document on stdout too, besides click's lines on stderr."""
 
-    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
-             standalone_mode: bool = True, **extra: Any) -> Any:
+    def main(
+        self,
+        args: Any = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
         argv = verb_order(list(sys.argv[1:] if args is None else args))
         if not standalone_mode or "--json" not in argv:
             return super().main(argv, prog_name, complete_var, standalone_mode, **extra)
@@ -137,7 +150,11 @@ class Verbs(click.Group):
             code = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
         except click.ClickException as exc:
             exc.show()
-            hint = f"see `{exc.ctx.command_path} --help`" if isinstance(exc, click.UsageError) and exc.ctx else ""
+            hint = (
+                f"see `{exc.ctx.command_path} --help`"
+                if isinstance(exc, click.UsageError) and exc.ctx
+                else ""
+            )
             json_error(exc.format_message(), hint, exc.exit_code)
             sys.exit(exc.exit_code)
         except click.Abort:
@@ -160,45 +177,82 @@ def command(fn: Callable[..., int]) -> Callable[..., None]:
 def _one(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> str | None:
     """-t of a verb that works on one target: given twice is an error, not the last one silently."""
     if len(value) > 1:
-        raise click.UsageError(f"{ctx.info_name} works on one target: -t given {len(value)} times "
-                               f"({', '.join(value)})")
+        raise click.UsageError(
+            f"{ctx.info_name} works on one target: -t given {len(value)} times ({', '.join(value)})"
+        )
     return value[0] if value else None
 
 
-
-target_option = click.option("-t", "--target", multiple=True, callback=_one, shell_complete=complete_targets,
-                             help="target name from patchkeeper.toml (default: default_target)")
-targets_option = click.option("-t", "--target", "targets_", multiple=True, shell_complete=complete_targets,
-                              help="a target (default: default_target); repeat it for several")
+target_option = click.option(
+    "-t",
+    "--target",
+    multiple=True,
+    callback=_one,
+    shell_complete=complete_targets,
+    help="target name from patchkeeper.toml (default: default_target)",
+)
+targets_option = click.option(
+    "-t",
+    "--target",
+    "targets_",
+    multiple=True,
+    shell_complete=complete_targets,
+    help="a target (default: default_target); repeat it for several",
+)
 group_option = click.option("-g", "--group", help="the targets of a group ([groups], or an inventory's)")
 
 
 def change_options(fn: F) -> F:
     """The options of a change: where (-t repeated, -g, --all), how many at a time, --dry-run, --no-verify."""
-    for option in reversed([
-        targets_option, group_option,
-        click.option("--all", "every", is_flag=True, help="every target, as a rollout (--serial, --max-fail)"),
-        click.option("--serial", type=click.IntRange(min=1), metavar="N",
-                     help="targets changed at a time (default: 1 when a target has a [service], else all)"),
-        click.option("--max-fail", type=click.IntRange(min=0), default=0, show_default=True,
-                     help="failed targets tolerated before no new target is started"),
-        click.option("--dry-run", "-n", is_flag=True, help="print the plan; change nothing"),
-        click.option("--no-verify", is_flag=True, help="do not restart and verify the target's [service] afterwards"),
-    ]):
+    for option in reversed(
+        [
+            targets_option,
+            group_option,
+            click.option(
+                "--all", "every", is_flag=True, help="every target, as a rollout (--serial, --max-fail)"
+            ),
+            click.option(
+                "--serial",
+                type=click.IntRange(min=1),
+                metavar="N",
+                help="targets changed at a time (default: 1 when a target has a [service], else all)",
+            ),
+            click.option(
+                "--max-fail",
+                type=click.IntRange(min=0),
+                default=0,
+                show_default=True,
+                help="failed targets tolerated before no new target is started",
+            ),
+            click.option("--dry-run", "-n", is_flag=True, help="print the plan; change nothing"),
+            click.option(
+                "--no-verify",
+                is_flag=True,
+                help="do not restart and verify the target's [service] afterwards",
+            ),
+        ]
+    ):
         fn = option(fn)
     return fn
 
 
-json_option = click.option("--json", "as_json", is_flag=True,
-                           help="print one JSON document (docs/json.md); progress on stderr")
+json_option = click.option(
+    "--json", "as_json", is_flag=True, help="print one JSON document (docs/json.md); progress on stderr"
+)
 
 
 def adopt_options(fn: F) -> F:
     """--restore-pristine / --accept-edits: what to do with hand edits found before the first baseline."""
-    fn = click.option("--accept-edits", is_flag=True,
-                      help="before the first baseline: record files that differ from RECORD as they are")(fn)
-    return click.option("--restore-pristine", is_flag=True,
-                        help="before the first baseline: give files that differ from RECORD the release's bytes")(fn)
+    fn = click.option(
+        "--accept-edits",
+        is_flag=True,
+        help="before the first baseline: record files that differ from RECORD as they are",
+    )(fn)
+    return click.option(
+        "--restore-pristine",
+        is_flag=True,
+        help="before the first baseline: give files that differ from RECORD the release's bytes",
+    )(fn)
 
 
 def workspace_of(ctx: click.Context) -> workspace.Workspace:
@@ -210,7 +264,9 @@ def workspace_of(ctx: click.Context) -> workspace.Workspace:
     return replace(ws, recovered=tuple(done)) if done else ws
 
 
-def chosen(ctx: click.Context, targets: tuple[str, ...], group: str | None, every: bool) -> workspace.Workspace | None:
+def chosen(
+    ctx: click.Context, targets: tuple[str, ...], group: str | None, every: bool
+) -> workspace.Workspace | None:
     """The workspace narrowed to -t (repeated), -g or --all; None when one target (or the default) is meant."""
     if not every and group is None and len(targets) <= 1:
         return None
@@ -219,13 +275,32 @@ def chosen(ctx: click.Context, targets: tuple[str, ...], group: str | None, ever
     return workspace_of(ctx).select(targets, group, every)
 
 
-def change(ctx: click.Context, one: OnOne, what: str, targets: tuple[str, ...], group: str | None, every: bool,
-           serial: int | None, max_fail: int, dry_run: bool, verify: bool, as_json: bool = False) -> int:
+def change(
+    ctx: click.Context,
+    one: OnOne,
+    what: str,
+    targets: tuple[str, ...],
+    group: str | None,
+    every: bool,
+    serial: int | None,
+    max_fail: int,
+    dry_run: bool,
+    verify: bool,
+    as_json: bool = False,
+) -> int:
     """A change on one target (`one(ws, name, noted, as_json)`), or a rollout over those chosen: each
     target's change then reports in words (kept per target), and --json is the rollout's document."""
     picked = chosen(ctx, targets, group, every)
     if picked is None:
         return one(workspace_of(ctx), targets[0] if targets else None, None, as_json)
 
-    return rollout(picked, lambda ws, name, noted: one(ws, name, noted, False), what, serial, max_fail, verify,
-                   dry_run, as_json)
+    return rollout(
+        picked,
+        lambda ws, name, noted: one(ws, name, noted, False),
+        what,
+        serial,
+        max_fail,
+        verify,
+        dry_run,
+        as_json,
+    )

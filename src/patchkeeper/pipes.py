@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-import sys
 import select
+import sys
 from typing import Any, TextIO
 
 

@@ -18,7 +18,9 @@ _CONTROL_BUT_NEWLINE = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029]")
 
 def _escape(match: re.Match[str]) -> str:
     c = match.group(0)
-    return {"\n": "\\n", "\t": "\\t", "\r": "\\r"}.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
+    return {"\n": "\\n", "\t": "\\t", "\r": "\\r"}.get(c) or (
+        f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
+    )
 
 
 def one_line(text: object) -> str:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from .errors import BadInput, did_you_mean
 from . import inventory as ansible
+from .errors import BadInput, did_you_mean
 
 CONFIG = "patchkeeper.toml"
 DROPIN_NAME = "50-patchkeeper.conf"  # a target's systemd drop-in, by default in <unit>.d/ beside its unit
@@ -18,10 +19,19 @@ DROPIN_NAME = "50-patchkeeper.conf"  # a target's systemd drop-in, by default in
 # systemd's unit search path for the system manager, highest priority first: what `systemd-analyze unit-paths`
 # prints on Debian 12's systemd 252 (src/basic/path-lookup.c; Debian puts /lib before /usr/lib).
 SYSTEMD_UNIT_PATH = (
-    "/etc/systemd/system.control", "/run/systemd/system.control", "/run/systemd/transient",
-    "/run/systemd/generator.early", "/etc/systemd/system", "/etc/systemd/system.attached", "/run/systemd/system",
-    "/run/systemd/system.attached", "/run/systemd/generator", "/usr/local/lib/systemd/system", "/lib/systemd/system",
-    "/usr/lib/systemd/system", "/run/systemd/generator.late",
+    "/etc/systemd/system.control",
+    "/run/systemd/system.control",
+    "/run/systemd/transient",
+    "/run/systemd/generator.early",
+    "/etc/systemd/system",
+    "/etc/systemd/system.attached",
+    "/run/systemd/system",
+    "/run/systemd/system.attached",
+    "/run/systemd/generator",
+    "/usr/local/lib/systemd/system",
+    "/lib/systemd/system",
+    "/usr/lib/systemd/system",
+    "/run/systemd/generator.late",
 )
 
 VAR_NAME = re.compile(r"[a-z_][a-z0-9_]*\Z")  # a template variable's name
@@ -45,7 +55,6 @@ def check_values(table: object, where: str) -> list[str]:
     return problems
 
 
-
 @dataclass(frozen=True)
 class TargetConfig:
     """One target as the workspace describes it."""
@@ -59,10 +68,14 @@ class TargetConfig:
     persist: float = 60.0  # seconds an SSH target's held connection outlives its last command; 0: none
     timeout: float = 30.0  # seconds its agent may stay silent (no answer, no heartbeat) before it is given up
     vars: dict[str, str] = field(default_factory=dict)  # [targets.NAME.vars]: values for role-file templates
-    unit_path: tuple[str, ...] = SYSTEMD_UNIT_PATH  # where systemd looks for units and drop-ins, highest first
-    raw: dict[str, Any] = field(default_factory=dict)  # the whole table ([defaults] merged in), for verbs with their own keys
+    unit_path: tuple[str, ...] = (
+        SYSTEMD_UNIT_PATH  # where systemd looks for units and drop-ins, highest first
+    )
+    raw: dict[str, Any] = field(
+        default_factory=dict
+    )  # the whole table ([defaults] merged in), for verbs with their own keys
     identity_file: str | None = None  # an SSH key of its own (an inventory's ansible_ssh_private_key_file)
-    connect: Callable[["TargetConfig"], Any] | None = field(default=None, compare=False)  # opens it another way
+    connect: Callable[[TargetConfig], Any] | None = field(default=None, compare=False)  # opens it another way
 
 
 @dataclass(frozen=True)
@@ -74,7 +87,9 @@ class Workspace:
     targets: dict[str, TargetConfig]
     wheels: Path | None = None  # release wheels for repair and --restore-pristine (`wheels = "dir"`)
     groups: dict[str, tuple[str, ...]] = field(default_factory=dict)  # [groups], and an inventory's groups
-    recovered: tuple[str, ...] = ()  # what finishing an interrupted save of a patch set did, as the command began
+    recovered: tuple[
+        str, ...
+    ] = ()  # what finishing an interrupted save of a patch set did, as the command began
 
     @property
     def patchsets_dir(self) -> Path:
@@ -87,21 +102,27 @@ class Workspace:
     def target(self, name: str | None) -> TargetConfig:
         name = name or self.default_target
         if not self.targets:
-            raise BadInput(f"no targets: {self.root / CONFIG} defines none",
-                           f'add one: [targets.local] with python = "VENV/bin/python" (the venv holding the package), '
-                           f'and default_target = "local" at the top')
+            raise BadInput(
+                f"no targets: {self.root / CONFIG} defines none",
+                'add one: [targets.local] with python = "VENV/bin/python" (the venv holding the package), '
+                'and default_target = "local" at the top',
+            )
         if not name:
-            raise BadInput(f"no target given and {self.root / CONFIG} sets no default_target "
-                           f"(targets: {', '.join(sorted(self.targets))})",
-                           f'pass -t NAME, or set default_target = "{sorted(self.targets)[0]}" at its top')
+            raise BadInput(
+                f"no target given and {self.root / CONFIG} sets no default_target "
+                f"(targets: {', '.join(sorted(self.targets))})",
+                f'pass -t NAME, or set default_target = "{sorted(self.targets)[0]}" at its top',
+            )
         if name not in self.targets:
             known = ", ".join(sorted(self.targets))
             close = did_you_mean(name, sorted(self.targets))
-            raise BadInput(f"unknown target {name!r} (known: {known})" + (f"; did you mean {close!r}?" if close else ""),
-                           (f"-t {close}, or " if close else "") + f"add [targets.{name}] to {self.root / CONFIG}")
+            raise BadInput(
+                f"unknown target {name!r} (known: {known})" + (f"; did you mean {close!r}?" if close else ""),
+                (f"-t {close}, or " if close else "") + f"add [targets.{name}] to {self.root / CONFIG}",
+            )
         return self.targets[name]
 
-    def select(self, names: tuple[str, ...] = (), group: str | None = None, every: bool = False) -> "Workspace":
+    def select(self, names: tuple[str, ...] = (), group: str | None = None, every: bool = False) -> Workspace:
         """This workspace with only the targets chosen by -t NAME (repeated), -g GROUP or --all."""
         if every:
             return self
@@ -109,8 +130,10 @@ class Workspace:
         if group is not None:
             if group not in self.groups:
                 known = ", ".join(sorted(self.groups)) or "none"
-                raise BadInput(f"unknown group {group!r} (known: {known})",
-                               f"add {group} = [\"TARGET\", ...] under [groups] in {self.root / CONFIG}")
+                raise BadInput(
+                    f"unknown group {group!r} (known: {known})",
+                    f'add {group} = ["TARGET", ...] under [groups] in {self.root / CONFIG}',
+                )
             chosen += self.groups[group]
         for name in chosen:
             self.target(name)  # an unknown name is refused here, with the known ones
@@ -123,21 +146,33 @@ def find(explicit: str | None = None, cwd: Path | None = None) -> Path:
     if given:
         root = Path(given).resolve()
         if not (root / CONFIG).is_file():
-            raise BadInput(f"{root} is not a workspace: it has no {CONFIG}",
-                           "point --workspace at a directory holding patchkeeper.toml")
+            raise BadInput(
+                f"{root} is not a workspace: it has no {CONFIG}",
+                "point --workspace at a directory holding patchkeeper.toml",
+            )
         return root
     here = (cwd or Path.cwd()).resolve()
     for candidate in (here, *here.parents):
         if (candidate / CONFIG).is_file():
             return candidate
-    raise BadInput(f"no {CONFIG} in {here} or its parents",
-                   "run inside a workspace, or pass --workspace DIR")
+    raise BadInput(f"no {CONFIG} in {here} or its parents", "run inside a workspace, or pass --workspace DIR")
 
 
-DEFAULT_KEYS = ("python", "package", "vars", "service", "files", "persist", "timeout", "unit_path")  # what [defaults] may hold
+DEFAULT_KEYS = (
+    "python",
+    "package",
+    "vars",
+    "service",
+    "files",
+    "persist",
+    "timeout",
+    "unit_path",
+)  # what [defaults] may hold
 
 
-def load(root: Path, inventory: str | None = None, hosts: dict[str, dict[str, Any]] | None = None) -> Workspace:
+def load(
+    root: Path, inventory: str | None = None, hosts: dict[str, dict[str, Any]] | None = None
+) -> Workspace:
     """The workspace at `root`; `inventory` (--inventory) overrides its `inventory = "FILE"`; `hosts`
     (the Ansible action's host and its `patchkeeper` variable) stands in for the inventory."""
     path = root / CONFIG
@@ -161,13 +196,16 @@ def load(root: Path, inventory: str | None = None, hosts: dict[str, dict[str, An
     if not isinstance(defaults, dict):
         problems.append("[defaults] must be a table")
         defaults = {}
-    problems += [f"[defaults] has unknown key {k!r} (known: {', '.join(DEFAULT_KEYS)})"
-                 for k in defaults if k not in DEFAULT_KEYS]
+    problems += [
+        f"[defaults] has unknown key {k!r} (known: {', '.join(DEFAULT_KEYS)})"
+        for k in defaults
+        if k not in DEFAULT_KEYS
+    ]
     groups, group_problems = _groups(doc.get("groups"))
     problems += group_problems
     source = inventory or doc.get("inventory")
     if source is not None and not isinstance(source, str):
-        problems.append('inventory must be a string (an Ansible inventory, relative to the workspace)')
+        problems.append("inventory must be a string (an Ansible inventory, relative to the workspace)")
         source = None
     if hosts is not None:
         source, groups = None, {}  # one host of Ansible's: no groups to check against the others
@@ -185,22 +223,31 @@ def load(root: Path, inventory: str | None = None, hosts: dict[str, dict[str, An
             continue
         table = merged(defaults, table)
         missing = [k for k in ("python", "package") if not isinstance(table.get(k), str)]
-        wrong: list[str] = [k for k in ("ssh", "state_dir", "identity_file") if k in table and not isinstance(table[k], str)]
+        wrong: list[str] = [
+            k for k in ("ssh", "state_dir", "identity_file") if k in table and not isinstance(table[k], str)
+        ]
         if not _seconds(table.get("persist", 0)):
             wrong.append("persist (seconds >= 0)")
         if not _seconds(table.get("timeout", 3)) or table.get("timeout", 3) < 3:
             wrong.append("timeout (seconds >= 3: the agent's heartbeat comes every second)")
         unit_path = table.get("unit_path", list(SYSTEMD_UNIT_PATH))
-        if not isinstance(unit_path, list) or not all(isinstance(d, str) and d.startswith("/") for d in unit_path):
+        if not isinstance(unit_path, list) or not all(
+            isinstance(d, str) and d.startswith("/") for d in unit_path
+        ):
             wrong.append("unit_path (a list of absolute directories, highest priority first)")
             unit_path = []
         files = table.get("files") or {}
         if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
-            wrong.append("files (a table of role = \"path\")")
+            wrong.append('files (a table of role = "path")')
             files = {}
         if missing or wrong:
-            problems.append(f"[targets.{name}] " + "; ".join(
-                ([f"lacks {', '.join(missing)}"] if missing else []) + ([f"has a bad {', '.join(wrong)}"] if wrong else [])))
+            problems.append(
+                f"[targets.{name}] "
+                + "; ".join(
+                    ([f"lacks {', '.join(missing)}"] if missing else [])
+                    + ([f"has a bad {', '.join(wrong)}"] if wrong else [])
+                )
+            )
             continue
         values = table.get("vars", {})
         bad_vars = check_values(values, f"[targets.{name}.vars]")
@@ -210,7 +257,9 @@ def load(root: Path, inventory: str | None = None, hosts: dict[str, dict[str, An
         ssh = table.get("ssh")
         state_dir = table.get("state_dir")
         roles = {role: _local_path(root, p, ssh) for role, p in files.items()}
-        if "unit" in roles and "dropin" not in roles:  # the host's unit is read; the patch sets' drop-in goes beside it
+        if (
+            "unit" in roles and "dropin" not in roles
+        ):  # the host's unit is read; the patch sets' drop-in goes beside it
             roles["dropin"] = default_dropin(roles["unit"])
         targets[name] = TargetConfig(
             name=name,
@@ -231,10 +280,17 @@ def load(root: Path, inventory: str | None = None, hosts: dict[str, dict[str, An
         if unknown:
             problems.append(f"group {group} names unknown target(s): {', '.join(unknown)}")
     if problems:
-        raise BadInput(f"{path}: " + "; ".join(problems), "see docs/configuration.md for the keys of a target")
+        raise BadInput(
+            f"{path}: " + "; ".join(problems), "see docs/configuration.md for the keys of a target"
+        )
     wheels = doc.get("wheels")
-    return Workspace(root=root, default_target=doc.get("default_target"), targets=targets,
-                     wheels=root / wheels if wheels else None, groups=groups)
+    return Workspace(
+        root=root,
+        default_target=doc.get("default_target"),
+        targets=targets,
+        wheels=root / wheels if wheels else None,
+        groups=groups,
+    )
 
 
 def merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -242,7 +298,9 @@ def merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     value of `over` replaces the one of `base`."""
     out = dict(base)
     for key, value in over.items():
-        out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        out[key] = (
+            merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        )
     return out
 
 
@@ -251,7 +309,7 @@ def _groups(table: object) -> tuple[dict[str, tuple[str, ...]], list[str]]:
     if table is None:
         return {}, []
     if not isinstance(table, dict):
-        return {}, ["[groups] must be a table of name = [\"target\", ...]"]
+        return {}, ['[groups] must be a table of name = ["target", ...]']
     groups, problems = {}, []
     for name, members in table.items():
         if not isinstance(members, list) or not all(isinstance(m, str) for m in members):

@@ -6,17 +6,15 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, cast
 
-from ..checks import environment
+from ..checks import environment, scan
 from ..errors import BadInput, Refused
+from ..host.distinfo import record_text_rows
 from ..records.ledger import AdoptExtra, LedgerEntry, State, new_id, who
 from ..records.manifest import ROLE_PREFIX, Entry, Manifest, differences
-from . import engine, transaction
-from ..checks import scan
+from ..targets import Target
+from . import engine, repair, transaction
 from .plans import Restored
 from .session import Session
-from ..targets import Target
-from . import repair
-from ..host.distinfo import record_text_rows
 
 if TYPE_CHECKING:  # repair (RECORD rows, wheels) loads only where a baseline is first recorded
     from . import repair
@@ -68,8 +66,9 @@ def foreign_bytecode(target: Target) -> tuple[tuple[str, str, str], ...]:
     have no source): (path, kind, detail), as audit reports them (host/bytecode.installed_bytecode)."""
     info = target.info
     tag = "cpython-" + "".join(info.python_version.split(".")[:2])
-    return target.agent.installed_bytecode(info.site, tag, info.top_dirs(),
-                                           f"{info.site}/{info.dist_info}/RECORD").findings
+    return target.agent.installed_bytecode(
+        info.site, tag, info.top_dirs(), f"{info.site}/{info.dist_info}/RECORD"
+    ).findings
 
 
 def _refusal(s: Session, edits: dict[str, str]) -> Refused:
@@ -77,12 +76,18 @@ def _refusal(s: Session, edits: dict[str, str]) -> Refused:
     listed = ", ".join(f"{k} ({kind})" for k, kind in list(edits.items())[:20])
     more = f" and {len(edits) - 20} more" if len(edits) > 20 else ""
     moved = s.installation() if s.ledger.current() is not None else None
-    why = f"{moved.what()}, so a baseline of {info.version} is recorded first, but " if moved is not None else ""
-    return Refused(f"{why}{len(edits)} file(s) of {info.package} {info.version} on {s.target.name} differ from its RECORD "
-                   f"(edited by hand before patchkeeper?): {listed}{more}; no baseline was recorded",
-                   "--restore-pristine puts the release's bytes back first (from its wheel; a foreign pyc is "
-                   "taken out, so Python compiles its source), so the baseline is the pristine release; "
-                   "--accept-edits records them as they are, and the ledger says so")
+    why = (
+        f"{moved.what()}, so a baseline of {info.version} is recorded first, but "
+        if moved is not None
+        else ""
+    )
+    return Refused(
+        f"{why}{len(edits)} file(s) of {info.package} {info.version} on {s.target.name} differ from its RECORD "
+        f"(edited by hand before patchkeeper?): {listed}{more}; no baseline was recorded",
+        "--restore-pristine puts the release's bytes back first (from its wheel; a foreign pyc is "
+        "taken out, so Python compiles its source), so the baseline is the pristine release; "
+        "--accept-edits records them as they are, and the ledger says so",
+    )
 
 
 def record_baseline(s: Session, bytes_kept: bool, how: str | None) -> LedgerEntry:
@@ -95,13 +100,21 @@ def record_baseline(s: Session, bytes_kept: bool, how: str | None) -> LedgerEntr
     if how is None:
         raise _refusal(s, edits)
     if how == "accept-edits":
-        return engine.record_state(s, "baseline", "baseline", bytes_kept, hand_edits=tuple(edits),
-                                   extra={"adopted": "accept-edits", "edits": edits}, scanned=manifest)
+        return engine.record_state(
+            s,
+            "baseline",
+            "baseline",
+            bytes_kept,
+            hand_edits=tuple(edits),
+            extra={"adopted": "accept-edits", "edits": edits},
+            scanned=manifest,
+        )
     return _restore_pristine(s, bytes_kept, damage, edits, manifest)
 
 
-def _restore_pristine(s: Session, bytes_kept: bool, damage: repair.Damage, edits: dict[str, str],
-                      manifest: Manifest) -> LedgerEntry:
+def _restore_pristine(
+    s: Session, bytes_kept: bool, damage: repair.Damage, edits: dict[str, str], manifest: Manifest
+) -> LedgerEntry:
     """One transaction whose ledger entry is the baseline: the release's bytes back in every
     changed or missing file, added files removed (all backed up first), then the state recorded."""
 
@@ -116,24 +129,45 @@ def _restore_pristine(s: Session, bytes_kept: bool, damage: repair.Damage, edits
     if bytes_kept:
         unchanged = {e.digest: info.path_of(k) for k, e in after.items() if k not in wanted}
         if target.agent.store_put_files(info.store, unchanged):
-            raise Refused("files changed while patchkeeper was recording them", "retry when the package is quiet")
+            raise Refused(
+                "files changed while patchkeeper was recording them", "retry when the package is quiet"
+            )
     state = State.make(ledger.save_manifest(after), (), "baseline", bytes_kept)
-    entry = LedgerEntry(id=new_id(), seq=ledger.next_seq(), time=time.time(), who=who(), command=s.command,
-                        kind="baseline", before=ledger.current(), after=state, hand_edits=tuple(edits),
-                        changed=differences({op.key: op.old for op in ops if op.old},
-                                            {op.key: op.new for op in ops if op.new}),
-                        extra=AdoptExtra(files=len(after), package_version=info.version, adopted="restore-pristine",
-                                         edits=edits, wheel=found.wheel, source=found.source,
-                                         replaced={op.key: repair.row(op.old) for op in ops}))
+    entry = LedgerEntry(
+        id=new_id(),
+        seq=ledger.next_seq(),
+        time=time.time(),
+        who=who(),
+        command=s.command,
+        kind="baseline",
+        before=ledger.current(),
+        after=state,
+        hand_edits=tuple(edits),
+        changed=differences(
+            {op.key: op.old for op in ops if op.old}, {op.key: op.new for op in ops if op.new}
+        ),
+        extra=AdoptExtra(
+            files=len(after),
+            package_version=info.version,
+            adopted="restore-pristine",
+            edits=edits,
+            wheel=found.wheel,
+            source=found.source,
+            replaced={op.key: repair.row(op.old) for op in ops},
+        ),
+    )
     entry = environment.record(entry, target)  # a baseline keeps the fingerprint like every other state
     transaction.carry_out(ledger, ops, contents, entry)
     return entry
 
 
 def _unrestorable(left: dict[str, str]) -> Refused:
-    return Refused(f"the release's bytes of {len(left)} file(s) cannot be restored: "
-                   + ", ".join(f"{k} ({why})" for k, why in left.items()) + "; no baseline was recorded",
-                   "restore them by hand, or use --accept-edits")
+    return Refused(
+        f"the release's bytes of {len(left)} file(s) cannot be restored: "
+        + ", ".join(f"{k} ({why})" for k, why in left.items())
+        + "; no baseline was recorded",
+        "restore them by hand, or use --accept-edits",
+    )
 
 
 def describe(entry: LedgerEntry) -> str:
@@ -141,11 +175,14 @@ def describe(entry: LedgerEntry) -> str:
     extra = cast(AdoptExtra, entry.extra)
     how = extra.get("adopted")
     if how == "accept-edits":
-        return (f"; {len(entry.hand_edits)} hand edit(s) accepted as they are (--accept-edits): "
-                + ", ".join(entry.hand_edits))
+        return f"; {len(entry.hand_edits)} hand edit(s) accepted as they are (--accept-edits): " + ", ".join(
+            entry.hand_edits
+        )
     if how == "restore-pristine":
-        return (f"; {len(entry.hand_edits)} hand-edited file(s) restored to the release's bytes from "
-                f"{extra.get('wheel')} first (old bytes backed up): " + ", ".join(entry.hand_edits))
+        return (
+            f"; {len(entry.hand_edits)} hand-edited file(s) restored to the release's bytes from "
+            f"{extra.get('wheel')} first (old bytes backed up): " + ", ".join(entry.hand_edits)
+        )
     return ""
 
 
@@ -162,18 +199,28 @@ def preview(s: Session, how: str | None) -> Restored:
         if found.left:
             raise _unrestorable(found.left)
         restored = {rel: found.files.get(rel) for rel in edits}
-    what = {"accept-edits": "accept them as they are", "restore-pristine": "restore the release's bytes first"}
-    extra = f"; {len(edits)} file(s) differ from its RECORD, it would {what[how or '']}: {', '.join(edits)}" \
-        if edits and how else ""
+    what = {
+        "accept-edits": "accept them as they are",
+        "restore-pristine": "restore the release's bytes first",
+    }
+    extra = (
+        f"; {len(edits)} file(s) differ from its RECORD, it would {what[how or '']}: {', '.join(edits)}"
+        if edits and how
+        else ""
+    )
     moved = s.installation() if s.ledger.current() is not None else None
     if moved is not None:
-        print(f"{s.target.name}: {moved.what()}; a real run records a baseline of {s.target.info.version} first{extra}")
+        print(
+            f"{s.target.name}: {moved.what()}; a real run records a baseline of {s.target.info.version} first{extra}"
+        )
     else:
         print(f"{s.target.name}: no baseline yet; a real run records one first{extra}")
     return restored
 
 
-def adopted_edits(s: Session) -> tuple[LedgerEntry, list[tuple[str, Entry | None, bytes | None, Entry | None, bytes | None]]]:
+def adopted_edits(
+    s: Session,
+) -> tuple[LedgerEntry, list[tuple[str, Entry | None, bytes | None, Entry | None, bytes | None]]]:
     """The hand edits found when the target was adopted (its first baseline), each against the
     release: (key, the release's entry, its bytes, the edited file's entry, its bytes), None where
     absent. With --restore-pristine the baseline is the release and the edits are the backups it
@@ -181,13 +228,18 @@ def adopted_edits(s: Session) -> tuple[LedgerEntry, list[tuple[str, Entry | None
 
     ledger, target = s.ledger, s.target
     info, agent = target.info, target.agent
-    first = next((ledger.entries()[i] for i, slot in enumerate(ledger.entries().slots) if slot.kind == "baseline"),
-                 None)
+    first = next(
+        (ledger.entries()[i] for i, slot in enumerate(ledger.entries().slots) if slot.kind == "baseline"),
+        None,
+    )
     extra = cast(AdoptExtra, first.extra) if first is not None else AdoptExtra(files=0, package_version="")
     edits = extra.get("edits") if isinstance(extra.get("edits"), dict) else None
     if first is None or extra.get("adopted") not in MODES or not edits:
-        raise Refused(f"target {target.name} was adopted without hand edits: its first baseline found the package as "
-                      "its RECORD says", "`patchkeeper record NAME -t TARGET --from STATE` records edits made since")
+        raise Refused(
+            f"target {target.name} was adopted without hand edits: its first baseline found the package as "
+            "its RECORD says",
+            "`patchkeeper record NAME -t TARGET --from STATE` records edits made since",
+        )
     baseline = ledger.load_manifest(first.after)
     found: list[tuple[str, Entry | None, bytes | None, Entry | None, bytes | None]] = []
     if extra["adopted"] == "restore-pristine":
@@ -201,13 +253,17 @@ def adopted_edits(s: Session) -> tuple[LedgerEntry, list[tuple[str, Entry | None
     release_bytes: dict[str, tuple[bytes, int]] = {}
     if kinds:  # the release's bytes of the files the edits changed or removed, checked against RECORD
         text = agent.read(f"{info.site}/{info.dist_info}/RECORD").decode("utf-8")
-        record = {rel: f"{algo}:{b64}" for rel, algo, b64, _ in record_text_rows(text.splitlines()) if rel in kinds}
+        record = {
+            rel: f"{algo}:{b64}" for rel, algo, b64, _ in record_text_rows(text.splitlines()) if rel in kinds
+        }
         label = info.dist_info[: -len(".dist-info")].rpartition("-")[0] or info.package
         damage = repair.Damage(label, info.version, info.site, info.dist_info, kinds, record)
         restored = repair.restore(target, damage, None, s.workspace.wheels, False)
         if restored.left:
-            raise Refused(f"the release's bytes of {', '.join(restored.left)} cannot be found in {restored.wheel}",
-                          "the patch set would not be the hand edits alone; record it by hand")
+            raise Refused(
+                f"the release's bytes of {', '.join(restored.left)} cannot be found in {restored.wheel}",
+                "the patch set would not be the hand edits alone; record it by hand",
+            )
         release_bytes = restored.files
     for key in sorted(k for k, kind in edits.items() if kind != BYTECODE):
         edited = baseline.get(key)

@@ -5,18 +5,19 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Union
+from typing import Any, Union
 
-from .service import ServiceConfig
 from ..errors import EXIT_DIFFERS, EXIT_ROLLED_BACK
 from ..records.ledger import LedgerEntry, RollbackExtra, State
 from ..workspace import Workspace
 from . import engine, plans
+from .diagnosis import diagnose
 from .mirror import mirror_step
+from .service import ServiceConfig
 from .session import Session
 from .verify import Verification, record_verification, verify_target
-from .diagnosis import diagnose
 
 
 @dataclass(frozen=True)
@@ -70,11 +71,12 @@ class SincePassed:
     diagnosis: Any  # diagnosis.Diagnosis
 
 
-Step = Union[Verifying, Verified, KeptFailing, RollingBack, RolledBack, SincePassed]
+Step = Union[Verifying, Verified, KeptFailing, RollingBack, RolledBack, SincePassed]  # noqa: UP007
 
 
-def after_change(ws: Workspace, s: Session, svc: ServiceConfig, change: LedgerEntry,
-                 step: Callable[[Any], None]) -> int:
+def after_change(
+    ws: Workspace, s: Session, svc: ServiceConfig, change: LedgerEntry, step: Callable[[Any], None]
+) -> int:
     """Restart and verify after `change` committed; an apply or switch that fails is rolled back."""
     step(Verifying(change))
     report = _verify(s, svc, change.kind, change.id, step)
@@ -92,8 +94,11 @@ def after_change(ws: Workspace, s: Session, svc: ServiceConfig, change: LedgerEn
     step(RollingBack(change, report, previous))
     plan = engine.plan_rollback(s, previous.id)
     if plan is not None:
-        entry = dataclasses.replace(plan.entry, command=f"{s.command} (automatic rollback)",
-                                    extra=RollbackExtra(automatic=True, undoes=change.id, reason=report.reason))
+        entry = dataclasses.replace(
+            plan.entry,
+            command=f"{s.command} (automatic rollback)",
+            extra=RollbackExtra(automatic=True, undoes=change.id, reason=report.reason),
+        )
         plan = dataclasses.replace(plan, entry=entry)
         engine.execute(s, plan)
         step(plans.Changed(plan, False))
@@ -106,8 +111,14 @@ def after_change(ws: Workspace, s: Session, svc: ServiceConfig, change: LedgerEn
 
 
 def _verify(s: Session, svc: ServiceConfig, phase: str, of: str, step: Callable[[Any], None]) -> Verification:
-    report = verify_target(s.target, s.ledger, svc, with_restart=True, progress=sys.stderr,
-                           patchsets_dir=s.workspace.patchsets_dir)
+    report = verify_target(
+        s.target,
+        s.ledger,
+        svc,
+        with_restart=True,
+        progress=sys.stderr,
+        patchsets_dir=s.workspace.patchsets_dir,
+    )
     record_verification(s, report, phase, of)
     step(Verified(report, s.ledger.current()))
     return report

@@ -2,26 +2,28 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Union
+from typing import TYPE_CHECKING, Any, Union
 
-from ..workspace import TargetConfig, Workspace
-from . import engine
-from .plans import Changed, Plan
-from .mirror import NotMirrored, mirror_step
-from .session import Session
-from . import service
 from ..checks import units
 from ..host.contract import ROLE_PREFIX
+from ..workspace import TargetConfig, Workspace
+from . import engine, service
 from .aftercheck import after_change
+from .mirror import NotMirrored, mirror_step
+from .plans import Changed, Plan
+from .session import Session
 
 if TYPE_CHECKING:  # the service check loads only after a change on a target with a [service]
-    from .service import ServiceConfig
     from . import aftercheck
+    from .service import ServiceConfig
 
 
 # ---- the steps, in the order they happen; a command renders each one as it comes -----------------
-Step = Union[Changed, NotMirrored, "aftercheck.Step"]  # and the steps of verifying after a change: aftercheck.py
+Step = Union[
+    Changed, NotMirrored, "aftercheck.Step"
+]  # and the steps of verifying after a change: aftercheck.py
 
 
 @dataclass(frozen=True)
@@ -39,8 +41,14 @@ def service_of(config: TargetConfig, verify: bool) -> ServiceConfig | None:
     return service.load(config)
 
 
-def carry_out(ws: Workspace, s: Session, plan: Plan, dry_run: bool, svc: ServiceConfig | None,
-              show: Callable[[Step], None] = lambda step: None) -> Outcome:
+def carry_out(
+    ws: Workspace,
+    s: Session,
+    plan: Plan,
+    dry_run: bool,
+    svc: ServiceConfig | None,
+    show: Callable[[Step], None] = lambda step: None,
+) -> Outcome:
     """Execute the plan (unless a dry run), mirror the records, verify the service (when one is
     configured); an apply or switch that fails verification is rolled back. `show` sees each step."""
     steps: list[Step] = []

@@ -4,14 +4,14 @@ environment), and the command to run next (audit, repair DIST, rollback)."""
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
 from typing import Any
 
+from ..checks import environment
 from ..records.ledger import Ledger, LedgerEntry, State
 from ..targets import Target
 from . import plans
-from ..checks import environment
-import time
 
 
 @dataclass(frozen=True)
@@ -30,11 +30,19 @@ class Diagnosis:
     code_error: str | None = None  # why the files could not be compared
 
     def to_dict(self) -> dict[str, Any]:
-        return {"target": self.target, "state": self.state.to_dict(), "last_pass": self.last.id if self.last else None,
-                "last_pass_time": self.last.time if self.last else None, "code": dict(self.code),
-                "code_error": self.code_error, "environment": [c.to_dict() for c in self.environment],
-                "gpu": self.gpu, "passed_before": self.passed_before.to_dict() if self.passed_before else None,
-                "restored": self.restored, "next": list(self.next)}
+        return {
+            "target": self.target,
+            "state": self.state.to_dict(),
+            "last_pass": self.last.id if self.last else None,
+            "last_pass_time": self.last.time if self.last else None,
+            "code": dict(self.code),
+            "code_error": self.code_error,
+            "environment": [c.to_dict() for c in self.environment],
+            "gpu": self.gpu,
+            "passed_before": self.passed_before.to_dict() if self.passed_before else None,
+            "restored": self.restored,
+            "next": list(self.next),
+        }
 
 
 def diagnose(target: Target, ledger: Ledger, state: State, restored: bool = False) -> Diagnosis:
@@ -60,15 +68,31 @@ def diagnose(target: Target, ledger: Ledger, state: State, restored: bool = Fals
             steps.append(f"patchkeeper repair {c.subject} -t {name}   # its files differ from its RECORD")
         elif c.area == "distribution" and c.kind in ("version", "removed"):
             was = c.detail.split(" ")[0]
-            steps.append(f"pip install {c.subject}=={was}   # in the target's environment: {c.subject} {c.detail}")
+            steps.append(
+                f"pip install {c.subject}=={was}   # in the target's environment: {c.subject} {c.detail}"
+            )
     if any(c.area == "native" for c in changes):
-        steps.append(f"patchkeeper audit -t {name}   # shared libraries resolve otherwise than at the last pass")
+        steps.append(
+            f"patchkeeper audit -t {name}   # shared libraries resolve otherwise than at the last pass"
+        )
     if last is None and passed_before is not None:
-        steps.append(f"patchkeeper rollback --to {passed_before.id} -t {name}   # the newest state that passed")
+        steps.append(
+            f"patchkeeper rollback --to {passed_before.id} -t {name}   # the newest state that passed"
+        )
     if not steps:
         steps.append(f"patchkeeper audit -t {name}   # then the service's logs: nothing recorded differs")
-    return Diagnosis(name, state, last, code, tuple(changes), gpu, passed_before, restored,
-                     tuple(dict.fromkeys(steps)), code_error)
+    return Diagnosis(
+        name,
+        state,
+        last,
+        code,
+        tuple(changes),
+        gpu,
+        passed_before,
+        restored,
+        tuple(dict.fromkeys(steps)),
+        code_error,
+    )
 
 
 def _newest_passing_state(ledger: Ledger, other_than: State) -> State | None:
@@ -88,31 +112,48 @@ def render(d: Diagnosis) -> list[str]:
 
     out: list[str] = []
     if d.last is None:
-        out.append(f"{d.target}: state {d.state.id} has no passing verification with its environment recorded"
-                   + (f"; the newest state that passed is {d.passed_before.id} ({d.passed_before.stack_text()})"
-                      if d.passed_before else "; nothing to compare with"))
+        out.append(
+            f"{d.target}: state {d.state.id} has no passing verification with its environment recorded"
+            + (
+                f"; the newest state that passed is {d.passed_before.id} ({d.passed_before.stack_text()})"
+                if d.passed_before
+                else "; nothing to compare with"
+            )
+        )
     else:
         v: Any = dict(d.last.extra).get("verify") or {}
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(d.last.time))
-        figures = (f"{v['tokens']} tokens in {v.get('seconds') or 0:.2f}s" if v.get("tokens") is not None
-                   else "passed")
-        out.append(f"{d.target}: since state {d.state.id} last passed verification ({when}, {figures}; "
-                   f"ledger entry {d.last.id}):")
+        figures = (
+            f"{v['tokens']} tokens in {v.get('seconds') or 0:.2f}s"
+            if v.get("tokens") is not None
+            else "passed"
+        )
+        out.append(
+            f"{d.target}: since state {d.state.id} last passed verification ({when}, {figures}; "
+            f"ledger entry {d.last.id}):"
+        )
     if d.code_error:
         out.append(f"  code         not compared: {d.code_error}")
     elif not d.code:
-        out.append(f"  code         none: state {d.state.id} is in place again" if d.restored else
-                   f"  code         none: the files are state {d.state.id}'s")
+        out.append(
+            f"  code         none: state {d.state.id} is in place again"
+            if d.restored
+            else f"  code         none: the files are state {d.state.id}'s"
+        )
     else:
         shown = ", ".join(f"{k} ({kind})" for k, kind in list(d.code.items())[:8])
-        out.append(f"  code         {len(d.code)} file(s) differ from state {d.state.id}: {shown}"
-                   + (f" … and {len(d.code) - 8} more" if len(d.code) > 8 else ""))
+        out.append(
+            f"  code         {len(d.code)} file(s) differ from state {d.state.id}: {shown}"
+            + (f" … and {len(d.code) - 8} more" if len(d.code) > 8 else "")
+        )
     if d.last is not None:
         for c in d.environment:
             out.append(f"  {c.area:12} {c.kind:10} {c.subject}  {c.detail}")
         if not d.environment:
-            out.append("  environment  no differences (interpreter, system, distributions, native libraries, "
-                       "GPU stack)")
+            out.append(
+                "  environment  no differences (interpreter, system, distributions, native libraries, "
+                "GPU stack)"
+            )
         out.append(f"  GPU now      {environment.gpu_text(d.gpu)}")
         for line in environment.gpu_health(d.gpu):
             out.append(f"    {line}")

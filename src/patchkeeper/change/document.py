@@ -3,21 +3,22 @@ Its shape is docs/json.md's; SCHEMA_VERSION goes up when a key changes meaning o
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+import json
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
+from ..checks import units
 from ..errors import PatchkeeperError
 from ..printable import emit_json
 from .aftercheck import KeptFailing, RollingBack, SincePassed, Verified, Verifying
 from .mirror import NotMirrored
 from .plans import Changed
-from ..checks import units
-import json
-import sys
 
 if TYPE_CHECKING:
-    from .changes import Step
     from ..records.ledger import LedgerEntry, State
     from ..records.manifest import Entry
+    from .changes import Step
     from .verify import Verification
 
 SCHEMA = "patchkeeper/change"
@@ -45,19 +46,45 @@ def change_of(plan: Any, dry_run: bool, exec_start: Any = None) -> dict[str, Any
     e: LedgerEntry = plan.entry
     files = []
     for op in plan.ops:
-        kind = "added" if op.old is None else "removed" if op.new is None else \
-            "mode" if op.old.digest == op.new.digest else "changed"
-        files.append({"key": op.key, "path": op.path, "change": kind, "old": _entry(op.old), "new": _entry(op.new)})
+        kind = (
+            "added"
+            if op.old is None
+            else "removed"
+            if op.new is None
+            else "mode"
+            if op.old.digest == op.new.digest
+            else "changed"
+        )
+        files.append(
+            {"key": op.key, "path": op.path, "change": kind, "old": _entry(op.old), "new": _entry(op.new)}
+        )
     extra = dict(e.extra)
-    return {"transaction": None if dry_run else e.id, "kind": e.kind, "automatic": bool(extra.get("automatic")),
-            "before": e.before.to_dict() if e.before else None, "after": e.after.to_dict(),
-            "patchsets": [dict(p) for p in e.patchsets], "files": files, "hand_edits": list(plan.drift),
-            "backups": e.backups, "notes": list(plan.notes), "exec_start": units.as_dict(exec_start)}
+    return {
+        "transaction": None if dry_run else e.id,
+        "kind": e.kind,
+        "automatic": bool(extra.get("automatic")),
+        "before": e.before.to_dict() if e.before else None,
+        "after": e.after.to_dict(),
+        "patchsets": [dict(p) for p in e.patchsets],
+        "files": files,
+        "hand_edits": list(plan.drift),
+        "backups": e.backups,
+        "notes": list(plan.notes),
+        "exec_start": units.as_dict(exec_start),
+    }
 
 
-def document(command: str, target: str, before: State | None, after: State | None, steps: list[Step],
-             exit_code: int, dry_run: bool = False, verifications: list[tuple[str, Verification]] | None = None,
-             diagnosis: Any = None) -> dict[str, Any]:
+def document(
+    command: str,
+    target: str,
+    before: State | None,
+    after: State | None,
+    steps: list[Step],
+    exit_code: int,
+    dry_run: bool = False,
+    verifications: list[tuple[str, Verification]] | None = None,
+    diagnosis: Any = None,
+) -> dict[str, Any]:
     """The whole document: the states before and after, each change, each verification (its phase and
     every check), a diagnosis where one was made, warnings, the exit code."""
 
@@ -74,20 +101,37 @@ def document(command: str, target: str, before: State | None, after: State | Non
         elif isinstance(step, RollingBack):
             phase, rolled_back = "automatic rollback", True
         elif isinstance(step, Verified):
-            checks.append({"phase": phase, "state": step.state.id if step.state else None, **step.report.to_dict()})
+            checks.append(
+                {"phase": phase, "state": step.state.id if step.state else None, **step.report.to_dict()}
+            )
         elif isinstance(step, SincePassed):
             diagnosis = step.diagnosis
         elif isinstance(step, NotMirrored):
-            warnings.append(f"{step.done}, but its records could not be copied into {step.where}: {step.reason}")
+            warnings.append(
+                f"{step.done}, but its records could not be copied into {step.where}: {step.reason}"
+            )
         elif isinstance(step, KeptFailing):
-            warnings.append(f"state {step.change.after.id} is in place, but the service fails verification "
-                            f"({step.report.reason})")
-    return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "command": command, "target": target,
-            "dry_run": dry_run, "exit_code": exit_code, "ok": exit_code == 0,
-            "before": before.to_dict() if before else None, "after": after.to_dict() if after else None,
-            "changes": changes, "verifications": checks, "rolled_back": rolled_back,
-            "diagnosis": diagnosis.to_dict() if diagnosis is not None else None, "warnings": warnings,
-            "error": None}
+            warnings.append(
+                f"state {step.change.after.id} is in place, but the service fails verification "
+                f"({step.report.reason})"
+            )
+    return {
+        "schema": SCHEMA,
+        "schema_version": SCHEMA_VERSION,
+        "command": command,
+        "target": target,
+        "dry_run": dry_run,
+        "exit_code": exit_code,
+        "ok": exit_code == 0,
+        "before": before.to_dict() if before else None,
+        "after": after.to_dict() if after else None,
+        "changes": changes,
+        "verifications": checks,
+        "rolled_back": rolled_back,
+        "diagnosis": diagnosis.to_dict() if diagnosis is not None else None,
+        "warnings": warnings,
+        "error": None,
+    }
 
 
 class Report:
@@ -95,7 +139,9 @@ class Report:
     and one document at the end (whatever else the command prints goes to stderr meanwhile; an error
     is a document too, and still its line on stderr)."""
 
-    def __init__(self, as_json: bool, command: str, target: str | None, printer: Callable[[str], Any]) -> None:
+    def __init__(
+        self, as_json: bool, command: str, target: str | None, printer: Callable[[str], Any]
+    ) -> None:
         self.as_json = as_json
         self.command = command
         self.target = target
@@ -112,7 +158,7 @@ class Report:
         self._show = self._show or self._printer(target)
         return self._show
 
-    def __enter__(self) -> "Report":
+    def __enter__(self) -> Report:
         if self.as_json:
             self._stdout = sys.stdout
             sys.stdout = sys.stderr
@@ -123,16 +169,40 @@ class Report:
             return
         sys.stdout = self._stdout
         if isinstance(exc, PatchkeeperError):
-            emit_json({"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "command": self.command,
-                       "target": self.target, "exit_code": exc.exit_code, "ok": False,
-                       "error": {"message": exc.message, "hint": exc.hint}})
+            emit_json(
+                {
+                    "schema": SCHEMA,
+                    "schema_version": SCHEMA_VERSION,
+                    "command": self.command,
+                    "target": self.target,
+                    "exit_code": exc.exit_code,
+                    "ok": False,
+                    "error": {"message": exc.message, "hint": exc.hint},
+                }
+            )
 
-    def done(self, code: int, before: State | None, after: State | None, dry_run: bool = False,
-             verifications: list[tuple[str, Verification]] | None = None, diagnosis: Any = None) -> int:
+    def done(
+        self,
+        code: int,
+        before: State | None,
+        after: State | None,
+        dry_run: bool = False,
+        verifications: list[tuple[str, Verification]] | None = None,
+        diagnosis: Any = None,
+    ) -> int:
         """The exit code; with --json, the document first (on the real stdout)."""
         if self.as_json:
-            doc = document(self.command, self.target or "", before, after, self.kept.steps, code, dry_run,
-                           verifications, diagnosis)
+            doc = document(
+                self.command,
+                self.target or "",
+                before,
+                after,
+                self.kept.steps,
+                code,
+                dry_run,
+                verifications,
+                diagnosis,
+            )
 
             print(json.dumps(doc, indent=2, sort_keys=True), file=self._stdout, flush=True)
         return code

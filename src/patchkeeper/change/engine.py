@@ -10,6 +10,7 @@ from .. import faults
 from ..checks import environment
 from ..checks.scan import compare, scan_all
 from ..errors import Refused, StoreError
+from ..patchset import patchset
 from ..records.ledger import (
     ApplyExtra,
     LedgerEntry,
@@ -21,20 +22,25 @@ from ..records.ledger import (
 )
 from ..records.manifest import ROLE_PREFIX, Manifest, differences
 from ..targets import Target
-from . import plans, stacks, transaction
+from . import plans, repair, stacks, transaction
 from .plans import Plan, Recorded
 from .reapply import plan_reapply, refuse_other_release
 from .session import Session
 from .transaction import FileOp
-from . import repair
-from ..patchset import patchset
 
 if TYPE_CHECKING:  # patch sets are read only by the verbs that use them: not by rollback
     from ..patchset.patchset import PatchSet
 
 
-def record_state(s: Session, kind: str, name: str, bytes_kept: bool = True, hand_edits: tuple[str, ...] = (),
-                 extra: dict[str, Any] | None = None, scanned: Manifest | None = None) -> LedgerEntry:
+def record_state(
+    s: Session,
+    kind: str,
+    name: str,
+    bytes_kept: bool = True,
+    hand_edits: tuple[str, ...] = (),
+    extra: dict[str, Any] | None = None,
+    scanned: Manifest | None = None,
+) -> LedgerEntry:
     """Record the target's files as they are now as a named state (kind: baseline | snapshot).
     `scanned`: the caller's scan of them a moment ago (the store checks every file's bytes against it)."""
     target, ledger = s.target, s.ledger
@@ -43,22 +49,40 @@ def record_state(s: Session, kind: str, name: str, bytes_kept: bool = True, hand
         files = {e.digest: target.info.path_of(k) for k, e in manifest.items()}
         bad = target.agent.store_put_files(target.info.store, files)
         if bad:
-            raise Refused("files changed while patchkeeper was recording them", "retry when the package is quiet")
+            raise Refused(
+                "files changed while patchkeeper was recording them", "retry when the package is quiet"
+            )
         faults.point(f"{kind}-stored")
     current = ledger.current()
     stack = current.stack if current and kind != "baseline" else ()  # a baseline (of a new release too): none
     state = State.make(ledger.save_manifest(manifest), stack, name, bytes_kept)
-    entry = LedgerEntry(id=new_id(), seq=ledger.next_seq(), time=time.time(), who=who(), command=s.command,
-                        kind=kind, after=state, before=current, hand_edits=hand_edits,
-                        extra=cast(RecordExtra, {"files": len(manifest), "package_version": target.info.version,
-                                                     **(extra or {})}))
+    entry = LedgerEntry(
+        id=new_id(),
+        seq=ledger.next_seq(),
+        time=time.time(),
+        who=who(),
+        command=s.command,
+        kind=kind,
+        after=state,
+        before=current,
+        hand_edits=hand_edits,
+        extra=cast(
+            RecordExtra, {"files": len(manifest), "package_version": target.info.version, **(extra or {})}
+        ),
+    )
     entry = environment.record(entry, target)
     ledger.append(entry)
     return entry
 
 
-def plan_apply(s: Session, name: str, force: bool, trial: bool = False,
-               incoming: list[PatchSet] | None = None, restored: plans.Restored | None = None) -> Plan | None:
+def plan_apply(
+    s: Session,
+    name: str,
+    force: bool,
+    trial: bool = False,
+    incoming: list[PatchSet] | None = None,
+    restored: plans.Restored | None = None,
+) -> Plan | None:
     """Plan applying `name` (and what it requires: `incoming`, if already resolved) on the current
     stack; None if already applied. `restored`: a dry run's first baseline with --restore-pristine
     (adopt.preview), the release's bytes the real run puts back first, planned on instead of the files'.
@@ -67,8 +91,14 @@ def plan_apply(s: Session, name: str, force: bool, trial: bool = False,
     apply are kept in the plan (misfits, drift, checks) instead, and the files they concern left out."""
 
     ws, target, ledger = s.workspace, s.target, s.ledger
-    incoming, unrendered = stacks.bind_all(incoming or stacks.resolve(ws.patchsets_dir, name), s.config, trial)
-    found = stacks.misfits(incoming, target.config.package, target.info.version, dict(target.info.roles)) if trial else []
+    incoming, unrendered = stacks.bind_all(
+        incoming or stacks.resolve(ws.patchsets_dir, name), s.config, trial
+    )
+    found = (
+        stacks.misfits(incoming, target.config.package, target.info.version, dict(target.info.roles))
+        if trial
+        else []
+    )
     found += unrendered
     notes = [] if trial else stacks.check_fits(target, incoming, force)
     if not trial:
@@ -90,8 +120,10 @@ def plan_apply(s: Session, name: str, force: bool, trial: bool = False,
         kept_sets = [patchset.load(ws.patchsets_dir, p["name"]).bind(s.config) for p in kept]
         for old_ref, ps in zip(kept, kept_sets):
             if ps.digest != old_ref["digest"]:
-                raise Refused(f"applied patch set {old_ref['name']}@{old_ref['version']} changed in the workspace",
-                              "restore it, or roll back to baseline first")
+                raise Refused(
+                    f"applied patch set {old_ref['name']}@{old_ref['version']} changed in the workspace",
+                    "restore it, or roll back to baseline first",
+                )
         old_sets = [stacks.load_applied(ws, p) for p in removed]
         build = kept_sets + adding
         keys = stacks.touched_keys(build + old_sets)
@@ -107,26 +139,44 @@ def plan_apply(s: Session, name: str, force: bool, trial: bool = False,
         else:
             actual[k] = e
     present = {fp.path for ps in build for _, fps in ps.patches for fp in fps if fp.kind != "add"}
-    plans.refuse_non_regular(target, [k for k in keys if k not in actual and k in present])  # else "does not exist"
+    plans.refuse_non_regular(
+        target, [k for k in keys if k not in actual and k in present]
+    )  # else "does not exist"
     was = recorded.entries(keys)
     drift = tuple(k for k in keys if actual.get(k) != was[k])
     if drift and not force and not trial:
         moved = s.installation()
-        raise Refused(f"{len(drift)} file(s) differ from the recorded state {current.id} "
-                      + (f"({moved.what()})" if moved else "(edited by hand?)") + ": " + ", ".join(drift),
-                      "inspect them; --force applies anyway and backs them up first")
+        raise Refused(
+            f"{len(drift)} file(s) differ from the recorded state {current.id} "
+            + (f"({moved.what()})" if moved else "(edited by hand?)")
+            + ": "
+            + ", ".join(drift),
+            "inspect them; --force applies anyway and backs them up first",
+        )
 
     if base_manifest is not None:
         files = {k: plans.baseline_bytes(target, base_manifest, actual, k) for k in keys}
         modes = {k: base_manifest[k].mode for k in keys if k in base_manifest}
     else:
-        files = {k: (restored[k][0] if restored.get(k) else  # type: ignore[index]
-                     target.agent.read(target.info.path_of(k)) if k in actual else None) for k in keys}
+        files = {
+            k: (
+                restored[k][0]  # type: ignore[index]
+                if restored.get(k)
+                else target.agent.read(target.info.path_of(k))
+                if k in actual
+                else None
+            )
+            for k in keys
+        }
         modes = {k: actual[k].mode for k in actual}
     plans.refuse_escaping(target, [k for k in keys if not k.startswith(ROLE_PREFIX)], "the patch sets write")
     checks = stacks.build_files(build, files, modes, dict(target.info.roles), adding if trial else None)
     planned, contents = plans.planned_entries(target, files, modes)
-    ops = [FileOp(k, target.info.path_of(k), actual.get(k), new) for k, new in planned.items() if actual.get(k) != new]
+    ops = [
+        FileOp(k, target.info.path_of(k), actual.get(k), new)
+        for k, new in planned.items()
+        if actual.get(k) != new
+    ]
     kind = "switch" if removed else "apply"
     # every touched key as planned, also where the file already holds it (a hand edit equal to the result)
     manifest_text = recorded.changed(planned)
@@ -134,17 +184,32 @@ def plan_apply(s: Session, name: str, force: bool, trial: bool = False,
     contents[manifest_digest] = manifest_text
     after = State.make(manifest_digest, new_stack)
     if removed:
-        notes.append("switching: " + ", ".join(f"{p['name']}@{p['version']}" for p in removed)
-                     + " -> " + ", ".join(ps.ident for ps in adding))
+        notes.append(
+            "switching: "
+            + ", ".join(f"{p['name']}@{p['version']}" for p in removed)
+            + " -> "
+            + ", ".join(ps.ident for ps in adding)
+        )
     extra = ApplyExtra(removed=removed)
     backups = plans.backups(ops, drift)
     if backups:
         extra["backups"] = backups
-    entry = LedgerEntry(id=new_id(), seq=ledger.next_seq(), time=time.time(), who=who(), command=s.command,
-                        kind=kind, before=current, after=after, patchsets=tuple(stacks.ref_of(ps) for ps in adding),
-                        changed=differences({op.key: op.old for op in ops if op.old},
-                                            {op.key: op.new for op in ops if op.new}),
-                        hand_edits=drift, extra=extra)
+    entry = LedgerEntry(
+        id=new_id(),
+        seq=ledger.next_seq(),
+        time=time.time(),
+        who=who(),
+        command=s.command,
+        kind=kind,
+        before=current,
+        after=after,
+        patchsets=tuple(stacks.ref_of(ps) for ps in adding),
+        changed=differences(
+            {op.key: op.old for op in ops if op.old}, {op.key: op.new for op in ops if op.new}
+        ),
+        hand_edits=drift,
+        extra=extra,
+    )
     return Plan(tuple(ops), contents, entry, drift, tuple(notes), checks, tuple(found))
 
 
@@ -152,8 +217,10 @@ def plan_rollback(s: Session, spec: str) -> Plan | None:
     target, ledger = s.target, s.ledger
     current = ledger.current()
     if current is None:
-        raise Refused(f"target {target.name} has no recorded state to roll back to",
-                      "patchkeeper has not changed it yet")
+        raise Refused(
+            f"target {target.name} has no recorded state to roll back to",
+            "patchkeeper has not changed it yet",
+        )
 
     goal, upto, undo = repair.rollback_goal(ledger, spec)
     refuse_other_release(s, goal)
@@ -161,23 +228,33 @@ def plan_rollback(s: Session, spec: str) -> Plan | None:
     hand = plans.kinds(to_recorded)  # changed by hand since the last transaction: backed up, then named
     notes = _keep_host_unit(target, to_goal, to_recorded, hand)
     ops = [FileOp(k, target.info.path_of(k), actual, want) for k, (want, actual) in to_goal.items()]
-    clean = None if undo else repair.recorded_clean(target, ledger, goal)  # the state's own release bytes stay
+    clean = (
+        None if undo else repair.recorded_clean(target, ledger, goal)
+    )  # the state's own release bytes stay
     env_ops = repair.environment_ops(target, ledger, upto, clean)  # files repairs changed outside the package
-    plans.refuse_escaping(target, [op.key for op in ops if not op.key.startswith(ROLE_PREFIX)], "the rollback writes")
+    plans.refuse_escaping(
+        target, [op.key for op in ops if not op.key.startswith(ROLE_PREFIX)], "the rollback writes"
+    )
     ops += env_ops
     missing = target.agent.store_missing(target.info.store, sorted({op.new.digest for op in ops if op.new}))
     if missing:
         names = [op.key for op in ops if op.new and op.new.digest in missing]
         if goal.bytes_kept:  # its bytes were stored: the store lost them
             damage = target.agent.store_damage(target.info.store)
-            raise StoreError(f"the store lacks the bytes of {len(names)} file(s) state {goal.id} "
-                             f"({goal.name or 'unnamed'}) kept"
-                             + (f" ({'; '.join(damage)})" if damage else "") + ": " + ", ".join(names[:20]),
-                             f"the store {target.info.store} is damaged: restore it from a backup, "
-                             "or restore those files by other means (e.g. reinstall the package)")
-        raise StoreError(f"state {goal.id} ({goal.name or 'unnamed'}) was recorded without bytes; "
-                         f"{len(names)} file(s) cannot be restored: " + ", ".join(names[:20]),
-                         "restore those files by other means (e.g. reinstall the package)")
+            raise StoreError(
+                f"the store lacks the bytes of {len(names)} file(s) state {goal.id} "
+                f"({goal.name or 'unnamed'}) kept"
+                + (f" ({'; '.join(damage)})" if damage else "")
+                + ": "
+                + ", ".join(names[:20]),
+                f"the store {target.info.store} is damaged: restore it from a backup, "
+                "or restore those files by other means (e.g. reinstall the package)",
+            )
+        raise StoreError(
+            f"state {goal.id} ({goal.name or 'unnamed'}) was recorded without bytes; "
+            f"{len(names)} file(s) cannot be restored: " + ", ".join(names[:20]),
+            "restore those files by other means (e.g. reinstall the package)",
+        )
     if not ops and goal.id == current.id:
         return None
     extra = RollbackExtra()
@@ -186,16 +263,27 @@ def plan_rollback(s: Session, spec: str) -> Plan | None:
         extra["backups"] = backups
     if env_ops:
         extra["env"] = repair.env_extra(env_ops)
-    entry = LedgerEntry(id=new_id(), seq=ledger.next_seq(), time=time.time(), who=who(), command=s.command,
-                        kind="rollback", before=current, after=goal,
-                        changed=differences({op.key: op.old for op in ops if op.old},
-                                            {op.key: op.new for op in ops if op.new}),
-                        hand_edits=tuple(hand), extra=extra)
+    entry = LedgerEntry(
+        id=new_id(),
+        seq=ledger.next_seq(),
+        time=time.time(),
+        who=who(),
+        command=s.command,
+        kind="rollback",
+        before=current,
+        after=goal,
+        changed=differences(
+            {op.key: op.old for op in ops if op.old}, {op.key: op.new for op in ops if op.new}
+        ),
+        hand_edits=tuple(hand),
+        extra=extra,
+    )
     return Plan(tuple(ops), {}, entry, tuple(hand), tuple(notes))
 
 
-def _keep_host_unit(target: Target, to_goal: dict[str, Any], to_recorded: dict[str, Any],
-                    hand: dict[str, str]) -> list[str]:
+def _keep_host_unit(
+    target: Target, to_goal: dict[str, Any], to_recorded: dict[str, Any], hand: dict[str, str]
+) -> list[str]:
     """The host's unit (role `unit`) is written back only to undo what a transaction did to it (a patch
     set of the old style that wrote the whole unit): a hand edit alone is the host's, and stays."""
     key = ROLE_PREFIX + "unit"
@@ -203,8 +291,10 @@ def _keep_host_unit(target: Target, to_goal: dict[str, Any], to_recorded: dict[s
         return []
     del to_goal[key]
     hand.pop(key, None)
-    return [f"note: the host's unit {target.info.path_of(key)} differs from the recorded state (edited on the host); "
-            "left as it is: patchkeeper writes it only to undo its own changes (`patchkeeper snapshot` records it)"]
+    return [
+        f"note: the host's unit {target.info.path_of(key)} differs from the recorded state (edited on the host); "
+        "left as it is: patchkeeper writes it only to undo its own changes (`patchkeeper snapshot` records it)"
+    ]
 
 
 def execute(s: Session, plan: Plan) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from .. import faults
 from ..errors import PatchkeeperError
@@ -56,7 +56,10 @@ def mirror(ws: Workspace, s: Session, manifest: bool = True, check_all: bool = F
     repaired = False
     texts: dict[str, bytes] = {}
     checked: set[str] = set()
-    copies, manifests = set(os.listdir(out / "ledger")), set(os.listdir(out / "manifests"))  # no stat per entry
+    copies, manifests = (
+        set(os.listdir(out / "ledger")),
+        set(os.listdir(out / "manifests")),
+    )  # no stat per entry
     entries = s.ledger.entries()
     for i, slot in enumerate(entries.slots):  # an entry is built only where a copy is read or written
         name = ledger_index.file_name(slot.seq, slot.id)
@@ -94,13 +97,16 @@ def mirror(ws: Workspace, s: Session, manifest: bool = True, check_all: bool = F
                 pending.append((path, data))
             written.append(path)
     _write_all(pending)
-    if fresh or repaired:  # committed once, when the command ends (Session): all, an earlier copy may be uncommitted
+    if (
+        fresh or repaired
+    ):  # committed once, when the command ends (Session): all, an earlier copy may be uncommitted
         s.record.add([out] if repaired else written, fresh, repaired)
     return written
 
 
-def try_mirror(ws: Workspace, s: Session, done: str, manifest: bool = True,
-               check_all: bool = False) -> NotMirrored | None:
+def try_mirror(
+    ws: Workspace, s: Session, done: str, manifest: bool = True, check_all: bool = False
+) -> NotMirrored | None:
     """Mirror after `done` happened on the target; a failure comes back as a NotMirrored step."""
     try:
         mirror(ws, s, manifest=manifest, check_all=check_all)
@@ -110,11 +116,18 @@ def try_mirror(ws: Workspace, s: Session, done: str, manifest: bool = True,
             reason = exc.strerror + (f": {exc.filename}" if exc.filename else "")
         else:
             reason = str(exc).splitlines()[0]
-        return NotMirrored(done, s.target.name, ws.snapshots_dir / s.target.name, reason,
-                           exc.errno if isinstance(exc, OSError) else None)
+        return NotMirrored(
+            done,
+            s.target.name,
+            ws.snapshots_dir / s.target.name,
+            reason,
+            exc.errno if isinstance(exc, OSError) else None,
+        )
 
 
-def mirror_step(ws: Workspace, s: Session, done: str, step: Callable[[NotMirrored], None], manifest: bool = True) -> None:
+def mirror_step(
+    ws: Workspace, s: Session, done: str, step: Callable[[NotMirrored], None], manifest: bool = True
+) -> None:
     failed = try_mirror(ws, s, done, manifest)
     if failed is not None:
         step(failed)

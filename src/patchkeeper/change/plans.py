@@ -3,8 +3,9 @@ and bytes it ends with (engine.py plans apply and rollback, reapply.py a reinsta
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from ..checks.scan import compare, scan_all
 from ..errors import BadInput, PatchkeeperError, StoreError
@@ -53,12 +54,14 @@ def scan_keys(target: Target, keys: Iterable[str]) -> dict[str, Entry]:
 
 def drift(target: Target, manifest_digest: str) -> dict[str, str]:
     """key -> changed | added | removed | mode for every file that differs from a recorded manifest."""
-    pairs, = compare(target, manifest_digest)
+    (pairs,) = compare(target, manifest_digest)
     return kinds(pairs)
 
 
 def kinds(pairs: dict[str, tuple[Entry | None, Entry | None]]) -> dict[str, str]:
-    return differences({k: old for k, (old, _) in pairs.items() if old}, {k: new for k, (_, new) in pairs.items() if new})
+    return differences(
+        {k: old for k, (old, _) in pairs.items() if old}, {k: new for k, (_, new) in pairs.items() if new}
+    )
 
 
 def backups(ops: list[FileOp], hand: tuple[str, ...]) -> dict[str, str]:
@@ -72,7 +75,9 @@ Restored = Mapping[str, "tuple[bytes, int] | None"]  # key -> the release's (byt
 
 
 def restored_entries(target: Target, restored: Restored) -> dict[str, Entry | None]:
-    return {k: None if v is None else Entry(target.hash_bytes(v[0]), len(v[0]), v[1]) for k, v in restored.items()}
+    return {
+        k: None if v is None else Entry(target.hash_bytes(v[0]), len(v[0]), v[1]) for k, v in restored.items()
+    }
 
 
 class Recorded:
@@ -108,8 +113,10 @@ class Recorded:
 def baseline(s: Session) -> State:
     baseline = s.ledger.baseline()
     if baseline is None:  # every recorded state descends from a baseline
-        raise StoreError(f"target {s.target.name} has recorded states but no baseline",
-                         "its ledger is damaged; see `patchkeeper log`")
+        raise StoreError(
+            f"target {s.target.name} has recorded states but no baseline",
+            "its ledger is damaged; see `patchkeeper log`",
+        )
     return baseline
 
 
@@ -122,9 +129,11 @@ def baseline_bytes(target: Target, base: Manifest, actual: dict[str, Entry], key
     try:
         return target.agent.store_get(target.info.store, entry.digest)
     except (PatchkeeperError, OSError) as exc:  # AgentError (missing, corrupt), TargetError (remote)
-        raise StoreError(f"baseline bytes of {key} are not available: {exc}",
-                         "the baseline was recorded by `patchkeeper snapshot --manifest-only`, without the bytes: "
-                         "restore the file first") from None
+        raise StoreError(
+            f"baseline bytes of {key} are not available: {exc}",
+            "the baseline was recorded by `patchkeeper snapshot --manifest-only`, without the bytes: "
+            "restore the file first",
+        ) from None
 
 
 def refuse_non_regular(target: Target, absent: list[str]) -> None:
@@ -138,11 +147,15 @@ def refuse_non_regular(target: Target, absent: list[str]) -> None:
         except (OSError, PatchkeeperError):  # e.g. a parent that is no directory: the stage step says so
             continue
         if st is not None:
-            odd.append(f"{key} ({'a symlink' if st.is_link else 'a directory' if st.is_dir else 'not a regular file'})")
+            odd.append(
+                f"{key} ({'a symlink' if st.is_link else 'a directory' if st.is_dir else 'not a regular file'})"
+            )
     if odd:
-        raise BadInput(f"{len(odd)} path(s) the patch sets change are not regular files, so nothing was changed: "
-                       + ", ".join(odd),
-                       "patchkeeper manages regular files only; replace them with the files themselves")
+        raise BadInput(
+            f"{len(odd)} path(s) the patch sets change are not regular files, so nothing was changed: "
+            + ", ".join(odd),
+            "patchkeeper manages regular files only; replace them with the files themselves",
+        )
 
 
 def refuse_escaping(target: Target, rels: list[str], what: str) -> None:
@@ -150,12 +163,15 @@ def refuse_escaping(target: Target, rels: list[str], what: str) -> None:
     outside = target.agent.escaping(target.info.site, rels)
     if outside:
         listed = ", ".join(f"{rel} -> {where}" for rel, where in list(outside.items())[:5])
-        raise BadInput(f"{len(outside)} path(s) {what} lead outside site-packages (through a symlink): {listed}",
-                       "remove the symlink (or restore the directory it replaced), then retry")
+        raise BadInput(
+            f"{len(outside)} path(s) {what} lead outside site-packages (through a symlink): {listed}",
+            "remove the symlink (or restore the directory it replaced), then retry",
+        )
 
 
-def planned_entries(target: Target, files: dict[str, bytes | None],
-             modes: dict[str, int]) -> tuple[dict[str, Entry | None], dict[str, bytes]]:
+def planned_entries(
+    target: Target, files: dict[str, bytes | None], modes: dict[str, int]
+) -> tuple[dict[str, Entry | None], dict[str, bytes]]:
     """The entry each key will have after the change (None: absent), and the new contents by digest."""
     planned: dict[str, Entry | None] = {}
     contents: dict[str, bytes] = {}

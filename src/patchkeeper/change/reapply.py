@@ -6,13 +6,13 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from ..errors import Refused, StoreError
 from ..checks import installation
+from ..errors import Refused, StoreError
 from ..records.ledger import ApplyExtra, LedgerEntry, State, new_id, who
 from ..records.manifest import ROLE_PREFIX, differences
 from .plans import Plan, Recorded, backups, baseline, refuse_escaping, scan_keys
-from .stacks import touched_keys
 from .session import Session
+from .stacks import touched_keys
 from .transaction import FileOp
 
 if TYPE_CHECKING:
@@ -41,31 +41,50 @@ def plan_reapply(s: Session, recorded: Recorded, incoming: list[PatchSet], force
     names = ", ".join(ps.ident for ps in incoming)
     why = moved.what() if moved is not None else "changed outside patchkeeper"
     if hand and not force:
-        raise Refused(f"{names} is applied (state {current.id}), but {len(differ)} of its file(s) no longer hold "
-                      f"what the state recorded ({why}); {len(hand)} hold neither its bytes nor the release's "
-                      "(edited by hand?): " + ", ".join(hand),
-                      "inspect them; --force puts the state's bytes back and backs these up first")
+        raise Refused(
+            f"{names} is applied (state {current.id}), but {len(differ)} of its file(s) no longer hold "
+            f"what the state recorded ({why}); {len(hand)} hold neither its bytes nor the release's "
+            "(edited by hand?): " + ", ".join(hand),
+            "inspect them; --force puts the state's bytes back and backs these up first",
+        )
     ops = [FileOp(k, target.info.path_of(k), actual.get(k), was[k]) for k in differ]
     refuse_escaping(target, [k for k in differ if not k.startswith(ROLE_PREFIX)], "the patch sets write")
     wanted = sorted({op.new.digest for op in ops if op.new})
     missing = target.agent.store_missing(target.info.store, wanted)
     if missing:
         lost = [op.key for op in ops if op.new and op.new.digest in missing]
-        raise StoreError(f"the store lacks the bytes state {current.id} recorded for {len(lost)} file(s): "
-                         + ", ".join(lost[:20]), f"`patchkeeper rollback --to baseline`, then apply {names} again")
-    extra = ApplyExtra(removed=[], restored=f"{len(differ)} file(s) no longer held what state {current.id} "
-                                            f"recorded: {why}")
+        raise StoreError(
+            f"the store lacks the bytes state {current.id} recorded for {len(lost)} file(s): "
+            + ", ".join(lost[:20]),
+            f"`patchkeeper rollback --to baseline`, then apply {names} again",
+        )
+    extra = ApplyExtra(
+        removed=[], restored=f"{len(differ)} file(s) no longer held what state {current.id} recorded: {why}"
+    )
     saved = backups(ops, hand)
     if saved:
         extra["backups"] = saved
     refs = tuple(p for p in current.stack if any(p["name"] == ps.name for ps in incoming))
-    entry = LedgerEntry(id=new_id(), seq=ledger.next_seq(), time=time.time(), who=who(), command=s.command,
-                        kind="apply", before=current, after=current, patchsets=refs,
-                        changed=differences({op.key: op.old for op in ops if op.old},
-                                            {op.key: op.new for op in ops if op.new}),
-                        hand_edits=hand, extra=extra)
-    note = f"{names} is applied, but {len(differ)} file(s) no longer hold what state {current.id} recorded ({why}): " \
-           "putting them back"
+    entry = LedgerEntry(
+        id=new_id(),
+        seq=ledger.next_seq(),
+        time=time.time(),
+        who=who(),
+        command=s.command,
+        kind="apply",
+        before=current,
+        after=current,
+        patchsets=refs,
+        changed=differences(
+            {op.key: op.old for op in ops if op.old}, {op.key: op.new for op in ops if op.new}
+        ),
+        hand_edits=hand,
+        extra=extra,
+    )
+    note = (
+        f"{names} is applied, but {len(differ)} file(s) no longer hold what state {current.id} recorded ({why}): "
+        "putting them back"
+    )
     return Plan(tuple(ops), {}, entry, hand, (note,))
 
 
@@ -82,6 +101,9 @@ def refuse_other_release(s: Session, goal: State) -> None:
     if wanted is None or wanted == info.version:
         return
     what = moved.what() + "; " if moved is not None and moved.kind == "version" else ""
-    raise Refused(f"{what}state {goal.id} ({goal.name or goal.stack_text()}) was recorded with {info.package} {wanted}, "
-                  f"and {info.version} is installed: a rollback gives files, not an installation, so nothing was "
-                  "changed", f"{installation.pin(info.python, info.package, wanted)}, then `patchkeeper {s.command}`")
+    raise Refused(
+        f"{what}state {goal.id} ({goal.name or goal.stack_text()}) was recorded with {info.package} {wanted}, "
+        f"and {info.version} is installed: a rollback gives files, not an installation, so nothing was "
+        "changed",
+        f"{installation.pin(info.python, info.package, wanted)}, then `patchkeeper {s.command}`",
+    )

@@ -6,15 +6,17 @@ from __future__ import annotations
 import json
 import posixpath
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, cast
+from typing import Any, cast
 
-from ..errors import BadInput, Refused
+from ..checks import environment, wheels
+from ..checks.audit import cache_dir
+from ..errors import BadInput, PatchkeeperError, Refused
 from ..host.contract import ScanRequest
 from ..host.disk import hash_bytes, normalize_name
 from ..host.distinfo import record_text_rows
-from ..targets.shapes import ENV as ENV_PREFIX  # keys of files outside the package ("%six.py"), never in a manifest
 from ..records.ledger import (
     EnvChange,
     Ledger,
@@ -26,12 +28,10 @@ from ..records.ledger import (
 )
 from ..records.manifest import Entry, differences
 from ..targets import Target
+from ..targets.shapes import (
+    ENV as ENV_PREFIX,
+)  # keys of files outside the package ("%six.py"), never in a manifest
 from .transaction import FileOp
-from ..checks import environment
-from ..checks import wheels
-from ..checks.audit import cache_dir
-from ..errors import PatchkeeperError
-
 
 
 @dataclass(frozen=True)
@@ -68,22 +68,30 @@ def find_damage(target: Target, dist: str, only_inside: bool = False) -> Damage:
     sites = list(dict.fromkeys([info.site, py.purelib, py.platlib]))
     found = target.agent.dist_info(sites, dist)
     if found is None:
-        raise BadInput(f"distribution {dist!r} is not installed on {target.name} ({' or '.join(sites)})",
-                       f"check the name with `{info.python} -m pip list` on the target")
+        raise BadInput(
+            f"distribution {dist!r} is not installed on {target.name} ({' or '.join(sites)})",
+            f"check the name with `{info.python} -m pip list` on the target",
+        )
     site, name = found.site, found.dist_info
     result = target.agent.audit_record(site, [name], cache_dir(target))[name]
     if result.note:
         raise Refused(f"{dist} on {target.name} has {result.note}", "reinstall it with pip instead")
-    files = {rel: kind for rel, kind, _ in result.findings
-             if not only_inside or not (rel.startswith("../") or posixpath.isabs(rel))}
+    files = {
+        rel: kind
+        for rel, kind, _ in result.findings
+        if not only_inside or not (rel.startswith("../") or posixpath.isabs(rel))
+    }
     text = target.agent.read(posixpath.join(site, name, "RECORD")).decode("utf-8")
-    record = {rel: f"{algo}:{b64}" for rel, algo, b64, _ in record_text_rows(text.splitlines()) if rel in files}
+    record = {
+        rel: f"{algo}:{b64}" for rel, algo, b64, _ in record_text_rows(text.splitlines()) if rel in files
+    }
     label = name[: -len(".dist-info")].rpartition("-")[0] or dist
     return Damage(label, found.version, site, name, files, record)
 
 
-def restore(target: Target, damage: Damage, explicit: str | None, wheels_dir: Path | None,
-            wheel_option: bool) -> Restoration:
+def restore(
+    target: Target, damage: Damage, explicit: str | None, wheels_dir: Path | None, wheel_option: bool
+) -> Restoration:
     """The release bytes of every damaged file, from the first candidate wheel of the right
     distribution and version whose files match the installed RECORD; refused when none does.
     `wheel_option`: whether the verb has --wheel, for the hints."""
@@ -91,12 +99,18 @@ def restore(target: Target, damage: Damage, explicit: str | None, wheels_dir: Pa
     info = target.info
     interps = wheels.interpreters(info.python, info.prefix, info.python_version)
     problems: list[str] = []
-    with wheels.candidates(target, damage.name, damage.version, explicit, wheels_dir, wheel_option) as (source, paths):
+    with wheels.candidates(target, damage.name, damage.version, explicit, wheels_dir, wheel_option) as (
+        source,
+        paths,
+    ):
         for path in paths:
             with wheels.Wheel(path) as wheel:
-                if normalize_name(wheel.name) != normalize_name(damage.name) or \
-                        not wheels.same_version(wheel.version, damage.version):
-                    problems.append(f"{path.name} is {wheel.name} {wheel.version}, not {damage.name} {damage.version}")
+                if normalize_name(wheel.name) != normalize_name(damage.name) or not wheels.same_version(
+                    wheel.version, damage.version
+                ):
+                    problems.append(
+                        f"{path.name} is {wheel.name} {wheel.version}, not {damage.name} {damage.version}"
+                    )
                     continue
                 files, left, bad = {}, {}, []
                 for rel in sorted(damage.files):
@@ -104,18 +118,25 @@ def restore(target: Target, damage: Damage, explicit: str | None, wheels_dir: Pa
                         left[rel] = "RECORD gives no hash to check it by"
                         continue
                     current = _current(target, damage, rel)
-                    got = wheel.release_bytes(rel, damage.record[rel], damage.site, info.prefix, interps, current)
+                    got = wheel.release_bytes(
+                        rel, damage.record[rel], damage.site, info.prefix, interps, current
+                    )
                     if isinstance(got, wheels.Unavailable):
                         (bad.append(rel) if got.mismatch else left.__setitem__(rel, got.reason))
                     else:
                         files[rel] = got
                 if bad:
-                    problems.append(f"{path.name} does not match the installed RECORD in {', '.join(bad[:5])}")
+                    problems.append(
+                        f"{path.name} does not match the installed RECORD in {', '.join(bad[:5])}"
+                    )
                     continue
                 return Restoration(path.name, source, files, left)
-    raise Refused(f"no wheel from {source} matches {damage.name} {damage.version} as installed on {target.name}: "
-                  + "; ".join(problems), f"find the wheel of {damage.name}=={damage.version} that was installed (see its "
-                  f"RECORD) and {wheels.where_to_put(wheels_dir, wheel_option)}")
+    raise Refused(
+        f"no wheel from {source} matches {damage.name} {damage.version} as installed on {target.name}: "
+        + "; ".join(problems),
+        f"find the wheel of {damage.name}=={damage.version} that was installed (see its "
+        f"RECORD) and {wheels.where_to_put(wheels_dir, wheel_option)}",
+    )
 
 
 def _current(target: Target, damage: Damage, rel: str) -> bytes | None:
@@ -132,8 +153,9 @@ def env_key(target: Target, path: str) -> str:
     return ENV_PREFIX + posixpath.relpath(path, target.info.site)
 
 
-def file_ops(target: Target, paths: dict[str, str], files: dict[str, tuple[bytes, int] | None]
-             ) -> tuple[list[FileOp], dict[str, bytes]]:
+def file_ops(
+    target: Target, paths: dict[str, str], files: dict[str, tuple[bytes, int] | None]
+) -> tuple[list[FileOp], dict[str, bytes]]:
     """One FileOp per key whose file is not already as wanted (None: removed), with the new bytes."""
     actual = {k: Entry.of(v) for k, v in target.agent.scan(ScanRequest("/", absolute=paths)).rows.items()}
     ops, contents = [], {}
@@ -161,23 +183,42 @@ def env_extra(ops: list[FileOp]) -> dict[str, EnvChange]:
 def repaired_state(current: State, entry_id: str) -> State:
     """The state after a repair: the same code (manifest and stack) under an id of its own, so
     `rollback --to previous` finds the state before it."""
-    sid = hash_bytes(json.dumps([current.manifest, list(current.stack), {"repair": entry_id}]).encode(),
-                     "sha256").partition(":")[2][:12]
+    sid = hash_bytes(
+        json.dumps([current.manifest, list(current.stack), {"repair": entry_id}]).encode(), "sha256"
+    ).partition(":")[2][:12]
     return State(sid, current.manifest, current.stack, None, current.bytes_kept)
 
 
-def plan(target: Target, ledger: Ledger, current: State, command: str, damage: Damage,
-         found: Restoration) -> tuple[list[FileOp], dict[str, bytes], LedgerEntry]:
+def plan(
+    target: Target, ledger: Ledger, current: State, command: str, damage: Damage, found: Restoration
+) -> tuple[list[FileOp], dict[str, bytes], LedgerEntry]:
     """The repair's file operations and its ledger entry (kind `repair`)."""
     paths = {env_key(target, damage.path(rel)): damage.path(rel) for rel in found.files}
-    ops, contents = file_ops(target, paths, {env_key(target, damage.path(rel)): v for rel, v in found.files.items()})
+    ops, contents = file_ops(
+        target, paths, {env_key(target, damage.path(rel)): v for rel, v in found.files.items()}
+    )
     entry_id = new_id()
-    entry = LedgerEntry(id=entry_id, seq=ledger.next_seq(), time=time.time(), who=who(), command=command,
-                        kind="repair", before=current, after=repaired_state(current, entry_id),
-                        changed=differences({op.key: op.old for op in ops if op.old},
-                                            {op.key: op.new for op in ops if op.new}),
-                        extra=RepairExtra(dist=damage.name, version=damage.version, wheel=found.wheel,
-                                          source=found.source, env=env_extra(ops), left=found.left))
+    entry = LedgerEntry(
+        id=entry_id,
+        seq=ledger.next_seq(),
+        time=time.time(),
+        who=who(),
+        command=command,
+        kind="repair",
+        before=current,
+        after=repaired_state(current, entry_id),
+        changed=differences(
+            {op.key: op.old for op in ops if op.old}, {op.key: op.new for op in ops if op.new}
+        ),
+        extra=RepairExtra(
+            dist=damage.name,
+            version=damage.version,
+            wheel=found.wheel,
+            source=found.source,
+            env=env_extra(ops),
+            left=found.left,
+        ),
+    )
     return ops, contents, entry
 
 
@@ -204,7 +245,11 @@ def recorded_clean(target: Target, ledger: Ledger, goal: State) -> Callable[[str
 
     entry = environment.entry_of(ledger, goal)
     try:
-        dists = (environment.load(target, entry.env or "").get("distributions") or {}) if entry is not None else {}
+        dists = (
+            (environment.load(target, entry.env or "").get("distributions") or {})
+            if entry is not None
+            else {}
+        )
     except PatchkeeperError:
         dists = {}
 
@@ -219,8 +264,9 @@ def recorded_clean(target: Target, ledger: Ledger, goal: State) -> Callable[[str
     return clean
 
 
-def environment_ops(target: Target, ledger: Ledger, upto: int,
-                    clean: Callable[[str, str, str], bool] | None = None) -> list[FileOp]:
+def environment_ops(
+    target: Target, ledger: Ledger, upto: int, clean: Callable[[str, str, str], bool] | None = None
+) -> list[FileOp]:
     """Every file outside the package that a transaction changed, given the bytes it had at
     ledger position `upto`: what the first later change found there (so undoing a repair puts
     back exactly the bytes it replaced), else what the last change up to then left. Where that
@@ -240,8 +286,12 @@ def environment_ops(target: Target, ledger: Ledger, upto: int,
             if i <= upto:
                 earlier[key] = (change["path"], change["new"])
             elif key not in later:
-                keep = repaired is not None and clean is not None and change["new"] is not None \
-                    and clean(repaired["dist"], repaired["version"], key[len(ENV_PREFIX):])
+                keep = (
+                    repaired is not None
+                    and clean is not None
+                    and change["new"] is not None
+                    and clean(repaired["dist"], repaired["version"], key[len(ENV_PREFIX) :])
+                )
                 later[key] = (change["path"], change["new"] if keep else change["old"])
     want = {**earlier, **later}
     if not want:

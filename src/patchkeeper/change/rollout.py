@@ -14,19 +14,20 @@ import io
 import json
 import sys
 import threading
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, TextIO, cast
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from ..errors import EXIT_DIFFERS, EXIT_ROLLED_BACK, EXIT_UNFINISHED, PatchkeeperError, TargetError
 from ..workspace import Workspace
 from .aftercheck import RolledBack
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
 if TYPE_CHECKING:
+    from ..targets import Target
     from .changes import Outcome
     from .plans import Plan
     from .session import Session
-    from ..targets import Target
 
 
 PREVIOUS_FAILS = "the previous code state fails as well: the fault is likely not in the patch set"
@@ -43,27 +44,43 @@ class Done:
     rolled_back: str | None = None  # the failed verification's reason, when it was rolled back
     previous_fails: str | None = None  # after a rollback, the restored state's failed verification's reason
     note: str = ""
-    plan: Plan | None = field(default=None, compare=False, repr=False)  # the plan carried out (or not: a dry run)
+    plan: Plan | None = field(
+        default=None, compare=False, repr=False
+    )  # the plan carried out (or not: a dry run)
     target: Target | None = field(default=None, compare=False, repr=False)  # open while its command runs
 
     @classmethod
-    def unchanged(cls, s: Session, note: str) -> "Done":
+    def unchanged(cls, s: Session, note: str) -> Done:
         current = s.ledger.current()
         return cls(current.id if current else None, current.id if current else None, False, False, note=note)
 
     @classmethod
-    def of(cls, s: Session, plan: Plan, outcome: Outcome, dry_run: bool, service: bool) -> "Done":
+    def of(cls, s: Session, plan: Plan, outcome: Outcome, dry_run: bool, service: bool) -> Done:
         before = plan.entry.before.id if plan.entry.before else None
         if dry_run:
-            return cls(before, plan.entry.after.id, False, False, note=f"would change {len(plan.ops)} file(s)",
-                       plan=plan, target=s.target)
+            return cls(
+                before,
+                plan.entry.after.id,
+                False,
+                False,
+                note=f"would change {len(plan.ops)} file(s)",
+                plan=plan,
+                target=s.target,
+            )
         back = next((step for step in outcome.steps if isinstance(step, RolledBack)), None)
         current = s.ledger.current()
         again = back.again if back is not None and not back.again.ok else None
-        return cls(before, current.id if current else None, True, service and outcome.exit_code == 0,
-                   back.report.reason if back is not None else None,
-                   (again.reason or again.message or "failed") if again is not None else None,
-                   f"{len(plan.ops)} file(s)", plan, s.target)
+        return cls(
+            before,
+            current.id if current else None,
+            True,
+            service and outcome.exit_code == 0,
+            back.report.reason if back is not None else None,
+            (again.reason or again.message or "failed") if again is not None else None,
+            f"{len(plan.ops)} file(s)",
+            plan,
+            s.target,
+        )
 
 
 Noted = Callable[[Done], None]
@@ -108,8 +125,16 @@ def default_serial(ws: Workspace, verify: bool) -> int:
     return max(len(ws.targets), 1)
 
 
-def rollout(ws: Workspace, change: OnOneTarget, what: str, serial: int | None, max_fail: int, verify: bool,
-            dry_run: bool = False, as_json: bool = False) -> int:
+def rollout(
+    ws: Workspace,
+    change: OnOneTarget,
+    what: str,
+    serial: int | None,
+    max_fail: int,
+    verify: bool,
+    dry_run: bool = False,
+    as_json: bool = False,
+) -> int:
     """`change` on every target of `ws`, `serial` at a time; the worst exit code of them. A dry run
     changes nothing: every target at once (unless --serial), none stops the others. `as_json`: the
     lines go to stderr, and one document with a result per target to stdout (docs/json.md)."""
@@ -130,10 +155,14 @@ def rollout(ws: Workspace, change: OnOneTarget, what: str, serial: int | None, m
         buffer = router.capture()
         lost = False
         try:
-            with (local if not ws.targets[name].ssh else _nothing()):
+            with local if not ws.targets[name].ssh else _nothing():
                 code, error = change(ws, name, noted.append), None
         except TargetError as exc:  # one line: what happened, then what to do
-            code, error, lost = exc.exit_code, f"{exc.message}; next: {exc.hint}" if exc.hint else exc.message, True
+            code, error, lost = (
+                exc.exit_code,
+                f"{exc.message}; next: {exc.hint}" if exc.hint else exc.message,
+                True,
+            )
         except PatchkeeperError as exc:
             code, error = exc.exit_code, str(exc).splitlines()[0]
         except OSError as exc:
@@ -170,16 +199,28 @@ def rollout(ws: Workspace, change: OnOneTarget, what: str, serial: int | None, m
     for name in pending:
         results[name] = HostResult(name, None, None, None, "")
         _report(results[name], router.real_out)
-    counts = {"ok": sum(r.code == 0 for r in results.values()),
-              "failed": sum(r.code not in (0, None) for r in results.values()),
-              "not attempted": len(pending)}
-    print(f"{len(names)} target(s): " + ", ".join(f"{v} {k}" for k, v in counts.items()), file=router.real_out)
+    counts = {
+        "ok": sum(r.code == 0 for r in results.values()),
+        "failed": sum(r.code not in (0, None) for r in results.values()),
+        "not attempted": len(pending),
+    }
+    print(
+        f"{len(names)} target(s): " + ", ".join(f"{v} {k}" for k, v in counts.items()), file=router.real_out
+    )
     code = max((r.code or 0 for r in results.values()), default=0)
     if as_json:
-        doc = {"schema": "patchkeeper/rollout", "schema_version": 1, "command": what, "dry_run": dry_run,
-               "exit_code": code, "ok": code == 0, "serial": at_once, "max_fail": max_fail,
-               "counts": {k.replace(" ", "_"): v for k, v in counts.items()},
-               "targets": {name: _result_doc(results[name]) for name in names}}
+        doc = {
+            "schema": "patchkeeper/rollout",
+            "schema_version": 1,
+            "command": what,
+            "dry_run": dry_run,
+            "exit_code": code,
+            "ok": code == 0,
+            "serial": at_once,
+            "max_fail": max_fail,
+            "counts": {k.replace(" ", "_"): v for k, v in counts.items()},
+            "targets": {name: _result_doc(results[name]) for name in names},
+        }
         document_out.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
         document_out.flush()
     return code
@@ -188,10 +229,18 @@ def rollout(ws: Workspace, change: OnOneTarget, what: str, serial: int | None, m
 def _result_doc(r: HostResult) -> dict[str, Any]:
     """One target's result in a rollout's document."""
     d = r.done
-    return {"exit_code": r.code, "attempted": r.code is not None, "result": r.line(), "error": r.error,
-            "before": d.before if d else None, "after": d.after if d else None,
-            "changed": d.changed if d else False, "verified": d.verified if d else False,
-            "rolled_back": d.rolled_back if d else None, "output": r.output}
+    return {
+        "exit_code": r.code,
+        "attempted": r.code is not None,
+        "result": r.line(),
+        "error": r.error,
+        "before": d.before if d else None,
+        "after": d.after if d else None,
+        "changed": d.changed if d else False,
+        "verified": d.verified if d else False,
+        "rolled_back": d.rolled_back if d else None,
+        "output": r.output,
+    }
 
 
 def _report(result: HostResult, out: TextIO) -> None:
@@ -213,7 +262,7 @@ class _nothing:
 class _Stream(io.TextIOBase):
     """sys.stdout or sys.stderr while a rollout runs: a thread that captures writes to its buffer."""
 
-    def __init__(self, router: "_Router", real: TextIO) -> None:
+    def __init__(self, router: _Router, real: TextIO) -> None:
         self._router, self._real = router, real
 
     def write(self, text: str) -> int:

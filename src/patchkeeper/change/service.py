@@ -47,11 +47,31 @@ class ServiceConfig:
     smoke: SmokeConfig = SmokeConfig()
 
 
-_SERVICE_KEYS = {"restart": str, "logs": str, "base_url": str, "ready_timeout": float,
-                 "restart_timeout": float, "logs_timeout": float, "match_unit": bool, "smoke": dict}
-_SMOKE_KEYS = {"prompt": str, "max_tokens": int, "timeout": float, "min_tokens": int,
-               "min_tokens_per_s": float, "endpoint": str, "model": str, "warmup": int, "max_slowdown": float,
-               "requests": int, "concurrency": int, "min_accept_length": float, "compare_output": str}
+_SERVICE_KEYS = {
+    "restart": str,
+    "logs": str,
+    "base_url": str,
+    "ready_timeout": float,
+    "restart_timeout": float,
+    "logs_timeout": float,
+    "match_unit": bool,
+    "smoke": dict,
+}
+_SMOKE_KEYS = {
+    "prompt": str,
+    "max_tokens": int,
+    "timeout": float,
+    "min_tokens": int,
+    "min_tokens_per_s": float,
+    "endpoint": str,
+    "model": str,
+    "warmup": int,
+    "max_slowdown": float,
+    "requests": int,
+    "concurrency": int,
+    "min_accept_length": float,
+    "compare_output": str,
+}
 
 
 def load(config: TargetConfig) -> ServiceConfig | None:
@@ -82,7 +102,9 @@ def load(config: TargetConfig) -> ServiceConfig | None:
     if problems:
         raise BadInput("; ".join(problems), "see [targets.NAME.service] in docs/configuration.md")
     smoke_values: dict[str, Any] = {k: (float(v) if _SMOKE_KEYS[k] is float else v) for k, v in smoke.items()}
-    values: dict[str, Any] = {k: (float(v) if _SERVICE_KEYS[k] is float else v) for k, v in table.items() if k != "smoke"}
+    values: dict[str, Any] = {
+        k: (float(v) if _SERVICE_KEYS[k] is float else v) for k, v in table.items() if k != "smoke"
+    }
     values["base_url"] = values["base_url"].rstrip("/")
     return ServiceConfig(**values, smoke=SmokeConfig(**smoke_values))
 
@@ -133,8 +155,10 @@ def _check_smoke(smoke: dict[str, Any], where: str) -> list[str]:
     if _number(smoke.get("min_accept_length")) and smoke["min_accept_length"] < 0:
         problems.append(f"{where} min_accept_length must not be negative (0 turns the check off)")
     if isinstance(smoke.get("compare_output"), str) and smoke["compare_output"] not in COMPARE_OUTPUT:
-        problems.append(f"{where} compare_output must be one of {', '.join(COMPARE_OUTPUT)}, "
-                        f"not {smoke['compare_output']!r}")
+        problems.append(
+            f"{where} compare_output must be one of {', '.join(COMPARE_OUTPUT)}, "
+            f"not {smoke['compare_output']!r}"
+        )
     if isinstance(smoke.get("prompt"), str) and not smoke["prompt"].strip():
         problems.append(f"{where} prompt is empty")
     return problems

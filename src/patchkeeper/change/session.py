@@ -6,6 +6,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from ..checks import installation
 from ..errors import NotInstalled, Refused, Unfinished
 from ..printable import one_line
 from ..records import history, statedir
@@ -13,7 +14,6 @@ from ..records.ledger import Ledger
 from ..targets import Target, open_target
 from ..workspace import Workspace
 from . import transaction
-from ..checks import installation
 
 if TYPE_CHECKING:
     from ..checks.installation import InstallChange
@@ -31,10 +31,21 @@ class Session:
     with `commit=False` the caller takes the record (a worker of --all: one commit for them all).
     """
 
-    def __init__(self, workspace: Workspace, target_name: str | None, command: str, write: bool = True,
-                 commit: bool = True, wait: float | None = None, rehash: bool = False, hands_off: bool = False) -> None:
+    def __init__(
+        self,
+        workspace: Workspace,
+        target_name: str | None,
+        command: str,
+        write: bool = True,
+        commit: bool = True,
+        wait: float | None = None,
+        rehash: bool = False,
+        hands_off: bool = False,
+    ) -> None:
         self.workspace = workspace
-        self.wait = (0.0 if write else READ_WAIT) if wait is None else wait  # seconds to wait for another's lock
+        self.wait = (
+            (0.0 if write else READ_WAIT) if wait is None else wait
+        )  # seconds to wait for another's lock
         self.rehash = rehash  # believe no cache kept between commands (audit --rehash)
         self.config = workspace.target(target_name)
         self.command = command
@@ -76,10 +87,13 @@ class Session:
         or a person did to the managed distribution since the current state, on stderr."""
         change = self.installation() if self.ledger.current() is not None else None
         if change is not None:
-            print(f"patchkeeper: warning: {self.target.name}: {change.what()} (`patchkeeper status` says what "
-                  "to do)", file=sys.stderr)
+            print(
+                f"patchkeeper: warning: {self.target.name}: {change.what()} (`patchkeeper status` says what "
+                "to do)",
+                file=sys.stderr,
+            )
 
-    def __enter__(self) -> "Session":
+    def __enter__(self) -> Session:
         self._target = open_target(self.config)
         self._target.fresh = self.rehash
         try:
@@ -92,9 +106,11 @@ class Session:
                 raise installation.removed(self._target, exc) from None
             self._ledger = Ledger(self._target, indexed=not self.rehash)
             if self.hands_off and self.target.agent.lstat(self.ledger.journal_path) is not None:
-                raise Refused(f"target {self.target.name} has an interrupted transaction; `{self.command}` "
-                              "writes nothing, so it does not finish or undo it",
-                              f"run `patchkeeper recover -t {self.target.name}` first")
+                raise Refused(
+                    f"target {self.target.name} has an interrupted transaction; `{self.command}` "
+                    "writes nothing, so it does not finish or undo it",
+                    f"run `patchkeeper recover -t {self.target.name}` first",
+                )
             if (self.write or self.target.agent.lstat(self.ledger.journal_path) is not None) and self._lock():
                 self._clean()
                 try:
@@ -131,20 +147,27 @@ class Session:
             if time.monotonic() >= deadline:
                 break
             if not told:
-                print(f"{self.target.name}: locked by pid {holder.pid} running `{one_line(holder.command)}`; "
-                      f"waiting up to {self.wait:g} s for it", file=sys.stderr, flush=True)
+                print(
+                    f"{self.target.name}: locked by pid {holder.pid} running `{one_line(holder.command)}`; "
+                    f"waiting up to {self.wait:g} s for it",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 told = True
             time.sleep(0.1)
         try:
             since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(holder.since)))
         except (TypeError, ValueError, OverflowError, OSError):
             since = "?"
-        longer = " (`patchkeeper audit --wait SECONDS` waits longer)" if self.command.startswith("audit") else ""
+        longer = (
+            " (`patchkeeper audit --wait SECONDS` waits longer)" if self.command.startswith("audit") else ""
+        )
         raise Refused(
             f"target {self.target.name} is locked by pid {holder.pid} on {one_line(holder.host)} "
             f"running `{one_line(holder.command)}` since {since}",
             f"wait for it to finish{longer}, then run the command again; if that process is gone from another "
-            f"host, remove {self.ledger.lock_path}")
+            f"host, remove {self.ledger.lock_path}",
+        )
 
     def _clean(self) -> None:
         """Remove the temporary files an interrupted command left in the target's state dir and store."""
@@ -152,8 +175,11 @@ class Session:
         removed = self.target.agent.clean_temps(info.state_dir, info.store)
         if removed:
             size = sum(s for _, s in removed)
-            print(f"{self.target.name}: removed {len(removed)} temporary file(s) ({size / 1e6:.1f} MB) "
-                  "left by an interrupted command", file=sys.stderr)
+            print(
+                f"{self.target.name}: removed {len(removed)} temporary file(s) ({size / 1e6:.1f} MB) "
+                "left by an interrupted command",
+                file=sys.stderr,
+            )
 
     def __exit__(self, *exc: object) -> None:
         if self.commit and self.record.paths and not isinstance(exc[1], KeyboardInterrupt):

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any, Callable, TextIO
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TextIO
 
-from .changes import Step
-from .plans import Changed, Plan
-from .mirror import NotMirrored
+from ..checks.units import describe
+from ..errors import os_hint
 from ..printable import one_line
 from ..records.ledger import State
 from ..records.manifest import ROLE_PREFIX
 from .aftercheck import KeptFailing, RolledBack, RollingBack, SincePassed, Verified, Verifying
+from .changes import Step
 from .diagnosis import render
-from ..checks.units import describe
-from ..errors import os_hint
+from .mirror import NotMirrored
+from .plans import Changed, Plan
 from .rollout import PREVIOUS_FAILS
 
 if TYPE_CHECKING:
@@ -30,17 +31,28 @@ def render_plan(plan: Plan, target: str, dry_run: bool, exec_start: Any = None) 
     for note in plan.notes:
         print(note)
     if plan.drift:
-        print(f"files changed by hand since state {e.before.id if e.before else '?'} "
-              f"(backed up{' first' if dry_run else ''}): " + one_line(", ".join(plan.drift)))
+        print(
+            f"files changed by hand since state {e.before.id if e.before else '?'} "
+            f"(backed up{' first' if dry_run else ''}): " + one_line(", ".join(plan.drift))
+        )
         for key, digest in e.backups.items():
             print(f"  backup of {one_line(key)}: {digest}")
         if e.backups:
             print(f"  (get one back: patchkeeper show-backup DIGEST -t {target} > FILE)")
-    print(f"{target}: {e.kind} {e.before.stack_text() if e.before else '(nothing)'} -> {e.after.stack_text()}")
+    print(
+        f"{target}: {e.kind} {e.before.stack_text() if e.before else '(nothing)'} -> {e.after.stack_text()}"
+    )
     shown: set[str] = set()
     for op in plan.ops:
-        kind = "added" if op.old is None else "removed" if op.new is None else \
-            "mode" if op.old.digest == op.new.digest else "changed"
+        kind = (
+            "added"
+            if op.old is None
+            else "removed"
+            if op.new is None
+            else "mode"
+            if op.old.digest == op.new.digest
+            else "changed"
+        )
         size = f"{op.new.size} bytes" if op.new else ""
         mode = f" mode {op.new.mode:o}" if op.new and op.old and op.old.mode != op.new.mode else ""
         where = f"{'  ' if size else ''}({one_line(op.path)})" if op.key.startswith(ROLE_PREFIX) else ""
@@ -52,8 +64,10 @@ def render_plan(plan: Plan, target: str, dry_run: bool, exec_start: Any = None) 
     if exec_start is not None:
         for line in describe(exec_start, frozenset(shown)):
             print(("the unit's " if line.startswith("ExecStart") else "") + line)
-    print(f"{len(plan.ops)} file(s) {verb}; state {e.before.id if e.before else '-'} -> {e.after.id}"
-          + ("" if dry_run else f" (transaction {e.id})"))
+    print(
+        f"{len(plan.ops)} file(s) {verb}; state {e.before.id if e.before else '-'} -> {e.after.id}"
+        + ("" if dry_run else f" (transaction {e.id})")
+    )
 
 
 def render_report(report: Verification, target: str, state: State | None, out: TextIO | None = None) -> None:
@@ -68,14 +82,19 @@ def render_report(report: Verification, target: str, state: State | None, out: T
         if (not c.ok or c.warned or c.skipped) and c.output.strip():
             _block(c.output, out)
     for i, w in enumerate(report.extra.get("warmups", ()), 1):
-        print(f"  warm-up {i}: {w['seconds']:.2f}s" + (f" ({w['error']})" if w.get("error") else ""), file=out)
+        print(
+            f"  warm-up {i}: {w['seconds']:.2f}s" + (f" ({w['error']})" if w.get("error") else ""), file=out
+        )
     if report.sample:
         print(f"  output: {report.sample!r}", file=out)
     if report.ok:
         skipped = [c.name for c in report.checks if c.skipped]
-        print(f"verification passed: {report.tokens} tokens in {report.seconds:.2f}s "
-              f"({report.tokens_per_s or 0:.1f} tokens/s)"
-              + (f"; not checked: {', '.join(skipped)}" if skipped else ""), file=out)
+        print(
+            f"verification passed: {report.tokens} tokens in {report.seconds:.2f}s "
+            f"({report.tokens_per_s or 0:.1f} tokens/s)"
+            + (f"; not checked: {', '.join(skipped)}" if skipped else ""),
+            file=out,
+        )
         return
     print(f"verification FAILED ({report.reason}): {'; '.join(report.problems)}", file=out)
     if report.errors:
@@ -94,9 +113,12 @@ def _block(text: str, out: TextIO, lines: int = 40) -> None:
 
 
 def render_not_mirrored(step: NotMirrored) -> None:
-    print(f"patchkeeper: warning: {step.done}, but its records could not be copied into {step.where}: "
-          f"{one_line(step.reason)}\n  hint: "
-          + os_hint(step.errno, f"run `patchkeeper recover -t {step.target}`: it copies them again"), file=sys.stderr)
+    print(
+        f"patchkeeper: warning: {step.done}, but its records could not be copied into {step.where}: "
+        f"{one_line(step.reason)}\n  hint: "
+        + os_hint(step.errno, f"run `patchkeeper recover -t {step.target}`: it copies them again"),
+        file=sys.stderr,
+    )
 
 
 def step_printer(target: str) -> Callable[[Step], None]:
@@ -115,21 +137,29 @@ def step_printer(target: str) -> Callable[[Step], None]:
         elif isinstance(step, Verified):
             render_report(step.report, target, step.state)
         elif isinstance(step, KeptFailing):
-            print(f"{target}: state {step.change.after.id} is in place, but the service fails verification "
-                  f"({step.report.reason})")
+            print(
+                f"{target}: state {step.change.after.id} is in place, but the service fails verification "
+                f"({step.report.reason})"
+            )
             print(f"  hint: run `patchkeeper audit -t {target}` to see what differs on the target")
         elif isinstance(step, RollingBack):
-            print(f"{target}: verification failed after {step.change.kind} ({step.report.reason}); "
-                  f"rolling back to the previous state {step.previous.id}: {step.previous.stack_text()}")
+            print(
+                f"{target}: verification failed after {step.change.kind} ({step.report.reason}); "
+                f"rolling back to the previous state {step.previous.id}: {step.previous.stack_text()}"
+            )
         elif isinstance(step, RolledBack):
             again, previous = step.again, step.previous
             if again.ok:
-                print(f"{target}: FAILED and rolled back: {step.change.kind} to {step.change.after.stack_text()} "
-                      f"failed verification ({step.report.reason}); state {previous.id} is back in place and "
-                      "verifies")
+                print(
+                    f"{target}: FAILED and rolled back: {step.change.kind} to {step.change.after.stack_text()} "
+                    f"failed verification ({step.report.reason}); state {previous.id} is back in place and "
+                    "verifies"
+                )
             else:
-                print(f"{target}: FAILED and rolled back to state {previous.id}, but {PREVIOUS_FAILS} "
-                      f"({again.reason}: {again.problems[0] if again.problems else again.message})")
+                print(
+                    f"{target}: FAILED and rolled back to state {previous.id}, but {PREVIOUS_FAILS} "
+                    f"({again.reason}: {again.problems[0] if again.problems else again.message})"
+                )
                 print(f"  hint: run `patchkeeper audit -t {target}` to see what else differs on the target")
         elif isinstance(step, SincePassed):
             render_since_passed(step, target)

@@ -13,7 +13,9 @@ from .service import ServiceConfig
 
 SAMPLE_CHARS = 200
 _TOKEN = re.compile(r"\w+|[^\w\s]")
-_ALIASES = {"NEXTN": "EAGLE"}  # sglang resolves --speculative-algorithm NEXTN to EAGLE (spec_registry's alias)
+_ALIASES = {
+    "NEXTN": "EAGLE"
+}  # sglang resolves --speculative-algorithm NEXTN to EAGLE (spec_registry's alias)
 _SAME = {("EAGLE", "FROZEN_KV_MTP")}  # NEXTN/EAGLE with a Gemma4 assistant draft is promoted to FROZEN_KV_MTP
 
 
@@ -52,7 +54,9 @@ def degenerate(text: str) -> str | None:
         if n / len(tokens) >= 0.6:
             return f"one token, {token!r}, is {n / len(tokens):.0%} of the output"
     if len(tokens) >= 32 and len(set(tokens)) / len(tokens) < 0.12:
-        return f"only {len(set(tokens))} distinct tokens in {len(tokens)} ({len(set(tokens)) / len(tokens):.0%})"
+        return (
+            f"only {len(set(tokens))} distinct tokens in {len(tokens)} ({len(set(tokens)) / len(tokens):.0%})"
+        )
     return None
 
 
@@ -66,8 +70,10 @@ def judge(gen: dict[str, Any], svc: ServiceConfig) -> tuple[Check, dict[str, Any
         what = f"{gen.get('url')}: {gen['error']}"
         if reason == "timeout":
             what = f"no completion from {gen.get('url')} within {smoke.timeout:g}s"
-        return (Check("generate", False, secs, what, reason=reason),
-                {"reason": reason, "problems": (what,), "seconds": secs})
+        return (
+            Check("generate", False, secs, what, reason=reason),
+            {"reason": reason, "problems": (what,), "seconds": secs},
+        )
     text = gen.get("text") or ""
     reported = gen.get("completion_tokens")
     tokens = reported if isinstance(reported, int) else count_tokens(text)
@@ -84,8 +90,15 @@ def judge(gen: dict[str, Any], svc: ServiceConfig) -> tuple[Check, dict[str, Any
     if problems:
         detail += "; " + "; ".join(p for _, p in problems)
     first: str | None = problems[0][0] if problems else None
-    figures = {"reason": first, "problems": tuple(p for _, p in problems), "tokens": tokens, "seconds": secs,
-               "tokens_per_s": rate if secs > 0 else None, "sample": text[:SAMPLE_CHARS], "output": text}
+    figures = {
+        "reason": first,
+        "problems": tuple(p for _, p in problems),
+        "tokens": tokens,
+        "seconds": secs,
+        "tokens_per_s": rate if secs > 0 else None,
+        "sample": text[:SAMPLE_CHARS],
+        "output": text,
+    }
     return Check("generate", not problems, secs, detail, reason=first), figures
 
 
@@ -101,16 +114,26 @@ def judge_requests(gen: dict[str, Any], svc: ServiceConfig) -> tuple[Check, dict
     failed = None
     for label, one in runs:
         check, f = (first_check, figures) if one is sequential[0] else judge(one, svc)
-        rows.append({"request": label, "ok": check.ok, "seconds": f.get("seconds"), "tokens": f.get("tokens"),
-                     "reason": f.get("reason"), "problems": list(f.get("problems", ()))})
+        rows.append(
+            {
+                "request": label,
+                "ok": check.ok,
+                "seconds": f.get("seconds"),
+                "tokens": f.get("tokens"),
+                "reason": f.get("reason"),
+                "problems": list(f.get("problems", ())),
+            }
+        )
         if not check.ok and failed is None:
             failed = (label, f)
     figures = {**figures, "requests": rows}
     if failed is None:
         detail = first_check.detail
         if len(runs) > 1:
-            detail += (f"; {len(sequential)} in turn and {len(concurrent)} at once all passed "
-                       f"(slowest {max(r['seconds'] or 0 for r in rows):.2f}s)")
+            detail += (
+                f"; {len(sequential)} in turn and {len(concurrent)} at once all passed "
+                f"(slowest {max(r['seconds'] or 0 for r in rows):.2f}s)"
+            )
         return Check("generate", True, first_check.seconds, detail), figures
     label, f = failed
     problems = tuple(f"{label}: {p}" for p in f["problems"])
@@ -142,21 +165,45 @@ def algorithm_check(command: units.Command | str | None, info: dict[str, Any] | 
     reported = info["speculative_algorithm"]
     shown = reported or "no speculative decoding"
     if not isinstance(command, units.Command):
-        return Check("algorithm", True, 0.0, f"not checked: the server runs {shown}, and what the unit asks for is "
-                     f"not known ({command or 'the target has no unit role'})", skipped=True)
+        return Check(
+            "algorithm",
+            True,
+            0.0,
+            f"not checked: the server runs {shown}, and what the unit asks for is "
+            f"not known ({command or 'the target has no unit role'})",
+            skipped=True,
+        )
     asked = units.speculative_algorithm(command.argv)
     if same_algorithm(asked, reported):
-        return Check("algorithm", True, 0.0, f"the server runs {shown}, as the unit asks"
-                     + (f" (--speculative-algorithm {asked}); names compared: the server's report, not the "
-                        "code path it runs" if asked else ""))
-    return Check("algorithm", False, 0.0,
-                 f"the unit asks for {'--speculative-algorithm ' + asked if asked else 'no speculative decoding'}, "
-                 f"but the server runs {reported if reported else 'none'} (speculative_algorithm in {info['url']})",
-                 f"asked:    {asked}\nreported: {reported}\nthe unit: {command.text()}", reason="algorithm")
+        return Check(
+            "algorithm",
+            True,
+            0.0,
+            f"the server runs {shown}, as the unit asks"
+            + (
+                f" (--speculative-algorithm {asked}); names compared: the server's report, not the "
+                "code path it runs"
+                if asked
+                else ""
+            ),
+        )
+    return Check(
+        "algorithm",
+        False,
+        0.0,
+        f"the unit asks for {'--speculative-algorithm ' + asked if asked else 'no speculative decoding'}, "
+        f"but the server runs {reported if reported else 'none'} (speculative_algorithm in {info['url']})",
+        f"asked:    {asked}\nreported: {reported}\nthe unit: {command.text()}",
+        reason="algorithm",
+    )
 
 
-def accept_check(command: units.Command | str | None, info: dict[str, Any] | None, minimum: float,
-                 floor: tuple[float, str] | None = None) -> Check | None:
+def accept_check(
+    command: units.Command | str | None,
+    info: dict[str, Any] | None,
+    minimum: float,
+    floor: tuple[float, str] | None = None,
+) -> Check | None:
     """With speculation on, the average accept length the server reports is at least `minimum`
     (1.0: no draft token was ever accepted), and at least `floor` (the floor an applied patch set
     declares to tell its algorithm from the linear one, and the patch set's name) where that is
@@ -179,14 +226,29 @@ def accept_check(command: units.Command | str | None, info: dict[str, Any] | Non
     assert info is not None
     lengths = info.get("accept_lengths") or []
     if not lengths:
-        return Check("accept", True, 0.0, f"not checked: {info['url']} reports no avg_spec_accept_length "
-                     "(speculation has not run?)", skipped=True)
+        return Check(
+            "accept",
+            True,
+            0.0,
+            f"not checked: {info['url']} reports no avg_spec_accept_length (speculation has not run?)",
+            skipped=True,
+        )
     average = sum(lengths) / len(lengths)
     if average < minimum:
-        none = ": no draft token was ever accepted" if average <= 1.0 else \
-            ": what the linear path gives, not its algorithm's" if declared else ""
-        return Check("accept", False, 0.0, f"average accept length {average:.2f} is below {what}{none} "
-                     f"({info['url']})", reason="accept-length")
+        none = (
+            ": no draft token was ever accepted"
+            if average <= 1.0
+            else ": what the linear path gives, not its algorithm's"
+            if declared
+            else ""
+        )
+        return Check(
+            "accept",
+            False,
+            0.0,
+            f"average accept length {average:.2f} is below {what}{none} ({info['url']})",
+            reason="accept-length",
+        )
     return Check("accept", True, 0.0, f"average accept length {average:.2f}, at least {what}")
 
 
@@ -208,8 +270,14 @@ def output_check(now: str | None, then: dict[str, Any] | None, mode: str) -> Che
     if mode == "off" or now is None:
         return None
     if then is None:
-        return Check("output", True, 0.0, "not checked: no earlier pass with this prompt, model and max_tokens "
-                     "(this output is kept for the next)", skipped=True)
+        return Check(
+            "output",
+            True,
+            0.0,
+            "not checked: no earlier pass with this prompt, model and max_tokens "
+            "(this output is kept for the next)",
+            skipped=True,
+        )
     where = f"the last pass (state {then['state']}, ledger entry {then['entry']})"
     if now == then["output"]:
         return Check("output", True, 0.0, f"the same greedy output as {where}")
@@ -217,8 +285,12 @@ def output_check(now: str | None, then: dict[str, Any] | None, mode: str) -> Che
     detail = f"greedy output differs from {where} at {at['where']}"
     shown = f"then: {at['then']}\nnow:  {at['now']}"
     if mode == "fail":
-        return Check("output", False, 0.0, detail + " (compare_output = \"fail\")", shown, reason="output-changed")
-    return Check("output", True, 0.0, detail + " (compare_output = \"warn\": not a failure)", shown, warned=True)
+        return Check(
+            "output", False, 0.0, detail + ' (compare_output = "fail")', shown, reason="output-changed"
+        )
+    return Check(
+        "output", True, 0.0, detail + ' (compare_output = "warn": not a failure)', shown, warned=True
+    )
 
 
 def first_difference(a: str, b: str, before: int = 30, after: int = 50) -> dict[str, str]:
@@ -229,8 +301,12 @@ def first_difference(a: str, b: str, before: int = 30, after: int = 50) -> dict[
     start = max(0, i - before)
 
     def cut(text: str) -> str:
-        piece = text[start:i + after]
-        return ("…" if start else "") + repr(piece) + ("…" if i + after < len(text) else "") \
+        piece = text[start : i + after]
+        return (
+            ("…" if start else "")
+            + repr(piece)
+            + ("…" if i + after < len(text) else "")
             + ("" if i < len(text) else " (ends here)")
+        )
 
     return {"where": f"character {i + 1} (line {line}, column {column})", "then": cut(a), "now": cut(b)}

@@ -3,20 +3,20 @@ the applied stack, and the files they build from the files they start from."""
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Collection, Iterable
+from typing import TYPE_CHECKING
 
 from ..errors import BadInput, HunkFailed, Refused
 from ..host.disk import STAGE_PREFIX, is_managed_name
+from ..host.disk import normalize_name as canonicalize_name
+from ..patchset import patching, patchset
 from ..records.ledger import PatchSetRef
 from ..records.manifest import ROLE_PREFIX
 from ..targets import Target, TargetInfo
 from ..workspace import TargetConfig, Workspace
 from .session import Session
-from ..host.disk import normalize_name as canonicalize_name
-from ..patchset import patching
-from ..patchset import patchset
 
 if TYPE_CHECKING:
     from ..patchset import patching
@@ -74,23 +74,33 @@ class StackChange:
     adding: tuple[PatchSet, ...]  # applied after the kept ones, requirements first
 
 
-def stack_change(ws_patchsets: Path, stack: Iterable[PatchSetRef], incoming: list[PatchSet]) -> StackChange | None:
+def stack_change(
+    ws_patchsets: Path, stack: Iterable[PatchSetRef], incoming: list[PatchSet]
+) -> StackChange | None:
     """The change applying `incoming` (requirements first, the named one last) makes to `stack`;
     None when that very version and content is already applied."""
     top = incoming[-1]
-    if any(p["name"] == top.name and p["version"] == top.version and p["digest"] == top.digest
-           and (top.values is None or p.get("vars", {}) == dict(top.values)) for p in stack):
+    if any(
+        p["name"] == top.name
+        and p["version"] == top.version
+        and p["digest"] == top.digest
+        and (top.values is None or p.get("vars", {}) == dict(top.values))
+        for p in stack
+    ):
         return None
     names = {ps.name for ps in incoming}
     groups = {ps.group for ps in incoming if ps.group}
-    removed = tuple(p for p in stack if p["name"] in names or (groups and group_of(ws_patchsets, p) in groups))
+    removed = tuple(
+        p for p in stack if p["name"] in names or (groups and group_of(ws_patchsets, p) in groups)
+    )
     kept = tuple(p for p in stack if p not in removed)
     adding = tuple(ps for ps in incoming if not any(k["name"] == ps.name for k in kept) or ps is top)
     return StackChange(removed, kept, adding)
 
 
-def refuse_shared_role_files(ws_patchsets: Path, config: TargetConfig, kept: Iterable[PatchSetRef],
-                             adding: Iterable[PatchSet]) -> None:
+def refuse_shared_role_files(
+    ws_patchsets: Path, config: TargetConfig, kept: Iterable[PatchSetRef], adding: Iterable[PatchSet]
+) -> None:
     """One role file, one owner: refuse (before anything changes) a stack in which two patch sets write
     the same file on the target (two drop-ins at the default path): the second would replace the first's
     file while the recorded state named both."""
@@ -118,7 +128,8 @@ def refuse_shared_role_files(ws_patchsets: Path, config: TargetConfig, kept: Ite
                 "so the state would name a patch set whose drop-in is gone; nothing was changed",
                 f"give {ps.name} a drop-in of its own: in patchsets/{ps.name}/patchset.toml name its role "
                 f"{ps.name}_dropin under [files], and map it in [targets.{config.name}.files] to "
-                f"{ps.name}_dropin = \"{directory}/60-{ps.name}.conf\"")
+                f'{ps.name}_dropin = "{directory}/60-{ps.name}.conf"',
+            )
 
 
 def group_of(ws_patchsets: Path, ref: PatchSetRef) -> str | None:
@@ -162,27 +173,36 @@ def check_fits(target: Target, sets: list[PatchSet], force: bool) -> list[str]:
     for m in misfits(sets, target.config.package, info.version, dict(info.roles)):
         ps = m.patchset
         if m.kind == "package":
-            raise BadInput(f"patch set {ps.ident} is for package {ps.package!r}, "
-                           f"target {target.name} manages {target.config.package!r}")
+            raise BadInput(
+                f"patch set {ps.ident} is for package {ps.package!r}, "
+                f"target {target.name} manages {target.config.package!r}"
+            )
         if m.kind == "version":
             msg = f"patch set {ps.ident} needs {ps.package}{ps.package_version}, target {target.name} has {info.version}"
             if not force:
                 raise Refused(msg, "use --force to apply it anyway")
             notes.append(f"warning: {msg} (--force)")
         if m.kind == "role":
-            hint = (f"add unit = \"/etc/systemd/system/NAME.service\" (the host's unit; the drop-in goes beside it) "
-                    f"or dropin = \"...\" to [targets.{target.name}.files]" if m.have == "dropin" else
-                    f"add {m.have} = \"...\" to [targets.{target.name}.files]")
-            raise BadInput(f"patch set {ps.ident} sets the {m.have!r} file, but target {target.name} "
-                           f"has no such role", hint)
+            hint = (
+                f'add unit = "/etc/systemd/system/NAME.service" (the host\'s unit; the drop-in goes beside it) '
+                f'or dropin = "..." to [targets.{target.name}.files]'
+                if m.have == "dropin"
+                else f'add {m.have} = "..." to [targets.{target.name}.files]'
+            )
+            raise BadInput(
+                f"patch set {ps.ident} sets the {m.have!r} file, but target {target.name} has no such role",
+                hint,
+            )
     for ps in sets:
         _refuse_unmanaged(info, ps)
         python = dict(ps.values or ()).get("python")
         if python is not None and python != target.config.python:
-            notes.append(f"warning: {ps.ident} makes the service run {python} ({{{{ python }}}}), not the target's "
-                         f"interpreter {target.config.python}, whose {target.config.package} patchkeeper patches: the "
-                         f"service would run another environment's {target.config.package} (drop python from "
-                         f"[targets.{target.name}.vars] to use the target's own)")
+            notes.append(
+                f"warning: {ps.ident} makes the service run {python} ({{{{ python }}}}), not the target's "
+                f"interpreter {target.config.python}, whose {target.config.package} patchkeeper patches: the "
+                f"service would run another environment's {target.config.package} (drop python from "
+                f"[targets.{target.name}.vars] to use the target's own)"
+            )
     unsafe = patchset.unsafe_modes(sets)
     if unsafe:
         msg = "patch sets make file(s) setuid, setgid or world-writable: " + ", ".join(unsafe)
@@ -199,17 +219,23 @@ def _refuse_unmanaged(info: TargetInfo, ps: PatchSet) -> None:
     bad = []
     for path in ps.paths:
         if not is_managed_name(path):
-            why = "a stage file name of patchkeeper" if STAGE_PREFIX in path else "bytecode, derived from sources"
+            why = (
+                "a stage file name of patchkeeper"
+                if STAGE_PREFIX in path
+                else "bytecode, derived from sources"
+            )
         elif path.split("/", 1)[0] not in tops and path not in loose:
             why = f"not a file of package {info.package}"
         else:
             continue
         bad.append(f"{path} ({why})")
     if bad:
-        raise Refused(f"patch set {ps.ident} writes {len(bad)} path(s) patchkeeper does not manage, so no rollback "
-                      "would undo them: " + ", ".join(bad[:10]) + (" …" if len(bad) > 10 else ""),
-                      f"limit the patch set to the files of {info.package} ({', '.join(sorted(tops))}"
-                      f"{', ' + ', '.join(sorted(loose)[:5]) if loose else ''}), without bytecode")
+        raise Refused(
+            f"patch set {ps.ident} writes {len(bad)} path(s) patchkeeper does not manage, so no rollback "
+            "would undo them: " + ", ".join(bad[:10]) + (" …" if len(bad) > 10 else ""),
+            f"limit the patch set to the files of {info.package} ({', '.join(sorted(tops))}"
+            f"{', ' + ', '.join(sorted(loose)[:5]) if loose else ''}), without bytecode",
+        )
 
 
 def check_history(s: Session, sets: list[PatchSet]) -> None:
@@ -217,9 +243,11 @@ def check_history(s: Session, sets: list[PatchSet]) -> None:
     for ps in sets:
         for name, version, digest in applied:
             if name == ps.name and version == ps.version and digest != ps.digest:
-                raise Refused(f"patch set {ps.ident} changed since it was applied here "
-                              f"({str(digest)[:19]}… then, {ps.digest[:19]}… now) without a version bump",
-                              f"raise version in patchsets/{ps.name}/patchset.toml")
+                raise Refused(
+                    f"patch set {ps.ident} changed since it was applied here "
+                    f"({str(digest)[:19]}… then, {ps.digest[:19]}… now) without a version bump",
+                    f"raise version in patchsets/{ps.name}/patchset.toml",
+                )
 
 
 @dataclass(frozen=True)
@@ -236,8 +264,13 @@ class FileCheck:
         return all(h.offset is not None for h in self.hunks)
 
 
-def build_files(sets: list[PatchSet], files: dict[str, bytes | None], modes: dict[str, int],
-                roles: Collection[str], trial_of: Collection[PatchSet] | None = None) -> tuple[FileCheck, ...]:
+def build_files(
+    sets: list[PatchSet],
+    files: dict[str, bytes | None],
+    modes: dict[str, int],
+    roles: Collection[str],
+    trial_of: Collection[PatchSet] | None = None,
+) -> tuple[FileCheck, ...]:
     """Apply `sets` in order to `files` (and their `modes`), in place, with their files for `roles`.
 
     With `trial_of`, each file patch is checked first: a failing one is reported (for the sets in
@@ -245,7 +278,9 @@ def build_files(sets: list[PatchSet], files: dict[str, bytes | None], modes: dic
 
     checks = []
     for ps in sets:
-        before: dict[str, bytes | None] = {}  # a rename or copy reads its source as the set found it (git apply's rule)
+        before: dict[
+            str, bytes | None
+        ] = {}  # a rename or copy reads its source as the set found it (git apply's rule)
         for origin, fps in ps.patches:
             for fp in fps:
                 src = fp.source
@@ -253,14 +288,19 @@ def build_files(sets: list[PatchSet], files: dict[str, bytes | None], modes: dic
                 if trial_of is not None:
                     hunks = patching.check(fp, data)
                     if src is not None and files[fp.path] is not None:
-                        hunks = (patching.HunkCheck(f"{fp.kind} from {src}", None, "the file already exists"),)
+                        hunks = (
+                            patching.HunkCheck(f"{fp.kind} from {src}", None, "the file already exists"),
+                        )
                     if ps in trial_of:
                         checks.append(FileCheck(ps.ident, origin, fp.path, hunks))
                     if any(h.offset is None for h in hunks):
                         continue
                 elif src is not None and files[fp.path] is not None:
-                    raise HunkFailed(f"{ps.name}/{origin}: {fp.path}: the patch {fp.kind}s {src} to this path, "
-                                     "but it already exists", "roll back first, or check which patch set created it")
+                    raise HunkFailed(
+                        f"{ps.name}/{origin}: {fp.path}: the patch {fp.kind}s {src} to this path, "
+                        "but it already exists",
+                        "roll back first, or check which patch set created it",
+                    )
                 before.setdefault(fp.path, files[fp.path])
                 files[fp.path] = patching.apply(fp, data, f"{ps.name}/{origin}").data
                 if fp.kind == "rename" and src is not None:
@@ -282,8 +322,11 @@ def build_files(sets: list[PatchSet], files: dict[str, bytes | None], modes: dic
 def load_applied(ws: Workspace, ref: PatchSetRef) -> PatchSet:
     ps = patchset.load(ws.patchsets_dir, ref["name"])
     if ps.digest != ref["digest"]:
-        raise Refused(f"applied patch set {ref['name']}@{ref['version']} is no longer in the workspace as applied "
-                      "(its files changed)", "roll back to baseline instead, which needs no patch set")
+        raise Refused(
+            f"applied patch set {ref['name']}@{ref['version']} is no longer in the workspace as applied "
+            "(its files changed)",
+            "roll back to baseline instead, which needs no patch set",
+        )
     return ps
 
 

@@ -19,21 +19,20 @@ from __future__ import annotations
 import hashlib
 import json
 import posixpath
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Callable, cast
+from typing import Any, cast
 
 from .. import faults
 from ..errors import PatchkeeperError, Refused, StoreError, Unfinished
 from ..host.contract import AgentContract, ScanRequest
 from ..host.disk import STAGE_PREFIX
-from ..targets.shapes import ENV as ENV_PREFIX
-from ..targets import shapes
 from ..host.errors import AgentError
-from ..records.ledger import ApplyExtra, Extra, Ledger, LedgerEntry, RollbackExtra
+from ..records.ledger import ApplyExtra, Extra, Ledger, LedgerEntry, RollbackExtra, warn_untrusted
 from ..records.ledger_index import CREATED_DIRS
 from ..records.manifest import Entry
-from ..records.ledger import warn_untrusted
-
+from ..targets import shapes
+from ..targets.shapes import ENV as ENV_PREFIX
 
 NAME_MAX = 255  # bytes in one file name (Linux, every common file system)
 
@@ -62,24 +61,36 @@ class FileOp:
         return posixpath.join(head, name)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "path": self.path,
-                "old": [self.old.digest, self.old.size, self.old.mode] if self.old else None,
-                "new": [self.new.digest, self.new.size, self.new.mode] if self.new else None}
+        return {
+            "key": self.key,
+            "path": self.path,
+            "old": [self.old.digest, self.old.size, self.old.mode] if self.old else None,
+            "new": [self.new.digest, self.new.size, self.new.mode] if self.new else None,
+        }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "FileOp":
+    def from_dict(cls, d: dict[str, Any]) -> FileOp:
         """An op as the journal holds it, its key, path and digests checked (shapes.Malformed)."""
         shapes.key(d["key"], "an op's key")
         shapes.absolute(d["path"], "an op's path")
         for side in ("old", "new"):
             if d[side]:
                 shapes.digest(d[side][0], f"an op's {side} digest")
-        return cls(d["key"], d["path"], Entry.of(d["old"]) if d["old"] else None,
-                   Entry.of(d["new"]) if d["new"] else None)
+        return cls(
+            d["key"],
+            d["path"],
+            Entry.of(d["old"]) if d["old"] else None,
+            Entry.of(d["new"]) if d["new"] else None,
+        )
 
 
-def carry_out(ledger: Ledger, ops: list[FileOp], contents: dict[str, bytes], entry: LedgerEntry,
-              complete: Callable[[LedgerEntry], LedgerEntry] | None = None) -> None:
+def carry_out(
+    ledger: Ledger,
+    ops: list[FileOp],
+    contents: dict[str, bytes],
+    entry: LedgerEntry,
+    complete: Callable[[LedgerEntry], LedgerEntry] | None = None,
+) -> None:
     """Carry out `ops` as one transaction and record `entry`. `contents` maps new digests to bytes.
     `complete` gives the entry its last fields (the environment fingerprint, taken meanwhile) before
     the commit point; the journal of a transaction that never committed holds the entry without them."""
@@ -88,9 +99,11 @@ def carry_out(ledger: Ledger, ops: list[FileOp], contents: dict[str, bytes], ent
     entry = ledger.stamped(entry)  # the installation it is made over, in the journal too
     found = obstacles(ledger, ops)
     if found:
-        raise Refused(f"{len(found)} file(s) cannot be replaced or removed, so nothing was changed: "
-                      + "; ".join(f"{path} {why}" for path, why in found.items()),
-                      "deal with each as it says, then run the command again")
+        raise Refused(
+            f"{len(found)} file(s) cannot be replaced or removed, so nothing was changed: "
+            + "; ".join(f"{path} {why}" for path, why in found.items()),
+            "deal with each as it says, then run the command again",
+        )
     _backup(ledger, ops)
     added = [op.path for op in ops if op.new is not None and op.old is None]
     created = agent.missing_dirs(added) if added else []
@@ -99,8 +112,12 @@ def carry_out(ledger: Ledger, ops: list[FileOp], contents: dict[str, bytes], ent
     for digest, data in contents.items():
         agent.store_put(store, data, digest)
     faults.point("stored")
-    journal = {"id": entry.id, "status": "prepared", "ops": [op.to_dict() for op in ops],
-               "entry": entry.to_dict()}
+    journal = {
+        "id": entry.id,
+        "status": "prepared",
+        "ops": [op.to_dict() for op in ops],
+        "entry": entry.to_dict(),
+    }
     agent.write_atomic(ledger.journal_path, json.dumps(journal).encode())
     faults.point("journal-prepared")
     try:
@@ -117,11 +134,15 @@ def carry_out(ledger: Ledger, ops: list[FileOp], contents: dict[str, bytes], ent
     except Exception as exc:  # before the commit point: undo, so the target stays as it was
         _undo(ledger, ops, entry)
         if isinstance(exc, AgentError):
-            raise StoreError(f"{exc}; nothing was changed", "see `patchkeeper log`; the store may need repair") from None
+            raise StoreError(
+                f"{exc}; nothing was changed", "see `patchkeeper log`; the store may need repair"
+            ) from None
         if isinstance(exc, OSError):
-            raise Refused(f"cannot stage the new files: {exc.strerror or exc}"
-                          f"{' (' + exc.filename + ')' if getattr(exc, 'filename', None) else ''}; nothing was changed",
-                          "check that the target's directories exist and are writable") from None
+            raise Refused(
+                f"cannot stage the new files: {exc.strerror or exc}"
+                f"{' (' + exc.filename + ')' if getattr(exc, 'filename', None) else ''}; nothing was changed",
+                "check that the target's directories exist and are writable",
+            ) from None
         raise
     faults.point("journal-committed")
     _finish(ledger, ops, entry)
@@ -136,8 +157,10 @@ def _backup(ledger: Ledger, ops: list[FileOp]) -> None:
         bad = target.agent.store_put_files(target.info.store, {d: olds[d] for d in missing})
         if bad:
             names = ", ".join(olds[d] for d in bad)
-            raise Refused(f"files changed while patchkeeper was reading them: {names}",
-                          "make sure nothing else writes to the package, then retry")
+            raise Refused(
+                f"files changed while patchkeeper was reading them: {names}",
+                "make sure nothing else writes to the package, then retry",
+            )
 
 
 def _undo(ledger: Ledger, ops: list[FileOp], entry: LedgerEntry) -> None:
@@ -156,8 +179,9 @@ def _undo(ledger: Ledger, ops: list[FileOp], entry: LedgerEntry) -> None:
 def obstacles(ledger: Ledger, ops: list[FileOp]) -> dict[str, str]:
     """path -> what would make placing or removing it fail (a directory, a symlink, a device, an
     immutable file, a read-only directory...), for every op's destination and bytecode."""
-    return ledger.target.agent.obstacles([op.path for op in ops if op.new is not None],
-                                         [op.path for op in ops if op.new is None])
+    return ledger.target.agent.obstacles(
+        [op.path for op in ops if op.new is not None], [op.path for op in ops if op.new is None]
+    )
 
 
 def _finish(ledger: Ledger, ops: list[FileOp], entry: LedgerEntry) -> None:
@@ -175,7 +199,10 @@ def _finish(ledger: Ledger, ops: list[FileOp], entry: LedgerEntry) -> None:
             ledger.append(entry)
         faults.point("ledger")
         agent.unlink(ledger.journal_path)
-    except (PatchkeeperError, OSError) as exc:  # after the commit point nothing is undone: say what is left and why
+    except (
+        PatchkeeperError,
+        OSError,
+    ) as exc:  # after the commit point nothing is undone: say what is left and why
         raise _unfinished(ledger, entry, rest, exc) from None
     faults.point("done")
 
@@ -202,7 +229,10 @@ def _place(agent: AgentContract, ops: list[FileOp], tx_id: str) -> tuple[list[Fi
 def _unfinished(ledger: Ledger, entry: LedgerEntry, rest: list[FileOp], exc: Exception) -> Unfinished:
     try:
         found = obstacles(ledger, rest)
-    except (PatchkeeperError, OSError):  # the target may be out of reach; the error itself is all there is to say
+    except (
+        PatchkeeperError,
+        OSError,
+    ):  # the target may be out of reach; the error itself is all there is to say
         found = {}
     if found:
         what = "; ".join(f"{path} {why}" for path, why in found.items())
@@ -215,9 +245,11 @@ def _unfinished(ledger: Ledger, entry: LedgerEntry, rest: list[FileOp], exc: Exc
 def unfinished(ledger: Ledger, entry: LedgerEntry, what: str, left: int) -> Unfinished:
     name = ledger.target.name
     state = f"{left} file(s) are not in place yet" if left else "it is not recorded yet"
-    return Unfinished(f"transaction {entry.id} (`{entry.command}`) passed its commit point, but {state}: {what}",
-                      f"fix that, then run `patchkeeper recover -t {name}`, which finishes the transaction "
-                      "(the new files wait in the store); until then the target is between two states")
+    return Unfinished(
+        f"transaction {entry.id} (`{entry.command}`) passed its commit point, but {state}: {what}",
+        f"fix that, then run `patchkeeper recover -t {name}`, which finishes the transaction "
+        "(the new files wait in the store); until then the target is between two states",
+    )
 
 
 def _remove_created_dirs(ledger: Ledger, ops: list[FileOp], entry: LedgerEntry) -> None:
@@ -269,8 +301,9 @@ def recover(ledger: Ledger) -> str | None:
             raise ValueError(f"unknown status {journal['status']!r}")
         for op in ops:  # only the files of this target's package, role files and repairs
             if op.path != _path_of(target, op.key):
-                raise ValueError(f"its op for {op.key!r} names another path than that file's on the target: "
-                                 f"{op.path!r}")
+                raise ValueError(
+                    f"its op for {op.key!r} names another path than that file's on the target: {op.path!r}"
+                )
     except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
         raise JournalDamaged(
             f"the journal of target {target.name} ({ledger.journal_path}) is damaged "
@@ -278,7 +311,8 @@ def recover(ledger: Ledger) -> str | None:
             "neither finished nor undone from it",
             f"move it aside (mv {ledger.journal_path} {ledger.journal_path}.damaged); then `patchkeeper status` "
             "lists the files that differ from the recorded state, and `patchkeeper rollback --to "
-            "<that state's id>` puts them back") from None
+            "<that state's id>` puts them back",
+        ) from None
     if journal["status"] == "prepared":
         _undo(ledger, ops, entry)
         return f"undid transaction {tx} ({entry.command}): it had not committed; the target is as before it"
@@ -297,16 +331,25 @@ def recover(ledger: Ledger) -> str | None:
                 found = obstacles(ledger, [op])
                 if found:
                     raise unfinished(ledger, entry, f"{op.path} {found[op.path]}", 1) from None
-                raise StoreError(f"cannot finish transaction {tx}: {exc}",
-                                 "the store is damaged; restore the file by hand") from None
+                raise StoreError(
+                    f"cannot finish transaction {tx}: {exc}", "the store is damaged; restore the file by hand"
+                ) from None
     pending = [op for op in ops if op.new is None or agent.lstat(op.stage_path(tx)) is not None]
     found = obstacles(ledger, pending)
     if found:
-        raise unfinished(ledger, entry, "; ".join(f"{path} {why}" for path, why in found.items()), len(pending))
+        raise unfinished(
+            ledger, entry, "; ".join(f"{path} {why}" for path, why in found.items()), len(pending)
+        )
     _finish(ledger, pending, entry)
     agent.remove_bytecode([op.path for op in ops])
-    saved = ("; changed by hand since it was interrupted, backed up first: "
-             + ", ".join(f"{key} ({digest})" for key, digest in edits.items())) if edits else ""
+    saved = (
+        (
+            "; changed by hand since it was interrupted, backed up first: "
+            + ", ".join(f"{key} ({digest})" for key, digest in edits.items())
+        )
+        if edits
+        else ""
+    )
     return f"finished transaction {tx} ({entry.command}): it had committed; the target is in its new state{saved}"
 
 
@@ -314,28 +357,35 @@ def _path_of(target: Any, key: str) -> str | None:
     """Where the file of a journal's op key is on the target (None: a role this target lacks)."""
     info = target.info
     if key.startswith(ENV_PREFIX):  # a file outside the package that a repair changed (repair.env_key)
-        return posixpath.normpath(posixpath.join(info.site, key[len(ENV_PREFIX):]))
+        return posixpath.normpath(posixpath.join(info.site, key[len(ENV_PREFIX) :]))
     try:
         return str(info.path_of(key))
     except KeyError:
         return None
 
 
-def _back_up_hand_edits(ledger: Ledger, ops: list[FileOp], entry: LedgerEntry) -> tuple[LedgerEntry, dict[str, str]]:
+def _back_up_hand_edits(
+    ledger: Ledger, ops: list[FileOp], entry: LedgerEntry
+) -> tuple[LedgerEntry, dict[str, str]]:
     """Files of an interrupted transaction that hold neither its old nor its new bytes were changed by
     hand since: put their bytes in the store before they are replaced; name them in the entry."""
     target = ledger.target
     now = target.agent.scan(ScanRequest("/", absolute={op.key: op.path for op in ops})).rows
-    edits = {op.key: Entry.of(now[op.key]) for op in ops
-             if op.key in now and Entry.of(now[op.key]) not in (op.old, op.new)}
+    edits = {
+        op.key: Entry.of(now[op.key])
+        for op in ops
+        if op.key in now and Entry.of(now[op.key]) not in (op.old, op.new)
+    }
     if not edits:
         return entry, {}
     where = {op.key: op.path for op in ops}
     paths = {e.digest: where[k] for k, e in edits.items()}
     missing = target.agent.store_missing(target.info.store, list(paths))
     if missing and target.agent.store_put_files(target.info.store, {d: paths[d] for d in missing}):
-        raise Refused(f"files changed while patchkeeper was backing them up: {', '.join(edits)}",
-                      "make sure nothing else writes to the package, then run `patchkeeper recover` again")
+        raise Refused(
+            f"files changed while patchkeeper was backing them up: {', '.join(edits)}",
+            "make sure nothing else writes to the package, then run `patchkeeper recover` again",
+        )
     digests = {k: e.digest for k, e in edits.items()}
     extra = cast("ApplyExtra | RollbackExtra", dict(entry.extra))
     extra["backed_up_at_recovery"] = digests

@@ -8,29 +8,36 @@ import re
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, TextIO, cast
+from typing import Any, TextIO, cast
 
-from ..checks import units
-from . import smoke
-from .service import ServiceConfig
-from .smoke import SAMPLE_CHARS, Check, count_tokens, degenerate, judge  # noqa: F401  (their home is smoke.py)
+from ..checks import environment, units
 from ..errors import PatchkeeperError
 from ..host import probe_http
 from ..patchset import patchset
 from ..records.ledger import Ledger, LedgerEntry, State, VerifyExtra, new_id, who
 from ..targets import Target
+from . import smoke
+from .service import ServiceConfig
 from .session import Session
-from ..checks import environment
+from .smoke import SAMPLE_CHARS, Check, count_tokens, degenerate, judge  # noqa: F401  (their home is smoke.py)
 
 OUTPUT_KEEP = 8000  # characters of restart / log output kept in a report
 WINDOW_MAX = 10.0  # seconds one probe run polls for readiness before progress is shown
-MIN_SLOWER = 1.0  # seconds a regression must add too, so a server answering in milliseconds is not judged by jitter
-MIN_SLOWER_READY = 30.0  # the same for the ready time, which a cold page cache alone can stretch by tens of seconds
+MIN_SLOWER = (
+    1.0  # seconds a regression must add too, so a server answering in milliseconds is not judged by jitter
+)
+MIN_SLOWER_READY = (
+    30.0  # the same for the ready time, which a cold page cache alone can stretch by tens of seconds
+)
 FIRST_ERRORS = 8  # error-looking log lines quoted before the tail
-_ERROR_LINE = re.compile(r"Traceback \(most recent call last\)|\w*Error:|\bERROR\b|\bOSError\b|CUDA error|"
-                         r"CUDA out of memory|cudaError|CUDA_ERROR|Not enough memory", re.IGNORECASE)
+_ERROR_LINE = re.compile(
+    r"Traceback \(most recent call last\)|\w*Error:|\bERROR\b|\bOSError\b|CUDA error|"
+    r"CUDA out of memory|cudaError|CUDA_ERROR|Not enough memory",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True)
@@ -48,10 +55,14 @@ class Verification:
     sample: str = ""
     problems: tuple[str, ...] = ()
     logs: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)  # since, warmups, requests (each judged completion), server_info
+    extra: dict[str, Any] = field(
+        default_factory=dict
+    )  # since, warmups, requests (each judged completion), server_info
     errors: tuple[str, ...] = ()  # the first error-looking lines of the logs, wherever they are
     output: str | None = None  # the first judged completion's text (greedy: compared with the next pass's)
-    smoke: dict[str, Any] = field(default_factory=dict)  # what makes two outputs comparable: prompt, model, max_tokens, endpoint
+    smoke: dict[str, Any] = field(
+        default_factory=dict
+    )  # what makes two outputs comparable: prompt, model, max_tokens, endpoint
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -62,12 +73,21 @@ class Verification:
 
 
 # ---- running the checks on a target ----------------------------------------------------------
-def _shell(target: Target, command: str, timeout: float, since: str = "", keep: int | None = OUTPUT_KEEP,
-           stamp: bool = False) -> tuple[int, str, str]:
+def _shell(
+    target: Target,
+    command: str,
+    timeout: float,
+    since: str = "",
+    keep: int | None = OUTPUT_KEEP,
+    stamp: bool = False,
+) -> tuple[int, str, str]:
     """`sh -c command` on the target with $PATCHKEEPER_SINCE set: its exit code, stdout and stderr; with
     `stamp`, the target's clock (epoch seconds) is printed on stdout's first line before the command runs."""
-    script = ('PATCHKEEPER_SINCE=$1; export PATCHKEEPER_SINCE; ' + ('date +%s; ' if stamp else '')
-              + 'exec sh -c "$2"')
+    script = (
+        "PATCHKEEPER_SINCE=$1; export PATCHKEEPER_SINCE; "
+        + ("date +%s; " if stamp else "")
+        + 'exec sh -c "$2"'
+    )
     try:
         code, out, err = target.run(["sh", "-c", script, "sh", since, command], timeout=timeout)
     except OSError as exc:
@@ -86,26 +106,46 @@ def restart(target: Target, svc: ServiceConfig) -> tuple[Check, str]:
     out = rest if since else out
     secs = time.monotonic() - start
     if code == 124 and "timed out after" in out + err:
-        return Check("restart", False, secs, f"`{svc.restart}` did not finish within {svc.restart_timeout:g}s",
-                     out + err, reason="restart"), since
+        return Check(
+            "restart",
+            False,
+            secs,
+            f"`{svc.restart}` did not finish within {svc.restart_timeout:g}s",
+            out + err,
+            reason="restart",
+        ), since
     if code != 0:
-        return Check("restart", False, secs, f"`{svc.restart}` failed with exit code {code}", out + err,
-                     reason="restart"), since
+        return Check(
+            "restart",
+            False,
+            secs,
+            f"`{svc.restart}` failed with exit code {code}",
+            out + err,
+            reason="restart",
+        ), since
     said = err.strip()
     detail = "exit 0" + (", with this on stderr:" if said else "")
     return Check("restart", True, secs, detail, err, warned=bool(said)), since
 
 
-def probe(target: Target, svc: ServiceConfig, progress: TextIO | None = sys.stderr,
-          listener_port: int | None = None) -> tuple[Check, dict[str, Any] | None]:
+def probe(
+    target: Target, svc: ServiceConfig, progress: TextIO | None = sys.stderr, listener_port: int | None = None
+) -> tuple[Check, dict[str, Any] | None]:
     """Wait for the server (progress on `progress`), then the generations (after `warmup` others), then
     /server_info (result["server_info"]), and with `listener_port` the processes listening there
     (result["listener"]); all from the target's side."""
     source = Path(probe_http.__file__).read_text(encoding="utf-8")
     smoke_cfg = svc.smoke
-    gen = {"prompt": smoke_cfg.prompt, "max_tokens": smoke_cfg.max_tokens, "timeout": smoke_cfg.timeout,
-           "endpoint": smoke_cfg.endpoint, "model": smoke_cfg.model, "warmup": smoke_cfg.warmup,
-           "requests": smoke_cfg.requests, "concurrency": smoke_cfg.concurrency}
+    gen = {
+        "prompt": smoke_cfg.prompt,
+        "max_tokens": smoke_cfg.max_tokens,
+        "timeout": smoke_cfg.timeout,
+        "endpoint": smoke_cfg.endpoint,
+        "model": smoke_cfg.model,
+        "warmup": smoke_cfg.warmup,
+        "requests": smoke_cfg.requests,
+        "concurrency": smoke_cfg.concurrency,
+    }
     start = time.monotonic()
     deadline = start + svc.ready_timeout
     window = 1.0
@@ -113,25 +153,43 @@ def probe(target: Target, svc: ServiceConfig, progress: TextIO | None = sys.stde
     while True:
         window = min(window, max(0.0, deadline - time.monotonic()))
         launched = time.monotonic()
-        request = json.dumps({"base_url": svc.base_url, "window": window, "interval": 0.1, "generate": gen,
-                              "listener_port": listener_port})
+        request = json.dumps(
+            {
+                "base_url": svc.base_url,
+                "window": window,
+                "interval": 0.1,
+                "generate": gen,
+                "listener_port": listener_port,
+            }
+        )
         try:
-            code, out, err = target.run_python(source, timeout=window + (2 + rounds) * smoke_cfg.timeout + 60,
-                                               input=request.encode())
+            code, out, err = target.run_python(
+                source, timeout=window + (2 + rounds) * smoke_cfg.timeout + 60, input=request.encode()
+            )
         except OSError as exc:
             code, out, err = 127, b"", str(exc).encode()
         if code != 0:
             tail = err.decode(errors="replace").strip().splitlines()[-1:] or [f"exit code {code}"]
-            return Check("ready", False, time.monotonic() - start,
-                         f"the HTTP probe could not run with {target.config.python} on the target: {tail[0]}",
-                         err.decode(errors="replace")[-OUTPUT_KEEP:], reason="probe"), None
+            return Check(
+                "ready",
+                False,
+                time.monotonic() - start,
+                f"the HTTP probe could not run with {target.config.python} on the target: {tail[0]}",
+                err.decode(errors="replace")[-OUTPUT_KEEP:],
+                reason="probe",
+            ), None
         try:
             result = json.loads(out)
             ready = bool(result["ready"])
         except (ValueError, TypeError, KeyError):  # something else printed on stdout (a sitecustomize?)
-            return Check("ready", False, time.monotonic() - start,
-                         f"the HTTP probe's answer was not understood: {out[:200]!r}",
-                         err.decode(errors="replace")[-OUTPUT_KEEP:], reason="probe"), None
+            return Check(
+                "ready",
+                False,
+                time.monotonic() - start,
+                f"the HTTP probe's answer was not understood: {out[:200]!r}",
+                err.decode(errors="replace")[-OUTPUT_KEEP:],
+                reason="probe",
+            ), None
         waited = time.monotonic() - start
         if ready:  # the probe's own clock: `waited` includes the generation that followed
             waited = launched - start + float(result.get("seconds", 0.0))
@@ -145,18 +203,32 @@ def probe(target: Target, svc: ServiceConfig, progress: TextIO | None = sys.stde
                     gen_result["listener"] = result["listener"]
             return Check("ready", True, waited, detail), gen_result
         if time.monotonic() >= deadline:
-            return Check("ready", False, waited, f"{svc.base_url} did not answer within ready_timeout = "
-                         f"{svc.ready_timeout:g}s (last: {result['detail']})", reason="not-ready"), None
+            return Check(
+                "ready",
+                False,
+                waited,
+                f"{svc.base_url} did not answer within ready_timeout = "
+                f"{svc.ready_timeout:g}s (last: {result['detail']})",
+                reason="not-ready",
+            ), None
         if progress is not None:
-            print(f"  waiting for {svc.base_url}: {waited:.0f}s of {svc.ready_timeout:g}s ({result['detail']})",
-                  file=progress, flush=True)
+            print(
+                f"  waiting for {svc.base_url}: {waited:.0f}s of {svc.ready_timeout:g}s ({result['detail']})",
+                file=progress,
+                flush=True,
+            )
         window = min(window * 2, WINDOW_MAX)
 
 
-def run_checks(target: Target, svc: ServiceConfig, with_restart: bool = True,
-               progress: TextIO | None = sys.stderr, last_pass: dict[str, Any] | None = None,
-               last_output: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None,
-               floor: tuple[float, str] | None = None) -> Verification:
+def run_checks(
+    target: Target,
+    svc: ServiceConfig,
+    with_restart: bool = True,
+    progress: TextIO | None = sys.stderr,
+    last_pass: dict[str, Any] | None = None,
+    last_output: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None,
+    floor: tuple[float, str] | None = None,
+) -> Verification:
     """Restart (optionally), Ready, Server (the process on the port runs the unit's effective
     ExecStart), Generate (`requests` in turn, `concurrency` at once), Algorithm and Accept (what
     /server_info says runs), Output (the greedy output `last_output(key)` gives: the last comparable pass)
@@ -192,7 +264,9 @@ def run_checks(target: Target, svc: ServiceConfig, with_restart: bool = True,
                 checks.append(accept)
             key = smoke_key(svc, gen.get("model"))
             then = last_output(key) if last_output is not None and check.ok else None
-            compared = smoke.output_check(figures.get("output") if check.ok else None, then, svc.smoke.compare_output)
+            compared = smoke.output_check(
+                figures.get("output") if check.ok else None, then, svc.smoke.compare_output
+            )
             if compared is not None:
                 checks.append(compared)
             if all(c.ok for c in checks) and last_pass:
@@ -200,8 +274,15 @@ def run_checks(target: Target, svc: ServiceConfig, with_restart: bool = True,
                 if slower:
                     checks.append(Check("history", False, 0.0, "; ".join(slower), reason="regression"))
                 else:
-                    checks.append(Check("history", True, 0.0, f"within max_slowdown = {svc.smoke.max_slowdown:g} "
-                                        f"of the last pass of this state ({_figures_text(last_pass)})"))
+                    checks.append(
+                        Check(
+                            "history",
+                            True,
+                            0.0,
+                            f"within max_slowdown = {svc.smoke.max_slowdown:g} "
+                            f"of the last pass of this state ({_figures_text(last_pass)})",
+                        )
+                    )
             if "output" in figures:
                 figures["smoke"] = key
     ok = all(c.ok for c in checks)
@@ -221,17 +302,32 @@ def run_checks(target: Target, svc: ServiceConfig, with_restart: bool = True,
         extra["since"] = since
     if figures.get("warmups"):
         extra["warmups"] = figures["warmups"]
-    return Verification(ok=ok, reason=reason, message="passed" if ok else f"{reason}: {problems[0]}",
-                        checks=tuple(checks), tokens=figures.get("tokens"), seconds=figures.get("seconds"),
-                        tokens_per_s=figures.get("tokens_per_s"), sample=figures.get("sample", ""),
-                        problems=tuple(problems), logs=logs, extra={k: v for k, v in extra.items() if v is not None},
-                        errors=errors, output=figures.get("output"), smoke=figures.get("smoke", {}))
+    return Verification(
+        ok=ok,
+        reason=reason,
+        message="passed" if ok else f"{reason}: {problems[0]}",
+        checks=tuple(checks),
+        tokens=figures.get("tokens"),
+        seconds=figures.get("seconds"),
+        tokens_per_s=figures.get("tokens_per_s"),
+        sample=figures.get("sample", ""),
+        problems=tuple(problems),
+        logs=logs,
+        extra={k: v for k, v in extra.items() if v is not None},
+        errors=errors,
+        output=figures.get("output"),
+        smoke=figures.get("smoke", {}),
+    )
 
 
 def smoke_key(svc: ServiceConfig, model: str | None) -> dict[str, Any]:
     """What makes two greedy outputs comparable (the model: as configured, else the one the server listed)."""
-    return {"prompt": svc.smoke.prompt, "model": svc.smoke.model or model, "max_tokens": svc.smoke.max_tokens,
-            "endpoint": svc.smoke.endpoint}
+    return {
+        "prompt": svc.smoke.prompt,
+        "model": svc.smoke.model or model,
+        "max_tokens": svc.smoke.max_tokens,
+        "endpoint": svc.smoke.endpoint,
+    }
 
 
 # ---- the server on the port is the one the unit starts ------------------------------------------
@@ -239,20 +335,29 @@ def _port(base_url: str) -> int:
     return probe_http.split_url(base_url)[2]
 
 
-def server_check(command: units.Command | str, listener: dict[str, Any] | None, loaded: tuple[str, ...] | None = None) -> Check:
+def server_check(
+    command: units.Command | str, listener: dict[str, Any] | None, loaded: tuple[str, ...] | None = None
+) -> Check:
     """Does a process listening on the port run the unit's effective command line? Unknowable is said,
     not failed. `loaded`: what systemd itself has loaded (systemctl show), where it answered."""
     if isinstance(command, str):
         return Check("server", True, 0.0, f"not checked: {command}", skipped=True)
     if command.problem:
-        return Check("server", True, 0.0, f"not checked: the unit's command line depends on more than the unit "
-                     f"({command.problem})", skipped=True)
+        return Check(
+            "server",
+            True,
+            0.0,
+            f"not checked: the unit's command line depends on more than the unit ({command.problem})",
+            skipped=True,
+        )
     stale_systemd = loaded is not None and loaded != tuple(" ".join(command.argv).split())
     systemd = ""
     if stale_systemd:
         assert loaded is not None
-        systemd = (f"\nsystemd:  {' '.join(loaded)}\n(systemctl show -p ExecStart: systemd has another command loaded "
-                   "than the unit files say: run `systemctl daemon-reload`)")
+        systemd = (
+            f"\nsystemd:  {' '.join(loaded)}\n(systemctl show -p ExecStart: systemd has another command loaded "
+            "than the unit files say: run `systemctl daemon-reload`)"
+        )
     if not listener or "processes" not in listener:
         why = (listener or {}).get("error", "the probe did not look")
         return Check("server", True, 0.0, f"not checked: {why}", systemd.strip(), skipped=True)
@@ -260,20 +365,39 @@ def server_check(command: units.Command | str, listener: dict[str, Any] | None, 
     want = list(command.argv)
     for proc in procs:
         if proc["argv"] == want:
-            return Check("server", True, 0.0, f"pid {proc['pid']} runs the unit's effective ExecStart "
-                         f"(from {command.source})", systemd.strip(), warned=stale_systemd)
+            return Check(
+                "server",
+                True,
+                0.0,
+                f"pid {proc['pid']} runs the unit's effective ExecStart (from {command.source})",
+                systemd.strip(),
+                warned=stale_systemd,
+            )
     readable = [p for p in procs if p["argv"] is not None]
     if not readable:
-        return Check("server", True, 0.0, f"not checked: the command line of pid {procs[0]['pid']} could not be read",
-                     skipped=True)
+        return Check(
+            "server",
+            True,
+            0.0,
+            f"not checked: the command line of pid {procs[0]['pid']} could not be read",
+            skipped=True,
+        )
     shown = readable[0]
-    return Check("server", False, 0.0,
-                 f"the process on the port, pid {shown['pid']}, is not running the unit's effective ExecStart "
-                 + ("(systemd has the old command loaded: no daemon-reload)" if stale_systemd else
-                    "(an old server still on the port, a daemon-reload that did not happen, a second unit?)"),
-                 f"running:  {shlex.join(shown['argv'])}\nthe unit: {shlex.join(want)}\n"
-                 f"(the unit's effective ExecStart is from {command.source}; read: {', '.join(command.files)})"
-                 + systemd, reason="stale-server")
+    return Check(
+        "server",
+        False,
+        0.0,
+        f"the process on the port, pid {shown['pid']}, is not running the unit's effective ExecStart "
+        + (
+            "(systemd has the old command loaded: no daemon-reload)"
+            if stale_systemd
+            else "(an old server still on the port, a daemon-reload that did not happen, a second unit?)"
+        ),
+        f"running:  {shlex.join(shown['argv'])}\nthe unit: {shlex.join(want)}\n"
+        f"(the unit's effective ExecStart is from {command.source}; read: {', '.join(command.files)})"
+        + systemd,
+        reason="stale-server",
+    )
 
 
 # ---- history: the last pass of the same code state ---------------------------------------------
@@ -286,8 +410,14 @@ def last_pass(ledger: Ledger, state: State | None) -> dict[str, Any] | None:
         if report and report.get("ok") and report.get("seconds") is not None:
             names = {c["name"]: c for c in report.get("checks", ())}
             ready = names["ready"]["seconds"] if "restart" in names and "ready" in names else None
-            return {"entry": e.id, "time": e.time, "seconds": report["seconds"], "tokens": report.get("tokens"),
-                    "tokens_per_s": report.get("tokens_per_s"), "ready": ready}
+            return {
+                "entry": e.id,
+                "time": e.time,
+                "seconds": report["seconds"],
+                "tokens": report.get("tokens"),
+                "tokens_per_s": report.get("tokens_per_s"),
+                "ready": ready,
+            }
     return None
 
 
@@ -307,15 +437,27 @@ def last_output(ledger: Ledger, key: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def verify_target(target: Target, ledger: Ledger, svc: ServiceConfig, with_restart: bool = True,
-                  progress: TextIO | None = sys.stderr, patchsets_dir: Path | None = None) -> Verification:
+def verify_target(
+    target: Target,
+    ledger: Ledger,
+    svc: ServiceConfig,
+    with_restart: bool = True,
+    progress: TextIO | None = sys.stderr,
+    patchsets_dir: Path | None = None,
+) -> Verification:
     """The checks of one target against its own history (the last pass of its current state, the last
     comparable greedy output) and the accept-length floor its applied patch sets declare (read from
     `patchsets_dir`): a value the caller records (record_verification). One call per host."""
     current = ledger.current()
-    return run_checks(target, svc, with_restart, progress, last_pass=last_pass(ledger, current),
-                      last_output=None if svc.smoke.compare_output == "off" else lambda key: last_output(ledger, key),
-                      floor=declared_floor(patchsets_dir, current) if patchsets_dir is not None else None)
+    return run_checks(
+        target,
+        svc,
+        with_restart,
+        progress,
+        last_pass=last_pass(ledger, current),
+        last_output=None if svc.smoke.compare_output == "off" else lambda key: last_output(ledger, key),
+        floor=declared_floor(patchsets_dir, current) if patchsets_dir is not None else None,
+    )
 
 
 def declared_floor(patchsets_dir: Path, state: State | None) -> tuple[float, str] | None:
@@ -328,8 +470,11 @@ def declared_floor(patchsets_dir: Path, state: State | None) -> tuple[float, str
             ps = patchset.load(patchsets_dir, ref["name"])
         except PatchkeeperError:
             continue
-        if ps.version == ref["version"] and ps.min_accept_length is not None \
-                and (found is None or ps.min_accept_length > found[0]):
+        if (
+            ps.version == ref["version"]
+            and ps.min_accept_length is not None
+            and (found is None or ps.min_accept_length > found[0])
+        ):
             found = (ps.min_accept_length, ps.ident)
     return found
 
@@ -340,7 +485,9 @@ def _figures_text(f: dict[str, Any]) -> str:
     return f"smoke request {f['seconds']:.2f} s{rate}{ready}"
 
 
-def regression(then: dict[str, Any], now: dict[str, Any], ready_now: float | None, svc: ServiceConfig) -> list[str]:
+def regression(
+    then: dict[str, Any], now: dict[str, Any], ready_now: float | None, svc: ServiceConfig
+) -> list[str]:
     """What is over max_slowdown times slower than the last pass (and at least MIN_SLOWER seconds more;
     MIN_SLOWER_READY for the ready time after a restart)."""
     limit, out = svc.smoke.max_slowdown, []
@@ -353,8 +500,10 @@ def regression(then: dict[str, Any], now: dict[str, Any], ready_now: float | Non
         rates = ""
         if what == "the smoke request" and then.get("tokens_per_s") and now.get("tokens_per_s"):
             rates = f", {then['tokens_per_s']:.1f} then, {now['tokens_per_s']:.1f} tokens/s now"
-        out.append(f"{what}: {_secs(old)} then, {_secs(new)} now ({new / old:.1f}x, over max_slowdown = "
-                   f"{limit:g}{rates}) for the same code state, last passed in {then['entry']}")
+        out.append(
+            f"{what}: {_secs(old)} then, {_secs(new)} now ({new / old:.1f}x, over max_slowdown = "
+            f"{limit:g}{rates}) for the same code state, last passed in {then['entry']}"
+        )
     return out
 
 
@@ -367,7 +516,11 @@ def first_errors(text: str, limit: int = FIRST_ERRORS) -> tuple[str, ...]:
     """The first error-looking lines (Traceback, Error:, ERROR, OSError, CUDA errors, "Not enough
     memory"), each with its line number in the output, wherever they are."""
     rows = text.splitlines()
-    hits = [f"line {i + 1} of {len(rows)}: {row.rstrip()}" for i, row in enumerate(rows) if _ERROR_LINE.search(row)]
+    hits = [
+        f"line {i + 1} of {len(rows)}: {row.rstrip()}"
+        for i, row in enumerate(rows)
+        if _ERROR_LINE.search(row)
+    ]
     return tuple(hits[:limit])
 
 
@@ -377,9 +530,17 @@ def record_verification(s: Session, report: Verification, phase: str, of: str | 
     state: State | None = s.ledger.current()
     if state is None:
         return None
-    entry = LedgerEntry(id=new_id(), seq=s.ledger.next_seq(), time=time.time(), who=who(), command=s.command,
-                        kind="verify", before=state, after=state,
-                        extra=VerifyExtra(phase=phase, of=of, verify=report.to_dict()))
+    entry = LedgerEntry(
+        id=new_id(),
+        seq=s.ledger.next_seq(),
+        time=time.time(),
+        who=who(),
+        command=s.command,
+        kind="verify",
+        before=state,
+        after=state,
+        extra=VerifyExtra(phase=phase, of=of, verify=report.to_dict()),
+    )
     if report.ok:  # what a later failure of this state is compared with
         entry = environment.record(entry, s.target)
     s.ledger.append(entry)

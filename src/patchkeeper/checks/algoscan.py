@@ -10,8 +10,8 @@ from __future__ import annotations
 import ast
 import bisect
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Iterable, Iterator
 
 DFLASH = "DFLASH"
 
@@ -55,16 +55,25 @@ def places(path: str, data: bytes, algorithm: str, of: str = DFLASH) -> list[Pla
     names = (of, algorithm)
     text = data.decode("utf-8", "replace").split("\n")
     hot = [n for n, line in enumerate(text, 1) if of in line]
-    tuples = {t.id: _names_in(n.value, names, {}) for n in _near(tree, hot) if isinstance(n, ast.Assign)
-              and isinstance(n.value, (ast.Tuple, ast.List, ast.Set))
-              for t in n.targets if isinstance(t, ast.Name)}
+    tuples = {
+        t.id: _names_in(n.value, names, {})
+        for n in _near(tree, hot)
+        if isinstance(n, ast.Assign) and isinstance(n.value, (ast.Tuple, ast.List, ast.Set))
+        for t in n.targets
+        if isinstance(t, ast.Name)
+    }
     tuples = {name: found for name, found in tuples.items() if found}
     if tuples:
         word = re.compile(r"\b(?:" + "|".join(map(re.escape, tuples)) + r")\b")
         hot = [n for n, line in enumerate(text, 1) if of in line or word.search(line)]
-    return sorted((Place(path, node.lineno, ast.unparse(node)) for node in _near(tree, hot)
-                   if isinstance(node, ast.Compare) and _names_in(node, names, tuples) == {of}),
-                  key=lambda p: p.line)
+    return sorted(
+        (
+            Place(path, node.lineno, ast.unparse(node))
+            for node in _near(tree, hot)
+            if isinstance(node, ast.Compare) and _names_in(node, names, tuples) == {of}
+        ),
+        key=lambda p: p.line,
+    )
 
 
 def _near(tree: ast.AST, hot: list[int]) -> Iterator[ast.AST]:

@@ -4,21 +4,20 @@ from __future__ import annotations
 
 import posixpath
 import re
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from ..errors import BadInput
-from ..host.contract import InterpreterFacts, RecordCheck, TreeRequest
 from ..host.bytecode import recompiled
+from ..host.contract import ROLE_PREFIX, InterpreterFacts, RecordCheck, TreeRequest
+from ..host.disk import normalize_name
 from ..records.ledger import Ledger, LedgerEntry, State
 from ..records.manifest import change_kind, differences
 from ..targets import Target
+from . import environment, installation
 from .scan import scan_request
-from . import environment
-from ..host.contract import ROLE_PREFIX
-from ..host.disk import normalize_name
-from . import installation
-from concurrent.futures import ThreadPoolExecutor
 
 CLASSES = ("drift", "environment", "native", "bytecode", "probe", "patched")
 INSTALLATION = "drift"  # the class of a change of the managed distribution's installation (installation.py)
@@ -37,7 +36,6 @@ _PROBE = (
 )
 
 
-
 @dataclass(frozen=True)
 class Finding:
     """One thing an audit found, of one class (CLASSES), at one path."""
@@ -49,7 +47,13 @@ class Finding:
     dist: str = ""  # the distribution a file belongs to, where known
 
     def to_dict(self) -> dict[str, Any]:
-        return {"class": self.cls, "path": self.path, "kind": self.kind, "detail": self.detail, "dist": self.dist}
+        return {
+            "class": self.cls,
+            "path": self.path,
+            "kind": self.kind,
+            "detail": self.detail,
+            "dist": self.dist,
+        }
 
 
 @dataclass(frozen=True)
@@ -80,32 +84,49 @@ class AuditReport:
         """One line saying where the trouble is."""
         parts = []
         drift = self.count("drift")
-        installed = [f.detail for f in self.findings if f.cls == INSTALLATION and f.path.endswith(".dist-info")]
+        installed = [
+            f.detail for f in self.findings if f.cls == INSTALLATION and f.path.endswith(".dist-info")
+        ]
         if installed:
             parts.extend(installed)
             drift -= len(installed)
         if self.state is None:
-            parts.append(f"no recorded state; {self.package} matches its RECORD" if not drift else
-                         f"no recorded state; {self.package} differs from its RECORD in {drift} file(s)")
+            parts.append(
+                f"no recorded state; {self.package} matches its RECORD"
+                if not drift
+                else f"no recorded state; {self.package} differs from its RECORD in {drift} file(s)"
+            )
         else:
             name = f"{self.state.id} ({self.state.stack_text().strip('()')})"
-            parts.append(f"code state matches {name}" if not drift else
-                         f"code state {name} has {drift} file(s) changed outside patchkeeper")
+            parts.append(
+                f"code state matches {name}"
+                if not drift
+                else f"code state {name} has {drift} file(s) changed outside patchkeeper"
+            )
         dists = _unique(f.dist or f.path for f in self.findings if f.cls == "environment")
         if dists:
             parts.append("environment drift in " + ", ".join(dists))
         damaged = _unique(f.path for f in self.findings if f.cls == "native" and f.kind == "damaged")
         if damaged:
-            parts.append(f"{len(damaged)} shared object(s) damaged (they differ from their RECORD; "
-                         "`patchkeeper repair DIST` puts the release's bytes back)")
+            parts.append(
+                f"{len(damaged)} shared object(s) damaged (they differ from their RECORD; "
+                "`patchkeeper repair DIST` puts the release's bytes back)"
+            )
         natives = _unique(f.path for f in self.findings if f.cls == "native" and f.kind != "damaged")
         if natives:
             parts.append(f"{len(natives)} shared object(s) no longer load their libraries as recorded")
         pycs = self.count("bytecode")
         if pycs:
-            parts.append(f"{pycs} pyc file(s) do not match their source (Python runs them instead: delete them and "
-                         "Python compiles the source again" + (", or `snapshot --restore-pristine` takes them out, "
-                                                               "backed up" if self.state is None else "") + ")")
+            parts.append(
+                f"{pycs} pyc file(s) do not match their source (Python runs them instead: delete them and "
+                "Python compiles the source again"
+                + (
+                    ", or `snapshot --restore-pristine` takes them out, backed up"
+                    if self.state is None
+                    else ""
+                )
+                + ")"
+            )
         probes = _unique(f.path for f in self.findings if f.cls == "probe")
         if probes:
             parts.append("import fails: " + ", ".join(probes))
@@ -114,10 +135,18 @@ class AuditReport:
         return "; ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"target": self.target, "host": self.host, "package": self.package,
-                "state": self.state.to_dict() if self.state else None, "files": self.files,
-                "counts": {c: self.count(c) for c in CLASSES}, "findings": [f.to_dict() for f in self.findings],
-                "notes": list(self.notes), "summary": self.summary(), "exit": self.exit_code}
+        return {
+            "target": self.target,
+            "host": self.host,
+            "package": self.package,
+            "state": self.state.to_dict() if self.state else None,
+            "files": self.files,
+            "counts": {c: self.count(c) for c in CLASSES},
+            "findings": [f.to_dict() for f in self.findings],
+            "notes": list(self.notes),
+            "summary": self.summary(),
+            "exit": self.exit_code,
+        }
 
 
 def _unique(items: Iterable[str]) -> list[str]:
@@ -128,7 +157,10 @@ def check_probes(modules: Iterable[str]) -> list[str]:
     modules = list(modules)
     bad = [m for m in modules if not _MODULE.fullmatch(m)]
     if bad:
-        raise BadInput(f"--probe {bad[0]!r} is not a module name", "pass a dotted import path, e.g. sglang.srt.server_args")
+        raise BadInput(
+            f"--probe {bad[0]!r} is not a module name",
+            "pass a dotted import path, e.g. sglang.srt.server_args",
+        )
     return modules
 
 
@@ -139,12 +171,21 @@ def cache_dir(target: Target) -> str:
 def is_warm(target: Target) -> bool:
     """True when every distribution of the target has a stat cache, so an audit hashes little."""
     have = set(target.agent.listdir(cache_dir(target)))
-    return bool(have) and all(name + ".json" in have for name in target.agent.dist_infos(target.info.site)
-                              if name != target.info.dist_info)
+    return bool(have) and all(
+        name + ".json" in have
+        for name in target.agent.dist_infos(target.info.site)
+        if name != target.info.dist_info
+    )
 
 
-def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (),
-        probe_timeout: float = PROBE_TIMEOUT, owners: dict[str, str] | None = None, rehash: bool = False) -> AuditReport:
+def audit_target(
+    target: Target,
+    ledger: Ledger,
+    probes: Iterable[str] = (),
+    probe_timeout: float = PROBE_TIMEOUT,
+    owners: dict[str, str] | None = None,
+    rehash: bool = False,
+) -> AuditReport:
     """Audit one target, opened in a Session (so an interrupted transaction was recovered first);
     `rehash`: with no cache or seal, every file read and hashed again, every pyc recompiled and compared."""
 
@@ -165,10 +206,14 @@ def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (),
             files += result.files
             dist = name[: -len(".dist-info")].rpartition("-")[0] or name
             cls = "drift" if name == info.dist_info else "environment"
-            findings.extend(Finding(cls, p, kind, detail, dist) for p, kind, detail in result.findings
-                            if kind != "shared")
-            notes.extend(f"{p}: a file of {dist}, {detail}; not drift" for p, kind, detail in result.findings
-                         if kind == "shared")
+            findings.extend(
+                Finding(cls, p, kind, detail, dist) for p, kind, detail in result.findings if kind != "shared"
+            )
+            notes.extend(
+                f"{p}: a file of {dist}, {detail}; not drift"
+                for p, kind, detail in result.findings
+                if kind == "shared"
+            )
             if result.note:
                 notes.append(f"{dist}: {result.note}")
 
@@ -177,18 +222,34 @@ def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (),
     tag = "cpython-" + "".join(info.python_version.split(".")[:2])
     caches = None if rehash else cache_dir(target)
     bytecode_cache = None if caches is None else posixpath.join(caches, "bytecode.cache")
-    if current is None:  # no recorded state: the bytecode of the sources that differ from RECORD is recompiled
+    if (
+        current is None
+    ):  # no recorded state: the bytecode of the sources that differ from RECORD is recompiled
         for chunk in _chunks(others, 16):  # every distribution against its RECORD
             record_findings(agent.audit_record(info.site, chunk, caches))
         findings.extend(_unlisted(target, rehash))
-        pyc = agent.audit_bytecode(info.site, tag, sorted({f.path for f in findings if _recompile(f)}), bytecode_cache,
-                                   "" if rehash else None)
-        if not rehash:  # the package's pycs as its first baseline judges them (hash-based or written after RECORD)
+        pyc = agent.audit_bytecode(
+            info.site,
+            tag,
+            sorted({f.path for f in findings if _recompile(f)}),
+            bytecode_cache,
+            "" if rehash else None,
+        )
+        if (
+            not rehash
+        ):  # the package's pycs as its first baseline judges them (hash-based or written after RECORD)
             seen = {p for p, _, _ in pyc.findings}
-            pyc = replace(pyc, findings=pyc.findings + tuple(
-                f for f in agent.installed_bytecode(info.site, tag, info.top_dirs(),
-                                                    f"{info.site}/{info.dist_info}/RECORD").findings
-                if f[0] not in seen))
+            pyc = replace(
+                pyc,
+                findings=pyc.findings
+                + tuple(
+                    f
+                    for f in agent.installed_bytecode(
+                        info.site, tag, info.top_dirs(), f"{info.site}/{info.dist_info}/RECORD"
+                    ).findings
+                    if f[0] not in seen
+                ),
+            )
     else:  # the other distributions against their RECORD, the package against its recorded state and
         # the baseline, and the bytecode, in one pass (the sources found changed are recompiled there)
         patched = _patched(ledger, current, owners)
@@ -196,25 +257,41 @@ def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (),
         entry = environment.entry_of(ledger, current)  # the native libraries, read in the same pass
         facts = target.interpreter_facts() if entry is not None else None
         native_sites = tuple(environment.site_dirs(target, facts)) if facts is not None else ()
-        tree = agent.audit_tree(TreeRequest(info.store, current.manifest, scan_request(target, cached=not rehash),
-                                            tag, tuple(sorted(verify)), bytecode_cache,
-                                            None if caches is None else posixpath.join(caches, "tree.seal"),
-                                            tuple(others), caches, native_sites,
-                                            None if rehash else environment.native_cache(target),
-                                            "" if rehash else _baseline_file(ledger)))
+        tree = agent.audit_tree(
+            TreeRequest(
+                info.store,
+                current.manifest,
+                scan_request(target, cached=not rehash),
+                tag,
+                tuple(sorted(verify)),
+                bytecode_cache,
+                None if caches is None else posixpath.join(caches, "tree.seal"),
+                tuple(others),
+                caches,
+                native_sites,
+                None if rehash else environment.native_cache(target),
+                "" if rehash else _baseline_file(ledger),
+            )
+        )
         record_findings(tree.records)
         files += tree.files
         drift = {k: change_kind(*pair) for k, pair in sorted(tree.comparison.pairs.items())}
-        findings.extend(Finding("drift", key, kind, f"{kind} since state {current.id}, by no transaction")
-                        for key, kind in drift.items())
+        findings.extend(
+            Finding("drift", key, kind, f"{kind} since state {current.id}, by no transaction")
+            for key, kind in drift.items()
+        )
         findings.extend(f for f in patched if f.path not in tree.comparison.pairs)
         pyc = tree.bytecode
     files += pyc.pycs
 
     if current is not None:
         then = environment.load(target, entry.env or "") if entry is not None else None
-        damaged = {p: detail for check in tree.records.values() for p, kind, detail in check.findings
-                   if kind in ("changed", "missing", "not-a-file")}
+        damaged = {
+            p: detail
+            for check in tree.records.values()
+            for p, kind, detail in check.findings
+            if kind in ("changed", "missing", "not-a-file")
+        }
         native, note = _native(target, current, entry, then, tree.native, damaged)
         findings.extend(native)
         notes.extend(note)
@@ -222,15 +299,24 @@ def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (),
             when = f"{entry.kind} {entry.id}"
             findings.extend(_distributions_since(then, tree.records, when, info.package))
             if "startup" in then:  # code that runs at every start without any distribution's RECORD naming it
-                findings.extend(Finding("environment", key, kind, f"{detail} (not there at {when})"
-                                        if kind == "added" else f"{detail} (since {when})")
-                                for key, kind, detail in environment.startup_changes(then["startup"],
-                                                                                     environment.startup_now(target, facts)))
+                findings.extend(
+                    Finding(
+                        "environment",
+                        key,
+                        kind,
+                        f"{detail} (not there at {when})" if kind == "added" else f"{detail} (since {when})",
+                    )
+                    for key, kind, detail in environment.startup_changes(
+                        then["startup"], environment.startup_now(target, facts)
+                    )
+                )
 
     findings.extend(Finding("bytecode", p, kind, detail) for p, kind, detail in pyc.findings)
     if pyc.stale:
-        notes.append(f"{pyc.stale} pyc file(s) are older than their source; Python recompiles them on "
-                     "import, so they run no old code")
+        notes.append(
+            f"{pyc.stale} pyc file(s) are older than their source; Python recompiles them on "
+            "import, so they run no old code"
+        )
 
     if probes:
         with ThreadPoolExecutor(max_workers=min(4, len(probes))) as pool:
@@ -241,13 +327,17 @@ def audit_target(target: Target, ledger: Ledger, probes: Iterable[str] = (),
         files += _installation(target, ledger, findings, notes)
         if tree.linked:
             shown = ", ".join(f"{key} ({n} links)" for key, n in tree.linked_examples)
-            notes.append(f"{tree.linked} managed file(s) share their inode with other files (hard links, as uv "
-                         f"installs from its cache): {shown}{' …' if tree.linked > len(tree.linked_examples) else ''}"
-                         "; a write in place would change every linked copy (uv's cache and the venvs linked to "
-                         "it); patchkeeper replaces files by rename, never in place")
+            notes.append(
+                f"{tree.linked} managed file(s) share their inode with other files (hard links, as uv "
+                f"installs from its cache): {shown}{' …' if tree.linked > len(tree.linked_examples) else ''}"
+                "; a write in place would change every linked copy (uv's cache and the venvs linked to "
+                "it); patchkeeper replaces files by rename, never in place"
+            )
     order = {c: i for i, c in enumerate(CLASSES)}
     findings.sort(key=lambda f: (order[f.cls], f.dist, f.path))
-    return AuditReport(target.name, info.host, info.package, current, files, tuple(findings), tuple(notes), drift)
+    return AuditReport(
+        target.name, info.host, info.package, current, files, tuple(findings), tuple(notes), drift
+    )
 
 
 def _installation(target: Target, ledger: Ledger, findings: list[Finding], notes: list[str]) -> int:
@@ -282,8 +372,15 @@ def _patched(ledger: Ledger, current: State, owners: dict[str, str] | None) -> l
             by = owners[key] if owners else current.stack_text()
             out.append(Finding("patched", key, kind, f"{kind} by the applied patch sets ({by})"))
         else:
-            out.append(Finding("drift", key, kind, f"{kind} since the baseline by no applied patch set "
-                                                   f"(a hand edit recorded in state {current.id})"))
+            out.append(
+                Finding(
+                    "drift",
+                    key,
+                    kind,
+                    f"{kind} since the baseline by no applied patch set "
+                    f"(a hand edit recorded in state {current.id})",
+                )
+            )
     return out
 
 
@@ -297,9 +394,18 @@ def _unlisted(target: Target, rehash: bool = False) -> list[Finding]:
         return []
     listed = set(dist.record)
     rows = target.agent.scan(scan_request(target, cached=not rehash)).rows
-    return [Finding("drift", key, "added", f"not in {info.package}'s RECORD: added by hand after the install "
-                                           "(a baseline is refused until it is adopted)", info.package)
-            for key in sorted(rows) if not key.startswith(ROLE_PREFIX) and key not in listed]
+    return [
+        Finding(
+            "drift",
+            key,
+            "added",
+            f"not in {info.package}'s RECORD: added by hand after the install "
+            "(a baseline is refused until it is adopted)",
+            info.package,
+        )
+        for key in sorted(rows)
+        if not key.startswith(ROLE_PREFIX) and key not in listed
+    ]
 
 
 def _baseline_file(ledger: Ledger) -> str | None:
@@ -316,22 +422,39 @@ def _recompile(f: Finding) -> bool:
     return recompiled(f.path, f.kind)
 
 
-def _native(target: Target, current: State, entry: LedgerEntry | None, then: dict[str, Any] | None,
-            now: dict[str, Any] | None, damaged: dict[str, str]) -> tuple[list[Finding], list[str]]:
+def _native(
+    target: Target,
+    current: State,
+    entry: LedgerEntry | None,
+    then: dict[str, Any] | None,
+    now: dict[str, Any] | None,
+    damaged: dict[str, str],
+) -> tuple[list[Finding], list[str]]:
     """Sonames that resolved when the current state's fingerprint (`then`, kept by `entry`) was
     taken and do not now, or resolve to another file or other bytes (never one already unresolved
     then); `now`: the native part the tree's pass read (environment.take's). An object that differs
     from its RECORD (`damaged`) is named damaged, its libraries not judged."""
 
     if entry is None or then is None:
-        return [], [f"state {current.id} was recorded without an environment fingerprint: native libraries "
-                    "not compared (the next change or snapshot records one)"]
-    changes = environment.native_changes(then.get("native") or {}, now or {},
-                                         same_hash=then.get("algorithm") == target.algorithm, damaged=damaged)
-    return [Finding("native", path, kind, f"{detail} (as of {entry.kind} {entry.id})") for path, kind, detail in changes], []
+        return [], [
+            f"state {current.id} was recorded without an environment fingerprint: native libraries "
+            "not compared (the next change or snapshot records one)"
+        ]
+    changes = environment.native_changes(
+        then.get("native") or {},
+        now or {},
+        same_hash=then.get("algorithm") == target.algorithm,
+        damaged=damaged,
+    )
+    return [
+        Finding("native", path, kind, f"{detail} (as of {entry.kind} {entry.id})")
+        for path, kind, detail in changes
+    ], []
 
 
-def _distributions_since(then: dict[str, Any], records: dict[str, RecordCheck], when: str, package: str) -> list[Finding]:
+def _distributions_since(
+    then: dict[str, Any], records: dict[str, RecordCheck], when: str, package: str
+) -> list[Finding]:
     """The distributions of the site dir (their RECORD checks, by dist-info name) against the
     fingerprint of the current state (`then`, taken at `when`): one installed since, another
     version, or another build of the same version (its RECORD's identity differs, though its files
@@ -347,30 +470,50 @@ def _distributions_since(then: dict[str, Any], records: dict[str, RecordCheck], 
             continue
         was = recorded.get(key)
         if was is None:
-            out.append(Finding("environment", dist_info, "added", f"{name} {version} installed since {when}", name))
+            out.append(
+                Finding("environment", dist_info, "added", f"{name} {version} installed since {when}", name)
+            )
         elif was.get("version") != version:
-            out.append(Finding("environment", dist_info, "version",
-                               f"{name} {was.get('version')} -> {version} since {when}", name))
+            out.append(
+                Finding(
+                    "environment",
+                    dist_info,
+                    "version",
+                    f"{name} {was.get('version')} -> {version} since {when}",
+                    name,
+                )
+            )
         elif was.get("identity") and check.identity and was["identity"] != check.identity:
-            out.append(Finding("environment", dist_info, "rebuilt",
-                               f"{name} {version} is another build than at {when}: its RECORD lists other files "
-                               "or bytes (its files match that RECORD: reinstalled from another wheel)", name))
+            out.append(
+                Finding(
+                    "environment",
+                    dist_info,
+                    "rebuilt",
+                    f"{name} {version} is another build than at {when}: its RECORD lists other files "
+                    "or bytes (its files match that RECORD: reinstalled from another wheel)",
+                    name,
+                )
+            )
     return out
 
 
 def _chunks(items: list[str], n: int) -> Iterable[list[str]]:
     for i in range(0, len(items), n):
-        yield items[i:i + n]
+        yield items[i : i + n]
 
 
 def _probe(target: Target, module: str, timeout: float) -> str | None:
     """None when `module` imports in the target's interpreter, else the exception's last line."""
-    code, out, err = target.run_python(_PROBE, (module,), timeout=timeout, isolated=False, python=target.info.python)
+    code, out, err = target.run_python(
+        _PROBE, (module,), timeout=timeout, isolated=False, python=target.info.python
+    )
     if code == 0:
         return None
     if code == 124 and b"timed out" in err:
         return f"timed out after {timeout:g}s"
-    lines = out.decode(errors="replace").strip().splitlines() or err.decode(errors="replace").strip().splitlines()
+    lines = (
+        out.decode(errors="replace").strip().splitlines() or err.decode(errors="replace").strip().splitlines()
+    )
     if code < 0:
         return f"the interpreter died of signal {-code}" + (f": {lines[-1]}" if lines else "")
     return lines[-1] if lines else f"exit {code}"

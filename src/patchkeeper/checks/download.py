@@ -11,16 +11,20 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from ..errors import Refused
 
 # pip's environment variables and the uv ones that say the same, for uv fetching pip itself
 # (uv reads no PIP_* variable and no pip.conf: https://docs.astral.sh/uv/reference/environment/).
-_UV_FROM_PIP = {"PIP_INDEX_URL": "UV_INDEX_URL", "PIP_EXTRA_INDEX_URL": "UV_EXTRA_INDEX_URL",
-                "PIP_FIND_LINKS": "UV_FIND_LINKS", "PIP_NO_INDEX": "UV_NO_INDEX"}
+_UV_FROM_PIP = {
+    "PIP_INDEX_URL": "UV_INDEX_URL",
+    "PIP_EXTRA_INDEX_URL": "UV_EXTRA_INDEX_URL",
+    "PIP_FIND_LINKS": "UV_FIND_LINKS",
+    "PIP_NO_INDEX": "UV_NO_INDEX",
+}
 _HAS_PIP = "import importlib.util, sys; sys.exit(importlib.util.find_spec('pip') is None)"
 
 
@@ -41,8 +45,12 @@ def has_pip(python: str) -> bool:
     if python == sys.executable:
         return importlib.util.find_spec("pip") is not None
     try:
-        return subprocess.run([python, "-c", _HAS_PIP], capture_output=True, stdin=subprocess.DEVNULL,
-                              timeout=60).returncode == 0
+        return (
+            subprocess.run(
+                [python, "-c", _HAS_PIP], capture_output=True, stdin=subprocess.DEVNULL, timeout=60
+            ).returncode
+            == 0
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
 
@@ -78,8 +86,11 @@ def choose(local_python: str | None) -> Downloader | None:
             return Downloader((found,), f"{found} (on PATH)")
     uv = shutil.which("uv")
     if uv:
-        return Downloader((uv, "tool", "run", "--python", sys.executable, "--from", "pip", "pip"),
-                          f"pip run by {uv} (on PATH)", _uv_env())
+        return Downloader(
+            (uv, "tool", "run", "--python", sys.executable, "--from", "pip", "pip"),
+            f"pip run by {uv} (on PATH)",
+            _uv_env(),
+        )
     return None
 
 
@@ -92,21 +103,22 @@ def shown_command(argv: list[str]) -> str:
             if "--platform" in out:
                 more += 1
             else:
-                out += argv[i:i + 2]
+                out += argv[i : i + 2]
             i += 2
             continue
         out.append(argv[i])
         i += 1
     text = shlex.join(out)
     if more:
-        first = shlex.join(out[out.index("--platform"):out.index("--platform") + 2])
+        first = shlex.join(out[out.index("--platform") : out.index("--platform") + 2])
         text = text.replace(first, f"{first} [and {more} more --platform]", 1)
     return text
 
 
 @contextlib.contextmanager
-def download(local_python: str | None, pip_args: list[str], spec: str, what: str,
-             fallback: str) -> Iterator[list[Path]]:
+def download(
+    local_python: str | None, pip_args: list[str], spec: str, what: str, fallback: str
+) -> Iterator[list[Path]]:
     """`pip download --no-deps --only-binary=:all:` of `spec` (`what` names the wheel sought) into a
     temporary directory removed after; refused naming the command tried, or what to install, and
     then `fallback` (where the user may put the wheel instead)."""
@@ -114,14 +126,21 @@ def download(local_python: str | None, pip_args: list[str], spec: str, what: str
     args = ["--no-deps", "--only-binary=:all:", "--disable-pip-version-check", "--quiet", *pip_args]
     if downloader is None:
         by_hand = shown_command(["pip", "download", *args, "-d", "DIR", spec])
-        raise Refused(f"no pip to download {what} with: none in " + ", ".join(tried(local_python)),
-                      f"install pip or uv where patchkeeper runs (`python3 -m pip --version` says whether there is "
-                      f"one), or download the wheel elsewhere (`{by_hand}`) and {fallback}")
+        raise Refused(
+            f"no pip to download {what} with: none in " + ", ".join(tried(local_python)),
+            f"install pip or uv where patchkeeper runs (`python3 -m pip --version` says whether there is "
+            f"one), or download the wheel elsewhere (`{by_hand}`) and {fallback}",
+        )
     with tempfile.TemporaryDirectory(prefix="patchkeeper-wheel-") as tmp:
         argv = downloader.command([*args, "-d", tmp, spec])
         try:
-            proc = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                                  env={**os.environ, **dict(downloader.env)})
+            proc = subprocess.run(
+                argv,
+                capture_output=True,
+                text=True,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, **dict(downloader.env)},
+            )
             said, code = proc.stderr, proc.returncode
         except OSError as exc:
             said, code = str(exc), -1
@@ -129,7 +148,9 @@ def download(local_python: str | None, pip_args: list[str], spec: str, what: str
         if code != 0 or not got:
             last = [line for line in said.strip().splitlines() if not line.startswith("WARNING")][-1:]
             shown = shown_command(argv).replace(tmp, "DIR")
-            raise Refused(f"no wheel of {what}: `{shown}` failed (exit {code}){': ' + last[0] if last else ''}",
-                          f"pip used your pip configuration (pip.conf, PIP_INDEX_URL, PIP_FIND_LINKS...): check it "
-                          f"reaches an index holding the wheel, or {fallback}")
+            raise Refused(
+                f"no wheel of {what}: `{shown}` failed (exit {code}){': ' + last[0] if last else ''}",
+                f"pip used your pip configuration (pip.conf, PIP_INDEX_URL, PIP_FIND_LINKS...): check it "
+                f"reaches an index holding the wheel, or {fallback}",
+            )
         yield got

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..host.disk import normalize_name
 from .environment import Difference, damaged_objects, gpu_text, interp_text, startup_text
@@ -13,6 +14,7 @@ def compare_hosts(a: dict[str, Any], b: dict[str, Any], na: str, nb: str) -> lis
     Neither side is "before": each change names both values (`na`'s first), and swapping the
     hosts gives the same changes with the two values swapped (the managed package's files are
     code state, `patchkeeper diff` compares them; here only its version counts)."""
+
     def both(va: Any, vb: Any) -> str:
         return f"{na}: {va}; {nb}: {vb}"
 
@@ -23,23 +25,40 @@ def compare_hosts(a: dict[str, Any], b: dict[str, Any], na: str, nb: str) -> lis
     for key, label in (("os", "OS"), ("kernel", "kernel")):
         if sa.get(key) != sb.get(key):
             out.append(Difference("system", label, "differs", both(sa.get(key), sb.get(key))))
-    out += _distributions(a.get("distributions") or {}, b.get("distributions") or {},
-                          {a.get("package"), b.get("package")}, both)
+    out += _distributions(
+        a.get("distributions") or {}, b.get("distributions") or {}, {a.get("package"), b.get("package")}, both
+    )
     out += _native(a, b, both)
     ga, gb = a.get("gpu") or {}, b.get("gpu") or {}
     if gpu_text(ga) != gpu_text(gb) or ga.get("cuda") != gb.get("cuda"):
-        out.append(Difference("gpu", "stack", "differs", both(f"{gpu_text(ga)} (CUDA {ga.get('cuda')})",
-                                                            f"{gpu_text(gb)} (CUDA {gb.get('cuda')})")))
+        out.append(
+            Difference(
+                "gpu",
+                "stack",
+                "differs",
+                both(f"{gpu_text(ga)} (CUDA {ga.get('cuda')})", f"{gpu_text(gb)} (CUDA {gb.get('cuda')})"),
+            )
+        )
     if "startup" in a and "startup" in b:
         for key in sorted(set(a["startup"]) | set(b["startup"])):
             wa, wb = a["startup"].get(key), b["startup"].get(key)
             if wa != wb:
-                out.append(Difference("startup", key, "differs", both(startup_text(key, wa) if wa else "none",
-                                                                   startup_text(key, wb) if wb else "none")))
+                out.append(
+                    Difference(
+                        "startup",
+                        key,
+                        "differs",
+                        both(
+                            startup_text(key, wa) if wa else "none", startup_text(key, wb) if wb else "none"
+                        ),
+                    )
+                )
     return out
 
 
-def _distributions(a: dict[str, Any], b: dict[str, Any], managed: set[str | None], both: Callable[[Any, Any], str]) -> list[Difference]:
+def _distributions(
+    a: dict[str, Any], b: dict[str, Any], managed: set[str | None], both: Callable[[Any, Any], str]
+) -> list[Difference]:
     managed = {normalize_name(m) for m in managed if m}
     out = []
     for key in sorted(set(a) | set(b)):
@@ -47,8 +66,7 @@ def _distributions(a: dict[str, Any], b: dict[str, Any], managed: set[str | None
         db: Any = b.get(key)
         name = (da or db)["name"]
         if da is None or db is None:
-            out.append(Difference("distribution", name, "installed",
-                              both(_installed(da), _installed(db))))
+            out.append(Difference("distribution", name, "installed", both(_installed(da), _installed(db))))
             continue
         if da["version"] != db["version"]:
             out.append(Difference("distribution", name, "version", both(da["version"], db["version"])))
@@ -56,8 +74,17 @@ def _distributions(a: dict[str, Any], b: dict[str, Any], managed: set[str | None
         if key in managed:
             continue
         if da.get("identity") and db.get("identity") and da["identity"] != db["identity"]:
-            out.append(Difference("distribution", name, "build", both(f"a build installed by {da.get('installer', '?')}",
-                                                                  f"another, installed by {db.get('installer', '?')}")))
+            out.append(
+                Difference(
+                    "distribution",
+                    name,
+                    "build",
+                    both(
+                        f"a build installed by {da.get('installer', '?')}",
+                        f"another, installed by {db.get('installer', '?')}",
+                    ),
+                )
+            )
         fa, fb = _differ(da), _differ(db)
         if fa != fb:
             out.append(Difference("distribution", name, "files", "differ from RECORD: " + both(fa, fb)))
@@ -89,20 +116,47 @@ def _native(a: dict[str, Any], b: dict[str, Any], both: Callable[[Any, Any], str
     out = []
     for path in sorted(set(xa) | set(xb)):
         if path in hurt_a or path in hurt_b:
-            out.append(Difference("native", path, "damaged", both(hurt_a.get(path, "as in RECORD"),
-                                                              hurt_b.get(path, "as in RECORD"))))
+            out.append(
+                Difference(
+                    "native",
+                    path,
+                    "damaged",
+                    both(hurt_a.get(path, "as in RECORD"), hurt_b.get(path, "as in RECORD")),
+                )
+            )
             continue
         if path not in xa or path not in xb:
-            out.append(Difference("native", path, "present", both("an ELF shared object" if path in xa else "none",
-                                                              "an ELF shared object" if path in xb else "none")))
+            out.append(
+                Difference(
+                    "native",
+                    path,
+                    "present",
+                    both(
+                        "an ELF shared object" if path in xa else "none",
+                        "an ELF shared object" if path in xb else "none",
+                    ),
+                )
+            )
             continue
         ra, rb = xa[path].get("resolved") or {}, xb[path].get("resolved") or {}
         for so in sorted(set(ra) | set(rb)):
             wa, wb = ra.get(so), rb.get(so)
-            if wa is None and wb is None or (wa is not None and wb is not None and wa["path"] == wb["path"]
-                                             and (not same_hash or wa.get("digest") == wb.get("digest"))):
+            if (
+                wa is None
+                and wb is None
+                or (
+                    wa is not None
+                    and wb is not None
+                    and wa["path"] == wb["path"]
+                    and (not same_hash or wa.get("digest") == wb.get("digest"))
+                )
+            ):
                 continue
-            out.append(Difference("native", path, "resolves", f"{so}: " + both(_found(wa, so in ra), _found(wb, so in rb))))
+            out.append(
+                Difference(
+                    "native", path, "resolves", f"{so}: " + both(_found(wa, so in ra), _found(wb, so in rb))
+                )
+            )
     return out
 
 

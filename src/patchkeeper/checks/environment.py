@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import json
 import posixpath
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable, cast
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from typing import Any, cast
 
 from ..errors import PatchkeeperError, StoreError
 from ..host.contract import InterpreterFacts
-from ..records.ledger import Ledger, LedgerEntry, State
-from ..targets import Target
 from ..host.disk import normalize_name
 from ..host.elf import is_candidate
-from dataclasses import replace
+from ..records.ledger import Ledger, LedgerEntry, State
+from ..targets import Target
 
 FORMAT = 1
 AREAS = ("interpreter", "system", "distribution", "native", "gpu", "startup")
@@ -58,12 +58,26 @@ def take(target: Target, parts: tuple[str, ...] | None = None) -> dict[str, Any]
     info = target.info
     facts = target.interpreter_facts()
     sites = site_dirs(target, facts)
-    doc = target.agent.fingerprint(sites, cache_root(target), info.site, list(parts) if parts else None,
-                                   info.dist_info, facts.where.get("stdlib")).to_wire()
-    doc.update(format=FORMAT, package=info.package,
-               interpreter={"implementation": facts.implementation, "version": facts.version, "tags": facts.tags,
-                            "machine": facts.machine, "libc": facts.libc},
-               where={"host": info.host, "python": info.python, "prefix": facts.where["prefix"], "sites": sites})
+    doc = target.agent.fingerprint(
+        sites,
+        cache_root(target),
+        info.site,
+        list(parts) if parts else None,
+        info.dist_info,
+        facts.where.get("stdlib"),
+    ).to_wire()
+    doc.update(
+        format=FORMAT,
+        package=info.package,
+        interpreter={
+            "implementation": facts.implementation,
+            "version": facts.version,
+            "tags": facts.tags,
+            "machine": facts.machine,
+            "libc": facts.libc,
+        },
+        where={"host": info.host, "python": info.python, "prefix": facts.where["prefix"], "sites": sites},
+    )
     return doc
 
 
@@ -71,8 +85,9 @@ def startup_now(target: Target, facts: InterpreterFacts | None = None) -> dict[s
     """The fingerprint's start-up part now (host/startup.py): one call to the target's agent."""
     info = target.info
     facts = facts or target.interpreter_facts()
-    found = target.agent.fingerprint(site_dirs(target, facts), None, info.site, ["startup"], info.dist_info,
-                                     facts.where.get("stdlib")).startup
+    found = target.agent.fingerprint(
+        site_dirs(target, facts), None, info.site, ["startup"], info.dist_info, facts.where.get("stdlib")
+    ).startup
     return found or {}
 
 
@@ -128,8 +143,10 @@ def load(target: Target, digest: str) -> dict[str, Any]:
     try:
         return cast("dict[str, Any]", json.loads(target.agent.store_get(target.info.store, digest)))
     except (PatchkeeperError, ValueError) as exc:
-        raise StoreError(f"the environment fingerprint {digest[:19]}… of target {target.name} cannot be read: {exc}",
-                         "record a new state (patchkeeper snapshot) to keep a fresh one") from None
+        raise StoreError(
+            f"the environment fingerprint {digest[:19]}… of target {target.name} cannot be read: {exc}",
+            "record a new state (patchkeeper snapshot) to keep a fresh one",
+        ) from None
 
 
 def entry_of(ledger: Ledger, spec: str | State) -> LedgerEntry | None:
@@ -153,8 +170,9 @@ def last_passing(ledger: Ledger, state: State) -> LedgerEntry | None:
     return None
 
 
-def since_last_pass(target: Target, ledger: Ledger,
-                    state: State) -> tuple[LedgerEntry | None, list["Difference"], dict[str, Any]]:
+def since_last_pass(
+    target: Target, ledger: Ledger, state: State
+) -> tuple[LedgerEntry | None, list[Difference], dict[str, Any]]:
     """The newest passing verification of `state` with a fingerprint, what changed in the
     environment since then, and the GPU facts now (the fingerprint's `gpu` part)."""
     last = last_passing(ledger, state)
@@ -169,9 +187,11 @@ def interp_text(fp: dict[str, Any]) -> str:
     i = fp.get("interpreter") or {}
     t = i.get("tags") or {}
     libc = i.get("libc") or {}
-    return (f"{i.get('implementation', '?')} {i.get('version', '?')} "
-            f"({t.get('interpreter', '?')}-{t.get('abi', '?')}-{t.get('platform', '?')}), "
-            f"{libc.get('name', '?')} {libc.get('version', '?')}")
+    return (
+        f"{i.get('implementation', '?')} {i.get('version', '?')} "
+        f"({t.get('interpreter', '?')}-{t.get('abi', '?')}-{t.get('platform', '?')}), "
+        f"{libc.get('name', '?')} {libc.get('version', '?')}"
+    )
 
 
 def gpu_text(g: dict[str, Any] | None) -> str:
@@ -183,16 +203,24 @@ def gpu_text(g: dict[str, Any] | None) -> str:
         label = f"{x.get('name') or '?'}" + (f" ({x['memory_total']})" if x.get("memory_total") else "")
         models[label] = models.get(label, 0) + 1
     names = ", ".join(f"{n}x {m}" if n > 1 else m for m, n in models.items())
-    return f"driver {g['driver']}, CUDA {g.get('cuda') or '?'}, {len(gpus)} GPU(s)" + (f": {names}" if names else "")
+    return f"driver {g['driver']}, CUDA {g.get('cuda') or '?'}, {len(gpus)} GPU(s)" + (
+        f": {names}" if names else ""
+    )
 
 
 def gpu_health(g: dict[str, Any] | None) -> list[str]:
     """One line per GPU: bus id, name, and the retired pages / remapped rows / ECC counts it reports."""
     out = []
     for x in (g or {}).get("gpus") or []:
-        facts = [f"{k} {' '.join(f'{n}={v}' for n, v in (x.get(k) or {}).items())}"
-                 for k in ("retired_pages", "remapped_rows", "ecc") if x.get(k)]
-        out.append(f"{x.get('bus_id')} {x.get('name')} {x.get('uuid')}: " + ("; ".join(facts) or "no memory health reported"))
+        facts = [
+            f"{k} {' '.join(f'{n}={v}' for n, v in (x.get(k) or {}).items())}"
+            for k in ("retired_pages", "remapped_rows", "ecc")
+            if x.get(k)
+        ]
+        out.append(
+            f"{x.get('bus_id')} {x.get('name')} {x.get('uuid')}: "
+            + ("; ".join(facts) or "no memory health reported")
+        )
     return out
 
 
@@ -215,13 +243,25 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> list[Difference]:
     for key, label in (("os", "OS"), ("kernel", "kernel")):
         if sa.get(key) != sb.get(key):
             out.append(Difference("system", label, "changed", f"{sa.get(key)} -> {sb.get(key)}"))
-    out += _distributions(a.get("distributions") or {}, b.get("distributions") or {}, {a.get("package"), b.get("package")})
-    out += [Difference("native", path, kind, detail) for path, kind, detail in
-            native_changes(a.get("native") or {}, b.get("native") or {}, same_hash=a.get("algorithm") == b.get("algorithm"),
-                           both_ways=True, damaged=damaged_objects(b.get("distributions") or {}))]
+    out += _distributions(
+        a.get("distributions") or {}, b.get("distributions") or {}, {a.get("package"), b.get("package")}
+    )
+    out += [
+        Difference("native", path, kind, detail)
+        for path, kind, detail in native_changes(
+            a.get("native") or {},
+            b.get("native") or {},
+            same_hash=a.get("algorithm") == b.get("algorithm"),
+            both_ways=True,
+            damaged=damaged_objects(b.get("distributions") or {}),
+        )
+    ]
     out += _gpu(a.get("gpu") or {}, b.get("gpu") or {})
     if "startup" in a and "startup" in b:  # (a fingerprint from before start-up code was kept says nothing)
-        out += [Difference("startup", key, kind, detail) for key, kind, detail in startup_changes(a["startup"], b["startup"])]
+        out += [
+            Difference("startup", key, kind, detail)
+            for key, kind, detail in startup_changes(a["startup"], b["startup"])
+        ]
     return out
 
 
@@ -247,7 +287,11 @@ def startup_changes(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, str
 def startup_text(key: str, what: dict[str, Any]) -> str:
     if key.startswith("pth "):
         lines = what.get("code") or []
-        return "runs in every interpreter of the site dir: " + "; ".join(lines[:3]) + (" …" if len(lines) > 3 else "")
+        return (
+            "runs in every interpreter of the site dir: "
+            + "; ".join(lines[:3])
+            + (" …" if len(lines) > 3 else "")
+        )
     if key.startswith("entry point "):
         return f"{what.get('value')} from {what.get('dist')}, loaded by the package as a plugin"
     return f"imported at every interpreter's start ({what.get('digest', '')[:19]}…)"
@@ -260,29 +304,53 @@ def _distributions(a: dict[str, Any], b: dict[str, Any], managed: Iterable[str |
         da: Any = a.get(key)
         db: Any = b.get(key)
         if da is None:
-            out.append(Difference("distribution", db["name"], "added", f"{db['version']} (installed by {db['installer']})"))
+            out.append(
+                Difference(
+                    "distribution", db["name"], "added", f"{db['version']} (installed by {db['installer']})"
+                )
+            )
         elif db is None:
             out.append(Difference("distribution", da["name"], "removed", f"{da['version']} is gone"))
         elif da["version"] != db["version"]:
-            out.append(Difference("distribution", db["name"], "version", f"{da['version']} -> {db['version']}"))
+            out.append(
+                Difference("distribution", db["name"], "version", f"{da['version']} -> {db['version']}")
+            )
         if da is None or db is None or da["version"] != db["version"] or key in managed:
             continue
         out += _rebuilt(da, db)
         if "differ" in db and "differ" not in da and db["differ"]:  # `a` checked identities only (a change's)
             parts = [f"{p} ({k})" for p, k in db["differ"]]
-            out.append(Difference("distribution", db["name"], "files",
-                              f"{len(parts)} file(s) differ from RECORD now (files not checked then): "
-                              + ", ".join(parts[:8]) + (f" … and {len(parts) - 8} more" if len(parts) > 8 else "")))
+            out.append(
+                Difference(
+                    "distribution",
+                    db["name"],
+                    "files",
+                    f"{len(parts)} file(s) differ from RECORD now (files not checked then): "
+                    + ", ".join(parts[:8])
+                    + (f" … and {len(parts) - 8} more" if len(parts) > 8 else ""),
+                )
+            )
         if "differ" in da and "differ" in db and da["differ"] != db["differ"]:
             was = {p for p, _ in da.get("differ") or []}
             now = {p for p, _ in db.get("differ") or []}
             kinds = dict(map(tuple, db.get("differ") or []))
             parts = [f"{p} ({kinds.get(p)})" for p in sorted(now - was)]
             parts += [f"{p} (as in RECORD again)" for p in sorted(was - now)]
-            parts += [f"{p} ({kinds.get(p)})" for p in sorted(was & now) if dict(map(tuple, da["differ"])).get(p) != kinds.get(p)]
-            out.append(Difference("distribution", db["name"], "files",
-                              f"{len(now)} file(s) differ from RECORD (was {len(was)}): " + ", ".join(parts[:8])
-                              + (f" … and {len(parts) - 8} more" if len(parts) > 8 else "")))
+            parts += [
+                f"{p} ({kinds.get(p)})"
+                for p in sorted(was & now)
+                if dict(map(tuple, da["differ"])).get(p) != kinds.get(p)
+            ]
+            out.append(
+                Difference(
+                    "distribution",
+                    db["name"],
+                    "files",
+                    f"{len(now)} file(s) differ from RECORD (was {len(was)}): "
+                    + ", ".join(parts[:8])
+                    + (f" … and {len(parts) - 8} more" if len(parts) > 8 else ""),
+                )
+            )
     return out
 
 
@@ -291,9 +359,15 @@ def _rebuilt(da: dict[str, Any], db: dict[str, Any]) -> list[Difference]:
     build reinstalled over it (a fingerprint from before identities were kept says nothing)."""
     if not da.get("identity") or not db.get("identity") or da["identity"] == db["identity"]:
         return []
-    return [Difference("distribution", db["name"], "rebuilt",
-                   f"{db['version']} is another build: its RECORD lists other files or bytes than then "
-                   f"(installed by {db.get('installer', '?')})")]
+    return [
+        Difference(
+            "distribution",
+            db["name"],
+            "rebuilt",
+            f"{db['version']} is another build: its RECORD lists other files or bytes than then "
+            f"(installed by {db.get('installer', '?')})",
+        )
+    ]
 
 
 def _where(r: dict[str, Any] | None) -> str:
@@ -306,8 +380,13 @@ def damaged_objects(distributions: dict[str, Any]) -> dict[str, str]:
     return {p: f"differs from RECORD ({k})" for d in distributions.values() for p, k in d.get("differ") or []}
 
 
-def native_changes(a: dict[str, Any], b: dict[str, Any], same_hash: bool = True, both_ways: bool = False,
-                   damaged: dict[str, str] | None = None) -> list[tuple[str, str, str]]:
+def native_changes(
+    a: dict[str, Any],
+    b: dict[str, Any],
+    same_hash: bool = True,
+    both_ways: bool = False,
+    damaged: dict[str, str] | None = None,
+) -> list[tuple[str, str, str]]:
     """(object, kind, detail) for every soname that resolved in `a` and does not in `b`, or now
     resolves to another file or to changed bytes. Never one that was already unresolved in `a`;
     with `both_ways`, a soname that now resolves where it did not is listed too (kind resolved).
@@ -329,7 +408,13 @@ def native_changes(a: dict[str, Any], b: dict[str, Any], same_hash: bool = True,
             elif was is not None and now["path"] != was["path"]:
                 out.append((path, "moved", f"{so}: {_where(was)} then, {_where(now)} now"))
             elif was is not None and same_hash and now["digest"] != was["digest"]:
-                out.append((path, "changed", f"{so}: {now['path']} has other bytes ({was['size']} -> {now['size']} bytes)"))
+                out.append(
+                    (
+                        path,
+                        "changed",
+                        f"{so}: {now['path']} has other bytes ({was['size']} -> {now['size']} bytes)",
+                    )
+                )
             elif both_ways and was is None and now is not None and so in ra:
                 out.append((path, "resolved", f"{so}: not found then, {_where(now)} now"))
     for path in sorted(set(a) - set(b) - set(damaged)):
@@ -350,8 +435,10 @@ def _gpu(a: dict[str, Any], b: dict[str, Any]) -> list[Difference]:
     ga, gb = a.get("gpus") or [], b.get("gpus") or []
     if len(ga) != len(gb):
         out.append(Difference("gpu", "count", "changed", f"{len(ga)} -> {len(gb)} GPU(s)"))
-    models: Callable[[list[dict[str, Any]]], list[tuple[Any, Any]]] = \
-        lambda gs: sorted((g.get("name") or "?", g.get("memory_total") or "?") for g in gs)  # noqa: E731
+
+    def models(gs: list[dict[str, Any]]) -> list[tuple[Any, Any]]:
+        return sorted((g.get("name") or "?", g.get("memory_total") or "?") for g in gs)  # noqa: E731
+
     if models(ga) != models(gb):
         out.append(Difference("gpu", "models", "changed", f"{gpu_text(a)} -> {gpu_text(b)}"))
     by_uuid = {g.get("uuid"): g for g in ga}
@@ -359,8 +446,14 @@ def _gpu(a: dict[str, Any], b: dict[str, Any]) -> list[Difference]:
         old = by_uuid.get(g.get("uuid"))
         ecc = old is not None and bool(old.get("ecc")) and bool(g.get("ecc"))
         if old is not None and _health(old, ecc) != _health(g, ecc):
-            out.append(Difference("gpu", g.get("uuid") or "?", "health",
-                              f"{g.get('bus_id')}: retired pages {old.get('retired_pages')} -> {g.get('retired_pages')}, "
-                              f"remapped rows {old.get('remapped_rows')} -> {g.get('remapped_rows')}"
-                              + (f", ECC {_health(old, ecc)['ecc']} -> {_health(g, ecc)['ecc']}" if ecc else "")))
+            out.append(
+                Difference(
+                    "gpu",
+                    g.get("uuid") or "?",
+                    "health",
+                    f"{g.get('bus_id')}: retired pages {old.get('retired_pages')} -> {g.get('retired_pages')}, "
+                    f"remapped rows {old.get('remapped_rows')} -> {g.get('remapped_rows')}"
+                    + (f", ECC {_health(old, ecc)['ecc']} -> {_health(g, ecc)['ecc']}" if ecc else ""),
+                )
+            )
     return out

@@ -15,8 +15,8 @@ from ..records.ledger import LedgerEntry
 from .scan import compare
 
 if TYPE_CHECKING:
-    from ..targets import Target
     from ..records.ledger import Ledger, State
+    from ..targets import Target
 
 
 @dataclass(frozen=True)
@@ -45,11 +45,16 @@ class InstallChange:
             verb = "upgraded" if _newer(now.version, then.version) else "downgraded"
             how = f"{verb} {was} -> {now_is}"
         elif self.kind == "record":
-            return (f"{p}'s RECORD no longer lists the files of {p} {now_is} as it did when {self.since} was "
-                    f"recorded ({then.rows} rows of the release's files then, {now.rows} now)")
+            return (
+                f"{p}'s RECORD no longer lists the files of {p} {now_is} as it did when {self.since} was "
+                f"recorded ({then.rows} rows of the release's files then, {now.rows} now)"
+            )
         else:
-            how = "reinstalled" + (f" by {one_line(now.installer)} (by {one_line(then.installer)} before)"
-                                   if now.installer != then.installer and then.installer and now.installer else "")
+            how = "reinstalled" + (
+                f" by {one_line(now.installer)} (by {one_line(then.installer)} before)"
+                if now.installer != then.installer and then.installer and now.installer
+                else ""
+            )
         return f"{p} was {how} outside patchkeeper since {self.since}"
 
     def pin(self, python: str) -> str:
@@ -101,7 +106,9 @@ def check(target: Target, ledger: Ledger) -> InstallChange | None:
     return InstallChange(kind, target.info.package, then, now, entry.after)
 
 
-def refuse_writes(change: InstallChange | None, target: Target, verb: str, reinstall_ok: bool = False) -> None:
+def refuse_writes(
+    change: InstallChange | None, target: Target, verb: str, reinstall_ok: bool = False
+) -> None:
     """Refuse a change that would record a state over an installation other than the one the current
     state recorded, naming what happened and what would do. Another release is no reason: the first
     change after it records that release's baseline (change/adopt.py). `reinstall_ok`: nor is a
@@ -109,11 +116,15 @@ def refuse_writes(change: InstallChange | None, target: Target, verb: str, reins
     if change is None or change.kind == "version" or (reinstall_ok and change.kind == "reinstalled"):
         return
     if change.kind == "record":
-        raise Refused(f"{change.what()}: `{verb}` is refused",
-                      f"reinstall it (`{change.pin(target.info.python)} --force-reinstall`), then run the command again")
-    raise Refused(f"{change.what()}: `{verb}` would record its files as the state's",
-                  "bring the state's files back first: `patchkeeper apply NAME` of an applied patch set, "
-                  "or `patchkeeper rollback --to STATE`; both record the new installation")
+        raise Refused(
+            f"{change.what()}: `{verb}` is refused",
+            f"reinstall it (`{change.pin(target.info.python)} --force-reinstall`), then run the command again",
+        )
+    raise Refused(
+        f"{change.what()}: `{verb}` would record its files as the state's",
+        "bring the state's files back first: `patchkeeper apply NAME` of an applied patch set, "
+        "or `patchkeeper rollback --to STATE`; both record the new installation",
+    )
 
 
 def state_version(ledger: Ledger, state: State) -> str | None:
@@ -154,10 +165,12 @@ def removed(target: Target, exc: NotInstalled) -> TargetError:
     if state is None or not version:
         return exc
     package, python = target.config.package, target.config.python
-    return TargetError(f"{exc.message}: {package} was removed outside patchkeeper since state {state.id} "
-                       f"({one_line(state.name or state.stack_text())}), recorded with {package} {one_line(str(version))}",
-                       f"install the release that state needs: {pin(python, package, one_line(str(version)))}; then "
-                       "`patchkeeper status` says what to do to bring its files back")
+    return TargetError(
+        f"{exc.message}: {package} was removed outside patchkeeper since state {state.id} "
+        f"({one_line(state.name or state.stack_text())}), recorded with {package} {one_line(str(version))}",
+        f"install the release that state needs: {pin(python, package, one_line(str(version)))}; then "
+        "`patchkeeper status` says what to do to bring its files back",
+    )
 
 
 @dataclass(frozen=True)
@@ -172,9 +185,15 @@ class Told:
     released: tuple[str, ...] = ()  # the keys the state changed that are back to the release's bytes
 
     def to_dict(self) -> dict[str, Any]:
-        return {"change": self.change.kind, "what": self.line, "state": self.change.state.id,
-                "then": self.change.then.to_dict(), "now": self.change.now.to_dict(),
-                "trouble": self.trouble, "released": list(self.released)}
+        return {
+            "change": self.change.kind,
+            "what": self.line,
+            "state": self.change.state.id,
+            "then": self.change.then.to_dict(),
+            "now": self.change.now.to_dict(),
+            "trouble": self.trouble,
+            "released": list(self.released),
+        }
 
 
 def told(target: Target, ledger: Ledger, change: InstallChange | None) -> Told | None:
@@ -188,9 +207,10 @@ def tell(target: Target, ledger: Ledger, change: InstallChange) -> Told:
     and any hand edit a snapshot recorded) that are back to the baseline's, the release's, bytes."""
     current, base = change.state, ledger.baseline()
     if change.kind == "version" or base is None or base.manifest == current.manifest:
-        differ, = compare(target, current.manifest)
-        files = (f"{len(differ)} managed file(s) differ from the state" if differ else
-                 "its files match the state")
+        (differ,) = compare(target, current.manifest)
+        files = (
+            f"{len(differ)} managed file(s) differ from the state" if differ else "its files match the state"
+        )
         if change.kind == "version" and differ:
             files += f" (they are {change.now.version}'s)"
         return Told(change, f"{change.what()}; {files}", change.kind != "reinstalled" or bool(differ))
@@ -205,5 +225,6 @@ def tell(target: Target, ledger: Ledger, change: InstallChange) -> Told:
         files = f"{len(to_current)} managed file(s) differ from the state"
     else:
         files = "its files match the state"
-    return Told(change, f"{change.what()}; {files}", change.kind != "reinstalled" or bool(to_current), released)
-
+    return Told(
+        change, f"{change.what()}; {files}", change.kind != "reinstalled" or bool(to_current), released
+    )

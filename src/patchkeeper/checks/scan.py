@@ -21,8 +21,9 @@ def scan_request(target: Target, cached: bool = True) -> ScanRequest:
 def _scan_request(target: Target, cache: str | None = None, algorithm: str | None = None) -> ScanRequest:
     """Every managed file: the package (RECORD plus a walk of its top directories) and the roles."""
     info = target.info
-    return ScanRequest(info.site, tuple(info.loose_paths()), tuple(info.top_dirs()), cache, info.role_keys(),
-                       algorithm)
+    return ScanRequest(
+        info.site, tuple(info.loose_paths()), tuple(info.top_dirs()), cache, info.role_keys(), algorithm
+    )
 
 
 def scan_all(target: Target, algorithm: str | None = None) -> Manifest:
@@ -39,7 +40,14 @@ def scan_all(target: Target, algorithm: str | None = None) -> Manifest:
 def compare(target: Target, *manifest_digests: str) -> list[dict[str, tuple[Entry | None, Entry | None]]]:
     """For each recorded manifest, every managed file that differs from it, compared on the target
     itself with one scan: key -> (recorded entry, actual entry). Only differences cross the network."""
-    request = CompareRequest(target.info.store, tuple(manifest_digests), _scan_request(target, _cache(target)))
+    request = CompareRequest(
+        target.info.store, tuple(manifest_digests), _scan_request(target, _cache(target))
+    )
     results = target.agent.compare_many(request)
-    return [{k: (Entry.of(old) if old else None, Entry.of(new) if new else None) for k, (old, new) in c.pairs.items()}
-            for c in results]
+    return [
+        {
+            k: (Entry.of(old) if old else None, Entry.of(new) if new else None)
+            for k, (old, new) in c.pairs.items()
+        }
+        for c in results
+    ]

@@ -4,7 +4,7 @@ file, and every drop-in directory in systemd's order with same-named files maske
 from __future__ import annotations
 
 import posixpath
-from typing import Mapping
+from collections.abc import Mapping
 
 from ..targets.base import Target
 
@@ -28,7 +28,7 @@ def dropin_dir_names(name: str) -> list[str]:
         if dash <= 0:
             return out
         if dash + 1 < len(prefix) or chopped:
-            prefix = prefix[:dash + 1]
+            prefix = prefix[: dash + 1]
             break
         prefix, chopped = prefix[:dash], True  # a trailing dash: chop it and look again, once
     built = f"{prefix}@{instance}.{kind}" if at else f"{prefix}.{kind}"
@@ -44,8 +44,9 @@ def search_path(target: Target) -> list[str]:
     return path if here in path else [here, *path]
 
 
-def unit_files(target: Target, override: Mapping[str, bytes | None] | None = None
-               ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]] | str:
+def unit_files(
+    target: Target, override: Mapping[str, bytes | None] | None = None
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]]] | str:
     """The files systemd reads for the target's unit, as (path, text): the unit file (the first of its
     name on the search path), then the *.conf files of every drop-in directory, a name taken from the
     highest-priority directory that has it, in name order; and the files so masked, as (path, the one
@@ -65,7 +66,9 @@ def unit_files(target: Target, override: Mapping[str, bytes | None] | None = Non
         missing = set(target.agent.missing_dirs([posixpath.join(p, "x") for p in dirs + fragments]))
     except Exception as exc:  # noqa: BLE001 - any failure to look is said, and the caller goes on
         return f"the unit's directories could not be looked at ({exc})"
-    fragment = next((p for p in fragments if (override[p] is not None if p in override else p not in missing)), unit)
+    fragment = next(
+        (p for p in fragments if (override[p] is not None if p in override else p not in missing)), unit
+    )
     try:
         data = override[fragment] if fragment in override else target.agent.read(fragment)
     except FileNotFoundError:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import posixpath
 import re
 import shlex
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from ..patchset import unitsyntax
 from ..targets.base import Target
@@ -15,7 +16,9 @@ from . import unitfiles
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")  # inside a word only ${VAR} is expanded
 ALGORITHM_FLAG = "--speculative-algorithm"
-_SHORTEST_ALGORITHM_PREFIX = len("--speculative-al")  # argparse takes an unambiguous prefix: --speculative-algo
+_SHORTEST_ALGORITHM_PREFIX = len(
+    "--speculative-al"
+)  # argparse takes an unambiguous prefix: --speculative-algo
 
 
 @dataclass(frozen=True)
@@ -174,17 +177,29 @@ def effective(files: Sequence[tuple[str, str]], unit_name: str = "") -> Command 
         return None
     refused = "; ".join(f"systemd refuses the unit: {f}" for f in fatal) or None
     if len(starts) > 1 and not oneshot:
-        refused = (f"{len(starts)} ExecStart= commands are in effect ({', '.join(n for n, _ in starts)}): systemd "
-                   "refuses more than one outside Type=oneshot; a drop-in must clear the list first with an "
-                   "empty ExecStart=")
+        refused = (
+            f"{len(starts)} ExecStart= commands are in effect ({', '.join(n for n, _ in starts)}): systemd "
+            "refuses more than one outside Type=oneshot; a drop-in must clear the list first with an "
+            "empty ExecStart="
+        )
     if not starts:
         return Command((), None, "", tuple(n for n, _ in files), refused, env=tuple(env.items()))
     source, line = starts[-1]
     argv, problem = _expand(line, env)
     if unresolved:
         problem = "; ".join([*unresolved, *([problem] if problem else [])])
-    return Command(argv, problem, source, tuple(n for n, _ in files), refused, line.stored, line.path,
-                   line.prefixes, cleared, tuple(env.items()))
+    return Command(
+        argv,
+        problem,
+        source,
+        tuple(n for n, _ in files),
+        refused,
+        line.stored,
+        line.path,
+        line.prefixes,
+        cleared,
+        tuple(env.items()),
+    )
 
 
 def _environment(value: str, env: dict[str, str], unit_name: str) -> dict[str, str]:
@@ -276,8 +291,9 @@ def systemd_loaded(target: Target, timeout: float = 10.0) -> tuple[str, ...] | N
     if unit is None:
         return None
     try:
-        code, out, _ = target.run(["systemctl", "show", "-p", "ExecStart", "--value", posixpath.basename(unit)],
-                                  timeout=timeout)
+        code, out, _ = target.run(
+            ["systemctl", "show", "-p", "ExecStart", "--value", posixpath.basename(unit)], timeout=timeout
+        )
     except Exception:  # noqa: BLE001 - no systemctl, a timeout: no answer
         return None
     return parse_systemctl_show(out.decode("utf-8", "replace")) if code == 0 else None
@@ -289,10 +305,18 @@ def as_dict(command: Command | str | None) -> dict[str, Any] | None:
         return None
     if isinstance(command, str):
         return {"known": False, "why": command}
-    return {"known": True, "argv": list(command.argv), "text": command.text(), "source": command.source,
-            "cleared_by": command.cleared or None, "files": list(command.files),
-            "masked": [{"path": hidden, "by": by} for hidden, by in command.masked],
-            "environment": dict(command.env), "problem": command.problem, "refused": command.refused}
+    return {
+        "known": True,
+        "argv": list(command.argv),
+        "text": command.text(),
+        "source": command.source,
+        "cleared_by": command.cleared or None,
+        "files": list(command.files),
+        "masked": [{"path": hidden, "by": by} for hidden, by in command.masked],
+        "environment": dict(command.env),
+        "problem": command.problem,
+        "refused": command.refused,
+    }
 
 
 def describe(command: Command | str | None, shown: frozenset[str] = frozenset()) -> list[str]:
@@ -311,7 +335,9 @@ def describe(command: Command | str | None, shown: frozenset[str] = frozenset())
     if len(command.files) > 1:
         lines.append("  read: " + ", then ".join(command.files))
     for hidden, by in command.masked:
-        lines.append(f"  not read: {hidden} (masked by {by}, of the same name in a directory systemd prefers)")
+        lines.append(
+            f"  not read: {hidden} (masked by {by}, of the same name in a directory systemd prefers)"
+        )
     if command.problem:
         lines.append(f"  note: the command line depends on more than the unit files ({command.problem})")
     if command.refused:

@@ -12,9 +12,10 @@ import posixpath
 import re
 import zipfile
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from ..errors import BadInput, Refused
 from ..host.disk import normalize_name
@@ -62,14 +63,19 @@ def target_tags(target: Target, fallback: str) -> Tags:
         libc, libc_version = d["libc"]
     except (ValueError, TypeError, KeyError):
         said = err.decode(errors="replace").strip()[-200:] or out[:200].decode(errors="replace") or str(code)
-        raise Refused(f"cannot ask {target.name}'s interpreter for its wheel tags: {said}",
-                      f"fix the target's interpreter (`python` in patchkeeper.toml), or download the wheel "
-                      f"elsewhere and {fallback}") from None
-    abis = (f"{impl}{major}{minor}{d.get('abiflags', '')}", "abi3", "none") if impl == "cp" \
+        raise Refused(
+            f"cannot ask {target.name}'s interpreter for its wheel tags: {said}",
+            f"fix the target's interpreter (`python` in patchkeeper.toml), or download the wheel "
+            f"elsewhere and {fallback}",
+        ) from None
+    abis = (
+        (f"{impl}{major}{minor}{d.get('abiflags', '')}", "abi3", "none")
+        if impl == "cp"
         else (f"{impl}{major}{minor}", "none")
+    )
     platforms = [plat]
     if plat.startswith("linux_") and libc == "glibc" and re.fullmatch(r"\d+\.\d+", libc_version or ""):
-        arch = plat[len("linux_"):]
+        arch = plat[len("linux_") :]
         glibc_minor = int(libc_version.split(".")[1])
         legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
         platforms = []
@@ -83,7 +89,7 @@ def target_tags(target: Target, fallback: str) -> Tags:
 
 def wheel_name_version(path: Path) -> tuple[str, str] | None:
     """(normalized name, version) from a wheel's file name, None when it is not one."""
-    parts = path.name[:-len(".whl")].split("-") if path.name.endswith(".whl") else []
+    parts = path.name[: -len(".whl")].split("-") if path.name.endswith(".whl") else []
     if len(parts) not in (5, 6):
         return None
     return normalize_name(parts[0]), parts[1]
@@ -99,8 +105,9 @@ def same_version(a: str, b: str) -> bool:
 
 
 @contextlib.contextmanager
-def candidates(target: Target, dist: str, version: str, explicit: str | None, wheels_dir: Path | None,
-               wheel_option: bool) -> Iterator[tuple[str, list[Path]]]:
+def candidates(
+    target: Target, dist: str, version: str, explicit: str | None, wheels_dir: Path | None, wheel_option: bool
+) -> Iterator[tuple[str, list[Path]]]:
     """(where they came from, wheel files) that may hold `dist` `version`: --wheel, else the
     workspace's wheels directory, else `pip download` into a temporary directory (removed after).
     `wheel_option`: whether the verb has --wheel, for the hints."""
@@ -115,8 +122,15 @@ def candidates(target: Target, dist: str, version: str, explicit: str | None, wh
         yield f"the workspace's wheels directory {wheels_dir}", found
         return
     local_python = None if target.config.ssh else target.info.python
-    with downloaded(target_tags(target, where_to_put(wheels_dir, wheel_option)), target.name, dist, version, wheels_dir, local_python,
-                    wheel_option) as got:
+    with downloaded(
+        target_tags(target, where_to_put(wheels_dir, wheel_option)),
+        target.name,
+        dist,
+        version,
+        wheels_dir,
+        local_python,
+        wheel_option,
+    ) as got:
         yield "pip download", got
 
 
@@ -135,20 +149,33 @@ def in_directory(wheels_dir: Path | None, dist: str, version: str) -> list[Path]
 
 def where_to_put(wheels_dir: Path | None, wheel_option: bool) -> str:
     """Where a user may put a wheel patchkeeper could not download: the verb's --wheel, the wheels directory."""
-    directory = f"put it in the workspace's wheels directory {wheels_dir}" if wheels_dir else \
-        'put it in a wheels directory (`wheels = "DIR"` in patchkeeper.toml)'
+    directory = (
+        f"put it in the workspace's wheels directory {wheels_dir}"
+        if wheels_dir
+        else 'put it in a wheels directory (`wheels = "DIR"` in patchkeeper.toml)'
+    )
     return f"pass it with --wheel FILE, or {directory}" if wheel_option else directory
 
 
 @contextlib.contextmanager
-def downloaded(tags: Tags, where: str, dist: str, version: str, wheels_dir: Path | None,
-               local_python: str | None, wheel_option: bool) -> Iterator[list[Path]]:
+def downloaded(
+    tags: Tags,
+    where: str,
+    dist: str,
+    version: str,
+    wheels_dir: Path | None,
+    local_python: str | None,
+    wheel_option: bool,
+) -> Iterator[list[Path]]:
     """`pip download` of `dist` `version` for an interpreter's tags (`where` names it), into a temporary
     directory removed after; `local_python`: a local target's interpreter, whose pip is tried first."""
-    what = (f"{dist} {version} for {where} ({tags.implementation}{tags.python_version}, {tags.abis[0]}, "
-            f"{tags.platforms[0]}){' (not in ' + str(wheels_dir) + ')' if wheels_dir else ''}")
-    with download.download(local_python, tags.pip_args(), f"{dist}=={version}", what,
-                           where_to_put(wheels_dir, wheel_option)) as got:
+    what = (
+        f"{dist} {version} for {where} ({tags.implementation}{tags.python_version}, {tags.abis[0]}, "
+        f"{tags.platforms[0]}){' (not in ' + str(wheels_dir) + ')' if wheels_dir else ''}"
+    )
+    with download.download(
+        local_python, tags.pip_args(), f"{dist}=={version}", what, where_to_put(wheels_dir, wheel_option)
+    ) as got:
         yield got
 
 
@@ -173,9 +200,11 @@ class Wheel:
         self._names = set(self._zip.namelist())
         infos = sorted({n.split("/", 1)[0] for n in self._names if n.split("/", 1)[0].endswith(".dist-info")})
         if len(infos) != 1:
-            raise BadInput(f"{path.name} is not a wheel: it has {len(infos)} .dist-info directories", "give a .whl file")
+            raise BadInput(
+                f"{path.name} is not a wheel: it has {len(infos)} .dist-info directories", "give a .whl file"
+            )
         self.dist_info = infos[0]
-        self.data_dir = self.dist_info[:-len(".dist-info")] + ".data"
+        self.data_dir = self.dist_info[: -len(".dist-info")] + ".data"
         meta = self.read(f"{self.dist_info}/METADATA").decode("utf-8", "replace")
         fields = dict(line.split(":", 1) for line in meta.split("\n\n", 1)[0].splitlines() if ":" in line)
         self.name = fields.get("Name", "").strip()
@@ -187,14 +216,16 @@ class Wheel:
         try:
             return self._zip.read(name)
         except (zipfile.BadZipFile, zlib.error, EOFError, OSError, KeyError) as exc:
-            raise BadInput(f"the wheel {self.path} is damaged: its member {name} cannot be read ({exc}); "
-                           "nothing was changed", "download the wheel again (a download cut short or corrupted?)"
-                           ) from None
+            raise BadInput(
+                f"the wheel {self.path} is damaged: its member {name} cannot be read ({exc}); "
+                "nothing was changed",
+                "download the wheel again (a download cut short or corrupted?)",
+            ) from None
 
     def close(self) -> None:
         self._zip.close()
 
-    def __enter__(self) -> "Wheel":
+    def __enter__(self) -> Wheel:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -213,7 +244,7 @@ class Wheel:
         for name in self._names:
             for prefix in (f"{self.data_dir}/purelib/", f"{self.data_dir}/platlib/"):
                 if name.startswith(prefix):
-                    name = name[len(prefix):]
+                    name = name[len(prefix) :]
             if not name.endswith("/") and not name.startswith((f"{self.data_dir}/", f"{self.dist_info}/")):
                 out.add(name)
         return out
@@ -230,7 +261,9 @@ class Wheel:
         """The wheel's own RECORD: member name -> "algo:b64" hash (read once)."""
         if self._hashes is None:
             text = self.read(f"{self.dist_info}/RECORD").decode("utf-8", "replace")
-            self._hashes = {row[0]: row[1] for row in csv.reader(text.splitlines()) if len(row) >= 2 and row[1]}
+            self._hashes = {
+                row[0]: row[1] for row in csv.reader(text.splitlines()) if len(row) >= 2 and row[1]
+            }
         return self._hashes
 
     def verified_file(self, rel: str) -> tuple[bytes, int] | None:
@@ -241,11 +274,16 @@ class Wheel:
             if got is not None:
                 expected = self._record().get(name)  # "sha256=<urlsafe b64>", as RECORD writes it
                 algo, _, value = (expected or "").partition("=")
-                if expected is None or algo not in hashlib.algorithms_guaranteed \
-                        or record_hash(got[0], algo) != f"{algo}:{value}":
-                    raise BadInput(f"the wheel {self.path}: its {name} "
-                                   + ("is not in its RECORD" if expected is None else "does not match its RECORD"),
-                                   "download the wheel again (damaged or altered?)")
+                if (
+                    expected is None
+                    or algo not in hashlib.algorithms_guaranteed
+                    or record_hash(got[0], algo) != f"{algo}:{value}"
+                ):
+                    raise BadInput(
+                        f"the wheel {self.path}: its {name} "
+                        + ("is not in its RECORD" if expected is None else "does not match its RECORD"),
+                        "download the wheel again (damaged or altered?)",
+                    )
                 return got
         return None
 
@@ -263,8 +301,9 @@ class Wheel:
                 out.update({k: v.split("[", 1)[0].strip() for k, v in parser.items(section)})
         return out
 
-    def release_bytes(self, rel: str, expected: str, site: str, prefix: str, interpreters: list[str],
-                      current: bytes | None) -> tuple[bytes, int] | Unavailable:
+    def release_bytes(
+        self, rel: str, expected: str, site: str, prefix: str, interpreters: list[str], current: bytes | None
+    ) -> tuple[bytes, int] | Unavailable:
         """The bytes (and mode) an installer wrote for the installed RECORD path `rel`, checked
         against `expected` ("algo:b64"), or the reason they cannot be given."""
         algo = expected.partition(":")[0]
@@ -287,8 +326,11 @@ class Wheel:
                 got, kind = self._header(under), "header"
             if got is None:
                 return Unavailable("not in the wheel")
-            return got if record_hash(got[0], algo) == expected else \
-                Unavailable(f"the wheel's {kind} does not match RECORD", True)
+            return (
+                got
+                if record_hash(got[0], algo) == expected
+                else Unavailable(f"the wheel's {kind} does not match RECORD", True)
+            )
         return Unavailable("outside the interpreter's prefix: not restored")
 
     def _header(self, under: str) -> tuple[bytes, int] | None:
@@ -297,14 +339,16 @@ class Wheel:
         venv and `include/pythonX.Y/<dist>` outside one, names the distribution as its METADATA does."""
         inside = f"{self.data_dir}/headers/"
         for name in sorted(self._names):
-            header = name[len(inside):]
+            header = name[len(inside) :]
             if name.startswith(inside) and under.endswith("/" + header):
                 directory = under[: -len(header) - 1].rsplit("/", 1)[-1]
                 if normalize_name(directory) == normalize_name(self.name):
                     return self._member(name)
         return None
 
-    def _script(self, name: str, expected: str, interpreters: list[str], current: bytes | None) -> tuple[bytes, int] | Unavailable:
+    def _script(
+        self, name: str, expected: str, interpreters: list[str], current: bytes | None
+    ) -> tuple[bytes, int] | Unavailable:
         """A script as the installer wrote it: the wheel's with its `#!python` line rewritten, or
         the launcher generated for an entry point; the shebang is the one RECORD's hash confirms."""
         algo = expected.partition(":")[0]
@@ -319,8 +363,11 @@ class Wheel:
         if member is not None:
             first, _, rest = member[0].partition(b"\n")
             if not re.fullmatch(rb"#!pythonw?\r?", first):
-                return member if record_hash(member[0], algo) == expected else \
-                    Unavailable("the wheel's script does not match RECORD", True)
+                return (
+                    member
+                    if record_hash(member[0], algo) == expected
+                    else Unavailable("the wheel's script does not match RECORD", True)
+                )
             bodies.append((rest, member[1]))  # pip keeps the member's executable bit
         entry = self._entry_points()
         targets = [entry[name]] if name in entry else list(dict.fromkeys(entry.values()))
@@ -328,17 +375,24 @@ class Wheel:
             module, _, attr = spec.partition(":")
             head = attr.split(".", 1)[0]
             for q in ("'", '"'):
-                bodies.append((f"# -*- coding: utf-8 -*-\nimport re\nimport sys\nfrom {module.strip()} import {head}\n"
-                               f"if __name__ == {q}__main__{q}:\n"
-                               f"    sys.argv[0] = re.sub(r{q}(-script\\.pyw|\\.exe)?${q}, {q}{q}, sys.argv[0])\n"
-                               f"    sys.exit({attr.strip()}())\n".encode(), 0o755))
+                bodies.append(
+                    (
+                        f"# -*- coding: utf-8 -*-\nimport re\nimport sys\nfrom {module.strip()} import {head}\n"
+                        f"if __name__ == {q}__main__{q}:\n"
+                        f"    sys.argv[0] = re.sub(r{q}(-script\\.pyw|\\.exe)?${q}, {q}{q}, sys.argv[0])\n"
+                        f"    sys.exit({attr.strip()}())\n".encode(),
+                        0o755,
+                    )
+                )
         for shebang in dict.fromkeys(shebangs):
             for body, mode in bodies:
                 data = shebang + b"\n" + body
                 if record_hash(data, algo) == expected:
                     return data, mode
-        return Unavailable("a script the installer wrote for its interpreter; no interpreter path tried "
-                           "gives RECORD's hash: not regenerated")
+        return Unavailable(
+            "a script the installer wrote for its interpreter; no interpreter path tried "
+            "gives RECORD's hash: not regenerated"
+        )
 
 
 def _quote(exe: str) -> str:
@@ -348,5 +402,8 @@ def _quote(exe: str) -> str:
 def interpreters(python: str, prefix: str, version: str) -> list[str]:
     """Interpreter paths an installer may have written into a script's shebang."""
     short = ".".join(version.split(".")[:2])
-    return list(dict.fromkeys([python, *(posixpath.join(prefix, "bin", n) for n in
-                                         ("python", "python3", f"python{short}"))]))
+    return list(
+        dict.fromkeys(
+            [python, *(posixpath.join(prefix, "bin", n) for n in ("python", "python3", f"python{short}"))]
+        )
+    )

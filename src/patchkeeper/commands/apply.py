@@ -2,38 +2,60 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import cast
 
 from ..change import adopt as adopting
 from ..change import changes, engine, plans, stacks
-from ..change.session import Session
-from ..records.ledger import ApplyExtra, RecordExtra
-from ..workspace import Workspace
 from ..change.document import Report
 from ..change.rollout import Noted
-from . import finish
+from ..change.session import Session
 from ..change.show_plan import step_printer
-from ..records import history
 from ..checks.installation import refuse_writes
-from dataclasses import replace
+from ..records import history
+from ..records.ledger import ApplyExtra, RecordExtra
+from ..workspace import Workspace
+from . import finish
 
 
-def apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bool, verify: bool = True,
-          adopt: str | None = None, as_json: bool = False, noted: Noted | None = None) -> int:
+def apply(
+    ws: Workspace,
+    target: str | None,
+    name: str,
+    dry_run: bool,
+    force: bool,
+    verify: bool = True,
+    adopt: str | None = None,
+    as_json: bool = False,
+    noted: Noted | None = None,
+) -> int:
     """`noted` (a rollout's) is told what happened on the target, as a value; `as_json`: one document."""
     with Report(as_json, f"apply {name}", target, step_printer) as report:
         return _apply(ws, target, name, dry_run, force, verify, adopt, report, noted)
 
 
-def _apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: bool, verify: bool,
-           adopt: str | None, report: Report, noted: Noted | None) -> int:
+def _apply(
+    ws: Workspace,
+    target: str | None,
+    name: str,
+    dry_run: bool,
+    force: bool,
+    verify: bool,
+    adopt: str | None,
+    report: Report,
+    noted: Noted | None,
+) -> int:
     svc = changes.service_of(ws.target(target), verify)
     with Session(ws, target, f"apply {name}", hands_off=dry_run) as s:
         show = report.shower(s.target.name)
 
         refuse_writes(s.installation(), s.target, f"apply {name}", reinstall_ok=True)  # a cut RECORD: refused
-        first = s.ledger.current() is None or adopting.new_release(s)  # a baseline (of this release) comes first
-        incoming = stacks.resolve(ws.patchsets_dir, name, s.config)  # every template renders, before a baseline
+        first = s.ledger.current() is None or adopting.new_release(
+            s
+        )  # a baseline (of this release) comes first
+        incoming = stacks.resolve(
+            ws.patchsets_dir, name, s.config
+        )  # every template renders, before a baseline
         stacks.check_fits(s.target, incoming, force)  # bad input is refused before a baseline is recorded
         current = s.ledger.current()
         change = stacks.stack_change(ws.patchsets_dir, current.stack if current else (), incoming)
@@ -45,18 +67,23 @@ def _apply(ws: Workspace, target: str | None, name: str, dry_run: bool, force: b
         elif not dry_run:
             baseline = adopting.ensure_baseline(s, adopt=adopt)
             if baseline is not None:
-                print(f"recorded baseline of {s.target.name}: {cast(RecordExtra, baseline.extra)['files']} files of "
-                      f"{s.target.info.package}, "
-                      f"state {baseline.after.id}{adopting.describe(baseline)}")
+                print(
+                    f"recorded baseline of {s.target.name}: {cast(RecordExtra, baseline.extra)['files']} files of "
+                    f"{s.target.info.package}, "
+                    f"state {baseline.after.id}{adopting.describe(baseline)}"
+                )
         plan = engine.plan_apply(s, name, force, incoming=incoming, restored=restored)
         if plan is not None and not dry_run:
             plan = with_workspace_ref(ws, plan)
         return finish(ws, s, plan, f"{name} is already applied", dry_run, svc, show, report, noted)
 
+
 def with_workspace_ref(ws: Workspace, plan: plans.Plan) -> plans.Plan:
     """Note in the ledger entry the workspace commit that held the patch sets being applied."""
 
-    ref = history.workspace_ref(ws.root, {p["name"]: ws.patchsets_dir / p["name"] for p in plan.entry.patchsets})
+    ref = history.workspace_ref(
+        ws.root, {p["name"]: ws.patchsets_dir / p["name"] for p in plan.entry.patchsets}
+    )
     if ref is None:
         return plan
     extra = cast(ApplyExtra, dict(plan.entry.extra))  # an apply's or a switch's extra

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import sys
+from functools import partial
 
 import click
 
+from ..change import stacks
 from ..change.session import Session
 from ..checks import audit as audit_core
 from ..printable import one_line
 from ..records.ledger import PatchSetRef
+from ..targets.fleet import Failed, each, table
 from ..workspace import Workspace
 from . import emit_json
-from ..change import stacks
-from ..targets.fleet import Failed, each, table
-from functools import partial
 
 _SHOWN = 50  # findings per class printed before "… and N more"
 
@@ -24,8 +24,13 @@ class FilesBar:
     count (each heartbeat's, or as the files are read by an agent in this process)."""
 
     def __init__(self, enabled: bool) -> None:
-        self.bar = click.progressbar(length=1, label="audit: files read", file=sys.stderr,
-                                     show_pos=True, show_eta=False) if enabled else None
+        self.bar = (
+            click.progressbar(
+                length=1, label="audit: files read", file=sys.stderr, show_pos=True, show_eta=False
+            )
+            if enabled
+            else None
+        )
 
     def __call__(self, done: int, total: int) -> None:
         if self.bar is None or not total:
@@ -41,8 +46,14 @@ class FilesBar:
             self.bar.__exit__(None, None, None)
 
 
-def _audit_one(ws: Workspace, name: str | None, probes: list[str], bar: FilesBar | None, wait: float | None = None,
-               rehash: bool = False) -> audit_core.AuditReport:
+def _audit_one(
+    ws: Workspace,
+    name: str | None,
+    probes: list[str],
+    bar: FilesBar | None,
+    wait: float | None = None,
+    rehash: bool = False,
+) -> audit_core.AuditReport:
     with Session(ws, name, "audit", write=False, wait=wait, rehash=rehash) as s:
         current = s.ledger.current()
         owners = _owners(ws, current.stack) if current else None
@@ -63,8 +74,17 @@ def _owners(ws: Workspace, stack: tuple[PatchSetRef, ...]) -> dict[str, str]:
     return stacks.owners_of(ws, stack)
 
 
-def audit(ws: Workspace, target: str | None, probes: list[str], every: bool, as_json: bool,
-        verbose: bool, quiet: bool, wait: float | None = None, rehash: bool = False) -> int:
+def audit(
+    ws: Workspace,
+    target: str | None,
+    probes: list[str],
+    every: bool,
+    as_json: bool,
+    verbose: bool,
+    quiet: bool,
+    wait: float | None = None,
+    rehash: bool = False,
+) -> int:
     probes = audit_core.check_probes(probes)
     if every:
         return _run_all(ws, probes, as_json, wait, rehash)
@@ -81,8 +101,10 @@ def audit(ws: Workspace, target: str | None, probes: list[str], every: bool, as_
 
 
 def print_report(report: audit_core.AuditReport, verbose: bool) -> None:
-    print(f"target {report.target}: {report.package} on {report.host}, {report.files} files checked "
-          f"(every distribution in site-packages, not only {report.package})")
+    print(
+        f"target {report.target}: {report.package} on {report.host}, {report.files} files checked "
+        f"(every distribution in site-packages, not only {report.package})"
+    )
     for cls in audit_core.CLASSES:
         found = [f for f in report.findings if f.cls == cls]
         if not found or (cls == "patched" and not verbose):
@@ -100,19 +122,25 @@ def print_report(report: audit_core.AuditReport, verbose: bool) -> None:
     print(report.summary())
 
 
-def _audit_quiet(ws: Workspace, name: str, probes: list[str], wait: float | None = None,
-                 rehash: bool = False) -> audit_core.AuditReport:
+def _audit_quiet(
+    ws: Workspace, name: str, probes: list[str], wait: float | None = None, rehash: bool = False
+) -> audit_core.AuditReport:
     """One target's report for `--all`."""
     return _audit_one(ws, name, probes, None, wait, rehash)
 
 
-def _run_all(ws: Workspace, probes: list[str], as_json: bool, wait: float | None = None,
-             rehash: bool = False) -> int:
+def _run_all(
+    ws: Workspace, probes: list[str], as_json: bool, wait: float | None = None, rehash: bool = False
+) -> int:
     """Every target concurrently (targets/fleet.py): hosts on threads, local targets in processes."""
 
     names = sorted(ws.targets)
-    results = each(ws, partial(_audit_quiet, probes=probes, wait=wait, rehash=rehash), "audit",
-                   None if not as_json else False)
+    results = each(
+        ws,
+        partial(_audit_quiet, probes=probes, wait=wait, rehash=rehash),
+        "audit",
+        None if not as_json else False,
+    )
     errors = {n: r for n, r in results.items() if isinstance(r, Failed)}
     reports = {n: r for n, r in results.items() if not isinstance(r, Failed)}
     if as_json:
@@ -125,12 +153,20 @@ def _run_all(ws: Workspace, probes: list[str], as_json: bool, wait: float | None
             if isinstance(r, Failed):
                 rows.append([n, "-", *("-" for _ in audit_core.CLASSES), f"error: {r}"])
             else:
-                rows.append([n, r.state.id if r.state else "-", *(str(r.count(c)) for c in audit_core.CLASSES),
-                             r.summary()])
+                rows.append(
+                    [
+                        n,
+                        r.state.id if r.state else "-",
+                        *(str(r.count(c)) for c in audit_core.CLASSES),
+                        r.summary(),
+                    ]
+                )
         table(head, rows)
         bad = [n for n, r in reports.items() if r.trouble]
-        print(f"{len(names)} target(s): {len(names) - len(bad) - len(errors)} clean, {len(bad)} with findings, "
-              f"{len(errors)} unreachable")
+        print(
+            f"{len(names)} target(s): {len(names) - len(bad) - len(errors)} clean, {len(bad)} with findings, "
+            f"{len(errors)} unreachable"
+        )
     if errors:
         return 2
     return 1 if any(r.trouble for r in reports.values()) else 0

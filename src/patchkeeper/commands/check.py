@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import zipfile
 import zlib
-from typing import Any, Sequence, cast
+from collections.abc import Sequence
+from typing import Any, cast
 
 from ..change import engine, stacks
 from ..change.session import Session
@@ -29,19 +30,26 @@ def check(ws: Workspace, target: str | None, name: str, wheel: str | None, as_js
         plan = engine.plan_apply(s, name, force=False, trial=True)
         if plan is None:
             current = s.ledger.current()
-            print(f"{t.name}: {sets[-1].ident} is already applied (state {current.id if current else '-'}); "
-                  "nothing to check")
+            print(
+                f"{t.name}: {sets[-1].ident} is already applied (state {current.id if current else '-'}); "
+                "nothing to check"
+            )
             return 0
         problems = [_misfit(m, f"target {t.name}") for m in plan.misfits]
         replaced = cast(ApplyExtra, plan.entry.extra).get("removed") or []
         if replaced:  # a switch rebuilds from the baseline, as apply does
-            against = f"the baseline of {t.name} (switching from " + \
-                ", ".join(f"{p['name']}@{p['version']}" for p in replaced) + ")"
+            against = (
+                f"the baseline of {t.name} (switching from "
+                + ", ".join(f"{p['name']}@{p['version']}" for p in replaced)
+                + ")"
+            )
         else:
             against = f"the files of {t.name} ({t.info.package} {t.info.version})"
         if plan.drift and plan.entry.before is not None:
-            problems.append(f"{len(plan.drift)} file(s) differ from the recorded state {plan.entry.before.id} "
-                            "(edited by hand?): " + ", ".join(plan.drift) + "; apply refuses them without --force")
+            problems.append(
+                f"{len(plan.drift)} file(s) differ from the recorded state {plan.entry.before.id} "
+                "(edited by hand?): " + ", ".join(plan.drift) + "; apply refuses them without --force"
+            )
         return _report(sets[-1].ident, against, list(plan.checks), problems, as_json)
 
 
@@ -64,7 +72,11 @@ def _against_wheel(sets: list[PatchSet], wheel: str, as_json: bool) -> int:
     with archive:
         try:
             return _check_wheel(sets, wheel, archive, as_json)
-        except (zipfile.BadZipFile, zlib.error, EOFError) as exc:  # a member fails its CRC: a damaged download
+        except (
+            zipfile.BadZipFile,
+            zlib.error,
+            EOFError,
+        ) as exc:  # a member fails its CRC: a damaged download
             raise BadInput(f"the wheel {wheel} is damaged: {exc}", "download the wheel again") from None
 
 
@@ -72,31 +84,55 @@ def _check_wheel(sets: list[PatchSet], wheel: str, archive: zipfile.ZipFile, as_
     names = set(archive.namelist())
     metadata = [n for n in names if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
     if not metadata:
-        raise BadInput(f"{wheel} has no .dist-info/METADATA; it is not a wheel", "give the path of a .whl file")
+        raise BadInput(
+            f"{wheel} has no .dist-info/METADATA; it is not a wheel", "give the path of a .whl file"
+        )
     fields = metadata_fields(archive.read(metadata[0]).decode("utf-8", "replace").splitlines())
     package, version = fields.get("Name", "?"), fields.get("Version", "?")
     problems = [_misfit(m, f"wheel {wheel}") for m in stacks.misfits(sets, package, version, None)]
     files = {p: archive.read(p) if p in names else None for ps in sets for p in ps.paths}
     reports = stacks.build_files(sets, files, {}, (), trial_of=sets)
-    notes = [f"{ps.ident}: role file(s) {', '.join(r for r, _ in ps.files)} not checked (not in a wheel)"
-             for ps in sets if ps.files]
-    return _report(sets[-1].ident, f"wheel {wheel} ({package} {version})", list(reports), problems, as_json,
-                   notes)
+    notes = [
+        f"{ps.ident}: role file(s) {', '.join(r for r, _ in ps.files)} not checked (not in a wheel)"
+        for ps in sets
+        if ps.files
+    ]
+    return _report(
+        sets[-1].ident, f"wheel {wheel} ({package} {version})", list(reports), problems, as_json, notes
+    )
 
 
-def _report(ident: str, against: str, reports: list[stacks.FileCheck], problems: list[str], as_json: bool,
-            notes: Sequence[str] = ()) -> int:
+def _report(
+    ident: str,
+    against: str,
+    reports: list[stacks.FileCheck],
+    problems: list[str],
+    as_json: bool,
+    notes: Sequence[str] = (),
+) -> int:
     ok = all(r.ok for r in reports) and not problems
     if as_json:
-        emit_json({"patchset": ident, "against": against, "applies": ok, "files": [_as_dict(r) for r in reports],
-                   "problems": problems, "notes": list(notes)})
+        emit_json(
+            {
+                "patchset": ident,
+                "against": against,
+                "applies": ok,
+                "files": [_as_dict(r) for r in reports],
+                "problems": problems,
+                "notes": list(notes),
+            }
+        )
         return 0 if ok else 1
     print(f"checking {ident} against {against}")
     for r in reports:
         if r.ok:
             moved = [h.offset for h in r.hunks if h.offset]
-            how = "applies cleanly" if not moved else \
-                "applies at an offset: " + ", ".join(f"{h.header} {_lines(h.offset)}" for h in r.hunks if h.offset)
+            how = (
+                "applies cleanly"
+                if not moved
+                else "applies at an offset: "
+                + ", ".join(f"{h.header} {_lines(h.offset)}" for h in r.hunks if h.offset)
+            )
             print(f"  ok    {r.path}  {how}")
             continue
         print(f"  FAIL  {r.path}  ({r.patchset} {r.origin})")
@@ -111,15 +147,31 @@ def _report(ident: str, against: str, reports: list[stacks.FileCheck], problems:
     for n in notes:
         print(f"  note: {n}")
     failed = sum(not r.ok for r in reports)
-    print(f"{ident}: " + ("applies" if ok else f"does not apply ({failed} file(s) fail, {len(problems)} problem(s))"))
+    print(
+        f"{ident}: "
+        + ("applies" if ok else f"does not apply ({failed} file(s) fail, {len(problems)} problem(s))")
+    )
     return 0 if ok else 1
 
 
 def _as_dict(r: stacks.FileCheck) -> dict[str, Any]:
-    return {"patchset": r.patchset, "patch": r.origin, "path": r.path, "applies": r.ok,
-            "hunks": [{"header": h.header, "offset": h.offset, "problem": h.problem,
-                       "expected": list(h.expected), "found": list(h.found), "found_at": h.found_at}
-                      for h in r.hunks]}
+    return {
+        "patchset": r.patchset,
+        "patch": r.origin,
+        "path": r.path,
+        "applies": r.ok,
+        "hunks": [
+            {
+                "header": h.header,
+                "offset": h.offset,
+                "problem": h.problem,
+                "expected": list(h.expected),
+                "found": list(h.found),
+                "found_at": h.found_at,
+            }
+            for h in r.hunks
+        ],
+    }
 
 
 def _lines(offset: int) -> str:

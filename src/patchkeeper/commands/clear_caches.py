@@ -13,14 +13,25 @@ from ..workspace import Workspace
 
 # The caches of a target's state dir (docs/files-and-caches.md): everything else there is a record.
 # manifest-cache/ and pack-cache/ are left by versions before issue 31, which kept them.
-STATE_CACHES = ("statcache.json", "statcache.json.dirs", "statcache.json.sha256", "audit", "env",
-                "manifest-cache", "pack-cache")
+STATE_CACHES = (
+    "statcache.json",
+    "statcache.json.dirs",
+    "statcache.json.sha256",
+    "audit",
+    "env",
+    "manifest-cache",
+    "pack-cache",
+)
 
 
 def clear_caches(ws: Workspace, names: tuple[str, ...], group: str | None, every: bool) -> int:
     """Each chosen target's state-dir caches (the default target's when none is chosen), then the user
     cache; one line each. The next command that needs a cache writes it again."""
-    configs = list(ws.select(names, group, every).targets.values()) if names or group or every else [ws.target(None)]
+    configs = (
+        list(ws.select(names, group, every).targets.values())
+        if names or group or every
+        else [ws.target(None)]
+    )
     for config in configs:
         target = open_target(config)
         try:

@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ..change import stacks
 from ..change.session import Session
-from ..checks import env_hosts, environment, installation, scan
+from ..checks import env_hosts, environment, installation, scan, units
 from ..errors import PatchkeeperError, Refused
+from ..patchset import diffwrite
 from ..printable import one_line
 from ..records.manifest import ROLE_PREFIX, Entry, differences
-from ..workspace import Workspace
-from . import check_sides, emit_json
-from ..checks import units
-from ..patchset import diffwrite
 from ..targets import Target
 from ..targets.fleet import Failed, each, table
-from concurrent.futures import ThreadPoolExecutor
+from ..workspace import Workspace
+from . import check_sides, emit_json
 
 _PATCH_LIMIT = 4 << 20  # larger files are reported, not diffed
 
@@ -35,8 +35,13 @@ class Difference:
 
     def to_dict(self) -> dict[str, Any]:
         row: Callable[[Entry | None], list[Any] | None] = lambda e: [e.digest, e.size, e.mode] if e else None  # noqa: E731
-        return {"key": self.key, "kind": self.kind, "a": row(self.a), "b": row(self.b),
-                "owners": dict(self.owners)}
+        return {
+            "key": self.key,
+            "kind": self.kind,
+            "a": row(self.a),
+            "b": row(self.b),
+            "owners": dict(self.owners),
+        }
 
 
 def diff(ws: Workspace, names: tuple[str, ...], against: str | None, patch: bool, as_json: bool) -> int:
@@ -54,8 +59,11 @@ def _one_result(ws: Workspace, name: str) -> dict[str, Any]:
         owners = stacks.owners_of(ws, current.stack)
         diffs = _classify(scan.compare(s.target, current.manifest)[0], {s.target.name: owners})
         told = installation.told(s.target, s.ledger, s.installation())
-        return {"state": current.to_dict(), "differences": [d.to_dict() for d in diffs],
-                "installation": told.to_dict() if told else None}
+        return {
+            "state": current.to_dict(),
+            "differences": [d.to_dict() for d in diffs],
+            "installation": told.to_dict() if told else None,
+        }
 
 
 def diff_all(ws: Workspace, as_json: bool) -> int:
@@ -63,8 +71,11 @@ def diff_all(ws: Workspace, as_json: bool) -> int:
 
     results = each(ws, _one_result, "diff")
     errors = [n for n, r in results.items() if isinstance(r, Failed)]
-    differing = [n for n, r in results.items() if not isinstance(r, Failed)
-                 and (r["differences"] or (r.get("installation") or {}).get("trouble"))]
+    differing = [
+        n
+        for n, r in results.items()
+        if not isinstance(r, Failed) and (r["differences"] or (r.get("installation") or {}).get("trouble"))
+    ]
     if as_json:
         emit_json({n: (r.to_dict() if isinstance(r, Failed) else r) for n, r in results.items()})
     else:
@@ -77,28 +88,44 @@ def diff_all(ws: Workspace, as_json: bool) -> int:
             else:
                 kinds = [d["kind"] for d in r["differences"]]
                 told = r.get("installation")
-                rows.append([n, r["state"]["id"], (", ".join(f"{kinds.count(k)} {k}" for k in dict.fromkeys(kinds))
-                                                   or "files match") + (f"; {told['what']}" if told else "")])
+                rows.append(
+                    [
+                        n,
+                        r["state"]["id"],
+                        (", ".join(f"{kinds.count(k)} {k}" for k in dict.fromkeys(kinds)) or "files match")
+                        + (f"; {told['what']}" if told else ""),
+                    ]
+                )
         table(["target", "state", "differences"], rows)
         print(f"{len(results)} target(s): {len(differing)} differ, {len(errors)} unreachable")
     return 2 if errors else 1 if differing else 0
 
 
-def _classify(pairs: dict[str, tuple[Entry | None, Entry | None]], owners: dict[str, dict[str, str]]) -> list[Difference]:
-    kinds = differences({k: a for k, (a, _) in pairs.items() if a}, {k: b for k, (_, b) in pairs.items() if b})
-    return [Difference(k, kind, *pairs[k], tuple((side, o[k]) for side, o in owners.items() if k in o))
-            for k, kind in kinds.items()]
+def _classify(
+    pairs: dict[str, tuple[Entry | None, Entry | None]], owners: dict[str, dict[str, str]]
+) -> list[Difference]:
+    kinds = differences(
+        {k: a for k, (a, _) in pairs.items() if a}, {k: b for k, (_, b) in pairs.items() if b}
+    )
+    return [
+        Difference(k, kind, *pairs[k], tuple((side, o[k]) for side, o in owners.items() if k in o))
+        for k, kind in kinds.items()
+    ]
 
 
 def _one(ws: Workspace, name: str | None, against: str | None, patch: bool, as_json: bool) -> int:
     with Session(ws, name, "diff", write=False) as s:
         current = s.ledger.current()
         if current is None:
-            raise Refused(f"target {s.target.name} has no recorded state to compare with",
-                          f"record one with `patchkeeper snapshot -t {s.target.name} --name NAME`, "
-                          "or compare two targets: patchkeeper diff HOST1 HOST2")
+            raise Refused(
+                f"target {s.target.name} has no recorded state to compare with",
+                f"record one with `patchkeeper snapshot -t {s.target.name} --name NAME`, "
+                "or compare two targets: patchkeeper diff HOST1 HOST2",
+            )
         state = s.ledger.find_state(against) if against else current
-        owners = stacks.owners_of(ws, list(current.stack) + [p for p in state.stack if p not in current.stack])
+        owners = stacks.owners_of(
+            ws, list(current.stack) + [p for p in state.stack if p not in current.stack]
+        )
         diffs = _classify(scan.compare(s.target, state.manifest)[0], {s.target.name: owners})
         patches = {}
         if patch:
@@ -111,16 +138,27 @@ def _one(ws: Workspace, name: str | None, against: str | None, patch: bool, as_j
         told = installation.told(s.target, s.ledger, s.installation())
         code = 1 if diffs or (told is not None and told.trouble) else 0
         if as_json:
-            emit_json({"target": s.target.name, "against": state.to_dict(), "algorithm": s.target.algorithm,
-                       "differences": [d.to_dict() for d in diffs], "patches": patches,
-                       "exec_start": {k: _as_dict(v) for k, v in starts.items()},
-                       "installation": told.to_dict() if told else None})
+            emit_json(
+                {
+                    "target": s.target.name,
+                    "against": state.to_dict(),
+                    "algorithm": s.target.algorithm,
+                    "differences": [d.to_dict() for d in diffs],
+                    "patches": patches,
+                    "exec_start": {k: _as_dict(v) for k, v in starts.items()},
+                    "installation": told.to_dict() if told else None,
+                }
+            )
             return code
         print(f"{s.target.name} against {label}: {state.stack_text()}")
         if told is not None:
             print(("" if told.trouble else "note: ") + told.line)
-        _print(diffs, patches, f"{len(diffs)} file(s) differ from {label}",
-               f"{s.target.name}: files match {label}")
+        _print(
+            diffs,
+            patches,
+            f"{len(diffs)} file(s) differ from {label}",
+            f"{s.target.name}: files match {label}",
+        )
         _print_starts({f"in {label}": starts.get("recorded"), "now": starts.get("now")})
         return code
 
@@ -148,9 +186,23 @@ def _two(ws: Workspace, a: str, b: str, patch: bool, as_json: bool) -> int:
         if patch:
             ta, tb = (s.target for s in sessions)
             read: Callable[[Target, str], bytes] = lambda t, key: t.agent.read(t.info.path_of(key))  # noqa: E731
-            wanted = [d for d in diffs if d.kind != "mode" and max(d.a.size if d.a else 0, d.b.size if d.b else 0) <= _PATCH_LIMIT]
-            got_a = dict(zip([d.key for d in wanted if d.a], pool.map(lambda d: read(ta, d.key), [d for d in wanted if d.a])))
-            got_b = dict(zip([d.key for d in wanted if d.b], pool.map(lambda d: read(tb, d.key), [d for d in wanted if d.b])))
+            wanted = [
+                d
+                for d in diffs
+                if d.kind != "mode" and max(d.a.size if d.a else 0, d.b.size if d.b else 0) <= _PATCH_LIMIT
+            ]
+            got_a = dict(
+                zip(
+                    [d.key for d in wanted if d.a],
+                    pool.map(lambda d: read(ta, d.key), [d for d in wanted if d.a]),
+                )
+            )
+            got_b = dict(
+                zip(
+                    [d.key for d in wanted if d.b],
+                    pool.map(lambda d: read(tb, d.key), [d for d in wanted if d.b]),
+                )
+            )
             patches = _patches(diffs, lambda d: got_a.get(d.key, b""), lambda d: got_b.get(d.key, b""), a, b)
         starts = {}
         if any(d.key.startswith(ROLE_PREFIX) for d in diffs):
@@ -158,23 +210,39 @@ def _two(ws: Workspace, a: str, b: str, patch: bool, as_json: bool) -> int:
         fa, fb = pool.map(lambda s: environment.take(s.target), sessions)
         env_changes = env_hosts.compare_hosts(fa, fb, *(s.target.name for s in sessions))
         if as_json:
-            emit_json({"a": a, "b": b, "algorithm": common, "differences": [d.to_dict() for d in diffs],
-                       "patches": patches, "states": {s.target.name: _state_dict(s) for s in sessions},
-                       "exec_start": {k: _as_dict(v) for k, v in starts.items()},
-                       "environment": {"alike": not env_changes, "differences": len(env_changes)}})
+            emit_json(
+                {
+                    "a": a,
+                    "b": b,
+                    "algorithm": common,
+                    "differences": [d.to_dict() for d in diffs],
+                    "patches": patches,
+                    "states": {s.target.name: _state_dict(s) for s in sessions},
+                    "exec_start": {k: _as_dict(v) for k, v in starts.items()},
+                    "environment": {"alike": not env_changes, "differences": len(env_changes)},
+                }
+            )
             return 1 if diffs else 0
         for s in sessions:
             current = s.ledger.current()
-            print(f"{s.target.name}: {current.stack_text() if current else '(no recorded state)'}"
-                  f"{f', state {current.id}' if current else ''}")
-        _print(diffs, patches, f"{len(diffs)} file(s) differ between {a} and {b} "
-               f"(added: only on {b}; removed: only on {a}; compared by {common})",
-               f"{a} and {b} have the same files ({len(ma)} compared by {common})")
+            print(
+                f"{s.target.name}: {current.stack_text() if current else '(no recorded state)'}"
+                f"{f', state {current.id}' if current else ''}"
+            )
+        _print(
+            diffs,
+            patches,
+            f"{len(diffs)} file(s) differ between {a} and {b} "
+            f"(added: only on {b}; removed: only on {a}; compared by {common})",
+            f"{a} and {b} have the same files ({len(ma)} compared by {common})",
+        )
         _print_starts({f"on {n}": c for n, c in starts.items()})
         if env_changes:
             areas = ", ".join(dict.fromkeys(c.area for c in env_changes))
-            print(f"the environments differ too: {len(env_changes)} difference(s) ({areas}); "
-                  f"`patchkeeper diff --env {a} {b}` lists them")
+            print(
+                f"the environments differ too: {len(env_changes)} difference(s) ({areas}); "
+                f"`patchkeeper diff --env {a} {b}` lists them"
+            )
         return 1 if diffs else 0
 
 
@@ -188,8 +256,9 @@ def _exec_starts_recorded(s: Session, diffs: list[Difference]) -> dict[str, Any]
     override: dict[str, bytes | None] = {}
     for d in roles:
         try:
-            override[s.target.info.path_of(d.key)] = \
+            override[s.target.info.path_of(d.key)] = (
                 s.target.agent.store_get(s.target.info.store, d.a.digest) if d.a else None
+            )
         except (PatchkeeperError, OSError, KeyError):  # its bytes were not kept, or the role is gone
             return {"now": units.on_target(s.target)}
     return {"recorded": units.on_target(s.target, override), "now": units.on_target(s.target)}
@@ -206,7 +275,9 @@ def _print_starts(starts: dict[str, Any]) -> None:
         if command is None:
             continue
         lines = units.describe(command)
-        print(f"the unit's {lines[0]} ({side})" if lines[0].startswith("ExecStart") else f"{lines[0]} ({side})")
+        print(
+            f"the unit's {lines[0]} ({side})" if lines[0].startswith("ExecStart") else f"{lines[0]} ({side})"
+        )
         for line in lines[1:]:
             print(line)
 
@@ -216,8 +287,13 @@ def _state_dict(s: Session) -> dict[str, Any] | None:
     return current.to_dict() if current else None
 
 
-def _patches(diffs: list[Difference], old: Callable[[Difference], bytes], new: Callable[[Difference], bytes],
-             label_a: str, label_b: str) -> dict[str, str]:
+def _patches(
+    diffs: list[Difference],
+    old: Callable[[Difference], bytes],
+    new: Callable[[Difference], bytes],
+    label_a: str,
+    label_b: str,
+) -> dict[str, str]:
     """Unified diffs of the differing text files; binary or oversized files get a one-line note."""
 
     out = {}
@@ -240,8 +316,14 @@ def _patches(diffs: list[Difference], old: Callable[[Difference], bytes], new: C
             out[d.key] = "Binary files differ\n"
             continue
         body = diffwrite.hunks(before, after)
-        out[d.key] = (f"--- {label_a + '/' + d.key if d.a else '/dev/null'}\n"
-                      f"+++ {label_b + '/' + d.key if d.b else '/dev/null'}\n{body}") if body else ""
+        out[d.key] = (
+            (
+                f"--- {label_a + '/' + d.key if d.a else '/dev/null'}\n"
+                f"+++ {label_b + '/' + d.key if d.b else '/dev/null'}\n{body}"
+            )
+            if body
+            else ""
+        )
     return out
 
 
@@ -253,5 +335,5 @@ def _print(diffs: list[Difference], patches: dict[str, str], headline: str, same
     for d in diffs:
         owner = "; ".join(f"{o} on {side}" if len(d.owners) > 1 else o for side, o in d.owners)
         print(f"  {d.kind:8} {one_line(d.key)}" + (f"  [{one_line(owner)}]" if owner else ""))
-    for key, text in patches.items():
+    for _key, text in patches.items():
         print(text, end="")

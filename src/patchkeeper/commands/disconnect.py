@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ..errors import BadInput
-from ..workspace import Workspace
 from ..targets import persist
+from ..workspace import Workspace
 
 
 def disconnect(ws: Workspace | None, target: str | None, every: bool) -> int:
@@ -15,8 +15,10 @@ def disconnect(ws: Workspace | None, target: str | None, every: bool) -> int:
     assert ws is not None, "a workspace names the target"
     config = ws.target(target)
     if not config.ssh:
-        raise BadInput(f"target {config.name} is local: there is no connection to end",
-                       "name an SSH target, or use --all")
+        raise BadInput(
+            f"target {config.name} is local: there is no connection to end",
+            "name an SSH target, or use --all",
+        )
     try:
         holder = persist.Holder(config.name, config.ssh, config.python, config.persist)
     except persist.Unavailable:

@@ -26,9 +26,11 @@ def env(ws: Workspace, target: str | None, as_json: bool) -> int:
 def _recorded(s: Session, state: str) -> tuple[str, dict[str, Any]]:
     entry = environment.entry_of(s.ledger, state)
     if entry is None:
-        raise Refused(f"state {state!r} of target {s.target.name} was recorded without an environment "
-                      "fingerprint (before patchkeeper kept them)",
-                      f"record one: patchkeeper snapshot -t {s.target.name} --name NAME")
+        raise Refused(
+            f"state {state!r} of target {s.target.name} was recorded without an environment "
+            "fingerprint (before patchkeeper kept them)",
+            f"record one: patchkeeper snapshot -t {s.target.name} --name NAME",
+        )
     label = f"{s.target.name}:{entry.after.id}" + (f" ({entry.after.name})" if entry.after.name else "")
     return f"{label} as of {entry.kind} {entry.id}", environment.load(s.target, entry.env or "")
 
@@ -39,13 +41,19 @@ def _last_pass(s: Session) -> tuple[str, dict[str, Any]]:
     current = s.ledger.current()
     last = environment.last_passing(s.ledger, current) if current is not None else None
     if current is None or last is None or last.env is None:
-        what = "has no recorded state" if current is None else \
-            f"has no passing verification of its current state {current.id} that kept a fingerprint"
-        raise Refused(f"target {s.target.name} {what}",
-                      f"verify it while it works (patchkeeper verify -t {s.target.name}), or compare with a "
-                      "state: --against STATE")
-    return f"{s.target.name}:{current.id} as of its last passing verification {last.id}", \
-        environment.load(s.target, last.env)
+        what = (
+            "has no recorded state"
+            if current is None
+            else f"has no passing verification of its current state {current.id} that kept a fingerprint"
+        )
+        raise Refused(
+            f"target {s.target.name} {what}",
+            f"verify it while it works (patchkeeper verify -t {s.target.name}), or compare with a "
+            "state: --against STATE",
+        )
+    return f"{s.target.name}:{current.id} as of its last passing verification {last.id}", environment.load(
+        s.target, last.env
+    )
 
 
 def _side(ws: Workspace, spec: str) -> tuple[str, dict[str, Any]]:
@@ -58,8 +66,9 @@ def _side(ws: Workspace, spec: str) -> tuple[str, dict[str, Any]]:
         return f"{s.target.name} (now)", environment.take(s.target)
 
 
-def _one(ws: Workspace, name: str, state: str | None,
-         since_pass: bool = False) -> tuple[tuple[str, dict[str, Any]], tuple[str, dict[str, Any]]]:
+def _one(
+    ws: Workspace, name: str, state: str | None, since_pass: bool = False
+) -> tuple[tuple[str, dict[str, Any]], tuple[str, dict[str, Any]]]:
     """A target's recorded state (default: its current one; with `since_pass`, the last passing
     verification of its current one) and its environment now, one session."""
     with Session(ws, name or None, "diff --env", write=False) as s:
@@ -69,15 +78,18 @@ def _one(ws: Workspace, name: str, state: str | None,
         if state is None:
             current = s.ledger.current()
             if current is None:
-                raise Refused(f"target {s.target.name} has no recorded state to compare with",
-                              f"compare two targets (patchkeeper diff --env {s.target.name} OTHER), "
-                              "or record a state first")
+                raise Refused(
+                    f"target {s.target.name} has no recorded state to compare with",
+                    f"compare two targets (patchkeeper diff --env {s.target.name} OTHER), "
+                    "or record a state first",
+                )
             state = current.id
         return _recorded(s, state), (f"{s.target.name} (now)", environment.take(s.target))
 
 
-def diff_env(ws: Workspace, names: tuple[str, ...], against: str | None, as_json: bool,
-             since_pass: bool = False) -> int:
+def diff_env(
+    ws: Workspace, names: tuple[str, ...], against: str | None, as_json: bool, since_pass: bool = False
+) -> int:
     """A target now against a recorded state (default: its current one), or two sides: targets
     (now, both talked to concurrently) or `TARGET:STATE`s."""
     check_sides("diff --env", names, against)
@@ -95,8 +107,11 @@ def diff_env(ws: Workspace, names: tuple[str, ...], against: str | None, as_json
     if as_json:
         emit_json({"a": la, "b": lb, "changes": [c.to_dict() for c in changes], "alike": not changes})
     else:
-        print(f"environments of {la} and {lb}, each difference with both values:" if hosts else
-              f"environment of {lb} against {la}:")
+        print(
+            f"environments of {la} and {lb}, each difference with both values:"
+            if hosts
+            else f"environment of {lb} against {la}:"
+        )
         if not changes:
             print("  alike: interpreter, system, distributions, native libraries and GPU stack")
         for c in changes:

@@ -21,14 +21,24 @@ def variable_notes(ps: patchset.PatchSet) -> tuple[str, ...]:
     unrendered), and where a drop-in goes."""
     notes = []
     if any(role == "dropin" for role, _ in ps.files):
-        notes.append("role dropin: a systemd drop-in, written beside the target's unit as "
-                     "<unit>.d/50-patchkeeper.conf (or [targets.NAME.files] dropin); it clears ExecStart= and sets "
-                     "its own, the host's other unit lines stay")
+        notes.append(
+            "role dropin: a systemd drop-in, written beside the target's unit as "
+            "<unit>.d/50-patchkeeper.conf (or [targets.NAME.files] dropin); it clears ExecStart= and sets "
+            "its own, the host's other unit lines stay"
+        )
     if not ps.variables:
         return tuple(notes)
     defaults = dict(ps.defaults)
-    listed = ", ".join(f"{n} = {defaults[n]!r}" if n in defaults else
-                       f"{n} (default: the target's interpreter)" if n == "python" else f"{n} (no default)"
-                       for n in ps.variables)
-    return (*notes, f"variables: the role files are templates using {listed}; "
-            "`patchkeeper apply` renders them with [targets.NAME.vars], then these defaults")
+    listed = ", ".join(
+        f"{n} = {defaults[n]!r}"
+        if n in defaults
+        else f"{n} (default: the target's interpreter)"
+        if n == "python"
+        else f"{n} (no default)"
+        for n in ps.variables
+    )
+    return (
+        *notes,
+        f"variables: the role files are templates using {listed}; "
+        "`patchkeeper apply` renders them with [targets.NAME.vars], then these defaults",
+    )

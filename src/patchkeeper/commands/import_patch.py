@@ -17,8 +17,16 @@ _ENC = ("utf-8", "surrogateescape")
 
 _HIGHER = "a higher version: `patchkeeper import NAME FILE --version X.Y.Z`"  # import has no --bump
 
-def import_patch(ws: Workspace, name: str, file: str, version: str | None, subdir: str,
-                 package: str | None, description: str | None) -> int:
+
+def import_patch(
+    ws: Workspace,
+    name: str,
+    file: str,
+    version: str | None,
+    subdir: str,
+    package: str | None,
+    description: str | None,
+) -> int:
     authoring.check_name(name)
     try:
         data = Path(file).read_bytes()
@@ -39,9 +47,14 @@ def import_patch(ws: Workspace, name: str, file: str, version: str | None, subdi
     package = package or default_package(ws)
     _refuse_source_layout(paths, package, file)
     subject = re.search(r"^Subject: (?:\[PATCH[^\]]*\] )?(.+)$", text, re.M)
-    draft = authoring.Draft(name=name, package=package, patches=_pieces(name, data, file),
-                            description=description if description is not None else
-                            (subject.group(1).strip() if subject else f"imported from {Path(file).name}"))
+    draft = authoring.Draft(
+        name=name,
+        package=package,
+        patches=_pieces(name, data, file),
+        description=description
+        if description is not None
+        else (subject.group(1).strip() if subject else f"imported from {Path(file).name}"),
+    )
     saved = authoring.save(ws.patchsets_dir, draft, version=version, version_option=_HIGHER)
     return report_saved(ws, saved, len(parsed), 0)
 
@@ -56,10 +69,12 @@ def _pieces(name: str, data: bytes, origin: str) -> tuple[tuple[str, bytes], ...
     for section in gitdiff.sections(data):
         if len(section) > patchset.MAX_PATCH:
             first = section.split(b"\n", 1)[0].decode(*_ENC)
-            raise BadInput(f"{origin}: one file's diff (from one `diff --git` line to the next) holds {len(section)} "
-                           f"bytes, over the {patchset.MAX_PATCH >> 20} MiB a .patch may hold ({first[:100]})",
-                           "ship such a file another way, or leave it out of the diff (git diff: import cuts "
-                           "between its files)")
+            raise BadInput(
+                f"{origin}: one file's diff (from one `diff --git` line to the next) holds {len(section)} "
+                f"bytes, over the {patchset.MAX_PATCH >> 20} MiB a .patch may hold ({first[:100]})",
+                "ship such a file another way, or leave it out of the diff (git diff: import cuts "
+                "between its files)",
+            )
         if pieces and size + len(section) <= patchset.MAX_PATCH:
             pieces[-1].append(section)
             size += len(section)
@@ -78,8 +93,10 @@ def _refuse_source_layout(paths: list[str], package: str, origin: str) -> None:
     for p in paths:
         m = re.match(rf"(.+?)/{re.escape(top)}/", p)
         if m:
-            raise BadInput(f"{origin}: paths like {p!r} are laid out as in a source checkout, not site-packages",
-                           f"pass --subdir {m.group(1)}")
+            raise BadInput(
+                f"{origin}: paths like {p!r} are laid out as in a source checkout, not site-packages",
+                f"pass --subdir {m.group(1)}",
+            )
 
 
 def _strip_subdir(data: bytes, subdir: str, origin: str) -> bytes:
@@ -87,15 +104,20 @@ def _strip_subdir(data: bytes, subdir: str, origin: str) -> bytes:
     prefix = subdir.encode() + b"/"
     out = []
     for line in data.split(b"\n"):
-        m = (re.match(rb"^(diff --git a/)(\S+)( b/)(\S+)$", line) or re.match(rb"^(--- a/|\+\+\+ b/)(.*)$", line)
-             or re.match(rb"^((?:rename|copy) (?:from|to) )(.*)$", line))
+        m = (
+            re.match(rb"^(diff --git a/)(\S+)( b/)(\S+)$", line)
+            or re.match(rb"^(--- a/|\+\+\+ b/)(.*)$", line)
+            or re.match(rb"^((?:rename|copy) (?:from|to) )(.*)$", line)
+        )
         if m:
             groups = list(m.groups())
             for i in range(1, len(groups), 2):
                 if not groups[i].startswith(prefix):
-                    raise BadInput(f"{origin}: path {groups[i].decode(*_ENC)!r} is not below {subdir}/",
-                                   "drop --subdir, or make the patch from the package's directory only")
-                groups[i] = groups[i][len(prefix):]
+                    raise BadInput(
+                        f"{origin}: path {groups[i].decode(*_ENC)!r} is not below {subdir}/",
+                        "drop --subdir, or make the patch from the package's directory only",
+                    )
+                groups[i] = groups[i][len(prefix) :]
             line = b"".join(groups)
         out.append(line)
     return b"\n".join(out)
@@ -111,16 +133,22 @@ def _import_export(ws: Workspace, name: str, file: str, data: bytes, version: st
             (check / rel).parent.mkdir(parents=True, exist_ok=True)
             (check / rel).write_bytes(blob)
         if patchset.digest_dir(check) != digest:
-            raise BadInput(f"{file}: the restored patch set does not match the digest {digest} in its header",
-                           "the patch was edited; strip the '#' header lines to import it as a plain patch")
+            raise BadInput(
+                f"{file}: the restored patch set does not match the digest {digest} in its header",
+                "the patch was edited; strip the '#' header lines to import it as a plain patch",
+            )
         shutil.rmtree(check)
     old_name, _, old_version = ident.partition("@")
     if name != old_name or (version is not None and version != old_version):
         try:
             toml = files[patchset.MANIFEST].decode("utf-8")
         except UnicodeDecodeError:
-            raise BadInput(f"{file}: its {patchset.MANIFEST} is not UTF-8", "export the patch set again") from None
-        files[patchset.MANIFEST] = authoring.set_keys(toml, {"name": name, "version": version or old_version}).encode()
+            raise BadInput(
+                f"{file}: its {patchset.MANIFEST} is not UTF-8", "export the patch set again"
+            ) from None
+        files[patchset.MANIFEST] = authoring.set_keys(
+            toml, {"name": name, "version": version or old_version}
+        ).encode()
     draft = authoring.Draft(name=name, package="", patches=(), extra_files=tuple(sorted(files.items())))
     saved = authoring.save(ws.patchsets_dir, draft, version=version or old_version, version_option=_HIGHER)
     paths = patchset.load(ws.patchsets_dir, name).paths

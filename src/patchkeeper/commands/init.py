@@ -61,8 +61,10 @@ def shipped() -> Path:
     checkout = Path(__file__).resolve().parents[3] / "patchsets"
     if checkout.is_dir():
         return checkout
-    raise Refused("this installation of patchkeeper has no shipped patch sets",
-                  "reinstall it from its wheel or a checkout of its repository")
+    raise Refused(
+        "this installation of patchkeeper has no shipped patch sets",
+        "reinstall it from its wheel or a checkout of its repository",
+    )
 
 
 def check_python(python: str, package: str) -> str | None:
@@ -77,12 +79,16 @@ def check_python(python: str, package: str) -> str | None:
         raise BadInput(f"--python {python} is a directory", f"{hint} (e.g. {path / 'bin' / 'python'})")
     target = open_target(TargetConfig("local", str(path), package))
     try:
-        target.info
+        target.info  # noqa: B018
     except NotInstalled:
-        return (f"note: {package} is not installed in {python} yet (wrong venv?): install it there "
-                f"(`{python} -m pip install {package}`) before the first change")
+        return (
+            f"note: {package} is not installed in {python} yet (wrong venv?): install it there "
+            f"(`{python} -m pip install {package}`) before the first change"
+        )
     except TargetError as exc:
-        raise BadInput(f"--python {python} is not a Python that patchkeeper can run in: {exc.message}", hint) from None
+        raise BadInput(
+            f"--python {python} is not a Python that patchkeeper can run in: {exc.message}", hint
+        ) from None
     except OSError as exc:  # not executable, or not a program at all (a text file)
         raise BadInput(f"--python {python} cannot be run: {exc.strerror or exc}", hint) from None
     finally:
@@ -94,8 +100,10 @@ def init(root: Path, python: str | None, package: str) -> int:
     """Write a workspace into `root`; refuse (overwriting nothing) where one is already."""
     there = [name for name in (CONFIG, "patchsets", "snapshots") if (root / name).exists()]
     if there:
-        raise Refused(f"{root} already holds a workspace ({', '.join(there)}); nothing was written",
-                      "run init in an empty directory, or edit the patchkeeper.toml that is there")
+        raise Refused(
+            f"{root} already holds a workspace ({', '.join(there)}); nothing was written",
+            "run init in an empty directory, or edit the patchkeeper.toml that is there",
+        )
     note = check_python(python, package) if python is not None else None
     source = shipped()
     root.mkdir(parents=True, exist_ok=True)
@@ -115,9 +123,13 @@ def init(root: Path, python: str | None, package: str) -> int:
     if note:
         print(note)
     if python is None:
-        print("next: set python = ... of a target in patchkeeper.toml (patchkeeper init --python VENV/bin/python "
-              "writes one), then `patchkeeper audit`")
+        print(
+            "next: set python = ... of a target in patchkeeper.toml (patchkeeper init --python VENV/bin/python "
+            "writes one), then `patchkeeper audit`"
+        )
     else:
-        print("next: `patchkeeper audit`, then `patchkeeper apply NAME --dry-run` (git init here keeps each "
-              "change's history under snapshots/)")
+        print(
+            "next: `patchkeeper audit`, then `patchkeeper apply NAME --dry-run` (git init here keeps each "
+            "change's history under snapshots/)"
+        )
     return 0

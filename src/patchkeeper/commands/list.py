@@ -28,8 +28,10 @@ def list_patchsets(ws: Workspace, as_json: bool) -> int:
         if text:
             print(f"    {text}")
         if kept[ps.name]:
-            print(f"    kept: {', '.join(f'{ps.name}@{v}' for v in kept[ps.name])} "
-                  f"(in patchsets/{saving.HISTORY}/{ps.name}/)")
+            print(
+                f"    kept: {', '.join(f'{ps.name}@{v}' for v in kept[ps.name])} "
+                f"(in patchsets/{saving.HISTORY}/{ps.name}/)"
+            )
     if cut:
         print("(a description in full: patchkeeper show NAME)")
     return 0

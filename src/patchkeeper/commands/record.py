@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
-from ..checks import scan
+from ..change import adopt
 from ..change.session import Session
+from ..checks import scan
 from ..errors import BadInput, Refused
 from ..patchset import authoring, diffwrite, patchset, templates
 from ..patchset.patchset import PatchSet
 from ..patchset.varspec import VarType
+from ..records import history
 from ..records.ledger import State
 from ..records.manifest import ROLE_PREFIX, differences
 from ..workspace import TargetConfig, Workspace
-from ..change import adopt
-from ..records import history
 
 
-def record_target(ws: Workspace, target: str | None, name: str, since: str, bump: str | None,
-                  description: str | None) -> int:
+def record_target(
+    ws: Workspace, target: str | None, name: str, since: str, bump: str | None, description: str | None
+) -> int:
     authoring.check_name(name)
     with Session(ws, target, f"record {name} --from {since}", write=False) as s:
         s.warn_installation()
@@ -25,9 +26,11 @@ def record_target(ws: Workspace, target: str | None, name: str, since: str, bump
         now = scan.scan_all(s.target)
         changed = differences(then, now)
         if not changed:
-            raise Refused(f"target {s.target.name} has no edits since state {state.id}"
-                          f"{' (' + state.name + ')' if state.name else ''}; nothing to record",
-                          "edit the package's files first, or pick an earlier --from state")
+            raise Refused(
+                f"target {s.target.name} has no edits since state {state.id}"
+                f"{' (' + state.name + ')' if state.name else ''}; nothing to record",
+                "edit the package's files first, or pick an earlier --from state",
+            )
         info, agent = s.target.info, s.target.agent
         changes, roles = [], []
         for key in changed:
@@ -36,16 +39,27 @@ def record_target(ws: Workspace, target: str | None, name: str, since: str, bump
             if new_entry is not None:
                 new = agent.read(info.path_of(key))
                 if s.target.hash_bytes(new) != new_entry.digest:
-                    raise Refused(f"{key} changed while it was being recorded", "retry when the files are quiet")
+                    raise Refused(
+                        f"{key} changed while it was being recorded", "retry when the files are quiet"
+                    )
             if key.startswith(ROLE_PREFIX):
                 if new is None:
-                    raise Refused(f"the {key[1:]} role file was removed; a patch set can only set it",
-                                  "restore the file, then record again")
+                    raise Refused(
+                        f"the {key[1:]} role file was removed; a patch set can only set it",
+                        "restore the file, then record again",
+                    )
                 roles.append((key[1:], info.path_of(key), new))
                 continue
             old = agent.store_get(info.store, old_entry.digest) if old_entry else None
-            changes.append(diffwrite.Change(key, old, new, old_entry.mode if old_entry else None,
-                                            new_entry.mode if new_entry else None))
+            changes.append(
+                diffwrite.Change(
+                    key,
+                    old,
+                    new,
+                    old_entry.mode if old_entry else None,
+                    new_entry.mode if new_entry else None,
+                )
+            )
         diffwrite.refuse_binary(changes, f"target {s.target.name}")
         taken: set[str] = {f"{name}.patch"}
         role_files: list[tuple[str, str, bytes]] = []
@@ -64,39 +78,55 @@ def record_target(ws: Workspace, target: str | None, name: str, since: str, bump
             role_files.append((role, fname, data))
         patch = diffwrite.diff(changes)
         draft = authoring.Draft(
-            name=name, package=s.target.config.package,
-            patches=((f"{name}.patch", patch),) if patch else (), roles=tuple(role_files),
-            description=description if description is not None else
-            f"recorded from {s.target.name} since state {state.name or state.id}",
-            package_version=f"=={info.version}", requires=tuple(p["name"] for p in state.stack),
+            name=name,
+            package=s.target.config.package,
+            patches=((f"{name}.patch", patch),) if patch else (),
+            roles=tuple(role_files),
+            description=description
+            if description is not None
+            else f"recorded from {s.target.name} since state {state.name or state.id}",
+            package_version=f"=={info.version}",
+            requires=tuple(p["name"] for p in state.stack),
             defaults=tuple(sorted(defaults.items())) if defaults else None,
-            types=tuple(sorted(types.items())) if types else None)
+            types=tuple(sorted(types.items())) if types else None,
+        )
         saved = authoring.save(ws.patchsets_dir, draft, bump)
         return report_saved(ws, saved, len(changes), len(role_files))
 
 
-def record_adoption(ws: Workspace, target: str | None, name: str, bump: str | None,
-                    description: str | None) -> int:
+def record_adoption(
+    ws: Workspace, target: str | None, name: str, bump: str | None, description: str | None
+) -> int:
     """A patch set of exactly the hand edits found when the target was adopted, against the release."""
 
     authoring.check_name(name)
     with Session(ws, target, f"record {name} --from-adoption", write=False) as s:
         first, edits = adopt.adopted_edits(s)
-        changes = [diffwrite.Change(key, old, new, release.mode if release else None, edited.mode if edited else None)
-                   for key, release, old, edited, new in edits]
+        changes = [
+            diffwrite.Change(
+                key, old, new, release.mode if release else None, edited.mode if edited else None
+            )
+            for key, release, old, edited, new in edits
+        ]
         diffwrite.refuse_binary(changes, f"the hand edits adopted on {s.target.name}")
         version = str(first.extra.get("package_version") or s.target.info.version)
         draft = authoring.Draft(
-            name=name, package=s.target.config.package, patches=((f"{name}.patch", diffwrite.diff(changes)),),
-            description=description if description is not None else
-            f"the hand edits found on {s.target.name} when it was adopted ({first.extra.get('adopted')}, "
-            f"transaction {first.id})", package_version=f"=={version}")
+            name=name,
+            package=s.target.config.package,
+            patches=((f"{name}.patch", diffwrite.diff(changes)),),
+            description=description
+            if description is not None
+            else f"the hand edits found on {s.target.name} when it was adopted ({first.extra.get('adopted')}, "
+            f"transaction {first.id})",
+            package_version=f"=={version}",
+        )
         saved = authoring.save(ws.patchsets_dir, draft, bump)
         return report_saved(ws, saved, len(changes), 0)
 
 
-def template_sources(ws: Workspace, name: str, current: State | None,
-                     roles: list[str]) -> dict[str, tuple[PatchSet, dict[str, str] | None]]:
+def template_sources(
+    ws: Workspace, name: str, current: State | None, roles: list[str]
+) -> dict[str, tuple[PatchSet, dict[str, str] | None]]:
     """Role -> the patch set whose template the target's role file was rendered from, and the values
     it was rendered with when the ledger says (None: the target's values now): the patch set being
     recorded if it has that role, else the last one of the target's stack that sets it (the version
@@ -118,37 +148,68 @@ def template_sources(ws: Workspace, name: str, current: State | None,
     return found
 
 
-def as_template(source: PatchSet, applied: dict[str, str] | None, role: str, data: bytes, config: TargetConfig,
-                name: str, fname: str) -> bytes:
+def as_template(
+    source: PatchSet,
+    applied: dict[str, str] | None,
+    role: str,
+    data: bytes,
+    config: TargetConfig,
+    name: str,
+    fname: str,
+) -> bytes:
     """The role file as `source`'s template again (see templates.record), with a note for values
     written out in text the user added; the edited file of the target is never the template."""
     where = f"patchsets/{source.name}/{dict(source.sources)[role]}"
     values = {"python": config.python, **dict(source.defaults), **config.vars, **(applied or {})}
-    hint = (f"give {config.name} its own value in [targets.{config.name}.vars] of patchkeeper.toml and apply, "
-            f"or edit the template {where} by hand; nothing was written")
-    recorded = templates.record(dict(source.files)[role], values, data,
-                                f"the {role} role file of {config.name}, rendered from {where}", hint)
+    hint = (
+        f"give {config.name} its own value in [targets.{config.name}.vars] of patchkeeper.toml and apply, "
+        f"or edit the template {where} by hand; nothing was written"
+    )
+    recorded = templates.record(
+        dict(source.files)[role],
+        values,
+        data,
+        f"the {role} role file of {config.name}, rendered from {where}",
+        hint,
+    )
     for var in recorded.literal:
-        print(f"note: text added to the {role} role file holds {values[var]!r}, the value of {{{{ {var} }}}} on "
-              f"{config.name}; kept as written in patchsets/{name}/{fname} (write {{{{ {var} }}}} there for "
-              "each target's own value)")
+        print(
+            f"note: text added to the {role} role file holds {values[var]!r}, the value of {{{{ {var} }}}} on "
+            f"{config.name}; kept as written in patchsets/{name}/{fname} (write {{{{ {var} }}}} there for "
+            "each target's own value)"
+        )
     return recorded.data
 
 
-def record_git(ws: Workspace, name: str, checkout: str, span: str, subdir: str, bump: str | None,
-               description: str | None, package: str | None, package_version: str | None) -> int:
+def record_git(
+    ws: Workspace,
+    name: str,
+    checkout: str,
+    span: str,
+    subdir: str,
+    bump: str | None,
+    description: str | None,
+    package: str | None,
+    package_version: str | None,
+) -> int:
 
     authoring.check_name(name)
     package = package or default_package(ws)
     changes = history.read_range(checkout, span, subdir)
     if not changes:
-        raise Refused(f"{checkout}: nothing differs in {subdir or 'the tree'} over {span}",
-                      "check the range and --subdir")
+        raise Refused(
+            f"{checkout}: nothing differs in {subdir or 'the tree'} over {span}",
+            "check the range and --subdir",
+        )
     diffwrite.refuse_binary(changes, checkout)
     patch = history.range_patch(checkout, span, subdir)  # git writes it: its diff, not a second one
-    draft = authoring.Draft(name=name, package=package, patches=((f"{name}.patch", patch),),
-                            description=description if description is not None else f"recorded from {span}",
-                            package_version=package_version)
+    draft = authoring.Draft(
+        name=name,
+        package=package,
+        patches=((f"{name}.patch", patch),),
+        description=description if description is not None else f"recorded from {span}",
+        package_version=package_version,
+    )
     saved = authoring.save(ws.patchsets_dir, draft, bump)
     return report_saved(ws, saved, len(changes), 0)
 
@@ -170,14 +231,19 @@ def report_saved(ws: Workspace, saved: authoring.Saved, files: int, roles: int) 
         print(f"{saved.ident} already holds exactly this content; nothing written ({where})")
         return 0
     was = f" (was {saved.previous})" if saved.previous else ""
-    print(f"{saved.status} {saved.ident}{was} in {where}: {files} file(s)"
-          + (f", {roles} role file(s)" if roles else "") + f"; digest {saved.digest}")
+    print(
+        f"{saved.status} {saved.ident}{was} in {where}: {files} file(s)"
+        + (f", {roles} role file(s)" if roles else "")
+        + f"; digest {saved.digest}"
+    )
     if saved.kept:
         print(f"kept {saved.ident.partition('@')[0]}@{saved.previous} in patchsets/{saved.kept}")
     commit = commit_patchset(ws, saved)
     if commit:
-        print(f"committed {where.relative_to(ws.root)}/ to the workspace's git repository as {commit[:12]} "
-              "(only that directory; undo with git revert)")
+        print(
+            f"committed {where.relative_to(ws.root)}/ to the workspace's git repository as {commit[:12]} "
+            "(only that directory; undo with git revert)"
+        )
     return 0
 
 
@@ -187,4 +253,6 @@ def commit_patchset(ws: Workspace, saved: authoring.Saved) -> str | None:
 
     directory = ws.patchsets_dir / saved.ident.partition("@")[0]
     kept = [ws.patchsets_dir / saved.kept] if saved.kept else []  # the version it replaced, kept beside
-    return history.commit_paths(ws.root, [directory, *kept], f"patch set {saved.ident}: {saved.status} by patchkeeper\n")
+    return history.commit_paths(
+        ws.root, [directory, *kept], f"patch set {saved.ident}: {saved.status} by patchkeeper\n"
+    )

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from ..change.mirror import try_mirror
 from ..change.session import Session
-from ..workspace import Workspace
 from ..change.show_plan import render_not_mirrored
+from ..workspace import Workspace
 
 
 def recover(ws: Workspace, target: str | None) -> int:
@@ -18,8 +18,12 @@ def recover(ws: Workspace, target: str | None) -> int:
             print(f"{s.target.name}: nothing to recover; no transaction was interrupted")
         else:
             print(f"{s.target.name}: {s.recovered}")
-        failed = try_mirror(ws, s, f"{s.target.name} is recovered" if s.recovered else
-                            f"{s.target.name} needed no recovery", check_all=True)
+        failed = try_mirror(
+            ws,
+            s,
+            f"{s.target.name} is recovered" if s.recovered else f"{s.target.name} needed no recovery",
+            check_all=True,
+        )
         if failed is not None:
             render_not_mirrored(failed)
             return 0 if s.recovered else 2

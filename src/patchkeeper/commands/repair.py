@@ -4,23 +4,31 @@ from __future__ import annotations
 
 from ..change import adopt as adopting
 from ..change import changes, engine, plans, repair
+from ..change.aftercheck import after_change
+from ..change.document import Report
 from ..change.mirror import mirror_step
 from ..change.session import Session
-from ..errors import EXIT_DIFFERS, Refused
-from ..workspace import Workspace
-from ..change.document import Report
 from ..change.show_plan import step_printer
-from ..change.aftercheck import after_change
-from ..targets.shapes import ENV as ENV_PREFIX
-from ..host.disk import normalize_name
 from ..checks.installation import refuse_writes
+from ..errors import EXIT_DIFFERS, Refused
+from ..host.disk import normalize_name
 from ..records.ledger import State
+from ..targets.shapes import ENV as ENV_PREFIX
+from ..workspace import Workspace
 
 _MARK = {"changed": "M", "added": "A", "removed": "D", "mode": "m"}
 
 
-def repair_dist(ws: Workspace, target: str | None, dist: str, wheel: str | None, dry_run: bool,
-                adopt: str | None = None, verify: bool = True, as_json: bool = False) -> int:
+def repair_dist(
+    ws: Workspace,
+    target: str | None,
+    dist: str,
+    wheel: str | None,
+    dry_run: bool,
+    adopt: str | None = None,
+    verify: bool = True,
+    as_json: bool = False,
+) -> int:
     """Exit 0 when every damaged file was restored (or none was damaged) and, with a [service], the
     service verifies after it; 1 when some are left or it fails verification."""
     command = f"repair {dist}" + (f" --wheel {wheel}" if wheel else "")
@@ -28,17 +36,29 @@ def repair_dist(ws: Workspace, target: str | None, dist: str, wheel: str | None,
         return _repair(ws, target, dist, wheel, dry_run, adopt, verify, report, command)
 
 
-def _repair(ws: Workspace, target: str | None, dist: str, wheel: str | None, dry_run: bool, adopt: str | None,
-            verify: bool, report: Report, command: str) -> int:
+def _repair(
+    ws: Workspace,
+    target: str | None,
+    dist: str,
+    wheel: str | None,
+    dry_run: bool,
+    adopt: str | None,
+    verify: bool,
+    report: Report,
+    command: str,
+) -> int:
 
     svc = changes.service_of(ws.target(target), verify)
     with Session(ws, target, command) as s:
         show = report.shower(s.target.name)
         info = s.target.info
         if normalize_name(dist) == normalize_name(info.package):
-            raise Refused(f"{dist} is the package patchkeeper manages on {s.target.name}: its files are kept by "
-                          "its recorded states", "use `rollback --to baseline`; before the first baseline, "
-                          "`apply` or `snapshot` with --restore-pristine")
+            raise Refused(
+                f"{dist} is the package patchkeeper manages on {s.target.name}: its files are kept by "
+                "its recorded states",
+                "use `rollback --to baseline`; before the first baseline, "
+                "`apply` or `snapshot` with --restore-pristine",
+            )
         if not dry_run:  # its entry would record the managed package's installation as the state's
             refuse_writes(s.installation(), s.target, s.command)
         damage = repair.find_damage(s.target, dist)
@@ -53,10 +73,11 @@ def _repair(ws: Workspace, target: str | None, dist: str, wheel: str | None, dry
         else:
             baseline = adopting.ensure_baseline(s, adopt=adopt)
             if baseline is not None:
-
-                print(f"recorded baseline of {s.target.name}: {baseline.extra.get('files')} files of "
-                      f"{s.target.info.package}, "
-                      f"state {baseline.after.id}{adopting.describe(baseline)}")
+                print(
+                    f"recorded baseline of {s.target.name}: {baseline.extra.get('files')} files of "
+                    f"{s.target.info.package}, "
+                    f"state {baseline.after.id}{adopting.describe(baseline)}"
+                )
             current = s.ledger.current()
         if current is None:  # a dry run before any baseline: the entry is only printed
             current = State.make("-", (), "baseline")
@@ -72,7 +93,7 @@ def _repair(ws: Workspace, target: str | None, dist: str, wheel: str | None, dry
         for op in ops:
             assert op.new is not None  # a repair writes every file it changes
             kind = "added" if op.old is None else "mode" if op.old.digest == op.new.digest else "changed"
-            print(f"  {_MARK[kind]} {op.key[len(ENV_PREFIX):]}  {op.new.size} bytes, checked against RECORD")
+            print(f"  {_MARK[kind]} {op.key[len(ENV_PREFIX) :]}  {op.new.size} bytes, checked against RECORD")
         for rel, why in found.left.items():
             print(f"  ! {rel}  left as it is: {why}")
         tail = "" if dry_run else f"; state {current.id} -> {entry.after.id} (transaction {entry.id})"
@@ -82,5 +103,9 @@ def _repair(ws: Workspace, target: str | None, dist: str, wheel: str | None, dry
             code = max(code, after_change(ws, s, svc, entry, show))
         elif svc is not None:
             print(f"{s.target.name}: the service would be restarted and verified after the repair")
-        return report.done(code, current if not dry_run else s.ledger.current(), entry.after if dry_run
-                           else s.ledger.current(), dry_run)
+        return report.done(
+            code,
+            current if not dry_run else s.ledger.current(),
+            entry.after if dry_run else s.ledger.current(),
+            dry_run,
+        )

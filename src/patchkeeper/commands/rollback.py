@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 from ..change import changes, engine
-from ..change.session import Session
-from ..workspace import Workspace
 from ..change.document import Report
 from ..change.rollout import Noted
-from . import finish
+from ..change.session import Session
 from ..change.show_plan import step_printer
+from ..workspace import Workspace
+from . import finish
 
 
-def rollback(ws: Workspace, target: str | None, to: str, dry_run: bool, verify: bool = True,
-             as_json: bool = False, noted: Noted | None = None) -> int:
+def rollback(
+    ws: Workspace,
+    target: str | None,
+    to: str,
+    dry_run: bool,
+    verify: bool = True,
+    as_json: bool = False,
+    noted: Noted | None = None,
+) -> int:
     """`noted` (a rollout's) is told what happened on the target, as a value; `as_json`: one document."""
     with Report(as_json, f"rollback --to {to}", target, step_printer) as report:
         svc = changes.service_of(ws.target(target), verify)

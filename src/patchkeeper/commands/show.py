@@ -6,10 +6,10 @@ import json
 import re
 from typing import Any
 
+from ..checks import units
 from ..patchset import patchset, saving, templates
 from ..workspace import Workspace
 from . import emit_json
-from ..checks import units
 
 
 def applied_on(ws: Workspace, name: str) -> list[dict[str, Any]]:
@@ -22,8 +22,14 @@ def applied_on(ws: Workspace, name: str) -> list[dict[str, Any]]:
             continue
         for ref in state.get("stack", ()):
             if ref.get("name") == name:
-                out.append({"target": state.get("target", path.parent.name), "version": ref.get("version"),
-                            "digest": ref.get("digest"), "state": state.get("id")})
+                out.append(
+                    {
+                        "target": state.get("target", path.parent.name),
+                        "version": ref.get("version"),
+                        "digest": ref.get("digest"),
+                        "state": state.get("id"),
+                    }
+                )
     return out
 
 
@@ -35,8 +41,11 @@ def _exec_starts(ps: patchset.PatchSet) -> list[str]:
     defaults = dict(ps.defaults)
     out = []
     for role, data in ps.files:
-        filled = templates.PLACEHOLDER.sub(  # a stand-in word for a variable without a default, named back below
-            lambda m: defaults.get(m.group(1).decode(), f"/__{m.group(1).decode()}__").encode(), data)
+        filled = (
+            templates.PLACEHOLDER.sub(  # a stand-in word for a variable without a default, named back below
+                lambda m: defaults.get(m.group(1).decode(), f"/__{m.group(1).decode()}__").encode(), data
+            )
+        )
         command = units.effective([(role, filled.decode("utf-8", "replace"))])
         if command is not None and command.source:
             text = re.sub(r"/__([a-z_][a-z0-9_]*)__", r"{{ \1 }}", command.text())
@@ -52,17 +61,32 @@ def show(ws: Workspace, name: str, as_json: bool) -> int:
     stats: list[dict[str, Any]] = []
     for origin, fps in ps.patches:
         for fp in fps:
-            stats.append({"patch": origin, "path": fp.path, "added": fp.added, "removed": fp.removed, "kind": fp.kind,
-                          "mode": f"{fp.new_mode:o}" if fp.new_mode is not None else None,
-                          **({"source": fp.source} if fp.source is not None else {}),
-                          **({"binary": True} if fp.binary is not None else {})})
+            stats.append(
+                {
+                    "patch": origin,
+                    "path": fp.path,
+                    "added": fp.added,
+                    "removed": fp.removed,
+                    "kind": fp.kind,
+                    "mode": f"{fp.new_mode:o}" if fp.new_mode is not None else None,
+                    **({"source": fp.source} if fp.source is not None else {}),
+                    **({"binary": True} if fp.binary is not None else {}),
+                }
+            )
     where = applied_on(ws, name)
     for w in where:
         w["current"] = w["digest"] == ps.digest
     kept = saving.kept(ws.patchsets_dir, name)
     if as_json:
-        emit_json({**ps.summary(), "diffstat": stats, "applied_on": where, "exec_start": _exec_starts(ps),
-                   "kept": kept})
+        emit_json(
+            {
+                **ps.summary(),
+                "diffstat": stats,
+                "applied_on": where,
+                "exec_start": _exec_starts(ps),
+                "kept": kept,
+            }
+        )
         return 0
     print(f"{ps.ident}  {ps.description}")
     print(f"  package   {ps.package}{ps.package_version or ' (any version)'}")
@@ -70,26 +94,47 @@ def show(ws: Workspace, name: str, as_json: bool) -> int:
     print(f"  requires  {', '.join(ps.requires) or '-'}")
     print(f"  digest    {ps.digest}")
     if kept:
-        print(f"  kept      {', '.join(f'{name}@{v}' for v in kept)}: the versions it replaced, highest first, "
-              f"in patchsets/{saving.HISTORY}/{name}/VERSION/")
+        print(
+            f"  kept      {', '.join(f'{name}@{v}' for v in kept)}: the versions it replaced, highest first, "
+            f"in patchsets/{saving.HISTORY}/{name}/VERSION/"
+        )
     print(f"  files     {', '.join(sorted(p.name for p in directory.rglob('*') if p.is_file()))}")
     for role, data in ps.files:
-        print(f"  role      @{role}: {len(data)} bytes" + (" (a template)" if templates.names(data) else "")
-              + (" - a systemd drop-in beside the target's unit (<unit>.d/50-patchkeeper.conf unless the target "
-                 "maps dropin)" if role == "dropin" else "")
-              + (" - the whole unit (the old style: the host's own unit lines are replaced)" if role == "unit" else ""))
+        print(
+            f"  role      @{role}: {len(data)} bytes"
+            + (" (a template)" if templates.names(data) else "")
+            + (
+                " - a systemd drop-in beside the target's unit (<unit>.d/50-patchkeeper.conf unless the target "
+                "maps dropin)"
+                if role == "dropin"
+                else ""
+            )
+            + (
+                " - the whole unit (the old style: the host's own unit lines are replaced)"
+                if role == "unit"
+                else ""
+            )
+        )
     for line in _exec_starts(ps):
         print(f"  {line}")
     defaults, types = dict(ps.defaults), dict(ps.types)
     for var in ps.variables:
         kind = types[var].describe() if var in types else "text"
-        print(f"  variable  {var} ({kind}) = {defaults[var]!r}" if var in defaults else
-              f"  variable  {var} ({kind}): the target's own interpreter unless [targets.NAME.vars] sets it"
-              if var == "python" else f"  variable  {var} ({kind}): no default, set it in [targets.NAME.vars]")
+        print(
+            f"  variable  {var} ({kind}) = {defaults[var]!r}"
+            if var in defaults
+            else f"  variable  {var} ({kind}): the target's own interpreter unless [targets.NAME.vars] sets it"
+            if var == "python"
+            else f"  variable  {var} ({kind}): no default, set it in [targets.NAME.vars]"
+        )
     width = max((len(s["path"]) for s in stats), default=0)
     for s in stats:
-        tag = {"add": " (new)", "delete": " (deleted)", "rename": f" (renamed from {s.get('source')})",
-               "copy": f" (copied from {s.get('source')})"}.get(s["kind"], "") + (" (binary)" if s.get("binary") else "")
+        tag = {
+            "add": " (new)",
+            "delete": " (deleted)",
+            "rename": f" (renamed from {s.get('source')})",
+            "copy": f" (copied from {s.get('source')})",
+        }.get(s["kind"], "") + (" (binary)" if s.get("binary") else "")
         mode_text = f" mode {s['mode']}" if s["mode"] and s["kind"] in ("modify", "rename", "copy") else ""
         print(f"  {s['path']:{width}}  +{s['added']:<4} -{s['removed']:<4}{tag}{mode_text}")
     print(f"  {len(stats)} file(s), +{sum(s['added'] for s in stats)} -{sum(s['removed'] for s in stats)}")

@@ -17,8 +17,10 @@ def show_backup(ws: Workspace, target: str | None, digest: str) -> int:
         try:
             data = s.target.agent.store_get(s.target.info.store, full)  # re-hashed: a corrupt object raises
         except PatchkeeperError as exc:
-            raise StoreError(f"cannot give back {full}: {exc}",
-                             "check the digest with `patchkeeper log`; a damaged store needs its backup") from None
+            raise StoreError(
+                f"cannot give back {full}: {exc}",
+                "check the digest with `patchkeeper log`; a damaged store needs its backup",
+            ) from None
         out = sys.stdout.buffer
         sys.stdout.flush()
         out.write(data)
@@ -32,14 +34,24 @@ def _resolve(s: Session, digest: str) -> str:
     if algorithm and len(hexpart) == (64 if algorithm in ("blake3", "sha256") else 0):
         return digest
     if len(hexpart) < MIN_HEX or any(c not in "0123456789abcdef" for c in hexpart):
-        raise BadInput(f"{digest!r} is neither a digest nor a prefix of {MIN_HEX}+ hex digits of one",
-                       "copy the digest from `patchkeeper rollback` or `patchkeeper log`")
-    found = {d: k for e in s.ledger.entries() for k, d in e.backed_up.items()
-             if d.partition(":")[2].startswith(hexpart) and (not algorithm or d.startswith(algorithm + ":"))}
+        raise BadInput(
+            f"{digest!r} is neither a digest nor a prefix of {MIN_HEX}+ hex digits of one",
+            "copy the digest from `patchkeeper rollback` or `patchkeeper log`",
+        )
+    found = {
+        d: k
+        for e in s.ledger.entries()
+        for k, d in e.backed_up.items()
+        if d.partition(":")[2].startswith(hexpart) and (not algorithm or d.startswith(algorithm + ":"))
+    }
     if len(found) == 1:
         return next(iter(found))
     if not found:
-        raise BadInput(f"no backup on target {s.target.name} has a digest starting {digest!r}",
-                       "`patchkeeper log` lists the backed-up hand edits and their digests")
-    raise BadInput(f"{len(found)} backups have a digest starting {digest!r}",
-                   "give more digits; the candidates: " + "; ".join(f"{d} ({k})" for d, k in sorted(found.items())))
+        raise BadInput(
+            f"no backup on target {s.target.name} has a digest starting {digest!r}",
+            "`patchkeeper log` lists the backed-up hand edits and their digests",
+        )
+    raise BadInput(
+        f"{len(found)} backups have a digest starting {digest!r}",
+        "give more digits; the candidates: " + "; ".join(f"{d} ({k})" for d, k in sorted(found.items())),
+    )

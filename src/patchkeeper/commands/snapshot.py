@@ -8,22 +8,33 @@ from ..change import adopt as adopting
 from ..change import engine
 from ..change.mirror import try_mirror
 from ..change.session import Session
+from ..change.show_plan import render_not_mirrored
+from ..checks.installation import refuse_writes
 from ..checks.scan import scan_all
 from ..errors import BadInput
 from ..records.ledger import RecordExtra
 from ..workspace import Workspace
-from ..change.show_plan import render_not_mirrored
-from ..checks.installation import refuse_writes
 
-RESERVED = {"baseline": "the state recorded before the first change",
-            "previous": "the state before the current one"}  # names `rollback --to` gives a meaning of its own
+RESERVED = {
+    "baseline": "the state recorded before the first change",
+    "previous": "the state before the current one",
+}  # names `rollback --to` gives a meaning of its own
 
 
-def snapshot(ws: Workspace, target: str | None, name: str, manifest_only: bool, adopt: str | None = None,
-             dry_run: bool = False) -> int:
+def snapshot(
+    ws: Workspace,
+    target: str | None,
+    name: str,
+    manifest_only: bool,
+    adopt: str | None = None,
+    dry_run: bool = False,
+) -> int:
     if name in RESERVED or not name.strip():
-        raise BadInput(f"{name!r} cannot name a state: rollback --to {name} means "
-                       + (RESERVED[name] if name in RESERVED else "nothing"), "pick another name")
+        raise BadInput(
+            f"{name!r} cannot name a state: rollback --to {name} means "
+            + (RESERVED[name] if name in RESERVED else "nothing"),
+            "pick another name",
+        )
     with Session(ws, target, f"snapshot --name {name}") as s:
         refuse_writes(s.installation(), s.target, f"snapshot --name {name}")
         kept = "digests only" if manifest_only else "bytes kept"
@@ -31,17 +42,23 @@ def snapshot(ws: Workspace, target: str | None, name: str, manifest_only: bool, 
             if s.ledger.current() is None or adopting.new_release(s):
                 adopting.preview(s, adopt)
             files = len(scan_all(s.target))
-            print(f"{s.target.name}: would record state {name!r} ({files} files of "
-                  f"{s.target.info.package}, {kept}); nothing changed (dry run)")
+            print(
+                f"{s.target.name}: would record state {name!r} ({files} files of "
+                f"{s.target.info.package}, {kept}); nothing changed (dry run)"
+            )
             return 0
         baseline = adopting.ensure_baseline(s, bytes_kept=not manifest_only, adopt=adopt)
         if baseline is not None:
             files = cast(RecordExtra, baseline.extra)["files"]
-            print(f"recorded baseline of {s.target.name}: {files} files of {s.target.info.package}, state {baseline.after.id}{adopting.describe(baseline)}")
+            print(
+                f"recorded baseline of {s.target.name}: {files} files of {s.target.info.package}, state {baseline.after.id}{adopting.describe(baseline)}"
+            )
         entry = engine.record_state(s, "snapshot", name, bytes_kept=not manifest_only)
         failed = try_mirror(ws, s, f"state {entry.after.id} was recorded on {s.target.name}")
         if failed is not None:
             render_not_mirrored(failed)
-        print(f"{s.target.name}: recorded state {entry.after.id} as {name!r} "
-              f"({cast(RecordExtra, entry.extra)['files']} files of {s.target.info.package}, {kept})")
+        print(
+            f"{s.target.name}: recorded state {entry.after.id} as {name!r} "
+            f"({cast(RecordExtra, entry.extra)['files']} files of {s.target.info.package}, {kept})"
+        )
         return 0

@@ -7,16 +7,15 @@ from typing import Any
 
 from ..change import plans, stacks
 from ..change.session import Session
-from ..checks import audit, installation
+from ..checks import audit, installation, units
 from ..errors import BadInput
 from ..patchset import patchset
 from ..printable import one_line
 from ..records.ledger import State
 from ..records.manifest import ROLE_PREFIX
+from ..targets.fleet import Failed, each, table
 from ..workspace import Workspace
 from . import emit_json
-from ..checks import units
-from ..targets.fleet import Failed, each, table
 
 
 def status(ws: Workspace, target: str | None, as_json: bool) -> int:
@@ -36,11 +35,21 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
             exec_start = units.on_target(s.target)
         told = installation.told(s.target, s.ledger, s.installation())
         stale = out_of_date(ws, s, current, diffs) if current is not None else []
-        doc = {"target": s.target.name, "host": info.host, "package": info.package, "version": info.version,
-               "site": info.site, "state_dir": info.state_dir, "state": current.to_dict() if current else None,
-               "differences": diffs, "unfinished": s.unfinished.message if s.unfinished else None,
-               "roles": dict(info.roles), "exec_start": _as_dict(exec_start),
-               "installation": told.to_dict() if told else None, "out_of_date": stale}
+        doc = {
+            "target": s.target.name,
+            "host": info.host,
+            "package": info.package,
+            "version": info.version,
+            "site": info.site,
+            "state_dir": info.state_dir,
+            "state": current.to_dict() if current else None,
+            "differences": diffs,
+            "unfinished": s.unfinished.message if s.unfinished else None,
+            "roles": dict(info.roles),
+            "exec_start": _as_dict(exec_start),
+            "installation": told.to_dict() if told else None,
+            "out_of_date": stale,
+        }
         code = 1 if told is not None and told.trouble else 0
         if as_json:
             emit_json(doc)
@@ -51,7 +60,9 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
         if current is None:
             print("no recorded state: patchkeeper has not changed this target yet")
             return 0
-        print(f"state {current.id}{' (' + one_line(current.name) + ')' if current.name else ''}: {current.stack_text()}")
+        print(
+            f"state {current.id}{' (' + one_line(current.name) + ')' if current.name else ''}: {current.stack_text()}"
+        )
         for p in current.stack:
             print(f"  {one_line(p['name'])}@{one_line(p['version'])}  {p['digest'][:19]}…")
         if told is not None:
@@ -88,8 +99,18 @@ def out_of_date(ws: Workspace, s: Session, current: State, diffs: dict[str, str]
         try:
             bound = ps.bind(s.config)
         except BadInput as exc:
-            out.append({"patchset": ps.ident, "name": ps.name, "role": None, "path": None, "vars": {},
-                        "why": exc.message, "would_write": None, "diff": []})
+            out.append(
+                {
+                    "patchset": ps.ident,
+                    "name": ps.name,
+                    "role": None,
+                    "path": None,
+                    "vars": {},
+                    "why": exc.message,
+                    "would_write": None,
+                    "diff": [],
+                }
+            )
             continue
         was, now = ref.get("vars", {}), dict(bound.values or ())
         changed = {k: [was.get(k), v] for k, v in now.items() if was.get(k) != v}
@@ -106,8 +127,18 @@ def out_of_date(ws: Workspace, s: Session, current: State, diffs: dict[str, str]
             old = (on_disk or b"").decode("utf-8", "replace").splitlines(keepends=True)
             new = data.decode("utf-8", "replace").splitlines(keepends=True)
             diff = list(difflib.unified_diff(old, new, path, f"{path} (as `apply` would write it)"))
-            out.append({"patchset": ps.ident, "name": ps.name, "role": role, "path": path, "vars": changed,
-                        "why": None, "would_write": data.decode("utf-8", "replace"), "diff": diff})
+            out.append(
+                {
+                    "patchset": ps.ident,
+                    "name": ps.name,
+                    "role": role,
+                    "path": path,
+                    "vars": changed,
+                    "why": None,
+                    "would_write": data.decode("utf-8", "replace"),
+                    "diff": diff,
+                }
+            )
     return out
 
 
@@ -115,10 +146,14 @@ def _print_stale(item: dict[str, Any]) -> None:
     if item["why"]:
         print(f"out of date: {item['patchset']} no longer renders for this target: {item['why']}")
         return
-    changed = ", ".join(f"{k} ({one_line(str(a))} -> {one_line(str(b))})" for k, (a, b) in item["vars"].items())
-    print(f"out of date: {item['path']} (role {item['role']} of {item['patchset']}) is not what the workspace renders "
-          f"now{': ' + changed + ' changed since it was applied' if changed else ''}; "
-          f"`patchkeeper apply {item['name']}` would write:")
+    changed = ", ".join(
+        f"{k} ({one_line(str(a))} -> {one_line(str(b))})" for k, (a, b) in item["vars"].items()
+    )
+    print(
+        f"out of date: {item['path']} (role {item['role']} of {item['patchset']}) is not what the workspace renders "
+        f"now{': ' + changed + ' changed since it was applied' if changed else ''}; "
+        f"`patchkeeper apply {item['name']}` would write:"
+    )
     for line in item["diff"][2:]:
         print("  " + one_line(line.rstrip("\n")))
 
@@ -126,13 +161,18 @@ def _print_stale(item: dict[str, Any]) -> None:
 def _hint(s: Session, told: installation.Told) -> str:
     change = told.change
     if change.kind == "version":
-        return (f"{change.pin(s.target.info.python)} brings back the release state {change.state.id} was recorded "
-                "with; then `patchkeeper status` again")
+        return (
+            f"{change.pin(s.target.info.python)} brings back the release state {change.state.id} was recorded "
+            "with; then `patchkeeper status` again"
+        )
     if change.kind == "record":
         return f"reinstall it: {change.pin(s.target.info.python)} --force-reinstall"
     names = " ".join(p["name"] for p in change.state.stack)
-    return (f"`patchkeeper apply {names}` puts the patch sets' files back" if names else
-            f"`patchkeeper rollback --to {change.state.id}` puts the state's files back")
+    return (
+        f"`patchkeeper apply {names}` puts the patch sets' files back"
+        if names
+        else f"`patchkeeper rollback --to {change.state.id}` puts the state's files back"
+    )
 
 
 def _as_dict(command: units.Command | str | None) -> dict[str, Any] | None:
@@ -151,7 +191,9 @@ def _print_unit(s: Session, exec_start: units.Command | str | None) -> None:
     print(f"unit     {roles['unit']} (the host's: read, not written)")
     if "dropin" in roles:
         there = s.target.agent.lstat(roles["dropin"]) is not None
-        print(f"drop-in  {roles['dropin']} ({'present' if there else 'absent: the unit runs as the host wrote it'})")
+        print(
+            f"drop-in  {roles['dropin']} ({'present' if there else 'absent: the unit runs as the host wrote it'})"
+        )
     for line in units.describe(exec_start):
         print(line)
 
@@ -160,10 +202,17 @@ def _one_doc(ws: Workspace, name: str) -> dict[str, Any]:
     with Session(ws, name, "status", write=False) as s:
         info, current = s.target.info, s.ledger.current()
         told = installation.told(s.target, s.ledger, s.installation())
-        return {"target": s.target.name, "host": info.host, "package": info.package, "version": info.version,
-                "site": info.site, "state_dir": info.state_dir, "state": current.to_dict() if current else None,
-                "differences": plans.drift(s.target, current.manifest) if current else {},
-                "installation": told.to_dict() if told else None}
+        return {
+            "target": s.target.name,
+            "host": info.host,
+            "package": info.package,
+            "version": info.version,
+            "site": info.site,
+            "state_dir": info.state_dir,
+            "state": current.to_dict() if current else None,
+            "differences": plans.drift(s.target, current.manifest) if current else {},
+            "installation": told.to_dict() if told else None,
+        }
 
 
 def status_all(ws: Workspace, as_json: bool) -> int:
@@ -171,7 +220,9 @@ def status_all(ws: Workspace, as_json: bool) -> int:
 
     results = each(ws, _one_doc, "status")
     errors = [n for n, r in results.items() if isinstance(r, Failed)]
-    troubled = any(not isinstance(r, Failed) and (r.get("installation") or {}).get("trouble") for r in results.values())
+    troubled = any(
+        not isinstance(r, Failed) and (r.get("installation") or {}).get("trouble") for r in results.values()
+    )
     if as_json:
         emit_json({n: (r.to_dict() if isinstance(r, Failed) else r) for n, r in results.items()})
         return 2 if errors else 1 if troubled else 0
@@ -184,10 +235,20 @@ def status_all(ws: Workspace, as_json: bool) -> int:
         stack = " + ".join(f"{p['name']}@{p['version']}" for p in state["stack"]) if state else ""
         diffs = len(r["differences"])
         told = r.get("installation")
-        rows.append([n, f"{r['package']} {r['version']}", state["id"] if state else "-",
-                     ("no recorded state" if state is None else
-                      f"{stack or '(no patch sets)'}; " + (f"{diffs} file(s) differ" if diffs else "files match")
-                      + (f"; {told['what']}" if told else ""))])
+        rows.append(
+            [
+                n,
+                f"{r['package']} {r['version']}",
+                state["id"] if state else "-",
+                (
+                    "no recorded state"
+                    if state is None
+                    else f"{stack or '(no patch sets)'}; "
+                    + (f"{diffs} file(s) differ" if diffs else "files match")
+                    + (f"; {told['what']}" if told else "")
+                ),
+            ]
+        )
     table(["target", "package", "state", "stack; files"], rows)
     print(f"{len(results)} target(s): {len(errors)} unreachable")
     return 2 if errors else 1 if troubled else 0

@@ -4,23 +4,22 @@ failure, what changed since the code state last passed, and what to run next."""
 from __future__ import annotations
 
 import sys
+from functools import partial
 from typing import Any
 
-from ..change.mirror import try_mirror
-from ..change.session import Session
-from ..change.verify import record_verification, verify_target
 from ..change import service
-from ..errors import EXIT_DIFFERS, BadInput
-from ..workspace import Workspace
-from . import emit_json
+from ..change.diagnosis import diagnose, render
 from ..change.document import SCHEMA, SCHEMA_VERSION, Report
+from ..change.mirror import try_mirror
 from ..change.rollout import PREVIOUS_FAILS  # noqa: F401  (the tests read it here)
+from ..change.session import Session
 from ..change.show_plan import render_not_mirrored, render_report, step_printer
-from ..change.diagnosis import diagnose
-from ..change.diagnosis import render
+from ..change.verify import record_verification, verify_target
+from ..errors import EXIT_DIFFERS, BadInput
 from ..records import history
 from ..targets.fleet import Failed, each, table
-from functools import partial
+from ..workspace import Workspace
+from . import emit_json
 
 
 def verify(ws: Workspace, target: str | None, as_json: bool, with_restart: bool) -> int:
@@ -32,10 +31,13 @@ def verify(ws: Workspace, target: str | None, as_json: bool, with_restart: bool)
             report.shower(s.target.name)
             svc = service.load(s.config)
             if svc is None:
-                raise BadInput(f"target {s.target.name} has no [targets.{s.target.name}.service] table",
-                               "add one with restart and base_url (see docs/verify-and-roll-back.md)")
-            result = verify_target(s.target, s.ledger, svc, with_restart, progress=sys.stderr,
-                                   patchsets_dir=ws.patchsets_dir)
+                raise BadInput(
+                    f"target {s.target.name} has no [targets.{s.target.name}.service] table",
+                    "add one with restart and base_url (see docs/verify-and-roll-back.md)",
+                )
+            result = verify_target(
+                s.target, s.ledger, svc, with_restart, progress=sys.stderr, patchsets_dir=ws.patchsets_dir
+            )
             entry = record_verification(s, result, "verify", None)
             if entry is not None:
                 failed = try_mirror(ws, s, "the verification was recorded", manifest=False)
@@ -49,8 +51,13 @@ def verify(ws: Workspace, target: str | None, as_json: bool, with_restart: bool)
                 render_report(result, s.target.name, current)
                 if diagnosis is not None:
                     print("\n".join(render(diagnosis)))
-            return report.done(0 if result.ok else EXIT_DIFFERS, current, current,
-                               verifications=[("verify", result)], diagnosis=diagnosis)
+            return report.done(
+                0 if result.ok else EXIT_DIFFERS,
+                current,
+                current,
+                verifications=[("verify", result)],
+                diagnosis=diagnosis,
+            )
 
 
 def _verify_quiet(ws: Workspace, name: str, with_restart: bool) -> dict[str, Any] | None:
@@ -63,7 +70,9 @@ def _verify_quiet(ws: Workspace, name: str, with_restart: bool) -> dict[str, Any
         svc = service.load(s.config)
         if svc is None:  # its [service] table went away since the look above
             return None
-        result = verify_target(s.target, s.ledger, svc, with_restart, progress=None, patchsets_dir=ws.patchsets_dir)
+        result = verify_target(
+            s.target, s.ledger, svc, with_restart, progress=None, patchsets_dir=ws.patchsets_dir
+        )
         if record_verification(s, result, "verify", None) is not None:
             failed = try_mirror(ws, s, "the verification was recorded", manifest=False)
             if failed is not None:
@@ -80,18 +89,41 @@ def verify_all(ws: Workspace, as_json: bool, with_restart: bool) -> int:
     failed = [n for n, r in reports.items() if not r.get("ok")]
     records = [r["history"] for r in results.values() if isinstance(r, dict)]
     command = "verify --all" + (" --restart" if with_restart else "")
-    history.commit_records(ws.root, records, f"verify --all: {len(reports)} target(s) verified, {len(failed)} failed, "
-                           f"{len(errors)} unreachable (patchkeeper {command})")
+    history.commit_records(
+        ws.root,
+        records,
+        f"verify --all: {len(reports)} target(s) verified, {len(failed)} failed, "
+        f"{len(errors)} unreachable (patchkeeper {command})",
+    )
     code = 2 if errors else EXIT_DIFFERS if failed else 0
     if as_json:
-        emit_json({"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "command": command, "exit_code": code,
-                   "ok": code == 0, "targets": {n: (r.to_dict() if isinstance(r, Failed) else
-                                                    None if r is None else reports[n]) for n, r in results.items()}})
+        emit_json(
+            {
+                "schema": SCHEMA,
+                "schema_version": SCHEMA_VERSION,
+                "command": command,
+                "exit_code": code,
+                "ok": code == 0,
+                "targets": {
+                    n: (r.to_dict() if isinstance(r, Failed) else None if r is None else reports[n])
+                    for n, r in results.items()
+                },
+            }
+        )
     else:
-        rows = [[n, f"error: {r}" if isinstance(r, Failed) else "no [service] table" if r is None else
-                 "passed" if reports[n].get("ok") else
-                 f"FAILED ({reports[n].get('reason')}): {reports[n].get('message', '')}"]
-                for n, r in results.items()]
+        rows = [
+            [
+                n,
+                f"error: {r}"
+                if isinstance(r, Failed)
+                else "no [service] table"
+                if r is None
+                else "passed"
+                if reports[n].get("ok")
+                else f"FAILED ({reports[n].get('reason')}): {reports[n].get('message', '')}",
+            ]
+            for n, r in results.items()
+        ]
         table(["target", "verification"], rows)
         print(f"{len(results)} target(s): {len(failed)} failed, {len(errors)} unreachable")
     return code

@@ -9,26 +9,19 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
+import sysconfig
 import time
 from typing import Any, Callable
 
-from .disk import (
-    ALGORITHM,
-    TEMP_PREFIX,
-    fsync_dir,
-    fsync_path,
-    hostname,
-    normalize_name,
-    map_threads,
-    remove_stale_temps,
-    write_atomic,
-)
+from . import compare, fingerprint, interp, progress, seal, statelock, treecheck
+from .bytecode import check_bytecode, installed_bytecode
 from .contract import (
     AgentContract,
     BytecodeCheck,
     ChangedFiles,
-    Comparison,
     CompareRequest,
+    Comparison,
     DistInfo,
     FileStat,
     Fingerprint,
@@ -44,23 +37,24 @@ from .contract import (
     TreeCheck,
     TreeRequest,
 )
-from . import seal
-from .errors import AgentError
-from .bytecode import check_bytecode, installed_bytecode
+from .disk import (
+    ALGORITHM,
+    TEMP_PREFIX,
+    fsync_dir,
+    fsync_path,
+    hostname,
+    map_threads,
+    normalize_name,
+    remove_stale_temps,
+    write_atomic,
+)
 from .distcheck import check_record
 from .distinfo import installation, installed_version, layout, record_paths
-from . import compare
+from .errors import AgentError
 from .manifests import Manifests
 from .preflight import obstacles
-from .store import Store
-from . import progress, statelock, treecheck
 from .statcache import read_changed, untrusted, write_caches
-from . import fingerprint
-from . import interp
-import sys
-import sysconfig
-
-
+from .store import Store
 
 _DIST_INFOS: dict[tuple[Any, ...], tuple[list[str], bytes, DistInfo | None]] = {}  # Agent.dist_info's answers
 
@@ -107,8 +101,13 @@ class Agent(AgentContract):
         """This Python's prefix, site directories and version (the agent runs in the target's Python)."""
 
         paths = sysconfig.get_paths()
-        return Interpreter(sys.prefix, paths["purelib"], paths["platlib"], "%d.%d.%d" % sys.version_info[:3],
-                           sys.implementation.cache_tag)
+        return Interpreter(
+            sys.prefix,
+            paths["purelib"],
+            paths["platlib"],
+            "%d.%d.%d" % sys.version_info[:3],
+            sys.implementation.cache_tag,
+        )
 
     def algorithm(self) -> str:
         """The hash this agent's digests use: blake3, or sha256 where blake3 is not importable."""
@@ -133,8 +132,14 @@ class Agent(AgentContract):
             st = os.lstat(path)
         except FileNotFoundError:
             return None
-        return FileStat(st.st_size, stat.S_IMODE(st.st_mode), stat.S_ISREG(st.st_mode), stat.S_ISDIR(st.st_mode),
-                        stat.S_ISLNK(st.st_mode), st.st_mtime_ns)
+        return FileStat(
+            st.st_size,
+            stat.S_IMODE(st.st_mode),
+            stat.S_ISREG(st.st_mode),
+            stat.S_ISDIR(st.st_mode),
+            stat.S_ISLNK(st.st_mode),
+            st.st_mtime_ns,
+        )
 
     def realpath(self, path: str) -> str:
         return os.path.realpath(path)
@@ -207,6 +212,7 @@ class Agent(AgentContract):
     def sync_dirs(self, paths: list[str]) -> None:
         """fsync the directory of each path, once per directory: makes renames and unlinks done
         with durable=False as durable as if each had synced its own."""
+
         def sync(directory: str) -> None:
             try:
                 fsync_dir(directory)
@@ -264,8 +270,9 @@ class Agent(AgentContract):
                 names = os.listdir(cache)
             except (FileNotFoundError, NotADirectoryError):  # none, or a file in its place: no bytecode
                 continue
-            pycs.extend(os.path.join(cache, name) for name in names
-                        if name.startswith(stem) and name.endswith(".pyc"))  # <stem>.<tag>[.opt-N].pyc
+            pycs.extend(
+                os.path.join(cache, name) for name in names if name.startswith(stem) and name.endswith(".pyc")
+            )  # <stem>.<tag>[.opt-N].pyc
         # unlinked on threads (freeing an inode can wait for the file system's journal: the waits
         # overlap), then each __pycache__ synced once
         removed = map_threads(lambda pyc: self.unlink(pyc, durable=False), pycs, 8)
@@ -286,8 +293,11 @@ class Agent(AgentContract):
             return known[2]
         started = time.time_ns()
         found = self._find_dist_info(site_dirs, package, paths)
-        watched = list(site_dirs) + ([os.path.join(found.site, found.dist_info, f) for f in ("", "RECORD", "METADATA")]
-                                     if found else [])
+        watched = list(site_dirs) + (
+            [os.path.join(found.site, found.dist_info, f) for f in ("", "RECORD", "METADATA")]
+            if found
+            else []
+        )
         seen = seal.stat_identities(watched, os.stat)
         if seal.settled(seen, started):
             _DIST_INFOS[key] = (watched, seen, found)
@@ -303,8 +313,14 @@ class Agent(AgentContract):
                 if normalize_name(dist) != want:
                     continue
                 record = record_paths(os.path.join(site, name, "RECORD"))
-                return DistInfo(site, name, installed_version(os.path.join(site, name)) or version,
-                                tuple(record) if paths else (), *layout(record), installation(site, name))
+                return DistInfo(
+                    site,
+                    name,
+                    installed_version(os.path.join(site, name)) or version,
+                    tuple(record) if paths else (),
+                    *layout(record),
+                    installation(site, name),
+                )
         return None
 
     # ---- scanning ----------------------------------------------------------------------
@@ -377,21 +393,32 @@ class Agent(AgentContract):
 
         return InterpreterFacts.from_wire(interp.facts())
 
-    def fingerprint(self, sites: list[str], cache_root: str | None, main_site: str | None = None,
-                    parts: list[str] | None = None, managed: str | None = None,
-                    stdlib: list[str] | None = None) -> Fingerprint:
+    def fingerprint(
+        self,
+        sites: list[str],
+        cache_root: str | None,
+        main_site: str | None = None,
+        parts: list[str] | None = None,
+        managed: str | None = None,
+        stdlib: list[str] | None = None,
+    ) -> Fingerprint:
         """The environment fingerprint of these site dirs and this host (see fingerprint.py);
         `stdlib`: the target's standard library directories (its site hooks are looked for there first)."""
 
-        return Fingerprint.from_wire(fingerprint.take(sites, cache_root, main_site,
-                                                      tuple(parts) if parts else fingerprint.PARTS, managed, stdlib))
+        return Fingerprint.from_wire(
+            fingerprint.take(
+                sites, cache_root, main_site, tuple(parts) if parts else fingerprint.PARTS, managed, stdlib
+            )
+        )
 
     # ---- audit -------------------------------------------------------------------------
     def dist_infos(self, site: str) -> list[str]:
         """The names of every *.dist-info directory in a site-packages directory."""
         return [n for n in self.listdir(site) if n.endswith(".dist-info")]
 
-    def audit_record(self, site: str, dist_infos: list[str], cache_dir: str | None = None) -> dict[str, RecordCheck]:
+    def audit_record(
+        self, site: str, dist_infos: list[str], cache_dir: str | None = None
+    ) -> dict[str, RecordCheck]:
         """Check installed distributions against their RECORD (hash, size), one stat cache each.
 
         Returns a RecordCheck per dist-info name.
@@ -399,7 +426,10 @@ class Agent(AgentContract):
         shebang line alone was rewritten is not a finding. With a `cache_dir`, each answer is
         sealed there (distcheck.RecordSeals): given again after one stat per file while none changed.
         """
-        return {name: RecordCheck.from_wire(doc) for name, doc in self._records(site, dist_infos, cache_dir).items()}
+        return {
+            name: RecordCheck.from_wire(doc)
+            for name, doc in self._records(site, dist_infos, cache_dir).items()
+        }
 
     @staticmethod
     def _records(site: str, dist_infos: list[str], cache_dir: str | None) -> dict[str, dict[str, Any]]:
@@ -411,8 +441,14 @@ class Agent(AgentContract):
         installer's records; the package's own files are the code state's) against RECORD."""
         return RecordCheck.from_wire(check_record(site, dist_info, cache_dir, outside=True))
 
-    def audit_bytecode(self, site: str, cache_tag: str, verify: list[str], cache: str | None = None,
-                       pycs_since: str | None = None) -> BytecodeCheck:
+    def audit_bytecode(
+        self,
+        site: str,
+        cache_tag: str,
+        verify: list[str],
+        cache: str | None = None,
+        pycs_since: str | None = None,
+    ) -> BytecodeCheck:
         """Every .pyc below `site` that Python would run instead of its source: a header that
         matches a changed source, an unchecked-hash pyc of other code, a legacy pyc with no source.
         Stale pycs (header differs: Python recompiles them) and __pycache__ entries without a
@@ -423,7 +459,9 @@ class Agent(AgentContract):
         `cache` keeps each clean pyc's verdict keyed by its own and its source's stat identity.
         `pycs_since`: as TreeRequest's ("": every pyc recompiled and compared).
         """
-        return BytecodeCheck.from_wire(check_bytecode(site, cache_tag, verify, cache, treecheck.since(pycs_since)))
+        return BytecodeCheck.from_wire(
+            check_bytecode(site, cache_tag, verify, cache, treecheck.since(pycs_since))
+        )
 
     def installed_bytecode(self, site: str, cache_tag: str, dirs: list[str], record: str) -> BytecodeCheck:
         """The package's pycs that run other code than their source, for its first baseline

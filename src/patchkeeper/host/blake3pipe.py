@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import os
 import struct
-import threading
-from .errors import AgentError
 import subprocess
+import threading
+
+from .errors import AgentError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -57,8 +58,9 @@ class _Helper:
 
     def _started(self) -> Any:
         if self.proc is None or self.pid != os.getpid():
-            self.proc = subprocess.Popen([self.python, "-I", "-c", _SERVE], stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, bufsize=0)
+            self.proc = subprocess.Popen(
+                [self.python, "-I", "-c", _SERVE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0
+            )
             self.pid = os.getpid()
         return self.proc
 
@@ -71,8 +73,12 @@ class _Helper:
         with self.lock:
             proc = self._started()
             try:
-                _write_all(proc.stdin.fileno(), _FRAME.pack(op, hid, len(data)) + data if len(data) < 65536 else
-                           _FRAME.pack(op, hid, len(data)))
+                _write_all(
+                    proc.stdin.fileno(),
+                    _FRAME.pack(op, hid, len(data)) + data
+                    if len(data) < 65536
+                    else _FRAME.pack(op, hid, len(data)),
+                )
                 if len(data) >= 65536:
                     _write_all(proc.stdin.fileno(), data)
                 if op != b"d":
@@ -90,15 +96,18 @@ class _Helper:
                 why = "it ended"
             if len(out) != 32:
                 self.proc = None
-                raise AgentError("no-algorithm", f"cannot hash with blake3 through {self.python} ({why})",
-                                 "check that patchkeeper's own Python still imports blake3")
+                raise AgentError(
+                    "no-algorithm",
+                    f"cannot hash with blake3 through {self.python} ({why})",
+                    "check that patchkeeper's own Python still imports blake3",
+                )
             return out
 
 
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 class _Hash:

@@ -8,6 +8,7 @@ pyc itself was written since the baseline) is recompiled and its code compared w
 from __future__ import annotations
 
 import importlib.util
+import marshal
 import os
 import struct
 import sys
@@ -15,7 +16,6 @@ from typing import Any, Callable, Dict, Iterable, Iterator
 
 from .disk import listing
 from .statcache import Listings, StatCache
-import marshal
 
 _IDENTITIES = struct.Struct("<10q")  # a pyc's identity and its source's (see VerdictCache)
 _FLAG_AT = _IDENTITIES.size  # where a packed verdict says how the pyc was judged
@@ -47,8 +47,9 @@ def _pyc_source(rel: str, cache_tag: str) -> tuple[str, int] | None:
     return source, int(level) if level.isdigit() else 0
 
 
-def _walk_pyc(root: str, skip: frozenset[str] = frozenset(),
-              listings: Listings | None = None) -> Iterator[tuple[str, bool]]:
+def _walk_pyc(
+    root: str, skip: frozenset[str] = frozenset(), listings: Listings | None = None
+) -> Iterator[tuple[str, bool]]:
     """(relative path, in __pycache__) of every .pyc below root, streamed directory by directory;
     the top-level directories in `skip` are left out (a scan already walked them). `listings`
     remembers directories' entries by their stat identity (disk.listing: statcache.Listings)."""
@@ -102,8 +103,9 @@ def recompiled_sources(findings: Iterable[Any]) -> set[str]:
     return {f[0] for f in findings if recompiled(f[0], f[1])}
 
 
-def check_bytecode(site: str, cache_tag: str, verify: list[str], cache_path: str | None = None,
-                   since_ns: int | None = None) -> dict[str, Any]:
+def check_bytecode(
+    site: str, cache_tag: str, verify: list[str], cache_path: str | None = None, since_ns: int | None = None
+) -> dict[str, Any]:
     """See Agent.audit_bytecode: every pyc below `site` judged, its verdict cache (`cache_path`)
     and its walked directories' listings (beside it, `.dirs`) saved."""
     cache = VerdictCache(cache_path)
@@ -135,7 +137,9 @@ def installed_bytecode(site: str, cache_tag: str, dirs: list[str], record: str) 
             if not in_cache:
                 pycs += 1
                 if not os.path.exists(pyc[:-1]):
-                    findings.append([rel, "sourceless", "a .pyc without its .py: Python imports this bytecode"])
+                    findings.append(
+                        [rel, "sourceless", "a .pyc without its .py: Python imports this bytecode"]
+                    )
                 continue
             found = _pyc_source(rel, cache_tag)
             if found is None:
@@ -148,8 +152,9 @@ def installed_bytecode(site: str, cache_tag: str, dirs: list[str], record: str) 
                 orphans += 1
                 continue
             hashed = isinstance(head, bytes) and len(head) >= 8 and bool(head[4] & 1)
-            verdict = _pyc_verdict(pyc, f"{site}/{found[0]}", st, found[1],
-                                   hashed or pst.st_mtime_ns > installed_ns, head)
+            verdict = _pyc_verdict(
+                pyc, f"{site}/{found[0]}", st, found[1], hashed or pst.st_mtime_ns > installed_ns, head
+            )
             if verdict is None or verdict == "stale":
                 stale += verdict == "stale"
             else:
@@ -168,8 +173,14 @@ class VerdictCache(StatCache):
     CLEAN, STALE, COMPARED = b"\0", b"\1", b"\2"
 
 
-def _judge(site: str, cache_tag: str, deep: frozenset[str], stats: Dict[str, os.stat_result],
-           cache: StatCache, since_ns: int | None = None) -> Callable[[str, bool], Any]:
+def _judge(
+    site: str,
+    cache_tag: str,
+    deep: frozenset[str],
+    stats: Dict[str, os.stat_result],
+    cache: StatCache,
+    since_ns: int | None = None,
+) -> Callable[[str, bool], Any]:
     """The function giving one pyc's outcome (its verdict is remembered by _tally). The pycs of the sources in `deep`, and every pyc whose identity is newer than `since_ns` (the
     baseline's recording: written or replaced since, by whatever means), are recompiled and
     compared with their source whatever their header says, once per identity."""
@@ -200,17 +211,37 @@ def _judge(site: str, cache_tag: str, deep: frozenset[str], stats: Dict[str, os.
                 pst, head = _stat_and_head(pyc)
         except (FileNotFoundError, NotADirectoryError):
             return ("orphan",)  # a __pycache__ entry without source is never imported
-        ids = pack(pst.st_size, pst.st_mtime_ns, pst.st_ctime_ns, pst.st_ino, pst.st_dev,
-                   st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
+        ids = pack(
+            pst.st_size,
+            pst.st_mtime_ns,
+            pst.st_ctime_ns,
+            pst.st_ino,
+            pst.st_dev,
+            st.st_size,
+            st.st_mtime_ns,
+            st.st_ctime_ns,
+            st.st_ino,
+            st.st_dev,
+        )
         new = newer is not None and pst.st_ctime_ns >= newer
         if hit is not None and hit[:_FLAG_AT] == ids and (not new or hit[_FLAG_AT] in (compared, stale_flag)):
             return ("hit",)
         verdict = _pyc_verdict(pyc, f"{site}/{src_rel}", st, opt, compare or new, head)
         keep = None
-        if (verdict is None or verdict == "stale") and st.st_mtime_ns < limit and st.st_ctime_ns < limit \
-                and pst.st_mtime_ns < limit and pst.st_ctime_ns < limit:
-            flag = VerdictCache.STALE if verdict == "stale" else VerdictCache.COMPARED if compare or new \
+        if (
+            (verdict is None or verdict == "stale")
+            and st.st_mtime_ns < limit
+            and st.st_ctime_ns < limit
+            and pst.st_mtime_ns < limit
+            and pst.st_ctime_ns < limit
+        ):
+            flag = (
+                VerdictCache.STALE
+                if verdict == "stale"
+                else VerdictCache.COMPARED
+                if compare or new
                 else VerdictCache.CLEAN
+            )
             keep = ids + flag
         return ("judged", verdict, keep)
 
@@ -267,8 +298,9 @@ def _stat_and_head(pyc: str) -> tuple[os.stat_result, bytes | OSError]:
         os.close(fd)
 
 
-def _pyc_verdict(pyc: str, src: str, st: os.stat_result, opt: int, compare: bool,
-                 head: bytes | OSError | None = None) -> tuple[str, str] | str | None:
+def _pyc_verdict(
+    pyc: str, src: str, st: os.stat_result, opt: int, compare: bool, head: bytes | OSError | None = None
+) -> tuple[str, str] | str | None:
     """None when the pyc runs its source's code, "stale" when Python will recompile it, else a
     finding (kind, detail). With `compare`, a pyc Python would run is also recompiled and its code
     compared with its source's, whatever its header says. `head`: its first 16 bytes, or the error
@@ -296,12 +328,17 @@ def _pyc_verdict(pyc: str, src: str, st: os.stat_result, opt: int, compare: bool
         if source_hash != head[8:16]:
             if flags & 2:
                 return "stale"
-            return "mismatch", (f"unchecked-hash pyc was compiled from other code than {name}: "
-                                "Python runs it without checking")
+            return "mismatch", (
+                f"unchecked-hash pyc was compiled from other code than {name}: "
+                "Python runs it without checking"
+            )
         other = _other_code(pyc, src, opt) if compare else False
         if other:
-            return "mismatch", (other if other is not True else
-                                f"its source hash matches {name} but its code does not: Python runs the other code")
+            return "mismatch", (
+                other
+                if other is not True
+                else f"its source hash matches {name} but its code does not: Python runs the other code"
+            )
         return None
     mtime = int.from_bytes(head[8:12], "little")
     size = int.from_bytes(head[12:16], "little")
@@ -310,8 +347,11 @@ def _pyc_verdict(pyc: str, src: str, st: os.stat_result, opt: int, compare: bool
     if compare:
         other = _other_code(pyc, src, opt)
         if other:
-            return "mismatch", (other if other is not True else
-                                f"its header matches {name} but its code does not: Python runs the old code")
+            return "mismatch", (
+                other
+                if other is not True
+                else f"its header matches {name} but its code does not: Python runs the old code"
+            )
     return None
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
-from .contract import Comparison, CompareRequest, ScanRequest, ScanResult
+from .contract import CompareRequest, Comparison, ScanRequest, ScanResult
 from .disk import ALGORITHM, algorithm_of, install_records, is_managed_name, walk_files
 from .manifests import Manifests
 from .statcache import Listings, StatCache
@@ -19,8 +19,13 @@ if TYPE_CHECKING:  # annotations only
     from .contract import Rows
 
 
-def scan(request: ScanRequest, ordered: bool = True, pycs: Optional[List[Tuple[str, bool]]] = None,
-         stats: Optional[Dict[str, os.stat_result]] = None, listings: Optional[Listings] = None) -> ScanResult:
+def scan(
+    request: ScanRequest,
+    ordered: bool = True,
+    pycs: Optional[List[Tuple[str, bool]]] = None,
+    stats: Optional[Dict[str, os.stat_result]] = None,
+    listings: Optional[Listings] = None,
+) -> ScanResult:
     """Digest, size and mode of the files the request names (see ScanRequest); missing paths are left
     out, unchanged files (by the stat cache) not read. Rows come sorted by key unless not `ordered`
     (a comparison needs no order). For the tree audit, the walk also appends the bytecode it passes

@@ -104,9 +104,15 @@ class ChangedFiles(Answer):
 
     @classmethod
     def from_wire(cls, doc: Dict[str, Any]) -> "ChangedFiles":
-        return cls(doc["files"], {name: None if i is None else (i[0], i[1], i[2], i[3], i[4])
-                                  for name, i in doc["identities"].items()}, tuple(doc.get("gone", ())),
-                   dict(doc.get("untrusted") or {}))
+        return cls(
+            doc["files"],
+            {
+                name: None if i is None else (i[0], i[1], i[2], i[3], i[4])
+                for name, i in doc["identities"].items()
+            },
+            tuple(doc.get("gone", ())),
+            dict(doc.get("untrusted") or {}),
+        )
 
 
 @dataclass(frozen=True)
@@ -126,8 +132,15 @@ class DistInfo(Answer):
 
     @classmethod
     def from_wire(cls, doc: Dict[str, Any]) -> "DistInfo":
-        return cls(doc["site"], doc["dist_info"], doc["version"], tuple(doc["record"]), tuple(doc.get("tops", ())),
-                   tuple(doc.get("loose", ())), doc.get("installation"))
+        return cls(
+            doc["site"],
+            doc["dist_info"],
+            doc["version"],
+            tuple(doc["record"]),
+            tuple(doc.get("tops", ())),
+            tuple(doc.get("loose", ())),
+            doc.get("installation"),
+        )
 
 
 @dataclass(frozen=True)
@@ -149,8 +162,12 @@ class Comparison(Answer):
 
     @classmethod
     def from_wire(cls, doc: Dict[str, Any]) -> "Comparison":
-        return cls({k: (None if old is None else _row(old), None if new is None else _row(new))
-                    for k, (old, new) in doc["pairs"].items()})
+        return cls(
+            {
+                k: (None if old is None else _row(old), None if new is None else _row(new))
+                for k, (old, new) in doc["pairs"].items()
+            }
+        )
 
 
 @dataclass(frozen=True)
@@ -175,8 +192,9 @@ class LockHolder(Answer):
 
     @classmethod
     def from_wire(cls, doc: Dict[str, Any]) -> "LockHolder":
-        return cls(doc.get("pid", "?"), str(doc.get("host", "?")), str(doc.get("command", "?")),
-                   doc.get("since", 0))
+        return cls(
+            doc.get("pid", "?"), str(doc.get("host", "?")), str(doc.get("command", "?")), doc.get("since", 0)
+        )
 
 
 @dataclass(frozen=True)
@@ -191,7 +209,12 @@ class RecordCheck(Answer):
 
     @classmethod
     def from_wire(cls, doc: Dict[str, Any]) -> "RecordCheck":
-        return cls(doc["files"], tuple((p, k, d) for p, k, d in doc["findings"]), doc.get("note"), doc.get("identity"))
+        return cls(
+            doc["files"],
+            tuple((p, k, d) for p, k, d in doc["findings"]),
+            doc.get("note"),
+            doc.get("identity"),
+        )
 
 
 @dataclass(frozen=True)
@@ -242,21 +265,34 @@ class TreeCheck(Answer):
     linked_examples: Tuple[Tuple[str, int], ...] = ()
 
     def to_wire(self) -> Dict[str, Any]:
-        return {"files": self.files, "comparison": self.comparison.to_wire(), "bytecode": self.bytecode.to_wire(),
-                "records": {name: r.to_wire() for name, r in self.records.items()}, "native": self.native,
-                "linked": self.linked, "linked_examples": self.linked_examples}
+        return {
+            "files": self.files,
+            "comparison": self.comparison.to_wire(),
+            "bytecode": self.bytecode.to_wire(),
+            "records": {name: r.to_wire() for name, r in self.records.items()},
+            "native": self.native,
+            "linked": self.linked,
+            "linked_examples": self.linked_examples,
+        }
 
     @classmethod
     def from_wire(cls, doc: Dict[str, Any]) -> "TreeCheck":
-        return cls(doc["files"], Comparison.from_wire(doc["comparison"]), BytecodeCheck.from_wire(doc["bytecode"]),
-                   {name: RecordCheck.from_wire(r) for name, r in (doc.get("records") or {}).items()},
-                   doc.get("native"), doc.get("linked", 0),
-                   tuple((key, n) for key, n in doc.get("linked_examples") or ()))
+        return cls(
+            doc["files"],
+            Comparison.from_wire(doc["comparison"]),
+            BytecodeCheck.from_wire(doc["bytecode"]),
+            {name: RecordCheck.from_wire(r) for name, r in (doc.get("records") or {}).items()},
+            doc.get("native"),
+            doc.get("linked", 0),
+            tuple((key, n) for key, n in doc.get("linked_examples") or ()),
+        )
 
 
-_REQUESTS: Dict[str, Callable[[Dict[str, Any]], Any]] = {"scan": ScanRequest.from_wire,
-                                                          "compare_many": CompareRequest.from_wire,
-                                                          "audit_tree": TreeRequest.from_wire}
+_REQUESTS: Dict[str, Callable[[Dict[str, Any]], Any]] = {
+    "scan": ScanRequest.from_wire,
+    "compare_many": CompareRequest.from_wire,
+    "audit_tree": TreeRequest.from_wire,
+}
 
 
 def _optional(decode: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -391,21 +427,38 @@ class AgentContract(Protocol):
     # ---- audit ---------------------------------------------------------------------------------
     def dist_infos(self, site: str) -> List[str]: ...
 
-    def audit_record(self, site: str, dist_infos: List[str],
-                     cache_dir: Optional[str] = None) -> Dict[str, RecordCheck]: ...
+    def audit_record(
+        self, site: str, dist_infos: List[str], cache_dir: Optional[str] = None
+    ) -> Dict[str, RecordCheck]: ...
 
-    def audit_installation(self, site: str, dist_info: str, cache_dir: Optional[str] = None) -> RecordCheck: ...
+    def audit_installation(
+        self, site: str, dist_info: str, cache_dir: Optional[str] = None
+    ) -> RecordCheck: ...
 
-    def audit_bytecode(self, site: str, cache_tag: str, verify: List[str],
-                       cache: Optional[str] = None, pycs_since: Optional[str] = None) -> BytecodeCheck: ...
+    def audit_bytecode(
+        self,
+        site: str,
+        cache_tag: str,
+        verify: List[str],
+        cache: Optional[str] = None,
+        pycs_since: Optional[str] = None,
+    ) -> BytecodeCheck: ...
 
-    def installed_bytecode(self, site: str, cache_tag: str, dirs: List[str], record: str) -> BytecodeCheck: ...
+    def installed_bytecode(
+        self, site: str, cache_tag: str, dirs: List[str], record: str
+    ) -> BytecodeCheck: ...
 
     def audit_tree(self, request: TreeRequest) -> TreeCheck: ...
 
     # ---- environment ---------------------------------------------------------------------------
     def interpreter_facts(self) -> InterpreterFacts: ...
 
-    def fingerprint(self, sites: List[str], cache_root: Optional[str], main_site: Optional[str] = None,
-                    parts: Optional[List[str]] = None, managed: Optional[str] = None,
-                    stdlib: Optional[List[str]] = None) -> Fingerprint: ...
+    def fingerprint(
+        self,
+        sites: List[str],
+        cache_root: Optional[str],
+        main_site: Optional[str] = None,
+        parts: Optional[List[str]] = None,
+        managed: Optional[str] = None,
+        stdlib: Optional[List[str]] = None,
+    ) -> Fingerprint: ...

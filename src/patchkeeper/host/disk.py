@@ -6,21 +6,19 @@ own interpreter, sent there by targets/remote_agent.py.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import stat
+import threading
 import time
 
 from . import progress
 from .errors import AgentError
-import hashlib
-import re
-import threading
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: typing (with re) costs a command's start about 10 ms
-    from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
-
-    from typing import Protocol
+    from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence, TypeVar
 
     class Listings(Protocol):  # statcache.Listings: a directory's entries while it is unchanged
         def entries_of(self, path: str) -> list[tuple[str, bool]] | None: ...
@@ -114,8 +112,11 @@ def is_managed_name(rel: str) -> bool:
         return False
     if rel.endswith(_SKIP_SUFFIXES) or "__pycache__" in rel or STAGE_PREFIX in rel:
         parts = rel.split("/")
-        return not (_SKIP_DIRS.intersection(parts) or rel.endswith(_SKIP_SUFFIXES)
-                    or parts[-1].startswith(STAGE_PREFIX))
+        return not (
+            _SKIP_DIRS.intersection(parts)
+            or rel.endswith(_SKIP_SUFFIXES)
+            or parts[-1].startswith(STAGE_PREFIX)
+        )
     return True
 
 
@@ -165,8 +166,9 @@ def discard(path: str) -> None:
         pass
 
 
-def walk_files(root: str, rel_dir: str, pycs: list[tuple[str, bool]] | None = None,
-               listings: Listings | None = None) -> Iterator[str]:
+def walk_files(
+    root: str, rel_dir: str, pycs: list[tuple[str, bool]] | None = None, listings: Listings | None = None
+) -> Iterator[str]:
     """Relative paths of the managed files below root/rel_dir, directory by directory.
 
     Given `pycs`, the same walk also appends every bytecode file it passes as (relative path, in a
@@ -187,8 +189,11 @@ def walk_files(root: str, rel_dir: str, pycs: list[tuple[str, bool]] | None = No
                     stack.append((prefix + name, False))
                 elif collect:
                     stack.append((prefix + name, True))
-            elif not cached and not (name.endswith(_SKIP_SUFFIXES) or name.startswith(STAGE_PREFIX)
-                                     or (name in INSTALL_RECORDS and is_install_record(prefix + name))):
+            elif not cached and not (
+                name.endswith(_SKIP_SUFFIXES)
+                or name.startswith(STAGE_PREFIX)
+                or (name in INSTALL_RECORDS and is_install_record(prefix + name))
+            ):
                 yield prefix + name
             elif collect and name.endswith(".pyc"):
                 pycs.append((prefix + name, in_cache))  # type: ignore[union-attr]
@@ -225,8 +230,9 @@ BIG_FILE = 1 << 20
 HASH_WORKERS = min(8, cpus() * 2)  # threads for big files to hash (map_files)
 
 
-def map_files(fn: Callable[[_T], _R], jobs: Sequence[_T], size: Callable[[_T], int],
-              workers: int = HASH_WORKERS) -> list[_R]:
+def map_files(
+    fn: Callable[[_T], _R], jobs: Sequence[_T], size: Callable[[_T], int], workers: int = HASH_WORKERS
+) -> list[_R]:
     """[fn(job) for job in jobs], in order, where each job reads one file of size(job) bytes.
 
     Files under BIG_FILE are done in this thread: hashing a small file is mostly interpreter work
@@ -307,7 +313,7 @@ def pid_alive(pid: int) -> bool:
             stat_line = f.read()
     except OSError:  # no /proc (not Linux), or it went away just now
         return True
-    return stat_line[stat_line.rfind(b")") + 2:][:1] not in (b"Z", b"X")  # field 3, after "(comm)"
+    return stat_line[stat_line.rfind(b")") + 2 :][:1] not in (b"Z", b"X")  # field 3, after "(comm)"
 
 
 def remove_stale_temps(directory: str, prefixes: tuple[str, ...]) -> list[tuple[str, int]]:
@@ -322,7 +328,7 @@ def remove_stale_temps(directory: str, prefixes: tuple[str, ...]) -> list[tuple[
         prefix = next((p for p in prefixes if name.startswith(p)), None)
         if prefix is None:
             continue
-        pid = name[len(prefix):].split("-", 1)[0].split(".", 1)[0]
+        pid = name[len(prefix) :].split("-", 1)[0].split(".", 1)[0]
         if not pid.isdigit() or (int(pid) == os.getpid() or pid_alive(int(pid))):
             continue
         path = os.path.join(directory, name)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
+import re
 import stat
 import sys
 import time
@@ -10,12 +13,8 @@ from typing import Any, Dict, Iterator, List
 
 from . import seal
 from .disk import cpus, feed, is_install_record, map_files, map_threads, write_atomic
-from .statcache import StatCache, load_cache, save_cache, writing_caches
 from .distinfo import console_scripts, paths_of, record_identity, record_lines, record_rows, record_text_rows
-import base64
-import hashlib
-import re
-
+from .statcache import StatCache, load_cache, save_cache, writing_caches
 
 
 def _record_digest(path: str, algo: str) -> str:
@@ -37,7 +36,8 @@ def _is_launcher(rest: bytes, entry_points: set[str]) -> bool:
         _LAUNCHER = re.compile(
             rb"(?:# -\*- coding: utf-8 -\*-\n)?import re\nimport sys\nfrom ([\w.]+) import ([\w.]+)\n"
             rb"if __name__ == ['\"]__main__['\"]:\n    sys\.argv\[0\] = re\.sub\(.*\)\n"
-            rb"    sys\.exit\(([\w.]+)\(\)\)\n?")
+            rb"    sys\.exit\(([\w.]+)\(\)\)\n?"
+        )
     m = _LAUNCHER.fullmatch(rest)
     return m is not None and f"{m.group(1).decode()}:{m.group(2).decode()}" in entry_points
 
@@ -69,9 +69,14 @@ def _shebang_only(path: str, algo: str, expected: str, entry_points: set[str]) -
     return _is_launcher(rest, entry_points)
 
 
-def check_record(site: str, name: str, cache_dir: str | None, outside: bool = False,
-                 stats: dict[str, os.stat_result | OSError] | None = None,
-                 lines: list[str] | None = None) -> dict[str, Any]:
+def check_record(
+    site: str,
+    name: str,
+    cache_dir: str | None,
+    outside: bool = False,
+    stats: dict[str, os.stat_result | OSError] | None = None,
+    lines: list[str] | None = None,
+) -> dict[str, Any]:
     """A distribution's files against its RECORD (hash, size); `outside`: only its rows outside its
     package, the console scripts (`../`) and the installer's records (the managed distribution's,
     whose package is its code state). `stats` and `lines`: os.stat of the listed paths (seal.stats)
@@ -80,13 +85,20 @@ def check_record(site: str, name: str, cache_dir: str | None, outside: bool = Fa
     record = os.path.join(dist_dir, "RECORD")
     if not os.path.exists(record):
         return {"files": 0, "findings": [], "note": "no RECORD: its files cannot be verified"}
-    cache = StatCache(os.path.join(cache_dir, name + (".outside" if outside else "") + ".json") if cache_dir else None)
+    cache = StatCache(
+        os.path.join(cache_dir, name + (".outside" if outside else "") + ".json") if cache_dir else None
+    )
     findings: list[list[str]] = []
     todo: list[tuple[str, str, str, str, os.stat_result]] = []
     checked = 0
     mismatched: list[tuple[str, str, str, str]] = []
-    rows = list(_outside_rows(record) if outside else record_text_rows(lines) if lines is not None
-                else record_rows(record))
+    rows = list(
+        _outside_rows(record)
+        if outside
+        else record_text_rows(lines)
+        if lines is not None
+        else record_rows(record)
+    )
     for rel, algo, b64, size in rows:
         checked += 1
         path = os.path.normpath(os.path.join(site, rel))
@@ -120,8 +132,9 @@ def check_record(site: str, name: str, cache_dir: str | None, outside: bool = Fa
     for job, (_, _, _, _, digest) in zip(todo, results):
         if not digest.startswith("unreadable: "):
             cache.remember(job[0], job[4], digest)
-    mismatched.extend((rel, path, algo, expected) for rel, path, algo, expected, digest in results
-                      if digest != expected)
+    mismatched.extend(
+        (rel, path, algo, expected) for rel, path, algo, expected, digest in results if digest != expected
+    )
     scripts = None
     sizes = {rel: size for rel, _, _, size in rows} if mismatched else {}
     for rel, path, algo, expected in mismatched:
@@ -134,19 +147,30 @@ def check_record(site: str, name: str, cache_dir: str | None, outside: bool = Fa
         except OSError:
             size = -1
         listed = sizes.get(rel)
-        findings.append([rel, "changed", f"differs from RECORD ({expected.partition(':')[0]}, {size} bytes)"
-                         if listed is None or listed == size else
-                         f"differs from RECORD (size {listed} -> {size} bytes)"])
+        findings.append(
+            [
+                rel,
+                "changed",
+                f"differs from RECORD ({expected.partition(':')[0]}, {size} bytes)"
+                if listed is None or listed == size
+                else f"differs from RECORD (size {listed} -> {size} bytes)",
+            ]
+        )
     cache.save()
-    if cache.path and writing_caches() and not os.path.exists(cache.path):  # an audit has run here: status may audit cheaply
+    if (
+        cache.path and writing_caches() and not os.path.exists(cache.path)
+    ):  # an audit has run here: status may audit cheaply
         os.makedirs(os.path.dirname(cache.path), mode=0o700, exist_ok=True)
         write_atomic(cache.path, b"{}", 0o600)
     return {"files": checked, "findings": sorted(findings), "identity": record_identity(rows)}
 
+
 def _outside_rows(record: str) -> Iterator[tuple[str, str, str, int | None]]:
     """RECORD's rows outside the package, as record_rows gives them: the lines that may be one are
     picked by their text first (sglang's RECORD has 10,000 rows; a handful are outside it)."""
-    lines = [line for line in record_lines(record) if line.startswith(("../", "/", '"')) or ".dist-info/" in line]
+    lines = [
+        line for line in record_lines(record) if line.startswith(("../", "/", '"')) or ".dist-info/" in line
+    ]
     for row in record_text_rows(lines):
         if row[0].startswith(("../", "/")) or is_install_record(row[0]):
             yield row
@@ -157,8 +181,12 @@ def shared_files(site: str, results: Dict[str, Dict[str, Any]]) -> Dict[str, Dic
     another distribution's RECORD of the same site too and holds that one's bytes: a file two
     distributions own, the later install's bytes winning (flashinfer-python and torch_c_dlpack_ext
     both install a top-level build_backend.py), reported as kind "shared", not as a change."""
-    wanted = {f[0] for r in results.values() for f in r["findings"]
-              if f[1] == "changed" and not f[0].startswith("../") and not os.path.isabs(f[0])}
+    wanted = {
+        f[0]
+        for r in results.values()
+        for f in r["findings"]
+        if f[1] == "changed" and not f[0].startswith("../") and not os.path.isabs(f[0])
+    }
     if not wanted:
         return results
     try:
@@ -186,7 +214,10 @@ def shared_files(site: str, results: Dict[str, Dict[str, Any]]) -> Dict[str, Dic
             owner = None
             for other, expected in listed.get(rel, []) if kind == "changed" else ():
                 try:
-                    if other != dist_info and _record_digest(os.path.join(site, rel), expected.partition(":")[0]) == expected:
+                    if (
+                        other != dist_info
+                        and _record_digest(os.path.join(site, rel), expected.partition(":")[0]) == expected
+                    ):
                         owner = other
                         break
                 except (OSError, ValueError):
@@ -195,8 +226,13 @@ def shared_files(site: str, results: Dict[str, Dict[str, Any]]) -> Dict[str, Dic
                 findings.append(finding)
             else:
                 label = owner[: -len(".dist-info")]
-                findings.append([rel, "shared", f"also installed by {label}, whose bytes it holds "
-                                                f"(the later install wins)"])
+                findings.append(
+                    [
+                        rel,
+                        "shared",
+                        f"also installed by {label}, whose bytes it holds (the later install wins)",
+                    ]
+                )
         out[dist_info] = dict(result, findings=findings) if findings != result["findings"] else result
     return out
 
@@ -232,7 +268,7 @@ class RecordSeals:
         at = 0
         for name, entry in zip(dist_infos, sealed):
             if entry is not None:
-                if ids[at:at + len(entry[1])] == entry[1]:
+                if ids[at : at + len(entry[1])] == entry[1]:
                     held[name] = dict(entry[2])
                 at += len(entry[1])
         todo = [name for name in dist_infos if name not in held]

@@ -7,12 +7,12 @@ audit reads every distribution's, where the csv module and email parser cost mor
 
 from __future__ import annotations
 
+import csv
+import hashlib
 import os
 from typing import Any, Iterable, Iterator
 
 from .disk import is_install_record
-import csv
-import hashlib
 
 
 def record_lines(record: str) -> list[str]:
@@ -58,12 +58,18 @@ def installation(site: str, name: str) -> dict[str, Any]:
             lines = f.read().splitlines()
     except OSError:
         return {"installer": installer, "record": None, "files": None, "rows": 0}
-    release = sorted(f"{path},{algo}={b64}" for path, algo, b64, _ in record_text_rows(lines)
-                     if not path.startswith(("../", "/")) and "__pycache__/" not in path
-                     and not is_install_record(path))
+    release = sorted(
+        f"{path},{algo}={b64}"
+        for path, algo, b64, _ in record_text_rows(lines)
+        if not path.startswith(("../", "/")) and "__pycache__/" not in path and not is_install_record(path)
+    )
     digest = hashlib.sha256("\n".join(release).encode("utf-8", "surrogateescape")).hexdigest()
-    return {"installer": installer, "record": [st.st_size, st.st_mtime_ns], "files": f"sha256:{digest}",
-            "rows": len(release)}
+    return {
+        "installer": installer,
+        "record": [st.st_size, st.st_mtime_ns],
+        "files": f"sha256:{digest}",
+        "rows": len(release),
+    }
 
 
 def layout(paths: Iterable[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -108,7 +114,9 @@ def record_text_rows(lines: list[str]) -> Iterator[tuple[str, str, str, int | No
 
 
 # what an installer writes beside a wheel's own files: recorded, but no part of what a distribution is
-INSTALLER_FILES = frozenset({"INSTALLER", "REQUESTED", "direct_url.json", "uv_cache.json", "uv_build.json", "RECORD"})
+INSTALLER_FILES = frozenset(
+    {"INSTALLER", "REQUESTED", "direct_url.json", "uv_cache.json", "uv_build.json", "RECORD"}
+)
 
 
 def record_identity(rows: Iterable[tuple[str, str, str, int | None]]) -> str:
@@ -117,8 +125,11 @@ def record_identity(rows: Iterable[tuple[str, str, str, int | None]]) -> str:
     and the rows outside the site dir (console scripts, rewritten for each environment). Two
     installs of one wheel, by pip or uv, have the same; a rebuild with other bytes has another."""
 
-    kept = sorted(f"{path}\0{algo}={b64}" for path, algo, b64, _ in rows
-                  if not path.startswith(("../", "/")) and not _installer_file(path))
+    kept = sorted(
+        f"{path}\0{algo}={b64}"
+        for path, algo, b64, _ in rows
+        if not path.startswith(("../", "/")) and not _installer_file(path)
+    )
     return "sha256:" + hashlib.sha256("\n".join(kept).encode("utf-8", "surrogateescape")).hexdigest()
 
 

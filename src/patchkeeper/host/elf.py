@@ -13,8 +13,13 @@ PT_LOAD, PT_DYNAMIC = 1, 2
 _CACHE_MAGIC = b"glibc-ld.so.cache1.1"
 _FLAG_ELF_LIBC6 = 0x0003
 # e_machine -> the architecture bits ld.so.cache entries carry (glibc's FLAG_*_LIB64 and friends)
-_CACHE_ARCH = {62: 0x0300, 183: 0x0a00, 3: 0x0000, 40: 0x0900, 21: 0x0500, 2: 0x0000, 43: 0x0000}
-_TRIPLET = {62: "x86_64-linux-gnu", 183: "aarch64-linux-gnu", 3: "i386-linux-gnu", 21: "powerpc64le-linux-gnu"}
+_CACHE_ARCH = {62: 0x0300, 183: 0x0A00, 3: 0x0000, 40: 0x0900, 21: 0x0500, 2: 0x0000, 43: 0x0000}
+_TRIPLET = {
+    62: "x86_64-linux-gnu",
+    183: "aarch64-linux-gnu",
+    3: "i386-linux-gnu",
+    21: "powerpc64le-linux-gnu",
+}
 _MAX_DYNAMIC = 1 << 20  # a dynamic section or string table bigger than this is not one
 
 
@@ -40,10 +45,14 @@ def read_dynamic(path: str) -> Dict[str, Any]:
             raise NotElf("unknown ELF class or byte order")
         e = "<" if data == 1 else ">"
         if cls == 2:
-            e_type, machine, _, _, phoff, _, _, _, phentsize, phnum = struct.unpack_from(e + "HHIQQQIHHH", head, 16)
+            e_type, machine, _, _, phoff, _, _, _, phentsize, phnum = struct.unpack_from(
+                e + "HHIQQQIHHH", head, 16
+            )
             ph_fmt, dyn_fmt = e + "IIQQQQQQ", e + "qQ"
         else:
-            e_type, machine, _, _, phoff, _, _, _, phentsize, phnum = struct.unpack_from(e + "HHIIIIIHHH", head, 16)
+            e_type, machine, _, _, phoff, _, _, _, phentsize, phnum = struct.unpack_from(
+                e + "HHIIIIIHHH", head, 16
+            )
             ph_fmt, dyn_fmt = e + "IIIIIIII", e + "iI"
         if e_type != ET_DYN:
             raise NotElf("not a shared object")
@@ -64,8 +73,14 @@ def read_dynamic(path: str) -> Dict[str, Any]:
                 loads.append((vaddr, offset, filesz))
             elif p_type == PT_DYNAMIC:
                 dynamic = (offset, filesz)
-        out: Dict[str, Any] = {"class": 64 if cls == 2 else 32, "machine": machine, "soname": None,
-               "needed": [], "rpath": [], "runpath": []}
+        out: Dict[str, Any] = {
+            "class": 64 if cls == 2 else 32,
+            "machine": machine,
+            "soname": None,
+            "needed": [],
+            "rpath": [],
+            "runpath": [],
+        }
         if dynamic is None:
             return out  # statically linked: needs nothing
         offset, size = dynamic
@@ -92,7 +107,7 @@ def read_dynamic(path: str) -> Dict[str, Any]:
 
     def string(at: int) -> str:
         end = strings.find(b"\0", at)
-        return strings[at:end if end >= 0 else len(strings)].decode("utf-8", "surrogateescape")
+        return strings[at : end if end >= 0 else len(strings)].decode("utf-8", "surrogateescape")
 
     for tag, val in tags:
         if val >= len(strings):

@@ -8,26 +8,32 @@ fingerprint alike. Stat caches (the audit's) keep a warm fingerprint from reread
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 from . import elf
 from .disk import ALGORITHM, STAGE_PREFIX, TEMP_PREFIX, hash_file, normalize_name
-from .statcache import StatCache
 from .distcheck import RecordSeals, shared_files
 from .distinfo import record_identity, record_rows
 from .gpu import gpu
 from .startup import startup
-import hashlib
+from .statcache import StatCache
 
 SITE_TOKEN = "$SITE/"
 PARTS = ("system", "distributions", "native", "gpu", "startup")
 _OURS = (STAGE_PREFIX, TEMP_PREFIX)  # patchkeeper's stage and temp files: never a library anything loads
 
 
-def take(sites: list[str], cache_root: str | None, main_site: str | None = None,
-         parts: tuple[str, ...] = PARTS, managed: str | None = None, stdlib: list[str] | None = None) -> Dict[str, Any]:
+def take(
+    sites: list[str],
+    cache_root: str | None,
+    main_site: str | None = None,
+    parts: tuple[str, ...] = PARTS,
+    managed: str | None = None,
+    stdlib: list[str] | None = None,
+) -> Dict[str, Any]:
     """The fingerprint's parts, as plain JSON-able values, with the hash its digests use.
     `managed` names the dist-info (in `main_site`) of the package whose files are a code state:
     the manifests compare those, so it is not checked against its RECORD again here; its name
@@ -75,8 +81,9 @@ def system() -> Dict[str, Any]:
 
 
 # ---- distributions ---------------------------------------------------------------------------
-def distributions(sites: list[str], caches: dict[str, str | None], managed: str | None = None,
-                  files: bool = True) -> Dict[str, Dict[str, Any]]:
+def distributions(
+    sites: list[str], caches: dict[str, str | None], managed: str | None = None, files: bool = True
+) -> Dict[str, Dict[str, Any]]:
     """normalized name -> {name, version, installer, files, differ: [[path, kind], ...], identity,
     shared: [path, ...]}: `identity` says what it is (its RECORD's files and hashes, distinfo.record_identity),
     `differ` whether its files match that, `shared` the files another distribution installed over.
@@ -94,7 +101,9 @@ def distributions(sites: list[str], caches: dict[str, str | None], managed: str 
             continue
         cache_dir = caches.get(site)
         installers = StatCache(os.path.join(cache_dir, "installers.json") if cache_dir else None)
-        identities = StatCache(os.path.join(cache_dir, "identities.json") if cache_dir and not files else None)
+        identities = StatCache(
+            os.path.join(cache_dir, "identities.json") if cache_dir and not files else None
+        )
         seals = RecordSeals(os.path.join(cache_dir, "records.seal") if cache_dir and files else None)
         rows: Dict[str, Dict[str, Any]] = {}
         for dist_info in names:
@@ -103,8 +112,11 @@ def distributions(sites: list[str], caches: dict[str, str | None], managed: str 
             key = normalize_name(name)
             if key in out:
                 continue
-            out[key] = {"name": name, "version": version.split("-")[0] or "unknown",
-                        "installer": _installer(site, dist_info, installers)}
+            out[key] = {
+                "name": name,
+                "version": version.split("-")[0] or "unknown",
+                "installer": _installer(site, dist_info, installers),
+            }
             if dist_info.endswith(".egg-info"):
                 out[key].update(files=0, differ=[], note="egg-info: no RECORD to verify against")
             elif managed and os.path.join(site, dist_info) == managed:
@@ -113,9 +125,14 @@ def distributions(sites: list[str], caches: dict[str, str | None], managed: str 
                 out[key].update(identity=_identity(site, dist_info, identities), checked="identity")
             else:
                 rows[dist_info] = out[key]
-        for dist_info, result in shared_files(site, seals.checked(site, list(rows), cache_dir) if rows else {}).items():
+        for dist_info, result in shared_files(
+            site, seals.checked(site, list(rows), cache_dir) if rows else {}
+        ).items():
             row = rows[dist_info]
-            row.update(files=result["files"], differ=sorted([p, k] for p, k, _ in result["findings"] if k != "shared"))
+            row.update(
+                files=result["files"],
+                differ=sorted([p, k] for p, k, _ in result["findings"] if k != "shared"),
+            )
             shared = sorted(p for p, k, _ in result["findings"] if k == "shared")
             if shared:  # files another distribution installed over (see distcheck.shared_files)
                 row["shared"] = shared
@@ -185,10 +202,18 @@ def shared_objects(site: str, listings: StatCache | None = None) -> Iterator[Tup
                     entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
             except (FileNotFoundError, NotADirectoryError, PermissionError):
                 continue
-            listing = ([name for name, is_dir in entries
-                        if is_dir and name != "__pycache__" and not name.endswith(".dist-info")],
-                       [name for name, is_dir in entries if not is_dir and elf.is_candidate(name)
-                        and not name.startswith(_OURS)])
+            listing = (
+                [
+                    name
+                    for name, is_dir in entries
+                    if is_dir and name != "__pycache__" and not name.endswith(".dist-info")
+                ],
+                [
+                    name
+                    for name, is_dir in entries
+                    if not is_dir and elf.is_candidate(name) and not name.startswith(_OURS)
+                ],
+            )
             if listings is not None:
                 listings.remember(path, dst, listing)
         prefix = f"{rel_dir}/" if rel_dir else ""
@@ -236,7 +261,7 @@ class Resolver:
         for raw, real in zip(self.raw_sites, self.sites):
             for base in (raw, real):
                 if path.startswith(base):
-                    return SITE_TOKEN + path[len(base):]
+                    return SITE_TOKEN + path[len(base) :]
         return path
 
     def identity(self, path: str) -> Optional[Dict[str, Any]]:
@@ -273,7 +298,9 @@ class Resolver:
             cached = self.table(info["machine"]).get(soname)
             if cached:
                 candidates.append(("cache", cached))
-            candidates += [("default", os.path.join(d, soname)) for d in elf.default_dirs(info["machine"], info["class"])]
+            candidates += [
+                ("default", os.path.join(d, soname)) for d in elf.default_dirs(info["machine"], info["class"])
+            ]
         for via, path in candidates:
             ident = self.identity(path)
             if ident is not None:
@@ -307,8 +334,12 @@ def native(sites: list[str], cache_dir: str | None) -> Dict[str, Dict[str, Any]]
                 continue
             origin = os.path.dirname(path)
             key = rel if index == 0 or rel not in out else f"{site}/{rel}"
-            out[key] = {"needed": info["needed"], "rpath": info["rpath"], "runpath": info["runpath"],
-                        "resolved": {so: resolver.resolve(so, info, origin) for so in info["needed"]}}
+            out[key] = {
+                "needed": info["needed"],
+                "rpath": info["rpath"],
+                "runpath": info["runpath"],
+                "resolved": {so: resolver.resolve(so, info, origin) for so in info["needed"]},
+            }
     parsed.save()
     if listings is not None:
         listings.save()

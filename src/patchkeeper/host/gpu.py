@@ -7,9 +7,9 @@ Standard library only (it runs in a remote host's interpreter, beside fingerprin
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Iterable, List, Optional
 import subprocess
 import xml.etree.ElementTree as ET
+from typing import Any, Dict, Iterable, List, Optional
 
 NO_DRIVER = "no NVIDIA driver"
 XID_KEEP = 20  # most recent Xid lines kept
@@ -30,7 +30,10 @@ def gpu() -> Dict[str, Any]:
     else:
         if proc.returncode != 0:
             tail = (proc.stderr or proc.stdout).decode(errors="replace").strip().splitlines()[-1:]
-            out = {"driver": None, "note": f"nvidia-smi exited {proc.returncode}" + (f": {tail[0]}" if tail else "")}
+            out = {
+                "driver": None,
+                "note": f"nvidia-smi exited {proc.returncode}" + (f": {tail[0]}" if tail else ""),
+            }
         else:
             try:
                 out = parse_nvidia_smi(proc.stdout)
@@ -68,18 +71,33 @@ def parse_nvidia_smi(xml: bytes) -> Dict[str, Any]:
         raise ValueError(f"root element <{root.tag}>")
     gpus: List[Dict[str, Any]] = []
     for g in root.findall("gpu"):
-        row: Dict[str, Any] = {"name": _text(g, "product_name"), "uuid": _text(g, "uuid"),
-               "bus_id": _text(g, "pci/pci_bus_id") or g.get("id"),
-               "memory_total": _text(g, "fb_memory_usage/total")}
-        retired = {k: v for k, v in (("single_bit", _text(g, "retired_pages/multiple_single_bit_retirement/retired_count")),
-                                     ("double_bit", _text(g, "retired_pages/double_bit_retirement/retired_count")),
-                                     ("pending", _text(g, "retired_pages/pending_retirement"))) if v is not None}
+        row: Dict[str, Any] = {
+            "name": _text(g, "product_name"),
+            "uuid": _text(g, "uuid"),
+            "bus_id": _text(g, "pci/pci_bus_id") or g.get("id"),
+            "memory_total": _text(g, "fb_memory_usage/total"),
+        }
+        retired = {
+            k: v
+            for k, v in (
+                ("single_bit", _text(g, "retired_pages/multiple_single_bit_retirement/retired_count")),
+                ("double_bit", _text(g, "retired_pages/double_bit_retirement/retired_count")),
+                ("pending", _text(g, "retired_pages/pending_retirement")),
+            )
+            if v is not None
+        }
         if retired:
             row["retired_pages"] = retired
-        remapped = {k: v for k, v in (("correctable", _text(g, "remapped_rows/remapped_row_corr")),
-                                      ("uncorrectable", _text(g, "remapped_rows/remapped_row_unc")),
-                                      ("pending", _text(g, "remapped_rows/remapped_row_pending")),
-                                      ("failure", _text(g, "remapped_rows/remapped_row_failure"))) if v is not None}
+        remapped = {
+            k: v
+            for k, v in (
+                ("correctable", _text(g, "remapped_rows/remapped_row_corr")),
+                ("uncorrectable", _text(g, "remapped_rows/remapped_row_unc")),
+                ("pending", _text(g, "remapped_rows/remapped_row_pending")),
+                ("failure", _text(g, "remapped_rows/remapped_row_failure")),
+            )
+            if v is not None
+        }
         if remapped:
             row["remapped_rows"] = remapped
         ecc = _ecc(g)
@@ -100,8 +118,11 @@ def _ecc(g: Any) -> Dict[str, str]:
         if counters is None:
             continue
         for kind in ("correctable", "uncorrectable"):
-            values = [(c.text or "").strip() for c in counters
-                      if c.tag.endswith(f"_{kind}") or c.tag.startswith(f"sram_{kind}_")]
+            values = [
+                (c.text or "").strip()
+                for c in counters
+                if c.tag.endswith(f"_{kind}") or c.tag.startswith(f"sram_{kind}_")
+            ]
             if values and all(v.isdigit() for v in values):
                 out[f"{scope}_{kind}"] = str(sum(int(v) for v in values))
     return out
@@ -147,4 +168,3 @@ def kernel_xid() -> list[str] | None:
     finally:
         os.close(fd)
     return xid_lines(records)
-

@@ -52,12 +52,20 @@ def facts() -> Dict[str, Any]:
     return {
         "implementation": impl,
         "version": platform.python_version(),
-        "tags": {"interpreter": short + nodot, "abi": abi, "platform": plat,
-                 "ext_suffix": sysconfig.get_config_var("EXT_SUFFIX") or ""},
+        "tags": {
+            "interpreter": short + nodot,
+            "abi": abi,
+            "platform": plat,
+            "ext_suffix": sysconfig.get_config_var("EXT_SUFFIX") or "",
+        },
         "machine": platform.machine(),
         "libc": _libc(),
-        "where": {"executable": sys.executable, "prefix": sys.prefix, "sites": site_dirs(),
-                  "stdlib": list(dict.fromkeys([sysconfig.get_path("stdlib"), sysconfig.get_path("platstdlib")]))},
+        "where": {
+            "executable": sys.executable,
+            "prefix": sys.prefix,
+            "sites": site_dirs(),
+            "stdlib": list(dict.fromkeys([sysconfig.get_path("stdlib"), sysconfig.get_path("platstdlib")])),
+        },
     }
 
 

@@ -9,7 +9,7 @@ import re
 from typing import Any, Mapping
 
 _AMBIGUOUS = re.compile(r'^"|[\x00-\x1f\x7f\\]')
-_CONTROL = re.compile(r'[\x00-\x1e\x7f\\]')  # over keys joined by \x1f: with a key that opens with a quote,
+_CONTROL = re.compile(r"[\x00-\x1e\x7f\\]")  # over keys joined by \x1f: with a key that opens with a quote,
 # what makes some key ambiguous (_AMBIGUOUS); a single class scans a sglang manifest's keys in 4 ms, where
 # one pattern with the quote's alternation took 20
 
@@ -24,7 +24,9 @@ def write_rows(rows: Mapping[str, Any]) -> bytes:
     """As `write`, from rows (key -> (digest, size, mode)) in sorted key order."""
     joined = "\x1f".join(rows)  # one scan for the common case
     plain = not (joined.startswith('"') or '\x1f"' in joined or _CONTROL.search(joined))
-    lines = [f"{mode:o} {size} {digest} {k if plain else _quote(k)}\n" for k, (digest, size, mode) in rows.items()]
+    lines = [
+        f"{mode:o} {size} {digest} {k if plain else _quote(k)}\n" for k, (digest, size, mode) in rows.items()
+    ]
     return "".join(lines).encode("utf-8", "surrogateescape")
 
 

@@ -20,9 +20,15 @@ _FS_IOC_GETFLAGS = 0x80086601  # Linux: _IOR('f', 1, long)
 _FL_IMMUTABLE, _FL_APPEND = 0x10, 0x20
 _FLAG_NAMES = {"i": "immutable", "a": "append-only"}
 Judged = Tuple[str, Optional[str]]  # a directory: its nearest existing ancestor, and what is wrong there
-_KINDS = ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a directory"), (stat.S_ISLNK, "a symbolic link"),
-          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a named pipe"),
-          (stat.S_ISSOCK, "a socket"))
+_KINDS = (
+    (stat.S_ISREG, "a regular file"),
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISLNK, "a symbolic link"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a named pipe"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
 def obstacles(writes: List[str], removes: List[str]) -> Dict[str, str]:
@@ -58,8 +64,10 @@ def _destination(path: str, removing: bool, dirs: Dict[str, Judged]) -> Optional
         return None  # already gone: nothing to remove
     if st is not None and not stat.S_ISREG(st.st_mode):
         link = f" (to {os.readlink(path)})" if stat.S_ISLNK(st.st_mode) else ""
-        return (f"is {kind_of(st)}{link}, not a regular file: patchkeeper neither replaces nor backs it up; "
-                "remove it or replace it with a regular file")
+        return (
+            f"is {kind_of(st)}{link}, not a regular file: patchkeeper neither replaces nor backs it up; "
+            "remove it or replace it with a regular file"
+        )
     if st is not None:
         flag = _flags(path, st)
         if flag:
@@ -92,7 +100,10 @@ def _directory(directory: str) -> Judged:
         return probe, f"its directory {probe} is {why}"
     flag = _flags(probe, st)
     if flag:
-        return probe, f"its directory {probe} is {_FLAG_NAMES[flag]}; clear the flag first (chattr -{flag} {probe})"
+        return (
+            probe,
+            f"its directory {probe} is {_FLAG_NAMES[flag]}; clear the flag first (chattr -{flag} {probe})",
+        )
     return probe, None
 
 
@@ -104,12 +115,16 @@ def _sticky(directory: str, st: os.stat_result) -> Optional[str]:
     except OSError:
         return None
     if dst.st_mode & stat.S_ISVTX and euid not in (0, st.st_uid, dst.st_uid):
-        return (f"is owned by uid {st.st_uid} in the sticky directory {directory}, so uid {euid} cannot "
-                "replace it; run as its owner (or root)")
+        return (
+            f"is owned by uid {st.st_uid} in the sticky directory {directory}, so uid {euid} cannot "
+            "replace it; run as its owner (or root)"
+        )
     return None
 
 
-def _bytecode(source: str, dirs: Dict[str, Judged], caches: Dict[str, Dict[str, List[str]]]) -> Dict[str, str]:
+def _bytecode(
+    source: str, dirs: Dict[str, Judged], caches: Dict[str, Dict[str, List[str]]]
+) -> Dict[str, str]:
     cache = os.path.join(os.path.dirname(source), "__pycache__")
     if cache not in caches:
         caches[cache] = {}
@@ -130,7 +145,7 @@ def _bytecode(source: str, dirs: Dict[str, Judged], caches: Dict[str, Dict[str, 
 
 
 def _flags(path: str, st: os.stat_result) -> Optional[str]:
-    """"i" (immutable) or "a" (append-only) where the file system shows it (Linux ioctl, BSD st_flags);
+    """ "i" (immutable) or "a" (append-only) where the file system shows it (Linux ioctl, BSD st_flags);
     either makes the kernel refuse to replace or unlink the file, or any entry of the directory."""
     flags = getattr(st, "st_flags", 0)
     if flags:

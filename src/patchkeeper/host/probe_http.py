@@ -15,9 +15,9 @@ import json
 import os
 import socket
 import sys
+import threading
 import time
 from typing import Any
-import threading
 
 TEXT_KEEP = 4000
 # http.client, not urllib.request: ~0.1 s less of imports on every run, and it never goes through
@@ -155,8 +155,10 @@ def listener(port: int) -> dict[str, Any]:
                 found.append({"pid": int(pid), "argv": argv})
                 break
     if not found:
-        return {"error": f"no process whose open files could be read holds the socket listening on port {port} "
-                         f"({unreadable} process(es) could not be read: another user's?)"}
+        return {
+            "error": f"no process whose open files could be read holds the socket listening on port {port} "
+            f"({unreadable} process(es) could not be read: another user's?)"
+        }
     return {"processes": sorted(found, key=lambda p: int(p["pid"]))}
 
 
@@ -193,10 +195,16 @@ def generate(base: str, models: list[str], g: dict[str, Any]) -> dict[str, Any]:
             t.start()
         for t in threads:
             t.join(float(g["timeout"]) + 10)
-        concurrent = [c or {"error": "the request did not end", "timed_out": True, "seconds": float(g["timeout"])}
-                      for c in concurrent]
-    return {"model": sequential[0].get("model"), "sequential": sequential, "concurrent": concurrent,
-            "warmups": warmups}
+        concurrent = [
+            c or {"error": "the request did not end", "timed_out": True, "seconds": float(g["timeout"])}
+            for c in concurrent
+        ]
+    return {
+        "model": sequential[0].get("model"),
+        "sequential": sequential,
+        "concurrent": concurrent,
+        "warmups": warmups,
+    }
 
 
 def server_info(base: str) -> dict[str, Any]:
@@ -210,9 +218,17 @@ def server_info(base: str) -> dict[str, Any]:
     if err is not None or not isinstance(doc, dict):
         return {"url": url, "error": err or "the answer is not a JSON object"}
     states = doc.get("internal_states")
-    lengths = [s.get("avg_spec_accept_length") for s in states if isinstance(s, dict)] if isinstance(states, list) else []
-    out: dict[str, Any] = {"url": url, "accept_lengths": [x for x in lengths if isinstance(x, (int, float))],
-                           "launch_command": doc.get("launch_command"), "version": doc.get("version")}
+    lengths = (
+        [s.get("avg_spec_accept_length") for s in states if isinstance(s, dict)]
+        if isinstance(states, list)
+        else []
+    )
+    out: dict[str, Any] = {
+        "url": url,
+        "accept_lengths": [x for x in lengths if isinstance(x, (int, float))],
+        "launch_command": doc.get("launch_command"),
+        "version": doc.get("version"),
+    }
     if "speculative_algorithm" in doc:
         out["speculative_algorithm"] = doc["speculative_algorithm"]
     return out
@@ -229,8 +245,12 @@ def _complete(base: str, models: list[str], g: dict[str, Any]) -> dict[str, Any]
             body = {"model": model, "prompt": g["prompt"], "max_tokens": g["max_tokens"], "temperature": 0}
         else:
             url = base + "/v1/chat/completions"
-            body = {"model": model, "messages": [{"role": "user", "content": g["prompt"]}],
-                    "max_tokens": g["max_tokens"], "temperature": 0}
+            body = {
+                "model": model,
+                "messages": [{"role": "user", "content": g["prompt"]}],
+                "max_tokens": g["max_tokens"],
+                "temperature": 0,
+            }
         start = time.monotonic()
         status, doc, err = _call(url, body, timeout=g["timeout"])
         out.update(url=url, status=status, seconds=time.monotonic() - start, error=err)
@@ -246,8 +266,12 @@ def _complete(base: str, models: list[str], g: dict[str, Any]) -> dict[str, Any]
                 msg = choice.get("message") or {}
                 text = (msg.get("reasoning_content") or "") + (msg.get("content") or "")
             usage = doc.get("usage") or {}
-            out.update(text=text[:TEXT_KEEP], chars=len(text), finish_reason=choice.get("finish_reason"),
-                       completion_tokens=usage.get("completion_tokens"))
+            out.update(
+                text=text[:TEXT_KEEP],
+                chars=len(text),
+                finish_reason=choice.get("finish_reason"),
+                completion_tokens=usage.get("completion_tokens"),
+            )
         except (KeyError, IndexError, TypeError, AttributeError):
             out["error"] = "the answer is not an OpenAI-style completion: " + json.dumps(doc)[:200]
     elif err is None:

@@ -22,13 +22,25 @@ class ScanRequest:
     algorithm: Optional[str] = None
 
     def to_wire(self) -> Dict[str, Any]:
-        return {"root": self.root, "paths": self.paths, "walk": self.walk, "cache": self.cache,
-                "absolute": self.absolute, "algorithm": self.algorithm}
+        return {
+            "root": self.root,
+            "paths": self.paths,
+            "walk": self.walk,
+            "cache": self.cache,
+            "absolute": self.absolute,
+            "algorithm": self.algorithm,
+        }
 
     @classmethod
     def from_wire(cls, doc: Dict[str, Any]) -> "ScanRequest":
-        return cls(root=doc["root"], paths=tuple(doc.get("paths") or ()), walk=tuple(doc.get("walk") or ()),
-                   cache=doc.get("cache"), absolute=dict(doc.get("absolute") or {}), algorithm=doc.get("algorithm"))
+        return cls(
+            root=doc["root"],
+            paths=tuple(doc.get("paths") or ()),
+            walk=tuple(doc.get("walk") or ()),
+            cache=doc.get("cache"),
+            absolute=dict(doc.get("absolute") or {}),
+            algorithm=doc.get("algorithm"),
+        )
 
 
 @dataclass(frozen=True)
@@ -44,7 +56,9 @@ class CompareRequest:
 
     @classmethod
     def from_wire(cls, doc: Dict[str, Any]) -> "CompareRequest":
-        return cls(store=doc["store"], manifests=tuple(doc["manifests"]), scan=ScanRequest.from_wire(doc["scan"]))
+        return cls(
+            store=doc["store"], manifests=tuple(doc["manifests"]), scan=ScanRequest.from_wire(doc["scan"])
+        )
 
 
 @dataclass(frozen=True)
@@ -76,14 +90,34 @@ class TreeRequest:
     pycs_since: Optional[str] = None
 
     def to_wire(self) -> Dict[str, Any]:
-        return {"store": self.store, "manifest": self.manifest, "scan": self.scan.to_wire(),
-                "cache_tag": self.cache_tag, "verify": self.verify, "bytecode_cache": self.bytecode_cache,
-                "seal": self.seal, "records": self.records, "record_cache": self.record_cache,
-                "native_sites": self.native_sites, "native_cache": self.native_cache, "pycs_since": self.pycs_since}
+        return {
+            "store": self.store,
+            "manifest": self.manifest,
+            "scan": self.scan.to_wire(),
+            "cache_tag": self.cache_tag,
+            "verify": self.verify,
+            "bytecode_cache": self.bytecode_cache,
+            "seal": self.seal,
+            "records": self.records,
+            "record_cache": self.record_cache,
+            "native_sites": self.native_sites,
+            "native_cache": self.native_cache,
+            "pycs_since": self.pycs_since,
+        }
 
     @classmethod
     def from_wire(cls, doc: Dict[str, Any]) -> "TreeRequest":
-        return cls(doc["store"], doc["manifest"], ScanRequest.from_wire(doc["scan"]), doc["cache_tag"],
-                   tuple(doc.get("verify") or ()), doc.get("bytecode_cache"), doc.get("seal"),
-                   tuple(doc.get("records") or ()), doc.get("record_cache"), tuple(doc.get("native_sites") or ()),
-                   doc.get("native_cache"), doc.get("pycs_since"))
+        return cls(
+            doc["store"],
+            doc["manifest"],
+            ScanRequest.from_wire(doc["scan"]),
+            doc["cache_tag"],
+            tuple(doc.get("verify") or ()),
+            doc.get("bytecode_cache"),
+            doc.get("seal"),
+            tuple(doc.get("records") or ()),
+            doc.get("record_cache"),
+            tuple(doc.get("native_sites") or ()),
+            doc.get("native_cache"),
+            doc.get("pycs_since"),
+        )

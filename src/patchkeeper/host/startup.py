@@ -66,8 +66,11 @@ def _pth(path: str, site: str, dirs: List[str]) -> Optional[Dict[str, Any]]:
             directory = os.path.join(site, line.rstrip().decode("utf-8", "replace"))
             if os.path.isdir(directory) and directory not in dirs:
                 dirs.append(directory)
-    lines = [line.decode("utf-8", "replace").rstrip() for line in data.splitlines()
-             if line.startswith((b"import ", b"import\t"))]
+    lines = [
+        line.decode("utf-8", "replace").rstrip()
+        for line in data.splitlines()
+        if line.startswith((b"import ", b"import\t"))
+    ]
     if not lines:
         return None
     return {"digest": "sha256:" + hashlib.sha256(data).hexdigest(), "code": lines}
@@ -83,7 +86,11 @@ def _hook(directory: str, module: str) -> Optional[str]:
     except OSError:
         return None
     for name in sorted(names):
-        if name == f"{module}.py" or name == f"{module}.pyc" or (name.startswith(module + ".") and name.endswith(".so")):
+        if (
+            name == f"{module}.py"
+            or name == f"{module}.pyc"
+            or (name.startswith(module + ".") and name.endswith(".so"))
+        ):
             return os.path.join(directory, name)
     return None
 
@@ -100,7 +107,9 @@ def plugins(sites: List[str], package: str) -> Dict[str, Dict[str, Any]]:
             continue
         for dist_info in names:
             try:
-                with open(os.path.join(site, dist_info, "entry_points.txt"), encoding="utf-8", errors="replace") as f:
+                with open(
+                    os.path.join(site, dist_info, "entry_points.txt"), encoding="utf-8", errors="replace"
+                ) as f:
                     text = f.read(_LIMIT)
             except OSError:
                 continue
@@ -113,7 +122,9 @@ def plugins(sites: List[str], package: str) -> Dict[str, Dict[str, Any]]:
                 elif group and "=" in line and not line.startswith(("#", ";")):
                     key, _, value = line.partition("=")
                     dist = dist_info[: -len(".dist-info")].replace("-", " ", 1)
-                    out.setdefault(f"entry point {group} {key.strip()}", {"value": value.strip(), "dist": dist})
+                    out.setdefault(
+                        f"entry point {group} {key.strip()}", {"value": value.strip(), "dist": dist}
+                    )
     return out
 
 
@@ -132,5 +143,5 @@ def _portable(path: str, sites: List[str]) -> str:
     for site in sites:
         base = os.path.join(site, "")
         if path.startswith(base):
-            return SITE_TOKEN + path[len(base):]
+            return SITE_TOKEN + path[len(base) :]
     return path

@@ -69,8 +69,10 @@ def warn_once(path: str, why: str) -> None:
     if _warned:
         return
     _warned.append(path)
-    sys.stderr.write(f"patchkeeper: warning: cache {path} ignored: {why}; it is only a cache, so this costs "
-                     "time, not correctness (fix it with `chmod go-w` or `chown`, or remove it)\n")
+    sys.stderr.write(
+        f"patchkeeper: warning: cache {path} ignored: {why}; it is only a cache, so this costs "
+        "time, not correctness (fix it with `chmod go-w` or `chown`, or remove it)\n"
+    )
 
 
 def read_cache(path: str) -> bytes | None:
@@ -164,8 +166,9 @@ class StatCache:
         if max(st.st_mtime_ns, st.st_ctime_ns) + self.GRANULARITY_NS < self.started_ns:
             self.fresh[rel] = (*identity(st), value)
 
-    def digests(self, jobs: Sequence[tuple[str, str]], algorithm: str,
-                stats: dict[str, os.stat_result] | None = None) -> dict[str, Row]:
+    def digests(
+        self, jobs: Sequence[tuple[str, str]], algorithm: str, stats: dict[str, os.stat_result] | None = None
+    ) -> dict[str, Row]:
         """key -> (digest, size, mode) of each job (key, path) that is a regular file, in the jobs'
         order: from this cache while the file's identity is unchanged, else hashed (disk.map_files:
         big files on threads). `stats` gets each file's stat."""
@@ -184,15 +187,23 @@ class StatCache:
             if stats is not None:
                 stats[key] = st
             hit = get(key)
-            if (hit is not None and hit[2] == st.st_ctime_ns and hit[1] == st.st_mtime_ns and hit[0] == st.st_size
-                    and hit[3] == st.st_ino and hit[4] == st.st_dev and hit[5].startswith(prefix)):
+            if (
+                hit is not None
+                and hit[2] == st.st_ctime_ns
+                and hit[1] == st.st_mtime_ns
+                and hit[0] == st.st_size
+                and hit[3] == st.st_ino
+                and hit[4] == st.st_dev
+                and hit[5].startswith(prefix)
+            ):
                 fresh[key] = hit
                 rows[key] = (hit[5], hit[0], imode(mode))
             else:
                 rows[key] = None  # its place, in order
                 todo.append((key, path, st))
-        hashed = map_files(lambda job: hash_file(job[1], algorithm), todo,
-                           lambda job: job[2].st_size, HASH_WORKERS)
+        hashed = map_files(
+            lambda job: hash_file(job[1], algorithm), todo, lambda job: job[2].st_size, HASH_WORKERS
+        )
         for (key, _, st), digest in zip(todo, hashed):
             rows[key] = (digest, st.st_size, imode(st.st_mode))
             self.remember(key, st, digest)

@@ -4,6 +4,7 @@ Standard library only, as every module of the agent."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import time
@@ -11,8 +12,6 @@ from typing import Any
 
 from .contract import LockHolder, StateDirOwner
 from .disk import TEMP_PREFIX, hostname, list_entries, pid_alive, write_atomic
-import fcntl
-
 
 _DAMAGED_LOCK = {"pid": "?", "host": "?", "command": "? (its lock file is damaged)", "since": 0}
 

@@ -6,8 +6,8 @@ import json
 import os
 import time
 
-from .errors import AgentError
 from .disk import TEMP_PREFIX, algorithm_of, discard, hash_bytes, remove_stale_temps, write_atomic
+from .errors import AgentError
 
 TEMP_PACK = ".tmp-"  # a pack being written: .tmp-<pid>-<ns>
 
@@ -40,8 +40,11 @@ class Store:
                 continue
             for sub in subdirs:
                 try:
-                    out.update(f"{algo}:{sub}{name}" for name in os.listdir(os.path.join(base, sub))
-                               if not name.startswith(TEMP_PREFIX))
+                    out.update(
+                        f"{algo}:{sub}{name}"
+                        for name in os.listdir(os.path.join(base, sub))
+                        if not name.startswith(TEMP_PREFIX)
+                    )
                 except (FileNotFoundError, NotADirectoryError):
                     continue
         return out
@@ -107,7 +110,9 @@ class Store:
     def has(self, digest: str) -> bool:
         if self._index is not None and self._where(digest) is not None:  # indexes read already: no stat
             return True
-        return os.path.exists(self._loose(digest)) or self._where(digest) is not None  # else loose first: none read
+        return (
+            os.path.exists(self._loose(digest)) or self._where(digest) is not None
+        )  # else loose first: none read
 
     def put(self, data: bytes, digest: str | None = None) -> str:
         actual = hash_bytes(data, algorithm_of(digest) if digest else None)
@@ -134,15 +139,17 @@ class Store:
         except FileNotFoundError:
             where = self._where(digest)
             if where is None:
-                raise AgentError("missing-object", f"object {digest} is not in the store {self.root}")
+                raise AgentError("missing-object", f"object {digest} is not in the store {self.root}")  # noqa: B904
             pack, offset, size = where
             with open(pack, "rb") as f:
                 f.seek(offset)
                 data = f.read(size)
         if hash_bytes(data, algorithm_of(digest)) != digest:
-            raise AgentError("corrupt-object",
-                             f"object {digest} in {self.root} is corrupt (its bytes hash differently); "
-                             "it will not be restored")
+            raise AgentError(
+                "corrupt-object",
+                f"object {digest} in {self.root} is corrupt (its bytes hash differently); "
+                "it will not be restored",
+            )
         return data
 
     def put_files(self, files: dict[str, str]) -> dict[str, str]:
@@ -196,7 +203,9 @@ class Store:
 
 def _damaged_index(path: str, pack: str, exc: Exception) -> AgentError:
     return AgentError(
-        "damaged-index", f"the pack index {path} is damaged ({type(exc).__name__}: {exc}); "
+        "damaged-index",
+        f"the pack index {path} is damaged ({type(exc).__name__}: {exc}); "
         "the backups it lists cannot be found",
         f"move it and its pack aside (mv {path} {pack} /some/where/), then retry: states that "
-        "need those backups are then refused by name; nothing was changed")
+        "need those backups are then refused by name; nothing was changed",
+    )

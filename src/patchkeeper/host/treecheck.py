@@ -12,15 +12,14 @@ import os
 from dataclasses import replace
 from itertools import chain
 
-from . import compare, seal
-from .contract import BytecodeCheck, RecordCheck, TreeCheck, TreeRequest
+from . import compare, fingerprint, seal
 from .bytecode import VerdictCache, _judge, _tally, _top_pycs, _walk_pyc, recompiled_sources
+from .contract import BytecodeCheck, RecordCheck, TreeCheck, TreeRequest
 from .disk import start_threads
 from .distcheck import RecordSeals, shared_files
 from .manifests import Manifests
 from .statcache import Listings
 from .store import Store
-from . import fingerprint
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only (typing costs a command's start about 10 ms)
@@ -52,11 +51,15 @@ def _native_started(request: TreeRequest) -> Callable[[], Any]:
     if not request.native_sites:
         return lambda: None
 
-    done = start_threads(lambda sites: fingerprint.native(sites, request.native_cache), [list(request.native_sites)], 1)
+    done = start_threads(
+        lambda sites: fingerprint.native(sites, request.native_cache), [list(request.native_sites)], 1
+    )
     return lambda: done()[0]
 
 
-def _check(request: TreeRequest, manifests: Manifests, store: Store, native_of: Callable[[], Any]) -> TreeCheck:
+def _check(
+    request: TreeRequest, manifests: Manifests, store: Store, native_of: Callable[[], Any]
+) -> TreeCheck:
     scan, root = request.scan, request.scan.root
     records = checked_records(root, list(request.records), request.record_cache)
     key = _key(request, records)
@@ -81,11 +84,16 @@ def _check(request: TreeRequest, manifests: Manifests, store: Store, native_of: 
     comparison = compare.comparison(expected, rows)
     found = pycs + _beside(root, scan.walk, request.bytecode_cache)
     verify = set(request.verify) | recompiled_sources(f for r in records.values() for f in r["findings"])
-    verify.update(k for k, (_, new) in comparison.pairs.items()
-                  if new is not None and k.endswith(".py") and not k.startswith(("../", "@")))
+    verify.update(
+        k
+        for k, (_, new) in comparison.pairs.items()
+        if new is not None and k.endswith(".py") and not k.startswith(("../", "@"))
+    )
     verdicts = VerdictCache(request.bytecode_cache)
     judge = _judge(root, request.cache_tag, frozenset(verify), stats, verdicts, since(request.pycs_since))
-    bytecode = BytecodeCheck.from_wire(_tally(found, [judge(rel, in_cache) for rel, in_cache in found], verdicts))
+    bytecode = BytecodeCheck.from_wire(
+        _tally(found, [judge(rel, in_cache) for rel, in_cache in found], verdicts)
+    )
     linked = sorted((key, st.st_nlink) for key, st in stats.items() if st.st_nlink > 1 and key[:1] != "@")
     answer = TreeCheck(len(rows), comparison, bytecode, linked=len(linked), linked_examples=tuple(linked[:5]))
     if taken is not None and request.seal:
@@ -108,7 +116,11 @@ def _beside(root: str, walk: Tuple[str, ...], bytecode_cache: str | None) -> Lis
     the package's own), with the listings of the directories walked kept beside the verdicts."""
     listings = Listings(bytecode_cache + ".dirs") if bytecode_cache else None
     skip = frozenset(walk)
-    found = list(chain(_top_pycs(root), _walk_pyc(root, skip, listings)) if skip else _walk_pyc(root, listings=listings))
+    found = list(
+        chain(_top_pycs(root), _walk_pyc(root, skip, listings))
+        if skip
+        else _walk_pyc(root, listings=listings)
+    )
     if listings is not None:
         listings.save()
     return found
@@ -118,8 +130,16 @@ def _key(request: TreeRequest, records: Dict[str, Any]) -> Tuple[Any, ...]:
     """What a tree's seal is for: the scan, the manifest, and every source whose pycs are
     recompiled (those named, and those the RECORD checks found changed)."""
     verify = set(request.verify) | recompiled_sources(f for r in records.values() for f in r["findings"])
-    return (request.scan.to_wire(), request.store, request.manifest, request.cache_tag, tuple(sorted(verify)),
-            request.pycs_since, since(request.pycs_since), "linked")  # (answers sealed before they counted hard links are not given again)
+    return (
+        request.scan.to_wire(),
+        request.store,
+        request.manifest,
+        request.cache_tag,
+        tuple(sorted(verify)),
+        request.pycs_since,
+        since(request.pycs_since),
+        "linked",
+    )  # (answers sealed before they counted hard links are not given again)
 
 
 def since(marker: str | None) -> int | None:

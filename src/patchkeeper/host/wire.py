@@ -13,6 +13,7 @@ by silence alone (remote_agent.AgentProxy), and show how far the call is.
 from __future__ import annotations
 
 import json
+import os
 import struct
 import sys
 import threading
@@ -22,7 +23,6 @@ from typing import Any, BinaryIO, Callable
 
 from . import progress
 from .contract import requests_from_wire, to_wire
-import os
 
 _BYTES = "\x00b"  # a key no path or field can be
 _SQUEEZE = 16 << 10  # headers larger than this (long path lists, scans) travel zlib-compressed
@@ -95,8 +95,11 @@ def decode(read_exact: Callable[[int], bytes]) -> tuple[dict[str, Any], Any]:
     if tail:
         raise FrameError(f"a frame header of more than {MAX_HEADER} bytes")
     sizes = doc.pop("n", None) if isinstance(doc, dict) else None
-    if not isinstance(sizes, list) or "v" not in doc or \
-            not all(type(n) is int and 0 <= n <= MAX_PAYLOAD for n in sizes):
+    if (
+        not isinstance(sizes, list)
+        or "v" not in doc
+        or not all(type(n) is int and 0 <= n <= MAX_PAYLOAD for n in sizes)
+    ):
         raise FrameError("a frame header without its value and payload sizes")
     blobs = [read_exact(n) for n in sizes]
     value = doc.pop("v")
@@ -172,12 +175,21 @@ def serve(agent: Any, stdin: BinaryIO | None = None, stdout: BinaryIO | None = N
             raise EOFError
         return data
 
-
     # what every command asks first comes with the hello: a held spare has it ready; the magic
     # first, after whatever the interpreter printed before this ran
-    sink.write(MAGIC + encode({"hello": 1}, {"pid": os.getpid(), "algorithm": agent.algorithm(),
-                                       "python": "%d.%d.%d" % sys.version_info[:3], "hostname": agent.hostname(),
-                                       "interpreter": to_wire(agent.interpreter())}))
+    sink.write(
+        MAGIC
+        + encode(
+            {"hello": 1},
+            {
+                "pid": os.getpid(),
+                "algorithm": agent.algorithm(),
+                "python": "%d.%d.%d" % sys.version_info[:3],
+                "hostname": agent.hostname(),
+                "interpreter": to_wire(agent.interpreter()),
+            },
+        )
+    )
     sink.flush()
     heart = _Heart(sink)
     calls = 0

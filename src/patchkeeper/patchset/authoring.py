@@ -59,11 +59,16 @@ def bump(version: str, part: str) -> str:
     try:
         release = list(Version(version).release) + [0, 0]
     except InvalidVersion:
-        raise BadInput(f"version {version!r} is not a PEP 440 version; cannot bump it",
-                       "set version in patchset.toml by hand") from None
+        raise BadInput(
+            f"version {version!r} is not a PEP 440 version; cannot bump it",
+            "set version in patchset.toml by hand",
+        ) from None
     major, minor, micro = release[:3]
-    return {"major": f"{major + 1}.0.0", "minor": f"{major}.{minor + 1}.0",
-            "patch": f"{major}.{minor}.{micro + 1}"}[part]
+    return {
+        "major": f"{major + 1}.0.0",
+        "minor": f"{major}.{minor + 1}.0",
+        "patch": f"{major}.{minor}.{micro + 1}",
+    }[part]
 
 
 def role_file_name(role: str, source_path: str, taken: set[str]) -> str:
@@ -79,17 +84,23 @@ def _toml_str(value: str) -> str:
 
 
 def render_toml(d: Draft, version: str) -> bytes:
-    lines = [f"name = {_toml_str(d.name)}", f"version = {_toml_str(version)}",
-             f"description = {_toml_str(d.description or '')}", f"package = {_toml_str(d.package)}",
-             f"package_version = {_toml_str(d.package_version or '')}",
-             f"requires = [{', '.join(_toml_str(r) for r in d.requires or ())}]"]
+    lines = [
+        f"name = {_toml_str(d.name)}",
+        f"version = {_toml_str(version)}",
+        f"description = {_toml_str(d.description or '')}",
+        f"package = {_toml_str(d.package)}",
+        f"package_version = {_toml_str(d.package_version or '')}",
+        f"requires = [{', '.join(_toml_str(r) for r in d.requires or ())}]",
+    ]
     if d.group:
         lines.append(f"group = {_toml_str(d.group)}")
     if d.roles:
         lines += ["", "[files]"] + [f"{role} = {_toml_str(fname)}" for role, fname, _ in d.roles]
     defaults, types = dict(d.defaults or ()), dict(d.types or ())
     if defaults or types:
-        lines += ["", "[vars]"] + [_var_line(key, types.get(key), defaults.get(key)) for key in {**types, **defaults}]
+        lines += ["", "[vars]"] + [
+            _var_line(key, types.get(key), defaults.get(key)) for key in {**types, **defaults}
+        ]
     return ("\n".join(lines) + "\n").encode("utf-8")
 
 
@@ -98,8 +109,11 @@ def _var_line(key: str, vartype: VarType | None, default: str | None) -> str:
     if (vartype is None or vartype == VarType()) and default is not None:
         return f"{key} = {_toml_str(default)}"
     vartype = vartype or VarType()
-    parts = [f"type = {_toml_str(vartype.kind)}"] + [f"{bound} = {value}" for bound, value in
-                                                     (("min", vartype.low), ("max", vartype.high)) if value is not None]
+    parts = [f"type = {_toml_str(vartype.kind)}"] + [
+        f"{bound} = {value}"
+        for bound, value in (("min", vartype.low), ("max", vartype.high))
+        if value is not None
+    ]
     if default is not None:
         parts.append(f"default = {default}" if vartype.kind == "int" else f"default = {_toml_str(default)}")
     return f"{key} = {{ {', '.join(parts)} }}"
@@ -112,9 +126,11 @@ def set_keys(text: str, values: dict[str, str]) -> str:
     head, rest = "".join(lines[:top]), "".join(lines[top:])
     for key, value in values.items():
         string = _toml_str(value)
-        line = re.compile(rf'^({key}\s*=\s*)(?:"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'|[^#\n]*?)(\s*(?:#.*)?)$', re.M)
+        line = re.compile(
+            rf'^({key}\s*=\s*)(?:"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'|[^#\n]*?)(\s*(?:#.*)?)$', re.M
+        )
         if line.search(head):
-            head = line.sub(lambda m: m.group(1) + string + m.group(2), head, count=1)
+            head = line.sub(lambda m: m.group(1) + string + m.group(2), head, count=1)  # noqa: B023
         else:
             head = head.rstrip("\n") + f"\n{key} = {string}\n" + ("\n" if rest else "")
     out = head + rest
@@ -139,18 +155,30 @@ def contents(d: Draft, version: str) -> dict[str, bytes]:
 def inherit(d: Draft, existing: PatchSet | None) -> Draft:
     """Fill the metadata the draft leaves open from the existing patch set, else defaults."""
     if existing is None:
-        return replace(d, description=d.description or "", package_version=d.package_version or "",
-                       requires=d.requires or ())
-    return replace(d, description=d.description if d.description is not None else existing.description,
-                   package_version=d.package_version if d.package_version is not None else existing.package_version,
-                   requires=d.requires if d.requires is not None else existing.requires,
-                   group=d.group if d.group is not None else existing.group,
-                   defaults=d.defaults if d.defaults is not None else existing.defaults or None,
-                   types=d.types if d.types is not None else existing.types or None)
+        return replace(
+            d,
+            description=d.description or "",
+            package_version=d.package_version or "",
+            requires=d.requires or (),
+        )
+    return replace(
+        d,
+        description=d.description if d.description is not None else existing.description,
+        package_version=d.package_version if d.package_version is not None else existing.package_version,
+        requires=d.requires if d.requires is not None else existing.requires,
+        group=d.group if d.group is not None else existing.group,
+        defaults=d.defaults if d.defaults is not None else existing.defaults or None,
+        types=d.types if d.types is not None else existing.types or None,
+    )
 
 
-def save(root: Path, d: Draft, bump_part: str | None = None, version: str | None = None,
-         version_option: str = "--bump patch|minor|major") -> Saved:
+def save(
+    root: Path,
+    d: Draft,
+    bump_part: str | None = None,
+    version: str | None = None,
+    version_option: str = "--bump patch|minor|major",
+) -> Saved:
     """Write the draft as patchsets/<name>/. Changed content needs a higher version (bump or given:
     `version_option` names how the verb gives one, for the hints)."""
     from packaging.version import InvalidVersion, Version  # lazy: tens of ms to import, off the fast paths
@@ -168,8 +196,15 @@ def save(root: Path, d: Draft, bump_part: str | None = None, version: str | None
         return _save(root, d, existing, same_version, bump_part, version, version_option)
 
 
-def _save(root: Path, d: Draft, existing: PatchSet | None, same_version: str, bump_part: str | None,
-          version: str | None, version_option: str) -> Saved:
+def _save(
+    root: Path,
+    d: Draft,
+    existing: PatchSet | None,
+    same_version: str,
+    bump_part: str | None,
+    version: str | None,
+    version_option: str,
+) -> Saved:
     from packaging.version import Version  # lazy: tens of ms to import, off the fast paths
 
     tmp = saving.new_dir(root, d.name, uuid.uuid4().hex[:8])
@@ -184,11 +219,16 @@ def _save(root: Path, d: Draft, existing: PatchSet | None, same_version: str, bu
             elif bump_part is not None:
                 new_version = bump(existing.version, bump_part)
             else:
-                raise Refused(f"patch set {existing.ident} exists with other content; recording changed content "
-                              "under an unchanged version is refused", f"pass {version_option}")
+                raise Refused(
+                    f"patch set {existing.ident} exists with other content; recording changed content "
+                    "under an unchanged version is refused",
+                    f"pass {version_option}",
+                )
             if Version(new_version) <= Version(existing.version):
-                raise Refused(f"version {new_version} is not above {existing.ident}'s",
-                              f"give a higher version: {version_option}")
+                raise Refused(
+                    f"version {new_version} is not above {existing.ident}'s",
+                    f"give a higher version: {version_option}",
+                )
             if new_version != same_version:
                 shutil.rmtree(tmp)
                 saving.write_dir(tmp, contents(d, new_version))

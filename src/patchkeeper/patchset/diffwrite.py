@@ -33,8 +33,10 @@ def is_binary(data: bytes | None) -> bool:
 def refuse_binary(changes: list[Change], origin: str) -> None:
     binary = [c.path for c in changes if is_binary(c.old) or is_binary(c.new)]
     if binary:
-        raise BadInput(f"{origin}: binary file(s) cannot be recorded as a patch: " + ", ".join(binary),
-                       "revert them, or ship such files another way")
+        raise BadInput(
+            f"{origin}: binary file(s) cannot be recorded as a patch: " + ", ".join(binary),
+            "revert them, or ship such files another way",
+        )
 
 
 def blob_id(data: bytes) -> str:
@@ -66,7 +68,7 @@ def opcodes(a: list[str], b: list[str]) -> list[tuple[str, int, int, int, int]]:
     suf = 0
     while suf < limit - pre and a[len(a) - 1 - suf] == b[len(b) - 1 - suf]:
         suf += 1
-    mid_a, mid_b = a[pre:len(a) - suf], b[pre:len(b) - suf]
+    mid_a, mid_b = a[pre : len(a) - suf], b[pre : len(b) - suf]
     ops: list[tuple[str, int, int, int, int]] = []
     if pre:
         ops.append(("equal", 0, pre, 0, pre))
@@ -79,7 +81,9 @@ def opcodes(a: list[str], b: list[str]) -> list[tuple[str, int, int, int, int]]:
     return ops
 
 
-def _groups(ops: list[tuple[str, int, int, int, int]], context: int) -> list[list[tuple[str, int, int, int, int]]]:
+def _groups(
+    ops: list[tuple[str, int, int, int, int]], context: int
+) -> list[list[tuple[str, int, int, int, int]]]:
     """difflib's get_grouped_opcodes over precomputed opcodes: hunks with `context` lines around."""
     if not ops or all(op[0] == "equal" for op in ops):
         return []

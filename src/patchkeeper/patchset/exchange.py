@@ -17,10 +17,12 @@ def export(directory: Path, ident: str, digest: str, notes: tuple[str, ...] = ()
     """The patch set in `directory` as one patch, restorable exactly by `restore`; `notes` become comment lines."""
     files = sorted(p for p in directory.rglob("*") if p.is_file())
     rels = [p.relative_to(directory).as_posix() for p in files]
-    head = [f"{MAGIC} {ident} {digest}",
-            "# `patchkeeper import NAME FILE` restores this patch set exactly from the lines starting with '#';",
-            "# `git apply` and `patch -p1` in site-packages skip them and apply the diffs below.",
-            *(f"# {note}" for note in notes)]
+    head = [
+        f"{MAGIC} {ident} {digest}",
+        "# `patchkeeper import NAME FILE` restores this patch set exactly from the lines starting with '#';",
+        "# `git apply` and `patch -p1` in site-packages skip them and apply the diffs below.",
+        *(f"# {note}" for note in notes),
+    ]
     body: list[bytes] = []
     for path, rel in zip(files, rels):
         data = path.read_bytes()
@@ -55,8 +57,10 @@ def restore(data: bytes, origin: str) -> tuple[str, str, dict[str, bytes]]:
         if current is not None:
             blob = "\n".join(pieces).encode("utf-8", "surrogateescape")
             if len(blob) != current[1]:
-                raise BadInput(f"{origin}: file {current[0]} in the header has {len(blob)} bytes, "
-                               f"{current[1]} expected", "the header was altered; export again")
+                raise BadInput(
+                    f"{origin}: file {current[0]} in the header has {len(blob)} bytes, {current[1]} expected",
+                    "the header was altered; export again",
+                )
             files[current[0]] = blob
 
     while True:
@@ -67,7 +71,7 @@ def restore(data: bytes, origin: str) -> tuple[str, str, dict[str, bytes]]:
         if line.startswith(_TEXT) or line == _TEXT.rstrip():
             if current is None:
                 raise BadInput(f"{origin}: header text outside a file", "export the patch set again")
-            pieces.append(line[len(_TEXT):])
+            pieces.append(line[len(_TEXT) :])
             continue
         close()
         current, pieces = None, []
@@ -88,7 +92,7 @@ def restore(data: bytes, origin: str) -> tuple[str, str, dict[str, bytes]]:
     rest = b"\n".join(lines[i:])
     pos = 0
     for rel, size in patches:
-        chunk = rest[pos:pos + size]
+        chunk = rest[pos : pos + size]
         if len(chunk) != size:
             raise BadInput(f"{origin}: the diffs end before {rel} does", "the patch was cut; export again")
         files[rel] = chunk
@@ -96,6 +100,8 @@ def restore(data: bytes, origin: str) -> tuple[str, str, dict[str, bytes]]:
         if size and not chunk.endswith(b"\n"):
             pos += 1
     if rest[pos:].strip():
-        raise BadInput(f"{origin}: {len(rest) - pos} bytes follow the last diff the header names",
-                       "the patch was altered; strip the '#' header lines to import it as a plain patch")
+        raise BadInput(
+            f"{origin}: {len(rest) - pos} bytes follow the last diff the header names",
+            "the patch was altered; strip the '#' header lines to import it as a plain patch",
+        )
     return ident, digest, files

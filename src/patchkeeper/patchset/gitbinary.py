@@ -43,10 +43,14 @@ def decode(patch: BinaryPatch, where: str) -> bytes:
     try:
         data = zlib.decompress(_base85(patch.lines))
     except (ValueError, zlib.error) as exc:
-        raise BadInput(f"{where}: corrupt binary patch: {exc}", "write the diff again with `git diff --binary`") from None
+        raise BadInput(
+            f"{where}: corrupt binary patch: {exc}", "write the diff again with `git diff --binary`"
+        ) from None
     if len(data) != patch.size:
-        raise BadInput(f"{where}: corrupt binary patch: {len(data)} bytes inflated, {patch.size} declared",
-                       "write the diff again with `git diff --binary`")
+        raise BadInput(
+            f"{where}: corrupt binary patch: {len(data)} bytes inflated, {patch.size} declared",
+            "write the diff again with `git diff --binary`",
+        )
     return data
 
 
@@ -60,7 +64,7 @@ def _base85(lines: tuple[str, ...]) -> bytes:
     if any(len(line) != 1 + (n + 3) // 4 * 5 or n < 0 for line, n in zip(lines, sizes)):
         raise ValueError("a base85 line whose length is not the one its first character gives")
     if all(n % 4 == 0 for n in sizes[:-1]):  # git's own lines: 52 bytes each but the last
-        return _words("".join(line[1:] for line in lines))[:sum(sizes)]
+        return _words("".join(line[1:] for line in lines))[: sum(sizes)]
     return b"".join(_words(line[1:])[:n] for line, n in zip(lines, sizes))
 
 
@@ -79,10 +83,10 @@ def _words(text: str) -> bytes:
         column = bytearray(4 * words)
         column[0::4] = digits[place::5]
         total = total * 85 + int.from_bytes(column, "little")
-    little = total.to_bytes(4 * words + 8, "little")[:4 * words]
+    little = total.to_bytes(4 * words + 8, "little")[: 4 * words]
     out = bytearray(4 * words)
     for k in range(4):
-        out[k::4] = little[3 - k::4]
+        out[k::4] = little[3 - k :: 4]
     return bytes(out)
 
 
@@ -138,11 +142,11 @@ def apply_delta(source: bytes, delta: bytes) -> bytes:
             length = length or 0x10000
             if offset + length > size:
                 raise ValueError("the delta copies past the end of the file")
-            out += source[offset:offset + length]
+            out += source[offset : offset + length]
         elif cmd:
             if pos + cmd > end:
                 raise ValueError("the delta ends inside an insert")
-            out += delta[pos:pos + cmd]
+            out += delta[pos : pos + cmd]
             pos += cmd
         else:
             raise ValueError("the delta holds the reserved opcode 0")
@@ -155,9 +159,11 @@ def check_old(patch: BinaryPatch, data: bytes | None, where: str) -> None:
     """HunkFailed unless `data` is the blob the patch names as its old one (as git apply checks)."""
     old_id = blob_sha1(data) if data is not None else NULL_ID
     if old_id != patch.old_id:
-        raise HunkFailed(f"{where}: the binary patch is for blob {patch.old_id[:12]}, the file is {old_id[:12]}",
-                         "the file differs from what the patch set was written against; "
-                         "run `patchkeeper check` or rebuild the patch set")
+        raise HunkFailed(
+            f"{where}: the binary patch is for blob {patch.old_id[:12]}, the file is {old_id[:12]}",
+            "the file differs from what the patch set was written against; "
+            "run `patchkeeper check` or rebuild the patch set",
+        )
 
 
 def apply(patch: BinaryPatch, data: bytes | None, where: str) -> bytes:
@@ -170,8 +176,13 @@ def apply(patch: BinaryPatch, data: bytes | None, where: str) -> bytes:
         try:
             out = apply_delta(data or b"", payload)
         except (ValueError, IndexError) as exc:
-            raise BadInput(f"{where}: corrupt binary delta: {exc}", "write the diff again with `git diff --binary`") from None
+            raise BadInput(
+                f"{where}: corrupt binary delta: {exc}", "write the diff again with `git diff --binary`"
+            ) from None
     if blob_sha1(out) != patch.new_id:
-        raise BadInput(f"{where}: the binary patch gives blob {blob_sha1(out)[:12]}, not the {patch.new_id[:12]} "
-                       "it names", "write the diff again with `git diff --binary`")
+        raise BadInput(
+            f"{where}: the binary patch gives blob {blob_sha1(out)[:12]}, not the {patch.new_id[:12]} "
+            "it names",
+            "write the diff again with `git diff --binary`",
+        )
     return out

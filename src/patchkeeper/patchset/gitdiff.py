@@ -13,9 +13,23 @@ from .patching import FilePatch, Hunk, unquote
 _HUNK = re.compile(r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _BINARY_HEAD = re.compile(r"(literal|delta) (\d+)")
 _INDEX = re.compile(r"([0-9a-f]+)\.\.([0-9a-f]+)(?: [0-7]+)?")
-_HEADERS = ("old mode ", "new mode ", "deleted file mode ", "new file mode ", "copy from ", "copy to ",
-            "rename old ", "rename new ", "rename from ", "rename to ", "similarity index ",
-            "dissimilarity index ", "index ", "--- ", "+++ ")  # apply.c's table; anything else ends the header
+_HEADERS = (
+    "old mode ",
+    "new mode ",
+    "deleted file mode ",
+    "new file mode ",
+    "copy from ",
+    "copy to ",
+    "rename old ",
+    "rename new ",
+    "rename from ",
+    "rename to ",
+    "similarity index ",
+    "dissimilarity index ",
+    "index ",
+    "--- ",
+    "+++ ",
+)  # apply.c's table; anything else ends the header
 _REDO = "write the diff again with git diff (--binary for binary files)"
 
 
@@ -32,8 +46,13 @@ def parse(text: str, origin: str) -> tuple[FilePatch, ...]:
         if line.startswith("diff --git "):
             _refuse_crlf(line, i, origin)
             i = _git_patch(lines, i, origin, out)
-        elif (line.startswith("--- ") and lines[i + 1:i + 2] and lines[i + 1].startswith("+++ ")
-              and lines[i + 2:i + 3] and lines[i + 2].startswith("@@ -")):
+        elif (
+            line.startswith("--- ")
+            and lines[i + 1 : i + 2]
+            and lines[i + 1].startswith("+++ ")
+            and lines[i + 2 : i + 3]
+            and lines[i + 2].startswith("@@ -")
+        ):
             _refuse_crlf(line, i, origin)
             i = _traditional_patch(lines, i, origin, out)
         else:
@@ -46,7 +65,7 @@ def parse(text: str, origin: str) -> tuple[FilePatch, ...]:
 def _git_patch(lines: list[str], i: int, origin: str, out: list[FilePatch]) -> int:
     """One `diff --git` section: its extended headers, then hunks or a binary patch."""
     where = f"{origin}:{i + 1}"
-    names = _header_names(lines[i][len("diff --git "):])
+    names = _header_names(lines[i][len("diff --git ") :])
     head: dict[str, str] = {}
     i += 1
     while i < len(lines):
@@ -54,7 +73,7 @@ def _git_patch(lines: list[str], i: int, origin: str, out: list[FilePatch]) -> i
         key = next((k for k in _HEADERS if line.startswith(k)), None)
         if key is None:
             break
-        head[key] = line[len(key):]
+        head[key] = line[len(key) :]
         i += 1
     old = new = None
     if names is not None:
@@ -84,14 +103,18 @@ def _git_patch(lines: list[str], i: int, origin: str, out: list[FilePatch]) -> i
     for key in ("old mode ", "new mode ", "deleted file mode ", "new file mode "):
         if key in head:
             _mode(head[key], path, origin)
-    new_mode = next((_mode(head[k], path, origin) for k in ("new mode ", "new file mode ") if k in head), None)
+    new_mode = next(
+        (_mode(head[k], path, origin) for k in ("new mode ", "new file mode ") if k in head), None
+    )
     binary = None
     hunks: tuple[Hunk, ...] = ()
     counts = (0, 0)
     if i < len(lines) and lines[i] == "GIT binary patch":
         binary, i = _binary(lines, i + 1, head.get("index "), where)
     elif i < len(lines) and lines[i].startswith("Binary files ") and lines[i].endswith(" differ"):
-        raise BadInput(f"{where}: {path} is a binary change without its bytes (a diff made without --binary)", _REDO)
+        raise BadInput(
+            f"{where}: {path} is a binary change without its bytes (a diff made without --binary)", _REDO
+        )
     elif i < len(lines) and lines[i].startswith("@@ -"):
         hunks, counts, i = _hunks(lines, i, where, origin)
     out.append(_checked(FilePatch(path, kind, new_mode, hunks, source, binary, *counts), origin))
@@ -110,7 +133,9 @@ def _traditional_patch(lines: list[str], i: int, origin: str, out: list[FilePatc
     return i
 
 
-def _hunks(lines: list[str], i: int, where: str, origin: str) -> tuple[tuple[Hunk, ...], tuple[int, int], int]:
+def _hunks(
+    lines: list[str], i: int, where: str, origin: str
+) -> tuple[tuple[Hunk, ...], tuple[int, int], int]:
     """The hunks from line i on, each read by its header's line counts, as parse_fragment does."""
     hunks = []
     added = removed = 0
@@ -129,8 +154,11 @@ def _hunks(lines: list[str], i: int, where: str, origin: str) -> tuple[tuple[Hun
         i += 1
         while left > 0 or right > 0:
             if i >= end:
-                raise BadInput(f"{where}: not a unified diff: hunk {header.split(' @@')[0]} @@ ends early "
-                               "(at the end of the diff)", _REDO)
+                raise BadInput(
+                    f"{where}: not a unified diff: hunk {header.split(' @@')[0]} @@ ends early "
+                    "(at the end of the diff)",
+                    _REDO,
+                )
             line = lines[i]
             mark = line[:1]
             if mark == "+":
@@ -150,24 +178,32 @@ def _hunks(lines: list[str], i: int, where: str, origin: str) -> tuple[tuple[Hun
             elif mark == "\\" and i > 0:
                 _no_newline(lines[i - 1], old, new)
             else:
-                raise BadInput(f"{where}: not a unified diff: hunk {header.split(' @@')[0]} @@ ends early "
-                               f"(at {line[:40]!r})", _REDO)
+                raise BadInput(
+                    f"{where}: not a unified diff: hunk {header.split(' @@')[0]} @@ ends early "
+                    f"(at {line[:40]!r})",
+                    _REDO,
+                )
             i += 1
         if left < 0 or right < 0:
-            raise BadInput(f"{where}: not a unified diff: hunk {header[:40]} holds more lines than it counts", _REDO)
+            raise BadInput(
+                f"{where}: not a unified diff: hunk {header[:40]} holds more lines than it counts", _REDO
+            )
         if i < len(lines) and lines[i].startswith("\\"):
             _no_newline(lines[i - 1], old, new)
             i += 1
-        hunks.append(Hunk(f"@@ -{m.group(1)},{len(old)} +{m.group(3)},{len(new)} @@", start, tuple(old), tuple(new)))
+        hunks.append(
+            Hunk(f"@@ -{m.group(1)},{len(old)} +{m.group(3)},{len(new)} @@", start, tuple(old), tuple(new))
+        )
     return tuple(hunks), (added, removed), i
 
 
 def _refuse_crlf(line: str, i: int, where: str) -> None:
     """A header line ending in a CR: the diff went through Windows line endings, which no reader takes."""
     if line.endswith("\r"):
-        raise BadInput(f"{where}: has CRLF (Windows) line endings, "
-                       f"first on line {i + 1}: {line.strip()!r}",
-                       "convert it to LF endings (e.g. dos2unix), or write it again with git diff")
+        raise BadInput(
+            f"{where}: has CRLF (Windows) line endings, first on line {i + 1}: {line.strip()!r}",
+            "convert it to LF endings (e.g. dos2unix), or write it again with git diff",
+        )
 
 
 def _no_newline(previous: str, old: list[str], new: list[str]) -> None:
@@ -181,7 +217,9 @@ def _binary(lines: list[str], i: int, index: str | None, where: str) -> tuple[gi
     """`GIT binary patch`: the forward chunk (kept), then the reverse one (read past), each ended by an empty line."""
     m = _INDEX.fullmatch(index or "")
     if m is None or len(m.group(1)) != 40 or len(m.group(2)) != 40:
-        raise BadInput(f"{where}: a binary patch needs git's full index line (git diff --binary writes it)", _REDO)
+        raise BadInput(
+            f"{where}: a binary patch needs git's full index line (git diff --binary writes it)", _REDO
+        )
     chunks: list[gitbinary.BinaryPatch] = []
     while i < len(lines) and len(chunks) < 2:
         head = _BINARY_HEAD.fullmatch(lines[i])
@@ -192,8 +230,11 @@ def _binary(lines: list[str], i: int, index: str | None, where: str) -> tuple[gi
             i = lines.index("", start)  # the lines are checked as they are decoded, when applied
         except ValueError:
             i = len(lines)
-        chunks.append(gitbinary.BinaryPatch(head.group(1), int(head.group(2)), tuple(lines[start:i]),
-                                            m.group(1), m.group(2)))
+        chunks.append(
+            gitbinary.BinaryPatch(
+                head.group(1), int(head.group(2)), tuple(lines[start:i]), m.group(1), m.group(2)
+            )
+        )
         i += 1  # the empty line
     if not chunks:
         raise BadInput(f"{where}: `GIT binary patch` without a literal or delta chunk", _REDO)
@@ -206,8 +247,11 @@ def _checked(fp: FilePatch, origin: str) -> FilePatch:
             name.encode("utf-8")
         except UnicodeEncodeError:
             shown = name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-            raise BadInput(f"{origin}: the file name {shown!r} is not UTF-8, which patchkeeper cannot name "
-                           "in its manifests", "rename the file to a UTF-8 name, or ship it another way") from None
+            raise BadInput(
+                f"{origin}: the file name {shown!r} is not UTF-8, which patchkeeper cannot name "
+                "in its manifests",
+                "rename the file to a UTF-8 name, or ship it another way",
+            ) from None
     return fp
 
 
@@ -217,8 +261,10 @@ def _mode(text: str, path: str, origin: str) -> int:
     except ValueError:
         mode = -1
     if mode < 0 or mode & 0o170000 != 0o100000:
-        raise BadInput(f"{origin}: {path} gets mode {text.strip()}, not a regular file's (100644, 100755)",
-                       "patchkeeper manages regular files only; ship a file's content instead")
+        raise BadInput(
+            f"{origin}: {path} gets mode {text.strip()}, not a regular file's (100644, 100755)",
+            "patchkeeper manages regular files only; ship a file's content instead",
+        )
     return mode & 0o7777
 
 
@@ -233,8 +279,10 @@ def _side(text: str, where: str) -> str | None:
 def _strip(name: str, where: str) -> str:
     plain = unquote(name)
     if not plain.startswith(("a/", "b/")):
-        raise BadInput(f"{where}: path {plain!r} lacks the a/ or b/ prefix of git diff",
-                       "write diffs relative to site-packages with git diff")
+        raise BadInput(
+            f"{where}: path {plain!r} lacks the a/ or b/ prefix of git diff",
+            "write diffs relative to site-packages with git diff",
+        )
     return plain[2:]
 
 
@@ -247,7 +295,7 @@ def _quoted_head(text: str) -> tuple[str, str] | None:
         if text[i] == "\\":
             i += 2
         elif text[i] == '"':
-            return text[:i + 1], text[i + 1:]
+            return text[: i + 1], text[i + 1 :]
         else:
             i += 1
     return None
@@ -261,11 +309,11 @@ def _header_names(rest: str) -> tuple[str, str] | None:
         tail = first[1][1:] if first[1].startswith(" ") else None
         return (first[0], tail) if tail else None
     at = rest.find(' "')
-    if at > 0 and rest.endswith('"') and _quoted_head(rest[at + 1:]) == (rest[at + 1:], ""):
-        return rest[:at], rest[at + 1:]
+    if at > 0 and rest.endswith('"') and _quoted_head(rest[at + 1 :]) == (rest[at + 1 :], ""):
+        return rest[:at], rest[at + 1 :]
     for at, c in enumerate(rest):
         if c == " ":
-            a, b = rest[:at], rest[at + 1:]
+            a, b = rest[:at], rest[at + 1 :]
             if "/" in a and "/" in b and a.split("/", 1)[1] == b.split("/", 1)[1]:
                 return a, b
     return None

@@ -6,8 +6,8 @@ import os
 import re
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from ..errors import BadInput
 from .diffwrite import opcodes
@@ -52,8 +52,13 @@ def matching(a: Sequence[str], b: Sequence[str]) -> dict[int, int]:
     return out
 
 
-def diff3(base: Sequence[str], ours: Sequence[str], theirs: Sequence[str],
-          ours_map: dict[int, int] | None = None, theirs_map: dict[int, int] | None = None) -> list[Chunk]:
+def diff3(
+    base: Sequence[str],
+    ours: Sequence[str],
+    theirs: Sequence[str],
+    ours_map: dict[int, int] | None = None,
+    theirs_map: dict[int, int] | None = None,
+) -> list[Chunk]:
     """The chunks of a three-way merge, in order: a base line is stable where both sides keep it
     at the place the previous stable line leads to; between two stable runs lies one chunk whose
     sides are compared whole (the classic diff3 algorithm). The maps (line of base -> line of that
@@ -90,12 +95,22 @@ def _block(lines: tuple[str, ...]) -> list[str]:
     return out
 
 
-def whole_conflict(base: tuple[str, ...], ours: tuple[str, ...], theirs: tuple[str, ...],
-                   labels: tuple[str, str, str]) -> str:
+def whole_conflict(
+    base: tuple[str, ...], ours: tuple[str, ...], theirs: tuple[str, ...], labels: tuple[str, str, str]
+) -> str:
     """A whole file as one conflict between diff3 markers (a file both sides added, or one side
     deleted and the other changed: git leaves those to the tree level, merge-file has no form for them)."""
-    return "".join([f"<<<<<<< {labels[0]}\n", *_block(ours), f"||||||| {labels[1]}\n", *_block(base),
-                    "=======\n", *_block(theirs), f">>>>>>> {labels[2]}\n"])
+    return "".join(
+        [
+            f"<<<<<<< {labels[0]}\n",
+            *_block(ours),
+            f"||||||| {labels[1]}\n",
+            *_block(base),
+            "=======\n",
+            *_block(theirs),
+            f">>>>>>> {labels[2]}\n",
+        ]
+    )
 
 
 def merge_file(base: bytes, ours: bytes, theirs: bytes, labels: tuple[str, str, str]) -> tuple[bytes, int]:
@@ -109,17 +124,40 @@ def merge_file(base: bytes, ours: bytes, theirs: bytes, labels: tuple[str, str, 
                 f.write(data)
             paths.append(path)
         try:
-            proc = subprocess.run(["git", "merge-file", "-p", "--diff3", "-L", labels[0], "-L", labels[1],
-                                   "-L", labels[2], *paths], capture_output=True, stdin=subprocess.DEVNULL)
+            proc = subprocess.run(
+                [
+                    "git",
+                    "merge-file",
+                    "-p",
+                    "--diff3",
+                    "-L",
+                    labels[0],
+                    "-L",
+                    labels[1],
+                    "-L",
+                    labels[2],
+                    *paths,
+                ],
+                capture_output=True,
+                stdin=subprocess.DEVNULL,
+            )
         except OSError as exc:
-            raise BadInput(f"cannot run git merge-file: {exc.strerror or exc}",
-                           "install git (patchkeeper needs it, as GitPython does)") from None
+            raise BadInput(
+                f"cannot run git merge-file: {exc.strerror or exc}",
+                "install git (patchkeeper needs it, as GitPython does)",
+            ) from None
     if not 0 <= proc.returncode <= 127:  # git's own failure (a binary file...): -1, seen as 255
         said = proc.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise BadInput(f"git merge-file failed: {said[-1] if said else f'exit {proc.returncode}'}",
-                       "merge that file by hand, or leave it out of the patch set")
+        raise BadInput(
+            f"git merge-file failed: {said[-1] if said else f'exit {proc.returncode}'}",
+            "merge that file by hand, or leave it out of the patch set",
+        )
     # the exit code counts conflicts up to 127; past that the markers are counted
-    n = proc.returncode if proc.returncode < 127 else proc.stdout.count(b"\n<<<<<<< ") + proc.stdout.startswith(b"<<<<<<< ")
+    n = (
+        proc.returncode
+        if proc.returncode < 127
+        else proc.stdout.count(b"\n<<<<<<< ") + proc.stdout.startswith(b"<<<<<<< ")
+    )
     return proc.stdout, n
 
 
@@ -137,8 +175,9 @@ def conflicts(text: str) -> list[Conflict]:
     return [Conflict(*(tuple(split_lines(m.group(k))) for k in (1, 2, 3))) for m in _CONFLICT.finditer(text)]
 
 
-def spans(found: list[Conflict], base: Sequence[str], ours: Sequence[str], ours_map: dict[int, int]
-          ) -> list[tuple[int, int]]:
+def spans(
+    found: list[Conflict], base: Sequence[str], ours: Sequence[str], ours_map: dict[int, int]
+) -> list[tuple[int, int]]:
     """The lines of base [start, stop) each conflict stands in place of, found in order: by its base
     lines where it has some, else (both sides inserted there) by where its ours lines are."""
     out = []
@@ -165,13 +204,15 @@ def _find(lines: Sequence[str], run: tuple[str, ...], start: int) -> int | None:
     """Where `run` first stands in `lines` from `start` (a last line git ended before a marker matches its own)."""
     want = [line.removesuffix("\n") for line in run]
     for i in range(start, len(lines) - len(run) + 1):
-        if [line.removesuffix("\n") for line in lines[i:i + len(run)]] == want:
+        if [line.removesuffix("\n") for line in lines[i : i + len(run)]] == want:
             return i
     return None
 
 
 MARKERS = ("<<<<<<< ", "||||||| ", ">>>>>>> ")
-_CONFLICT = re.compile(r"^<<<<<<< [^\n]*\n(.*?)^\|\|\|\|\|\|\| [^\n]*\n(.*?)^=======\n(.*?)^>>>>>>> [^\n]*\n", re.M | re.S)
+_CONFLICT = re.compile(
+    r"^<<<<<<< [^\n]*\n(.*?)^\|\|\|\|\|\|\| [^\n]*\n(.*?)^=======\n(.*?)^>>>>>>> [^\n]*\n", re.M | re.S
+)
 
 
 def taking(text: str, side: str) -> str:

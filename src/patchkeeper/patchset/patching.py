@@ -28,7 +28,9 @@ class FilePatch:
     """The change one diff makes to one site-packages-relative path."""
 
     path: str
-    kind: str  # "modify" | "add" | "delete" | "rename" | "copy" (of `source`, with the hunks or binary applied)
+    kind: (
+        str  # "modify" | "add" | "delete" | "rename" | "copy" (of `source`, with the hunks or binary applied)
+    )
     new_mode: int | None
     hunks: tuple[Hunk, ...]
     source: str | None = None  # a rename's or copy's origin
@@ -84,11 +86,11 @@ def unquote(name: str) -> str:
         if c != "\\":
             out += c.encode("utf-8", "surrogateescape")
             i += 1
-        elif body[i + 1:i + 2] in _C_ESCAPES:
+        elif body[i + 1 : i + 2] in _C_ESCAPES:
             out.append(_C_ESCAPES[body[i + 1]])
             i += 2
-        elif body[i + 1:i + 4].isdigit() and len(body[i + 1:i + 4]) == 3:
-            out.append(int(body[i + 1:i + 4], 8) & 0xFF)
+        elif body[i + 1 : i + 4].isdigit() and len(body[i + 1 : i + 4]) == 3:
+            out.append(int(body[i + 1 : i + 4], 8) & 0xFF)
             i += 4
         else:
             raise BadInput(f"bad escape in the quoted path {name}", "write the diff again with git diff")
@@ -101,14 +103,18 @@ def apply(patch: FilePatch, data: bytes | None, origin: str) -> Applied:
     where = f"{origin}: {patch.path}"
     if patch.kind == "add":
         if data is not None:
-            raise HunkFailed(f"{where}: the patch adds this file but it already exists",
-                             "roll back first, or check which patch set created it")
+            raise HunkFailed(
+                f"{where}: the patch adds this file but it already exists",
+                "roll back first, or check which patch set created it",
+            )
         if patch.binary is not None:
             return Applied(gitbinary.apply(patch.binary, None, where), ())
         return Applied("".join(l for h in patch.hunks for l in h.new_lines).encode(*_ENC), ())
     if data is None:
-        raise HunkFailed(f"{where if patch.source is None else f'{origin}: {patch.source}'}: the file does not exist",
-                         "check the package version")
+        raise HunkFailed(
+            f"{where if patch.source is None else f'{origin}: {patch.source}'}: the file does not exist",
+            "check the package version",
+        )
     if patch.binary is not None:
         if patch.kind == "delete":
             gitbinary.check_old(patch.binary, data, where)
@@ -120,17 +126,21 @@ def apply(patch: FilePatch, data: bytes | None, origin: str) -> Applied:
     if patch.kind == "delete":
         expected = [l for h in patch.hunks for l in h.old_lines]
         if lines != expected:
-            raise HunkFailed(f"{where}: the file to delete differs from the patch's copy",
-                             "the file was changed; check it against the patch")
+            raise HunkFailed(
+                f"{where}: the file to delete differs from the patch's copy",
+                "the file was changed; check it against the patch",
+            )
         return Applied(None, ())
     out: list[str] = []
     pos = 0
     offsets = []
     for hunk, want, at in _placements(lines, patch.hunks):
         if at is None:
-            raise HunkFailed(f"{where}: hunk {hunk.header} does not apply: {_mismatch(lines, hunk, want)}",
-                             "the file differs from what the patch set was written against; "
-                             "run `patchkeeper check` or rebuild the patch set")
+            raise HunkFailed(
+                f"{where}: hunk {hunk.header} does not apply: {_mismatch(lines, hunk, want)}",
+                "the file differs from what the patch set was written against; "
+                "run `patchkeeper check` or rebuild the patch set",
+            )
         offsets.append(_offset(hunk, at))
         out.extend(lines[pos:at])
         out.extend(hunk.new_lines)
@@ -161,7 +171,7 @@ def _locate(lines: list[str], old: tuple[str, ...], want: int, floor: int) -> in
     limit = len(lines) - n
     for distance in range(0, max(limit, 0) + abs(want) + 2):
         for at in (want - distance, want + distance) if distance else (want,):
-            if floor <= at <= limit and tuple(lines[at:at + n]) == old:
+            if floor <= at <= limit and tuple(lines[at : at + n]) == old:
                 return at
         if want - distance < floor and want + distance > limit:
             break
@@ -205,14 +215,30 @@ def check(patch: FilePatch, data: bytes | None) -> tuple[HunkCheck, ...]:
     if patch.kind == "delete":
         expected = tuple(l for h in patch.hunks for l in h.old_lines)
         ok = tuple(lines) == expected
-        return (HunkCheck("deleted file", 0 if ok else None, "" if ok else
-                          "the file to delete differs from the patch's copy", expected, tuple(lines), 1),)
+        return (
+            HunkCheck(
+                "deleted file",
+                0 if ok else None,
+                "" if ok else "the file to delete differs from the patch's copy",
+                expected,
+                tuple(lines),
+                1,
+            ),
+        )
     out = []
     for hunk, want, at in _placements(lines, patch.hunks):
         if at is None:
             n = len(hunk.old_lines)
-            out.append(HunkCheck(hunk.header, None, _mismatch(lines, hunk, want), hunk.old_lines,
-                                 tuple(lines[max(want, 0):max(want, 0) + n]), max(want, 0) + 1))
+            out.append(
+                HunkCheck(
+                    hunk.header,
+                    None,
+                    _mismatch(lines, hunk, want),
+                    hunk.old_lines,
+                    tuple(lines[max(want, 0) : max(want, 0) + n]),
+                    max(want, 0) + 1,
+                )
+            )
         else:
             out.append(HunkCheck(hunk.header, _offset(hunk, at)))
     return tuple(out)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+import re
 import tomllib
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -11,12 +13,20 @@ from ..errors import BadInput, did_you_mean
 from ..host.disk import hash_bytes
 from ..workspace import VAR_NAME, TargetConfig, value_text
 from . import gitdiff, patching, templates, varspec
-import difflib
-import re
 
 MANIFEST = "patchset.toml"
-KEYS = ("name", "version", "description", "package", "package_version", "requires", "group", "files", "vars",
-        "verify")
+KEYS = (
+    "name",
+    "version",
+    "description",
+    "package",
+    "package_version",
+    "requires",
+    "group",
+    "files",
+    "vars",
+    "verify",
+)
 MAX_TOML = 64 << 10  # patchset.toml: a few lines of metadata
 MAX_PATCH = 32 << 20  # one *.patch file; the shipped ones are under 20 KB
 MAX_ROLE_FILE = 1 << 20  # a role file (a systemd unit...)
@@ -52,23 +62,31 @@ class PatchSet:
     @property
     def paths(self) -> tuple[str, ...]:
         """Every site-packages path the patch set touches (a rename's source too), in first-touched order."""
-        return tuple(dict.fromkeys(p for _, fps in self.patches for fp in fps
-                                   for p in ((fp.source, fp.path) if fp.source is not None else (fp.path,))))
+        return tuple(
+            dict.fromkeys(
+                p
+                for _, fps in self.patches
+                for fp in fps
+                for p in ((fp.source, fp.path) if fp.source is not None else (fp.path,))
+            )
+        )
 
     @property
     def variables(self) -> tuple[str, ...]:
         """Every variable its role files use, in first-use order."""
         return tuple(dict.fromkeys(n for _, data in self.files for n in templates.names(data)))
 
-    def bind(self, config: TargetConfig) -> "PatchSet":
+    def bind(self, config: TargetConfig) -> PatchSet:
         """The patch set with its role files rendered for a target: its [targets.NAME.vars], then the
         [vars] defaults, then (for `python`) the target's own interpreter. A value that does not fit its
         declared type, or a placeholder without a value, is refused (BadInput) before anything changes."""
         if self.values is not None:
             return self  # already bound
         values = {"python": config.python, **dict(self.defaults), **config.vars}
-        hint = (f"set it in [targets.{config.name}.vars] of patchkeeper.toml, "
-                f"or give it a default in [vars] of patchsets/{self.name}/{MANIFEST}")
+        hint = (
+            f"set it in [targets.{config.name}.vars] of patchkeeper.toml, "
+            f"or give it a default in [vars] of patchsets/{self.name}/{MANIFEST}"
+        )
         types = dict(self.types)
         for name in self.variables:
             if name not in values:
@@ -76,25 +94,47 @@ class PatchSet:
             vartype = types.get(name, varspec.VarType())
             why = vartype.problem(values[name])
             if why:
-                origin = (f"[targets.{config.name}.vars]" if name in config.vars else
-                          f"[vars] of patchsets/{self.name}/{MANIFEST}")
-                raise BadInput(f"{self.ident}: {name} = {values[name][:80]!r} (from {origin}) {why}; "
-                               f"{name} is declared {vartype.describe()}; nothing was changed",
-                               f"fix {name} in {origin}")
+                origin = (
+                    f"[targets.{config.name}.vars]"
+                    if name in config.vars
+                    else f"[vars] of patchsets/{self.name}/{MANIFEST}"
+                )
+                raise BadInput(
+                    f"{self.ident}: {name} = {values[name][:80]!r} (from {origin}) {why}; "
+                    f"{name} is declared {vartype.describe()}; nothing was changed",
+                    f"fix {name} in {origin}",
+                )
         where = dict(self.sources)
-        files = tuple((role, templates.render(data, values, f"patchsets/{self.name}/{where.get(role, role)} "
-                                              f"(role {role} of {self.ident})", hint))
-                      for role, data in self.files)
+        files = tuple(
+            (
+                role,
+                templates.render(
+                    data,
+                    values,
+                    f"patchsets/{self.name}/{where.get(role, role)} (role {role} of {self.ident})",
+                    hint,
+                ),
+            )
+            for role, data in self.files
+        )
         used = tuple((n, values[n]) for n in self.variables)
         return replace(self, files=files, values=used)
 
     def summary(self) -> dict[str, Any]:
-        return {"name": self.name, "version": self.version, "digest": self.digest,
-                "description": self.description, "package": self.package,
-                "package_version": self.package_version, "requires": list(self.requires),
-                "group": self.group, "paths": list(self.paths), "roles": [r for r, _ in self.files],
-                "variables": {n: dict(self.defaults).get(n) for n in self.variables},
-                "types": {n: t.describe() for n, t in self.types}}
+        return {
+            "name": self.name,
+            "version": self.version,
+            "digest": self.digest,
+            "description": self.description,
+            "package": self.package,
+            "package_version": self.package_version,
+            "requires": list(self.requires),
+            "group": self.group,
+            "paths": list(self.paths),
+            "roles": [r for r, _ in self.files],
+            "variables": {n: dict(self.defaults).get(n) for n in self.variables},
+            "types": {n: t.describe() for n, t in self.types},
+        }
 
 
 def names(root: Path) -> list[str]:
@@ -109,8 +149,10 @@ def load(root: Path, name: str) -> PatchSet:
     if not path.is_file():
         known = ", ".join(names(root)) or "none"
         close = did_you_mean(name, names(root))
-        raise BadInput(f"unknown patch set {name!r} (known: {known})" + (f"; did you mean {close!r}?" if close else ""),
-                       f"create {directory}/{MANIFEST}, or run `patchkeeper list`")
+        raise BadInput(
+            f"unknown patch set {name!r} (known: {known})" + (f"; did you mean {close!r}?" if close else ""),
+            f"create {directory}/{MANIFEST}, or run `patchkeeper list`",
+        )
     _cap(path, MAX_TOML)
     try:
         doc = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -137,8 +179,10 @@ def load(root: Path, name: str) -> PatchSet:
                 raise InvalidVersion(version)
             Version(version)
         except InvalidVersion:
-            problems.append(f"version {version[:40]!r}{'…' if len(version) > 40 else ''} is not a PEP 440 "
-                            f"version of at most {MAX_VERSION} characters (e.g. 1.0.0)")
+            problems.append(
+                f"version {version[:40]!r}{'…' if len(version) > 40 else ''} is not a PEP 440 "
+                f"version of at most {MAX_VERSION} characters (e.g. 1.0.0)"
+            )
     if doc.get("name") not in (None, name):
         problems.append(f"name {doc.get('name')!r} does not match its directory {name!r}")
     requires = doc.get("requires", [])
@@ -146,10 +190,15 @@ def load(root: Path, name: str) -> PatchSet:
         problems.append("requires must be a list of patch set names")
     spec = doc.get("package_version", "")
     if not isinstance(spec, str):
-        problems.append(f"package_version must be a string, a PEP 440 specifier such as \"==0.5.23\" (not {spec!r})")
+        problems.append(
+            f'package_version must be a string, a PEP 440 specifier such as "==0.5.23" (not {spec!r})'
+        )
         spec = ""
     if spec and pinned(spec) is None:  # an exact pin needs no PEP 440 parser (packaging is slow to import)
-        from packaging.specifiers import InvalidSpecifier, SpecifierSet  # lazy: tens of ms to import, off the fast paths
+        from packaging.specifiers import (  # lazy: tens of ms to import, off the fast paths
+            InvalidSpecifier,
+            SpecifierSet,
+        )
 
         try:
             SpecifierSet(spec)
@@ -176,8 +225,12 @@ def load(root: Path, name: str) -> PatchSet:
     floor = checked.get("min_accept_length") if isinstance(checked, dict) else None
     if not isinstance(checked, dict) or set(checked) - {"min_accept_length"}:
         problems.append("[verify] takes one key, min_accept_length")
-    elif floor is not None and (isinstance(floor, bool) or not isinstance(floor, (int, float)) or not 1 <= floor <= 64):
-        problems.append("[verify] min_accept_length must be a number from 1 to 64 (tokens per target forward)")
+    elif floor is not None and (
+        isinstance(floor, bool) or not isinstance(floor, (int, float)) or not 1 <= floor <= 64
+    ):
+        problems.append(
+            "[verify] min_accept_length must be a number from 1 to 64 (tokens per target forward)"
+        )
     roles = doc.get("files") or {}
     if not isinstance(roles, dict):
         problems.append('[files] must be a table of role = "file"')
@@ -203,9 +256,15 @@ def load(root: Path, name: str) -> PatchSet:
                 check_relative(fp.source, str(diff))
         patches.append((diff.name, file_patches))
     return PatchSet(
-        name=name, version=doc["version"], description=doc.get("description", ""),
-        package=doc["package"], package_version=spec, requires=tuple(requires),
-        group=doc.get("group"), files=tuple(sorted(files)), patches=tuple(patches),
+        name=name,
+        version=doc["version"],
+        description=doc.get("description", ""),
+        package=doc["package"],
+        package_version=spec,
+        requires=tuple(requires),
+        group=doc.get("group"),
+        files=tuple(sorted(files)),
+        patches=tuple(patches),
         digest=digest_dir(directory),
         sources=tuple(sources),
         defaults=tuple((k, value_text(v)) for k, v in defaults.items()),
@@ -216,21 +275,30 @@ def load(root: Path, name: str) -> PatchSet:
 
 def _unknown(key: str) -> str:
     close = difflib.get_close_matches(key, KEYS, n=1)
-    return f"unknown key {key!r}" + (f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(KEYS)})")
+    return f"unknown key {key!r}" + (
+        f" (did you mean {close[0]!r}?)" if close else f" (known: {', '.join(KEYS)})"
+    )
 
 
 def _cap(path: Path, limit: int) -> None:
     size = path.stat().st_size
     if size > limit:
         cap = f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit >> 10} KiB"
-        raise BadInput(f"{path}: {size} bytes, over the {cap} a {path.suffix or 'role'} file may hold",
-                       "a patch set holds source patches and small role files; ship large files another way")
+        raise BadInput(
+            f"{path}: {size} bytes, over the {cap} a {path.suffix or 'role'} file may hold",
+            "a patch set holds source patches and small role files; ship large files another way",
+        )
 
 
 def unsafe_modes(sets: list[PatchSet]) -> list[str]:
     """`path mode` for every file a patch set would make setuid, setgid or world-writable."""
-    return [f"{fp.path} {fp.new_mode:o}" for ps in sets for _, fps in ps.patches for fp in fps
-            if fp.new_mode is not None and fp.new_mode & UNSAFE_MODE_BITS]
+    return [
+        f"{fp.path} {fp.new_mode:o}"
+        for ps in sets
+        for _, fps in ps.patches
+        for fp in fps
+        if fp.new_mode is not None and fp.new_mode & UNSAFE_MODE_BITS
+    ]
 
 
 def digest_dir(directory: Path) -> str:
@@ -246,11 +314,15 @@ def check_relative(rel: str, origin: str) -> None:
     """A patch path must stay inside site-packages: relative, no '..', no empty parts."""
     parts = rel.split("/")
     if "\\" in rel:
-        raise BadInput(f"{origin}: path {rel!r} holds a backslash (a Windows path separator?)",
-                       "patch paths are relative to site-packages with / between directories")
+        raise BadInput(
+            f"{origin}: path {rel!r} holds a backslash (a Windows path separator?)",
+            "patch paths are relative to site-packages with / between directories",
+        )
     if rel.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\0" in rel:
-        raise BadInput(f"{origin}: path {rel!r} escapes site-packages",
-                       "patch paths must be relative to site-packages, without '..'")
+        raise BadInput(
+            f"{origin}: path {rel!r} escapes site-packages",
+            "patch paths must be relative to site-packages, without '..'",
+        )
 
 
 _PIN = None

@@ -7,8 +7,9 @@ is written; the command decides what to do with the result."""
 from __future__ import annotations
 
 import difflib
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 from ..errors import BadInput, HunkFailed
 from . import diffwrite, gitdiff, merge3, patching
@@ -70,9 +71,13 @@ class FilePort:
     def change(self) -> diffwrite.Change:
         """The ported file against the new release, for the diff writer."""
         mode = self.new_mode or self.release_mode or 0o644
-        return diffwrite.Change(self.lands, self.release, self.result,
-                                self.release_mode if self.release is not None else None,
-                                mode if self.result is not None else None)
+        return diffwrite.Change(
+            self.lands,
+            self.release,
+            self.result,
+            self.release_mode if self.release is not None else None,
+            mode if self.result is not None else None,
+        )
 
 
 @dataclass(frozen=True)
@@ -96,9 +101,11 @@ def port(ps: PatchSet, old: Release, new: Release, labels: tuple[str, str, str])
     for origin, fps in ps.patches:
         for fp in fps:
             if fp.source is not None or fp.binary is not None:
-                raise BadInput(f"{ps.ident}: {origin} {'renames or copies' if fp.binary is None else 'is a binary patch of'} "
-                               f"{fp.path}, which port does not merge yet",
-                               "port the set's text patches alone, or make the set again for the new release")
+                raise BadInput(
+                    f"{ps.ident}: {origin} {'renames or copies' if fp.binary is None else 'is a binary patch of'} "
+                    f"{fp.path}, which port does not merge yet",
+                    "port the set's text patches alone, or make the set again for the new release",
+                )
             touches.setdefault(fp.path, []).append((origin, fp))
     added = _Added(old, new)
     files = tuple(port_file(path, steps, old, new, labels, added) for path, steps in touches.items())
@@ -122,8 +129,14 @@ class _Added:
         return self._names
 
 
-def port_file(path: str, steps: list[tuple[str, FilePatch]], old: Release, new: Release,
-              labels: tuple[str, str, str], added: _Added) -> FilePort:
+def port_file(
+    path: str,
+    steps: list[tuple[str, FilePatch]],
+    old: Release,
+    new: Release,
+    labels: tuple[str, str, str],
+    added: _Added,
+) -> FilePort:
     got = old.site_file(path)
     base = got[0] if got else None
     ours = base
@@ -131,18 +144,34 @@ def port_file(path: str, steps: list[tuple[str, FilePatch]], old: Release, new: 
         try:
             ours = patching.apply(fp, ours, origin).data
         except HunkFailed as exc:
-            raise BadInput(f"{exc.message}: the patch set does not fit its own release {old.version}",
-                           f"port starts from the release the patch set was made for; check it with "
-                           f"`patchkeeper check NAME --wheel` and the {old.version} wheel") from None
+            raise BadInput(
+                f"{exc.message}: the patch set does not fit its own release {old.version}",
+                f"port starts from the release the patch set was made for; check it with "
+                f"`patchkeeper check NAME --wheel` and the {old.version} wheel",
+            ) from None
     theirs_got = new.site_file(path)
     theirs, theirs_mode = theirs_got if theirs_got else (None, None)
     new_mode = next((fp.new_mode for _, fp in reversed(steps) if fp.new_mode is not None), None)
     kind = "add" if base is None else "delete" if ours is None else "modify"
     names = tuple(dict.fromkeys(origin for origin, _ in steps))
 
-    def done(outcome: str, hunks: tuple[HunkPort, ...], result: bytes | None, conflicts: int = 0, **more: Any) -> FilePort:
-        return FilePort(path, names, kind, outcome, hunks, result, more.pop("release", theirs),
-                        more.pop("release_mode", theirs_mode), new_mode, conflicts=conflicts, ours=ours, **more)
+    def done(
+        outcome: str, hunks: tuple[HunkPort, ...], result: bytes | None, conflicts: int = 0, **more: Any
+    ) -> FilePort:
+        return FilePort(
+            path,
+            names,
+            kind,
+            outcome,
+            hunks,
+            result,
+            more.pop("release", theirs),
+            more.pop("release_mode", theirs_mode),
+            new_mode,
+            conflicts=conflicts,
+            ours=ours,
+            **more,
+        )
 
     if kind == "add":
         assert ours is not None
@@ -152,8 +181,20 @@ def port_file(path: str, steps: list[tuple[str, FilePatch]], old: Release, new: 
         if theirs == ours:
             return done(UPSTREAM, (HunkPort("new file", UPSTREAM, None, lines),), theirs)
         text, n = _whole(base, ours, theirs, labels)
-        return done(COLLISION, (HunkPort("new file", COLLISION, None, lines, f"{new.version} ships a file "
-                                         "of this name with other bytes"),), text, n)
+        return done(
+            COLLISION,
+            (
+                HunkPort(
+                    "new file",
+                    COLLISION,
+                    None,
+                    lines,
+                    f"{new.version} ships a file of this name with other bytes",
+                ),
+            ),
+            text,
+            n,
+        )
     assert base is not None
     if kind == "delete":
         lines = tuple("-" + line.rstrip("\n") for line in split_lines(base.decode(*_ENC)))
@@ -162,8 +203,20 @@ def port_file(path: str, steps: list[tuple[str, FilePatch]], old: Release, new: 
         if theirs == base:
             return done(CLEAN, (HunkPort("deleted file", CLEAN, 0, lines),), None)
         text, n = _whole(base, None, theirs, labels)
-        return done(CONFLICT, (HunkPort("deleted file", CONFLICT, None, lines, f"{new.version} changed the "
-                                        "file the patch set deletes"),), text, n)
+        return done(
+            CONFLICT,
+            (
+                HunkPort(
+                    "deleted file",
+                    CONFLICT,
+                    None,
+                    lines,
+                    f"{new.version} changed the file the patch set deletes",
+                ),
+            ),
+            text,
+            n,
+        )
     assert ours is not None
     fp = steps[0][1] if len(steps) == 1 else _combined(path, base, ours)
     if theirs is None:
@@ -174,9 +227,17 @@ def port_file(path: str, steps: list[tuple[str, FilePatch]], old: Release, new: 
         moved = new.site_file(renamed)
         assert moved is not None
         result, n, _ = merge(base, fp, moved[0], labels, path)
-        return done(GONE, gone, result, n, renamed_to=renamed, release=moved[0], release_mode=moved[1],
-                    note=f"{new.version} has no such file; it looks renamed to {renamed} (merged there "
-                         + ("with conflicts)" if n else "cleanly)"))
+        return done(
+            GONE,
+            gone,
+            result,
+            n,
+            renamed_to=renamed,
+            release=moved[0],
+            release_mode=moved[1],
+            note=f"{new.version} has no such file; it looks renamed to {renamed} (merged there "
+            + ("with conflicts)" if n else "cleanly)"),
+        )
     result, n, hunks = merge(base, fp, theirs, labels, path)
     return done(_file_outcome(hunks), hunks, result, n)
 
@@ -196,16 +257,20 @@ def _combined(path: str, base: bytes, ours: bytes) -> FilePatch:
     return gitdiff.parse(text, path)[0] if text else FilePatch(path, "modify", None, ())
 
 
-def _whole(base: bytes | None, ours: bytes | None, theirs: bytes, labels: tuple[str, str, str]) -> tuple[bytes, int]:
+def _whole(
+    base: bytes | None, ours: bytes | None, theirs: bytes, labels: tuple[str, str, str]
+) -> tuple[bytes, int]:
     """The whole file as one conflict (an added file that collides, a deleted file changed)."""
+
     def lines(data: bytes | None) -> tuple[str, ...]:
         return tuple(split_lines(data.decode(*_ENC))) if data else ()
 
     return merge3.whole_conflict(lines(base), lines(ours), lines(theirs), labels).encode(*_ENC), 1
 
 
-def merge(base: bytes, fp: FilePatch, theirs: bytes, labels: tuple[str, str, str],
-          origin: str) -> tuple[bytes, int, tuple[HunkPort, ...]]:
+def merge(
+    base: bytes, fp: FilePatch, theirs: bytes, labels: tuple[str, str, str], origin: str
+) -> tuple[bytes, int, tuple[HunkPort, ...]]:
     """Three-way merge of one file: (its bytes as git merge-file writes them, diff3 markers where it
     conflicts; how many conflicts; each hunk's outcome). A hunk conflicts where git's merge does; the
     other outcomes come from diff3's chunks, ours matched to base exactly by fp's hunks."""
@@ -219,13 +284,16 @@ def merge(base: bytes, fp: FilePatch, theirs: bytes, labels: tuple[str, str, str
     chunks = merge3.diff3(b_lines, o_lines, t_lines, o_map)
     hunks = tuple(_classify(h, span, chunks, found, fp, theirs) for h, span in zip(fp.hunks, spans))
     if conflicts and not any(h.outcome == CONFLICT for h in hunks):  # not placed: every hunk is in question
-        hunks = tuple(replace(h, outcome=CONFLICT, offset=None, note="git's merge conflicts in this file")
-                      for h in hunks)
+        hunks = tuple(
+            replace(h, outcome=CONFLICT, offset=None, note="git's merge conflicts in this file")
+            for h in hunks
+        )
     return data, conflicts, hunks
 
 
-def _ours(base: list[str], hunks: tuple[Hunk, ...], offsets: tuple[int, ...]
-          ) -> tuple[list[str], dict[int, int], list[tuple[int, int]]]:
+def _ours(
+    base: list[str], hunks: tuple[Hunk, ...], offsets: tuple[int, ...]
+) -> tuple[list[str], dict[int, int], list[tuple[int, int]]]:
     """Base with the hunks applied where they land, which base line is which of the result, and
     each hunk's span of base lines."""
     out: list[str] = []
@@ -249,8 +317,14 @@ def _ours(base: list[str], hunks: tuple[Hunk, ...], offsets: tuple[int, ...]
     return out, kept, spans
 
 
-def _classify(hunk: Hunk, span: tuple[int, int], chunks: list[merge3.Chunk], conflicts: list[tuple[int, int]],
-              fp: FilePatch, theirs: bytes) -> HunkPort:
+def _classify(
+    hunk: Hunk,
+    span: tuple[int, int],
+    chunks: list[merge3.Chunk],
+    conflicts: list[tuple[int, int]],
+    fp: FilePatch,
+    theirs: bytes,
+) -> HunkPort:
     start, stop = span
     lines = _hunk_lines(hunk)
     if any(a <= stop and b >= start for a, b in conflicts):
@@ -274,7 +348,9 @@ def _hunk_lines(hunk: Hunk) -> tuple[str, ...]:
         if tag == "equal":
             out += [" " + line for line in hunk.old_lines[i1:i2]]
         else:
-            out += ["-" + line for line in hunk.old_lines[i1:i2]] + ["+" + line for line in hunk.new_lines[j1:j2]]
+            out += ["-" + line for line in hunk.old_lines[i1:i2]] + [
+                "+" + line for line in hunk.new_lines[j1:j2]
+            ]
     return tuple(line.rstrip("\n") for line in out)
 
 
@@ -284,8 +360,9 @@ def _renamed(path: str, base: bytes, new: Release, added: _Added) -> str | None:
     directory, _, name = path.rpartition("/")
     suffix = name.rpartition(".")[2]
     names = [p for p in added.names() if not p.startswith("/") and ".." not in p.split("/")]
-    tries = [p for p in names if p.rpartition("/")[2] == name] + \
-        [p for p in names if p.rpartition("/")[0] == directory and p.endswith("." + suffix)]
+    tries = [p for p in names if p.rpartition("/")[2] == name] + [
+        p for p in names if p.rpartition("/")[0] == directory and p.endswith("." + suffix)
+    ]
     a = split_lines(base.decode(*_ENC))
     best: tuple[float, str] | None = None
     for candidate in list(dict.fromkeys(tries))[:_RENAME_TRIES]:
@@ -300,7 +377,9 @@ def _renamed(path: str, base: bytes, new: Release, added: _Added) -> str | None:
     return best[1] if best else None
 
 
-def regenerate(files: Sequence[FilePort], order: Sequence[str]) -> tuple[tuple[tuple[str, bytes], ...], tuple[str, ...]]:
+def regenerate(
+    files: Sequence[FilePort], order: Sequence[str]
+) -> tuple[tuple[tuple[str, bytes], ...], tuple[str, ...]]:
     """The patch files of the ported set, written against the new release by the diff writer: a
     file's change goes into the last patch file that changed it. Also the patch files left empty."""
     changes: dict[str, list[diffwrite.Change]] = {name: [] for name in order}
@@ -310,7 +389,9 @@ def regenerate(files: Sequence[FilePort], order: Sequence[str]) -> tuple[tuple[t
     return tuple((n, d) for n, d in written if d), tuple(n for n, d in written if not d)
 
 
-def check(patches: Sequence[tuple[str, bytes]], new: Release, files: Sequence[FilePort]) -> tuple[list[str], int]:
+def check(
+    patches: Sequence[tuple[str, bytes]], new: Release, files: Sequence[FilePort]
+) -> tuple[list[str], int]:
     """What is wrong with the regenerated patches: one that does not apply to the new release or
     does not give the merged bytes, a Python file that does not compile; and how many files they make."""
     problems = []
@@ -332,6 +413,8 @@ def check(patches: Sequence[tuple[str, bytes]], new: Release, files: Sequence[Fi
                 compile(data, path, "exec", dont_inherit=True)
             except (SyntaxError, ValueError) as exc:
                 line = getattr(exc, "lineno", None)
-                problems.append(f"{path}{f':{line}' if line else ''}: does not compile after the merge: "
-                                f"{getattr(exc, 'msg', exc)}")
+                problems.append(
+                    f"{path}{f':{line}' if line else ''}: does not compile after the merge: "
+                    f"{getattr(exc, 'msg', exc)}"
+                )
     return problems, len(made)

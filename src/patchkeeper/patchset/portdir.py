@@ -40,8 +40,12 @@ class Pending:
     new: str  # the release it is ported to
     bump: str
     order: tuple[str, ...]  # the patch files, in order
-    files: tuple[dict[str, Any], ...]  # path (where it lands), origin, patch, kind, outcome, release_mode, new_mode
-    wheel: str | None = None  # the new release's wheel as the port found it (finishing re-reads the release there)
+    files: tuple[
+        dict[str, Any], ...
+    ]  # path (where it lands), origin, patch, kind, outcome, release_mode, new_mode
+    wheel: str | None = (
+        None  # the new release's wheel as the port found it (finishing re-reads the release there)
+    )
 
     def result(self, path: str) -> bytes | None:
         """The file as the person left it in files/ (None: removed, the ported set deletes it)."""
@@ -64,7 +68,9 @@ def write(directory: Path, pending: dict[str, Any], files: tuple[FilePort, ...])
     if directory.exists():
         shutil.rmtree(directory)
     directory.mkdir(parents=True)
-    (directory / ".gitignore").write_text("# patchkeeper port's scratch directory: not for the workspace history\n*\n")
+    (directory / ".gitignore").write_text(
+        "# patchkeeper port's scratch directory: not for the workspace history\n*\n"
+    )
     entries = []
     for f in files:
         for sub, data in ((FILES, f.result), (RELEASE, f.release)):
@@ -72,9 +78,18 @@ def write(directory: Path, pending: dict[str, Any], files: tuple[FilePort, ...])
                 path = directory / sub / f.lands
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_bytes(data)
-        entries.append({"path": f.lands, "origin": f.path, "patch": f.patches[-1], "kind": f.kind,
-                        "outcome": f.outcome, "release_mode": f.release_mode, "new_mode": f.new_mode,
-                        "conflicts": f.conflicts})
+        entries.append(
+            {
+                "path": f.lands,
+                "origin": f.path,
+                "patch": f.patches[-1],
+                "kind": f.kind,
+                "outcome": f.outcome,
+                "release_mode": f.release_mode,
+                "new_mode": f.new_mode,
+                "conflicts": f.conflicts,
+            }
+        )
     doc = {"format": FORMAT, **pending, "files": entries}
     (directory / STATE).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
 
@@ -83,21 +98,36 @@ def load(ws_root: Path, name: str) -> Pending:
     directory = scratch_dir(ws_root, name)
     path = directory / STATE
     if not path.is_file():
-        raise BadInput(f"no port of {name} is waiting to be finished ({path} is missing)",
-                       f"run `patchkeeper port {name} --to VERSION` first")
+        raise BadInput(
+            f"no port of {name} is waiting to be finished ({path} is missing)",
+            f"run `patchkeeper port {name} --to VERSION` first",
+        )
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
         if doc.get("format") != FORMAT or doc.get("name") != name:
             raise ValueError(f"not a port of {name} in format {FORMAT}")
         order = [str(o) for o in doc["order"]]
-        if any("/" in o or o.startswith(".") or not o.endswith(".patch") for o in order) or \
-                any(f["patch"] not in order for f in doc["files"]):
+        if any("/" in o or o.startswith(".") or not o.endswith(".patch") for o in order) or any(
+            f["patch"] not in order for f in doc["files"]
+        ):
             raise ValueError("a patch file name that is not one of the patch set's")
-        return Pending(directory, name, str(doc["from_version"]), str(doc["from_digest"]), str(doc["package"]),
-                       str(doc["old"]), str(doc["new"]), str(doc["bump"]), tuple(doc["order"]),
-                       tuple(dict(f) for f in doc["files"]), str(doc["wheel"]) if doc.get("wheel") else None)
+        return Pending(
+            directory,
+            name,
+            str(doc["from_version"]),
+            str(doc["from_digest"]),
+            str(doc["package"]),
+            str(doc["old"]),
+            str(doc["new"]),
+            str(doc["bump"]),
+            tuple(doc["order"]),
+            tuple(dict(f) for f in doc["files"]),
+            str(doc["wheel"]) if doc.get("wheel") else None,
+        )
     except (ValueError, KeyError, TypeError) as exc:
-        raise BadInput(f"{path} is damaged: {exc}", f"run `patchkeeper port {name} --to VERSION` again") from None
+        raise BadInput(
+            f"{path} is damaged: {exc}", f"run `patchkeeper port {name} --to VERSION` again"
+        ) from None
 
 
 def remove(ws_root: Path, name: str) -> bool:

@@ -17,9 +17,10 @@ import fcntl
 import json
 import os
 import shutil
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from .. import faults
 from ..errors import BadInput
@@ -28,7 +29,10 @@ from .patchset import MANIFEST
 
 JOURNAL = ".pk-save.json"
 HISTORY = ".history"  # patchsets/.history/<name>/<version>/: the versions a save replaced
-NEW_MARK, OLD_MARK = ".pk-new-", ".pk-old-"  # .<name>.pk-new-<id>: a save's new directory (.pk-old-: before journals)
+NEW_MARK, OLD_MARK = (
+    ".pk-new-",
+    ".pk-old-",
+)  # .<name>.pk-new-<id>: a save's new directory (.pk-old-: before journals)
 
 
 @contextmanager
@@ -76,7 +80,10 @@ def kept_dir(root: Path, name: str, version: str) -> Path:
 
 def kept(root: Path, name: str) -> list[str]:
     """The versions of `name` kept in patchsets/.history/, highest first."""
-    from packaging.version import InvalidVersion, Version  # lazy: slow to import, only where a version is kept
+    from packaging.version import (  # lazy: slow to import, only where a version is kept
+        InvalidVersion,
+        Version,
+    )
 
     directory = root / HISTORY / name
     if not directory.is_dir():
@@ -143,22 +150,38 @@ def recover(root: Path) -> list[str]:
                 if not all(isinstance(n, str) and "/" not in n and n not in ("", ".", "..") for n in names):
                     raise ValueError("a name is not a plain file name")
             except (ValueError, KeyError, TypeError) as exc:
-                raise BadInput(f"{path} is damaged: {exc}", f"look at the .pk-new- directories in {root}, put the "
-                               "one you want in place by hand, then delete the journal") from None
+                raise BadInput(
+                    f"{path} is damaged: {exc}",
+                    f"look at the .pk-new- directories in {root}, put the "
+                    "one you want in place by hand, then delete the journal",
+                ) from None
             _finish(root, journal)
-            done.append(f"finished the save of patchsets/{journal['name']} that was interrupted"
-                        + (f" (the version it replaced is kept in patchsets/{journal['kept']})" if journal["kept"] else ""))
+            done.append(
+                f"finished the save of patchsets/{journal['name']} that was interrupted"
+                + (
+                    f" (the version it replaced is kept in patchsets/{journal['kept']})"
+                    if journal["kept"]
+                    else ""
+                )
+            )
         for entry in sorted(root.iterdir()):
-            name, mark, _ = entry.name[1:].rpartition(NEW_MARK) if NEW_MARK in entry.name else \
-                entry.name[1:].rpartition(OLD_MARK)
+            name, mark, _ = (
+                entry.name[1:].rpartition(NEW_MARK)
+                if NEW_MARK in entry.name
+                else entry.name[1:].rpartition(OLD_MARK)
+            )
             if not entry.name.startswith(".") or not mark or not entry.is_dir():
                 continue
             if mark == NEW_MARK:
                 shutil.rmtree(entry)
-                done.append(f"removed {entry.name}, a save of patchsets/{name} interrupted before it was complete")
+                done.append(
+                    f"removed {entry.name}, a save of patchsets/{name} interrupted before it was complete"
+                )
             elif not (root / name).exists():  # the old, journal-less save: the set between its two renames
                 os.rename(entry, root / name)
-                done.append(f"put patchsets/{name} back from {entry.name}, where an interrupted save had left it")
+                done.append(
+                    f"put patchsets/{name} back from {entry.name}, where an interrupted save had left it"
+                )
         fsync_dir(str(root))
     return done
 
@@ -166,5 +189,7 @@ def recover(root: Path) -> list[str]:
 def _pending(root: Path) -> bool:
     """Is there anything to recover (a journal, a hidden .pk-new-/.pk-old- directory)? No lock taken."""
     with os.scandir(root) as entries:
-        return any(e.name == JOURNAL or (e.name.startswith(".") and (NEW_MARK in e.name or OLD_MARK in e.name))
-                   for e in entries)
+        return any(
+            e.name == JOURNAL or (e.name.startswith(".") and (NEW_MARK in e.name or OLD_MARK in e.name))
+            for e in entries
+        )

@@ -3,12 +3,12 @@ each value written with systemd's quoting for the place it lands in."""
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
 
 from ..errors import BadInput, Refused
 from . import unitsyntax
-import difflib
 
 # Only {{ name }}: systemd's own $VAR, ${VAR} and %-specifiers never match, so they pass through untouched.
 PLACEHOLDER = re.compile(rb"\{\{\s*([a-z_][a-z0-9_]*)\s*\}\}")
@@ -29,8 +29,9 @@ def render(data: bytes, values: dict[str, str], origin: str, hint: str) -> bytes
     return PLACEHOLDER.sub(lambda m: next(fills), data)
 
 
-COMMAND_KEYS = frozenset(("ExecStart", "ExecStartPre", "ExecStartPost", "ExecCondition", "ExecReload", "ExecStop",
-                          "ExecStopPost"))  # systemd.service(5): command lines, where $VAR is expanded
+COMMAND_KEYS = frozenset(
+    ("ExecStart", "ExecStartPre", "ExecStartPost", "ExecCondition", "ExecReload", "ExecStop", "ExecStopPost")
+)  # systemd.service(5): command lines, where $VAR is expanded
 WORD_KEYS = COMMAND_KEYS | {"Environment"}  # values split into words, quotes and escapes taken
 
 
@@ -43,7 +44,7 @@ def _fills(data: bytes, values: dict[str, str]) -> list[bytes]:
     out = []
     for m in PLACEHOLDER.finditer(data):
         value = values[m.group(1).decode()]
-        start = len(data[:m.start()].decode("utf-8", "surrogateescape"))
+        start = len(data[: m.start()].decode("utf-8", "surrogateescape"))
         out.append(_fill(text, start, value).encode("utf-8", "surrogateescape"))
     return out
 
@@ -63,7 +64,7 @@ def _fill(text: str, start: int, value: str) -> str:
     at = line_start
     while at > 0:
         previous = text.rfind("\n", 0, at - 1) + 1
-        before = text[previous:at - 1]
+        before = text[previous : at - 1]
         if _is_comment(before):  # skipped by systemd, also inside a continuation
             at = previous
             continue
@@ -71,7 +72,9 @@ def _fill(text: str, start: int, value: str) -> str:
             break
         parts.insert(0, before[:-1] + " ")
         line_start = at = previous
-    head = PLACEHOLDER.sub(b"x", "".join(parts).encode("utf-8", "surrogateescape")).decode("utf-8", "surrogateescape")
+    head = PLACEHOLDER.sub(b"x", "".join(parts).encode("utf-8", "surrogateescape")).decode(
+        "utf-8", "surrogateescape"
+    )
     stripped = head.lstrip(unitsyntax.WHITESPACE)
     in_unit = re.search(r"(?m)^[ \t]*\[[^\]\n]*\][ \t]*$", text[:line_start]) is not None
     if not in_unit or not stripped or stripped[0] in unitsyntax.COMMENTS or "=" not in stripped:
@@ -82,7 +85,9 @@ def _fill(text: str, start: int, value: str) -> str:
         return value.replace("%", "%%")
     quote = _open_quote(rest)
     dollar = key in COMMAND_KEYS
-    return unitsyntax.escape_in_quotes(value, quote, dollar) if quote else unitsyntax.quote_word(value, dollar)
+    return (
+        unitsyntax.escape_in_quotes(value, quote, dollar) if quote else unitsyntax.quote_word(value, dollar)
+    )
 
 
 def _open_quote(value: str) -> str:
@@ -127,7 +132,7 @@ def _segments(template: bytes, values: dict[str, str]) -> tuple[bytes, list[_Seg
     pos = 0
     for m, filled in zip(PLACEHOLDER.finditer(template), _fills(template, values)):
         name = m.group(1).decode()
-        pieces += [(template[pos:m.start()], template[pos:m.start()], None), (filled, m.group(0), name)]
+        pieces += [(template[pos : m.start()], template[pos : m.start()], None), (filled, m.group(0), name)]
         pos = m.end()
     pieces.append((template[pos:], template[pos:], None))
     segments, at = [], 0
@@ -154,8 +159,11 @@ def record(template: bytes, values: dict[str, str], now: bytes, origin: str, hin
 
     def refuse(seg: _Segment) -> Refused:
         value = values[seg.name or ""]
-        return Refused(f"{origin}: the edit on line {line_of(seg.start)} changes the value of "
-                       f"{{{{ {seg.name} }}}} ({value!r}), which the template fills in for each target", hint)
+        return Refused(
+            f"{origin}: the edit on line {line_of(seg.start)} changes the value of "
+            f"{{{{ {seg.name} }}}} ({value!r}), which the template fills in for each target",
+            hint,
+        )
 
     def take(tag: str, a1: int, a2: int, added: bytes) -> None:
         """Rendered bytes [a1, a2) become `added` (tag != equal) or stay (equal)."""
@@ -165,7 +173,7 @@ def record(template: bytes, values: dict[str, str], now: bytes, origin: str, hin
                 if seg.name is not None and a1 <= seg.start < a2 and not (tag == "delete" and seg.start > a1):
                     out.append(seg.source)
                 elif tag == "equal" and seg.start < a2 and seg.end > a1:
-                    out.append(seg.source[max(a1, seg.start) - seg.start:min(a2, seg.end) - seg.start])
+                    out.append(seg.source[max(a1, seg.start) - seg.start : min(a2, seg.end) - seg.start])
                 continue
             if seg.end <= a1 or seg.start >= a2:
                 continue
@@ -176,8 +184,12 @@ def record(template: bytes, values: dict[str, str], now: bytes, origin: str, hin
                 raise refuse(seg)
         if added:
             out.append(added)
-            literal.update(n for n, v in values.items() if v and re.search(
-                rb"(?<![A-Za-z0-9_])" + re.escape(v.encode()) + rb"(?![A-Za-z0-9_])", added))
+            literal.update(
+                n
+                for n, v in values.items()
+                if v
+                and re.search(rb"(?<![A-Za-z0-9_])" + re.escape(v.encode()) + rb"(?![A-Za-z0-9_])", added)
+            )
 
     old_lines, new_lines = rendered.splitlines(keepends=True), now.splitlines(keepends=True)
     a_at = [0]
@@ -186,15 +198,19 @@ def record(template: bytes, values: dict[str, str], now: bytes, origin: str, hin
     b_at = [0]
     for line in new_lines:
         b_at.append(b_at[-1] + len(line))
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False).get_opcodes():
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(
+        None, old_lines, new_lines, autojunk=False
+    ).get_opcodes():
         a1, a2, b1, b2 = a_at[i1], a_at[i2], b_at[j1], b_at[j2]
         if tag != "replace":
             take(tag, a1, a2, b"" if tag == "equal" else now[b1:b2])
             continue
         fine = difflib.SequenceMatcher(None, rendered[a1:a2], now[b1:b2], autojunk=False)
         for sub, k1, k2, l1, l2 in fine.get_opcodes():
-            take(sub, a1 + k1, a1 + k2, b"" if sub == "equal" else now[b1 + l1:b1 + l2])
-    out.extend(seg.source for seg in segments if seg.name is not None and seg.start == seg.end == len(rendered))
+            take(sub, a1 + k1, a1 + k2, b"" if sub == "equal" else now[b1 + l1 : b1 + l2])
+    out.extend(
+        seg.source for seg in segments if seg.name is not None and seg.start == seg.end == len(rendered)
+    )
     data = b"".join(out)
     if render(data, values, origin, hint) != now:  # never keep a template that does not give back the file
         raise Refused(f"{origin}: the edited file cannot be written back as its template", hint)

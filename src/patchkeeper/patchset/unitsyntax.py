@@ -8,8 +8,19 @@ from dataclasses import dataclass
 BOM = "\ufeff"
 WHITESPACE = " \t\n\r"  # systemd's WHITESPACE: str.strip() would also take \v, \f and Unicode spaces
 COMMENTS = "#;"
-_SIMPLE_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v",
-                   "\\": "\\", '"': '"', "'": "'", "s": " "}
+_SIMPLE_ESCAPES = {
+    "a": "\a",
+    "b": "\b",
+    "f": "\f",
+    "n": "\n",
+    "r": "\r",
+    "t": "\t",
+    "v": "\v",
+    "\\": "\\",
+    '"': '"',
+    "'": "'",
+    "s": " ",
+}
 _HEX = "0123456789abcdefABCDEF"
 
 
@@ -39,7 +50,7 @@ def physical_lines(text: str) -> list[str]:
         c = text[i]
         if c in "\n\r\0":
             out.append(text[start:i])
-            i += 2 if c == "\r" and text[i + 1:i + 2] == "\n" else 1
+            i += 2 if c == "\r" and text[i + 1 : i + 2] == "\n" else 1
             start = i
             continue
         i += 1
@@ -116,12 +127,12 @@ class BadWord(ValueError):
 def _unescape_one(s: str, i: int) -> tuple[str, int] | None:
     """The character the escape at s[i] (after the backslash) stands for and how many characters it
     takes (escape.c's cunescape_one, NUL refused); None for an unknown escape."""
-    c = s[i:i + 1]
+    c = s[i : i + 1]
     if c in _SIMPLE_ESCAPES and c:
         return _SIMPLE_ESCAPES[c], 1
     digits = {"x": 2, "u": 4, "U": 8}.get(c)
     if digits:
-        hexa = s[i + 1:i + 1 + digits]
+        hexa = s[i + 1 : i + 1 + digits]
         if len(hexa) != digits or any(h not in _HEX for h in hexa):
             return None
         code = int(hexa, 16)
@@ -129,7 +140,7 @@ def _unescape_one(s: str, i: int) -> tuple[str, int] | None:
             return None
         return (_byte(code) if c == "x" else chr(code)), digits + 1
     if c and c in "01234567":
-        octal = s[i:i + 3]
+        octal = s[i : i + 3]
         if len(octal) != 3 or any(o not in "01234567" for o in octal):
             return None
         code = int(octal, 8)

@@ -54,8 +54,11 @@ def declared(key: str, entry: object, where: str) -> tuple[VarType, object | Non
     if not isinstance(entry, dict):
         kind = VarType("int") if isinstance(entry, int) else VarType()
         return kind, entry, _default_problems(key, kind, entry, where)
-    problems = [f"{where} {key} has unknown key {k!r} (known: type, min, max, default)"
-                for k in entry if k not in ("type", "min", "max", "default")]
+    problems = [
+        f"{where} {key} has unknown key {k!r} (known: type, min, max, default)"
+        for k in entry
+        if k not in ("type", "min", "max", "default")
+    ]
     kind = entry.get("type", "text")
     if kind not in KINDS:
         return VarType(), None, problems + [f"{where} {key}: type {kind!r} is not one of {', '.join(KINDS)}"]

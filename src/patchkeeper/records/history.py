@@ -3,10 +3,12 @@ history of each target's code state, and reading a package's source checkout bet
 
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -15,8 +17,6 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import BadInput
 from ..patchset.diffwrite import Change
-import fcntl
-import time
 
 if TYPE_CHECKING:
     import git  # for annotations only: at run time GitPython is imported lazily (slow to import)
@@ -46,12 +46,16 @@ def say_no_history_once(ws_root: Path) -> None:
     mark = ws_root / "snapshots" / NO_HISTORY_MARK
     if mark.exists():
         return
-    print(f"patchkeeper: note: workspace {ws_root} is not a git repository, so the history of code states "
-          "in snapshots/ is not committed (run `git init` there to keep it); this note is shown once",
-          file=sys.stderr)
+    print(
+        f"patchkeeper: note: workspace {ws_root} is not a git repository, so the history of code states "
+        "in snapshots/ is not committed (run `git init` there to keep it); this note is shown once",
+        file=sys.stderr,
+    )
     mark.parent.mkdir(parents=True, exist_ok=True)
-    mark.write_text("patchkeeper noted once that this workspace is not a git repository.\n"
-                    "Delete this file to be told again.\n")
+    mark.write_text(
+        "patchkeeper noted once that this workspace is not a git repository.\n"
+        "Delete this file to be told again.\n"
+    )
 
 
 def identity(repo: Any, ws_root: Path) -> dict[str, str]:
@@ -68,13 +72,21 @@ def identity(repo: Any, ws_root: Path) -> dict[str, str]:
     email = f"patchkeeper@{socket.gethostname() or 'localhost'}"
     mark = ws_root / "snapshots" / NO_IDENTITY_MARK
     if not mark.exists():
-        print(f"patchkeeper: note: git has no identity here, so the workspace's history is committed as "
-              f"patchkeeper <{email}>; set yours with `git config --global user.name NAME` and "
-              f"`git config --global user.email EMAIL`; this note is shown once", file=sys.stderr)
+        print(
+            f"patchkeeper: note: git has no identity here, so the workspace's history is committed as "
+            f"patchkeeper <{email}>; set yours with `git config --global user.name NAME` and "
+            f"`git config --global user.email EMAIL`; this note is shown once",
+            file=sys.stderr,
+        )
         mark.parent.mkdir(parents=True, exist_ok=True)
-        mark.write_text("patchkeeper noted once that git has no identity here.\nDelete this file to be told again.\n")
-    return {f"GIT_{who}_{what}": value for who in ("AUTHOR", "COMMITTER")
-            for what, value in (("NAME", "patchkeeper"), ("EMAIL", email))}
+        mark.write_text(
+            "patchkeeper noted once that git has no identity here.\nDelete this file to be told again.\n"
+        )
+    return {
+        f"GIT_{who}_{what}": value
+        for who in ("AUTHOR", "COMMITTER")
+        for what, value in (("NAME", "patchkeeper"), ("EMAIL", email))
+    }
 
 
 _COMMITTING = threading.Lock()  # one index per repository: a rollout's targets commit one at a time
@@ -112,8 +124,10 @@ class Record:
         entries = self.entries
         made = [e for e in entries if e.kind != "verify"]
         automatic = any(e.kind == "rollback" and dict(e.extra).get("automatic") for e in made)
-        main = next((e for e in made if e.kind != "baseline" and not dict(e.extra).get("automatic")),
-                    made[-1] if made else None)
+        main = next(
+            (e for e in made if e.kind != "baseline" and not dict(e.extra).get("automatic")),
+            made[-1] if made else None,
+        )
         checks = [dict(e.extra).get("verify") or {} for e in entries if e.kind == "verify"]
         if main is not None:
             sets = ", ".join(f"{p['name']}@{p['version']}" for p in main.patchsets)
@@ -134,11 +148,16 @@ class Record:
         for e in self.entries:
             if e.kind == "verify":
                 v = dict(e.extra).get("verify") or {}
-                lines.append(f"verify {e.after.id}: " + ("passed" if v.get("ok") else f"FAILED ({v.get('reason')})")
-                             + f"; {dict(e.extra).get('phase')}; entry {e.id}")
+                lines.append(
+                    f"verify {e.after.id}: "
+                    + ("passed" if v.get("ok") else f"FAILED ({v.get('reason')})")
+                    + f"; {dict(e.extra).get('phase')}; entry {e.id}"
+                )
             else:
-                lines.append(f"{e.kind} {e.before.id if e.before else '-'} -> {e.after.id}: {e.after.stack_text()}; "
-                             f"{len(e.changed)} file(s) changed; transaction {e.id}")
+                lines.append(
+                    f"{e.kind} {e.before.id if e.before else '-'} -> {e.after.id}: {e.after.stack_text()}; "
+                    f"{len(e.changed)} file(s) changed; transaction {e.id}"
+                )
         return lines
 
 
@@ -172,7 +191,9 @@ def commit_paths(ws_root: Path, paths: list[Path], message: str) -> str | None:
     try:
         repo = _repo(ws_root)
         with _one_committer(repo):
-            top = Path(cast("str | os.PathLike[str]", repo.working_tree_dir))  # never None: repo_root found a work tree
+            top = Path(
+                cast("str | os.PathLike[str]", repo.working_tree_dir)
+            )  # never None: repo_root found a work tree
             rels = sorted({os.path.relpath(p, top) for p in paths})
             ignored = set(repo.ignored(*rels)) if rels else set()
             rels = [r for r in rels if r not in ignored]
@@ -187,8 +208,18 @@ def commit_paths(ws_root: Path, paths: list[Path], message: str) -> str | None:
                 except git.GitCommandError:
                     pass
             # --only: a commit of these paths alone, built from HEAD, whatever else is staged
-            _git(repo, "commit", "--only", "--no-verify", "-q", "-m", message, "--", *rels,
-                 env=identity(repo, ws_root))
+            _git(
+                repo,
+                "commit",
+                "--only",
+                "--no-verify",
+                "-q",
+                "-m",
+                message,
+                "--",
+                *rels,
+                env=identity(repo, ws_root),
+            )
             return repo.head.commit.hexsha
     except (git.GitCommandError, git.InvalidGitRepositoryError, ValueError, OSError) as exc:
         if staged and repo is not None:
@@ -196,8 +227,11 @@ def commit_paths(ws_root: Path, paths: list[Path], message: str) -> str | None:
                 _unstage(repo, rels)
             except (git.GitCommandError, ValueError, OSError):
                 pass
-        print(f"patchkeeper: warning: the workspace's history was not committed ({_one_line(exc)}); the records "
-              f"are in snapshots/: commit them with git once that is fixed", file=sys.stderr)
+        print(
+            f"patchkeeper: warning: the workspace's history was not committed ({_one_line(exc)}); the records "
+            f"are in snapshots/: commit them with git once that is fixed",
+            file=sys.stderr,
+        )
         return None
 
 
@@ -243,7 +277,9 @@ def workspace_ref(ws_root: Path, patchset_dirs: dict[str, Path]) -> dict[str, An
 
     try:
         repo = _repo(ws_root)
-        top = Path(cast("str | os.PathLike[str]", repo.working_tree_dir))  # never None: repo_root found a work tree
+        top = Path(
+            cast("str | os.PathLike[str]", repo.working_tree_dir)
+        )  # never None: repo_root found a work tree
         head = repo.head.commit.hexsha if repo.head.is_valid() else None
         clean = {}
         for name, directory in patchset_dirs.items():
@@ -275,8 +311,9 @@ def read_range(directory: str, span: str, subdir: str) -> list[Change]:
         try:
             commits.append(repo.commit(ref))
         except (BadName, BadObject, ValueError, git.GitCommandError):
-            raise BadInput(f"{directory}: no commit {ref!r} (range {span})",
-                           "check the names with `git log --oneline`") from None
+            raise BadInput(
+                f"{directory}: no commit {ref!r} (range {span})", "check the names with `git log --oneline`"
+            ) from None
     subdir = subdir.strip("/")
     if subdir:
         for commit in commits:
@@ -285,31 +322,45 @@ def read_range(directory: str, span: str, subdir: str) -> list[Change]:
             except KeyError:
                 kind = None
             if kind != "tree":
-                raise BadInput(f"{directory}: no directory {subdir!r} at {commit.hexsha[:12]}",
-                               "pass --subdir as the directory holding the package (e.g. python)")
+                raise BadInput(
+                    f"{directory}: no directory {subdir!r} at {commit.hexsha[:12]}",
+                    "pass --subdir as the directory holding the package (e.g. python)",
+                )
     if repo.is_dirty(untracked_files=True):
         dirty = [d.a_path or d.b_path or "?" for d in repo.index.diff(None)] + repo.untracked_files
-        raise BadInput(f"{directory} has uncommitted changes: {', '.join(dirty[:5]) or 'staged changes'}",
-                       "commit or stash them first, so the range is exactly what you recorded")
-    raw = repo.git.diff_tree("-r", "-z", "--no-renames", commits[0].hexsha, commits[1].hexsha,
-                             "--", subdir or ".")
+        raise BadInput(
+            f"{directory} has uncommitted changes: {', '.join(dirty[:5]) or 'staged changes'}",
+            "commit or stash them first, so the range is exactly what you recorded",
+        )
+    raw = repo.git.diff_tree(
+        "-r", "-z", "--no-renames", commits[0].hexsha, commits[1].hexsha, "--", subdir or "."
+    )
     fields = raw.split("\0")
     changes, odd = [], []
     for i in range(0, len(fields) - 1, 2):
         old_mode, new_mode, old_sha, new_sha, _status = fields[i].lstrip(":").split(" ")
         path = fields[i + 1]
         if subdir:
-            path = path[len(subdir) + 1:]
+            path = path[len(subdir) + 1 :]
         if {old_mode, new_mode} - {"000000", "100644", "100755"}:
             odd.append(path)
             continue
         old = repo.odb.stream(bytes.fromhex(old_sha)).read() if old_mode != "000000" else None
         new = repo.odb.stream(bytes.fromhex(new_sha)).read() if new_mode != "000000" else None
-        changes.append(Change(path, old, new, int(old_mode, 8) & 0o7777 if old is not None else None,
-                              int(new_mode, 8) & 0o7777 if new is not None else None))
+        changes.append(
+            Change(
+                path,
+                old,
+                new,
+                int(old_mode, 8) & 0o7777 if old is not None else None,
+                int(new_mode, 8) & 0o7777 if new is not None else None,
+            )
+        )
     if odd:
-        raise BadInput(f"{directory}: symlinks or submodules cannot be recorded: {', '.join(odd)}",
-                       "keep such changes out of the range")
+        raise BadInput(
+            f"{directory}: symlinks or submodules cannot be recorded: {', '.join(odd)}",
+            "keep such changes out of the range",
+        )
     return changes
 
 
@@ -320,7 +371,21 @@ def range_patch(directory: str, span: str, subdir: str) -> bytes:
 
     left, _, right = span.partition("..")
     subdir = subdir.strip("/")
-    args = ["--binary", "--no-renames", "--no-color", "--no-ext-diff", "--no-textconv", "-U3",
-            "--src-prefix=a/", "--dst-prefix=b/", *([f"--relative={subdir}"] if subdir else []),
-            left, right, "--", subdir or "."]
-    return cast(bytes, git.Repo(directory).git.diff(*args, stdout_as_string=False, strip_newline_in_stdout=False))
+    args = [
+        "--binary",
+        "--no-renames",
+        "--no-color",
+        "--no-ext-diff",
+        "--no-textconv",
+        "-U3",
+        "--src-prefix=a/",
+        "--dst-prefix=b/",
+        *([f"--relative={subdir}"] if subdir else []),
+        left,
+        right,
+        "--",
+        subdir or ".",
+    ]
+    return cast(
+        bytes, git.Repo(directory).git.diff(*args, stdout_as_string=False, strip_newline_in_stdout=False)
+    )

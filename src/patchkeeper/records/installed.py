@@ -25,18 +25,36 @@ class Installed:
     record: tuple[int, int] | None = None
 
     @classmethod
-    def of(cls, info: TargetInfo) -> "Installed":
+    def of(cls, info: TargetInfo) -> Installed:
         found = info.installation or {}
         record = found.get("record")
-        return cls(info.dist_info, info.version, found.get("installer") or "", found.get("files"),
-                   int(found.get("rows") or 0), (int(record[0]), int(record[1])) if record else None)
+        return cls(
+            info.dist_info,
+            info.version,
+            found.get("installer") or "",
+            found.get("files"),
+            int(found.get("rows") or 0),
+            (int(record[0]), int(record[1])) if record else None,
+        )
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Installed":
+    def from_dict(cls, d: dict[str, Any]) -> Installed:
         record = d.get("record")
-        return cls(str(d.get("dist_info", "")), str(d.get("version", "")), str(d.get("installer") or ""),
-                   d.get("files"), int(d.get("rows") or 0), (int(record[0]), int(record[1])) if record else None)
+        return cls(
+            str(d.get("dist_info", "")),
+            str(d.get("version", "")),
+            str(d.get("installer") or ""),
+            d.get("files"),
+            int(d.get("rows") or 0),
+            (int(record[0]), int(record[1])) if record else None,
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"dist_info": self.dist_info, "version": self.version, "installer": self.installer,
-                "files": self.files, "rows": self.rows, "record": list(self.record) if self.record else None}
+        return {
+            "dist_info": self.dist_info,
+            "version": self.version,
+            "installer": self.installer,
+            "files": self.files,
+            "rows": self.rows,
+            "record": list(self.record) if self.record else None,
+        }

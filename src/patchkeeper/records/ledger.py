@@ -7,6 +7,7 @@ import marshal
 import os
 import posixpath
 import pwd
+import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextvars import ContextVar
@@ -14,30 +15,46 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast, overload
 
 from ..errors import BadInput, Refused, StoreError
-from ..printable import one_line
-from ..targets import shapes
 from ..host.disk import hash_bytes, install_records
-from ..targets import Target
+from ..printable import one_line
+from ..targets import Target, shapes
 from . import ledger_index
-from .ledger_index import Slot
 from .installed import Installed
+from .ledger_index import Slot
 from .manifest import Manifest
-import sys
 
 if TYPE_CHECKING:  # the typed parts of entries (ledger_types.py); at run time, as their instances are, dicts
     from .ledger_types import (
         AdoptExtra as AdoptExtra,
+    )
+    from .ledger_types import (
         ApplyExtra as ApplyExtra,
+    )
+    from .ledger_types import (
         EnvChange as EnvChange,
+    )
+    from .ledger_types import (
         Extra as Extra,
+    )
+    from .ledger_types import (
         PatchSetRef as PatchSetRef,
+    )
+    from .ledger_types import (
         RecordExtra as RecordExtra,
+    )
+    from .ledger_types import (
         RepairExtra as RepairExtra,
+    )
+    from .ledger_types import (
         RollbackExtra as RollbackExtra,
+    )
+    from .ledger_types import (
         VerifyExtra as VerifyExtra,
     )
 else:
-    PatchSetRef = RecordExtra = ApplyExtra = RollbackExtra = VerifyExtra = EnvChange = AdoptExtra = RepairExtra = dict
+    PatchSetRef = RecordExtra = ApplyExtra = RollbackExtra = VerifyExtra = EnvChange = AdoptExtra = (
+        RepairExtra
+    ) = dict
     Extra = dict
 
 
@@ -59,13 +76,15 @@ class State:
     bytes_kept: bool = True
 
     @classmethod
-    def make(cls, manifest: str, stack: Iterable[PatchSetRef], name: str | None = None, bytes_kept: bool = True) -> "State":
+    def make(
+        cls, manifest: str, stack: Iterable[PatchSetRef], name: str | None = None, bytes_kept: bool = True
+    ) -> State:
         stack = tuple(stack)
         sid = hash_bytes(json.dumps([manifest, list(stack)], sort_keys=True).encode()).partition(":")[2][:12]
         return cls(sid, manifest, stack, name, bytes_kept)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], what: str = "state") -> "State":
+    def from_dict(cls, d: dict[str, Any], what: str = "state") -> State:
         """A state as a ledger entry holds it, checked (shapes.Malformed): a file's name is made of its id."""
         shapes.state_id(d["id"], f"{what}.id")
         shapes.digest(d["manifest"], f"{what}.manifest")
@@ -79,8 +98,13 @@ class State:
 
     def to_dict(self) -> dict[str, Any]:
         """Its fields as plain data; each ref a copy (asdict's deep recursion, at a fraction of its cost)."""
-        return {"id": self.id, "manifest": self.manifest, "stack": [_copy_ref(p) for p in self.stack],
-                "name": self.name, "bytes_kept": self.bytes_kept}
+        return {
+            "id": self.id,
+            "manifest": self.manifest,
+            "stack": [_copy_ref(p) for p in self.stack],
+            "name": self.name,
+            "bytes_kept": self.bytes_kept,
+        }
 
     def stack_text(self) -> str:
         """The applied patch sets, for a line of output (control characters escaped)."""
@@ -110,17 +134,27 @@ class LedgerEntry:
     origin: dict[str, str] = field(default_factory=lambda: dict(ORIGIN.get()))  # where the change came from
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "seq": self.seq, "time": self.time, "who": self.who,
-                "command": self.command, "kind": self.kind, "patchsets": list(self.patchsets),
-                "before": self.before.to_dict() if self.before else None, "after": self.after.to_dict(),
-                "changed": self.changed, "hand_edits": list(self.hand_edits), "extra": self.extra,
-                **({"env": self.env} if self.env else {}),
-                **({"env_error": self.env_error} if self.env_error else {}),
-                **({"installed": self.installed} if self.installed else {}),
-                **({"origin": self.origin} if self.origin else {})}
+        return {
+            "id": self.id,
+            "seq": self.seq,
+            "time": self.time,
+            "who": self.who,
+            "command": self.command,
+            "kind": self.kind,
+            "patchsets": list(self.patchsets),
+            "before": self.before.to_dict() if self.before else None,
+            "after": self.after.to_dict(),
+            "changed": self.changed,
+            "hand_edits": list(self.hand_edits),
+            "extra": self.extra,
+            **({"env": self.env} if self.env else {}),
+            **({"env_error": self.env_error} if self.env_error else {}),
+            **({"installed": self.installed} if self.installed else {}),
+            **({"origin": self.origin} if self.origin else {}),
+        }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "LedgerEntry":
+    def from_dict(cls, d: dict[str, Any]) -> LedgerEntry:
         """An entry as its file holds it, checked: every id, digest, key and number that comes from the
         target is what it must be (shapes.py), or shapes.Malformed names the field."""
         shapes.entry_id(d["id"], "id")
@@ -145,12 +179,24 @@ class LedgerEntry:
         installed = d.get("installed")
         if installed is not None:
             _check_installed(installed)
-        return cls(id=d["id"], seq=d["seq"], time=d["time"], who=d["who"], command=d["command"],
-                   kind=d["kind"], after=State.from_dict(d["after"], "after"),
-                   before=State.from_dict(d["before"], "before") if d.get("before") else None,
-                   patchsets=patchsets, changed=changed, hand_edits=hand_edits, extra=extra,
-                   env=env, env_error=None if env_error is None else shapes.text(env_error, "env_error"),
-                   installed=installed, origin=_origin(d.get("origin")))
+        return cls(
+            id=d["id"],
+            seq=d["seq"],
+            time=d["time"],
+            who=d["who"],
+            command=d["command"],
+            kind=d["kind"],
+            after=State.from_dict(d["after"], "after"),
+            before=State.from_dict(d["before"], "before") if d.get("before") else None,
+            patchsets=patchsets,
+            changed=changed,
+            hand_edits=hand_edits,
+            extra=extra,
+            env=env,
+            env_error=None if env_error is None else shapes.text(env_error, "env_error"),
+            installed=installed,
+            origin=_origin(d.get("origin")),
+        )
 
     @property
     def backups(self) -> dict[str, str]:
@@ -235,7 +281,7 @@ def new_id() -> str:
 
 # Where the changes of this command come from: the CLI, or an Ansible task (ansible_task.py
 # sets {"via": "ansible", "playbook": FILE:LINE, "play": NAME, "task": NAME} while it runs).
-ORIGIN: ContextVar[dict[str, str]] = ContextVar("origin", default={"via": "cli"})
+ORIGIN: ContextVar[dict[str, str]] = ContextVar("origin", default={"via": "cli"})  # noqa: B039
 _ORIGIN_KEYS = ("via", "playbook", "play", "task")
 
 
@@ -243,7 +289,9 @@ def _origin(value: Any) -> dict[str, str]:
     """An entry's origin as its file holds it (entries written before origins were kept have none)."""
     if value is None:
         return {}
-    if not isinstance(value, dict) or not all(k in _ORIGIN_KEYS and isinstance(v, str) for k, v in value.items()):
+    if not isinstance(value, dict) or not all(
+        k in _ORIGIN_KEYS and isinstance(v, str) for k, v in value.items()
+    ):
         raise shapes.fail("origin", value, "{via, playbook, play, task} strings")
     return value
 
@@ -252,8 +300,12 @@ def describe_origin(origin: dict[str, str]) -> str:
     """`cli`, `ansible site.yml:12 task 'apply ddtree'`, or `?` for an entry that did not keep one."""
     if origin.get("via") != "ansible":
         return one_line(origin.get("via") or "?")
-    return one_line(" ".join(["ansible", origin.get("playbook") or "?"]
-                             + ([f"task {origin['task']!r}"] if origin.get("task") else [])))
+    return one_line(
+        " ".join(
+            ["ansible", origin.get("playbook") or "?"]
+            + ([f"task {origin['task']!r}"] if origin.get("task") else [])
+        )
+    )
 
 
 def who() -> str:
@@ -269,9 +321,11 @@ def warn_untrusted(target: str, what: str, files: dict[str, str]) -> None:
 
     listed = "; ".join(f"{one_line(name)}: {why}" for name, why in sorted(files.items())[:5])
     more = f" and {len(files) - 5} more" if len(files) > 5 else ""
-    sys.stderr.write(f"patchkeeper: warning: target {target}: {len(files)} {what} ignored ({listed}{more}): only "
-                     "files of this user or root that no one else may write are read\n  hint: if they are "
-                     "yours, `chown` them and `chmod go-w` them; else move them aside\n")
+    sys.stderr.write(
+        f"patchkeeper: warning: target {target}: {len(files)} {what} ignored ({listed}{more}): only "
+        "files of this user or root that no one else may write are read\n  hint: if they are "
+        "yours, `chown` them and `chmod go-w` them; else move them aside\n"
+    )
 
 
 MIN_PREFIX = 4  # a shorter state id prefix is refused: `--to 1` is a typo, not a state
@@ -301,10 +355,14 @@ class Entries(Sequence[LedgerEntry]):
         if entry is None:
             doc = self._slots[i].doc
             try:
-                entry = self._built[i] = LedgerEntry.from_dict(doc if isinstance(doc, dict) else marshal.loads(doc))
+                entry = self._built[i] = LedgerEntry.from_dict(
+                    doc if isinstance(doc, dict) else marshal.loads(doc)
+                )
             except (ValueError, KeyError, TypeError, AttributeError, IndexError, EOFError) as exc:
-                raise StoreError(f"the ledger index's copy of entry {self._slots[i].name} is damaged ({exc})"[:300],
-                                 "remove ~/.cache/patchkeeper/ledgers/ (it is rebuilt from the ledger)") from None
+                raise StoreError(
+                    f"the ledger index's copy of entry {self._slots[i].name} is damaged ({exc})"[:300],
+                    "remove ~/.cache/patchkeeper/ledgers/ (it is rebuilt from the ledger)",
+                ) from None
         return entry
 
     @property
@@ -361,8 +419,11 @@ class Ledger:
             found = ledger_index.read(self.target, self.dir, self._parse, self.indexed)
             self._entries, self.files_read = Entries(found.slots), found.files_read
             if found.untrusted:
-                warn_untrusted(self.target.name, "ledger entr" + ("y" if len(found.untrusted) == 1 else "ies"),
-                               found.untrusted)
+                warn_untrusted(
+                    self.target.name,
+                    "ledger entr" + ("y" if len(found.untrusted) == 1 else "ies"),
+                    found.untrusted,
+                )
         return self._entries
 
     def _parse(self, name: str, data: bytes) -> dict[str, Any]:
@@ -377,7 +438,8 @@ class Ledger:
                 f"ledger entry {path} of target {self.target.name} is damaged ({type(exc).__name__}: "
                 f"{str(exc)[:120]})",
                 f"put back the workspace's copy (snapshots/{self.target.name}/ledger/{name}) if it has one, "
-                "else move the file aside; nothing was changed") from None
+                "else move the file aside; nothing was changed",
+            ) from None
 
     def current(self) -> State | None:
         entries = self.entries()
@@ -395,7 +457,9 @@ class Ledger:
             release = release or self.target.info.version
             for i in reversed(found):
                 entry = entries[i]
-                if (entry.installed or {}).get("version", dict(entry.extra).get("package_version")) == release:
+                if (entry.installed or {}).get(
+                    "version", dict(entry.extra).get("package_version")
+                ) == release:
                     return entry.after
         return entries[found[0]].after
 
@@ -434,8 +498,10 @@ class Ledger:
         """baseline | previous | a state name | a state id (prefix) | a ledger entry id."""
         entries = self.entries()
         if not entries:
-            raise Refused(f"target {self.target.name} has no recorded states yet",
-                          "nothing has been changed by patchkeeper here")
+            raise Refused(
+                f"target {self.target.name} has no recorded states yet",
+                "nothing has been changed by patchkeeper here",
+            )
         slots = entries.slots
         if spec == "baseline":  # the installed release's (see baseline)
             found = self.baseline()
@@ -451,15 +517,24 @@ class Ledger:
             if slots[i].after_name == spec or slots[i].id == spec:
                 return entries[i].after
         if len(spec) < MIN_PREFIX:
-            raise BadInput(f"no state named {spec!r} on target {self.target.name}, and a state id prefix "
-                           f"needs at least {MIN_PREFIX} characters",
-                           "give more of the id (`patchkeeper log` shows them), or baseline | previous | a name")
-        matches = {slot.after: entries[i].after for i, slot in enumerate(slots) if slot.after.startswith(spec)}
+            raise BadInput(
+                f"no state named {spec!r} on target {self.target.name}, and a state id prefix "
+                f"needs at least {MIN_PREFIX} characters",
+                "give more of the id (`patchkeeper log` shows them), or baseline | previous | a name",
+            )
+        matches = {
+            slot.after: entries[i].after for i, slot in enumerate(slots) if slot.after.startswith(spec)
+        }
         if len(matches) == 1:
             return next(iter(matches.values()))
         if len(matches) > 1:
-            listed = "; ".join(f"{sid} ({state.name or state.stack_text()})" for sid, state in sorted(matches.items()))
-            raise BadInput(f"state id prefix {spec!r} is ambiguous: {len(matches)} states start with it",
-                           f"give more characters; the candidates: {listed}")
-        raise BadInput(f"no state {spec!r} on target {self.target.name}",
-                       "run `patchkeeper log` to see its states")
+            listed = "; ".join(
+                f"{sid} ({state.name or state.stack_text()})" for sid, state in sorted(matches.items())
+            )
+            raise BadInput(
+                f"state id prefix {spec!r} is ambiguous: {len(matches)} states start with it",
+                f"give more characters; the candidates: {listed}",
+            )
+        raise BadInput(
+            f"no state {spec!r} on target {self.target.name}", "run `patchkeeper log` to see its states"
+        )

@@ -20,8 +20,9 @@ from __future__ import annotations
 import marshal
 import posixpath
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ..host.disk import hash_bytes
 from ..host.statcache import load_cache, save_cache, user_cache
@@ -48,10 +49,18 @@ def facts_of(doc: dict[str, Any]) -> Facts:
     extra = doc.get("extra")
     extra = extra if isinstance(extra, dict) else {}
     after = doc["after"]
-    return (doc["kind"], after["id"], after.get("name"),
-            tuple((p.get("name"), p.get("version"), p.get("digest")) for p in doc.get("patchsets") or ()
-                  if isinstance(p, dict)),
-            bool(extra.get("env")), tuple(extra.get(CREATED_DIRS) or ()))
+    return (
+        doc["kind"],
+        after["id"],
+        after.get("name"),
+        tuple(
+            (p.get("name"), p.get("version"), p.get("digest"))
+            for p in doc.get("patchsets") or ()
+            if isinstance(p, dict)
+        ),
+        bool(extra.get("env")),
+        tuple(extra.get(CREATED_DIRS) or ()),
+    )
 
 
 @dataclass(frozen=True)
@@ -106,15 +115,22 @@ def path_of(target: Target) -> str:
     return user_cache(posixpath.join("ledgers", hash_bytes(key).partition(":")[2][:24] + ".marshal"))
 
 
-def read(target: Target, directory: str, parse: Callable[[str, bytes], dict[str, Any]], indexed: bool = True) -> Read:
+def read(
+    target: Target, directory: str, parse: Callable[[str, bytes], dict[str, Any]], indexed: bool = True
+) -> Read:
     """The entries of the ledger in `directory` of `target`: the remembered ones whose files kept their
     identity, the others read again and parsed by `parse` (which raises on a damaged entry); without
     `indexed`, every one read and parsed (the index neither read nor written)."""
     path = path_of(target)
-    known: dict[str, tuple[Identity, int, str, Facts, bytes]] = (load_cache(path, STAMP) or {}) if indexed else {}
+    known: dict[str, tuple[Identity, int, str, Facts, bytes]] = (
+        (load_cache(path, STAMP) or {}) if indexed else {}
+    )
     answer = target.agent.read_changed(directory, ".json", {name: kept[0] for name, kept in known.items()})
-    kept = {name: v for name, v in known.items()
-            if name not in answer.files and name not in answer.gone and name not in answer.untrusted}
+    kept = {
+        name: v
+        for name, v in known.items()
+        if name not in answer.files and name not in answer.gone and name not in answer.untrusted
+    }
     slots = [Slot(name, seq, entry_id, facts, blob) for name, (_, seq, entry_id, facts, blob) in kept.items()]
     grew = False
     for name, data in answer.files.items():

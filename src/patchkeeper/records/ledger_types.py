@@ -48,7 +48,7 @@ class RollbackExtra(TypedDict, total=False):
     backed_up_at_recovery: dict[str, str]  # as for apply
     backups: dict[str, str]  # hand-edited key -> digest of its bytes in the store, for show-backup
     created_dirs: list[str]  # as ApplyExtra's
-    env: dict[str, "EnvChange"]  # files outside the package it changed (files earlier repairs had changed)
+    env: dict[str, EnvChange]  # files outside the package it changed (files earlier repairs had changed)
 
 
 class VerifyExtra(TypedDict):
@@ -91,4 +91,4 @@ class RepairExtra(TypedDict):
     left: dict[str, str]
 
 
-Extra = Union[RecordExtra, ApplyExtra, RollbackExtra, VerifyExtra, RepairExtra]
+Extra = Union[RecordExtra, ApplyExtra, RollbackExtra, VerifyExtra, RepairExtra]  # noqa: UP007

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Mapping
 
 from ..host import manifest_text
 from ..host.contract import ROLE_PREFIX as ROLE_PREFIX
@@ -19,7 +19,7 @@ class Entry:
     mode: int
 
     @classmethod
-    def of(cls, row: Row) -> "Entry":
+    def of(cls, row: Row) -> Entry:
         """The entry of an agent's row (digest, size, mode)."""
         return cls(*row)
 
@@ -54,7 +54,7 @@ class Manifest(Mapping[str, Entry]):
     def __len__(self) -> int:
         return len(self._entries if self._entries is not None else (self._rows or {}))
 
-    def replace(self, changes: Mapping[str, Entry | None]) -> "Manifest":
+    def replace(self, changes: Mapping[str, Entry | None]) -> Manifest:
         if self._entries is None:  # rows stay rows
             rows = dict(self._rows or {})
             for key, change in changes.items():
@@ -78,11 +78,11 @@ class Manifest(Mapping[str, Entry]):
         return manifest_text.write(self._entries)
 
     @classmethod
-    def from_text(cls, data: bytes) -> "Manifest":
+    def from_text(cls, data: bytes) -> Manifest:
         return cls.from_scan(manifest_text.parse(data))
 
     @classmethod
-    def from_scan(cls, rows: Mapping[str, Row]) -> "Manifest":
+    def from_scan(cls, rows: Mapping[str, Row]) -> Manifest:
         """From an agent's rows (key -> (digest, size, mode)); each Entry is made when first read."""
         manifest = cls.__new__(cls)
         manifest._entries = None
@@ -102,8 +102,10 @@ def differences(recorded: Mapping[str, Entry], actual: Mapping[str, Entry]) -> d
     for key in sorted(keys):
         old, new = recorded.get(key), actual.get(key)
         if old != new:
-            out[key] = change_kind(None if old is None else (old.digest, old.size, old.mode),
-                                   None if new is None else (new.digest, new.size, new.mode))
+            out[key] = change_kind(
+                None if old is None else (old.digest, old.size, old.mode),
+                None if new is None else (new.digest, new.size, new.mode),
+            )
     return out
 
 

@@ -17,16 +17,20 @@ def check(target: Target, claim: bool) -> None:
     found = target.agent.state_dir_owner(info.prefix, info.state_dir, info.site, claim)
     real, site, owner = found.state_dir, found.site, found.owner
     if real == site or real.startswith(site.rstrip("/") + "/"):
-        raise BadInput(f"target {target.name}: state_dir {info.state_dir} is inside site-packages ({info.site}), "
-                       "where patchkeeper manages the files: its own records would count as changes to the package",
-                       f"set state_dir outside site-packages in [targets.{target.name}] "
-                       f"(the default is {posixpath.join(info.prefix, '.patchkeeper')})")
+        raise BadInput(
+            f"target {target.name}: state_dir {info.state_dir} is inside site-packages ({info.site}), "
+            "where patchkeeper manages the files: its own records would count as changes to the package",
+            f"set state_dir outside site-packages in [targets.{target.name}] "
+            f"(the default is {posixpath.join(info.prefix, '.patchkeeper')})",
+        )
     if owner is not None and owner != real:
         marker = posixpath.join(info.prefix, ".patchkeeper", "state_dir")
-        raise Refused(f"target {target.name}: the venv {info.prefix} is managed from the state dir {owner} "
-                      f"(named in {marker}), not from this workspace's {info.state_dir}",
-                      f"set state_dir = \"{owner}\" in [targets.{target.name}], so that one ledger and one lock "
-                      f"guard these files; if {owner} is gone for good, remove {marker}")
+        raise Refused(
+            f"target {target.name}: the venv {info.prefix} is managed from the state dir {owner} "
+            f"(named in {marker}), not from this workspace's {info.state_dir}",
+            f'set state_dir = "{owner}" in [targets.{target.name}], so that one ledger and one lock '
+            f"guard these files; if {owner} is gone for good, remove {marker}",
+        )
 
 
 def check_workspace(target: Target, root: Path) -> None:
@@ -37,7 +41,9 @@ def check_workspace(target: Target, root: Path) -> None:
     info = target.info
     real, site = os.path.realpath(root), os.path.realpath(info.site)
     if real == site or real.startswith(site.rstrip("/") + "/"):
-        raise BadInput(f"target {target.name}: the workspace {root} is inside its site-packages ({info.site}), "
-                       "whose files patchkeeper manages: a change would count the workspace's own files as hand "
-                       "edits of the package, and remove them",
-                       "move the workspace out of site-packages (anywhere else: its own git repository is best)")
+        raise BadInput(
+            f"target {target.name}: the workspace {root} is inside its site-packages ({info.site}), "
+            "whose files patchkeeper manages: a change would count the workspace's own files as hand "
+            "edits of the package, and remove them",
+            "move the workspace out of site-packages (anywhere else: its own git repository is best)",
+        )

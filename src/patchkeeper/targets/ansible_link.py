@@ -19,8 +19,8 @@ from typing import Any
 
 from ..errors import TargetError
 from ..workspace import TargetConfig
-from .local import run_here
 from .links import PipeLink, program
+from .local import run_here
 from .remote_agent import AgentProxy, AgentTarget, Patience
 
 SUPPORTED = ("ssh", "local")
@@ -30,15 +30,21 @@ def check(connection: Any, host: str) -> None:
     """Refuse what this wire cannot do, before anything is read or changed."""
     transport = getattr(connection, "transport", None)
     if transport not in SUPPORTED:
-        raise TargetError(f"host {host}: Ansible connection {transport!r} is not supported by patchkeeper.core.patchset",
-                          "use connection ssh (Ansible's default) or local for this host")
+        raise TargetError(
+            f"host {host}: Ansible connection {transport!r} is not supported by patchkeeper.core.patchset",
+            "use connection ssh (Ansible's default) or local for this host",
+        )
     context = getattr(connection, "_play_context", None)
     if getattr(context, "become", False):
-        raise TargetError(f"host {host}: become is not supported by patchkeeper.core.patchset",
-                          "connect as a user that may write the target's venv and role files (ansible_user)")
+        raise TargetError(
+            f"host {host}: become is not supported by patchkeeper.core.patchset",
+            "connect as a user that may write the target's venv and role files (ansible_user)",
+        )
     if transport == "ssh" and _option(connection, "password"):
-        raise TargetError(f"host {host}: password logins are not supported by patchkeeper.core.patchset",
-                          "log in with a key (ansible_ssh_private_key_file, or ssh-agent)")
+        raise TargetError(
+            f"host {host}: password logins are not supported by patchkeeper.core.patchset",
+            "log in with a key (ansible_ssh_private_key_file, or ssh-agent)",
+        )
 
 
 def _option(connection: Any, name: str) -> Any:
@@ -72,10 +78,14 @@ class AnsibleTarget(AgentTarget):
             try:
                 link = PipeLink(self.config.python, program(), self.wrap)
             except OSError as exc:
-                raise TargetError(f"target {self.name}: cannot start ssh for its agent: {exc}",
-                                  "check that ssh is installed on the controller") from None
+                raise TargetError(
+                    f"target {self.name}: cannot start ssh for its agent: {exc}",
+                    "check that ssh is installed on the controller",
+                ) from None
             self._agent = AgentProxy(link, self.name, self.config.python, Patience(self.config.timeout))
         return self._agent
 
-    def run(self, argv: list[str], timeout: float = 60.0, input: bytes | None = None) -> tuple[int, bytes, bytes]:
+    def run(
+        self, argv: list[str], timeout: float = 60.0, input: bytes | None = None
+    ) -> tuple[int, bytes, bytes]:
         return run_here(self.wrap(argv), timeout, input)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import posixpath
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Generic, TypeVar, cast
+from importlib import resources
+from typing import Any, Generic, TypeVar, cast
 
 from ..errors import BadInput, NotInstalled, TargetError
 from ..host.contract import (
@@ -16,10 +18,9 @@ from ..host.contract import (
     Interpreter,
     InterpreterFacts,
 )
-from ..workspace import TargetConfig
 from ..host.disk import hash_bytes
+from ..workspace import TargetConfig
 from .shapes import answer_from_wire
-from importlib import resources
 
 T = TypeVar("T")
 
@@ -55,8 +56,10 @@ _INFO = (
 # What a program run by run_python prints first: anything before it came from the interpreter's own
 # start (a sitecustomize, a .pth), not from the program, and is dropped.
 OUTPUT_MARK = b"\x00patchkeeper-output\x00"
-_BOOT = ("import sys;sys.stdout.write(%r);sys.stdout.flush();__pk=sys.argv.pop(1);"
-         "exec(compile(__pk,'<patchkeeper>','exec'))") % OUTPUT_MARK.decode()
+_BOOT = (
+    "import sys;sys.stdout.write(%r);sys.stdout.flush();__pk=sys.argv.pop(1);"
+    "exec(compile(__pk,'<patchkeeper>','exec'))"
+) % OUTPUT_MARK.decode()
 
 
 @dataclass(frozen=True)
@@ -114,14 +117,23 @@ class Target(ABC):
         """The near-disk agent, running next to the files in the target's own interpreter."""
 
     @abstractmethod
-    def run(self, argv: list[str], timeout: float = 60.0, input: bytes | None = None) -> tuple[int, bytes, bytes]:
+    def run(
+        self, argv: list[str], timeout: float = 60.0, input: bytes | None = None
+    ) -> tuple[int, bytes, bytes]:
         """Run a program on the target without any shell; return (exit code, stdout, stderr)."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027
         pass
 
-    def run_python(self, source: str, args: tuple[str, ...] = (), timeout: float = 60.0, input: bytes | None = None,
-                   isolated: bool = True, python: str | None = None) -> tuple[int, bytes, bytes]:
+    def run_python(
+        self,
+        source: str,
+        args: tuple[str, ...] = (),
+        timeout: float = 60.0,
+        input: bytes | None = None,
+        isolated: bool = True,
+        python: str | None = None,
+    ) -> tuple[int, bytes, bytes]:
         """Run `source` in the target's interpreter (`python -I`, unless not `isolated`) with `args`
         as sys.argv[1:]: (exit code, what the program printed, stderr). What the interpreter printed
         before the program ran (a sitecustomize or .pth that prints) is dropped; when the program
@@ -132,8 +144,15 @@ class Target(ABC):
         if mark:
             return code, said, err
         if code == 0:  # it exited 0 without running the program: a sitecustomize that calls exit()?
-            return 1, b"", err + (b"the interpreter exited before running patchkeeper's program; it printed: "
-                                  + noise[-200:])
+            return (
+                1,
+                b"",
+                err
+                + (
+                    b"the interpreter exited before running patchkeeper's program; it printed: "
+                    + noise[-200:]
+                ),
+            )
         return code, out, err
 
     def run_json(self, source: str, what: str, timeout: float = 60.0) -> Any:
@@ -145,14 +164,18 @@ class Target(ABC):
             code, out, err = 127, b"", b"no such file"
         if code != 0:
             said = err.decode(errors="replace").strip().splitlines()
-            raise TargetError(f"target {self.name}: cannot run its interpreter {cfg.python}: "
-                              f"{said[-1] if said else f'exit {code}'}",
-                              f"fix python = ... in [targets.{self.name}]")
+            raise TargetError(
+                f"target {self.name}: cannot run its interpreter {cfg.python}: "
+                f"{said[-1] if said else f'exit {code}'}",
+                f"fix python = ... in [targets.{self.name}]",
+            )
         try:
             return json.loads(out)
         except ValueError:
-            raise TargetError(f"target {self.name}: {what} from its interpreter {cfg.python} is not JSON: "
-                              f"{out[:120]!r}", f"run {cfg.python} -I on the target and see what it prints") from None
+            raise TargetError(
+                f"target {self.name}: {what} from its interpreter {cfg.python} is not JSON: {out[:120]!r}",
+                f"run {cfg.python} -I on the target and see what it prints",
+            ) from None
 
     @memo
     def algorithm(self) -> str:
@@ -166,14 +189,19 @@ class Target(ABC):
 
     def interpreter(self) -> Interpreter:
         """The target interpreter's prefix, purelib, platlib and version."""
-        return cast(Interpreter, self._answer("interpreter", self.run_json(_INFO, "the facts of its interpreter")))
+        return cast(
+            Interpreter, self._answer("interpreter", self.run_json(_INFO, "the facts of its interpreter"))
+        )
 
     def interpreter_facts(self) -> InterpreterFacts:
         """Implementation, version, tags, libc and site dirs of the target's interpreter
         (host/interp.py run in it)."""
 
         source = resources.files("patchkeeper.host").joinpath("interp.py").read_text(encoding="utf-8")
-        return cast(InterpreterFacts, self._answer("interpreter_facts", self.run_json(source, "the facts of its interpreter")))
+        return cast(
+            InterpreterFacts,
+            self._answer("interpreter_facts", self.run_json(source, "the facts of its interpreter")),
+        )
 
     def _answer(self, method: str, doc: Any) -> Any:
         """A document the target's interpreter printed, as the contract's answer to `method` (checked)."""
@@ -181,9 +209,11 @@ class Target(ABC):
         try:
             return answer_from_wire(method, doc)
         except ValueError as exc:  # shapes.Malformed
-            raise TargetError(f"target {self.name}: the answer of its interpreter {self.config.python} to "
-                              f"{method} is malformed: {exc}", f"run {self.config.python} -I on the target "
-                              "and see what it prints") from None
+            raise TargetError(
+                f"target {self.name}: the answer of its interpreter {self.config.python} to "
+                f"{method} is malformed: {exc}",
+                f"run {self.config.python} -I on the target and see what it prints",
+            ) from None
 
     def package_layout(self, sites: list[str], package: str) -> DistInfo | None:
         """The package's distribution in the site dirs: its layout, not its 10,000 RECORD paths."""
@@ -196,24 +226,38 @@ class Target(ABC):
         sites = list(dict.fromkeys([py.purelib, py.platlib]))
         dist = self.package_layout(sites, cfg.package)
         if dist is None:
-            raise NotInstalled(f"target {self.name}: package {cfg.package!r} is not installed in {' or '.join(sites)}",
-                               f"wrong venv? python = \"{cfg.python}\" in [targets.{self.name}] names the interpreter "
-                               f"whose site-packages holds {cfg.package}: point it at that venv's bin/python; or "
-                               f"install it there: `{cfg.python} -m pip install {cfg.package}`",
-                               cfg.state_dir or posixpath.join(py.prefix, ".patchkeeper"))
+            raise NotInstalled(
+                f"target {self.name}: package {cfg.package!r} is not installed in {' or '.join(sites)}",
+                f'wrong venv? python = "{cfg.python}" in [targets.{self.name}] names the interpreter '
+                f"whose site-packages holds {cfg.package}: point it at that venv's bin/python; or "
+                f"install it there: `{cfg.python} -m pip install {cfg.package}`",
+                cfg.state_dir or posixpath.join(py.prefix, ".patchkeeper"),
+            )
         roles = []
         for role, path in sorted(cfg.files.items()):
             if not posixpath.isabs(path):
                 raise BadInput(f"target {self.name}: role file {role} = {path!r} is not absolute")
             if (posixpath.normpath(path) + "/").startswith(dist.site.rstrip("/") + "/"):
-                raise BadInput(f"target {self.name}: role file {role} = {path!r} is inside site-packages "
-                               f"({dist.site}), among the files of the package that patchkeeper manages: one file "
-                               "cannot be both", f"name a file outside site-packages in [targets.{self.name}.files]")
+                raise BadInput(
+                    f"target {self.name}: role file {role} = {path!r} is inside site-packages "
+                    f"({dist.site}), among the files of the package that patchkeeper manages: one file "
+                    "cannot be both",
+                    f"name a file outside site-packages in [targets.{self.name}.files]",
+                )
             roles.append((role, path))
         return TargetInfo(
-            name=self.name, host=self.agent.hostname(), python=cfg.python,
-            python_version=py.python, prefix=py.prefix, site=dist.site,
-            package=cfg.package, version=dist.version, dist_info=dist.dist_info,
-            tops=dist.tops, loose=dist.loose, roles=tuple(roles),
-            state_dir=cfg.state_dir or posixpath.join(py.prefix, ".patchkeeper"), installation=dist.installation,
+            name=self.name,
+            host=self.agent.hostname(),
+            python=cfg.python,
+            python_version=py.python,
+            prefix=py.prefix,
+            site=dist.site,
+            package=cfg.package,
+            version=dist.version,
+            dist_info=dist.dist_info,
+            tops=dist.tops,
+            loose=dist.loose,
+            roles=tuple(roles),
+            state_dir=cfg.state_dir or posixpath.join(py.prefix, ".patchkeeper"),
+            installation=dist.installation,
         )

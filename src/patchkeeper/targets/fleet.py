@@ -8,17 +8,17 @@ every other target still finishes. On a terminal, stderr shows done/total.
 
 from __future__ import annotations
 
+import multiprocessing
 import sys
+from collections.abc import Callable
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import PatchkeeperError
-from ..workspace import Workspace
 from ..host.disk import cpus
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
-import multiprocessing
+from ..workspace import Workspace
 
 if TYPE_CHECKING:
     from concurrent.futures import Executor
@@ -49,8 +49,10 @@ def _guarded(work: Callable[[Workspace, str], T], ws: Workspace, name: str) -> T
     except PatchkeeperError as exc:
         return Failed(str(exc.message).splitlines()[0], exc.hint, exc.exit_code)
     except OSError as exc:
-        return Failed(f"{exc.strerror or exc}{': ' + str(exc.filename) if exc.filename else ''}",
-                      "check the path and its permissions")
+        return Failed(
+            f"{exc.strerror or exc}{': ' + str(exc.filename) if exc.filename else ''}",
+            "check the path and its permissions",
+        )
 
 
 def _failed(exc: BaseException) -> Failed:
@@ -58,11 +60,14 @@ def _failed(exc: BaseException) -> Failed:
 
     if isinstance(exc, BrokenProcessPool):
         return Failed("its worker process ended before it answered", "run the command on that target alone")
-    return Failed(f"internal error: {type(exc).__name__}: {exc}".splitlines()[0], "please report this as a bug")
+    return Failed(
+        f"internal error: {type(exc).__name__}: {exc}".splitlines()[0], "please report this as a bug"
+    )
 
 
-def each(ws: Workspace, work: Callable[[Workspace, str], T], what: str,
-         progress: bool | None = None) -> dict[str, T | Failed]:
+def each(
+    ws: Workspace, work: Callable[[Workspace, str], T], what: str, progress: bool | None = None
+) -> dict[str, T | Failed]:
     """`work(ws, name)` for every target, concurrently; name -> its result, or how it failed.
 
     `work` and its result must be picklable (a local target's runs in a worker process: `work` a

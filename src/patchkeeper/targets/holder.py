@@ -63,8 +63,9 @@ class Held:
         """Start an agent for the next command, unless one is ready."""
         with self.filling:
             if self.spare is None and not self.stopping.is_set():
-                self.spare = AgentProxy.over_ssh(self.target._session(), self.target.name, self.target.config.python,
-                                                 self.target.patience)
+                self.spare = AgentProxy.over_ssh(
+                    self.target._session(), self.target.name, self.target.config.python, self.target.patience
+                )
 
     def settled(self) -> AgentProxy | None:
         """The spare, once every park in flight has ended (so a command that follows one that
@@ -95,14 +96,14 @@ class Held:
         while not self.stopping.is_set():
             try:
                 conn, _ = listener.accept()
-            except socket.timeout:
+            except TimeoutError:
                 with self.lock:
                     idle = self.active == 0 and time.monotonic() - self.last > self.persist
                 if idle or not self.alive():
                     return
                 continue
             if self.stopping.is_set():  # accepted as `stop` was answered: closed unanswered, so the
-                conn.close()            # command starts a new holder instead of losing this one's
+                conn.close()  # command starts a new holder instead of losing this one's
                 return
             with self.lock:
                 self.active += 1
@@ -128,8 +129,16 @@ class Held:
                 conn.sendall(answer)
             elif op == "ping":
                 spare = self.settled()
-                conn.sendall(wire.encode({"ok": 1}, {"pid": os.getpid(), "target": self.target.name,
-                                                     "spare": spare.hello["pid"] if spare else None}))
+                conn.sendall(
+                    wire.encode(
+                        {"ok": 1},
+                        {
+                            "pid": os.getpid(),
+                            "target": self.target.name,
+                            "spare": spare.hello["pid"] if spare else None,
+                        },
+                    )
+                )
             elif op == "stop":
                 self.stopping.set()
                 self.withdraw()  # before answering: a command started after `disconnect` finds no socket
@@ -152,13 +161,17 @@ class Held:
             conn.sendall(wire.MAGIC + wire.encode({"error": error_doc(exc)}))
             return
         chan = _chan(agent)
-        chan.settimeout(None)  # the command's end times its reads; between its calls the agent may be idle for long
+        chan.settimeout(
+            None
+        )  # the command's end times its reads; between its calls the agent may be idle for long
         parking = threading.Event()
         parked: bool | None = False
         keep: AgentProxy | None = agent
         try:
             conn.sendall(wire.MAGIC + wire.encode({"hello": 1}, agent.hello))
-            pump = threading.Thread(target=_upstream, args=(conn, chan, parking, self.park_begun), daemon=True)
+            pump = threading.Thread(
+                target=_upstream, args=(conn, chan, parking, self.park_begun), daemon=True
+            )
             pump.start()
             answer = bytearray()
             try:
@@ -244,7 +257,7 @@ def _is_parked(answer: bytearray) -> bool | None:
         if pos + n > len(view):
             raise EOFError
         pos += n
-        return bytes(view[pos - n:pos])
+        return bytes(view[pos - n : pos])
 
     try:
         header, value = wire.decode(read)
@@ -288,8 +301,14 @@ def main(spec: dict[str, Any]) -> int:
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 1)  # nothing may reach the starter's pipe but the one report line
     os.dup2(devnull, 0)
-    config = TargetConfig(name=spec["name"], python=spec["python"], package="", ssh=spec["ssh"],
-                          identity_file=spec.get("identity"), timeout=float(spec.get("timeout", 30)))
+    config = TargetConfig(
+        name=spec["name"],
+        python=spec["python"],
+        package="",
+        ssh=spec["ssh"],
+        identity_file=spec.get("identity"),
+        timeout=float(spec.get("timeout", 30)),
+    )
     target = SshTarget(config, persist=0)
     path = spec["path"]
     temp = f"{path}.{os.getpid()}"
@@ -324,6 +343,7 @@ def main(spec: dict[str, Any]) -> int:
         if not report.closed:
             report.close()
         target.close()
+
 
 if __name__ == "__main__":
     sys.exit(main(json.loads(sys.argv[1])))

@@ -6,22 +6,46 @@ on a host, the pipes of a subprocess on this machine. (A holder's socket is pers
 from __future__ import annotations
 
 import os
+import select
 import shlex
+import subprocess
 import sys
+import tempfile
 import threading
-from typing import Any, Callable, Protocol, cast
+from collections.abc import Callable
+from importlib import resources
+from typing import Any, Protocol, cast
 
 from ..host import blake3pipe
-from importlib import resources
-import select
-import subprocess
-import tempfile
-
 
 # The agent's modules, in import order; on the host they become the package `pkagent`.
-AGENT_MODULES = ("errors", "queries", "contract", "blake3pipe", "progress", "disk", "manifest_text", "statcache", "store",
-                 "manifests", "compare", "distinfo", "seal", "distcheck", "bytecode", "preflight", "elf", "interp",
-                 "startup", "gpu", "fingerprint", "treecheck", "statelock", "agent", "wire")
+AGENT_MODULES = (
+    "errors",
+    "queries",
+    "contract",
+    "blake3pipe",
+    "progress",
+    "disk",
+    "manifest_text",
+    "statcache",
+    "store",
+    "manifests",
+    "compare",
+    "distinfo",
+    "seal",
+    "distcheck",
+    "bytecode",
+    "preflight",
+    "elf",
+    "interp",
+    "startup",
+    "gpu",
+    "fingerprint",
+    "treecheck",
+    "statelock",
+    "agent",
+    "wire",
+)
 _BOOT = """
 import sys, types
 pkg = types.ModuleType("pkagent"); pkg.__path__ = []; sys.modules["pkagent"] = pkg
@@ -37,9 +61,11 @@ def program() -> bytes:
     """The agent's modules as one script that builds them as a package and serves an Agent on
     stdin/stdout (relative imports between them work as they do locally)."""
 
-    sources = [(name, resources.files("patchkeeper.host").joinpath(f"{name}.py").read_text(encoding="utf-8"))
-               for name in AGENT_MODULES]
-    return f"MODULES = {sources!r}\n{_BOOT}".encode("utf-8")
+    sources = [
+        (name, resources.files("patchkeeper.host").joinpath(f"{name}.py").read_text(encoding="utf-8"))
+        for name in AGENT_MODULES
+    ]
+    return f"MODULES = {sources!r}\n{_BOOT}".encode()
 
 
 def argv(python: str, size: int) -> list[str]:
@@ -63,7 +89,9 @@ class Link(Protocol):
 
     def stderr(self) -> str: ...  # its last line
 
-    def close(self, wait: bool = True) -> None: ...  # wait=False: the agent is frozen or gone, do not wait for it
+    def close(
+        self, wait: bool = True
+    ) -> None: ...  # wait=False: the agent is frozen or gone, do not wait for it
 
 
 class SshLink:
@@ -103,7 +131,9 @@ class PipeLink:
     """The agent started on this machine in another interpreter, over its stdin and stdout; or, given
     `wrap`, through a program that runs it elsewhere (Ansible's ssh: targets/ansible_link.py)."""
 
-    def __init__(self, python: str, program: bytes, wrap: Callable[[list[str]], list[str]] | None = None) -> None:
+    def __init__(
+        self, python: str, program: bytes, wrap: Callable[[list[str]], list[str]] | None = None
+    ) -> None:
         self._err = tempfile.TemporaryFile()  # a file, not a pipe: a chatty stderr cannot block it
         self._timeout: float | None = None
         # on this machine, an interpreter without blake3 hashes through this one's, so a local target's
@@ -111,8 +141,13 @@ class PipeLink:
         helper = {blake3pipe.VARIABLE: sys.executable} if sys.executable and wrap is None else {}
         try:
             command = argv(python, len(program))
-            self._proc = subprocess.Popen(wrap(command) if wrap else command, stdin=subprocess.PIPE,
-                                          stdout=subprocess.PIPE, stderr=self._err, env={**os.environ, **helper})
+            self._proc = subprocess.Popen(
+                wrap(command) if wrap else command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self._err,
+                env={**os.environ, **helper},
+            )
         except OSError:
             self._err.close()
             raise

@@ -8,10 +8,15 @@ MAGIC_NUMBER and `compile` of the Python that will run it."""
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
+import tempfile
 import time
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..host import seal
 from ..host.agent import Agent
 from ..host.contract import (
     AgentContract,
@@ -23,11 +28,7 @@ from ..host.contract import (
 from ..host.statcache import identity, load_cache, save_cache, user_cache, write_caches
 from ..workspace import TargetConfig
 from .base import Target, memo
-from ..host import seal
 from .remote_agent import AgentProxy, Patience
-import signal
-import subprocess
-import tempfile
 
 if TYPE_CHECKING:  # the proxy (and the wire under it) loads only for another interpreter
     from .remote_agent import AgentProxy
@@ -65,7 +66,9 @@ class LocalTarget(Target):
             self._proxy = None
         write_caches(True)  # the in-process agent's hands_off (a dry run) ends with the command's use of it
 
-    def run(self, argv: list[str], timeout: float = 60.0, input: bytes | None = None) -> tuple[int, bytes, bytes]:
+    def run(
+        self, argv: list[str], timeout: float = 60.0, input: bytes | None = None
+    ) -> tuple[int, bytes, bytes]:
         return run_here(argv, timeout, input)
 
     def interpreter(self) -> Interpreter:
@@ -73,8 +76,14 @@ class LocalTarget(Target):
         depends only on the executable and its pyvenv.cfg, whose identities key the entry)."""
         if self.fresh:
             return super().interpreter()
-        return _remembered(self.config.python, "interpreters.marshal", "info", Interpreter, super().interpreter,
-                           lambda info: "cache_tag" in info)
+        return _remembered(
+            self.config.python,
+            "interpreters.marshal",
+            "info",
+            Interpreter,
+            super().interpreter,
+            lambda info: "cache_tag" in info,
+        )
 
     def package_layout(self, sites: list[str], package: str) -> DistInfo | None:
         """As Target.package_layout; with the agent in this process, remembered across commands in
@@ -96,10 +105,15 @@ class LocalTarget(Target):
                 pass  # written by another version: asked again
         started = time.time_ns()
         found = super().package_layout(sites, package)
-        watched = list(sites) + ([os.path.join(found.site, found.dist_info, f) for f in ("", "RECORD", "METADATA")]
-                                 if found else [])
+        watched = list(sites) + (
+            [os.path.join(found.site, found.dist_info, f) for f in ("", "RECORD", "METADATA")]
+            if found
+            else []
+        )
         ids = seal.stat_identities(watched, os.stat)
-        if not seal.settled(ids, started):  # only files unchanged since before `started` are as they were read
+        if not seal.settled(
+            ids, started
+        ):  # only files unchanged since before `started` are as they were read
             return found
         known[key] = {"watched": watched, "ids": ids.hex(), "answer": found.to_wire() if found else None}
         _write_cache(cache, known)
@@ -110,21 +124,38 @@ class LocalTarget(Target):
         depend only on the executable and its pyvenv.cfg)."""
         if self.fresh:
             return super().interpreter_facts()
-        return _remembered(self.config.python, "interpreter-facts.marshal", "facts", InterpreterFacts,
-                           super().interpreter_facts, lambda facts: "stdlib" in facts.get("where", {}))
+        return _remembered(
+            self.config.python,
+            "interpreter-facts.marshal",
+            "facts",
+            InterpreterFacts,
+            super().interpreter_facts,
+            lambda facts: "stdlib" in facts.get("where", {}),
+        )
 
 
 A = TypeVar("A", bound=Answer)
-_STAMP = ("pk-local-target", 3)  # 3: a package layout holds its installation; the caches of interpreters and package layouts in ~/.cache/patchkeeper
+_STAMP = (
+    "pk-local-target",
+    3,
+)  # 3: a package layout holds its installation; the caches of interpreters and package layouts in ~/.cache/patchkeeper
 
 
-def _remembered(python: str, file: str, field: str, kind: type[A], compute: Callable[[], A],
-                valid: Callable[[dict[str, Any]], bool] = lambda _: True) -> A:
+def _remembered(
+    python: str,
+    file: str,
+    field: str,
+    kind: type[A],
+    compute: Callable[[], A],
+    valid: Callable[[dict[str, Any]], bool] = lambda _: True,
+) -> A:
     """compute(), remembered in ~/.cache/patchkeeper/FILE per interpreter, keyed by the identities of
     its executable and its pyvenv.cfg (what the answer depends on); a cache we cannot use only costs time."""
     try:
-        key = [list(_identity(os.path.realpath(python))), list(_identity(os.path.join(
-            os.path.dirname(os.path.dirname(python)), "pyvenv.cfg")))]
+        key = [
+            list(_identity(os.path.realpath(python))),
+            list(_identity(os.path.join(os.path.dirname(os.path.dirname(python)), "pyvenv.cfg"))),
+        ]
     except OSError:
         return compute()  # a missing interpreter: let the real run say why
     cache, known = _read_cache(file)
@@ -166,8 +197,13 @@ def run_here(argv: list[str], timeout: float = 60.0, input: bytes | None = None)
     group is killed."""
 
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-                                stdout=out, stderr=err, start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+        )
         try:
             proc.communicate(input, timeout=timeout)
             code, note = proc.returncode, b""

@@ -19,13 +19,14 @@ import signal
 import socket
 import stat
 import struct
+import subprocess
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..errors import BadInput, PatchkeeperError, TargetError
 from ..host import wire
 from .remote_agent import AgentProxy, Patience
-import subprocess
 
 DEFAULT_PERSIST = 60.0
 ACK_TIMEOUT = 5.0  # a holder that does not acknowledge a request within this is wedged
@@ -40,7 +41,11 @@ def socket_dir() -> str:
     """$XDG_RUNTIME_DIR/patchkeeper, else /tmp/patchkeeper-<uid>: created 0700, refused unless it
     is a real directory of this user that no one else can enter."""
     base = os.environ.get("XDG_RUNTIME_DIR")
-    path = os.path.join(base, "patchkeeper") if base and os.path.isdir(base) else f"/tmp/patchkeeper-{os.getuid()}"
+    path = (
+        os.path.join(base, "patchkeeper")
+        if base and os.path.isdir(base)
+        else f"/tmp/patchkeeper-{os.getuid()}"
+    )
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:
@@ -125,8 +130,15 @@ class SocketLink:
 class Holder:
     """The holder of one SSH target's connection, seen from a command."""
 
-    def __init__(self, name: str, ssh: str | None, python: str, persist: float, identity: str | None = None,
-                 patience: Patience | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        ssh: str | None,
+        python: str,
+        persist: float,
+        identity: str | None = None,
+        patience: Patience | None = None,
+    ) -> None:
         self.name, self.ssh, self.python, self.persist, self.identity = name, ssh, python, persist, identity
         self.patience = patience or Patience()
         self.path = socket_path(ssh, python)
@@ -193,7 +205,7 @@ class Holder:
             self.start()
         raise Unavailable("the holder did not answer after being started")
 
-    def agent(self) -> "AgentProxy":
+    def agent(self) -> AgentProxy:
         """An agent of this command's own, reached through the holder, which first sends its hello
         (or the error that kept it from starting one)."""
 
@@ -213,8 +225,10 @@ class Holder:
             header, _ = wire.decode(keep)
         except (OSError, EOFError, ValueError):
             sock.close()
-            raise TargetError(f"the connection to target {self.name} was lost before its agent started",
-                              f"retry; `patchkeeper disconnect -t {self.name}` ends the held connection") from None
+            raise TargetError(
+                f"the connection to target {self.name} was lost before its agent started",
+                f"retry; `patchkeeper disconnect -t {self.name}` ends the held connection",
+            ) from None
         if "error" in header:
             sock.close()
             raise _error(header["error"])
@@ -224,11 +238,15 @@ class Holder:
     def run(self, argv: list[str], timeout: float, input: bytes | None) -> tuple[int, bytes, bytes]:
         sock = self._open("run", [argv, timeout, input])
         try:
-            sock.settimeout(timeout + self.patience.hello)  # the holder answers when the program is done or timed out
+            sock.settimeout(
+                timeout + self.patience.hello
+            )  # the holder answers when the program is done or timed out
             header, value = wire.decode(_read_exact(sock))
         except (OSError, EOFError, ValueError):
-            raise TargetError(f"the connection to target {self.name} was lost while running {argv[0]}",
-                              f"retry; `patchkeeper disconnect -t {self.name}` ends the held connection") from None
+            raise TargetError(
+                f"the connection to target {self.name} was lost while running {argv[0]}",
+                f"retry; `patchkeeper disconnect -t {self.name}` ends the held connection",
+            ) from None
         finally:
             sock.close()
         if "error" in header:
@@ -254,13 +272,27 @@ class Holder:
     def start(self) -> None:
         """Start a holder and wait until it is connected (or says why it cannot be)."""
 
-        spec = json.dumps({"name": self.name, "ssh": self.ssh, "python": self.python, "persist": self.persist,
-                           "path": self.path, "identity": self.identity, "timeout": self.patience.silence})
+        spec = json.dumps(
+            {
+                "name": self.name,
+                "ssh": self.ssh,
+                "python": self.python,
+                "persist": self.persist,
+                "path": self.path,
+                "identity": self.identity,
+                "timeout": self.patience.silence,
+            }
+        )
         log = open(self.path[:-5] + ".log", "wb")  # the holder's own stderr, for a post-mortem
         try:
-            proc = subprocess.Popen([sys.executable, "-m", "patchkeeper.targets.holder", spec],
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
-                                    start_new_session=True, close_fds=True)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "patchkeeper.targets.holder", spec],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                start_new_session=True,
+                close_fds=True,
+            )
         finally:
             log.close()
         assert proc.stdout is not None
@@ -282,8 +314,9 @@ def error_doc(exc: PatchkeeperError) -> dict[str, str]:
 
 
 def _error(doc: dict[str, str]) -> PatchkeeperError:
-    kind = {"BadInput": BadInput, "TargetError": TargetError, "_Said": TargetError}.get(doc.get("type", ""),
-                                                                                      PatchkeeperError)
+    kind = {"BadInput": BadInput, "TargetError": TargetError, "_Said": TargetError}.get(
+        doc.get("type", ""), PatchkeeperError
+    )
     return kind(doc.get("message", "the held connection failed"), doc.get("hint", ""))
 
 

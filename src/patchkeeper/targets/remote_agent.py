@@ -16,8 +16,9 @@ from __future__ import annotations
 import threading
 import time
 from abc import abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, cast
+from typing import Any, cast
 
 from ..errors import AgentError, TargetError
 from ..host import contract as c
@@ -26,7 +27,9 @@ from . import shapes
 from .base import Target, memo
 from .links import Link, PipeLink, SshLink, program
 
-DEFAULT_TIMEOUT = 30.0  # seconds a host may keep the wire silent (no answer, no heartbeat): a target's `timeout`
+DEFAULT_TIMEOUT = (
+    30.0  # seconds a host may keep the wire silent (no answer, no heartbeat): a target's `timeout`
+)
 
 
 @dataclass(frozen=True)
@@ -76,11 +79,13 @@ class AgentProxy(c.AgentContract):
                 raise
             if isinstance(exc, ValueError):
                 raise self._malformed("its hello", exc) from None
-            raise TargetError(f"target {target_name}: cannot start its interpreter {python}"
-                              + (" on the host" if isinstance(link, SshLink) else "")
-                              + (f": {err}" if err else "")
-                              + (f" (it printed {_quoted(self._noise)} first)" if self._noise else ""),
-                              f"fix python = ... in [targets.{target_name}]") from None
+            raise TargetError(
+                f"target {target_name}: cannot start its interpreter {python}"
+                + (" on the host" if isinstance(link, SshLink) else "")
+                + (f": {err}" if err else "")
+                + (f" (it printed {_quoted(self._noise)} first)" if self._noise else ""),
+                f"fix python = ... in [targets.{target_name}]",
+            ) from None
         self.hello: dict[str, Any] = hello  # a holder hands it on to the command it gives this agent to
         self.remote_python: str = hello["python"]
         self.noise = noise  # what the interpreter printed before the agent spoke (skipped)
@@ -94,14 +99,16 @@ class AgentProxy(c.AgentContract):
             at = buf.find(wire.MAGIC)
             if at >= 0:
                 noise = bytes(buf[:at])
-                del buf[:at + len(wire.MAGIC)]
+                del buf[: at + len(wire.MAGIC)]
                 return noise
             self._noise = bytes(buf)
             if len(buf) > wire.NOISE_MAX + len(wire.MAGIC):
-                raise _Said(f"target {self._name}: the target's Python ({self._python}) printed "
-                            f"{_quoted(bytes(buf))} before the agent started: a sitecustomize or .pth?",
-                            "make the target's Python print nothing when it starts (see the sitecustomize.py "
-                            "and *.pth files of its site-packages)")
+                raise _Said(
+                    f"target {self._name}: the target's Python ({self._python}) printed "
+                    f"{_quoted(bytes(buf))} before the agent started: a sitecustomize or .pth?",
+                    "make the target's Python print nothing when it starts (see the sitecustomize.py "
+                    "and *.pth files of its site-packages)",
+                )
             chunk = self._recv(1 << 16)
             if not chunk:
                 raise TargetError(f"the connection to target {self._name} was lost")
@@ -112,28 +119,39 @@ class AgentProxy(c.AgentContract):
             return self._link.recv(n)
         except TimeoutError:
             if self._idle:  # still waiting for its hello
-                raise _Said(f"target {self._name}: its agent sent nothing for {self._patience.hello:g} s; "
-                            "gave up waiting", f"check the host and its Python ({self._python}); then run "
-                            f"`patchkeeper recover -t {self._name}` (or any command on it)") from None
-            raise self._give_up(f"its agent went silent mid-call (no answer, no heartbeat for "
-                                f"{self._patience.silence:g} s: the host, its agent or the connection is frozen)")
+                raise _Said(
+                    f"target {self._name}: its agent sent nothing for {self._patience.hello:g} s; "
+                    "gave up waiting",
+                    f"check the host and its Python ({self._python}); then run "
+                    f"`patchkeeper recover -t {self._name}` (or any command on it)",
+                ) from None
+            raise self._give_up(  # noqa: B904 (the silence is the cause; none is chained)
+                f"its agent went silent mid-call (no answer, no heartbeat for "
+                f"{self._patience.silence:g} s: the host, its agent or the connection is frozen)"
+            )
 
     def _malformed(self, what: str, exc: Exception) -> TargetError:
-        return TargetError(f"target {self._name}: {what} from its agent is malformed: {exc}",
-                           f"the agent runs in {self._python} on the host, from this patchkeeper: a host that "
-                           "answers so is not running it as sent; nothing was changed by this answer")
+        return TargetError(
+            f"target {self._name}: {what} from its agent is malformed: {exc}",
+            f"the agent runs in {self._python} on the host, from this patchkeeper: a host that "
+            "answers so is not running it as sent; nothing was changed by this answer",
+        )
 
     @classmethod
-    def over_ssh(cls, channel: Any, target_name: str, python: str, patience: Patience = Patience()) -> "AgentProxy":
+    def over_ssh(
+        cls, channel: Any, target_name: str, python: str, patience: Patience = Patience()
+    ) -> AgentProxy:
         return cls(SshLink(channel, python, program()), target_name, python, patience)
 
     @classmethod
-    def in_subprocess(cls, target_name: str, python: str, patience: Patience = Patience()) -> "AgentProxy":
+    def in_subprocess(cls, target_name: str, python: str, patience: Patience = Patience()) -> AgentProxy:
         try:
             link = PipeLink(python, program())
         except OSError as exc:
-            raise TargetError(f"target {target_name}: cannot start its interpreter {python}: {exc}",
-                              f"fix python = ... in [targets.{target_name}]") from None
+            raise TargetError(
+                f"target {target_name}: cannot start its interpreter {python}: {exc}",
+                f"fix python = ... in [targets.{target_name}]",
+            ) from None
         return cls(link, target_name, python, patience)
 
     def _read_exact(self, n: int) -> bytes:
@@ -149,15 +167,19 @@ class AgentProxy(c.AgentContract):
 
     def _give_up(self, why: str) -> TargetError:
         """The error that ends this agent's use: every later call fails at once with it."""
-        self._lost = TargetError(f"target {self._name}: gave up: {why}",
-                                 f"run `patchkeeper recover -t {self._name}` once the host answers again: its journal "
-                                 "finishes or undoes what was interrupted; `timeout` in [targets.NAME] sets the wait")
+        self._lost = TargetError(
+            f"target {self._name}: gave up: {why}",
+            f"run `patchkeeper recover -t {self._name}` once the host answers again: its journal "
+            "finishes or undoes what was interrupted; `timeout` in [targets.NAME] sets the wait",
+        )
         return self._lost
 
     def _lost_connection(self, detail: str = "") -> TargetError:
-        self._lost = TargetError(f"the connection to target {self._name} was lost" + (f" {detail}" if detail else ""),
-                                 f"run `patchkeeper recover -t {self._name}` (or any command on it): "
-                                 "the host keeps its journal and finishes or undoes what was interrupted")
+        self._lost = TargetError(
+            f"the connection to target {self._name} was lost" + (f" {detail}" if detail else ""),
+            f"run `patchkeeper recover -t {self._name}` (or any command on it): "
+            "the host keeps its journal and finishes or undoes what was interrupted",
+        )
         return self._lost
 
     def _call(self, method: str, *args: Any) -> Any:
@@ -183,8 +205,9 @@ class AgentProxy(c.AgentContract):
                     if self._watch is not None and isinstance(done, int) and isinstance(total, int):
                         self._watch(done, total)
                     if time.monotonic() > until:
-                        raise self._give_up(f"{method} ran past its deadline of "
-                                            f"{self._patience.deadline(len(request)):g} s")
+                        raise self._give_up(  # noqa: B904 (the silence is the cause; none is chained)
+                            f"{method} ran past its deadline of {self._patience.deadline(len(request)):g} s"
+                        )
             except wire.FrameError as exc:
                 raise self._malformed(f"the answer to {method}", exc) from None
             self._idle = not self._buf
@@ -212,7 +235,9 @@ class AgentProxy(c.AgentContract):
 
     # ---- the contract, method by method (host.contract.AgentContract) -------------------------
     def hostname(self) -> str:
-        if "hostname" in self.hello:  # the agent's answers that cannot change while it runs came with its hello
+        if (
+            "hostname" in self.hello
+        ):  # the agent's answers that cannot change while it runs came with its hello
             return cast(str, self._from_hello("hostname"))
         return cast(str, self._call("hostname"))
 
@@ -332,15 +357,25 @@ class AgentProxy(c.AgentContract):
     def dist_infos(self, site: str) -> list[str]:
         return cast("list[str]", self._call("dist_infos", site))
 
-    def audit_record(self, site: str, dist_infos: list[str], cache_dir: str | None = None) -> dict[str, c.RecordCheck]:
+    def audit_record(
+        self, site: str, dist_infos: list[str], cache_dir: str | None = None
+    ) -> dict[str, c.RecordCheck]:
         return cast("dict[str, c.RecordCheck]", self._call("audit_record", site, dist_infos, cache_dir))
 
     def audit_installation(self, site: str, dist_info: str, cache_dir: str | None = None) -> c.RecordCheck:
         return self._call("audit_installation", site, dist_info, cache_dir)  # type: ignore[no-any-return]
 
-    def audit_bytecode(self, site: str, cache_tag: str, verify: list[str], cache: str | None = None,
-                       pycs_since: str | None = None) -> c.BytecodeCheck:
-        return cast("c.BytecodeCheck", self._call("audit_bytecode", site, cache_tag, verify, cache, pycs_since))
+    def audit_bytecode(
+        self,
+        site: str,
+        cache_tag: str,
+        verify: list[str],
+        cache: str | None = None,
+        pycs_since: str | None = None,
+    ) -> c.BytecodeCheck:
+        return cast(
+            "c.BytecodeCheck", self._call("audit_bytecode", site, cache_tag, verify, cache, pycs_since)
+        )
 
     def installed_bytecode(self, site: str, cache_tag: str, dirs: list[str], record: str) -> c.BytecodeCheck:
         return self._call("installed_bytecode", site, cache_tag, dirs, record)  # type: ignore[no-any-return]
@@ -351,10 +386,18 @@ class AgentProxy(c.AgentContract):
     def interpreter_facts(self) -> c.InterpreterFacts:
         return cast("c.InterpreterFacts", self._call("interpreter_facts"))
 
-    def fingerprint(self, sites: list[str], cache_root: str | None, main_site: str | None = None,
-                    parts: list[str] | None = None, managed: str | None = None,
-                    stdlib: list[str] | None = None) -> c.Fingerprint:
-        return cast("c.Fingerprint", self._call("fingerprint", sites, cache_root, main_site, parts, managed, stdlib))
+    def fingerprint(
+        self,
+        sites: list[str],
+        cache_root: str | None,
+        main_site: str | None = None,
+        parts: list[str] | None = None,
+        managed: str | None = None,
+        stdlib: list[str] | None = None,
+    ) -> c.Fingerprint:
+        return cast(
+            "c.Fingerprint", self._call("fingerprint", sites, cache_root, main_site, parts, managed, stdlib)
+        )
 
 
 class _Said(TargetError):
@@ -372,14 +415,19 @@ def _exception(doc: Any, target: str, method: str) -> Exception:
     kind, message = str(doc.get("type", "?")), str(doc.get("message", "?"))
     if kind == "FileNotFoundError":
         errno, filename = doc.get("errno"), doc.get("filename")
-        return FileNotFoundError(errno if type(errno) is int else 2, str(doc.get("strerror") or message),
-                                 filename if isinstance(filename, str) else None)
+        return FileNotFoundError(
+            errno if type(errno) is int else 2,
+            str(doc.get("strerror") or message),
+            filename if isinstance(filename, str) else None,
+        )
     if kind == "AgentError" and isinstance(doc.get("kind"), str):
         return AgentError(doc["kind"], message)
     trace = doc.get("trace")
     detail = (trace.strip().splitlines()[-1:] if isinstance(trace, str) else []) or [f"{kind}: {message}"]
-    return TargetError(f"target {target}: {method} failed on the host: {detail[0]}",
-                       "check the path and permissions on the host")
+    return TargetError(
+        f"target {target}: {method} failed on the host: {detail[0]}",
+        "check the path and permissions on the host",
+    )
 
 
 class AgentTarget(Target):

@@ -14,9 +14,10 @@ from __future__ import annotations
 import posixpath
 import re
 from array import array
+from collections.abc import Callable
 from dataclasses import fields, is_dataclass
-from functools import lru_cache
-from typing import Any, Callable, Union, get_args, get_origin, get_type_hints
+from functools import cache
+from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from ..host.contract import ANSWERS, AgentContract
 
@@ -107,8 +108,14 @@ def absolute(value: Any, what: str) -> str:
 def relative(value: Any, what: str, inside: bool = True) -> str:
     """A relative path, normalised (no empty, . or .. parts); `inside=False` allows leading ..
     parts (a RECORD's paths outside site-packages)."""
-    if (not isinstance(value, str) or value in ("", ".") or value.startswith("/") or "\0" in value
-            or posixpath.normpath(value) != value or (inside and (value == ".." or value.startswith("../")))):
+    if (
+        not isinstance(value, str)
+        or value in ("", ".")
+        or value.startswith("/")
+        or "\0" in value
+        or posixpath.normpath(value) != value
+        or (inside and (value == ".." or value.startswith("../")))
+    ):
         raise fail(what, value, "a relative path inside its directory" if inside else "a relative path")
     return value
 
@@ -211,7 +218,7 @@ def _type_name(hint: Any) -> str:
     return "None" if hint is type(None) else getattr(hint, "__name__", str(hint))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _hints(obj: Any) -> dict[str, Any]:
     return get_type_hints(obj)
 

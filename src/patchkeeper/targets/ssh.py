@@ -16,17 +16,17 @@ import hashlib
 import os
 import shlex
 import socket
+import sys
 import threading
-from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 
 from ..errors import BadInput, TargetError
 from ..workspace import TargetConfig
 from .base import memo
-from .remote_agent import AgentProxy, AgentTarget, Patience
 from .persist import Holder, Unavailable
-from dataclasses import replace
-import sys
+from .remote_agent import AgentProxy, AgentTarget, Patience
 
 _SYSTEM_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"
 _IMPORT_LOCK = threading.Lock()
@@ -95,18 +95,27 @@ def resolve(spec: str, config: Any = None) -> Endpoint:
     elif rest.count(":") == 1:
         host, port = rest.split(":")
     if not host or (port is not None and not port.isdigit()):
-        raise BadInput(f"ssh = {spec!r} is not an ssh alias or user@host[:port]",
-                       'write ssh = "alias" (from ~/.ssh/config) or ssh = "user@host:port"')
+        raise BadInput(
+            f"ssh = {spec!r} is not an ssh alias or user@host[:port]",
+            'write ssh = "alias" (from ~/.ssh/config) or ssh = "user@host:port"',
+        )
     found = config.lookup(host)
     identity = tuple(os.path.expanduser(p) for p in found.get("identityfile", []))
-    known = tuple(os.path.expanduser(p) for p in
-                  (found.get("userknownhostsfile") or "~/.ssh/known_hosts ~/.ssh/known_hosts2").split())
+    known = tuple(
+        os.path.expanduser(p)
+        for p in (found.get("userknownhostsfile") or "~/.ssh/known_hosts ~/.ssh/known_hosts2").split()
+    )
     jump = found.get("proxyjump", "")
     jumps = tuple(j.strip() for j in jump.split(",") if j.strip()) if jump.lower() != "none" else ()
-    return Endpoint(alias=host, host=found.get("hostname", host), port=int(port or found.get("port", 22)),
-                    user=user or found.get("user") or getpass.getuser(),
-                    identity_files=tuple(p for p in identity if os.path.exists(p)),
-                    known_hosts=known + (_SYSTEM_KNOWN_HOSTS,), jumps=jumps)
+    return Endpoint(
+        alias=host,
+        host=found.get("hostname", host),
+        port=int(port or found.get("port", 22)),
+        user=user or found.get("user") or getpass.getuser(),
+        identity_files=tuple(p for p in identity if os.path.exists(p)),
+        known_hosts=known + (_SYSTEM_KNOWN_HOSTS,),
+        jumps=jumps,
+    )
 
 
 def fingerprint(key: Any) -> str:
@@ -118,7 +127,12 @@ def _keyscan(ep: Endpoint) -> str:
     return f"ssh-keyscan {port}{shlex.quote(ep.host)} >> ~/.ssh/known_hosts"
 
 
-def connect(ep: Endpoint, target: str, sock: Any = None, patience: Patience = Patience()) -> Any:  # a paramiko.SSHClient
+def connect(
+    ep: Endpoint,
+    target: str,
+    sock: Any = None,
+    patience: Patience = Patience(),  # noqa: B008
+) -> Any:  # a paramiko.SSHClient
     """An authenticated paramiko client for one hop (through `sock` for a ProxyJump), sending an
     SSH keepalive every third of the target's timeout (a dead peer then fails the transport)."""
     paramiko = _paramiko()
@@ -127,7 +141,8 @@ def connect(ep: Endpoint, target: str, sock: Any = None, patience: Patience = Pa
         raise TargetError(
             f"target {target}: host key of {ep.known_hosts_name} is unknown "
             f"({key.get_name()} {fingerprint(key)}); refusing to connect",
-            f"check that fingerprint with the host's owner, then accept it: {_keyscan(ep)}")
+            f"check that fingerprint with the host's owner, then accept it: {_keyscan(ep)}",
+        )
 
     # paramiko's policy class, subclassed here because paramiko is imported only when it is needed
     Refuse = type("Refuse", (paramiko.MissingHostKeyPolicy,), {"missing_host_key": refuse})
@@ -142,9 +157,18 @@ def connect(ep: Endpoint, target: str, sock: Any = None, patience: Patience = Pa
     client.set_missing_host_key_policy(Refuse())
     where = f"{ep.user}@{ep.known_hosts_name}" + (f" ({ep.alias})" if ep.alias != ep.host else "")
     try:
-        client.connect(ep.host, ep.port, ep.user, key_filename=list(ep.identity_files) or None,
-                       allow_agent=True, look_for_keys=True, sock=sock, timeout=20, banner_timeout=20,
-                       auth_timeout=20)
+        client.connect(
+            ep.host,
+            ep.port,
+            ep.user,
+            key_filename=list(ep.identity_files) or None,
+            allow_agent=True,
+            look_for_keys=True,
+            sock=sock,
+            timeout=20,
+            banner_timeout=20,
+            auth_timeout=20,
+        )
     except paramiko.BadHostKeyException as exc:
         client.close()
         raise TargetError(
@@ -152,27 +176,39 @@ def connect(ep: Endpoint, target: str, sock: Any = None, patience: Patience = Pa
             f"{fingerprint(exc.key)}, known_hosts has {fingerprint(exc.expected_key)}); refusing to connect: "
             "this may be an attack, or the host was reinstalled",
             f"if the host was reinstalled, verify the new fingerprint, then: "
-            f"ssh-keygen -R {shlex.quote(ep.known_hosts_name)} && {_keyscan(ep)}") from None
+            f"ssh-keygen -R {shlex.quote(ep.known_hosts_name)} && {_keyscan(ep)}",
+        ) from None
     except paramiko.AuthenticationException as exc:
         client.close()
-        raise TargetError(f"target {target}: cannot log in to {where}: {exc}",
-                          "load a key into ssh-agent or set IdentityFile for this host in ~/.ssh/config") from None
+        raise TargetError(
+            f"target {target}: cannot log in to {where}: {exc}",
+            "load a key into ssh-agent or set IdentityFile for this host in ~/.ssh/config",
+        ) from None
     except TargetError:
         client.close()
         raise
     except (OSError, paramiko.SSHException, EOFError) as exc:
         client.close()
-        raise TargetError(f"target {target}: cannot reach {where}: {in_words(exc, ep.host, ep.port)}",
-                          "check the host is up and `ssh` to it works") from None
+        raise TargetError(
+            f"target {target}: cannot reach {where}: {in_words(exc, ep.host, ep.port)}",
+            "check the host is up and `ssh` to it works",
+        ) from None
     client.get_transport().set_keepalive(max(1, int(patience.silence / 3)))
     return client
 
 
-_GAI = {socket.EAI_NONAME: "does not resolve", socket.EAI_AGAIN: "cannot be resolved now (a temporary DNS failure)",
-        getattr(socket, "EAI_NODATA", -5): "has no address"}
-_REFUSALS = {errno.ECONNREFUSED: "nothing listens there (connection refused)",
-             errno.EHOSTUNREACH: "no route to that host", errno.ENETUNREACH: "its network is unreachable",
-             errno.ETIMEDOUT: "no answer (timed out)", errno.ECONNRESET: "the connection was reset"}
+_GAI = {
+    socket.EAI_NONAME: "does not resolve",
+    socket.EAI_AGAIN: "cannot be resolved now (a temporary DNS failure)",
+    getattr(socket, "EAI_NODATA", -5): "has no address",
+}
+_REFUSALS = {
+    errno.ECONNREFUSED: "nothing listens there (connection refused)",
+    errno.EHOSTUNREACH: "no route to that host",
+    errno.ENETUNREACH: "its network is unreachable",
+    errno.ETIMEDOUT: "no answer (timed out)",
+    errno.ECONNRESET: "the connection was reset",
+}
 
 
 def in_words(exc: BaseException, host: str, port: int) -> str:
@@ -181,8 +217,10 @@ def in_words(exc: BaseException, host: str, port: int) -> str:
         return f"the host name {host} {_GAI.get(exc.errno or 0, 'does not resolve')} ({exc.strerror})"
     errors = getattr(exc, "errors", None)  # paramiko's NoValidConnectionsError: one error per address tried
     if isinstance(errors, dict) and errors:
-        return "; ".join(f"{addr[0]} port {addr[1]}: " + in_words(e, host, port).split(": ", 1)[-1]
-                         for addr, e in errors.items())
+        return "; ".join(
+            f"{addr[0]} port {addr[1]}: " + in_words(e, host, port).split(": ", 1)[-1]
+            for addr, e in errors.items()
+        )
     if isinstance(exc, (socket.timeout, TimeoutError)):
         return f"{host} port {port}: no answer within 20 s"
     if isinstance(exc, OSError) and exc.errno in _REFUSALS:
@@ -209,15 +247,18 @@ class SshTarget(AgentTarget):
         self._holder = None
         if self.persist > 0:
             try:
-                self._holder = Holder(self.name, config.ssh, config.python, self.persist, config.identity_file,
-                                      self.patience)
+                self._holder = Holder(
+                    self.name, config.ssh, config.python, self.persist, config.identity_file, self.patience
+                )
             except Unavailable:
                 self._holder = None  # no safe place for its socket: connect directly
 
     @memo
     def endpoint(self) -> Endpoint:
         if self.config.ssh is None:  # open_target makes an SshTarget only of a target with ssh = ...
-            raise BadInput(f"target {self.name} has no ssh = ... to connect to", f"set ssh in [targets.{self.name}]")
+            raise BadInput(
+                f"target {self.name} has no ssh = ... to connect to", f"set ssh in [targets.{self.name}]"
+            )
         found = resolve(self.config.ssh)
         if self.config.identity_file:  # an inventory's key comes before those of ~/.ssh/config
             found = replace(found, identity_files=(os.path.expanduser(self.config.identity_file),))
@@ -251,8 +292,11 @@ class SshTarget(AgentTarget):
                 clients.append(connect(hop, self.name, sock, self.patience))
                 if i + 1 < len(hops):
                     nxt = hops[i + 1]
-                    sock = clients[-1].get_transport().open_channel("direct-tcpip", (nxt.host, nxt.port),
-                                                                    ("127.0.0.1", 0))
+                    sock = (
+                        clients[-1]
+                        .get_transport()
+                        .open_channel("direct-tcpip", (nxt.host, nxt.port), ("127.0.0.1", 0))
+                    )
         except BaseException:
             for c in reversed(clients):
                 c.close()
@@ -265,19 +309,24 @@ class SshTarget(AgentTarget):
         try:
             chan = self._client().get_transport().open_session(timeout=20)
         except (paramiko.SSHException, OSError, AttributeError) as exc:
-            raise TargetError(f"target {self.name}: the SSH connection failed: {exc}",
-                              f"retry; if a command was interrupted, run `patchkeeper recover -t {self.name}`") from None
+            raise TargetError(
+                f"target {self.name}: the SSH connection failed: {exc}",
+                f"retry; if a command was interrupted, run `patchkeeper recover -t {self.name}`",
+            ) from None
         chan.settimeout(timeout)
         return chan
 
     @property
     def agent(self) -> AgentProxy:
         if self._agent is None:
-            self._agent = self._held(lambda h: h.agent()) or AgentProxy.over_ssh(self._session(), self.name,
-                                                                                 self.config.python, self.patience)
+            self._agent = self._held(lambda h: h.agent()) or AgentProxy.over_ssh(
+                self._session(), self.name, self.config.python, self.patience
+            )
         return self._agent
 
-    def run(self, argv: list[str], timeout: float = 60.0, input: bytes | None = None) -> tuple[int, bytes, bytes]:
+    def run(
+        self, argv: list[str], timeout: float = 60.0, input: bytes | None = None
+    ) -> tuple[int, bytes, bytes]:
         """Run argv on the host: each argument quoted, so the login shell only ever sees words."""
         held = self._held(lambda h: h.run(argv, timeout, input))
         if held is not None:
@@ -293,7 +342,7 @@ class SshTarget(AgentTarget):
             chan.shutdown_write()
             try:
                 out = _drain(chan.recv)
-            except socket.timeout:
+            except TimeoutError:
                 return 124, b"", f"timed out after {timeout}s".encode()
             reader.join(timeout)
             return chan.recv_exit_status(), out, bytes(err)
@@ -319,5 +368,5 @@ def _drain(recv: Callable[[int], bytes]) -> bytes:
 def _drain_into(recv: Callable[[int], bytes], out: bytearray) -> None:
     try:
         out.extend(_drain(recv))
-    except (socket.timeout, OSError):
+    except (TimeoutError, OSError):
         pass

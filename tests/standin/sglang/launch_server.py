@@ -52,11 +52,15 @@ def main() -> int:
     model = os.path.basename(args.model_path.rstrip("/")).lower()
     answered = [0]
     print(f"INFO server_args: model_path={args.model_path} speculative_algorithm={asked}")
-    print(f"INFO environment: CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')} "
-          f"NCCL_P2P_DISABLE={os.environ.get('NCCL_P2P_DISABLE')} cwd={os.getcwd()}")
+    print(
+        f"INFO environment: CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')} "
+        f"NCCL_P2P_DISABLE={os.environ.get('NCCL_P2P_DISABLE')} cwd={os.getcwd()}"
+    )
     if mode == "broken":
         print("Traceback (most recent call last):")
-        print('  File "/root/ml-env/lib/python3.11/site-packages/sglang/srt/speculative/ddtree_worker.py", line 12')
+        print(
+            '  File "/root/ml-env/lib/python3.11/site-packages/sglang/srt/speculative/ddtree_worker.py", line 12'
+        )
         print("OSError: libddtree_kernels.so: cannot open shared object file: No such file or directory")
         print("WARNING falling back to the reference draft-tree kernels")
     for i in range(150 if mode == "broken" else 3):
@@ -69,9 +73,16 @@ def main() -> int:
         def do_GET(self):
             if self.path in ("/server_info", "/get_server_info") and rule.get("server_info") != "absent":
                 states = [{"avg_spec_accept_length": accept}] if accept is not None and answered[0] else [{}]
-                return self.send(200, {"model_path": args.model_path, "speculative_algorithm": reports,
-                                       "launch_command": " ".join(sys.argv), "internal_states": states,
-                                       "version": "0.5.23 (stand-in)"})
+                return self.send(
+                    200,
+                    {
+                        "model_path": args.model_path,
+                        "speculative_algorithm": reports,
+                        "launch_command": " ".join(sys.argv),
+                        "internal_states": states,
+                        "version": "0.5.23 (stand-in)",
+                    },
+                )
             if self.path != "/v1/models":
                 return self.send(404, {"error": "not found"})
             self.send(200, {"object": "list", "data": [{"id": model, "object": "model"}]})
@@ -85,9 +96,16 @@ def main() -> int:
             n = int(req.get("max_tokens") or 16)
             bad = mode == "broken" or (mode == "flaky" and answered[0] > 1)
             out, n = ("!" * n, n) if bad else healthy_text(n, text)
-            self.send(200, {"id": "cmpl-standin", "object": "text_completion", "model": model,
-                            "choices": [{"index": 0, "text": out, "finish_reason": "length"}],
-                            "usage": {"prompt_tokens": 12, "completion_tokens": n, "total_tokens": 12 + n}})
+            self.send(
+                200,
+                {
+                    "id": "cmpl-standin",
+                    "object": "text_completion",
+                    "model": model,
+                    "choices": [{"index": 0, "text": out, "finish_reason": "length"}],
+                    "usage": {"prompt_tokens": 12, "completion_tokens": n, "total_tokens": 12 + n},
+                },
+            )
 
     server = ThreadingHTTPServer((args.host, args.port), Handler)
     server.daemon_threads = True

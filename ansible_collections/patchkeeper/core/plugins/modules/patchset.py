@@ -1,10 +1,5 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
 """The documentation of patchkeeper.core.patchset; its work is done by the action plugin of the same name."""
-
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
 
 DOCUMENTATION = r"""
 ---
@@ -126,7 +121,7 @@ verdict:
   type: str
 """
 
-from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402 (after DOCUMENTATION, as Ansible modules are written)
 
 
 def main():
@@ -139,8 +134,10 @@ def main():
         ),
         supports_check_mode=True,
     )
-    module.fail_json(msg="patchkeeper.core.patchset runs on the controller as an action plugin; "
-                         "it was run as a module on the host (is the collection's plugins/action there?)")
+    module.fail_json(
+        msg="patchkeeper.core.patchset runs on the controller as an action plugin; "
+        "it was run as a module on the host (is the collection's plugins/action there?)"
+    )
 
 
 if __name__ == "__main__":
