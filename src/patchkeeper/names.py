@@ -80,6 +80,23 @@ def check_digest(digest: object, origin: str = "") -> str:
     return digest
 
 
+def component_problem(value: object, what: str) -> str | None:
+    """Why `value` cannot be one path component of a name patchkeeper makes (a target's name, under
+    snapshots/): text, not hidden ('.', '..', '.git'), no '/', backslash, NUL or control character,
+    within NAME_MAX; None when it can."""
+    if not isinstance(value, str) or not value:
+        return f"{what} {_shown(value)} is empty or not text"
+    if value.startswith(".") or "/" in value or "\\" in value or _CONTROL.search(value):
+        return f"{what} {_shown(value)} is not one plain path component (no leading '.', '/', '\\', control character)"
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        return f"{what} {_shown(value)} is not UTF-8"
+    if size > MAX_COMPONENT:
+        return f"{what} {_shown(value)} is longer than {MAX_COMPONENT} bytes"
+    return None
+
+
 def path_problem(rel: object, what: str = "path") -> str | None:
     """Why `rel` is not a plain relative path ('/' between components) that stays below the
     directory it is joined to, or None: not absolute, no empty, '.', '..' or `.git` component (git
