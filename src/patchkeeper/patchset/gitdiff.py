@@ -12,6 +12,10 @@ from .patching import FilePatch, Hunk, unquote
 
 _HUNK = re.compile(r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _BINARY_HEAD = re.compile(r"(literal|delta) (\d+)")
+_STAMP = re.compile(
+    r"(1969-12-31|1970-01-01) ([0-2][0-9]):([0-5][0-9]):00(?:\.0+)? ([-+])([0-2][0-9]):?([0-5][0-9])"
+)
+_ULONG_MAX = (1 << 64) - 1
 _INDEX = re.compile(r"([0-9a-f]+)\.\.([0-9a-f]+)(?: [0-7]+)?")
 _HEADERS = (
     "old mode ",
@@ -124,6 +128,10 @@ def _git_patch(lines: list[str], i: int, origin: str, out: list[FilePatch]) -> i
 def _traditional_patch(lines: list[str], i: int, origin: str, out: list[FilePatch]) -> int:
     where = f"{origin}:{i + 1}"
     old, new = _side(lines[i][4:], where), _side(lines[i + 1][4:], where)
+    if old is not None and _epoch(lines[i]):  # diff -N dates the missing side at the epoch
+        old = None
+    elif new is not None and _epoch(lines[i + 1]):
+        new = None
     kind = "add" if old is None else "delete" if new is None else "modify"
     path = new if new is not None else old
     if path is None:
@@ -131,6 +139,18 @@ def _traditional_patch(lines: list[str], i: int, origin: str, out: list[FilePatc
     hunks, counts, i = _hunks(lines, i + 2, where, origin)
     out.append(_checked(FilePatch(path, kind, None, hunks, None, None, *counts), origin))
     return i
+
+
+def _epoch(line: str) -> bool:
+    """Does a ---/+++ line's timestamp (after its last tab) say 1970-01-01 00:00:00 UTC, the date
+    `diff -N` gives a missing file (apply.c: has_epoch_timestamp)?"""
+    m = _STAMP.fullmatch(line.rpartition("\t")[2]) if "\t" in line else None
+    if m is None:
+        return False
+    zone = int(m.group(5)) * 60 + int(m.group(6))
+    zone = -zone if m.group(4) == "-" else zone
+    epoch_hour = 24 if m.group(1) == "1969-12-31" else 0
+    return int(m.group(2)) * 60 + int(m.group(3)) - zone == epoch_hour * 60
 
 
 def _hunks(
@@ -146,11 +166,12 @@ def _hunks(
         m = _HUNK.match(header)
         if m is None:
             raise BadInput(f"{where}: not a unified diff: bad hunk header {header[:60]!r}", _REDO)
-        start = int(m.group(1))
+        start = min(int(m.group(1)), _ULONG_MAX)  # git's strtoul saturates; where it looks is bounded
         left = int(m.group(2)) if m.group(2) is not None else 1
         right = int(m.group(4)) if m.group(4) is not None else 1
         old: list[str] = []
         new: list[str] = []
+        trailing = 0  # context lines since the last change, as parse_fragment counts them
         i += 1
         while left > 0 or right > 0:
             if i >= end:
@@ -165,16 +186,19 @@ def _hunks(
                 new.append(line[1:] + "\n")
                 right -= 1
                 added += 1
+                trailing = 0
             elif mark == "-":
                 old.append(line[1:] + "\n")
                 left -= 1
                 removed += 1
+                trailing = 0
             elif mark == " " or not line:  # an empty line: an empty context line, as git reads it
                 value = line[1:] + "\n"
                 old.append(value)
                 new.append(value)
                 left -= 1
                 right -= 1
+                trailing += 1
             elif mark == "\\" and i > 0:
                 _no_newline(lines[i - 1], old, new)
             else:
@@ -192,7 +216,14 @@ def _hunks(
             _no_newline(lines[i - 1], old, new)
             i += 1
         hunks.append(
-            Hunk(f"@@ -{m.group(1)},{len(old)} +{m.group(3)},{len(new)} @@", start, tuple(old), tuple(new))
+            Hunk(
+                f"@@ -{m.group(1)},{len(old)} +{m.group(3)},{len(new)} @@",
+                start,
+                tuple(old),
+                tuple(new),
+                min(int(m.group(3)), _ULONG_MAX),
+                trailing,
+            )
         )
     return tuple(hunks), (added, removed), i
 
