@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from . import inventory as ansible
+from . import names
 from .errors import BadInput, did_you_mean
 
 CONFIG = "patchkeeper.toml"
@@ -218,6 +219,10 @@ def load(
         for name, members in found.groups.items():
             groups.setdefault(name, members)
     for name, table in tables.items():
+        bad_name = names.component_problem(name, "the target name")
+        if bad_name:  # snapshots/<target>/ holds its ledger's copy
+            problems.append(f"[targets] {bad_name}")
+            continue
         if not isinstance(table, dict):
             problems.append(f"[targets.{name}] is not a table")
             continue

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import names
 from ..errors import BadInput, Refused
 from ..host.disk import normalize_name
 from ..host.distcheck import record_hash
@@ -245,7 +246,11 @@ class Wheel:
             for prefix in (f"{self.data_dir}/purelib/", f"{self.data_dir}/platlib/"):
                 if name.startswith(prefix):
                     name = name[len(prefix) :]
-            if not name.endswith("/") and not name.startswith((f"{self.data_dir}/", f"{self.dist_info}/")):
+            if (
+                not name.endswith("/")
+                and not name.startswith((f"{self.data_dir}/", f"{self.dist_info}/"))
+                and names.path_problem(name) is None  # a member named ../x or /x is no file of site-packages
+            ):
                 out.add(name)
         return out
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -127,17 +126,24 @@ def _import_export(ws: Workspace, name: str, file: str, data: bytes, version: st
     ident, digest, files = exchange.restore(data, file)
     if patchset.MANIFEST not in files:
         raise BadInput(f"{file}: the export carries no {patchset.MANIFEST}", "export the patch set again")
-    with tempfile.TemporaryDirectory() as tmp:  # check the restored bytes are the exported ones
-        check = Path(tmp) / ident.partition("@")[0]
-        for rel, blob in files.items():
-            (check / rel).parent.mkdir(parents=True, exist_ok=True)
-            (check / rel).write_bytes(blob)
+    # the restored bytes are the exported ones: checked in a directory of its own, made here and removed
+    # whole (exchange.restore checked every name; no path is built from the export's ident)
+    with tempfile.TemporaryDirectory(prefix="pk-import-") as tmp:
+        check = Path(tmp)
+        try:
+            for rel, blob in files.items():
+                (check / rel).parent.mkdir(parents=True, exist_ok=True)
+                (check / rel).write_bytes(blob)
+        except OSError as exc:
+            raise BadInput(
+                f"{file}: cannot restore the export's files in {tmp}: {exc.strerror}",
+                "make room in the temporary directory ($TMPDIR), then import again",
+            ) from None
         if patchset.digest_dir(check) != digest:
             raise BadInput(
                 f"{file}: the restored patch set does not match the digest {digest} in its header",
                 "the patch was edited; strip the '#' header lines to import it as a plain patch",
             )
-        shutil.rmtree(check)
     old_name, _, old_version = ident.partition("@")
     if name != old_name or (version is not None and version != old_version):
         try:

@@ -25,8 +25,8 @@ class Store:
 
     def _loose(self, digest: str) -> str:
         algo, _, hexd = digest.partition(":")
-        if not hexd or hexd.strip("0123456789abcdef"):
-            raise AgentError("bad-digest", f"not a digest: {digest!r}")
+        if algo not in ("blake3", "sha256") or len(hexd) != 64 or hexd.strip("0123456789abcdef"):
+            raise AgentError("bad-digest", f"not a digest: {digest!r}")  # it becomes a path below
         return os.path.join(self.root, "objects", algo, hexd[:2], hexd[2:])
 
     def _loose_digests(self, algorithms: set[str]) -> set[str]:

@@ -10,12 +10,12 @@ import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from .. import names
 from ..errors import BadInput, Refused
 from . import patchset, saving
 from .patchset import MANIFEST, PatchSet
 from .varspec import VarType
 
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 BUMPS = ("major", "minor", "patch")
 FIRST_VERSION = "1.0.0"
 
@@ -49,8 +49,7 @@ class Saved:
 
 
 def check_name(name: str) -> None:
-    if not _NAME.fullmatch(name):
-        raise BadInput(f"{name!r} cannot name a patch set", "use letters, digits, '.', '_' and '-'")
+    names.check_name(name)
 
 
 def bump(version: str, part: str) -> str:

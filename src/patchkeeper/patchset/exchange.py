@@ -7,6 +7,7 @@ import json
 import re
 from pathlib import Path
 
+from .. import names
 from ..errors import BadInput
 
 MAGIC = "# patchkeeper-export 1"
@@ -41,14 +42,19 @@ def has_header(data: bytes) -> bool:
 
 
 def restore(data: bytes, origin: str) -> tuple[str, str, dict[str, bytes]]:
-    """(ident, digest, files) from an export; BadInput when it was cut or altered."""
+    """(ident, digest, files) from an export; BadInput when it was cut or altered. The ident is a
+    patch set's NAME@VERSION and every file a plain relative name (names.py): checked here, before
+    anyone makes a path of them."""
     lines = data.split(b"\n")
     first = lines[0].decode("utf-8", "surrogateescape").split(" ")
     if len(first) != 5:
         raise BadInput(f"{origin}: malformed patchkeeper header line", "export the patch set again")
     ident, digest = first[3], first[4]
+    names.check_ident(ident, f"{origin}: the export's header")
+    names.check_digest(digest, f"{origin}: the export's header")
     files: dict[str, bytes] = {}
     patches: list[tuple[str, int]] = []
+    taken: tuple[set[str], set[str]] = (set(), set())  # the files named so far, their directories
     i = 1
     current: tuple[str, int] | None = None
     pieces: list[str] = []
@@ -82,9 +88,16 @@ def restore(data: bytes, origin: str) -> tuple[str, str, dict[str, bytes]]:
             if line.startswith("# "):
                 continue  # a comment line
             raise BadInput(f"{origin}: unexpected header line {line[:60]!r}", "export the patch set again")
-        rel, size = json.loads(m.group(2)), int(m.group(3))
-        if ".." in rel.split("/") or rel.startswith("/"):
-            raise BadInput(f"{origin}: file name {rel!r} escapes the patch set", "export the patch set again")
+        try:
+            rel, size = json.loads(m.group(2)), int(m.group(3))
+        except ValueError:
+            raise BadInput(
+                f"{origin}: malformed header line {line[:60]!r}", "export the patch set again"
+            ) from None
+        names.check_file_entry(rel, f"{origin}: the export's header")
+        if m.group(1) == "patch" and ("/" in rel or not rel.endswith(".patch")):
+            raise BadInput(f"{origin}: patch entry {rel!r} is not a NAME.patch", "export the patch set again")
+        _refuse_clash(rel, taken, origin)
         if m.group(1) == "file":
             current = (rel, size)
         else:
@@ -105,3 +118,16 @@ def restore(data: bytes, origin: str) -> tuple[str, str, dict[str, bytes]]:
             "the patch was altered; strip the '#' header lines to import it as a plain patch",
         )
     return ident, digest, files
+
+
+def _refuse_clash(rel: str, taken: tuple[set[str], set[str]], origin: str) -> None:
+    """A name given twice, or a file that is another's directory, restores no patch set."""
+    files, dirs = taken
+    parents = ["/".join(rel.split("/")[:k]) for k in range(1, rel.count("/") + 1)]
+    if rel in files or rel in dirs or any(p in files for p in parents):
+        raise BadInput(
+            f"{origin}: the export's header names {rel!r} twice, or as a file and a directory",
+            "export the patch set again",
+        )
+    files.add(rel)
+    dirs.update(parents)

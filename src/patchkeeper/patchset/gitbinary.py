@@ -38,20 +38,46 @@ def _length(c: str) -> int:
     return -1
 
 
+MAX_SIZE = (
+    1 << 30
+)  # bytes a binary patch may declare: the file is held in memory whole, as git apply holds it
+_STEP = 1 << 20  # bytes inflated or built at a time, each step checked against the declared size
+_REDO = "write the diff again with `git diff --binary`"
+
+
 def decode(patch: BinaryPatch, where: str) -> bytes:
-    """The inflated data of the forward chunk (base85 of git's alphabet, which is RFC 1924's)."""
-    try:
-        data = zlib.decompress(_base85(patch.lines))
-    except (ValueError, zlib.error) as exc:
+    """The inflated data of the forward chunk (base85 of git's alphabet, which is RFC 1924's),
+    inflated a step at a time and refused as soon as it passes the size the chunk declares: a few
+    kilobytes of patch cannot take more memory than what they claim to hold."""
+    if patch.size > MAX_SIZE:
         raise BadInput(
-            f"{where}: corrupt binary patch: {exc}", "write the diff again with `git diff --binary`"
-        ) from None
-    if len(data) != patch.size:
-        raise BadInput(
-            f"{where}: corrupt binary patch: {len(data)} bytes inflated, {patch.size} declared",
-            "write the diff again with `git diff --binary`",
+            f"{where}: the binary patch declares {patch.size} bytes, over the {MAX_SIZE >> 20} MiB "
+            "patchkeeper holds in memory for one file",
+            "ship a file that large another way than in a patch set",
         )
-    return data
+    try:
+        return inflate(_base85(patch.lines), patch.size)
+    except (ValueError, zlib.error) as exc:
+        raise BadInput(f"{where}: corrupt binary patch: {exc}", _REDO) from None
+
+
+def inflate(data: bytes, size: int) -> bytes:
+    """zlib `data` that must inflate to exactly `size` bytes; ValueError as soon as it passes them
+    (never more than size + 1 bytes of output are asked of zlib), or when it ends early."""
+    stream = zlib.decompressobj()
+    out = bytearray(stream.decompress(data, min(_STEP, size + 1)))
+    while not stream.eof and len(out) <= size:
+        piece = stream.decompress(stream.unconsumed_tail, min(_STEP, size + 1 - len(out)))
+        if not piece and not stream.unconsumed_tail:
+            break  # all input read, no output pending: the stream was cut
+        out += piece
+    if len(out) > size:
+        raise ValueError(f"it inflates past the {size} bytes it declares")
+    if not stream.eof:
+        raise ValueError("the zlib stream ends early")
+    if len(out) != size:
+        raise ValueError(f"{len(out)} bytes inflated, {size} declared")
+    return bytes(out)
 
 
 _ALPHABET = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz!#$%&()*+-;<=>?@^_`{|}~"
@@ -104,13 +130,16 @@ def _varint(delta: bytes, pos: int) -> tuple[int, int]:
 
 
 def apply_delta(source: bytes, delta: bytes) -> bytes:
-    """git's patch_delta: copy runs of the source and insert literal bytes, sizes checked. A copy's
-    offset and size bytes are read one `if` each, as patch-delta.c does: a release's .so deltas hold
-    a few hundred thousand of them."""
+    """git's patch_delta: copy runs of the source and insert literal bytes. The result's declared size
+    is checked first (at most MAX_SIZE) and every op against it before it runs, so the output never
+    passes it; a copy outside the source is refused. A copy's offset and size bytes are read one `if`
+    each, as patch-delta.c does: a release's .so deltas hold a few hundred thousand of them."""
     size, pos = _varint(delta, 0)
     if size != len(source):
         raise ValueError(f"the delta is for {size} bytes, the file has {len(source)}")
     want, pos = _varint(delta, pos)
+    if want > MAX_SIZE:
+        raise ValueError(f"the delta declares a result of {want} bytes, over {MAX_SIZE >> 20} MiB")
     out = bytearray()
     end = len(delta)
     while pos < end:
@@ -142,10 +171,14 @@ def apply_delta(source: bytes, delta: bytes) -> bytes:
             length = length or 0x10000
             if offset + length > size:
                 raise ValueError("the delta copies past the end of the file")
+            if len(out) + length > want:
+                raise ValueError(f"the delta builds past the {want} bytes it declares")
             out += source[offset : offset + length]
         elif cmd:
             if pos + cmd > end:
                 raise ValueError("the delta ends inside an insert")
+            if len(out) + cmd > want:
+                raise ValueError(f"the delta builds past the {want} bytes it declares")
             out += delta[pos : pos + cmd]
             pos += cmd
         else:
@@ -175,10 +208,10 @@ def apply(patch: BinaryPatch, data: bytes | None, where: str) -> bytes:
     else:
         try:
             out = apply_delta(data or b"", payload)
-        except (ValueError, IndexError) as exc:
-            raise BadInput(
-                f"{where}: corrupt binary delta: {exc}", "write the diff again with `git diff --binary`"
-            ) from None
+        except IndexError:
+            raise BadInput(f"{where}: corrupt binary delta: it ends inside a copy", _REDO) from None
+        except ValueError as exc:
+            raise BadInput(f"{where}: corrupt binary delta: {exc}", _REDO) from None
     if blob_sha1(out) != patch.new_id:
         raise BadInput(
             f"{where}: the binary patch gives blob {blob_sha1(out)[:12]}, not the {patch.new_id[:12]} "

@@ -59,6 +59,12 @@ def parse(text: str, origin: str) -> tuple[FilePatch, ...]:
         ):
             _refuse_crlf(line, i, origin)
             i = _traditional_patch(lines, i, origin, out)
+        elif line.startswith("@@ -") and _HUNK.match(line):
+            raise BadInput(  # a hunk cut from its file's header: git refuses the whole diff (find_header)
+                f"{origin}:{i + 1}: patch fragment without header: {line[:60]!r} (a note or an empty "
+                "line between two hunks, or a hunk without its diff --git/---/+++ lines)",
+                _REDO,
+            )
         else:
             i += 1  # mail headers, the commit message, a signature: git skips them too
     if not out and text.strip():
@@ -172,6 +178,7 @@ def _hunks(
         old: list[str] = []
         new: list[str] = []
         trailing = 0  # context lines since the last change, as parse_fragment counts them
+        hunk_added, hunk_removed = added, removed
         i += 1
         while left > 0 or right > 0:
             if i >= end:
@@ -199,8 +206,9 @@ def _hunks(
                 left -= 1
                 right -= 1
                 trailing += 1
-            elif mark == "\\" and i > 0:
-                _no_newline(lines[i - 1], old, new)
+            elif _no_newline_mark(line):
+                if old or new:  # right after the header it ends no line: git ignores it there
+                    _no_newline(lines[i - 1], old, new)
             else:
                 raise BadInput(
                     f"{where}: not a unified diff: hunk {header.split(' @@')[0]} @@ ends early "
@@ -212,9 +220,11 @@ def _hunks(
             raise BadInput(
                 f"{where}: not a unified diff: hunk {header[:40]} holds more lines than it counts", _REDO
             )
-        if i < len(lines) and lines[i].startswith("\\"):
+        if i < len(lines) and _no_newline_mark(lines[i]):
             _no_newline(lines[i - 1], old, new)
             i += 1
+        if added == hunk_added and removed == hunk_removed:
+            raise BadInput(f"{where}: corrupt patch: hunk {header[:40]} adds and removes no line", _REDO)
         hunks.append(
             Hunk(
                 f"@@ -{m.group(1)},{len(old)} +{m.group(3)},{len(new)} @@",
@@ -235,6 +245,12 @@ def _refuse_crlf(line: str, i: int, where: str) -> None:
             f"{where}: has CRLF (Windows) line endings, first on line {i + 1}: {line.strip()!r}",
             "convert it to LF endings (e.g. dos2unix), or write it again with git diff",
         )
+
+
+def _no_newline_mark(line: str) -> bool:
+    """`\\ No newline at end of file`, in any language: git takes a line starting with a backslash and
+    a space, at least 11 characters long (apply.c, parse_fragment)."""
+    return line.startswith("\\ ") and len(line) >= 11
 
 
 def _no_newline(previous: str, old: list[str], new: list[str]) -> None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from .. import names as grammar
 from ..errors import BadInput, did_you_mean
 from ..host.disk import hash_bytes
 from ..workspace import VAR_NAME, TargetConfig, value_text
@@ -144,6 +145,9 @@ def names(root: Path) -> list[str]:
 
 
 def load(root: Path, name: str) -> PatchSet:
+    """patchsets/<name>/ read and checked. `name` may come from a file (a ledger entry, `requires`):
+    it is checked against the grammar of a patch set name before it becomes a path."""
+    grammar.check_name(name)
     directory = root / name
     path = directory / MANIFEST
     if not path.is_file():
@@ -188,6 +192,18 @@ def load(root: Path, name: str) -> PatchSet:
     requires = doc.get("requires", [])
     if not isinstance(requires, list) or not all(isinstance(r, str) for r in requires):
         problems.append("requires must be a list of patch set names")
+    else:
+        problems += [p for p in map(grammar.name_problem, requires) if p]
+    if isinstance(version, str) and version and not any("version" in p for p in problems):
+        bad_version = grammar.version_problem(version)  # .history/<name>/<version>/ is a directory
+        if bad_version:
+            problems.append(bad_version)
+    links = [p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_symlink()]
+    if links:  # export and the digest would read what they point to, wherever that is
+        problems.append(
+            f"{', '.join(links[:3])} {'is a symlink' if len(links) == 1 else 'are symlinks'}; "
+            "a patch set holds regular files"
+        )
     spec = doc.get("package_version", "")
     if not isinstance(spec, str):
         problems.append(
@@ -323,6 +339,9 @@ def check_relative(rel: str, origin: str) -> None:
             f"{origin}: path {rel!r} escapes site-packages",
             "patch paths must be relative to site-packages, without '..'",
         )
+    problem = grammar.path_problem(rel)  # a .git component (git refuses it too), or too long
+    if problem:
+        raise BadInput(f"{origin}: {problem}", "patch paths are plain relative paths inside site-packages")
 
 
 _PIN = None

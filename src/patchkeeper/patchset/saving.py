@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .. import faults
+from .. import faults, names
 from ..errors import BadInput
 from ..host.disk import fsync_dir, write_atomic
 from .patchset import MANIFEST
@@ -70,7 +70,7 @@ def write_dir(directory: Path, files: dict[str, bytes]) -> None:
 
 def kept_dir(root: Path, name: str, version: str) -> Path:
     """Where a replaced version is kept: .history/<name>/<version>/ (a version kept before: -2, -3...)."""
-    base = root / HISTORY / name / version
+    base = root / HISTORY / names.check_name(name) / names.check_version(version)
     path, n = base, 1
     while path.exists():
         n += 1
@@ -146,9 +146,7 @@ def recover(root: Path) -> list[str]:
         if path.exists():
             try:
                 journal = json.loads(path.read_bytes())
-                names = (journal["name"], journal["new"])
-                if not all(isinstance(n, str) and "/" not in n and n not in ("", ".", "..") for n in names):
-                    raise ValueError("a name is not a plain file name")
+                _check_journal(journal)
             except (ValueError, KeyError, TypeError) as exc:
                 raise BadInput(
                     f"{path} is damaged: {exc}",
@@ -170,7 +168,7 @@ def recover(root: Path) -> list[str]:
                 if NEW_MARK in entry.name
                 else entry.name[1:].rpartition(OLD_MARK)
             )
-            if not entry.name.startswith(".") or not mark or not entry.is_dir():
+            if not entry.name.startswith(".") or not mark or not entry.is_dir() or names.name_problem(name):
                 continue
             if mark == NEW_MARK:
                 shutil.rmtree(entry)
@@ -184,6 +182,22 @@ def recover(root: Path) -> list[str]:
                 )
         fsync_dir(str(root))
     return done
+
+
+def _check_journal(journal: Any) -> None:
+    """ValueError unless the journal names what a save writes: a patch set name, its new directory
+    .<name>.pk-new-<id> and, if any, .history/<name>/<version>: never a path elsewhere."""
+    name, new, aside = journal["name"], journal["new"], journal["kept"]
+    problem = names.name_problem(name)
+    if problem:
+        raise ValueError(problem)
+    tag = new.removeprefix(f".{name}{NEW_MARK}") if isinstance(new, str) else ""
+    if not tag or tag == new or not names.PATCHSET_NAME.fullmatch(tag):
+        raise ValueError(f"its new directory {new!r} is not .{name}{NEW_MARK}ID")
+    if aside is not None:
+        parts = aside.split("/") if isinstance(aside, str) else []
+        if len(parts) != 3 or parts[:2] != [HISTORY, name] or names.version_problem(parts[2]):
+            raise ValueError(f"where it keeps the old version, {aside!r}, is not {HISTORY}/{name}/VERSION")
 
 
 def _pending(root: Path) -> bool:

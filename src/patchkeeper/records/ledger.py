@@ -14,6 +14,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast, overload
 
+from .. import names
 from ..errors import BadInput, Refused, StoreError
 from ..host.disk import hash_bytes, install_records
 from ..printable import one_line
@@ -229,6 +230,9 @@ def _check_ref(ref: Any, what: str) -> None:
         raise shapes.fail(what, ref, "a patch set's name, version and digest")
     shapes.name(ref.get("name"), f"{what}: name")
     shapes.text(ref.get("version"), f"{what}: version")
+    problem = names.name_problem(ref["name"]) or names.version_problem(ref["version"])
+    if problem:  # both name directories of the workspace (patchsets/<name>, .history/<name>/<version>)
+        raise shapes.Malformed(f"{what}: {problem}")
     shapes.digest(ref.get("digest"), f"{what}: digest")
 
 
