@@ -39,6 +39,8 @@ DOCUMENTED = {
     "is a directory, not a regular file": "a file replaced by a directory of the same name, or the reverse",
     "a .git component": "a path with a .git component",
     "lead outside site-packages": "a path through a symlinked directory",
+    "lead through a symlinked directory": "a path through a symlinked directory",
+    "lacks the a/ or b/ prefix": "a path without git's a/ and b/ prefixes",
 }
 
 
@@ -202,12 +204,13 @@ class Verdict:
     git: Outcome
     check: Outcome
     apply: Outcome
-    kind: str  # agree | documented refusal | undocumented refusal | applied where git refuses | other tree | check says otherwise
+    kind: str  # agree | documented refusal | undocumented refusal | applied where git refuses | other tree | check says otherwise than apply
+    git_consistent: bool  # git apply --check said what git apply did
 
 
 def judge(c: Case, work: Path) -> Verdict:
     work.mkdir(parents=True)
-    git, _ = git_apply(c, work)
+    git, consistent = git_apply(c, work)
     check, applied = patchkeeper_apply(c, work)
     if check.ok != applied.ok:
         kind = "check says otherwise than apply"
@@ -220,7 +223,7 @@ def judge(c: Case, work: Path) -> Verdict:
     else:
         kind = "documented refusal" if documented(applied.why) else "undocumented refusal"
     shutil.rmtree(work, ignore_errors=True)
-    return Verdict(c, git, check, applied, kind)
+    return Verdict(c, git, check, applied, kind, consistent)
 
 
 # ---- diffs made by git ---------------------------------------------------------------------------

@@ -16,6 +16,8 @@ _STAMP = re.compile(
     r"(1969-12-31|1970-01-01) ([0-2][0-9]):([0-5][0-9]):00(?:\.0+)? ([-+])([0-2][0-9]):?([0-5][0-9])"
 )
 _ULONG_MAX = (1 << 64) - 1
+_FROM = ("rename from ", "rename old ", "copy from ")
+_TO = ("rename to ", "rename new ", "copy to ")
 _INDEX = re.compile(r"([0-9a-f]+)\.\.([0-9a-f]+)(?: [0-7]+)?")
 _HEADERS = (
     "old mode ",
@@ -94,12 +96,29 @@ def _git_patch(lines: list[str], i: int, origin: str, out: list[FilePatch]) -> i
     for key in ("rename to ", "rename new ", "copy to "):
         if key in head:
             new = unquote(head[key])
-    if "--- " in head and not ("rename from " in head or "rename old " in head or "copy from " in head):
-        old = _side(head["--- "], where) or old
-    if "+++ " in head and not ("rename to " in head or "rename new " in head or "copy to " in head):
-        new = _side(head["+++ "], where) or new
+    for side, keys in (("--- ", _FROM), ("+++ ", _TO)):
+        named = next((unquote(head[k]) for k in keys if k in head), None)
+        if side not in head:
+            continue
+        name = _side(head[side], where)
+        if named is None:
+            old, new = (name or old, new) if side == "--- " else (old, name or new)
+        elif name is not None and name != named:  # git: "inconsistent old/new filename"
+            raise BadInput(
+                f"{where}: the {side.strip()} name {name!r} is not the {keys[0].strip()} name {named!r}",
+                _REDO,
+            )
     if old is None and new is None:
         raise BadInput(f"{where}: the git header names no file (`{lines[i - len(head) - 1][:80]}`)", _REDO)
+    named_old = "--- " in head or any(k in head for k in _FROM)
+    named_new = "+++ " in head or any(k in head for k in _TO)
+    if (named_old or named_new) and (
+        (not named_new and "deleted file mode " not in head and head.get("+++ ") != "/dev/null")
+        or (not named_old and "new file mode " not in head and head.get("--- ") != "/dev/null")
+    ):  # one side named, the other needed: git takes neither from the `diff --git` line then
+        raise BadInput(
+            f"{where}: the git header names only one side of the file (`---` or `+++` missing)", _REDO
+        )
     copy = "copy from " in head
     rename = not copy and any(k in head for k in ("rename from ", "rename old "))
     added = "new file mode " in head or head.get("--- ") == "/dev/null"
@@ -261,7 +280,8 @@ def _no_newline(previous: str, old: list[str], new: list[str]) -> None:
 
 
 def _binary(lines: list[str], i: int, index: str | None, where: str) -> tuple[gitbinary.BinaryPatch, int]:
-    """`GIT binary patch`: the forward chunk (kept), then the reverse one (read past), each ended by an empty line."""
+    """`GIT binary patch`: the forward chunk (kept), then the reverse one (decoded to check it, as
+    git's parse_binary does, then dropped), each ended by an empty line."""
     m = _INDEX.fullmatch(index or "")
     if m is None or len(m.group(1)) != 40 or len(m.group(2)) != 40:
         raise BadInput(
@@ -285,6 +305,8 @@ def _binary(lines: list[str], i: int, index: str | None, where: str) -> tuple[gi
         i += 1  # the empty line
     if not chunks:
         raise BadInput(f"{where}: `GIT binary patch` without a literal or delta chunk", _REDO)
+    for reverse in chunks[1:]:  # git reads the reverse chunk too: a damaged one refuses the patch
+        gitbinary.decode(reverse, where)
     return chunks[0], i
 
 

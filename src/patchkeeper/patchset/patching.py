@@ -115,6 +115,7 @@ def apply(patch: FilePatch, data: bytes | None, origin: str) -> Applied:
     if patch.binary is not None:
         if patch.kind == "delete":
             assert data is not None
+            gitbinary.decode(patch.binary, where)  # git inflates it too: a damaged one is refused
             gitbinary.check_old(patch.binary, data, where)
             return Applied(None, ())
         return Applied(gitbinary.apply(patch.binary, data, where), ())
