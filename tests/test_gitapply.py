@@ -105,6 +105,7 @@ def test_each_documented_refusal_is_in_the_docs():
             "a path with a .git component": ".git",
             "a path through a symlinked directory": "symlinked directory",
             "a path without git's a/ and b/ prefixes": "`a/` and `b/` prefixes",
+            "a `diff --git` line without its header lines": "without the header lines",
         }[form]
         assert words in refused or words in docs, form
 

@@ -45,6 +45,8 @@ def parse(text: str, origin: str) -> tuple[FilePatch, ...]:
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()
+    elif lines[-1][:1] in ("+", "-", " ", "\\"):  # git reads no hunk line without its newline
+        raise BadInput(f"{origin}: the diff ends inside a line ({lines[-1][:40]!r} has no newline)", _REDO)
     out: list[FilePatch] = []
     i = 0
     while i < len(lines):
@@ -85,11 +87,20 @@ def _git_patch(lines: list[str], i: int, origin: str, out: list[FilePatch]) -> i
         key = next((k for k in _HEADERS if line.startswith(k)), None)
         if key is None:
             break
+        if key in head and head[key] != line[len(key) :] and key in ("--- ", "+++ ", *_FROM, *_TO):
+            raise BadInput(f"{where}: the git header names two files in `{key.strip()}` lines", _REDO)
         head[key] = line[len(key) :]
         i += 1
+    if not head and not (i < len(lines) and lines[i].startswith(("@@ -", "GIT binary patch"))):
+        raise BadInput(  # git skips it, but keeps its names for the next header: refused, not guessed
+            f"{where}: a `diff --git` line without the header lines git writes after it "
+            f"(`{lines[i - 1][:80]}`)",
+            _REDO,
+        )
     old = new = None
     if names is not None:
         old, new = _strip(names[0], where), _strip(names[1], where)
+    default = old if old == new else None
     for key in ("rename from ", "rename old ", "copy from "):
         if key in head:
             old = unquote(head[key])
@@ -110,11 +121,20 @@ def _git_patch(lines: list[str], i: int, origin: str, out: list[FilePatch]) -> i
             )
     if old is None and new is None:
         raise BadInput(f"{where}: the git header names no file (`{lines[i - len(head) - 1][:80]}`)", _REDO)
-    named_old = "--- " in head or any(k in head for k in _FROM)
-    named_new = "+++ " in head or any(k in head for k in _TO)
+    for side, mode in (("--- ", "new file mode "), ("+++ ", "deleted file mode ")):
+        if head.get(side, "").split("\t")[0] == "/dev/null" and mode not in head:
+            raise BadInput(  # git reads it as the path dev/null then (gitdiff_verify_name)
+                f"{where}: `{side}/dev/null` in a git header without `{mode.strip()}`", _REDO
+            )
+    if default is not None:  # git's default name (both sides the same): a new or deleted file's is it
+        for side, mode in (("+++ ", "new file mode "), ("--- ", "deleted file mode ")):
+            if mode in head and _names(head, side) and _side(head[side], where) != default:
+                raise BadInput(f"{where}: the {side.strip()} name is not the `diff --git` line's", _REDO)
+    named_old = _names(head, "--- ") or any(k in head for k in _FROM)
+    named_new = _names(head, "+++ ") or any(k in head for k in _TO)
     if (named_old or named_new) and (
-        (not named_new and "deleted file mode " not in head and head.get("+++ ") != "/dev/null")
-        or (not named_old and "new file mode " not in head and head.get("--- ") != "/dev/null")
+        (not named_new and "deleted file mode " not in head)
+        or (not named_old and "new file mode " not in head)
     ):  # one side named, the other needed: git takes neither from the `diff --git` line then
         raise BadInput(
             f"{where}: the git header names only one side of the file (`---` or `+++` missing)", _REDO
@@ -146,8 +166,17 @@ def _git_patch(lines: list[str], i: int, origin: str, out: list[FilePatch]) -> i
         )
     elif i < len(lines) and lines[i].startswith("@@ -"):
         hunks, counts, i = _hunks(lines, i, where, origin)
+    if not hunks and binary is None and kind == "modify" and head.get("old mode ") == head.get("new mode "):
+        raise BadInput(  # git: "patch with only garbage": no hunk, no binary patch, nothing else changed
+            f"{where}: the diff of {path} changes nothing (no hunk, no mode change)", _REDO
+        )
     out.append(_checked(FilePatch(path, kind, new_mode, hunks, source, binary, *counts), origin))
     return i
+
+
+def _names(head: dict[str, str], side: str) -> bool:
+    """Does the header's ---/+++ line name a file (not /dev/null)?"""
+    return side in head and head[side].split("\t")[0] != "/dev/null"
 
 
 def _traditional_patch(lines: list[str], i: int, origin: str, out: list[FilePatch]) -> int:
