@@ -106,19 +106,13 @@ def _we_say(diff: str) -> bytes | None:
         return None
 
 
-# git applies these and joins the line before the mark to the next one (apply.c's match_fragment compares
-# bytes, so "line 8" without its newline matches "line 8\n"); patching.py refuses them: a refusal, an
-# apply-semantics question for patching.py (the oracle's corpus), not a reading one
-REFUSED_WHERE_GIT_JOINS = {"a no-newline mark before hunk 2", "a no-newline mark before hunk 3"}
-
-
 def test_damaged_diffs_are_read_and_refused_as_git_apply_does(tmp_path):
     repo, diff = _three_hunk_diff(tmp_path)
     cases = _mutations(diff)
     assert len(cases) >= 40
     verdicts = {name: (_git_says(repo, text, tmp_path), _we_say(text)) for name, text in cases.items()}
     differ = {name: (g is not None, w is not None) for name, (g, w) in verdicts.items() if g != w}
-    assert differ == {name: (True, False) for name in REFUSED_WHERE_GIT_JOINS}, differ
+    assert differ == {}, differ
     refused = [name for name, (g, _) in verdicts.items() if g is None]
     assert 20 < len(refused) < len(cases) - 5  # the corpus holds both verdicts
 

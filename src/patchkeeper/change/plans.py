@@ -159,14 +159,21 @@ def refuse_non_regular(target: Target, absent: list[str]) -> None:
 
 
 def refuse_escaping(target: Target, rels: list[str], what: str) -> None:
-    """Refuse paths that leave site-packages through a symlinked directory: nothing is written there."""
-    outside = target.agent.escaping(target.info.site, rels)
-    if outside:
-        listed = ", ".join(f"{rel} -> {where}" for rel, where in list(outside.items())[:5])
-        raise BadInput(
-            f"{len(outside)} path(s) {what} lead outside site-packages (through a symlink): {listed}",
-            "remove the symlink (or restore the directory it replaced), then retry",
-        )
+    """Refuse paths whose directory is a symlink (or below one): out of site-packages, or to another
+    directory in it (as git apply refuses a path beyond a symlink); nothing is written there."""
+    found = target.agent.escaping(target.info.site, rels)
+    if not found:
+        return
+    site = target.info.site.rstrip("/") + "/"
+    outside = {rel: where for rel, where in found.items() if not where.startswith(site)}
+    shown = outside or found
+    listed = ", ".join(f"{rel} -> {where}" for rel, where in list(shown.items())[:5])
+    raise BadInput(
+        f"{len(shown)} path(s) {what} lead outside site-packages (through a symlink): {listed}"
+        if outside
+        else f"{len(found)} path(s) {what} lead through a symlinked directory in site-packages: {listed}",
+        "remove the symlink (or restore the directory it replaced), then retry",
+    )
 
 
 def planned_entries(

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import BadInput, HunkFailed, Refused
+from ..errors import BadInput, Refused
 from ..host.disk import STAGE_PREFIX, is_managed_name
 from ..host.disk import normalize_name as canonicalize_name
-from ..patchset import patching, patchset
+from ..patchset import applyset, patching, patchset
 from ..records.ledger import PatchSetRef
 from ..records.manifest import ROLE_PREFIX
 from ..targets import Target, TargetInfo
@@ -278,40 +278,10 @@ def build_files(
 
     checks = []
     for ps in sets:
-        before: dict[
-            str, bytes | None
-        ] = {}  # a rename or copy reads its source as the set found it (git apply's rule)
-        for origin, fps in ps.patches:
-            for fp in fps:
-                src = fp.source
-                data = files[fp.path] if src is None else before[src] if src in before else files[src]
-                if trial_of is not None:
-                    hunks = patching.check(fp, data)
-                    if src is not None and files[fp.path] is not None:
-                        hunks = (
-                            patching.HunkCheck(f"{fp.kind} from {src}", None, "the file already exists"),
-                        )
-                    if ps in trial_of:
-                        checks.append(FileCheck(ps.ident, origin, fp.path, hunks))
-                    if any(h.offset is None for h in hunks):
-                        continue
-                elif src is not None and files[fp.path] is not None:
-                    raise HunkFailed(
-                        f"{ps.name}/{origin}: {fp.path}: the patch {fp.kind}s {src} to this path, "
-                        "but it already exists",
-                        "roll back first, or check which patch set created it",
-                    )
-                before.setdefault(fp.path, files[fp.path])
-                files[fp.path] = patching.apply(fp, data, f"{ps.name}/{origin}").data
-                if fp.kind == "rename" and src is not None:
-                    before.setdefault(src, files[src])
-                    files[src] = None
-                if fp.new_mode is not None:
-                    modes[fp.path] = fp.new_mode
-                elif src is not None:
-                    modes[fp.path] = modes.get(src, 0o644)
-                elif fp.kind == "add":
-                    modes[fp.path] = 0o644
+        for origin, fps in ps.patches:  # each patch as git apply applies it, the next on its result
+            for outcome in applyset.results(fps, files, modes, f"{ps.name}/{origin}", trial_of is not None):
+                if trial_of is not None and ps in trial_of:
+                    checks.append(FileCheck(ps.ident, origin, outcome.patch.path, outcome.hunks))
         for role, data in ps.files:
             if role in roles:
                 files[ROLE_PREFIX + role] = data

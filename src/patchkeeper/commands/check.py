@@ -7,7 +7,7 @@ import zlib
 from collections.abc import Sequence
 from typing import Any, cast
 
-from ..change import engine, stacks
+from ..change import engine, stacks, transaction
 from ..change.session import Session
 from ..errors import BadInput
 from ..host.distinfo import metadata_fields
@@ -45,6 +45,12 @@ def check(ws: Workspace, target: str | None, name: str, wheel: str | None, as_js
             )
         else:
             against = f"the files of {t.name} ({t.info.package} {t.info.version})"
+        blocked = transaction.obstacles(s.ledger, list(plan.ops))  # what apply's transaction refuses
+        if blocked:
+            problems.append(
+                f"{len(blocked)} file(s) cannot be replaced or removed, so apply would refuse: "
+                + "; ".join(f"{path} {why}" for path, why in blocked.items())
+            )
         if plan.drift and plan.entry.before is not None:
             problems.append(
                 f"{len(plan.drift)} file(s) differ from the recorded state {plan.entry.before.id} "

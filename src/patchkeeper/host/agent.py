@@ -145,9 +145,10 @@ class Agent(AgentContract):
         return os.path.realpath(path)
 
     def escaping(self, root: str, rels: list[str]) -> dict[str, str]:
-        """rel -> where it really leads, for each relative path whose directory resolves (through a
-        symlink) outside `root`; directories that do not exist yet are judged by their nearest
-        existing ancestor."""
+        """rel -> where its directory really is, for each relative path whose directory resolves
+        (through a symlink) elsewhere than its own place below `root`: outside it, or to another
+        directory inside (git apply writes beyond no symlink either); directories that do not exist
+        yet are judged by their nearest existing ancestor."""
         top = os.path.realpath(root)
         seen: dict[str, str | None] = {}
         out: dict[str, str] = {}
@@ -158,7 +159,8 @@ class Agent(AgentContract):
                 while not os.path.lexists(probe) and probe != root and len(probe) > len(root):
                     probe = os.path.dirname(probe)
                 real = os.path.realpath(probe)
-                seen[parent] = None if real == top or real.startswith(top.rstrip("/") + "/") else real
+                own = os.path.normpath(os.path.join(top, os.path.relpath(probe, root)))
+                seen[parent] = None if real == own else real
             where = seen[parent]
             if where is not None:
                 out[rel] = where

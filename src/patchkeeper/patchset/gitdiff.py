@@ -1,6 +1,7 @@
 """Read a diff into file patches the way `git apply` reads it: unidiff reads the files' headers and
-hunks; this module fills unidiff's gaps (each in one function below, named `_gap_...`, each with a
-test that shows unidiff alone misreading: tests/test_gitdiff_gaps.py) with git's rules (apply.c:
+hunks; this module fills unidiff's gaps (each in one function below, named `_gap_...`, and the git
+header's in githeader.py; each with a test that shows unidiff alone misreading:
+tests/test_gitdiff_gaps.py) with git's rules (apply.c:
 find_header, the git header table, parse_fragment, parse_binary): git's extended headers (modes,
 renames, copies, binary patches), quoted and spaced names, the traditional `---`/`+++` form; mail
 text around is skipped. A parse is remembered under the text's digest (parse_cache.py)."""
@@ -12,8 +13,8 @@ import re
 from typing import TYPE_CHECKING
 
 from ..errors import BadInput
-from . import gitbinary, parse_cache
-from .patching import FilePatch, Hunk, unquote
+from . import gitbinary, githeader, parse_cache
+from .patching import FilePatch, Hunk
 
 if TYPE_CHECKING:
     from unidiff.patch import PatchedFile
@@ -21,24 +22,8 @@ if TYPE_CHECKING:
 _HUNK = re.compile(r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _BINARY_HEAD = re.compile(r"(literal|delta) (\d+)")
 _INDEX = re.compile(r"([0-9a-f]+)\.\.([0-9a-f]+)(?: [0-7]+)?")
-_HEADERS = (
-    "old mode ",
-    "new mode ",
-    "deleted file mode ",
-    "new file mode ",
-    "copy from ",
-    "copy to ",
-    "rename old ",
-    "rename new ",
-    "rename from ",
-    "rename to ",
-    "similarity index ",
-    "dissimilarity index ",
-    "index ",
-    "--- ",
-    "+++ ",
-)  # apply.c's table; anything else ends the header
-_REDO = "write the diff again with git diff (--binary for binary files)"
+_REDO = githeader.REDO
+_ULONG_MAX = (1 << 64) - 1
 
 
 def parse(text: str, origin: str) -> tuple[FilePatch, ...]:
@@ -55,8 +40,10 @@ def _parse(text: str, origin: str) -> tuple[FilePatch, ...]:
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()
+    elif lines[-1][:1] in ("+", "-", " ", "\\"):  # git reads no hunk line without its newline
+        raise BadInput(f"{origin}: the diff ends inside a line ({lines[-1][:40]!r} has no newline)", _REDO)
     try:
-        files = PatchSet(io.StringIO(_gap_git_names_for_unidiff(lines)))
+        files = PatchSet(io.StringIO(_gap_text_for_unidiff(lines, origin)))
     except UnidiffParseError as exc:
         stray = str(exc).removeprefix("Unexpected hunk found: ").rstrip("\n")
         if stray != str(exc) and stray in lines:  # a hunk after text that ended its file's patch
@@ -77,34 +64,16 @@ def _parse(text: str, origin: str) -> tuple[FilePatch, ...]:
 def _file_patch(pf: PatchedFile, lines: list[str], origin: str, headers: set[int]) -> FilePatch | None:
     """One file's patch as unidiff read it, its gaps filled; None for what git takes as mail text."""
     info = [line.rstrip("\n") for line in pf.patch_info or ()]
-    git = bool(info) and info[0].startswith("diff --git ")
     at = (pf.diff_line_no or 1) - 1  # the `diff --git` line, or a traditional patch's `+++` line
-    if not git:
-        if not len(pf):
-            return None  # `---` and `+++` lines without a hunk: git takes them as mail text
-        at -= 1
-        _refuse_crlf(lines[at], at, origin)
-        old, new = _side(lines[at][4:], f"{origin}:{at + 1}"), _side(lines[at + 1][4:], f"{origin}:{at + 1}")
-        kind = "add" if old is None else "delete" if new is None else "modify"
-        path = new if new is not None else old
-        if path is None:
-            raise BadInput(f"{origin}:{at + 1}: both sides are /dev/null", _REDO)
-        read, counted = _hunks(pf, lines, f"{origin}:{at + 1}", origin, headers)
-        return FilePatch(path, kind, None, read, None, None, *counted)
+    if not (info and info[0].startswith("diff --git ")):
+        return _traditional(pf, lines, at - 1, origin, headers)
     _refuse_crlf(lines[at], at, origin)
     where = f"{origin}:{at + 1}"
-    head: dict[str, str] = {}
-    end = at + 1
-    while end < len(lines):  # the extended headers, ---/+++ too (unidiff keeps these apart)
-        key = next((k for k in _HEADERS if lines[end].startswith(k)), None)
-        if key is None:
-            break
-        head[key] = lines[end][len(key) :]
-        end += 1
-    old, new = _gap_names(lines[at][len("diff --git ") :], head, where)
+    head, end = githeader.read(lines, at, where)
+    old, new = githeader.names(lines[at][len("diff --git ") :], head, where)
     if old is None and new is None:
         raise BadInput(f"{where}: the git header names no file (`{lines[at][:80]}`)", _REDO)
-    kind = _gap_kind(head)
+    kind = githeader.kind(head)
     path = (old if kind == "delete" else new) or old or new
     assert path is not None
     source = old if kind in ("rename", "copy") else None
@@ -112,9 +81,9 @@ def _file_patch(pf: PatchedFile, lines: list[str], origin: str, headers: set[int
         raise BadInput(f"{where}: the diff changes {old!r} into {new!r} without a rename header", _REDO)
     for key in ("old mode ", "new mode ", "deleted file mode ", "new file mode "):
         if key in head:
-            _mode(head[key], path, origin)
+            githeader.mode(head[key], path, origin)
     new_mode = next(
-        (_mode(head[k], path, origin) for k in ("new mode ", "new file mode ") if k in head), None
+        (githeader.mode(head[k], path, origin) for k in ("new mode ", "new file mode ") if k in head), None
     )
     binary = None
     hunks: tuple[Hunk, ...] = ()
@@ -131,7 +100,33 @@ def _file_patch(pf: PatchedFile, lines: list[str], origin: str, headers: set[int
         hunks, counts = _hunks(pf, lines, where, origin, headers)
         if hunks and end not in headers:
             _gap_text_before_hunks(lines, end, origin)
+    if not hunks and binary is None and kind == "modify" and head.get("old mode ") == head.get("new mode "):
+        raise BadInput(  # git: "patch with only garbage": no hunk, no binary patch, nothing else changed
+            f"{where}: the diff of {path} changes nothing (no hunk, no mode change)", _REDO
+        )
     return FilePatch(path, kind, new_mode, hunks, source, binary, *counts)
+
+
+def _traditional(
+    pf: PatchedFile, lines: list[str], at: int, origin: str, headers: set[int]
+) -> FilePatch | None:
+    """A `---`/`+++` patch without a git header (diff -u, diff -ruN): unidiff's hunks, the names and
+    diff -N's epoch dates (a missing side) read here as git reads them."""
+    if not len(pf):
+        return None  # `---` and `+++` lines without a hunk: git takes them as mail text
+    _refuse_crlf(lines[at], at, origin)
+    where = f"{origin}:{at + 1}"
+    old, new = githeader.side_name(lines[at][4:], where), githeader.side_name(lines[at + 1][4:], where)
+    if old is not None and githeader.epoch(lines[at]):  # diff -N dates the missing side at the epoch
+        old = None
+    elif new is not None and githeader.epoch(lines[at + 1]):
+        new = None
+    kind = "add" if old is None else "delete" if new is None else "modify"
+    path = new if new is not None else old
+    if path is None:
+        raise BadInput(f"{where}: both sides are /dev/null", _REDO)
+    read, counted = _hunks(pf, lines, where, origin, headers)
+    return FilePatch(path, kind, None, read, None, None, *counted)
 
 
 def _gap_text_before_hunks(lines: list[str], end: int, origin: str) -> None:
@@ -142,55 +137,46 @@ def _gap_text_before_hunks(lines: list[str], end: int, origin: str) -> None:
     _fragment_without_header(lines, following, origin)
 
 
-def _gap_git_names_for_unidiff(lines: list[str]) -> str:
+def _gap_text_for_unidiff(lines: list[str], origin: str) -> str:
     """GAP: unidiff splits `diff --git A B` at the last ` b/` (or, without prefixes, the last space)
     and then refuses a `+++` name other than the B it found ("Target without source"): `diff --git
-    b/x y b/x y` (git diff --no-index) or a name holding ` b/` stop it. The text it reads has each git
-    header's names replaced by a placeholder (same lines, same numbers); _gap_names reads git's."""
+    b/x y b/x y` (git diff --no-index) or a name holding ` b/` stop it. And it raises on git's header
+    lines met outside a git header (`new file mode`, `GIT binary patch`, a lone `+++`, a
+    no-newline mark after text), which git skips as mail text. The text it reads has each git
+    header's names replaced by a placeholder and those lines by `x` (same lines, same numbers);
+    githeader.py reads git's names from the lines as they are."""
     out = lines.copy()
+    inside: set[int] = set()  # the lines of git headers, the line after them
     for i in [i for i, line in enumerate(lines) if line.startswith("diff --git ")]:
         out[i] = "diff --git a/f b/f"
         j = i + 1
-        while j < len(lines) and lines[j].startswith(_HEADERS):
+        while j < len(lines) and lines[j].startswith(githeader.HEADERS):
             j += 1
+        if j == i + 1:  # a `diff --git` line without header lines: refused as githeader.read refuses it
+            githeader.read(lines, i, f"{origin}:{i + 1}")
+        inside.update(range(i, j + 1))
+        if j < len(lines) and not lines[j].startswith(
+            ("@@ -", "GIT binary patch", "Binary files ", "diff --git ")
+        ):
+            out[j] = "Binary files a/f and b/f differ"  # ends the file for unidiff where git's header ended
         gone = any(line.startswith("deleted file mode ") for line in lines[i + 1 : j])
         for k in range(i + 1, j):
             if lines[k].startswith("--- "):
                 out[k] = "--- a/f"
             elif lines[k].startswith("+++ "):
                 out[k] = "+++ /dev/null" if gone else "+++ b/f"  # unidiff's target after `deleted file`
+    for i in [i for i, line in enumerate(lines) if line.startswith(_OUTSIDE)]:
+        line = lines[i]
+        if i in inside:
+            continue
+        before = lines[i - 1] if i else "x"
+        if line.startswith("\\") and (before[:1] in ("", " ", "+", "-", "\\") or before.startswith("@@ -")):
+            continue  # a mark after a hunk line, as unidiff reads it
+        out[i] = "x"
     return "\n".join(out) + "\n"
 
 
-def _gap_names(rest: str, head: dict[str, str], where: str) -> tuple[str | None, str | None]:
-    """GAP: unidiff splits `diff --git a/x b/y` at the last ` b/` (a name holding ` b/` is cut wrong),
-    keeps C-quoted names quoted, and reads no `rename from`/`copy from` names. The names as git's
-    git_header_name and the header table give them, prefixes stripped, /dev/null as None."""
-    names = _header_names(rest)
-    old = new = None
-    if names is not None:
-        old, new = _strip(names[0], where), _strip(names[1], where)
-    for key in ("rename from ", "rename old ", "copy from "):
-        if key in head:
-            old = unquote(head[key])
-    for key in ("rename to ", "rename new ", "copy to "):
-        if key in head:
-            new = unquote(head[key])
-    if "--- " in head and not ("rename from " in head or "rename old " in head or "copy from " in head):
-        old = _side(head["--- "], where) or old
-    if "+++ " in head and not ("rename to " in head or "rename new " in head or "copy to " in head):
-        new = _side(head["+++ "], where) or new
-    return old, new
-
-
-def _gap_kind(head: dict[str, str]) -> str:
-    """GAP: unidiff guesses added and deleted files from hunk ranges (`@@ -0,0` is an addition to it, a
-    file emptied to one line is not) and tells no copy from a rename. git's extended headers say."""
-    copy = "copy from " in head
-    rename = not copy and any(k in head for k in ("rename from ", "rename old "))
-    added = "new file mode " in head or head.get("--- ") == "/dev/null"
-    deleted = "deleted file mode " in head or head.get("+++ ") == "/dev/null"
-    return "add" if added else "delete" if deleted else "copy" if copy else "rename" if rename else "modify"
+_OUTSIDE = ("new file mode ", "deleted file mode ", "GIT binary patch", "\\")
 
 
 def _hunks(
@@ -206,19 +192,24 @@ def _hunks(
         header = lines[header_at] if header_at >= 0 else "@@"
         _refuse_crlf(header, header_at, origin)
         headers.add(header_at)
+        m = _HUNK.match(header)
         old: list[str] = []
         new: list[str] = []
         previous = "@"
+        trailing = 0  # context lines since the last change, as parse_fragment counts them
         for line in uh:
             kind = line.line_type
             value = line.value if line.value.endswith("\n") else line.value + "\n"
             if kind == "+":
                 new.append(value)
+                trailing = 0
             elif kind == "-":
                 old.append(value)
+                trailing = 0
             elif kind == " ":
                 old.append(value)
                 new.append(value)
+                trailing += 1
             elif kind == "\\":
                 if not _no_newline_mark("\\" + line.value.rstrip("\n")):
                     raise BadInput(f"{where}: corrupt patch at {str(line).rstrip()[:40]!r}", _REDO)
@@ -237,12 +228,15 @@ def _hunks(
             raise BadInput(f"{where}: corrupt patch: hunk {header[:40]} adds and removes no line", _REDO)
         added += plus
         removed += minus
+        first, second = (m.group(1), m.group(3)) if m else (str(uh.source_start), str(uh.target_start))
         hunks.append(
             Hunk(
-                f"@@ -{uh.source_start},{len(old)} +{uh.target_start},{len(new)} @@",
-                uh.source_start,
+                f"@@ -{first},{len(old)} +{second},{len(new)} @@",
+                min(int(first), _ULONG_MAX),  # git's strtoul saturates; where it looks is bounded
                 tuple(old),
                 tuple(new),
+                min(int(second), _ULONG_MAX),
+                trailing,
             )
         )
     return tuple(hunks), (added, removed)
@@ -331,6 +325,8 @@ def _gap_binary(lines: list[str], i: int, index: str | None, where: str) -> gitb
         i += 1  # the empty line
     if not chunks:
         raise BadInput(f"{where}: `GIT binary patch` without a literal or delta chunk", _REDO)
+    for reverse in chunks[1:]:  # git reads the reverse chunk too: a damaged one refuses the patch
+        gitbinary.decode(reverse, where)
     return chunks[0]
 
 
@@ -346,70 +342,6 @@ def _checked(fp: FilePatch, origin: str) -> FilePatch:
                 "rename the file to a UTF-8 name, or ship it another way",
             ) from None
     return fp
-
-
-def _mode(text: str, path: str, origin: str) -> int:
-    try:
-        mode = int(text.strip(), 8)
-    except ValueError:
-        mode = -1
-    if mode < 0 or mode & 0o170000 != 0o100000:
-        raise BadInput(
-            f"{origin}: {path} gets mode {text.strip()}, not a regular file's (100644, 100755)",
-            "patchkeeper manages regular files only; ship a file's content instead",
-        )
-    return mode & 0o7777
-
-
-def _side(text: str, where: str) -> str | None:
-    """The name of a ---/+++ line, prefix stripped (None for /dev/null); a tab and what follows
-    (a timestamp, or git's mark of a name with a space) is not part of it."""
-    quoted = _quoted_head(text)
-    name = quoted[0] if quoted else text.split("\t", 1)[0]
-    return None if name == "/dev/null" else _strip(name, where)
-
-
-def _strip(name: str, where: str) -> str:
-    plain = unquote(name)
-    if not plain.startswith(("a/", "b/")):
-        raise BadInput(
-            f"{where}: path {plain!r} lacks the a/ or b/ prefix of git diff",
-            "write diffs relative to site-packages with git diff",
-        )
-    return plain[2:]
-
-
-def _quoted_head(text: str) -> tuple[str, str] | None:
-    """A quoted name at the start of `text` and what follows it, or None."""
-    if not text.startswith('"'):
-        return None
-    i = 1
-    while i < len(text):
-        if text[i] == "\\":
-            i += 2
-        elif text[i] == '"':
-            return text[: i + 1], text[i + 1 :]
-        else:
-            i += 1
-    return None
-
-
-def _header_names(rest: str) -> tuple[str, str] | None:
-    """The two names of `diff --git A B` as written (bare or quoted), as git_header_name finds them:
-    a bare pair with spaces is split where both sides name the same path below their prefixes."""
-    first = _quoted_head(rest)
-    if first is not None:
-        tail = first[1][1:] if first[1].startswith(" ") else None
-        return (first[0], tail) if tail else None
-    at = rest.find(' "')
-    if at > 0 and rest.endswith('"') and _quoted_head(rest[at + 1 :]) == (rest[at + 1 :], ""):
-        return rest[:at], rest[at + 1 :]
-    for at, c in enumerate(rest):
-        if c == " ":
-            a, b = rest[:at], rest[at + 1 :]
-            if "/" in a and "/" in b and a.split("/", 1)[1] == b.split("/", 1)[1]:
-                return a, b
-    return None
 
 
 def diffstat(patches: tuple[FilePatch, ...]) -> list[tuple[str, int, int]]:
