@@ -14,6 +14,7 @@ leaves nothing running."""
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import shlex
 import shutil
@@ -39,24 +40,35 @@ BASE_UNITS = {
     "exit.target": "[Unit]\nDescription=exit\nDefaultDependencies=no\n",
 }
 
-# An executable for a unit's ExecStart=: it records the argv and the environment it really got, as JSON, in
-# $PK_RECORD_DIR/<the unit's name>.json (the unit name from the manager's $INVOCATION_ID-carrying env is not
-# enough for instances, so the unit says its own record name in argv or the manager's $PK_RECORD_NAME).
+# An executable for a unit's ExecStart=: it records the argv (as bytes, hex) and the environment it really
+# got, as JSON, in $PK_RECORD_DIR/<its unit's name>.json, the name taken from its own cgroup.
 RECORDER = """#!/usr/bin/python3
 import json, os, sys
-name = os.environ.get("PK_RECORD_NAME") or os.environ.get("RECORD_NAME") or "unnamed"
+name = "unnamed"
+for line in open("/proc/self/cgroup"):
+    last = line.rstrip("\\n").rpartition("/")[2]
+    if last.endswith(".service"):
+        name = last
 directory = os.environ.get("PK_RECORD_DIR", "/nonexistent")
-env = {k: v for k, v in os.environ.items()}
-data = {
-    "argv": [os.fsdecode(a) for a in sys.argv],
-    "argv_b": [os.fsencode(a).hex() for a in sys.argv],
-    "env": env,
-}
-tmp = os.path.join(directory, f".{name}.tmp")
+data = {"argv": [os.fsencode(a).hex() for a in sys.argv], "env": {k: os.fsencode(v).hex() for k, v in os.environ.items()}}
+tmp = os.path.join(directory, "." + name + ".tmp")
 with open(tmp, "w") as f:
     json.dump(data, f)
-os.replace(tmp, os.path.join(directory, f"{name}.json"))
+os.replace(tmp, os.path.join(directory, name + ".json"))
 """
+
+
+def record(directory: Path, unit: str) -> tuple[list[str], dict[str, str]] | None:
+    """What the recorder got as `unit`'s process: argv and environment (bytes decoded surrogateescape)."""
+    try:
+        data = json.loads((directory / f"{unit}.json").read_text())
+    except FileNotFoundError:
+        return None
+
+    def text(h: str) -> str:
+        return bytes.fromhex(h).decode("utf-8", "surrogateescape")
+
+    return [text(a) for a in data["argv"]], {k: text(v) for k, v in data["env"].items()}
 
 
 def below_root(root: Path, directories: Iterable[str]) -> tuple[Path, ...]:

@@ -4,7 +4,6 @@ behind it, also when the test process dies."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -25,7 +24,7 @@ def test_the_manager_loads_and_starts_a_unit_from_the_test_root(live_systemd):
         root,
         {
             "usr/lib/systemd/system/probe@.service": (
-                "[Service]\nType=oneshot\nEnvironment=PK_RECORD_NAME=probe A=1\n"
+                "[Service]\nType=oneshot\nEnvironment=A=1\n"
                 f"ExecStart={m.recorder} --instance %i 'two words'\n"
             ),
             "run/systemd/system/probe@.service.d/10-more.conf": '[Service]\nEnvironment=B="x y"\n',
@@ -34,9 +33,11 @@ def test_the_manager_loads_and_starts_a_unit_from_the_test_root(live_systemd):
     m.daemon_reload()
     done = m.start_unit("probe@one.service")
     assert done.returncode == 0, (done.stderr, m.log())
-    got = json.loads((m.records / "probe.json").read_text())
-    assert got["argv"] == [str(m.recorder), "--instance", "one", "two words"]
-    assert got["env"]["A"] == "1" and got["env"]["B"] == "x y"
+    got = livesystemd.record(m.records, "probe@one.service")
+    assert got is not None
+    argv, env = got
+    assert argv == [str(m.recorder), "--instance", "one", "two words"]
+    assert env["A"] == "1" and env["B"] == "x y"
     shown = m.show("probe@one.service", "LoadState", "FragmentPath", "DropInPaths", "Result")
     assert shown == {
         "LoadState": "loaded",
