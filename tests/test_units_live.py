@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -152,3 +153,34 @@ def test_the_manager_ran_the_corpus(corpus):
     """The comparison is worth something only if the manager really loaded and ran most layouts."""
     ran = [lo.key for lo in corpus.layouts if corpus.theirs(lo)["ran"]]
     assert len(ran) >= 40, corpus.manager.log()[-3000:]
+
+
+def test_a_fifo_dropin_is_never_opened_while_systemd_blocks_on_it(tmp_path):
+    """A FIFO named *.conf in a drop-in directory: systemd 252 opens it and waits for a writer, its whole
+    manager with it; the reading says it cannot know, without opening it."""
+    root = tmp_path / "root"
+    path = below_root(root, SYSTEMD_UNIT_PATH)
+    manager = LiveManager.start(tmp_path / "manager", list(path))
+    try:
+        layout = unitcorpus.fifo_layout(str(manager.recorder))
+        manager.write(root, dict(unitcorpus.iter_files(layout, str(root))))
+        manager.daemon_reload()
+        argv = manager.systemctl_argv()
+        argv.insert(argv.index("systemctl"), "SYSTEMD_BUS_TIMEOUT=3")  # sd-bus's method call timeout
+        blocked = subprocess.run([*argv, "start", layout.unit], capture_output=True, text=True)
+        assert blocked.returncode != 0 and "Connection timed out" in blocked.stderr, blocked.stderr
+        fifo = root / unitcorpus.E / f"{layout.unit}.d" / "a.conf"
+        os.close(
+            os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        )  # ENXIO unless a reader holds it: systemd, waiting
+        config = TargetConfig(
+            name="t",
+            python=sys.executable,
+            package="sglang",
+            files={"unit": str(root / unitcorpus.E / layout.unit)},
+            unit_path=tuple(map(str, path)),
+        )
+        ours = units.as_dict(units.on_target(LocalTarget(config)))
+        assert ours == {"known": False, "why": ours["why"]} and f"{fifo} is a FIFO" in ours["why"]
+    finally:
+        manager.stop()
