@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import string
 import subprocess
 import sys
 import time
@@ -18,7 +19,7 @@ import pytest
 import unitcorpus
 from livesystemd import LiveManager, below_root, record, why_not
 
-from patchkeeper.checks import units
+from patchkeeper.checks import specifiers, units
 from patchkeeper.targets.local import LocalTarget
 from patchkeeper.workspace import SYSTEMD_UNIT_PATH, TargetConfig
 
@@ -184,3 +185,72 @@ def test_a_fifo_dropin_is_never_opened_while_systemd_blocks_on_it(tmp_path):
         assert ours == {"known": False, "why": ours["why"]} and f"{fifo} is a FIFO" in ours["why"]
     finally:
         manager.stop()
+
+
+STATUS_CASES = (
+    "instance-dropins",
+    "alias-dropin-on-real-name",
+    "masked-by-dev-null",
+    "minus-relative-path",
+    "merged-usr-unit-and-dropin",
+    "var-from-environment-file",
+)
+
+
+def test_status_json_says_what_the_live_manager_runs(corpus, env):
+    """The same comparison through the command itself: `status --json` on a workspace whose target's unit
+    and unit_path point into the corpus."""
+    config = env.root / "patchkeeper.toml"
+    original = config.read_text()
+    unit_path = ", ".join(f'"{d}"' for d in corpus.unit_path)
+    verdicts = {}
+    for layout in (lo for lo in corpus.layouts if lo.key.split("-", 1)[1] in STATUS_CASES):
+        unit = f"{corpus.roots[layout.root]}/{unitcorpus.E}/{layout.unit}"
+        config.write_text(
+            original.replace(f'unit = "{env.unit}"', f'unit = "{unit}"').replace(
+                'package = "sglang"\n', f'package = "sglang"\nunit_path = [{unit_path}]\n', 1
+            )
+        )
+        doc = json.loads(env.pk("status", "--json").stdout)["exec_start"]
+        assert doc == corpus.ours(layout)
+        verdicts[layout.key] = judge(corpus.theirs(layout), doc)
+    assert len(verdicts) == len(STATUS_CASES)
+    assert [v for v in verdicts.values() if v[0] == "WRONG"] == []
+    assert sum(v[0] == "agree" for v in verdicts.values()) == len(STATUS_CASES) - 1, (
+        verdicts
+    )  # the env file: not known
+
+
+def test_the_specifier_table_is_systemds(corpus):
+    """Every letter after %: the ones the name resolves give systemd's value, the running system's ones run,
+    the ones systemd does not know are refused (checks/specifiers.py)."""
+    m, root = corpus.manager, corpus.roots["split"]
+    letters = string.ascii_letters
+    m.write(
+        root,
+        {
+            f"{unitcorpus.UL}/pkspec-{c}-x@.service": f"[Service]\nExecStart={m.recorder} %{c}\n"
+            for c in letters
+        },
+    )
+    m.daemon_reload()
+    names = {c: f"pkspec-{c}-x@in-st\\x2dq.service" for c in letters}
+    for name in names.values():
+        m.start_unit(name)
+    outcome = {}
+    for c, name in names.items():
+        for _ in range(500):  # Type=simple: the recorder may still be running
+            got = record(m.records, name)
+            state = m.show(name, "ActiveState")["ActiveState"]
+            if got is not None or state not in ("active", "activating"):
+                break
+            time.sleep(0.01)
+        resolved = specifiers.resolve(f"%{c}", name)
+        if resolved.bad:
+            outcome[c] = got is None or f"ran {got[0][1:]}"
+        elif resolved.unknown:
+            outcome[c] = got is not None or "refused"
+        else:
+            outcome[c] = got is not None and got[0][1:] == [resolved.text] or f"{resolved.text!r} but {got}"
+    assert {c: o for c, o in outcome.items() if o is not True} == {}
+    assert len(specifiers.RUNNING_SYSTEM) + len(specifiers.FROM_NAME) - 1 + 11 == len(letters)  # 11 unknown
