@@ -195,6 +195,17 @@ def layouts(rec: str) -> list[Layout]:
             "resets",
             f"[Service]\nEnvironment=K=1\nEnvironment=\nEnvironment=L=1\nExecStart={rec} x\n",
         ),
+        ("comment-ending-in-backslash", "continuations", f"[Service]\n# note \\\nExecStart={rec} d\n"),
+        ("empty-line-ends-continuation", "continuations", f"[Service]\nExecStart={rec} a\\\n\n b\n"),
+        ("even-backslash-run", "continuations", f"[Service]\nExecStart={rec} a\\\\\\\\\nEnvironment=N=1\n"),
+        ("spaces-around-keys", "syntax", f"  [Service]  \n ExecStart = {rec}  j  \n"),
+        ("plus-then-bang", "prefixes", f"[Service]\nExecStart=+!{rec} y\n"),
+        ("unknown-escapes-and-nul", "quoting", f'[Service]\nExecStart={rec} e\\ f \\? "\\;" \\x00 tail\\\n'),
+        (
+            "oneshot-commands",
+            "quoting",
+            f"[Service]\nType=oneshot\nExecStart={rec} f1 ; {rec} f2 \\; f3 x;y ;\n",
+        ),
     ]
     for what, klass, text in syntax:
         add(klass, what, lambda k, text=text: (f"{k}-s.service", {f"{UL}/{k}-s.service": text}))
