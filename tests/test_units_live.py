@@ -148,6 +148,7 @@ def test_the_reading_never_contradicts_the_live_manager(corpus):
     assert len(verdicts) >= 60
     assert counts["agree"] >= 0.75 * len(verdicts), summary  # a reading that never knows is no reading
     assert not summary["wrong"], json.dumps(summary, indent=1)
+    assert all(why.strip() for why in summary["not known"].values())  # "not known" always says why
 
 
 def test_the_manager_ran_the_corpus(corpus):
