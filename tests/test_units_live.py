@@ -37,6 +37,14 @@ class Corpus:
         (self.roots["merged"] / "lib").symlink_to("usr/lib")  # merged /usr, as Debian 12 installs it
         self.unit_path = tuple(str(p) for r in self.roots.values() for p in below_root(r, SYSTEMD_UNIT_PATH))
         self.manager = LiveManager.start(base / "manager", [Path(p) for p in self.unit_path])
+        try:
+            self._load()
+        except BaseException:
+            self.manager.stop()  # the fixture's teardown never runs for a setup that failed
+            raise
+
+    def _load(self) -> None:
+        """Every layout written, loaded and started; what the manager then says of each."""
         self.layouts = unitcorpus.layouts(str(self.manager.recorder))
         for layout in self.layouts:
             root = self.roots[layout.root]
