@@ -188,14 +188,16 @@ def test_a_kept_agent_answers_dist_info_again_only_while_its_files_are_unchanged
 
 
 def test_reading_a_fifo_is_refused_without_waiting_on_it(tmp_path):
-    """A FIFO where a file was expected (a drop-in named *.conf) never blocks the agent: no writer comes."""
+    """A FIFO where a regular file was expected (a drop-in named *.conf) never blocks the agent when it is
+    asked for a regular file only: no writer comes. (A plain read waits: tests/test_targets_local.py uses
+    that for a long call.)"""
     fifo = tmp_path / "a.conf"
     os.mkfifo(fifo)
     with pytest.raises(OSError, match="not a regular file"):
-        Agent().read(str(fifo))
+        Agent().read(str(fifo), regular=True)
     proxy = AgentProxy.in_subprocess("t", sys.executable)
     try:
         with pytest.raises(TargetError, match="not a regular file"):
-            proxy.read(str(fifo))
+            proxy.read(str(fifo), regular=True)
     finally:
         proxy.close()

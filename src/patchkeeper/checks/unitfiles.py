@@ -269,7 +269,7 @@ def _read(
             else:
                 chosen[n] = (path, row)
     try:
-        data = override[fragment] if fragment in override else target.agent.read(fragment)
+        data = override[fragment] if fragment in override else target.agent.read(fragment, regular=True)
     except Exception as exc:  # noqa: BLE001
         return f"the unit file {fragment} could not be read ({exc})"
     files = [(fragment, (data or b"").decode("utf-8", "surrogateescape"))]
@@ -301,7 +301,7 @@ def _read(
                 unknown=f"the drop-in {path} is not a regular file ({final})",
             )
         try:
-            got = override[path] if path in override else target.agent.read(path)
+            got = override[path] if path in override else target.agent.read(path, regular=True)
         except FileNotFoundError:
             continue  # gone since the listing
         except Exception as exc:  # noqa: BLE001

@@ -117,13 +117,13 @@ class Agent(AgentContract):
         return os.getpid()
 
     # ---- files -------------------------------------------------------------------------
-    def read(self, path: str, owned: bool = False) -> bytes:
-        """A regular file's bytes (anything else, a FIFO above all, is refused without waiting on it:
-        IsADirectoryError for a directory, OSError otherwise); `owned`: only a state file to be believed
-        (see untrusted), else AgentError "untrusted" saying why."""
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    def read(self, path: str, owned: bool = False, regular: bool = False) -> bytes:
+        """A file's bytes; `owned`: only a state file to be believed (see untrusted), else AgentError
+        "untrusted" saying why; `regular`: anything but a regular file (a FIFO above all) is refused
+        without waiting on it (IsADirectoryError for a directory, OSError otherwise)."""
+        fd = os.open(path, os.O_RDONLY | (os.O_NONBLOCK if regular else 0) | getattr(os, "O_CLOEXEC", 0))
         mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
+        if regular and not stat.S_ISREG(mode):
             os.close(fd)
             if stat.S_ISDIR(mode):
                 raise IsADirectoryError(21, "Is a directory", path)

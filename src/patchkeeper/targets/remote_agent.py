@@ -264,8 +264,8 @@ class AgentProxy(c.AgentContract):
     def watch(self, listener: Callable[[int, int], None] | None) -> None:
         self._watch = listener  # no call: the heartbeats of every later call carry the count
 
-    def read(self, path: str, owned: bool = False) -> bytes:
-        return cast(bytes, self._call("read", path, owned))
+    def read(self, path: str, owned: bool = False, regular: bool = False) -> bytes:
+        return cast(bytes, self._call("read", path, owned, regular))
 
     def lstat(self, path: str) -> c.FileStat | None:
         return cast("c.FileStat | None", self._call("lstat", path))
