@@ -264,8 +264,8 @@ class AgentProxy(c.AgentContract):
     def watch(self, listener: Callable[[int, int], None] | None) -> None:
         self._watch = listener  # no call: the heartbeats of every later call carry the count
 
-    def read(self, path: str, owned: bool = False) -> bytes:
-        return cast(bytes, self._call("read", path, owned))
+    def read(self, path: str, owned: bool = False, regular: bool = False) -> bytes:
+        return cast(bytes, self._call("read", path, owned, regular))
 
     def lstat(self, path: str) -> c.FileStat | None:
         return cast("c.FileStat | None", self._call("lstat", path))
@@ -302,6 +302,9 @@ class AgentProxy(c.AgentContract):
 
     def listdir(self, path: str) -> list[str]:
         return cast("list[str]", self._call("listdir", path))
+
+    def dir_entries(self, dirs: list[str], suffixes: list[str]) -> dict[str, dict[str, Any] | None]:
+        return cast("dict[str, dict[str, Any] | None]", self._call("dir_entries", dirs, suffixes))
 
     def remove_bytecode(self, paths: list[str]) -> int:
         return cast(int, self._call("remove_bytecode", paths))
