@@ -9,17 +9,17 @@ import shlex
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO, cast
 
-from ..checks import environment, units
+from ..checks import environment, manager, units
 from ..errors import PatchkeeperError
 from ..host import probe_http
 from ..patchset import patchset
 from ..records.ledger import Ledger, LedgerEntry, State, VerifyExtra, new_id, who
 from ..targets import Target
-from . import smoke
+from . import running, smoke
 from .service import ServiceConfig
 from .session import Session
 from .smoke import SAMPLE_CHARS, Check, count_tokens, degenerate, judge  # noqa: F401  (their home is smoke.py)
@@ -46,7 +46,8 @@ class Verification:
 
     ok: bool
     reason: str | None  # restart | not-ready | probe | stale-server | timeout | error | few-tokens | slow |
-    #                     degenerate | algorithm | accept-length | output-changed | regression
+    #                     degenerate | algorithm | accept-length | output-changed | regression |
+    #                     not-effective (the manager: the change did not take effect)
     message: str
     checks: tuple[Check, ...]
     tokens: int | None = None
@@ -239,10 +240,13 @@ def run_checks(
     figures: dict[str, Any] = {}
     since = ""
     extra: dict[str, Any] = {}
+    before = manager.ask(target) if with_restart else None  # the main pid before the restart
     if with_restart:
         check, since = restart(target, svc)
         checks.append(check)
-    command = units.on_target(target)
+    reading = units.on_target(target)
+    command: units.Command | str | None = reading
+    view: manager.ManagerView | str | None = None
     matched = command if svc.match_unit else None
     if not checks or checks[0].ok:
         ready, gen = probe(target, svc, progress, listener_port=_port(svc.base_url) if matched else None)
@@ -251,9 +255,13 @@ def run_checks(
             if gen is None:
                 gen = {"error": "the probe returned no generation", "url": svc.base_url}
             info = gen.pop("server_info", None)
-            if matched is not None:
-                loaded = units.systemd_loaded(target) if isinstance(matched, units.Command) else None
-                checks.append(server_check(matched, gen.pop("listener", None), loaded))
+            view = manager.ask(target) if reading is not None else None
+            effect = running.effect_check(view, since, before, reading)
+            if effect is not None:  # the manager answered: what runs is what it says
+                checks.append(effect)
+                command = manager.as_command(cast(manager.ManagerView, view))
+            if matched is not None and command is not None:
+                checks.append(server_check(command, gen.pop("listener", None), reading=view))
             check, figures = smoke.judge_requests(gen, svc)
             checks.append(check)
             extra.update(requests=figures.get("requests", []), server_info=info)
@@ -336,10 +344,23 @@ def _port(base_url: str) -> int:
 
 
 def server_check(
-    command: units.Command | str, listener: dict[str, Any] | None, loaded: tuple[str, ...] | None = None
+    command: units.Command | str,
+    listener: dict[str, Any] | None,
+    loaded: tuple[str, ...] | None = None,
+    reading: manager.ManagerView | str | None = None,
 ) -> Check:
     """Does a process listening on the port run the unit's effective command line? Unknowable is said,
-    not failed. `loaded`: what systemd itself has loaded (systemctl show), where it answered."""
+    not failed. `loaded`: what systemd itself has loaded (systemctl show), where it answered;
+    `reading`: why no manager was asked, where `command` is the unit files' reading."""
+    if isinstance(reading, str):
+        checked = _server_check(command, listener, loaded)
+        return replace(checked, detail=f"{checked.detail} (a reading of the unit files: {reading})")
+    return _server_check(command, listener, loaded)
+
+
+def _server_check(
+    command: units.Command | str, listener: dict[str, Any] | None, loaded: tuple[str, ...] | None = None
+) -> Check:
     if isinstance(command, str):
         return Check("server", True, 0.0, f"not checked: {command}", skipped=True)
     if command.problem:
