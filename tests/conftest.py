@@ -17,7 +17,11 @@ from pathlib import Path
 import pytest
 from helpers import FAKE, Service, free_port, wheel
 from installed import install_without_pip
+from livesystemd import LiveManager, below_root
+from livesystemd import why_not as live_systemd_missing
 from sshd import sshd, write_client_config  # noqa: F401 (sshd is a fixture the `fleet` fixture uses)
+
+from patchkeeper.workspace import SYSTEMD_UNIT_PATH
 
 REPO = Path(__file__).resolve().parents[1]
 PRISTINE = Path(os.environ.get("PK_SGLANG_VENV", REPO / ".cache" / "sglang-venv"))
@@ -494,6 +498,23 @@ def deployment(env, tmp_path):
     )
     yield d
     subprocess.run([*systemd[:2], "stop", *systemd[3:11]], check=False)
+
+
+@pytest.fixture
+def live_systemd(tmp_path) -> Iterator[LiveManager]:
+    """A live systemd 252 user manager in a private pid and mount namespace (tests/livesystemd.py) whose
+    unit search path is systemd's system search path (patchkeeper's default unit_path) below
+    tmp_path/"root" (`manager.root`); killed with everything it started when the test ends, failed or not."""
+    reason = live_systemd_missing()
+    if reason:
+        pytest.skip(reason)
+    root = tmp_path / "root"
+    manager = LiveManager.start(tmp_path / "live-manager", below_root(root, SYSTEMD_UNIT_PATH))
+    manager.root = root
+    try:
+        yield manager
+    finally:
+        manager.stop()
 
 
 @pytest.fixture(scope="session")
