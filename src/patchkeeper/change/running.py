@@ -17,9 +17,11 @@ def effect_check(
     since: str = "",
     before: manager.ManagerView | str | None = None,
     reading: units.Command | str | None = None,
+    dropins: list[tuple[str, bool]] | None = None,
 ) -> Check | None:
-    """As `_effect`, with a disagreement between the unit files' reading and the manager shown."""
-    check = _effect(view, since, before)
+    """As `_effect`, with a disagreement between the unit files' reading and the manager shown;
+    `dropins`: patchkeeper's drop-ins and whether each is on disk (manager.role_dropins)."""
+    check = _effect(view, since, before, dropins or [])
     if check is None or not isinstance(view, manager.ManagerView):
         return check
     differs = manager.disagreement(view, reading)
@@ -30,7 +32,10 @@ def effect_check(
 
 
 def _effect(
-    view: manager.ManagerView | str | None, since: str = "", before: manager.ManagerView | str | None = None
+    view: manager.ManagerView | str | None,
+    since: str,
+    before: manager.ManagerView | str | None,
+    dropins: list[tuple[str, bool]],
 ) -> Check | None:
     """The `systemd` check; None where no manager answered (the server check then says that what runs
     is the unit files' reading, and why). `since`: the target's clock just before the restart (epoch
@@ -51,8 +56,9 @@ def _effect(
 
     if view.load_state != "loaded":
         return failed(f"systemd has {view.unit} {view.load_state} ({view.load_error or 'no error given'})")
-    if view.need_reload:
-        return failed(manager.STALE)
+    owed = manager.owed(view, dropins)
+    if owed:
+        return failed("; ".join(owed))
     if not view.main_pid or view.active_state != "active":
         return failed(f"{view.unit} is {view.active_state or 'in no known state'} with no main process")
     said: list[str] = []

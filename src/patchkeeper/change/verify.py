@@ -256,7 +256,8 @@ def run_checks(
                 gen = {"error": "the probe returned no generation", "url": svc.base_url}
             info = gen.pop("server_info", None)
             view = manager.ask(target) if reading is not None else None
-            effect = running.effect_check(view, since, before, reading)
+            dropins = manager.role_dropins(target, reading) if isinstance(view, manager.ManagerView) else None
+            effect = running.effect_check(view, since, before, reading, dropins)
             if effect is not None:  # the manager answered: what runs is what it says
                 checks.append(effect)
                 command = manager.as_command(cast(manager.ManagerView, view))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import posixpath
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -148,6 +149,42 @@ class ManagerView:
                 f"({', '.join(p for p, _ in self.environment_files)}) may set another value"
             )
         return False, f"the main process's environment lacks {', '.join(missing)}, which systemd loaded"
+
+
+def role_dropins(target: Target, reading: units.Command | str | None) -> list[tuple[str, bool]]:
+    """The drop-ins patchkeeper writes for the target (role files `*.conf` in a `*.d` directory, other
+    than one the reading finds masked by a same-named file) and whether each is on disk now."""
+    masked = {hidden for hidden, _ in reading.masked} if isinstance(reading, units.Command) else set()
+    out = []
+    for role, path in sorted(target.config.files.items()):
+        if role == "unit" or not path.endswith(".conf") or not posixpath.dirname(path).endswith(".d"):
+            continue
+        if path not in masked:
+            out.append((path, target.agent.lstat(path) is not None))
+    return out
+
+
+def owed(view: ManagerView, dropins: Sequence[tuple[str, bool]] = ()) -> list[str]:
+    """Why what systemd runs is not what the unit files say until a daemon-reload: NeedDaemonReload, and
+    patchkeeper's drop-ins written or removed since systemd loaded the unit (NeedDaemonReload does not see
+    a drop-in directory created since the manager's last load: its cache of the search path lacks it)."""
+    out = [STALE] if view.need_reload else []
+    for path, present in dropins:
+        if present and path not in view.dropins:
+            out.append(
+                f"systemd has not loaded {path} (not among the unit's DropInPaths): no daemon-reload since it "
+                "was written; the service runs the command line systemd loaded before"
+            )
+        elif not present and path in view.dropins:
+            out.append(
+                f"systemd still has {path} loaded, which is gone: no daemon-reload since it was removed"
+            )
+    return out
+
+
+def debts(target: Target, view: ManagerView | str | None, reading: units.Command | str | None) -> list[str]:
+    """owed() for the target's own drop-ins; nothing where no manager answered."""
+    return owed(view, role_dropins(target, reading)) if isinstance(view, ManagerView) else []
 
 
 def parse_show(text: str, scope: str = "system", unit: str = "") -> ManagerView:
@@ -305,7 +342,7 @@ def disagreement(view: ManagerView, reading: units.Command | str | None) -> str 
         return None
     if isinstance(reading, str):
         return f"the files' reading did not know ({reading}); systemd says what runs"
-    if view.need_reload:
+    if owed(view):
         return None  # said in words by STALE: the files and what runs differ until a daemon-reload
     if not reading.source:
         return f"the files' reading says none runs ({reading.refused}); systemd runs {' '.join(taken.argv)}"
@@ -317,8 +354,11 @@ def disagreement(view: ManagerView, reading: units.Command | str | None) -> str 
     return None
 
 
-def describe(view: ManagerView | str | None, reading: units.Command | str | None = None) -> list[str]:
-    """Lines saying what the manager runs, NeedDaemonReload in words, and a disagreement with the files."""
+def describe(
+    view: ManagerView | str | None, reading: units.Command | str | None = None, debts: list[str] | None = None
+) -> list[str]:
+    """Lines saying what the manager runs, NeedDaemonReload in words (`debts`: owed(), else NeedDaemonReload
+    alone), and a disagreement with the files."""
     if view is None:
         return []
     if isinstance(view, str):
@@ -336,8 +376,8 @@ def describe(view: ManagerView | str | None, reading: units.Command | str | None
             lines.append(f"  {'warning' if same is False else 'note'}: {said.splitlines()[0]}")
         if view.dropins:
             lines.append("  loaded: " + ", then ".join([view.fragment, *view.dropins]))
-    if view.need_reload:
-        lines.append(f"  warning: {STALE}")
+    for debt in owed(view) if debts is None else debts:
+        lines.append(f"  warning: {debt}")
     differs = disagreement(view, reading)
     if differs:
         lines.append(f"  the files' reading and systemd disagree; systemd's is taken: {differs}")
@@ -345,7 +385,7 @@ def describe(view: ManagerView | str | None, reading: units.Command | str | None
 
 
 def as_dict(
-    view: ManagerView | str | None, reading: units.Command | str | None = None
+    view: ManagerView | str | None, reading: units.Command | str | None = None, debts: list[str] | None = None
 ) -> dict[str, Any] | None:
     """The manager's view as JSON (`{"asked": false, "why"}` where none answered)."""
     if view is None:
@@ -369,7 +409,7 @@ def as_dict(
         "environment": list(view.environment),
         "environment_files": [{"path": p, "ignore_errors": i} for p, i in view.environment_files],
         "need_daemon_reload": view.need_reload,
-        "stale": STALE if view.need_reload else None,
+        "owed": owed(view) if debts is None else debts,  # why a daemon-reload is owed, in words
         "main_pid": view.main_pid or None,
         "main_started": view.main_started,
         "main_argv": list(view.argv) if view.argv is not None else None,
