@@ -75,6 +75,8 @@ class Live:
             text=True,
             env={**os.environ, "XDG_RUNTIME_DIR": str(self.m.runtime)},
         )
+        if os.environ.get("PK_SHOW"):
+            print(f"$ patchkeeper {' '.join(args)}  -> {proc.returncode}\n{proc.stdout}{proc.stderr}")
         if check is not None:
             assert proc.returncode == check, (
                 f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}\n{self.m.log()}"
@@ -129,7 +131,8 @@ def test_apply_and_rollback_restart_through_the_manager_and_check_the_new_main_p
     assert got["systemd"]["ok"] and not got["systemd"]["warned"], got["systemd"]
     detail = got["systemd"]["detail"]
     assert (
-        f"pid {pid1} started after the restart" in detail
+        f"pid {pid1} started after the restart (at " in detail
+        and f"pid {pid0} before it" in detail
         and f"pid {pid1} runs the ExecStart= systemd loaded" in detail
     )
     assert "NeedDaemonReload=no" in detail and "Environment= assignment(s)" in detail
@@ -151,7 +154,9 @@ def test_apply_and_rollback_restart_through_the_manager_and_check_the_new_main_p
     pid2, argv2, _ = live.main()
     assert pid2 not in (pid0, pid1) and argv2 == argv0 and not live.env.dropin.exists()
     report = ledger(live.env)[-1]["extra"]["verify"]
-    assert report["ok"] and f"pid {pid2} started after the restart" in checks(report)["systemd"]["detail"]
+    assert (
+        report["ok"] and f"pid {pid2} started after the restart (at " in checks(report)["systemd"]["detail"]
+    )
     assert stack(live.env) == []
 
 
@@ -194,8 +199,14 @@ def test_status_diff_and_verify_say_the_manager_runs_the_old_command_line(live):
     verified = live.pk("verify", check=1)
     assert "verification FAILED (not-effective)" in verified.stdout
 
-    live.m.daemon_reload()  # what the restart command lacked
-    assert "systemd has not reloaded" not in live.pk("status").stdout
+    live.m.daemon_reload()  # what the restart command lacked; the service is not restarted yet
+    proc = live.pk("status", check=1)
+    assert "systemd has not reloaded" not in proc.stdout and "NeedDaemonReload=yes" not in proc.stdout
+    runs = next(line for line in proc.stdout.splitlines() if line.startswith("  runs (main pid"))
+    assert runs.endswith(" ".join(argv0))  # what runs: the process's own argv, not what systemd loaded
+    assert "  loaded (not running): " in proc.stdout and "a restart makes the loaded one run" in proc.stdout
+    assert "files match the recorded state, but not what systemd runs: the main process" in proc.stdout
+    assert "verification FAILED (not-effective)" in live.pk("verify", check=1).stdout
     again = live.pk("verify", "--restart")
     _, argv, _ = live.main()
     assert argv[argv.index("--speculative-algo") + 1] == "NEXTN" and "verification passed" in again.stdout

@@ -63,18 +63,26 @@ def _effect(
         return failed(f"{view.unit} is {view.active_state or 'in no known state'} with no main process")
     said: list[str] = []
     if since:
-        old = before.main_pid if isinstance(before, manager.ManagerView) else 0
-        if old and old == view.main_pid:
-            return failed(f"the main process is pid {old}, the one from before the restart")
+        old = before if isinstance(before, manager.ManagerView) and before.main_pid else None
+        if old is not None and old.main_pid == view.main_pid:
+            return failed(f"the main process is pid {old.main_pid}, the one from before the restart")
+        then = f"pid {old.main_pid} before it" if old is not None else "no main process before it"
         if view.main_started is None:
-            said.append("its start time was not given (ExecMainStartTimestamp)")
-        elif view.main_started < float(since):
+            said.append(
+                f"pid {view.main_pid} is new ({then}); its start time was not given (ExecMainStartTimestamp)"
+            )
+        elif view.main_started < float(since) or (
+            old is not None and old.main_started is not None and view.main_started <= old.main_started
+        ):
             return failed(
-                f"the main process pid {view.main_pid} started at {view.main_started:.0f}, before the "
-                f"restart at {since}"
+                f"the main process pid {view.main_pid} started at {view.main_started:.6f}, before the restart "
+                f"(which began in second {since}; {then})"
             )
         else:
-            said.append(f"pid {view.main_pid} started after the restart ({view.main_started:.0f} >= {since})")
+            said.append(
+                f"pid {view.main_pid} started after the restart (at {view.main_started:.6f}; the restart "
+                f"began in second {since}; {then})"
+            )
     runs, detail = view.runs_loaded()
     if runs is False:
         head, _, rest = detail.partition("\n")

@@ -8,6 +8,7 @@ import posixpath
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -169,6 +170,11 @@ def owed(view: ManagerView, dropins: Sequence[tuple[str, bool]] = ()) -> list[st
     patchkeeper's drop-ins written or removed since systemd loaded the unit (NeedDaemonReload does not see
     a drop-in directory created since the manager's last load: its cache of the search path lacks it)."""
     out = [STALE] if view.need_reload else []
+    if view.main_pid and view.runs_loaded()[0] is False:
+        out.append(
+            f"the main process, pid {view.main_pid}, runs another command line than systemd has loaded: it "
+            "started before the last daemon-reload; a restart makes the loaded one run"
+        )
     for path, present in dropins:
         if present and path not in view.dropins:
             out.append(
@@ -221,8 +227,19 @@ def parse_show(text: str, scope: str = "system", unit: str = "") -> ManagerView:
         need_reload=values.get("NeedDaemonReload") == "yes",
         main_pid=int(values["MainPID"]) if values.get("MainPID", "").isdigit() else 0,
         active_state=values.get("ActiveState", ""),
-        main_started=float(started[1:]) if re.fullmatch(r"@\d+(\.\d+)?", started) else None,
+        main_started=_timestamp(started),
     )
+
+
+def _timestamp(text: str) -> float | None:
+    """A timestamp as `systemctl show --timestamp=us+utc` prints it (or `unix`: @SECONDS), in epoch seconds."""
+    if re.fullmatch(r"@\d+(\.\d+)?", text):
+        return float(text[1:])
+    try:
+        when = datetime.strptime(text, "%a %Y-%m-%d %H:%M:%S.%f UTC")
+    except ValueError:
+        return None
+    return when.replace(tzinfo=UTC).timestamp()
 
 
 def split_quoted(value: str) -> list[str]:
@@ -316,8 +333,8 @@ def ask(target: Target, timeout: float | None = None) -> ManagerView | str | Non
 
 
 def as_command(view: ManagerView) -> units.Command | str:
-    """What runs, from the manager, as the command checks take it: the main process's argv where it
-    runs what systemd loaded, else systemd's (split at spaces, as systemctl joins it)."""
+    """What runs, from the manager, as the command checks take it: the main process's argv (/proc), else
+    (no main process, or not readable) what systemd loaded, split at spaces as systemctl joins it."""
     if view.load_state != "loaded":
         return f"systemd has no such unit loaded ({view.load_state}: {view.load_error or 'no error given'})"
     command = view.command
@@ -325,7 +342,7 @@ def as_command(view: ManagerView) -> units.Command | str:
         return "systemd holds no ExecStart= for the unit"
     same, _ = view.runs_loaded()
     expanded, why = view.expected_text()
-    argv = view.argv if same and view.argv is not None else tuple(expanded.split())
+    argv = view.argv if view.argv is not None else tuple(expanded.split())
     source = f"systemd ({view.scope} manager)"
     files = tuple(p for p in (view.fragment, *view.dropins) if p)
     return units.Command(argv, why if not same else None, source, files, env=tuple(view.env().items()))
@@ -372,8 +389,10 @@ def describe(
         pid = f"main pid {view.main_pid}" if view.main_pid else "no main process"
         lines.append(f"  runs ({pid}): {' '.join(taken.argv)}")
         same, said = view.runs_loaded()
-        if view.main_pid and same is not True:
-            lines.append(f"  {'warning' if same is False else 'note'}: {said.splitlines()[0]}")
+        if same is False:
+            lines.append(f"  loaded (not running): {view.expected_text()[0]}")
+        elif view.main_pid and same is None:
+            lines.append(f"  note: {said.splitlines()[0]}")
         if view.dropins:
             lines.append("  loaded: " + ", then ".join([view.fragment, *view.dropins]))
     for debt in owed(view) if debts is None else debts:

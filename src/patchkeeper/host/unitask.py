@@ -47,7 +47,7 @@ def ask(request: dict[str, Any]) -> dict[str, Any]:
         return answer
     if not answer["booted"]:
         return answer
-    argv = ["systemctl", *(["--user"] if scope == "user" else []), "show", "--timestamp=unix"]
+    argv = ["systemctl", *(["--user"] if scope == "user" else []), "show", "--timestamp=us+utc"]
     argv += ["-p", ",".join(request["properties"]), "--", unit]
     try:
         proc = subprocess.run(
