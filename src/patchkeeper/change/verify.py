@@ -262,7 +262,8 @@ def run_checks(
                 checks.append(effect)
                 command = manager.as_command(cast(manager.ManagerView, view))
             if matched is not None and command is not None:
-                checks.append(server_check(command, gen.pop("listener", None), reading=view))
+                unasked = view if isinstance(view, str) else None
+                checks.append(server_check(command, gen.pop("listener", None), unasked))
             check, figures = smoke.judge_requests(gen, svc)
             checks.append(check)
             extra.update(requests=figures.get("requests", []), server_info=info)
@@ -345,23 +346,18 @@ def _port(base_url: str) -> int:
 
 
 def server_check(
-    command: units.Command | str,
-    listener: dict[str, Any] | None,
-    loaded: tuple[str, ...] | None = None,
-    reading: manager.ManagerView | str | None = None,
+    command: units.Command | str, listener: dict[str, Any] | None, unasked: str | None = None
 ) -> Check:
-    """Does a process listening on the port run the unit's effective command line? Unknowable is said,
-    not failed. `loaded`: what systemd itself has loaded (systemctl show), where it answered;
-    `reading`: why no manager was asked, where `command` is the unit files' reading."""
-    if isinstance(reading, str):
-        checked = _server_check(command, listener, loaded)
-        return replace(checked, detail=f"{checked.detail} (a reading of the unit files: {reading})")
-    return _server_check(command, listener, loaded)
+    """Does a process listening on the port run the unit's effective command line (the manager's, where
+    it answered)? Unknowable is said, not failed. `unasked`: why no manager was asked, where `command`
+    is the unit files' reading, which the check then says."""
+    checked = _server_check(command, listener)
+    if unasked is None:
+        return checked
+    return replace(checked, detail=f"{checked.detail} (a reading of the unit files: {unasked})")
 
 
-def _server_check(
-    command: units.Command | str, listener: dict[str, Any] | None, loaded: tuple[str, ...] | None = None
-) -> Check:
+def _server_check(command: units.Command | str, listener: dict[str, Any] | None) -> Check:
     if isinstance(command, str):
         return Check("server", True, 0.0, f"not checked: {command}", skipped=True)
     if command.problem:
@@ -372,17 +368,9 @@ def _server_check(
             f"not checked: the unit's command line depends on more than the unit ({command.problem})",
             skipped=True,
         )
-    stale_systemd = loaded is not None and loaded != tuple(" ".join(command.argv).split())
-    systemd = ""
-    if stale_systemd:
-        assert loaded is not None
-        systemd = (
-            f"\nsystemd:  {' '.join(loaded)}\n(systemctl show -p ExecStart: systemd has another command loaded "
-            "than the unit files say: run `systemctl daemon-reload`)"
-        )
     if not listener or "processes" not in listener:
         why = (listener or {}).get("error", "the probe did not look")
-        return Check("server", True, 0.0, f"not checked: {why}", systemd.strip(), skipped=True)
+        return Check("server", True, 0.0, f"not checked: {why}", skipped=True)
     procs = listener["processes"]
     want = list(command.argv)
     for proc in procs:
@@ -392,8 +380,6 @@ def _server_check(
                 True,
                 0.0,
                 f"pid {proc['pid']} runs the unit's effective ExecStart (from {command.source})",
-                systemd.strip(),
-                warned=stale_systemd,
             )
     readable = [p for p in procs if p["argv"] is not None]
     if not readable:
@@ -410,14 +396,9 @@ def _server_check(
         False,
         0.0,
         f"the process on the port, pid {shown['pid']}, is not running the unit's effective ExecStart "
-        + (
-            "(systemd has the old command loaded: no daemon-reload)"
-            if stale_systemd
-            else "(an old server still on the port, a daemon-reload that did not happen, a second unit?)"
-        ),
+        "(an old server still on the port, a daemon-reload that did not happen, a second unit?)",
         f"running:  {shlex.join(shown['argv'])}\nthe unit: {shlex.join(want)}\n"
-        f"(the unit's effective ExecStart is from {command.source}; read: {', '.join(command.files)})"
-        + systemd,
+        f"(the unit's effective ExecStart is from {command.source}; read: {', '.join(command.files)})",
         reason="stale-server",
     )
 
