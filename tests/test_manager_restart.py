@@ -75,8 +75,6 @@ class Live:
             text=True,
             env={**os.environ, "XDG_RUNTIME_DIR": str(self.m.runtime)},
         )
-        if os.environ.get("PK_SHOW"):
-            print(f"$ patchkeeper {' '.join(args)}  -> {proc.returncode}\n{proc.stdout}{proc.stderr}")
         if check is not None:
             assert proc.returncode == check, (
                 f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}\n{self.m.log()}"
@@ -210,3 +208,17 @@ def test_status_diff_and_verify_say_the_manager_runs_the_old_command_line(live):
     again = live.pk("verify", "--restart")
     _, argv, _ = live.main()
     assert argv[argv.index("--speculative-algo") + 1] == "NEXTN" and "verification passed" in again.stdout
+
+
+def test_the_manager_scope_is_checked_with_the_other_keys(tmp_path):
+    (tmp_path / "patchkeeper.toml").write_text(
+        '[targets.a]\npython = "/usr/bin/python3"\npackage = "sglang"\nsystemd = "session"\n'
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "patchkeeper", "--workspace", str(tmp_path), "status"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert "[targets.a] has a bad systemd (one of 'system', 'user', 'off')" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) <= 2 and "Traceback" not in proc.stderr
