@@ -49,6 +49,10 @@ CASES = {
         ["one", "two", "bx", "one two", "$B"],
     ),
     "envfile.service": ("EnvironmentFile=ENVFILE\nExecStart=SLEEPER $FROMFILE", ["from", "file"]),
+    "override.service": (
+        "Environment=V=fromunit\nEnvironmentFile=ENVFILE\nExecStart=SLEEPER $V",
+        ["fromfile"],
+    ),
     "quoted-env.service": ('Environment="Q=a\\nb" \'R=$x\' S= "T=\\"q\\""\nExecStart=SLEEPER', []),
 }
 
@@ -59,7 +63,7 @@ def started(live_systemd, tmp_path):
     root = m.root
     assert root is not None
     envfile = tmp_path / "env"
-    envfile.write_text("FROMFILE=from file\n")
+    envfile.write_text("FROMFILE=from file\nV=fromfile\n")
     files = {}
     for name, (service, _) in CASES.items():
         text = service.replace("SLEEPER", SLEEPER).replace("ENVFILE", str(envfile))
@@ -87,6 +91,7 @@ def test_what_systemctl_show_says_is_parsed_and_checked_against_the_process(star
         stored = {  # systemd's argv before $VAR expansion, joined with spaces: what systemctl shows
             "dollar.service": " ".join(want[:3]) + " $A ${B}x ${A} $$B",
             "envfile.service": " ".join(want[:3]) + " $FROMFILE",
+            "override.service": " ".join(want[:3]) + " $V",
         }.get(name, " ".join(want))
         assert view.command.argv_text == stored, name
         if name == "dollar.service":
@@ -98,10 +103,15 @@ def test_what_systemctl_show_says_is_parsed_and_checked_against_the_process(star
             assert same is None and "$FROMFILE not set by the unit's Environment=" in said
             assert view.environment_files == ((str(m.records.parent.parent / "env"), False),)
             assert manager.owed(view) == []  # not known is not a debt
+        elif name == "override.service":  # Environment= says V=fromunit; the file, read later, wins
+            assert same is None and "an EnvironmentFile= (" in said and manager.owed(view) == []
         else:
             assert same is True, (name, said)
         env_ok, env_said = view.environment_loaded()
-        assert env_ok is True, (name, env_said)
+        if name == "override.service":
+            assert env_ok is None and "V=fromunit not in the process's environment" in env_said
+        else:
+            assert env_ok is True, (name, env_said)
 
 
 def test_lists_come_back_word_for_word(started):

@@ -127,6 +127,8 @@ class ManagerView:
         expanded, why = self.expected_text()
         if joined in (expanded, command.argv_text):
             return True, f"pid {self.main_pid} runs the ExecStart= systemd loaded"
+        if not why and self.environment_files and "$" in command.argv_text:
+            why = f"an EnvironmentFile= ({', '.join(p for p, _ in self.environment_files)}) may set its $VARs"
         if why:
             return None, f"pid {self.main_pid}'s command line depends on more than the manager says ({why})"
         return False, (
