@@ -251,11 +251,11 @@ class LiveManager:
 
     def start_unit(self, *units: str, wait: bool = True) -> subprocess.CompletedProcess[str]:
         """`systemctl --user start UNIT...` (waiting for the jobs unless `wait` is False)."""
-        return self.systemctl("start", *([] if wait else ["--no-block"]), *units)
+        return self.systemctl("start", *([] if wait else ["--no-block"]), "--", *units)
 
     def show(self, unit: str, *props: str) -> dict[str, str]:
         """`systemctl --user show UNIT -p P...` as a dict (every property when none is named)."""
-        done = self.systemctl("show", unit, *(f"--property={p}" for p in props))
+        done = self.systemctl("show", *(f"--property={p}" for p in props), "--", unit)
         if done.returncode != 0:
             raise RuntimeError(f"systemctl show {unit} failed: {done.stderr}")
         out: dict[str, str] = {}
@@ -267,7 +267,7 @@ class LiveManager:
     def show_many(self, units: Iterable[str], *props: str) -> dict[str, dict[str, str]]:
         """`systemctl show` of many units in one call: each unit's properties (in the order asked)."""
         names = list(units)
-        done = self.systemctl("show", *names, *(f"--property={p}" for p in props))
+        done = self.systemctl("show", *(f"--property={p}" for p in props), "--", *names)
         if done.returncode != 0:
             raise RuntimeError(f"systemctl show failed: {done.stderr}")
         blocks = done.stdout.split("\n\n")

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
 import py_compile
 import sys
 from dataclasses import is_dataclass
 
 import pytest
 
+from patchkeeper.errors import TargetError
 from patchkeeper.host import contract
 from patchkeeper.host.agent import Agent
 from patchkeeper.host.contract import CompareRequest, ScanRequest, TreeRequest
@@ -82,6 +84,7 @@ def _answers(agent, site, tmp_path) -> dict:
         "clean_temps": agent.clean_temps(str(state), str(state / "store")),
         "facts": agent.interpreter_facts(),
         "fingerprint": agent.fingerprint([s], None, s, ["distributions"], None),
+        "dir_entries": agent.dir_entries([str(site / "demo"), str(site / "nothing")], [".py"]),
     }
     agent.unlock(str(state / "lock"))
     return out
@@ -110,7 +113,7 @@ def test_the_agent_in_process_and_over_the_wire_give_the_same_values(site, tmp_p
         assert (
             value is None
             or is_dataclass(value)
-            or name in ("manifest_rows", "clean_temps", "record", "owner", "compare")
+            or name in ("manifest_rows", "clean_temps", "record", "owner", "compare", "dir_entries")
         ), name
     assert [type(c) for c in there["compare"]] == [contract.Comparison] * 2 and not there["compare"][0].pairs
     assert isinstance(there["record"]["demo-1.0.dist-info"], contract.RecordCheck)
@@ -121,6 +124,10 @@ def test_the_agent_in_process_and_over_the_wire_give_the_same_values(site, tmp_p
         (f"demo/__pycache__/__init__.{sys.implementation.cache_tag}.pyc", "mismatch")
     ]
     assert there["lstat"].mode == 0o640 and there["lstat"].is_file and there["lstat missing"] is None
+    assert [e[:3] for e in there["dir_entries"][str(site / "demo")]["entries"]] == [
+        ["__init__.py", "file", "file"],
+        ["util.py", "file", "file"],
+    ] and there["dir_entries"][str(site / "nothing")] is None
     assert there["dist_info"].record == ("demo/__init__.py", "demo/util.py", "demo-1.0.dist-info/RECORD")
     assert Entry.of(there["scan"].rows["demo/util.py"]).mode == 0o640
     assert there["read_changed"] == contract.ChangedFiles(
@@ -178,3 +185,17 @@ def test_a_kept_agent_answers_dist_info_again_only_while_its_files_are_unchanged
     assert again is not first and "demo/extra.py" in again.record
     (site / "demo-1.0.dist-info").rename(site / "demo-2.0.dist-info")  # an upgrade: the site dir changes
     assert agent.dist_info([str(site)], "demo").dist_info == "demo-2.0.dist-info"
+
+
+def test_reading_a_fifo_is_refused_without_waiting_on_it(tmp_path):
+    """A FIFO where a file was expected (a drop-in named *.conf) never blocks the agent: no writer comes."""
+    fifo = tmp_path / "a.conf"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError, match="not a regular file"):
+        Agent().read(str(fifo))
+    proxy = AgentProxy.in_subprocess("t", sys.executable)
+    try:
+        with pytest.raises(TargetError, match="not a regular file"):
+            proxy.read(str(fifo))
+    finally:
+        proxy.close()

@@ -4,11 +4,14 @@ interpreter by default; one drop-in, one owner; `status` says when the drop-in i
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
 import systemd_reference as systemd
 from conftest import DRAFT
+
+from patchkeeper.patchset import unitsyntax, varspec
 
 REASON = systemd.why_not()
 
@@ -82,6 +85,7 @@ def test_a_second_patch_set_writing_the_same_dropin_is_refused_and_its_own_dropi
         ({"port": '"80 --enable-evil"'}, "is not a whole number"),
         ({"host": '"0.0.0.0 --x"'}, "is not one word"),
         ({"model_path": '"models/qwen"'}, "is not an absolute path"),
+        ({"model_path": '"/srv/sglang\\\\"'}, "ends in a backslash"),
     ],
 )
 def test_a_value_that_does_not_fit_its_type_is_refused_before_anything_changes(env, values, said):
@@ -132,6 +136,27 @@ def test_a_patchset_toml_whose_package_version_is_a_number_is_one_line(env):
 
 
 @pytest.mark.skipif(REASON is not None, reason=REASON or "")
+@pytest.mark.parametrize("kind", ["path", "text"])
+def test_no_value_a_type_accepts_makes_a_continuation_line(kind):
+    """Any value the type check lets through, written raw at the end of a line (a key systemd takes
+    literally, such as WorkingDirectory=), leaves the next line to itself: its ExecStart= stays."""
+    pieces = ["/srv", "/sglang", "\\", "\\\\", " ", "x", "%", "$", '"', "'"]
+    tried = accepted = 0
+    for n in range(1, 5):
+        for combo in itertools.product(pieces, repeat=n):
+            value = "/" + "".join(combo)
+            tried += 1
+            if varspec.VarType(kind).problem(value) is not None:
+                continue
+            accepted += 1
+            parsed = unitsyntax.parse(f"[Service]\nWorkingDirectory={value}\nExecStart=/bin/true\n")
+            keys = [(st.key, st.value) for st in parsed.settings]
+            assert keys[-1] == ("ExecStart", "/bin/true") and keys[0][0] == "WorkingDirectory", (value, keys)
+    assert 0 < accepted < tried  # some values are refused (a trailing backslash), most pass
+    assert varspec.VarType(kind).problem("/srv/sglang\\") is not None
+    assert varspec.VarType(kind).problem("/srv/sglang\\\\") is None  # an even run escapes itself
+
+
 def test_values_are_written_with_systemds_quoting_as_systemd_reads_them(env, tmp_path):
     model = '/models/Qwen 27B "q" back\\slash 100%'
     set_vars(env, model_path=json.dumps(model), tp_size="4")

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..patchset import unitsyntax
 from ..targets.base import Target
-from . import unitfiles
+from . import specifiers, unitfiles
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")  # inside a word only ${VAR} is expanded
 ALGORITHM_FLAG = "--speculative-algorithm"
@@ -36,6 +36,9 @@ class Command:
     cleared: str = ""  # the file whose empty ExecStart= cleared the list before the one in effect
     env: tuple[tuple[str, str], ...] = ()  # Environment= in effect, in systemd's order
     masked: tuple[tuple[str, str], ...] = ()  # (a drop-in not read, the same-named one read instead)
+    notes: tuple[str, ...] = ()  # what systemd skips in the files read (the rest of a broken drop-in)
+    env_problem: str | None = None  # why `env` is not the whole environment the unit sets
+    unit: str = ""  # the unit's id (an alias's target)
 
     def text(self) -> str:
         return shlex.join(self.argv)
@@ -53,8 +56,10 @@ class ExecLine:
 
 def parse_exec(value: str, unit_name: str = "") -> tuple[list[ExecLine], str | None, list[str]]:
     """The commands of an ExecStart= value as config_parse_exec reads them (the `-@:+!` prefixes, a lone
-    `;` between commands, `\\;` for a literal one, %-specifiers), why systemd refuses it (a fatal
-    error: the unit does not load), and the %-specifiers it could not resolve."""
+    `;` between commands, `\\;` for a literal one, %-specifiers), why systemd stops reading the file at this
+    line (a fatal error: in the unit file the unit does not load, in a drop-in the rest of it is not read),
+    and the %-specifiers only the running system resolves. A line systemd ignores (unbalanced quoting; with
+    the `-` prefix, a bad path or specifier too) gives no command and no error."""
     out: list[ExecLine] = []
     unresolved: list[str] = []
     warnings: list[str] = []
@@ -63,17 +68,25 @@ def parse_exec(value: str, unit_name: str = "") -> tuple[list[ExecLine], str | N
         try:
             first, p = unitsyntax.extract_word(value, p, warnings)
         except unitsyntax.BadWord:
-            return out, f"unbalanced quoting in ExecStart={value}", unresolved
+            return [], None, []  # "Unbalanced quoting, ignoring": the whole line
         if first is None:
             return out, None, unresolved
         if first == ";":
             continue
         prefixes, f = _prefixes(first)
-        path = _specifiers(f, unit_name, unresolved)
-        if not path:
-            return out, f"empty path in command line: ExecStart={value}", unresolved
-        if not path.startswith("/") and "/" in path:
-            return out, f"neither a valid executable name nor an absolute path: {path}", unresolved
+        ignore = "-" in prefixes
+        got = specifiers.resolve(f, unit_name)
+        path = got.text
+        why = None
+        if got.bad:
+            why = f"unknown specifier {', '.join(got.bad)} in ExecStart={value}"
+        elif not path:
+            why = f"empty path in command line: ExecStart={value}"
+        elif not path.startswith("/") and "/" in path:
+            why = f"neither a valid executable name nor an absolute path: {path}"
+        if why:
+            return ([], None, []) if ignore else (out, why, unresolved)
+        unresolved += got.unknown
         argv: list[str] = [] if "@" in prefixes else [path]
         while p < len(value):
             rest = value[p:]
@@ -89,12 +102,18 @@ def parse_exec(value: str, unit_name: str = "") -> tuple[list[ExecLine], str | N
             try:
                 word, p = unitsyntax.extract_word(value, p, warnings)
             except unitsyntax.BadWord:
-                return out, f"unbalanced quoting in ExecStart={value}", unresolved
+                return [], None, []  # ignored whole, as above
             if word is None:
                 break
-            argv.append(_specifiers(word, unit_name, unresolved))
+            got = specifiers.resolve(word, unit_name)
+            if got.bad:
+                why = f"unknown specifier {', '.join(got.bad)} in ExecStart={value}"
+                return ([], None, []) if ignore else (out, why, unresolved)
+            unresolved += got.unknown
+            argv.append(got.text)
         if not argv:
-            return out, f"empty executable name or zeroeth argument: ExecStart={value}", unresolved
+            why = f"empty executable name or zeroeth argument: ExecStart={value}"
+            return ([], None, []) if ignore else (out, why, unresolved)
         out.append(ExecLine(prefixes, path, tuple(argv)))
 
 
@@ -118,25 +137,6 @@ def _prefixes(word: str) -> tuple[str, str]:
     return taken, word[i:]
 
 
-_SPECIFIER = re.compile(r"%(.)", re.S)
-
-
-def _specifiers(word: str, unit_name: str, unresolved: list[str]) -> str:
-    """A word with the unit-name specifiers systemd resolves from the name alone (%n %N %p %i %%);
-    any other one is noted as not known from the unit files."""
-    name, _, _suffix = unit_name.rpartition(".")
-    prefix, at, instance = name.partition("@")
-    known = {"%": "%", "n": unit_name, "N": name, "p": prefix, "i": instance if at else ""}
-
-    def one(m: re.Match[str]) -> str:
-        if unit_name and m.group(1) in known or m.group(1) == "%":
-            return known[m.group(1)]
-        unresolved.append(f"{word!r} holds the %-specifier %{m.group(1)}")
-        return m.group(0)
-
-    return _SPECIFIER.sub(one, word)
-
-
 def exec_start(text: str) -> Command | None:
     """The ExecStart= in effect in one unit file (None when there is none), split into argv."""
     return effective([("unit", text)])
@@ -145,49 +145,82 @@ def exec_start(text: str) -> Command | None:
 def effective(files: Sequence[tuple[str, str]], unit_name: str = "") -> Command | None:
     """The ExecStart= in effect after reading `files` (name, text) in order, the unit file first and
     then its drop-ins in name order, as systemd does: each ExecStart= adds its commands, an empty one
-    clears the list, Environment= lines add up (an empty one clears them). None when none is left."""
+    clears the list, Environment= lines add up (an empty one clears them). A fatal error in the unit file
+    refuses the unit; in a drop-in, it ends that drop-in (what came before it stays). None when no
+    ExecStart= was ever given."""
     starts: list[tuple[str, ExecLine]] = []
     cleared = ""
     env: dict[str, str] = {}
+    unsure: dict[str, str] = {}  # variables whose value the unit files do not say, and why
     oneshot = False
     fatal: list[str] = []
     unresolved: list[str] = []
-    for name, text in files:
+    notes: list[str] = []
+    env_from: list[str] = []  # EnvironmentFile=, PassEnvironment=, UnsetEnvironment=: the files do not say
+    given = False
+    for index, (name, text) in enumerate(files):
         parsed = unitsyntax.parse(text)
-        if parsed.fatal:
-            fatal.append(f"{name}: {parsed.fatal}")
+        stop = parsed.fatal
         for setting in parsed.settings:
             if setting.section != "Service":
                 continue
             key, value = setting.key, setting.value
             if key == "ExecStart":
+                given = True
                 if not value:
                     starts, cleared = [], name
                     continue
                 commands, bad, missing = parse_exec(value, unit_name)
                 unresolved += missing
                 if bad:
-                    fatal.append(f"{name} line {setting.line}: {bad}")
+                    stop = f"line {setting.line}: {bad}"
+                    break
                 starts += [(name, c) for c in commands]
             elif key == "Environment":
-                env = _environment(value, env, unit_name)
+                env = _environment(value, env, unit_name, unsure)
+            elif key in ("EnvironmentFile", "PassEnvironment", "UnsetEnvironment") and value:
+                env_from.append(f"{key}={value} ({name})")
             elif key == "Type":
                 oneshot = value == "oneshot"
-    if not starts and not fatal:
+        if stop and index == 0:
+            fatal.append(f"{name}: {stop}")
+        elif stop:
+            notes.append(f"{name}: {stop}: systemd stops reading this drop-in there")
+    if not given and not fatal:
         return None
     refused = "; ".join(f"systemd refuses the unit: {f}" for f in fatal) or None
-    if len(starts) > 1 and not oneshot:
+    if not refused and len(starts) > 1 and not oneshot:
         refused = (
             f"{len(starts)} ExecStart= commands are in effect ({', '.join(n for n, _ in starts)}): systemd "
             "refuses more than one outside Type=oneshot; a drop-in must clear the list first with an "
             "empty ExecStart="
         )
+    if not refused and not starts and not oneshot:
+        refused = "no ExecStart= is in effect: systemd refuses a service without one"
+    env_problem = "; ".join(
+        [f"{e} is applied when the service starts, not read by patchkeeper" for e in env_from]
+        + [f"{var}: {why}" for var, why in unsure.items()]
+    )
     if not starts:
-        return Command((), None, "", tuple(n for n, _ in files), refused, env=tuple(env.items()))
+        return Command(
+            (),
+            None,
+            "",
+            tuple(n for n, _ in files),
+            refused,
+            env=tuple(env.items()),
+            notes=tuple(notes),
+            env_problem=env_problem or None,
+        )
     source, line = starts[-1]
-    argv, problem = _expand(line, env)
+    argv, problem = _expand(line, env, unsure, bool(env_from))
     if unresolved:
-        problem = "; ".join([*unresolved, *([problem] if problem else [])])
+        problem = "; ".join(
+            [
+                *(f"{u} is resolved by the running system" for u in dict.fromkeys(unresolved)),
+                *([problem] if problem else []),
+            ]
+        )
     return Command(
         argv,
         problem,
@@ -199,46 +232,71 @@ def effective(files: Sequence[tuple[str, str]], unit_name: str = "") -> Command 
         line.prefixes,
         cleared,
         tuple(env.items()),
+        notes=tuple(notes),
+        env_problem=env_problem or None,
     )
 
 
-def _environment(value: str, env: dict[str, str], unit_name: str) -> dict[str, str]:
-    """Environment= on top of `env`: an empty value clears it; a line systemd cannot split is ignored
-    whole; each NAME=value word with a valid name sets it (config_parse_environ)."""
+def _environment(value: str, env: dict[str, str], unit_name: str, unsure: dict[str, str]) -> dict[str, str]:
+    """Environment= on top of `env` (config_parse_environ): an empty value clears it; each NAME=value word
+    with a valid name sets it, one systemd cannot split ends the line (the words before it stay), one with
+    an unknown specifier is skipped; a running system's specifier makes the value unknown (`unsure`)."""
     if not value:
+        unsure.clear()
         return {}
-    try:
-        assignments = unitsyntax.words(value, strict=True)
-    except unitsyntax.BadWord:
-        return env
     out = dict(env)
-    for word in assignments:
-        var, sep, val = _specifiers(word, unit_name, []).partition("=")
+    i = 0
+    while True:
+        try:
+            word, i = unitsyntax.next_word_strict(value, i)
+        except unitsyntax.BadWord:
+            return out
+        if word is None:
+            return out
+        got = specifiers.resolve(word, unit_name)
+        if got.bad:
+            continue
+        var, sep, val = got.text.partition("=")
         if sep and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", var):
             out[var] = val
-    return out
+            if got.unknown:
+                unsure[var] = f"its value holds {', '.join(got.unknown)}, resolved by the running system"
+            else:
+                unsure.pop(var, None)
 
 
-def _expand(line: ExecLine, env: Mapping[str, str]) -> tuple[tuple[str, ...], str | None]:
+def _expand(
+    line: ExecLine, env: Mapping[str, str], unsure: Mapping[str, str], env_from: bool
+) -> tuple[tuple[str, ...], str | None]:
     """The argv the process sees: $VAR alone split into words, ${VAR} inside a word, $$ a dollar (not
-    with the `:` prefix); a variable no Environment= line sets is noted."""
+    with the `:` prefix); a variable the unit's Environment= lines do not settle is noted."""
     if ":" in line.prefixes:
         return line.stored, None
     argv: list[str] = []
     problems: list[str] = []
+
+    def note(name: str, shown: str) -> None:
+        if env_from:
+            problems.append(
+                f"{shown} may come from an EnvironmentFile=/PassEnvironment=/UnsetEnvironment= line"
+            )
+        elif name not in env:
+            problems.append(
+                f"{shown} is not set by an Environment= line of the unit (the manager's environment may)"
+            )
+        elif name in unsure:
+            problems.append(f"{shown}: {unsure[name]}")
+
     for word in line.stored:
         whole = re.fullmatch(r"\$([A-Za-z_][A-Za-z0-9_]*)", word)
         if whole:  # $VAR alone is split into words at whitespace
-            if whole.group(1) not in env:
-                problems.append(f"${whole.group(1)} is not set by an Environment= line of the unit")
+            note(whole.group(1), f"${whole.group(1)}")
             argv.extend(env.get(whole.group(1), "").split())
             continue
 
         def expand(m: re.Match[str]) -> str:
-            name = m.group(1)
-            if name not in env:
-                problems.append(f"${{{name}}} is not set by an Environment= line of the unit")
-            return env.get(name, "")
+            note(m.group(1), f"${{{m.group(1)}}}")
+            return env.get(m.group(1), "")
 
         argv.append(_VAR.sub(expand, word).replace("$$", "$"))
     return tuple(argv), "; ".join(problems) or None
@@ -268,11 +326,15 @@ def on_target(target: Target, override: Mapping[str, bytes | None] | None = None
     found = unitfiles.unit_files(target, override)
     if isinstance(found, str):
         return found
-    files, masked = found
-    command = effective(files, posixpath.basename(target.config.files["unit"]))
+    files = tuple(path for path, _ in found.files)
+    if found.unknown:
+        return found.unknown
+    if found.refused:
+        return Command((), None, "", files, found.refused, unit=found.unit)
+    command = effective(found.files, found.unit)
     if command is None:
-        return f"no ExecStart= is in effect in {', '.join(path for path, _ in files)}"
-    return replace(command, masked=tuple(masked))
+        return f"no ExecStart= is in effect in {', '.join(files)}"
+    return replace(command, masked=tuple(found.masked), notes=command.notes + found.notes, unit=found.unit)
 
 
 def as_dict(command: Command | str | None) -> dict[str, Any] | None:
@@ -290,6 +352,12 @@ def as_dict(command: Command | str | None) -> dict[str, Any] | None:
         "files": list(command.files),
         "masked": [{"path": hidden, "by": by} for hidden, by in command.masked],
         "environment": dict(command.env),
+        "environment_known": command.env_problem is None,
+        "environment_problem": command.env_problem,
+        "path": command.path,
+        "prefixes": command.prefixes,
+        "unit": command.unit or None,
+        "notes": list(command.notes),
         "problem": command.problem,
         "refused": command.refused,
     }
@@ -314,8 +382,12 @@ def describe(command: Command | str | None, shown: frozenset[str] = frozenset())
         lines.append(
             f"  not read: {hidden} (masked by {by}, of the same name in a directory systemd prefers)"
         )
+    for note in command.notes:
+        lines.append(f"  note: {note}")
     if command.problem:
         lines.append(f"  note: the command line depends on more than the unit files ({command.problem})")
+    if command.env_problem:
+        lines.append(f"  note: the environment depends on more than the unit files ({command.env_problem})")
     if command.refused:
         lines.append(f"  warning: {command.refused}")
     return lines

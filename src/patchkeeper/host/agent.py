@@ -14,7 +14,7 @@ import sysconfig
 import time
 from typing import Any, Callable
 
-from . import compare, fingerprint, interp, progress, seal, statelock, treecheck
+from . import compare, fingerprint, interp, progress, seal, statelock, treecheck, unitdirs
 from .bytecode import check_bytecode, installed_bytecode
 from .contract import (
     AgentContract,
@@ -118,9 +118,17 @@ class Agent(AgentContract):
 
     # ---- files -------------------------------------------------------------------------
     def read(self, path: str, owned: bool = False) -> bytes:
-        """A file's bytes; `owned`: only a state file to be believed (see untrusted), else AgentError
-        "untrusted" saying why."""
-        with open(path, "rb") as f:
+        """A regular file's bytes (anything else, a FIFO above all, is refused without waiting on it:
+        IsADirectoryError for a directory, OSError otherwise); `owned`: only a state file to be believed
+        (see untrusted), else AgentError "untrusted" saying why."""
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            if stat.S_ISDIR(mode):
+                raise IsADirectoryError(21, "Is a directory", path)
+            raise OSError(22, "not a regular file", path)
+        with os.fdopen(fd, "rb") as f:
             if owned:
                 why = untrusted(os.fstat(f.fileno()))
                 if why is not None:
@@ -257,6 +265,9 @@ class Agent(AgentContract):
             return sorted(os.listdir(path))
         except FileNotFoundError:
             return []
+
+    def dir_entries(self, dirs: list[str], suffixes: list[str]) -> dict[str, dict[str, Any] | None]:
+        return unitdirs.dir_entries(dirs, suffixes)
 
     def remove_bytecode(self, paths: list[str]) -> int:
         """Remove the cached bytecode of each source path; return how many files went."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 BOM = "\ufeff"
+LONG_LINE_MAX = 1 << 20  # read_line()'s limit: a longer line (or continued line) ends the file's reading
 WHITESPACE = " \t\n\r"  # systemd's WHITESPACE: str.strip() would also take \v, \f and Unicode spaces
 COMMENTS = "#;"
 _SIMPLE_ESCAPES = {
@@ -80,8 +81,7 @@ def parse(text: str) -> Parsed:
         if not line or line[0] in COMMENTS:
             return None
         if any("\udc80" <= c <= "\udcff" for c in line):  # bytes that are not UTF-8 (decoded surrogateescape)
-            warnings.append(f"line {number}: not valid UTF-8, ignoring")
-            return None
+            return f"line {number}: not valid UTF-8"  # systemd 252 stops reading the file there (EINVAL)
         if line[0] == "[":
             if line[-1] != "]":
                 return f"line {number}: invalid section header {line!r}"
@@ -99,6 +99,10 @@ def parse(text: str) -> Parsed:
 
     number = 0
     for number, raw in enumerate(physical_lines(text), 1):
+        if len(raw) > LONG_LINE_MAX or len(continuation or "") + len(raw) > LONG_LINE_MAX:
+            return Parsed(
+                tuple(settings), tuple(warnings), f"line {number}: longer than {LONG_LINE_MAX} bytes"
+            )
         first = raw.lstrip(WHITESPACE)
         if first and first[0] in COMMENTS:
             continue
@@ -222,6 +226,11 @@ def extract_word(s: str, i: int, warnings: list[str]) -> tuple[str | None, int]:
         word, end = _extract(s, i, relax=True)  # raises BadWord again on unbalanced quoting
         warnings.append(f"ignoring unknown escape sequences: {word!r}")
         return word, end
+
+
+def next_word_strict(value: str, i: int) -> tuple[str | None, int]:
+    """The next word as extract_first_word takes it without relaxing: BadWord on an unknown escape."""
+    return _extract(value, i, relax=False)
 
 
 def words(value: str, strict: bool = False) -> list[str]:

@@ -25,6 +25,11 @@ class VarType:
         if not value.isprintable():
             bad = next(c for c in value if not c.isprintable())
             return f"holds {bad!r}: a newline or control character would add lines to the file it is written into"
+        if (len(value) - len(value.rstrip("\\"))) % 2 == 1:
+            return (
+                "ends in a backslash: written at the end of a line of a unit file, systemd would join the "
+                "next line to it (a continuation)"
+            )
         if self.kind == "path":
             return None if value.startswith("/") else "is not an absolute path (it must start with /)"
         if self.kind == "word":

@@ -43,6 +43,7 @@ AGENT_MODULES = (
     "fingerprint",
     "treecheck",
     "statelock",
+    "unitdirs",
     "agent",
     "wire",
 )

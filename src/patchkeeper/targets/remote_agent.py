@@ -303,6 +303,9 @@ class AgentProxy(c.AgentContract):
     def listdir(self, path: str) -> list[str]:
         return cast("list[str]", self._call("listdir", path))
 
+    def dir_entries(self, dirs: list[str], suffixes: list[str]) -> dict[str, dict[str, Any] | None]:
+        return cast("dict[str, dict[str, Any] | None]", self._call("dir_entries", dirs, suffixes))
+
     def remove_bytecode(self, paths: list[str]) -> int:
         return cast(int, self._call("remove_bytecode", paths))
 
