@@ -3,7 +3,6 @@ name order, as systemd reads them) and the speculative algorithm it asks sglang 
 
 from __future__ import annotations
 
-import posixpath
 import re
 import shlex
 from collections.abc import Mapping, Sequence
