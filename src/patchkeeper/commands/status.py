@@ -185,8 +185,7 @@ def _hint(s: Session, told: installation.Told) -> str:
 def _as_dict(command: units.Command | str | None) -> dict[str, Any] | None:
     if command is None:
         return None
-    doc = units.as_dict(command)
-    return None if doc is None else {**doc, "from": "reading"}  # of the unit files; "manager": systemd's
+    return units.as_dict(command)  # the unit files' reading; the document's "manager": systemd's
 
 
 def _print_unit(s: Session, exec_start: units.Command | str | None) -> None:
