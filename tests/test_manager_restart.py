@@ -203,6 +203,10 @@ def test_status_diff_and_verify_say_the_manager_runs_the_old_command_line(live):
     runs = next(line for line in proc.stdout.splitlines() if line.startswith("  runs (main pid"))
     assert runs.endswith(" ".join(argv0))  # what runs: the process's own argv, not what systemd loaded
     assert "  loaded (not running): " in proc.stdout and "a restart makes the loaded one run" in proc.stdout
+    differs = next(
+        line for line in proc.stdout.splitlines() if "the files' reading and systemd disagree" in line
+    )
+    assert "systemd's is taken" in differs and differs.endswith(f"systemd runs {' '.join(argv0)}")
     assert "files match the recorded state, but not what systemd runs: the main process" in proc.stdout
     assert "verification FAILED (not-effective)" in live.pk("verify", check=1).stdout
     again = live.pk("verify", "--restart")

@@ -361,8 +361,6 @@ def disagreement(view: ManagerView, reading: units.Command | str | None) -> str 
         return None
     if isinstance(reading, str):
         return f"the files' reading did not know ({reading}); systemd says what runs"
-    if owed(view):
-        return None  # said in words by STALE: the files and what runs differ until a daemon-reload
     if not reading.source:
         return f"the files' reading says none runs ({reading.refused}); systemd runs {' '.join(taken.argv)}"
     if " ".join(reading.argv) != " ".join(taken.argv):
