@@ -5,7 +5,9 @@ a restart without the daemon-reload is caught and not claimed as effective.
 
 patchkeeper runs inside the manager's pid and mount namespace (nsenter), as it runs on a host whose init
 is systemd: /run/systemd/system is there, MainPID is a pid of its /proc, and `systemctl --user` finds the
-manager through $XDG_RUNTIME_DIR. The target's `systemd = "user"` says which manager to ask."""
+manager through $XDG_RUNTIME_DIR. The target's `systemd = "user"` says which manager to ask. (Asking the
+manager from outside would not be honest: systemd refuses a private-bus client whose pid it cannot see,
+and a MainPID of the namespace names another process, or none, in this machine's /proc.)"""
 
 from __future__ import annotations
 
