@@ -14,6 +14,7 @@ import pytest
 from livesystemd import write_tree
 
 from patchkeeper.checks import unitfiles, units
+from patchkeeper.checks.manager import parse_show
 from patchkeeper.targets.local import LocalTarget
 from patchkeeper.workspace import SYSTEMD_UNIT_PATH, TargetConfig
 
@@ -57,6 +58,13 @@ SEARCH_PATH_TREE: dict[str, bytes | str] = {
 }
 
 
+def _argv(exec_start: str) -> tuple[str, ...] | None:
+    """The last command's argv of `systemctl show`'s ExecStart (joined with spaces there), as
+    checks/manager.py parses it."""
+    command = parse_show(f"ExecStart={exec_start}").command
+    return tuple(command.argv_text.split()) if command is not None else None
+
+
 def loaded(manager, unit: str) -> tuple[str, tuple[str, ...], dict[str, str], tuple[str, ...] | None]:
     """What the live manager loaded for `unit`: the fragment, the drop-ins in the order applied, the
     environment and the argv of ExecStart (systemd joins it with spaces: these tests' words have none)."""
@@ -68,7 +76,7 @@ def loaded(manager, unit: str) -> tuple[str, tuple[str, ...], dict[str, str], tu
         shown["FragmentPath"],
         tuple(shown["DropInPaths"].split()),
         env,
-        units.parse_systemctl_show(shown["ExecStart"]),
+        _argv(shown["ExecStart"]),
     )
 
 

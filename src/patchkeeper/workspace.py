@@ -35,6 +35,10 @@ SYSTEMD_UNIT_PATH = (
     "/run/systemd/generator.late",
 )
 
+# which manager is asked what runs (`systemd = ...` in [targets.NAME]): the system's (systemctl), the
+# user's of the login patchkeeper runs as (systemctl --user), or none (the unit files' reading only)
+SYSTEMD_SCOPES = ("system", "user", "off")
+
 VAR_NAME = re.compile(r"[a-z_][a-z0-9_]*\Z")  # a template variable's name
 
 
@@ -71,6 +75,9 @@ class TargetConfig:
     vars: dict[str, str] = field(default_factory=dict)  # [targets.NAME.vars]: values for role-file templates
     unit_path: tuple[str, ...] = (
         SYSTEMD_UNIT_PATH  # where systemd looks for units and drop-ins, highest first
+    )
+    systemd: str = (
+        "system"  # the manager asked for the unit: system (systemctl), user (systemctl --user), off
     )
     raw: dict[str, Any] = field(
         default_factory=dict
@@ -168,6 +175,7 @@ DEFAULT_KEYS = (
     "persist",
     "timeout",
     "unit_path",
+    "systemd",
 )  # what [defaults] may hold
 
 
@@ -241,6 +249,8 @@ def load(
         ):
             wrong.append("unit_path (a list of absolute directories, highest priority first)")
             unit_path = []
+        if table.get("systemd", "system") not in SYSTEMD_SCOPES:
+            wrong.append(f"systemd (one of {', '.join(map(repr, SYSTEMD_SCOPES))})")
         files = table.get("files") or {}
         if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
             wrong.append('files (a table of role = "path")')
@@ -277,6 +287,7 @@ def load(
             timeout=float(table.get("timeout", 30)),
             vars={k: value_text(v) for k, v in values.items()},
             unit_path=tuple(p.rstrip("/") or "/" for p in unit_path),
+            systemd=table.get("systemd", "system"),
             raw=table,
             identity_file=table.get("identity_file"),
         )

@@ -9,17 +9,17 @@ import shlex
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO, cast
 
-from ..checks import environment, units
+from ..checks import environment, manager, units
 from ..errors import PatchkeeperError
 from ..host import probe_http
 from ..patchset import patchset
 from ..records.ledger import Ledger, LedgerEntry, State, VerifyExtra, new_id, who
 from ..targets import Target
-from . import smoke
+from . import running, smoke
 from .service import ServiceConfig
 from .session import Session
 from .smoke import SAMPLE_CHARS, Check, count_tokens, degenerate, judge  # noqa: F401  (their home is smoke.py)
@@ -46,7 +46,8 @@ class Verification:
 
     ok: bool
     reason: str | None  # restart | not-ready | probe | stale-server | timeout | error | few-tokens | slow |
-    #                     degenerate | algorithm | accept-length | output-changed | regression
+    #                     degenerate | algorithm | accept-length | output-changed | regression |
+    #                     not-effective (the manager: the change did not take effect)
     message: str
     checks: tuple[Check, ...]
     tokens: int | None = None
@@ -239,10 +240,13 @@ def run_checks(
     figures: dict[str, Any] = {}
     since = ""
     extra: dict[str, Any] = {}
+    before = manager.ask(target) if with_restart else None  # the main pid before the restart
     if with_restart:
         check, since = restart(target, svc)
         checks.append(check)
-    command = units.on_target(target)
+    reading = units.on_target(target)
+    command: units.Command | str | None = reading
+    view: manager.ManagerView | str | None = None
     matched = command if svc.match_unit else None
     if not checks or checks[0].ok:
         ready, gen = probe(target, svc, progress, listener_port=_port(svc.base_url) if matched else None)
@@ -251,9 +255,15 @@ def run_checks(
             if gen is None:
                 gen = {"error": "the probe returned no generation", "url": svc.base_url}
             info = gen.pop("server_info", None)
-            if matched is not None:
-                loaded = units.systemd_loaded(target) if isinstance(matched, units.Command) else None
-                checks.append(server_check(matched, gen.pop("listener", None), loaded))
+            view = manager.ask(target) if reading is not None else None
+            dropins = manager.role_dropins(target, reading) if isinstance(view, manager.ManagerView) else None
+            effect = running.effect_check(view, since, before, reading, dropins)
+            if effect is not None:  # the manager answered: what runs is what it says
+                checks.append(effect)
+                command = manager.as_command(cast(manager.ManagerView, view))
+            if matched is not None and command is not None:
+                unasked = view if isinstance(view, str) else None
+                checks.append(server_check(command, gen.pop("listener", None), unasked))
             check, figures = smoke.judge_requests(gen, svc)
             checks.append(check)
             extra.update(requests=figures.get("requests", []), server_info=info)
@@ -336,10 +346,18 @@ def _port(base_url: str) -> int:
 
 
 def server_check(
-    command: units.Command | str, listener: dict[str, Any] | None, loaded: tuple[str, ...] | None = None
+    command: units.Command | str, listener: dict[str, Any] | None, unasked: str | None = None
 ) -> Check:
-    """Does a process listening on the port run the unit's effective command line? Unknowable is said,
-    not failed. `loaded`: what systemd itself has loaded (systemctl show), where it answered."""
+    """Does a process listening on the port run the unit's effective command line (the manager's, where
+    it answered)? Unknowable is said, not failed. `unasked`: why no manager was asked, where `command`
+    is the unit files' reading, which the check then says."""
+    checked = _server_check(command, listener)
+    if unasked is None:
+        return checked
+    return replace(checked, detail=f"{checked.detail} (a reading of the unit files: {unasked})")
+
+
+def _server_check(command: units.Command | str, listener: dict[str, Any] | None) -> Check:
     if isinstance(command, str):
         return Check("server", True, 0.0, f"not checked: {command}", skipped=True)
     if command.problem:
@@ -350,17 +368,9 @@ def server_check(
             f"not checked: the unit's command line depends on more than the unit ({command.problem})",
             skipped=True,
         )
-    stale_systemd = loaded is not None and loaded != tuple(" ".join(command.argv).split())
-    systemd = ""
-    if stale_systemd:
-        assert loaded is not None
-        systemd = (
-            f"\nsystemd:  {' '.join(loaded)}\n(systemctl show -p ExecStart: systemd has another command loaded "
-            "than the unit files say: run `systemctl daemon-reload`)"
-        )
     if not listener or "processes" not in listener:
         why = (listener or {}).get("error", "the probe did not look")
-        return Check("server", True, 0.0, f"not checked: {why}", systemd.strip(), skipped=True)
+        return Check("server", True, 0.0, f"not checked: {why}", skipped=True)
     procs = listener["processes"]
     want = list(command.argv)
     for proc in procs:
@@ -370,8 +380,6 @@ def server_check(
                 True,
                 0.0,
                 f"pid {proc['pid']} runs the unit's effective ExecStart (from {command.source})",
-                systemd.strip(),
-                warned=stale_systemd,
             )
     readable = [p for p in procs if p["argv"] is not None]
     if not readable:
@@ -388,14 +396,9 @@ def server_check(
         False,
         0.0,
         f"the process on the port, pid {shown['pid']}, is not running the unit's effective ExecStart "
-        + (
-            "(systemd has the old command loaded: no daemon-reload)"
-            if stale_systemd
-            else "(an old server still on the port, a daemon-reload that did not happen, a second unit?)"
-        ),
+        "(an old server still on the port, a daemon-reload that did not happen, a second unit?)",
         f"running:  {shlex.join(shown['argv'])}\nthe unit: {shlex.join(want)}\n"
-        f"(the unit's effective ExecStart is from {command.source}; read: {', '.join(command.files)})"
-        + systemd,
+        f"(the unit's effective ExecStart is from {command.source}; read: {', '.join(command.files)})",
         reason="stale-server",
     )
 

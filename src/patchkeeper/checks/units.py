@@ -1,9 +1,8 @@
 """systemd units: the command line a unit's effective ExecStart= runs (the unit file, then its drop-ins in
-name order, as systemd reads them), the speculative algorithm it asks sglang for, and `systemctl show`."""
+name order, as systemd reads them) and the speculative algorithm it asks sglang for: a reading (manager.py asks)."""
 
 from __future__ import annotations
 
-import posixpath
 import re
 import shlex
 from collections.abc import Mapping, Sequence
@@ -317,15 +316,6 @@ def speculative_algorithm(argv: Sequence[str]) -> str | None:
     return found
 
 
-def parse_systemctl_show(text: str) -> tuple[str, ...] | None:
-    """The argv of the last command in `systemctl show -p ExecStart --value` output
-    (`{ path=… ; argv[]=… ; … }`): systemd joins it with spaces, so it comes back split at them."""
-    found = re.findall(r"argv\[\]=(.*?) ; ", text)
-    if not found:
-        return None
-    return tuple(found[-1].split())
-
-
 # ---- on a target ----------------------------------------------------------------------------------
 def on_target(target: Target, override: Mapping[str, bytes | None] | None = None) -> Command | str | None:
     """The target's effective ExecStart (with `override`'s planned bytes); a string says why it is not
@@ -344,21 +334,6 @@ def on_target(target: Target, override: Mapping[str, bytes | None] | None = None
     if command is None:
         return f"no ExecStart= is in effect in {', '.join(files)}"
     return replace(command, masked=tuple(found.masked), notes=command.notes + found.notes, unit=found.unit)
-
-
-def systemd_loaded(target: Target, timeout: float = 10.0) -> tuple[str, ...] | None:
-    """The argv systemd has loaded for the target's unit (`systemctl show -p ExecStart --value`),
-    None where systemctl does not answer (no systemd, another init, the unit unknown)."""
-    unit = target.config.files.get("unit")
-    if unit is None:
-        return None
-    try:
-        code, out, _ = target.run(
-            ["systemctl", "show", "-p", "ExecStart", "--value", posixpath.basename(unit)], timeout=timeout
-        )
-    except Exception:  # noqa: BLE001 - no systemctl, a timeout: no answer
-        return None
-    return parse_systemctl_show(out.decode("utf-8", "replace")) if code == 0 else None
 
 
 def as_dict(command: Command | str | None) -> dict[str, Any] | None:

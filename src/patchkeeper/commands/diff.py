@@ -10,7 +10,7 @@ from typing import Any
 
 from ..change import stacks
 from ..change.session import Session
-from ..checks import env_hosts, environment, installation, scan, units
+from ..checks import env_hosts, environment, installation, manager, scan, units
 from ..errors import PatchkeeperError, Refused
 from ..patchset import diffwrite
 from ..printable import one_line
@@ -59,7 +59,9 @@ def _one_result(ws: Workspace, name: str) -> dict[str, Any]:
         owners = stacks.owners_of(ws, current.stack)
         diffs = _classify(scan.compare(s.target, current.manifest)[0], {s.target.name: owners})
         told = installation.told(s.target, s.ledger, s.installation())
+        view = manager.ask(s.target)
         return {
+            "need_daemon_reload": bool(manager.debts(s.target, view, None)),
             "state": current.to_dict(),
             "differences": [d.to_dict() for d in diffs],
             "installation": told.to_dict() if told else None,
@@ -74,7 +76,8 @@ def diff_all(ws: Workspace, as_json: bool) -> int:
     differing = [
         n
         for n, r in results.items()
-        if not isinstance(r, Failed) and (r["differences"] or (r.get("installation") or {}).get("trouble"))
+        if not isinstance(r, Failed)
+        and (r["differences"] or (r.get("installation") or {}).get("trouble") or r.get("need_daemon_reload"))
     ]
     if as_json:
         emit_json({n: (r.to_dict() if isinstance(r, Failed) else r) for n, r in results.items()})
@@ -93,7 +96,12 @@ def diff_all(ws: Workspace, as_json: bool) -> int:
                         n,
                         r["state"]["id"],
                         (", ".join(f"{kinds.count(k)} {k}" for k in dict.fromkeys(kinds)) or "files match")
-                        + (f"; {told['what']}" if told else ""),
+                        + (f"; {told['what']}" if told else "")
+                        + (
+                            "; systemd runs the old command line (NeedDaemonReload=yes)"
+                            if r.get("need_daemon_reload")
+                            else ""
+                        ),
                     ]
                 )
         table(["target", "state", "differences"], rows)
@@ -136,7 +144,10 @@ def _one(ws: Workspace, name: str | None, against: str | None, patch: bool, as_j
         label = f"state {state.id}" + (f" ({state.name})" if state.name else "")
         starts = _exec_starts_recorded(s, diffs)
         told = installation.told(s.target, s.ledger, s.installation())
-        code = 1 if diffs or (told is not None and told.trouble) else 0
+        view = manager.ask(s.target)
+        owed = manager.debts(s.target, view, starts.get("now"))
+        stale_load = bool(owed)
+        code = 1 if diffs or (told is not None and told.trouble) or stale_load else 0
         if as_json:
             emit_json(
                 {
@@ -147,6 +158,7 @@ def _one(ws: Workspace, name: str | None, against: str | None, patch: bool, as_j
                     "patches": patches,
                     "exec_start": {k: _as_dict(v) for k, v in starts.items()},
                     "installation": told.to_dict() if told else None,
+                    "manager": manager.as_dict(view, starts.get("now"), owed),
                 }
             )
             return code
@@ -160,6 +172,7 @@ def _one(ws: Workspace, name: str | None, against: str | None, patch: bool, as_j
             f"{s.target.name}: files match {label}",
         )
         _print_starts({f"in {label}": starts.get("recorded"), "now": starts.get("now")})
+        _print_manager(view, starts.get("now"), owed)
         return code
 
 
@@ -207,6 +220,12 @@ def _two(ws: Workspace, a: str, b: str, patch: bool, as_json: bool) -> int:
         starts = {}
         if any(d.key.startswith(ROLE_PREFIX) for d in diffs):
             starts = dict(zip((a, b), pool.map(lambda s: units.on_target(s.target), sessions)))
+        views = dict(zip((a, b), pool.map(lambda s: manager.ask(s.target), sessions)))
+        owing = {
+            s.target.name: manager.debts(s.target, views[s.target.name], starts.get(s.target.name))
+            for s in sessions
+        }
+        stale_load = any(owing.values())
         fa, fb = pool.map(lambda s: environment.take(s.target), sessions)
         env_changes = env_hosts.compare_hosts(fa, fb, *(s.target.name for s in sessions))
         if as_json:
@@ -220,9 +239,10 @@ def _two(ws: Workspace, a: str, b: str, patch: bool, as_json: bool) -> int:
                     "states": {s.target.name: _state_dict(s) for s in sessions},
                     "exec_start": {k: _as_dict(v) for k, v in starts.items()},
                     "environment": {"alike": not env_changes, "differences": len(env_changes)},
+                    "manager": {k: manager.as_dict(v, starts.get(k), owing[k]) for k, v in views.items()},
                 }
             )
-            return 1 if diffs else 0
+            return 1 if diffs or stale_load else 0
         for s in sessions:
             current = s.ledger.current()
             print(
@@ -237,13 +257,28 @@ def _two(ws: Workspace, a: str, b: str, patch: bool, as_json: bool) -> int:
             f"{a} and {b} have the same files ({len(ma)} compared by {common})",
         )
         _print_starts({f"on {n}": c for n, c in starts.items()})
+        for n, v in views.items():
+            if isinstance(v, manager.ManagerView) and (owing[n] or n in starts):
+                print(f"on {n}:")
+                _print_manager(v, starts.get(n), owing[n])
         if env_changes:
             areas = ", ".join(dict.fromkeys(c.area for c in env_changes))
             print(
                 f"the environments differ too: {len(env_changes)} difference(s) ({areas}); "
                 f"`patchkeeper diff --env {a} {b}` lists them"
             )
-        return 1 if diffs else 0
+        return 1 if diffs or stale_load else 0
+
+
+def _print_manager(
+    view: manager.ManagerView | str | None, reading: units.Command | str | None, owed: list[str]
+) -> None:
+    """What the manager runs where a role file differs, and a daemon-reload it is owed, always."""
+    if isinstance(view, manager.ManagerView) and (owed or reading is not None):
+        for line in manager.describe(view, reading, owed):
+            print(line)
+    elif isinstance(view, str) and reading is not None:
+        print(f"(the ExecStart above is a reading of the unit files: no manager asked: {view})")
 
 
 def _exec_starts_recorded(s: Session, diffs: list[Difference]) -> dict[str, Any]:

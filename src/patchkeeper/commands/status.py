@@ -7,7 +7,7 @@ from typing import Any
 
 from ..change import plans, stacks
 from ..change.session import Session
-from ..checks import audit, installation, units
+from ..checks import audit, installation, manager, units
 from ..errors import BadInput
 from ..patchset import patchset
 from ..printable import one_line
@@ -30,9 +30,11 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
             diffs = report.differences  # its one pass over the package compared it with the recorded state
         else:
             diffs = plans.drift(s.target, current.manifest)  # compared on the target: only differences travel
-        exec_start = None
+        exec_start, view = None, None
         if "unit" in s.config.files:
             exec_start = units.on_target(s.target)
+            view = manager.ask(s.target)
+        owed = manager.debts(s.target, view, exec_start)
         told = installation.told(s.target, s.ledger, s.installation())
         stale = out_of_date(ws, s, current, diffs) if current is not None else []
         doc = {
@@ -47,10 +49,11 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
             "unfinished": s.unfinished.message if s.unfinished else None,
             "roles": dict(info.roles),
             "exec_start": _as_dict(exec_start),
+            "manager": manager.as_dict(view, exec_start, owed),
             "installation": told.to_dict() if told else None,
             "out_of_date": stale,
         }
-        code = 1 if told is not None and told.trouble else 0
+        code = 1 if told is not None and told.trouble or owed else 0
         if as_json:
             emit_json(doc)
             return code
@@ -68,12 +71,16 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
         if told is not None:
             print(("" if told.trouble else "note: ") + told.line)
         _print_unit(s, exec_start)
+        for line in manager.describe(view, exec_start, owed):
+            print(line)
         for item in stale:
             _print_stale(item)
         if report is not None:
             print("audit: " + report.summary())
         if not diffs:
-            print("files match the recorded state")
+            print(
+                "files match the recorded state" + (f", but not what systemd runs: {owed[0]}" if owed else "")
+            )
         else:
             print(f"{len(diffs)} file(s) differ from the recorded state (changed outside patchkeeper):")
             for key, kind in list(diffs.items())[:20]:
@@ -178,8 +185,7 @@ def _hint(s: Session, told: installation.Told) -> str:
 def _as_dict(command: units.Command | str | None) -> dict[str, Any] | None:
     if command is None:
         return None
-
-    return units.as_dict(command)
+    return units.as_dict(command)  # the unit files' reading; the document's "manager": systemd's
 
 
 def _print_unit(s: Session, exec_start: units.Command | str | None) -> None:
@@ -202,7 +208,9 @@ def _one_doc(ws: Workspace, name: str) -> dict[str, Any]:
     with Session(ws, name, "status", write=False) as s:
         info, current = s.target.info, s.ledger.current()
         told = installation.told(s.target, s.ledger, s.installation())
+        view = manager.ask(s.target)
         return {
+            "need_daemon_reload": bool(manager.debts(s.target, view, None)),
             "target": s.target.name,
             "host": info.host,
             "package": info.package,
@@ -221,7 +229,9 @@ def status_all(ws: Workspace, as_json: bool) -> int:
     results = each(ws, _one_doc, "status")
     errors = [n for n, r in results.items() if isinstance(r, Failed)]
     troubled = any(
-        not isinstance(r, Failed) and (r.get("installation") or {}).get("trouble") for r in results.values()
+        not isinstance(r, Failed)
+        and ((r.get("installation") or {}).get("trouble") or r["need_daemon_reload"])
+        for r in results.values()
     )
     if as_json:
         emit_json({n: (r.to_dict() if isinstance(r, Failed) else r) for n, r in results.items()})
@@ -246,6 +256,11 @@ def status_all(ws: Workspace, as_json: bool) -> int:
                     else f"{stack or '(no patch sets)'}; "
                     + (f"{diffs} file(s) differ" if diffs else "files match")
                     + (f"; {told['what']}" if told else "")
+                    + (
+                        "; systemd runs the old command line (NeedDaemonReload=yes)"
+                        if r["need_daemon_reload"]
+                        else ""
+                    )
                 ),
             ]
         )
