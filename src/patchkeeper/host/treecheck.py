@@ -13,11 +13,12 @@ from dataclasses import replace
 from itertools import chain
 
 from . import compare, fingerprint, seal
-from .bytecode import VerdictCache, _judge, _tally, _top_pycs, _walk_pyc, recompiled_sources
+from .bytecode import VerdictCache, _judge, _tally, _top_pycs, _walk_pyc, recompiled_sources, settle
 from .contract import BytecodeCheck, RecordCheck, TreeCheck, TreeRequest
 from .disk import start_threads
 from .distcheck import RecordSeals, shared_files
 from .manifests import Manifests
+from .pycompare import Compared
 from .statcache import Listings
 from .store import Store
 
@@ -91,9 +92,10 @@ def _check(
     )
     verdicts = VerdictCache(request.bytecode_cache)
     judge = _judge(root, request.cache_tag, frozenset(verify), stats, verdicts, since(request.pycs_since))
-    bytecode = BytecodeCheck.from_wire(
-        _tally(found, [judge(rel, in_cache) for rel, in_cache in found], verdicts)
-    )
+    memo = Compared(request.compared)
+    outcomes = settle(root, found, [judge(rel, in_cache) for rel, in_cache in found], memo)
+    memo.save(rel for rel, in_cache in found if in_cache)
+    bytecode = BytecodeCheck.from_wire(_tally(found, outcomes, verdicts))
     linked = sorted((key, st.st_nlink) for key, st in stats.items() if st.st_nlink > 1 and key[:1] != "@")
     answer = TreeCheck(len(rows), comparison, bytecode, linked=len(linked), linked_examples=tuple(linked[:5]))
     if taken is not None and request.seal:
