@@ -26,7 +26,7 @@ from .statcache import StatCache, read_cache, writing_caches
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only (typing costs a command's start about 10 ms)
-    from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+    from typing import Any, Callable, Collection, Dict, Iterable, List, Optional, Tuple
 
 FORMAT = ("pk-seal", 2, tuple(sys.version_info[:2]))
 _ABSENT = (-1, 0, 0, 0, 0)
@@ -96,8 +96,11 @@ def load(path: str, key: Any) -> Optional[Any]:
     return answer if stat_identities(names.split("\0")) == ids else None
 
 
-def entries(root: str, walk: Tuple[str, ...], named: Iterable[str]) -> Optional[Tuple[List[str], bytes]]:
-    """Every entry a seal of `root` covers, with its identity, taken now; None when it may not be
+def entries(
+    root: str, walk: Tuple[str, ...], named: Iterable[str], others: Collection[str] = ()
+) -> Optional[Tuple[List[str], bytes]]:
+    """Every entry a seal of `root` covers, with its identity, taken now, but the files in `others`
+    (whose identities another seal holds, and the caller's key with it); None when it may not be
     sealed (an entry changed within the timestamp granularity, or is a symlink)."""
     started = time.time_ns()
     newest = 0
@@ -117,7 +120,7 @@ def entries(root: str, walk: Tuple[str, ...], named: Iterable[str]) -> Optional[
         if not stat.S_ISDIR(top.st_mode):
             return None
         note(root, top)
-        if not _walk(root, tops, inside, note):
+        if not _walk(root, tops, inside, note, others):
             return None
     except OSError:  # an entry vanished or cannot be read: no seal this time
         return None
@@ -150,8 +153,11 @@ def save(path: str, key: Any, sealed: Tuple[List[str], bytes], answer: Any) -> N
         pass  # a seal that cannot be written only costs time
 
 
-def _walk(root: str, tops: Tuple[str, ...], inside: Tuple[str, ...], note: Any) -> bool:
-    """Note every directory below root and each file the seal covers; False at a covered symlink."""
+def _walk(
+    root: str, tops: Tuple[str, ...], inside: Tuple[str, ...], note: Any, others: Collection[str]
+) -> bool:
+    """Note every directory below root and each file the seal covers but those in `others`; False at
+    a covered symlink (in `others` too)."""
     stack = [root]
     while stack:
         with os.scandir(stack.pop()) as it:
@@ -166,6 +172,6 @@ def _walk(root: str, tops: Tuple[str, ...], inside: Tuple[str, ...], note: Any) 
             if entry.is_dir(follow_symlinks=False):
                 note(path, entry.stat(follow_symlinks=False))
                 stack.append(path)
-            elif covered:
+            elif covered and path not in others:
                 note(path, entry.stat(follow_symlinks=False))
     return True
