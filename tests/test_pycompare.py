@@ -10,6 +10,7 @@ import marshal
 import os
 import py_compile
 import shutil
+import warnings
 from pathlib import Path
 
 import pytest
@@ -190,3 +191,16 @@ def test_the_comparisons_are_a_phase_of_their_own_in_the_progress(tmp_path, pris
     finally:
         progress.listen(None)
     assert told == []
+
+
+def test_a_sources_syntax_warnings_are_not_the_audits(tmp_path):
+    """A source that compiles with a SyntaxWarning (flashinfer ships several) is compared in silence."""
+    src = tmp_path / "warns.py"
+    src.write_text('def f(x):\n    return x is "a"\n')
+    pyc = tmp_path / "warns.pyc"
+    put(pyc, header(src) + code_of(src.read_bytes(), src.name))
+    with warnings.catch_warnings(record=True) as told:
+        warnings.simplefilter("always")
+        assert pycompare.other_code(str(pyc), str(src), 0) is False
+        compile(src.read_bytes(), str(src), "exec")  # (the source does warn)
+    assert [w.category for w in told] == [SyntaxWarning]

@@ -328,13 +328,13 @@ class RecordSeals:
 
     def covered(self) -> Covered:
         """What the last `checked` read, for the tree's seal (treecheck): the identities of every file
-        it stat'ed, in one order, as one digest, and the paths."""
+        it stat'ed, in one order, as one digest (each distribution's paths follow from its RECORD,
+        whose identity is among them), and the paths."""
         h = hashlib.sha256()
         for d in sorted(self.taken):
-            names, ids = self.taken[d]
-            h.update(b"%d:%d:%d:" % (len(d), len(names), len(ids)))
+            ids = self.taken[d][1]
+            h.update(b"%d:%d:" % (len(d), len(ids)))
             h.update(d.encode("utf-8", "surrogateescape"))
-            h.update(names.encode("utf-8", "surrogateescape"))
             h.update(ids)
         return Covered(h.hexdigest(), self.taken)
 

@@ -18,6 +18,7 @@ import hashlib
 import importlib.util
 import marshal
 import sys
+import warnings
 
 from .statcache import load_cache, save_cache
 
@@ -88,7 +89,9 @@ def other_code(
             return False
     try:
         code = marshal.loads(pyc_bytes[16:])
-        fresh = compile(source, src, "exec", dont_inherit=True, optimize=opt)
+        with warnings.catch_warnings():  # a source's SyntaxWarnings are its own, not the audit's to print
+            warnings.simplefilter("ignore")
+            fresh = compile(source, src, "exec", dont_inherit=True, optimize=opt)
     except (ValueError, EOFError, TypeError, SyntaxError) as exc:
         return f"cannot be compared with its source: {exc}"
     if memo is not None:
