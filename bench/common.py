@@ -111,6 +111,11 @@ def interleaved(fns: list[Callable[[], Any]], repeat: int = 5) -> list[Any]:
     ]
 
 
+def load_note(started: float) -> str:
+    """The machine's load (1-minute average) when a measurement started and now, as its note says it."""
+    return f"load {started:.1f}-{os.getloadavg()[0]:.1f}"
+
+
 def cpu_note(ours: float, peer: float) -> str:
     return f"CPU {ours:.2f} s vs {peer:.2f} s, {ours / peer:.2f}x" if peer else f"CPU {ours:.2f} s"
 

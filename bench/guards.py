@@ -18,6 +18,7 @@ from common import (
     copy_venv,
     cpu_note,
     interleaved,
+    load_note,
     pk,
     row,
     run,
@@ -73,6 +74,7 @@ def main(tmp: Path, env: dict[str, str]) -> list[dict[str, Any]]:
         )
     run(audit, env, ok=(0, 1))
     time.sleep(RACY)
+    started = os.getloadavg()[0]
     ours, peer = interleaved(
         [
             lambda: timed(audit, env, ok=(0, 1)),
@@ -86,9 +88,8 @@ def main(tmp: Path, env: dict[str, str]) -> list[dict[str, Any]]:
             ours[0],
             "git status --porcelain",
             peer[0],
-            2.0,
-            kind="guard",
-            note=cpu_note(ours[1], peer[1]),
+            3.0,
+            note=cpu_note(ours[1], peer[1]) + ", " + load_note(started),
         )
     )
     diff = tmp / "ddtree.diff"

@@ -10,7 +10,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import RACY, SERVE, SITE_REL, copy_venv, cpu_note, interleaved, pk, row, run, timed, workspace
+from common import (
+    RACY,
+    SERVE,
+    SITE_REL,
+    copy_venv,
+    cpu_note,
+    interleaved,
+    load_note,
+    pk,
+    row,
+    run,
+    timed,
+    workspace,
+)
 
 PAIRS = 5
 GOAL = 2.0  # a warm audit looks at every file: at most twice the cost of looking, in C, at each once
@@ -25,6 +38,7 @@ def warm_audit(ws: Path, venv: Path, env: dict[str, str]) -> list[dict[str, Any]
     # The physical floor of a warm audit that looks at every file: one lstat per entry of the site dir
     # (a file edited in place moves only its own mtime and ctime), by find(1) in C.
     stat_walk = ["find", str(venv / SITE_REL), "-printf", "%s %T@ %C@ %i\n"]
+    started = os.getloadavg()[0]
     ours, walk, peer = interleaved(
         [
             lambda: timed(audit, env, ok=(0, 1)),
@@ -33,6 +47,7 @@ def warm_audit(ws: Path, venv: Path, env: dict[str, str]) -> list[dict[str, Any]
         ],
         PAIRS,
     )
+    load = load_note(started)
     return [
         row(
             "warm audit",
@@ -40,7 +55,7 @@ def warm_audit(ws: Path, venv: Path, env: dict[str, str]) -> list[dict[str, Any]
             "the stat floor: find -printf, one lstat per entry",
             walk[0],
             GOAL,
-            note=cpu_note(ours[1], walk[1]),
+            note=cpu_note(ours[1], walk[1]) + ", " + load,
         ),
         row(
             "warm audit against pip check",
@@ -48,7 +63,7 @@ def warm_audit(ws: Path, venv: Path, env: dict[str, str]) -> list[dict[str, Any]
             "python -m pip check",
             peer[0],
             kind="report",
-            note=cpu_note(ours[1], peer[1]),
+            note=cpu_note(ours[1], peer[1]) + ", " + load,
         ),
         row(
             "the stat floor against pip check",

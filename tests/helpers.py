@@ -76,6 +76,28 @@ def imported(env, *args: str, code: int = 0) -> set[str]:
     }
 
 
+_LOADED = (
+    "import atexit, os, sys\n"
+    "atexit.register(lambda: os.write(2, ('loaded: ' + ' '.join(sorted(sys.modules)) + '\\n').encode()))\n"
+    "from patchkeeper.cli import main\n"
+    "main(prog_name='patchkeeper')\n"
+)
+
+
+def loaded(env, *args: str, code: int = 0, environ: dict[str, str] | None = None) -> tuple[set[str], str]:
+    """Every module in sys.modules when the CLI exits after `args` (those importlib loads by name
+    too, which -X importtime does not list), and its stdout."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _LOADED, *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PATCHKEEPER_WORKSPACE": str(env.root), **(environ or {})},
+    )
+    assert proc.returncode == code, proc.stderr[-2000:]
+    line = next(x for x in proc.stderr.splitlines() if x.startswith("loaded: "))
+    return set(line.split()[1:]), proc.stdout
+
+
 def heavy(modules: set[str]) -> list[str]:
     """The heavy third-party (or slow stdlib) modules among `modules`."""
     return sorted(m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY))

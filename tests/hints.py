@@ -1,5 +1,5 @@
 """The error hints of src/ (read with ast) and the verbs that can reach each: a call graph of the
-package's functions by name (imports followed, methods by attribute name), rooted at cli.py's verbs."""
+package's functions by name (imports followed, methods by attribute name), rooted at the verbs' commands (verbs/)."""
 
 from __future__ import annotations
 
@@ -148,15 +148,20 @@ def graph() -> Graph:
                     out.update(methods.get(n.attr, []))
         edges[key] = out
     verbs = {}
-    for qual, node, _, _ in _defs(modules[f"{PACKAGE}.cli"]):
-        for deco in getattr(node, "decorator_list", []):
-            if (
-                isinstance(deco, ast.Call)
-                and isinstance(deco.func, ast.Attribute)
-                and deco.func.attr == "command"
-            ):
-                name = deco.args[0].value if deco.args and isinstance(deco.args[0], ast.Constant) else qual
-                verbs[str(name)] = f"{PACKAGE}.cli:{qual}"
+    for mod in modules.values():  # each verb's command, in its module of verbs/ (cli.py's VERBS loads them)
+        if not mod.name.startswith(f"{PACKAGE}.verbs."):
+            continue
+        for qual, node, _, _ in _defs(mod):
+            for deco in getattr(node, "decorator_list", []):
+                if (
+                    isinstance(deco, ast.Call)
+                    and isinstance(deco.func, ast.Attribute)
+                    and deco.func.attr == "command"
+                ):
+                    name = (
+                        deco.args[0].value if deco.args and isinstance(deco.args[0], ast.Constant) else qual
+                    )
+                    verbs[str(name)] = f"{mod.name}:{qual}"
     return Graph(functions, module_of, edges, verbs)
 
 

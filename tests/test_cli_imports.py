@@ -1,10 +1,13 @@
 """The CLI imports heavy libraries only where a command needs them: `python -X importtime` of status, audit,
 diff and apply on a local target never loads paramiko, GitPython, packaging or http (each costs tens of
-milliseconds on every run)."""
+milliseconds on every run); and each verb's own modules only when that verb runs (cli.py's VERBS)."""
 
 from __future__ import annotations
 
-from helpers import heavy, imported
+import click
+from helpers import heavy, imported, loaded
+
+from patchkeeper import cli
 
 
 def test_fast_paths_import_no_heavy_modules(env):
@@ -26,3 +29,75 @@ def test_fast_paths_import_no_heavy_modules(env):
         .replace('"==0.5.23"', '">=0.5,<0.6"')
     )
     assert "packaging.specifiers" in imported(env, "check", "ddtree")
+
+
+# What only other verbs use: the change engine, a rollout, repair and port, downloads, authoring.
+OTHERS_ONLY = {
+    "patchkeeper.change.engine",
+    "patchkeeper.change.changes",
+    "patchkeeper.change.rollout",
+    "patchkeeper.change.repair",
+    "patchkeeper.change.adopt",
+    "patchkeeper.change.verify",
+    "patchkeeper.checks.download",
+    "patchkeeper.checks.wheels",
+    "patchkeeper.patchset.port",
+    "patchkeeper.patchset.merge3",
+    "patchkeeper.patchset.authoring",
+    "patchkeeper.patchset.exchange",
+}
+
+
+def own(modules: set[str]) -> set[str]:
+    return {m for m in modules if m == "patchkeeper" or m.startswith("patchkeeper.")}
+
+
+def verbs_of(modules: set[str]) -> set[str]:
+    return {m for m in modules if m.startswith(("patchkeeper.verbs.", "patchkeeper.commands."))}
+
+
+def test_each_verb_loads_its_own_module_only(env):
+    """cli.py loads a verb's module when that verb runs: --help imports the group alone, status and
+    audit their own verb and command modules and what these import, never another verb's."""
+    assert own(loaded(env, "--help")[0]) == {"patchkeeper", "patchkeeper.cli"}
+    for verb, args in (("status", ["status"]), ("audit", ["audit", "-q"])):
+        modules = own(loaded(env, *args)[0])
+        assert verbs_of(modules) == {f"patchkeeper.verbs.{verb}", f"patchkeeper.commands.{verb}"}, verb
+        assert modules & OTHERS_ONLY == set(), verb
+    # the probe is not blind: apply loads the engine, and --help of a verb loads that verb only
+    modules = own(loaded(env, "apply", "ddtree", "--no-verify")[0])
+    assert {"patchkeeper.change.engine", "patchkeeper.change.changes"} <= modules & OTHERS_ONLY
+    assert "patchkeeper.verbs.apply" in modules
+    assert verbs_of(own(loaded(env, "diff", "--help")[0])) == {
+        "patchkeeper.verbs.diff",
+        "patchkeeper.commands.diff",
+        "patchkeeper.commands.env",  # diff --env
+    }
+
+
+def test_the_listing_and_completion_of_verbs_are_those_of_the_loaded_commands(env):
+    """--help lists every verb with the first sentence of its own docstring, as click would from the
+    loaded command, at every width; completing a verb name offers the same, loading no verb."""
+    listed = {name: cmd.get_short_help_str(10_000) for name, cmd in cli.commands().items()}
+    assert set(listed) == set(cli.VERBS)
+    eager = click.Group("patchkeeper", commands=cli.commands())
+    for width in (50, 80, 120):
+        ours, theirs = click.HelpFormatter(width=width), click.HelpFormatter(width=width)
+        cli.main.format_commands(click.Context(cli.main), ours)
+        eager.format_commands(click.Context(eager), theirs)
+        assert ours.getvalue() == theirs.getvalue(), width
+    modules, text = loaded(env, "--help")
+    assert all(f"  {name} " in text for name in cli.VERBS) and verbs_of(modules) == set()
+
+    for words, offered, verbs in (
+        ("s", ["show", "show-backup", "snapshot", "status"], set()),
+        ("apply d", ["ddtree", "dflash"], {"patchkeeper.verbs.apply", "patchkeeper.verbs.rollouts"}),
+    ):
+        completing = {
+            "_PATCHKEEPER_COMPLETE": "bash_complete",
+            "COMP_WORDS": f"patchkeeper {words}",
+            "COMP_CWORD": str(len(words.split())),
+        }
+        modules, out = loaded(env, environ=completing)
+        assert [line.split(",", 1)[1] for line in out.splitlines()] == offered, words
+        assert {m for m in modules if m.startswith("patchkeeper.verbs.")} == verbs, words

@@ -7,7 +7,7 @@ from __future__ import annotations
 import click
 from hints import Graph, graph, hints, options_named, reached
 
-from patchkeeper.cli import main
+from patchkeeper.cli import commands, main
 
 
 def _options(command: click.Command) -> set[str]:
@@ -29,7 +29,7 @@ UNREACHED = {
 def wrong_hints(g: Graph) -> list[str]:
     """What is wrong with the hints of src/: an option a verb that reaches the hint does not have."""
     common = _options(main) | {"--help", "-h"}  # the group's options go with every verb
-    options = {name: _options(cmd) | common for name, cmd in main.commands.items()}
+    options = {name: _options(cmd) | common for name, cmd in commands().items()}
     reach = {verb: reached(g, key) for verb, key in g.verbs.items()}
     bad = []
     for h in hints(g):
@@ -52,7 +52,7 @@ def wrong_hints(g: Graph) -> list[str]:
 
 def test_every_option_a_hint_names_exists_on_the_verbs_that_give_it():
     g = graph()
-    assert set(g.verbs) == set(main.commands)  # the walk found every verb
+    assert set(g.verbs) == set(commands())  # the walk found every verb
     found = hints(g)
     assert len(found) > 100 and sum(bool(options_named(h.text, set(g.verbs)) != ([], [])) for h in found) > 30
     assert not wrong_hints(g), "\n".join(wrong_hints(g))

@@ -56,9 +56,9 @@ def wheels() -> dict[str, str]:
 
 
 def test_every_json_verb_is_covered():
-    from patchkeeper.cli import main
+    from patchkeeper.cli import commands
 
-    takes = {name for name, cmd in main.commands.items() if any("--json" in p.opts for p in cmd.params)}
+    takes = {name for name, cmd in commands().items() if any("--json" in p.opts for p in cmd.params)}
     assert takes == set(VERBS)
 
 

@@ -5,6 +5,7 @@ by the stat the scan took; and recorded manifests are read from the store, verif
 from __future__ import annotations
 
 import json
+import marshal
 import os
 import py_compile
 import sys
@@ -409,7 +410,7 @@ def test_a_sealed_audit_is_given_again_only_while_nothing_it_read_has_changed(en
     assert set(Agent().audit_tree(request).comparison.pairs) >= {"@unit"}
 
     # another distribution's RECORD is checked in the same call, never from the tree's seal: a file
-    # no seal covers (not below the package, no .py), edited keeping its size and mtime, is found
+    # of it (not below the package, no .py), edited keeping its size and mtime, is found
     with_records = replace(
         request,
         records=("pip-23.2.1.dist-info",),
@@ -426,12 +427,13 @@ def test_a_sealed_audit_is_given_again_only_while_nothing_it_read_has_changed(en
     with open(exe, "r+b") as f:
         f.write(b"MZ by hand")
     os.utime(exe, ns=(st.st_atime_ns, st.st_mtime_ns))
-    with monkeypatch.context() as m:
-        m.setattr(compare, "scan", nothing_else)  # the tree from its seal
-        found = Agent().audit_tree(with_records)
+    found = Agent().audit_tree(with_records)  # the tree's seal holds while the RECORD checks' identities do
     assert [f[:2] for f in found.records["pip-23.2.1.dist-info"].findings] == [
         ("pip/_vendor/distlib/t64.exe", "changed")
     ]
+    with monkeypatch.context() as m:
+        m.setattr(compare, "scan", nothing_else)  # then the tree from its seal again, the finding kept
+        assert Agent().audit_tree(with_records) == found
     from patchkeeper.host import fingerprint  # and the native libraries, read as always
 
     assert found.native == fingerprint.native([str(site)], None) and any(
@@ -650,3 +652,27 @@ def test_a_warm_audit_from_both_seals_still_sees_a_file_changed_in_place(env, mo
     edit_file(pip_file, pip_file.read_bytes() + b"# by hand\n")
     found = Agent().audit_tree(request).records
     assert [f[:2] for r in found.values() for f in r.findings] == [("pip/__init__.py", "changed")]
+
+    # the tree's seal leaves the files the RECORD checks stat to them (one stat per file of both):
+    # a pyc of pip that RECORD lists, replaced by a foreign one whose header matches, is still judged
+    marker = (
+        state / "baseline-marker"
+    )  # as the baseline's ledger entry dates it: pycs written since are compared
+    marker.write_text("")
+    request = replace(request, pycs_since=str(marker))
+    for _ in range(3):
+        Agent().audit_tree(request)  # both seals written again
+    sealed = marshal.loads((state / "audit" / "tree.seal").read_bytes())[2].split("\0")
+    pyc = env.site / "pip" / "__pycache__" / "__main__.cpython-311.pyc"
+    record = (next(env.site.glob("pip-*.dist-info")) / "RECORD").read_text()
+    assert "pip/__pycache__/__main__.cpython-311.pyc" in record and str(pyc) not in sealed
+    assert str(env.site / "pip" / "__main__.py") not in sealed and str(env.site / "pip") in sealed
+    source = env.site / "pip" / "__main__.py"
+    head = pyc.read_bytes()[:16]
+    other = compile(source.read_bytes() + b"\nX = 1\n", str(source), "exec", dont_inherit=True)
+    pyc.unlink()
+    pyc.write_bytes(head + marshal.dumps(other))  # the header still matches pip/__main__.py
+    found = Agent().audit_tree(request)
+    assert [f[:2] for f in found.bytecode.findings] == [
+        ("pip/__pycache__/__main__.cpython-311.pyc", "mismatch")
+    ]

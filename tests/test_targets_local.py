@@ -128,6 +128,7 @@ def count(self, n, gates):
         if i in (n // 3, 2 * n // 3):
             with open(gates.pop(0), "rb") as gate:
                 gate.read()
+            pkg.progress.phase("the second part")
     return n
 pkg.agent.Agent.count = count
 pkg.wire.serve(pkg.agent.Agent())
@@ -135,17 +136,18 @@ pkg.wire.serve(pkg.agent.Agent())
 
 
 def test_heartbeats_carry_how_many_files_the_running_call_has_read(tmp_path):
-    """While a call runs, each heartbeat carries the agent's count (files read, files found to read):
-    the proxy tells it to its watcher at the count the agent is at, call after call (a count per call)."""
+    """While a call runs, each heartbeat carries the agent's count (files read, files found to read)
+    and its phase: the proxy tells them to its watcher at the count the agent is at, call after call
+    (a count per call)."""
     gates = [tmp_path / "third", tmp_path / "two-thirds"]
     for gate in gates:
         os.mkfifo(gate)
     link = PipeLink(sys.executable, program().replace(b"pkg.wire.serve(pkg.agent.Agent())", COUNTING))
     proxy = AgentProxy(link, "counting", sys.executable, Patience(30.0))
-    seen: list[tuple[int, int]] = []
+    seen: list[tuple[int, int, str]] = []
 
-    def watch(done: int, total: int) -> None:
-        seen.append((done, total))
+    def watch(done: int, total: int, phase: str) -> None:
+        seen.append((done, total, phase))
         if gates and done == 300 * (3 - len(gates)) // 3:  # the agent waits there: let it go on
             with open(gates.pop(0), "wb"):
                 pass
@@ -153,8 +155,8 @@ def test_heartbeats_carry_how_many_files_the_running_call_has_read(tmp_path):
     proxy.watch(watch)
     try:
         assert proxy._call("count", 300, [str(g) for g in gates]) == 300
-        assert (100, 300) in seen and (200, 300) in seen and not gates, seen
-        assert all(total == 300 and 0 <= done <= 300 for done, total in seen), seen
+        assert (100, 300, "") in seen and (200, 300, "the second part") in seen and not gates, seen
+        assert all(total == 300 and 0 <= done <= 300 for done, total, _ in seen), seen
         seen.clear()
         proxy.watch(None)
         assert proxy.pid() > 0 and seen == []  # no watcher: nothing told

@@ -1,10 +1,9 @@
-"""What several verbs share on the command line (click's, as cli.py is): the workspace, -t once or
-repeated, -g, --all, a rollout's options, a change on one target or a rollout over many, and the
-wrapper that runs every verb, where errors become exit codes in one place (run_verb)."""
+"""What several verbs share on the command line (click's, as cli.py and verbs/ are): the workspace,
+-t once or repeated, -g, --all, a rollout's options, --bump, and the wrapper that runs every verb,
+where errors become exit codes in one place (run_verb)."""
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable
 from dataclasses import replace
@@ -14,30 +13,18 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from . import pipes, workspace
-from .change.rollout import Noted, rollout
+from .cli import json_error
 from .completion import complete_targets
 from .errors import EXIT_INTERRUPTED, PatchkeeperError, os_hint
 from .patchset import saving
 from .printable import lines
 
 F = TypeVar("F", bound=Callable[..., Any])
-# a change on one target: (workspace, target name, the rollout's Noted or None, --json) -> exit code
-OnOne = Callable[[workspace.Workspace, str | None, Noted | None, bool], int]
 
 
 def _say(text: str) -> None:
     sys.stderr.write(lines(text) + "\n")
     sys.stderr.flush()
-
-
-def json_error(message: str, hint: str, code: int) -> None:
-    """The document of a --json command that ends in an error (docs/json.md, "Errors"), unless the
-    command already wrote its own (a change's document carries its error): one document either way."""
-    if not getattr(sys.stdout, "wrote", False):
-        sys.stdout.write(
-            json.dumps({"error": message, "hint": hint, "exit": code}, indent=2, sort_keys=True) + "\n"
-        )
-        sys.stdout.flush()
 
 
 def run_verb(fn: Callable[..., int], *args: Any, **kwargs: Any) -> NoReturn:
@@ -76,92 +63,6 @@ def run_verb(fn: Callable[..., int], *args: Any, **kwargs: Any) -> NoReturn:
             json_error("interrupted (Ctrl-C)", hint, EXIT_INTERRUPTED)
         sys.exit(EXIT_INTERRUPTED)
     sys.exit(code)
-
-
-_GROUP_VALUED = ("-w", "--workspace", "-i", "--inventory")  # the group's options that take a value
-_TARGET = ("-t", "--target")
-
-
-def _option_at(argv: list[str], i: int, names: tuple[str, ...]) -> int:
-    """How many words the option at argv[i] takes up when it is one of `names` (`-w DIR`, `-wDIR`,
-    `--workspace=DIR`, `--workspace DIR`), else 0."""
-    word = argv[i]
-    if word.startswith("--"):
-        name, eq, _ = word.partition("=")
-        return (1 if eq else 2) if name in names else 0
-    if word[:2] in names:
-        return 1 if len(word) > 2 else 2
-    return 0
-
-
-def verb_order(argv: list[str]) -> list[str]:
-    """The words with -t moved after the verb and -w/-i before it, as `git -C` and most CLIs take
-    them on either side: `patchkeeper -t gpu1 status` is `patchkeeper status -t gpu1`."""
-    before: list[str] = []
-    targets: list[str] = []
-    i = 0
-    while i < len(argv):
-        took = _option_at(argv, i, _GROUP_VALUED + _TARGET)
-        if took:
-            (targets if argv[i][:2] == "-t" or argv[i].startswith("--target") else before).extend(
-                argv[i : i + took]
-            )
-            i += took
-        elif argv[i].startswith("-"):
-            before.append(argv[i])
-            i += 1
-        else:
-            break
-    if i >= len(argv):
-        return argv  # no verb: click says what is missing
-    verb, after, rest = argv[i], [], argv[i + 1 :]
-    j = 0
-    while j < len(rest):
-        if rest[j] == "--":
-            after += rest[j:]
-            break
-        took = _option_at(rest, j, _GROUP_VALUED)
-        if took:
-            before.extend(rest[j : j + took])
-            j += took
-        else:
-            after.append(rest[j])
-            j += 1
-    return before + [verb] + targets + after
-
-
-class Verbs(click.Group):
-    """The verbs' group: -t and -w on either side of the verb (verb_order); with --json anywhere on
-    the line, a usage error (an unknown option, a missing argument, -t given twice...) is a JSON
-    document on stdout too, besides click's lines on stderr."""
-
-    def main(
-        self,
-        args: Any = None,
-        prog_name: str | None = None,
-        complete_var: str | None = None,
-        standalone_mode: bool = True,
-        **extra: Any,
-    ) -> Any:
-        argv = verb_order(list(sys.argv[1:] if args is None else args))
-        if not standalone_mode or "--json" not in argv:
-            return super().main(argv, prog_name, complete_var, standalone_mode, **extra)
-        try:
-            code = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
-        except click.ClickException as exc:
-            exc.show()
-            hint = (
-                f"see `{exc.ctx.command_path} --help`"
-                if isinstance(exc, click.UsageError) and exc.ctx
-                else ""
-            )
-            json_error(exc.format_message(), hint, exc.exit_code)
-            sys.exit(exc.exit_code)
-        except click.Abort:
-            click.echo("Aborted!", err=True)
-            json_error("aborted", "", 1)
-            sys.exit(1)
-        sys.exit(code if isinstance(code, int) else 0)  # --help, --version: their text, exit 0
 
 
 def command(fn: Callable[..., int]) -> Callable[..., None]:
@@ -236,6 +137,11 @@ def change_options(fn: F) -> F:
     return fn
 
 
+bump_option = click.option(
+    "--bump",
+    type=click.Choice(["major", "minor", "patch"]),
+    help="raise the version of an existing patch set whose content changes",
+)
 json_option = click.option(
     "--json", "as_json", is_flag=True, help="print one JSON document (docs/json.md); progress on stderr"
 )
@@ -273,34 +179,3 @@ def chosen(
     if every and (targets or group):
         raise click.UsageError("--all takes every target: no -t or -g with it")
     return workspace_of(ctx).select(targets, group, every)
-
-
-def change(
-    ctx: click.Context,
-    one: OnOne,
-    what: str,
-    targets: tuple[str, ...],
-    group: str | None,
-    every: bool,
-    serial: int | None,
-    max_fail: int,
-    dry_run: bool,
-    verify: bool,
-    as_json: bool = False,
-) -> int:
-    """A change on one target (`one(ws, name, noted, as_json)`), or a rollout over those chosen: each
-    target's change then reports in words (kept per target), and --json is the rollout's document."""
-    picked = chosen(ctx, targets, group, every)
-    if picked is None:
-        return one(workspace_of(ctx), targets[0] if targets else None, None, as_json)
-
-    return rollout(
-        picked,
-        lambda ws, name, noted: one(ws, name, noted, False),
-        what,
-        serial,
-        max_fail,
-        verify,
-        dry_run,
-        as_json,
-    )

@@ -168,6 +168,12 @@ def cache_dir(target: Target) -> str:
     return posixpath.join(target.info.state_dir, "audit")
 
 
+def compared_pairs(target: Target) -> str:
+    """Where the target keeps the pairs of source and pyc bytes found to hold the same code
+    (host/pycompare.Compared)."""
+    return posixpath.join(cache_dir(target), "bytecode.compared")
+
+
 def is_warm(target: Target) -> bool:
     """True when every distribution of the target has a stat cache, so an audit hashes little."""
     have = set(target.agent.listdir(cache_dir(target)))
@@ -222,6 +228,7 @@ def audit_target(
     tag = "cpython-" + "".join(info.python_version.split(".")[:2])
     caches = None if rehash else cache_dir(target)
     bytecode_cache = None if caches is None else posixpath.join(caches, "bytecode.cache")
+    compared = compared_pairs(target)  # keyed by bytes, not identity: read under --rehash too
     if (
         current is None
     ):  # no recorded state: the bytecode of the sources that differ from RECORD is recompiled
@@ -234,6 +241,7 @@ def audit_target(
             sorted({f.path for f in findings if _recompile(f)}),
             bytecode_cache,
             "" if rehash else None,
+            compared,
         )
         if (
             not rehash
@@ -245,7 +253,7 @@ def audit_target(
                 + tuple(
                     f
                     for f in agent.installed_bytecode(
-                        info.site, tag, info.top_dirs(), f"{info.site}/{info.dist_info}/RECORD"
+                        info.site, tag, info.top_dirs(), f"{info.site}/{info.dist_info}/RECORD", compared
                     ).findings
                     if f[0] not in seen
                 ),
@@ -271,6 +279,7 @@ def audit_target(
                 native_sites,
                 None if rehash else environment.native_cache(target),
                 "" if rehash else _baseline_file(ledger),
+                compared,
             )
         )
         record_findings(tree.records)

@@ -15,7 +15,7 @@ from ..checks.installation import refuse_writes
 from ..records import history
 from ..records.ledger import ApplyExtra, RecordExtra
 from ..workspace import Workspace
-from . import finish
+from .finish import finish
 
 
 def apply(

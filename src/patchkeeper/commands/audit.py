@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from functools import partial
+from typing import Any
 
 import click
 
@@ -21,29 +22,38 @@ _SHOWN = 50  # findings per class printed before "… and N more"
 
 class FilesBar:
     """click's progress bar on stderr of the files the target's agent reads and hashes, moved by its
-    count (each heartbeat's, or as the files are read by an agent in this process)."""
+    count (each heartbeat's, or as the files are read by an agent in this process). When the agent
+    enters a long phase of another kind (the bytecode compared with its sources), the bar is ended
+    and another, named after it, counts that phase's files: the bar follows the work being done."""
 
     def __init__(self, enabled: bool) -> None:
-        self.bar = (
-            click.progressbar(
-                length=1, label="audit: files read", file=sys.stderr, show_pos=True, show_eta=False
-            )
-            if enabled
-            else None
-        )
+        self.enabled = enabled
+        self.bar: Any = None
+        self.phase = ""
+        self.base = 0  # the count at which the current phase began
 
-    def __call__(self, done: int, total: int) -> None:
-        if self.bar is None or not total:
+    def __call__(self, done: int, total: int, phase: str = "") -> None:
+        if not self.enabled or not total:
             return
-        if not self.bar.entered:
+        if self.bar is None or phase != self.phase:
+            self.close()
+            self.phase, self.base = phase, done if phase else 0
+            self.bar = click.progressbar(
+                length=1,
+                label=f"audit: {phase or 'files read'}",
+                file=sys.stderr,
+                show_pos=True,
+                show_eta=False,
+            )
             self.bar.__enter__()
-        self.bar.length = total  # it grows as the agent finds more files to read
+        self.bar.length = max(1, total - self.base)  # it grows as the agent finds more files to read
         self.bar.finished = False
-        self.bar.update(done - self.bar.pos)
+        self.bar.update(done - self.base - self.bar.pos)
 
     def close(self) -> None:
         if self.bar is not None and self.bar.entered:
             self.bar.__exit__(None, None, None)
+        self.bar = None
 
 
 def _audit_one(

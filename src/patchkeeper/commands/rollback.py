@@ -8,7 +8,7 @@ from ..change.rollout import Noted
 from ..change.session import Session
 from ..change.show_plan import step_printer
 from ..workspace import Workspace
-from . import finish
+from .finish import finish
 
 
 def rollback(

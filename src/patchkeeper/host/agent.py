@@ -83,8 +83,8 @@ class Agent(AgentContract):
         write nothing on the host); what caches there are are still read."""
         write_caches(False)
 
-    def watch(self, listener: Callable[[int, int], None] | None) -> None:
-        """Tell (files read, files found to read) of each call to `listener` as it goes (progress);
+    def watch(self, listener: Callable[[int, int, str], None] | None) -> None:
+        """Tell (files read, files found to read, phase) of each call to `listener` as it goes (progress);
         in the controller's own process only: over the wire the heartbeats carry them."""
         progress.listen(listener if callable(listener) else None)
 
@@ -461,6 +461,7 @@ class Agent(AgentContract):
         verify: list[str],
         cache: str | None = None,
         pycs_since: str | None = None,
+        compared: str | None = None,
     ) -> BytecodeCheck:
         """Every .pyc below `site` that Python would run instead of its source: a header that
         matches a changed source, an unchecked-hash pyc of other code, a legacy pyc with no source.
@@ -470,16 +471,19 @@ class Agent(AgentContract):
         `verify` names sources (relative to site) whose pyc is also recompiled and compared,
         which catches a pyc whose header matches a source that was changed in the same tick.
         `cache` keeps each clean pyc's verdict keyed by its own and its source's stat identity.
-        `pycs_since`: as TreeRequest's ("": every pyc recompiled and compared).
+        `pycs_since`: as TreeRequest's ("": every pyc recompiled and compared); `compared` too.
         """
         return BytecodeCheck.from_wire(
-            check_bytecode(site, cache_tag, verify, cache, treecheck.since(pycs_since))
+            check_bytecode(site, cache_tag, verify, cache, treecheck.since(pycs_since), compared)
         )
 
-    def installed_bytecode(self, site: str, cache_tag: str, dirs: list[str], record: str) -> BytecodeCheck:
+    def installed_bytecode(
+        self, site: str, cache_tag: str, dirs: list[str], record: str, compared: str | None = None
+    ) -> BytecodeCheck:
         """The package's pycs that run other code than their source, for its first baseline
-        (bytecode.installed_bytecode: the hash-based ones and those written after its RECORD recompiled)."""
-        return BytecodeCheck.from_wire(installed_bytecode(site, cache_tag, dirs, record))
+        (bytecode.installed_bytecode: the hash-based ones and those written after its RECORD
+        compared); `compared` as TreeRequest's."""
+        return BytecodeCheck.from_wire(installed_bytecode(site, cache_tag, dirs, record, compared))
 
     def audit_tree(self, request: TreeRequest) -> TreeCheck:
         """The managed package against a stored manifest, the bytecode below its site dir, the

@@ -2,23 +2,30 @@
 
 Standard library only (shipped to hosts). A pyc is judged by its header (magic number, flags, the
 source's mtime and size or hash); one whose header cannot be believed (its source changed, or the
-pyc itself was written since the baseline) is recompiled and its code compared with the source's.
+pyc itself was written since the baseline) is compared with its source's code, after every header
+is read (the comparisons are the long phase of an audit that makes them, counted in `progress`),
+by compiling the source unless the same pair of bytes was found to hold the same code before
+(pycompare.py).
 """
 
 from __future__ import annotations
 
 import importlib.util
-import marshal
 import os
 import struct
 import sys
 from typing import Any, Callable, Dict, Iterable, Iterator
 
+from . import progress
 from .disk import listing
+from .pycompare import Compared, other_code
 from .statcache import Listings, StatCache
 
 _IDENTITIES = struct.Struct("<10q")  # a pyc's identity and its source's (see VerdictCache)
 _FLAG_AT = _IDENTITIES.size  # where a packed verdict says how the pyc was judged
+# what _pyc_verdict says of a pyc Python would run when its code is still to be compared (settle)
+_BY_HASH, _BY_HEADER = "compare: hash", "compare: header"
+PHASE = "bytecode compared with its source"  # the long phase of an audit that compares many pycs
 
 
 def _pyc_source(rel: str, cache_tag: str) -> tuple[str, int] | None:
@@ -104,62 +111,99 @@ def recompiled_sources(findings: Iterable[Any]) -> set[str]:
 
 
 def check_bytecode(
-    site: str, cache_tag: str, verify: list[str], cache_path: str | None = None, since_ns: int | None = None
+    site: str,
+    cache_tag: str,
+    verify: list[str],
+    cache_path: str | None = None,
+    since_ns: int | None = None,
+    compared: str | None = None,
 ) -> dict[str, Any]:
     """See Agent.audit_bytecode: every pyc below `site` judged, its verdict cache (`cache_path`)
-    and its walked directories' listings (beside it, `.dirs`) saved."""
+    and its walked directories' listings (beside it, `.dirs`) saved; `compared`: the pairs of
+    bytes found to hold the same code (pycompare.Compared)."""
     cache = VerdictCache(cache_path)
     listings = Listings(cache_path + ".dirs") if cache_path else None
     found = list(_walk_pyc(site, listings=listings))
     judge = _judge(site, cache_tag, frozenset(verify), {}, cache, since_ns)
-    outcomes = [judge(rel, in_cache) for rel, in_cache in found]
+    memo = Compared(compared)
+    outcomes = settle(site, found, [judge(rel, in_cache) for rel, in_cache in found], memo)
+    memo.save(rel for rel, in_cache in found if in_cache)
     if listings is not None:
         listings.save()
     return _tally(found, outcomes, cache)
 
 
-def installed_bytecode(site: str, cache_tag: str, dirs: list[str], record: str) -> dict[str, Any]:
+def settle(site: str, found: list[tuple[str, bool]], outcomes: list[Any], memo: Compared) -> list[Any]:
+    """The outcomes of `_judge` with each comparison it left made (one phase, counted in
+    `progress` as one file each, under PHASE): a pyc whose code is not its source's is a finding,
+    one that holds it is remembered as COMPARED when its identity may be (`_judge`'s keep), and
+    the pairs compared are kept in `memo` (the caller saves it)."""
+    jobs = [i for i, outcome in enumerate(outcomes) if outcome is not None and outcome[0] == "compare"]
+    if jobs:
+        progress.phase(PHASE)
+        progress.expect(len(jobs))
+    for i in jobs:
+        _, src_rel, opt, how, keep = outcomes[i]
+        rel = found[i][0]
+        other = other_code(f"{site}/{rel}", f"{site}/{src_rel}", opt, rel, memo)
+        if not other:
+            outcomes[i] = ("judged", None, keep)
+        else:
+            name = os.path.basename(src_rel)
+            outcomes[i] = ("judged", ("mismatch", other if other is not True else _told(how, name)), None)
+        progress.step()
+    return outcomes
+
+
+def _told(how: str, name: str) -> str:
+    if how == _BY_HASH:
+        return f"its source hash matches {name} but its code does not: Python runs the other code"
+    return f"its header matches {name} but its code does not: Python runs the old code"
+
+
+def installed_bytecode(
+    site: str, cache_tag: str, dirs: list[str], record: str, compared: str | None = None
+) -> dict[str, Any]:
     """For a first baseline: the pycs below the package's top directories (`dirs`, relative to
     `site`) that run other code than their source. Recompiled and compared: every hash-based pyc
     (pip writes timestamp pycs) and every pyc written after the distribution's RECORD (`record`, a
     path: pip writes the pycs, then RECORD); the others are judged by their header (audit --rehash
-    recompiles them all). Counts and findings as check_bytecode's."""
+    recompiles them all). Counts and findings as check_bytecode's; `compared` as its."""
     try:
         installed_ns = os.stat(record).st_mtime_ns
     except OSError:  # no RECORD to date the install by: every pyc is recompiled
         installed_ns = -1
-    findings: list[list[str]] = []
-    pycs = orphans = stale = 0
+    pycs: list[tuple[str, bool]] = []
+    outcomes: list[Any] = []
     for top in dirs:
         for rel, in_cache in _walk_pyc(f"{site}/{top}"):
             rel = f"{top}/{rel}"
-            pyc = f"{site}/{rel}"
-            if not in_cache:
-                pycs += 1
-                if not os.path.exists(pyc[:-1]):
-                    findings.append(
-                        [rel, "sourceless", "a .pyc without its .py: Python imports this bytecode"]
-                    )
-                continue
-            found = _pyc_source(rel, cache_tag)
-            if found is None:
-                continue
-            pycs += 1
-            try:
-                st = os.stat(f"{site}/{found[0]}")
-                pst, head = _stat_and_head(pyc)
-            except (FileNotFoundError, NotADirectoryError):
-                orphans += 1
-                continue
-            hashed = isinstance(head, bytes) and len(head) >= 8 and bool(head[4] & 1)
-            verdict = _pyc_verdict(
-                pyc, f"{site}/{found[0]}", st, found[1], hashed or pst.st_mtime_ns > installed_ns, head
-            )
-            if verdict is None or verdict == "stale":
-                stale += verdict == "stale"
-            else:
-                findings.append([rel, *verdict])
-    return {"pycs": pycs, "orphans": orphans, "stale": stale, "findings": sorted(findings)}
+            pycs.append((rel, in_cache))
+            outcomes.append(_installed(site, rel, in_cache, cache_tag, installed_ns))
+    memo = Compared(compared)
+    outcomes = settle(site, pycs, outcomes, memo)
+    memo.save()  # (the package's pycs only: the pairs of the others are kept)
+    return _tally(pycs, outcomes, StatCache(None))
+
+
+def _installed(site: str, rel: str, in_cache: bool, cache_tag: str, installed_ns: int) -> Any:
+    """One pyc's outcome for installed_bytecode, as _judge's (a comparison left to settle)."""
+    pyc = f"{site}/{rel}"
+    if not in_cache:
+        return ("sourceless",) if not os.path.exists(pyc[:-1]) else ("judged", None, None)
+    found = _pyc_source(rel, cache_tag)
+    if found is None:
+        return None
+    try:
+        st = os.stat(f"{site}/{found[0]}")
+        pst, head = _stat_and_head(pyc)
+    except (FileNotFoundError, NotADirectoryError):
+        return ("orphan",)
+    hashed = isinstance(head, bytes) and len(head) >= 8 and bool(head[4] & 1)
+    verdict = _pyc_verdict(pyc, f"{site}/{found[0]}", st, hashed or pst.st_mtime_ns > installed_ns, head)
+    if verdict in (_BY_HASH, _BY_HEADER):
+        return ("compare", found[0], found[1], verdict, None)
+    return ("judged", verdict, None)
 
 
 class VerdictCache(StatCache):
@@ -181,8 +225,9 @@ def _judge(
     cache: StatCache,
     since_ns: int | None = None,
 ) -> Callable[[str, bool], Any]:
-    """The function giving one pyc's outcome (its verdict is remembered by _tally). The pycs of the sources in `deep`, and every pyc whose identity is newer than `since_ns` (the
-    baseline's recording: written or replaced since, by whatever means), are recompiled and
+    """The function giving one pyc's outcome (its verdict is remembered by _tally; a comparison is
+    left to `settle`). The pycs of the sources in `deep`, and every pyc whose identity is newer
+    than `since_ns` (the baseline's recording: written or replaced since, by whatever means), are
     compared with their source whatever their header says, once per identity."""
     known_verdicts: Dict[str, Any] = cache.entries  # (VerdictCache: packed identities)
     limit = cache.started_ns - cache.GRANULARITY_NS  # a verdict is remembered only for files older than this
@@ -226,23 +271,18 @@ def _judge(
         new = newer is not None and pst.st_ctime_ns >= newer
         if hit is not None and hit[:_FLAG_AT] == ids and (not new or hit[_FLAG_AT] in (compared, stale_flag)):
             return ("hit",)
-        verdict = _pyc_verdict(pyc, f"{site}/{src_rel}", st, opt, compare or new, head)
-        keep = None
-        if (
-            (verdict is None or verdict == "stale")
-            and st.st_mtime_ns < limit
+        verdict = _pyc_verdict(pyc, f"{site}/{src_rel}", st, compare or new, head)
+        settled = (
+            st.st_mtime_ns < limit
             and st.st_ctime_ns < limit
             and pst.st_mtime_ns < limit
             and pst.st_ctime_ns < limit
-        ):
-            flag = (
-                VerdictCache.STALE
-                if verdict == "stale"
-                else VerdictCache.COMPARED
-                if compare or new
-                else VerdictCache.CLEAN
-            )
-            keep = ids + flag
+        )
+        if verdict in (_BY_HASH, _BY_HEADER):  # its code is compared by settle, after every header
+            return ("compare", src_rel, opt, verdict, ids + VerdictCache.COMPARED if settled else None)
+        keep = None
+        if (verdict is None or verdict == "stale") and settled:
+            keep = ids + (VerdictCache.STALE if verdict == "stale" else VerdictCache.CLEAN)
         return ("judged", verdict, keep)
 
     return judge
@@ -299,12 +339,12 @@ def _stat_and_head(pyc: str) -> tuple[os.stat_result, bytes | OSError]:
 
 
 def _pyc_verdict(
-    pyc: str, src: str, st: os.stat_result, opt: int, compare: bool, head: bytes | OSError | None = None
+    pyc: str, src: str, st: os.stat_result, compare: bool, head: bytes | OSError | None = None
 ) -> tuple[str, str] | str | None:
     """None when the pyc runs its source's code, "stale" when Python will recompile it, else a
-    finding (kind, detail). With `compare`, a pyc Python would run is also recompiled and its code
-    compared with its source's, whatever its header says. `head`: its first 16 bytes, or the error
-    reading them, when already read (_stat_and_head)."""
+    finding (kind, detail). With `compare`, a pyc Python would run is left to compare with its
+    source's code, whatever its header says (_BY_HASH or _BY_HEADER: how it claims its source).
+    `head`: its first 16 bytes, or the error reading them, when already read (_stat_and_head)."""
     if head is None:
         try:
             fd = os.open(pyc, os.O_RDONLY)
@@ -332,40 +372,9 @@ def _pyc_verdict(
                 f"unchecked-hash pyc was compiled from other code than {name}: "
                 "Python runs it without checking"
             )
-        other = _other_code(pyc, src, opt) if compare else False
-        if other:
-            return "mismatch", (
-                other
-                if other is not True
-                else f"its source hash matches {name} but its code does not: Python runs the other code"
-            )
-        return None
+        return _BY_HASH if compare else None
     mtime = int.from_bytes(head[8:12], "little")
     size = int.from_bytes(head[12:16], "little")
     if mtime != (int(st.st_mtime) & 0xFFFFFFFF) or size != (st.st_size & 0xFFFFFFFF):
         return "stale"
-    if compare:
-        other = _other_code(pyc, src, opt)
-        if other:
-            return "mismatch", (
-                other
-                if other is not True
-                else f"its header matches {name} but its code does not: Python runs the old code"
-            )
-    return None
-
-
-def _other_code(pyc: str, src: str, opt: int) -> bool | str:
-    """Whether a pyc's code object is not what its source compiles to (a detail string when it
-    cannot be compared at all). Code objects compare by what they run: their bytecode, constants
-    (nested code included), names, line tables and flags, not the file name they were compiled
-    under, which is where the pyc legitimately differs when it was compiled at another path."""
-
-    try:
-        with open(pyc, "rb") as f:
-            code = marshal.loads(f.read()[16:])
-        with open(src, "rb") as f:
-            fresh = compile(f.read(), src, "exec", dont_inherit=True, optimize=opt)
-    except (ValueError, EOFError, TypeError, SyntaxError) as exc:
-        return f"cannot be compared with its source: {exc}"
-    return bool(code != fresh)
+    return _BY_HEADER if compare else None

@@ -240,6 +240,25 @@ def shared_files(site: str, results: Dict[str, Dict[str, Any]]) -> Dict[str, Dic
 _SEAL_FORMAT = ("pk-record-seals", 4, tuple(sys.version_info[:2]))
 
 
+class Covered:
+    """The files a RECORD check stat'ed in one audit (RecordSeals.covered): `digest` of their paths
+    and identities, and the paths (`paths()`, a set, made when a seal is written). The tree's seal
+    leaves out the files it shares with them and keeps `digest` in its key instead: while the
+    RECORD checks find every one of those identities as it was, so are the tree's shared files; when
+    one moved, the digest differs and the tree is read again (treecheck._check)."""
+
+    def __init__(self, digest: str, taken: Dict[str, tuple[str, bytes]]) -> None:
+        self.digest = digest
+        self._taken = taken
+
+    def paths(self) -> set[str]:
+        return {p for names, _ in self._taken.values() for p in names.split("\0")}
+
+    def settled(self, started_ns: int) -> bool:
+        """Whether every identity is older than the clock granularity before `started_ns`."""
+        return all(seal.settled(ids, started_ns) for _, ids in self._taken.values())
+
+
 class RecordSeals:
     """Each distribution's RECORD check (check_record's answer), sealed with the stat identity of
     every file it read: the audit's and the fingerprint's, each in a file of its own.
@@ -254,6 +273,9 @@ class RecordSeals:
         self.path = path
         self.seals: Dict[str, Any] = {}
         self.dirty = False
+        # what the last `checked` read, by dist-info dir: (its paths joined by NUL, their identities
+        # as taken then), which the tree's seal relies on for the files it shares (Covered)
+        self.taken: Dict[str, tuple[str, bytes]] = {}
         if path is not None:  # absent, damaged or another version's: every answer is checked again
             self.seals = load_cache(path, _SEAL_FORMAT) or {}
 
@@ -266,10 +288,11 @@ class RecordSeals:
         ids = seal.stat_identities(paths, os.stat)
         held: Dict[str, Dict[str, Any]] = {}
         at = 0
-        for name, entry in zip(dist_infos, sealed):
+        for d, name, entry in zip(dirs, dist_infos, sealed):
             if entry is not None:
                 if ids[at : at + len(entry[1])] == entry[1]:
                     held[name] = dict(entry[2])
+                    self.taken[d] = (entry[0], entry[1])
                 at += len(entry[1])
         todo = [name for name in dist_infos if name not in held]
 
@@ -294,6 +317,7 @@ class RecordSeals:
         inputs += listed
         ids = head + seal.pack(stats[path] for path in listed)
         result = check_record(site, dist_info, cache_dir, stats=stats, lines=lines or None)
+        self.taken[dist_dir] = ("\0".join(inputs), ids)  # (this runs on one thread per CPU: one key each)
         if self.path is not None:
             if seal.settled(ids, started):
                 self.seals[dist_dir] = ("\0".join(inputs), ids, result)
@@ -301,6 +325,18 @@ class RecordSeals:
                 self.seals.pop(dist_dir, None)
             self.dirty = True
         return result
+
+    def covered(self) -> Covered:
+        """What the last `checked` read, for the tree's seal (treecheck): the identities of every file
+        it stat'ed, in one order, as one digest (each distribution's paths follow from its RECORD,
+        whose identity is among them), and the paths."""
+        h = hashlib.sha256()
+        for d in sorted(self.taken):
+            ids = self.taken[d][1]
+            h.update(b"%d:%d:" % (len(d), len(ids)))
+            h.update(d.encode("utf-8", "surrogateescape"))
+            h.update(ids)
+        return Covered(h.hexdigest(), self.taken)
 
     def save(self) -> None:
         """Write the seals (not durably: a lost seal only costs one full check)."""

@@ -74,7 +74,9 @@ class TreeRequest:
     Every pyc written or replaced since `pycs_since` was (a write-once file on the host: the
     baseline's ledger entry, so the host's own clock is compared with the host's) is recompiled and
     compared whatever its header says (once per identity: `bytecode_cache` keeps that verdict); when
-    that file is gone, or `pycs_since` is "" (`audit --rehash`), every pyc is."""
+    that file is gone, or `pycs_since` is "" (`audit --rehash`), every pyc is. `compared` keeps the
+    pairs of source and pyc bytes found to hold the same code (pycompare.Compared: keyed by the
+    bytes, so `audit --rehash` reads it too)."""
 
     store: str
     manifest: str
@@ -88,6 +90,7 @@ class TreeRequest:
     native_sites: Tuple[str, ...] = ()
     native_cache: Optional[str] = None
     pycs_since: Optional[str] = None
+    compared: Optional[str] = None
 
     def to_wire(self) -> Dict[str, Any]:
         return {
@@ -103,6 +106,7 @@ class TreeRequest:
             "native_sites": self.native_sites,
             "native_cache": self.native_cache,
             "pycs_since": self.pycs_since,
+            "compared": self.compared,
         }
 
     @classmethod
@@ -120,4 +124,5 @@ class TreeRequest:
             tuple(doc.get("native_sites") or ()),
             doc.get("native_cache"),
             doc.get("pycs_since"),
+            doc.get("compared"),
         )

@@ -26,7 +26,7 @@ from .statcache import StatCache, read_cache, writing_caches
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only (typing costs a command's start about 10 ms)
-    from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+    from typing import Any, Callable, Collection, Dict, Iterable, List, Optional, Tuple
 
 FORMAT = ("pk-seal", 2, tuple(sys.version_info[:2]))
 _ABSENT = (-1, 0, 0, 0, 0)
@@ -37,7 +37,16 @@ def stat_identities(paths: Iterable[str], stat_of: Optional[Callable[[str], os.s
     """(size, mtime_ns, ctime_ns, inode, device) of each path, packed, by `stat_of` (os.lstat; os.stat
     to follow links); an absent path packs as _ABSENT."""
     stat_of = stat_of or os.lstat
-    return pack(_taken(path, stat_of) for path in paths)
+    out: List[int] = []
+    extend = out.extend
+    for path in paths:  # the loop of every warm audit, once per sealed path: pack(stats(...)), inlined
+        try:
+            st = stat_of(path)
+        except OSError:  # absent (or unreadable)
+            extend(_ABSENT)
+            continue
+        extend((st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev))
+    return array("q", out).tobytes()
 
 
 def stats(paths: Iterable[str], stat_of: Callable[[str], os.stat_result]) -> Dict[str, Any]:
@@ -96,8 +105,11 @@ def load(path: str, key: Any) -> Optional[Any]:
     return answer if stat_identities(names.split("\0")) == ids else None
 
 
-def entries(root: str, walk: Tuple[str, ...], named: Iterable[str]) -> Optional[Tuple[List[str], bytes]]:
-    """Every entry a seal of `root` covers, with its identity, taken now; None when it may not be
+def entries(
+    root: str, walk: Tuple[str, ...], named: Iterable[str], others: Collection[str] = ()
+) -> Optional[Tuple[List[str], bytes]]:
+    """Every entry a seal of `root` covers, with its identity, taken now, but the files in `others`
+    (whose identities another seal holds, and the caller's key with it); None when it may not be
     sealed (an entry changed within the timestamp granularity, or is a symlink)."""
     started = time.time_ns()
     newest = 0
@@ -117,7 +129,7 @@ def entries(root: str, walk: Tuple[str, ...], named: Iterable[str]) -> Optional[
         if not stat.S_ISDIR(top.st_mode):
             return None
         note(root, top)
-        if not _walk(root, tops, inside, note):
+        if not _walk(root, tops, inside, note, others):
             return None
     except OSError:  # an entry vanished or cannot be read: no seal this time
         return None
@@ -150,8 +162,11 @@ def save(path: str, key: Any, sealed: Tuple[List[str], bytes], answer: Any) -> N
         pass  # a seal that cannot be written only costs time
 
 
-def _walk(root: str, tops: Tuple[str, ...], inside: Tuple[str, ...], note: Any) -> bool:
-    """Note every directory below root and each file the seal covers; False at a covered symlink."""
+def _walk(
+    root: str, tops: Tuple[str, ...], inside: Tuple[str, ...], note: Any, others: Collection[str]
+) -> bool:
+    """Note every directory below root and each file the seal covers but those in `others`; False at
+    a covered symlink (in `others` too)."""
     stack = [root]
     while stack:
         with os.scandir(stack.pop()) as it:
@@ -166,6 +181,6 @@ def _walk(root: str, tops: Tuple[str, ...], inside: Tuple[str, ...], note: Any) 
             if entry.is_dir(follow_symlinks=False):
                 note(path, entry.stat(follow_symlinks=False))
                 stack.append(path)
-            elif covered:
+            elif covered and path not in others:
                 note(path, entry.stat(follow_symlinks=False))
     return True

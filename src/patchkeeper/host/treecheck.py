@@ -9,15 +9,17 @@ Standard library only (shipped to hosts).
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import replace
 from itertools import chain
 
 from . import compare, fingerprint, seal
-from .bytecode import VerdictCache, _judge, _tally, _top_pycs, _walk_pyc, recompiled_sources
+from .bytecode import VerdictCache, _judge, _tally, _top_pycs, _walk_pyc, recompiled_sources, settle
 from .contract import BytecodeCheck, RecordCheck, TreeCheck, TreeRequest
 from .disk import start_threads
-from .distcheck import RecordSeals, shared_files
+from .distcheck import Covered, RecordSeals, shared_files
 from .manifests import Manifests
+from .pycompare import Compared
 from .statcache import Listings
 from .store import Store
 
@@ -61,8 +63,8 @@ def _check(
     request: TreeRequest, manifests: Manifests, store: Store, native_of: Callable[[], Any]
 ) -> TreeCheck:
     scan, root = request.scan, request.scan.root
-    records = checked_records(root, list(request.records), request.record_cache)
-    key = _key(request, records)
+    records, covered = _records(root, list(request.records), request.record_cache)
+    key = _key(request, records) + (covered.digest,)
     with_records = {name: RecordCheck.from_wire(r) for name, r in records.items()}
     if request.seal:
         sealed = seal.load(request.seal, key)
@@ -72,7 +74,11 @@ def _check(
     if request.seal and scan.cache and os.path.exists(scan.cache):  # identities first, then the reads
         named = [p if p[:1] == "/" else f"{root}/{p}" for p in scan.paths]
         named += [*scan.absolute.values(), store.loose_path(request.manifest)]
-        taken = seal.entries(root, scan.walk, named)  # the stored manifest too: never believed over it
+        # the stored manifest too: never believed over it; the files the RECORD checks stat'ed are
+        # left to them (their identities in the key: covered.digest), once those are old enough
+        taken = (
+            seal.entries(root, scan.walk, named, covered.paths()) if covered.settled(time.time_ns()) else None
+        )
     expected = compare.without_install_records(manifests.rows(request.store, request.manifest))
     scan = compare.in_algorithm_of(scan, expected)
     pycs: List[Tuple[str, bool]] = []
@@ -91,9 +97,10 @@ def _check(
     )
     verdicts = VerdictCache(request.bytecode_cache)
     judge = _judge(root, request.cache_tag, frozenset(verify), stats, verdicts, since(request.pycs_since))
-    bytecode = BytecodeCheck.from_wire(
-        _tally(found, [judge(rel, in_cache) for rel, in_cache in found], verdicts)
-    )
+    memo = Compared(request.compared)
+    outcomes = settle(root, found, [judge(rel, in_cache) for rel, in_cache in found], memo)
+    memo.save(rel for rel, in_cache in found if in_cache)
+    bytecode = BytecodeCheck.from_wire(_tally(found, outcomes, verdicts))
     linked = sorted((key, st.st_nlink) for key, st in stats.items() if st.st_nlink > 1 and key[:1] != "@")
     answer = TreeCheck(len(rows), comparison, bytecode, linked=len(linked), linked_examples=tuple(linked[:5]))
     if taken is not None and request.seal:
@@ -104,9 +111,16 @@ def _check(
 def checked_records(site: str, dist_infos: List[str], cache_dir: str | None) -> Dict[str, Dict[str, Any]]:
     """check_record of each distribution, sealed in `cache_dir` (RecordSeals), a file two of them
     install told apart from a change (distcheck.shared_files)."""
+    return _records(site, dist_infos, cache_dir)[0]
+
+
+def _records(
+    site: str, dist_infos: List[str], cache_dir: str | None
+) -> Tuple[Dict[str, Dict[str, Any]], Covered]:
+    """checked_records, and what those checks stat'ed (distcheck.Covered)."""
     seals = RecordSeals(os.path.join(cache_dir, "records.seal") if cache_dir else None)
     try:
-        return shared_files(site, seals.checked(site, dist_infos, cache_dir))
+        return shared_files(site, seals.checked(site, dist_infos, cache_dir)), seals.covered()
     finally:
         seals.save()
 

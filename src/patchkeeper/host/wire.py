@@ -5,7 +5,8 @@ standard library only. A frame is a 4-byte big-endian header length (its top bit
 header is zlib-compressed), the header (JSON), then the payloads the header lists by length.
 Bytes inside a value travel as payloads and are referred to from the JSON as {"\\u0000b": index},
 so file contents are never base64-bloated. While a call runs longer than BEAT seconds the agent sends
-a heartbeat frame ({"beat": 1, "done": files read, "total": files found to read: progress.now()})
+a heartbeat frame ({"beat": 1, "done": files read, "total": files found to read: progress.now(), "phase":
+progress.current()})
 every BEAT seconds, so the controller can tell a long call from a frozen agent or a dead connection
 by silence alone (remote_agent.AgentProxy), and show how far the call is.
 """
@@ -142,8 +143,9 @@ class _Heart:
                 self.cond.wait(BEAT)
                 if self.call == call:  # the same call still runs
                     done, total = progress.now()
+                    beat = {"beat": 1, "done": done, "total": total, "phase": progress.current()}
                     try:
-                        self.sink.write(encode({"beat": 1, "done": done, "total": total}))
+                        self.sink.write(encode(beat))
                         self.sink.flush()
                     except (BrokenPipeError, OSError, ValueError):
                         return

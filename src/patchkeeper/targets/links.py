@@ -34,6 +34,7 @@ AGENT_MODULES = (
     "distinfo",
     "seal",
     "distcheck",
+    "pycompare",
     "bytecode",
     "preflight",
     "elf",

@@ -63,7 +63,7 @@ class AgentProxy(c.AgentContract):
         self._patience = patience
         self._python = python
         self._noise = b""
-        self._watch: Callable[[int, int], None] | None = None  # told each heartbeat's count of files
+        self._watch: Callable[[int, int, str], None] | None = None  # told each heartbeat's count of files
         try:
             link.settimeout(patience.hello)
             noise = self._greeting()
@@ -203,7 +203,8 @@ class AgentProxy(c.AgentContract):
                         break
                     done, total = header.get("done"), header.get("total")
                     if self._watch is not None and isinstance(done, int) and isinstance(total, int):
-                        self._watch(done, total)
+                        phase = header.get("phase")
+                        self._watch(done, total, phase if isinstance(phase, str) else "")
                     if time.monotonic() > until:
                         raise self._give_up(  # noqa: B904 (the silence is the cause; none is chained)
                             f"{method} ran past its deadline of {self._patience.deadline(len(request)):g} s"
@@ -261,7 +262,7 @@ class AgentProxy(c.AgentContract):
     def hands_off(self) -> None:
         self._call("hands_off")
 
-    def watch(self, listener: Callable[[int, int], None] | None) -> None:
+    def watch(self, listener: Callable[[int, int, str], None] | None) -> None:
         self._watch = listener  # no call: the heartbeats of every later call carry the count
 
     def read(self, path: str, owned: bool = False, regular: bool = False) -> bytes:
@@ -375,13 +376,17 @@ class AgentProxy(c.AgentContract):
         verify: list[str],
         cache: str | None = None,
         pycs_since: str | None = None,
+        compared: str | None = None,
     ) -> c.BytecodeCheck:
         return cast(
-            "c.BytecodeCheck", self._call("audit_bytecode", site, cache_tag, verify, cache, pycs_since)
+            "c.BytecodeCheck",
+            self._call("audit_bytecode", site, cache_tag, verify, cache, pycs_since, compared),
         )
 
-    def installed_bytecode(self, site: str, cache_tag: str, dirs: list[str], record: str) -> c.BytecodeCheck:
-        return self._call("installed_bytecode", site, cache_tag, dirs, record)  # type: ignore[no-any-return]
+    def installed_bytecode(
+        self, site: str, cache_tag: str, dirs: list[str], record: str, compared: str | None = None
+    ) -> c.BytecodeCheck:
+        return self._call("installed_bytecode", site, cache_tag, dirs, record, compared)  # type: ignore[no-any-return]
 
     def audit_tree(self, request: c.TreeRequest) -> c.TreeCheck:
         return cast("c.TreeCheck", self._call("audit_tree", request))

@@ -1,0 +1,206 @@
+"""The bytecode check compiles a source once per pair of bytes (host/pycompare.py): on the real sglang
+venv, a second `audit --rehash` compiles nothing, and a foreign pyc of every kind is still found by
+`--rehash` and by a cold audit, the pairs of the genuine pycs already kept."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import marshal
+import os
+import py_compile
+import shutil
+import warnings
+from pathlib import Path
+
+import pytest
+from conftest import SITE_REL, copy_venv, drop_bytecode, make_workspace
+
+from patchkeeper.host import bytecode, progress, pycompare
+
+TAG = "cpython-311"
+KEEP = "sglang/srt/speculative"  # the directory whose pycs stay (the others are dropped: fewer to compile)
+
+
+@pytest.fixture
+def benv(tmp_path, pristine_venv):
+    env = make_workspace(tmp_path / "ws", copy_venv(pristine_venv, tmp_path / "venv"))
+    assert drop_bytecode(env.venv / SITE_REL, keep=KEEP) > 1000
+    return env
+
+
+def pyc_of(source: Path, opt: int = 0) -> Path:
+    return Path(importlib.util.cache_from_source(str(source), optimization=opt or ""))
+
+
+def header(source: Path, flags: int = 0) -> bytes:
+    """A pyc header that claims `source`: its mtime and size, or (flags 1 or 3) its hash."""
+    if flags:
+        return (
+            importlib.util.MAGIC_NUMBER
+            + flags.to_bytes(4, "little")
+            + importlib.util.source_hash(source.read_bytes())
+        )
+    st = source.stat()
+    return (
+        importlib.util.MAGIC_NUMBER
+        + (0).to_bytes(4, "little")
+        + (int(st.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little")
+        + (st.st_size & 0xFFFFFFFF).to_bytes(4, "little")
+    )
+
+
+def put(pyc: Path, data: bytes) -> None:
+    """Write a pyc on an inode of its own (the venv is hardlinked to the pristine one)."""
+    pyc.unlink(missing_ok=True)
+    pyc.write_bytes(data)
+
+
+def code_of(text: bytes, name: str, opt: int = 0) -> bytes:
+    return marshal.dumps(compile(text, f"/elsewhere/{name}", "exec", dont_inherit=True, optimize=opt))
+
+
+def forge_all(site: Path) -> dict[str, str]:
+    """One foreign pyc of each kind Python would run, in KEEP: {pyc path: the detail's words}."""
+    files = sorted(p for p in (site / KEEP).glob("*.py") if p.stat().st_size > 200)
+    made: dict[str, str] = {}
+
+    def rel(p: Path) -> str:
+        return str(p.relative_to(site))
+
+    # 1. a timestamp header that matches the source, the code of an edited copy (the incident)
+    src = files[0]
+    put(pyc_of(src), header(src) + code_of(src.read_bytes() + b"\nEDITED = 1\n", src.name))
+    made[rel(pyc_of(src))] = f"its header matches {src.name} but its code does not"
+    # 2. a checked-hash header with the source's true hash, other code
+    src = files[1]
+    put(pyc_of(src), header(src, 3) + code_of(b"x = 'other'\n", src.name))
+    made[rel(pyc_of(src))] = f"its source hash matches {src.name} but its code does not"
+    # 3. an unchecked-hash pyc of other code (py_compile's own, moved in)
+    src = files[2]
+    other = site / "other_code.py"
+    other.write_bytes(b"y = 'unchecked'\n")
+    made_pyc = site / "other_code.pyc"
+    py_compile.compile(
+        str(other),
+        str(made_pyc),
+        invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
+        doraise=True,
+    )
+    other.unlink()
+    pyc_of(src).unlink(missing_ok=True)
+    made_pyc.rename(pyc_of(src))
+    made[rel(pyc_of(src))] = "unchecked-hash pyc was compiled from other code"
+    # 4. the source edited in place, its size and mtime kept: the old genuine pyc's header still matches
+    src = next(p for p in files[3:] if b"True" in p.read_bytes())
+    st = src.stat()
+    edited = src.read_bytes().replace(b"True", b"None", 1)
+    src.unlink()
+    src.write_bytes(edited)
+    os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns))
+    made[rel(pyc_of(src))] = f"its header matches {src.name} but its code does not"
+    # 5. an -O pyc (what `python -O` imports) with a matching header, of other code
+    src = next(p for p in files[3:] if rel(pyc_of(p)) not in made)
+    put(pyc_of(src, 1), header(src) + code_of(b"z = 'optimized'\n", src.name, 1))
+    made[rel(pyc_of(src, 1))] = f"its header matches {src.name} but its code does not"
+    return made
+
+
+def bytecode_findings(env, *args: str) -> dict[str, str]:
+    doc = json.loads(env.pk("audit", "--json", *args, check=None).stdout)
+    return {f["path"]: f["detail"] for f in doc["findings"] if f["class"] == "bytecode"}
+
+
+def test_every_kind_of_foreign_pyc_is_found_by_rehash_and_a_cold_audit_with_the_pairs_kept(benv):
+    site = benv.venv / SITE_REL
+    benv.pk("snapshot", "--name", "start")
+    assert bytecode_findings(benv, "--rehash") == {}  # every genuine pair compared, then kept
+    kept = benv.venv / ".patchkeeper" / "audit" / "bytecode.compared"
+    assert kept.exists()
+    made = forge_all(site)
+    for args in (("--rehash",), ()):
+        if (
+            not args
+        ):  # a cold audit: every cache gone but the pairs (and the forged pycs newer than the baseline)
+            benv.pk("clear-caches")
+            assert not kept.exists()
+        found = bytecode_findings(benv, *args)
+        assert set(found) == set(made), args
+        for path, words in made.items():
+            assert words in found[path], (args, path, found[path])
+
+
+def small_site(tmp_path: Path, pristine_venv: Path) -> Path:
+    """A site dir of one package directory of the real sglang, with its pycs (copied, not linked)."""
+    site = tmp_path / "site"
+    shutil.copytree(pristine_venv / SITE_REL / KEEP, site / KEEP)
+    return site
+
+
+def test_a_pair_is_compiled_once_and_a_changed_byte_is_compiled_again(tmp_path, pristine_venv, monkeypatch):
+    site = small_site(tmp_path, pristine_venv)
+    compiled: list[str] = []
+    real = compile
+
+    def counting(source, filename, *args, **kwargs):
+        compiled.append(filename)
+        return real(source, filename, *args, **kwargs)
+
+    monkeypatch.setattr(pycompare, "compile", counting, raising=False)
+    memo = str(tmp_path / "state" / "bytecode.compared")
+    pycs = sorted(str(p.relative_to(site)) for p in site.rglob("*.pyc"))
+    assert len(pycs) > 10
+
+    first = bytecode.check_bytecode(str(site), TAG, [], None, 0, memo)
+    assert first["findings"] == [] and len(compiled) == len(pycs)
+    compiled.clear()
+    again = bytecode.check_bytecode(str(site), TAG, [], None, 0, memo)
+    assert again == first and compiled == []
+    without = bytecode.check_bytecode(str(site), TAG, [], None, 0, None)  # no pairs kept: all compiled
+    assert without == first and len(compiled) == len(pycs)
+
+    compiled.clear()
+    forged = site / pycs[0]
+    source = site / bytecode._pyc_source(pycs[0], TAG)[0]  # type: ignore[index]
+    data = forged.read_bytes()  # the same header, the code of the source with one more line
+    put(forged, data[:16] + code_of(source.read_bytes() + b"\nX = 1\n", source.name))
+    found = bytecode.check_bytecode(str(site), TAG, [], None, 0, memo)
+    assert compiled == [str(source)]
+    assert [f[0] for f in found["findings"]] == [pycs[0]]
+    compiled.clear()
+    assert bytecode.check_bytecode(str(site), TAG, [], None, 0, memo)["findings"] == found["findings"]
+    assert len(compiled) == 1  # a mismatch is never kept as a pair: compared again
+
+
+def test_the_comparisons_are_a_phase_of_their_own_in_the_progress(tmp_path, pristine_venv):
+    site = small_site(tmp_path, pristine_venv)
+    told: list[tuple[int, int, str]] = []
+    progress.listen(lambda done, total, phase: told.append((done, total, phase)))
+    try:
+        bytecode.check_bytecode(str(site), TAG, [], None, 0, None)
+    finally:
+        progress.listen(None)
+    pycs = sum(1 for _ in site.rglob("*.pyc"))
+    phased = [t for t in told if t[2] == bytecode.PHASE]
+    assert phased and phased[-1][:2] == (pycs, pycs)  # every comparison counted, under its phase's name
+    assert [t[0] for t in phased] == sorted(t[0] for t in phased)
+    told.clear()
+    progress.listen(lambda done, total, phase: told.append((done, total, phase)))
+    try:  # a check that compares nothing has no such phase
+        bytecode.check_bytecode(str(site), TAG, [], None, None, None)
+    finally:
+        progress.listen(None)
+    assert told == []
+
+
+def test_a_sources_syntax_warnings_are_not_the_audits(tmp_path):
+    """A source that compiles with a SyntaxWarning (flashinfer ships several) is compared in silence."""
+    src = tmp_path / "warns.py"
+    src.write_text('def f(x):\n    return x is "a"\n')
+    pyc = tmp_path / "warns.pyc"
+    put(pyc, header(src) + code_of(src.read_bytes(), src.name))
+    with warnings.catch_warnings(record=True) as told:
+        warnings.simplefilter("always")
+        assert pycompare.other_code(str(pyc), str(src), 0) is False
+        compile(src.read_bytes(), str(src), "exec")  # (the source does warn)
+    assert [w.category for w in told] == [SyntaxWarning]
