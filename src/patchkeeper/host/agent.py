@@ -45,6 +45,7 @@ from .disk import (
     hostname,
     map_threads,
     normalize_name,
+    open_regular,
     remove_stale_temps,
     write_atomic,
 )
@@ -120,7 +121,7 @@ class Agent(AgentContract):
     def read(self, path: str, owned: bool = False) -> bytes:
         """A file's bytes; `owned`: only a state file to be believed (see untrusted), else AgentError
         "untrusted" saying why."""
-        with open(path, "rb") as f:
+        with os.fdopen(open_regular(path), "rb") as f:  # a FIFO or a device is refused, never read
             if owned:
                 why = untrusted(os.fstat(f.fileno()))
                 if why is not None:

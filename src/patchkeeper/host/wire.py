@@ -5,9 +5,11 @@ standard library only. A frame is a 4-byte big-endian header length (its top bit
 header is zlib-compressed), the header (JSON), then the payloads the header lists by length.
 Bytes inside a value travel as payloads and are referred to from the JSON as {"\\u0000b": index},
 so file contents are never base64-bloated. While a call runs longer than BEAT seconds the agent sends
-a heartbeat frame ({"beat": 1, "done": files read, "total": files found to read: progress.now()})
-every BEAT seconds, so the controller can tell a long call from a frozen agent or a dead connection
-by silence alone (remote_agent.AgentProxy), and show how far the call is.
+a heartbeat frame ({"beat": 1, "done": files read, "total": files found to read: progress.now(),
+"work": the process's CPU time and I/O so far: progress.work()) every BEAT seconds, so the controller
+can tell a long call from a frozen agent or a dead connection by silence, and a working call from one
+that waits for good (on a FIFO, a hung mount) by `work` (remote_agent.AgentProxy), and show how far
+the call is.
 """
 
 from __future__ import annotations
@@ -134,6 +136,7 @@ class _Heart:
         threading.Thread(target=self._beat, daemon=True).start()
 
     def _beat(self) -> None:
+        me = threading.get_ident() if not hasattr(threading, "get_native_id") else threading.get_native_id()
         with self.cond:
             while True:
                 while not self.call:
@@ -142,11 +145,20 @@ class _Heart:
                 self.cond.wait(BEAT)
                 if self.call == call:  # the same call still runs
                     done, total = progress.now()
+                    beat = {"beat": 1, "done": done, "total": total}
+                    work = progress.work(me)
+                    if work is not None:
+                        beat["work"] = work
+                    frame = encode(beat)
                     try:
-                        self.sink.write(encode({"beat": 1, "done": done, "total": total}))
+                        self.sink.write(frame)
                         self.sink.flush()
                     except (BrokenPipeError, OSError, ValueError):
-                        return
+                        # the controller is gone mid-call: nothing this call does can be answered, and
+                        # a call blocked for good (a FIFO) would keep its lock forever: end the process
+                        # (its journal finishes or undoes the change, as after any crash)
+                        os._exit(1)
+                    progress.wrote(len(frame))
 
     def begin(self, number: int) -> None:
         with self.cond:
