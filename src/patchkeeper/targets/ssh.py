@@ -13,6 +13,7 @@ import base64
 import errno
 import getpass
 import hashlib
+import logging
 import os
 import shlex
 import socket
@@ -69,6 +70,9 @@ def _paramiko() -> Any:  # the paramiko module (paramiko has no type information
                     sys.modules.pop("invoke", None)
         import paramiko  # lazy: slow to import; only SSH targets need it
 
+        # paramiko's transport threads log what they meet (a banner that came too late, after we gave
+        # up) with tracebacks; what it means reaches the user as our own error, in words
+        logging.getLogger("paramiko").addHandler(logging.NullHandler())
     return paramiko
 
 
@@ -227,8 +231,12 @@ def in_words(exc: BaseException, host: str, port: int, waited: float = 20.0) -> 
         return f"{host} port {port}: no answer within {waited:g} s (the host or its sshd is down or frozen)"
     if isinstance(exc, OSError) and exc.errno in _REFUSALS:
         return f"{host} port {port}: {_REFUSALS[exc.errno]}"
-    if "reading ssh protocol banner" in str(exc):  # paramiko's words for a banner that never came
-        return f"{host} port {port}: no SSH banner within {waited:g} s (the host or its sshd is frozen or overloaded)"
+    if "reading ssh protocol banner" in str(exc).lower() or str(exc) == "No existing session":
+        # paramiko's words for a banner that never came, and for a negotiation that did not end in time
+        return (
+            f"{host} port {port}: the SSH handshake did not finish within {waited:g} s "
+            "(the host or its sshd is frozen or overloaded)"
+        )
     if isinstance(exc, EOFError) or "banner" in str(exc):
         return f"{host} port {port} answered, but closed the connection during the SSH handshake (is it an SSH server?)"
     return str(exc) or type(exc).__name__
