@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from helpers import proc_state, wait_for
-from sshd import accepted, sshd  # noqa: F401 (sshd is a fixture)
+from sshd import accepted, sshd, write_client_config  # noqa: F401 (sshd is a fixture)
 
 from patchkeeper.host import wire
 from patchkeeper.targets.persist import Holder, peer, socket_path
@@ -238,7 +238,7 @@ def test_all_with_one_host_unreachable_reports_it_and_finishes_the_others(fleet,
 
 
 def _ping(fleet, host: str = "ct129") -> dict:
-    spec = Holder(host, host, f"{fleet.venvs[host]}/bin/python", 60).spec
+    spec = Holder(host, host, f"{fleet.venvs.get(host, fleet.venvs['ct129'])}/bin/python", 60).spec
     with socket.socket(socket.AF_UNIX) as s:
         s.connect(socket_path())
         s.settimeout(30)
@@ -286,3 +286,45 @@ def test_disconnect_ends_the_connection_before_it_returns_so_the_next_command_co
     assert _ping(fleet)["spare"] != agent
     assert "ended 1 held connection(s)" in fleet.pk("disconnect", "--all").stdout
     assert _sockets() == []  # withdrawn before `disconnect --all` returns
+
+
+def test_one_controller_process_holds_every_target(fleet, tmp_path):
+    """Twelve SSH targets (aliases of the one sshd, one venv): one controller process holds their twelve
+    connections, and a second `status --all` opens none."""
+    names = [f"h{i:02d}" for i in range(12)]
+    home = Path(os.environ["HOME"])
+    write_client_config(home, fleet.sshd, ["ct129", "ct200", *names])
+    ws = tmp_path / "many"
+    ws.mkdir()
+    python = f"{fleet.venvs['ct129']}/bin/python"
+    (ws / "patchkeeper.toml").write_text(
+        "".join(f'[targets.{n}]\nssh = "{n}"\npython = "{python}"\npackage = "sglang"\n' for n in names)
+    )
+
+    def status_all() -> str:
+        argv = [sys.executable, "-m", "patchkeeper", "--workspace", str(ws), "status", "--all"]
+        proc = subprocess.run(argv, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return proc.stdout
+
+    before = accepted(fleet.sshd)
+    out = status_all()
+    assert all(f"{n} " in out for n in names), out
+    assert accepted(fleet.sshd) == before + len(names)
+    assert _ping(fleet, "h00")["held"] == len(names)  # (the ping's own target is one of them)
+    runtime = os.environ["XDG_RUNTIME_DIR"]
+    controllers = [
+        pid
+        for pid in filter(str.isdigit, os.listdir("/proc"))
+        if _cmdline(pid).startswith(f"{sys.executable}\0-m\0patchkeeper.targets.holder\0{runtime}")
+    ]
+    assert controllers == [str(_holder_pid())]
+    status_all()
+    assert accepted(fleet.sshd) == before + len(names), "a held target was connected to again"
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text()
+    except OSError:
+        return ""
