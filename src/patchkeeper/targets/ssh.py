@@ -245,8 +245,8 @@ def in_words(exc: BaseException, host: str, port: int, waited: float = 20.0) -> 
 class SshTarget(AgentTarget):
     """A remote target: one SSH connection, one agent process on the host, opened lazily.
 
-    Unless `persist` is 0 the connection is held by a holder process between commands
-    (persist.py); this process then imports no paramiko and makes no handshake of its own.
+    Unless `persist` is 0 the connection is held between commands by the controller process
+    (persist.py, holder.py); this process then imports no paramiko and makes no handshake of its own.
     """
 
     def __init__(self, config: TargetConfig, persist: float | None = None) -> None:
