@@ -204,12 +204,21 @@ class Holder:
             seen.extend(data)
             return data
 
+        waited = self.patience.silence + self.patience.hello + ACK_TIMEOUT
         try:
-            # the controller connects (bounded by the timeout) and starts an agent (bounded by hello)
-            sock.settimeout(self.patience.silence + self.patience.hello + ACK_TIMEOUT)
+            # the controller connects (each step bounded by the timeout) and starts an agent (hello)
+            sock.settimeout(waited)
             if keep(len(wire.MAGIC)) != wire.MAGIC:
                 raise EOFError
             header, _ = wire.decode(keep)
+        except TimeoutError:
+            sock.close()
+            raise TargetError(
+                f"target {self.name}: gave up: no agent started within {waited:g} s "
+                "(the host, its sshd or the connection is frozen)",
+                f"check the host; then run `patchkeeper recover -t {self.name}` (or any command on it); "
+                "`timeout` in [targets.NAME] sets the wait",
+            ) from None
         except (OSError, EOFError, ValueError):
             sock.close()
             raise TargetError(
