@@ -102,6 +102,22 @@ def controller(root: int | None, marks: tuple[str, ...]) -> dict[int, tuple[floa
     return out
 
 
+def kept_pss(marks: tuple[str, ...]) -> tuple[int, int]:
+    """(PSS bytes, count) of the processes the controller keeps between commands (_kept): the memory
+    they cost, each shared page counted once across them (smaps_rollup's Pss)."""
+    total, count = 0, 0
+    for pid, (_, _, argv) in _processes().items():
+        if not _kept(argv, marks):
+            continue
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                pss = next(int(line.split()[1]) for line in f if line.startswith("Pss:"))
+        except (OSError, StopIteration):
+            continue
+        total, count = total + pss * 1024, count + 1
+    return total, count
+
+
 class _Peak(threading.Thread):
     """Samples the controller's resident memory (the sum over its processes) while a command runs."""
 

@@ -1,6 +1,7 @@
-"""Held SSH connections (targets/persist.py, targets/holder.py) through the real test sshd: started on
-first use and reused, peers of another uid refused, idle exit, replacement of a dead or wedged holder,
-`disconnect`, and crashes of the controller or the holder in the middle of an apply."""
+"""Held SSH connections (targets/persist.py, targets/holder.py: one controller process for every held
+target) through the real test sshd: started on first use and reused, peers of another uid refused,
+idle exit leaving nothing in the runtime directory, replacement of a dead or wedged controller,
+`disconnect`, and crashes of the command or the controller in the middle of an apply."""
 
 from __future__ import annotations
 
@@ -14,22 +15,26 @@ from pathlib import Path
 
 import pytest
 from helpers import proc_state, wait_for
-from sshd import accepted, sshd  # noqa: F401 (sshd is a fixture)
+from sshd import accepted, sshd, write_client_config  # noqa: F401 (sshd is a fixture)
 
 from patchkeeper.host import wire
-from patchkeeper.targets.persist import peer, socket_path
+from patchkeeper.targets.persist import Holder, peer, socket_path
+
+
+def _runtime() -> list[Path]:
+    """Everything in the runtime directory of held connections."""
+    directory = Path(os.environ["XDG_RUNTIME_DIR"]) / "patchkeeper"
+    return sorted(directory.iterdir()) if directory.is_dir() else []
 
 
 def _sockets() -> list[Path]:
-    directory = Path(os.environ["XDG_RUNTIME_DIR"]) / "patchkeeper"
-    return sorted(directory.glob("*.sock")) if directory.is_dir() else []
+    return [p for p in _runtime() if p.name.endswith(".sock")]
 
 
-def _holder_pid(fleet, host: str = "ct129") -> int:
-    """The pid of a host's holder (as the kernel names the peer of its socket)."""
-    path = socket_path(host, f"{fleet.venvs[host]}/bin/python")
+def _holder_pid(fleet=None) -> int:
+    """The pid of the controller (as the kernel names the peer of its socket)."""
     with socket.socket(socket.AF_UNIX) as s:
-        s.connect(path)
+        s.connect(socket_path())
         return peer(s)[0]
 
 
@@ -49,14 +54,15 @@ def test_holder_started_on_first_use_reused_and_ended_by_disconnect(fleet):
     assert _holder_pid(fleet) == pid
 
     assert "ct129: connection ended" in fleet.pk("disconnect", "-t", "ct129").stdout
-    wait_for(lambda: _gone(pid), "the holder to exit")
-    assert _sockets() == []
     assert "no held connection" in fleet.pk("disconnect", "-t", "ct129").stdout
     fleet.pk("status", "-t", "ct200")
     fleet.pk("status", "-t", "ct129")
-    assert accepted(fleet.sshd) == before + 3 and len(_sockets()) == 2
+    assert accepted(fleet.sshd) == before + 3, "disconnect -t did not end ct129's connection"
+    assert [p.name for p in _sockets()] == ["controller.sock"]  # one socket, one process, for both
+    assert _ping(fleet, "ct200")["held"] == 2
     assert "ended 2 held connection(s)" in fleet.pk("disconnect", "--all").stdout
-    wait_for(lambda: _sockets() == [], "every holder to exit")
+    wait_for(lambda: _gone(pid), "the controller to exit")
+    assert _runtime() == []  # no socket, no empty log left behind (issue 41)
 
 
 def test_holder_exits_when_idle_and_persist_0_holds_nothing(fleet):
@@ -66,8 +72,8 @@ def test_holder_exits_when_idle_and_persist_0_holds_nothing(fleet):
     )
     fleet.pk("status", "-t", "ct129")
     pid = _holder_pid(fleet)
-    wait_for(lambda: _gone(pid), "the idle holder to exit")
-    assert _sockets() == []
+    wait_for(lambda: _gone(pid), "the idle controller to exit")
+    assert _runtime() == []
     before = accepted(fleet.sshd)
     fleet.pk("status", "-t", "ct200")
     fleet.pk("status", "-t", "ct200")
@@ -232,18 +238,17 @@ def test_all_with_one_host_unreachable_reports_it_and_finishes_the_others(fleet,
 
 
 def _ping(fleet, host: str = "ct129") -> dict:
+    spec = Holder(host, host, f"{fleet.venvs.get(host, fleet.venvs['ct129'])}/bin/python", 60).spec
     with socket.socket(socket.AF_UNIX) as s:
-        s.connect(socket_path(host, f"{fleet.venvs[host]}/bin/python"))
+        s.connect(socket_path())
         s.settimeout(30)
-        s.sendall(wire.encode({"op": "ping"}))
+        s.sendall(wire.encode({"op": "ping", "target": spec}))
         read = s.makefile("rb").read
         assert "ack" in wire.decode(read)[0]
         return wire.decode(read)[1]
 
 
 def test_a_finished_command_parks_its_agent_for_the_next_and_holds_no_lock(fleet):
-    from patchkeeper.targets.persist import Holder
-
     fleet.pk("status", "-t", "ct129")
     agent = _ping(fleet)["spare"]
     fleet.pk("apply", "ddtree", "-t", "ct129", "--no-verify")  # takes and releases the lock
@@ -270,10 +275,56 @@ def test_a_finished_command_parks_its_agent_for_the_next_and_holds_no_lock(fleet
     assert not Path(lock).exists()
 
 
-def test_disconnect_withdraws_the_socket_before_it_returns_so_the_next_command_gets_a_new_holder(fleet):
+def test_disconnect_ends_the_connection_before_it_returns_so_the_next_command_connects_anew(fleet):
     fleet.pk("status", "-t", "ct129")
-    pid = _holder_pid(fleet)
+    agent = _ping(fleet)["spare"]
+    before = accepted(fleet.sshd)
     assert "ct129: connection ended" in fleet.pk("disconnect", "-t", "ct129").stdout
-    assert _sockets() == []  # no window in which a command reaches the holder that is ending
+    # no window in which a command reaches the connection that is ending
     assert "no recorded state" in fleet.pk("status", "-t", "ct129").stdout
-    assert _holder_pid(fleet) != pid
+    assert accepted(fleet.sshd) == before + 1
+    assert _ping(fleet)["spare"] != agent
+    assert "ended 1 held connection(s)" in fleet.pk("disconnect", "--all").stdout
+    assert _sockets() == []  # withdrawn before `disconnect --all` returns
+
+
+def test_one_controller_process_holds_every_target(fleet, tmp_path):
+    """Twelve SSH targets (aliases of the one sshd, one venv): one controller process holds their twelve
+    connections, and a second `status --all` opens none."""
+    names = [f"h{i:02d}" for i in range(12)]
+    home = Path(os.environ["HOME"])
+    write_client_config(home, fleet.sshd, ["ct129", "ct200", *names])
+    ws = tmp_path / "many"
+    ws.mkdir()
+    python = f"{fleet.venvs['ct129']}/bin/python"
+    (ws / "patchkeeper.toml").write_text(
+        "".join(f'[targets.{n}]\nssh = "{n}"\npython = "{python}"\npackage = "sglang"\n' for n in names)
+    )
+
+    def status_all() -> str:
+        argv = [sys.executable, "-m", "patchkeeper", "--workspace", str(ws), "status", "--all"]
+        proc = subprocess.run(argv, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return proc.stdout
+
+    before = accepted(fleet.sshd)
+    out = status_all()
+    assert all(f"{n} " in out for n in names), out
+    assert accepted(fleet.sshd) == before + len(names)
+    assert _ping(fleet, "h00")["held"] == len(names)  # (the ping's own target is one of them)
+    runtime = os.environ["XDG_RUNTIME_DIR"]
+    controllers = [
+        pid
+        for pid in filter(str.isdigit, os.listdir("/proc"))
+        if _cmdline(pid).startswith(f"{sys.executable}\0-m\0patchkeeper.targets.holder\0{runtime}")
+    ]
+    assert controllers == [str(_holder_pid())]
+    status_all()
+    assert accepted(fleet.sshd) == before + len(names), "a held target was connected to again"
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text()
+    except OSError:
+        return ""

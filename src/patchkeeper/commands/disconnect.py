@@ -9,8 +9,8 @@ from ..workspace import Workspace
 
 def disconnect(ws: Workspace | None, target: str | None, every: bool) -> int:
     if every:
-        pids = persist.stop_all()
-        print(f"ended {len(pids)} held connection(s)" if pids else "no held connections")
+        count = persist.stop_all()
+        print(f"ended {count} held connection(s)" if count else "no held connections")
         return 0
     assert ws is not None, "a workspace names the target"
     config = ws.target(target)
@@ -20,7 +20,7 @@ def disconnect(ws: Workspace | None, target: str | None, every: bool) -> int:
             "name an SSH target, or use --all",
         )
     try:
-        holder = persist.Holder(config.name, config.ssh, config.python, config.persist)
+        holder = persist.Holder(config.name, config.ssh, config.python, config.persist, config.identity_file)
     except persist.Unavailable:
         print(f"{config.name}: no held connection")
         return 0

@@ -45,6 +45,7 @@ from .disk import (
     hostname,
     map_threads,
     normalize_name,
+    open_regular,
     remove_stale_temps,
     write_atomic,
 )
@@ -119,16 +120,12 @@ class Agent(AgentContract):
     # ---- files -------------------------------------------------------------------------
     def read(self, path: str, owned: bool = False, regular: bool = False) -> bytes:
         """A file's bytes; `owned`: only a state file to be believed (see untrusted), else AgentError
-        "untrusted" saying why; `regular`: anything but a regular file (a FIFO above all) is refused
-        without waiting on it (IsADirectoryError for a directory, OSError otherwise)."""
-        fd = os.open(path, os.O_RDONLY | (os.O_NONBLOCK if regular else 0) | getattr(os, "O_CLOEXEC", 0))
-        mode = os.fstat(fd).st_mode
-        if regular and not stat.S_ISREG(mode):
-            os.close(fd)
-            if stat.S_ISDIR(mode):
-                raise IsADirectoryError(21, "Is a directory", path)
-            raise OSError(22, "not a regular file", path)
-        with os.fdopen(fd, "rb") as f:
+        "untrusted" saying why. Whatever is not a regular file is refused without waiting on it (a FIFO
+        or a device is never read: disk.open_regular; a directory raises IsADirectoryError); `regular`
+        is the unit reading's name for that rule, kept in the contract."""
+        if os.path.isdir(path):
+            raise IsADirectoryError(21, "Is a directory", path)
+        with os.fdopen(open_regular(path), "rb") as f:
             if owned:
                 why = untrusted(os.fstat(f.fileno()))
                 if why is not None:

@@ -78,9 +78,38 @@ def hash_file(path: str, algorithm: str | None = None) -> str:
     return f"{algorithm or ALGORITHM}:{h.hexdigest()}"
 
 
+class NotRegular(OSError):
+    """A path to be read that is not a regular file (a FIFO, a device, a socket, a directory)."""
+
+
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a directory"),
+)
+
+
+def open_regular(path: str) -> int:
+    """A descriptor of `path` open for reading, refused (NotRegular) unless it is a regular file: a
+    FIFO or a device is never read, since its read may wait for ever (opened without blocking, and
+    checked before the first read)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((name for test, name in _KINDS if test(mode)), "not a file")
+            raise NotRegular(22, f"not a regular file ({kind}): not read", path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def feed(path: str, h: Any) -> None:
-    """A file's bytes, to its end, into a hash object's update."""
-    fd = os.open(path, os.O_RDONLY)
+    """A regular file's bytes (open_regular), to its end, into a hash object's update."""
+    fd = open_regular(path)
     try:
         chunk = os.read(fd, CHUNK)
         while chunk:

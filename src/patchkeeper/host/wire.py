@@ -6,9 +6,10 @@ header is zlib-compressed), the header (JSON), then the payloads the header list
 Bytes inside a value travel as payloads and are referred to from the JSON as {"\\u0000b": index},
 so file contents are never base64-bloated. While a call runs longer than BEAT seconds the agent sends
 a heartbeat frame ({"beat": 1, "done": files read, "total": files found to read: progress.now(), "phase":
-progress.current()})
-every BEAT seconds, so the controller can tell a long call from a frozen agent or a dead connection
-by silence alone (remote_agent.AgentProxy), and show how far the call is.
+progress.current(), "work": the process's CPU time and I/O so far: progress.work()) every BEAT seconds, so
+the controller can tell a long call from a frozen agent or a dead connection by silence, and a working
+call from one that waits for good (on a FIFO, a hung mount) by `work` (remote_agent.AgentProxy), and show
+how far the call is and in which phase.
 """
 
 from __future__ import annotations
@@ -135,6 +136,7 @@ class _Heart:
         threading.Thread(target=self._beat, daemon=True).start()
 
     def _beat(self) -> None:
+        me = threading.get_ident() if not hasattr(threading, "get_native_id") else threading.get_native_id()
         with self.cond:
             while True:
                 while not self.call:
@@ -144,11 +146,19 @@ class _Heart:
                 if self.call == call:  # the same call still runs
                     done, total = progress.now()
                     beat = {"beat": 1, "done": done, "total": total, "phase": progress.current()}
+                    work = progress.work(me)
+                    if work is not None:
+                        beat["work"] = work
+                    frame = encode(beat)
                     try:
-                        self.sink.write(encode(beat))
+                        self.sink.write(frame)
                         self.sink.flush()
                     except (BrokenPipeError, OSError, ValueError):
-                        return
+                        # the controller is gone mid-call: nothing this call does can be answered, and
+                        # a call blocked for good (a FIFO) would keep its lock forever: end the process
+                        # (its journal finishes or undoes the change, as after any crash)
+                        os._exit(1)
+                    progress.wrote(len(frame))
 
     def begin(self, number: int) -> None:
         with self.cond:

@@ -1,15 +1,16 @@
-"""The holder process of one SSH target: keeps the connection and a ready agent for later commands.
+"""The controller: one process of this user's that holds every held SSH connection, each with a ready agent.
 
-Started by persist.Holder.start as `python -m patchkeeper.targets.holder SPEC`. It connects, starts
-a spare agent, publishes its socket, prints one JSON line (ready, or the error) and then serves
-requests, one thread per command: `agent` hands the spare agent to the command and relays its
-requests and answers. A command that finishes cleanly parks the agent (its locks released, what
-it remembered for that command forgotten), which then stays the spare for the next command: no
-new process, no upload.
-Any other end (the command killed or interrupted mid-call) closes the agent's input, so it exits
-and releases what it held, and a new spare is started. `run` runs a program on the host; `ping`
-(the holder's pid and its spare agent's); `stop`. It exits after `persist` seconds without a
-command, on `stop`, or when the host drops the connection.
+Started by persist.start as `python -m patchkeeper.targets.holder SOCKET`. It listens on that one
+socket, prints one JSON line (ready) and serves requests, one thread per command; each request names
+its target (persist.Holder.spec). A target's first request connects (a paramiko transport, one per
+target, all in this process) and starts a spare agent; `agent` hands the spare to the command and
+relays its requests and answers. A command that finishes cleanly parks the agent (its locks
+released, what it remembered for that command forgotten), which then stays the spare for the next
+command: no new process, no upload. Any other end (the command killed or interrupted mid-call)
+closes the agent's input, so it exits and releases what it held, and a new spare is started. `run`
+runs a program on the host; `ping` (this pid and the target's spare agent's); `stop` ends one
+target's connection, `stop-all` every one. A target's connection ends after its `persist` seconds
+without a command, or when the host drops it; the controller exits once it holds none.
 """
 
 from __future__ import annotations
@@ -24,48 +25,75 @@ import time
 import zlib
 from typing import Any
 
-from ..errors import PatchkeeperError, TargetError
+from ..errors import PatchkeeperError
 from ..host import wire
 from ..workspace import TargetConfig
 from .persist import _read_exact, error_doc, peer
 from .remote_agent import AgentProxy
 from .ssh import SshTarget
 
+EMPTY_GRACE = 2.0  # seconds the controller stays up holding nothing (a command may be on its way)
+
 
 class Held:
-    """One kept SSH transport, the spare agent, and the bookkeeping of idleness."""
+    """One target's kept SSH transport, its spare agent, and the bookkeeping of idleness."""
 
-    def __init__(self, target: SshTarget, persist: float) -> None:
-        self.target = target
-        self.persist = persist
+    def __init__(self, spec: dict[str, Any]) -> None:
+        config = TargetConfig(
+            name=spec["name"],
+            python=spec["python"],
+            package="",
+            ssh=spec["ssh"],
+            identity_file=spec.get("identity"),
+            timeout=float(spec.get("timeout", 30)),
+        )
+        self.target = SshTarget(config, persist=0)
+        self.persist = float(spec["persist"])
         self.active = 0
         self.last = time.monotonic()
-        self.lock = threading.Lock()
         self.spare: AgentProxy | None = None
-        self.filling = threading.Condition()  # guards `spare` and `parks`
+        self.filling = threading.Condition()  # guards `spare`, `parks` and `active`
+        self.starting = threading.Lock()  # one spare started at a time (never under `filling`)
         self.parks = 0  # agents a command has parked whose answer is still on its way back
         self.stopping = threading.Event()
-        self.public: tuple[str, int] | None = None  # the socket's public name and inode, once published
 
-    def withdraw(self) -> None:
-        """Remove our socket's public name (unless a replacement has taken it): no new command can
-        reach this holder, and the next one starts another."""
-        if self.public is not None:
-            path, ident = self.public
-            try:
-                if os.stat(path).st_ino == ident:
-                    os.unlink(path)
-            except FileNotFoundError:
-                pass
+    def begin(self, persist: float) -> None:
+        with self.filling:
+            self.active += 1
+            self.persist = persist
+
+    def end(self) -> None:
+        with self.filling:
+            self.active -= 1
+            self.last = time.monotonic()
+
+    def idle(self) -> bool:
+        """No command for `persist` seconds, or the host dropped the connection."""
+        with self.filling:
+            if self.active:
+                return False
+            expired = time.monotonic() - self.last > self.persist
+        return expired or not self.alive()
 
     # ---- the spare agent ---------------------------------------------------------------------
+    def start_agent(self) -> AgentProxy:
+        """A new agent on the host (connecting first, when this target has no transport yet)."""
+        return AgentProxy.over_ssh(
+            self.target._session(), self.target.name, self.target.config.python, self.target.patience
+        )
+
     def fill(self) -> None:
         """Start an agent for the next command, unless one is ready."""
-        with self.filling:
-            if self.spare is None and not self.stopping.is_set():
-                self.spare = AgentProxy.over_ssh(
-                    self.target._session(), self.target.name, self.target.config.python, self.target.patience
-                )
+        with self.starting:
+            with self.filling:
+                if self.spare is not None or self.stopping.is_set():
+                    return
+            agent = self.start_agent()
+            with self.filling:
+                if self.spare is None and not self.stopping.is_set():
+                    self.spare = agent
+                    return
+            agent.close()
 
     def settled(self) -> AgentProxy | None:
         """The spare, once every park in flight has ended (so a command that follows one that
@@ -77,80 +105,26 @@ class Held:
     def take(self) -> AgentProxy:
         self.settled()
         with self.filling:
-            if self.spare is None or _chan(self.spare).closed or _chan(self.spare).exit_status_ready():
-                self.spare = None
-        self.fill()
-        with self.filling:
             agent, self.spare = self.spare, None
+        if agent is not None and (_chan(agent).closed or _chan(agent).exit_status_ready()):
+            agent = None
         if agent is None:
-            raise TargetError(f"target {self.target.name}: the held connection is closing", "retry")
+            agent = self.start_agent()
         return agent
 
     def alive(self) -> bool:
         transport = self.target._clients[-1].get_transport() if self.target._clients else None
         return transport is not None and transport.is_active()
 
-    # ---- serving -----------------------------------------------------------------------------
-    def serve(self, listener: socket.socket) -> None:
-        listener.settimeout(0.5)
-        while not self.stopping.is_set():
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
-                with self.lock:
-                    idle = self.active == 0 and time.monotonic() - self.last > self.persist
-                if idle or not self.alive():
-                    return
-                continue
-            if self.stopping.is_set():  # accepted as `stop` was answered: closed unanswered, so the
-                conn.close()  # command starts a new holder instead of losing this one's
-                return
-            with self.lock:
-                self.active += 1
-            threading.Thread(target=self.handle, args=(conn,), daemon=True).start()
+    def close(self) -> None:
+        self.stopping.set()
+        with self.filling:
+            spare, self.spare = self.spare, None
+        if spare is not None:
+            _chan(spare).close()
+        self.target.close()
 
-    def handle(self, conn: socket.socket) -> None:
-        try:
-            if peer(conn)[1] != os.getuid():  # the directory is 0700; this holds even if it were not
-                return
-            conn.settimeout(10)
-            header, value = wire.decode(_read_exact(conn))
-            conn.sendall(wire.encode({"ack": 1}))
-            conn.settimeout(None)
-            op = header.get("op")
-            if op == "agent":
-                self.relay(conn)
-            elif op == "run":
-                argv, timeout, data = value
-                try:
-                    answer = wire.encode({"ok": 1}, list(self.target.run(argv, timeout, data)))
-                except PatchkeeperError as exc:
-                    answer = wire.encode({"error": error_doc(exc)})
-                conn.sendall(answer)
-            elif op == "ping":
-                spare = self.settled()
-                conn.sendall(
-                    wire.encode(
-                        {"ok": 1},
-                        {
-                            "pid": os.getpid(),
-                            "target": self.target.name,
-                            "spare": spare.hello["pid"] if spare else None,
-                        },
-                    )
-                )
-            elif op == "stop":
-                self.stopping.set()
-                self.withdraw()  # before answering: a command started after `disconnect` finds no socket
-                conn.sendall(wire.encode({"ok": 1}))
-        except (OSError, EOFError, ValueError):
-            pass
-        finally:
-            conn.close()
-            with self.lock:
-                self.active -= 1
-                self.last = time.monotonic()
-
+    # ---- serving a command -------------------------------------------------------------------
     def relay(self, conn: socket.socket) -> None:
         """Give the spare agent to this command: its hello, then frames up and bytes down until one
         side ends. A command that ends by parking the agent (between two calls, its locks released)
@@ -161,9 +135,7 @@ class Held:
             conn.sendall(wire.MAGIC + wire.encode({"error": error_doc(exc)}))
             return
         chan = _chan(agent)
-        chan.settimeout(
-            None
-        )  # the command's end times its reads; between its calls the agent may be idle for long
+        chan.settimeout(None)  # the command's end times its reads; between calls the agent may idle long
         parking = threading.Event()
         parked: bool | None = False
         keep: AgentProxy | None = agent
@@ -177,6 +149,7 @@ class Held:
             try:
                 while data := chan.recv(1 << 16):
                     if parking.is_set():  # every earlier answer reached the command before it parked
+                        chan.settimeout(self.target.patience.silence)  # a frozen host never answers
                         answer += data
                         parked = _is_parked(answer)
                         if parked is not None:
@@ -203,11 +176,142 @@ class Held:
                 try:
                     self.fill()
                 except (PatchkeeperError, OSError, EOFError):
-                    pass  # the next command starts one, or finds the holder gone
+                    pass  # the next command starts one, or finds the connection gone
 
     def park_begun(self) -> None:
         with self.filling:
             self.parks += 1
+
+
+class Controller:
+    """Every held target of this user, by key (persist.held_key), behind one socket."""
+
+    def __init__(self) -> None:
+        self.held: dict[str, Held] = {}
+        self.lock = threading.Lock()  # guards `held` and `active`
+        self.active = 0  # commands being served
+        self.stopping = threading.Event()
+        self.public: tuple[str, int] | None = None  # the socket's public name and inode, once published
+
+    def withdraw(self) -> None:
+        """Remove our socket's public name (unless a replacement has taken it): no new command can
+        reach this controller, and the next one starts another."""
+        if self.public is not None:
+            path, ident = self.public
+            try:
+                if os.stat(path).st_ino == ident:
+                    os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+    def serve(self, listener: socket.socket) -> None:
+        listener.settimeout(0.5)
+        empty_since = time.monotonic()
+        while not self.stopping.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                self.reap()
+                with self.lock:
+                    busy = bool(self.held) or self.active > 0
+                if busy:
+                    empty_since = time.monotonic()
+                elif time.monotonic() - empty_since > EMPTY_GRACE:
+                    self.withdraw()  # before exiting: a command from now on starts a new controller
+                    return
+                continue
+            if self.stopping.is_set():  # accepted as `stop-all` was answered: closed unanswered, so the
+                conn.close()  # command starts a new controller instead of losing this one's
+                return
+            with self.lock:
+                self.active += 1
+            threading.Thread(target=self.handle, args=(conn,), daemon=True).start()
+
+    def reap(self) -> None:
+        """End the connections idle for their `persist`, or dropped by their host."""
+        with self.lock:
+            gone = [(key, held) for key, held in self.held.items() if held.idle()]
+            for key, _ in gone:
+                del self.held[key]
+        for _, held in gone:
+            threading.Thread(target=held.close, daemon=True).start()  # a frozen host must not stall us
+
+    def target(self, spec: dict[str, Any]) -> Held:
+        with self.lock:
+            held = self.held.get(spec["key"])
+            if held is None:
+                held = self.held[spec["key"]] = Held(spec)
+            held.begin(float(spec["persist"]))
+            return held
+
+    def handle(self, conn: socket.socket) -> None:
+        held: Held | None = None
+        try:
+            if peer(conn)[1] != os.getuid():  # the directory is 0700; this holds even if it were not
+                return
+            conn.settimeout(10)
+            header, value = wire.decode(_read_exact(conn))
+            op = header.get("op")
+            if op == "stop-all":
+                self.stop_all(conn)
+                return
+            spec = header.get("target")
+            if not isinstance(spec, dict) or not isinstance(spec.get("key"), str):
+                return
+            if op == "stop":
+                with self.lock:
+                    found = self.held.pop(spec["key"], None)
+                conn.sendall(wire.encode({"ack": 1}))
+                if found is not None:  # removed before answering: a command after `disconnect` connects anew
+                    threading.Thread(target=found.close, daemon=True).start()
+                conn.sendall(wire.encode({"ok": 1}, found is not None))
+                return
+            held = self.target(spec)
+            conn.sendall(wire.encode({"ack": 1}))
+            conn.settimeout(None)
+            if op == "agent":
+                held.relay(conn)
+            elif op == "run":
+                argv, timeout, data = value
+                try:
+                    answer = wire.encode({"ok": 1}, list(held.target.run(argv, timeout, data)))
+                except PatchkeeperError as exc:
+                    answer = wire.encode({"error": error_doc(exc)})
+                conn.sendall(answer)
+            elif op == "ping":
+                spare = held.settled()
+                conn.sendall(
+                    wire.encode(
+                        {"ok": 1},
+                        {
+                            "pid": os.getpid(),
+                            "target": held.target.name,
+                            "spare": spare.hello["pid"] if spare else None,
+                            "held": len(self.held),
+                        },
+                    )
+                )
+        except (OSError, EOFError, ValueError, KeyError, TypeError):
+            pass
+        finally:
+            conn.close()
+            if held is not None:
+                held.end()
+            with self.lock:
+                self.active -= 1
+
+    def stop_all(self, conn: socket.socket) -> None:
+        self.stopping.set()
+        self.withdraw()  # before answering: a command started after `disconnect --all` finds no socket
+        with self.lock:
+            every, self.held = list(self.held.values()), {}
+        conn.sendall(wire.encode({"ack": 1}))
+        closing = [threading.Thread(target=h.close, daemon=True) for h in every]
+        for thread in closing:
+            thread.start()
+        for thread in closing:
+            thread.join(5)
+        conn.sendall(wire.encode({"ok": 1}, len(every)))
 
 
 def _upstream(conn: socket.socket, chan: Any, parking: threading.Event, begun: Any) -> None:
@@ -271,12 +375,12 @@ def _is_parked(answer: bytearray) -> bool | None:
 
 
 def _chan(agent: AgentProxy) -> Any:
-    """The paramiko channel an agent started by this holder runs on."""
+    """The paramiko channel an agent started by this controller runs on."""
     return agent._link._chan  # type: ignore[attr-defined]
 
 
 def _publish(listener_path: str, path: str) -> bool:
-    """Link our socket under its public name; False when a live holder already has it."""
+    """Link our socket under its public name; False when a live controller already has it."""
     for _ in range(3):
         try:
             os.link(listener_path, path)
@@ -296,54 +400,54 @@ def _publish(listener_path: str, path: str) -> bool:
     return False
 
 
-def main(spec: dict[str, Any]) -> int:
+def _remove_empty(path: str) -> None:
+    """Remove our log if it holds nothing (a traceback in it stays, for a post-mortem)."""
+    try:
+        if os.stat(path).st_size == 0:
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def main(path: str) -> int:
     report = os.fdopen(os.dup(1), "w")
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 1)  # nothing may reach the starter's pipe but the one report line
     os.dup2(devnull, 0)
-    config = TargetConfig(
-        name=spec["name"],
-        python=spec["python"],
-        package="",
-        ssh=spec["ssh"],
-        identity_file=spec.get("identity"),
-        timeout=float(spec.get("timeout", 30)),
-    )
-    target = SshTarget(config, persist=0)
-    path = spec["path"]
     temp = f"{path}.{os.getpid()}"
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     os.umask(0o077)
     listener.bind(temp)
-    listener.listen(64)
-    held = Held(target, float(spec["persist"]))
+    listener.listen(128)
+    controller = Controller()
     try:
-        try:
-            target._client()
-            held.fill()
-        except PatchkeeperError as exc:
-            report.write(json.dumps({"error": error_doc(exc)}) + "\n")
-            return 1
         published = _publish(temp, path)
         if published:
-            held.public = (path, os.stat(path).st_ino)
+            controller.public = (path, os.stat(path).st_ino)
         report.write(json.dumps({"ready": os.getpid(), "published": published}) + "\n")
         report.close()
-        if published:  # else another holder won the race: commands use that one
-            held.serve(listener)
+        if published:  # else another controller won the race: commands use that one
+            controller.serve(listener)
         return 0
     finally:
-        held.stopping.set()
+        controller.stopping.set()
         listener.close()
-        held.withdraw()  # still ours (a replacement may have taken the name)
+        controller.withdraw()  # still ours (a replacement may have taken the name)
         try:
             os.unlink(temp)
         except FileNotFoundError:
             pass
         if not report.closed:
             report.close()
-        target.close()
+        with controller.lock:
+            every, controller.held = list(controller.held.values()), {}
+        for held in every:
+            held.close()
+        _remove_empty(os.path.join(os.path.dirname(path), "controller.log"))
 
 
 if __name__ == "__main__":
-    sys.exit(main(json.loads(sys.argv[1])))
+    try:
+        sys.exit(main(sys.argv[1]))
+    except KeyboardInterrupt:  # a signal meant for the command's terminal: not ours to print
+        sys.exit(130)

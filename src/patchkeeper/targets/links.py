@@ -99,9 +99,29 @@ class Link(Protocol):
 class SshLink:
     """The agent started on a host through an SSH exec channel (a paramiko Channel)."""
 
-    def __init__(self, channel: Any, python: str, program: bytes) -> None:
+    def __init__(self, channel: Any, python: str, program: bytes, wait: float | None = None) -> None:
         self._chan = channel
-        channel.exec_command(command_line(python, len(program)))
+        # paramiko waits for the exec request's reply without a bound: a host that froze after
+        # opening the session would hold us forever, so the channel is closed after `wait`
+        fired = threading.Event()
+
+        def give_up() -> None:
+            fired.set()
+            channel.close()
+
+        watchdog = threading.Timer(wait, give_up) if wait else None
+        if watchdog is not None:
+            watchdog.daemon = True
+            watchdog.start()
+        try:
+            channel.exec_command(command_line(python, len(program)))
+        except Exception as exc:  # paramiko's SSHException: "Channel closed." once the watchdog fired
+            if fired.is_set():
+                raise TimeoutError(f"the host did not start its interpreter within {wait:g} s") from exc
+            raise
+        finally:
+            if watchdog is not None:
+                watchdog.cancel()
         channel.sendall(program)
 
     def send(self, data: bytes) -> None:

@@ -1,13 +1,14 @@
-"""Held SSH connections, as OpenSSH's ControlPersist: find, start, ask and stop a target's holder.
+"""Held SSH connections, as OpenSSH's ControlPersist: find, start, ask and stop the controller.
 
-The first command to an SSH target starts a holder (targets/holder.py), a small process that keeps
-the paramiko transport and a ready agent, listening on a Unix socket in a directory only this user
-can enter (0700; the holder checks each peer's uid with SO_PEERCRED, and so does the client).
-Later commands ask it over that socket: no paramiko import, no handshake, no agent upload. Each
-command has the agent to itself; a command that ends cleanly parks it (releasing every lock) for
-the next one, and a command that dies leaves it to exit, so a lock still dies with the command
-that took it. A holder that is gone is replaced; one that does not
-answer is killed and replaced; anything else falls back to a direct connection.
+The first command to an SSH target starts the controller (targets/holder.py), one process per user
+session that keeps a paramiko transport and a ready agent for every held target, listening on one
+Unix socket, `$XDG_RUNTIME_DIR/patchkeeper/controller.sock` (0700; the controller checks each peer's
+uid with SO_PEERCRED, and so does the client). Each request names its target; later commands ask the
+controller over that socket: no paramiko import, no handshake, no agent upload. Each command has
+the agent to itself; a command that ends cleanly parks it (releasing every lock) for the next one,
+and a command that dies leaves it to exit, so a lock still dies with the command that took it. A
+controller that is gone is replaced; one that does not answer is killed and replaced; anything
+else (no runtime directory, an unsafe one) falls back to a direct connection.
 """
 
 from __future__ import annotations
@@ -38,14 +39,13 @@ class Unavailable(Exception):
 
 
 def socket_dir() -> str:
-    """$XDG_RUNTIME_DIR/patchkeeper, else /tmp/patchkeeper-<uid>: created 0700, refused unless it
-    is a real directory of this user that no one else can enter."""
+    """$XDG_RUNTIME_DIR/patchkeeper (the user's runtime directory, as systemd and OpenSSH scope
+    theirs; without one nothing is held): created 0700, refused unless it is a real directory of
+    this user that no one else can enter."""
     base = os.environ.get("XDG_RUNTIME_DIR")
-    path = (
-        os.path.join(base, "patchkeeper")
-        if base and os.path.isdir(base)
-        else f"/tmp/patchkeeper-{os.getuid()}"
-    )
+    if not base or not os.path.isabs(base) or not os.path.isdir(base):
+        raise Unavailable("no $XDG_RUNTIME_DIR")
+    path = os.path.join(base, "patchkeeper")
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:
@@ -58,13 +58,18 @@ def socket_dir() -> str:
     return path
 
 
-def socket_path(ssh: str | None, python: str) -> str:
-    """One holder per (ssh spec, interpreter, home: whose ~/.ssh/config says how to connect)."""
-    key = hashlib.sha256(json.dumps([ssh, python, os.path.expanduser("~")]).encode()).hexdigest()[:24]
-    path = os.path.join(socket_dir(), key + ".sock")
-    if len(path.encode()) >= 100:  # sun_path holds 108 bytes; leave room for the holder's temp name
+def socket_path() -> str:
+    """The controller's socket."""
+    path = os.path.join(socket_dir(), "controller.sock")
+    if len(path.encode()) >= 100:  # sun_path holds 108 bytes; leave room for the controller's temp name
         raise Unavailable(f"socket path {path} is too long")
     return path
+
+
+def held_key(ssh: str | None, python: str, identity: str | None = None) -> str:
+    """One held connection per (ssh spec, interpreter, key, home: whose ~/.ssh/config says how)."""
+    doc = json.dumps([ssh, python, identity, os.path.expanduser("~")])
+    return hashlib.sha256(doc.encode()).hexdigest()[:24]
 
 
 def peer(sock: socket.socket) -> tuple[int, int]:
@@ -128,7 +133,7 @@ class SocketLink:
 
 
 class Holder:
-    """The holder of one SSH target's connection, seen from a command."""
+    """One SSH target's held connection in the controller, seen from a command."""
 
     def __init__(
         self,
@@ -141,73 +146,54 @@ class Holder:
     ) -> None:
         self.name, self.ssh, self.python, self.persist, self.identity = name, ssh, python, persist, identity
         self.patience = patience or Patience()
-        self.path = socket_path(ssh, python)
+        self.path = socket_path()
+        self.spec = {
+            "key": held_key(ssh, python, identity),
+            "name": name,
+            "ssh": ssh,
+            "python": python,
+            "persist": persist,
+            "identity": identity,
+            "timeout": self.patience.silence,
+        }
 
     # ---- asking ------------------------------------------------------------------------------
-    def _connect(self) -> socket.socket | None:
-        """A socket to a live holder of our uid, or None when none listens (a stale file is removed)."""
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.connect(self.path)
-        except (FileNotFoundError, ConnectionRefusedError):
-            sock.close()
-            try:
-                os.unlink(self.path)  # nobody listens: a holder that died without cleaning up
-            except FileNotFoundError:
-                pass
-            return None
-        except OSError as exc:
-            sock.close()
-            raise Unavailable(f"cannot connect to {self.path}: {exc}") from None
-        if peer(sock)[1] != os.getuid():
-            sock.close()
-            raise Unavailable(f"{self.path} is held by another user")
-        return sock
+    def _connect(self) -> tuple[socket.socket, int] | None:
+        """A socket to the live controller of our uid (and its socket's inode), or None when none
+        listens (a stale file is removed)."""
+        return _connect(self.path)
 
     def _ask(self, op: str, value: Any = None) -> socket.socket | None:
-        """Send one request; return the socket once the holder acknowledged it, or None when no
-        holder is there or it did not answer (a wedged one is killed and its socket removed)."""
-        sock = self._connect()
-        if sock is None:
+        """Send one request; return the socket once the controller acknowledged it, or None when no
+        controller is there or it did not answer (a wedged one is killed and its socket removed)."""
+        found = self._connect()
+        if found is None:
             return None
+        sock, inode = found
         try:
             sock.settimeout(ACK_TIMEOUT)
-            sock.sendall(wire.encode({"op": op}, value))
+            sock.sendall(wire.encode({"op": op, "target": self.spec}, value))
             header, _ = wire.decode(_read_exact(sock))
             if "ack" in header:
                 sock.settimeout(None)
                 return sock
         except (OSError, EOFError, ValueError):
             pass
-        self._kill(sock)
+        _kill(sock, self.path, inode)
         return None
 
-    def _kill(self, sock: socket.socket) -> None:
-        """End a holder that does not answer: SIGKILL to the pid the kernel names as the peer."""
-        pid, uid = peer(sock)
-        sock.close()
-        if uid == os.getuid() and pid > 0:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
-
     def _open(self, op: str, value: Any = None) -> socket.socket:
-        """An acknowledged request to a live holder, starting one when there is none."""
+        """An acknowledged request to the live controller, starting one when there is none."""
         for _ in range(3):
             sock = self._ask(op, value)
             if sock is not None:
                 return sock
-            self.start()
-        raise Unavailable("the holder did not answer after being started")
+            start(self.path)
+        raise Unavailable("the controller did not answer after being started")
 
     def agent(self) -> AgentProxy:
-        """An agent of this command's own, reached through the holder, which first sends its hello
-        (or the error that kept it from starting one)."""
+        """An agent of this command's own, reached through the controller, which first sends its
+        hello (or the error that kept it from starting one)."""
 
         sock = self._open("agent")
         seen = bytearray()
@@ -218,11 +204,21 @@ class Holder:
             seen.extend(data)
             return data
 
+        waited = self.patience.silence + self.patience.hello + ACK_TIMEOUT
         try:
-            sock.settimeout(self.patience.hello)
+            # the controller connects (each step bounded by the timeout) and starts an agent (hello)
+            sock.settimeout(waited)
             if keep(len(wire.MAGIC)) != wire.MAGIC:
                 raise EOFError
             header, _ = wire.decode(keep)
+        except TimeoutError:
+            sock.close()
+            raise TargetError(
+                f"target {self.name}: gave up: no agent started within {waited:g} s "
+                "(the host, its sshd or the connection is frozen)",
+                f"check the host; then run `patchkeeper recover -t {self.name}` (or any command on it); "
+                "`timeout` in [targets.NAME] sets the wait",
+            ) from None
         except (OSError, EOFError, ValueError):
             sock.close()
             raise TargetError(
@@ -239,8 +235,8 @@ class Holder:
         sock = self._open("run", [argv, timeout, input])
         try:
             sock.settimeout(
-                timeout + self.patience.hello
-            )  # the holder answers when the program is done or timed out
+                timeout + self.patience.silence + ACK_TIMEOUT
+            )  # the controller answers when the program is done or timed out
             header, value = wire.decode(_read_exact(sock))
         except (OSError, EOFError, ValueError):
             raise TargetError(
@@ -255,57 +251,86 @@ class Holder:
         return code, out, err
 
     def stop(self) -> bool:
-        """Ask the holder to exit; True when one was there."""
+        """End this target's held connection; True when there was one."""
         sock = self._ask("stop")
         if sock is None:
             return False
         try:
             sock.settimeout(ACK_TIMEOUT)
-            wire.decode(_read_exact(sock))
+            _, value = wire.decode(_read_exact(sock))
+            return bool(value)
         except (OSError, EOFError, ValueError):
-            pass
+            return True
         finally:
             sock.close()
-        return True
 
-    # ---- starting ----------------------------------------------------------------------------
-    def start(self) -> None:
-        """Start a holder and wait until it is connected (or says why it cannot be)."""
 
-        spec = json.dumps(
-            {
-                "name": self.name,
-                "ssh": self.ssh,
-                "python": self.python,
-                "persist": self.persist,
-                "path": self.path,
-                "identity": self.identity,
-                "timeout": self.patience.silence,
-            }
+def _connect(path: str) -> tuple[socket.socket, int] | None:
+    try:
+        inode = os.stat(path).st_ino
+    except FileNotFoundError:
+        return None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(path)
+    except (FileNotFoundError, ConnectionRefusedError):
+        sock.close()
+        _unlink_if(path, inode)  # nobody listens: a controller that died without cleaning up
+        return None
+    except OSError as exc:
+        sock.close()
+        raise Unavailable(f"cannot connect to {path}: {exc}") from None
+    if peer(sock)[1] != os.getuid():
+        sock.close()
+        raise Unavailable(f"{path} is held by another user")
+    return sock, inode
+
+
+def _unlink_if(path: str, inode: int) -> None:
+    """Remove `path` if it is still the file we found (not a new controller's socket)."""
+    try:
+        if os.stat(path).st_ino == inode:
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _kill(sock: socket.socket, path: str, inode: int) -> None:
+    """End a controller that does not answer: SIGKILL to the pid the kernel names as the peer."""
+    pid, uid = peer(sock)
+    sock.close()
+    if uid == os.getuid() and pid > 0:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    _unlink_if(path, inode)
+
+
+def start(path: str) -> None:
+    """Start the controller and wait until it listens (a controller started meanwhile by another
+    command wins: this one then exits, and commands use that one)."""
+    log_path = os.path.join(os.path.dirname(path), "controller.log")
+    log = open(log_path, "ab")  # the controller's own stderr, for a post-mortem; removed when empty
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "patchkeeper.targets.holder", path],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            start_new_session=True,
+            close_fds=True,
         )
-        log = open(self.path[:-5] + ".log", "wb")  # the holder's own stderr, for a post-mortem
-        try:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "patchkeeper.targets.holder", spec],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                start_new_session=True,
-                close_fds=True,
-            )
-        finally:
-            log.close()
-        assert proc.stdout is not None
-        with proc.stdout:
-            line = proc.stdout.readline()
-        try:
-            doc = json.loads(line)
-        except ValueError:
-            proc.wait()
-            raise Unavailable(f"the holder exited ({proc.returncode}) before it was ready") from None
-        if "error" in doc:
-            proc.wait()
-            raise _error(doc["error"])
+    finally:
+        log.close()
+    assert proc.stdout is not None
+    with proc.stdout:
+        line = proc.stdout.readline()
+    try:
+        json.loads(line)["ready"]
+    except (ValueError, KeyError, TypeError):
+        proc.wait()
+        raise Unavailable(f"the controller exited ({proc.returncode}) before it was ready") from None
 
 
 def error_doc(exc: PatchkeeperError) -> dict[str, str]:
@@ -320,38 +345,24 @@ def _error(doc: dict[str, str]) -> PatchkeeperError:
     return kind(doc.get("message", "the held connection failed"), doc.get("hint", ""))
 
 
-def stop_all() -> list[int]:
-    """Ask every holder in this user's socket directory to exit; return the pids that were asked."""
+def stop_all() -> int:
+    """End every held connection of this user (the controller exits); return how many there were."""
     try:
-        directory = socket_dir()
+        path = socket_path()
+        found = _connect(path)
     except Unavailable:
-        return []
-    pids = []
-    for name in sorted(os.listdir(directory)):
-        if not name.endswith(".sock"):
-            continue
-        path = os.path.join(directory, name)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.connect(path)
-        except OSError:
-            sock.close()
-            continue
-        pid, uid = peer(sock)
-        if uid != os.getuid():
-            sock.close()
-            continue
-        try:
-            sock.settimeout(ACK_TIMEOUT)
-            sock.sendall(wire.encode({"op": "stop"}))
-            wire.decode(_read_exact(sock))
-            wire.decode(_read_exact(sock))
-        except (OSError, EOFError, ValueError):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        finally:
-            sock.close()
-        pids.append(pid)
-    return pids
+        return 0
+    if found is None:
+        return 0
+    sock, inode = found
+    try:
+        sock.settimeout(ACK_TIMEOUT)
+        sock.sendall(wire.encode({"op": "stop-all"}))
+        wire.decode(_read_exact(sock))
+        _, count = wire.decode(_read_exact(sock))
+        return int(count)
+    except (OSError, EOFError, ValueError, TypeError):
+        _kill(sock, path, inode)
+        return 0
+    finally:
+        sock.close()

@@ -60,6 +60,7 @@ class AgentProxy(c.AgentContract):
         self._buf = bytearray()
         self._idle = True  # no request is half sent or half answered: the wire is between frames
         self._lost: TargetError | None = None  # why the wire is no longer usable, once it is not
+        self._interrupted = False  # a call was interrupted (Ctrl-C) half sent or half answered
         self._patience = patience
         self._python = python
         self._noise = b""
@@ -141,7 +142,16 @@ class AgentProxy(c.AgentContract):
     def over_ssh(
         cls, channel: Any, target_name: str, python: str, patience: Patience = Patience()
     ) -> AgentProxy:
-        return cls(SshLink(channel, python, program()), target_name, python, patience)
+        try:
+            link = SshLink(channel, python, program(), patience.silence)
+        except (TimeoutError, OSError) as exc:
+            channel.close()
+            raise TargetError(
+                f"target {target_name}: gave up: {exc} (the host, its sshd or the connection is frozen)",
+                f"check the host; then run `patchkeeper recover -t {target_name}` (or any command on it); "
+                "`timeout` in [targets.NAME] sets the wait",
+            ) from None
+        return cls(link, target_name, python, patience)
 
     @classmethod
     def in_subprocess(cls, target_name: str, python: str, patience: Patience = Patience()) -> AgentProxy:
@@ -184,34 +194,58 @@ class AgentProxy(c.AgentContract):
 
     def _call(self, method: str, *args: Any) -> Any:
         """The answer of one call, rebuilt as the agent's own value (host.shapes.answer_from_wire).
-        Heartbeats are skipped; silence longer than the target's timeout, or a call running past
-        its deadline (Patience.deadline), gives the agent up."""
+        Heartbeats are skipped; silence longer than the target's timeout, heartbeats without
+        progress for as long (their `work` unchanged: wire._Heart), or a call running past its
+        deadline (Patience.deadline), gives the agent up. A call interrupted (Ctrl-C) leaves the wire
+        mid-frame: this call and every later one raise KeyboardInterrupt, and closing ends the agent."""
         with self._lock:
+            if self._interrupted:  # the wire is mid-frame: what it carries now answers nothing we ask
+                raise KeyboardInterrupt
             if self._lost is not None:
                 raise self._lost
-            self._idle = False
-            request = wire.encode({"m": method}, [[c.to_wire(a) for a in args], {}])
             try:
-                self._link.send(request)
-            except OSError as exc:
-                raise self._lost_connection(f"({exc})") from None
-            until = time.monotonic() + self._patience.deadline(len(request))
-            try:
-                while True:
-                    header, value = wire.decode(self._read_exact)
-                    if not wire.is_beat(header):
-                        break
-                    done, total = header.get("done"), header.get("total")
-                    if self._watch is not None and isinstance(done, int) and isinstance(total, int):
-                        phase = header.get("phase")
-                        self._watch(done, total, phase if isinstance(phase, str) else "")
-                    if time.monotonic() > until:
-                        raise self._give_up(  # noqa: B904 (the silence is the cause; none is chained)
-                            f"{method} ran past its deadline of {self._patience.deadline(len(request)):g} s"
-                        )
-            except wire.FrameError as exc:
-                raise self._malformed(f"the answer to {method}", exc) from None
-            self._idle = not self._buf
+                return self._exchange(method, args)
+            except BaseException as exc:
+                if not isinstance(exc, Exception):  # Ctrl-C (or an exit) mid-call: the wire is unusable,
+                    self._interrupted = True  # and every later call of this command is interrupted too
+                raise
+
+    def _exchange(self, method: str, args: tuple[Any, ...]) -> Any:
+        self._idle = False
+        request = wire.encode({"m": method}, [[c.to_wire(a) for a in args], {}])
+        try:
+            self._link.send(request)
+        except OSError as exc:
+            raise self._lost_connection(f"({exc})") from None
+        until = time.monotonic() + self._patience.deadline(len(request))
+        # the agent's work as its last heartbeats counted it, and since when
+        work, since = None, time.monotonic()
+        try:
+            while True:
+                header, value = wire.decode(self._read_exact)
+                if not wire.is_beat(header):
+                    break
+                done, total = header.get("done"), header.get("total")
+                if self._watch is not None and isinstance(done, int) and isinstance(total, int):
+                    phase = header.get("phase")
+                    self._watch(done, total, phase if isinstance(phase, str) else "")
+                now = time.monotonic()
+                if now > until:
+                    raise self._give_up(  # noqa: B904 (the silence is the cause; none is chained)
+                        f"{method} ran past its deadline of {self._patience.deadline(len(request)):g} s"
+                    )
+                counted = header.get("work")  # absent where the host's /proc does not say (not Linux)
+                if type(counted) is not int or counted != work:
+                    work, since = counted, now
+                elif now - since > self._patience.silence:
+                    raise self._give_up(
+                        f"its agent made no progress for {self._patience.silence:g} s in {method}: it "
+                        "sends heartbeats but reads, writes and computes nothing (a read blocked on a "
+                        "FIFO or a device, a hung network mount, a lock held elsewhere)"
+                    )
+        except wire.FrameError as exc:
+            raise self._malformed(f"the answer to {method}", exc) from None
+        self._idle = not self._buf
         if "error" in header:
             raise _exception(header["error"], self._name, method)
         try:
@@ -224,8 +258,8 @@ class AgentProxy(c.AgentContract):
         frames is parked (its locks released, its caches forgotten) for the holder to give to the
         next command; any other end (an interrupted call, a killed command) ends the agent."""
         park = getattr(self._link, "park", None)  # a holder's socket (persist.SocketLink) can keep the agent
-        if self._lost is not None:
-            self._link.close(wait=False)  # a frozen agent or a dead connection: nothing to wait for
+        if self._lost is not None or self._interrupted:
+            self._link.close(wait=False)  # a frozen agent, a dead connection, a call cut off: no waiting
             return
         if self._idle and park is not None:
             try:

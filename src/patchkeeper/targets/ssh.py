@@ -13,6 +13,7 @@ import base64
 import errno
 import getpass
 import hashlib
+import logging
 import os
 import shlex
 import socket
@@ -69,6 +70,9 @@ def _paramiko() -> Any:  # the paramiko module (paramiko has no type information
                     sys.modules.pop("invoke", None)
         import paramiko  # lazy: slow to import; only SSH targets need it
 
+        # paramiko's transport threads log what they meet (a banner that came too late, after we gave
+        # up) with tracebacks; what it means reaches the user as our own error, in words
+        logging.getLogger("paramiko").addHandler(logging.NullHandler())
     return paramiko
 
 
@@ -134,7 +138,8 @@ def connect(
     patience: Patience = Patience(),  # noqa: B008
 ) -> Any:  # a paramiko.SSHClient
     """An authenticated paramiko client for one hop (through `sock` for a ProxyJump), sending an
-    SSH keepalive every third of the target's timeout (a dead peer then fails the transport)."""
+    SSH keepalive every third of the target's timeout (a dead peer then fails the transport). Each
+    step of the handshake waits at most the target's timeout."""
     paramiko = _paramiko()
 
     def refuse(policy: Any, client: Any, hostname: str, key: Any) -> None:
@@ -165,9 +170,10 @@ def connect(
             allow_agent=True,
             look_for_keys=True,
             sock=sock,
-            timeout=20,
-            banner_timeout=20,
-            auth_timeout=20,
+            timeout=patience.silence,
+            banner_timeout=patience.silence,
+            auth_timeout=patience.silence,
+            channel_timeout=patience.silence,
         )
     except paramiko.BadHostKeyException as exc:
         client.close()
@@ -190,7 +196,7 @@ def connect(
     except (OSError, paramiko.SSHException, EOFError) as exc:
         client.close()
         raise TargetError(
-            f"target {target}: cannot reach {where}: {in_words(exc, ep.host, ep.port)}",
+            f"target {target}: cannot reach {where}: {in_words(exc, ep.host, ep.port, patience.silence)}",
             "check the host is up and `ssh` to it works",
         ) from None
     client.get_transport().set_keepalive(max(1, int(patience.silence / 3)))
@@ -211,20 +217,26 @@ _REFUSALS = {
 }
 
 
-def in_words(exc: BaseException, host: str, port: int) -> str:
+def in_words(exc: BaseException, host: str, port: int, waited: float = 20.0) -> str:
     """What failed when connecting to host:port, in words rather than `[Errno -2]` or `[Errno None]`."""
     if isinstance(exc, socket.gaierror):
         return f"the host name {host} {_GAI.get(exc.errno or 0, 'does not resolve')} ({exc.strerror})"
     errors = getattr(exc, "errors", None)  # paramiko's NoValidConnectionsError: one error per address tried
     if isinstance(errors, dict) and errors:
         return "; ".join(
-            f"{addr[0]} port {addr[1]}: " + in_words(e, host, port).split(": ", 1)[-1]
+            f"{addr[0]} port {addr[1]}: " + in_words(e, host, port, waited).split(": ", 1)[-1]
             for addr, e in errors.items()
         )
     if isinstance(exc, (socket.timeout, TimeoutError)):
-        return f"{host} port {port}: no answer within 20 s"
+        return f"{host} port {port}: no answer within {waited:g} s (the host or its sshd is down or frozen)"
     if isinstance(exc, OSError) and exc.errno in _REFUSALS:
         return f"{host} port {port}: {_REFUSALS[exc.errno]}"
+    if "reading ssh protocol banner" in str(exc).lower() or str(exc) == "No existing session":
+        # paramiko's words for a banner that never came, and for a negotiation that did not end in time
+        return (
+            f"{host} port {port}: the SSH handshake did not finish within {waited:g} s "
+            "(the host or its sshd is frozen or overloaded)"
+        )
     if isinstance(exc, EOFError) or "banner" in str(exc):
         return f"{host} port {port} answered, but closed the connection during the SSH handshake (is it an SSH server?)"
     return str(exc) or type(exc).__name__
@@ -233,8 +245,8 @@ def in_words(exc: BaseException, host: str, port: int) -> str:
 class SshTarget(AgentTarget):
     """A remote target: one SSH connection, one agent process on the host, opened lazily.
 
-    Unless `persist` is 0 the connection is held by a holder process between commands
-    (persist.py); this process then imports no paramiko and makes no handshake of its own.
+    Unless `persist` is 0 the connection is held between commands by the controller process
+    (persist.py, holder.py); this process then imports no paramiko and makes no handshake of its own.
     """
 
     def __init__(self, config: TargetConfig, persist: float | None = None) -> None:
@@ -306,9 +318,17 @@ class SshTarget(AgentTarget):
     def _session(self, timeout: float | None = None) -> Any:  # a paramiko.Channel
         paramiko = _paramiko()
 
+        wait = self.patience.silence
         try:
-            chan = self._client().get_transport().open_session(timeout=20)
+            chan = self._client().get_transport().open_session(timeout=wait)
         except (paramiko.SSHException, OSError, AttributeError) as exc:
+            if "Timeout opening channel" in str(exc):  # paramiko's words: the host said nothing
+                raise TargetError(
+                    f"target {self.name}: gave up: the host did not open a session within {wait:g} s "
+                    "(the host, its sshd or the connection is frozen)",
+                    f"check the host; then run `patchkeeper recover -t {self.name}` (or any command on it); "
+                    "`timeout` in [targets.NAME] sets the wait",
+                ) from None
             raise TargetError(
                 f"target {self.name}: the SSH connection failed: {exc}",
                 f"retry; if a command was interrupted, run `patchkeeper recover -t {self.name}`",
