@@ -33,12 +33,13 @@ def main() -> int:
     cases = gitapply_corpus.corpus(work / "made")
     counts: collections.Counter[str] = collections.Counter()
     shown: dict[str, list[str]] = collections.defaultdict(list)
+    forms: collections.Counter[str] = collections.Counter()
     started = time.perf_counter()
     for i, case in enumerate(cases):
         signal.alarm(LIMIT)
         try:
             verdict = gitapply_corpus.judge(case, work / str(i))
-            kind, why = verdict.kind, verdict.apply.why[:160]
+            kind, why = verdict.kind, verdict.apply.why
         except _Hang:
             kind, why = "hang", ""
         except Exception as exc:  # a traceback patchkeeper would show its user
@@ -46,11 +47,15 @@ def main() -> int:
         finally:
             signal.alarm(0)
         counts[kind] += 1
+        if kind == "documented refusal":
+            forms[gitapply_corpus.documented(why) or "?"] += 1
         if kind != "agree":
-            shown[kind].append(f"{case.name}: {why}")
+            shown[kind].append(f"{case.name}: {why[:160]}")
     print(f"{len(cases)} cases in {time.perf_counter() - started:.1f} s")
     for kind, n in counts.most_common():
         print(f"{n:6d}  {kind}")
+    for form, n in forms.most_common():
+        print(f"        {n:6d}  refused as documented: {form}")
     for kind, names in shown.items():
         print(f"\n{kind}:")
         for line in names[:40]:
