@@ -104,7 +104,7 @@ systemd: sshd
 # What one device call on a GPU host needs (scripts/gpu_host/run.sh, docs/gpu-host.md): patchkeeper and its
 # dependencies as wheels for the host's Python (3.12, x86-64), the scripts, and the ddtree patch that makes ddtree_utils.py.
 GPU_PY    := 3.12
-GPU_DEPS  := click packaging blake3 gitpython gitdb smmap paramiko bcrypt cryptography pynacl cffi pycparser
+GPU_DEPS  := click packaging unidiff blake3 gitpython gitdb smmap paramiko bcrypt cryptography pynacl cffi pycparser
 gpu-bundle: install
 	rm -rf .gpu && mkdir -p .gpu/whl
 	$(BIN)/pip wheel -q --no-deps -w .gpu/whl .

@@ -39,7 +39,9 @@ def import_patch(
     text = data.decode(*_ENC)
     if not text.strip():
         raise BadInput(f"{file} is empty", "give a patch file made by git diff or git format-patch")
-    parsed = gitdiff.parse(text, file)
+    pieces = _pieces(name, data, file)
+    # each piece read as the .patch file it becomes: apply finds its parse remembered (parse_cache.py)
+    parsed = tuple(fp for _, piece in pieces for fp in gitdiff.parse(piece.decode(*_ENC), file))
     paths = [p for fp in parsed for p in (fp.source, fp.path) if p is not None]
     for path in paths:
         patchset.check_relative(path, file)
@@ -49,7 +51,7 @@ def import_patch(
     draft = authoring.Draft(
         name=name,
         package=package,
-        patches=_pieces(name, data, file),
+        patches=pieces,
         description=description
         if description is not None
         else (subject.group(1).strip() if subject else f"imported from {Path(file).name}"),

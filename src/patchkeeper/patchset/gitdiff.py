@@ -1,23 +1,25 @@
-"""Read a diff into file patches the way `git apply` reads it (apply.c: parse_chunk, the git header
-table, parse_fragment, parse_binary): git's extended headers (modes, renames, copies, binary
-patches), quoted and spaced names, and the traditional `---`/`+++` form; mail text around is skipped."""
+"""Read a diff into file patches the way `git apply` reads it: unidiff reads the files' headers and
+hunks; this module fills unidiff's gaps (each in one function below, named `_gap_...`, each with a
+test that shows unidiff alone misreading: tests/test_gitdiff_gaps.py) with git's rules (apply.c:
+find_header, the git header table, parse_fragment, parse_binary): git's extended headers (modes,
+renames, copies, binary patches), quoted and spaced names, the traditional `---`/`+++` form; mail
+text around is skipped. A parse is remembered under the text's digest (parse_cache.py)."""
 
 from __future__ import annotations
 
+import io
 import re
+from typing import TYPE_CHECKING
 
 from ..errors import BadInput
-from . import gitbinary
+from . import gitbinary, gitrules, parse_cache
 from .patching import FilePatch, Hunk, unquote
+
+if TYPE_CHECKING:
+    from unidiff.patch import PatchedFile
 
 _HUNK = re.compile(r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _BINARY_HEAD = re.compile(r"(literal|delta) (\d+)")
-_STAMP = re.compile(
-    r"(1969-12-31|1970-01-01) ([0-2][0-9]):([0-5][0-9]):00(?:\.0+)? ([-+])([0-2][0-9]):?([0-5][0-9])"
-)
-_ULONG_MAX = (1 << 64) - 1
-_FROM = ("rename from ", "rename old ", "copy from ")
-_TO = ("rename to ", "rename new ", "copy to ")
 _INDEX = re.compile(r"([0-9a-f]+)\.\.([0-9a-f]+)(?: [0-7]+)?")
 _HEADERS = (
     "old mode ",
@@ -41,109 +43,79 @@ _REDO = "write the diff again with git diff (--binary for binary files)"
 
 def parse(text: str, origin: str) -> tuple[FilePatch, ...]:
     """Every file patch of a diff as `git diff` (or `diff -u`, or `git format-patch`) writes it;
-    BadInput naming `origin` when it is not one."""
+    BadInput naming `origin` when it is not one. Remembered by the text's digest: a 35 MB release
+    diff is read by unidiff once."""
+    return parse_cache.remembered(text, origin, _parse)
+
+
+def _parse(text: str, origin: str) -> tuple[FilePatch, ...]:
+    from unidiff.errors import UnidiffParseError  # lazy: with unidiff
+    from unidiff.patch import PatchSet  # lazy: only where a diff is read, not on the fast paths
+
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()
-    elif lines[-1][:1] in ("+", "-", " ", "\\"):  # git reads no hunk line without its newline
-        raise BadInput(f"{origin}: the diff ends inside a line ({lines[-1][:40]!r} has no newline)", _REDO)
+    else:
+        gitrules.check_last_line(lines, origin)
+    try:
+        files = PatchSet(io.StringIO(_gap_git_names_for_unidiff(lines)))
+    except UnidiffParseError as exc:
+        stray = str(exc).removeprefix("Unexpected hunk found: ").rstrip("\n")
+        if stray != str(exc) and stray in lines:  # a hunk after text that ended its file's patch
+            _fragment_without_header(lines, lines.index(stray), origin)
+        raise BadInput(f"{origin}: not a unified diff: {exc}", _REDO) from None
     out: list[FilePatch] = []
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        if line.startswith("diff --git "):
-            _refuse_crlf(line, i, origin)
-            i = _git_patch(lines, i, origin, out)
-        elif (
-            line.startswith("--- ")
-            and lines[i + 1 : i + 2]
-            and lines[i + 1].startswith("+++ ")
-            and lines[i + 2 : i + 3]
-            and lines[i + 2].startswith("@@ -")
-        ):
-            _refuse_crlf(line, i, origin)
-            i = _traditional_patch(lines, i, origin, out)
-        elif line.startswith("@@ -") and _HUNK.match(line):
-            raise BadInput(  # a hunk cut from its file's header: git refuses the whole diff (find_header)
-                f"{origin}:{i + 1}: patch fragment without header: {line[:60]!r} (a note or an empty "
-                "line between two hunks, or a hunk without its diff --git/---/+++ lines)",
-                _REDO,
-            )
-        else:
-            i += 1  # mail headers, the commit message, a signature: git skips them too
+    headers: set[int] = set()  # the index of each hunk header unidiff read
+    for pf in files:
+        fp = _file_patch(pf, lines, origin, headers)
+        if fp is not None:
+            out.append(_checked(fp, origin))
+    _gap_stray_fragments(lines, headers, origin)
     if not out and text.strip():
         raise BadInput(f"{origin}: no file changes found in the diff", "regenerate it with git diff")
     return tuple(out)
 
 
-def _git_patch(lines: list[str], i: int, origin: str, out: list[FilePatch]) -> int:
-    """One `diff --git` section: its extended headers, then hunks or a binary patch."""
-    where = f"{origin}:{i + 1}"
-    names = _header_names(lines[i][len("diff --git ") :])
+def _file_patch(pf: PatchedFile, lines: list[str], origin: str, headers: set[int]) -> FilePatch | None:
+    """One file's patch as unidiff read it, its gaps filled; None for what git takes as mail text."""
+    info = [line.rstrip("\n") for line in pf.patch_info or ()]
+    git = bool(info) and info[0].startswith("diff --git ")
+    at = (pf.diff_line_no or 1) - 1  # the `diff --git` line, or a traditional patch's `+++` line
+    if not git:
+        if not len(pf):
+            return None  # `---` and `+++` lines without a hunk: git takes them as mail text
+        at -= 1
+        _refuse_crlf(lines[at], at, origin)
+        old, new = _side(lines[at][4:], f"{origin}:{at + 1}"), _side(lines[at + 1][4:], f"{origin}:{at + 1}")
+        if old is not None and gitrules.epoch(lines[at]):  # diff -N dates the missing side at the epoch
+            old = None
+        elif new is not None and gitrules.epoch(lines[at + 1]):
+            new = None
+        kind = "add" if old is None else "delete" if new is None else "modify"
+        path = new if new is not None else old
+        if path is None:
+            raise BadInput(f"{origin}:{at + 1}: both sides are /dev/null", _REDO)
+        read, counted = _hunks(pf, lines, f"{origin}:{at + 1}", origin, headers)
+        return FilePatch(path, kind, None, read, None, None, *counted)
+    _refuse_crlf(lines[at], at, origin)
+    where = f"{origin}:{at + 1}"
     head: dict[str, str] = {}
-    i += 1
-    while i < len(lines):
-        line = lines[i]
-        key = next((k for k in _HEADERS if line.startswith(k)), None)
+    end = at + 1
+    while end < len(lines):  # the extended headers, ---/+++ too (unidiff keeps these apart)
+        key = next((k for k in _HEADERS if lines[end].startswith(k)), None)
         if key is None:
             break
-        if key in head and head[key] != line[len(key) :] and key in ("--- ", "+++ ", *_FROM, *_TO):
-            raise BadInput(f"{where}: the git header names two files in `{key.strip()}` lines", _REDO)
-        head[key] = line[len(key) :]
-        i += 1
-    if not head and not (i < len(lines) and lines[i].startswith(("@@ -", "GIT binary patch"))):
-        raise BadInput(  # git skips it, but keeps its names for the next header: refused, not guessed
-            f"{where}: a `diff --git` line without the header lines git writes after it "
-            f"(`{lines[i - 1][:80]}`)",
-            _REDO,
-        )
-    old = new = None
-    if names is not None:
-        old, new = _strip(names[0], where), _strip(names[1], where)
-    default = old if old == new else None
-    for key in ("rename from ", "rename old ", "copy from "):
-        if key in head:
-            old = unquote(head[key])
-    for key in ("rename to ", "rename new ", "copy to "):
-        if key in head:
-            new = unquote(head[key])
-    for side, keys in (("--- ", _FROM), ("+++ ", _TO)):
-        named = next((unquote(head[k]) for k in keys if k in head), None)
-        if side not in head:
-            continue
-        name = _side(head[side], where)
-        if named is None:
-            old, new = (name or old, new) if side == "--- " else (old, name or new)
-        elif name is not None and name != named:  # git: "inconsistent old/new filename"
-            raise BadInput(
-                f"{where}: the {side.strip()} name {name!r} is not the {keys[0].strip()} name {named!r}",
-                _REDO,
-            )
+        gitrules.repeated(head, key, lines[end][len(key) :], where)
+        head[key] = lines[end][len(key) :]
+        end += 1
+    names = _header_names(lines[at][len("diff --git ") :])
+    default = _strip(names[0], where) if names is not None and names[0][1:] == names[1][1:] else None
+    sides: dict[str, str | None] = {k: _side(head[k], where) for k in ("--- ", "+++ ") if k in head}
+    gitrules.check_header(head, default, sides, lines[end] if end < len(lines) else "", where)
+    old, new = _gap_names(lines[at][len("diff --git ") :], head, where)
     if old is None and new is None:
-        raise BadInput(f"{where}: the git header names no file (`{lines[i - len(head) - 1][:80]}`)", _REDO)
-    for side, mode in (("--- ", "new file mode "), ("+++ ", "deleted file mode ")):
-        if head.get(side, "").split("\t")[0] == "/dev/null" and mode not in head:
-            raise BadInput(  # git reads it as the path dev/null then (gitdiff_verify_name)
-                f"{where}: `{side}/dev/null` in a git header without `{mode.strip()}`", _REDO
-            )
-    if default is not None:  # git's default name (both sides the same): a new or deleted file's is it
-        for side, mode in (("+++ ", "new file mode "), ("--- ", "deleted file mode ")):
-            if mode in head and _names(head, side) and _side(head[side], where) != default:
-                raise BadInput(f"{where}: the {side.strip()} name is not the `diff --git` line's", _REDO)
-    named_old = _names(head, "--- ") or any(k in head for k in _FROM)
-    named_new = _names(head, "+++ ") or any(k in head for k in _TO)
-    if (named_old or named_new) and (
-        (not named_new and "deleted file mode " not in head)
-        or (not named_old and "new file mode " not in head)
-    ):  # one side named, the other needed: git takes neither from the `diff --git` line then
-        raise BadInput(
-            f"{where}: the git header names only one side of the file (`---` or `+++` missing)", _REDO
-        )
-    copy = "copy from " in head
-    rename = not copy and any(k in head for k in ("rename from ", "rename old "))
-    added = "new file mode " in head or head.get("--- ") == "/dev/null"
-    deleted = "deleted file mode " in head or head.get("+++ ") == "/dev/null"
-    kind = "add" if added else "delete" if deleted else "copy" if copy else "rename" if rename else "modify"
+        raise BadInput(f"{where}: the git header names no file (`{lines[at][:80]}`)", _REDO)
+    kind = _gap_kind(head)
     path = (old if kind == "delete" else new) or old or new
     assert path is not None
     source = old if kind in ("rename", "copy") else None
@@ -158,132 +130,173 @@ def _git_patch(lines: list[str], i: int, origin: str, out: list[FilePatch]) -> i
     binary = None
     hunks: tuple[Hunk, ...] = ()
     counts = (0, 0)
-    if i < len(lines) and lines[i] == "GIT binary patch":
-        binary, i = _binary(lines, i + 1, head.get("index "), where)
-    elif i < len(lines) and lines[i].startswith("Binary files ") and lines[i].endswith(" differ"):
+    if end < len(lines) and lines[end] == "GIT binary patch":
+        binary = _gap_binary(lines, end + 1, head.get("index "), where)
+    elif end < len(lines) and lines[end].startswith("Binary files ") and lines[end].endswith(" differ"):
         raise BadInput(
             f"{where}: {path} is a binary change without its bytes (a diff made without --binary)", _REDO
         )
-    elif i < len(lines) and lines[i].startswith("@@ -"):
-        hunks, counts, i = _hunks(lines, i, where, origin)
-    if not hunks and binary is None and kind == "modify" and head.get("old mode ") == head.get("new mode "):
-        raise BadInput(  # git: "patch with only garbage": no hunk, no binary patch, nothing else changed
-            f"{where}: the diff of {path} changes nothing (no hunk, no mode change)", _REDO
-        )
-    out.append(_checked(FilePatch(path, kind, new_mode, hunks, source, binary, *counts), origin))
-    return i
+    elif end < len(lines) and lines[end].startswith("@@ -") and not len(pf):
+        raise BadInput(f"{where}: not a unified diff: bad hunk header {lines[end][:60]!r}", _REDO)
+    else:
+        hunks, counts = _hunks(pf, lines, where, origin, headers)
+        if hunks and end not in headers:
+            _gap_text_before_hunks(lines, end, origin)
+    gitrules.check_changes(head, kind, not hunks and binary is None, path, where)
+    return FilePatch(path, kind, new_mode, hunks, source, binary, *counts)
 
 
-def _names(head: dict[str, str], side: str) -> bool:
-    """Does the header's ---/+++ line name a file (not /dev/null)?"""
-    return side in head and head[side].split("\t")[0] != "/dev/null"
+def _gap_text_before_hunks(lines: list[str], end: int, origin: str) -> None:
+    """GAP: unidiff keeps text between a file's header and its first hunk as header lines. git ends
+    the file's patch there (no hunk, a file patch of garbage): the hunk after is a fragment without
+    header."""
+    following = next(i for i in range(end, len(lines)) if lines[i].startswith("@@ -"))
+    _fragment_without_header(lines, following, origin)
 
 
-def _traditional_patch(lines: list[str], i: int, origin: str, out: list[FilePatch]) -> int:
-    where = f"{origin}:{i + 1}"
-    old, new = _side(lines[i][4:], where), _side(lines[i + 1][4:], where)
-    if old is not None and _epoch(lines[i]):  # diff -N dates the missing side at the epoch
-        old = None
-    elif new is not None and _epoch(lines[i + 1]):
-        new = None
-    kind = "add" if old is None else "delete" if new is None else "modify"
-    path = new if new is not None else old
-    if path is None:
-        raise BadInput(f"{where}: both sides are /dev/null", _REDO)
-    hunks, counts, i = _hunks(lines, i + 2, where, origin)
-    out.append(_checked(FilePatch(path, kind, None, hunks, None, None, *counts), origin))
-    return i
+def _gap_git_names_for_unidiff(lines: list[str]) -> str:
+    """GAP: unidiff splits `diff --git A B` at the last ` b/` (or, without prefixes, the last space)
+    and then refuses a `+++` name other than the B it found ("Target without source"): `diff --git
+    b/x y b/x y` (git diff --no-index) or a name holding ` b/` stop it. The text it reads has each git
+    header's names replaced by a placeholder (same lines, same numbers); _gap_names reads git's."""
+    out = lines.copy()
+    for i in [i for i, line in enumerate(lines) if line.startswith("diff --git ")]:
+        out[i] = "diff --git a/f b/f"
+        j = i + 1
+        while j < len(lines) and lines[j].startswith(_HEADERS):
+            j += 1
+        gone = any(line.startswith("deleted file mode ") for line in lines[i + 1 : j])
+        for k in range(i + 1, j):
+            if lines[k].startswith("--- "):
+                out[k] = "--- a/f"
+            elif lines[k].startswith("+++ "):
+                out[k] = "+++ /dev/null" if gone else "+++ b/f"  # unidiff's target after `deleted file`
+    return "\n".join(out) + "\n"
 
 
-def _epoch(line: str) -> bool:
-    """Does a ---/+++ line's timestamp (after its last tab) say 1970-01-01 00:00:00 UTC, the date
-    `diff -N` gives a missing file (apply.c: has_epoch_timestamp)?"""
-    m = _STAMP.fullmatch(line.rpartition("\t")[2]) if "\t" in line else None
-    if m is None:
-        return False
-    zone = int(m.group(5)) * 60 + int(m.group(6))
-    zone = -zone if m.group(4) == "-" else zone
-    epoch_hour = 24 if m.group(1) == "1969-12-31" else 0
-    return int(m.group(2)) * 60 + int(m.group(3)) - zone == epoch_hour * 60
+def _gap_names(rest: str, head: dict[str, str], where: str) -> tuple[str | None, str | None]:
+    """GAP: unidiff splits `diff --git a/x b/y` at the last ` b/` (a name holding ` b/` is cut wrong),
+    keeps C-quoted names quoted, and reads no `rename from`/`copy from` names. The names as git's
+    git_header_name and the header table give them, prefixes stripped, /dev/null as None."""
+    names = _header_names(rest)
+    old = new = None
+    if names is not None:
+        old, new = _strip(names[0], where), _strip(names[1], where)
+    for key in ("rename from ", "rename old ", "copy from "):
+        if key in head:
+            old = unquote(head[key])
+    for key in ("rename to ", "rename new ", "copy to "):
+        if key in head:
+            new = unquote(head[key])
+    if "--- " in head and not ("rename from " in head or "rename old " in head or "copy from " in head):
+        old = _side(head["--- "], where) or old
+    if "+++ " in head and not ("rename to " in head or "rename new " in head or "copy to " in head):
+        new = _side(head["+++ "], where) or new
+    return old, new
+
+
+def _gap_kind(head: dict[str, str]) -> str:
+    """GAP: unidiff guesses added and deleted files from hunk ranges (`@@ -0,0` is an addition to it, a
+    file emptied to one line is not) and tells no copy from a rename. git's extended headers say."""
+    copy = "copy from " in head
+    rename = not copy and any(k in head for k in ("rename from ", "rename old "))
+    added = "new file mode " in head or head.get("--- ") == "/dev/null"
+    deleted = "deleted file mode " in head or head.get("+++ ") == "/dev/null"
+    return "add" if added else "delete" if deleted else "copy" if copy else "rename" if rename else "modify"
 
 
 def _hunks(
-    lines: list[str], i: int, where: str, origin: str
-) -> tuple[tuple[Hunk, ...], tuple[int, int], int]:
-    """The hunks from line i on, each read by its header's line counts, as parse_fragment does."""
+    pf: PatchedFile, lines: list[str], where: str, origin: str, headers: set[int]
+) -> tuple[tuple[Hunk, ...], tuple[int, int]]:
+    """The file's hunks as unidiff read them (by their headers' line counts, as parse_fragment does)."""
     hunks = []
     added = removed = 0
-    end = len(lines)
-    while i < end and lines[i].startswith("@@ -"):
-        header = lines[i]
-        _refuse_crlf(header, i, origin)
-        m = _HUNK.match(header)
-        if m is None:
-            raise BadInput(f"{where}: not a unified diff: bad hunk header {header[:60]!r}", _REDO)
-        start = min(int(m.group(1)), _ULONG_MAX)  # git's strtoul saturates; where it looks is bounded
-        left = int(m.group(2)) if m.group(2) is not None else 1
-        right = int(m.group(4)) if m.group(4) is not None else 1
+    last = len(pf) - 1
+    for n, uh in enumerate(pf):
+        numbered = [line.diff_line_no for line in uh if line.diff_line_no is not None]
+        header_at = numbered[0] - 2 if numbered else -1
+        header = lines[header_at] if header_at >= 0 else "@@"
+        _refuse_crlf(header, header_at, origin)
+        headers.add(header_at)
         old: list[str] = []
         new: list[str] = []
-        trailing = 0  # context lines since the last change, as parse_fragment counts them
-        hunk_added, hunk_removed = added, removed
-        i += 1
-        while left > 0 or right > 0:
-            if i >= end:
-                raise BadInput(
-                    f"{where}: not a unified diff: hunk {header.split(' @@')[0]} @@ ends early "
-                    "(at the end of the diff)",
-                    _REDO,
-                )
-            line = lines[i]
-            mark = line[:1]
-            if mark == "+":
-                new.append(line[1:] + "\n")
-                right -= 1
-                added += 1
-                trailing = 0
-            elif mark == "-":
-                old.append(line[1:] + "\n")
-                left -= 1
-                removed += 1
-                trailing = 0
-            elif mark == " " or not line:  # an empty line: an empty context line, as git reads it
-                value = line[1:] + "\n"
+        previous = "@"
+        trailing = 0  # context lines after the last change, as parse_fragment counts them
+        for line in uh:
+            kind = line.line_type
+            trailing = trailing + 1 if kind == " " else 0 if kind in ("+", "-") else trailing
+            value = line.value if line.value.endswith("\n") else line.value + "\n"
+            if kind == "+":
+                new.append(value)
+            elif kind == "-":
+                old.append(value)
+            elif kind == " ":
                 old.append(value)
                 new.append(value)
-                left -= 1
-                right -= 1
-                trailing += 1
-            elif _no_newline_mark(line):
+            elif kind == "\\":
+                if not _no_newline_mark("\\" + line.value.rstrip("\n")):
+                    raise BadInput(f"{where}: corrupt patch at {str(line).rstrip()[:40]!r}", _REDO)
                 if old or new:  # right after the header it ends no line: git ignores it there
-                    _no_newline(lines[i - 1], old, new)
+                    _no_newline(previous, old, new)
+                continue
+            elif n < last:  # GAP (see _gap_stray_fragments): an empty line, then this file's next hunk
+                following = [x.diff_line_no for x in pf[n + 1] if x.diff_line_no is not None][:1] or [1]
+                _fragment_without_header(lines, following[0] - 2, origin)
             else:
-                raise BadInput(
-                    f"{where}: not a unified diff: hunk {header.split(' @@')[0]} @@ ends early "
-                    f"(at {line[:40]!r})",
-                    _REDO,
-                )
-            i += 1
-        if left < 0 or right < 0:
-            raise BadInput(
-                f"{where}: not a unified diff: hunk {header[:40]} holds more lines than it counts", _REDO
-            )
-        if i < len(lines) and _no_newline_mark(lines[i]):
-            _no_newline(lines[i - 1], old, new)
-            i += 1
-        if added == hunk_added and removed == hunk_removed:
+                continue  # an empty line after the file's last hunk: mail text
+            previous = kind
+        _gap_foreign_no_newline(lines, numbered, previous, old, new)
+        plus, minus = sum(1 for x in uh if x.line_type == "+"), sum(1 for x in uh if x.line_type == "-")
+        if plus == minus == 0:
             raise BadInput(f"{where}: corrupt patch: hunk {header[:40]} adds and removes no line", _REDO)
+        added += plus
+        removed += minus
         hunks.append(
             Hunk(
-                f"@@ -{m.group(1)},{len(old)} +{m.group(3)},{len(new)} @@",
-                start,
+                f"@@ -{uh.source_start},{len(old)} +{uh.target_start},{len(new)} @@",
+                min(uh.source_start, gitrules.ULONG_MAX),
                 tuple(old),
                 tuple(new),
-                min(int(m.group(3)), _ULONG_MAX),
+                min(uh.target_start, gitrules.ULONG_MAX),
                 trailing,
             )
         )
-    return tuple(hunks), (added, removed), i
+    return tuple(hunks), (added, removed)
+
+
+def _gap_foreign_no_newline(
+    lines: list[str], numbered: list[int], previous: str, old: list[str], new: list[str]
+) -> None:
+    """GAP: unidiff knows the no-newline mark only in English; git takes any line of at least 11
+    characters starting with a backslash and a space right after a hunk (patch(1)'s translations)."""
+    after = numbered[-1] if numbered else None  # 1-based number of the hunk's last line: the next one's index
+    if after is None or after >= len(lines) or lines[after - 1].startswith("\\"):
+        return
+    if _no_newline_mark(lines[after]) and not lines[after].startswith("\\ No newline at end of file"):
+        _no_newline(previous, old, new)
+
+
+def _gap_stray_fragments(lines: list[str], headers: set[int], origin: str) -> None:
+    """GAP: unidiff takes a hunk after an empty line as the file's next hunk, and skips a malformed
+    `@@` line as text. git refuses both (find_header: "patch fragment without header"; parse_fragment:
+    "corrupt patch"): a hunk header unidiff did not read as one refuses the whole diff."""
+    for i in [i for i, line in enumerate(lines) if line.startswith("@@ -")]:
+        if i in headers:
+            continue
+        line = lines[i]
+        if _HUNK.match(line):
+            _fragment_without_header(lines, i, origin)
+        before = lines[i - 1][:1] if i else ""
+        if before in (" ", "+", "-", "\\") or i - 1 in headers:
+            raise BadInput(f"{origin}:{i + 1}: not a unified diff: bad hunk header {line[:60]!r}", _REDO)
+
+
+def _fragment_without_header(lines: list[str], i: int, origin: str) -> None:
+    raise BadInput(
+        f"{origin}:{i + 1}: patch fragment without header: {lines[i][:60]!r} (a note or an empty "
+        "line between two hunks, or a hunk without its diff --git/---/+++ lines)",
+        _REDO,
+    )
 
 
 def _refuse_crlf(line: str, i: int, where: str) -> None:
@@ -308,9 +321,10 @@ def _no_newline(previous: str, old: list[str], new: list[str]) -> None:
         side[-1] = side[-1].removesuffix("\n")
 
 
-def _binary(lines: list[str], i: int, index: str | None, where: str) -> tuple[gitbinary.BinaryPatch, int]:
-    """`GIT binary patch`: the forward chunk (kept), then the reverse one (decoded to check it, as
-    git's parse_binary does, then dropped), each ended by an empty line."""
+def _gap_binary(lines: list[str], i: int, index: str | None, where: str) -> gitbinary.BinaryPatch:
+    """GAP: unidiff marks a binary file but keeps no payload. `GIT binary patch`: the forward chunk
+    (kept, decoded when applied), then the reverse one (decoded to check it, then dropped), each ended
+    by an empty line."""
     m = _INDEX.fullmatch(index or "")
     if m is None or len(m.group(1)) != 40 or len(m.group(2)) != 40:
         raise BadInput(
@@ -334,9 +348,9 @@ def _binary(lines: list[str], i: int, index: str | None, where: str) -> tuple[gi
         i += 1  # the empty line
     if not chunks:
         raise BadInput(f"{where}: `GIT binary patch` without a literal or delta chunk", _REDO)
-    for reverse in chunks[1:]:  # git reads the reverse chunk too: a damaged one refuses the patch
+    for reverse in chunks[1:]:  # git reads the reverse chunk too (parse_binary): a damaged one refuses
         gitbinary.decode(reverse, where)
-    return chunks[0], i
+    return chunks[0]
 
 
 def _checked(fp: FilePatch, origin: str) -> FilePatch:
