@@ -1,4 +1,4 @@
-"""Agreement with `git apply` on the corpus of tests/gitapply_corpus.py: how many cases agree, and each
+"""Agreement with `git apply` on the corpus of tests/gitapply_damage.py: how many cases agree, and each
 kind of disagreement, with a case that runs past a time limit counted as a hang (a measurement, not a
 test: the tests bound the work instead). Run from a checkout: `.venv/bin/python bench/gitapply_agreement.py`;
 PYTHONPATH=<another checkout's src> measures that code on the same corpus."""
@@ -15,6 +15,7 @@ from types import FrameType
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import gitapply_corpus  # noqa: E402 (tests/ is not a package)
+import gitapply_damage  # noqa: E402
 
 LIMIT = 2  # seconds a case may take before it counts as a hang
 
@@ -30,7 +31,7 @@ def _alarm(signum: int, frame: FrameType | None) -> None:
 def main() -> int:
     signal.signal(signal.SIGALRM, _alarm)
     work = Path(tempfile.mkdtemp(prefix="pk-agreement-"))
-    cases = gitapply_corpus.corpus(work / "made")
+    cases = gitapply_damage.corpus(work / "made")
     counts: collections.Counter[str] = collections.Counter()
     shown: dict[str, list[str]] = collections.defaultdict(list)
     forms: collections.Counter[str] = collections.Counter()

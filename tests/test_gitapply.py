@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 from conftest import edit_file
-from gitapply_corpus import DOCUMENTED, Case, case, corpus, git_diff, judge, text
+from gitapply_corpus import DOCUMENTED, Case, case, git_diff, judge, text
+from gitapply_damage import corpus
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
