@@ -16,7 +16,7 @@ from ..host.statcache import load_cache, save_cache, user_cache
 from .gitbinary import BinaryPatch
 from .patching import FilePatch, Hunk
 
-FORMAT = 1
+FORMAT = 2  # 2: a hunk's new_start and trailing context kept (git's placement needs them)
 KEEP = 16  # parses kept in the user cache, the oldest removed past them
 SMALL = 64 << 10  # texts below this are parsed again rather than read from disk (it is as fast)
 _MEMORY: dict[str, tuple[FilePatch, ...]] = {}
@@ -45,10 +45,14 @@ def remembered(
 
 @functools.cache
 def _stamp() -> tuple[Any, ...]:
-    """What a parse depends on besides the text: the reader's code (this module and gitdiff.py, by
-    digest) and unidiff's version (from its metadata, without importing it)."""
+    """What a parse depends on besides the text: the reader's code (this module, gitdiff.py, gitrules.py
+    and patching.py, which defines a hunk, by digest) and unidiff's version (from its metadata,
+    without importing it)."""
     here = os.path.dirname(__file__)
-    code = b"".join(open(os.path.join(here, name), "rb").read() for name in ("gitdiff.py", "parse_cache.py"))
+    code = b"".join(
+        open(os.path.join(here, name), "rb").read()
+        for name in ("gitdiff.py", "gitrules.py", "patching.py", "parse_cache.py")
+    )
     return ("parsed-diff", FORMAT, importlib.metadata.version("unidiff"), hash_bytes(code))
 
 
@@ -58,7 +62,7 @@ def _to_plain(patches: tuple[FilePatch, ...]) -> list[Any]:
             fp.path,
             fp.kind,
             fp.new_mode,
-            [(h.header, h.source_start, h.old_lines, h.new_lines) for h in fp.hunks],
+            [(h.header, h.source_start, h.old_lines, h.new_lines, h.new_start, h.trailing) for h in fp.hunks],
             fp.source,
             None
             if fp.binary is None
@@ -78,7 +82,7 @@ def _from_plain(rows: Any) -> tuple[FilePatch, ...] | None:
                 path,
                 kind,
                 mode,
-                tuple(Hunk(h[0], h[1], tuple(h[2]), tuple(h[3])) for h in hunks),
+                tuple(Hunk(h[0], h[1], tuple(h[2]), tuple(h[3]), h[4], h[5]) for h in hunks),
                 source,
                 None if binary is None else BinaryPatch(*binary),
                 added,
