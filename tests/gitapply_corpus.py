@@ -41,6 +41,7 @@ DOCUMENTED = {
     "lead through a symlinked directory": "a path through a symlinked directory",
     "lacks the a/ or b/ prefix": "a path without git's a/ and b/ prefixes",
     "without the header lines git writes": "a `diff --git` line without its header lines",
+    "not a unified diff: Unexpected ": "git's header lines or binary patch without their `diff --git` line",
 }
 
 

@@ -106,10 +106,10 @@ def _we_say(diff: str) -> bytes | None:
         return None
 
 
-# git applies these and joins the line before the mark to the next one (apply.c's match_fragment compares
-# bytes, so "line 8" without its newline matches "line 8\n"); patching.py refuses them: a refusal, an
-# apply-semantics question for patching.py (the oracle's corpus), not a reading one
-REFUSED_WHERE_GIT_JOINS = {"a no-newline mark before hunk 2", "a no-newline mark before hunk 3"}
+# git applies "a no-newline mark before hunk 2/3" and joins the line before the mark to the next one
+# (apply.c's match_fragment compares bytes, so "line 8" without its newline matches "line 8\n");
+# patching.py does the same since the oracle branch (issue 38): no disagreement is left
+REFUSED_WHERE_GIT_JOINS: set[str] = set()
 
 
 def test_damaged_diffs_are_read_and_refused_as_git_apply_does(tmp_path):

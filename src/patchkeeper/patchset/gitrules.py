@@ -13,6 +13,7 @@ ULONG_MAX = (1 << 64) - 1  # git's strtoul saturates a line number there
 FROM = ("rename from ", "rename old ", "copy from ")
 TO = ("rename to ", "rename new ", "copy to ")
 _REDO = "write the diff again with git diff (--binary for binary files)"
+_HUNK = re.compile(r"@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
 _STAMP = re.compile(
     r"(1969-12-31|1970-01-01) ([0-2][0-9]):([0-5][0-9]):00(?:\.0+)? ([-+])([0-2][0-9]):?([0-5][0-9])"
 )
@@ -80,6 +81,19 @@ def check_changes(head: dict[str, str], kind: str, empty: bool, path: str, where
 
 
 def check_last_line(lines: list[str], origin: str) -> None:
-    """The text's last line when it has no newline: git reads no hunk line without one."""
-    if lines and lines[-1][:1] in ("+", "-", " ", "\\"):
-        raise BadInput(f"{origin}: the diff ends inside a line ({lines[-1][:40]!r} has no newline)", _REDO)
+    """The text's last line when it has no newline: git reads no hunk line without one, so a hunk
+    whose counts reach that line refuses the diff (parse_fragment)."""
+    i = len(lines) - 1
+    while i >= 0 and lines[i][:1] in ("+", "-", " ", "\\") and not lines[i].startswith(("--- ", "+++ ")):
+        i -= 1  # back over what may be a hunk's lines to its header
+    m = _HUNK.match(lines[i]) if i >= 0 else None
+    if m is None:
+        return
+    old, new = int(m.group(1) or 1), int(m.group(2) or 1)
+    for j in range(i + 1, len(lines)):
+        if old <= 0 and new <= 0:
+            return  # the hunk ended before the last line: that line is text after it
+        mark = lines[j][:1]
+        old -= mark in (" ", "-")
+        new -= mark in (" ", "+")
+    raise BadInput(f"{origin}: the diff ends inside a line ({lines[-1][:40]!r} has no newline)", _REDO)
