@@ -40,8 +40,8 @@ def _parse(text: str, origin: str) -> tuple[FilePatch, ...]:
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()
-    elif lines[-1][:1] in ("+", "-", " ", "\\"):  # git reads no hunk line without its newline
-        raise BadInput(f"{origin}: the diff ends inside a line ({lines[-1][:40]!r} has no newline)", _REDO)
+    else:
+        _check_last_line(lines, origin)
     try:
         files = PatchSet(io.StringIO(_gap_text_for_unidiff(lines, origin)))
     except UnidiffParseError as exc:
@@ -297,6 +297,29 @@ def _no_newline(previous: str, old: list[str], new: list[str]) -> None:
     sides = [old, new] if previous[:1] in (" ", "") else [old] if previous[:1] == "-" else [new]
     for side in sides:
         side[-1] = side[-1].removesuffix("\n")
+
+
+_HUNK_COUNTS = re.compile(r"@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
+
+
+def _check_last_line(lines: list[str], origin: str) -> None:
+    """The text's last line when it has no newline: git reads no hunk line without one, so a hunk
+    whose counts reach that line refuses the diff (apply.c's parse_fragment); text after a hunk's end
+    is mail text."""
+    i = len(lines) - 1
+    while i >= 0 and lines[i][:1] in ("+", "-", " ", "\\") and not lines[i].startswith(("--- ", "+++ ")):
+        i -= 1  # back over what may be a hunk's lines to its header
+    m = _HUNK_COUNTS.match(lines[i]) if i >= 0 else None
+    if m is None:
+        return
+    old, new = int(m.group(1) or 1), int(m.group(2) or 1)
+    for j in range(i + 1, len(lines)):
+        if old <= 0 and new <= 0:
+            return  # the hunk ended before the last line: that line is text after it
+        mark = lines[j][:1]
+        old -= mark in (" ", "-")
+        new -= mark in (" ", "+")
+    raise BadInput(f"{origin}: the diff ends inside a line ({lines[-1][:40]!r} has no newline)", _REDO)
 
 
 def _gap_binary(lines: list[str], i: int, index: str | None, where: str) -> gitbinary.BinaryPatch:
