@@ -24,9 +24,24 @@ class InsideTarget(LocalTarget):
         super().__init__(config)
         self.m = m
 
+    @property
+    def agent(self):  # type: ignore[no-untyped-def]
+        return _InsideAgent(self)
+
     def run(self, argv, timeout=60.0, input=None):  # type: ignore[no-untyped-def]
         inside = ["nsenter", "-t", str(self.m.init), "-p", "-m", "env", f"XDG_RUNTIME_DIR={self.m.runtime}"]
         return super().run(inside + list(argv), timeout, input)
+
+
+class _InsideAgent:
+    """The one agent call manager.ask makes (is /run/systemd/system there?), answered inside."""
+
+    def __init__(self, target: InsideTarget) -> None:
+        self.target = target
+
+    def lstat(self, path: str) -> object | None:
+        code, _, _ = self.target.run(["sh", "-c", 'test -e "$1" || test -L "$1"', "sh", path])
+        return True if code == 0 else None
 
 
 def target_for(m: LiveManager, unit: str, scope: str = "user") -> InsideTarget:

@@ -302,6 +302,12 @@ def ask(target: Target, timeout: float | None = None) -> ManagerView | str | Non
         "properties": PROPERTIES,
         "timeout": seconds,
     }
+    not_booted = f"systemd is not the running init on the target ({unitask.BOOTED} is absent)"
+    try:  # the agent already runs: no interpreter is started where no manager can answer
+        if target.agent.lstat(unitask.BOOTED) is None:
+            return not_booted
+    except Exception:  # noqa: BLE001 - the probe below looks again and says why
+        pass
     source = Path(unitask.__file__).read_text(encoding="utf-8")
     try:
         code, out, err = target.run_python(source, timeout=seconds + 30, input=json.dumps(request).encode())
@@ -314,7 +320,7 @@ def ask(target: Target, timeout: float | None = None) -> ManagerView | str | Non
     if answer.get("error"):
         return str(answer["error"])
     if not answer.get("booted"):
-        return f"systemd is not the running init on the target ({unitask.BOOTED} is absent)"
+        return not_booted
     which = "systemctl" + (" --user" if scope == "user" else "")
     if answer.get("code") != 0:
         said = (answer.get("err") or "").strip().splitlines()[-1:] or [f"exit code {answer.get('code')}"]
