@@ -1,4 +1,4 @@
-"""The controller: one process of this user's that holds every held SSH connection, each with a ready agent.
+"""The controller: one process of this user's holding every held SSH connection, each with a ready agent.
 
 Started by persist.start as `python -m patchkeeper.targets.holder SOCKET`. It listens on that one
 socket, prints one JSON line (ready) and serves requests, one thread per command; each request names
@@ -59,8 +59,7 @@ class Held:
 
     def begin(self, persist: float) -> None:
         with self.filling:
-            self.active += 1
-            self.persist = persist
+            self.active, self.persist = self.active + 1, persist
 
     def end(self) -> None:
         with self.filling:
@@ -194,8 +193,7 @@ class Controller:
         self.public: tuple[str, int] | None = None  # the socket's public name and inode, once published
 
     def withdraw(self) -> None:
-        """Remove our socket's public name (unless a replacement has taken it): no new command can
-        reach this controller, and the next one starts another."""
+        """Remove our socket's public name (unless a replacement took it): the next command starts another."""
         if self.public is not None:
             path, ident = self.public
             try:
@@ -374,8 +372,7 @@ def _is_parked(answer: bytearray) -> bool | None:
     return header.get("ok") == 1 and value == "parked" and pos == len(answer)
 
 
-def _chan(agent: AgentProxy) -> Any:
-    """The paramiko channel an agent started by this controller runs on."""
+def _chan(agent: AgentProxy) -> Any:  # the paramiko channel an agent started here runs on
     return agent._link._chan  # type: ignore[attr-defined]
 
 

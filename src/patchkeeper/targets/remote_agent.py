@@ -17,43 +17,24 @@ import threading
 import time
 from abc import abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, cast
 
-from ..errors import AgentError, TargetError
+from ..errors import TargetError
 from ..host import contract as c
 from ..host import wire
 from . import shapes
+from .agent_errors import _exception, _quoted
 from .base import Target, memo
 from .links import Link, PipeLink, SshLink, program
+from .patience import Patience as Patience  # re-exported: where targets import it from
 
-DEFAULT_TIMEOUT = (
-    30.0  # seconds a host may keep the wire silent (no answer, no heartbeat): a target's `timeout`
-)
-
-
-@dataclass(frozen=True)
-class Patience:
-    """How long to wait for a host, all from one number (a target's `timeout`, in seconds)."""
-
-    silence: float = DEFAULT_TIMEOUT
-
-    @property
-    def hello(self) -> float:
-        """For an agent to start and say hello (no heartbeat yet: an interpreter to start, its program
-        uploaded and compiled, on a host that may be busy): four silences, at least a minute."""
-        return max(4 * self.silence, 60.0)
-
-    def deadline(self, sent: int) -> float:
-        """The longest one call may run, heartbeats or not: 60 silences (30 min by default: hashing
-        a large package cold), and one more per MiB the call was given."""
-        return self.silence * (60 + sent / (1 << 20))
+PATIENT = Patience()  # the default: a target's `timeout` of 30 s
 
 
 class AgentProxy(c.AgentContract):
     """The agent contract, each call one request over one link, one at a time."""
 
-    def __init__(self, link: Link, target_name: str, python: str, patience: Patience = Patience()) -> None:
+    def __init__(self, link: Link, target_name: str, python: str, patience: Patience = PATIENT) -> None:
         self._link = link
         self._name = target_name
         self._lock = threading.Lock()
@@ -140,7 +121,7 @@ class AgentProxy(c.AgentContract):
 
     @classmethod
     def over_ssh(
-        cls, channel: Any, target_name: str, python: str, patience: Patience = Patience()
+        cls, channel: Any, target_name: str, python: str, patience: Patience = PATIENT
     ) -> AgentProxy:
         try:
             link = SshLink(channel, python, program(), patience.silence)
@@ -154,7 +135,7 @@ class AgentProxy(c.AgentContract):
         return cls(link, target_name, python, patience)
 
     @classmethod
-    def in_subprocess(cls, target_name: str, python: str, patience: Patience = Patience()) -> AgentProxy:
+    def in_subprocess(cls, target_name: str, python: str, patience: Patience = PATIENT) -> AgentProxy:
         try:
             link = PipeLink(python, program())
         except OSError as exc:
@@ -444,32 +425,6 @@ class AgentProxy(c.AgentContract):
 
 class _Said(TargetError):
     """An error that already says what went wrong with the agent's start (not: its interpreter failed)."""
-
-
-def _quoted(data: bytes) -> str:
-    text = data.decode("utf-8", "replace").strip()
-    return repr(text if len(text) <= 80 else text[:77] + "...")
-
-
-def _exception(doc: Any, target: str, method: str) -> Exception:
-    """The exception an error document from the agent stands for (wire.error_doc)."""
-    doc = doc if isinstance(doc, dict) else {}
-    kind, message = str(doc.get("type", "?")), str(doc.get("message", "?"))
-    if kind == "FileNotFoundError":
-        errno, filename = doc.get("errno"), doc.get("filename")
-        return FileNotFoundError(
-            errno if type(errno) is int else 2,
-            str(doc.get("strerror") or message),
-            filename if isinstance(filename, str) else None,
-        )
-    if kind == "AgentError" and isinstance(doc.get("kind"), str):
-        return AgentError(doc["kind"], message)
-    trace = doc.get("trace")
-    detail = (trace.strip().splitlines()[-1:] if isinstance(trace, str) else []) or [f"{kind}: {message}"]
-    return TargetError(
-        f"target {target}: {method} failed on the host: {detail[0]}",
-        "check the path and permissions on the host",
-    )
 
 
 class AgentTarget(Target):
