@@ -204,3 +204,14 @@ def test_each_count_of_files_says_what_it_counts(env):
     assert "recorded baseline of local: " in out and " files of sglang, state " in out
     out = env.pk("audit", check=None).stdout
     assert " files checked (every distribution in site-packages, not only sglang)" in out
+
+
+def test_init_says_once_that_the_unit_it_names_does_not_exist_yet(tmp_path):
+    ws = tmp_path / "ws"
+    proc = pk(tmp_path, "-w", str(ws), "init", "--python", sys.executable)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count(f"unit role is {ws}/sglang-qwen.service, which does not exist") == 1
+    assert "/etc/systemd/system/NAME.service" in proc.stdout
+    assert (
+        "# No unit yet: this one, in the workspace, does not exist" in (ws / "patchkeeper.toml").read_text()
+    )
