@@ -5,6 +5,7 @@ a fresh $HOME without a git identity still commits, SSH failures in words, `snap
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -215,3 +216,14 @@ def test_init_says_once_that_the_unit_it_names_does_not_exist_yet(tmp_path):
     assert (
         "# No unit yet: this one, in the workspace, does not exist" in (ws / "patchkeeper.toml").read_text()
     )
+
+
+def test_list_with_one_broken_patch_set_lists_the_others_and_marks_it(env):
+    (env.root / "patchsets" / "nextn" / "patchset.toml").write_text("name = [broken\n")
+    proc = env.pk("list", check=2)
+    assert "ddtree@" in proc.stdout and "dflash@" in proc.stdout
+    assert "nextn            BROKEN: cannot be read" in proc.stdout
+    assert "patchkeeper: error: " in proc.stderr and "nextn" in proc.stderr
+    doc = json.loads(env.pk("list", "--json", check=2).stdout)
+    assert [d["name"] for d in doc] == ["ddtree", "dflash", "nextn"]
+    assert "version" in doc[0] and doc[2]["error"]["message"] and "version" not in doc[2]
