@@ -30,8 +30,8 @@ def list_patchsets(ws: Workspace, as_json: bool) -> int:
             + [{"name": n, "error": {"message": e.message, "hint": e.hint}} for n, e in broken.items()]
         )
         return code
-    for exc in broken.values():
-        sys.stderr.write(f"patchkeeper: error: {one_line(exc.message)}\n  hint: {one_line(exc.hint)}\n")
+    for error in broken.values():
+        sys.stderr.write(f"patchkeeper: error: {one_line(error.message)}\n  hint: {one_line(error.hint)}\n")
     if not sets and not broken:
         print(f"no patch sets in {ws.patchsets_dir}")
     width = shutil.get_terminal_size((100, 24)).columns  # $COLUMNS, the terminal's, else 100
