@@ -12,7 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import copy_venv, make_workspace
+from conftest import copy_venv, edit_file, make_workspace
+
+SPEC = "sglang/srt/speculative/spec_info.py"
 
 
 def pk(cwd: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -227,3 +229,18 @@ def test_list_with_one_broken_patch_set_lists_the_others_and_marks_it(env):
     doc = json.loads(env.pk("list", "--json", check=2).stdout)
     assert [d["name"] for d in doc] == ["ddtree", "dflash", "nextn"]
     assert "version" in doc[0] and doc[2]["error"]["message"] and "version" not in doc[2]
+
+
+def test_restore_pristine_after_the_baseline_says_it_acts_only_before_and_what_works(env):
+    env.pk("snapshot", "--name", "first")
+    edit_file(env.site / SPEC, (env.site / SPEC).read_bytes() + b"# by hand\n")
+    before = env.snapshot()
+    err = env.pk("apply", "ddtree", "--restore-pristine", "--no-verify", check=2).stderr
+    assert "--restore-pristine acts only before a target's first baseline; local has one" in err
+    current = json.loads(env.pk("status", "--json").stdout)["state"]["id"]
+    assert f"hint: to drop hand edits now: `patchkeeper rollback --to {current}` gives every file" in err
+    err = env.pk("snapshot", "--name", "second", "--accept-edits", check=2).stderr
+    assert "--accept-edits acts only before" in err and "`patchkeeper snapshot --name NAME`" in err
+    assert env.snapshot() == before
+    env.pk("rollback", "--to", current, "--no-verify")  # what the hint says works
+    env.pk("apply", "ddtree", "--no-verify")

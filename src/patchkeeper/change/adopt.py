@@ -29,6 +29,26 @@ def check_mode(restore_pristine: bool, accept_edits: bool) -> str | None:
     return "restore-pristine" if restore_pristine else "accept-edits" if accept_edits else None
 
 
+def too_late(s: Session, adopt: str) -> BadInput:
+    """--restore-pristine or --accept-edits given to a target that has its baseline already: they act
+    only before it, and what does the same now."""
+    current = s.ledger.current()
+    where = f" -t {s.target.name}" if s.target.name != s.workspace.default_target else ""
+    then = (
+        f"to drop hand edits now: `patchkeeper rollback{where} --to {current.id if current else 'baseline'}` "
+        "gives every file the current state's recorded bytes (hand edits backed up first), then run the "
+        "command again without --restore-pristine"
+        if adopt == "restore-pristine"
+        else f"to keep hand edits as they are now: `patchkeeper snapshot{where} --name NAME` records them, or "
+        f"`patchkeeper record NAME{where} --from STATE` makes them a patch set"
+    )
+    return BadInput(
+        f"--{adopt} acts only before a target's first baseline; {s.target.name} has one "
+        f"(current state {current.id if current else '-'})",
+        then,
+    )
+
+
 def ensure_baseline(s: Session, bytes_kept: bool = True, adopt: str | None = None) -> LedgerEntry | None:
     """Record the baseline unless a state is recorded already; the new baseline entry, or None.
     The package is checked against its RECORD first: hand edits are refused, or handled as

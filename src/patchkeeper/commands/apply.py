@@ -53,6 +53,8 @@ def _apply(
         first = s.ledger.current() is None or adopting.new_release(
             s
         )  # a baseline (of this release) comes first
+        if adopt is not None and not first:
+            raise adopting.too_late(s, adopt)
         incoming = stacks.resolve(
             ws.patchsets_dir, name, s.config
         )  # every template renders, before a baseline
