@@ -244,3 +244,14 @@ def test_restore_pristine_after_the_baseline_says_it_acts_only_before_and_what_w
     assert env.snapshot() == before
     env.pk("rollback", "--to", current, "--no-verify")  # what the hint says works
     env.pk("apply", "ddtree", "--no-verify")
+
+
+def test_a_target_whose_python_is_wrong_is_not_counted_unreachable(tmp_path, pristine_venv):
+    env = make_workspace(
+        tmp_path / "ws",
+        copy_venv(pristine_venv, tmp_path / "venv"),
+        f'\n[targets.other]\npython = "{sys.executable}"\npackage = "sglang"\n',  # no sglang there
+    )
+    proc = env.pk("status", "--all", check=2)
+    assert proc.stdout.splitlines()[-1] == "2 target(s): 0 unreachable, 1 in error", proc.stdout
+    assert "'sglang' is not installed in" in proc.stdout

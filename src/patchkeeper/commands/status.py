@@ -13,7 +13,7 @@ from ..patchset import patchset
 from ..printable import one_line
 from ..records.ledger import State
 from ..records.manifest import ROLE_PREFIX
-from ..targets.fleet import Failed, each, table
+from ..targets.fleet import Failed, each, failures, table
 from ..workspace import Workspace
 from . import emit_json
 
@@ -250,5 +250,5 @@ def status_all(ws: Workspace, as_json: bool) -> int:
             ]
         )
     table(["target", "package", "state", "stack; files"], rows)
-    print(f"{len(results)} target(s): {len(errors)} unreachable")
+    print(f"{len(results)} target(s): {failures(results.values())}")
     return 2 if errors else 1 if troubled else 0
