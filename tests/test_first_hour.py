@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 from conftest import copy_venv, edit_file, make_workspace
@@ -255,3 +257,20 @@ def test_a_target_whose_python_is_wrong_is_not_counted_unreachable(tmp_path, pri
     proc = env.pk("status", "--all", check=2)
     assert proc.stdout.splitlines()[-1] == "2 target(s): 0 unreachable, 1 in error", proc.stdout
     assert "'sglang' is not installed in" in proc.stdout
+
+
+def test_a_kept_version_named_with_at_gets_the_way_to_apply_it(env):
+    sets = env.root / "patchsets"
+    toml = (sets / "nextn" / "patchset.toml").read_text()
+    now = tomllib.loads(toml)["version"]
+    kept = sets / ".history" / "nextn" / "0.9.0"  # as a save leaves the version it replaced
+    shutil.copytree(sets / "nextn", kept)
+    (kept / "patchset.toml").write_text(toml.replace(f'version = "{now}"', 'version = "0.9.0"'))
+    err = env.pk("apply", "nextn@0.9.0", "--no-verify", check=2).stderr
+    assert "nextn@0.9.0 is a kept version (patchsets/.history/nextn/0.9.0/)" in err
+    hint = err.split("hint: to apply 0.9.0, put it back as the current version: `", 1)[1].split("`", 1)[0]
+    subprocess.run(hint, shell=True, cwd=env.root, check=True)  # the hint's command, as written
+    env.pk("apply", "nextn", "--no-verify")
+    assert "nextn@0.9.0" in env.pk("status").stdout
+    assert "nextn@0.9.0 is the current version" in env.pk("apply", "nextn@0.9.0", check=2).stderr
+    assert f"nextn@{now} is a kept version" in env.pk("apply", f"nextn@{now}", check=2).stderr
