@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from ..checks import installation
 from ..errors import NotInstalled, Refused, Unfinished
+from ..patchset.patchset import Library
 from ..printable import one_line
 from ..records import history, statedir
 from ..records.ledger import Ledger
@@ -61,6 +62,7 @@ class Session:
         self.unfinished: Unfinished | None = None  # a committed transaction recovery could not finish
         self._locked = False
         self.record = history.Record(self.config.name, command)  # what changes.mirror copied, for one commit
+        self.patchsets = Library(workspace.patchsets_dir)  # each patch set read once by this command
         self.commit = commit
         self._installation: tuple[int, InstallChange | None] | None = None
 

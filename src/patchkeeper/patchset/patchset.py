@@ -143,6 +143,20 @@ def names(root: Path) -> list[str]:
     return sorted(p.name for p in root.iterdir() if (p / MANIFEST).is_file() and not p.name.startswith("."))
 
 
+class Library:
+    """The workspace's patch sets as one command reads them: each loaded from disk once, then the same
+    value for every step of the command that asks (a command reads its inputs once)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._loaded: dict[str, PatchSet] = {}
+
+    def load(self, name: str) -> PatchSet:
+        if name not in self._loaded:
+            self._loaded[name] = load(self.root, name)
+        return self._loaded[name]
+
+
 def load(root: Path, name: str) -> PatchSet:
     directory = root / name
     path = directory / MANIFEST
