@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import shutil
 import socket
 import subprocess
@@ -14,7 +15,11 @@ import sys
 import tomllib
 from pathlib import Path
 
+import click
 from conftest import copy_venv, edit_file, make_workspace
+
+from patchkeeper.cli import main
+from patchkeeper.options import summary
 
 SPEC = "sglang/srt/speculative/spec_info.py"
 
@@ -274,3 +279,51 @@ def test_a_kept_version_named_with_at_gets_the_way_to_apply_it(env):
     assert "nextn@0.9.0" in env.pk("status").stdout
     assert "nextn@0.9.0 is the current version" in env.pk("apply", "nextn@0.9.0", check=2).stderr
     assert f"nextn@{now} is a kept version" in env.pk("apply", f"nextn@{now}", check=2).stderr
+
+
+# ---- the terminal: --help, colour, -w -----------------------------------------------------------------
+def test_help_gives_each_verb_its_summary_whole(tmp_path):
+    text = pk(tmp_path, "--help", env={"COLUMNS": "80"}).stdout
+    commands = text.split("Commands:", 1)[1]
+    assert "..." not in commands
+    flat = " ".join(commands.split())
+    ctx = click.Context(main)
+    for name in main.list_commands(ctx):
+        assert f"{name} {summary(main.get_command(ctx, name))}" in flat, name
+
+
+def _stderr_on_a_terminal(tmp_path, *args: str, env: dict | None = None) -> bytes:
+    master, slave = pty.openpty()
+    subprocess.run(
+        [sys.executable, "-m", "patchkeeper", *args],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=slave,
+        env={**os.environ, "TERM": "xterm", **(env or {})},
+    )
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: the terminal's other side is closed and read
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    return out
+
+
+def test_colour_on_a_terminal_only_and_never_with_no_color(tmp_path):
+    red = b"\x1b[31m"
+    assert red in _stderr_on_a_terminal(tmp_path, "status", env={"NO_COLOR": ""})
+    assert red not in _stderr_on_a_terminal(tmp_path, "status", env={"NO_COLOR": "1"})
+    piped = subprocess.run([sys.executable, "-m", "patchkeeper", "status"], cwd=tmp_path, capture_output=True)
+    assert b"\x1b[" not in piped.stderr and b"error: no patchkeeper.toml" in piped.stderr
+
+
+def test_a_workspace_directory_that_does_not_exist_is_said_so(tmp_path):
+    proc = pk(tmp_path, "-w", str(tmp_path / "nosuch"), "status")
+    assert proc.returncode == 2 and f"error: {tmp_path}/nosuch does not exist" in proc.stderr
+    assert f"patchkeeper -w {tmp_path}/nosuch init" in proc.stderr
