@@ -16,7 +16,7 @@ import tomllib
 from pathlib import Path
 
 import click
-from conftest import copy_venv, edit_file, make_workspace
+from conftest import REPO, copy_venv, edit_file, make_workspace
 
 from patchkeeper.cli import main
 from patchkeeper.options import summary
@@ -327,3 +327,22 @@ def test_a_workspace_directory_that_does_not_exist_is_said_so(tmp_path):
     proc = pk(tmp_path, "-w", str(tmp_path / "nosuch"), "status")
     assert proc.returncode == 2 and f"error: {tmp_path}/nosuch does not exist" in proc.stderr
     assert f"patchkeeper -w {tmp_path}/nosuch init" in proc.stderr
+
+
+def test_status_of_another_target_hints_with_its_t_and_a_re_render_is_called_so(tmp_path, pristine_venv):
+    other = copy_venv(pristine_venv, tmp_path / "other")
+    shutil.copy(REPO / "demo" / "sglang-qwen.service", tmp_path / "other.service")
+    env = make_workspace(
+        tmp_path / "ws",
+        copy_venv(pristine_venv, tmp_path / "venv"),
+        f'\n[targets.ct129]\npython = "{other}/bin/python"\npackage = "sglang"\n\n'
+        f'[targets.ct129.vars]\ndraft_model_path = "/m"\n\n'
+        f'[targets.ct129.files]\nunit = "{tmp_path}/other.service"\n',
+    )
+    env.pk("apply", "dflash", "-t", "ct129", "--no-verify")
+    toml = env.root / "patchkeeper.toml"
+    toml.write_text(toml.read_text().replace('draft_model_path = "/m"\n', 'draft_model_path = "/m2"\n'))
+    out = env.pk("status", "-t", "ct129").stdout
+    assert "`patchkeeper apply dflash -t ct129` would write:" in out
+    out = env.pk("apply", "dflash", "-t", "ct129", "--dry-run").stdout
+    assert "re-rendering dflash@3.1.0 with the target's current values" in out and "switching" not in out

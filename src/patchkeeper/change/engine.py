@@ -180,13 +180,11 @@ def plan_apply(
     manifest_digest = target.hash_bytes(manifest_text)
     contents[manifest_digest] = manifest_text
     after = State.make(manifest_digest, new_stack)
-    if removed:
-        notes.append(
-            "switching: "
-            + ", ".join(f"{p['name']}@{p['version']}" for p in removed)
-            + " -> "
-            + ", ".join(ps.ident for ps in adding)
-        )
+    gone, coming = [f"{p['name']}@{p['version']}" for p in removed], [ps.ident for ps in adding]
+    if removed and sorted(gone) == sorted(coming):  # the same versions, rendered with other values
+        notes.append(f"re-rendering {', '.join(coming)} with the target's current values")
+    elif removed:
+        notes.append(f"switching: {', '.join(gone)} -> {', '.join(coming)}")
     extra = ApplyExtra(removed=removed)
     backups = plans.backups(ops, drift)
     if backups:

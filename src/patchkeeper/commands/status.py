@@ -69,7 +69,7 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
             print(("" if told.trouble else "note: ") + told.line)
         _print_unit(s, exec_start)
         for item in stale:
-            _print_stale(item)
+            _print_stale(item, _where(s))
         if report is not None:
             print("audit: " + report.summary())
         if not diffs:
@@ -142,7 +142,12 @@ def out_of_date(ws: Workspace, s: Session, current: State, diffs: dict[str, str]
     return out
 
 
-def _print_stale(item: dict[str, Any]) -> None:
+def _where(s: Session) -> str:
+    """` -t NAME` for a command hinted about a target other than the default one."""
+    return f" -t {s.target.name}" if s.target.name != s.workspace.default_target else ""
+
+
+def _print_stale(item: dict[str, Any], where: str) -> None:
     if item["why"]:
         print(f"out of date: {item['patchset']} no longer renders for this target: {item['why']}")
         return
@@ -152,7 +157,7 @@ def _print_stale(item: dict[str, Any]) -> None:
     print(
         f"out of date: {item['path']} (role {item['role']} of {item['patchset']}) is not what the workspace renders "
         f"now{': ' + changed + ' changed since it was applied' if changed else ''}; "
-        f"`patchkeeper apply {item['name']}` would write:"
+        f"`patchkeeper apply {item['name']}{where}` would write:"
     )
     for line in item["diff"][2:]:
         print("  " + one_line(line.rstrip("\n")))
@@ -163,15 +168,15 @@ def _hint(s: Session, told: installation.Told) -> str:
     if change.kind == "version":
         return (
             f"{change.pin(s.target.info.python)} brings back the release state {change.state.id} was recorded "
-            "with; then `patchkeeper status` again"
+            f"with; then `patchkeeper status{_where(s)}` again"
         )
     if change.kind == "record":
         return f"reinstall it: {change.pin(s.target.info.python)} --force-reinstall"
     names = " ".join(p["name"] for p in change.state.stack)
     return (
-        f"`patchkeeper apply {names}` puts the patch sets' files back"
+        f"`patchkeeper apply {names}{_where(s)}` puts the patch sets' files back"
         if names
-        else f"`patchkeeper rollback --to {change.state.id}` puts the state's files back"
+        else f"`patchkeeper rollback{_where(s)} --to {change.state.id}` puts the state's files back"
     )
 
 
