@@ -198,11 +198,22 @@ def describe(entry: LedgerEntry) -> str:
         return f"; {len(entry.hand_edits)} hand edit(s) accepted as they are (--accept-edits): " + ", ".join(
             entry.hand_edits
         )
-    if how == "restore-pristine":
-        return (
-            f"; {len(entry.hand_edits)} hand-edited file(s) restored to the release's bytes from "
-            f"{extra.get('wheel')} first (old bytes backed up): " + ", ".join(entry.hand_edits)
+    if how == "restore-pristine":  # a file the release lacks (an added one, a foreign pyc) is removed
+        removed = [k for k in entry.hand_edits if entry.changed.get(k) == "removed"]
+        restored = [k for k in entry.hand_edits if k not in removed]
+        parts = (
+            [
+                f"{len(restored)} hand-edited file(s) restored to the release's bytes from {extra.get('wheel')} "
+                "first (old bytes backed up): " + ", ".join(restored)
+            ]
+            if restored
+            else []
         )
+        if removed:
+            parts.append(
+                f"{len(removed)} file(s) the release does not have removed (backed up): " + ", ".join(removed)
+            )
+        return "".join("; " + p for p in parts)
     return ""
 
 
