@@ -166,6 +166,18 @@ def test_without_a_git_identity_the_workspace_commits_as_patchkeeper_and_says_so
         again.returncode == 0 and "git has no identity" not in again.stderr and "warning" not in again.stderr
     )
     assert "rollback" in _git(env.root, "log", "-1", "--format=%s")
+    other = env.root.parent / "other-ws"  # another workspace of the same user: git's identity is the user's
+    shutil.copytree(env.root, other, ignore=shutil.ignore_patterns(".git", "snapshots"))
+    _git(other, "init", "-q")
+    _git(other, "config", "user.useConfigOnly", "true")
+    third = subprocess.run(
+        [sys.executable, "-m", "patchkeeper", "-w", str(other), "apply", "ddtree", "--no-verify"],
+        capture_output=True,
+        text=True,
+        env=no_identity,
+    )
+    assert third.returncode == 0 and "git has no identity" not in third.stderr, third.stderr
+    assert _git(other, "log", "-1", "--format=%an").strip() == "patchkeeper"
 
 
 # ---- SSH failures in words -----------------------------------------------------------------------
