@@ -60,9 +60,8 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
         if current is None:
             print("no recorded state: patchkeeper has not changed this target yet")
             return 0
-        print(
-            f"state {current.id}{' (' + one_line(current.name) + ')' if current.name else ''}: {current.stack_text()}"
-        )
+        label = _label(s, current)
+        print(f"state {current.id}{' (' + one_line(label) + ')' if label else ''}: {current.stack_text()}")
         for p in current.stack:
             print(f"  {one_line(p['name'])}@{one_line(p['version'])}  {p['digest'][:19]}…")
         if told is not None:
@@ -140,6 +139,22 @@ def out_of_date(ws: Workspace, s: Session, current: State, diffs: dict[str, str]
                 }
             )
     return out
+
+
+def _label(s: Session, current: State) -> str:
+    """The state's name; after a repair (the same code under an id of its own), the name of the state
+    it repaired, marked so: `baseline, repaired`."""
+    if current.name:
+        return current.name
+    entries = s.ledger.entries()
+    i = len(entries) - 1
+    while i >= 0 and entries[i].kind in ("repair", "verify"):
+        i -= 1
+    if i == len(entries) - 1 or i < 0:  # no repair made the current state
+        return ""
+    before = entries[i].after
+    same = before.manifest == current.manifest and list(before.stack) == list(current.stack)
+    return f"{before.name}, repaired" if same and before.name else ""
 
 
 def _where(s: Session) -> str:
