@@ -358,3 +358,14 @@ def test_status_of_another_target_hints_with_its_t_and_a_re_render_is_called_so(
     assert "`patchkeeper apply dflash -t ct129` would write:" in out
     out = env.pk("apply", "dflash", "-t", "ct129", "--dry-run").stdout
     assert "re-rendering dflash@3.1.0 with the target's current values" in out and "switching" not in out
+
+
+def test_the_effective_exec_start_is_wrapped_and_reads_back_whole(env):
+    env.pk("apply", "dflash", "--no-verify")
+    out = env.pk("status").stdout.splitlines()
+    first = next(i for i, line in enumerate(out) if line.startswith("ExecStart (effective, from "))
+    end = next(i for i in range(first, len(out)) if not out[i].endswith(" \\"))
+    shown = out[first : end + 1]
+    assert len(shown) > 2 and all(len(line) <= 100 for line in shown[1:]), shown  # the first: its path too
+    command = " ".join(line.removesuffix(" \\").strip() for line in shown).split("): ", 1)[1]
+    assert command == json.loads(env.pk("status", "--json").stdout)["exec_start"]["text"]
