@@ -369,3 +369,13 @@ def test_the_effective_exec_start_is_wrapped_and_reads_back_whole(env):
     assert len(shown) > 2 and all(len(line) <= 100 for line in shown[1:]), shown  # the first: its path too
     command = " ".join(line.removesuffix(" \\").strip() for line in shown).split("): ", 1)[1]
     assert command == json.loads(env.pk("status", "--json").stdout)["exec_start"]["text"]
+
+
+def test_an_apply_says_which_hand_edits_outside_the_set_it_leaves(env):
+    env.pk("snapshot", "--name", "first")
+    version = env.site / "sglang" / "version.py"
+    edit_file(version, version.read_bytes() + b"# by hand\n")
+    out = env.pk("apply", "ddtree", "--no-verify").stdout
+    assert "note: 1 file(s) changed by hand outside the applied patch sets stay as they are" in out
+    assert "sglang/version.py (changed) (`patchkeeper diff` shows them)" in out
+    assert "changed by hand" not in env.pk("apply", "nextn", "--no-verify", "--dry-run").stdout

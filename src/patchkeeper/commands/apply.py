@@ -12,6 +12,7 @@ from ..change.rollout import Noted
 from ..change.session import Session
 from ..change.show_plan import step_printer
 from ..checks.installation import refuse_writes
+from ..printable import one_line
 from ..records import history
 from ..records.ledger import ApplyExtra, RecordExtra
 from ..workspace import Workspace
@@ -75,7 +76,25 @@ def _apply(
         plan = engine.plan_apply(s, name, force, incoming=incoming, restored=restored)
         if plan is not None and not dry_run:
             plan = with_workspace_ref(ws, plan)
-        return finish(ws, s, plan, f"{name} is already applied", dry_run, svc, show, report, noted)
+        code = finish(ws, s, plan, f"{name} is already applied", dry_run, svc, show, report, noted)
+        if plan is not None and not dry_run:
+            _say_left(s)
+        return code
+
+
+def _say_left(s: Session) -> None:
+    """Files changed by hand outside the patch sets stay as they are: say so, once the change is made."""
+    current = s.ledger.current()
+    left = plans.drift(s.target, current.manifest) if current is not None else {}
+    if left:
+        names = ", ".join(f"{one_line(k)} ({kind})" for k, kind in list(left.items())[:8])
+        more = f" and {len(left) - 8} more" if len(left) > 8 else ""
+        where = f" -t {s.target.name}" if s.target.name != s.workspace.default_target else ""
+        print(
+            f"note: {len(left)} file(s) changed by hand outside the applied patch sets stay as they are, "
+            f"not part of state {current.id if current else '-'}: {names}{more} "
+            f"(`patchkeeper diff{where}` shows them)"
+        )
 
 
 def with_workspace_ref(ws: Workspace, plan: plans.Plan) -> plans.Plan:
