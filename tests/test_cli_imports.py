@@ -76,16 +76,14 @@ def test_each_verb_loads_its_own_module_only(env):
 
 
 def test_the_listing_and_completion_of_verbs_are_those_of_the_loaded_commands(env):
-    """--help lists every verb with the first sentence of its own docstring, as click would from the
-    loaded command, at every width; completing a verb name offers the same, loading no verb."""
-    listed = {name: cmd.get_short_help_str(10_000) for name, cmd in cli.commands().items()}
-    assert set(listed) == set(cli.VERBS)
-    eager = click.Group("patchkeeper", commands=cli.commands())
-    for width in (50, 80, 120):
-        ours, theirs = click.HelpFormatter(width=width), click.HelpFormatter(width=width)
+    """--help lists every verb with the first sentence of its own docstring, whole, at every width; completing a verb name offers the same, loading no verb."""
+    listed = {name: cli.summary(cmd) for name, cmd in cli.commands().items()}
+    assert listed == {name: line for name, (_, line) in cli.VERBS.items()}
+    for width in (50, 80, 120):  # every line whole at every width: wrapped, never cut with "..."
+        ours = click.HelpFormatter(width=width)
         cli.main.format_commands(click.Context(cli.main), ours)
-        eager.format_commands(click.Context(eager), theirs)
-        assert ours.getvalue() == theirs.getvalue(), width
+        flat = " ".join(ours.getvalue().split())
+        assert "..." not in flat and all(f"{name} {line}" in flat for name, line in listed.items()), width
     modules, text = loaded(env, "--help")
     assert all(f"  {name} " in text for name in cli.VERBS) and verbs_of(modules) == set()
 

@@ -233,7 +233,8 @@ def _help(*verb: str) -> str:
 
 def _verbs() -> set[str]:
     listed = _help().split("Commands:\n", 1)[1]
-    return {line.split()[0] for line in listed.splitlines() if line.startswith("  ") and line.split()}
+    # a verb's line starts with two spaces; a summary's wrapped lines with more
+    return {line.split()[0] for line in listed.splitlines() if re.match(r"  \S", line)}
 
 
 def test_the_readme_has_a_row_for_every_verb():

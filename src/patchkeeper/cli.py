@@ -12,14 +12,14 @@ from typing import Any
 import click
 from click.shell_completion import CompletionItem
 
+from .errors import error_document
+
 
 def json_error(message: str, hint: str, code: int) -> None:
     """The document of a --json command that ends in an error (docs/json.md, "Errors"), unless the
     command already wrote its own (a change's document carries its error): one document either way."""
     if not getattr(sys.stdout, "wrote", False):
-        sys.stdout.write(
-            json.dumps({"error": message, "hint": hint, "exit": code}, indent=2, sort_keys=True) + "\n"
-        )
+        sys.stdout.write(json.dumps(error_document(message, hint, code), indent=2, sort_keys=True) + "\n")
         sys.stdout.flush()
 
 
@@ -122,9 +122,8 @@ class Verbs(click.Group):
         return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        limit = formatter.width - 6 - max(map(len, VERBS))
-        with formatter.section("Commands"):
-            formatter.write_dl([(name, _summary(name, limit)) for name in sorted(VERBS)])
+        with formatter.section("Commands"):  # each line whole, wrapped (click's default cuts it with "...")
+            formatter.write_dl([(name, VERBS[name][1]) for name in sorted(VERBS)])
 
     def shell_complete(self, ctx: click.Context, incomplete: str) -> list[CompletionItem]:
         named = [
@@ -219,6 +218,17 @@ def commands() -> dict[str, click.Command]:
     """Every verb's command, each module loaded (for what looks at them all: tests, documentation)."""
     ctx = click.Context(main)
     return {name: cmd for name in sorted(VERBS) if (cmd := main.get_command(ctx, name)) is not None}
+
+
+def summary(command: click.Command) -> str:
+    """A verb's line in --help: its short_help, else its help's first sentence, whole (click's default
+    cuts it with "..." at the terminal's width; the listing wraps it instead). VERBS holds it, so that
+    --help loads no verb (tests/test_cli_imports.py checks the two agree)."""
+    if command.short_help:
+        return command.short_help
+    text = " ".join((command.help or "").split("\n\n")[0].split())  # the first paragraph, one line
+    end = text.find(". ")
+    return text if end < 0 else text[: end + 1]
 
 
 def _summary(verb: str, limit: int = 45) -> str:

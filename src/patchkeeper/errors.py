@@ -41,6 +41,11 @@ class TargetError(PatchkeeperError):
     """The target cannot be reached or its interpreter or package cannot be found."""
 
 
+class Unreachable(TargetError):
+    """The target's host cannot be reached (the connection failed); one that answers wrongly (a wrong
+    python, a missing package) is another TargetError."""
+
+
 class NotInstalled(TargetError):
     """The managed package is not installed in the target's interpreter (`state_dir`: where its
     records would be, for a hint that names the release they need)."""
@@ -54,6 +59,12 @@ class Unfinished(PatchkeeperError):
     """A transaction passed its commit point but could not be finished; `recover` finishes it."""
 
     exit_code = EXIT_UNFINISHED
+
+
+def error_document(message: str, hint: str, exit_code: int) -> dict[str, object]:
+    """The one shape of an error in --json output (docs/json.md, "An error"): a change document's error
+    keys, which every verb's error document, and a target's failure in an --all document, share."""
+    return {"ok": False, "exit_code": exit_code, "error": {"message": message, "hint": hint}}
 
 
 def did_you_mean(name: str, known: list[str]) -> str | None:

@@ -4,6 +4,7 @@ where errors become exit codes in one place (run_verb)."""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import replace
@@ -22,8 +23,21 @@ from .printable import lines
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def coloured(stream: Any) -> bool:
+    """Colour on a terminal only, and never with NO_COLOR set (https://no-color.org) or TERM=dumb."""
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+    return bool(tty) and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+
+
 def _say(text: str) -> None:
-    sys.stderr.write(lines(text) + "\n")
+    text = lines(text)
+    if coloured(sys.stderr):  # the error's word in red, its hint's in bold
+        text = text.replace("error:", click.style("error:", fg="red", bold=True), 1)
+        text = text.replace("hint:", click.style("hint:", bold=True), 1)
+    sys.stderr.write(text + "\n")
     sys.stderr.flush()
 
 

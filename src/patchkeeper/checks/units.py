@@ -13,6 +13,8 @@ from ..patchset import unitsyntax
 from ..targets.base import Target
 from . import specifiers, unitfiles
 
+WIDTH = 100  # the lines of a wrapped command
+
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")  # inside a word only ${VAR} is expanded
 ALGORITHM_FLAG = "--speculative-algorithm"
 _SHORTEST_ALGORITHM_PREFIX = len(
@@ -362,6 +364,20 @@ def as_dict(command: Command | str | None) -> dict[str, Any] | None:
     }
 
 
+def wrapped(argv: Sequence[str], lead: str, width: int = WIDTH) -> list[str]:
+    r"""A command after `lead` as lines of at most `width` characters (but for a longer word), the
+    next ones indented 4, each but the last ending in ` \`: a shell reads them back as one command."""
+    out: list[str] = []
+    line = lead
+    for word in (shlex.quote(w) for w in argv):
+        if line.strip() and line != lead and len(line) + 1 + len(word) + 2 > width:
+            out.append(f"{line} \\")
+            line = "    " + word
+        else:
+            line = f"{line} {word}" if line not in (lead, "") else line + word
+    return [*out, line]
+
+
 def describe(command: Command | str | None, shown: frozenset[str] = frozenset()) -> list[str]:
     """Lines saying what runs: the effective ExecStart, where it comes from, and what systemd would say.
     `shown`: files whose text was just printed (a dry run's drop-in): their ExecStart is not repeated."""
@@ -371,8 +387,10 @@ def describe(command: Command | str | None, shown: frozenset[str] = frozenset())
         return [f"ExecStart: not known ({command})"]
     if not command.source:
         return [f"ExecStart: none runs ({command.refused})"]
-    text = "as set there (shown above)" if command.source in shown else command.text()
-    lines = [f"ExecStart (effective, from {command.source}): {text}"]
+    if command.source in shown:
+        lines = [f"ExecStart (effective, from {command.source}): as set there (shown above)"]
+    else:  # wrapped as a unit file (and the dry run's preview of one) wraps it: a `\` ends each cut line
+        lines = wrapped(command.argv, f"ExecStart (effective, from {command.source}): ")
     if command.cleared and command.cleared != command.source:
         lines.append(f"  the list cleared by the empty ExecStart= of {command.cleared}")
     if len(command.files) > 1:

@@ -12,6 +12,7 @@ from ..change.rollout import Noted
 from ..change.session import Session
 from ..change.show_plan import step_printer
 from ..checks.installation import refuse_writes
+from ..printable import one_line
 from ..records import history
 from ..records.ledger import ApplyExtra, RecordExtra
 from ..workspace import Workspace
@@ -53,14 +54,14 @@ def _apply(
         first = s.ledger.current() is None or adopting.new_release(
             s
         )  # a baseline (of this release) comes first
-        incoming = stacks.resolve(
-            ws.patchsets_dir, name, s.config
-        )  # every template renders, before a baseline
+        if adopt is not None and not first:
+            raise adopting.too_late(s, adopt)
+        incoming = stacks.resolve(s.patchsets, name, s.config)  # every template renders, before a baseline
         stacks.check_fits(s.target, incoming, force)  # bad input is refused before a baseline is recorded
         current = s.ledger.current()
-        change = stacks.stack_change(ws.patchsets_dir, current.stack if current else (), incoming)
+        change = stacks.stack_change(s.patchsets, current.stack if current else (), incoming)
         if change is not None:  # two patch sets writing one drop-in: refused before a baseline too
-            stacks.refuse_shared_role_files(ws.patchsets_dir, s.config, change.kept, change.adding)
+            stacks.refuse_shared_role_files(s.patchsets, s.config, change.kept, change.adding)
         restored: plans.Restored = {}  # a dry run plans on the bytes --restore-pristine would put back
         if dry_run and first:
             restored = adopting.preview(s, adopt)
@@ -75,7 +76,25 @@ def _apply(
         plan = engine.plan_apply(s, name, force, incoming=incoming, restored=restored)
         if plan is not None and not dry_run:
             plan = with_workspace_ref(ws, plan)
-        return finish(ws, s, plan, f"{name} is already applied", dry_run, svc, show, report, noted)
+        code = finish(ws, s, plan, f"{name} is already applied", dry_run, svc, show, report, noted)
+        if plan is not None and not dry_run:
+            _say_left(s)
+        return code
+
+
+def _say_left(s: Session) -> None:
+    """Files changed by hand outside the patch sets stay as they are: say so, once the change is made."""
+    current = s.ledger.current()
+    left = plans.drift(s.target, current.manifest) if current is not None else {}
+    if left:
+        names = ", ".join(f"{one_line(k)} ({kind})" for k, kind in list(left.items())[:8])
+        more = f" and {len(left) - 8} more" if len(left) > 8 else ""
+        where = f" -t {s.target.name}" if s.target.name != s.workspace.default_target else ""
+        print(
+            f"note: {len(left)} file(s) changed by hand outside the applied patch sets stay as they are, "
+            f"not part of state {current.id if current else '-'}: {names}{more} "
+            f"(`patchkeeper diff{where}` shows them)"
+        )
 
 
 def with_workspace_ref(ws: Workspace, plan: plans.Plan) -> plans.Plan:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ..commands.import_patch import import_patch
-from ..options import command, workspace_of
+from ..options import command, json_option, workspace_of
 
 
 @click.command("import")
@@ -15,6 +15,7 @@ from ..options import command, workspace_of
 @click.option("--subdir", default="", metavar="DIR", help="strip DIR/ from the patch's paths (python)")
 @click.option("--package", help="the package it is for (default: the default target's)")
 @click.option("-m", "--description", help="the patch set's description")
+@json_option
 @click.pass_context
 @command
 def import_cmd(
@@ -25,6 +26,7 @@ def import_cmd(
     subdir: str,
     package: str | None,
     description: str | None,
+    as_json: bool,
 ) -> int:
     """Make patch set NAME from a patch file, or restore one from `patchkeeper export`."""
-    return import_patch(workspace_of(ctx), name, file, version, subdir, package, description)
+    return import_patch(workspace_of(ctx), name, file, version, subdir, package, description, as_json=as_json)

@@ -8,7 +8,7 @@ import click
 
 from ..commands import record as record_verb
 from ..completion import complete_states
-from ..options import bump_option, command, target_option, workspace_of
+from ..options import bump_option, command, json_option, target_option, workspace_of
 
 
 @click.command()
@@ -36,6 +36,7 @@ from ..options import bump_option, command, target_option, workspace_of
 @click.option("-m", "--description", help="the patch set's description")
 @click.option("--package", help="with --git: the package it is for (default: the default target's)")
 @click.option("--package-version", metavar="SPEC", help="with --git: PEP 440 specifier of fitting versions")
+@json_option
 @click.pass_context
 @command
 def record(
@@ -51,6 +52,7 @@ def record(
     description: str | None,
     package: str | None,
     package_version: str | None,
+    as_json: bool,
 ) -> int:
     """Write patch set NAME from a target's edits since a state, the hand edits found when it was
     adopted, or a git range."""
@@ -60,12 +62,25 @@ def record(
             "give either -t T --from STATE, -t T --from-adoption, or --git DIR --range A..B"
         )
     if adoption:
-        return record_verb.record_adoption(workspace_of(ctx), target, name, bump, description)
+        return record_verb.record_adoption(
+            workspace_of(ctx), target, name, bump, description, as_json=as_json
+        )
     if checkout:
         if not span:
             raise click.UsageError("--git needs --range A..B")
         return record_verb.record_git(
-            workspace_of(ctx), name, checkout, span, subdir, bump, description, package, package_version
+            workspace_of(ctx),
+            name,
+            checkout,
+            span,
+            subdir,
+            bump,
+            description,
+            package,
+            package_version,
+            as_json=as_json,
         )
     # exactly one of the three is given: here, --from STATE
-    return record_verb.record_target(workspace_of(ctx), target, name, cast(str, since), bump, description)
+    return record_verb.record_target(
+        workspace_of(ctx), target, name, cast(str, since), bump, description, as_json=as_json
+    )

@@ -5,13 +5,14 @@ from __future__ import annotations
 import click
 
 from ..commands.recover import recover as run_recover
-from ..options import command, target_option, workspace_of
+from ..options import command, json_option, target_option, workspace_of
 
 
 @click.command()
 @target_option
+@json_option
 @click.pass_context
 @command
-def recover(ctx: click.Context, target: str | None) -> int:
+def recover(ctx: click.Context, target: str | None, as_json: bool) -> int:
     """Finish or undo a transaction that was interrupted (any command does this first)."""
-    return run_recover(workspace_of(ctx), target)
+    return run_recover(workspace_of(ctx), target, as_json)

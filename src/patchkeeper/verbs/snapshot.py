@@ -6,7 +6,7 @@ import click
 
 from ..change.adopt import check_mode
 from ..commands.snapshot import snapshot as run_snapshot
-from ..options import adopt_options, command, target_option, workspace_of
+from ..options import adopt_options, command, json_option, target_option, workspace_of
 
 
 @click.command()
@@ -15,6 +15,7 @@ from ..options import adopt_options, command, target_option, workspace_of
 @click.option("--manifest-only", is_flag=True, help="record digests only, not the bytes")
 @click.option("--dry-run", "-n", is_flag=True, help="say what would be recorded; change nothing")
 @adopt_options
+@json_option
 @click.pass_context
 @command
 def snapshot(
@@ -25,6 +26,7 @@ def snapshot(
     dry_run: bool,
     restore_pristine: bool,
     accept_edits: bool,
+    as_json: bool,
 ) -> int:
     """Record the target's files as a named state."""
     return run_snapshot(
@@ -34,4 +36,5 @@ def snapshot(
         manifest_only,
         adopt=check_mode(restore_pristine, accept_edits),
         dry_run=dry_run,
+        as_json=as_json,
     )
