@@ -36,6 +36,7 @@ from .commands.show import show as run_show
 from .commands.show_backup import show_backup as run_show_backup
 from .commands.snapshot import snapshot as run_snapshot
 from .completion import complete_patchsets, complete_states, complete_targets
+from .mcpserver import server as mcp_server
 from .options import (
     Verbs,
     adopt_options,
@@ -641,6 +642,22 @@ def verify_cmd(
     if picked is not None:
         return verify_verb.verify_all(picked, as_json, with_restart)
     return verify_verb.verify(workspace_of(ctx), targets_[0] if targets_ else None, as_json, with_restart)
+
+
+@main.command("mcp")
+@click.option("--read-only", is_flag=True, help="serve only the reading tools: no plan, no apply_plan")
+@click.pass_context
+@command
+def mcp_cmd(ctx: click.Context, read_only: bool) -> int:
+    """Serve this workspace to an AI agent: an MCP server over stdin and stdout (docs/agents.md).
+
+    Needs the optional extra: pip install 'patchkeeper[mcp]'. Tools return the verbs' --json
+    documents; a change runs only through `plan` then `apply_plan` of a fresh plan.
+    """
+    ws = workspace_of(ctx)
+    group = ctx.find_root().command
+    assert isinstance(group, click.Group)
+    return mcp_server.serve(mcp_server.Served(group, ws.root, lambda: workspace_of(ctx), read_only))
 
 
 if __name__ == "__main__":  # pragma: no cover
