@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ class Agent:
     """A client session: each call's error flag, its JSON document and the progress messages it got."""
 
     session: ClientSession
+    error_keys: set[str]  # the keys of the CLI's own error document (--json)
     progress: list[str] = field(default_factory=list)
 
     async def call(self, tool: str, **args: Any) -> tuple[bool, Any]:
@@ -46,7 +48,7 @@ class Agent:
     async def refused(self, tool: str, **args: Any) -> dict[str, Any]:
         failed, doc = await self.call(tool, **args)
         assert failed, doc
-        assert doc["error"] and doc["hint"] and doc["exit"] == 2, doc  # the CLI's error document
+        assert set(doc) == self.error_keys and doc["hint"], doc  # the CLI's error document, no other
         return doc
 
 
@@ -64,13 +66,21 @@ def serve(
         env=dict(os.environ),
     )
 
+    cli = subprocess.run(
+        [sys.executable, "-m", "patchkeeper", "-w", str(root), "show", "nosuchset", "--json"],
+        capture_output=True,
+        text=True,
+    )
+    assert cli.returncode == 2
+    error_keys = set(json.loads(cli.stdout))
+
     async def main() -> None:
         with open(errlog, "a") as err:
             async with stdio_client(params, errlog=err) as (read, write):
                 info = mcp_types.Implementation(name=client, version="1.0")
                 async with ClientSession(read, write, client_info=info) as session:
                     await session.initialize()
-                    await body(Agent(session))
+                    await body(Agent(session, error_keys))
 
     anyio.run(main)
     assert "Traceback" not in errlog.read_text()

@@ -61,7 +61,7 @@ class Plan:
     def summary(self) -> dict[str, Any]:
         return {
             "id": self.id,
-            "command": " ".join(w for w in self.command if w != "--json"),
+            "command": " ".join(w for w in self.command if w not in ("--json", "--")),
             "starts_from": dict(self.starts_from),
             "workspace": self.workspace,
             "apply_with": {"tool": "apply_plan", "arguments": {"plan_id": self.id}},

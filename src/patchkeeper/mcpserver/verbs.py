@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from ..errors import PatchkeeperError
+from ..options import json_error
 from ..records.ledger import ORIGIN
 
 _ONE_AT_A_TIME = threading.Lock()  # sys.stdout, sys.stderr and the ORIGIN of a call are the process's
@@ -77,9 +78,12 @@ class _Lines(io.TextIOBase):
         return False
 
 
-def error_doc(message: str, hint: str, code: int = 2) -> dict[str, Any]:
-    """The CLI's error document (docs/json.md, "Errors")."""
-    return {"error": message, "hint": hint, "exit": code}
+def error_doc(message: str, hint: str, code: int = 2) -> Any:
+    """The CLI's error document (docs/json.md, "Errors"), as options.json_error writes it: one shape."""
+    out = _Captured()
+    with redirect_stdout(out):
+        json_error(message, hint, code)
+    return json.loads(out.getvalue())
 
 
 @contextmanager
