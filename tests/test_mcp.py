@@ -14,8 +14,8 @@ from typing import Any
 
 import anyio
 import mcp_types
-from conftest import edit_file
-from helpers import ledger, stack
+from conftest import SITE_REL, copy_venv, edit_file, make_workspace
+from helpers import NO_INDEX, WHEELS, ledger, stack
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
@@ -281,3 +281,36 @@ def test_a_change_over_ssh(fleet, tmp_path):
         entries = sorted((fleet.venvs[host] / ".patchkeeper" / "ledger").glob("*.json"))
         applied = json.loads(entries[-1].read_text())
         assert applied["kind"] == "apply" and applied["origin"] == {"via": "mcp", "client": "test-agent"}
+
+
+def test_plan_and_apply_a_repair(tmp_path, repair_pristine, monkeypatch):
+    for key, value in NO_INDEX.items():  # the server's pip never leaves this machine
+        monkeypatch.setenv(key, value)
+    renv = make_workspace(tmp_path / "ws", copy_venv(repair_pristine, tmp_path / "venv"))
+    toml = renv.root / "patchkeeper.toml"
+    toml.write_text(f'wheels = "{WHEELS}"\n' + toml.read_text())
+    pristine = (repair_pristine / SITE_REL / "six.py").read_bytes()
+    edit_file(renv.site / "six.py", pristine.replace(b"def ", b"def  ", 3))
+
+    async def body(agent: Agent) -> None:
+        plan = await agent.ok("plan", action="repair", dist="six")
+        assert (renv.site / "six.py").read_bytes() != pristine  # a plan changes nothing
+        assert "six.py" in json.dumps(plan["changes"])
+        done = await agent.ok("apply_plan", plan_id=plan["plan"]["id"])
+        assert done["ok"] is True and done["changes"][-1]["kind"] == "repair"
+
+    serve(renv.root, body, errlog=tmp_path / "server.log")
+    assert (renv.site / "six.py").read_bytes() == pristine
+    assert ledger(renv)[-1]["kind"] == "repair" and ledger(renv)[-1]["origin"]["via"] == "mcp"
+
+
+def test_the_core_install_runs_without_the_sdk_and_mcp_says_what_to_install(env, installed_bin):
+    """patchkeeper installed without extras (as `uv tool install`) has no mcp: every other verb runs, and
+    `patchkeeper mcp` is one line saying which extra to install."""
+    run = [str(installed_bin / "patchkeeper"), "-w", str(env.root)]
+    python = installed_bin / "python"
+    assert subprocess.run([str(python), "-c", "import mcp"], capture_output=True).returncode != 0
+    assert subprocess.run([*run, "list", "--json"], capture_output=True).returncode == 0
+    proc = subprocess.run([*run, "mcp"], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert "patchkeeper mcp needs the MCP SDK" in proc.stderr and "patchkeeper[mcp]" in proc.stderr

@@ -657,7 +657,9 @@ def mcp_cmd(ctx: click.Context, read_only: bool) -> int:
     ws = workspace_of(ctx)
     group = ctx.find_root().command
     assert isinstance(group, click.Group)
-    return mcp_server.serve(mcp_server.Served(group, ws.root, lambda: workspace_of(ctx), read_only))
+    inventory = ctx.obj.get("inventory")
+    base = [f"--workspace={ws.root}"] + ([f"--inventory={inventory}"] if inventory else [])
+    return mcp_server.serve(mcp_server.Served(group, base, lambda: workspace_of(ctx), read_only))
 
 
 if __name__ == "__main__":  # pragma: no cover

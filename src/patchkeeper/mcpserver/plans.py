@@ -10,7 +10,6 @@ import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import click
@@ -73,7 +72,7 @@ class Plans:
     """The plans of one session (one client connection): made by `plan`, spent by `apply_plan`."""
 
     group: click.Group
-    root: Path
+    base: list[str]  # the server's --workspace and --inventory
     load: Callable[[], Workspace]
     made: dict[str, Plan] = field(default_factory=dict)
 
@@ -92,7 +91,7 @@ class Plans:
             }
             on_line(f"{name}: planning {' '.join(words[:1])}")
             out = verbs.run(
-                self.group, self.root, tools.change_words(ws, {**one, "targets": [name]}, True), on_line
+                self.group, self.base, tools.change_words(ws, {**one, "targets": [name]}, True), on_line
             )
             if out.failed:
                 return (
@@ -138,7 +137,7 @@ class Plans:
             )
         plan.used = True
         on_line(f"carrying out plan {plan_id}: {' '.join(plan.command[:1])}")
-        out = verbs.run(self.group, self.root, plan.command, on_line, client)
+        out = verbs.run(self.group, self.base, plan.command, on_line, client)
         return verbs.Outcome(
             out.code, out.doc if not isinstance(out.doc, dict) else {**out.doc, "plan": plan.summary()}
         )

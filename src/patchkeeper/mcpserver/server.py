@@ -33,7 +33,7 @@ class Served:
     """What one server serves: the CLI's verbs, one workspace, and whether it may change targets."""
 
     group: click.Group
-    root: Path
+    base: list[str]  # --workspace=ROOT, and --inventory=FILE when the server was given one
     load: Callable[[], Workspace]
     read_only: bool
 
@@ -73,7 +73,7 @@ def call(
         if tool.name == "apply_plan":
             return session.apply(args["plan_id"], on_line, client)
         assert tool.words is not None
-        return verbs.run(served.group, served.root, tool.words(served.load(), args), on_line, client)
+        return verbs.run(served.group, served.base, tool.words(served.load(), args), on_line, client)
     except PatchkeeperError as exc:
         return verbs.Outcome(exc.exit_code, verbs.error_doc(exc.message, exc.hint, exc.exit_code))
     except OSError as exc:
@@ -86,8 +86,14 @@ def call(
 
 def serve(served: Served) -> int:
     """Serve MCP on stdin and stdout until the client closes them."""
-    import anyio  # lazy: the extra [mcp]
-
+    try:
+        import anyio  # lazy: the extra [mcp]
+        import mcp.server.lowlevel  # noqa: F401  # lazy: the extra [mcp]
+    except ImportError as exc:
+        raise BadInput(
+            f"patchkeeper mcp needs the MCP SDK, which is not installed here (no module {exc.name!r})",
+            "pip install 'patchkeeper[mcp]' (or pip install mcp) into patchkeeper's environment",
+        ) from None
     anyio.run(_run, served)
     return 0
 
@@ -100,7 +106,7 @@ async def _run(served: Served) -> None:
     from mcp.server.lowlevel import Server  # lazy: the extra [mcp]
     from mcp.server.stdio import stdio_server  # lazy: the extra [mcp]
 
-    session = plans.Plans(served.group, served.root, served.load)
+    session = plans.Plans(served.group, served.base, served.load)
     one_at_a_time = anyio.Lock()  # the verbs share the process's stdout, stderr and ORIGIN
 
     async def list_tools(ctx: ServerRequestContext[Any], params: Any) -> types.ListToolsResult:
@@ -174,7 +180,7 @@ async def _run(served: Served) -> None:
         else:
             async with one_at_a_time:
                 out = await anyio.to_thread.run_sync(
-                    verbs.run, served.group, served.root, ["log", "--json", f"--target={where}"]
+                    verbs.run, served.group, served.base, ["log", "--json", f"--target={where}"]
                 )
             text, mime = out.text, "application/json"
         return types.ReadResourceResult(

@@ -8,10 +8,9 @@ import io
 import json
 import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import click
@@ -89,7 +88,7 @@ def error_doc(message: str, hint: str, code: int = 2) -> Any:
 @contextmanager
 def origin(client: str | None) -> Iterator[None]:
     """The ledger entries written meanwhile say they came from this server and its client."""
-    token = ORIGIN.set({"via": "mcp", **({"client": client} if client else {})})
+    token = ORIGIN.set({"via": "mcp", **({"client": client[:100]} if client else {})})
     try:
         yield
     finally:
@@ -98,17 +97,17 @@ def origin(client: str | None) -> Iterator[None]:
 
 def run(
     group: click.Group,
-    root: Path,
+    base: list[str],
     words: list[str],
     on_line: Callable[[str], None] = lambda line: None,
     client: str | None = None,
-    environ: Mapping[str, str] | None = None,
 ) -> Outcome:
-    """`patchkeeper --workspace ROOT WORDS` (WORDS holding --json) in this process."""
+    """`patchkeeper BASE WORDS` in this process: BASE the server's own --workspace and --inventory,
+    WORDS a verb holding --json."""
     out, err = _Captured(), _Lines(on_line)
     with _ONE_AT_A_TIME, redirect_stdout(out), redirect_stderr(err), origin(client):
         try:
-            group.main(args=[f"--workspace={root}", *words], prog_name="patchkeeper", standalone_mode=False)
+            group.main(args=[*base, *words], prog_name="patchkeeper", standalone_mode=False)
             code = 0
         except SystemExit as exc:  # options.run_verb ends every verb with its exit code
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
