@@ -180,7 +180,8 @@ def test_a_stale_plan_is_refused(env, tmp_path):
         edit_file(env.site / "sglang/version.py", (env.site / "sglang/version.py").read_bytes() + b"# hand\n")
         edited = env.snapshot()
         doc = await agent.refused("apply_plan", plan_id=plan["plan"]["id"])
-        assert "changed since plan" in doc["error"] and "plan again" in doc["hint"]
+        assert "is stale: target local changed since it was made: its files changed" in doc["error"]
+        assert "plan again" in doc["hint"]
         assert env.snapshot() == edited and stack(env) == []  # nothing changed
 
         # another change through the CLI after the plan: stale too
@@ -188,7 +189,7 @@ def test_a_stale_plan_is_refused(env, tmp_path):
         env.pk("apply", "ddtree", "--force")
         after_cli = env.snapshot()
         doc = await agent.refused("apply_plan", plan_id=fresh["plan"]["id"])
-        assert "changed since plan" in doc["error"]
+        assert "its recorded state is now" in doc["error"]
         assert env.snapshot() == after_cli and stack(env) == ["ddtree"]
 
         # a changed patch set in the workspace makes the plan stale as well

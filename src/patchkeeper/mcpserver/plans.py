@@ -23,19 +23,39 @@ from . import tools, verbs
 OnLine = Callable[[str], None]
 
 
-def fingerprint(ws: Workspace, target: str) -> str:
-    """The state a change on `target` starts from, as one digest; reads only (a dry run's session)."""
+@dataclass(frozen=True)
+class Seen:
+    """A target as a plan saw it: its ledger's length and newest entry, its recorded state, its files."""
+
+    entries: int
+    newest: str | None
+    state: str | None  # the recorded state's id
+    digest: str  # all of it (the state's whole record, the files' manifest) as one digest
+
+    def moved(self, now: Seen) -> str:
+        """What changed since, in words."""
+        if now.state != self.state:
+            return f"its recorded state is now {now.state or 'none'} (was {self.state or 'none'})"
+        if now.entries != self.entries or now.newest != self.newest:
+            return f"its ledger has {now.entries - self.entries} new entry(ies)"
+        return "its files changed outside patchkeeper"
+
+
+def fingerprint(ws: Workspace, target: str) -> Seen:
+    """The state a change on `target` starts from; reads only (a dry run's session)."""
     with Session(ws, target, "mcp plan", write=False, hands_off=True) as s:
         entries = s.ledger.entries()
         current = s.ledger.current()
         files = scan_all(s.target).to_text()
+        newest = entries[len(entries) - 1].id if len(entries) else None
         seen = {
             "entries": len(entries),
-            "newest": entries[len(entries) - 1].id if len(entries) else None,
+            "newest": newest,
             "state": current.to_dict() if current else None,
             "files": s.target.hash_bytes(files),
         }
-    return "sha256:" + hashlib.sha256(json.dumps(seen, sort_keys=True).encode()).hexdigest()
+    digest = "sha256:" + hashlib.sha256(json.dumps(seen, sort_keys=True).encode()).hexdigest()
+    return Seen(len(entries), newest, current.id if current else None, digest)
 
 
 def workspace_digest(ws: Workspace) -> str:
@@ -53,7 +73,7 @@ class Plan:
 
     id: str
     command: list[str]
-    starts_from: dict[str, str]  # target -> fingerprint
+    starts_from: dict[str, Seen]
     workspace: str
     used: bool = False
 
@@ -61,7 +81,7 @@ class Plan:
         return {
             "id": self.id,
             "command": " ".join(w for w in self.command if w not in ("--json", "--")),
-            "starts_from": dict(self.starts_from),
+            "starts_from": {name: seen.digest for name, seen in self.starts_from.items()},
             "workspace": self.workspace,
             "apply_with": {"tool": "apply_plan", "arguments": {"plan_id": self.id}},
         }
@@ -128,11 +148,15 @@ class Plans:
                 f"the workspace changed since plan {plan_id} (patchkeeper.toml or a patch set)",
                 "call plan again and review what it would change now",
             )
-        moved = [name for name, was in plan.starts_from.items() if fingerprint(ws, name) != was]
+        moved = {
+            name: was.moved(now)
+            for name, was in plan.starts_from.items()
+            if (now := fingerprint(ws, name)) != was
+        }
         if moved:
             raise Refused(
-                f"target(s) {', '.join(moved)} changed since plan {plan_id} was made (another change, or "
-                "files edited): it is stale",
+                f"plan {plan_id} is stale: "
+                + "; ".join(f"target {name} changed since it was made: {why}" for name, why in moved.items()),
                 "call plan again and review what it would change now",
             )
         plan.used = True
