@@ -268,13 +268,19 @@ def test_a_change_over_ssh(fleet, tmp_path):
         assert set(plan["targets"]) == {"ct129", "ct200"} and plan["schema"] == "patchkeeper/plan"
         assert set(plan["plan"]["starts_from"]) == {"ct129", "ct200"}
         assert not (fleet.site("ct129") / PATCHED).exists()
+        agent.progress.clear()
         done = await agent.ok("apply_plan", plan_id=plan["plan"]["id"])
+        assert any(m.startswith("ct200") for m in agent.progress), agent.progress  # each host's line
         assert done["schema"] == "patchkeeper/rollout" and done["ok"] is True and done["serial"] == 1
         assert {n: t["changed"] for n, t in done["targets"].items()} == {"ct129": True, "ct200": True}
         status = await agent.ok("status", targets=["ct129"])
         assert [p["name"] for p in status["state"]["stack"]] == ["ddtree"]
-        differs = await agent.call("diff", sides=["ct129", "ct200"])
-        assert differs[0] is False
+        failed, files = await agent.call("diff", sides=["ct129", "ct200"])
+        assert failed is False and files == json.loads(
+            fleet.pk("diff", "ct129", "ct200", "--json", check=None).stdout
+        )
+        failed, envs = await agent.call("diff", sides=["ct129", "ct200"], env=True)
+        assert failed is False and {"a", "b", "alike", "changes"} <= set(envs)
 
     serve(fleet.env.root, body, errlog=tmp_path / "server.log")
     for host in ("ct129", "ct200"):

@@ -162,9 +162,8 @@ class Plans:
         plan.used = True
         on_line(f"carrying out plan {plan_id}: {' '.join(plan.command[:1])}")
         out = verbs.run(self.group, self.base, plan.command, on_line, client)
-        return verbs.Outcome(
-            out.code, out.doc if not isinstance(out.doc, dict) else {**out.doc, "plan": plan.summary()}
-        )
+        doc = {**out.doc, "plan": plan.summary()} if isinstance(out.doc, dict) else out.doc
+        return verbs.Outcome(out.code, doc, change=True)
 
 
 def _several(docs: Mapping[str, Any], code: int) -> dict[str, Any]:

@@ -28,6 +28,9 @@ class Outcome:
 
     code: int
     doc: Any
+    change: bool = (
+        False  # a change carried out: any exit but 0 is a failure (rolled back, fails verification)
+    )
 
     @property
     def text(self) -> str:
@@ -35,7 +38,10 @@ class Outcome:
 
     @property
     def failed(self) -> bool:
-        """An error or a refusal (exit 2 and up), not a finding (exit 1: differences, a failed check)."""
+        """An error or a refusal (exit 2 and up), not a finding (exit 1: differences, a failed check);
+        for a change carried out, any exit but 0."""
+        if self.change and self.code != 0:
+            return True
         return self.code >= 2 or (isinstance(self.doc, dict) and bool(self.doc.get("error")))
 
 
