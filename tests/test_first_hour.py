@@ -5,6 +5,7 @@ a fresh $HOME without a git identity still commits, SSH failures in words, `snap
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -204,3 +205,25 @@ def test_each_count_of_files_says_what_it_counts(env):
     assert "recorded baseline of local: " in out and " files of sglang, state " in out
     out = env.pk("audit", check=None).stdout
     assert " files checked (every distribution in site-packages, not only sglang)" in out
+
+
+def test_init_says_once_that_the_unit_it_names_does_not_exist_yet(tmp_path):
+    ws = tmp_path / "ws"
+    proc = pk(tmp_path, "-w", str(ws), "init", "--python", sys.executable)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count(f"unit role is {ws}/sglang-qwen.service, which does not exist") == 1
+    assert "/etc/systemd/system/NAME.service" in proc.stdout
+    assert (
+        "# No unit yet: this one, in the workspace, does not exist" in (ws / "patchkeeper.toml").read_text()
+    )
+
+
+def test_list_with_one_broken_patch_set_lists_the_others_and_marks_it(env):
+    (env.root / "patchsets" / "nextn" / "patchset.toml").write_text("name = [broken\n")
+    proc = env.pk("list", check=2)
+    assert "ddtree@" in proc.stdout and "dflash@" in proc.stdout
+    assert "nextn            BROKEN: cannot be read" in proc.stdout
+    assert "patchkeeper: error: " in proc.stderr and "nextn" in proc.stderr
+    doc = json.loads(env.pk("list", "--json", check=2).stdout)
+    assert [d["name"] for d in doc] == ["ddtree", "dflash", "nextn"]
+    assert "version" in doc[0] and doc[2]["error"]["message"] and "version" not in doc[2]

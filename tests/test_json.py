@@ -1,6 +1,7 @@
 """With --json, every exit writes exactly one JSON document to stdout: each verb that takes --json on
 success, on bad input (a usage error, an unknown target or patch set) and on failure; an error is
-{"error", "hint", "exit"}; a change on several targets is one document with a result per target."""
+{"ok": false, "exit_code", "error": {"message", "hint"}}; the whole CLI is walked (click's list of
+verbs); a change on several targets is one document with a result per target."""
 
 from __future__ import annotations
 
@@ -9,16 +10,19 @@ import os
 import shutil
 from pathlib import Path
 
+import click
 import pytest
 from conftest import REPO, copy_venv, edit_file, make_workspace
+
+from patchkeeper.cli import main
 
 PORT_WHEELS = Path(os.environ.get("PK_WHEELS", REPO / ".cache" / "wheels")) / "port"
 SPEC = "sglang/srt/speculative/spec_info.py"
 
 
 def one_document(proc, code: int | None = None):
-    """stdout parsed as one JSON document (json.loads refuses anything after it), and the exit code
-    the document gives when it is an error."""
+    """stdout parsed as one JSON document (json.loads refuses anything after it); an error document
+    has the one shape of docs/json.md, "An error", and the exit code the command ended with."""
     assert code is None or proc.returncode == code, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     try:
         doc = json.loads(proc.stdout)
@@ -26,24 +30,60 @@ def one_document(proc, code: int | None = None):
         raise AssertionError(
             f"stdout is not one JSON document ({exc}):\n{proc.stdout!r}\nstderr: {proc.stderr}"
         ) from None
-    if isinstance(doc, dict) and "error" in doc and "exit" in doc:
-        assert doc["exit"] == proc.returncode and doc["error"] and "hint" in doc
+    if isinstance(doc, dict) and doc.get("error") is not None:
+        assert doc["exit_code"] == proc.returncode != 0 and doc["ok"] is False, doc
+        assert set(doc["error"]) == {"message", "hint"} and doc["error"]["message"], doc
     return doc
 
 
-VERBS = {  # each verb that takes --json: a run that succeeds (exit 0, or 1 for port's conflicts)
-    "list": ["list"],
-    "status": ["status"],
-    "log": ["log"],
-    "audit": ["audit"],
-    "check": ["check", "ddtree"],
-    "show": ["show", "ddtree"],
-    "diff": ["diff"],
-    "env": ["env"],
-    "repair": ["repair", "pip", "--no-verify"],
-    "apply": ["apply", "ddtree", "--dry-run"],
-    "rollback": ["rollback", "--to", "baseline", "--dry-run"],
-    "port": ["port", "ddtree", "--to", "0.5.22", "--dry-run", "--wheel", "{old}", "--wheel", "{new}"],
+def verbs() -> dict[str, click.Command]:
+    """Every verb of the CLI, as click lists them (a verb added later is walked too)."""
+    ctx = click.Context(main)
+    return {name: main.get_command(ctx, name) for name in main.list_commands(ctx)}
+
+
+def record_edit(env, tmp_path) -> None:
+    edit_file(env.site / SPEC, (env.site / SPEC).read_bytes() + b"# by hand\n")
+
+
+def a_backup(env, tmp_path) -> None:
+    env.pk("apply", "ddtree", "--no-verify")
+    record_edit(env, tmp_path)
+    env.pk("rollback", "--to", "first", "--no-verify")
+    (tmp_path / "digest").write_text(json.loads(env.pk("log", "--json").stdout)[0]["extra"]["backups"][SPEC])
+
+
+def a_patch(env, tmp_path) -> None:
+    (tmp_path / "new.patch").write_text(
+        "diff --git a/sglang/mine.py b/sglang/mine.py\nnew file mode 100644\n--- /dev/null\n"
+        "+++ b/sglang/mine.py\n@@ -0,0 +1 @@\n+MINE = 1\n"
+    )
+
+
+# Each verb: a run that succeeds (exit 0, or 1 for port's conflicts), after a snapshot named "first"
+# and what the setup leaves; {old}/{new} are the port's wheels, {tmp} the test's tmp dir.
+VERBS = {
+    "list": (["list"], None),
+    "status": (["status"], None),
+    "log": (["log"], None),
+    "audit": (["audit"], None),
+    "check": (["check", "ddtree"], None),
+    "show": (["show", "ddtree"], None),
+    "diff": (["diff"], None),
+    "env": (["env"], None),
+    "repair": (["repair", "pip", "--no-verify"], None),
+    "apply": (["apply", "ddtree", "--dry-run"], None),
+    "rollback": (["rollback", "--to", "baseline", "--dry-run"], None),
+    "port": (["port", "ddtree", "--to", "0.5.22", "--dry-run", "--wheel", "{old}", "--wheel", "{new}"], None),
+    "snapshot": (["snapshot", "--name", "second"], None),
+    "recover": (["recover"], None),
+    "record": (["record", "mine", "--from", "first"], record_edit),
+    "import": (["import", "mine", "{tmp}/new.patch"], a_patch),
+    "init": (["-w", "{tmp}/new-ws", "init"], None),
+    "clear-caches": (["clear-caches"], None),
+    "disconnect": (["disconnect", "--all"], None),
+    "export": (["export", "ddtree"], None),
+    "show-backup": (["show-backup", "{digest}"], a_backup),
     "verify": None,  # success needs a served model: tests/test_verify.py
 }
 
@@ -55,47 +95,62 @@ def wheels() -> dict[str, str]:
     }
 
 
-def test_every_json_verb_is_covered():
-    from patchkeeper.cli import main
+def test_every_verb_takes_json_and_is_walked():
+    walked = verbs()
+    assert len(walked) >= 21 and set(walked) == set(VERBS), set(walked) ^ set(VERBS)
+    assert [n for n, cmd in walked.items() if not any("--json" in p.opts for p in cmd.params)] == []
 
-    takes = {name for name, cmd in main.commands.items() if any("--json" in p.opts for p in cmd.params)}
-    assert takes == set(VERBS)
 
-
-@pytest.mark.parametrize("verb", sorted(v for v, args in VERBS.items() if args))
-def test_success_is_one_document(env, verb):
+@pytest.mark.parametrize("verb", sorted(v for v, run in VERBS.items() if run))
+def test_success_is_one_document(env, tmp_path, verb):
     env.pk("snapshot", "--name", "first")  # a baseline: rollback, log and diff have a state
-    args = [a.format(**wheels()) for a in VERBS[verb]]
+    args, setup = VERBS[verb]
+    if setup:
+        setup(env, tmp_path)
+    digest = (tmp_path / "digest").read_text() if (tmp_path / "digest").exists() else ""
+    args = [a.format(**wheels(), tmp=tmp_path, digest=digest) for a in args]
     proc = env.pk(*args, "--json", check=None)
     assert proc.returncode in ((0, 1) if verb == "port" else (0,)), proc.stderr
-    assert "error" not in one_document(proc) or one_document(proc)["error"] is None
+    doc = one_document(proc)
+    assert doc and (not isinstance(doc, dict) or doc.get("error") is None), doc
+
+
+REFUSED = {  # a verb refused by other bad input than the walk's default (below)
+    "init": ["init"],  # the workspace is there already
+    "list": ["-w", "/nonexistent/nosuch", "list"],  # a workspace that is not there
+    "rollback": ["rollback", "--to", "nosuch"],
+    "record": ["record", "mine", "--from", "nosuch"],
+    "snapshot": ["snapshot", "--name", "x", "-t", "nosuch"],
+    "port": ["port", "ddtree", "--to", "0.5.22", "-t", "nosuch"],
+    "show-backup": ["show-backup", "0123456789", "-t", "nosuch"],
+}
 
 
 @pytest.mark.parametrize("verb", sorted(VERBS))
-def test_an_unknown_target_is_one_error_document(env, verb):
-    args = [a.format(**wheels()) for a in VERBS[verb] or ["verify"]]
-    if verb == "port":  # without wheels: the target's interpreter is asked for its tags
-        args = ["port", "ddtree", "--to", "0.5.22"]
-    if verb in ("list", "show"):  # no -t: an unknown patch set instead
-        args = [verb, "nosuch"] if verb == "show" else ["show", "nosuch"]
-    elif verb == "check":
-        args = ["check", "nosuch"]
-    proc = (
-        env.pk(*args, "-t", "nosuch", "--json", check=2)
-        if verb not in ("list", "show", "check")
-        else env.pk(*args, "--json", check=2)
-    )
-    doc = one_document(proc)
-    assert "nosuch" in json.dumps(doc)
+def test_refused_input_is_one_error_document(env, verb):
+    """Each verb refused (exit 2): by default "nosuch" for each argument it needs and, when it takes
+    -t, a target that names nothing."""
+    cmd = verbs()[verb]
+    args = REFUSED.get(verb) or [
+        verb,
+        *("nosuch" for p in cmd.params if isinstance(p, click.Argument) and p.required),
+        *(["-t", "nosuch"] if any("-t" in p.opts for p in cmd.params) else []),
+    ]
+    doc = one_document(env.pk(*args, "--json", check=2))
+    assert "error: " + doc["error"]["message"].splitlines()[0] in proc_err(env, args), doc
+
+
+def proc_err(env, args) -> str:
+    """The same command's stderr without --json: the document carries its error line."""
+    return env.pk(*args, check=2).stderr
 
 
 @pytest.mark.parametrize("verb", sorted(VERBS))
 def test_a_usage_error_is_one_error_document(env, verb):
     proc = env.pk(verb, "--no-such-option", "--json", check=2)
     doc = one_document(proc)
-    assert (
-        doc["error"] == "No such option '--no-such-option'." and doc["exit"] == 2 and "--help" in doc["hint"]
-    )
+    assert doc["error"]["message"].startswith("No such option '--no-such-option'.") and doc["exit_code"] == 2
+    assert "--help" in doc["error"]["hint"]
     assert "Usage:" in proc.stderr  # click's own lines still on stderr
 
 

@@ -227,7 +227,7 @@ def test_all_with_one_host_unreachable_reports_it_and_finishes_the_others(fleet,
         assert "error" not in rows["ct129"] and "error" not in rows["ct200"], proc.stdout
         assert "1 unreachable" in proc.stdout
     doc = json.loads(fleet.pk("audit", "--all", "--json", check=2).stdout)
-    assert "cannot reach" in doc["gone"]["error"]
+    assert "cannot reach" in doc["gone"]["error"]["message"]
     assert doc["ct129"]["summary"].startswith("code state matches") and doc["ct200"]["state"] is None
 
 

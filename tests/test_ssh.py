@@ -536,4 +536,5 @@ def test_log_all_merges_every_target_newest_first_with_its_origin(fleet):
     times = [e["time"] for e in doc["entries"]]
     assert times == sorted(times, reverse=True)
     failed = json.loads(fleet.pk("status", "--all", "--json", check=2).stdout)["local"]
-    assert set(failed) == {"error", "hint", "exit"} and failed["exit"] == 2 and failed["hint"], failed
+    assert set(failed) == {"ok", "exit_code", "error"} and failed["exit_code"] == 2, failed
+    assert set(failed["error"]) == {"message", "hint"} and failed["error"]["hint"], failed

@@ -76,11 +76,12 @@ def main(ctx: click.Context, workspace: str | None, inventory: str | None) -> No
 @main.command()
 @click.option("--python", metavar="VENV/bin/python", help="the interpreter of the first target, `local`")
 @click.option("--package", default="sglang", show_default=True, help="the distribution patch sets change")
+@json_option
 @click.pass_context
 @command
-def init(ctx: click.Context, python: str | None, package: str) -> int:
+def init(ctx: click.Context, python: str | None, package: str, as_json: bool) -> int:
     """Start a workspace here (or in -w DIR): patchkeeper.toml, the shipped patch sets, snapshots/."""
-    return run_init(Path(ctx.obj.get("workspace") or ".").resolve(), python, package)
+    return run_init(Path(ctx.obj.get("workspace") or ".").resolve(), python, package, as_json=as_json)
 
 
 @main.command("list")
@@ -223,6 +224,7 @@ def log(ctx: click.Context, targets_: tuple[str, ...], group: str | None, as_jso
 @click.option("--manifest-only", is_flag=True, help="record digests only, not the bytes")
 @click.option("--dry-run", "-n", is_flag=True, help="say what would be recorded; change nothing")
 @adopt_options
+@json_option
 @click.pass_context
 @command
 def snapshot(
@@ -233,6 +235,7 @@ def snapshot(
     dry_run: bool,
     restore_pristine: bool,
     accept_edits: bool,
+    as_json: bool,
 ) -> int:
     """Record the target's files as a named state."""
     return run_snapshot(
@@ -242,6 +245,7 @@ def snapshot(
         manifest_only,
         adopt=check_mode(restore_pristine, accept_edits),
         dry_run=dry_run,
+        as_json=as_json,
     )
 
 
@@ -294,22 +298,24 @@ def repair(
 @main.command("show-backup")
 @click.argument("digest")
 @target_option
+@json_option
 @click.pass_context
 @command
-def show_backup(ctx: click.Context, digest: str, target: str | None) -> int:
+def show_backup(ctx: click.Context, digest: str, target: str | None, as_json: bool) -> int:
     """Print the bytes of a backed-up file (a hand edit a change replaced), verified: DIGEST as
     rollback and log show it, or 8+ of its hex digits. `patchkeeper show-backup D > FILE`."""
 
-    return run_show_backup(workspace_of(ctx), target, digest)
+    return run_show_backup(workspace_of(ctx), target, digest, as_json)
 
 
 @main.command()
 @target_option
+@json_option
 @click.pass_context
 @command
-def recover(ctx: click.Context, target: str | None) -> int:
+def recover(ctx: click.Context, target: str | None, as_json: bool) -> int:
     """Finish or undo a transaction that was interrupted (any command does this first)."""
-    return run_recover(workspace_of(ctx), target)
+    return run_recover(workspace_of(ctx), target, as_json)
 
 
 @main.command()
@@ -367,26 +373,30 @@ def audit(
 @main.command()
 @target_option
 @click.option("--all", "every", is_flag=True, help="every held connection of this user")
+@json_option
 @click.pass_context
 @command
-def disconnect(ctx: click.Context, target: str | None, every: bool) -> int:
+def disconnect(ctx: click.Context, target: str | None, every: bool, as_json: bool) -> int:
     """End the held SSH connection of a target (or --all), before its `persist` seconds run out."""
-    return run_disconnect(None if every else workspace_of(ctx), target, every)
+    return run_disconnect(None if every else workspace_of(ctx), target, every, as_json)
 
 
 @main.command("clear-caches")
 @targets_option
 @group_option
 @click.option("--all", "every", is_flag=True, help="every target in the workspace")
+@json_option
 @click.pass_context
 @command
-def clear_caches(ctx: click.Context, targets_: tuple[str, ...], group: str | None, every: bool) -> int:
+def clear_caches(
+    ctx: click.Context, targets_: tuple[str, ...], group: str | None, every: bool, as_json: bool
+) -> int:
     """Delete every cache kept for the target (or -t A -t B, -g, --all) and your user cache.
 
     Caches only save time (docs/files-and-caches.md): records are kept, and the next command that
     needs a cache writes it again. `audit --rehash` reads none of them without deleting them.
     """
-    return run_clear_caches(workspace_of(ctx), targets_, group, every)
+    return run_clear_caches(workspace_of(ctx), targets_, group, every, as_json)
 
 
 # ---- authoring: record, import, export, check, show --------------------------------------------
@@ -422,6 +432,7 @@ bump_option = click.option(
 @click.option("-m", "--description", help="the patch set's description")
 @click.option("--package", help="with --git: the package it is for (default: the default target's)")
 @click.option("--package-version", metavar="SPEC", help="with --git: PEP 440 specifier of fitting versions")
+@json_option
 @click.pass_context
 @command
 def record(
@@ -437,6 +448,7 @@ def record(
     description: str | None,
     package: str | None,
     package_version: str | None,
+    as_json: bool,
 ) -> int:
     """Write patch set NAME from a target's edits since a state, the hand edits found when it was
     adopted, or a git range."""
@@ -446,15 +458,28 @@ def record(
             "give either -t T --from STATE, -t T --from-adoption, or --git DIR --range A..B"
         )
     if adoption:
-        return record_verb.record_adoption(workspace_of(ctx), target, name, bump, description)
+        return record_verb.record_adoption(
+            workspace_of(ctx), target, name, bump, description, as_json=as_json
+        )
     if checkout:
         if not span:
             raise click.UsageError("--git needs --range A..B")
         return record_verb.record_git(
-            workspace_of(ctx), name, checkout, span, subdir, bump, description, package, package_version
+            workspace_of(ctx),
+            name,
+            checkout,
+            span,
+            subdir,
+            bump,
+            description,
+            package,
+            package_version,
+            as_json=as_json,
         )
     # exactly one of the three is given: here, --from STATE
-    return record_verb.record_target(workspace_of(ctx), target, name, cast(str, since), bump, description)
+    return record_verb.record_target(
+        workspace_of(ctx), target, name, cast(str, since), bump, description, as_json=as_json
+    )
 
 
 @main.command("import")
@@ -464,6 +489,7 @@ def record(
 @click.option("--subdir", default="", metavar="DIR", help="strip DIR/ from the patch's paths (python)")
 @click.option("--package", help="the package it is for (default: the default target's)")
 @click.option("-m", "--description", help="the patch set's description")
+@json_option
 @click.pass_context
 @command
 def import_cmd(
@@ -474,18 +500,20 @@ def import_cmd(
     subdir: str,
     package: str | None,
     description: str | None,
+    as_json: bool,
 ) -> int:
     """Make patch set NAME from a patch file, or restore one from `patchkeeper export`."""
-    return import_patch(workspace_of(ctx), name, file, version, subdir, package, description)
+    return import_patch(workspace_of(ctx), name, file, version, subdir, package, description, as_json=as_json)
 
 
 @main.command()
 @click.argument("name", shell_complete=complete_patchsets)
+@json_option
 @click.pass_context
 @command
-def export(ctx: click.Context, name: str) -> int:
+def export(ctx: click.Context, name: str, as_json: bool) -> int:
     """Print patch set NAME as one patch that git apply and patch -p1 accept in site-packages."""
-    return run_export(workspace_of(ctx), name)
+    return run_export(workspace_of(ctx), name, as_json)
 
 
 @main.command()

@@ -56,6 +56,12 @@ class Unfinished(PatchkeeperError):
     exit_code = EXIT_UNFINISHED
 
 
+def error_document(message: str, hint: str, exit_code: int) -> dict[str, object]:
+    """The one shape of an error in --json output (docs/json.md, "An error"): a change document's error
+    keys, which every verb's error document, and a target's failure in an --all document, share."""
+    return {"ok": False, "exit_code": exit_code, "error": {"message": message, "hint": hint}}
+
+
 def did_you_mean(name: str, known: list[str]) -> str | None:
     """The known name closest to a mistyped one (difflib's ratio, as click uses for verbs), None when none is close."""
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)

@@ -16,7 +16,7 @@ import click
 from . import pipes, workspace
 from .change.rollout import Noted, rollout
 from .completion import complete_targets
-from .errors import EXIT_INTERRUPTED, PatchkeeperError, os_hint
+from .errors import EXIT_INTERRUPTED, PatchkeeperError, error_document, os_hint
 from .patchset import saving
 from .printable import lines
 
@@ -34,9 +34,7 @@ def json_error(message: str, hint: str, code: int) -> None:
     """The document of a --json command that ends in an error (docs/json.md, "Errors"), unless the
     command already wrote its own (a change's document carries its error): one document either way."""
     if not getattr(sys.stdout, "wrote", False):
-        sys.stdout.write(
-            json.dumps({"error": message, "hint": hint, "exit": code}, indent=2, sort_keys=True) + "\n"
-        )
+        sys.stdout.write(json.dumps(error_document(message, hint, code), indent=2, sort_keys=True) + "\n")
         sys.stdout.flush()
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 import posixpath
 import shutil
+from typing import Any
 
 from ..host.contract import AgentContract
 from ..host.statcache import user_cache
 from ..targets import open_target
 from ..workspace import Workspace
+from . import json_answer
 
 # The caches of a target's state dir (docs/files-and-caches.md): everything else there is a record.
 # manifest-cache/ and pack-cache/ are left by versions before issue 31, which kept them.
@@ -24,9 +26,21 @@ STATE_CACHES = (
 )
 
 
-def clear_caches(ws: Workspace, names: tuple[str, ...], group: str | None, every: bool) -> int:
+def clear_caches(
+    ws: Workspace, names: tuple[str, ...], group: str | None, every: bool, as_json: bool = False
+) -> int:
     """Each chosen target's state-dir caches (the default target's when none is chosen), then the user
-    cache; one line each. The next command that needs a cache writes it again."""
+    cache; one line each (--json: {"targets": {name: {"state_dir", "removed"}}, "user_cache": {"path",
+    "removed"}}). The next command that needs a cache writes it again."""
+    with json_answer(as_json) as doc:
+        _clear(ws, names, group, every, doc)
+    return 0
+
+
+def _clear(
+    ws: Workspace, names: tuple[str, ...], group: str | None, every: bool, doc: dict[str, Any]
+) -> None:
+    doc["targets"] = {}
     configs = (
         list(ws.select(names, group, every).targets.values())
         if names or group or every
@@ -43,12 +57,13 @@ def clear_caches(ws: Workspace, names: tuple[str, ...], group: str | None, every
             target.agent.remove_empty_dirs(dirs)
         finally:
             target.close()
+        doc["targets"][config.name] = {"state_dir": state_dir, "removed": len(files)}
         print(f"{config.name}: removed {len(files)} cache file(s) from {state_dir}")
     root = user_cache("")
     count = sum(len(names) for _, _, names in os.walk(root))
     shutil.rmtree(root, ignore_errors=True)
+    doc["user_cache"] = {"path": root.rstrip("/"), "removed": count}
     print(f"removed {count} cache file(s) from {root.rstrip('/')}")
-    return 0
 
 
 def _cache_files(agent: AgentContract, state_dir: str) -> tuple[list[str], list[str]]:

@@ -5,15 +5,26 @@ from __future__ import annotations
 from ..errors import BadInput
 from ..targets import persist
 from ..workspace import Workspace
+from . import json_answer
 
 
-def disconnect(ws: Workspace | None, target: str | None, every: bool) -> int:
+def disconnect(ws: Workspace | None, target: str | None, every: bool, as_json: bool = False) -> int:
+    """End a target's held connection (or every one of this user's); with --json: {"target" (null with
+    --all), "ended"}: how many held connections were ended."""
+    with json_answer(as_json) as doc:
+        doc["ended"] = _disconnect(ws, target, every, doc)
+    return 0
+
+
+def _disconnect(ws: Workspace | None, target: str | None, every: bool, doc: dict[str, object]) -> int:
+    doc["target"] = None
     if every:
         pids = persist.stop_all()
         print(f"ended {len(pids)} held connection(s)" if pids else "no held connections")
-        return 0
+        return len(pids)
     assert ws is not None, "a workspace names the target"
     config = ws.target(target)
+    doc["target"] = config.name
     if not config.ssh:
         raise BadInput(
             f"target {config.name} is local: there is no connection to end",
@@ -24,5 +35,6 @@ def disconnect(ws: Workspace | None, target: str | None, every: bool) -> int:
     except persist.Unavailable:
         print(f"{config.name}: no held connection")
         return 0
-    print(f"{config.name}: connection ended" if holder.stop() else f"{config.name}: no held connection")
-    return 0
+    ended = holder.stop()
+    print(f"{config.name}: connection ended" if ended else f"{config.name}: no held connection")
+    return int(ended)

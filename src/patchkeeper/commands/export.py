@@ -6,11 +6,17 @@ import sys
 
 from ..patchset import exchange, patchset
 from ..workspace import Workspace
+from . import emit_json, text_or_base64
 
 
-def export(ws: Workspace, name: str) -> int:
+def export(ws: Workspace, name: str, as_json: bool = False) -> int:
+    """Print the patch; with --json: {"patchset", "digest", "patch"} (or "patch_base64" when it is not
+    UTF-8 text)."""
     ps = patchset.load(ws.patchsets_dir, name)
     data = exchange.export(ws.patchsets_dir / name, ps.ident, ps.digest, variable_notes(ps))
+    if as_json:
+        emit_json({"patchset": ps.ident, "digest": ps.digest, **text_or_base64("patch", data)})
+        return 0
     sys.stdout.buffer.write(data)
     sys.stdout.flush()
     return 0

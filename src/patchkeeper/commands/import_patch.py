@@ -10,6 +10,7 @@ from pathlib import Path
 from ..errors import BadInput
 from ..patchset import authoring, exchange, gitdiff, patchset
 from ..workspace import Workspace
+from . import answers_json
 from .record import default_package, report_saved
 
 _ENC = ("utf-8", "surrogateescape")
@@ -18,6 +19,7 @@ _ENC = ("utf-8", "surrogateescape")
 _HIGHER = "a higher version: `patchkeeper import NAME FILE --version X.Y.Z`"  # import has no --bump
 
 
+@answers_json
 def import_patch(
     ws: Workspace,
     name: str,
@@ -26,6 +28,7 @@ def import_patch(
     subdir: str,
     package: str | None,
     description: str | None,
+    as_json: bool = False,
 ) -> int:
     authoring.check_name(name)
     try:

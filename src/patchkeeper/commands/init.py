@@ -10,6 +10,7 @@ from pathlib import Path
 from ..errors import BadInput, NotInstalled, Refused, TargetError
 from ..targets import open_target
 from ..workspace import CONFIG, TargetConfig
+from . import answer, answers_json
 
 _TOML = """\
 # A patchkeeper workspace: the targets patchkeeper changes. Every key: docs/configuration.md.
@@ -47,8 +48,17 @@ _LOCAL = """\
 python = {python}   # the interpreter whose site-packages holds the package
 
 [targets.local.files]
-unit = "sglang-qwen.service"              # the unit role file (relative: in this workspace); on a server /etc/systemd/system/...
+# No unit yet: this one, in the workspace, does not exist, and the patch sets' drop-in is written beside
+# it (sglang-qwen.service.d/) for a look. On a server: the service's unit, /etc/systemd/system/NAME.service.
+unit = "sglang-qwen.service"
 """
+
+
+UNIT_NOTE = (
+    "note: target local's unit role is {unit}, which does not exist: a patch set's drop-in is written "
+    "beside it for a look, and nothing restarts; set unit = ... in [targets.local.files] to the service's "
+    "unit (/etc/systemd/system/NAME.service) once it has one"
+)
 
 
 def shipped() -> Path:
@@ -96,8 +106,10 @@ def check_python(python: str, package: str) -> str | None:
     return None
 
 
-def init(root: Path, python: str | None, package: str) -> int:
-    """Write a workspace into `root`; refuse (overwriting nothing) where one is already."""
+@answers_json
+def init(root: Path, python: str | None, package: str, as_json: bool = False) -> int:
+    """Write a workspace into `root`; refuse (overwriting nothing) where one is already. --json:
+    {"workspace", "config", "patchsets", "python", "note"}."""
     there = [name for name in (CONFIG, "patchsets", "snapshots") if (root / name).exists()]
     if there:
         raise Refused(
@@ -120,8 +132,12 @@ def init(root: Path, python: str | None, package: str) -> int:
     (root / "snapshots").mkdir()
     names = sorted(p.name for p in (root / "patchsets").iterdir() if (p / "patchset.toml").is_file())
     print(f"wrote a workspace in {root}: {CONFIG}, patchsets/ ({', '.join(names)}), snapshots/")
+    answer(workspace=str(root), config=str(root / CONFIG), patchsets=names, python=python, note=note)
     if note:
         print(note)
+    if python is not None:
+        print(UNIT_NOTE.format(unit=root / "sglang-qwen.service"))
+        answer(unit_note=UNIT_NOTE.format(unit=root / "sglang-qwen.service"))
     if python is None:
         print(
             "next: set python = ... of a target in patchkeeper.toml (patchkeeper init --python VENV/bin/python "

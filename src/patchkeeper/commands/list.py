@@ -3,20 +3,36 @@
 from __future__ import annotations
 
 import shutil
+import sys
 import textwrap
 
+from ..errors import PatchkeeperError
 from ..patchset import patchset, saving
+from ..printable import one_line
 from ..workspace import Workspace
 from . import emit_json
 
 
 def list_patchsets(ws: Workspace, as_json: bool) -> int:
-    sets = [patchset.load(ws.patchsets_dir, n) for n in patchset.names(ws.patchsets_dir)]
+    """Every patch set; one that cannot be read is listed with its error (exit 2), the others still."""
+    sets: list[patchset.PatchSet] = []
+    broken: dict[str, PatchkeeperError] = {}
+    for name in patchset.names(ws.patchsets_dir):
+        try:
+            sets.append(patchset.load(ws.patchsets_dir, name))
+        except PatchkeeperError as exc:
+            broken[name] = exc
     kept = {ps.name: saving.kept(ws.patchsets_dir, ps.name) for ps in sets}
+    code = 2 if broken else 0
     if as_json:
-        emit_json([{**ps.summary(), "kept": kept[ps.name]} for ps in sets])
-        return 0
-    if not sets:
+        emit_json(
+            [{**ps.summary(), "kept": kept[ps.name]} for ps in sets]
+            + [{"name": n, "error": {"message": e.message, "hint": e.hint}} for n, e in broken.items()]
+        )
+        return code
+    for error in broken.values():
+        sys.stderr.write(f"patchkeeper: error: {one_line(error.message)}\n  hint: {one_line(error.hint)}\n")
+    if not sets and not broken:
         print(f"no patch sets in {ws.patchsets_dir}")
     width = shutil.get_terminal_size((100, 24)).columns  # $COLUMNS, the terminal's, else 100
     cut = False
@@ -32,6 +48,8 @@ def list_patchsets(ws: Workspace, as_json: bool) -> int:
                 f"    kept: {', '.join(f'{ps.name}@{v}' for v in kept[ps.name])} "
                 f"(in patchsets/{saving.HISTORY}/{ps.name}/)"
             )
+    for name in broken:
+        print(f"{name:16} BROKEN: cannot be read (the error above); the other patch sets are listed")
     if cut:
         print("(a description in full: patchkeeper show NAME)")
-    return 0
+    return code

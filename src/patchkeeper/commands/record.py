@@ -13,10 +13,18 @@ from ..records import history
 from ..records.ledger import State
 from ..records.manifest import ROLE_PREFIX, differences
 from ..workspace import TargetConfig, Workspace
+from . import answer, answers_json
 
 
+@answers_json
 def record_target(
-    ws: Workspace, target: str | None, name: str, since: str, bump: str | None, description: str | None
+    ws: Workspace,
+    target: str | None,
+    name: str,
+    since: str,
+    bump: str | None,
+    description: str | None,
+    as_json: bool = False,
 ) -> int:
     authoring.check_name(name)
     with Session(ws, target, f"record {name} --from {since}", write=False) as s:
@@ -94,8 +102,14 @@ def record_target(
         return report_saved(ws, saved, len(changes), len(role_files))
 
 
+@answers_json
 def record_adoption(
-    ws: Workspace, target: str | None, name: str, bump: str | None, description: str | None
+    ws: Workspace,
+    target: str | None,
+    name: str,
+    bump: str | None,
+    description: str | None,
+    as_json: bool = False,
 ) -> int:
     """A patch set of exactly the hand edits found when the target was adopted, against the release."""
 
@@ -181,6 +195,7 @@ def as_template(
     return recorded.data
 
 
+@answers_json
 def record_git(
     ws: Workspace,
     name: str,
@@ -191,6 +206,7 @@ def record_git(
     description: str | None,
     package: str | None,
     package_version: str | None,
+    as_json: bool = False,
 ) -> int:
 
     authoring.check_name(name)
@@ -225,8 +241,11 @@ def default_package(ws: Workspace) -> str:
 
 
 def report_saved(ws: Workspace, saved: authoring.Saved, files: int, roles: int) -> int:
-    """Print what was written (and commit it to the workspace's history)."""
+    """Print what was written (and commit it to the workspace's history); with --json, the document
+    {"patchset", "digest", "status", "previous", "kept", "path", "files", "roles", "commit"}."""
     where = ws.patchsets_dir / saved.ident.partition("@")[0]
+    answer(patchset=saved.ident, digest=saved.digest, status=saved.status, previous=saved.previous)
+    answer(kept=saved.kept, path=str(where), files=files, roles=roles, commit=None)
     if saved.status == "unchanged":
         print(f"{saved.ident} already holds exactly this content; nothing written ({where})")
         return 0
@@ -239,6 +258,7 @@ def report_saved(ws: Workspace, saved: authoring.Saved, files: int, roles: int) 
     if saved.kept:
         print(f"kept {saved.ident.partition('@')[0]}@{saved.previous} in patchsets/{saved.kept}")
     commit = commit_patchset(ws, saved)
+    answer(commit=commit)
     if commit:
         print(
             f"committed {where.relative_to(ws.root)}/ to the workspace's git repository as {commit[:12]} "

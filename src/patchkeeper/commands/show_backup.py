@@ -7,11 +7,14 @@ import sys
 from ..change.session import Session
 from ..errors import BadInput, PatchkeeperError, StoreError
 from ..workspace import Workspace
+from . import emit_json, text_or_base64
 
 MIN_HEX = 8  # a shorter prefix of a backup's digest is refused
 
 
-def show_backup(ws: Workspace, target: str | None, digest: str) -> int:
+def show_backup(ws: Workspace, target: str | None, digest: str, as_json: bool = False) -> int:
+    """Print the backed-up bytes; with --json: {"target", "digest", "size", "bytes"} (or "bytes_base64"
+    when they are not UTF-8 text)."""
     with Session(ws, target, "show-backup", write=False) as s:
         full = _resolve(s, digest)
         try:
@@ -21,6 +24,11 @@ def show_backup(ws: Workspace, target: str | None, digest: str) -> int:
                 f"cannot give back {full}: {exc}",
                 "check the digest with `patchkeeper log`; a damaged store needs its backup",
             ) from None
+        if as_json:
+            emit_json(
+                {"target": s.target.name, "digest": full, "size": len(data), **text_or_base64("bytes", data)}
+            )
+            return 0
         out = sys.stdout.buffer
         sys.stdout.flush()
         out.write(data)

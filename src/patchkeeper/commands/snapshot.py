@@ -14,6 +14,7 @@ from ..checks.scan import scan_all
 from ..errors import BadInput
 from ..records.ledger import RecordExtra
 from ..workspace import Workspace
+from . import json_answer
 
 RESERVED = {
     "baseline": "the state recorded before the first change",
@@ -28,20 +29,27 @@ def snapshot(
     manifest_only: bool,
     adopt: str | None = None,
     dry_run: bool = False,
+    as_json: bool = False,
 ) -> int:
+    """Record the target's files as state `name` (a baseline first, when there is none); with --json,
+    the document: {"target", "name", "dry_run", "files", "bytes_kept", "baseline", "state", "mirrored"}."""
     if name in RESERVED or not name.strip():
         raise BadInput(
             f"{name!r} cannot name a state: rollback --to {name} means "
             + (RESERVED[name] if name in RESERVED else "nothing"),
             "pick another name",
         )
-    with Session(ws, target, f"snapshot --name {name}") as s:
+    with json_answer(as_json) as doc, Session(ws, target, f"snapshot --name {name}") as s:
         refuse_writes(s.installation(), s.target, f"snapshot --name {name}")
         kept = "digests only" if manifest_only else "bytes kept"
         if dry_run:  # refused as the real run would be; else what it would record
             if s.ledger.current() is None or adopting.new_release(s):
                 adopting.preview(s, adopt)
             files = len(scan_all(s.target))
+            doc.update(
+                target=s.target.name, name=name, dry_run=True, files=files, bytes_kept=not manifest_only
+            )
+            doc.update(baseline=None, state=None, mirrored=None)
             print(
                 f"{s.target.name}: would record state {name!r} ({files} files of "
                 f"{s.target.info.package}, {kept}); nothing changed (dry run)"
@@ -57,6 +65,9 @@ def snapshot(
         failed = try_mirror(ws, s, f"state {entry.after.id} was recorded on {s.target.name}")
         if failed is not None:
             render_not_mirrored(failed)
+        doc.update(target=s.target.name, name=name, dry_run=False, bytes_kept=not manifest_only)
+        doc.update(files=cast(RecordExtra, entry.extra)["files"], state=entry.after.to_dict())
+        doc.update(baseline=baseline.after.to_dict() if baseline else None, mirrored=failed is None)
         print(
             f"{s.target.name}: recorded state {entry.after.id} as {name!r} "
             f"({cast(RecordExtra, entry.extra)['files']} files of {s.target.info.package}, {kept})"

@@ -16,7 +16,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..errors import PatchkeeperError
+from ..errors import PatchkeeperError, error_document
 from ..host.disk import cpus
 from ..workspace import Workspace
 
@@ -40,7 +40,7 @@ class Failed:
 
     def to_dict(self) -> dict[str, Any]:
         """A target's result in an --all --json document when it failed."""
-        return {"error": self.message, "hint": self.hint, "exit": self.exit}
+        return error_document(self.message, self.hint, self.exit)
 
 
 def _guarded(work: Callable[[Workspace, str], T], ws: Workspace, name: str) -> T | Failed:
