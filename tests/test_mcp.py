@@ -45,11 +45,12 @@ class Agent:
         assert not failed, doc
         return doc
 
-    async def refused(self, tool: str, **args: Any) -> dict[str, Any]:
+    async def refused(self, tool: str, **args: Any) -> dict[str, str]:
+        """A refusal: the CLI's error document; its error, {"message", "hint"}."""
         failed, doc = await self.call(tool, **args)
         assert failed, doc
-        assert set(doc) == self.error_keys and doc["hint"], doc  # the CLI's error document, no other
-        return doc
+        assert set(doc) == self.error_keys and doc["error"]["hint"], doc  # the CLI's error document
+        return doc["error"]
 
 
 def serve(
@@ -116,11 +117,11 @@ def test_the_tools_and_a_read_only_server(env, tmp_path):
         names = [t.name for t in (await agent.session.list_tools()).tools]
         assert names == READING
         doc = await agent.refused("plan", action="apply", name="ddtree")
-        assert "read-only" in doc["error"]
+        assert "read-only" in doc["message"]
         doc = await agent.refused("apply_plan", plan_id="0123456789abcdef")
-        assert "read-only" in doc["error"]
+        assert "read-only" in doc["message"]
         doc = await agent.refused("verify", restart=True)
-        assert "read-only" in doc["error"]
+        assert "read-only" in doc["message"]
         assert (await agent.ok("status"))["state"] is None
 
     serve(env.root, full, errlog=log)
@@ -148,7 +149,7 @@ def test_plan_then_apply_ddtree_then_roll_back_to_baseline_byte_for_byte(env, tm
         assert {f["key"] for f in done["changes"][0]["files"]} == set(keys)  # what was previewed, no more
         assert (env.site / PATCHED).exists() and stack(env) == ["ddtree"]
         again = await agent.refused("apply_plan", plan_id=plan["plan"]["id"])
-        assert "carried out already" in again["error"]
+        assert "carried out already" in again["message"]
 
         back = await agent.ok("plan", action="rollback", to="baseline")
         assert back["changes"][0]["kind"] == "rollback"
@@ -180,7 +181,7 @@ def test_a_stale_plan_is_refused(env, tmp_path):
         edit_file(env.site / "sglang/version.py", (env.site / "sglang/version.py").read_bytes() + b"# hand\n")
         edited = env.snapshot()
         doc = await agent.refused("apply_plan", plan_id=plan["plan"]["id"])
-        assert "is stale: target local changed since it was made: its files changed" in doc["error"]
+        assert "is stale: target local changed since it was made: its files changed" in doc["message"]
         assert "plan again" in doc["hint"]
         assert env.snapshot() == edited and stack(env) == []  # nothing changed
 
@@ -189,7 +190,7 @@ def test_a_stale_plan_is_refused(env, tmp_path):
         env.pk("apply", "ddtree", "--force")
         after_cli = env.snapshot()
         doc = await agent.refused("apply_plan", plan_id=fresh["plan"]["id"])
-        assert "its recorded state is now" in doc["error"]
+        assert "its recorded state is now" in doc["message"]
         assert env.snapshot() == after_cli and stack(env) == ["ddtree"]
 
         # a changed patch set in the workspace makes the plan stale as well
@@ -197,7 +198,7 @@ def test_a_stale_plan_is_refused(env, tmp_path):
         toml = env.root / "patchsets/ddtree/patchset.toml"
         toml.write_text(toml.read_text() + "\n")
         doc = await agent.refused("apply_plan", plan_id=last["plan"]["id"])
-        assert "workspace changed" in doc["error"]
+        assert "workspace changed" in doc["message"]
         assert stack(env) == ["ddtree"]
         remember.append(last["plan"]["id"])
 
@@ -206,7 +207,7 @@ def test_a_stale_plan_is_refused(env, tmp_path):
 
     async def other_session(agent: Agent) -> None:  # a plan id lives only as long as its session
         doc = await agent.refused("apply_plan", plan_id=remember[0])
-        assert "no plan" in doc["error"]
+        assert "no plan" in doc["message"]
 
     serve(env.root, other_session, errlog=tmp_path / "server.log")
     assert stack(env) == ["ddtree"]
@@ -238,7 +239,7 @@ def test_bad_arguments_are_tool_errors_and_change_nothing(env, tmp_path):
             ("nosuchtool", {}, "unknown tool"),
         ]:
             doc = await agent.refused(tool, **args)
-            assert says in doc["error"], (tool, args, doc)
+            assert says in doc["message"], (tool, args, doc)
             assert len(json.dumps(doc)) < 2000  # the huge string is not echoed back
 
     serve(env.root, body, errlog=tmp_path / "server.log")
