@@ -15,8 +15,7 @@ from typing import Any
 
 import click
 
-from ..errors import PatchkeeperError
-from ..options import json_error
+from ..errors import PatchkeeperError, error_document
 from ..records.ledger import ORIGIN
 
 _ONE_AT_A_TIME = threading.Lock()  # sys.stdout, sys.stderr and the ORIGIN of a call are the process's
@@ -84,11 +83,8 @@ class _Lines(io.TextIOBase):
 
 
 def error_doc(message: str, hint: str, code: int = 2) -> Any:
-    """The CLI's error document (docs/json.md, "Errors"), as options.json_error writes it: one shape."""
-    out = _Captured()
-    with redirect_stdout(out):
-        json_error(message, hint, code)
-    return json.loads(out.getvalue())
+    """The CLI's error document (docs/json.md, "An error"): the one shape every verb's --json has."""
+    return error_document(message, hint, code)
 
 
 @contextmanager
