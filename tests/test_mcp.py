@@ -257,10 +257,12 @@ def test_a_change_that_fails_verification_reports_it_and_is_rolled_back(env, ser
         verdicts = [(v["phase"], v["ok"], v["reason"]) for v in doc["verifications"]]
         assert verdicts == [("apply", False, "degenerate"), ("automatic rollback", True, None)]
         assert any("verif" in m.lower() for m in agent.progress)  # the restart and checks, as progress
+        checked = await agent.ok("verify")  # the baseline, back in place, verifies (a reading tool)
+        assert checked["ok"] is True and checked["verifications"][0]["phase"] == "verify"
 
     serve(env.root, body, errlog=tmp_path / "server.log")
     assert env.snapshot() == before and stack(env) == []
-    assert [e["kind"] for e in ledger(env)] == ["baseline", "apply", "verify", "rollback", "verify"]
+    assert [e["kind"] for e in ledger(env)] == ["baseline", "apply", "verify", "rollback", "verify", "verify"]
 
 
 def test_a_change_over_ssh(fleet, tmp_path):
