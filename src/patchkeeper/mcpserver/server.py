@@ -79,7 +79,7 @@ def call(
     except OSError as exc:
         return verbs.Outcome(2, verbs.error_doc(f"{exc.strerror or exc}", "call the tool again"))
     except Exception as exc:  # a bug: one line for the agent and the log, never a traceback
-        line = one_line(f"internal error in {name}: {type(exc).__name__}: {exc}")
+        line = one_line(f"internal error in {name[:60]}: {type(exc).__name__}: {str(exc)[:400]}")
         print(f"patchkeeper mcp: {line}", file=sys.stderr)
         return verbs.Outcome(2, verbs.error_doc(line, "report it with the tool call that caused it"))
 
