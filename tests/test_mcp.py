@@ -233,6 +233,7 @@ def test_bad_arguments_are_tool_errors_and_change_nothing(env, tmp_path):
             ("plan", {"action": "apply", "name": "ddtree", "path": "/tmp"}, "unknown argument"),
             ("plan", {"action": "apply", "name": 7}, "must be of type string"),
             ("plan", {"action": "apply"}, "needs name"),
+            ("plan", {"action": "rollback", "to": "baseline", "name": "ddtree"}, "name does not go with it"),
             ("apply_plan", {"plan_id": "../../x"}, "is not a name"),
             ("show", {"name": "nosuchset"}, "unknown patch set"),
             ("diff", {"sides": ["local", "/etc"]}, "is not a name"),

@@ -75,6 +75,7 @@ class Plan:
     command: list[str]
     starts_from: dict[str, Seen]
     workspace: str
+    states: dict[str, str | None]  # target -> the state id its dry run started from (None: not known)
     used: bool = False
 
     def summary(self) -> dict[str, Any]:
@@ -126,7 +127,8 @@ class Plans:
                 "a target or the workspace changed while the plan was being made",
                 "make the plan again when nothing else is changing them",
             )
-        plan = Plan(os.urandom(8).hex(), words, before, digest)
+        states = {name: (doc.get("before") or {}).get("id") for name, doc in docs.items()}
+        plan = Plan(os.urandom(8).hex(), words, before, digest, states)
         self.made[plan.id] = plan
         if len(names) == 1:
             return verbs.Outcome(worst, {**docs[names[0]], "plan": plan.summary()})
@@ -162,8 +164,25 @@ class Plans:
         plan.used = True
         on_line(f"carrying out plan {plan_id}: {' '.join(plan.command[:1])}")
         out = verbs.run(self.group, self.base, plan.command, on_line, client)
-        doc = {**out.doc, "plan": plan.summary()} if isinstance(out.doc, dict) else out.doc
-        return verbs.Outcome(out.code, doc, change=True)
+        if not isinstance(out.doc, dict):
+            return verbs.Outcome(out.code, out.doc, change=True)
+        summary = plan.summary()
+        other = {
+            name: {"planned": plan.states.get(name), "actual": was}
+            for name, was in _started_from(out.doc).items()
+            if was is not None and plan.states.get(name) is not None and was != plan.states[name]
+        }
+        if other:  # another command changed the target between the check and the change's lock
+            summary["started_from_another_state"] = other
+        return verbs.Outcome(out.code or (2 if other else 0), {**out.doc, "plan": summary}, change=True)
+
+
+def _started_from(doc: dict[str, Any]) -> dict[str, str | None]:
+    """The state id each target's change started from, in a change or a rollout document."""
+    if isinstance(doc.get("targets"), dict):
+        return {name: t.get("before") for name, t in doc["targets"].items() if isinstance(t, dict)}
+    before = doc.get("before")
+    return {str(doc.get("target")): before.get("id") if isinstance(before, dict) else None}
 
 
 def _several(docs: Mapping[str, Any], code: int) -> dict[str, Any]:

@@ -281,6 +281,15 @@ CHANGING = [
 def change_words(ws: Workspace, args: Mapping[str, Any], dry_run: bool) -> list[str]:
     """The CLI words of a plan's change (with --dry-run: its preview)."""
     action = args["action"]
+    takes = {"apply": "name", "rollback": "to", "repair": "dist"}
+    stray = [k for k in takes.values() if k in args and takes.get(action) != k]
+    stray += [k for k in ("serial", "max_fail", "force") if k in args and action == "repair"]
+    stray += ["force"] if "force" in args and action == "rollback" else []
+    if stray:
+        raise BadInput(
+            f"plan {action}: {', '.join(stray)} does not go with it",
+            "apply takes name (and force), rollback takes to, repair takes dist (one target)",
+        )
     tail = ["--json"] + (["--dry-run"] if dry_run else [])
     if args.get("verify") is False:
         tail.append("--no-verify")
