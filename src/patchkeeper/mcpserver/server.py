@@ -8,12 +8,12 @@ import mimetypes
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from .. import __version__
 from ..errors import BadInput, PatchkeeperError
 from ..patchset import patchset
 from ..printable import one_line
@@ -189,7 +189,7 @@ async def _run(served: Served) -> None:
 
     server: Server[Any] = Server(
         NAME,
-        version=version("patchkeeper"),
+        version=__version__,
         instructions=(
             "patchkeeper: versioned patch sets over an installed Python package. Read with list, show, "
             "status, audit, diff, log, check, verify. Change a target only with plan, then apply_plan "
