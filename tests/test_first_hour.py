@@ -7,12 +7,21 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import shutil
 import socket
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
-from conftest import copy_venv, make_workspace
+import click
+from conftest import REPO, copy_venv, edit_file, make_workspace
+
+from patchkeeper.cli import main
+from patchkeeper.options import summary
+
+SPEC = "sglang/srt/speculative/spec_info.py"
 
 
 def pk(cwd: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -157,6 +166,18 @@ def test_without_a_git_identity_the_workspace_commits_as_patchkeeper_and_says_so
         again.returncode == 0 and "git has no identity" not in again.stderr and "warning" not in again.stderr
     )
     assert "rollback" in _git(env.root, "log", "-1", "--format=%s")
+    other = env.root.parent / "other-ws"  # another workspace of the same user: git's identity is the user's
+    shutil.copytree(env.root, other, ignore=shutil.ignore_patterns(".git", "snapshots"))
+    _git(other, "init", "-q")
+    _git(other, "config", "user.useConfigOnly", "true")
+    third = subprocess.run(
+        [sys.executable, "-m", "patchkeeper", "-w", str(other), "apply", "ddtree", "--no-verify"],
+        capture_output=True,
+        text=True,
+        env=no_identity,
+    )
+    assert third.returncode == 0 and "git has no identity" not in third.stderr, third.stderr
+    assert _git(other, "log", "-1", "--format=%an").strip() == "patchkeeper"
 
 
 # ---- SSH failures in words -----------------------------------------------------------------------
@@ -227,3 +248,113 @@ def test_list_with_one_broken_patch_set_lists_the_others_and_marks_it(env):
     doc = json.loads(env.pk("list", "--json", check=2).stdout)
     assert [d["name"] for d in doc] == ["ddtree", "dflash", "nextn"]
     assert "version" in doc[0] and doc[2]["error"]["message"] and "version" not in doc[2]
+
+
+def test_restore_pristine_after_the_baseline_says_it_acts_only_before_and_what_works(env):
+    env.pk("snapshot", "--name", "first")
+    edit_file(env.site / SPEC, (env.site / SPEC).read_bytes() + b"# by hand\n")
+    before = env.snapshot()
+    err = env.pk("apply", "ddtree", "--restore-pristine", "--no-verify", check=2).stderr
+    assert "--restore-pristine acts only before a target's first baseline; local has one" in err
+    current = json.loads(env.pk("status", "--json").stdout)["state"]["id"]
+    assert f"hint: to drop hand edits now: `patchkeeper rollback --to {current}` gives every file" in err
+    err = env.pk("snapshot", "--name", "second", "--accept-edits", check=2).stderr
+    assert "--accept-edits acts only before" in err and "`patchkeeper snapshot --name NAME`" in err
+    assert env.snapshot() == before
+    env.pk("rollback", "--to", current, "--no-verify")  # what the hint says works
+    env.pk("apply", "ddtree", "--no-verify")
+
+
+def test_a_target_whose_python_is_wrong_is_not_counted_unreachable(tmp_path, pristine_venv):
+    env = make_workspace(
+        tmp_path / "ws",
+        copy_venv(pristine_venv, tmp_path / "venv"),
+        f'\n[targets.other]\npython = "{sys.executable}"\npackage = "sglang"\n',  # no sglang there
+    )
+    proc = env.pk("status", "--all", check=2)
+    assert proc.stdout.splitlines()[-1] == "2 target(s): 0 unreachable, 1 in error", proc.stdout
+    assert "'sglang' is not installed in" in proc.stdout
+
+
+def test_a_kept_version_named_with_at_gets_the_way_to_apply_it(env):
+    sets = env.root / "patchsets"
+    toml = (sets / "nextn" / "patchset.toml").read_text()
+    now = tomllib.loads(toml)["version"]
+    kept = sets / ".history" / "nextn" / "0.9.0"  # as a save leaves the version it replaced
+    shutil.copytree(sets / "nextn", kept)
+    (kept / "patchset.toml").write_text(toml.replace(f'version = "{now}"', 'version = "0.9.0"'))
+    err = env.pk("apply", "nextn@0.9.0", "--no-verify", check=2).stderr
+    assert "nextn@0.9.0 is a kept version (patchsets/.history/nextn/0.9.0/)" in err
+    hint = err.split("hint: to apply 0.9.0, put it back as the current version: `", 1)[1].split("`", 1)[0]
+    subprocess.run(hint, shell=True, cwd=env.root, check=True)  # the hint's command, as written
+    env.pk("apply", "nextn", "--no-verify")
+    assert "nextn@0.9.0" in env.pk("status").stdout
+    assert "nextn@0.9.0 is the current version" in env.pk("apply", "nextn@0.9.0", check=2).stderr
+    assert f"nextn@{now} is a kept version" in env.pk("apply", f"nextn@{now}", check=2).stderr
+
+
+# ---- the terminal: --help, colour, -w -----------------------------------------------------------------
+def test_help_gives_each_verb_its_summary_whole(tmp_path):
+    text = pk(tmp_path, "--help", env={"COLUMNS": "80"}).stdout
+    commands = text.split("Commands:", 1)[1]
+    assert "..." not in commands
+    flat = " ".join(commands.split())
+    ctx = click.Context(main)
+    for name in main.list_commands(ctx):
+        assert f"{name} {summary(main.get_command(ctx, name))}" in flat, name
+
+
+def _stderr_on_a_terminal(tmp_path, *args: str, env: dict | None = None) -> bytes:
+    master, slave = pty.openpty()
+    subprocess.run(
+        [sys.executable, "-m", "patchkeeper", *args],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=slave,
+        env={**os.environ, "TERM": "xterm", **(env or {})},
+    )
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: the terminal's other side is closed and read
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    return out
+
+
+def test_colour_on_a_terminal_only_and_never_with_no_color(tmp_path):
+    red = b"\x1b[31m"
+    assert red in _stderr_on_a_terminal(tmp_path, "status", env={"NO_COLOR": ""})
+    assert red not in _stderr_on_a_terminal(tmp_path, "status", env={"NO_COLOR": "1"})
+    piped = subprocess.run([sys.executable, "-m", "patchkeeper", "status"], cwd=tmp_path, capture_output=True)
+    assert b"\x1b[" not in piped.stderr and b"error: no patchkeeper.toml" in piped.stderr
+
+
+def test_a_workspace_directory_that_does_not_exist_is_said_so(tmp_path):
+    proc = pk(tmp_path, "-w", str(tmp_path / "nosuch"), "status")
+    assert proc.returncode == 2 and f"error: {tmp_path}/nosuch does not exist" in proc.stderr
+    assert f"patchkeeper -w {tmp_path}/nosuch init" in proc.stderr
+
+
+def test_status_of_another_target_hints_with_its_t_and_a_re_render_is_called_so(tmp_path, pristine_venv):
+    other = copy_venv(pristine_venv, tmp_path / "other")
+    shutil.copy(REPO / "demo" / "sglang-qwen.service", tmp_path / "other.service")
+    env = make_workspace(
+        tmp_path / "ws",
+        copy_venv(pristine_venv, tmp_path / "venv"),
+        f'\n[targets.ct129]\npython = "{other}/bin/python"\npackage = "sglang"\n\n'
+        f'[targets.ct129.vars]\ndraft_model_path = "/m"\n\n'
+        f'[targets.ct129.files]\nunit = "{tmp_path}/other.service"\n',
+    )
+    env.pk("apply", "dflash", "-t", "ct129", "--no-verify")
+    toml = env.root / "patchkeeper.toml"
+    toml.write_text(toml.read_text().replace('draft_model_path = "/m"\n', 'draft_model_path = "/m2"\n'))
+    out = env.pk("status", "-t", "ct129").stdout
+    assert "`patchkeeper apply dflash -t ct129` would write:" in out
+    out = env.pk("apply", "dflash", "-t", "ct129", "--dry-run").stdout
+    assert "re-rendering dflash@3.1.0 with the target's current values" in out and "switching" not in out

@@ -12,7 +12,9 @@ SRC = Path(patchkeeper.__file__).parent
 
 # (module, imported module): in-function imports of patchkeeper itself that stay, each for a reason said
 # at the import. Keep this list short; a new entry needs a reason a user would feel.
-LAZY_OWN: set[tuple[str, str]] = set()
+LAZY_OWN: set[tuple[str, str]] = {
+    ("patchkeeper.__main__", "patchkeeper.cli"),  # the entry point catches Ctrl-C while the CLI imports
+}
 
 
 def module_name(path: Path) -> str:

@@ -171,4 +171,5 @@ def test_without_any_pip_uv_on_path_runs_pip_else_the_error_says_what_to_do(
         and "pip download --no-deps --only-binary=:all:" in err
         and "--wheel FILE" in err
     )
+    assert err.count("--platform ") > 1 and "more --platform" not in err  # the command whole, to run
     assert tree(with_six.venv) == before

@@ -219,7 +219,11 @@ def test_restore_pristine_gives_the_release_as_baseline(handmade, pristine_venv)
     toml = (handmade.root / "patchkeeper.toml").read_text()
     (handmade.root / "patchkeeper.toml").write_text(f'wheels = "{WHEELS}"\n' + toml)
     out = handmade.pk("apply", "ddtree", "--restore-pristine", "--no-verify").stdout
-    assert "2 hand-edited file(s) restored to the release's bytes" in out
+    assert "1 hand-edited file(s) restored to the release's bytes from sglang-0.5.23-" in out
+    assert (
+        "1 file(s) the release does not have removed (backed up): sglang/srt/speculative/ddtree_by_hand.py"
+        in out
+    )
     handmade.pk("rollback", "--to", "baseline", "--no-verify")
     assert tree(handmade.venv) == tree(pristine_venv)
     base = json.loads(handmade.pk("log", "--json").stdout)[-1]

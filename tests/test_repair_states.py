@@ -38,6 +38,7 @@ def test_rollback_to_the_baseline_after_a_repair_keeps_the_release_bytes(tenv):
     edit_file(site / CORE, damaged)
     out = tenv.pk("repair", "torchcodec", "--wheel", str(torchcodec_wheel())).stdout
     assert f"  M {CORE}" in out and (site / CORE).read_bytes() == release
+    assert "(healthy, repaired): " in tenv.pk("status").stdout  # the same code: its name kept
 
     proc = tenv.pk("rollback", "--to", "baseline")
     assert (site / CORE).read_bytes() == release, proc.stdout  # not the damage the repair replaced

@@ -528,7 +528,9 @@ def test_log_all_merges_every_target_newest_first_with_its_origin(fleet):
         ("ct200", "baseline"),
     ], lines
     assert all(r[5:7] == ["via", "cli"] for r in rows), lines
-    assert any(line.startswith("local: error: ") for line in lines) and lines[-1].endswith("1 unreachable")
+    assert any(line.startswith("local: error: ") for line in lines) and lines[-1].endswith(
+        "0 unreachable, 1 in error"
+    )
 
     doc = json.loads(fleet.pk("log", "-t", "ct129", "-t", "ct200", "--json").stdout)
     assert [(e["target"], e["kind"]) for e in doc["entries"]] == [(r[3], r[7]) for r in rows]

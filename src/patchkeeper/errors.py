@@ -41,6 +41,11 @@ class TargetError(PatchkeeperError):
     """The target cannot be reached or its interpreter or package cannot be found."""
 
 
+class Unreachable(TargetError):
+    """The target's host cannot be reached (the connection failed); one that answers wrongly (a wrong
+    python, a missing package) is another TargetError."""
+
+
 class NotInstalled(TargetError):
     """The managed package is not installed in the target's interpreter (`state_dir`: where its
     records would be, for a hint that names the release they need)."""

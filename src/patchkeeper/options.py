@@ -5,6 +5,7 @@ wrapper that runs every verb, where errors become exit codes in one place (run_v
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import replace
@@ -25,8 +26,21 @@ F = TypeVar("F", bound=Callable[..., Any])
 OnOne = Callable[[workspace.Workspace, str | None, Noted | None, bool], int]
 
 
+def coloured(stream: Any) -> bool:
+    """Colour on a terminal only, and never with NO_COLOR set (https://no-color.org) or TERM=dumb."""
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+    return bool(tty) and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+
+
 def _say(text: str) -> None:
-    sys.stderr.write(lines(text) + "\n")
+    text = lines(text)
+    if coloured(sys.stderr):  # the error's word in red, its hint's in bold
+        text = text.replace("error:", click.style("error:", fg="red", bold=True), 1)
+        text = text.replace("hint:", click.style("hint:", bold=True), 1)
+    sys.stderr.write(text + "\n")
     sys.stderr.flush()
 
 
@@ -128,10 +142,30 @@ def verb_order(argv: list[str]) -> list[str]:
     return before + [verb] + targets + after
 
 
+def summary(command: click.Command) -> str:
+    """A verb's line in --help: its short_help, else its help's first sentence, whole (click's default
+    cuts it with "..." at the terminal's width; the list wraps it instead)."""
+    if command.short_help:
+        return command.short_help
+    text = " ".join((command.help or "").split("\n\n")[0].split())  # the first paragraph, one line
+    end = text.find(". ")
+    return text if end < 0 else text[: end + 1]
+
+
 class Verbs(click.Group):
     """The verbs' group: -t and -w on either side of the verb (verb_order); with --json anywhere on
     the line, a usage error (an unknown option, a missing argument, -t given twice...) is a JSON
     document on stdout too, besides click's lines on stderr."""
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            verb = self.get_command(ctx, name)
+            if verb is not None and not verb.hidden:
+                rows.append((name, summary(verb)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
     def main(
         self,

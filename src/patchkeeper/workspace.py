@@ -145,6 +145,12 @@ def find(explicit: str | None = None, cwd: Path | None = None) -> Path:
     given = explicit or os.environ.get("PATCHKEEPER_WORKSPACE")
     if given:
         root = Path(given).resolve()
+        if not root.is_dir():
+            how = "--workspace" if explicit else "$PATCHKEEPER_WORKSPACE"
+            raise BadInput(
+                f"{root} does not exist" if not root.exists() else f"{root} is not a directory",
+                f"point {how} at a workspace's directory, or create one: patchkeeper -w {given} init",
+            )
         if not (root / CONFIG).is_file():
             raise BadInput(
                 f"{root} is not a workspace: it has no {CONFIG}",

@@ -29,6 +29,26 @@ def check_mode(restore_pristine: bool, accept_edits: bool) -> str | None:
     return "restore-pristine" if restore_pristine else "accept-edits" if accept_edits else None
 
 
+def too_late(s: Session, adopt: str) -> BadInput:
+    """--restore-pristine or --accept-edits given to a target that has its baseline already: they act
+    only before it, and what does the same now."""
+    current = s.ledger.current()
+    where = f" -t {s.target.name}" if s.target.name != s.workspace.default_target else ""
+    then = (
+        f"to drop hand edits now: `patchkeeper rollback{where} --to {current.id if current else 'baseline'}` "
+        "gives every file the current state's recorded bytes (hand edits backed up first), then run the "
+        "command again without --restore-pristine"
+        if adopt == "restore-pristine"
+        else f"to keep hand edits as they are now: `patchkeeper snapshot{where} --name NAME` records them, or "
+        f"`patchkeeper record NAME{where} --from STATE` makes them a patch set"
+    )
+    return BadInput(
+        f"--{adopt} acts only before a target's first baseline; {s.target.name} has one "
+        f"(current state {current.id if current else '-'})",
+        then,
+    )
+
+
 def ensure_baseline(s: Session, bytes_kept: bool = True, adopt: str | None = None) -> LedgerEntry | None:
     """Record the baseline unless a state is recorded already; the new baseline entry, or None.
     The package is checked against its RECORD first: hand edits are refused, or handled as
@@ -178,11 +198,22 @@ def describe(entry: LedgerEntry) -> str:
         return f"; {len(entry.hand_edits)} hand edit(s) accepted as they are (--accept-edits): " + ", ".join(
             entry.hand_edits
         )
-    if how == "restore-pristine":
-        return (
-            f"; {len(entry.hand_edits)} hand-edited file(s) restored to the release's bytes from "
-            f"{extra.get('wheel')} first (old bytes backed up): " + ", ".join(entry.hand_edits)
+    if how == "restore-pristine":  # a file the release lacks (an added one, a foreign pyc) is removed
+        removed = [k for k in entry.hand_edits if entry.changed.get(k) == "removed"]
+        restored = [k for k in entry.hand_edits if k not in removed]
+        parts = (
+            [
+                f"{len(restored)} hand-edited file(s) restored to the release's bytes from {extra.get('wheel')} "
+                "first (old bytes backed up): " + ", ".join(restored)
+            ]
+            if restored
+            else []
         )
+        if removed:
+            parts.append(
+                f"{len(removed)} file(s) the release does not have removed (backed up): " + ", ".join(removed)
+            )
+        return "".join("; " + p for p in parts)
     return ""
 
 

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Union
 
+from .. import faults
 from ..checks import units
 from ..host.contract import ROLE_PREFIX
 from ..workspace import TargetConfig, Workspace
@@ -61,6 +62,8 @@ def carry_out(
         engine.execute(s, plan)
         mirror_step(ws, s, f"{s.target.name} was changed (transaction {plan.entry.id})", step)
     step(Changed(plan, dry_run, exec_start_after(s, plan, dry_run)))
+    if not dry_run:
+        faults.point("reported")  # the change is made, copied into the workspace and said
     code = 0
     if svc is not None and not dry_run:
         code = after_change(ws, s, svc, plan.entry, step)

@@ -10,7 +10,6 @@ from .. import faults
 from ..checks import environment
 from ..checks.scan import compare, scan_all
 from ..errors import Refused, StoreError
-from ..patchset import patchset
 from ..records.ledger import (
     ApplyExtra,
     LedgerEntry,
@@ -90,10 +89,8 @@ def plan_apply(
     A `trial` (what `check` shows) refuses nothing: misfits, hand edits and hunks that do not
     apply are kept in the plan (misfits, drift, checks) instead, and the files they concern left out."""
 
-    ws, target, ledger = s.workspace, s.target, s.ledger
-    incoming, unrendered = stacks.bind_all(
-        incoming or stacks.resolve(ws.patchsets_dir, name), s.config, trial
-    )
+    target, ledger = s.target, s.ledger
+    incoming, unrendered = stacks.bind_all(incoming or stacks.resolve(s.patchsets, name), s.config, trial)
     found = (
         stacks.misfits(incoming, target.config.package, target.info.version, dict(target.info.roles))
         if trial
@@ -106,25 +103,25 @@ def plan_apply(
     restored = restored or {}
     recorded = Recorded(s, restored)
     current = recorded.state
-    change = stacks.stack_change(ws.patchsets_dir, current.stack, incoming)
+    change = stacks.stack_change(s.patchsets, current.stack, incoming)
     if change is None:  # already applied: as recorded, or its files are gone (a reinstall, a hand edit)
         if trial:
             return None
         return plan_reapply(s, recorded, incoming, force)
     removed, kept, adding = list(change.removed), list(change.kept), list(change.adding)
     if not trial:
-        stacks.refuse_shared_role_files(ws.patchsets_dir, s.config, kept, adding)
+        stacks.refuse_shared_role_files(s.patchsets, s.config, kept, adding)
     new_stack = kept + [stacks.ref_of(ps) for ps in adding]
 
     if removed:  # a switch: rebuild every file any of the old or new patch sets touches from baseline
-        kept_sets = [patchset.load(ws.patchsets_dir, p["name"]).bind(s.config) for p in kept]
+        kept_sets = [s.patchsets.load(p["name"]).bind(s.config) for p in kept]
         for old_ref, ps in zip(kept, kept_sets):
             if ps.digest != old_ref["digest"]:
                 raise Refused(
                     f"applied patch set {old_ref['name']}@{old_ref['version']} changed in the workspace",
                     "restore it, or roll back to baseline first",
                 )
-        old_sets = [stacks.load_applied(ws, p) for p in removed]
+        old_sets = [stacks.load_applied(s.patchsets, p) for p in removed]
         build = kept_sets + adding
         keys = stacks.touched_keys(build + old_sets)
         base_manifest = ledger.load_manifest(plans.baseline(s))
@@ -183,13 +180,11 @@ def plan_apply(
     manifest_digest = target.hash_bytes(manifest_text)
     contents[manifest_digest] = manifest_text
     after = State.make(manifest_digest, new_stack)
-    if removed:
-        notes.append(
-            "switching: "
-            + ", ".join(f"{p['name']}@{p['version']}" for p in removed)
-            + " -> "
-            + ", ".join(ps.ident for ps in adding)
-        )
+    gone, coming = [f"{p['name']}@{p['version']}" for p in removed], [ps.ident for ps in adding]
+    if removed and sorted(gone) == sorted(coming):  # the same versions, rendered with other values
+        notes.append(f"re-rendering {', '.join(coming)} with the target's current values")
+    elif removed:
+        notes.append(f"switching: {', '.join(gone)} -> {', '.join(coming)}")
     extra = ApplyExtra(removed=removed)
     backups = plans.backups(ops, drift)
     if backups:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from ..checks import installation
 from ..errors import NotInstalled, Refused, Unfinished
+from ..patchset.patchset import Library
 from ..printable import one_line
 from ..records import history, statedir
 from ..records.ledger import Ledger
@@ -57,6 +62,7 @@ class Session:
         self.unfinished: Unfinished | None = None  # a committed transaction recovery could not finish
         self._locked = False
         self.record = history.Record(self.config.name, command)  # what changes.mirror copied, for one commit
+        self.patchsets = Library(workspace.patchsets_dir)  # each patch set read once by this command
         self.commit = commit
         self._installation: tuple[int, InstallChange | None] | None = None
 
@@ -169,6 +175,18 @@ class Session:
             f"host, remove {self.ledger.lock_path}",
         )
 
+    def _say_done(self) -> None:
+        """Ctrl-C came after a change was made and its records copied: say it is done."""
+        for e in self.record.entries:
+            if e.kind != "verify":
+                print(
+                    f"{self.target.name}: done before Ctrl-C: {e.kind} {e.after.stack_text()} "
+                    f"(transaction {e.id}, state {e.before.id if e.before else '-'} -> {e.after.id}, "
+                    f"{len(e.changed)} file(s) changed); its record is committed to the workspace",
+                    file=sys.stderr,
+                    flush=True,
+                )
+
     def _clean(self) -> None:
         """Remove the temporary files an interrupted command left in the target's state dir and store."""
         info = self.target.info
@@ -182,11 +200,27 @@ class Session:
             )
 
     def __exit__(self, *exc: object) -> None:
-        if self.commit and self.record.paths and not isinstance(exc[1], KeyboardInterrupt):
-            history.commit_records(self.workspace.root, [self.record])
+        if self.commit and self.record.paths:
+            if isinstance(exc[1], KeyboardInterrupt):
+                self._say_done()
+            with _no_interrupts():  # Ctrl-C (again) would leave the copies uncommitted
+                history.commit_records(self.workspace.root, [self.record])
             self.record = history.Record(self.config.name, self.command)
         if self._locked:
             self.target.agent.unlock(self.ledger.lock_path)
             self._locked = False
         if self._target is not None:
             self._target.close()
+
+
+@contextmanager
+def _no_interrupts() -> Iterator[None]:
+    """SIGINT ignored for the duration (in the main thread, where Python handles it)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)

@@ -12,6 +12,7 @@ from ..errors import BadInput, HunkFailed, Refused
 from ..host.disk import STAGE_PREFIX, is_managed_name
 from ..host.disk import normalize_name as canonicalize_name
 from ..patchset import patching, patchset
+from ..patchset.patchset import Library
 from ..records.ledger import PatchSetRef
 from ..records.manifest import ROLE_PREFIX
 from ..targets import Target, TargetInfo
@@ -23,18 +24,19 @@ if TYPE_CHECKING:
     from ..patchset.patchset import PatchSet
 
 
-def resolve(ws_patchsets: Path, name: str, bind_to: TargetConfig | None = None) -> list[PatchSet]:
+def resolve(sets: Library | Path, name: str, bind_to: TargetConfig | None = None) -> list[PatchSet]:
     """The patch set and everything it requires, requirements first; with `bind_to`, their role
     files rendered with that target's vars (a missing value is refused here, before any change)."""
 
     out: dict[str, PatchSet] = {}
+    library = _library(sets)
 
     def visit(n: str, trail: tuple[str, ...]) -> None:
         if n in trail:
             raise BadInput(f"patch set requirements form a cycle: {' -> '.join(trail + (n,))}")
         if n in out:
             return
-        ps = patchset.load(ws_patchsets, n)
+        ps = library.load(n)
         for req in ps.requires:
             visit(req, trail + (n,))
         out[n] = ps.bind(bind_to) if bind_to is not None else ps
@@ -75,7 +77,7 @@ class StackChange:
 
 
 def stack_change(
-    ws_patchsets: Path, stack: Iterable[PatchSetRef], incoming: list[PatchSet]
+    sets: Library | Path, stack: Iterable[PatchSetRef], incoming: list[PatchSet]
 ) -> StackChange | None:
     """The change applying `incoming` (requirements first, the named one last) makes to `stack`;
     None when that very version and content is already applied."""
@@ -90,16 +92,14 @@ def stack_change(
         return None
     names = {ps.name for ps in incoming}
     groups = {ps.group for ps in incoming if ps.group}
-    removed = tuple(
-        p for p in stack if p["name"] in names or (groups and group_of(ws_patchsets, p) in groups)
-    )
+    removed = tuple(p for p in stack if p["name"] in names or (groups and group_of(sets, p) in groups))
     kept = tuple(p for p in stack if p not in removed)
     adding = tuple(ps for ps in incoming if not any(k["name"] == ps.name for k in kept) or ps is top)
     return StackChange(removed, kept, adding)
 
 
 def refuse_shared_role_files(
-    ws_patchsets: Path, config: TargetConfig, kept: Iterable[PatchSetRef], adding: Iterable[PatchSet]
+    library: Library | Path, config: TargetConfig, kept: Iterable[PatchSetRef], adding: Iterable[PatchSet]
 ) -> None:
     """One role file, one owner: refuse (before anything changes) a stack in which two patch sets write
     the same file on the target (two drop-ins at the default path): the second would replace the first's
@@ -107,7 +107,7 @@ def refuse_shared_role_files(
     sets: list[tuple[PatchSet, str]] = []
     for ref in kept:
         try:
-            sets.append((patchset.load(ws_patchsets, ref["name"]), "applied"))
+            sets.append((_library(library).load(ref["name"]), "applied"))
         except BadInput:
             continue  # gone from the workspace: its role files cannot be named (the scan still guards them)
     sets += [(ps, "being applied") for ps in adding]
@@ -132,13 +132,13 @@ def refuse_shared_role_files(
             )
 
 
-def group_of(ws_patchsets: Path, ref: PatchSetRef) -> str | None:
+def group_of(sets: Library | Path, ref: PatchSetRef) -> str | None:
     """An applied patch set's group, from its ledger ref (or, for older refs, its directory)."""
 
     if "group" in ref:
         return ref["group"]
     try:
-        return patchset.load(ws_patchsets, ref["name"]).group
+        return _library(sets).load(ref["name"]).group
     except BadInput:
         return None  # removed from the workspace: it cannot be in the group being applied
 
@@ -319,8 +319,13 @@ def build_files(
     return tuple(checks)
 
 
-def load_applied(ws: Workspace, ref: PatchSetRef) -> PatchSet:
-    ps = patchset.load(ws.patchsets_dir, ref["name"])
+def _library(sets: Library | Path) -> Library:
+    """The command's patch sets, loaded once each; a directory given: a library of its own."""
+    return sets if isinstance(sets, Library) else Library(sets)
+
+
+def load_applied(ws: Workspace | Library, ref: PatchSetRef) -> PatchSet:
+    ps = _library(ws if isinstance(ws, Library) else ws.patchsets_dir).load(ref["name"])
     if ps.digest != ref["digest"]:
         raise Refused(
             f"applied patch set {ref['name']}@{ref['version']} is no longer in the workspace as applied "

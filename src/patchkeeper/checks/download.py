@@ -125,7 +125,7 @@ def download(
     downloader = choose(local_python)
     args = ["--no-deps", "--only-binary=:all:", "--disable-pip-version-check", "--quiet", *pip_args]
     if downloader is None:
-        by_hand = shown_command(["pip", "download", *args, "-d", "DIR", spec])
+        by_hand = shlex.join(["pip", "download", *args, "-d", "DIR", spec])  # whole: to be copied and run
         raise Refused(
             f"no pip to download {what} with: none in " + ", ".join(tried(local_python)),
             f"install pip or uv where patchkeeper runs (`python3 -m pip --version` says whether there is "

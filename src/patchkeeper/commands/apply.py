@@ -53,14 +53,14 @@ def _apply(
         first = s.ledger.current() is None or adopting.new_release(
             s
         )  # a baseline (of this release) comes first
-        incoming = stacks.resolve(
-            ws.patchsets_dir, name, s.config
-        )  # every template renders, before a baseline
+        if adopt is not None and not first:
+            raise adopting.too_late(s, adopt)
+        incoming = stacks.resolve(s.patchsets, name, s.config)  # every template renders, before a baseline
         stacks.check_fits(s.target, incoming, force)  # bad input is refused before a baseline is recorded
         current = s.ledger.current()
-        change = stacks.stack_change(ws.patchsets_dir, current.stack if current else (), incoming)
+        change = stacks.stack_change(s.patchsets, current.stack if current else (), incoming)
         if change is not None:  # two patch sets writing one drop-in: refused before a baseline too
-            stacks.refuse_shared_role_files(ws.patchsets_dir, s.config, change.kept, change.adding)
+            stacks.refuse_shared_role_files(s.patchsets, s.config, change.kept, change.adding)
         restored: plans.Restored = {}  # a dry run plans on the bytes --restore-pristine would put back
         if dry_run and first:
             restored = adopting.preview(s, adopt)

@@ -12,7 +12,7 @@ from ..change.session import Session
 from ..checks import audit as audit_core
 from ..printable import one_line
 from ..records.ledger import PatchSetRef
-from ..targets.fleet import Failed, each, table
+from ..targets.fleet import Failed, each, failures, table
 from ..workspace import Workspace
 from . import emit_json
 
@@ -165,7 +165,7 @@ def _run_all(
         bad = [n for n, r in reports.items() if r.trouble]
         print(
             f"{len(names)} target(s): {len(names) - len(bad) - len(errors)} clean, {len(bad)} with findings, "
-            f"{len(errors)} unreachable"
+            f"{failures(errors.values())}"
         )
     if errors:
         return 2

@@ -16,7 +16,7 @@ from ..patchset import diffwrite
 from ..printable import one_line
 from ..records.manifest import ROLE_PREFIX, Entry, differences
 from ..targets import Target
-from ..targets.fleet import Failed, each, table
+from ..targets.fleet import Failed, each, failures, table
 from ..workspace import Workspace
 from . import check_sides, emit_json
 
@@ -97,7 +97,7 @@ def diff_all(ws: Workspace, as_json: bool) -> int:
                     ]
                 )
         table(["target", "state", "differences"], rows)
-        print(f"{len(results)} target(s): {len(differing)} differ, {len(errors)} unreachable")
+        print(f"{len(results)} target(s): {len(differing)} differ, {failures(results.values())}")
     return 2 if errors else 1 if differing else 0
 
 

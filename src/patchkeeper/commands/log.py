@@ -8,7 +8,7 @@ import time
 from ..change.session import Session
 from ..printable import one_line
 from ..records.ledger import LedgerEntry, describe_origin
-from ..targets.fleet import Failed, each
+from ..targets.fleet import Failed, each, failures
 from ..workspace import Workspace
 from . import emit_json
 
@@ -92,7 +92,7 @@ def log_all(ws: Workspace, as_json: bool) -> int:
         print(_line(e, n))
     for n, r in errors.items():
         print(f"{n}: error: {r}")
-    print(f"{len(results)} target(s): {len(merged)} transaction(s), {len(errors)} unreachable")
+    print(f"{len(results)} target(s): {len(merged)} transaction(s), {failures(errors.values())}")
     return 2 if errors else 0
 
 

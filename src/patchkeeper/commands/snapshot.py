@@ -41,6 +41,8 @@ def snapshot(
         )
     with json_answer(as_json) as doc, Session(ws, target, f"snapshot --name {name}") as s:
         refuse_writes(s.installation(), s.target, f"snapshot --name {name}")
+        if adopt is not None and s.ledger.current() is not None and not adopting.new_release(s):
+            raise adopting.too_late(s, adopt)
         kept = "digests only" if manifest_only else "bytes kept"
         if dry_run:  # refused as the real run would be; else what it would record
             if s.ledger.current() is None or adopting.new_release(s):

@@ -13,7 +13,7 @@ from ..patchset import patchset
 from ..printable import one_line
 from ..records.ledger import State
 from ..records.manifest import ROLE_PREFIX
-from ..targets.fleet import Failed, each, table
+from ..targets.fleet import Failed, each, failures, table
 from ..workspace import Workspace
 from . import emit_json
 
@@ -60,16 +60,15 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
         if current is None:
             print("no recorded state: patchkeeper has not changed this target yet")
             return 0
-        print(
-            f"state {current.id}{' (' + one_line(current.name) + ')' if current.name else ''}: {current.stack_text()}"
-        )
+        label = _label(s, current)
+        print(f"state {current.id}{' (' + one_line(label) + ')' if label else ''}: {current.stack_text()}")
         for p in current.stack:
             print(f"  {one_line(p['name'])}@{one_line(p['version'])}  {p['digest'][:19]}…")
         if told is not None:
             print(("" if told.trouble else "note: ") + told.line)
         _print_unit(s, exec_start)
         for item in stale:
-            _print_stale(item)
+            _print_stale(item, _where(s))
         if report is not None:
             print("audit: " + report.summary())
         if not diffs:
@@ -142,7 +141,28 @@ def out_of_date(ws: Workspace, s: Session, current: State, diffs: dict[str, str]
     return out
 
 
-def _print_stale(item: dict[str, Any]) -> None:
+def _label(s: Session, current: State) -> str:
+    """The state's name; after a repair (the same code under an id of its own), the name of the state
+    it repaired, marked so: `baseline, repaired`."""
+    if current.name:
+        return current.name
+    entries = s.ledger.entries()
+    i = len(entries) - 1
+    while i >= 0 and entries[i].kind in ("repair", "verify"):
+        i -= 1
+    if i == len(entries) - 1 or i < 0:  # no repair made the current state
+        return ""
+    before = entries[i].after
+    same = before.manifest == current.manifest and list(before.stack) == list(current.stack)
+    return f"{before.name}, repaired" if same and before.name else ""
+
+
+def _where(s: Session) -> str:
+    """` -t NAME` for a command hinted about a target other than the default one."""
+    return f" -t {s.target.name}" if s.target.name != s.workspace.default_target else ""
+
+
+def _print_stale(item: dict[str, Any], where: str) -> None:
     if item["why"]:
         print(f"out of date: {item['patchset']} no longer renders for this target: {item['why']}")
         return
@@ -152,7 +172,7 @@ def _print_stale(item: dict[str, Any]) -> None:
     print(
         f"out of date: {item['path']} (role {item['role']} of {item['patchset']}) is not what the workspace renders "
         f"now{': ' + changed + ' changed since it was applied' if changed else ''}; "
-        f"`patchkeeper apply {item['name']}` would write:"
+        f"`patchkeeper apply {item['name']}{where}` would write:"
     )
     for line in item["diff"][2:]:
         print("  " + one_line(line.rstrip("\n")))
@@ -163,15 +183,15 @@ def _hint(s: Session, told: installation.Told) -> str:
     if change.kind == "version":
         return (
             f"{change.pin(s.target.info.python)} brings back the release state {change.state.id} was recorded "
-            "with; then `patchkeeper status` again"
+            f"with; then `patchkeeper status{_where(s)}` again"
         )
     if change.kind == "record":
         return f"reinstall it: {change.pin(s.target.info.python)} --force-reinstall"
     names = " ".join(p["name"] for p in change.state.stack)
     return (
-        f"`patchkeeper apply {names}` puts the patch sets' files back"
+        f"`patchkeeper apply {names}{_where(s)}` puts the patch sets' files back"
         if names
-        else f"`patchkeeper rollback --to {change.state.id}` puts the state's files back"
+        else f"`patchkeeper rollback{_where(s)} --to {change.state.id}` puts the state's files back"
     )
 
 
@@ -250,5 +270,5 @@ def status_all(ws: Workspace, as_json: bool) -> int:
             ]
         )
     table(["target", "package", "state", "stack; files"], rows)
-    print(f"{len(results)} target(s): {len(errors)} unreachable")
+    print(f"{len(results)} target(s): {failures(results.values())}")
     return 2 if errors else 1 if troubled else 0

@@ -17,7 +17,7 @@ from ..change.show_plan import render_not_mirrored, render_report, step_printer
 from ..change.verify import record_verification, verify_target
 from ..errors import EXIT_DIFFERS, BadInput
 from ..records import history
-from ..targets.fleet import Failed, each, table
+from ..targets.fleet import Failed, each, failures, table
 from ..workspace import Workspace
 from . import emit_json
 
@@ -125,5 +125,5 @@ def verify_all(ws: Workspace, as_json: bool, with_restart: bool) -> int:
             for n, r in results.items()
         ]
         table(["target", "verification"], rows)
-        print(f"{len(results)} target(s): {len(failed)} failed, {len(errors)} unreachable")
+        print(f"{len(results)} target(s): {len(failed)} failed, {failures(results.values())}")
     return code

@@ -143,9 +143,25 @@ def names(root: Path) -> list[str]:
     return sorted(p.name for p in root.iterdir() if (p / MANIFEST).is_file() and not p.name.startswith("."))
 
 
+class Library:
+    """The workspace's patch sets as one command reads them: each loaded from disk once, then the same
+    value for every step of the command that asks (a command reads its inputs once)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._loaded: dict[str, PatchSet] = {}
+
+    def load(self, name: str) -> PatchSet:
+        if name not in self._loaded:
+            self._loaded[name] = load(self.root, name)
+        return self._loaded[name]
+
+
 def load(root: Path, name: str) -> PatchSet:
     directory = root / name
     path = directory / MANIFEST
+    if not path.is_file() and "@" in name:
+        raise _not_current(root, *name.split("@", 1))
     if not path.is_file():
         known = ", ".join(names(root)) or "none"
         close = did_you_mean(name, names(root))
@@ -270,6 +286,32 @@ def load(root: Path, name: str) -> PatchSet:
         defaults=tuple((k, value_text(v)) for k, v in defaults.items()),
         types=tuple(types.items()),
         min_accept_length=float(floor) if floor is not None else None,
+    )
+
+
+def _not_current(root: Path, name: str, version: str) -> BadInput:
+    """NAME@VERSION given where a patch set's name goes: its current version by its name, or how to put
+    back a version a save kept in patchsets/.history/NAME/VERSION/."""
+    current = root / name / MANIFEST
+    now = tomllib.loads(current.read_text(encoding="utf-8")).get("version") if current.is_file() else None
+    if now == version:
+        return BadInput(
+            f"{name}@{version} is the current version of patch set {name!r}: a patch set is named without @",
+            f"patchkeeper apply {name}",
+        )
+    kept = root / ".history" / name / version  # saving.HISTORY (saving imports this module)
+    if not kept.joinpath(MANIFEST).is_file():
+        return BadInput(
+            f"patch set {name!r} has no version {version!r} here (current: {now or 'none'})",
+            f"`patchkeeper list` shows each patch set's current and kept versions; name one without @: "
+            f"patchkeeper apply {name}",
+        )
+    return BadInput(
+        f"{name}@{version} is a kept version (patchsets/.history/{name}/{version}/); a verb takes a patch "
+        f"set's current version, {name}@{now}",
+        f"to apply {version}, put it back as the current version: `mv patchsets/{name} "
+        f"patchsets/.history/{name}/{now} && cp -a patchsets/.history/{name}/{version} patchsets/{name}`, then "
+        f"`patchkeeper apply {name}` (the same the other way puts {now} back)",
     )
 
 

@@ -24,7 +24,13 @@ if TYPE_CHECKING:
     from ..patchset.diffwrite import Change
 
 NO_HISTORY_MARK = ".no-git-history"
-NO_IDENTITY_MARK = ".no-git-identity"
+NO_IDENTITY_MARK = "no-git-identity-noted"  # in the user's state directory: the note is said once per user
+
+
+def user_state(name: str) -> Path:
+    """`name` in this user's state directory for patchkeeper ($XDG_STATE_HOME or ~/.local/state)."""
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "patchkeeper" / name
 
 
 def repo_root(path: Path) -> Path | None:
@@ -60,7 +66,8 @@ def say_no_history_once(ws_root: Path) -> None:
 
 def identity(repo: Any, ws_root: Path) -> dict[str, str]:
     """The environment for a commit: nothing when git has an identity (user.name and user.email, or
-    GIT_AUTHOR_*), else patchkeeper@HOST as etckeeper does, said once (its mark in snapshots/)."""
+    GIT_AUTHOR_*), else patchkeeper@HOST as etckeeper does, said once per user (its mark in the user's
+    state directory: git's identity is the user's, not a workspace's)."""
     import git  # lazy: GitPython is slow to import; only a commit needs it here
 
     try:
@@ -70,7 +77,7 @@ def identity(repo: Any, ws_root: Path) -> dict[str, str]:
     except git.GitCommandError:
         pass
     email = f"patchkeeper@{socket.gethostname() or 'localhost'}"
-    mark = ws_root / "snapshots" / NO_IDENTITY_MARK
+    mark = user_state(NO_IDENTITY_MARK)
     if not mark.exists():
         print(
             f"patchkeeper: note: git has no identity here, so the workspace's history is committed as "

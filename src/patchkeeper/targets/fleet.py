@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import multiprocessing
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..errors import PatchkeeperError, error_document
+from ..errors import PatchkeeperError, Unreachable, error_document
 from ..host.disk import cpus
 from ..workspace import Workspace
 
@@ -34,6 +34,7 @@ class Failed:
     message: str
     hint: str = ""
     exit: int = 2
+    unreachable: bool = False  # the connection failed (else it answered wrongly, or refused)
 
     def __str__(self) -> str:
         return self.message
@@ -43,11 +44,19 @@ class Failed:
         return error_document(self.message, self.hint, self.exit)
 
 
+def failures(results: Iterable[object]) -> str:
+    """How many targets failed, in words: "1 unreachable, 1 in error" (a host that answers with a wrong
+    python is no unreachable one)."""
+    failed = [r for r in results if isinstance(r, Failed)]
+    away = sum(f.unreachable for f in failed)
+    return f"{away} unreachable" + (f", {len(failed) - away} in error" if len(failed) > away else "")
+
+
 def _guarded(work: Callable[[Workspace, str], T], ws: Workspace, name: str) -> T | Failed:
     try:
         return work(ws, name)
     except PatchkeeperError as exc:
-        return Failed(str(exc.message).splitlines()[0], exc.hint, exc.exit_code)
+        return Failed(str(exc.message).splitlines()[0], exc.hint, exc.exit_code, isinstance(exc, Unreachable))
     except OSError as exc:
         return Failed(
             f"{exc.strerror or exc}{': ' + str(exc.filename) if exc.filename else ''}",

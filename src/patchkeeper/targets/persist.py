@@ -24,7 +24,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import BadInput, PatchkeeperError, TargetError
+from ..errors import BadInput, PatchkeeperError, TargetError, Unreachable
 from ..host import wire
 from .remote_agent import AgentProxy, Patience
 
@@ -314,9 +314,12 @@ def error_doc(exc: PatchkeeperError) -> dict[str, str]:
 
 
 def _error(doc: dict[str, str]) -> PatchkeeperError:
-    kind = {"BadInput": BadInput, "TargetError": TargetError, "_Said": TargetError}.get(
-        doc.get("type", ""), PatchkeeperError
-    )
+    kind = {
+        "BadInput": BadInput,
+        "TargetError": TargetError,
+        "_Said": TargetError,
+        "Unreachable": Unreachable,
+    }.get(doc.get("type", ""), PatchkeeperError)
     return kind(doc.get("message", "the held connection failed"), doc.get("hint", ""))
 
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-from ..errors import BadInput, TargetError
+from ..errors import BadInput, TargetError, Unreachable
 from ..workspace import TargetConfig
 from .base import memo
 from .persist import Holder, Unavailable
@@ -189,7 +189,7 @@ def connect(
         raise
     except (OSError, paramiko.SSHException, EOFError) as exc:
         client.close()
-        raise TargetError(
+        raise Unreachable(
             f"target {target}: cannot reach {where}: {in_words(exc, ep.host, ep.port)}",
             "check the host is up and `ssh` to it works",
         ) from None
