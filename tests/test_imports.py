@@ -124,7 +124,17 @@ def test_own_imports_are_at_module_level():
 # Third-party (and stdlib) imports that may wait inside a function: each is slow to import and off the
 # fast paths (tests/test_cli_imports.py), and says so in a comment on its line.
 OPTIONAL_ON_HOSTS = {"blake3"}  # host/disk.py imports it where the host has it, else falls back
-LAZY_HEAVY = {"packaging", "unidiff", "git", "gitdb", "paramiko", "http"}
+LAZY_HEAVY = {
+    "packaging",
+    "unidiff",
+    "git",
+    "gitdb",
+    "paramiko",
+    "http",
+    "mcp",
+    "mcp_types",
+    "anyio",
+}  # mcp, mcp_types, anyio: the optional extra patchkeeper[mcp], imported by `patchkeeper mcp` only
 
 
 def test_only_heavy_libraries_are_imported_in_functions():

@@ -95,8 +95,14 @@ def wheels() -> dict[str, str]:
     }
 
 
+# Verbs whose stdout is not theirs to print a document on, each with the reason.
+NO_JSON = {
+    "mcp": "its stdout is the MCP protocol; each tool returns a verb's --json document (tests/test_mcp.py)"
+}
+
+
 def test_every_verb_takes_json_and_is_walked():
-    walked = verbs()
+    walked = {name: cmd for name, cmd in verbs().items() if name not in NO_JSON}
     assert len(walked) >= 21 and set(walked) == set(VERBS), set(walked) ^ set(VERBS)
     assert [n for n, cmd in walked.items() if not any("--json" in p.opts for p in cmd.params)] == []
 

@@ -177,6 +177,10 @@ VERBS: dict[str, tuple[str, str]] = {
         "log:log",
         "Every transaction on the target, newest first, with its origin (the CLI or an Ansible task).",
     ),
+    "mcp": (
+        "mcp:mcp_cmd",
+        "Serve this workspace to an AI agent: an MCP server over stdin and stdout (docs/agents.md).",
+    ),
     "port": (
         "port:port",
         "Carry patch set NAME to release VERSION of its package: a three-way merge per file and hunk; written as its next version when nothing conflicts (exit 0), else left to resolve (exit 1).",

@@ -10,6 +10,7 @@ change one at a time: they share this process's agent.
 
 from __future__ import annotations
 
+import contextvars
 import io
 import json
 import sys
@@ -180,7 +181,8 @@ def rollout(
         while pending or running:
             while pending and len(running) < at_once and failures <= max_fail:
                 name = pending.pop(0)
-                running[pool.submit(one, name)] = name
+                # in the command's context: each target's ledger entry keeps its ORIGIN (mcp, ansible)
+                running[pool.submit(contextvars.copy_context().run, one, name)] = name
             if not running:
                 break
             finished, _ = wait(running, return_when=FIRST_COMPLETED)

@@ -277,10 +277,11 @@ def new_id() -> str:
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + os.urandom(3).hex()
 
 
-# Where the changes of this command come from: the CLI, or an Ansible task (ansible_task.py
-# sets {"via": "ansible", "playbook": FILE:LINE, "play": NAME, "task": NAME} while it runs).
+# Where the changes of this command come from: the CLI, an Ansible task (ansible_task.py
+# sets {"via": "ansible", "playbook": FILE:LINE, "play": NAME, "task": NAME} while it runs), or the
+# MCP server (mcpserver/verbs.py: {"via": "mcp", "client": the name its client gave at initialize}).
 ORIGIN: ContextVar[dict[str, str]] = ContextVar("origin", default={"via": "cli"})  # noqa: B039
-_ORIGIN_KEYS = ("via", "playbook", "play", "task")
+_ORIGIN_KEYS = ("via", "playbook", "play", "task", "client")
 
 
 def _origin(value: Any) -> dict[str, str]:
@@ -295,7 +296,10 @@ def _origin(value: Any) -> dict[str, str]:
 
 
 def describe_origin(origin: dict[str, str]) -> str:
-    """`cli`, `ansible site.yml:12 task 'apply ddtree'`, or `?` for an entry that did not keep one."""
+    """`cli`, `ansible site.yml:12 task 'apply ddtree'`, `mcp client 'claude-code'`, or `?` for an
+    entry that did not keep one."""
+    if origin.get("via") == "mcp":
+        return one_line("mcp" + (f" client {origin['client']!r}" if origin.get("client") else ""))
     if origin.get("via") != "ansible":
         return one_line(origin.get("via") or "?")
     return one_line(
