@@ -59,7 +59,14 @@ def verbs_of(modules: set[str]) -> set[str]:
 def test_each_verb_loads_its_own_module_only(env):
     """cli.py loads a verb's module when that verb runs: --help imports the group alone, status and
     audit their own verb and command modules and what these import, never another verb's."""
-    assert own(loaded(env, "--help")[0]) == {"patchkeeper", "patchkeeper.cli"}
+    # the group, and the errors it maps to exit codes and JSON documents (errors.error_document)
+    assert own(loaded(env, "--help")[0]) == {
+        "patchkeeper",
+        "patchkeeper.cli",
+        "patchkeeper.errors",
+        "patchkeeper.host",
+        "patchkeeper.host.errors",
+    }
     for verb, args in (("status", ["status"]), ("audit", ["audit", "-q"])):
         modules = own(loaded(env, *args)[0])
         assert verbs_of(modules) == {f"patchkeeper.verbs.{verb}", f"patchkeeper.commands.{verb}"}, verb
@@ -82,8 +89,10 @@ def test_the_listing_and_completion_of_verbs_are_those_of_the_loaded_commands(en
     for width in (50, 80, 120):  # every line whole at every width: wrapped, never cut with "..."
         ours = click.HelpFormatter(width=width)
         cli.main.format_commands(click.Context(cli.main), ours)
-        flat = " ".join(ours.getvalue().split())
-        assert "..." not in flat and all(f"{name} {line}" in flat for name, line in listed.items()), width
+        flat = "".join(ours.getvalue().split())  # wrapped at spaces and after hyphens
+        assert "..." not in flat and all(
+            "".join(f"{n}{line}".split()) in flat for n, line in listed.items()
+        ), width
     modules, text = loaded(env, "--help")
     assert all(f"  {name} " in text for name in cli.VERBS) and verbs_of(modules) == set()
 

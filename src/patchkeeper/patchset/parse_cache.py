@@ -6,7 +6,8 @@ nothing goes stale; errors are never kept (they name the file)."""
 from __future__ import annotations
 
 import functools
-import importlib.metadata
+import glob
+import importlib.util
 import os
 from collections.abc import Callable
 from typing import Any
@@ -46,13 +47,20 @@ def remembered(
 @functools.cache
 def _stamp() -> tuple[Any, ...]:
     """What a parse depends on besides the text: the reader's code (gitdiff.py, githeader.py, the
-    values of patching.py and this module, by digest) and unidiff's version (from its metadata, without importing it)."""
+    values of patching.py and this module) and unidiff's own code, by digest, found without importing
+    it (importlib.metadata would cost `email` and more on every apply)."""
     here = os.path.dirname(__file__)
-    code = b"".join(
-        open(os.path.join(here, name), "rb").read()
-        for name in ("gitdiff.py", "githeader.py", "patching.py", "parse_cache.py")
+    ours = [
+        os.path.join(here, name) for name in ("gitdiff.py", "githeader.py", "patching.py", "parse_cache.py")
+    ]
+    spec = importlib.util.find_spec("unidiff")
+    theirs = (
+        sorted(glob.glob(os.path.join(spec.submodule_search_locations[0], "*.py")))
+        if spec and spec.submodule_search_locations
+        else []
     )
-    return ("parsed-diff", FORMAT, importlib.metadata.version("unidiff"), hash_bytes(code))
+    code = b"".join(open(path, "rb").read() for path in ours + theirs)
+    return ("parsed-diff", FORMAT, hash_bytes(code))
 
 
 def _to_plain(patches: tuple[FilePatch, ...]) -> list[Any]:

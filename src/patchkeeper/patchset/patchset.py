@@ -161,11 +161,11 @@ class Library:
 def load(root: Path, name: str) -> PatchSet:
     """patchsets/<name>/ read and checked. `name` may come from a file (a ledger entry, `requires`):
     it is checked against the grammar of a patch set name before it becomes a path."""
+    if "@" in name:  # NAME@VERSION: each part checked before it names a directory
+        raise _not_current(root, *grammar.check_ident(name))
     grammar.check_name(name)
     directory = root / name
     path = directory / MANIFEST
-    if not path.is_file() and "@" in name:
-        raise _not_current(root, *name.split("@", 1))
     if not path.is_file():
         known = ", ".join(names(root)) or "none"
         close = did_you_mean(name, names(root))
