@@ -62,7 +62,6 @@ def test_arguments_are_not_interpreted_by_a_shell(tmp_path):
 def test_memo_computes_once_per_instance_and_lets_instances_compute_at_once():
     """functools.cached_property (Python < 3.12) holds one lock per class: two targets opening at
     once waited for each other. Each memo here waits until both are inside their computation."""
-    import threading
 
     from patchkeeper.targets.base import memo
 
@@ -86,24 +85,28 @@ def test_memo_computes_once_per_instance_and_lets_instances_compute_at_once():
     assert [t.info for t in things] == [id(t) for t in things] and len(calls) == 2  # no second computation
 
 
+# An agent with one more method: it computes for `seconds` (progress the heartbeat counts), then answers.
+SPINNING = b"""
+import time as _time
+def spin(self, seconds):
+    end, n = _time.monotonic() + seconds, 0
+    while _time.monotonic() < end:
+        n += 1
+    return b"late"
+pkg.agent.Agent.spin = spin
+pkg.wire.serve(pkg.agent.Agent())
+"""
+
+
 def test_heartbeats_keep_a_long_call_alive_and_silence_gives_the_agent_up(tmp_path):
-    """A call that runs for more than two timeouts (reading a FIFO nobody writes yet) is answered: the
-    agent's heartbeats keep the wire from being silent. Frozen (SIGSTOP), the agent is given up after
-    one timeout of silence, and every later call fails at once with the same line."""
-    fifo = tmp_path / "fifo"
-    os.mkfifo(fifo)
-    proxy = AgentProxy.in_subprocess("slow", sys.executable, Patience(3.0))
-
-    def write_late() -> None:
-        time.sleep(7)  # more than two timeouts: without heartbeats the call would be given up
-        with open(fifo, "wb") as f:
-            f.write(b"late")
-
-    writer = threading.Thread(target=write_late)
-    writer.start()
+    """A call that runs for more than two timeouts (computing all along) is answered: the agent's
+    heartbeats keep the wire from being silent. Frozen (SIGSTOP), the agent is given up after one
+    timeout of silence, and every later call fails at once with the same line. (A call blocked on a
+    FIFO is given up instead: tests/test_liveness.py.)"""
+    link = PipeLink(sys.executable, program().replace(b"pkg.wire.serve(pkg.agent.Agent())", SPINNING))
+    proxy = AgentProxy(link, "slow", sys.executable, Patience(3.0))
     try:
-        assert proxy.read(str(fifo)) == b"late"
-        writer.join()
+        assert proxy._call("spin", 7.0) == b"late"  # more than two timeouts
         agent = proxy.pid()
         os.kill(agent, signal.SIGSTOP)
         try:
@@ -114,7 +117,6 @@ def test_heartbeats_keep_a_long_call_alive_and_silence_gives_the_agent_up(tmp_pa
         finally:
             os.kill(agent, signal.SIGCONT)
     finally:
-        writer.join()
         proxy.close()
 
 
