@@ -304,12 +304,12 @@ class Controller:
         with self.lock:
             every, self.held = list(self.held.values()), {}
         conn.sendall(wire.encode({"ack": 1}))
+        conn.sendall(wire.encode({"ok": 1}, len(every)))  # before closing them (slow under load)
         closing = [threading.Thread(target=h.close, daemon=True) for h in every]
         for thread in closing:
             thread.start()
         for thread in closing:
             thread.join(5)
-        conn.sendall(wire.encode({"ok": 1}, len(every)))
 
 
 def _upstream(conn: socket.socket, chan: Any, parking: threading.Event, begun: Any) -> None:
