@@ -10,17 +10,21 @@ from . import json_answer
 
 def disconnect(ws: Workspace | None, target: str | None, every: bool, as_json: bool = False) -> int:
     """End a target's held connection (or every one of this user's); with --json: {"target" (null with
-    --all), "ended"}: how many held connections were ended."""
+    --all), "ended"}: how many held connections were ended (null: the controller did not answer and was
+    stopped, so how many it held is not known)."""
     with json_answer(as_json) as doc:
         doc["ended"] = _disconnect(ws, target, every, doc)
     return 0
 
 
-def _disconnect(ws: Workspace | None, target: str | None, every: bool, doc: dict[str, object]) -> int:
+def _disconnect(ws: Workspace | None, target: str | None, every: bool, doc: dict[str, object]) -> int | None:
     doc["target"] = None
     if every:
         count = persist.stop_all()
-        print(f"ended {count} held connection(s)" if count else "no held connections")
+        if count is None:  # never "no held connections" over a controller that held some
+            print("ended the held connections: their controller did not answer in time and was stopped")
+        else:
+            print(f"ended {count} held connection(s)" if count else "no held connections")
         return count
     assert ws is not None, "a workspace names the target"
     config = ws.target(target)

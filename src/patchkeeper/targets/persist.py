@@ -348,8 +348,10 @@ def _error(doc: dict[str, str]) -> PatchkeeperError:
     return kind(doc.get("message", "the held connection failed"), doc.get("hint", ""))
 
 
-def stop_all() -> int:
-    """End every held connection of this user (the controller exits); return how many there were."""
+def stop_all() -> int | None:
+    """End every held connection of this user (the controller exits); return how many there were, or
+    None when the controller did not answer in time and was stopped (its connections end with it, but
+    how many it held is not known)."""
     try:
         path = socket_path()
         found = _connect(path)
@@ -366,6 +368,6 @@ def stop_all() -> int:
         return int(count)
     except (OSError, EOFError, ValueError, TypeError):
         _kill(sock, path, inode)
-        return 0
+        return None
     finally:
         sock.close()
