@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import struct
 import sys
 import threading
@@ -155,9 +156,11 @@ class _Heart:
                         self.sink.flush()
                     except (BrokenPipeError, OSError, ValueError):
                         # the controller is gone mid-call: nothing this call does can be answered, and
-                        # a call blocked for good (a FIFO) would keep its lock forever: end the process
-                        # (its journal finishes or undoes the change, as after any crash)
-                        os._exit(1)
+                        # a call blocked for good (a lock, a FIFO) would keep its lock forever: interrupt
+                        # it as Ctrl-C would (a signal ends the blocked system call; its journal finishes
+                        # or undoes the change, as after any interruption)
+                        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+                        return
                     progress.wrote(len(frame))
 
     def begin(self, number: int) -> None:
