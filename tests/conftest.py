@@ -17,8 +17,7 @@ from pathlib import Path
 import pytest
 from helpers import FAKE, Service, free_port, wheel
 from installed import install_without_pip
-from livesystemd import LiveManager, below_root
-from livesystemd import why_not as live_systemd_missing
+from livesystemd import LiveManager, below_root, why_not as live_systemd_missing
 from sshd import sshd, write_client_config  # noqa: F401 (sshd is a fixture the `fleet` fixture uses)
 
 from patchkeeper.workspace import SYSTEMD_UNIT_PATH

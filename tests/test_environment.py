@@ -16,8 +16,7 @@ from conftest import REPO, SITE_REL, copy_venv, edit_file, fingerprinted, make_w
 from sshd import sshd  # noqa: F401 (a fixture)
 
 from patchkeeper.commands.verify import PREVIOUS_FAILS
-from patchkeeper.host import elf, fingerprint
-from patchkeeper.host import gpu as gpu_stack
+from patchkeeper.host import elf, fingerprint, gpu as gpu_stack
 
 WHEELS = Path(os.environ.get("PK_WHEELS", REPO / ".cache" / "wheels"))
 CAPTURED = REPO.parent / "shared" / "fixtures" / "gpu-host-h200"

@@ -10,8 +10,7 @@ import signal
 import subprocess
 import sys
 
-from checkout import git as run_git
-from checkout import init_repo
+from checkout import git as run_git, init_repo
 from conftest import Env
 
 from patchkeeper.host.disk import hash_bytes

@@ -14,8 +14,7 @@ import pytest
 from conftest import edit_file
 from gitapply_corpus import DOCUMENTED, Case, case, git_diff, judge, text
 from gitapply_damage import corpus
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 SHARDS = 4
 # Refusals git does not make that no doc names: each a form of names the diff reader

@@ -9,8 +9,7 @@ import sys
 
 import git
 import pytest
-from checkout import git as run_git
-from checkout import init_repo
+from checkout import git as run_git, init_repo
 from conftest import copy_venv, make_workspace
 from helpers import FAKE, free_port
 

@@ -15,9 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import edit_file
 
-from patchkeeper.host import agent as agent_module
-from patchkeeper.host import manifests, statcache
-from patchkeeper.host import treecheck as treecheck_module
+from patchkeeper.host import agent as agent_module, manifests, statcache, treecheck as treecheck_module
 from patchkeeper.host.agent import Agent
 from patchkeeper.host.contract import ScanRequest
 from patchkeeper.host.errors import AgentError

@@ -7,13 +7,9 @@ import errno as codes
 
 from .host.errors import (
     EXIT_REFUSED as EXIT_REFUSED,
-)  # the root, shared with the host
-from .host.errors import (
     AgentError as AgentError,
-)
-from .host.errors import (
     PatchkeeperError as PatchkeeperError,
-)
+)  # the root, shared with the host
 
 EXIT_DIFFERS = 1  # a check found differences (diff, audit, verify)
 EXIT_ROLLED_BACK = 3  # failed and rolled back

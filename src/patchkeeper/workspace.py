@@ -10,8 +10,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from . import inventory as ansible
-from . import names
+from . import inventory as ansible, names
 from .errors import BadInput, did_you_mean
 
 CONFIG = "patchkeeper.toml"

@@ -9,8 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import BadInput, Refused
-from ..host.disk import STAGE_PREFIX, is_managed_name
-from ..host.disk import normalize_name as canonicalize_name
+from ..host.disk import STAGE_PREFIX, is_managed_name, normalize_name as canonicalize_name
 from ..patchset import applyset, patching, patchset
 from ..patchset.patchset import Library
 from ..records.ledger import PatchSetRef

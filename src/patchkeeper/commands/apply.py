@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import cast
 
-from ..change import adopt as adopting
-from ..change import changes, engine, plans, stacks
+from ..change import adopt as adopting, changes, engine, plans, stacks
 from ..change.document import Report
 from ..change.rollout import Noted
 from ..change.session import Session

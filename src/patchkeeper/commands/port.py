@@ -10,8 +10,7 @@ from typing import Any
 from ..checks import algoscan, wheels
 from ..errors import BadInput, Refused
 from ..host.disk import normalize_name
-from ..patchset import authoring, merge3, patchset, portdir
-from ..patchset import port as porting
+from ..patchset import authoring, merge3, patchset, port as porting, portdir
 from ..patchset.patchset import MANIFEST, PatchSet
 from ..records import history
 from ..targets import open_target

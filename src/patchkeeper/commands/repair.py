@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from ..change import adopt as adopting
-from ..change import changes, engine, plans, repair
+from ..change import adopt as adopting, changes, engine, plans, repair
 from ..change.aftercheck import after_change
 from ..change.document import Report
 from ..change.mirror import mirror_step

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import cast
 
-from ..change import adopt as adopting
-from ..change import engine
+from ..change import adopt as adopting, engine
 from ..change.mirror import try_mirror
 from ..change.session import Session
 from ..change.show_plan import render_not_mirrored

@@ -14,9 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Dict, List, Optional, Tuple, Type, TypeVar
 
-from .queries import CompareRequest as CompareRequest  # the contract's requests, re-exported
-from .queries import ScanRequest as ScanRequest
-from .queries import TreeRequest as TreeRequest
+from .queries import (
+    CompareRequest as CompareRequest,  # the contract's requests, re-exported
+    ScanRequest as ScanRequest,
+    TreeRequest as TreeRequest,
+)
 
 try:
     from typing import Protocol

@@ -7,60 +7,36 @@ import marshal
 import posixpath
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, overload
+from typing import Any, overload
 
 from ..errors import BadInput, Refused, StoreError
 from ..host.disk import install_records
 from ..targets import Target
 from . import ledger_index
 from .installed import Installed
+
+# the entry's values and typed parts, in ledger_entry.py: re-exported, where their users import them from
+from .ledger_entry import (
+    KINDS as KINDS,
+    ORIGIN as ORIGIN,
+    AdoptExtra as AdoptExtra,
+    ApplyExtra as ApplyExtra,
+    EnvChange as EnvChange,
+    Extra as Extra,
+    LedgerEntry as LedgerEntry,
+    PatchSetRef as PatchSetRef,
+    RecordExtra as RecordExtra,
+    RepairExtra as RepairExtra,
+    RollbackExtra as RollbackExtra,
+    State as State,
+    VerifyExtra as VerifyExtra,
+    describe_origin as describe_origin,
+    new_id as new_id,
+    warn_untrusted as warn_untrusted,
+    who as who,
+)
 from .ledger_index import Slot
 from .manifest import Manifest
-
-if TYPE_CHECKING:  # the typed parts of entries (ledger_types.py); at run time, as their instances are, dicts
-    from .ledger_types import (
-        AdoptExtra as AdoptExtra,
-    )
-    from .ledger_types import (
-        ApplyExtra as ApplyExtra,
-    )
-    from .ledger_types import (
-        EnvChange as EnvChange,
-    )
-    from .ledger_types import (
-        Extra as Extra,
-    )
-    from .ledger_types import (
-        PatchSetRef as PatchSetRef,
-    )
-    from .ledger_types import (
-        RecordExtra as RecordExtra,
-    )
-    from .ledger_types import (
-        RepairExtra as RepairExtra,
-    )
-    from .ledger_types import (
-        RollbackExtra as RollbackExtra,
-    )
-    from .ledger_types import (
-        VerifyExtra as VerifyExtra,
-    )
-else:
-    PatchSetRef = RecordExtra = ApplyExtra = RollbackExtra = VerifyExtra = EnvChange = AdoptExtra = (
-        RepairExtra
-    ) = dict
-    Extra = dict
-
-
-# the entry's values, in ledger_entry.py: re-exported, where their users import them from
-from .ledger_entry import KINDS as KINDS
-from .ledger_entry import ORIGIN as ORIGIN
-from .ledger_entry import LedgerEntry as LedgerEntry
-from .ledger_entry import State as State
-from .ledger_entry import describe_origin as describe_origin
-from .ledger_entry import new_id as new_id
-from .ledger_entry import warn_untrusted as warn_untrusted
-from .ledger_entry import who as who
 
 MIN_PREFIX = 4  # a shorter state id prefix is refused: `--to 1` is a typo, not a state
 

@@ -21,29 +21,13 @@ from . import ledger_index
 if TYPE_CHECKING:  # the typed parts of entries (ledger_types.py); at run time, as their instances are, dicts
     from .ledger_types import (
         AdoptExtra as AdoptExtra,
-    )
-    from .ledger_types import (
         ApplyExtra as ApplyExtra,
-    )
-    from .ledger_types import (
         EnvChange as EnvChange,
-    )
-    from .ledger_types import (
         Extra as Extra,
-    )
-    from .ledger_types import (
         PatchSetRef as PatchSetRef,
-    )
-    from .ledger_types import (
         RecordExtra as RecordExtra,
-    )
-    from .ledger_types import (
         RepairExtra as RepairExtra,
-    )
-    from .ledger_types import (
         RollbackExtra as RollbackExtra,
-    )
-    from .ledger_types import (
         VerifyExtra as VerifyExtra,
     )
 else:

@@ -6,8 +6,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from ..host import manifest_text
-from ..host.contract import ROLE_PREFIX as ROLE_PREFIX
-from ..host.contract import Row, Rows
+from ..host.contract import ROLE_PREFIX as ROLE_PREFIX, Row, Rows
 
 
 @dataclass(frozen=True)

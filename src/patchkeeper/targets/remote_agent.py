@@ -20,8 +20,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from ..errors import TargetError
-from ..host import contract as c
-from ..host import wire
+from ..host import contract as c, wire
 from . import shapes
 from .agent_errors import _exception, _quoted
 from .base import Target, memo

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..commands.diff import diff as run_diff
-from ..commands.diff import diff_all
+from ..commands.diff import diff as run_diff, diff_all
 from ..commands.env import diff_env
 from ..completion import complete_states, complete_targets
 from ..options import command, group_option, json_option, targets_option, workspace_of

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..commands.log import log as run_log
-from ..commands.log import log_all as run_log_all
+from ..commands.log import log as run_log, log_all as run_log_all
 from ..options import chosen, command, group_option, json_option, targets_option, workspace_of
 
 
