@@ -14,7 +14,6 @@ LIMIT = 450
 # the debt, in lines: split these (issue 41); a new entry here is not the way to pass. The merge of
 # issues 38-42 grew four of them by 3-14 lines (the manager's check, the bytecode phase, regular reads).
 OVER = {
-    "commands/port.py": 554,
     "change/verify.py": 550,
     "checks/audit.py": 528,
     "host/agent.py": 489,
@@ -47,12 +46,12 @@ def test_the_debt_only_shrinks():
     )
 
 
-def test_the_check_sees_a_long_module(tmp_path):
+def test_the_check_sees_a_long_module(tmp_path, monkeypatch):
+    for name in ("commands/kept.py", "commands/grew.py"):  # debts of their own: OVER empties as splits land
+        monkeypatch.setitem(OVER, name, LIMIT + 20)
     (tmp_path / "short.py").write_text("x = 1\n" * LIMIT)
     (tmp_path / "long.py").write_text("x = 1\n" * (LIMIT + 1))
     (tmp_path / "commands").mkdir()
-    (tmp_path / "commands" / "port.py").write_text("x = 1\n" * (OVER["commands/port.py"] + 1))
-    assert too_long(lengths(tmp_path)) == {
-        "long.py": LIMIT + 1,
-        "commands/port.py": OVER["commands/port.py"] + 1,
-    }
+    (tmp_path / "commands" / "kept.py").write_text("x = 1\n" * (LIMIT + 20))
+    (tmp_path / "commands" / "grew.py").write_text("x = 1\n" * (LIMIT + 21))
+    assert too_long(lengths(tmp_path)) == {"long.py": LIMIT + 1, "commands/grew.py": LIMIT + 21}

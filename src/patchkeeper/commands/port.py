@@ -4,30 +4,19 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from ..checks import algoscan, wheels
 from ..errors import BadInput, Refused
-from ..host.disk import normalize_name
 from ..patchset import authoring, merge3, patchset, port as porting, portdir
 from ..patchset.patchset import MANIFEST, PatchSet
 from ..records import history
-from ..targets import open_target
 from ..workspace import Workspace
-from . import emit_json
+from . import emit_json, port_report, port_wheels
 from .record import commit_patchset
 
 _ENC = ("utf-8", "surrogateescape")
 BUMP = "minor"  # a port changes what the set is for, not what it does
-OUTCOMES = (
-    porting.CLEAN,
-    porting.MERGED,
-    porting.UPSTREAM,
-    porting.CONFLICT,
-    porting.COLLISION,
-    porting.GONE,
-)
 
 
 def port(
@@ -55,7 +44,7 @@ def port(
     bump = bump or BUMP
     ps = patchset.load(ws.patchsets_dir, name)
     to = _version(to)
-    with _releases(ws, ps, to, given, target) as (old, new, sources):
+    with port_wheels.releases(ws, ps, to, given, target) as (old, new, sources):
         labels = (
             f"{ps.ident} (ours)",
             f"{ps.package} {old.version} (base)",
@@ -63,7 +52,7 @@ def port(
         )
         result = porting.port(ps, old, new, labels)
         scan = _scan(ps, old, new, result)
-    doc = document(ps, old.version, new.version, sources, result, scan)
+    doc = port_report.document(ps, old.version, new.version, sources, result, scan)
     directory = portdir.scratch_dir(ws.root, name)
     if dry_run:
         doc["outcome"] = "dry-run"
@@ -92,7 +81,7 @@ def port(
     if as_json:
         emit_json(doc)
     else:
-        render(doc)
+        port_report.render(doc)
     return 1 if result.blocked else 0
 
 
@@ -106,102 +95,6 @@ def _version(text: str) -> str:
             f"--to {text!r} is not a version", "give the release to port to, e.g. --to 0.5.24"
         ) from None
     return text
-
-
-def _old_version(ps: PatchSet, to: str, given: list[str]) -> str:
-    """The release the patch set was made for: its exact pin, else the one other --wheel it fits."""
-    if patchset.pinned(ps.package_version) is not None:
-        old = ps.package_version.split("==", 1)[1].strip().lstrip("v")
-    else:
-        fit = [
-            v
-            for v in dict.fromkeys(given)
-            if not wheels.same_version(v, to)
-            and (not ps.package_version or patchset.fits(ps.package_version, v))
-        ]
-        if len(fit) != 1:
-            raise BadInput(
-                f"{ps.ident} is for {ps.package}{ps.package_version or ' (any version)'}: port needs to "
-                "know the one release it was made for",
-                f'pin it (package_version = "==X.Y.Z" in patchsets/{ps.name}/{MANIFEST}), '
-                "or give that release's wheel with --wheel",
-            )
-        old = fit[0]
-    if wheels.same_version(old, to):
-        raise BadInput(f"{ps.ident} is already for {ps.package} {to}", "give --to another release")
-    return old
-
-
-@contextlib.contextmanager
-def _releases(
-    ws: Workspace, ps: PatchSet, to: str, given: tuple[str, ...], target: str | None
-) -> Iterator[tuple[wheels.Wheel, wheels.Wheel, dict[str, str]]]:
-    """The old and the new release's wheels (and where each came from): --wheel, else the
-    workspace's wheels directory, else `pip download` for the target's interpreter, as repair finds them."""
-    with contextlib.ExitStack() as stack:
-        opened = []
-        for path in given:
-            if not Path(path).is_file():
-                raise BadInput(f"--wheel {path}: no such file", "give the path of a .whl file")
-            opened.append(_fitting(stack.enter_context(wheels.Wheel(Path(path))), ps, f"--wheel {path}"))
-        old = _old_version(ps, to, [w.version for w in opened])
-        found: dict[str, tuple[wheels.Wheel, str]] = {}
-        for w in opened:
-            match = [v for v in (old, to) if wheels.same_version(w.version, v)]
-            if not match:
-                raise BadInput(
-                    f"--wheel {w.path}: a wheel of {w.name} {w.version}, neither {old} (what {ps.ident} "
-                    f"was made for) nor {to} (--to)",
-                    "give the wheels of those two releases",
-                )
-            found.setdefault(match[0], (w, f"--wheel {w.path.name}"))
-        tags: list[wheels.Tags] = []
-        for version in (to, old):  # the new release first: an unknown version is refused before a download
-            if version not in found:
-                found[version] = _fetch(stack, ws, ps, version, target, tags)
-        yield found[old][0], found[to][0], {"from": found[old][1], "to": found[to][1]}
-
-
-def _fitting(w: wheels.Wheel, ps: PatchSet, where: str) -> wheels.Wheel:
-    if normalize_name(w.name) != normalize_name(ps.package):
-        raise BadInput(
-            f"{where}: a wheel of {w.name or '?'}, not of {ps.package} (the package {ps.ident} patches)",
-            f"give wheels of {ps.package}",
-        )
-    return w
-
-
-def _fetch(
-    stack: contextlib.ExitStack,
-    ws: Workspace,
-    ps: PatchSet,
-    version: str,
-    target: str | None,
-    tags: list[wheels.Tags],
-) -> tuple[wheels.Wheel, str]:
-    where = f"the workspace's wheels directory {ws.wheels}"
-    for path in wheels.in_directory(ws.wheels, ps.package, version):
-        w = stack.enter_context(wheels.Wheel(path))
-        if wheels.same_version(w.version, version):
-            return _fitting(w, ps, path.name), f"{where}: {path.name}"
-    config = ws.target(target)
-    if not tags:  # the target's interpreter picks the wheel, as for repair; asked once
-        t = open_target(config)
-        try:
-            tags.append(wheels.target_tags(t, wheels.where_to_put(ws.wheels, True)))
-        finally:
-            t.close()
-    local_python = None if config.ssh else config.python
-    for path in stack.enter_context(
-        wheels.downloaded(tags[0], config.name, ps.package, version, ws.wheels, local_python, True)
-    ):
-        w = stack.enter_context(wheels.Wheel(path))
-        if wheels.same_version(w.version, version):
-            return _fitting(w, ps, path.name), f"pip download: {path.name}"
-    raise Refused(
-        f"pip download gave no wheel of {ps.package} {version}",
-        f"download it yourself and {wheels.where_to_put(ws.wheels, True)}",
-    )
 
 
 def _scan(ps: PatchSet, old: wheels.Wheel, new: wheels.Wheel, result: porting.Port) -> dict[str, Any] | None:
@@ -242,152 +135,6 @@ def _python(release: wheels.Wheel, overrides: dict[str, bytes | None]) -> Iterat
             data = overrides[rel] if rel in overrides else (got[0] if got else None)
             if data is not None and algoscan.DFLASH.encode() in data:
                 yield rel, data
-
-
-def document(
-    ps: PatchSet,
-    old: str,
-    new: str,
-    sources: dict[str, str],
-    result: porting.Port,
-    scan: dict[str, Any] | None,
-) -> dict[str, Any]:
-    """The report as one JSON-ready document; the text report is printed from it."""
-    counts = {o: 0 for o in OUTCOMES}
-    for f in result.files:
-        for h in f.hunks:
-            counts[h.outcome] += 1
-    return {
-        "patchset": ps.ident,
-        "package": ps.package,
-        "from": old,
-        "to": new,
-        "wheels": sources,
-        "outcome": None,
-        "hunks": counts,
-        "roles": [role for role, _ in ps.sources],
-        "files": [
-            {
-                "path": f.path,
-                "patches": list(f.patches),
-                "kind": f.kind,
-                "outcome": f.outcome,
-                "renamed_to": f.renamed_to,
-                "conflicts": f.conflicts,
-                "note": f.note,
-                "hunks": [
-                    {
-                        "header": h.header,
-                        "outcome": h.outcome,
-                        "offset": h.offset,
-                        "note": h.note,
-                        "lines": list(h.lines),
-                    }
-                    for h in f.hunks
-                ],
-            }
-            for f in result.files
-        ],
-        "dropped": list(result.dropped),
-        "problems": list(result.problems),
-        "checked": result.checked,
-        "scan": scan,
-        "scratch": None,
-        "written": None,
-        "notes": [],
-    }
-
-
-def _hunk_text(h: dict[str, Any]) -> str:
-    where = f"  {abs(h['offset'])} line(s) {'later' if h['offset'] > 0 else 'earlier'}" if h["offset"] else ""
-    note = f"  ({h['note']})" if h["note"] and h["outcome"] not in (porting.CLEAN, porting.CONFLICT) else ""
-    return f"{h['outcome']:<9} {h['header']}{where}{note}"
-
-
-def render(doc: dict[str, Any]) -> None:
-    """One screen: each file and each hunk with its outcome, then what was written or what to do."""
-    print(
-        f"port {doc['patchset']}: {doc['package']} {doc['from']} -> {doc['to']} "
-        f"(wheels: {doc['wheels']['from']}; {doc['wheels']['to']})"
-    )
-    for f in doc["files"]:
-        head = f"  {f['outcome']:<9} {f['path']}  [{', '.join(f['patches'])}]"
-        if f["renamed_to"] or f["outcome"] == porting.GONE:
-            head += f"  {f['note']}"
-        if len(f["hunks"]) == 1 and f["hunks"][0]["outcome"] == f["outcome"] and not f["renamed_to"]:
-            print(head + "  " + _hunk_text(f["hunks"][0])[10:])
-            continue
-        print(head)
-        for h in f["hunks"]:
-            print(f"      {_hunk_text(h)}")
-    counts = ", ".join(f"{n} {o}" for o, n in doc["hunks"].items() if n)
-    print(
-        f"hunks: {counts or 'none'}"
-        + (f"; role files carried as they are: {', '.join(doc['roles'])}" if doc["roles"] else "")
-    )
-    for name in doc["dropped"]:
-        print(f"dropped {name}: nothing of it is left to change in {doc['package']} {doc['to']}")
-    scan = doc["scan"]
-    if scan is not None:
-        if scan["new"]:
-            print(
-                f"scan: {len(scan['new'])} new place(s) in {doc['package']} {doc['to']} compare to {scan['of']} but "
-                f"not {scan['algorithm']}: {', '.join(scan['new'][:8])}{' …' if len(scan['new']) > 8 else ''}"
-            )
-        else:
-            print(
-                f"scan: no new place compares to {scan['of']} without {scan['algorithm']} ({scan['files']} "
-                f"file(s) name {scan['of']}, {scan['parsed']} differ from before the port)"
-            )
-    for p in doc["problems"]:
-        print(f"problem: {p}")
-    if doc["checked"] and not doc["problems"]:
-        print(
-            f"check: the regenerated patches apply to {doc['package']} {doc['to']}'s files and give the merged "
-            f"bytes; the Python files among them compile ({doc['checked']} file(s))"
-        )
-    _render_end(doc)
-
-
-def _render_end(doc: dict[str, Any]) -> None:
-    for note in doc["notes"]:
-        print(f"note: {note}")
-    outcome, name = doc["outcome"], doc["patchset"].partition("@")[0]
-    if outcome == "dry-run":
-        blocked = any(f["outcome"] in porting.BLOCKING for f in doc["files"]) or doc["problems"]
-        print("dry run: nothing written" + ("; the port would stop here (exit 1)" if blocked else ""))
-    elif outcome == "ported":
-        w = doc["written"]
-        print(
-            f"{w['status']} {w['ident']} (was {w['previous']}) in {w['directory']}: package_version "
-            f"=={doc['to']}, {w['patches']} patch file(s) written against {doc['package']} {doc['to']}; "
-            f"digest {w['digest']}"
-        )
-        if w.get("kept"):
-            print(f"kept {name}@{w['previous']} in {w['kept']}")
-        for c in w["commits"]:
-            print(f"committed {c}")
-        print(
-            f"next: patchkeeper check {name} -t TARGET (after pip install -U {doc['package']}=={doc['to']} "
-            f"there), then patchkeeper apply {name}"
-        )
-    elif outcome == "blocked":
-        scratch = doc["scratch"]
-        print(
-            f"not ported: nothing written into patchsets/; the merge is in {scratch}/files/ "
-            "(diff3 markers where it conflicts):"
-        )
-        for f in doc["files"]:
-            if f["conflicts"]:
-                print(f"  resolve files/{f['renamed_to'] or f['path']}  ({f['conflicts']} conflict(s))")
-            elif f["outcome"] == porting.GONE and not f["renamed_to"]:
-                print(
-                    f"  files/{f['path']} is not there: {doc['package']} {doc['to']} has no such file, and its "
-                    "change is dropped unless you put the file there"
-                )
-        print(
-            f"then: patchkeeper port {name} --continue   (or start again: patchkeeper port {name} --to {doc['to']})"
-        )
 
 
 def _save(
@@ -455,17 +202,6 @@ class _Verified:
         return self.wheel.site_names()
 
 
-def _new_release(
-    stack: contextlib.ExitStack, ws: Workspace, ps: PatchSet, pending: portdir.Pending
-) -> wheels.Wheel:
-    """The wheel of the release a stopped port goes to: the one it used, else found again as port finds it."""
-    if pending.wheel and Path(pending.wheel).is_file():
-        w = stack.enter_context(wheels.Wheel(Path(pending.wheel)))
-        if wheels.same_version(w.version, pending.new):
-            return _fitting(w, ps, pending.wheel)
-    return _fetch(stack, ws, ps, pending.new, None, [])[0]
-
-
 def finish(ws: Workspace, name: str, as_json: bool) -> int:
     """`port NAME --continue`: the scratch directory's files, as the person left them, become the
     ported set. Exit 1 while a conflict marker is left or the check fails (nothing written)."""
@@ -478,7 +214,7 @@ def finish(ws: Workspace, name: str, as_json: bool) -> int:
             f"run `patchkeeper port {name} --to {pending.new}` again",
         )
     with contextlib.ExitStack() as stack:
-        release = _Verified(_new_release(stack, ws, ps, pending))
+        release = _Verified(port_wheels.new_release(stack, ws, ps, pending))
         files, unresolved, notes = [], [], []
         for entry in pending.files:
             result = pending.result(entry["path"])
@@ -548,6 +284,6 @@ def finish(ws: Workspace, name: str, as_json: bool) -> int:
         return 1
     for d in dropped:
         print(f"dropped {d}: nothing of it is left to change in {pending.package} {pending.new}")
-    _render_end({**doc, "outcome": "ported"})
+    port_report.render_end({**doc, "outcome": "ported"})
     print(f"finished the port left in {pending.directory} (removed)")
     return 0
