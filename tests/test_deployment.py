@@ -182,16 +182,15 @@ def test_exec_start_is_read_as_systemd_reads_it():
 def test_a_regression_needs_the_ratio_and_a_floor_and_errors_are_found_anywhere():
     from patchkeeper.change import verify
     from patchkeeper.change.service import ServiceConfig
+    from patchkeeper.change.verify_history import regression
 
     svc = ServiceConfig(restart="true", base_url="http://x")
     then = {"entry": "e1", "seconds": 2.15, "tokens_per_s": 29.8, "ready": 60.0}
-    found = verify.regression(then, {"seconds": 141.0, "tokens_per_s": 0.45}, None, svc)
+    found = regression(then, {"seconds": 141.0, "tokens_per_s": 0.45}, None, svc)
     assert len(found) == 1 and found[0].startswith("the smoke request: 2.15 s then, 141 s now (65.6x")
-    assert verify.regression({**then, "seconds": 0.01}, {"seconds": 0.05}, None, svc) == []  # 5x of jitter
-    assert verify.regression(then, {"seconds": 2.2}, 400.0, svc)[0].startswith(
-        "ready after restart: 60 s then"
-    )
-    assert verify.regression({**then, "ready": 5.0}, {"seconds": 2.2}, 30.0, svc) == []  # 6x, but 25 s more
+    assert regression({**then, "seconds": 0.01}, {"seconds": 0.05}, None, svc) == []  # 5x of jitter
+    assert regression(then, {"seconds": 2.2}, 400.0, svc)[0].startswith("ready after restart: 60 s then")
+    assert regression({**then, "ready": 5.0}, {"seconds": 2.2}, 30.0, svc) == []  # 6x, but 25 s more
     log = [
         "INFO start",
         "ERROR: CUDA out of memory",

@@ -14,7 +14,6 @@ LIMIT = 450
 # the debt, in lines: split these (issue 41); a new entry here is not the way to pass. The merge of
 # issues 38-42 grew four of them by 3-14 lines (the manager's check, the bytecode phase, regular reads).
 OVER = {
-    "change/verify.py": 550,
     "checks/audit.py": 528,
     "host/agent.py": 489,
     "host/contract.py": 467,

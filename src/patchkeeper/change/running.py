@@ -1,12 +1,16 @@
 """Did a change take effect? After a restart, the manager's account of the unit: a new main process
-started after the change, running the argv and environment systemd loaded, with no daemon-reload owed."""
+started after the change, running the argv and environment systemd loaded, with no daemon-reload owed;
+and the process listening on the service's port runs the unit's effective command line."""
 
 from __future__ import annotations
 
+import shlex
 import time
 from dataclasses import replace
+from typing import Any
 
 from ..checks import manager, units
+from ..host import probe_http
 from .smoke import Check
 
 REASON = "not-effective"
@@ -95,3 +99,67 @@ def _effect(
     said.append("NeedDaemonReload=no")
     unknown = runs is None or env is None or (since and view.main_started is None)
     return Check("systemd", True, time.monotonic() - start, "; ".join(said), warned=bool(unknown))
+
+
+# ---- the server on the port is the one the unit starts ------------------------------------------
+def port_of(base_url: str) -> int:
+    """The port the service answers on (where the server check looks for the listening process)."""
+    return probe_http.split_url(base_url)[2]
+
+
+def server_check(
+    command: units.Command | str, listener: dict[str, Any] | None, unasked: str | None = None
+) -> Check:
+    """Does a process listening on the port run the unit's effective command line (the manager's, where
+    it answered)? Unknowable is said, not failed. `unasked`: why no manager was asked, where `command`
+    is the unit files' reading, which the check then says."""
+    checked = _server_check(command, listener)
+    if unasked is None:
+        return checked
+    return replace(checked, detail=f"{checked.detail} (a reading of the unit files: {unasked})")
+
+
+def _server_check(command: units.Command | str, listener: dict[str, Any] | None) -> Check:
+    if isinstance(command, str):
+        return Check("server", True, 0.0, f"not checked: {command}", skipped=True)
+    if command.problem:
+        return Check(
+            "server",
+            True,
+            0.0,
+            f"not checked: the unit's command line depends on more than the unit ({command.problem})",
+            skipped=True,
+        )
+    if not listener or "processes" not in listener:
+        why = (listener or {}).get("error", "the probe did not look")
+        return Check("server", True, 0.0, f"not checked: {why}", skipped=True)
+    procs = listener["processes"]
+    want = list(command.argv)
+    for proc in procs:
+        if proc["argv"] == want:
+            return Check(
+                "server",
+                True,
+                0.0,
+                f"pid {proc['pid']} runs the unit's effective ExecStart (from {command.source})",
+            )
+    readable = [p for p in procs if p["argv"] is not None]
+    if not readable:
+        return Check(
+            "server",
+            True,
+            0.0,
+            f"not checked: the command line of pid {procs[0]['pid']} could not be read",
+            skipped=True,
+        )
+    shown = readable[0]
+    return Check(
+        "server",
+        False,
+        0.0,
+        f"the process on the port, pid {shown['pid']}, is not running the unit's effective ExecStart "
+        "(an old server still on the port, a daemon-reload that did not happen, a second unit?)",
+        f"running:  {shlex.join(shown['argv'])}\nthe unit: {shlex.join(want)}\n"
+        f"(the unit's effective ExecStart is from {command.source}; read: {', '.join(command.files)})",
+        reason="stale-server",
+    )

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO, cast
 
@@ -19,19 +18,13 @@ from ..host import probe_http
 from ..patchset import patchset
 from ..records.ledger import Ledger, LedgerEntry, State, VerifyExtra, new_id, who
 from ..targets import Target
-from . import running, smoke
+from . import running, smoke, verify_history
 from .service import ServiceConfig
 from .session import Session
 from .smoke import SAMPLE_CHARS, Check, count_tokens, degenerate, judge  # noqa: F401  (their home is smoke.py)
 
 OUTPUT_KEEP = 8000  # characters of restart / log output kept in a report
 WINDOW_MAX = 10.0  # seconds one probe run polls for readiness before progress is shown
-MIN_SLOWER = (
-    1.0  # seconds a regression must add too, so a server answering in milliseconds is not judged by jitter
-)
-MIN_SLOWER_READY = (
-    30.0  # the same for the ready time, which a cold page cache alone can stretch by tens of seconds
-)
 FIRST_ERRORS = 8  # error-looking log lines quoted before the tail
 _ERROR_LINE = re.compile(
     r"Traceback \(most recent call last\)|\w*Error:|\bERROR\b|\bOSError\b|CUDA error|"
@@ -171,26 +164,13 @@ def probe(
             code, out, err = 127, b"", str(exc).encode()
         if code != 0:
             tail = err.decode(errors="replace").strip().splitlines()[-1:] or [f"exit code {code}"]
-            return Check(
-                "ready",
-                False,
-                time.monotonic() - start,
-                f"the HTTP probe could not run with {target.config.python} on the target: {tail[0]}",
-                err.decode(errors="replace")[-OUTPUT_KEEP:],
-                reason="probe",
-            ), None
+            detail = f"the HTTP probe could not run with {target.config.python} on the target: {tail[0]}"
+            return _unprobed(start, detail, err), None
         try:
             result = json.loads(out)
             ready = bool(result["ready"])
         except (ValueError, TypeError, KeyError):  # something else printed on stdout (a sitecustomize?)
-            return Check(
-                "ready",
-                False,
-                time.monotonic() - start,
-                f"the HTTP probe's answer was not understood: {out[:200]!r}",
-                err.decode(errors="replace")[-OUTPUT_KEEP:],
-                reason="probe",
-            ), None
+            return _unprobed(start, f"the HTTP probe's answer was not understood: {out[:200]!r}", err), None
         waited = time.monotonic() - start
         if ready:  # the probe's own clock: `waited` includes the generation that followed
             waited = launched - start + float(result.get("seconds", 0.0))
@@ -221,6 +201,18 @@ def probe(
         window = min(window * 2, WINDOW_MAX)
 
 
+def _unprobed(start: float, detail: str, err: bytes) -> Check:
+    """The ready check when the HTTP probe itself failed (reason `probe`), with the end of its stderr."""
+    return Check(
+        "ready",
+        False,
+        time.monotonic() - start,
+        detail,
+        err.decode(errors="replace")[-OUTPUT_KEEP:],
+        reason="probe",
+    )
+
+
 def run_checks(
     target: Target,
     svc: ServiceConfig,
@@ -249,7 +241,9 @@ def run_checks(
     view: manager.ManagerView | str | None = None
     matched = command if svc.match_unit else None
     if not checks or checks[0].ok:
-        ready, gen = probe(target, svc, progress, listener_port=_port(svc.base_url) if matched else None)
+        ready, gen = probe(
+            target, svc, progress, listener_port=running.port_of(svc.base_url) if matched else None
+        )
         checks.append(ready)
         if ready.ok:
             if gen is None:
@@ -263,7 +257,7 @@ def run_checks(
                 command = manager.as_command(cast(manager.ManagerView, view))
             if matched is not None and command is not None:
                 unasked = view if isinstance(view, str) else None
-                checks.append(server_check(command, gen.pop("listener", None), unasked))
+                checks.append(running.server_check(command, gen.pop("listener", None), unasked))
             check, figures = smoke.judge_requests(gen, svc)
             checks.append(check)
             extra.update(requests=figures.get("requests", []), server_info=info)
@@ -272,7 +266,7 @@ def run_checks(
             accept = smoke.accept_check(command, info, svc.smoke.min_accept_length, floor)
             if accept is not None:
                 checks.append(accept)
-            key = smoke_key(svc, gen.get("model"))
+            key = verify_history.smoke_key(svc, gen.get("model"))
             then = last_output(key) if last_output is not None and check.ok else None
             compared = smoke.output_check(
                 figures.get("output") if check.ok else None, then, svc.smoke.compare_output
@@ -280,19 +274,11 @@ def run_checks(
             if compared is not None:
                 checks.append(compared)
             if all(c.ok for c in checks) and last_pass:
-                slower = regression(last_pass, figures, ready.seconds if with_restart else None, svc)
-                if slower:
-                    checks.append(Check("history", False, 0.0, "; ".join(slower), reason="regression"))
-                else:
-                    checks.append(
-                        Check(
-                            "history",
-                            True,
-                            0.0,
-                            f"within max_slowdown = {svc.smoke.max_slowdown:g} "
-                            f"of the last pass of this state ({_figures_text(last_pass)})",
-                        )
+                checks.append(
+                    verify_history.history_check(
+                        last_pass, figures, ready.seconds if with_restart else None, svc
                     )
+                )
             if "output" in figures:
                 figures["smoke"] = key
     ok = all(c.ok for c in checks)
@@ -330,116 +316,6 @@ def run_checks(
     )
 
 
-def smoke_key(svc: ServiceConfig, model: str | None) -> dict[str, Any]:
-    """What makes two greedy outputs comparable (the model: as configured, else the one the server listed)."""
-    return {
-        "prompt": svc.smoke.prompt,
-        "model": svc.smoke.model or model,
-        "max_tokens": svc.smoke.max_tokens,
-        "endpoint": svc.smoke.endpoint,
-    }
-
-
-# ---- the server on the port is the one the unit starts ------------------------------------------
-def _port(base_url: str) -> int:
-    return probe_http.split_url(base_url)[2]
-
-
-def server_check(
-    command: units.Command | str, listener: dict[str, Any] | None, unasked: str | None = None
-) -> Check:
-    """Does a process listening on the port run the unit's effective command line (the manager's, where
-    it answered)? Unknowable is said, not failed. `unasked`: why no manager was asked, where `command`
-    is the unit files' reading, which the check then says."""
-    checked = _server_check(command, listener)
-    if unasked is None:
-        return checked
-    return replace(checked, detail=f"{checked.detail} (a reading of the unit files: {unasked})")
-
-
-def _server_check(command: units.Command | str, listener: dict[str, Any] | None) -> Check:
-    if isinstance(command, str):
-        return Check("server", True, 0.0, f"not checked: {command}", skipped=True)
-    if command.problem:
-        return Check(
-            "server",
-            True,
-            0.0,
-            f"not checked: the unit's command line depends on more than the unit ({command.problem})",
-            skipped=True,
-        )
-    if not listener or "processes" not in listener:
-        why = (listener or {}).get("error", "the probe did not look")
-        return Check("server", True, 0.0, f"not checked: {why}", skipped=True)
-    procs = listener["processes"]
-    want = list(command.argv)
-    for proc in procs:
-        if proc["argv"] == want:
-            return Check(
-                "server",
-                True,
-                0.0,
-                f"pid {proc['pid']} runs the unit's effective ExecStart (from {command.source})",
-            )
-    readable = [p for p in procs if p["argv"] is not None]
-    if not readable:
-        return Check(
-            "server",
-            True,
-            0.0,
-            f"not checked: the command line of pid {procs[0]['pid']} could not be read",
-            skipped=True,
-        )
-    shown = readable[0]
-    return Check(
-        "server",
-        False,
-        0.0,
-        f"the process on the port, pid {shown['pid']}, is not running the unit's effective ExecStart "
-        "(an old server still on the port, a daemon-reload that did not happen, a second unit?)",
-        f"running:  {shlex.join(shown['argv'])}\nthe unit: {shlex.join(want)}\n"
-        f"(the unit's effective ExecStart is from {command.source}; read: {', '.join(command.files)})",
-        reason="stale-server",
-    )
-
-
-# ---- history: the last pass of the same code state ---------------------------------------------
-def last_pass(ledger: Ledger, state: State | None) -> dict[str, Any] | None:
-    """The figures of the newest passing verification of `state` (ready seconds, smoke seconds, tokens/s)."""
-    if state is None:
-        return None
-    for e in ledger.entries().newest(state.id, "verify"):
-        report = cast(VerifyExtra, e.extra).get("verify")
-        if report and report.get("ok") and report.get("seconds") is not None:
-            names = {c["name"]: c for c in report.get("checks", ())}
-            ready = names["ready"]["seconds"] if "restart" in names and "ready" in names else None
-            return {
-                "entry": e.id,
-                "time": e.time,
-                "seconds": report["seconds"],
-                "tokens": report.get("tokens"),
-                "tokens_per_s": report.get("tokens_per_s"),
-                "ready": ready,
-            }
-    return None
-
-
-def last_output(ledger: Ledger, key: dict[str, Any]) -> dict[str, Any] | None:
-    """The greedy output of the newest passing verification, of any code state, that asked the same
-    (prompt, model, max_tokens, endpoint): its entry, state and text."""
-    if not key:
-        return None
-    entries = ledger.entries()
-    for i in reversed(range(len(entries))):
-        if entries.slots[i].kind != "verify":
-            continue
-        e = entries[i]
-        report = cast(VerifyExtra, e.extra).get("verify") or {}
-        if report.get("ok") and report.get("output") is not None and report.get("smoke") == key:
-            return {"entry": e.id, "state": e.after.id, "output": report["output"]}
-    return None
-
-
 def verify_target(
     target: Target,
     ledger: Ledger,
@@ -457,8 +333,10 @@ def verify_target(
         svc,
         with_restart,
         progress,
-        last_pass=last_pass(ledger, current),
-        last_output=None if svc.smoke.compare_output == "off" else lambda key: last_output(ledger, key),
+        last_pass=verify_history.last_pass(ledger, current),
+        last_output=None
+        if svc.smoke.compare_output == "off"
+        else lambda key: verify_history.last_output(ledger, key),
         floor=declared_floor(patchsets_dir, current) if patchsets_dir is not None else None,
     )
 
@@ -480,38 +358,6 @@ def declared_floor(patchsets_dir: Path, state: State | None) -> tuple[float, str
         ):
             found = (ps.min_accept_length, ps.ident)
     return found
-
-
-def _figures_text(f: dict[str, Any]) -> str:
-    rate = f" ({f['tokens_per_s']:.1f} tokens/s)" if f.get("tokens_per_s") else ""
-    ready = f", ready after {f['ready']:.2f} s" if f.get("ready") is not None else ""
-    return f"smoke request {f['seconds']:.2f} s{rate}{ready}"
-
-
-def regression(
-    then: dict[str, Any], now: dict[str, Any], ready_now: float | None, svc: ServiceConfig
-) -> list[str]:
-    """What is over max_slowdown times slower than the last pass (and at least MIN_SLOWER seconds more;
-    MIN_SLOWER_READY for the ready time after a restart)."""
-    limit, out = svc.smoke.max_slowdown, []
-    pairs = [("the smoke request", then.get("seconds"), now.get("seconds"), MIN_SLOWER)]
-    if ready_now is not None:
-        pairs.append(("ready after restart", then.get("ready"), ready_now, MIN_SLOWER_READY))
-    for what, old, new, floor in pairs:
-        if old is None or new is None or new <= limit * old or new - old < floor:
-            continue
-        rates = ""
-        if what == "the smoke request" and then.get("tokens_per_s") and now.get("tokens_per_s"):
-            rates = f", {then['tokens_per_s']:.1f} then, {now['tokens_per_s']:.1f} tokens/s now"
-        out.append(
-            f"{what}: {_secs(old)} then, {_secs(new)} now ({new / old:.1f}x, over max_slowdown = "
-            f"{limit:g}{rates}) for the same code state, last passed in {then['entry']}"
-        )
-    return out
-
-
-def _secs(s: float) -> str:
-    return f"{s:.3g} s" if s < 100 else f"{s:.0f} s"
 
 
 # ---- the logs ----------------------------------------------------------------------------------
