@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..checks import environment
+from ..checks import env_gpu, environment
 from ..records.ledger import Ledger, LedgerEntry, State
 from ..targets import Target
 from . import plans
@@ -22,7 +22,7 @@ class Diagnosis:
     state: State
     last: LedgerEntry | None  # its newest passing verification that kept a fingerprint; None: never passed
     code: dict[str, str]  # the files of the state that differ now: key -> changed | added | removed | mode
-    environment: tuple[Any, ...] = ()  # environment.Change, from that pass to now
+    environment: tuple[Any, ...] = ()  # environment.Difference, from that pass to now
     gpu: dict[str, Any] = dataclasses.field(default_factory=dict)  # the GPU facts now
     passed_before: State | None = None  # when `state` never passed: the newest state that did
     restored: bool = False  # the state's files were just put back (an automatic rollback)
@@ -154,8 +154,8 @@ def render(d: Diagnosis) -> list[str]:
                 "  environment  no differences (interpreter, system, distributions, native libraries, "
                 "GPU stack)"
             )
-        out.append(f"  GPU now      {environment.gpu_text(d.gpu)}")
-        for line in environment.gpu_health(d.gpu):
+        out.append(f"  GPU now      {env_gpu.gpu_text(d.gpu)}")
+        for line in env_gpu.gpu_health(d.gpu):
             out.append(f"    {line}")
         for line in (d.gpu.get("xid") or [])[-5:]:
             out.append(f"    | {line}")

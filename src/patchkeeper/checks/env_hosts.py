@@ -6,7 +6,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ..host.disk import normalize_name
-from .environment import Difference, damaged_objects, gpu_text, interp_text, startup_text
+from .env_gpu import gpu_text
+from .environment import Difference, damaged_objects, interp_text, startup_text
 
 
 def compare_hosts(a: dict[str, Any], b: dict[str, Any], na: str, nb: str) -> list[Difference]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import posixpath
 from typing import Any
 
-from .environment import gpu_health, gpu_text, interp_text
+from .env_gpu import gpu_health, gpu_text
+from .environment import interp_text
 
 
 def unresolved(fp: dict[str, Any]) -> dict[str, list[str]]:

@@ -14,6 +14,7 @@ from ..host.disk import normalize_name
 from ..host.elf import is_candidate
 from ..records.ledger import Ledger, LedgerEntry, State
 from ..targets import Target
+from .env_gpu import gpu_changes
 
 FORMAT = 1
 AREAS = ("interpreter", "system", "distribution", "native", "gpu", "startup")
@@ -194,45 +195,6 @@ def interp_text(fp: dict[str, Any]) -> str:
     )
 
 
-def gpu_text(g: dict[str, Any] | None) -> str:
-    if not g or not g.get("driver"):
-        return (g or {}).get("note") or "no NVIDIA driver"
-    gpus = g.get("gpus") or []
-    models: dict[str, int] = {}
-    for x in gpus:
-        label = f"{x.get('name') or '?'}" + (f" ({x['memory_total']})" if x.get("memory_total") else "")
-        models[label] = models.get(label, 0) + 1
-    names = ", ".join(f"{n}x {m}" if n > 1 else m for m, n in models.items())
-    return f"driver {g['driver']}, CUDA {g.get('cuda') or '?'}, {len(gpus)} GPU(s)" + (
-        f": {names}" if names else ""
-    )
-
-
-def gpu_health(g: dict[str, Any] | None) -> list[str]:
-    """One line per GPU: bus id, name, and the retired pages / remapped rows / ECC counts it reports."""
-    out = []
-    for x in (g or {}).get("gpus") or []:
-        facts = [
-            f"{k} {' '.join(f'{n}={v}' for n, v in (x.get(k) or {}).items())}"
-            for k in ("retired_pages", "remapped_rows", "ecc")
-            if x.get(k)
-        ]
-        out.append(
-            f"{x.get('bus_id')} {x.get('name')} {x.get('uuid')}: "
-            + ("; ".join(facts) or "no memory health reported")
-        )
-    return out
-
-
-def _health(x: dict[str, Any], ecc: bool) -> dict[str, Any]:
-    """What a GPU's memory health is compared by; ECC (mode, uncorrectable counts) where both sides read it
-    (fingerprints taken before patchkeeper read ECC have none)."""
-    out = {"retired_pages": x.get("retired_pages"), "remapped_rows": x.get("remapped_rows")}
-    if ecc:
-        out["ecc"] = {k: v for k, v in x["ecc"].items() if k == "mode" or k.endswith("_uncorrectable")}
-    return out
-
-
 def compare(a: dict[str, Any], b: dict[str, Any]) -> list[Difference]:
     """What changed from fingerprint `a` to `b`. The managed package's files are code state
     (`patchkeeper diff` shows them), so only its version counts here."""
@@ -256,7 +218,10 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> list[Difference]:
             damaged=damaged_objects(b.get("distributions") or {}),
         )
     ]
-    out += _gpu(a.get("gpu") or {}, b.get("gpu") or {})
+    out += [
+        Difference("gpu", what, kind, detail)
+        for what, kind, detail in gpu_changes(a.get("gpu") or {}, b.get("gpu") or {})
+    ]
     if "startup" in a and "startup" in b:  # (a fingerprint from before start-up code was kept says nothing)
         out += [
             Difference("startup", key, kind, detail)
@@ -321,13 +286,8 @@ def _distributions(a: dict[str, Any], b: dict[str, Any], managed: Iterable[str |
         if "differ" in db and "differ" not in da and db["differ"]:  # `a` checked identities only (a change's)
             parts = [f"{p} ({k})" for p, k in db["differ"]]
             out.append(
-                Difference(
-                    "distribution",
-                    db["name"],
-                    "files",
-                    f"{len(parts)} file(s) differ from RECORD now (files not checked then): "
-                    + ", ".join(parts[:8])
-                    + (f" … and {len(parts) - 8} more" if len(parts) > 8 else ""),
+                _files(
+                    db["name"], f"{len(parts)} file(s) differ from RECORD now (files not checked then)", parts
                 )
             )
         if "differ" in da and "differ" in db and da["differ"] != db["differ"]:
@@ -341,17 +301,14 @@ def _distributions(a: dict[str, Any], b: dict[str, Any], managed: Iterable[str |
                 for p in sorted(was & now)
                 if dict(map(tuple, da["differ"])).get(p) != kinds.get(p)
             ]
-            out.append(
-                Difference(
-                    "distribution",
-                    db["name"],
-                    "files",
-                    f"{len(now)} file(s) differ from RECORD (was {len(was)}): "
-                    + ", ".join(parts[:8])
-                    + (f" … and {len(parts) - 8} more" if len(parts) > 8 else ""),
-                )
-            )
+            out.append(_files(db["name"], f"{len(now)} file(s) differ from RECORD (was {len(was)})", parts))
     return out
+
+
+def _files(name: str, head: str, parts: list[str]) -> Difference:
+    """A distribution's files that differ from its RECORD: `head`, then the first eight of `parts`."""
+    more = f" … and {len(parts) - 8} more" if len(parts) > 8 else ""
+    return Difference("distribution", name, "files", f"{head}: " + ", ".join(parts[:8]) + more)
 
 
 def _rebuilt(da: dict[str, Any], db: dict[str, Any]) -> list[Difference]:
@@ -420,40 +377,4 @@ def native_changes(
     for path in sorted(set(a) - set(b) - set(damaged)):
         if any(r is not None for r in (a[path].get("resolved") or {}).values()):
             out.append((path, "gone", "the shared object is gone or no longer an ELF shared object"))
-    return out
-
-
-def _gpu(a: dict[str, Any], b: dict[str, Any]) -> list[Difference]:
-    out: list[Difference] = []
-    if bool(a.get("driver")) != bool(b.get("driver")):
-        return [Difference("gpu", "driver", "changed", f"{gpu_text(a)} -> {gpu_text(b)}")]
-    if not a.get("driver"):
-        return out
-    for key, label in (("driver", "driver"), ("cuda", "CUDA")):
-        if a.get(key) != b.get(key):
-            out.append(Difference("gpu", label, "changed", f"{a.get(key)} -> {b.get(key)}"))
-    ga, gb = a.get("gpus") or [], b.get("gpus") or []
-    if len(ga) != len(gb):
-        out.append(Difference("gpu", "count", "changed", f"{len(ga)} -> {len(gb)} GPU(s)"))
-
-    def models(gs: list[dict[str, Any]]) -> list[tuple[Any, Any]]:
-        return sorted((g.get("name") or "?", g.get("memory_total") or "?") for g in gs)  # noqa: E731
-
-    if models(ga) != models(gb):
-        out.append(Difference("gpu", "models", "changed", f"{gpu_text(a)} -> {gpu_text(b)}"))
-    by_uuid = {g.get("uuid"): g for g in ga}
-    for g in gb:
-        old = by_uuid.get(g.get("uuid"))
-        ecc = old is not None and bool(old.get("ecc")) and bool(g.get("ecc"))
-        if old is not None and _health(old, ecc) != _health(g, ecc):
-            out.append(
-                Difference(
-                    "gpu",
-                    g.get("uuid") or "?",
-                    "health",
-                    f"{g.get('bus_id')}: retired pages {old.get('retired_pages')} -> {g.get('retired_pages')}, "
-                    f"remapped rows {old.get('remapped_rows')} -> {g.get('remapped_rows')}"
-                    + (f", ECC {_health(old, ecc)['ecc']} -> {_health(g, ecc)['ecc']}" if ecc else ""),
-                )
-            )
     return out
