@@ -3,16 +3,15 @@ its RECORD; hand edits are refused, restored to the release's bytes, or recorded
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, cast
 
 from ..checks import environment, scan
 from ..errors import BadInput, Refused
 from ..host.distinfo import record_text_rows
-from ..records.ledger import AdoptExtra, LedgerEntry, State, new_id, who
-from ..records.manifest import ROLE_PREFIX, Entry, Manifest, differences
+from ..records.ledger import AdoptExtra, LedgerEntry, State
+from ..records.manifest import ROLE_PREFIX, Entry, Manifest
 from ..targets import Target
-from . import engine, repair, transaction
+from . import engine, plans, repair, transaction
 from .plans import Restored
 from .session import Session
 
@@ -153,29 +152,16 @@ def _restore_pristine(
                 "files changed while patchkeeper was recording them", "retry when the package is quiet"
             )
     state = State.make(ledger.save_manifest(after), (), "baseline", bytes_kept)
-    entry = LedgerEntry(
-        id=new_id(),
-        seq=ledger.next_seq(),
-        time=time.time(),
-        who=who(),
-        command=s.command,
-        kind="baseline",
-        before=ledger.current(),
-        after=state,
-        hand_edits=tuple(edits),
-        changed=differences(
-            {op.key: op.old for op in ops if op.old}, {op.key: op.new for op in ops if op.new}
-        ),
-        extra=AdoptExtra(
-            files=len(after),
-            package_version=info.version,
-            adopted="restore-pristine",
-            edits=edits,
-            wheel=found.wheel,
-            source=found.source,
-            replaced={op.key: repair.row(op.old) for op in ops},
-        ),
+    extra = AdoptExtra(
+        files=len(after),
+        package_version=info.version,
+        adopted="restore-pristine",
+        edits=edits,
+        wheel=found.wheel,
+        source=found.source,
+        replaced={op.key: repair.row(op.old) for op in ops},
     )
+    entry = plans.new_entry(s, "baseline", ledger.current(), state, extra, ops, tuple(edits))
     entry = environment.record(entry, target)  # a baseline keeps the fingerprint like every other state
     transaction.carry_out(ledger, ops, contents, entry)
     return entry

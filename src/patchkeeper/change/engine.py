@@ -3,7 +3,6 @@ sets a change applies: stacks.py; what every plan shares: plans.py)."""
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any, cast
 
 from .. import faults
@@ -16,10 +15,8 @@ from ..records.ledger import (
     RecordExtra,
     RollbackExtra,
     State,
-    new_id,
-    who,
 )
-from ..records.manifest import ROLE_PREFIX, Manifest, differences
+from ..records.manifest import ROLE_PREFIX, Manifest
 from ..targets import Target
 from . import plans, repair, stacks, transaction
 from .plans import Plan, Recorded
@@ -55,20 +52,10 @@ def record_state(
     current = ledger.current()
     stack = current.stack if current and kind != "baseline" else ()  # a baseline (of a new release too): none
     state = State.make(ledger.save_manifest(manifest), stack, name, bytes_kept)
-    entry = LedgerEntry(
-        id=new_id(),
-        seq=ledger.next_seq(),
-        time=time.time(),
-        who=who(),
-        command=s.command,
-        kind=kind,
-        after=state,
-        before=current,
-        hand_edits=hand_edits,
-        extra=cast(
-            RecordExtra, {"files": len(manifest), "package_version": target.info.version, **(extra or {})}
-        ),
+    recorded = cast(
+        RecordExtra, {"files": len(manifest), "package_version": target.info.version, **(extra or {})}
     )
+    entry = plans.new_entry(s, kind, current, state, recorded, hand_edits=hand_edits)
     entry = environment.record(entry, target)
     ledger.append(entry)
     return entry
@@ -185,26 +172,8 @@ def plan_apply(
         notes.append(f"re-rendering {', '.join(coming)} with the target's current values")
     elif removed:
         notes.append(f"switching: {', '.join(gone)} -> {', '.join(coming)}")
-    extra = ApplyExtra(removed=removed)
-    backups = plans.backups(ops, drift)
-    if backups:
-        extra["backups"] = backups
-    entry = LedgerEntry(
-        id=new_id(),
-        seq=ledger.next_seq(),
-        time=time.time(),
-        who=who(),
-        command=s.command,
-        kind=kind,
-        before=current,
-        after=after,
-        patchsets=tuple(stacks.ref_of(ps) for ps in adding),
-        changed=differences(
-            {op.key: op.old for op in ops if op.old}, {op.key: op.new for op in ops if op.new}
-        ),
-        hand_edits=drift,
-        extra=extra,
-    )
+    refs = tuple(stacks.ref_of(ps) for ps in adding)
+    entry = plans.change_entry(s, kind, current, after, ApplyExtra(removed=removed), ops, drift, refs)
     return Plan(tuple(ops), contents, entry, drift, tuple(notes), checks, tuple(found))
 
 
@@ -253,26 +222,9 @@ def plan_rollback(s: Session, spec: str) -> Plan | None:
     if not ops and goal.id == current.id:
         return None
     extra = RollbackExtra()
-    backups = plans.backups(ops, tuple(hand))
-    if backups:
-        extra["backups"] = backups
     if env_ops:
         extra["env"] = repair.env_extra(env_ops)
-    entry = LedgerEntry(
-        id=new_id(),
-        seq=ledger.next_seq(),
-        time=time.time(),
-        who=who(),
-        command=s.command,
-        kind="rollback",
-        before=current,
-        after=goal,
-        changed=differences(
-            {op.key: op.old for op in ops if op.old}, {op.key: op.new for op in ops if op.new}
-        ),
-        hand_edits=tuple(hand),
-        extra=extra,
-    )
+    entry = plans.change_entry(s, "rollback", current, goal, extra, ops, tuple(hand))
     return Plan(tuple(ops), {}, entry, tuple(hand), tuple(notes))
 
 

@@ -1,16 +1,18 @@
 """What every plan shares: the recorded state it starts from, the files as they are, and the entries
-and bytes it ends with (engine.py plans apply and rollback, reapply.py a reinstalled state's files)."""
+and bytes it ends with (engine.py plans apply and rollback, reapply.py a reinstalled state's files;
+new_entry makes the ledger entries of snapshot, adopt and verify too)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..checks.scan import compare, scan_all
 from ..errors import BadInput, PatchkeeperError, StoreError
 from ..host.contract import ScanRequest
-from ..records.ledger import LedgerEntry, State
+from ..records.ledger import ApplyExtra, Extra, LedgerEntry, PatchSetRef, RollbackExtra, State, new_id, who
 from ..records.manifest import ROLE_PREFIX, Entry, Manifest, differences
 from ..targets import Target
 from .session import Session
@@ -64,10 +66,62 @@ def kinds(pairs: dict[str, tuple[Entry | None, Entry | None]]) -> dict[str, str]
     )
 
 
-def backups(ops: list[FileOp], hand: tuple[str, ...]) -> dict[str, str]:
+def backups(ops: Sequence[FileOp], hand: tuple[str, ...]) -> dict[str, str]:
     """key -> digest of the hand-edited files the change overwrites (their bytes are put in the store
     before anything changes, and `patchkeeper show-backup DIGEST` gives them back)."""
     return {op.key: op.old.digest for op in ops if op.key in hand and op.old is not None}
+
+
+def changed_by(ops: Iterable[FileOp]) -> dict[str, str]:
+    """key -> changed | added | removed | mode for each file `ops` change (an entry's `changed`)."""
+    ops = list(ops)
+    return differences({op.key: op.old for op in ops if op.old}, {op.key: op.new for op in ops if op.new})
+
+
+def new_entry(
+    s: Session,
+    kind: str,
+    before: State | None,
+    after: State,
+    extra: Extra,
+    ops: Sequence[FileOp] = (),
+    hand_edits: tuple[str, ...] = (),
+    patchsets: tuple[PatchSetRef, ...] = (),
+) -> LedgerEntry:
+    """A ledger entry of the session's command, numbered after the ledger's last and made now: from
+    state `before` to `after` by `ops` (its `changed`)."""
+    return LedgerEntry(
+        id=new_id(),
+        seq=s.ledger.next_seq(),
+        time=time.time(),
+        who=who(),
+        command=s.command,
+        kind=kind,
+        before=before,
+        after=after,
+        patchsets=patchsets,
+        changed=changed_by(ops),
+        hand_edits=hand_edits,
+        extra=extra,
+    )
+
+
+def change_entry(
+    s: Session,
+    kind: str,
+    before: State,
+    after: State,
+    extra: ApplyExtra | RollbackExtra,
+    ops: Sequence[FileOp],
+    hand: tuple[str, ...],
+    patchsets: tuple[PatchSetRef, ...] = (),
+) -> LedgerEntry:
+    """The entry of a plan that changes the package's files (apply, switch, a reapply, rollback): as
+    `new_entry`, the hand edits `hand` among the files it overwrites named in extra["backups"]."""
+    saved = backups(ops, hand)
+    if saved:
+        extra["backups"] = saved
+    return new_entry(s, kind, before, after, extra, ops, hand, patchsets)
 
 
 Restored = Mapping[str, "tuple[bytes, int] | None"]  # key -> the release's (bytes, mode), None: the file goes

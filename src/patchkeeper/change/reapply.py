@@ -3,14 +3,13 @@ already applied, and the release a rollback's goal needs."""
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
 from ..checks import installation
 from ..errors import Refused, StoreError
-from ..records.ledger import ApplyExtra, LedgerEntry, State, new_id, who
+from ..records.ledger import ApplyExtra, State
 from ..records.manifest import ROLE_PREFIX, differences
-from .plans import Plan, Recorded, backups, baseline, refuse_escaping, scan_keys
+from .plans import Plan, Recorded, baseline, change_entry, refuse_escaping, scan_keys
 from .session import Session
 from .stacks import touched_keys
 from .transaction import FileOp
@@ -61,26 +60,8 @@ def plan_reapply(s: Session, recorded: Recorded, incoming: list[PatchSet], force
     extra = ApplyExtra(
         removed=[], restored=f"{len(differ)} file(s) no longer held what state {current.id} recorded: {why}"
     )
-    saved = backups(ops, hand)
-    if saved:
-        extra["backups"] = saved
     refs = tuple(p for p in current.stack if any(p["name"] == ps.name for ps in incoming))
-    entry = LedgerEntry(
-        id=new_id(),
-        seq=ledger.next_seq(),
-        time=time.time(),
-        who=who(),
-        command=s.command,
-        kind="apply",
-        before=current,
-        after=current,
-        patchsets=refs,
-        changed=differences(
-            {op.key: op.old for op in ops if op.old}, {op.key: op.new for op in ops if op.new}
-        ),
-        hand_edits=hand,
-        extra=extra,
-    )
+    entry = change_entry(s, "apply", current, current, extra, ops, hand, refs)
     note = (
         f"{names} is applied, but {len(differ)} file(s) no longer hold what state {current.id} recorded ({why}): "
         "putting them back"

@@ -26,11 +26,12 @@ from ..records.ledger import (
     new_id,
     who,
 )
-from ..records.manifest import Entry, differences
+from ..records.manifest import Entry
 from ..targets import Target
 from ..targets.shapes import (
     ENV as ENV_PREFIX,
 )  # keys of files outside the package ("%six.py"), never in a manifest
+from .plans import changed_by
 from .transaction import FileOp
 
 
@@ -207,9 +208,7 @@ def plan(
         kind="repair",
         before=current,
         after=repaired_state(current, entry_id),
-        changed=differences(
-            {op.key: op.old for op in ops if op.old}, {op.key: op.new for op in ops if op.new}
-        ),
+        changed=changed_by(ops),
         extra=RepairExtra(
             dist=damage.name,
             version=damage.version,

@@ -16,9 +16,10 @@ from ..checks import environment, manager, units
 from ..errors import PatchkeeperError
 from ..host import probe_http
 from ..patchset import patchset
-from ..records.ledger import Ledger, LedgerEntry, State, VerifyExtra, new_id, who
+from ..records.ledger import Ledger, LedgerEntry, State, VerifyExtra
 from ..targets import Target
 from . import running, smoke, verify_history
+from .plans import new_entry
 from .service import ServiceConfig
 from .session import Session
 from .smoke import SAMPLE_CHARS, Check, count_tokens, degenerate, judge  # noqa: F401  (their home is smoke.py)
@@ -379,17 +380,7 @@ def record_verification(s: Session, report: Verification, phase: str, of: str | 
     state: State | None = s.ledger.current()
     if state is None:
         return None
-    entry = LedgerEntry(
-        id=new_id(),
-        seq=s.ledger.next_seq(),
-        time=time.time(),
-        who=who(),
-        command=s.command,
-        kind="verify",
-        before=state,
-        after=state,
-        extra=VerifyExtra(phase=phase, of=of, verify=report.to_dict()),
-    )
+    entry = new_entry(s, "verify", state, state, VerifyExtra(phase=phase, of=of, verify=report.to_dict()))
     if report.ok:  # what a later failure of this state is compared with
         entry = environment.record(entry, s.target)
     s.ledger.append(entry)
