@@ -22,6 +22,7 @@ from ..host import blake3pipe
 AGENT_MODULES = (
     "errors",
     "queries",
+    "answers",
     "contract",
     "blake3pipe",
     "progress",
