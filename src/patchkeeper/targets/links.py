@@ -29,6 +29,7 @@ AGENT_MODULES = (
     "disk",
     "manifest_text",
     "statcache",
+    "fileops",
     "store",
     "manifests",
     "compare",
