@@ -15,9 +15,6 @@ LIMIT = 450
 # issues 38-42 grew four of them by 3-14 lines (the manager's check, the bytecode phase, regular reads).
 OVER = {
     "checks/audit.py": 528,
-    "host/agent.py": 489,
-    "host/contract.py": 467,
-    "targets/remote_agent.py": 457,
 }
 
 

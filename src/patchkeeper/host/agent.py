@@ -1,20 +1,20 @@
 """The near-disk half of a target: the methods the controller calls, locally or on a host.
 
 Every argument and result is plain data or a request or answer value of contract.py, which
-carries them across a process boundary; the work itself is in disk.py, store.py, distcheck.py and
-bytecode.py, which, like this module, use the standard library only (blake3 when importable).
+carries them across a process boundary; the work itself is in fileops.py, disk.py, store.py,
+distcheck.py and bytecode.py, which, like this module, use the standard library only (blake3 when
+importable).
 """
 
 from __future__ import annotations
 
 import os
-import stat
 import sys
 import sysconfig
 import time
 from typing import Any, Callable
 
-from . import compare, fingerprint, interp, progress, seal, statelock, treecheck, unitdirs
+from . import compare, fileops, fingerprint, interp, progress, seal, statelock, treecheck, unitdirs
 from .bytecode import check_bytecode, installed_bytecode
 from .contract import (
     AgentContract,
@@ -40,21 +40,16 @@ from .contract import (
 from .disk import (
     ALGORITHM,
     TEMP_PREFIX,
-    fsync_dir,
-    fsync_path,
     hostname,
-    map_threads,
     normalize_name,
-    open_regular,
     remove_stale_temps,
     write_atomic,
 )
 from .distcheck import check_record
 from .distinfo import installation, installed_version, layout, record_paths
-from .errors import AgentError
 from .manifests import Manifests
 from .preflight import obstacles
-from .statcache import read_changed, untrusted, write_caches
+from .statcache import read_changed, write_caches
 from .store import Store
 
 _DIST_INFOS: dict[tuple[Any, ...], tuple[list[str], bytes, DistInfo | None]] = {}  # Agent.dist_info's answers
@@ -117,81 +112,30 @@ class Agent(AgentContract):
     def pid(self) -> int:
         return os.getpid()
 
-    # ---- files -------------------------------------------------------------------------
+    # ---- files (fileops.py) -------------------------------------------------------------
     def read(self, path: str, owned: bool = False, regular: bool = False) -> bytes:
-        """A file's bytes; `owned`: only a state file to be believed (see untrusted), else AgentError
-        "untrusted" saying why. Whatever is not a regular file is refused without waiting on it (a FIFO
-        or a device is never read: disk.open_regular; a directory raises IsADirectoryError); `regular`
-        is the unit reading's name for that rule, kept in the contract."""
-        if os.path.isdir(path):
-            raise IsADirectoryError(21, "Is a directory", path)
-        with os.fdopen(open_regular(path), "rb") as f:
-            if owned:
-                why = untrusted(os.fstat(f.fileno()))
-                if why is not None:
-                    raise AgentError("untrusted", f"{path}: {why}")
-            return f.read()
+        """A file's bytes (fileops.read): whatever is not a regular file is refused without waiting
+        on it; `regular` is the unit reading's name for that rule, kept in the contract."""
+        return fileops.read(path, owned)
 
     def lstat(self, path: str) -> FileStat | None:
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            return None
-        return FileStat(
-            st.st_size,
-            stat.S_IMODE(st.st_mode),
-            stat.S_ISREG(st.st_mode),
-            stat.S_ISDIR(st.st_mode),
-            stat.S_ISLNK(st.st_mode),
-            st.st_mtime_ns,
-        )
+        return fileops.lstat(path)
 
     def realpath(self, path: str) -> str:
         return os.path.realpath(path)
 
     def escaping(self, root: str, rels: list[str]) -> dict[str, str]:
-        """rel -> where its directory really is, for each relative path whose directory resolves
-        (through a symlink) elsewhere than its own place below `root`: outside it, or to another
-        directory inside (git apply writes beyond no symlink either); directories that do not exist
-        yet are judged by their nearest existing ancestor."""
-        top = os.path.realpath(root)
-        seen: dict[str, str | None] = {}
-        out: dict[str, str] = {}
-        for rel in rels:
-            parent = os.path.dirname(os.path.join(root, rel))
-            if parent not in seen:
-                probe = parent
-                while not os.path.lexists(probe) and probe != root and len(probe) > len(root):
-                    probe = os.path.dirname(probe)
-                real = os.path.realpath(probe)
-                own = os.path.normpath(os.path.join(top, os.path.relpath(probe, root)))
-                seen[parent] = None if real == own else real
-            where = seen[parent]
-            if where is not None:
-                out[rel] = where
-        return out
+        return fileops.escaping(root, rels)
 
     def write_atomic(self, path: str, data: bytes, mode: int = 0o644) -> None:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         write_atomic(path, data, mode)
 
     def write_new(self, path: str, data: bytes, mode: int, durable: bool = True) -> None:
-        """Write `path` directly (a stage file named in the journal, so recovery can remove it);
-        `durable=False` leaves its fsync to a later sync_files."""
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fchmod(f.fileno(), stat.S_IMODE(mode))
-            if durable:
-                os.fsync(f.fileno())
+        fileops.write_new(path, data, mode, durable)
 
     def sync_files(self, paths: list[str]) -> None:
-        """fsync each file, several at once (the file system commits them together): makes files
-        written with durable=False as durable as if each had synced itself."""
-
-        map_threads(fsync_path, list(dict.fromkeys(paths)), 8)
+        fileops.sync_files(paths)
 
     def obstacles(self, writes: list[str], removes: list[str]) -> dict[str, str]:
         """path -> what stands in the way of replacing it by a regular file (`writes`) or unlinking it
@@ -202,92 +146,28 @@ class Agent(AgentContract):
         return read_changed(directory, suffix, known)
 
     def rename(self, src: str, dst: str, durable: bool = True) -> None:
-        """Rename; `durable=False` leaves the directory's fsync to a later sync_dirs (one per directory)."""
-        os.replace(src, dst)
-        if durable:
-            fsync_dir(os.path.dirname(dst))
+        fileops.rename(src, dst, durable)
 
     def unlink(self, path: str, durable: bool = True) -> bool:
-        try:
-            os.unlink(path)
-        except (FileNotFoundError, NotADirectoryError):  # not there (or its parent is no directory)
-            return False
-        if durable:
-            fsync_dir(os.path.dirname(path))
-        return True
+        return fileops.unlink(path, durable)
 
     def sync_dirs(self, paths: list[str]) -> None:
-        """fsync the directory of each path, once per directory: makes renames and unlinks done
-        with durable=False as durable as if each had synced its own."""
-
-        def sync(directory: str) -> None:
-            try:
-                fsync_dir(directory)
-            except (FileNotFoundError, NotADirectoryError):  # removed since (an emptied created dir)
-                pass
-
-        map_threads(sync, list(dict.fromkeys(os.path.dirname(p) for p in paths)), 8)
+        fileops.sync_dirs(paths)
 
     def missing_dirs(self, paths: list[str]) -> list[str]:
-        """The directories that writing each path would create: its missing ancestors."""
-        out: dict[str, None] = {}
-        for path in paths:
-            parent = os.path.dirname(path)
-            chain = []
-            while parent and parent != os.path.dirname(parent) and not os.path.lexists(parent):
-                chain.append(parent)
-                parent = os.path.dirname(parent)
-            out.update(dict.fromkeys(reversed(chain)))
-        return list(out)
+        return fileops.missing_dirs(paths)
 
     def remove_empty_dirs(self, dirs: list[str]) -> list[str]:
-        """Remove each directory that is empty (but for an empty __pycache__), deepest first;
-        return those removed. A directory with anything else in it stays."""
-        removed = []
-        for path in sorted(dirs, key=lambda d: d.count("/"), reverse=True):
-            try:
-                if not stat.S_ISDIR(os.lstat(path).st_mode):
-                    continue
-                try:
-                    os.rmdir(os.path.join(path, "__pycache__"))
-                except OSError:
-                    pass  # absent, or holds bytecode of other modules: then the directory stays too
-                os.rmdir(path)
-            except OSError:  # not empty, or already gone
-                continue
-            fsync_dir(os.path.dirname(path))
-            removed.append(path)
-        return removed
+        return fileops.remove_empty_dirs(dirs)
 
     def listdir(self, path: str) -> list[str]:
-        try:
-            return sorted(os.listdir(path))
-        except FileNotFoundError:
-            return []
+        return fileops.listdir(path)
 
     def dir_entries(self, dirs: list[str], suffixes: list[str]) -> dict[str, dict[str, Any] | None]:
         return unitdirs.dir_entries(dirs, suffixes)
 
     def remove_bytecode(self, paths: list[str]) -> int:
-        """Remove the cached bytecode of each source path; return how many files went."""
-        pycs: list[str] = []
-        for path in paths:
-            if not path.endswith(".py"):
-                continue
-            cache = os.path.join(os.path.dirname(path), "__pycache__")
-            stem = os.path.basename(path)[:-3] + "."
-            try:
-                names = os.listdir(cache)
-            except (FileNotFoundError, NotADirectoryError):  # none, or a file in its place: no bytecode
-                continue
-            pycs.extend(
-                os.path.join(cache, name) for name in names if name.startswith(stem) and name.endswith(".pyc")
-            )  # <stem>.<tag>[.opt-N].pyc
-        # unlinked on threads (freeing an inode can wait for the file system's journal: the waits
-        # overlap), then each __pycache__ synced once
-        removed = map_threads(lambda pyc: self.unlink(pyc, durable=False), pycs, 8)
-        self.sync_dirs([p for p, gone in zip(pycs, removed) if gone])
-        return sum(removed)
+        return fileops.remove_bytecode(paths)
 
     def dist_info(self, site_dirs: list[str], package: str, paths: bool = True) -> DistInfo | None:
         """Find an installed distribution's metadata: name, version, dist-info dir, RECORD paths

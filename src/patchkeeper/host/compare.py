@@ -7,16 +7,17 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
-from .contract import CompareRequest, Comparison, ScanRequest, ScanResult
+from .answers import Comparison, ScanResult
 from .disk import ALGORITHM, algorithm_of, install_records, is_managed_name, walk_files
 from .manifests import Manifests
+from .queries import CompareRequest, ScanRequest
 from .statcache import Listings, StatCache
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only
     from typing import Dict, List, Optional, Tuple
 
-    from .contract import Rows
+    from .answers import Rows
 
 
 def scan(

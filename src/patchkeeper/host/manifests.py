@@ -10,7 +10,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only
     from typing import Callable, Dict, Tuple
 
-    from .contract import Rows
+    from .answers import Rows
 
 KEPT = 4  # manifests whose rows are kept while a command lasts
 

@@ -19,7 +19,7 @@ import stat
 import sys
 import time
 
-from .contract import ChangedFiles
+from .answers import ChangedFiles
 from .disk import HASH_WORKERS, hash_file, list_entries, map_files, write_atomic
 
 TYPE_CHECKING = False

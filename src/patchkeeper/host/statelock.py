@@ -10,7 +10,7 @@ import os
 import time
 from typing import Any
 
-from .contract import LockHolder, StateDirOwner
+from .answers import LockHolder, StateDirOwner
 from .disk import TEMP_PREFIX, hostname, list_entries, pid_alive, write_atomic
 
 _DAMAGED_LOCK = {"pid": "?", "host": "?", "command": "? (its lock file is damaged)", "since": 0}

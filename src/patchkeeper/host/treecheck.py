@@ -14,12 +14,13 @@ from dataclasses import replace
 from itertools import chain
 
 from . import compare, fingerprint, seal
+from .answers import BytecodeCheck, RecordCheck, TreeCheck
 from .bytecode import VerdictCache, _judge, _tally, _top_pycs, _walk_pyc, recompiled_sources, settle
-from .contract import BytecodeCheck, RecordCheck, TreeCheck, TreeRequest
 from .disk import start_threads
 from .distcheck import Covered, RecordSeals, shared_files
 from .manifests import Manifests
 from .pycompare import Compared
+from .queries import TreeRequest
 from .statcache import Listings
 from .store import Store
 
