@@ -79,8 +79,11 @@ def test_a_command_killed_after_copying_its_record_has_it_committed_by_the_next_
     env.pk("apply", "ddtree", "--no-verify", check=None, env={"PATCHKEEPER_CRASH_AT": "reported"})  # SIGKILL
     left = _git(env.root, "status", "--porcelain", "--untracked-files=all", "--", "snapshots")
     assert "snapshots/local/state.json" in left and "?? " in left  # copied, never added
+    cut = env.root / "snapshots/local/ledger/.pk-tmp-1-2"  # a copy a kill cut short: no record
+    cut.write_bytes(b'{"kind": "app')
     env.pk("rollback", "--to", "baseline", "--no-verify")
-    assert _git(env.root, "status", "--porcelain", "--untracked-files=all", "--", "snapshots/local") == ""
+    rest = _git(env.root, "status", "--porcelain", "--untracked-files=all", "--", "snapshots/local")
+    assert rest == "?? snapshots/local/ledger/.pk-tmp-1-2\n"  # all the records committed, and only them
     subjects = _git(env.root, "log", "--format=%s").splitlines()
     assert subjects[1] == "local: apply ddtree@3.1.0 (patchkeeper apply ddtree)"
     assert subjects[0].startswith("local: rollback state 'baseline'")

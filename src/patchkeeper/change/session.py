@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from ..checks import installation
 from ..errors import NotInstalled, Refused, Unfinished
+from ..host.disk import TEMP_PREFIX
 from ..patchset.patchset import Library
 from ..printable import one_line
 from ..records import history, statedir
@@ -193,7 +194,10 @@ class Session:
     def _left_over(self) -> tuple[list[Path], list[LedgerEntry]]:
         """The target's records in snapshots/ that an interrupted command copied and did not commit,
         and the ledger entries among them."""
-        paths = history.uncommitted(self.workspace.root, self.workspace.snapshots_dir / self.target.name)
+        out = self.workspace.snapshots_dir / self.target.name
+        paths = [  # a temporary file of a copy cut short is no record (the next mirror writes the copy)
+            p for p in history.uncommitted(self.workspace.root, out) if not p.name.startswith(TEMP_PREFIX)
+        ]
         if not paths:
             return [], []
         names = {p.name for p in paths if p.parent.name == "ledger"}
