@@ -376,6 +376,35 @@ def test_plan_with_restore_pristine_previews_it_and_apply_plan_does_only_that(en
     assert (env.site / SPEC).read_bytes() == pristine  # the baseline is the release's bytes
 
 
+def test_plan_a_repair_on_a_hand_patched_target_with_accept_edits(tmp_path, repair_pristine, monkeypatch):
+    for key, value in NO_INDEX.items():  # the server's pip never leaves this machine
+        monkeypatch.setenv(key, value)
+    renv = make_workspace(tmp_path / "ws", copy_venv(repair_pristine, tmp_path / "venv"))
+    toml = renv.root / "patchkeeper.toml"
+    toml.write_text(f'wheels = "{WHEELS}"\n' + toml.read_text())
+    six = (repair_pristine / SITE_REL / "six.py").read_bytes()
+    edit_file(renv.site / "six.py", six.replace(b"def ", b"def  ", 3))
+    edited = (renv.site / SPEC).read_bytes() + b"# copied in by scp\n"
+    edit_file(renv.site / SPEC, edited)  # sglang, the managed package, patched by hand before any baseline
+
+    async def body(agent: Agent) -> None:
+        failed, doc = await agent.call("plan", action="repair", dist="six")
+        assert failed and f"{SPEC} (changed)" in doc["error"]["message"], doc
+        plan = await agent.ok("plan", action="repair", dist="six", accept_edits=True)
+        assert plan["plan"]["command"] == "repair --accept-edits six"
+        assert plan["plan"]["adopts"] == {"mode": "accept-edits", "hand_edits": {"local": {SPEC: "changed"}}}
+        assert (renv.site / "six.py").read_bytes() != six and not renv.state_dir.exists()
+        done = await agent.ok("apply_plan", plan_id=plan["plan"]["id"])
+        assert done["ok"] is True and done["changes"][-1]["kind"] == "repair"
+
+    serve(renv.root, body, errlog=tmp_path / "server.log")
+    assert (renv.site / "six.py").read_bytes() == six
+    assert (renv.site / SPEC).read_bytes() == edited  # accepted as it is, recorded in the baseline
+    base = ledger(renv)[0]
+    assert base["kind"] == "baseline" and base["extra"]["adopted"] == "accept-edits"
+    assert base["extra"]["edits"] == {SPEC: "changed"}
+
+
 def test_the_core_install_runs_without_the_sdk_and_mcp_says_what_to_install(env, installed_bin):
     """patchkeeper installed without extras (as `uv tool install`) has no mcp: every other verb runs, and
     `patchkeeper mcp` is one line saying which extra to install."""
