@@ -299,14 +299,18 @@ def fingerprinted(env: Env) -> list[tuple[str, bool]]:
     return out
 
 
-def make_workspace(root: Path, venv: Path, extra_toml: str = "") -> Env:
+def make_workspace(root: Path, venv: Path, extra_toml: str = "", systemd: str = "off") -> Env:
+    """A workspace of one target, local, with the demo unit in the workspace. `systemd`: which manager
+    its commands ask what runs; "off" unless a test asks for one, so that a machine booted with systemd
+    never has a test ask its real manager (tests/livesystemd.py gives a test a manager of its own)."""
     root.mkdir(parents=True, exist_ok=True)
     shutil.copytree(REPO / "patchsets", root / "patchsets")
     unit = root / "systemd" / "sglang-qwen.service"
     unit.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(REPO / "demo" / "sglang-qwen.service", unit)
     (root / "patchkeeper.toml").write_text(
-        f'default_target = "local"\n\n[targets.local]\npython = "{venv}/bin/python"\npackage = "sglang"\n\n'
+        f'default_target = "local"\n\n[targets.local]\npython = "{venv}/bin/python"\npackage = "sglang"\n'
+        f'systemd = "{systemd}"\n\n'
         f'[targets.local.vars]\ndraft_model_path = "{DRAFT}"\n\n'
         f'[targets.local.files]\nunit = "{unit}"\n{extra_toml}'
     )
@@ -418,8 +422,9 @@ def service(env, tmp_path):
 def deployment(env, tmp_path):
     """A [service] whose restart does what systemd does with the target's unit and its drop-ins
     (`daemon-reload`, then `restart`): the process on the port runs the ExecStart in effect (with the
-    stand-in sglang on its PYTHONPATH only). `systemctl` on `path` answers `systemctl show` as systemd
-    would; `restart_only` restarts what the last daemon-reload loaded (no daemon-reload)."""
+    stand-in sglang on its PYTHONPATH only). `systemctl` on `path` runs tests/fake_systemd.py's verbs
+    (restart, stop, daemon-reload); `restart_only` restarts what the last daemon-reload loaded (no
+    daemon-reload)."""
     port, journal, pidfile = free_port(), tmp_path / "journal.log", tmp_path / "server.pid"
     rules, delay, loaded = tmp_path / "rules.json", tmp_path / "delay", tmp_path / "systemd-loaded.json"
     rules.write_text("{}")
@@ -588,6 +593,7 @@ def fleet(tmp_path, pristine_venv, sshd) -> Fleet:  # noqa: F811
         shutil.copy(REPO / "demo" / "sglang-qwen.service", units[host])
         toml += (
             f'\n[targets.{host}]\nssh = "{host}"\npython = "{venvs[host]}/bin/python"\npackage = "sglang"\n'
+            'systemd = "off"\n'
             f'[targets.{host}.vars]\ndraft_model_path = "{DRAFT}"\n[targets.{host}.files]\nunit = "{units[host]}"\n'
         )
     env = make_workspace(tmp_path / "ws", tmp_path / "venv-local", toml)

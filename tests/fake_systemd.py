@@ -1,10 +1,10 @@
 """What systemd does with a unit, for tests: `daemon-reload` reads the unit file and its drop-ins anew,
 `restart` stops the unit's process and starts the ExecStart in effect detached, its output appended to
-a journal file; `show` answers `systemctl show -p ExecStart --value` as systemd would.
+a journal file. It does not answer `systemctl show`: the tests' workspaces ask no manager (`systemd =
+"off"`, tests/conftest.py make_workspace); tests/livesystemd.py runs a real one where a test asks.
 
     python fake_systemd.py restart --unit FILE --pidfile P --journal J --port N [--setenv K=V ...] [--loaded S]
     python fake_systemd.py daemon-reload --unit FILE --loaded S
-    python fake_systemd.py show --unit FILE --loaded S -p ExecStart --value NAME
     python fake_systemd.py stop --unit FILE --pidfile P --journal J --port N
 
 The unit is read the way systemd reads it (continuation lines, the unit file then <unit>.d/*.conf in
@@ -103,26 +103,17 @@ def reload(args: argparse.Namespace) -> None:
 
 def main() -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("action", choices=("restart", "stop", "daemon-reload", "show"))
+    p.add_argument("action", choices=("restart", "stop", "daemon-reload"))
     p.add_argument("--unit", required=True)
     p.add_argument("--pidfile")
     p.add_argument("--journal")
     p.add_argument("--port", type=int)
     p.add_argument("--setenv", action="append", default=[])
     p.add_argument("--loaded")
-    p.add_argument("-p", dest="prop")
-    p.add_argument("--value", action="store_true")
     p.add_argument("name", nargs="?")
     args = p.parse_intermixed_args()
     if args.action == "daemon-reload":
         reload(args)
-        return 0
-    if args.action == "show":
-        argv = loaded(args)["argv"]
-        print(
-            f"{{ path={argv[0]} ; argv[]={' '.join(argv)} ; ignore_errors=no ; start_time=[n/a] ; "
-            "stop_time=[n/a] ; pid=0 ; code=(null) ; status=0/0 }"
-        )
         return 0
     stop(args.pidfile, args.port)
     if args.action == "stop":

@@ -47,15 +47,37 @@ def test_init_writes_a_workspace_once(tmp_path, pristine_venv):
     assert _files(ws.root) == before  # nothing overwritten
 
 
-def test_the_wheel_ships_the_patch_sets_and_init_runs_from_it(tmp_path):
-    dist, source = tmp_path / "dist", tmp_path / "source"
+def _checkout_copy(source: Path) -> Path:
+    """The checkout's tracked files (as in the work tree) copied to `source`: no stale build/."""
     tracked = subprocess.run(
         ["git", "-C", str(REPO), "ls-files", "-z"], capture_output=True, check=True
     ).stdout
-    for rel in filter(None, tracked.decode().split("\0")):  # the checkout's files only: no stale build/
+    for rel in filter(None, tracked.decode().split("\0")):
         if (REPO / rel).is_file():
             (source / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / rel, source / rel)
+    return source
+
+
+def test_an_editable_install_builds_without_a_warning_as_a_plain_pth_to_src(tmp_path):
+    # `make install` is `pip install -e .`: setuptools' editable hook, run here as pip runs it, with every
+    # warning an error (`make demo` showed its 10-line "Editable installation" warning on a fresh machine)
+    source, out = _checkout_copy(tmp_path / "source"), tmp_path / "out"
+    out.mkdir()
+    hook = "import sys; from setuptools import build_meta; build_meta.build_editable(sys.argv[1])"
+    built = subprocess.run(
+        [sys.executable, "-W", "error", "-c", hook, str(out)], cwd=source, capture_output=True, text=True
+    )
+    assert built.returncode == 0 and "Warning" not in built.stdout + built.stderr, built.stderr[-2000:]
+    (wheel,) = out.glob("patchkeeper-*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        pth = [n for n in z.namelist() if n.endswith(".pth")]
+        assert pth == ["__editable__.patchkeeper-0.1.0.pth"]  # no import finder: src/ on sys.path
+        assert z.read(pth[0]).decode().strip() == str(source / "src")
+
+
+def test_the_wheel_ships_the_patch_sets_and_init_runs_from_it(tmp_path):
+    dist, source = tmp_path / "dist", _checkout_copy(tmp_path / "source")
     built = subprocess.run(
         [
             sys.executable,

@@ -315,6 +315,96 @@ def test_plan_and_apply_a_repair(tmp_path, repair_pristine, monkeypatch):
     assert ledger(renv)[-1]["kind"] == "repair" and ledger(renv)[-1]["origin"]["via"] == "mcp"
 
 
+SPEC = "sglang/srt/speculative/spec_info.py"  # a file ddtree patches
+BY_HAND = "sglang/srt/speculative/ddtree_by_hand.py"  # a file the release does not have
+
+
+def _hand_patched(env) -> bytes:
+    """A fresh target patched by hand before patchkeeper ran there (scp'd files); the release's bytes of SPEC."""
+    toml = env.root / "patchkeeper.toml"
+    toml.write_text(f'wheels = "{WHEELS}"\n' + toml.read_text())  # the release's bytes come from its wheel
+    pristine = (env.site / SPEC).read_bytes()
+    edit_file(env.site / SPEC, pristine + b"# copied in by scp\n")
+    edit_file(env.site / BY_HAND, b"TREE = 1\n")
+    return pristine
+
+
+def test_plan_with_restore_pristine_previews_it_and_apply_plan_does_only_that(env, tmp_path):
+    pristine = _hand_patched(env)
+    before = env.snapshot()
+
+    async def body(agent: Agent) -> None:
+        failed, doc = await agent.call("plan", action="apply", name="ddtree")  # hand edits: refused
+        assert failed and f"{SPEC} (changed)" in doc["error"]["message"], doc
+        assert "--restore-pristine" in doc["error"]["hint"] and "plan" not in doc
+        doc = await agent.refused(
+            "plan", action="apply", name="ddtree", restore_pristine=True, accept_edits=True
+        )
+        assert "exclude each other" in doc["message"]
+        doc = await agent.refused("plan", action="rollback", to="baseline", accept_edits=True)
+        assert "accept_edits does not go with it" in doc["message"]
+
+        edits = {"local": {BY_HAND: "added", SPEC: "changed"}}
+        kept = await agent.ok("plan", action="apply", name="ddtree", accept_edits=True)
+        assert kept["plan"]["command"] == "apply --accept-edits ddtree"
+        assert kept["plan"]["adopts"] == {"mode": "accept-edits", "hand_edits": edits}
+        plan = await agent.ok("plan", action="apply", name="ddtree", restore_pristine=True)
+        assert plan["plan"]["command"] == "apply --restore-pristine ddtree"
+        assert plan["plan"]["adopts"] == {"mode": "restore-pristine", "hand_edits": edits}
+        assert plan["before"]["name"] == "baseline"  # the baseline it records first: the release's bytes
+        spec = next(f for f in plan["changes"][0]["files"] if f["key"] == SPEC)
+        assert spec["old"]["size"] == len(pristine)  # the change is planned on the restored bytes
+        assert env.snapshot() == before and not env.state_dir.exists()  # plans change nothing
+
+        edit_file(env.site / BY_HAND, b"TREE = 2\n")  # the hand edits moved after the preview
+        doc = await agent.refused("apply_plan", plan_id=plan["plan"]["id"])
+        assert "is stale" in doc["message"] and not env.state_dir.exists()
+        plan = await agent.ok("plan", action="apply", name="ddtree", restore_pristine=True)
+
+        done = await agent.ok("apply_plan", plan_id=plan["plan"]["id"])
+        assert done["ok"] is True and [p["name"] for p in done["after"]["stack"]] == ["ddtree"]
+        doc = await agent.refused("apply_plan", plan_id=kept["plan"]["id"])  # the other preview: stale now
+        assert "is stale" in doc["message"]
+
+    serve(env.root, body, errlog=tmp_path / "server.log")
+    base = ledger(env)[0]
+    assert base["kind"] == "baseline" and base["extra"]["adopted"] == "restore-pristine"
+    assert not (env.site / BY_HAND).exists()  # the release has no such file: removed, backed up
+    assert b"# copied in by scp" not in (env.site / SPEC).read_bytes()
+    assert stack(env) == ["ddtree"]
+    env.pk("rollback", "--to", "baseline", "--no-verify")
+    assert (env.site / SPEC).read_bytes() == pristine  # the baseline is the release's bytes
+
+
+def test_plan_a_repair_on_a_hand_patched_target_with_accept_edits(tmp_path, repair_pristine, monkeypatch):
+    for key, value in NO_INDEX.items():  # the server's pip never leaves this machine
+        monkeypatch.setenv(key, value)
+    renv = make_workspace(tmp_path / "ws", copy_venv(repair_pristine, tmp_path / "venv"))
+    toml = renv.root / "patchkeeper.toml"
+    toml.write_text(f'wheels = "{WHEELS}"\n' + toml.read_text())
+    six = (repair_pristine / SITE_REL / "six.py").read_bytes()
+    edit_file(renv.site / "six.py", six.replace(b"def ", b"def  ", 3))
+    edited = (renv.site / SPEC).read_bytes() + b"# copied in by scp\n"
+    edit_file(renv.site / SPEC, edited)  # sglang, the managed package, patched by hand before any baseline
+
+    async def body(agent: Agent) -> None:
+        failed, doc = await agent.call("plan", action="repair", dist="six")
+        assert failed and f"{SPEC} (changed)" in doc["error"]["message"], doc
+        plan = await agent.ok("plan", action="repair", dist="six", accept_edits=True)
+        assert plan["plan"]["command"] == "repair --accept-edits six"
+        assert plan["plan"]["adopts"] == {"mode": "accept-edits", "hand_edits": {"local": {SPEC: "changed"}}}
+        assert (renv.site / "six.py").read_bytes() != six and not renv.state_dir.exists()
+        done = await agent.ok("apply_plan", plan_id=plan["plan"]["id"])
+        assert done["ok"] is True and done["changes"][-1]["kind"] == "repair"
+
+    serve(renv.root, body, errlog=tmp_path / "server.log")
+    assert (renv.site / "six.py").read_bytes() == six
+    assert (renv.site / SPEC).read_bytes() == edited  # accepted as it is, recorded in the baseline
+    base = ledger(renv)[0]
+    assert base["kind"] == "baseline" and base["extra"]["adopted"] == "accept-edits"
+    assert base["extra"]["edits"] == {SPEC: "changed"}
+
+
 def test_the_core_install_runs_without_the_sdk_and_mcp_says_what_to_install(env, installed_bin):
     """patchkeeper installed without extras (as `uv tool install`) has no mcp: every other verb runs, and
     `patchkeeper mcp` is one line saying which extra to install."""

@@ -11,7 +11,7 @@ environment it really got. Two roots share the search path: `split` (/lib and /u
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 E, R, UL, L, ULL = (
@@ -23,6 +23,7 @@ E, R, UL, L, ULL = (
 )
 CONTROL = "etc/systemd/system.control"
 ALGOS = ("EAGLE", "NEXTN", "DDTREE", "DFLASH")
+K = "@KEY@"  # in a layout given as data (one()): where its key (c07) goes in names, paths and texts
 
 
 @dataclass(frozen=True)
@@ -46,12 +47,24 @@ def layouts(rec: str) -> list[Layout]:
     out: list[Layout] = []
     counter = itertools.count()
 
-    def add(
-        klass: str, what: str, build: Callable[[str], tuple[str, dict[str, str | bytes]]], root: str = "split"
-    ):
+    def one(
+        klass: str,
+        what: str,
+        files: dict[str, str | bytes],
+        unit: str = f"{K}-s.service",
+        root: str = "split",
+    ) -> None:
+        """A layout given as data: its unit's name and files, each naming the layout's key (c07) as K."""
         key = f"c{next(counter):02d}"
-        unit, files = build(key)
-        out.append(Layout(f"{key}-{what}", klass, root, unit, {k: _b(v) for k, v in files.items()}))
+        out.append(
+            Layout(
+                f"{key}-{what}",
+                klass,
+                root,
+                unit.replace(K, key),
+                {p.replace(K, key): _b(v).replace(K.encode(), key.encode()) for p, v in files.items()},
+            )
+        )
 
     def svc(args: str, extra: str = "") -> str:
         return f"[Unit]\nDescription=corpus\n[Service]\n{extra}ExecStart={rec} {args}\n"
@@ -66,104 +79,76 @@ def layouts(rec: str) -> list[Layout]:
 
     # ---- last round's classes: search path order, masking by name, prefixes, resets ------------------------
     for d in (E, R, ULL, L, UL):
-        add(
-            "search path",
-            f"unit-in-{d.split('/')[0]}",
-            lambda k, d=d: (f"{k}-s.service", {f"{d}/{k}-s.service": svc(spec())}),
-        )
+        one("search path", f"unit-in-{d.split('/')[0]}", {f"{d}/{K}-s.service": svc(spec())})
     for hi, lo in ((E, UL), (R, ULL), (ULL, UL), (L, UL), (E, R)):
-        add(
+        one(
             "search path",
             f"order-{hi.split('/')[0]}-over-{lo.split('/')[0]}",
-            lambda k, hi=hi, lo=lo: (
-                f"{k}-s.service",
-                {f"{hi}/{k}-s.service": svc(spec()), f"{lo}/{k}-s.service": svc(spec())},
-            ),
+            {f"{hi}/{K}-s.service": svc(spec()), f"{lo}/{K}-s.service": svc(spec())},
         )
-    add(
+    one(
         "masking by name",
         "same-name-dropin-masked",
-        lambda k: (
-            f"{k}-s.service",
-            {
-                f"{UL}/{k}-s.service": svc(spec()),
-                f"{E}/{k}-s.service.d/50-x.conf": drop(f"ExecStart=\nExecStart={rec} {spec()}\n"),
-                f"{R}/{k}-s.service.d/50-x.conf": drop("Environment=HIDDEN=1\n"),
-                f"{UL}/{k}-s.service.d/60-y.conf": drop("Environment=SEEN=1\n"),
-            },
-        ),
+        {
+            f"{UL}/{K}-s.service": svc(spec()),
+            f"{E}/{K}-s.service.d/50-x.conf": drop(f"ExecStart=\nExecStart={rec} {spec()}\n"),
+            f"{R}/{K}-s.service.d/50-x.conf": drop("Environment=HIDDEN=1\n"),
+            f"{UL}/{K}-s.service.d/60-y.conf": drop("Environment=SEEN=1\n"),
+        },
     )
-    add(
+    one(
         "resets",
         "dropins-in-name-order-reset",
-        lambda k: (
-            f"{k}-s.service",
-            {
-                f"{UL}/{k}-s.service": svc(spec(), "Environment=A=1 B=2\n"),
-                f"{E}/{k}-s.service.d/a.conf": drop(f"ExecStart=\nExecStart={rec} {spec()}\nEnvironment=\n"),
-                f"{R}/{k}-s.service.d/b.conf": drop(
-                    f"ExecStart=\nExecStart={rec} {spec()}\nEnvironment=C=3\n"
-                ),
-            },
-        ),
+        {
+            f"{UL}/{K}-s.service": svc(spec(), "Environment=A=1 B=2\n"),
+            f"{E}/{K}-s.service.d/a.conf": drop(f"ExecStart=\nExecStart={rec} {spec()}\nEnvironment=\n"),
+            f"{R}/{K}-s.service.d/b.conf": drop(f"ExecStart=\nExecStart={rec} {spec()}\nEnvironment=C=3\n"),
+        },
     )
-    add(
+    one(
         "resets",
         "two-execstart-refused",
-        lambda k: (
-            f"{k}-s.service",
-            {
-                f"{UL}/{k}-s.service": svc(spec()),
-                f"{E}/{k}-s.service.d/a.conf": drop(f"ExecStart={rec} {spec()}\n"),
-            },
-        ),
+        {
+            f"{UL}/{K}-s.service": svc(spec()),
+            f"{E}/{K}-s.service.d/a.conf": drop(f"ExecStart={rec} {spec()}\n"),
+        },
     )
-    add(
+    one(
         "resets",
         "reset-leaves-none",
-        lambda k: (
-            f"{k}-s.service",
-            {f"{UL}/{k}-s.service": svc(spec()), f"{E}/{k}-s.service.d/a.conf": drop("ExecStart=\n")},
-        ),
+        {f"{UL}/{K}-s.service": svc(spec()), f"{E}/{K}-s.service.d/a.conf": drop("ExecStart=\n")},
     )
-    add(
+    one(
         "prefixes",
         "dash-prefix-dirs",
-        lambda k: (
-            f"{k}-sglang-qwen.service",
-            {
-                f"{UL}/{k}-sglang-qwen.service": svc(spec()),
-                f"{E}/{k}-sglang-.service.d/10-p.conf": drop(
-                    f"ExecStart=\nExecStart={rec} {spec()}\nEnvironment=P=1\n"
-                ),
-                f"{R}/{k}-.service.d/20-q.conf": drop("Environment=Q=1\n"),
-                f"{E}/{k}-sglang-qwen.service.d/30-r.conf": drop("Environment=R=1\n"),
-            },
-        ),
+        {
+            f"{UL}/{K}-sglang-qwen.service": svc(spec()),
+            f"{E}/{K}-sglang-.service.d/10-p.conf": drop(
+                f"ExecStart=\nExecStart={rec} {spec()}\nEnvironment=P=1\n"
+            ),
+            f"{R}/{K}-.service.d/20-q.conf": drop("Environment=Q=1\n"),
+            f"{E}/{K}-sglang-qwen.service.d/30-r.conf": drop("Environment=R=1\n"),
+        },
+        unit=f"{K}-sglang-qwen.service",
     )
-    add(
+    one(
         "prefixes",
         "prefix-dir-masked-by-name",
-        lambda k: (
-            f"{k}-sglang-qwen.service",
-            {
-                f"{UL}/{k}-sglang-qwen.service": svc(spec()),
-                f"{E}/{k}-sglang-.service.d/10-p.conf": drop("Environment=FROM_PREFIX=1\n"),
-                f"{E}/{k}-sglang-qwen.service.d/10-p.conf": drop("Environment=FROM_UNIT=1\n"),
-            },
-        ),
+        {
+            f"{UL}/{K}-sglang-qwen.service": svc(spec()),
+            f"{E}/{K}-sglang-.service.d/10-p.conf": drop("Environment=FROM_PREFIX=1\n"),
+            f"{E}/{K}-sglang-qwen.service.d/10-p.conf": drop("Environment=FROM_UNIT=1\n"),
+        },
+        unit=f"{K}-sglang-qwen.service",
     )
-    add(
+    one(
         "prefixes",
         "control-dir-first",
-        lambda k: (
-            f"{k}-s.service",
-            {
-                f"{UL}/{k}-s.service": svc(spec()),
-                f"{CONTROL}/{k}-s.service.d/50-c.conf": drop(f"ExecStart=\nExecStart={rec} {spec()}\n"),
-                f"{E}/{k}-s.service.d/60-e.conf": drop("Environment=E=1\n"),
-            },
-        ),
+        {
+            f"{UL}/{K}-s.service": svc(spec()),
+            f"{CONTROL}/{K}-s.service.d/50-c.conf": drop(f"ExecStart=\nExecStart={rec} {spec()}\n"),
+            f"{E}/{K}-s.service.d/60-e.conf": drop("Environment=E=1\n"),
+        },
     )
     # ---- syntax: BOM, continuations, quoting, exec prefixes ------------------------------------------------
     syntax: list[tuple[str, str, str]] = [
@@ -208,206 +193,159 @@ def layouts(rec: str) -> list[Layout]:
         ),
     ]
     for what, klass, text in syntax:
-        add(klass, what, lambda k, text=text: (f"{k}-s.service", {f"{UL}/{k}-s.service": text}))
-    add(
+        one(klass, what, {f"{UL}/{K}-s.service": text})
+    one(
         "syntax",
         "bom-in-dropin",
-        lambda k: (
-            f"{k}-s.service",
-            {
-                f"{UL}/{k}-s.service": svc(spec()),
-                f"{E}/{k}-s.service.d/a.conf": "\ufeff" + drop(f"ExecStart=\nExecStart={rec} b\n"),
-            },
-        ),
+        {
+            f"{UL}/{K}-s.service": svc(spec()),
+            f"{E}/{K}-s.service.d/a.conf": "\ufeff" + drop(f"ExecStart=\nExecStart={rec} b\n"),
+        },
     )
     # ---- templates and specifiers ----------------------------------------------------------------------------
-    add(
+    one(
         "template instance",
         "instance-from-template",
-        lambda k: (f"{k}-sglang@qwen.service", {f"{UL}/{k}-sglang@.service": svc(f"--model %i {spec()}")}),
+        {f"{UL}/{K}-sglang@.service": svc(f"--model %i {spec()}")},
+        unit=f"{K}-sglang@qwen.service",
     )
-    add(
+    one(
         "template instance",
         "instance-dropins",
-        lambda k: (
-            f"{k}-sglang@qwen.service",
-            {
-                f"{UL}/{k}-sglang@.service": svc(f"--model %i {spec()}"),
-                f"{E}/{k}-sglang@.service.d/10-t.conf": drop("Environment=T=%i\n"),
-                f"{E}/{k}-sglang@qwen.service.d/20-i.conf": drop(
-                    f"ExecStart=\nExecStart={rec} %n %N %p {spec()}\n"
-                ),
-                f"{R}/{k}-sglang@other.service.d/20-o.conf": drop("Environment=OTHER=1\n"),
-            },
-        ),
+        {
+            f"{UL}/{K}-sglang@.service": svc(f"--model %i {spec()}"),
+            f"{E}/{K}-sglang@.service.d/10-t.conf": drop("Environment=T=%i\n"),
+            f"{E}/{K}-sglang@qwen.service.d/20-i.conf": drop(
+                f"ExecStart=\nExecStart={rec} %n %N %p {spec()}\n"
+            ),
+            f"{R}/{K}-sglang@other.service.d/20-o.conf": drop("Environment=OTHER=1\n"),
+        },
+        unit=f"{K}-sglang@qwen.service",
     )
-    add(
+    one(
         "template instance",
         "instance-file-over-template",
-        lambda k: (
-            f"{k}-sglang@qwen.service",
-            {
-                f"{UL}/{k}-sglang@.service": svc(spec()),
-                f"{E}/{k}-sglang@qwen.service": svc(f"own %i {spec()}"),
-            },
-        ),
+        {
+            f"{UL}/{K}-sglang@.service": svc(spec()),
+            f"{E}/{K}-sglang@qwen.service": svc(f"own %i {spec()}"),
+        },
+        unit=f"{K}-sglang@qwen.service",
     )
-    add(
+    one(
         "template instance",
         "escaped-instance",
-        lambda k: (f"{k}-sglang@a\\x2db.service", {f"{UL}/{k}-sglang@.service": svc("%i %I")}),
+        {f"{UL}/{K}-sglang@.service": svc("%i %I")},
+        unit=f"{K}-sglang@a\\x2db.service",
     )
-    add(
+    one(
         "specifiers",
         "prefix-specifiers",
-        lambda k: (f"{k}-a-b@x.service", {f"{UL}/{k}-a-b@.service": svc("%p %P %j %J %n %N %%")}),
+        {f"{UL}/{K}-a-b@.service": svc("%p %P %j %J %n %N %%")},
+        unit=f"{K}-a-b@x.service",
     )
-    add(
-        "specifiers",
-        "host-specifier",
-        lambda k: (f"{k}-s.service", {f"{UL}/{k}-s.service": svc("--host %H")}),
-    )
-    add(
-        "specifiers",
-        "unknown-specifier",
-        lambda k: (f"{k}-s.service", {f"{UL}/{k}-s.service": svc("--x %Z")}),
-    )
-    add(
+    one("specifiers", "host-specifier", {f"{UL}/{K}-s.service": svc("--host %H")})
+    one("specifiers", "unknown-specifier", {f"{UL}/{K}-s.service": svc("--x %Z")})
+    one(
         "specifiers",
         "unknown-specifier-ignored-line",
-        lambda k: (
-            f"{k}-s.service",
-            {
-                f"{UL}/{k}-s.service": svc(spec()),
-                f"{E}/{k}-s.service.d/a.conf": drop(f"ExecStart=-{rec} %Z\n"),
-            },
-        ),
+        {
+            f"{UL}/{K}-s.service": svc(spec()),
+            f"{E}/{K}-s.service.d/a.conf": drop(f"ExecStart=-{rec} %Z\n"),
+        },
     )
-    add(
+    one(
         "specifiers",
         "unknown-specifier-in-environment",
-        lambda k: (f"{k}-s.service", {f"{UL}/{k}-s.service": svc(spec(), "Environment=A=1 B=%Z C=3\n")}),
+        {f"{UL}/{K}-s.service": svc(spec(), "Environment=A=1 B=%Z C=3\n")},
     )
     # ---- masking, aliases, symlinked directories -------------------------------------------------------------
-    add(
+    one(
         "masking",
         "masked-by-dev-null",
-        lambda k: (
-            f"{k}-s.service",
-            {f"{UL}/{k}-s.service": svc(spec()), f"{E}/{k}-s.service": b"->/dev/null"},
-        ),
+        {f"{UL}/{K}-s.service": svc(spec()), f"{E}/{K}-s.service": b"->/dev/null"},
     )
-    add(
-        "masking",
-        "masked-by-empty-file",
-        lambda k: (f"{k}-s.service", {f"{UL}/{k}-s.service": svc(spec()), f"{E}/{k}-s.service": ""}),
-    )
-    add(
+    one("masking", "masked-by-empty-file", {f"{UL}/{K}-s.service": svc(spec()), f"{E}/{K}-s.service": ""})
+    one(
         "masking",
         "masked-in-run-with-dropin",
-        lambda k: (
-            f"{k}-s.service",
-            {
-                f"{UL}/{k}-s.service": svc(spec()),
-                f"{R}/{k}-s.service": b"->/dev/null",
-                f"{E}/{k}-s.service.d/a.conf": drop(f"ExecStart=\nExecStart={rec} {spec()}\n"),
-            },
-        ),
+        {
+            f"{UL}/{K}-s.service": svc(spec()),
+            f"{R}/{K}-s.service": b"->/dev/null",
+            f"{E}/{K}-s.service.d/a.conf": drop(f"ExecStart=\nExecStart={rec} {spec()}\n"),
+        },
     )
-    add(
+    one(
         "masking",
         "masked-dropin",
-        lambda k: (
-            f"{k}-s.service",
-            {
-                f"{UL}/{k}-s.service": svc(spec()),
-                f"{UL}/{k}-s.service.d/50-a.conf": drop(f"ExecStart=\nExecStart={rec} {spec()}\n"),
-                f"{E}/{k}-s.service.d/50-a.conf": b"->/dev/null",
-            },
-        ),
+        {
+            f"{UL}/{K}-s.service": svc(spec()),
+            f"{UL}/{K}-s.service.d/50-a.conf": drop(f"ExecStart=\nExecStart={rec} {spec()}\n"),
+            f"{E}/{K}-s.service.d/50-a.conf": b"->/dev/null",
+        },
     )
-    add(
+    one(
         "alias",
         "alias-dropin-on-real-name",
-        lambda k: (
-            f"{k}-real.service",
-            {
-                f"{UL}/{k}-real.service": svc(spec()),
-                f"{E}/{k}-alias.service": f"->{{ROOT}}/{UL}/{k}-real.service".encode(),
-                f"{E}/{k}-alias.service.d/override.conf": drop(f"ExecStart=\nExecStart={rec} {spec()}\n"),
-            },
-        ),
+        {
+            f"{UL}/{K}-real.service": svc(spec()),
+            f"{E}/{K}-alias.service": f"->{{ROOT}}/{UL}/{K}-real.service".encode(),
+            f"{E}/{K}-alias.service.d/override.conf": drop(f"ExecStart=\nExecStart={rec} {spec()}\n"),
+        },
+        unit=f"{K}-real.service",
     )
-    add(
+    one(
         "alias",
         "alias-named-by-target",
-        lambda k: (
-            f"{k}-alias.service",
-            {
-                f"{UL}/{k}-real.service": svc(spec()),
-                f"{UL}/{k}-alias.service": f"->{k}-real.service".encode(),
-                f"{E}/{k}-real.service.d/override.conf": drop("Environment=VIA_REAL=1\n"),
-                f"{E}/{k}-alias.service.d/override2.conf": drop("Environment=VIA_ALIAS=1\n"),
-            },
-        ),
+        {
+            f"{UL}/{K}-real.service": svc(spec()),
+            f"{UL}/{K}-alias.service": f"->{K}-real.service".encode(),
+            f"{E}/{K}-real.service.d/override.conf": drop("Environment=VIA_REAL=1\n"),
+            f"{E}/{K}-alias.service.d/override2.conf": drop("Environment=VIA_ALIAS=1\n"),
+        },
+        unit=f"{K}-alias.service",
     )
-    add(
+    one(
         "alias",
         "linked-unit-file-outside",
-        lambda k: (
-            f"{k}-s.service",
-            {
-                f"opt/units/{k}-s.service": svc(spec()),
-                f"{E}/{k}-s.service": f"->{{ROOT}}/opt/units/{k}-s.service".encode(),
-            },
-        ),
+        {
+            f"opt/units/{K}-s.service": svc(spec()),
+            f"{E}/{K}-s.service": f"->{{ROOT}}/opt/units/{K}-s.service".encode(),
+        },
     )
-    add(
+    one(
         "alias",
         "linked-under-another-name-outside",
-        lambda k: (
-            f"{k}-s.service",
-            {
-                f"opt/units/{k}-other.service": svc(spec()),
-                f"{E}/{k}-s.service": f"->{{ROOT}}/opt/units/{k}-other.service".encode(),
-            },
-        ),
+        {
+            f"opt/units/{K}-other.service": svc(spec()),
+            f"{E}/{K}-s.service": f"->{{ROOT}}/opt/units/{K}-other.service".encode(),
+        },
     )
-    add(
+    one(
         "symlinked dropin dir",
         "dropin-dir-symlink-to-other-name",
-        lambda k: (
-            f"{k}-s.service",
-            {
-                f"{UL}/{k}-s.service": svc(spec()),
-                f"{UL}/{k}-other.service.d/a.conf": drop(f"ExecStart=\nExecStart={rec} {spec()}\n"),
-                f"{E}/{k}-s.service.d": f"->{{ROOT}}/{UL}/{k}-other.service.d".encode(),
-            },
-        ),
+        {
+            f"{UL}/{K}-s.service": svc(spec()),
+            f"{UL}/{K}-other.service.d/a.conf": drop(f"ExecStart=\nExecStart={rec} {spec()}\n"),
+            f"{E}/{K}-s.service.d": f"->{{ROOT}}/{UL}/{K}-other.service.d".encode(),
+        },
     )
-    add(
+    one(
         "symlinked dropin dir",
         "dropin-dir-symlink-same-name",
-        lambda k: (
-            f"{k}-s.service",
-            {
-                f"{UL}/{k}-s.service": svc(spec()),
-                f"opt/d/{k}-s.service.d/a.conf": drop(f"ExecStart=\nExecStart={rec} {spec()}\n"),
-                f"{E}/{k}-s.service.d": f"->{{ROOT}}/opt/d/{k}-s.service.d".encode(),
-            },
-        ),
+        {
+            f"{UL}/{K}-s.service": svc(spec()),
+            f"opt/d/{K}-s.service.d/a.conf": drop(f"ExecStart=\nExecStart={rec} {spec()}\n"),
+            f"{E}/{K}-s.service.d": f"->{{ROOT}}/opt/d/{K}-s.service.d".encode(),
+        },
     )
-    add(
+    one(
         "symlinked dropin dir",
         "dropin-file-symlink",
-        lambda k: (
-            f"{k}-s.service",
-            {
-                f"{UL}/{k}-s.service": svc(spec()),
-                "opt/d/z.conf": drop(f"ExecStart=\nExecStart={rec} {spec()}\n"),
-                f"{E}/{k}-s.service.d/z.conf": b"->{ROOT}/opt/d/z.conf",
-            },
-        ),
+        {
+            f"{UL}/{K}-s.service": svc(spec()),
+            "opt/d/z.conf": drop(f"ExecStart=\nExecStart={rec} {spec()}\n"),
+            f"{E}/{K}-s.service.d/z.conf": b"->{ROOT}/opt/d/z.conf",
+        },
     )
     # ---- ExecStart= lines systemd ignores or refuses ---------------------------------------------------------
     bad_exec = [
@@ -419,134 +357,97 @@ def layouts(rec: str) -> list[Layout]:
         ("unbalanced-quote", f'ExecStart={rec} "open\n', "ignored line"),
     ]
     for what, line, _klass in bad_exec:
-        add(
+        one(
             "ExecStart= errors",
             what,
-            lambda k, line=line: (
-                f"{k}-s.service",
-                {f"{UL}/{k}-s.service": svc(spec()), f"{E}/{k}-s.service.d/a.conf": drop(line)},
-            ),
+            {f"{UL}/{K}-s.service": svc(spec()), f"{E}/{K}-s.service.d/a.conf": drop(line)},
         )
-    add(
+    one(
         "section headers",
         "bad-section-header-in-dropin",
-        lambda k: (
-            f"{k}-s.service",
-            {
-                f"{UL}/{k}-s.service": svc(spec()),
-                f"{E}/{k}-s.service.d/a.conf": f"[Service\nExecStart=\nExecStart={rec} {spec()}\n",
-                f"{E}/{k}-s.service.d/b.conf": drop("Environment=AFTER=1\n"),
-            },
-        ),
+        {
+            f"{UL}/{K}-s.service": svc(spec()),
+            f"{E}/{K}-s.service.d/a.conf": f"[Service\nExecStart=\nExecStart={rec} {spec()}\n",
+            f"{E}/{K}-s.service.d/b.conf": drop("Environment=AFTER=1\n"),
+        },
     )
-    add(
+    one(
         "section headers",
         "bad-section-header-in-unit",
-        lambda k: (f"{k}-s.service", {f"{UL}/{k}-s.service": f"[Service\nExecStart={rec} {spec()}\n"}),
+        {f"{UL}/{K}-s.service": f"[Service\nExecStart={rec} {spec()}\n"},
     )
-    add(
+    one(
         "section headers",
         "unknown-section",
-        lambda k: (f"{k}-s.service", {f"{UL}/{k}-s.service": svc(spec()) + f"[Bogus]\nExecStart={rec} no\n"}),
+        {f"{UL}/{K}-s.service": svc(spec()) + f"[Bogus]\nExecStart={rec} no\n"},
     )
     # ---- bytes systemd refuses ---------------------------------------------------------------------------------
-    add(
+    one(
         "invalid UTF-8",
         "invalid-utf8-in-assignment",
-        lambda k: (f"{k}-s.service", {f"{UL}/{k}-s.service": _b(svc(spec())) + b"Environment=A=\xff\xfe\n"}),
+        {f"{UL}/{K}-s.service": _b(svc(spec())) + b"Environment=A=\xff\xfe\n"},
     )
-    add(
-        "invalid UTF-8",
-        "invalid-utf8-in-comment",
-        lambda k: (f"{k}-s.service", {f"{UL}/{k}-s.service": b"# \xff\n" + _b(svc(spec()))}),
-    )
-    add(
+    one("invalid UTF-8", "invalid-utf8-in-comment", {f"{UL}/{K}-s.service": b"# \xff\n" + _b(svc(spec()))})
+    one(
         "invalid UTF-8",
         "invalid-utf8-in-dropin",
-        lambda k: (
-            f"{k}-s.service",
-            {
-                f"{UL}/{k}-s.service": svc(spec()),
-                f"{E}/{k}-s.service.d/a.conf": b"[Service]\nEnvironment=B=\xc3\x28\n",
-            },
-        ),
+        {
+            f"{UL}/{K}-s.service": svc(spec()),
+            f"{E}/{K}-s.service.d/a.conf": b"[Service]\nEnvironment=B=\xc3\x28\n",
+        },
     )
-    add(
+    one(
         "invalid UTF-8",
         "invalid-utf8-in-unit-section",
-        lambda k: (
-            f"{k}-s.service",
-            {
-                f"{UL}/{k}-s.service": b"[Unit]\nDescription=\xff\n"
-                + _b(svc(spec())).replace(b"[Unit]\n", b"")
-            },
-        ),
+        {f"{UL}/{K}-s.service": b"[Unit]\nDescription=\xff\n" + _b(svc(spec())).replace(b"[Unit]\n", b"")},
     )
-    add(
+    one(
         "invalid UTF-8",
         "invalid-utf8-before-execstart",
-        lambda k: (
-            f"{k}-s.service",
-            {
-                f"{UL}/{k}-s.service": b"[Service]\nEnvironment=A=1\n"
-                + b"Environment=B=\xff\n"
-                + f"ExecStart={rec} x\n".encode()
-            },
-        ),
+        {
+            f"{UL}/{K}-s.service": b"[Service]\nEnvironment=A=1\n"
+            + b"Environment=B=\xff\n"
+            + f"ExecStart={rec} x\n".encode()
+        },
     )
-    add(
+    one(
         "invalid UTF-8",
         "invalid-utf8-in-dropin-then-execstart",
-        lambda k: (
-            f"{k}-s.service",
-            {
-                f"{UL}/{k}-s.service": svc(spec()),
-                f"{E}/{k}-s.service.d/a.conf": b"[Service]\nEnvironment=B=\xc3\x28\n"
-                + f"ExecStart=\nExecStart={rec} {spec()}\n".encode(),
-            },
-        ),
+        {
+            f"{UL}/{K}-s.service": svc(spec()),
+            f"{E}/{K}-s.service.d/a.conf": b"[Service]\nEnvironment=B=\xc3\x28\n"
+            + f"ExecStart=\nExecStart={rec} {spec()}\n".encode(),
+        },
     )
-    add(
+    one(
         "long line",
         "line-over-1MiB-in-dropin-then-execstart",
-        lambda k: (
-            f"{k}-s.service",
-            {
-                f"{UL}/{k}-s.service": svc(spec()),
-                f"{E}/{k}-s.service.d/a.conf": drop(
-                    "Environment=A=1\nEnvironment=LONG="
-                    + "y" * (1 << 20)
-                    + f"\nExecStart=\nExecStart={rec} {spec()}\n"
-                ),
-            },
-        ),
+        {
+            f"{UL}/{K}-s.service": svc(spec()),
+            f"{E}/{K}-s.service.d/a.conf": drop(
+                "Environment=A=1\nEnvironment=LONG="
+                + "y" * (1 << 20)
+                + f"\nExecStart=\nExecStart={rec} {spec()}\n"
+            ),
+        },
     )
-    add(
+    one(
         "long line",
         "line-over-1MiB",
-        lambda k: (
-            f"{k}-s.service",
-            {f"{UL}/{k}-s.service": svc(spec()) + "Environment=LONG=" + "x" * (1 << 20) + "\n"},
-        ),
+        {f"{UL}/{K}-s.service": svc(spec()) + "Environment=LONG=" + "x" * (1 << 20) + "\n"},
     )
-    add(
+    one(
         "long line",
         "line-over-1MiB-in-dropin",
-        lambda k: (
-            f"{k}-s.service",
-            {
-                f"{UL}/{k}-s.service": svc(spec()),
-                f"{E}/{k}-s.service.d/a.conf": drop("Environment=LONG=" + "y" * (1 << 20) + "\n"),
-            },
-        ),
+        {
+            f"{UL}/{K}-s.service": svc(spec()),
+            f"{E}/{K}-s.service.d/a.conf": drop("Environment=LONG=" + "y" * (1 << 20) + "\n"),
+        },
     )
-    add(
+    one(
         "long line",
         "long-line-under-1MiB",
-        lambda k: (
-            f"{k}-s.service",
-            {f"{UL}/{k}-s.service": svc(spec()) + "Environment=LONG=" + "x" * 70000 + "\n"},
-        ),
+        {f"{UL}/{K}-s.service": svc(spec()) + "Environment=LONG=" + "x" * 70000 + "\n"},
     )
     # ---- Environment= ------------------------------------------------------------------------------------------
     for what, value in (
@@ -556,126 +457,85 @@ def layouts(rec: str) -> list[Layout]:
         ("invalid-name", "1A=1 B-C=2 D=4"),
         ("no-equals", "A=1 NOEQ D=4"),
     ):
-        add(
-            "Environment=",
-            what,
-            lambda k, value=value: (
-                f"{k}-s.service",
-                {f"{UL}/{k}-s.service": svc("$A ${C}", f"Environment={value}\n")},
-            ),
-        )
+        one("Environment=", what, {f"{UL}/{K}-s.service": svc("$A ${C}", f"Environment={value}\n")})
     # ---- variables -------------------------------------------------------------------------------------------
-    add(
+    one(
         "variables",
         "var-from-environment",
-        lambda k: (
-            f"{k}-s.service",
-            {f"{UL}/{k}-s.service": svc("$ARGS ${ONE}y $$HOME", 'Environment=ARGS="-a -b" ONE=x\n')},
-        ),
+        {f"{UL}/{K}-s.service": svc("$ARGS ${ONE}y $$HOME", 'Environment=ARGS="-a -b" ONE=x\n')},
     )
-    add(
-        "variables",
-        "var-from-manager",
-        lambda k: (f"{k}-s.service", {f"{UL}/{k}-s.service": svc("${PK_RECORD_DIR} $HOME")}),
-    )
-    add(
+    one("variables", "var-from-manager", {f"{UL}/{K}-s.service": svc("${PK_RECORD_DIR} $HOME")})
+    one(
         "variables",
         "var-from-environment-file",
-        lambda k: (
-            f"{k}-s.service",
-            {
-                f"{UL}/{k}-s.service": svc("$ALGO", "EnvironmentFile={ROOT}/opt/env/algo\n"),
-                "opt/env/algo": "ALGO=NEXTN\n",
-            },
-        ),
+        {
+            f"{UL}/{K}-s.service": svc("$ALGO", "EnvironmentFile={ROOT}/opt/env/algo\n"),
+            "opt/env/algo": "ALGO=NEXTN\n",
+        },
     )
-    add(
+    one(
         "variables",
         "environment-file-overrides",
-        lambda k: (
-            f"{k}-s.service",
-            {
-                f"{UL}/{k}-s.service": svc(
-                    "${ALGO}", "Environment=ALGO=EAGLE\nEnvironmentFile=-{ROOT}/opt/env/algo2\n"
-                ),
-                "opt/env/algo2": "ALGO=DDTREE\n",
-            },
-        ),
+        {
+            f"{UL}/{K}-s.service": svc(
+                "${ALGO}", "Environment=ALGO=EAGLE\nEnvironmentFile=-{ROOT}/opt/env/algo2\n"
+            ),
+            "opt/env/algo2": "ALGO=DDTREE\n",
+        },
     )
-    add(
+    one(
         "variables",
         "environment-file-missing-optional",
-        lambda k: (
-            f"{k}-s.service",
-            {f"{UL}/{k}-s.service": svc("x", "EnvironmentFile=-{ROOT}/opt/env/none\n")},
-        ),
+        {f"{UL}/{K}-s.service": svc("x", "EnvironmentFile=-{ROOT}/opt/env/none\n")},
     )
-    add(
+    one(
         "variables",
         "environment-file-var-in-path",
-        lambda k: (
-            f"{k}-s.service",
-            {f"{UL}/{k}-s.service": svc("x", "EnvironmentFile=-${HOME}/env\nEnvironment=Y=1\n")},
-        ),
+        {f"{UL}/{K}-s.service": svc("x", "EnvironmentFile=-${HOME}/env\nEnvironment=Y=1\n")},
     )
-    add(
+    one(
         "variables",
         "unset-environment",
-        lambda k: (
-            f"{k}-s.service",
-            {f"{UL}/{k}-s.service": svc("${A}", "Environment=A=1 B=2\nUnsetEnvironment=A\n")},
-        ),
+        {f"{UL}/{K}-s.service": svc("${A}", "Environment=A=1 B=2\nUnsetEnvironment=A\n")},
     )
     # ---- non-regular files in drop-in directories --------------------------------------------------------------
-    add(
+    one(
         "non-regular dropins",
         "directory-conf",
-        lambda k: (
-            f"{k}-s.service",
-            {
-                f"{UL}/{k}-s.service": svc(spec()),
-                f"{E}/{k}-s.service.d/a.conf/x": "",
-                f"{E}/{k}-s.service.d/b.conf": drop("Environment=B=1\n"),
-            },
-        ),
+        {
+            f"{UL}/{K}-s.service": svc(spec()),
+            f"{E}/{K}-s.service.d/a.conf/x": "",
+            f"{E}/{K}-s.service.d/b.conf": drop("Environment=B=1\n"),
+        },
     )
-    add(
+    one(
         "non-regular dropins",
         "hidden-and-other-suffixes",
-        lambda k: (
-            f"{k}-s.service",
-            {
-                f"{UL}/{k}-s.service": svc(spec()),
-                f"{E}/{k}-s.service.d/.h.conf": drop("ExecStart=\n"),
-                f"{E}/{k}-s.service.d/n.txt": drop("ExecStart=\n"),
-                f"{E}/{k}-s.service.d/b.conf": drop("Environment=B=1\n"),
-            },
-        ),
+        {
+            f"{UL}/{K}-s.service": svc(spec()),
+            f"{E}/{K}-s.service.d/.h.conf": drop("ExecStart=\n"),
+            f"{E}/{K}-s.service.d/n.txt": drop("ExecStart=\n"),
+            f"{E}/{K}-s.service.d/b.conf": drop("Environment=B=1\n"),
+        },
     )
     # ---- merged /usr ---------------------------------------------------------------------------------------------
-    add(
+    one(
         "merged /usr",
         "merged-usr-unit-and-dropin",
-        lambda k: (
-            f"{k}-s.service",
-            {
-                f"{UL}/{k}-s.service": svc(spec()),
-                f"{UL}/{k}-s.service.d/50-patchkeeper.conf": drop(f"ExecStart=\nExecStart={rec} {spec()}\n"),
-            },
-        ),
+        {
+            f"{UL}/{K}-s.service": svc(spec()),
+            f"{UL}/{K}-s.service.d/50-patchkeeper.conf": drop(f"ExecStart=\nExecStart={rec} {spec()}\n"),
+        },
         root="merged",
     )
-    add(
+    one(
         "merged /usr",
         "merged-usr-etc-over-lib",
-        lambda k: (
-            f"{k}-s.service",
-            {
-                f"{UL}/{k}-s.service": svc(spec()),
-                f"{UL}/{k}-s.service.d/50-a.conf": drop("Environment=LIB=1\n"),
-                f"{E}/{k}-s.service.d/50-a.conf": drop("Environment=ETC=1\n"),
-            },
-        ),
+        {
+            f"{UL}/{K}-s.service": svc(spec()),
+            f"{UL}/{K}-s.service.d/50-a.conf": drop("Environment=LIB=1\n"),
+            f"{E}/{K}-s.service.d/50-a.conf": drop("Environment=ETC=1\n"),
+        },
         root="merged",
     )
     return out

@@ -20,7 +20,7 @@ from ..host.disk import (
     hash_bytes,
     map_threads,
 )
-from ..records import history, ledger_index
+from ..records import ledger_index
 from ..workspace import Workspace
 from .session import Session
 
@@ -101,9 +101,7 @@ def mirror(ws: Workspace, s: Session, manifest: bool = True, check_all: bool = F
         fresh or repaired
     ):  # committed once, when the command ends (Session): all, an earlier copy may be uncommitted
         s.record.add([out] if repaired else written, fresh, repaired)
-    elif check_all and history.repo_root(ws.root) is not None:  # copies a command left uncommitted
-        s.record.add([out], [], repaired=True)
-    return written
+    return written  # copies a command left uncommitted: committed as the next change's Session opens
 
 
 def try_mirror(

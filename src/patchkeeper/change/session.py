@@ -8,14 +8,16 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..checks import installation
 from ..errors import NotInstalled, Refused, Unfinished
+from ..host.disk import TEMP_PREFIX
 from ..patchset.patchset import Library
 from ..printable import one_line
 from ..records import history, statedir
-from ..records.ledger import Ledger
+from ..records.ledger import Ledger, LedgerEntry
 from ..targets import Target, open_target
 from ..workspace import Workspace
 from . import transaction
@@ -132,6 +134,8 @@ class Session:
                     print(f"patchkeeper: warning: {exc}", file=sys.stderr)  # a read-only verb goes on
                 if self.recovered:
                     print(f"recovered {self.target.name}: {self.recovered}", file=sys.stderr)
+            if self.write:
+                self._commit_left_over()
         except BaseException:
             self.__exit__(None, None, None)
             raise
@@ -186,6 +190,59 @@ class Session:
                     file=sys.stderr,
                     flush=True,
                 )
+
+    def _left_over(self) -> tuple[list[Path], list[LedgerEntry]]:
+        """The target's records in snapshots/ that an interrupted command copied and did not commit,
+        and the ledger entries among them."""
+        out = self.workspace.snapshots_dir / self.target.name
+        paths = [  # a temporary file of a copy cut short is no record (the next mirror writes the copy)
+            p for p in history.uncommitted(self.workspace.root, out) if not p.name.startswith(TEMP_PREFIX)
+        ]
+        if not paths:
+            return [], []
+        names = {p.name for p in paths if p.parent.name == "ledger"}
+        entries = self.ledger.entries()
+        return paths, [entries[i] for i, slot in enumerate(entries.slots) if slot.name in names]
+
+    def _commit_left_over(self) -> None:
+        """A change command (it holds the target's lock, so no other command is between copying and
+        committing this target's records) commits what an interrupted one left, as a commit of its own."""
+        paths, entries = self._left_over()
+        if not paths:
+            return
+        record = history.Record(self.target.name, self.command, [str(p) for p in paths], entries)
+        subject = record.subject() if entries else f"{self.target.name}: records copied into the workspace"
+        body = [
+            *record.body(),
+            "",
+            f"left uncommitted by an interrupted command; committed by `patchkeeper {self.command}`",
+        ]
+        with _no_interrupts():
+            commit = history.commit_paths(
+                self.workspace.root, paths, subject + "\n\n" + "\n".join(body) + "\n"
+            )
+        if commit is not None:
+            print(
+                f"{self.target.name}: committed the record an interrupted command left uncommitted in the "
+                f"workspace: {subject.removeprefix(self.target.name + ': ')}",
+                file=sys.stderr,
+            )
+
+    def say_left_over(self) -> None:
+        """For a reading command (`status`): say that a record is left uncommitted; it does not commit it
+        (a change under way on the target may be about to, under its own name)."""
+        paths, entries = self._left_over()
+        if not paths:
+            return
+        what = ", ".join(f"{e.kind} {e.after.stack_text()} (transaction {e.id})" for e in entries) or (
+            f"{len(paths)} file(s)"
+        )
+        print(
+            f"patchkeeper: warning: {self.target.name}: the record of {what} is in "
+            f"snapshots/{self.target.name}/ but not committed to the workspace's git (a command was "
+            "interrupted); the next change or `patchkeeper recover` commits it",
+            file=sys.stderr,
+        )
 
     def _clean(self) -> None:
         """Remove the temporary files an interrupted command left in the target's state dir and store."""

@@ -48,7 +48,7 @@ def _repair(
 ) -> int:
 
     svc = changes.service_of(ws.target(target), verify)
-    with Session(ws, target, command) as s:
+    with Session(ws, target, command, hands_off=dry_run) as s:
         show = report.shower(s.target.name)
         info = s.target.info
         if normalize_name(dist) == normalize_name(info.package):

@@ -20,6 +20,7 @@ from . import emit_json
 
 def status(ws: Workspace, target: str | None, as_json: bool) -> int:
     with Session(ws, target, "status", write=False) as s:
+        s.say_left_over()
         info = s.target.info
         current = s.ledger.current()
         report = None

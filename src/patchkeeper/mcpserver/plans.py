@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from ..change import adopt as adopting
 from ..change.session import Session
 from ..checks.scan import scan_all
 from ..errors import Refused
@@ -58,6 +59,16 @@ def fingerprint(ws: Workspace, target: str) -> Seen:
     return Seen(len(entries), newest, current.id if current else None, digest)
 
 
+def adoption(ws: Workspace, target: str, mode: str) -> dict[str, str] | None:
+    """What --restore-pristine or --accept-edits (`mode`) would do on `target` before its change: its
+    hand edits (key -> changed, missing, added, bytecode) given the release's bytes or recorded as they
+    are; None where a baseline is recorded already (they do nothing there). Reads only."""
+    with Session(ws, target, f"mcp plan --{mode}", write=False, hands_off=True) as s:
+        if s.ledger.current() is not None and not adopting.new_release(s):
+            return None
+        return adopting.hand_edits(s)[1]
+
+
 def workspace_digest(ws: Workspace) -> str:
     """patchkeeper.toml and every file under patchsets/, as one digest."""
     h = hashlib.sha256()
@@ -76,6 +87,7 @@ class Plan:
     starts_from: dict[str, Seen]
     workspace: str
     states: dict[str, str | None]  # target -> the state id its dry run started from (None: not known)
+    adopts: dict[str, Any] | None = None  # --restore-pristine / --accept-edits: the hand edits, per target
     used: bool = False
 
     def summary(self) -> dict[str, Any]:
@@ -84,6 +96,7 @@ class Plan:
             "command": " ".join(w for w in self.command if w not in ("--json", "--")),
             "starts_from": {name: seen.digest for name, seen in self.starts_from.items()},
             "workspace": self.workspace,
+            **({"adopts": self.adopts} if self.adopts is not None else {}),
             "apply_with": {"tool": "apply_plan", "arguments": {"plan_id": self.id}},
         }
 
@@ -122,13 +135,19 @@ class Plans:
                 )
             docs[name] = out.doc
             worst = max(worst, out.code)
+        mode = next((word[2:] for word in words if word in tools.ADOPT.values()), None)
+        adopts = (
+            {"mode": mode, "hand_edits": {name: adoption(ws, name, mode) for name in names}}
+            if mode is not None
+            else None
+        )
         if {name: fingerprint(ws, name) for name in names} != before or workspace_digest(ws) != digest:
             raise Refused(
                 "a target or the workspace changed while the plan was being made",
                 "make the plan again when nothing else is changing them",
             )
         states = {name: (doc.get("before") or {}).get("id") for name, doc in docs.items()}
-        plan = Plan(os.urandom(8).hex(), words, before, digest, states)
+        plan = Plan(os.urandom(8).hex(), words, before, digest, states, adopts)
         self.made[plan.id] = plan
         if len(names) == 1:
             return verbs.Outcome(worst, {**docs[names[0]], "plan": plan.summary()})

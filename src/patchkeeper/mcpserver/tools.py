@@ -261,6 +261,16 @@ CHANGING = [
             "serial": {"type": "integer", "minimum": 1, "maximum": MAX_TARGETS},
             "max_fail": {"type": "integer", "minimum": 0, "maximum": MAX_TARGETS},
             "force": {"type": "boolean", "description": "apply: over hand edits (backed up first)"},
+            "restore_pristine": {
+                "type": "boolean",
+                "description": "apply, repair: before the target's first baseline, give files that differ "
+                "from the release's RECORD its bytes first (--restore-pristine; the plan shows them)",
+            },
+            "accept_edits": {
+                "type": "boolean",
+                "description": "apply, repair: before the target's first baseline, record files that differ "
+                "from the release's RECORD as they are (--accept-edits)",
+            },
             "verify": VERIFY_ARG,
         },
         ("action",),
@@ -278,19 +288,31 @@ CHANGING = [
 ]
 
 
+ADOPT = {
+    "restore_pristine": "--restore-pristine",
+    "accept_edits": "--accept-edits",
+}  # before a first baseline
+
+
 def change_words(ws: Workspace, args: Mapping[str, Any], dry_run: bool) -> list[str]:
     """The CLI words of a plan's change (with --dry-run: its preview)."""
     action = args["action"]
     takes = {"apply": "name", "rollback": "to", "repair": "dist"}
     stray = [k for k in takes.values() if k in args and takes.get(action) != k]
     stray += [k for k in ("serial", "max_fail", "force") if k in args and action == "repair"]
-    stray += ["force"] if "force" in args and action == "rollback" else []
+    stray += [k for k in ("force", *ADOPT) if k in args and action == "rollback"]
     if stray:
         raise BadInput(
             f"plan {action}: {', '.join(stray)} does not go with it",
-            "apply takes name (and force), rollback takes to, repair takes dist (one target)",
+            "apply takes name (force, restore_pristine or accept_edits), rollback takes to, repair takes "
+            "dist (one target; restore_pristine or accept_edits)",
+        )
+    if all(args.get(k) for k in ADOPT):
+        raise BadInput(
+            f"plan {action}: restore_pristine and accept_edits exclude each other", "pass one of them"
         )
     tail = ["--json"] + (["--dry-run"] if dry_run else [])
+    tail += [word for key, word in ADOPT.items() if args.get(key)]
     if args.get("verify") is False:
         tail.append("--no-verify")
     if action == "repair":

@@ -6,6 +6,7 @@ from __future__ import annotations
 import fcntl
 import os
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -240,6 +241,26 @@ def commit_paths(ws_root: Path, paths: list[Path], message: str) -> str | None:
             file=sys.stderr,
         )
         return None
+
+
+def uncommitted(ws_root: Path, directory: Path) -> list[Path]:
+    """The files below `directory` that exist and differ from HEAD, staged or not, untracked too (not
+    ignored ones): what a command copied there and did not commit. [] outside a git work tree or
+    when git cannot say; git is run as a plain process (GitPython is slow to import)."""
+    top = repo_root(ws_root)
+    if top is None or not directory.is_dir():
+        return []
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(top), "status", "--porcelain", "-z", "--untracked-files=all", "--no-renames"]
+            + ["--", os.path.relpath(directory, top)],
+            capture_output=True,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return []
+    found = (top / os.fsdecode(item[3:]) for item in out.split(b"\0") if len(item) > 3)
+    return sorted(p for p in found if p.is_file())
 
 
 def _git(repo: Any, *args: str, env: dict[str, str] | None = None) -> None:
