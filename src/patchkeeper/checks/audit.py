@@ -5,14 +5,13 @@ from __future__ import annotations
 import posixpath
 import re
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import BadInput
 from ..host.bytecode import recompiled
 from ..host.contract import ROLE_PREFIX, InterpreterFacts, RecordCheck, TreeRequest
-from ..host.disk import normalize_name
+from ..host.disk import map_threads, normalize_name
 from ..records.ledger import Ledger, LedgerEntry, State
 from ..records.manifest import change_kind, differences
 from ..targets import Target
@@ -328,10 +327,10 @@ def audit_target(
         )
 
     if probes:
-        with ThreadPoolExecutor(max_workers=min(4, len(probes))) as pool:
-            for module, line in zip(probes, pool.map(lambda m: _probe(target, m, probe_timeout), probes)):
-                if line is not None:
-                    findings.append(Finding("probe", module, "import-failed", line))
+        lines = map_threads(lambda m: _probe(target, m, probe_timeout), probes, 4)
+        for module, line in zip(probes, lines):
+            if line is not None:
+                findings.append(Finding("probe", module, "import-failed", line))
     if current is not None:
         files += _installation(target, ledger, findings, notes)
         if tree.linked:
