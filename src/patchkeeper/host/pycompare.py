@@ -156,7 +156,8 @@ def compare_pairs(
     `workers` processes (0: one per core) when there are enough of them to be worth starting."""
     full = [(rel, pyc, src, opt, _known(memo, rel)) for rel, pyc, src, opt in jobs]
     workers = min(workers or cores(), len(full) // PER_WORKER)
-    procs = _started(full, workers) if workers > 1 and len(full) >= POOL_FROM else []
+    pooled = workers > 1 and len(full) >= POOL_FROM and bool(sys.executable)  # (none when embedded)
+    procs = _started(full, workers) if pooled else []
     verdicts: Dict[str, Union[bool, str]] = {}
     try:
         for answer in _answers(procs, len(full)) if procs else map(judge_pair, full):
