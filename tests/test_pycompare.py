@@ -60,9 +60,9 @@ def code_of(text: bytes, name: str, opt: int = 0) -> bytes:
     return marshal.dumps(compile(text, f"/elsewhere/{name}", "exec", dont_inherit=True, optimize=opt))
 
 
-def forge_all(site: Path) -> dict[str, str]:
-    """One foreign pyc of each kind Python would run, in KEEP: {pyc path: the detail's words}."""
-    files = sorted(p for p in (site / KEEP).glob("*.py") if p.stat().st_size > 200)
+def forge_all(site: Path, keep: str = KEEP) -> dict[str, str]:
+    """One foreign pyc of each kind Python would run, in `keep`: {pyc path: the detail's words}."""
+    files = sorted(p for p in (site / keep).glob("*.py") if p.stat().st_size > 200)
     made: dict[str, str] = {}
 
     def rel(p: Path) -> str:
@@ -303,3 +303,19 @@ def test_the_workers_are_counted_in_the_progress_and_stopped_on_an_error(tmp_pat
     with pytest.raises(KeyboardInterrupt):
         pycompare.compare_pairs(pairs, pycompare.Compared(None), workers=2)
     assert len(started) == 2 and all(p.returncode is not None for p in started)  # type: ignore[attr-defined]
+
+
+def test_the_workers_run_on_an_ssh_host_and_find_every_kind_of_foreign_pyc(fleet):
+    """Over SSH the agent is one program built in the host's interpreter: its workers start from the
+    comparison's text alone and find what one process finds (84 comparisons: the pool's size)."""
+    keep = "sglang/srt/configs"
+    site = fleet.site("ct129")
+    assert drop_bytecode(site, keep=keep) > 1000
+    assert sum(1 for _ in (site / keep / "__pycache__").iterdir()) >= pycompare.POOL_FROM
+    fleet.pk("snapshot", "-t", "ct129", "--name", "start")
+    made = forge_all(site, keep)
+    doc = json.loads(fleet.pk("audit", "-t", "ct129", "--json", "--rehash", check=None).stdout)
+    found = {f["path"]: f["detail"] for f in doc["findings"] if f["class"] == "bytecode"}
+    assert set(found) == set(made)
+    for path, words in made.items():
+        assert words in found[path], (path, found[path])
