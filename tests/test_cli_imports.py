@@ -82,6 +82,39 @@ def test_each_verb_loads_its_own_module_only(env):
     }
 
 
+# What a warm audit of a local target with no patch set applied does not use (issue 40): the patch sets'
+# reader, the SSH client and the wire to another interpreter, the fleet runner of --all.
+UNPATCHED_AUDIT_SKIPS = {
+    "patchkeeper.patchset.patchset",
+    "patchkeeper.patchset.patching",
+    "patchkeeper.patchset.gitdiff",
+    "patchkeeper.patchset.templates",
+    "patchkeeper.change.stacks",
+    "patchkeeper.targets.ssh",
+    "patchkeeper.targets.remote_agent",
+    "patchkeeper.targets.fleet",
+    "patchkeeper.commands.audit_all",
+    "multiprocessing",
+    "concurrent.futures",
+    "importlib.resources",
+}
+
+
+def test_audit_of_an_unpatched_target_loads_no_patch_reader_ssh_or_fleet(env):
+    env.pk("snapshot", "--name", "start", "--manifest-only")
+    modules, _ = loaded(env, "audit", "-q")
+    assert {"patchkeeper.host.agent", "patchkeeper.host.treecheck"} <= modules  # the probe sees the audit
+    assert modules & UNPATCHED_AUDIT_SKIPS == set()
+    # the probe is not blind: --all loads the fleet runner, a patched target the patch sets' reader
+    assert {"patchkeeper.commands.audit_all", "patchkeeper.targets.fleet"} <= loaded(
+        env, "audit", "-q", "--all", code=None
+    )[0]
+    env.pk("apply", "ddtree", "--no-verify")
+    modules, _ = loaded(env, "audit", "-q", code=None)
+    assert {"patchkeeper.patchset.patchset", "patchkeeper.change.stacks"} <= modules
+    assert modules & {"patchkeeper.targets.ssh", "patchkeeper.targets.fleet"} == set()
+
+
 def test_the_listing_and_completion_of_verbs_are_those_of_the_loaded_commands(env):
     """--help lists every verb with the first sentence of its own docstring, whole, at every width; completing a verb name offers the same, loading no verb."""
     listed = {name: cli.summary(cmd) for name, cmd in cli.commands().items()}

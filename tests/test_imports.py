@@ -14,6 +14,14 @@ SRC = Path(patchkeeper.__file__).parent
 # at the import. Keep this list short; a new entry needs a reason a user would feel.
 LAZY_OWN: set[tuple[str, str]] = {
     ("patchkeeper.__main__", "patchkeeper.cli"),  # the entry point catches Ctrl-C while the CLI imports
+    # audit and status of a target with no patch set applied read no patch set: the reader (parsing,
+    # patching, templates: a tenth of the bare venv's warm audit, issue 40) loads when one is read
+    ("patchkeeper.change.session", "patchkeeper.patchset.patchset"),
+    ("patchkeeper.commands.audit", "patchkeeper.change.stacks"),
+    # --all: the fleet runner (multiprocessing)
+    ("patchkeeper.commands.audit", "patchkeeper.commands.audit_all"),
+    ("patchkeeper.targets", "patchkeeper.targets.ssh"),  # a local target's command loads no SSH client code
+    ("patchkeeper.targets.local", "patchkeeper.targets.remote_agent"),  # the wire: another interpreter only
 }
 
 

@@ -60,9 +60,9 @@ def code_of(text: bytes, name: str, opt: int = 0) -> bytes:
     return marshal.dumps(compile(text, f"/elsewhere/{name}", "exec", dont_inherit=True, optimize=opt))
 
 
-def forge_all(site: Path) -> dict[str, str]:
-    """One foreign pyc of each kind Python would run, in KEEP: {pyc path: the detail's words}."""
-    files = sorted(p for p in (site / KEEP).glob("*.py") if p.stat().st_size > 200)
+def forge_all(site: Path, keep: str = KEEP) -> dict[str, str]:
+    """One foreign pyc of each kind Python would run, in `keep`: {pyc path: the detail's words}."""
+    files = sorted(p for p in (site / keep).glob("*.py") if p.stat().st_size > 200)
     made: dict[str, str] = {}
 
     def rel(p: Path) -> str:
@@ -146,7 +146,8 @@ def test_a_pair_is_compiled_once_and_a_changed_byte_is_compiled_again(tmp_path, 
         compiled.append(filename)
         return real(source, filename, *args, **kwargs)
 
-    monkeypatch.setattr(pycompare, "compile", counting, raising=False)
+    monkeypatch.setitem(pycompare._ns, "compile", counting)  # the comparison's own namespace (_PAIR)
+    monkeypatch.setattr(pycompare, "POOL_FROM", 10**9)  # compared in this process, where it is counted
     memo = str(tmp_path / "state" / "bytecode.compared")
     pycs = sorted(str(p.relative_to(site)) for p in site.rglob("*.pyc"))
     assert len(pycs) > 10
@@ -204,3 +205,117 @@ def test_a_sources_syntax_warnings_are_not_the_audits(tmp_path):
         assert pycompare.other_code(str(pyc), str(src), 0) is False
         compile(src.read_bytes(), str(src), "exec")  # (the source does warn)
     assert [w.category for w in told] == [SyntaxWarning]
+
+
+def generated_site(root: Path, count: int, seed: int) -> tuple[list[tuple[str, str, str, int]], set[str]]:
+    """`count` generated modules with their genuine pycs (timestamp and checked-hash, some -O), a few
+    of them given foreign code behind a header that matches their source: the pairs to compare (rel,
+    pyc, source, opt) and the rels of the forged pycs."""
+    import random
+
+    rng = random.Random(seed)
+    pairs: list[tuple[str, str, str, int]] = []
+    for i in range(count):
+        src = root / f"pkg{i % 7}" / f"mod{i}.py"
+        src.parent.mkdir(parents=True, exist_ok=True)
+        body = "".join(
+            f"def f{j}(x, y={rng.randint(0, 99)}):\n    return x * {rng.random()!r} + y - {j}\n"
+            for j in range(rng.randint(1, 40))
+        )
+        src.write_text(f'"""module {i}"""\nimport os\nNAME = {str(src.name)!r}\n{body}')
+        opt = 1 if i % 5 == 0 else 0
+        pyc = pyc_of(src, opt)
+        mode = (
+            py_compile.PycInvalidationMode.CHECKED_HASH
+            if i % 3 == 0
+            else py_compile.PycInvalidationMode.TIMESTAMP
+        )
+        py_compile.compile(str(src), str(pyc), doraise=True, optimize=opt, invalidation_mode=mode)
+        pairs.append((str(pyc.relative_to(root)), str(pyc), str(src), opt))
+    forged: set[str] = set()
+    for rel, pyc, src, opt in rng.sample(pairs, 9):
+        data = Path(pyc).read_bytes()
+        kind = len(forged) % 3
+        if kind == 0:  # the same header, the code of the source with one more line (compiled elsewhere)
+            put(Path(pyc), data[:16] + code_of(Path(src).read_bytes() + b"\nX = 1\n", Path(src).name, opt))
+        elif kind == 1:  # a header with the source's true hash, other code
+            put(Path(pyc), header(Path(src), 3) + code_of(b"x = 'other'\n", Path(src).name, opt))
+        else:  # the source edited in place, size and mtime kept: the genuine pyc's header still matches
+            st = os.stat(src)
+            text = Path(src).read_bytes()
+            edited = text.replace(b" + y - ", b" - y + ", 1)
+            assert edited != text and len(edited) == len(text)
+            Path(src).write_bytes(edited)
+            os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns))
+        forged.add(rel)
+    return pairs, forged
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_the_workers_find_what_one_process_finds_and_keep_the_same_pairs(tmp_path, seed):
+    """The comparisons made on the host's cores (worker processes, pycompare.compare_pairs) give the
+    verdicts and the kept pairs of the same comparisons made in one process, on a generated corpus
+    with foreign pycs whose header matches their source; a second run with the pairs kept compiles
+    nothing, and a byte changed after that is compiled and found."""
+    pairs, forged = generated_site(tmp_path, 3 * pycompare.POOL_FROM, seed)
+    alone, pooled = pycompare.Compared(None), pycompare.Compared(str(tmp_path / "compared"))
+    one = pycompare.compare_pairs(pairs, alone, workers=1)
+    many = pycompare.compare_pairs(pairs, pooled, workers=3)
+    assert many == one and {rel for rel, other in one.items() if other} == forged
+    assert all(one[rel] is True for rel in forged)
+    assert pooled.compiled == alone.compiled == len(pairs) and pooled.made == alone.made
+    assert set(pooled.made) == {rel for rel, _, _, _ in pairs} - forged
+    pooled.save()
+
+    again = pycompare.Compared(str(tmp_path / "compared"))
+    assert pycompare.compare_pairs(pairs, again, workers=3) == one and again.compiled == len(forged)
+    rel, pyc, src, opt = next(p for p in pairs if p[0] not in forged)
+    data = Path(pyc).read_bytes()  # a genuine pair kept, then its pyc given other code, same header
+    put(Path(pyc), data[:16] + code_of(b"y = 'swapped in'\n", Path(src).name, opt))
+    third = pycompare.Compared(str(tmp_path / "compared"))
+    found = pycompare.compare_pairs(pairs, third, workers=3)
+    assert {r for r, other in found.items() if other} == forged | {rel}
+
+
+def test_the_workers_are_counted_in_the_progress_and_stopped_on_an_error(tmp_path, monkeypatch):
+    pairs, _ = generated_site(tmp_path, 2 * pycompare.POOL_FROM, 3)
+    told: list[tuple[int, int, str]] = []
+    progress.listen(lambda done, total, phase: told.append((done, total, phase)))
+    progress.expect(len(pairs))
+    try:
+        pycompare.compare_pairs(pairs, pycompare.Compared(None), workers=2)
+    finally:
+        progress.listen(None)
+    assert told[-1][:2] == (len(pairs), len(pairs)) and len(told) > 2  # stepped as the answers came
+    started: list[object] = []
+    real = pycompare._started
+
+    def failing_settled(answer, memo):
+        raise KeyboardInterrupt  # Ctrl-C at the first answer
+
+    def watching(jobs, workers):
+        procs = real(jobs, workers)
+        started.extend(procs)
+        return procs
+
+    monkeypatch.setattr(pycompare, "_started", watching)
+    monkeypatch.setattr(pycompare, "_settled", failing_settled)
+    with pytest.raises(KeyboardInterrupt):
+        pycompare.compare_pairs(pairs, pycompare.Compared(None), workers=2)
+    assert len(started) == 2 and all(p.returncode is not None for p in started)  # type: ignore[attr-defined]
+
+
+def test_the_workers_run_on_an_ssh_host_and_find_every_kind_of_foreign_pyc(fleet):
+    """Over SSH the agent is one program built in the host's interpreter: its workers start from the
+    comparison's text alone and find what one process finds (84 comparisons: the pool's size)."""
+    keep = "sglang/srt/configs"
+    site = fleet.site("ct129")
+    assert drop_bytecode(site, keep=keep) > 1000
+    assert sum(1 for _ in (site / keep / "__pycache__").iterdir()) >= pycompare.POOL_FROM
+    fleet.pk("snapshot", "-t", "ct129", "--name", "start")
+    made = forge_all(site, keep)
+    doc = json.loads(fleet.pk("audit", "-t", "ct129", "--json", "--rehash", check=None).stdout)
+    found = {f["path"]: f["detail"] for f in doc["findings"] if f["class"] == "bytecode"}
+    assert set(found) == set(made)
+    for path, words in made.items():
+        assert words in found[path], (path, found[path])

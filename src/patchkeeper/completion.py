@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from . import workspace
-from .patchset import patchset
+from .patchset import layout
 
 
 def _completion_workspace(ctx: Any) -> workspace.Workspace:
@@ -29,7 +29,7 @@ def _completing(names: Callable[[Any], Iterable[str]]) -> Callable[[Any, Any, st
 
 
 def _patchset_names(ctx: Any) -> list[str]:
-    return patchset.names(_completion_workspace(ctx).patchsets_dir)
+    return layout.names(_completion_workspace(ctx).patchsets_dir)
 
 
 def _target_names(ctx: Any) -> list[str]:

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 from ..checks import installation
 from ..errors import NotInstalled, Refused, Unfinished
 from ..host.disk import TEMP_PREFIX
-from ..patchset.patchset import Library
 from ..printable import one_line
 from ..records import history, statedir
 from ..records.ledger import Ledger, LedgerEntry
@@ -24,6 +23,7 @@ from . import transaction
 
 if TYPE_CHECKING:
     from ..checks.installation import InstallChange
+    from ..patchset.patchset import Library
 
 READ_WAIT = 5.0  # seconds a reading command waits for a change under way to end (its lock)
 
@@ -64,9 +64,20 @@ class Session:
         self.unfinished: Unfinished | None = None  # a committed transaction recovery could not finish
         self._locked = False
         self.record = history.Record(self.config.name, command)  # what changes.mirror copied, for one commit
-        self.patchsets = Library(workspace.patchsets_dir)  # each patch set read once by this command
+        self._patchsets: Library | None = None
         self.commit = commit
         self._installation: tuple[int, InstallChange | None] | None = None
+
+    @property
+    def patchsets(self) -> Library:
+        """The workspace's patch sets, each read once by this command (patchset.Library), made when a
+        step first asks: a command that reads none (audit, status of a target with no patch set
+        applied) does not load the patch sets' reader (parsing, patching, templates)."""
+        if self._patchsets is None:
+            from ..patchset.patchset import Library  # lazy own: only commands that read a patch set load it
+
+            self._patchsets = Library(self.workspace.patchsets_dir)
+        return self._patchsets
 
     @property
     def target(self) -> Target:

@@ -5,22 +5,25 @@ from __future__ import annotations
 import posixpath
 import re
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from ..errors import BadInput
 from ..host.bytecode import recompiled
 from ..host.contract import ROLE_PREFIX, InterpreterFacts, RecordCheck, TreeRequest
-from ..host.disk import normalize_name
+from ..host.disk import map_threads, normalize_name
 from ..records.ledger import Ledger, LedgerEntry, State
 from ..records.manifest import change_kind, differences
 from ..targets import Target
 from . import environment, installation
+from .audit_report import (  # re-exported: the audit's answer, where its callers find it
+    CLASSES as CLASSES,
+    INSTALLATION as INSTALLATION,
+    AuditReport as AuditReport,
+    Finding as Finding,
+)
 from .scan import scan_request
 
-CLASSES = ("drift", "environment", "native", "bytecode", "probe", "patched")
-INSTALLATION = "drift"  # the class of a change of the managed distribution's installation (installation.py)
 PROBE_TIMEOUT = 60.0
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 _PROBE = (
@@ -34,123 +37,6 @@ _PROBE = (
     "    print(traceback.format_exception_only(type(exc), exc)[-1].strip())\n"
     "    sys.exit(3)\n"
 )
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One thing an audit found, of one class (CLASSES), at one path."""
-
-    cls: str  # one of CLASSES
-    path: str  # site-relative path, "@role", or a module name for probes
-    kind: str  # changed | added | removed | mode | missing | stale | mismatch | sourceless | import-failed …
-    detail: str
-    dist: str = ""  # the distribution a file belongs to, where known
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "class": self.cls,
-            "path": self.path,
-            "kind": self.kind,
-            "detail": self.detail,
-            "dist": self.dist,
-        }
-
-
-@dataclass(frozen=True)
-class AuditReport:
-    """One target's audit: what was checked against which recorded state, and what was found."""
-
-    target: str
-    host: str
-    package: str
-    state: State | None
-    files: int  # files checked (package, other distributions' RECORD entries, bytecode)
-    findings: tuple[Finding, ...]
-    notes: tuple[str, ...] = field(default_factory=tuple)
-    differences: dict[str, str] = field(default_factory=dict)  # key -> kind, files that differ from `state`
-
-    def count(self, cls: str) -> int:
-        return sum(1 for f in self.findings if f.cls == cls)
-
-    @property
-    def trouble(self) -> bool:
-        return any(f.cls != "patched" for f in self.findings)
-
-    @property
-    def exit_code(self) -> int:
-        return 1 if self.trouble else 0
-
-    def summary(self) -> str:
-        """One line saying where the trouble is."""
-        parts = []
-        drift = self.count("drift")
-        installed = [
-            f.detail for f in self.findings if f.cls == INSTALLATION and f.path.endswith(".dist-info")
-        ]
-        if installed:
-            parts.extend(installed)
-            drift -= len(installed)
-        if self.state is None:
-            parts.append(
-                f"no recorded state; {self.package} matches its RECORD"
-                if not drift
-                else f"no recorded state; {self.package} differs from its RECORD in {drift} file(s)"
-            )
-        else:
-            name = f"{self.state.id} ({self.state.stack_text().strip('()')})"
-            parts.append(
-                f"code state matches {name}"
-                if not drift
-                else f"code state {name} has {drift} file(s) changed outside patchkeeper"
-            )
-        dists = _unique(f.dist or f.path for f in self.findings if f.cls == "environment")
-        if dists:
-            parts.append("environment drift in " + ", ".join(dists))
-        damaged = _unique(f.path for f in self.findings if f.cls == "native" and f.kind == "damaged")
-        if damaged:
-            parts.append(
-                f"{len(damaged)} shared object(s) damaged (they differ from their RECORD; "
-                "`patchkeeper repair DIST` puts the release's bytes back)"
-            )
-        natives = _unique(f.path for f in self.findings if f.cls == "native" and f.kind != "damaged")
-        if natives:
-            parts.append(f"{len(natives)} shared object(s) no longer load their libraries as recorded")
-        pycs = self.count("bytecode")
-        if pycs:
-            parts.append(
-                f"{pycs} pyc file(s) do not match their source (Python runs them instead: delete them and "
-                "Python compiles the source again"
-                + (
-                    ", or `snapshot --restore-pristine` takes them out, backed up"
-                    if self.state is None
-                    else ""
-                )
-                + ")"
-            )
-        probes = _unique(f.path for f in self.findings if f.cls == "probe")
-        if probes:
-            parts.append("import fails: " + ", ".join(probes))
-        if len(parts) == 1 + len(installed):
-            parts.append("environment clean")
-        return "; ".join(parts)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "target": self.target,
-            "host": self.host,
-            "package": self.package,
-            "state": self.state.to_dict() if self.state else None,
-            "files": self.files,
-            "counts": {c: self.count(c) for c in CLASSES},
-            "findings": [f.to_dict() for f in self.findings],
-            "notes": list(self.notes),
-            "summary": self.summary(),
-            "exit": self.exit_code,
-        }
-
-
-def _unique(items: Iterable[str]) -> list[str]:
-    return list(dict.fromkeys(items))
 
 
 def check_probes(modules: Iterable[str]) -> list[str]:
@@ -328,10 +214,10 @@ def audit_target(
         )
 
     if probes:
-        with ThreadPoolExecutor(max_workers=min(4, len(probes))) as pool:
-            for module, line in zip(probes, pool.map(lambda m: _probe(target, m, probe_timeout), probes)):
-                if line is not None:
-                    findings.append(Finding("probe", module, "import-failed", line))
+        lines = map_threads(lambda m: _probe(target, m, probe_timeout), probes, 4)
+        for module, line in zip(probes, lines):
+            if line is not None:
+                findings.append(Finding("probe", module, "import-failed", line))
     if current is not None:
         files += _installation(target, ledger, findings, notes)
         if tree.linked:

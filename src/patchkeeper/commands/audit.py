@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import sys
-from functools import partial
 from typing import Any
 
 import click
 
-from ..change import stacks
 from ..change.session import Session
 from ..checks import audit as audit_core
 from ..printable import one_line
 from ..records.ledger import PatchSetRef
-from ..targets.fleet import Failed, each, failures, table
 from ..workspace import Workspace
 from . import emit_json
 
@@ -56,7 +53,7 @@ class FilesBar:
         self.bar = None
 
 
-def _audit_one(
+def audit_one(
     ws: Workspace,
     name: str | None,
     probes: list[str],
@@ -80,6 +77,7 @@ def _owners(ws: Workspace, stack: tuple[PatchSetRef, ...]) -> dict[str, str]:
     """stacks.owners_of, loading the engine (patch sets, patching) only when a patch set is applied."""
     if not stack:
         return {}
+    from ..change import stacks  # lazy own: a target with no patch set applied needs no patch set reader
 
     return stacks.owners_of(ws, stack)
 
@@ -97,10 +95,12 @@ def audit(
 ) -> int:
     probes = audit_core.check_probes(probes)
     if every:
-        return _run_all(ws, probes, as_json, wait, rehash)
+        from .audit_all import audit_all  # lazy own: only --all loads the fleet runner (multiprocessing)
+
+        return audit_all(ws, probes, as_json, wait, rehash)
     bar = FilesBar(not quiet and not as_json and sys.stderr.isatty())
     try:
-        report = _audit_one(ws, target, probes, bar, wait, rehash)
+        report = audit_one(ws, target, probes, bar, wait, rehash)
     finally:
         bar.close()
     if as_json:
@@ -130,53 +130,3 @@ def print_report(report: audit_core.AuditReport, verbose: bool) -> None:
     counts = ", ".join(f"{report.count(c)} {c}" for c in audit_core.CLASSES)
     print(f"{counts}")
     print(report.summary())
-
-
-def _audit_quiet(
-    ws: Workspace, name: str, probes: list[str], wait: float | None = None, rehash: bool = False
-) -> audit_core.AuditReport:
-    """One target's report for `--all`."""
-    return _audit_one(ws, name, probes, None, wait, rehash)
-
-
-def _run_all(
-    ws: Workspace, probes: list[str], as_json: bool, wait: float | None = None, rehash: bool = False
-) -> int:
-    """Every target concurrently (targets/fleet.py): hosts on threads, local targets in processes."""
-
-    names = sorted(ws.targets)
-    results = each(
-        ws,
-        partial(_audit_quiet, probes=probes, wait=wait, rehash=rehash),
-        "audit",
-        None if not as_json else False,
-    )
-    errors = {n: r for n, r in results.items() if isinstance(r, Failed)}
-    reports = {n: r for n, r in results.items() if not isinstance(r, Failed)}
-    if as_json:
-        emit_json({n: r.to_dict() for n, r in results.items()})
-    else:
-        head = ["target", "state", *audit_core.CLASSES, "summary"]
-        rows = []
-        for n in names:
-            r = results[n]
-            if isinstance(r, Failed):
-                rows.append([n, "-", *("-" for _ in audit_core.CLASSES), f"error: {r}"])
-            else:
-                rows.append(
-                    [
-                        n,
-                        r.state.id if r.state else "-",
-                        *(str(r.count(c)) for c in audit_core.CLASSES),
-                        r.summary(),
-                    ]
-                )
-        table(head, rows)
-        bad = [n for n, r in reports.items() if r.trouble]
-        print(
-            f"{len(names)} target(s): {len(names) - len(bad) - len(errors)} clean, {len(bad)} with findings, "
-            f"{failures(errors.values())}"
-        )
-    if errors:
-        return 2
-    return 1 if any(r.trouble for r in reports.values()) else 0

@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator
 
 from . import progress
 from .disk import listing
-from .pycompare import Compared, other_code
+from .pycompare import Compared, compare_pairs
 from .statcache import Listings, StatCache
 
 _IDENTITIES = struct.Struct("<10q")  # a pyc's identity and its source's (see VerdictCache)
@@ -135,23 +135,25 @@ def check_bytecode(
 
 def settle(site: str, found: list[tuple[str, bool]], outcomes: list[Any], memo: Compared) -> list[Any]:
     """The outcomes of `_judge` with each comparison it left made (one phase, counted in
-    `progress` as one file each, under PHASE): a pyc whose code is not its source's is a finding,
-    one that holds it is remembered as COMPARED when its identity may be (`_judge`'s keep), and
-    the pairs compared are kept in `memo` (the caller saves it)."""
+    `progress` as one file each, under PHASE; on the host's cores when there are many:
+    pycompare.compare_pairs): a pyc whose code is not its source's is a finding, one that holds it
+    is remembered as COMPARED when its identity may be (`_judge`'s keep), and the pairs compared
+    are kept in `memo` (the caller saves it)."""
     jobs = [i for i, outcome in enumerate(outcomes) if outcome is not None and outcome[0] == "compare"]
-    if jobs:
-        progress.phase(PHASE)
-        progress.expect(len(jobs))
+    if not jobs:
+        return outcomes
+    progress.phase(PHASE)
+    progress.expect(len(jobs))
+    pairs = [(found[i][0], f"{site}/{found[i][0]}", f"{site}/{outcomes[i][1]}", outcomes[i][2]) for i in jobs]
+    verdicts = compare_pairs(pairs, memo)
     for i in jobs:
-        _, src_rel, opt, how, keep = outcomes[i]
-        rel = found[i][0]
-        other = other_code(f"{site}/{rel}", f"{site}/{src_rel}", opt, rel, memo)
+        _, src_rel, _, how, keep = outcomes[i]
+        other = verdicts[found[i][0]]
         if not other:
             outcomes[i] = ("judged", None, keep)
         else:
             name = os.path.basename(src_rel)
             outcomes[i] = ("judged", ("mismatch", other if other is not True else _told(how, name)), None)
-        progress.step()
     return outcomes
 
 

@@ -9,22 +9,34 @@ as read for the comparison), one entry per pyc path; when the bytes read next ti
 digest, the comparison is not made again. A pair that differs in one byte is compiled, so a
 foreign pyc is found whatever the file's identity or header says. Kept in the target's audit/
 beside the verdicts; read by `audit --rehash` too, since an entry depends on the bytes only,
-never on a file's stat identity (docs/files-and-caches.md). Standard library only (shipped to hosts).
+never on a file's stat identity (docs/files-and-caches.md).
+
+Many comparisons (the first `audit --rehash` of a host compiles every source) run on the host's
+cores: `compare_pairs` hands them to worker processes of the same interpreter, each started with
+the one text of the comparison (`_PAIR`, which this module runs too), reading the files itself and
+answering each pair as it is done (the progress follows them). Standard library only (shipped to
+hosts, where the agent is one program: a worker is `python -c` with that text, no module to import).
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import marshal
+import os
+import selectors
+import struct
+import subprocess
 import sys
-import warnings
 
+from . import progress
 from .statcache import load_cache, save_cache
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only (typing costs a command's start about 10 ms)
-    from typing import Dict, Iterable, Optional, Union
+    from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
+
+    Job = Tuple[str, str, str, int, Optional[bytes]]  # (rel, pyc path, source path, opt, known digest)
+    Judged = Tuple[str, Union[bool, str], bytes, bool]  # (rel, other code?, pair digest, compiled?)
 
 
 class Compared:
@@ -59,9 +71,14 @@ class Compared:
             save_cache(self.path, self.FORMAT, kept)
 
 
-def pair_digest(source: bytes, pyc: bytes, opt: int) -> bytes:
-    """What a comparison of these bytes depends on: the interpreter (its magic number), the
-    optimization level, the source and the pyc (its header with it)."""
+# The comparison of one pair, as text: run by this module (exec below) and by each worker process
+# (`python -c`: the worker needs no module of ours on the host). A pair whose digest is the known one
+# is not compiled; the digest is of the very bytes compared.
+_PAIR = """
+import hashlib, importlib.util, marshal, warnings
+
+
+def pair_digest(source, pyc, opt):
     h = hashlib.sha256(importlib.util.MAGIC_NUMBER)
     h.update(b"%d:%d:" % (opt, len(source)))
     h.update(source)
@@ -69,35 +86,166 @@ def pair_digest(source: bytes, pyc: bytes, opt: int) -> bytes:
     return h.digest()
 
 
-def other_code(
-    pyc: str, src: str, opt: int, rel: str = "", memo: Optional[Compared] = None
-) -> Union[bool, str]:
-    """Whether a pyc's code object is not what its source compiles to (a detail string when it
-    cannot be compared at all). Code objects compare by what they run: their bytecode, constants
-    (nested code included), names, line tables and flags, not the file name they were compiled
-    under, which is where the pyc legitimately differs when it was compiled at another path.
-    With `memo`, a pair of bytes found the same before is not compiled again."""
-
-    with open(pyc, "rb") as f:
-        pyc_bytes = f.read()
-    with open(src, "rb") as f:
-        source = f.read()
-    digest = b""
-    if memo is not None:
-        digest = pair_digest(source, pyc_bytes, opt)
-        if memo.known.get(rel) == digest:
-            return False
+def judge_pair(job):
+    rel, pyc, src, opt, known = job
+    try:
+        with open(pyc, "rb") as f:
+            pyc_bytes = f.read()
+        with open(src, "rb") as f:
+            source = f.read()
+    except OSError as exc:
+        return rel, "cannot be compared with its source: %s" % (exc.strerror or exc), b"", False
+    digest = pair_digest(source, pyc_bytes, opt)
+    if known == digest:
+        return rel, False, digest, False
     try:
         code = marshal.loads(pyc_bytes[16:])
         with warnings.catch_warnings():  # a source's SyntaxWarnings are its own, not the audit's to print
             warnings.simplefilter("ignore")
             fresh = compile(source, src, "exec", dont_inherit=True, optimize=opt)
     except (ValueError, EOFError, TypeError, SyntaxError) as exc:
-        return f"cannot be compared with its source: {exc}"
-    if memo is not None:
+        return rel, "cannot be compared with its source: %s" % (exc,), digest, True
+    return rel, code != fresh, digest, True
+"""
+_WORKER = (
+    _PAIR
+    + """
+import struct, sys
+jobs = marshal.loads(sys.stdin.buffer.read())
+out = sys.stdout.buffer
+for job in jobs:
+    answer = marshal.dumps(judge_pair(job))
+    out.write(struct.pack("<I", len(answer)) + answer)
+    out.flush()
+"""
+)
+_ns: Dict[str, Any] = {}
+exec(compile(_PAIR, "pycompare._PAIR", "exec"), _ns)
+pair_digest: Callable[[bytes, bytes, int], bytes] = _ns["pair_digest"]
+judge_pair: Callable[[Job], Judged] = _ns["judge_pair"]
+"""pair_digest: what a comparison of these bytes depends on: the interpreter (its magic number), the
+optimization level, the source and the pyc (its header with it). judge_pair: one job compared (a
+pyc's code object against what its source compiles to: code objects compare by what they run, their
+bytecode, constants, names, line tables and flags, not the file name they were compiled under)."""
+
+POOL_FROM = 64  # comparisons from which workers are started (each costs an interpreter's start)
+PER_WORKER = 32  # comparisons at least for each worker
+
+
+def cores() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def other_code(
+    pyc: str, src: str, opt: int, rel: str = "", memo: Optional[Compared] = None
+) -> Union[bool, str]:
+    """Whether a pyc's code object is not what its source compiles to (a detail string when it
+    cannot be compared at all). With `memo`, a pair of bytes found the same before is not compiled
+    again."""
+    return _settled(judge_pair((rel, pyc, src, opt, _known(memo, rel))), memo)
+
+
+def compare_pairs(
+    jobs: List[Tuple[str, str, str, int]], memo: Compared, workers: int = 0
+) -> Dict[str, Union[bool, str]]:
+    """other_code of each (rel, pyc path, source path, opt), by rel, one `progress` step each; on
+    `workers` processes (0: one per core) when there are enough of them to be worth starting."""
+    full = [(rel, pyc, src, opt, _known(memo, rel)) for rel, pyc, src, opt in jobs]
+    workers = min(workers or cores(), len(full) // PER_WORKER)
+    pooled = workers > 1 and len(full) >= POOL_FROM and bool(sys.executable)  # (none when embedded)
+    procs = _started(full, workers) if pooled else []
+    verdicts: Dict[str, Union[bool, str]] = {}
+    try:
+        for answer in _answers(procs, len(full)) if procs else map(judge_pair, full):
+            verdicts[answer[0]] = _settled(answer, memo)
+            progress.step()
+    finally:
+        _ended(procs)
+    return verdicts
+
+
+def _known(memo: Optional[Compared], rel: str) -> Optional[bytes]:
+    return memo.known.get(rel) if memo is not None else None
+
+
+def _settled(answer: Judged, memo: Optional[Compared]) -> Union[bool, str]:
+    rel, other, digest, compiled = answer
+    if memo is not None and compiled:
         memo.compiled += 1
-    if code != fresh:
-        return True
-    if memo is not None:
-        memo.made[rel] = digest
-    return False
+        if other is False:
+            memo.made[rel] = digest
+    return other
+
+
+def _started(jobs: List[Job], workers: int) -> List[subprocess.Popen[bytes]]:
+    """`workers` processes of this interpreter, each given its share of the jobs to judge (the
+    biggest sources dealt first and spread, so that they end together); [] when none can start
+    (the jobs are then judged here)."""
+    try:
+        sizes = {job[0]: os.stat(job[2]).st_size for job in jobs}
+    except OSError:
+        sizes = {}
+    ordered = sorted(jobs, key=lambda job: sizes.get(job[0], 0), reverse=True)
+    procs: List[subprocess.Popen[bytes]] = []
+    try:
+        for i in range(workers):
+            proc = subprocess.Popen(
+                [sys.executable, "-I", "-c", _WORKER],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+            )
+            procs.append(proc)
+            assert proc.stdin is not None
+            proc.stdin.write(marshal.dumps(ordered[i::workers]))  # read whole before it answers
+            proc.stdin.close()
+    except OSError:  # no interpreter to start (or it died at once): the comparisons are made here
+        _ended(procs)
+        return []
+    return procs
+
+
+def _ended(procs: List[subprocess.Popen[bytes]]) -> None:
+    """Every worker stopped (at the end they have ended already; on an error or Ctrl-C, killed)."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def _answers(procs: List[subprocess.Popen[bytes]], expected: int) -> Iterable[Judged]:
+    """The workers' answers (each a length, then marshal of judge_pair's), read as they come."""
+    buffers = {}
+    with selectors.DefaultSelector() as sel:
+        for proc in procs:
+            assert proc.stdout is not None
+            sel.register(proc.stdout, selectors.EVENT_READ, proc)
+            buffers[proc.pid] = b""
+        got = 0
+        while got < expected:
+            ready = sel.select()
+            for key, _ in ready:
+                proc = key.data
+                chunk = os.read(key.fd, 1 << 16)
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                    if not sel.get_map():
+                        raise OSError(
+                            f"a bytecode worker ended with {expected - got} comparison(s) unanswered"
+                        )
+                    continue
+                data = buffers[proc.pid] + chunk
+                while len(data) >= 4:
+                    (size,) = struct.unpack_from("<I", data)
+                    if len(data) < 4 + size:
+                        break
+                    got += 1
+                    yield marshal.loads(data[4 : 4 + size])
+                    data = data[4 + size :]
+                buffers[proc.pid] = data

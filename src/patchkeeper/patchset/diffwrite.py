@@ -7,7 +7,7 @@ import hashlib
 from dataclasses import dataclass
 
 from ..errors import BadInput
-from .patching import quote, split_lines
+from .gitquote import quote, split_lines
 
 _ENC = ("utf-8", "surrogateescape")
 _NO_NEWLINE = "\\ No newline at end of file\n"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from ..errors import BadInput
-from .patching import unquote
+from .gitquote import unquote
 
 HEADERS = (
     "old mode ",

@@ -1,4 +1,4 @@
-"""File patches as values, applied to bytes strictly (exact lines, offsets allowed); git's path quoting."""
+"""File patches as values, applied to bytes strictly (exact lines, offsets allowed)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from ..errors import BadInput, HunkFailed
 from . import gitbinary
 from .gitbinary import BinaryPatch
+from .gitquote import quote as quote, split_lines as split_lines, unquote as unquote  # re-exported
 
 _ENC = ("utf-8", "surrogateescape")
-_C_ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}
 
 
 @dataclass(frozen=True)
@@ -46,56 +46,6 @@ class Applied:
 
     data: bytes | None
     offsets: tuple[int, ...]  # how far each hunk moved from where its header put it
-
-
-def split_lines(text: str) -> list[str]:
-    """Split on newline only, keeping endings (str.splitlines also splits on \\f and \\r)."""
-    lines = text.split("\n")
-    out = [line + "\n" for line in lines[:-1]]
-    if lines[-1]:
-        out.append(lines[-1])
-    return out
-
-
-def quote(name: str, always: bool = False) -> str:
-    """A path as git writes it (quote_c_style): in double quotes with C escapes and octal bytes when
-    it holds a quote, a backslash, a control or a non-ASCII character (or `always`), else bare."""
-    raw = name.encode("utf-8", "surrogateescape")
-    if not always and not any(b < 0x20 or b >= 0x7F or b in (0x22, 0x5C) for b in raw):
-        return name
-    escapes = {v: k for k, v in _C_ESCAPES.items()}
-    out = []
-    for b in raw:
-        if b in escapes:
-            out.append("\\" + escapes[b])
-        elif b < 0x20 or b >= 0x7F:
-            out.append(f"\\{b:03o}")
-        else:
-            out.append(chr(b))
-    return '"' + "".join(out) + '"'
-
-
-def unquote(name: str) -> str:
-    """A path as git writes it: bare, or in double quotes with C escapes (\\", \\\\, \\t, \\n, octal
-    bytes) when it holds a quote, a backslash, a control or non-ASCII character."""
-    if not (len(name) >= 2 and name[0] == name[-1] == '"'):
-        return name
-    out = bytearray()
-    body, i = name[1:-1], 0
-    while i < len(body):
-        c = body[i]
-        if c != "\\":
-            out += c.encode("utf-8", "surrogateescape")
-            i += 1
-        elif body[i + 1 : i + 2] in _C_ESCAPES:
-            out.append(_C_ESCAPES[body[i + 1]])
-            i += 2
-        elif body[i + 1 : i + 4].isdigit() and len(body[i + 1 : i + 4]) == 3:
-            out.append(int(body[i + 1 : i + 4], 8) & 0xFF)
-            i += 4
-        else:
-            raise BadInput(f"bad escape in the quoted path {name}", "write the diff again with git diff")
-    return out.decode("utf-8", "surrogateescape")
 
 
 def apply(patch: FilePatch, data: bytes | None, origin: str) -> Applied:

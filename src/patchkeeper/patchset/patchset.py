@@ -14,8 +14,8 @@ from ..errors import BadInput, did_you_mean
 from ..host.disk import hash_bytes
 from ..workspace import VAR_NAME, TargetConfig, value_text
 from . import gitdiff, patching, templates, varspec
+from .layout import MANIFEST as MANIFEST, names as names  # re-exported: where most readers find them
 
-MANIFEST = "patchset.toml"
 KEYS = (
     "name",
     "version",
@@ -136,12 +136,6 @@ class PatchSet:
             "variables": {n: dict(self.defaults).get(n) for n in self.variables},
             "types": {n: t.describe() for n, t in self.types},
         }
-
-
-def names(root: Path) -> list[str]:
-    if not root.is_dir():
-        return []
-    return sorted(p.name for p in root.iterdir() if (p / MANIFEST).is_file() and not p.name.startswith("."))
 
 
 class Library:

@@ -25,7 +25,7 @@ from typing import Any
 from .. import faults, names
 from ..errors import BadInput
 from ..host.disk import fsync_dir, write_atomic
-from .patchset import MANIFEST
+from .layout import MANIFEST
 
 JOURNAL = ".pk-save.json"
 HISTORY = ".history"  # patchsets/.history/<name>/<version>/: the versions a save replaced

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -77,7 +76,7 @@ def identity(repo: Any, ws_root: Path) -> dict[str, str]:
         return {}
     except git.GitCommandError:
         pass
-    email = f"patchkeeper@{socket.gethostname() or 'localhost'}"
+    email = f"patchkeeper@{os.uname().nodename or 'localhost'}"
     mark = user_state(NO_IDENTITY_MARK)
     if not mark.exists():
         print(

@@ -5,7 +5,6 @@ from __future__ import annotations
 from ..workspace import TargetConfig
 from .base import Target, TargetInfo
 from .local import LocalTarget
-from .ssh import SshTarget
 
 
 def open_target(config: TargetConfig) -> Target:
@@ -13,6 +12,8 @@ def open_target(config: TargetConfig) -> Target:
         target: Target = config.connect(config)
         return target
     if config.ssh:
+        from .ssh import SshTarget  # lazy own: a local target's command loads no SSH client code
+
         return SshTarget(config)
 
     return LocalTarget(config)

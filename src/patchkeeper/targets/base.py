@@ -7,10 +7,10 @@ import posixpath
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any, Generic, TypeVar, cast
 
 from ..errors import BadInput, NotInstalled, TargetError
+from ..host import interp
 from ..host.contract import (
     ROLE_PREFIX,
     AgentContract,
@@ -197,7 +197,8 @@ class Target(ABC):
         """Implementation, version, tags, libc and site dirs of the target's interpreter
         (host/interp.py run in it)."""
 
-        source = resources.files("patchkeeper.host").joinpath("interp.py").read_text(encoding="utf-8")
+        with open(interp.__file__, encoding="utf-8") as f:  # its source, sent to run there
+            source = f.read()
         return cast(
             InterpreterFacts,
             self._answer("interpreter_facts", self.run_json(source, "the facts of its interpreter")),

@@ -28,7 +28,6 @@ from ..host.contract import (
 from ..host.statcache import identity, load_cache, save_cache, user_cache, write_caches
 from ..workspace import TargetConfig
 from .base import Target, memo
-from .remote_agent import AgentProxy, Patience
 
 if TYPE_CHECKING:  # the proxy (and the wire under it) loads only for another interpreter
     from .remote_agent import AgentProxy
@@ -49,6 +48,8 @@ class LocalTarget(Target):
             return self._proxy
         if self.same_interpreter:
             return self._in_process
+
+        from .remote_agent import AgentProxy, Patience  # lazy own: the wire only for another interpreter
 
         self._proxy = AgentProxy.in_subprocess(self.name, self.config.python, Patience(self.config.timeout))
         return self._proxy
