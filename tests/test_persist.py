@@ -329,3 +329,54 @@ def _cmdline(pid: str) -> str:
         return Path(f"/proc/{pid}/cmdline").read_text()
     except OSError:
         return ""
+
+
+# A controller in the instant its exit window closes (targets/holder.py, Controller.serve): its accept
+# has just timed out holding nothing, so it withdraws its socket's name and closes its listener, and a
+# command that connected in between is closed unanswered. This stand-in stops at that instant: it
+# waits until a command's connection is pending, then withdraws and closes as the controller does.
+_GOING_AWAY = """
+import os, select, socket, sys
+path = sys.argv[1]
+temp = f"{path}.{os.getpid()}"
+listener = socket.socket(socket.AF_UNIX)
+listener.bind(temp)
+listener.listen(8)
+os.link(temp, path)
+print("listening", flush=True)
+select.select([listener], [], [])  # a command has connected; it is not accepted
+os.unlink(path)  # withdrawn first, as Controller.withdraw, then the listener closed
+listener.close()
+os.unlink(temp)
+print("gone", flush=True)
+sys.stdin.read()  # alive until the test ends it: a command must not have killed it
+"""
+
+
+@pytest.mark.parametrize("verb", ["status", "disconnect"])
+def test_a_command_that_finds_the_controller_going_away_starts_another(fleet, verb):
+    """Whatever the timing, a command that reaches a controller as it exits neither fails nor kills it
+    (as it would a wedged one, which still has its name): status starts a new controller, which holds
+    the target; `disconnect --all` says there was nothing held."""
+    going = subprocess.Popen(
+        [sys.executable, "-c", _GOING_AWAY, socket_path()],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert going.stdout.readline() == "listening\n"
+        before = accepted(fleet.sshd)
+        if verb == "status":
+            assert "no recorded state" in fleet.pk("status", "-t", "ct129").stdout
+            assert accepted(fleet.sshd) == before + 1
+            assert _ping(fleet)["held"] == 1 and _holder_pid() != going.pid  # through a new controller
+        else:
+            assert fleet.pk("disconnect", "--all").stdout == "no held connections\n"
+        assert going.stdout.readline() == "gone\n"
+        assert going.poll() is None, f"the controller going away was killed ({going.returncode})"
+    finally:
+        going.stdin.close()
+        going.wait(30)
+    assert going.returncode == 0
+    fleet.pk("disconnect", "--all")

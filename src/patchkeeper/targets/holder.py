@@ -428,8 +428,8 @@ def main(path: str) -> int:
         return 0
     finally:
         controller.stopping.set()
+        controller.withdraw()  # before closing: a command it leaves unanswered finds it going away
         listener.close()
-        controller.withdraw()  # still ours (a replacement may have taken the name)
         try:
             os.unlink(temp)
         except FileNotFoundError:
