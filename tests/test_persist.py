@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import proc_state, wait_for
+from helpers import ping, pk_background, proc_state, wait_for
 from sshd import accepted, sshd, write_client_config  # noqa: F401 (sshd is a fixture)
 
 from patchkeeper.host import wire
@@ -149,28 +149,6 @@ def test_wedged_holder_is_killed_and_replaced(fleet):
     assert _holder_pid(fleet) != pid
 
 
-def _apply(fleet, step: str, stop: bool) -> subprocess.Popen:
-    env = {**os.environ, "PATCHKEEPER_CRASH_AT": step}
-    if stop:
-        env["PATCHKEEPER_CRASH_SIGNAL"] = "STOP"
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "patchkeeper",
-            "--workspace",
-            str(fleet.env.root),
-            "apply",
-            "ddtree",
-            "-t",
-            "ct129",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-    )
-
-
 @pytest.mark.parametrize(
     "killed, step, outcome",
     [
@@ -187,7 +165,8 @@ def test_sigkill_mid_apply_through_a_holder_recovers_byte_for_byte(fleet, killed
     holder = _holder_pid(fleet)
     old = fleet.state("ct129")
     state_dir = fleet.venvs["ct129"] / ".patchkeeper"
-    proc = _apply(fleet, step, stop=killed == "holder")
+    signal_at = "STOP" if killed == "holder" else "KILL"
+    proc = pk_background(fleet.env.root, "apply", "ddtree", "-t", "ct129", crash_at=step, signal=signal_at)
     if killed == "holder":
         try:
             wait_for(lambda: proc_state(proc.pid) in ("T", "gone"), "the controller to stop at " + step)
@@ -239,14 +218,7 @@ def test_all_with_one_host_unreachable_reports_it_and_finishes_the_others(fleet,
 
 
 def _ping(fleet, host: str = "ct129") -> dict:
-    spec = Holder(host, host, f"{fleet.venvs.get(host, fleet.venvs['ct129'])}/bin/python", 60).spec
-    with socket.socket(socket.AF_UNIX) as s:
-        s.connect(socket_path())
-        s.settimeout(30)
-        s.sendall(wire.encode({"op": "ping", "target": spec}))
-        read = s.makefile("rb").read
-        assert "ack" in wire.decode(read)[0]
-        return wire.decode(read)[1]
+    return ping(fleet.venvs.get(host, fleet.venvs["ct129"]), host)
 
 
 def test_a_finished_command_parks_its_agent_for_the_next_and_holds_no_lock(fleet):
