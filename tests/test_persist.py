@@ -261,6 +261,19 @@ def test_disconnect_ends_the_connection_before_it_returns_so_the_next_command_co
     assert _sockets() == []  # withdrawn before `disconnect --all` returns
 
 
+def test_disconnect_all_is_answered_before_the_controller_exits(fleet):
+    """`disconnect --all` is told how many connections it ended, however late its answer: here the
+    controller's thread holds it back (faults.pause) for three of the accept loop's ticks, where the
+    loop used to see `stop-all` begun and exit, ending that thread unanswered (the command then said
+    "did not answer in time and was stopped", the flaky line of this file's first test)."""
+    pause = {"PATCHKEEPER_PAUSE_AT": "stop-all", "PATCHKEEPER_PAUSE_SECONDS": "1.5"}
+    fleet.pk("status", "-t", "ct129", env=pause)  # the controller it starts has these in its environment
+    pid = _holder_pid()
+    assert fleet.pk("disconnect", "--all").stdout == "ended 1 held connection(s)\n"
+    wait_for(lambda: _gone(pid), "the controller to exit")
+    wait_for(lambda: _runtime() == [], "the controller's socket and log to be removed")
+
+
 def test_one_controller_process_holds_every_target(fleet, tmp_path):
     """Twelve SSH targets (aliases of the one sshd, one venv): one controller process holds their twelve
     connections, and a second `status --all` opens none."""

@@ -384,8 +384,9 @@ def stop_all() -> int | None:
         _, count = wire.decode(read)
         return int(count)
     except (OSError, EOFError, ValueError, TypeError) as exc:
-        if not acked and not isinstance(exc, TimeoutError) and _withdrawn(path, inode):
-            return 0  # closed unheard by a controller going away on its own, holding nothing
+        unheard = isinstance(exc, (ConnectionResetError, BrokenPipeError))  # closed before it read ours
+        if not acked and unheard and _withdrawn(path, inode):
+            return 0  # by a controller going away on its own, holding nothing
         _kill(sock, path, inode)
         return None
     finally:
