@@ -8,7 +8,9 @@ at 100; each with the controller's peak resident memory (the command, its childr
 it keeps: the controller, Ansible's ssh masters) and its CPU per target, and with held connections the
 PSS of the processes kept between commands once they hold 16 and 100 targets. Then the same play
 through ansible-playbook -f 10 (`serial: 10`). The goals (issue 40): kept memory <= 5 MB PSS per held
-target, `audit --all` at 100 <= 3x its time at 16. `PK_BENCH_AUDITS_ONLY=1` measures the audits and
+target, `audit --all` at 100 <= 3x its time at 16. Beside each audit, its floor in the same run: the
+CPU the hosts spent on it (the sshd, its sessions and the agents, all on this machine's cores) over
+the number of cores, with the link's CPU, every core's and the load. `PK_BENCH_AUDITS_ONLY=1` measures the audits and
 the memory alone (no apply, no Ansible).
 """
 
@@ -49,6 +51,11 @@ def _best(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return min(runs, key=lambda r: r["wall"])
 
 
+def _load(*runs: dict[str, Any]) -> str:
+    """The load average over the runs (the lowest at a start and the highest at an end)."""
+    return f"load {min(r['load'][0] for r in runs):.1f}-{max(r['load'][1] for r in runs):.1f}"
+
+
 def _disconnect(link: Link) -> None:
     subprocess.run([PK, "disconnect", "--all"], env=link.env, capture_output=True)
 
@@ -84,12 +91,13 @@ def _measure(tmp: Path, link: Link) -> list[dict[str, Any]]:
     audits: dict[tuple[int, int], dict[str, Any]] = {}
     kept: dict[int, tuple[int, int]] = {}
     marks = (env["XDG_RUNTIME_DIR"],)
+    hosts, cores = link.sshd.proc.pid, os.cpu_count() or 1
     for persist, how in ((60, "held connections"), (0, "no held connections")):
         for n in SIZES:
             ws = spaces[(n, persist)]
             run(pk(ws, "audit", "--all", "-q"), env, ok=(0, 1))  # connections held (persist), caches warm
             audits[(n, persist)] = _best(
-                [measured(pk(ws, "audit", "--all", "-q"), env, proxy) for _ in range(RUNS)]
+                [measured(pk(ws, "audit", "--all", "-q"), env, proxy, hosts=hosts) for _ in range(RUNS)]
             )
             if persist:
                 kept[n] = kept_pss(marks)  # what stays between commands, holding these n targets
@@ -102,8 +110,29 @@ def _measure(tmp: Path, link: Link) -> list[dict[str, Any]]:
                 small["wall"],
                 goal=3.0 if persist else None,
                 kind="goal" if persist else "report",
-                note=f"{large['round_trips']} vs {small['round_trips']} round trips; load "
-                + " ".join(f"{x:.1f}" for x in os.getloadavg()),
+                note=f"{large['round_trips']} vs {small['round_trips']} round trips; "
+                f"hosts' CPU {large['hosts_cpu']:.2f} s vs {small['hosts_cpu']:.2f} s; {_load(large, small)}",
+            ),
+            *(
+                row(
+                    f"audit --all of {m} ({how}) vs its floor, the hosts' CPU over {cores} cores",
+                    a["wall"],
+                    "the hosts' CPU (sshd, agents) / cores",
+                    a["hosts_cpu"] / cores,
+                    kind="report",
+                    note=f"hosts {a['hosts_cpu']:.2f} s, controller {a['cpu']:.2f} s, link {a['link_cpu']:.2f} s, "
+                    f"every core {a['machine_cpu']:.2f} s (other sessions' too) in {a['wall']:.2f} s; "
+                    f"load {a['load'][0]:.1f}-{a['load'][1]:.1f}",
+                )
+                for m, a in ((SIZES[1], large), (SIZES[0], small))
+            ),
+            row(
+                f"the hosts' CPU, audit --all of {SIZES[1]} vs {SIZES[0]} targets ({how})",
+                large["hosts_cpu"],
+                f"the same at {SIZES[0]}",
+                small["hosts_cpu"],
+                kind="report",
+                note=f"per target {large['hosts_cpu'] / SIZES[1]:.3f} s vs {small['hosts_cpu'] / SIZES[0]:.3f} s",
             ),
             row(
                 f"controller peak RSS per target, audit --all of {SIZES[1]} ({how})",

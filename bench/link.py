@@ -102,6 +102,30 @@ def controller(root: int | None, marks: tuple[str, ...]) -> dict[int, tuple[floa
     return out
 
 
+def hosts_cpu(root: int) -> float:
+    """CPU seconds the "hosts" have spent so far: the sshd `root` and every process below it (its
+    sessions, the agents they run), each with the time of its children it has reaped, so that a
+    session or an agent that ended is still counted (in its parent's)."""
+    procs = _processes()
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in procs.items():
+        children.setdefault(ppid, []).append(pid)
+    total, stack = 0, [root] if root in procs else []
+    while stack:
+        pid = stack.pop()
+        fields = procs[pid][1].split()
+        total += sum(int(x) for x in fields[11:15])  # utime, stime, cutime, cstime
+        stack.extend(children.get(pid, []))
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def machine_cpu() -> float:
+    """CPU seconds every core of this machine has been busy so far (/proc/stat: all but idle and iowait)."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
 def kept_pss(marks: tuple[str, ...]) -> tuple[int, int]:
     """(PSS bytes, count) of the processes the controller keeps between commands (_kept): the memory
     they cost, each shared page counted once across them (smaps_rollup's Pss)."""
@@ -135,16 +159,25 @@ class _Peak(threading.Thread):
 
 
 def measured(
-    argv: list[str], env: dict[str, str], proxy: DelayProxy, ok: tuple[int, ...] = (0, 1)
+    argv: list[str],
+    env: dict[str, str],
+    proxy: DelayProxy,
+    ok: tuple[int, ...] = (0, 1),
+    hosts: int | None = None,
 ) -> dict[str, Any]:
     """One run of a command: wall time, the controller's CPU (the command's own and its children's,
     and what the processes it keeps spent meanwhile), its peak resident memory (every process of it,
-    kept ones included), and the proxy's round trips and bytes."""
+    kept ones included), and the proxy's round trips and bytes. With `hosts` (the sshd's pid) also
+    the CPU the hosts spent meanwhile (hosts_cpu), the proxy's (the link's), every core's (busy, all
+    processes of the machine, other sessions' too) and the load average before and after."""
     marks = (env["XDG_RUNTIME_DIR"],) + (
         (env["ANSIBLE_SSH_CONTROL_PATH_DIR"],) if "ANSIBLE_SSH_CONTROL_PATH_DIR" in env else ()
     )
     before_cpu = controller(None, marks)
     trips, up, down = proxy.counts()
+    load, hosts_before, link_before, busy_before = os.getloadavg()[0], 0.0, proxy.cpu(), machine_cpu()
+    if hosts is not None:
+        hosts_before = hosts_cpu(hosts)
     start = time.perf_counter()
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     peak = _Peak(proc.pid, marks)
@@ -160,7 +193,16 @@ def measured(
     after_cpu = controller(None, marks)
     trips2, up2, down2 = proxy.counts()
     kept = sum(cpu - before_cpu.get(pid, (0.0, 0))[0] for pid, (cpu, _) in after_cpu.items())
+    sides = {}
+    if hosts is not None:
+        sides = {
+            "hosts_cpu": hosts_cpu(hosts) - hosts_before,
+            "link_cpu": proxy.cpu() - link_before,
+            "machine_cpu": machine_cpu() - busy_before,
+            "load": (load, os.getloadavg()[0]),
+        }
     return {
+        **sides,
         "wall": took,
         "cpu": usage.ru_utime + usage.ru_stime + kept,
         "round_trips": trips2 - trips,

@@ -11,6 +11,7 @@ waiting for its answer, counts N. Bytes are counted in each direction.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 
@@ -98,6 +99,12 @@ class DelayProxy:
     def counts(self) -> tuple[int, int, int]:
         """(round trips, bytes up, bytes down) so far."""
         return self.round_trips, self.bytes_up, self.bytes_down
+
+    def cpu(self) -> float:
+        """CPU seconds the proxy's thread has spent so far (the link's own work, on this machine's cores)."""
+        with open(f"/proc/self/task/{self._thread.native_id}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     async def _shutdown(self) -> None:
         self._server.close()

@@ -1,4 +1,5 @@
-"""Helpers shared by test files: the fake service, ledger readers, wheels, waiting on processes."""
+"""Helpers shared by test files: the fake service, ledger readers, wheels, waiting on processes, a
+command in the background stopped mid-transaction, asking the controller of held connections."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from patchkeeper.host import wire
+from patchkeeper.targets.persist import Holder, socket_path
 
 FAKE = Path(__file__).with_name("fake_openai.py")  # the OpenAI-compatible stand-in server
 WHEELS = Path(os.environ.get("PK_WHEELS", Path(__file__).resolve().parents[1] / ".cache" / "wheels"))
@@ -121,3 +125,33 @@ def proc_state(pid: int) -> str:
     except (FileNotFoundError, ProcessLookupError):  # ESRCH: it ended between the open and the read
         return "gone"
     return stat[stat.rindex(")") + 2]
+
+
+def pk_background(
+    root: Path, *args: str, crash_at: str | None = None, signal: str = "STOP", text: bool = False
+) -> subprocess.Popen:
+    """The CLI on the workspace `root` with `args`, in the background, its stdout and stderr piped; with
+    `crash_at`, stopped there (SIGSTOP, faults.point: a step of its transaction) or sent `signal`."""
+    env = {**os.environ}
+    if crash_at:
+        env.update(PATCHKEEPER_CRASH_AT=crash_at, PATCHKEEPER_CRASH_SIGNAL=signal)
+    return subprocess.Popen(
+        [sys.executable, "-m", "patchkeeper", "--workspace", str(root), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=text,
+        env=env,
+    )
+
+
+def ping(venv: Path, host: str) -> dict:
+    """The controller's answer to a ping for the SSH alias `host` with `venv`'s interpreter (the target's
+    held key): its pid, the pid of the target's spare agent (or None), how many targets it holds."""
+    spec = Holder(host, host, f"{venv}/bin/python", 60).spec
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(socket_path())
+        s.settimeout(30)
+        s.sendall(wire.encode({"op": "ping", "target": spec}))
+        read = s.makefile("rb").read
+        assert "ack" in wire.decode(read)[0]
+        return wire.decode(read)[1]

@@ -9,18 +9,13 @@ import fcntl
 import json
 import os
 import signal
-import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from conftest import copy_venv
-from helpers import proc_state, wait_for
-
-from patchkeeper.host import wire
-from patchkeeper.targets.persist import Holder, socket_path
+from helpers import ping, pk_background, proc_state, wait_for
 
 
 def _descendants(root: int) -> list[int]:
@@ -105,29 +100,14 @@ def test_a_fifo_in_place_of_a_file_is_refused_not_read(fleet, pristine_venv, whe
 
 
 def _apply(fleet, step: str | None) -> subprocess.Popen:
-    env = {**os.environ}
-    if step:
-        env.update(PATCHKEEPER_CRASH_AT=step, PATCHKEEPER_CRASH_SIGNAL="STOP")
-    argv = [sys.executable, "-m", "patchkeeper", "--workspace", str(fleet.env.root)]
-    return subprocess.Popen(
-        [*argv, "apply", "ddtree", "-t", "ct129", "--no-verify"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
+    return pk_background(
+        fleet.env.root, "apply", "ddtree", "-t", "ct129", "--no-verify", crash_at=step, text=True
     )
 
 
 def _spare(fleet) -> int | None:
     """The pid of ct129's spare agent in the controller (the next command's agent), if it has one."""
-    spec = Holder("ct129", "ct129", f"{fleet.venvs['ct129']}/bin/python", 60).spec
-    with socket.socket(socket.AF_UNIX) as s:
-        s.connect(socket_path())
-        s.settimeout(30)
-        s.sendall(wire.encode({"op": "ping", "target": spec}))
-        read = s.makefile("rb").read
-        wire.decode(read)
-        return wire.decode(read)[1]["spare"]
+    return ping(fleet.venvs["ct129"], "ct129")["spare"]
 
 
 @pytest.mark.parametrize("step", ["first call", "stored", "journal-prepared", "5"])

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import HOSTS, SITE_REL, copy_venv, edit_file, every_path, tree
-from helpers import FAKE, free_port, proc_state, wait_for
+from helpers import FAKE, free_port, pk_background, proc_state, wait_for
 from sshd import agent_session_pid, keygen, sshd, write_client_config  # noqa: F401 (sshd is a fixture)
 
 
@@ -190,22 +190,7 @@ def test_unknown_or_changed_host_key_is_refused(fleet, tmp_path):
 def test_connection_killed_mid_apply_leaves_host_recoverable(fleet, step, outcome):
     fleet.pk("apply", "ddtree", "-t", "ct200")  # the reference for the new state
     before = fleet.state("ct129")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "patchkeeper",
-            "--workspace",
-            str(fleet.env.root),
-            "apply",
-            "ddtree",
-            "-t",
-            "ct129",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env={**os.environ, "PATCHKEEPER_CRASH_AT": step, "PATCHKEEPER_CRASH_SIGNAL": "STOP"},
-    )
+    proc = pk_background(fleet.env.root, "apply", "ddtree", "-t", "ct129", crash_at=step)
     try:
         wait_for(lambda: proc_state(proc.pid) in ("T", "gone"), "the controller to stop at " + step)
         assert proc.poll() is None, proc.stderr.read()
@@ -419,24 +404,10 @@ def test_a_frozen_or_cut_host_is_given_up_and_the_rollout_follows_its_rules(
         f.write(f"\n[defaults]\ntimeout = 5\npersist = {persist}\n")
     before = {host: fleet.state(host) for host in HOSTS}
     state_dir = fleet.venvs["ct129"] / ".patchkeeper"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "patchkeeper",
-            "--workspace",
-            str(fleet.env.root),
-            "apply",
-            "ddtree",
-            "--all",
-            "--serial",
-            "1",
-            "--max-fail",
-            str(max_fail),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env={**os.environ, "PATCHKEEPER_CRASH_AT": "journal-prepared", "PATCHKEEPER_CRASH_SIGNAL": "STOP"},
+    proc = pk_background(
+        fleet.env.root,
+        *("apply", "ddtree", "--all", "--serial", "1", "--max-fail", str(max_fail)),
+        crash_at="journal-prepared",
     )
     agent = None
     try:

@@ -1,6 +1,7 @@
 """Fault injection for crash tests: PATCHKEEPER_CRASH_AT=N kills the process at the Nth step.
 
 PATCHKEEPER_DISK_FULL=TEXT makes the workspace's writes of paths containing TEXT fail with ENOSPC.
+PATCHKEEPER_PAUSE_AT=NAME holds one thread at the point NAME for PATCHKEEPER_PAUSE_SECONDS (3).
 PATCHKEEPER_CRASH_AT may also name a step ("journal-committed"); PATCHKEEPER_CRASH_SIGNAL=STOP
 freezes the process there instead (a test then cuts its SSH connection and lets it go on).
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import signal
+import time
 
 _count = 0
 
@@ -37,3 +39,10 @@ def disk_full(path: str) -> None:
     where = os.environ.get("PATCHKEEPER_DISK_FULL")
     if where and where in path:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+
+
+def pause(name: str) -> None:
+    """Wait here if PATCHKEEPER_PAUSE_AT names this point: a test holds one thread in a window too short
+    to hit otherwise, while the process's other threads go on (a signal would stop them all)."""
+    if os.environ.get("PATCHKEEPER_PAUSE_AT") == name:
+        time.sleep(float(os.environ.get("PATCHKEEPER_PAUSE_SECONDS", "3")))

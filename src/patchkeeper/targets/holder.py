@@ -1,20 +1,20 @@
 """The controller: one process of this user's holding every held SSH connection, each with a ready agent.
 
-Started by persist.start as `python -m patchkeeper.targets.holder SOCKET`. It listens on that one
-socket, prints one JSON line (ready) and serves requests, one thread per command; each request names
-its target (persist.Holder.spec). A target's first request connects (a paramiko transport, one per
-target, all in this process) and starts a spare agent; `agent` hands the spare to the command and
-relays its requests and answers. A command that finishes cleanly parks the agent (its locks
-released, what it remembered for that command forgotten), which then stays the spare for the next
-command: no new process, no upload. Any other end (the command killed or interrupted mid-call)
-closes the agent's input, so it exits and releases what it held, and a new spare is started. `run`
-runs a program on the host; `ping` (this pid and the target's spare agent's); `stop` ends one
-target's connection, `stop-all` every one. A target's connection ends after its `persist` seconds
-without a command, or when the host drops it; the controller exits once it holds none.
+Started by persist.start as `python -m patchkeeper.targets.holder SOCKET`: listens on that socket,
+prints one JSON line (ready), serves each command on a thread; a request names its target
+(persist.Holder.spec). A target's first request connects (one paramiko transport per target, all
+here) and starts a spare agent; `agent` hands it to the command and relays both ways. A command that
+ends cleanly parks the agent (locks released, what it remembered forgotten): the next command's
+spare, no new process, no upload. Any other end closes the agent's input: it exits, releasing what
+it held, and a new spare is started. `run` runs a program on the host; `ping` (this pid, the spare's);
+`stop` ends one target's connection, `stop-all` every one (the controller exits once it answered).
+A connection ends after its `persist` seconds idle or when the host drops it; the controller exits
+once it holds none.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -25,6 +25,7 @@ import time
 import zlib
 from typing import Any
 
+from .. import faults
 from ..errors import PatchkeeperError
 from ..host import wire
 from ..workspace import TargetConfig
@@ -190,6 +191,7 @@ class Controller:
         self.lock = threading.Lock()  # guards `held` and `active`
         self.active = 0  # commands being served
         self.stopping = threading.Event()
+        self.stopped = threading.Event()  # stop-all answered its command and closed every connection
         self.public: tuple[str, int] | None = None  # the socket's public name and inode, once published
 
     def withdraw(self) -> None:
@@ -220,10 +222,11 @@ class Controller:
                 continue
             if self.stopping.is_set():  # accepted as `stop-all` was answered: closed unanswered, so the
                 conn.close()  # command starts a new controller instead of losing this one's
-                return
+                break
             with self.lock:
                 self.active += 1
             threading.Thread(target=self.handle, args=(conn,), daemon=True).start()
+        self.stopped.wait(30)  # exiting would end the stop-all's thread before it answered
 
     def reap(self) -> None:
         """End the connections idle for their `persist`, or dropped by their host."""
@@ -299,17 +302,21 @@ class Controller:
                 self.active -= 1
 
     def stop_all(self, conn: socket.socket) -> None:
-        self.stopping.set()
-        self.withdraw()  # before answering: a command started after `disconnect --all` finds no socket
+        self.withdraw()  # first: a command from now on, or one closed unanswered below, starts another
         with self.lock:
             every, self.held = list(self.held.values()), {}
-        conn.sendall(wire.encode({"ack": 1}))
-        conn.sendall(wire.encode({"ok": 1}, len(every)))  # before closing them (slow under load)
-        closing = [threading.Thread(target=h.close, daemon=True) for h in every]
-        for thread in closing:
-            thread.start()
-        for thread in closing:
-            thread.join(5)
+            self.stopping.set()
+        try:
+            faults.pause("stop-all")
+            conn.sendall(wire.encode({"ack": 1}))
+            conn.sendall(wire.encode({"ok": 1}, len(every)))  # before closing them (slow under load)
+            closing = [threading.Thread(target=h.close, daemon=True) for h in every]
+            for thread in closing:
+                thread.start()
+            for thread in closing:
+                thread.join(5)
+        finally:
+            self.stopped.set()
 
 
 def _upstream(conn: socket.socket, chan: Any, parking: threading.Event, begun: Any) -> None:
@@ -397,15 +404,6 @@ def _publish(listener_path: str, path: str) -> bool:
     return False
 
 
-def _remove_empty(path: str) -> None:
-    """Remove our log if it holds nothing (a traceback in it stays, for a post-mortem)."""
-    try:
-        if os.stat(path).st_size == 0:
-            os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
 def main(path: str) -> int:
     report = os.fdopen(os.dup(1), "w")
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -428,19 +426,20 @@ def main(path: str) -> int:
         return 0
     finally:
         controller.stopping.set()
+        controller.withdraw()  # before closing: a command it leaves unanswered finds it going away
         listener.close()
-        controller.withdraw()  # still ours (a replacement may have taken the name)
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(temp)
-        except FileNotFoundError:
-            pass
         if not report.closed:
             report.close()
         with controller.lock:
             every, controller.held = list(controller.held.values()), {}
         for held in every:
             held.close()
-        _remove_empty(os.path.join(os.path.dirname(path), "controller.log"))
+        log = os.path.join(os.path.dirname(path), "controller.log")
+        with contextlib.suppress(FileNotFoundError):  # our log, if it holds nothing (a traceback stays)
+            if os.stat(log).st_size == 0:
+                os.unlink(log)
 
 
 if __name__ == "__main__":

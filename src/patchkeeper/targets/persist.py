@@ -7,8 +7,9 @@ uid with SO_PEERCRED, and so does the client). Each request names its target; la
 controller over that socket: no paramiko import, no handshake, no agent upload. Each command has
 the agent to itself; a command that ends cleanly parks it (releasing every lock) for the next one,
 and a command that dies leaves it to exit, so a lock still dies with the command that took it. A
-controller that is gone is replaced; one that does not answer is killed and replaced; anything
-else (no runtime directory, an unsafe one) falls back to a direct connection.
+controller that is gone, or going away (it withdrew its socket's name as it began to exit), is
+replaced; one that still has its name and does not answer is killed and replaced; anything else (no
+runtime directory, an unsafe one) falls back to a direct connection.
 """
 
 from __future__ import annotations
@@ -179,6 +180,9 @@ class Holder:
                 return sock
         except (OSError, EOFError, ValueError):
             pass
+        if _withdrawn(self.path, inode):  # it is going away (it withdrew its name first): start another
+            sock.close()
+            return None
         _kill(sock, self.path, inode)
         return None
 
@@ -286,6 +290,16 @@ def _connect(path: str) -> tuple[socket.socket, int] | None:
     return sock, inode
 
 
+def _withdrawn(path: str, inode: int) -> bool:
+    """Whether the controller whose socket had `inode` no longer has the public name: it withdrew it
+    as it began to exit (holder.Controller withdraws before it stops accepting), or another one took
+    it. Such a controller did not answer because it is going away, not because it is wedged."""
+    try:
+        return os.stat(path).st_ino != inode
+    except FileNotFoundError:
+        return True
+
+
 def _unlink_if(path: str, inode: int) -> None:
     """Remove `path` if it is still the file we found (not a new controller's socket)."""
     try:
@@ -360,13 +374,19 @@ def stop_all() -> int | None:
     if found is None:
         return 0
     sock, inode = found
+    acked = False
     try:
         sock.settimeout(ACK_TIMEOUT)
         sock.sendall(wire.encode({"op": "stop-all"}))
-        wire.decode(_read_exact(sock))
-        _, count = wire.decode(_read_exact(sock))
+        read = _read_exact(sock)
+        wire.decode(read)
+        acked = True
+        _, count = wire.decode(read)
         return int(count)
-    except (OSError, EOFError, ValueError, TypeError):
+    except (OSError, EOFError, ValueError, TypeError) as exc:
+        unheard = isinstance(exc, (ConnectionResetError, BrokenPipeError))  # closed before it read ours
+        if not acked and unheard and _withdrawn(path, inode):
+            return 0  # by a controller going away on its own, holding nothing
         _kill(sock, path, inode)
         return None
     finally:
