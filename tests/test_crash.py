@@ -48,13 +48,17 @@ def _clone(tmp_path, template, n):
     return env
 
 
-def _fault_points(tmp_path, template, op) -> list[tuple[int, str]]:
-    """Every step the transaction passes, numbered as PATCHKEEPER_CRASH_AT counts them (a run that never dies)."""
+def _fault_points(tmp_path, template, op) -> tuple[list[tuple[int, str]], dict]:
+    """Every step the transaction passes, numbered as PATCHKEEPER_CRASH_AT counts them, and the tree
+    after it: a run that never dies is the uninterrupted change too."""
     env = _clone(tmp_path, template, "trace")
     trace = tmp_path / "trace-all"
     env.pk(*_args(op), env={"PATCHKEEPER_CRASH_AT": "no such step", "PATCHKEEPER_CRASH_TRACE": str(trace)})
+    new = env.snapshot()
     _discard(env)
-    return [(int(n), name) for n, name in (line.split(" ", 1) for line in trace.read_text().splitlines())]
+    return [
+        (int(n), name) for n, name in (line.split(" ", 1) for line in trace.read_text().splitlines())
+    ], new
 
 
 def _chosen(points: list[tuple[int, str]]) -> list[int]:
@@ -76,11 +80,8 @@ def _discard(env) -> None:
 def test_kill_at_every_step_then_recover(op, tmp_path, pristine_venv):
     template = _prepare(tmp_path, pristine_venv, op)
     old = template.snapshot()
-    done = _clone(tmp_path, template, "done")
-    done.pk(*_args(op))
-    new = done.snapshot()
+    points, new = _fault_points(tmp_path, template, op)
     assert old != new
-    points = _fault_points(tmp_path, template, op)
     kinds = {name.split(" ", 1)[0] for _, name in points}
     assert {
         "stored",

@@ -259,6 +259,9 @@ def test_restore_pristine_after_the_baseline_says_it_acts_only_before_and_what_w
     assert f"hint: to drop hand edits now: `patchkeeper rollback --to {current}` gives every file" in err
     err = env.pk("snapshot", "--name", "second", "--accept-edits", check=2).stderr
     assert "--accept-edits acts only before" in err and "`patchkeeper snapshot --name NAME`" in err
+    for flag in ("--restore-pristine", "--accept-edits"):  # repair took them and said nothing
+        err = env.pk("repair", "six", flag, check=2).stderr
+        assert f"{flag} acts only before a target's first baseline; local has one" in err
     assert env.snapshot() == before
     env.pk("rollback", "--to", current, "--no-verify")  # what the hint says works
     env.pk("apply", "ddtree", "--no-verify")

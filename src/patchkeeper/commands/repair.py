@@ -58,6 +58,8 @@ def _repair(
                 "use `rollback --to baseline`; before the first baseline, "
                 "`apply` or `snapshot` with --restore-pristine",
             )
+        if adopt is not None and s.ledger.current() is not None and not adopting.new_release(s):
+            raise adopting.too_late(s, adopt)  # as apply and snapshot: never ignored without a word
         if not dry_run:  # its entry would record the managed package's installation as the state's
             refuse_writes(s.installation(), s.target, s.command)
         damage = repair.find_damage(s.target, dist)
