@@ -598,30 +598,3 @@ def fleet(tmp_path, pristine_venv, sshd) -> Fleet:  # noqa: F811
         )
     env = make_workspace(tmp_path / "ws", tmp_path / "venv-local", toml)
     return Fleet(env, sshd, venvs, units)
-
-
-# The longest tests of a `make test` run (--durations, 2026-12-06: 30-110 s each under -n 6), started
-# first: xdist hands the first items out one per worker, so they run beside the many short ones
-# instead of last on one busy core while the others have nothing left (the run's tail).
-LONGEST = (
-    "test_release_diff.py::",
-    "test_crash.py::",
-    "test_docs.py::test_the_readme_quick_start",
-    "test_installation.py::test_an_upgrade",
-    "test_installation.py::test_another_release",
-    "test_ansible.py::test_the_module_in_playbooks",
-    "test_audit.py::test_rehash_on_a_terminal",
-    "test_installation.py::test_a_reinstall",
-    "test_usability.py::test_the_demo_target",
-    "test_ssh.py::test_verbs_over_ssh_work_as_locally",
-    "test_rollout.py::test_a_rollout_stops",
-    "test_blake3pipe.py::test_a_target_recorded_with_blake3",
-)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    def rank(item: pytest.Item) -> int:
-        name = item.nodeid.removeprefix("tests/")
-        return next((i for i, p in enumerate(LONGEST) if name.startswith(p)), len(LONGEST))
-
-    items.sort(key=rank)  # stable: the rest keep their order
