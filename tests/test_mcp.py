@@ -294,12 +294,18 @@ def test_a_change_over_ssh(fleet, tmp_path):
         assert applied["kind"] == "apply" and applied["origin"] == {"via": "mcp", "client": "test-agent"}
 
 
-def test_plan_and_apply_a_repair(tmp_path, repair_pristine, monkeypatch):
-    for key, value in NO_INDEX.items():  # the server's pip never leaves this machine
+def _repair_workspace(tmp_path, repair_pristine, monkeypatch):
+    """A workspace over a venv with six (repair's test venv), its wheels local: pip never leaves this machine."""
+    for key, value in NO_INDEX.items():
         monkeypatch.setenv(key, value)
     renv = make_workspace(tmp_path / "ws", copy_venv(repair_pristine, tmp_path / "venv"))
     toml = renv.root / "patchkeeper.toml"
     toml.write_text(f'wheels = "{WHEELS}"\n' + toml.read_text())
+    return renv
+
+
+def test_plan_and_apply_a_repair(tmp_path, repair_pristine, monkeypatch):
+    renv = _repair_workspace(tmp_path, repair_pristine, monkeypatch)
     pristine = (repair_pristine / SITE_REL / "six.py").read_bytes()
     edit_file(renv.site / "six.py", pristine.replace(b"def ", b"def  ", 3))
 
@@ -377,11 +383,7 @@ def test_plan_with_restore_pristine_previews_it_and_apply_plan_does_only_that(en
 
 
 def test_plan_a_repair_on_a_hand_patched_target_with_accept_edits(tmp_path, repair_pristine, monkeypatch):
-    for key, value in NO_INDEX.items():  # the server's pip never leaves this machine
-        monkeypatch.setenv(key, value)
-    renv = make_workspace(tmp_path / "ws", copy_venv(repair_pristine, tmp_path / "venv"))
-    toml = renv.root / "patchkeeper.toml"
-    toml.write_text(f'wheels = "{WHEELS}"\n' + toml.read_text())
+    renv = _repair_workspace(tmp_path, repair_pristine, monkeypatch)
     six = (repair_pristine / SITE_REL / "six.py").read_bytes()
     edit_file(renv.site / "six.py", six.replace(b"def ", b"def  ", 3))
     edited = (renv.site / SPEC).read_bytes() + b"# copied in by scp\n"
