@@ -1,6 +1,8 @@
 """The bytecode check compiles a source once per pair of bytes (host/pycompare.py): on the real sglang
 venv, a second `audit --rehash` compiles nothing, and a foreign pyc of every kind is still found by
-`--rehash` and by a cold audit, the pairs of the genuine pycs already kept."""
+`--rehash` and by a cold audit, the pairs of the genuine pycs already kept. With the release's code
+digests (checks/release_code.py: its wheel's sources compiled on the controller) a pyc of the release's
+code is judged without a compile, and still no foreign pyc passes."""
 
 from __future__ import annotations
 
@@ -10,12 +12,15 @@ import marshal
 import os
 import py_compile
 import shutil
+import sys
 import warnings
+import zipfile
 from pathlib import Path
 
 import pytest
 from conftest import SITE_REL, copy_venv, drop_bytecode, make_workspace
 
+from patchkeeper.checks import release_code
 from patchkeeper.host import bytecode, progress, pycompare
 
 TAG = "cpython-311"
@@ -111,12 +116,29 @@ def bytecode_findings(env, *args: str) -> dict[str, str]:
     return {f["path"]: f["detail"] for f in doc["findings"] if f["class"] == "bytecode"}
 
 
+def wheel_of(path: Path, root: Path, sources: list[Path]) -> Path:
+    """A wheel (a zip, as pip writes one) holding `sources`, named relative to `root`."""
+    with zipfile.ZipFile(path, "w") as zf:
+        for src in sources:
+            zf.write(src, str(src.relative_to(root)))
+    return path
+
+
 def test_every_kind_of_foreign_pyc_is_found_by_rehash_and_a_cold_audit_with_the_pairs_kept(benv):
+    """With the release's code digests in place too: the workspace's wheels directory holds a wheel of
+    sglang 0.5.23 (the sources of the directory whose pycs are kept)."""
     site = benv.venv / SITE_REL
+    (benv.root / "wheels").mkdir()
+    sources = sorted((site / KEEP).glob("*.py"))
+    wheel_of(benv.root / "wheels" / "sglang-0.5.23-py3-none-any.whl", site, sources)
+    toml = benv.root / "patchkeeper.toml"
+    toml.write_text('wheels = "wheels"\n' + toml.read_text())
     benv.pk("snapshot", "--name", "start")
     assert bytecode_findings(benv, "--rehash") == {}  # every genuine pair compared, then kept
     kept = benv.venv / ".patchkeeper" / "audit" / "bytecode.compared"
     assert kept.exists()
+    stamp, table = marshal.loads(Path(f"{kept}.release").read_bytes())
+    assert stamp == pycompare.Compared.RELEASE and len(table) == len(sources)
     made = forge_all(site)
     for args in (("--rehash",), ()):
         if (
@@ -293,8 +315,8 @@ def test_the_workers_are_counted_in_the_progress_and_stopped_on_an_error(tmp_pat
     def failing_settled(answer, memo):
         raise KeyboardInterrupt  # Ctrl-C at the first answer
 
-    def watching(jobs, workers):
-        procs = real(jobs, workers)
+    def watching(jobs, workers, release):
+        procs = real(jobs, workers, release)
         started.extend(procs)
         return procs
 
@@ -319,3 +341,59 @@ def test_the_workers_run_on_an_ssh_host_and_find_every_kind_of_foreign_pyc(fleet
     assert set(found) == set(made)
     for path, words in made.items():
         assert words in found[path], (path, found[path])
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+def test_the_releases_code_digests_spare_its_sources_compile_and_vouch_for_no_foreign_pyc(
+    tmp_path, seed, monkeypatch
+):
+    """A generated corpus (foreign pycs behind matching headers, -O pycs, checked-hash pycs) compared with
+    the release's code digests of its sources (made by release_code from a wheel of them, on every core):
+    the verdicts of the comparisons without them, in one process and in workers; each genuine pyc of
+    level 0 judged by its digest, every other one compiled; a table of another magic number not read."""
+    pairs, forged = generated_site(tmp_path / "site", 3 * pycompare.POOL_FROM, seed)
+    wheel = wheel_of(tmp_path / "pkg-1.0-py3-none-any.whl", tmp_path / "site", [Path(p[2]) for p in pairs])
+    data = release_code._table(wheel, sys.executable)
+    assert data is not None
+    compared = tmp_path / "state" / "bytecode.compared"
+    compared.parent.mkdir(mode=0o700)
+    Path(f"{compared}.release").write_bytes(data)
+    plain = pycompare.compare_pairs(pairs, pycompare.Compared(None), workers=1)
+    assert {rel for rel, other in plain.items() if other} == forged
+    vouched = {rel for rel, _, _, opt in pairs if opt == 0} - forged
+    for workers in (1, 3):
+        memo = pycompare.Compared(str(compared))
+        assert pycompare.compare_pairs(pairs, memo, workers=workers) == plain
+        assert (memo.vouched, memo.compiled) == (len(vouched), len(pairs) - len(vouched)), workers
+        assert set(memo.made) == {rel for rel, _, _, _ in pairs} - forged  # kept as compiled pairs are
+
+    # the digests are kept in the user cache: made again without starting an interpreter
+    monkeypatch.setattr(release_code.subprocess, "Popen", None)
+    assert release_code._table(wheel, sys.executable) == data
+    stamp, table = marshal.loads(data)
+    Path(f"{compared}.release").write_bytes(marshal.dumps((stamp[:2] + (b"\0\0\r\n",), table)))
+    other = pycompare.Compared(str(compared))
+    assert pycompare.compare_pairs(pairs, other, workers=1) == plain
+    assert (other.vouched, other.compiled) == (0, len(pairs))
+
+
+def test_a_code_digest_is_the_code_under_any_file_name_and_differs_for_other_code(tmp_path):
+    """code_digest, the release digests' measure: equal for a source compiled under two names and for
+    the pyc py_compile writes of it (marshal's references and file names set apart), different for
+    code that differs in one constant, one name, one line number or one nested function."""
+    text = b"import os\nX = {1, 2}\ndef f(a, b=2.5):\n    def g():\n        return a\n    return g, 'f'\n"
+    src = tmp_path / "m.py"
+    src.write_bytes(text)
+    py_compile.compile(str(src), str(tmp_path / "m.pyc"), doraise=True)
+    loaded = marshal.loads((tmp_path / "m.pyc").read_bytes()[16:])
+    digest = pycompare.code_digest(compile(text, "/a/m.py", "exec", dont_inherit=True))
+    assert pycompare.code_digest(compile(text, "/b/elsewhere.py", "exec", dont_inherit=True)) == digest
+    assert pycompare.code_digest(loaded) == digest
+    for changed in (
+        (b"2.5", b"2.50000001"),
+        (b"return a", b"return b"),
+        (b"import os\n", b"import os\n\n"),
+        (b"'f'", b"'g'"),
+    ):
+        other = text.replace(*changed)
+        assert pycompare.code_digest(compile(other, "/a/m.py", "exec", dont_inherit=True)) != digest, changed

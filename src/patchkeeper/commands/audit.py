@@ -62,6 +62,10 @@ def audit_one(
     rehash: bool = False,
 ) -> audit_core.AuditReport:
     with Session(ws, name, "audit", write=False, wait=wait, rehash=rehash) as s:
+        if rehash:  # every pyc compared: the release's own sources need no compile on the host
+            from ..checks import release_code  # lazy: only --rehash reads a wheel (zipfile, wheels.py)
+
+            release_code.place(s.target, ws.wheels, audit_core.compared_pairs(s.target))
         current = s.ledger.current()
         owners = _owners(ws, current.stack) if current else None
         if bar is None:

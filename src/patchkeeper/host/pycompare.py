@@ -36,7 +36,9 @@ if TYPE_CHECKING:  # annotations only (typing costs a command's start about 10 m
     from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
     Job = Tuple[str, str, str, int, Optional[bytes]]  # (rel, pyc path, source path, opt, known digest)
-    Judged = Tuple[str, Union[bool, str], bytes, bool]  # (rel, other code?, pair digest, compiled?)
+    Judged = Tuple[str, Union[bool, str], bytes, int]  # (rel, other code?, pair digest, how: HOW)
+
+HOW = ("known pair", "compiled", "by the release's code digest")  # how a pair was judged, by index
 
 
 class Compared:
@@ -45,12 +47,24 @@ class Compared:
     pays nothing for it); `path` None: nothing is read or kept."""
 
     FORMAT = ("pk-pyc-compared", 1, sys.version_info[:2], importlib.util.MAGIC_NUMBER)
+    RELEASE = ("pk-release-code", 1, importlib.util.MAGIC_NUMBER)  # beside it, `.release`: see release_table
 
     def __init__(self, path: Optional[str]) -> None:
         self.path = path
         self._known: Optional[Dict[str, bytes]] = None if path else {}
+        self._release: Optional[Dict[bytes, bytes]] = None if path else {}
         self.made: Dict[str, bytes] = {}  # pairs compared by this run, found to hold the same code
         self.compiled = 0  # sources this run compiled
+        self.vouched = 0  # pyc found to hold the release's code by its digest, none compiled
+
+    @property
+    def release(self) -> Dict[bytes, bytes]:
+        """sha256 of a source -> code_digest of what it compiles to (optimization level 0) under this
+        interpreter's magic number, as the controller compiled the release's own sources (written by
+        checks/release_code.py); empty when absent, damaged or of another interpreter."""
+        if self._release is None:
+            self._release = (load_cache(self.path + ".release", self.RELEASE) or {}) if self.path else {}
+        return self._release
 
     @property
     def known(self) -> Dict[str, bytes]:
@@ -77,6 +91,8 @@ class Compared:
 _PAIR = """
 import hashlib, importlib.util, marshal, warnings
 
+CODE = type(compile("", "", "exec"))
+
 
 def pair_digest(source, pyc, opt):
     h = hashlib.sha256(importlib.util.MAGIC_NUMBER)
@@ -86,7 +102,19 @@ def pair_digest(source, pyc, opt):
     return h.digest()
 
 
-def judge_pair(job):
+def code_digest(code):
+    # marshal (version 2: no references, so the bytes follow the values alone) of the code with every
+    # file name blanked: equal digests, equal code objects (== ignores only the file name)
+    def blank(c):
+        return c.replace(co_filename="", co_consts=tuple(blank(k) if type(k) is CODE else k for k in c.co_consts))
+    return hashlib.sha256(marshal.dumps(blank(code), 2)).digest()
+
+
+def release_code(source, name):
+    return code_digest(compile(source, name, "exec", dont_inherit=True, optimize=0))
+
+
+def judge_pair(job, release=None):
     rel, pyc, src, opt, known = job
     try:
         with open(pyc, "rb") as f:
@@ -94,35 +122,59 @@ def judge_pair(job):
         with open(src, "rb") as f:
             source = f.read()
     except OSError as exc:
-        return rel, "cannot be compared with its source: %s" % (exc.strerror or exc), b"", False
+        return rel, "cannot be compared with its source: %s" % (exc.strerror or exc), b"", 0
     digest = pair_digest(source, pyc_bytes, opt)
     if known == digest:
-        return rel, False, digest, False
+        return rel, False, digest, 0
     try:
         code = marshal.loads(pyc_bytes[16:])
+        vouched = release.get(hashlib.sha256(source).digest()) if release and opt == 0 else None
+        if vouched is not None and type(code) is CODE and code_digest(code) == vouched:
+            return rel, False, digest, 2  # the code the release's source compiles to, not compiled here
         with warnings.catch_warnings():  # a source's SyntaxWarnings are its own, not the audit's to print
             warnings.simplefilter("ignore")
             fresh = compile(source, src, "exec", dont_inherit=True, optimize=opt)
     except (ValueError, EOFError, TypeError, SyntaxError) as exc:
-        return rel, "cannot be compared with its source: %s" % (exc,), digest, True
-    return rel, code != fresh, digest, True
+        return rel, "cannot be compared with its source: %s" % (exc,), digest, 1
+    return rel, code != fresh, digest, 1
 """
 _WORKER = (
     _PAIR
     + """
 import struct, sys
-jobs = marshal.loads(sys.stdin.buffer.read())
+jobs, release = marshal.loads(sys.stdin.buffer.read())
 out = sys.stdout.buffer
 for job in jobs:
-    answer = marshal.dumps(judge_pair(job))
+    answer = marshal.dumps(judge_pair(job, release))
     out.write(struct.pack("<I", len(answer)) + answer)
     out.flush()
+"""
+)
+# The release's code digests (Compared.release), as the controller makes them in an interpreter of its own
+# (checks/release_code.py): argv wheel, i, n: every n-th source of the wheel from the i-th, compiled.
+RELEASE_BUILDER = (
+    _PAIR
+    + """
+import sys, zipfile
+wheel, first, step = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+table = {}
+with zipfile.ZipFile(wheel) as zf:
+    for name in sorted(n for n in zf.namelist() if n.endswith(".py"))[first::step]:
+        source = zf.read(name)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                table[hashlib.sha256(source).digest()] = release_code(source, name)
+        except (SyntaxError, ValueError):
+            pass
+sys.stdout.buffer.write(marshal.dumps((("pk-release-code", 1, importlib.util.MAGIC_NUMBER), table)))
 """
 )
 _ns: Dict[str, Any] = {}
 exec(compile(_PAIR, "pycompare._PAIR", "exec"), _ns)
 pair_digest: Callable[[bytes, bytes, int], bytes] = _ns["pair_digest"]
-judge_pair: Callable[[Job], Judged] = _ns["judge_pair"]
+judge_pair: Callable[[Job, Optional[Dict[bytes, bytes]]], Judged] = _ns["judge_pair"]
+code_digest: Callable[[Any], bytes] = _ns["code_digest"]
 """pair_digest: what a comparison of these bytes depends on: the interpreter (its magic number), the
 optimization level, the source and the pyc (its header with it). judge_pair: one job compared (a
 pyc's code object against what its source compiles to: code objects compare by what they run, their
@@ -146,7 +198,7 @@ def other_code(
     """Whether a pyc's code object is not what its source compiles to (a detail string when it
     cannot be compared at all). With `memo`, a pair of bytes found the same before is not compiled
     again."""
-    return _settled(judge_pair((rel, pyc, src, opt, _known(memo, rel))), memo)
+    return _settled(judge_pair((rel, pyc, src, opt, _known(memo, rel)), _release(memo)), memo)
 
 
 def compare_pairs(
@@ -157,10 +209,11 @@ def compare_pairs(
     full = [(rel, pyc, src, opt, _known(memo, rel)) for rel, pyc, src, opt in jobs]
     workers = min(workers or cores(), len(full) // PER_WORKER)
     pooled = workers > 1 and len(full) >= POOL_FROM and bool(sys.executable)  # (none when embedded)
-    procs = _started(full, workers) if pooled else []
+    release = _release(memo)
+    procs = _started(full, workers, release) if pooled else []
     verdicts: Dict[str, Union[bool, str]] = {}
     try:
-        for answer in _answers(procs, len(full)) if procs else map(judge_pair, full):
+        for answer in _answers(procs, len(full)) if procs else (judge_pair(job, release) for job in full):
             verdicts[answer[0]] = _settled(answer, memo)
             progress.step()
     finally:
@@ -172,16 +225,21 @@ def _known(memo: Optional[Compared], rel: str) -> Optional[bytes]:
     return memo.known.get(rel) if memo is not None else None
 
 
+def _release(memo: Optional[Compared]) -> Dict[bytes, bytes]:
+    return memo.release if memo is not None else {}
+
+
 def _settled(answer: Judged, memo: Optional[Compared]) -> Union[bool, str]:
-    rel, other, digest, compiled = answer
-    if memo is not None and compiled:
-        memo.compiled += 1
+    rel, other, digest, how = answer
+    if memo is not None and how:
+        memo.compiled += how == 1
+        memo.vouched += how == 2
         if other is False:
             memo.made[rel] = digest
     return other
 
 
-def _started(jobs: List[Job], workers: int) -> List[subprocess.Popen[bytes]]:
+def _started(jobs: List[Job], workers: int, release: Dict[bytes, bytes]) -> List[subprocess.Popen[bytes]]:
     """`workers` processes of this interpreter, each given its share of the jobs to judge (the
     biggest sources dealt first and spread, so that they end together); [] when none can start
     (the jobs are then judged here)."""
@@ -201,7 +259,7 @@ def _started(jobs: List[Job], workers: int) -> List[subprocess.Popen[bytes]]:
             )
             procs.append(proc)
             assert proc.stdin is not None
-            proc.stdin.write(marshal.dumps(ordered[i::workers]))  # read whole before it answers
+            proc.stdin.write(marshal.dumps((ordered[i::workers], release)))  # read whole before it answers
             proc.stdin.close()
     except OSError:  # no interpreter to start (or it died at once): the comparisons are made here
         _ended(procs)

@@ -1,0 +1,98 @@
+"""The release's code digests for `audit --rehash`: what each source of the target's release wheel compiles
+to, so that a host compiles none of the sources it holds unchanged (host/pycompare.py, Compared.release).
+
+Compiling every source is the dearest part of a first `--rehash` on a host (the bare sglang venv: 77 MB of
+sources, 10 s of CPU). The release's sources are the same bytes on every host of a fleet, so this machine
+compiles them once per wheel and interpreter, keeps the digests in the user cache (`release-code/`) and
+places them beside each target's compared pairs; a pyc whose code, its file names blanked, has the digest
+its source's sha256 names holds the release's code, without a compile on the host.
+
+Trust: an entry says what a source's bytes compile to, computed here, in an interpreter of this machine
+(the target's own for a local target; for an SSH target, the `pythonX.Y` of its version found on PATH:
+the host uses the table only under its own magic number). Whatever wheel it came from, an entry is a fact
+about those bytes, so a wrong wheel costs compiles, never a pyc wrongly believed. A host's own answers
+never enter it: a host that lied could otherwise vouch for a foreign pyc on every other host.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import marshal
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from ..host.pycompare import RELEASE_BUILDER, Compared, cores
+from ..host.statcache import read_cache, save_cache, user_cache
+from ..targets import Target
+from .wheels import in_directory
+
+
+def place(target: Target, wheels_dir: Path | None, compared: str) -> int:
+    """Put the digests of the target's release (its wheel in the workspace's wheels directory) beside
+    `compared` on the target; the number of sources they cover, 0 when there is no wheel or no
+    interpreter to compile with (the host then compiles, as without them)."""
+    info = target.info
+    dist = info.dist_info.removesuffix(".dist-info").rpartition("-")[0] or info.package
+    found = in_directory(wheels_dir, dist, info.version)
+    python = _interpreter(target) if found else None
+    if python is None:
+        return 0
+    data = _table(found[0], python)
+    if data is None:
+        return 0
+    target.agent.write_atomic(compared + ".release", data, 0o600)
+    return len(marshal.loads(data)[1])
+
+
+def _interpreter(target: Target) -> str | None:
+    """An interpreter of this machine that compiles as the target's does (see the module's trust)."""
+    if target.config.ssh is None:
+        return target.config.python
+    major_minor = ".".join(target.info.python_version.split(".")[:2])
+    return shutil.which(f"python{major_minor}")
+
+
+def _table(wheel: Path, python: str) -> bytes | None:
+    """The cache file's bytes (Compared.RELEASE and the table) for `wheel` compiled by `python`,
+    from the user cache or made now on every core; None when the interpreter cannot make them."""
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    real = os.path.realpath(python)
+    st = os.stat(real)
+    key = hashlib.sha256(f"{digest}\0{real}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()[:32]
+    cached = user_cache(f"release-code/{key}")
+    data = read_cache(cached)
+    if data is not None:
+        return data
+    step = cores()
+    procs: list[subprocess.Popen[bytes]] = []
+    parts = []
+    try:
+        for i in range(step):
+            procs.append(
+                subprocess.Popen(
+                    [python, "-I", "-c", RELEASE_BUILDER, str(wheel), str(i), str(step)],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+        for proc in procs:
+            out, _ = proc.communicate()
+            if proc.returncode != 0:
+                return None
+            parts.append(marshal.loads(out))
+    except (OSError, ValueError, EOFError):  # no such interpreter, or it printed something else
+        return None
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    stamps = {stamp for stamp, _ in parts}
+    if len(stamps) != 1 or next(iter(stamps))[:2] != Compared.RELEASE[:2]:
+        return None
+    table = {k: v for _, part in parts for k, v in part.items()}
+    stamp = next(iter(stamps))
+    save_cache(cached, stamp, table)
+    return marshal.dumps((stamp, table))
