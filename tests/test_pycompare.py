@@ -6,6 +6,8 @@ code is judged without a compile, and still no foreign pyc passes."""
 
 from __future__ import annotations
 
+import ensurepip
+import hashlib
 import importlib.util
 import json
 import marshal
@@ -125,12 +127,25 @@ def wheel_of(path: Path, root: Path, sources: list[Path]) -> Path:
 
 
 def test_every_kind_of_foreign_pyc_is_found_by_rehash_and_a_cold_audit_with_the_pairs_kept(benv):
-    """With the release's code digests in place too: the workspace's wheels directory holds a wheel of
-    sglang 0.5.23 (the sources of the directory whose pycs are kept)."""
+    """With the releases' code digests in place too: the workspace's wheels directory holds a wheel of
+    sglang 0.5.23 (the sources of the directory whose pycs are kept) and the venv's own pip and setuptools
+    wheels (those this interpreter bundles, where their versions are the venv's), and one of a release
+    the venv does not have."""
     site = benv.venv / SITE_REL
-    (benv.root / "wheels").mkdir()
+    wheels = benv.root / "wheels"
+    wheels.mkdir()
     sources = sorted((site / KEEP).glob("*.py"))
-    wheel_of(benv.root / "wheels" / "sglang-0.5.23-py3-none-any.whl", site, sources)
+    wheel_of(wheels / "sglang-0.5.23-py3-none-any.whl", site, sources)
+    wheel_of(wheels / "sglang-0.5.22-py3-none-any.whl", site, sorted((site / "sglang").glob("*.py")))
+    distinct = {hashlib.sha256(p.read_bytes()).digest() for p in sources}  # one entry per source's bytes
+    for bundled in (Path(ensurepip.__file__).parent / "_bundled").glob("*.whl"):
+        name, version = bundled.name.split("-")[:2]
+        if (site / f"{name}-{version}.dist-info").is_dir():
+            shutil.copy(bundled, wheels / bundled.name)
+            with zipfile.ZipFile(bundled) as zf:
+                distinct.update(
+                    hashlib.sha256(zf.read(n)).digest() for n in zf.namelist() if n.endswith(".py")
+                )
     toml = benv.root / "patchkeeper.toml"
     toml.write_text('wheels = "wheels"\n' + toml.read_text())
     benv.pk("snapshot", "--name", "start")
@@ -138,7 +153,7 @@ def test_every_kind_of_foreign_pyc_is_found_by_rehash_and_a_cold_audit_with_the_
     kept = benv.venv / ".patchkeeper" / "audit" / "bytecode.compared"
     assert kept.exists()
     stamp, table = marshal.loads(Path(f"{kept}.release").read_bytes())
-    assert stamp == pycompare.Compared.RELEASE and len(table) == len(sources)
+    assert stamp == pycompare.Compared.RELEASE and set(table) == distinct
     made = forge_all(site)
     for args in (("--rehash",), ()):
         if (
@@ -329,16 +344,27 @@ def test_the_workers_are_counted_in_the_progress_and_stopped_on_an_error(tmp_pat
 
 def test_the_workers_run_on_an_ssh_host_and_find_every_kind_of_foreign_pyc(fleet):
     """Over SSH the agent is one program built in the host's interpreter: its workers start from the
-    comparison's text alone and find what one process finds (84 comparisons: the pool's size)."""
+    comparison's text alone and find what one process finds (84 comparisons: the pool's size), with the
+    release's code digests placed on the host by the controller (its wheel in the wheels directory)."""
     keep = "sglang/srt/configs"
     site = fleet.site("ct129")
     assert drop_bytecode(site, keep=keep) > 1000
     assert sum(1 for _ in (site / keep / "__pycache__").iterdir()) >= pycompare.POOL_FROM
     fleet.pk("snapshot", "-t", "ct129", "--name", "start")
     made = forge_all(site, keep)
+    wheels = fleet.env.root / "wheels"  # the release's code digests, made here and placed on the host
+    wheels.mkdir()
+    sources = sorted((site / keep).glob("*.py"))
+    wheel_of(wheels / "sglang-0.5.23-py3-none-any.whl", site, sources)
+    toml = fleet.env.root / "patchkeeper.toml"
+    toml.write_text('wheels = "wheels"\n' + toml.read_text())
     doc = json.loads(fleet.pk("audit", "-t", "ct129", "--json", "--rehash", check=None).stdout)
     found = {f["path"]: f["detail"] for f in doc["findings"] if f["class"] == "bytecode"}
     assert set(found) == set(made)
+    placed = fleet.venvs["ct129"] / ".patchkeeper" / "audit" / "bytecode.compared.release"
+    assert set(marshal.loads(placed.read_bytes())[1]) == {
+        hashlib.sha256(p.read_bytes()).digest() for p in sources
+    }
     for path, words in made.items():
         assert words in found[path], (path, found[path])
 
@@ -353,11 +379,11 @@ def test_the_releases_code_digests_spare_its_sources_compile_and_vouch_for_no_fo
     level 0 judged by its digest, every other one compiled; a table of another magic number not read."""
     pairs, forged = generated_site(tmp_path / "site", 3 * pycompare.POOL_FROM, seed)
     wheel = wheel_of(tmp_path / "pkg-1.0-py3-none-any.whl", tmp_path / "site", [Path(p[2]) for p in pairs])
-    data = release_code._table(wheel, sys.executable)
-    assert data is not None
+    made = release_code._table(wheel, sys.executable)
+    assert made is not None
     compared = tmp_path / "state" / "bytecode.compared"
     compared.parent.mkdir(mode=0o700)
-    Path(f"{compared}.release").write_bytes(data)
+    Path(f"{compared}.release").write_bytes(marshal.dumps(made))
     plain = pycompare.compare_pairs(pairs, pycompare.Compared(None), workers=1)
     assert {rel for rel, other in plain.items() if other} == forged
     vouched = {rel for rel, _, _, opt in pairs if opt == 0} - forged
@@ -369,8 +395,8 @@ def test_the_releases_code_digests_spare_its_sources_compile_and_vouch_for_no_fo
 
     # the digests are kept in the user cache: made again without starting an interpreter
     monkeypatch.setattr(release_code.subprocess, "Popen", None)
-    assert release_code._table(wheel, sys.executable) == data
-    stamp, table = marshal.loads(data)
+    assert release_code._table(wheel, sys.executable) == made
+    stamp, table = made
     Path(f"{compared}.release").write_bytes(marshal.dumps((stamp[:2] + (b"\0\0\r\n",), table)))
     other = pycompare.Compared(str(compared))
     assert pycompare.compare_pairs(pairs, other, workers=1) == plain

@@ -1,5 +1,6 @@
-"""The release's code digests for `audit --rehash`: what each source of the target's release wheel compiles
-to, so that a host compiles none of the sources it holds unchanged (host/pycompare.py, Compared.release).
+"""The releases' code digests for `audit --rehash`: what each source of the release wheels of the target's
+distributions compiles to (those the workspace's wheels directory holds), so that a host compiles none of
+the sources it holds unchanged (host/pycompare.py, Compared.release).
 
 Compiling every source is the dearest part of a first `--rehash` on a host (the bare sglang venv: 77 MB of
 sources, 10 s of CPU). The release's sources are the same bytes on every host of a fleet, so this machine
@@ -8,8 +9,8 @@ places them beside each target's compared pairs; a pyc whose code, its file name
 its source's sha256 names holds the release's code, without a compile on the host.
 
 Trust: an entry says what a source's bytes compile to, computed here, in an interpreter of this machine
-(the target's own for a local target; for an SSH target, the `pythonX.Y` of its version found on PATH:
-the host uses the table only under its own magic number). Whatever wheel it came from, an entry is a fact
+(the target's own for a local target; for an SSH target, this one or the `pythonX.Y` of its version
+on PATH: the host uses the table only under its own magic number). Whatever wheel it came from, an entry is a fact
 about those bytes, so a wrong wheel costs compiles, never a pyc wrongly believed. A host's own answers
 never enter it: a host that lied could otherwise vouch for a foreign pyc on every other host.
 """
@@ -21,42 +22,67 @@ import marshal
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
+from ..host.disk import normalize_name
 from ..host.pycompare import RELEASE_BUILDER, Compared, cores
 from ..host.statcache import read_cache, save_cache, user_cache
 from ..targets import Target
-from .wheels import in_directory
+from .wheels import wheel_name_version
 
 
 def place(target: Target, wheels_dir: Path | None, compared: str) -> int:
-    """Put the digests of the target's release (its wheel in the workspace's wheels directory) beside
-    `compared` on the target; the number of sources they cover, 0 when there is no wheel or no
-    interpreter to compile with (the host then compiles, as without them)."""
-    info = target.info
-    dist = info.dist_info.removesuffix(".dist-info").rpartition("-")[0] or info.package
-    found = in_directory(wheels_dir, dist, info.version)
+    """Put the code digests of the target's releases, every distribution of its site-packages whose wheel
+    the workspace's wheels directory holds (the package's, and any other's), beside `compared` on the
+    target; the number of sources they cover, 0 when there is no such wheel or no interpreter to compile
+    with (the host then compiles, as without them)."""
+    found = _wheels(target, wheels_dir)
     python = _interpreter(target) if found else None
     if python is None:
         return 0
-    data = _table(found[0], python)
-    if data is None:
+    tables = [_table(wheel, python) for wheel in found]
+    stamps = {stamp for stamp, _ in (t for t in tables if t is not None)}
+    if len(stamps) != 1:  # none made, or interpreters that disagree: none placed
         return 0
-    target.agent.write_atomic(compared + ".release", data, 0o600)
-    return len(marshal.loads(data)[1])
+    merged = {k: v for t in tables if t is not None for k, v in t[1].items()}
+    target.agent.write_atomic(compared + ".release", marshal.dumps((stamps.pop(), merged)), 0o600)
+    return len(merged)
+
+
+def _wheels(target: Target, wheels_dir: Path | None) -> list[Path]:
+    """The wheel of each distribution installed in the target's site-packages, where the directory holds one."""
+    if wheels_dir is None or not wheels_dir.is_dir():
+        return []
+    named: dict[tuple[str, str], Path] = {}
+    for path in sorted(wheels_dir.glob("*.whl")):
+        nv = wheel_name_version(path)
+        if nv is not None:
+            named.setdefault(nv, path)
+    found = []
+    for dist_info in target.agent.dist_infos(target.info.site):
+        name, _, version = dist_info.removesuffix(".dist-info").rpartition("-")
+        wheel = named.get((normalize_name(name), version))
+        if wheel is not None:
+            found.append(wheel)
+    return found
 
 
 def _interpreter(target: Target) -> str | None:
-    """An interpreter of this machine that compiles as the target's does (see the module's trust)."""
+    """An interpreter of this machine that compiles as the target's does (see the module's trust): a
+    local target's own; for an SSH target, this one or `pythonX.Y` on PATH, of the host's version."""
     if target.config.ssh is None:
         return target.config.python
     major_minor = ".".join(target.info.python_version.split(".")[:2])
+    if major_minor == "%d.%d" % sys.version_info[:2] and sys.executable:
+        return sys.executable
     return shutil.which(f"python{major_minor}")
 
 
-def _table(wheel: Path, python: str) -> bytes | None:
-    """The cache file's bytes (Compared.RELEASE and the table) for `wheel` compiled by `python`,
-    from the user cache or made now on every core; None when the interpreter cannot make them."""
+def _table(wheel: Path, python: str) -> tuple[Any, dict[bytes, bytes]] | None:
+    """(Compared.RELEASE as `python` has it, the table) for `wheel` compiled by `python`, from the
+    user cache or made now on every core; None when the interpreter cannot make them."""
     digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
     real = os.path.realpath(python)
     st = os.stat(real)
@@ -64,7 +90,11 @@ def _table(wheel: Path, python: str) -> bytes | None:
     cached = user_cache(f"release-code/{key}")
     data = read_cache(cached)
     if data is not None:
-        return data
+        try:
+            stamp, table = marshal.loads(data)
+            return stamp, table
+        except (ValueError, EOFError, TypeError):
+            pass  # damaged: made again
     step = cores()
     procs: list[subprocess.Popen[bytes]] = []
     parts = []
@@ -95,4 +125,4 @@ def _table(wheel: Path, python: str) -> bytes | None:
     table = {k: v for _, part in parts for k, v in part.items()}
     stamp = next(iter(stamps))
     save_cache(cached, stamp, table)
-    return marshal.dumps((stamp, table))
+    return stamp, table
