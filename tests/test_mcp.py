@@ -342,7 +342,9 @@ def test_plan_with_restore_pristine_previews_it_and_apply_plan_does_only_that(en
     async def body(agent: Agent) -> None:
         failed, doc = await agent.call("plan", action="apply", name="ddtree")  # hand edits: refused
         assert failed and f"{SPEC} (changed)" in doc["error"]["message"], doc
-        assert "--restore-pristine" in doc["error"]["hint"] and "plan" not in doc
+        hint = doc["error"]["hint"]  # the tool's own arguments, not the command's flags
+        assert "`restore_pristine: true`" in hint and "`accept_edits: true`" in hint and "plan" not in doc
+        assert "--restore-pristine" not in hint and "--accept-edits" not in hint
         doc = await agent.refused(
             "plan", action="apply", name="ddtree", restore_pristine=True, accept_edits=True
         )

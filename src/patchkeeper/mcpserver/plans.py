@@ -128,6 +128,7 @@ class Plans:
                 self.group, self.base, tools.change_words(ws, {**one, "targets": [name]}, True), on_line
             )
             if out.failed:
+                out = verbs.Outcome(out.code, _in_tool_arguments(out.doc))
                 return (
                     out
                     if len(names) == 1
@@ -202,6 +203,18 @@ def _started_from(doc: dict[str, Any]) -> dict[str, str | None]:
         return {name: t.get("before") for name, t in doc["targets"].items() if isinstance(t, dict)}
     before = doc.get("before")
     return {str(doc.get("target")): before.get("id") if isinstance(before, dict) else None}
+
+
+def _in_tool_arguments(doc: Any) -> Any:
+    """A dry run's refusal as the plan tool's caller can act on it: the hint names the tool's
+    arguments (`restore_pristine: true`) where the command's names its flags (--restore-pristine)."""
+    error = doc.get("error") if isinstance(doc, dict) else None
+    if not isinstance(error, dict) or not isinstance(error.get("hint"), str):
+        return doc
+    hint = error["hint"]
+    for argument, flag in tools.ADOPT.items():
+        hint = hint.replace(flag, f"the plan argument `{argument}: true`")
+    return {**doc, "error": {**error, "hint": hint}}
 
 
 def _several(docs: Mapping[str, Any], code: int) -> dict[str, Any]:
