@@ -22,6 +22,8 @@ LAZY_OWN: set[tuple[str, str]] = {
     ("patchkeeper.commands.audit", "patchkeeper.commands.audit_all"),
     ("patchkeeper.targets", "patchkeeper.targets.ssh"),  # a local target's command loads no SSH client code
     ("patchkeeper.targets.local", "patchkeeper.targets.remote_agent"),  # the wire: another interpreter only
+    # --rehash alone reads release wheels (zipfile, wheels.py) for their code digests
+    ("patchkeeper.commands.audit", "patchkeeper.checks.release_code"),
 }
 
 

@@ -96,6 +96,11 @@ def _table(wheel: Path, python: str) -> tuple[Any, dict[bytes, bytes]] | None:
         except (ValueError, EOFError, TypeError):
             pass  # damaged: made again
     step = cores()
+    sys.stderr.write(  # the long part of a first --rehash with many wheels: said as it happens
+        f"patchkeeper: audit: compiling the sources of {wheel.name} once on this machine, on {step} "
+        "core(s), for their code digests (kept in your user cache)\n"
+    )
+    sys.stderr.flush()
     procs: list[subprocess.Popen[bytes]] = []
     parts = []
     try:
