@@ -83,10 +83,12 @@ def _interpreter(target: Target) -> str | None:
 def _table(wheel: Path, python: str) -> tuple[Any, dict[bytes, bytes]] | None:
     """(Compared.RELEASE as `python` has it, the table) for `wheel` compiled by `python`, from the
     user cache or made now on every core; None when the interpreter cannot make them."""
-    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
-    real = os.path.realpath(python)
-    st = os.stat(real)
-    key = hashlib.sha256(f"{digest}\0{real}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()[:32]
+    # by the identities of the wheel and the interpreter, not a digest of the wheel (torch's is 800 MB):
+    # any table holds true entries whatever its key, since each names the source bytes it was made from
+    ids = [(os.path.realpath(p), os.stat(p)) for p in (str(wheel), python)]
+    key = hashlib.sha256(
+        repr([(path, st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev) for path, st in ids]).encode()
+    ).hexdigest()[:32]
     cached = user_cache(f"release-code/{key}")
     data = read_cache(cached)
     if data is not None:
