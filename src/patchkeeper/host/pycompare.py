@@ -11,6 +11,13 @@ foreign pyc is found whatever the file's identity or header says. Kept in the ta
 beside the verdicts; read by `audit --rehash` too, since an entry depends on the bytes only,
 never on a file's stat identity (docs/files-and-caches.md).
 
+With the releases' code digests beside the pairs (`.release`, placed by the controller: checks/release_code.py),
+a pyc of level 0 whose code, every file name blanked, marshals (version 2: no references) to the digest its
+source's sha256 names holds that code without a compile: equal bytes unmarshal to equal code objects.
+Any other pyc is compiled as above: a table made from another wheel, or a stale one, costs compiles,
+never a foreign pyc believed (an entry names the bytes of the source it was compiled from). The file
+is believed as the pairs are: a cache of the target's, where only its owner may write (read_cache).
+
 Many comparisons (the first `audit --rehash` of a host compiles every source) run on the host's
 cores: `compare_pairs` hands them to worker processes of the same interpreter, each started with
 the one text of the comparison (`_PAIR`, which this module runs too), reading the files itself and
@@ -47,7 +54,7 @@ class Compared:
     pays nothing for it); `path` None: nothing is read or kept."""
 
     FORMAT = ("pk-pyc-compared", 1, sys.version_info[:2], importlib.util.MAGIC_NUMBER)
-    RELEASE = ("pk-release-code", 1, importlib.util.MAGIC_NUMBER)  # beside it, `.release`: see release_table
+    RELEASE = ("pk-release-code", 1, importlib.util.MAGIC_NUMBER)  # beside it, `.release`: see `release`
 
     def __init__(self, path: Optional[str]) -> None:
         self.path = path
