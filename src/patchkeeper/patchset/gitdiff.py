@@ -116,7 +116,8 @@ def _traditional(
         return None  # `---` and `+++` lines without a hunk: git takes them as mail text
     _refuse_crlf(lines[at], at, origin)
     where = f"{origin}:{at + 1}"
-    old, new = githeader.side_name(lines[at][4:], where), githeader.side_name(lines[at + 1][4:], where)
+    old = githeader.side_name(lines[at][4:], where, traditional=True)
+    new = githeader.side_name(lines[at + 1][4:], where, traditional=True)
     if old is not None and githeader.epoch(lines[at]):  # diff -N dates the missing side at the epoch
         old = None
     elif new is not None and githeader.epoch(lines[at + 1]):

@@ -147,12 +147,26 @@ def mode(text: str, path: str, origin: str) -> int:
     return mode & 0o7777
 
 
-def side_name(text: str, where: str) -> str | None:
-    """The name of a ---/+++ line, prefix stripped (None for /dev/null); a tab and what follows
-    (a timestamp, or git's mark of a name with a space) is not part of it."""
+def side_name(text: str, where: str, traditional: bool = False) -> str | None:
+    """The name of a ---/+++ line, prefix stripped (None for /dev/null). In a git header, up to the
+    first tab (apply.c: gitdiff_verify_name). In a traditional patch, as git finds it there
+    (find_name_traditional): before the timestamp that ends the line, after a tab or after spaces
+    (whitespace damage), so a name may hold a tab or a space; without one, up to the first tab."""
     quoted = quoted_head(text)
-    name = quoted[0] if quoted else text.split("\t", 1)[0]
+    if quoted:
+        name = quoted[0]
+    else:
+        stamp = _TIMESTAMP.search(text) if traditional else None
+        name = text[: stamp.start()] if stamp else text.split("\t", 1)[0]
     return None if name == "/dev/null" else strip(name, where)
+
+
+# A timestamp at the end of a ---/+++ line (apply.c: diff_timestamp_len): a date, then an optional time
+# (fractional seconds too) and zone, after a tab or after spaces; the name ends where its match starts.
+_TIMESTAMP = re.compile(
+    r"(?:\t| +)(?:[0-9]{2})?[0-9]{2}-[0-9]{2}-[0-9]{2}"
+    r"(?: [0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?)?(?: [+-][0-9]{4}| [+-][0-9]{2}:[0-9]{2})?\Z"
+)
 
 
 def strip(name: str, where: str) -> str:
