@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..host.disk import normalize_name
-from ..host.pycompare import RELEASE_BUILDER, Compared, cores
+from ..host.pycompare import RELEASE_BUILDER, Compared, cores, ended
 from ..host.statcache import read_cache, save_cache, user_cache
 from ..targets import Target
 from .wheels import wheel_name_version
@@ -122,10 +122,7 @@ def _table(wheel: Path, python: str) -> tuple[Any, dict[bytes, bytes]] | None:
     except (OSError, ValueError, EOFError):  # no such interpreter, or it printed something else
         return None
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        ended(procs)
     stamps = {stamp for stamp, _ in parts}
     if len(stamps) != 1 or next(iter(stamps))[:2] != Compared.RELEASE[:2]:
         return None

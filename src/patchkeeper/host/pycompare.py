@@ -43,9 +43,8 @@ if TYPE_CHECKING:  # annotations only (typing costs a command's start about 10 m
     from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
     Job = Tuple[str, str, str, int, Optional[bytes]]  # (rel, pyc path, source path, opt, known digest)
-    Judged = Tuple[str, Union[bool, str], bytes, int]  # (rel, other code?, pair digest, how: HOW)
-
-HOW = ("known pair", "compiled", "by the release's code digest")  # how a pair was judged, by index
+    # (rel, other code?, pair digest, how: 0 a known pair, 1 compiled, 2 by the release's code digest)
+    Judged = Tuple[str, Union[bool, str], bytes, int]
 
 
 class Compared:
@@ -159,10 +158,10 @@ for job in jobs:
 )
 # The release's code digests (Compared.release), as the controller makes them in an interpreter of its own
 # (checks/release_code.py): argv wheel, i, n: every n-th source of the wheel from the i-th, compiled.
-RELEASE_BUILDER = (
-    _PAIR
-    + """
+RELEASE_BUILDER = _PAIR + (
+    """
 import sys, zipfile
+STAMP = %r  # Compared.RELEASE but the magic number, which is the builder's own
 wheel, first, step = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 table = {}
 with zipfile.ZipFile(wheel) as zf:
@@ -174,9 +173,9 @@ with zipfile.ZipFile(wheel) as zf:
                 table[hashlib.sha256(source).digest()] = release_code(source, name)
         except (SyntaxError, ValueError):
             pass
-sys.stdout.buffer.write(marshal.dumps((("pk-release-code", 1, importlib.util.MAGIC_NUMBER), table)))
+sys.stdout.buffer.write(marshal.dumps((STAMP + (importlib.util.MAGIC_NUMBER,), table)))
 """
-)
+) % (Compared.RELEASE[:2],)
 _ns: Dict[str, Any] = {}
 exec(compile(_PAIR, "pycompare._PAIR", "exec"), _ns)
 pair_digest: Callable[[bytes, bytes, int], bytes] = _ns["pair_digest"]
@@ -224,7 +223,7 @@ def compare_pairs(
             verdicts[answer[0]] = _settled(answer, memo)
             progress.step()
     finally:
-        _ended(procs)
+        ended(procs)
     return verdicts
 
 
@@ -269,12 +268,12 @@ def _started(jobs: List[Job], workers: int, release: Dict[bytes, bytes]) -> List
             proc.stdin.write(marshal.dumps((ordered[i::workers], release)))  # read whole before it answers
             proc.stdin.close()
     except OSError:  # no interpreter to start (or it died at once): the comparisons are made here
-        _ended(procs)
+        ended(procs)
         return []
     return procs
 
 
-def _ended(procs: List[subprocess.Popen[bytes]]) -> None:
+def ended(procs: List[subprocess.Popen[bytes]]) -> None:
     """Every worker stopped (at the end they have ended already; on an error or Ctrl-C, killed)."""
     for proc in procs:
         if proc.poll() is None:
