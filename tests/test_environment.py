@@ -4,17 +4,21 @@ printing a real H200 host's XML, and two hosts behind the test sshd."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from conftest import REPO, SITE_REL, copy_venv, edit_file, fingerprinted, make_workspace
 from sshd import sshd  # noqa: F401 (a fixture)
 
+from patchkeeper import workspace
 from patchkeeper.commands.verify import PREVIOUS_FAILS
 from patchkeeper.host import elf, fingerprint, gpu as gpu_stack
 
@@ -169,6 +173,119 @@ def test_elf_reader_and_loader_cache_agree_with_the_toolchain(tmp_path):
         got["libdep.so.1"]["path"] == "$SITE/pkg.libs/libdep.so.1" and got["libdep.so.1"]["via"] == "runpath"
     )
     assert got["libc.so.6"]["via"] in ("cache", "default")
+
+
+def own_record(site: Path, *rels: str) -> str:
+    """A distribution `pkgdep` whose RECORD lists `rels` with their sha256, as pip writes one; its
+    dist-info name."""
+    info = site / "pkgdep-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: pkgdep\nVersion: 1.0\n")
+    rows = []
+    for rel in rels:
+        data = (site / rel).read_bytes()
+        b64 = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        rows.append(f"{rel},sha256={b64},{len(data)}\n")
+    (info / "RECORD").write_text("".join(rows) + f"{info.name}/RECORD,,\n")
+    return info.name
+
+
+def test_a_library_its_record_lists_is_named_by_that_digest_and_not_read_again(eenv, monkeypatch, tmp_path):
+    """A first audit reads every file a RECORD lists (sha256), and the native part named each library
+    it resolves by a digest of its own (3.2 GB of the serving venv read twice). A library inside the
+    site dir is named by its sha256 now: the RECORD check's, for a file as its RECORD says and as it
+    was when read; the sha256 of its bytes for any other. Every pass and verb names it alike; one
+    outside the site dir keeps the target's algorithm."""
+    from dataclasses import replace
+
+    from patchkeeper.checks.scan import scan_request
+    from patchkeeper.host.agent import Agent
+    from patchkeeper.host.contract import TreeRequest
+    from patchkeeper.host.disk import ALGORITHM
+    from patchkeeper.targets import open_target
+
+    site, dep = eenv.site, eenv.site / "pkg.libs" / "libdep.so.1"
+    listed = own_record(site, "pkg.libs/libdep.so.1", "pkg/_ext.so")
+    eenv.pk("snapshot", "--name", "s0")
+    manifest = json.loads(eenv.pk("status", "--json").stdout)["state"]["manifest"]
+    hashed: list[str] = []
+    real = fingerprint.hash_file
+    monkeypatch.setattr(
+        fingerprint, "hash_file", lambda path, algo=None: hashed.append(path) or real(path, algo)
+    )
+    request = TreeRequest(
+        str(eenv.state_dir / "store"),
+        manifest,
+        scan_request(open_target(workspace.load(eenv.root).target(None))),
+        f"cpython-{sys.version_info.major}{sys.version_info.minor}",
+        records=(listed,),
+        record_cache=str(tmp_path / "records"),
+        native_sites=(str(site),),
+        native_cache=str(tmp_path / "native"),
+    )
+
+    def digest_of(answer) -> str:
+        return answer.native["pkg/_ext.so"]["resolved"]["libdep.so.1"]["digest"]
+
+    want = "sha256:" + hashlib.sha256(dep.read_bytes()).hexdigest()
+    cold = Agent().audit_tree(request)
+    assert not cold.records[listed].findings and digest_of(cold) == want
+    assert str(dep) not in hashed  # the RECORD check's digest: read once
+    libc = cold.native["pkg/_ext.so"]["resolved"]["libc.so.6"]
+    assert not libc["path"].startswith("$SITE/") and libc["digest"].startswith(f"{ALGORITHM}:")
+    assert digest_of(Agent().audit_tree(request)) == want  # warm, from the caches
+
+    # the fingerprints of `env` (every RECORD checked) and of a change (none: the file is hashed) agree
+    for parts in (("native", "distributions"), ("native", "identities")):
+        hashed.clear()
+        fp = fingerprint.take([str(site)], str(tmp_path / "-".join(parts)), str(site), parts)
+        assert fp["native"]["pkg/_ext.so"]["resolved"]["libdep.so.1"]["digest"] == want
+        assert (str(dep) in hashed) == (parts[1] == "identities")
+
+    # other bytes than its RECORD lists: named by their own digest, never the RECORD's
+    edit_file(dep, dep.read_bytes() + b"\0")
+    hashed.clear()
+    again = Agent().audit_tree(request)
+    assert [f[:2] for f in again.records[listed].findings] == [("pkg.libs/libdep.so.1", "changed")]
+    assert digest_of(again) == "sha256:" + hashlib.sha256(dep.read_bytes()).hexdigest() != want
+    assert str(dep) in hashed
+    assert digest_of(Agent().audit_tree(replace(request, native_cache=None))) == digest_of(again)
+
+
+def test_a_record_checks_digest_names_only_the_file_it_read(tmp_path):
+    """fingerprint.Resolver takes a RECORD check's digest for a library only while the file has the
+    identity it had when the check read it (a digest planted here, which no read would give)."""
+    site = tmp_path / "site"
+    (site / "lib").mkdir(parents=True)
+    lib = site / "lib" / "libx.so.1"
+    lib.write_bytes(b"\x7fELF not really")
+    st = lib.stat()
+    planted = "sha256:" + "ab" * 32
+    table = {str(lib): [planted, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]}
+
+    def named() -> str:
+        resolver = fingerprint.Resolver([str(site)], None, lambda: table)
+        found = resolver.identity(str(lib))
+        resolver.finish()
+        return found["digest"]
+
+    assert named() == planted
+    os.utime(lib, ns=(st.st_atime_ns, st.st_mtime_ns + 1))  # the same bytes, another identity
+    assert named() == "sha256:" + hashlib.sha256(lib.read_bytes()).hexdigest()
+
+
+def test_library_digests_of_two_algorithms_are_not_compared():
+    """A fingerprint taken before a library inside the site dir was named by its sha256 holds the
+    target's algorithm's digest for it: no "changed" from that alone, while two digests of one
+    algorithm still tell other bytes."""
+    from patchkeeper.checks.environment import native_changes
+
+    def fp(digest: str) -> dict:
+        where = {"path": "$SITE/pkg.libs/libdep.so.1", "size": 10, "digest": digest, "via": "runpath"}
+        return {"pkg/_ext.so": {"needed": ["libdep.so.1"], "resolved": {"libdep.so.1": where}}}
+
+    assert native_changes(fp("blake3:" + "1" * 64), fp("sha256:" + "2" * 64)) == []
+    assert [c[1] for c in native_changes(fp("sha256:" + "1" * 64), fp("sha256:" + "2" * 64))] == ["changed"]
 
 
 def test_the_fingerprint_lists_no_stage_or_temp_file_of_patchkeeper(tmp_path):

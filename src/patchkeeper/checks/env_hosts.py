@@ -7,7 +7,7 @@ from typing import Any
 
 from ..host.disk import normalize_name
 from .env_gpu import gpu_text
-from .environment import Difference, damaged_objects, interp_text, startup_text
+from .environment import Difference, damaged_objects, interp_text, same_bytes, startup_text
 
 
 def compare_hosts(a: dict[str, Any], b: dict[str, Any], na: str, nb: str) -> list[Difference]:
@@ -149,7 +149,7 @@ def _native(a: dict[str, Any], b: dict[str, Any], both: Callable[[Any, Any], str
                     wa is not None
                     and wb is not None
                     and wa["path"] == wb["path"]
-                    and (not same_hash or wa.get("digest") == wb.get("digest"))
+                    and (not same_hash or same_bytes(wa, wb))
                 )
             ):
                 continue

@@ -337,6 +337,15 @@ def damaged_objects(distributions: dict[str, Any]) -> dict[str, str]:
     return {p: f"differs from RECORD ({k})" for d in distributions.values() for p, k in d.get("differ") or []}
 
 
+def same_bytes(was: dict[str, Any], now: dict[str, Any]) -> bool:
+    """Whether two identities of one resolved library may hold the same bytes: digests of two
+    algorithms cannot tell them apart (a library inside a site dir is named by its sha256 now, by
+    the target's algorithm in fingerprints taken before: fingerprint.Resolver), nor a missing one
+    (a file gone while it was hashed); its distribution's RECORD check and identity judge it then."""
+    a, b = was.get("digest"), now.get("digest")
+    return a == b or not a or not b or a.partition(":")[0] != b.partition(":")[0]
+
+
 def native_changes(
     a: dict[str, Any],
     b: dict[str, Any],
@@ -364,7 +373,7 @@ def native_changes(
                 out.append((path, "unresolved", f"{so}: {_where(was)} then, not found now"))
             elif was is not None and now["path"] != was["path"]:
                 out.append((path, "moved", f"{so}: {_where(was)} then, {_where(now)} now"))
-            elif was is not None and same_hash and now["digest"] != was["digest"]:
+            elif was is not None and same_hash and not same_bytes(was, now):
                 out.append(
                     (
                         path,

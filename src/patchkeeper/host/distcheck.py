@@ -11,7 +11,7 @@ import sys
 import time
 from typing import Any, Dict, Iterator, List
 
-from . import seal
+from . import elf, seal
 from .disk import cpus, feed, is_install_record, map_files, map_threads, write_atomic
 from .distinfo import console_scripts, paths_of, record_identity, record_lines, record_rows, record_text_rows
 from .statcache import StatCache, load_cache, save_cache, writing_caches
@@ -80,7 +80,11 @@ def check_record(
     """A distribution's files against its RECORD (hash, size); `outside`: only its rows outside its
     package, the console scripts (`../`) and the installer's records (the managed distribution's,
     whose package is its code state). `stats` and `lines`: os.stat of the listed paths (seal.stats)
-    and the RECORD's lines, taken by the caller, used in place of its own."""
+    and the RECORD's lines, taken by the caller, used in place of its own.
+
+    `libraries`: each shared object this check found as its RECORD says (sha256), with the identity
+    it had when read: {rel: [hex digest, size, mtime_ns, ctime_ns, inode, device]}. The native part
+    identifies a library by that digest without reading it again (fingerprint.Resolver)."""
     dist_dir = os.path.join(site, name)
     record = os.path.join(dist_dir, "RECORD")
     if not os.path.exists(record):
@@ -92,6 +96,7 @@ def check_record(
     todo: list[tuple[str, str, str, str, os.stat_result]] = []
     checked = 0
     mismatched: list[tuple[str, str, str, str]] = []
+    matched: list[tuple[str, str, os.stat_result]] = []  # (rel, "algo:b64", stat) of shared objects
     rows = list(
         _outside_rows(record)
         if outside
@@ -115,6 +120,8 @@ def check_record(
         if digest is not None:
             if digest != expected:
                 mismatched.append((rel, path, algo, expected))
+            elif algo == "sha256" and elf.is_candidate(rel):
+                matched.append((rel, expected, st))
         elif size is not None and st.st_size != size:
             mismatched.append((rel, path, algo, expected))
         else:
@@ -134,6 +141,11 @@ def check_record(
             cache.remember(job[0], job[4], digest)
     mismatched.extend(
         (rel, path, algo, expected) for rel, path, algo, expected, digest in results if digest != expected
+    )
+    matched.extend(
+        (job[0], job[3], job[4])
+        for job, (_, _, algo, expected, digest) in zip(todo, results)
+        if digest == expected and algo == "sha256" and elf.is_candidate(job[0])
     )
     scripts = None
     sizes = {rel: size for rel, _, _, size in rows} if mismatched else {}
@@ -162,7 +174,23 @@ def check_record(
     ):  # an audit has run here: status may audit cheaply
         os.makedirs(os.path.dirname(cache.path), mode=0o700, exist_ok=True)
         write_atomic(cache.path, b"{}", 0o600)
-    return {"files": checked, "findings": sorted(findings), "identity": record_identity(rows)}
+    libraries = {
+        rel: [_hex(expected), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
+        for rel, expected, st in matched
+        if not rel.startswith("../") and not os.path.isabs(rel)
+    }
+    return {
+        "files": checked,
+        "findings": sorted(findings),
+        "identity": record_identity(rows),
+        "libraries": libraries,
+    }
+
+
+def _hex(expected: str) -> str:
+    """`sha256:<hex>` of a RECORD hash (`sha256:<urlsafe base64 without padding>`)."""
+    b64 = expected.partition(":")[2]
+    return "sha256:" + base64.urlsafe_b64decode(b64 + "=" * (-len(b64) % 4)).hex()
 
 
 def _outside_rows(record: str) -> Iterator[tuple[str, str, str, int | None]]:
@@ -237,7 +265,7 @@ def shared_files(site: str, results: Dict[str, Dict[str, Any]]) -> Dict[str, Dic
     return out
 
 
-_SEAL_FORMAT = ("pk-record-seals", 4, tuple(sys.version_info[:2]))
+_SEAL_FORMAT = ("pk-record-seals", 5, tuple(sys.version_info[:2]))
 
 
 class Covered:

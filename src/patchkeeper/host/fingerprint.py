@@ -11,10 +11,10 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-from typing import Any, Callable, Dict, Iterator, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from . import elf
-from .disk import ALGORITHM, STAGE_PREFIX, TEMP_PREFIX, hash_file, normalize_name
+from .disk import ALGORITHM, STAGE_PREFIX, TEMP_PREFIX, algorithm_of, hash_file, normalize_name
 from .distcheck import RecordSeals, shared_files
 from .distinfo import record_identity, record_rows
 from .gpu import gpu
@@ -43,11 +43,14 @@ def take(
     out: Dict[str, Any] = {"algorithm": ALGORITHM}
     if "system" in parts:
         out["system"] = system()
-    if "native" in parts:
-        out["native"] = native(sites, os.path.join(cache_root, "native") if cache_root else None)
+    vouched: Dict[str, List[Any]] = {}  # the shared objects the RECORD checks read (Resolver)
     if "distributions" in parts or "identities" in parts:  # "identities": a change's (see distributions)
         skip = os.path.join(main_site, managed) if main_site and managed else None
-        out["distributions"] = distributions(sites, caches, skip, files="distributions" in parts)
+        out["distributions"] = distributions(sites, caches, skip, "distributions" in parts, vouched)
+    if "native" in parts:
+        out["native"] = native(
+            sites, os.path.join(cache_root, "native") if cache_root else None, lambda: vouched
+        )
     if "gpu" in parts:
         out["gpu"] = gpu()
     if "startup" in parts:
@@ -82,7 +85,11 @@ def system() -> Dict[str, Any]:
 
 # ---- distributions ---------------------------------------------------------------------------
 def distributions(
-    sites: list[str], caches: dict[str, str | None], managed: str | None = None, files: bool = True
+    sites: list[str],
+    caches: dict[str, str | None],
+    managed: str | None = None,
+    files: bool = True,
+    vouched: Dict[str, List[Any]] | None = None,
 ) -> Dict[str, Dict[str, Any]]:
     """normalized name -> {name, version, installer, files, differ: [[path, kind], ...], identity,
     shared: [path, ...]}: `identity` says what it is (its RECORD's files and hashes, distinfo.record_identity),
@@ -92,7 +99,8 @@ def distributions(
     Without `files` (the fingerprint a change keeps), each distribution is told by its identity
     alone, marked `"checked": "identity"` with no `files` or `differ`: its files are not read or
     stat'ed, so a change costs the same in a venv of 200 distributions as in a bare one; `audit`
-    and `env` check every file."""
+    and `env` check every file, and put in `vouched` the shared objects they found as their RECORD
+    says (vouched_libraries)."""
     out: Dict[str, Dict[str, Any]] = {}
     for site in sites:
         try:
@@ -125,9 +133,10 @@ def distributions(
                 out[key].update(identity=_identity(site, dist_info, identities), checked="identity")
             else:
                 rows[dist_info] = out[key]
-        for dist_info, result in shared_files(
-            site, seals.checked(site, list(rows), cache_dir) if rows else {}
-        ).items():
+        checked = shared_files(site, seals.checked(site, list(rows), cache_dir) if rows else {})
+        if vouched is not None:
+            vouched.update(vouched_libraries(site, checked))
+        for dist_info, result in checked.items():
             row = rows[dist_info]
             row.update(
                 files=result["files"],
@@ -144,6 +153,16 @@ def distributions(
         identities.save()
         seals.save()
     return out
+
+
+def vouched_libraries(site: str, checked: Dict[str, Dict[str, Any]]) -> Dict[str, List[Any]]:
+    """Absolute path -> [sha256 digest, size, mtime_ns, ctime_ns, inode, device] of every shared
+    object the RECORD checks (`checked`, check_record's answers) found as listed."""
+    return {
+        os.path.normpath(os.path.join(site, rel)): found
+        for result in checked.values()
+        for rel, found in (result.get("libraries") or {}).items()
+    }
 
 
 def _identity(site: str, dist_info: str, cache: StatCache) -> str | None:
@@ -229,15 +248,30 @@ def shared_objects(site: str, listings: StatCache | None = None) -> Iterator[Tup
 
 
 class Resolver:
-    """Where the dynamic loader would find a soname for an object, and that file's identity."""
+    """Where the dynamic loader would find a soname for an object, and that file's identity.
 
-    def __init__(self, sites: list[str], cache_dir: str | None) -> None:
+    A library inside a site dir is identified by its sha256, the digest its distribution's RECORD
+    lists: the RECORD checks of the same pass read it already, and `vouched` (called once, when the
+    objects are resolved; vouched_libraries) gives what they found, with the identity each file had
+    when they read it. A library whose file has that identity still gets their digest; any other
+    (not listed, changed, or changed since) is hashed here with sha256. A library outside the site
+    dirs is hashed with the target's algorithm. Which digest a library has follows from where it is,
+    never from what was cached, so two passes, two verbs and two hosts name it alike."""
+
+    def __init__(
+        self,
+        sites: list[str],
+        cache_dir: str | None,
+        vouched: Callable[[], Dict[str, List[Any]]] | None = None,
+    ) -> None:
         self.sites = [os.path.join(os.path.realpath(s), "") for s in sites]
         self.raw_sites = [os.path.join(s, "") for s in sites]
         self.ids = StatCache(os.path.join(cache_dir, "libraries.json") if cache_dir else None)
         self.ld_cache = StatCache(os.path.join(cache_dir, "ld.so.cache.json") if cache_dir else None)
         self._tables: dict[int, dict[str, str]] = {}
         self._memo: Dict[Tuple[Any, ...], Optional[Dict[str, Any]]] = {}
+        self._vouched = vouched
+        self._pending: list[tuple[Dict[str, Any], str, os.stat_result]] = []  # digests left to finish()
 
     def table(self, machine: int) -> dict[str, str]:
         """The loader cache for one architecture, parsed once per stat identity of the file."""
@@ -271,14 +305,47 @@ class Resolver:
             return None
         if not stat.S_ISREG(st.st_mode):
             return None
+        portable = self.portable(path)
+        algorithm = "sha256" if portable.startswith(SITE_TOKEN) else ALGORITHM
         digest = self.ids.lookup(path, st)
-        if digest is None:
+        if digest is not None and algorithm_of(digest) != algorithm:  # kept by a version before this rule
+            digest = None
+        found = {"path": portable, "size": st.st_size, "digest": digest}
+        if digest is None and self._vouched is not None and algorithm == "sha256":
+            self._pending.append((found, path, st))  # the RECORD checks may have read it: finish()
+        elif digest is None:
             try:
-                digest = hash_file(path)
+                found["digest"] = digest = hash_file(path, algorithm)
             except OSError:
                 return None
             self.ids.remember(path, st, digest)
-        return {"path": self.portable(path), "size": st.st_size, "digest": digest}
+        return found
+
+    def finish(self) -> None:
+        """Each library left for the RECORD checks gets its digest: theirs where its file has the
+        identity it had when they read it, else the sha256 of its bytes now (None if it is gone)."""
+        table = self._vouched() if self._pending and self._vouched is not None else {}
+        done: Dict[str, Optional[str]] = {}
+        for found, path, st in self._pending:
+            if path not in done:
+                seen = table.get(path)
+                if seen is not None and seen[1:] == [
+                    st.st_size,
+                    st.st_mtime_ns,
+                    st.st_ctime_ns,
+                    st.st_ino,
+                    st.st_dev,
+                ]:
+                    done[path] = seen[0]
+                else:
+                    try:
+                        done[path] = hash_file(path, "sha256")
+                    except OSError:
+                        done[path] = None
+                if done[path] is not None:
+                    self.ids.remember(path, st, done[path])
+            found["digest"] = done[path]
+        self._pending.clear()
 
     def resolve(self, soname: str, info: Dict[str, Any], origin: str) -> Optional[Dict[str, Any]]:
         """{"path", "size", "digest", "via"} of the file the loader would load, or None.
@@ -302,9 +369,9 @@ class Resolver:
                 ("default", os.path.join(d, soname)) for d in elf.default_dirs(info["machine"], info["class"])
             ]
         for via, path in candidates:
-            ident = self.identity(path)
-            if ident is not None:
-                found = dict(ident, via=via)
+            found = self.identity(path)  # a dict of its own (finish() may fill its digest in)
+            if found is not None:
+                found["via"] = via
                 break
         self._memo[key] = found
         return found
@@ -314,12 +381,16 @@ class Resolver:
         self.ld_cache.save()
 
 
-def native(sites: list[str], cache_dir: str | None) -> Dict[str, Dict[str, Any]]:
+def native(
+    sites: list[str], cache_dir: str | None, vouched: Callable[[], Dict[str, List[Any]]] | None = None
+) -> Dict[str, Dict[str, Any]]:
     """`<rel path>` -> {needed, rpath, runpath, resolved: {soname: identity or None}} for every ELF
-    shared object below the site dirs (extension modules and bundled `*.libs/` libraries)."""
+    shared object below the site dirs (extension modules and bundled `*.libs/` libraries); `vouched`:
+    the libraries the RECORD checks of the same pass read (Resolver), called once every object is
+    resolved (it may wait for them)."""
     parsed = StatCache(os.path.join(cache_dir, "elf.json") if cache_dir else None)
     listings = StatCache(os.path.join(cache_dir, "dirs.cache")) if cache_dir else None
-    resolver = Resolver(sites, cache_dir)
+    resolver = Resolver(sites, cache_dir, vouched)
     out: Dict[str, Dict[str, Any]] = {}
     for index, site in enumerate(sites):
         for rel, path, st in shared_objects(site, listings):
@@ -340,6 +411,7 @@ def native(sites: list[str], cache_dir: str | None) -> Dict[str, Dict[str, Any]]
                 "runpath": info["runpath"],
                 "resolved": {so: resolver.resolve(so, info, origin) for so in info["needed"]},
             }
+    resolver.finish()
     parsed.save()
     if listings is not None:
         listings.save()

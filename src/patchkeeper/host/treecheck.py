@@ -9,6 +9,7 @@ Standard library only (shipped to hosts).
 from __future__ import annotations
 
 import os
+import threading
 import time
 from dataclasses import replace
 from itertools import chain
@@ -37,34 +38,57 @@ def check(request: TreeRequest, manifests: Manifests, store: Store) -> TreeCheck
     own seals, and the native part are read as always), and sealed anew once the scan's stat cache
     exists (a cold audit pays no walk for it). Every pyc written since `request.pycs_since` is
     recompiled and compared whatever its header says (bytecode._judge)."""
-    native_of = _native_started(request)
+    vouched = _Handed()
+    native_of = _native_started(request, vouched.get)
     try:
-        return _check(request, manifests, store, native_of)
+        return _check(request, manifests, store, native_of, vouched)
     finally:  # joined whatever happened; a native error is _check's to raise (it asks for the answer)
+        vouched.give({})  # (no-op once given) the native part is never left waiting
         try:
             native_of()
         except Exception:
             pass
 
 
-def _native_started(request: TreeRequest) -> Callable[[], Any]:
-    """The native part (fingerprint.native), started on a thread of its own: it reads its own
-    caches and files and shares nothing with the rest of the check, whose RECORD hashing and stats
-    leave CPU time free (on a first audit of the serving venv it took 1.3 s of 7.7 s, one after the other)."""
+class _Handed:
+    """A value one thread gives once and another waits for."""
+
+    def __init__(self) -> None:
+        self._given = threading.Event()
+        self._value: Dict[str, List[Any]] = {}
+
+    def give(self, value: Dict[str, List[Any]]) -> None:
+        if not self._given.is_set():
+            self._value = value
+            self._given.set()
+
+    def get(self) -> Dict[str, List[Any]]:
+        self._given.wait()
+        return self._value
+
+
+def _native_started(request: TreeRequest, vouched: Callable[[], Dict[str, List[Any]]]) -> Callable[[], Any]:
+    """The native part (fingerprint.native), started on a thread of its own beside the RECORD
+    checks: it parses the shared objects and resolves their libraries meanwhile, then takes the
+    digests of the libraries the checks read from them (`vouched`) instead of reading 3.2 GB again
+    on a first audit of the serving venv (fingerprint.Resolver)."""
     if not request.native_sites:
         return lambda: None
 
     done = start_threads(
-        lambda sites: fingerprint.native(sites, request.native_cache), [list(request.native_sites)], 1
+        lambda sites: fingerprint.native(sites, request.native_cache, vouched),
+        [list(request.native_sites)],
+        1,
     )
     return lambda: done()[0]
 
 
 def _check(
-    request: TreeRequest, manifests: Manifests, store: Store, native_of: Callable[[], Any]
+    request: TreeRequest, manifests: Manifests, store: Store, native_of: Callable[[], Any], vouched: _Handed
 ) -> TreeCheck:
     scan, root = request.scan, request.scan.root
     records, covered = _records(root, list(request.records), request.record_cache)
+    vouched.give(fingerprint.vouched_libraries(root, records))
     key = _key(request, records) + (covered.digest,)
     with_records = {name: RecordCheck.from_wire(r) for name, r in records.items()}
     if request.seal:
