@@ -7,6 +7,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -26,6 +27,12 @@ REPO = Path(__file__).resolve().parents[1]
 PRISTINE = Path(os.environ.get("PK_SGLANG_VENV", REPO / ".cache" / "sglang-venv"))
 DRAFT = "/root/models/Qwen3.6-27B-DFlash"  # the draft model path the shipped dflash/ddtree units need
 SITE_REL = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
+
+# The Ctrl-C tests send SIGINT to the CLI as a terminal would. A suite started in the background of a
+# shell without job control inherits SIGINT ignored, and so would every CLI it starts (an ignored
+# signal stays ignored across exec): a handled one is reset to the default there instead.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
@@ -73,7 +80,6 @@ def _no_traceback(monkeypatch):
 
 def end_holders(directory: Path) -> None:
     """No test leaves a held connection running: ask each holder to stop, SIGKILL what remains."""
-    import signal
     import socket
     import struct
 

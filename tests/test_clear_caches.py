@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 from conftest import edit_file
@@ -18,8 +19,9 @@ def _files(root: Path) -> set[str]:
 
 def test_clear_caches_removes_every_cache_and_the_next_commands_answer_the_same(env):
     env.pk("apply", "ddtree", "--no-verify")
-    for args in (("audit", "-q"), ("env",), ("status",), ("log",), ("diff", "local")):
-        env.pk(*args, check=None)  # every cache these write
+    time.sleep(2.2)  # past the racily-clean window of the apply's writes, or no cache may keep them
+    for args in (("audit", "-q"), ("env",), ("status",), ("audit", "-q"), ("log",), ("diff", "local")):
+        env.pk(*args, check=None)  # every cache these write (the tree's seal once the stat cache is there)
     user = Path(os.environ["HOME"]) / ".cache" / "patchkeeper"
     state = _files(env.state_dir)
     cached = {p for p in state if p.split("/")[0] not in RECORDS}
