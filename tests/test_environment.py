@@ -252,6 +252,37 @@ def test_a_library_its_record_lists_is_named_by_that_digest_and_not_read_again(e
     assert digest_of(Agent().audit_tree(replace(request, native_cache=None))) == digest_of(again)
 
 
+def test_an_audit_pass_that_fails_leaves_its_libraries_unread(eenv, monkeypatch, tmp_path):
+    """Ctrl-C (or any error) during the RECORD checks: the native part, waiting for their digests,
+    ends without reading the libraries it left for them, and the interrupt comes through."""
+    from patchkeeper.host import treecheck
+    from patchkeeper.host.agent import Agent
+    from patchkeeper.host.contract import ScanRequest, TreeRequest
+
+    site, dep = eenv.site, eenv.site / "pkg.libs" / "libdep.so.1"
+    hashed: list[str] = []
+    real = fingerprint.hash_file
+    monkeypatch.setattr(
+        fingerprint, "hash_file", lambda path, algo=None: hashed.append(path) or real(path, algo)
+    )
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(treecheck, "_records", interrupted)
+    request = TreeRequest(
+        str(tmp_path / "store"),
+        "blake3:" + "0" * 64,
+        ScanRequest(str(site), walk=("pkg",)),
+        "cpython-311",
+        native_sites=(str(site),),
+        native_cache=str(tmp_path / "native"),
+    )
+    with pytest.raises(KeyboardInterrupt):
+        Agent().audit_tree(request)
+    assert str(dep) not in hashed and not any(p.startswith(str(site)) for p in hashed)
+
+
 def test_a_record_checks_digest_names_only_the_file_it_read(tmp_path):
     """fingerprint.Resolver takes a RECORD check's digest for a library only while the file has the
     identity it had when the check read it (a digest planted here, which no read would give)."""

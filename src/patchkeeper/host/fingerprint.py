@@ -247,6 +247,10 @@ def shared_objects(site: str, listings: StatCache | None = None) -> Iterator[Tup
                 yield prefix + name, full, st
 
 
+class Abandoned(Exception):
+    """The native part given up with its pass (Resolver.finish)."""
+
+
 class Resolver:
     """Where the dynamic loader would find a soname for an object, and that file's identity.
 
@@ -262,7 +266,7 @@ class Resolver:
         self,
         sites: list[str],
         cache_dir: str | None,
-        vouched: Callable[[], Dict[str, List[Any]]] | None = None,
+        vouched: Callable[[], Dict[str, List[Any]] | None] | None = None,
     ) -> None:
         self.sites = [os.path.join(os.path.realpath(s), "") for s in sites]
         self.raw_sites = [os.path.join(s, "") for s in sites]
@@ -323,8 +327,11 @@ class Resolver:
 
     def finish(self) -> None:
         """Each library left for the RECORD checks gets its digest: theirs where its file has the
-        identity it had when they read it, else the sha256 of its bytes now (None if it is gone)."""
+        identity it had when they read it, else the sha256 of its bytes now (None if it is gone).
+        `vouched` giving None abandons the pass (its caller failed): no library is read then."""
         table = self._vouched() if self._pending and self._vouched is not None else {}
+        if table is None:
+            raise Abandoned("the pass that would vouch for these libraries failed")
         done: Dict[str, Optional[str]] = {}
         for found, path, st in self._pending:
             if path not in done:
@@ -382,7 +389,7 @@ class Resolver:
 
 
 def native(
-    sites: list[str], cache_dir: str | None, vouched: Callable[[], Dict[str, List[Any]]] | None = None
+    sites: list[str], cache_dir: str | None, vouched: Callable[[], Dict[str, List[Any]] | None] | None = None
 ) -> Dict[str, Dict[str, Any]]:
     """`<rel path>` -> {needed, rpath, runpath, resolved: {soname: identity or None}} for every ELF
     shared object below the site dirs (extension modules and bundled `*.libs/` libraries); `vouched`:

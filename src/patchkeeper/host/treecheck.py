@@ -43,7 +43,7 @@ def check(request: TreeRequest, manifests: Manifests, store: Store) -> TreeCheck
     try:
         return _check(request, manifests, store, native_of, vouched)
     finally:  # joined whatever happened; a native error is _check's to raise (it asks for the answer)
-        vouched.give({})  # (no-op once given) the native part is never left waiting
+        vouched.give(None)  # (no-op once given) after a failure: the native part ends, reading nothing more
         try:
             native_of()
         except Exception:
@@ -55,19 +55,21 @@ class _Handed:
 
     def __init__(self) -> None:
         self._given = threading.Event()
-        self._value: Dict[str, List[Any]] = {}
+        self._value: Dict[str, List[Any]] | None = None
 
-    def give(self, value: Dict[str, List[Any]]) -> None:
+    def give(self, value: Dict[str, List[Any]] | None) -> None:
         if not self._given.is_set():
             self._value = value
             self._given.set()
 
-    def get(self) -> Dict[str, List[Any]]:
+    def get(self) -> Dict[str, List[Any]] | None:
         self._given.wait()
         return self._value
 
 
-def _native_started(request: TreeRequest, vouched: Callable[[], Dict[str, List[Any]]]) -> Callable[[], Any]:
+def _native_started(
+    request: TreeRequest, vouched: Callable[[], Dict[str, List[Any]] | None]
+) -> Callable[[], Any]:
     """The native part (fingerprint.native), started on a thread of its own beside the RECORD
     checks: it parses the shared objects and resolves their libraries meanwhile, then takes the
     digests of the libraries the checks read from them (`vouched`) instead of reading 3.2 GB again
