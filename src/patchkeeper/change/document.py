@@ -46,17 +46,8 @@ def change_of(plan: Any, dry_run: bool, exec_start: Any = None) -> dict[str, Any
     e: LedgerEntry = plan.entry
     files = []
     for op in plan.ops:
-        kind = (
-            "added"
-            if op.old is None
-            else "removed"
-            if op.new is None
-            else "mode"
-            if op.old.digest == op.new.digest
-            else "changed"
-        )
         files.append(
-            {"key": op.key, "path": op.path, "change": kind, "old": _entry(op.old), "new": _entry(op.new)}
+            {"key": op.key, "path": op.path, "change": op.kind, "old": _entry(op.old), "new": _entry(op.new)}
         )
     extra = dict(e.extra)
     return {

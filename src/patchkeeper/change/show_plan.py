@@ -44,19 +44,10 @@ def render_plan(plan: Plan, target: str, dry_run: bool, exec_start: Any = None) 
     )
     shown: set[str] = set()
     for op in plan.ops:
-        kind = (
-            "added"
-            if op.old is None
-            else "removed"
-            if op.new is None
-            else "mode"
-            if op.old.digest == op.new.digest
-            else "changed"
-        )
         size = f"{op.new.size} bytes" if op.new else ""
         mode = f" mode {op.new.mode:o}" if op.new and op.old and op.old.mode != op.new.mode else ""
         where = f"{'  ' if size else ''}({one_line(op.path)})" if op.key.startswith(ROLE_PREFIX) else ""
-        print(f"  {_MARK[kind]} {one_line(op.key)}  {size}{mode}{where}")
+        print(f"  {_MARK[op.kind]} {one_line(op.key)}  {size}{mode}{where}")
         if dry_run and op.key.startswith(ROLE_PREFIX) and op.new and op.new.digest in plan.contents:
             for line in plan.contents[op.new.digest].decode("utf-8", "replace").splitlines():
                 print(f"      | {line}")  # the role file as it would be written, templates rendered

@@ -50,6 +50,15 @@ class FileOp:
     old: Entry | None  # what is there now (None: absent)
     new: Entry | None  # what will be there (None: removed)
 
+    @property
+    def kind(self) -> str:
+        """added, removed, mode (the same bytes, another mode) or changed."""
+        if self.old is None:
+            return "added"
+        if self.new is None:
+            return "removed"
+        return "mode" if self.old.digest == self.new.digest else "changed"
+
     def stage_path(self, tx_id: str) -> str:
         """Where the new bytes wait beside the file: .pk-stage-<tx id>-<its name>, or, where that would
         pass NAME_MAX (255 bytes), a digest of its name in its place (the same for every reader)."""

@@ -93,8 +93,9 @@ def _repair(
         print(f"{s.target.name}: repair {damage.name} {damage.version} from {found.wheel} ({found.source})")
         for op in ops:
             assert op.new is not None  # a repair writes every file it changes
-            kind = "added" if op.old is None else "mode" if op.old.digest == op.new.digest else "changed"
-            print(f"  {_MARK[kind]} {op.key[len(ENV_PREFIX) :]}  {op.new.size} bytes, checked against RECORD")
+            print(
+                f"  {_MARK[op.kind]} {op.key[len(ENV_PREFIX) :]}  {op.new.size} bytes, checked against RECORD"
+            )
         for rel, why in found.left.items():
             print(f"  ! {rel}  left as it is: {why}")
         tail = "" if dry_run else f"; state {current.id} -> {entry.after.id} (transaction {entry.id})"

@@ -39,13 +39,7 @@ def status(ws: Workspace, target: str | None, as_json: bool) -> int:
         told = installation.told(s.target, s.ledger, s.installation())
         stale = out_of_date(ws, s, current, diffs) if current is not None else []
         doc = {
-            "target": s.target.name,
-            "host": info.host,
-            "package": info.package,
-            "version": info.version,
-            "site": info.site,
-            "state_dir": info.state_dir,
-            "state": current.to_dict() if current else None,
+            **_head(s, current),
             "differences": diffs,
             "unfinished": s.unfinished.message if s.unfinished else None,
             "roles": dict(info.roles),
@@ -225,20 +219,28 @@ def _print_unit(s: Session, exec_start: units.Command | str | None) -> None:
         print(line)
 
 
+def _head(s: Session, current: State | None) -> dict[str, Any]:
+    """The target, where its package is, and its current state: the head of a status document."""
+    info = s.target.info
+    return {
+        "target": s.target.name,
+        "host": info.host,
+        "package": info.package,
+        "version": info.version,
+        "site": info.site,
+        "state_dir": info.state_dir,
+        "state": current.to_dict() if current else None,
+    }
+
+
 def _one_doc(ws: Workspace, name: str) -> dict[str, Any]:
     with Session(ws, name, "status", write=False) as s:
-        info, current = s.target.info, s.ledger.current()
+        current = s.ledger.current()
         told = installation.told(s.target, s.ledger, s.installation())
         view = manager.ask(s.target)
         return {
             "need_daemon_reload": bool(manager.debts(s.target, view, None)),
-            "target": s.target.name,
-            "host": info.host,
-            "package": info.package,
-            "version": info.version,
-            "site": info.site,
-            "state_dir": info.state_dir,
-            "state": current.to_dict() if current else None,
+            **_head(s, current),
             "differences": plans.drift(s.target, current.manifest) if current else {},
             "installation": told.to_dict() if told else None,
         }
