@@ -14,7 +14,16 @@ import stat
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from . import elf
-from .disk import ALGORITHM, STAGE_PREFIX, TEMP_PREFIX, algorithm_of, hash_file, normalize_name
+from .disk import (
+    ALGORITHM,
+    STAGE_PREFIX,
+    TEMP_PREFIX,
+    algorithm_of,
+    cpus,
+    hash_file,
+    map_files,
+    normalize_name,
+)
 from .distcheck import RecordSeals, shared_files
 from .distinfo import record_identity, record_rows
 from .gpu import gpu
@@ -247,6 +256,14 @@ def shared_objects(site: str, listings: StatCache | None = None) -> Iterator[Tup
                 yield prefix + name, full, st
 
 
+def _sha256(path: str) -> Optional[str]:
+    """The sha256 digest of a file, None if it is gone or unreadable."""
+    try:
+        return hash_file(path, "sha256")
+    except OSError:
+        return None
+
+
 class Abandoned(Exception):
     """The native part given up with its pass (Resolver.finish)."""
 
@@ -332,25 +349,27 @@ class Resolver:
         table = self._vouched() if self._pending and self._vouched is not None else {}
         if table is None:
             raise Abandoned("the pass that would vouch for these libraries failed")
+        stats = {path: st for _, path, st in reversed(self._pending)}  # the first stat of each
         done: Dict[str, Optional[str]] = {}
-        for found, path, st in self._pending:
-            if path not in done:
-                seen = table.get(path)
-                if seen is not None and seen[1:] == [
-                    st.st_size,
-                    st.st_mtime_ns,
-                    st.st_ctime_ns,
-                    st.st_ino,
-                    st.st_dev,
-                ]:
-                    done[path] = seen[0]
-                else:
-                    try:
-                        done[path] = hash_file(path, "sha256")
-                    except OSError:
-                        done[path] = None
-                if done[path] is not None:
-                    self.ids.remember(path, st, done[path])
+        unread = []
+        for path, st in stats.items():
+            seen = table.get(path)
+            if seen is not None and seen[1:] == [
+                st.st_size,
+                st.st_mtime_ns,
+                st.st_ctime_ns,
+                st.st_ino,
+                st.st_dev,
+            ]:
+                done[path] = seen[0]
+            else:
+                unread.append(path)
+        # on the cores: a change's fingerprint on a host never audited reads them all here
+        done.update(zip(unread, map_files(_sha256, unread, lambda path: stats[path].st_size, cpus())))
+        for path, digest in done.items():
+            if digest is not None:
+                self.ids.remember(path, stats[path], digest)
+        for found, path, _ in self._pending:
             found["digest"] = done[path]
         self._pending.clear()
 
