@@ -22,13 +22,7 @@ SHARDS = 4
 # Refusals git does not make that no doc names: each a form of names the diff reader
 # (patchset/gitdiff.py, the `sec` branch's) does not read as git does yet. Listed by case, so a
 # new one fails the test, and so does one that starts to agree.
-READER_GAPS = {
-    # git takes it as new where the file is missing, its ---/+++ lines not dating either side at the
-    # epoch (apply.c: is_new < 0 until check_preimage); patchkeeper takes it as a change of a missing file
-    "git-t/t4135__damaged.diff": "a traditional name with spaces and a timestamp after spaces, not a tab",
-    "git-t/t4135__damaged.diff/huge-line": "the same",
-    "git-t/t4135__damaged.diff/count-1": "the same",
-}
+READER_GAPS: dict[str, str] = {}  # none left: t4135's damaged vector agrees since new_if_missing
 # unidiff (the reader since the sec branch) stops at some damaged headers git reads past: a refusal
 # git does not make, that no doc names yet. The reader's to close (patchset/gitdiff.py); the
 # mutation test lets these messages through and nothing else.
@@ -320,3 +314,34 @@ def test_a_traditional_name_ends_at_its_timestamp_and_a_git_header_name_at_a_tab
     assert side("a/x y.py\tno date here", "w", traditional=True) == "x y.py"
     assert side("a/notes 10-01-01", "w") == "notes 10-01-01"  # a git header: a name, not a date
     assert side("a/notes 10-01-01", "w", traditional=True) == "notes"
+
+
+def test_a_traditional_patch_of_one_hunk_without_old_lines_creates_a_missing_file_as_git_does(tmp_path):
+    """apply.c leaves a traditional patch's is_new unknown when neither side is /dev/null or dated at
+    the epoch (after a tab) and its one hunk has no old line: check_preimage then takes it as new
+    where the file is missing. Any other traditional patch of a missing file is refused, by both."""
+    stamp = "2010-08-18 20:13:31.484002255 -0500"
+    only_new = f"--- a/m.txt\t{stamp}\n+++ b/m.txt\t{stamp}\n@@ -0,0 +1,2 @@\n+one\n+two\n".encode()
+    spaces = f"--- a/m.txt     {stamp}\n+++ b/m.txt     {stamp}\n@@ -0,0 +1 @@\n+one\n".encode()
+    with_context = f"--- a/m.txt\t{stamp}\n+++ b/m.txt\t{stamp}\n@@ -1 +1,2 @@\n x\n+one\n".encode()
+    two_hunks = (
+        f"--- a/m.txt\t{stamp}\n+++ b/m.txt\t{stamp}\n@@ -0,0 +1 @@\n+one\n@@ -0,0 +3 @@\n+two\n".encode()
+    )
+    other = {"o.txt": (b"o\n", 0o644)}
+    cases = [
+        (case("missing", other, only_new), "agree", True),
+        (case("missing-spaces", other, spaces), "agree", True),
+        (case("present-empty", {**other, "m.txt": (b"", 0o644)}, only_new), "agree", True),
+        (
+            case("present", {**other, "m.txt": (b"x\n", 0o644)}, only_new),
+            "agree",
+            False,
+        ),  # must match at both ends
+        (case("missing-context", other, with_context), "agree", False),
+        (case("missing-two-hunks", other, two_hunks), "agree", False),
+    ]
+    for c, kind, accepted in cases:
+        v = judge(c, tmp_path / c.name)
+        assert (v.kind, v.git.ok, v.apply.ok) == (kind, accepted, accepted), (c.name, v)
+    made = judge(cases[0][0], tmp_path / "again").apply.tree
+    assert ("m.txt", b"one\ntwo\n", 0o644) in made

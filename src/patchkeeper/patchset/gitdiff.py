@@ -127,7 +127,8 @@ def _traditional(
     if path is None:
         raise BadInput(f"{where}: both sides are /dev/null", _REDO)
     read, counted = _hunks(pf, lines, where, origin, headers)
-    return FilePatch(path, kind, None, read, None, None, *counted)
+    maybe_new = kind == "modify" and len(read) == 1 and not read[0].old_lines
+    return FilePatch(path, kind, None, read, None, None, *counted, new_if_missing=maybe_new)
 
 
 def _gap_text_before_hunks(lines: list[str], end: int, origin: str) -> None:

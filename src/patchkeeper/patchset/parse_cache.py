@@ -76,6 +76,7 @@ def _to_plain(patches: tuple[FilePatch, ...]) -> list[Any]:
             else (fp.binary.method, fp.binary.size, fp.binary.lines, fp.binary.old_id, fp.binary.new_id),
             fp.added,
             fp.removed,
+            fp.new_if_missing,
         )
         for fp in patches
     ]
@@ -94,8 +95,9 @@ def _from_plain(rows: Any) -> tuple[FilePatch, ...] | None:
                 None if binary is None else BinaryPatch(*binary),
                 added,
                 removed,
+                new_if_missing,
             )
-            for path, kind, mode, hunks, source, binary, added, removed in rows
+            for path, kind, mode, hunks, source, binary, added, removed, new_if_missing in rows
         )
     except (TypeError, ValueError, IndexError):
         return None

@@ -38,6 +38,10 @@ class FilePatch:
     binary: BinaryPatch | None = None  # git's binary patch, in place of hunks
     added: int = 0  # lines, for the diffstat
     removed: int = 0
+    # a traditional patch (no git header, neither side /dev/null nor dated at the epoch) of one hunk
+    # with no old line: git applies it to the file, or creates the file where it is missing (apply.c:
+    # is_new stays unknown until check_preimage finds no file)
+    new_if_missing: bool = False
 
 
 @dataclass(frozen=True)
@@ -57,7 +61,7 @@ def apply(patch: FilePatch, data: bytes | None, origin: str) -> Applied:
             f"{where}: the patch adds this file but it already exists",
             "roll back first, or check which patch set created it",
         )
-    if patch.kind != "add" and data is None:
+    if patch.kind != "add" and data is None and not patch.new_if_missing:
         raise HunkFailed(
             f"{where if patch.source is None else f'{origin}: {patch.source}'}: the file does not exist",
             "check the package version",
@@ -237,7 +241,7 @@ def check(patch: FilePatch, data: bytes | None) -> tuple[HunkCheck, ...]:
     """Like `apply`, but try every hunk and report each, instead of stopping at the first failure."""
     if patch.kind == "add" and data is not None:
         return (HunkCheck("new file", None, "the file already exists"),)
-    if patch.kind != "add" and data is None:
+    if patch.kind != "add" and data is None and not patch.new_if_missing:
         return (HunkCheck("file", None, "the file does not exist"),)
     if patch.binary is not None:
         try:
