@@ -14,7 +14,7 @@ from typing import Any, Dict, Iterator, List
 from . import elf, seal
 from .disk import cpus, feed, is_install_record, map_files, map_threads, write_atomic
 from .distinfo import console_scripts, paths_of, record_identity, record_lines, record_rows, record_text_rows
-from .statcache import StatCache, load_cache, save_cache, writing_caches
+from .statcache import StatCache, identity, load_cache, save_cache, writing_caches
 
 
 def _record_digest(path: str, algo: str) -> str:
@@ -175,7 +175,7 @@ def check_record(
         os.makedirs(os.path.dirname(cache.path), mode=0o700, exist_ok=True)
         write_atomic(cache.path, b"{}", 0o600)
     libraries = {
-        rel: [_hex(expected), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
+        rel: [_hex(expected), *identity(st)]
         for rel, expected, st in matched
         if not rel.startswith("../") and not os.path.isabs(rel)
     }

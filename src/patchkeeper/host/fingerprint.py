@@ -28,7 +28,7 @@ from .distcheck import RecordSeals, shared_files
 from .distinfo import record_identity, record_rows
 from .gpu import gpu
 from .startup import startup
-from .statcache import StatCache
+from .statcache import StatCache, identity
 
 SITE_TOKEN = "$SITE/"
 PARTS = ("system", "distributions", "native", "gpu", "startup")
@@ -354,13 +354,7 @@ class Resolver:
         unread = []
         for path, st in stats.items():
             seen = table.get(path)
-            if seen is not None and seen[1:] == [
-                st.st_size,
-                st.st_mtime_ns,
-                st.st_ctime_ns,
-                st.st_ino,
-                st.st_dev,
-            ]:
+            if seen is not None and tuple(seen[1:]) == identity(st):  # as when the check read it
                 done[path] = seen[0]
             else:
                 unread.append(path)
