@@ -101,9 +101,9 @@ def test_a_conflict_on_a_last_line_without_newline_keeps_the_markers_on_their_ow
 
 
 def test_touches_counts_an_insertion_only_inside_a_span():
-    insertion = merge3.Chunk(5, 5, (), ("x\n",), (), 5)
+    insertion = merge3.Chunk(5, 5, (), ("x\n",), ())
     assert insertion.touches(3, 8) and not insertion.touches(5, 8) and not insertion.touches(2, 5)
-    change = merge3.Chunk(5, 6, ("a\n",), ("b\n",), ("a\n",), 5)
+    change = merge3.Chunk(5, 6, ("a\n",), ("b\n",), ("a\n",))
     assert change.touches(5, 6) and change.touches(0, 6) and not change.touches(6, 9)
 
 

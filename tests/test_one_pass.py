@@ -15,7 +15,13 @@ from pathlib import Path
 import pytest
 from conftest import edit_file
 
-from patchkeeper.host import agent as agent_module, manifests, statcache, treecheck as treecheck_module
+from patchkeeper.host import (
+    agent as agent_module,
+    manifest_text,
+    manifests,
+    statcache,
+    treecheck as treecheck_module,
+)
 from patchkeeper.host.agent import Agent
 from patchkeeper.host.contract import ScanRequest
 from patchkeeper.host.errors import AgentError
@@ -208,7 +214,7 @@ def test_differences_of_rows_and_of_entries_agree():
     as_entries = Manifest({k: Entry.of(v) for k, v in rows.items()})
     assert same.replace(changes).to_text() == as_entries.replace(changes).to_text()
     assert dict(same.replace(changes)) == dict(as_entries.replace(changes))
-    assert Manifest.from_text(same.to_text()).to_text() == as_entries.to_text()
+    assert Manifest.from_scan(manifest_text.parse(same.to_text())).to_text() == as_entries.to_text()
 
 
 def test_a_remembered_directory_listing_is_never_believed_over_the_directory(env, monkeypatch):

@@ -16,7 +16,6 @@ from . import patchset, saving
 from .patchset import MANIFEST, PatchSet
 from .varspec import VarType
 
-BUMPS = ("major", "minor", "patch")
 FIRST_VERSION = "1.0.0"
 
 

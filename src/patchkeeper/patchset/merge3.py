@@ -18,14 +18,13 @@ STABLE, OURS, THEIRS, SAME, CONFLICT = "stable", "ours", "theirs", "same", "conf
 
 @dataclass(frozen=True)
 class Chunk:
-    """Base lines [start, stop) and what each side has in their place; theirs_at: where theirs begin."""
+    """Base lines [start, stop) and what each side has in their place."""
 
     start: int
     stop: int
     base: tuple[str, ...]
     ours: tuple[str, ...]
     theirs: tuple[str, ...]
-    theirs_at: int
 
     @property
     def kind(self) -> str:
@@ -74,7 +73,7 @@ def diff3(
             k += 1
         if k > i:
             run = tuple(base[i:k])
-            chunks.append(Chunk(i, k, run, run, run, jb))
+            chunks.append(Chunk(i, k, run, run, run))
             ja, jb, i = ja + k - i, jb + k - i, k
             continue
         stop = i
@@ -82,7 +81,7 @@ def diff3(
             stop += 1
         a_end = a_map[stop] if stop < n else len(ours)
         b_end = b_map[stop] if stop < n else len(theirs)
-        chunks.append(Chunk(i, stop, tuple(base[i:stop]), tuple(ours[ja:a_end]), tuple(theirs[jb:b_end]), jb))
+        chunks.append(Chunk(i, stop, tuple(base[i:stop]), tuple(ours[ja:a_end]), tuple(theirs[jb:b_end])))
         i, ja, jb = stop, a_end, b_end
     return chunks
 

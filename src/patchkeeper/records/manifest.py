@@ -77,10 +77,6 @@ class Manifest(Mapping[str, Entry]):
         return manifest_text.write(self._entries)
 
     @classmethod
-    def from_text(cls, data: bytes) -> Manifest:
-        return cls.from_scan(manifest_text.parse(data))
-
-    @classmethod
     def from_scan(cls, rows: Mapping[str, Row]) -> Manifest:
         """From an agent's rows (key -> (digest, size, mode)); each Entry is made when first read."""
         manifest = cls.__new__(cls)

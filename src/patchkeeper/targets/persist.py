@@ -30,7 +30,6 @@ from ..errors import BadInput, PatchkeeperError, TargetError, Unreachable
 from ..host import wire
 from .remote_agent import AgentProxy, Patience
 
-DEFAULT_PERSIST = 60.0
 ACK_TIMEOUT = 5.0  # a holder that does not acknowledge a request within this is wedged
 _CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 

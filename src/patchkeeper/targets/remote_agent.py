@@ -70,7 +70,6 @@ class AgentProxy(ContractCalls):
                 f"fix python = ... in [targets.{target_name}]",
             ) from None
         self.hello: dict[str, Any] = hello  # a holder hands it on to the command it gives this agent to
-        self.remote_python: str = hello["python"]
         self.noise = noise  # what the interpreter printed before the agent spoke (skipped)
 
     def _greeting(self) -> bytes:
