@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -26,6 +27,9 @@ if TYPE_CHECKING:
     from ..patchset.patchset import Library
 
 READ_WAIT = 5.0  # seconds a reading command waits for a change under way to end (its lock)
+# Set (to "1") in a process that must not finish or undo a transaction it finds (`patchkeeper mcp
+# --read-only` sets it for itself and the workers it starts): its sessions refuse one instead.
+READ_ONLY = "PATCHKEEPER_READ_ONLY"
 
 
 class Session:
@@ -124,11 +128,20 @@ class Session:
             except NotInstalled as exc:  # named with the state it was removed since, and the release it needs
                 raise installation.removed(self._target, exc) from None
             self._ledger = Ledger(self._target, indexed=not self.rehash)
-            if self.hands_off and self.target.agent.lstat(self.ledger.journal_path) is not None:
+            read_only = os.environ.get(READ_ONLY) == "1"
+            if (self.hands_off or read_only) and self.target.agent.lstat(
+                self.ledger.journal_path
+            ) is not None:
+                why = (
+                    "this patchkeeper is read-only (patchkeeper mcp --read-only)"
+                    if read_only
+                    else f"`{self.command}` writes nothing"
+                )
                 raise Refused(
-                    f"target {self.target.name} has an interrupted transaction; `{self.command}` "
-                    "writes nothing, so it does not finish or undo it",
-                    f"run `patchkeeper recover -t {self.target.name}` first",
+                    f"target {self.target.name} has a transaction under way or interrupted (its journal is "
+                    f"there); {why}, so it neither waits for it nor finishes or undoes it",
+                    f"if a change is running on {self.target.name}, wait for it to end; if not, run "
+                    f"`patchkeeper recover -t {self.target.name}` from a shell",
                 )
             if (self.write or self.target.agent.lstat(self.ledger.journal_path) is not None) and self._lock():
                 self._clean()

@@ -1,7 +1,8 @@
 """The MCP server's plans: a change runs only through a plan id of the same session, once, and only
 while each target is in the state the plan was made on (its fingerprint: the ledger's newest entry,
 the recorded state, and the digests of the managed files as they are) and the workspace (its
-patchkeeper.toml and patch sets) is as it was."""
+patchkeeper.toml, its patch sets, and the targets and groups it resolves, an inventory's among them)
+is as it was."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import hashlib
 import json
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import click
@@ -17,7 +18,7 @@ import click
 from ..change import adopt as adopting
 from ..change.session import Session
 from ..checks.scan import scan_all
-from ..errors import Refused
+from ..errors import PatchkeeperError, Refused
 from ..workspace import CONFIG, Workspace
 from . import tools, verbs
 
@@ -42,9 +43,10 @@ class Seen:
         return "its files changed outside patchkeeper"
 
 
-def fingerprint(ws: Workspace, target: str) -> Seen:
-    """The state a change on `target` starts from; reads only (a dry run's session)."""
-    with Session(ws, target, "mcp plan", write=False, hands_off=True) as s:
+def fingerprint(ws: Workspace, target: str, tool: str = "plan") -> Seen:
+    """The state a change on `target` starts from; reads only (a dry run's session, named after the
+    `tool` that asks)."""
+    with Session(ws, target, f"mcp {tool}", write=False, hands_off=True) as s:
         entries = s.ledger.entries()
         current = s.ledger.current()
         files = scan_all(s.target).to_text()
@@ -70,11 +72,23 @@ def adoption(ws: Workspace, target: str, mode: str) -> dict[str, str] | None:
 
 
 def workspace_digest(ws: Workspace) -> str:
-    """patchkeeper.toml and every file under patchsets/, as one digest."""
+    """patchkeeper.toml, every file under patchsets/, and every target and group as the workspace
+    resolves them (an inventory's too: a file named by patchkeeper.toml or the server's --inventory,
+    or a script's output, read anew by every command), as one digest."""
     h = hashlib.sha256()
     paths = [ws.root / CONFIG] + sorted(p for p in ws.patchsets_dir.rglob("*") if p.is_file())
     for path in paths:
         h.update(os.fsencode(path.relative_to(ws.root)) + b"\0" + path.read_bytes() + b"\0")
+    resolved = {
+        "default_target": ws.default_target,
+        "wheels": ws.wheels,
+        "groups": ws.groups,
+        "targets": {
+            name: {f.name: getattr(config, f.name) for f in fields(config) if f.compare}
+            for name, config in ws.targets.items()
+        },
+    }
+    h.update(json.dumps(resolved, sort_keys=True, default=str).encode())
     return "sha256:" + h.hexdigest()
 
 
@@ -167,13 +181,14 @@ class Plans:
         ws = self.load()
         if workspace_digest(ws) != plan.workspace:
             raise Refused(
-                f"the workspace changed since plan {plan_id} (patchkeeper.toml or a patch set)",
+                f"the workspace changed since plan {plan_id} (patchkeeper.toml, a patch set, or a target "
+                "or group as it or its inventory gives them)",
                 "call plan again and review what it would change now",
             )
         moved = {
             name: was.moved(now)
             for name, was in plan.starts_from.items()
-            if (now := fingerprint(ws, name)) != was
+            if (now := fingerprint(ws, name, "apply_plan")) != was
         }
         if moved:
             raise Refused(
@@ -181,9 +196,13 @@ class Plans:
                 + "; ".join(f"target {name} changed since it was made: {why}" for name, why in moved.items()),
                 "call plan again and review what it would change now",
             )
-        plan.used = True
+        plan.used = True  # before the change: a second call meanwhile is refused
         on_line(f"carrying out plan {plan_id}: {' '.join(plan.command[:1])}")
         out = verbs.run(self.group, self.base, plan.command, on_line, client)
+        if out.failed and _unmoved(ws, plan):
+            plan.used = (
+                False  # refused before it wrote anything (another command's lock): it may be tried again
+            )
         if not isinstance(out.doc, dict):
             return verbs.Outcome(out.code, out.doc, change=True)
         summary = plan.summary()
@@ -194,7 +213,16 @@ class Plans:
         }
         if other:  # another command changed the target between the check and the change's lock
             summary["started_from_another_state"] = other
-        return verbs.Outcome(out.code or (2 if other else 0), {**out.doc, "plan": summary}, change=True)
+        code = out.code or (2 if other else 0)
+        return verbs.Outcome(code, {**out.doc, "plan": summary}, change=True)
+
+
+def _unmoved(ws: Workspace, plan: Plan) -> bool:
+    """Whether every target of `plan` is still as the plan saw it (a failed change wrote nothing)."""
+    try:
+        return all(fingerprint(ws, name, "apply_plan") == was for name, was in plan.starts_from.items())
+    except PatchkeeperError:  # a target that cannot be read now: the plan stays spent
+        return False
 
 
 def _started_from(doc: dict[str, Any]) -> dict[str, str | None]:

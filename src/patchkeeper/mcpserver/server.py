@@ -5,6 +5,7 @@ target's ledger, changes go through plans (plans.py)."""
 from __future__ import annotations
 
 import mimetypes
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from .. import __version__
+from ..change.session import READ_ONLY
 from ..errors import BadInput, PatchkeeperError
 from ..patchset import patchset
 from ..printable import one_line
@@ -94,6 +96,8 @@ def serve(served: Served) -> int:
             f"patchkeeper mcp needs the MCP SDK, which is not installed here (no module {exc.name!r})",
             "pip install 'patchkeeper[mcp]' (or pip install mcp) into patchkeeper's environment",
         ) from None
+    if served.read_only:  # no session of this process, nor of a worker it starts, finishes or undoes a
+        os.environ[READ_ONLY] = "1"  # transaction it finds: a reading tool refuses, naming it
     anyio.run(_run, served)
     return 0
 
