@@ -56,6 +56,14 @@ def test_init_says_when_the_package_is_not_installed_there_yet(tmp_path):
     )  # this venv: no sglang
     assert proc.returncode == 0, proc.stderr
     assert f"note: sglang is not installed in {sys.executable} yet (wrong venv?)" in proc.stdout
+    (next_line,) = [line for line in proc.stdout.splitlines() if line.startswith("next:")]
+    assert "install sglang" in next_line and "apply" not in next_line  # nothing to apply there yet
+
+
+def test_a_verb_outside_any_workspace_says_how_to_make_one(tmp_path):
+    err = pk(tmp_path, "status").stderr
+    assert f"no patchkeeper.toml in {tmp_path.resolve()} or its parents" in err
+    assert "`patchkeeper init` makes one here" in err
 
 
 def test_a_wrong_venv_is_asked_about_first(tmp_path):

@@ -8,6 +8,7 @@ import csv
 import hashlib
 import json
 import os
+import re
 import subprocess
 import zipfile
 from pathlib import Path
@@ -231,6 +232,8 @@ def test_restore_pristine_gives_the_release_as_baseline(handmade, pristine_venv)
     assert sorted(base["hand_edits"]) == ["sglang/srt/speculative/ddtree_by_hand.py", SPEC]
     digest = base["extra"]["replaced"][SPEC][0]  # the scp'd bytes come back by a prefix of their digest
     assert handmade.pk("show-backup", digest.partition(":")[2][:10]).stdout.endswith("# copied in by scp\n")
+    shown = re.findall(r"blake3:[0-9a-f]+\u2026", handmade.pk("log").stdout)  # as `log` shows each, cut short
+    assert shown and all(handmade.pk("show-backup", d).stdout for d in shown)
     assert fingerprinted(handmade) == [("baseline", True), ("apply", True), ("rollback", True)]
 
 

@@ -168,7 +168,10 @@ def find(explicit: str | None = None, cwd: Path | None = None) -> Path:
     for candidate in (here, *here.parents):
         if (candidate / CONFIG).is_file():
             return candidate
-    raise BadInput(f"no {CONFIG} in {here} or its parents", "run inside a workspace, or pass --workspace DIR")
+    raise BadInput(
+        f"no {CONFIG} in {here} or its parents",
+        "run inside a workspace, or pass --workspace DIR; `patchkeeper init` makes one here",
+    )
 
 
 DEFAULT_KEYS = (

@@ -143,6 +143,11 @@ def init(root: Path, python: str | None, package: str, as_json: bool = False) ->
             "next: set python = ... of a target in patchkeeper.toml (patchkeeper init --python VENV/bin/python "
             "writes one), then `patchkeeper audit`"
         )
+    elif note:  # the package is not there: nothing to audit or apply yet
+        print(
+            f"next: install {package} with that python, or set python = ... in {CONFIG} to the venv that "
+            "holds it; then `patchkeeper audit`"
+        )
     else:
         print(
             "next: `patchkeeper audit`, then `patchkeeper apply NAME --dry-run` (git init here keeps each "

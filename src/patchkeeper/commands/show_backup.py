@@ -37,8 +37,9 @@ def show_backup(ws: Workspace, target: str | None, digest: str, as_json: bool = 
 
 
 def _resolve(s: Session, digest: str) -> str:
-    """A full digest as given, or the one backup in the target's ledger whose digest starts so."""
-    algorithm, _, hexpart = digest.rpartition(":")
+    """A full digest as given, or the one backup in the target's ledger whose digest starts so (as
+    `log` shows one, cut short with an ellipsis, or without it)."""
+    algorithm, _, hexpart = digest.removesuffix("\u2026").removesuffix("...").rpartition(":")
     if algorithm and len(hexpart) == (64 if algorithm in ("blake3", "sha256") else 0):
         return digest
     if len(hexpart) < MIN_HEX or any(c not in "0123456789abcdef" for c in hexpart):
