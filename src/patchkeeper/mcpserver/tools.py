@@ -82,7 +82,17 @@ def _check(tool: str, key: str, schema: Mapping[str, Any], value: Any) -> None:
     if isinstance(value, str):
         if len(value) > MAX_TEXT:
             raise BadInput(f"{tool}: {key} is {len(value)} characters long, over {MAX_TEXT}", "pass a name")
+        if "enum" in schema and value not in schema["enum"]:
+            raise BadInput(
+                f"{tool}: {key} {value[:40]!r} is not one of {', '.join(schema['enum'])}",
+                "see the tool's input schema",
+            )
         if "pattern" in schema and not re.fullmatch(schema["pattern"].strip("^$"), value):
+            if key == "plan_id":
+                raise BadInput(
+                    f"{tool}: {value[:40]!r} is not a plan id (16 lowercase hex digits)",
+                    "pass the plan.id that the plan tool returned",
+                )
             raise BadInput(
                 f"{tool}: {key} {value!r} is not a name (letters, digits, '.', '_', '-'; no path, no option)",
                 "pass a name as `list`, `status` or `log` show it",
