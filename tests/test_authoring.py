@@ -136,10 +136,29 @@ def test_record_from_git_refuses_bad_input_and_writes_nothing(env, checkout, tmp
     for args, message in cases:
         proc = env.pk(*args, check=2)
         assert message in proc.stderr and "hint:" in proc.stderr, proc.stderr
-    (checkout.pkg / "sglang/version.py").write_text("dirty\n")
-    proc = env.pk(*base, "--range", "v0.5.23..feature", "--subdir", "python", check=2)
-    assert "uncommitted changes" in proc.stderr and "python/sglang/version.py" in proc.stderr
     assert tree(env.root) == before
+
+
+def test_record_from_git_runs_nothing_the_checkout_configures(env, checkout, tmp_path):
+    """A checkout handed over with its own .git/config: an fsmonitor hook, a clean filter and a diff
+    driver that would each leave a file behind if git ran them; the range is read from its commits."""
+    ran = tmp_path / "ran"
+    ran.mkdir()
+    for key, value in [
+        ("core.fsmonitor", f"touch {ran}/fsmonitor; false"),
+        ("filter.evil.clean", f"touch {ran}/clean; cat"),
+        ("diff.evil.textconv", f"touch {ran}/textconv; cat"),
+        ("diff.evil.command", f"touch {ran}/command; true"),
+        ("diff.external", f"touch {ran}/external; true"),
+    ]:
+        checkout.git("config", key, value)
+    (checkout.root / ".git" / "info").mkdir(exist_ok=True)
+    (checkout.root / ".git" / "info" / "attributes").write_text("* filter=evil diff=evil\n")
+    (checkout.pkg / "sglang/version.py").write_text("uncommitted\n")  # a dirty work tree, never looked at
+    args = ("record", "f", "--git", str(checkout.root), "--range", "v0.5.23..feature", "--subdir", "python")
+    assert "created f@1.0.0" in env.pk(*args).stdout
+    assert sorted(p.name for p in ran.iterdir()) == []
+    assert "uncommitted" not in "".join(p.read_text() for p in (env.root / "patchsets" / "f").glob("*.patch"))
 
 
 def _site_copy(env, dest: Path) -> Path:

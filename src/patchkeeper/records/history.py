@@ -322,14 +322,13 @@ def workspace_ref(ws_root: Path, patchset_dirs: dict[str, Path]) -> dict[str, An
 # ---- a source checkout -------------------------------------------------------------------------
 def read_range(directory: str, span: str, subdir: str) -> list[Change]:
     """The files that differ between the two refs of `span` (A..B) below `subdir`, with their bytes
-    and modes, named relative to `subdir` (python/sglang/x.py -> sglang/x.py)."""
+    and modes, named relative to `subdir` (python/sglang/x.py -> sglang/x.py). Only commits are read,
+    never the work tree: git runs nothing the checkout configures for it (core.fsmonitor, a clean
+    filter or a diff driver of its own .git/config), and uncommitted changes are not part of a range."""
     import git  # lazy: GitPython is slow to import; only authoring needs it
     from gitdb.exc import BadName, BadObject  # lazy: part of GitPython (see `import git` above)
 
-    try:
-        repo = git.Repo(directory)
-    except (git.NoSuchPathError, git.InvalidGitRepositoryError):
-        raise BadInput(f"{directory} is not a git checkout", "pass --git DIR of a git clone") from None
+    repo = _checkout(directory)
     left, sep, right = span.partition("..")
     if not sep or not left or not right or right.startswith("."):
         raise BadInput(f"range {span!r} is not of the form A..B", "e.g. --range v0.5.23..my-branch")
@@ -353,12 +352,6 @@ def read_range(directory: str, span: str, subdir: str) -> list[Change]:
                     f"{directory}: no directory {subdir!r} at {commit.hexsha[:12]}",
                     "pass --subdir as the directory holding the package (e.g. python)",
                 )
-    if repo.is_dirty(untracked_files=True):
-        dirty = [d.a_path or d.b_path or "?" for d in repo.index.diff(None)] + repo.untracked_files
-        raise BadInput(
-            f"{directory} has uncommitted changes: {', '.join(dirty[:5]) or 'staged changes'}",
-            "commit or stash them first, so the range is exactly what you recorded",
-        )
     raw = repo.git.diff_tree(
         "-r", "-z", "--no-renames", commits[0].hexsha, commits[1].hexsha, "--", subdir or "."
     )
@@ -394,7 +387,6 @@ def read_range(directory: str, span: str, subdir: str) -> list[Change]:
 def range_patch(directory: str, span: str, subdir: str) -> bytes:
     """The patch git itself writes for `span` below `subdir`, paths relative to `subdir` (call
     after read_range, which checks the range); the options fix what a user's git config could vary."""
-    import git  # lazy: GitPython is slow to import; only authoring needs it
 
     left, _, right = span.partition("..")
     subdir = subdir.strip("/")
@@ -414,5 +406,23 @@ def range_patch(directory: str, span: str, subdir: str) -> bytes:
         subdir or ".",
     ]
     return cast(
-        bytes, git.Repo(directory).git.diff(*args, stdout_as_string=False, strip_newline_in_stdout=False)
+        bytes, _checkout(directory).git.diff(*args, stdout_as_string=False, strip_newline_in_stdout=False)
     )
+
+
+def _checkout(directory: str) -> git.Repo:
+    """A checkout someone hands over, opened so that git runs nothing its own config names: even a
+    diff of two commits starts core.fsmonitor's hook (tests/test_authoring.py holds it), so that key
+    is overridden for every git command run on it (GIT_CONFIG_COUNT, git 2.31+). Nothing else those
+    commands use runs a program: no work tree is read (no filter), and `git diff` is told
+    --no-ext-diff --no-textconv."""
+    import git  # lazy: GitPython is slow to import; only authoring needs it
+
+    try:
+        repo = git.Repo(directory)
+    except (git.NoSuchPathError, git.InvalidGitRepositoryError):
+        raise BadInput(f"{directory} is not a git checkout", "pass --git DIR of a git clone") from None
+    repo.git.update_environment(
+        GIT_CONFIG_COUNT="1", GIT_CONFIG_KEY_0="core.fsmonitor", GIT_CONFIG_VALUE_0="false"
+    )
+    return repo
