@@ -199,7 +199,7 @@ def unit_files(target: Target, override: Mapping[str, bytes | None] | None = Non
                 names.append(inst)
     names = list(dict.fromkeys(names))
     if fragment is None:
-        return f"the unit file {unit} is absent (systemd has no such unit {name} on its search path)"
+        return f"the unit file {unit} is absent: systemd has no such unit {name} on its search path"
     entry = _entry(scan, fragment)
     base = _basename_of(scan, fragment)
     own = _with_instance(base, instance) if instance and _is_template(base) else base
