@@ -1,5 +1,6 @@
 """Helpers shared by test files: the fake service, ledger readers, wheels, waiting on processes, a
-command in the background stopped mid-transaction, asking the controller of held connections."""
+command in the background stopped mid-transaction, asking the controller of held connections, the
+corpus of hostile paths."""
 
 from __future__ import annotations
 
@@ -47,6 +48,16 @@ class Service:
             [sys.executable, str(FAKE), "stop", "--pidfile", str(self.pidfile), "--port", str(self.port)],
             check=True,
         )
+
+
+def hostile_paths() -> list[str]:
+    """Values an attacker would put where a relative path is read: climbing, absolute, empty parts,
+    NUL, newline, backslash, .git in any case, over-long, and combinations of them."""
+    seeds = ["..", "../x", "a/../../x", "/etc/passwd", "//x", "a//b", "a/./b", ".", "", "x/", "a/..",
+             ".git", ".git/config", "a/.GIT/hooks/x", ".Git", "a\\..\\b", "nul\0x", "a/\0", "x" * 256,
+             "/".join(["d"] * 2100), "\udcff"]  # fmt: skip
+    prefixed = [f"sglang/{s}" for s in seeds if s and not s.startswith("/")]
+    return seeds + prefixed
 
 
 def ledger(env) -> list[dict]:

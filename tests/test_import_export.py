@@ -8,9 +8,10 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import make_workspace, tree
+from conftest import every_path, make_workspace, tree
+from helpers import hostile_paths
 
-from patchkeeper.patchset import patchset
+from patchkeeper.patchset import exchange, patchset
 
 TOML = b'name = "victim"\nversion = "3.1.0"\npackage = "sglang"\n'
 KEY = b"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIattacker attacker@evil"
@@ -182,3 +183,69 @@ def test_a_symlink_in_the_temporary_directory_is_not_followed(workspace, tmp_pat
     assert os.listdir(victim) == [] and sorted(os.listdir(tmpdir)) == sorted(
         ["victim", "pk-import-victim", "victim@3.1.0"]
     )
+
+
+# ---- a bundle whose digest is right but which loading refuses: refused before anything is saved ----------
+GOOD_TOML = 'name = "ok"\nversion = "2.0.0"\npackage = "sglang"\n'
+
+
+def _diff(path: str) -> bytes:
+    return (
+        f"diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n@@ -1 +1,2 @@\n # Code Structure\n+patched\n"
+    ).encode("utf-8", "surrogateescape")
+
+
+def _hostile_bundles() -> list[tuple[str, dict[str, bytes]]]:
+    """(what, files) of patch sets ok@2.0.0 that `patchset.load` refuses: diffs whose paths are the
+    hostile corpus (the report's `sglang/../../../../outside/canary` first), role files outside the
+    patch set, and patchset.toml values a loaded set may not have."""
+    out = [
+        (
+            "climbing diff",
+            {"patchset.toml": GOOD_TOML.encode(), "evil.patch": _diff("sglang/../../../../outside/canary")},
+        )
+    ]
+    for path in hostile_paths():
+        if "\n" not in path and " " not in path:
+            out.append(
+                (f"diff path {path!r}", {"patchset.toml": GOOD_TOML.encode(), "evil.patch": _diff(path)})
+            )
+    for role in ("../../outside/canary", "/etc/passwd", "missing.conf", "sub/../../x", ""):
+        toml = GOOD_TOML + f'[files]\ndropin = "{role}"\n'
+        out.append((f"role file {role!r}", {"patchset.toml": toml.encode(), "ok.conf": b"[Service]\n"}))
+    for extra in ('requires = ["../x"]', 'unknown = 1', 'package_version = "not a spec"', "[vars]\nBad-Name = 1",
+                  'group = 3', "[verify]\nmin_accept_length = 0"):  # fmt: skip
+        out.append((f"patchset.toml {extra!r}", {"patchset.toml": (GOOD_TOML + extra + "\n").encode()}))
+    out.append(("malformed TOML", {"patchset.toml": GOOD_TOML.encode() + b"[[[\n"}))
+    out.append(("another name", {"patchset.toml": GOOD_TOML.replace('"ok"', '"other"').encode()}))
+    out.append(
+        ("a diff that is not one", {"patchset.toml": GOOD_TOML.encode(), "x.patch": b"@@ -1 +1 @@\n-a\n+b\n"})
+    )
+    return out
+
+
+BUNDLES = _hostile_bundles()
+
+
+@pytest.mark.parametrize("what, files", BUNDLES, ids=[what for what, _ in BUNDLES])
+def test_a_bundle_that_loading_refuses_is_refused_and_the_workspace_is_unchanged(
+    tmp_path, pristine_venv, what, files
+):
+    ws = make_workspace(tmp_path / "ws", pristine_venv)
+    good = ws.root / "patchsets" / "ok"
+    good.mkdir()
+    (good / "patchset.toml").write_text('name = "ok"\nversion = "1.0.0"\npackage = "sglang"\n')
+    (good / "0001.patch").write_bytes(_diff("sglang/README.md"))
+    made = tmp_path / "made" / "ok"
+    for rel, data in files.items():
+        (made / rel).parent.mkdir(parents=True, exist_ok=True)
+        (made / rel).write_bytes(data)
+    bundle = tmp_path / "ok2.export"
+    bundle.write_bytes(exchange.export(made, "ok@2.0.0", patchset.digest_dir(made)))
+    before = every_path(ws.root)
+    proc = _import(ws, bundle, tmp_path / "tmp", name="ok")
+    _one_line_refusal(proc)
+    assert str(bundle) in proc.stderr.splitlines()[0]
+    assert every_path(ws.root) == before, what
+    assert os.listdir(tmp_path / "tmp") == []
+    assert "ok@1.0.0" in ws.pk("list").stdout

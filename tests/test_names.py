@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import make_workspace, tree
+from helpers import hostile_paths
 
 from patchkeeper import names
 from patchkeeper.checks import wheels
@@ -19,17 +20,6 @@ from patchkeeper.host.store import Store
 from patchkeeper.patchset import patchset, saving
 from patchkeeper.records.ledger import LedgerEntry
 from patchkeeper.targets import shapes
-
-
-def hostile_paths() -> list[str]:
-    """Values an attacker would put where a relative path is read: climbing, absolute, empty parts,
-    NUL, newline, backslash, .git in any case, over-long, and combinations of them."""
-    seeds = ["..", "../x", "a/../../x", "/etc/passwd", "//x", "a//b", "a/./b", ".", "", "x/", "a/..",
-             ".git", ".git/config", "a/.GIT/hooks/x", ".Git", "a\\..\\b", "nul\0x", "a/\0", "x" * 256,
-             "/".join(["d"] * 2100), "\udcff"]  # fmt: skip
-    prefixed = [f"sglang/{s}" for s in seeds if s and not s.startswith("/")]
-    return seeds + prefixed
-
 
 HOSTILE_NAMES = ["", ".", "..", "../x", "a/b", "/abs", ".hidden", "-flag", "a\0b", "a\nb", "a b", "x" * 101,
                  ".git", "a\\b", "é"]  # fmt: skip

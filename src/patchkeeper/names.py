@@ -12,11 +12,13 @@ from __future__ import annotations
 import re
 
 from .errors import BadInput
+from .host.filekeys import (
+    MAX_COMPONENT,
+    path_problem as path_problem,  # a file key's grammar, the agent's too
+)
 
 MAX_NAME = 100  # a patch set's name: one directory under patchsets/
 MAX_VERSION = 64  # a PEP 440 version: one directory under patchsets/.history/NAME/
-MAX_COMPONENT = 255  # bytes of one path component (NAME_MAX)
-MAX_PATH = 4096  # bytes of a whole path (PATH_MAX)
 PATCHSET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+!_-]*")  # the characters of PEP 440 versions, no '/'
 DIGEST = re.compile(r"(?:blake3|sha256):[0-9a-f]{64}")
@@ -94,30 +96,6 @@ def component_problem(value: object, what: str) -> str | None:
         return f"{what} {_shown(value)} is not UTF-8"
     if size > MAX_COMPONENT:
         return f"{what} {_shown(value)} is longer than {MAX_COMPONENT} bytes"
-    return None
-
-
-def path_problem(rel: object, what: str = "path") -> str | None:
-    """Why `rel` is not a plain relative path ('/' between components) that stays below the
-    directory it is joined to, or None: not absolute, no empty, '.', '..' or `.git` component (git
-    refuses that one too, in any case), no NUL or backslash, valid UTF-8, within NAME_MAX and PATH_MAX."""
-    if not isinstance(rel, str) or not rel:
-        return f"{what} {_shown(rel)} is empty or not text"
-    try:
-        size = len(rel.encode("utf-8"))
-    except UnicodeEncodeError:
-        return f"{what} {_shown(rel)} is not UTF-8"
-    if "\0" in rel:
-        return f"{what} {_shown(rel)} holds a NUL byte"
-    if "\\" in rel:
-        return f"{what} {_shown(rel)} holds a backslash (a Windows path separator?)"
-    parts = rel.split("/")
-    if rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
-        return f"{what} {_shown(rel)} is not relative, or leaves its directory"
-    if any(p.lower() == ".git" for p in parts):
-        return f"{what} {_shown(rel)} has a .git component"
-    if size > MAX_PATH or any(len(p.encode("utf-8")) > MAX_COMPONENT for p in parts):
-        return f"{what} {_shown(rel)} is longer than a path may be ({MAX_COMPONENT} bytes a component)"
     return None
 
 

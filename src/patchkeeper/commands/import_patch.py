@@ -132,35 +132,59 @@ def _import_export(ws: Workspace, name: str, file: str, data: bytes, version: st
     if patchset.MANIFEST not in files:
         raise BadInput(f"{file}: the export carries no {patchset.MANIFEST}", "export the patch set again")
     # the restored bytes are the exported ones: checked in a directory of its own, made here and removed
-    # whole (exchange.restore checked every name; no path is built from the export's ident)
+    # whole (exchange.restore checked every name; no path is built from the export's ident); then the
+    # patch set as it will be saved is loaded there, exactly as the workspace would load it: whatever
+    # loading refuses (a diff's path, a role file, patchset.toml) is refused before anything is written
     with tempfile.TemporaryDirectory(prefix="pk-import-") as tmp:
-        check = Path(tmp)
-        try:
-            for rel, blob in files.items():
-                (check / rel).parent.mkdir(parents=True, exist_ok=True)
-                (check / rel).write_bytes(blob)
-        except OSError as exc:
-            raise BadInput(
-                f"{file}: cannot restore the export's files in {tmp}: {exc.strerror}",
-                "make room in the temporary directory ($TMPDIR), then import again",
-            ) from None
-        if patchset.digest_dir(check) != digest:
+        _restore_into(Path(tmp) / "export", files, file)
+        if patchset.digest_dir(Path(tmp) / "export") != digest:
             raise BadInput(
                 f"{file}: the restored patch set does not match the digest {digest} in its header",
                 "the patch was edited; strip the '#' header lines to import it as a plain patch",
             )
-    old_name, _, old_version = ident.partition("@")
-    if name != old_name or (version is not None and version != old_version):
+        files = _renamed(files, ident, name, version, file)
+        staged = Path(tmp) / "load"
+        _restore_into(staged / name, files, file)
         try:
-            toml = files[patchset.MANIFEST].decode("utf-8")
-        except UnicodeDecodeError:
+            patchset.load(staged, name)
+        except BadInput as exc:
             raise BadInput(
-                f"{file}: its {patchset.MANIFEST} is not UTF-8", "export the patch set again"
+                f"{file}: " + exc.message.replace(str(staged / name), f"the export's patch set {ident}"),
+                "nothing was saved; fix the patch set where it was made, then export it again",
             ) from None
-        files[patchset.MANIFEST] = authoring.set_keys(
-            toml, {"name": name, "version": version or old_version}
-        ).encode()
     draft = authoring.Draft(name=name, package="", patches=(), extra_files=tuple(sorted(files.items())))
-    saved = authoring.save(ws.patchsets_dir, draft, version=version or old_version, version_option=_HIGHER)
+    saved = authoring.save(
+        ws.patchsets_dir, draft, version=version or ident.partition("@")[2], version_option=_HIGHER
+    )
     paths = patchset.load(ws.patchsets_dir, name).paths
     return report_saved(ws, saved, len(paths), 0)
+
+
+def _restore_into(directory: Path, files: dict[str, bytes], origin: str) -> None:
+    """The export's files (names checked by exchange.restore) written below `directory`, a temporary one."""
+    try:
+        for rel, blob in files.items():
+            (directory / rel).parent.mkdir(parents=True, exist_ok=True)
+            (directory / rel).write_bytes(blob)
+    except OSError as exc:
+        raise BadInput(
+            f"{origin}: cannot restore the export's files in {directory}: {exc.strerror}",
+            "make room in the temporary directory ($TMPDIR), then import again",
+        ) from None
+
+
+def _renamed(
+    files: dict[str, bytes], ident: str, name: str, version: str | None, origin: str
+) -> dict[str, bytes]:
+    """The export's files, its patchset.toml naming `name` and `version` where they differ from its ident."""
+    old_name, _, old_version = ident.partition("@")
+    if name == old_name and (version is None or version == old_version):
+        return files
+    try:
+        toml = files[patchset.MANIFEST].decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadInput(
+            f"{origin}: its {patchset.MANIFEST} is not UTF-8", "export the patch set again"
+        ) from None
+    renamed = authoring.set_keys(toml, {"name": name, "version": version or old_version}).encode()
+    return {**files, patchset.MANIFEST: renamed}

@@ -9,8 +9,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any, overload
 
-from ..errors import BadInput, Refused, StoreError
+from ..errors import AgentError, BadInput, Refused, StoreError
 from ..host.disk import install_records
+from ..host.filekeys import keys_problem
+from ..host.manifests import DAMAGED, DAMAGED_HINT
 from ..targets import Target
 from . import ledger_index
 from .installed import Installed
@@ -197,10 +199,30 @@ class Ledger:
             self._entries.add(entry.file_name(), json.loads(data))
 
     def save_manifest(self, manifest: Manifest) -> str:
+        """Store a state's manifest. A key its reader would refuse (host/filekeys.py: a file in
+        site-packages named with a backslash, a .git part, bytes that are not UTF-8) is refused here,
+        so that no state is recorded that could not be read back."""
+        problem = keys_problem(manifest)
+        if problem:
+            raise BadInput(
+                f"target {self.target.name}: patchkeeper cannot record the file: {problem}",
+                "rename or remove that file in site-packages (a file key is a plain relative path), then retry",
+            )
         return self.target.agent.store_put(self.target.info.store, manifest.to_text())
 
     def load_manifest(self, state: State) -> Manifest:
-        manifest = Manifest.from_scan(self.target.agent.manifest_rows(self.target.info.store, state.manifest))
+        """The state's manifest, from the target's store; one whose lines or keys are not a manifest's
+        (a damaged or hostile state dir: host/manifest_text.parse) is refused naming the state."""
+        try:
+            rows = self.target.agent.manifest_rows(self.target.info.store, state.manifest)
+        except AgentError as exc:
+            if exc.kind != DAMAGED:
+                raise
+            raise StoreError(
+                f"state {state.id} ({state.name or 'unnamed'}) of target {self.target.name}: {exc.message}",
+                DAMAGED_HINT.replace("<target>", self.target.name),
+            ) from None
+        manifest = Manifest.from_scan(rows)
         old = install_records(manifest)
         return manifest.replace(dict.fromkeys(old)) if old else manifest  # recorded before they were left out
 

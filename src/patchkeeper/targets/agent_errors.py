@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import AgentError, TargetError
+from ..host.manifests import DAMAGED, DAMAGED_HINT
 
 
 def _quoted(data: bytes) -> str:
@@ -24,6 +25,8 @@ def _exception(doc: Any, target: str, method: str) -> Exception:
             filename if isinstance(filename, str) else None,
         )
     if kind == "AgentError" and isinstance(doc.get("kind"), str):
+        if doc["kind"] == DAMAGED:  # the hint is ours, naming the target, not the one the host wrote
+            return AgentError(DAMAGED, message.partition("\n")[0], DAMAGED_HINT.replace("<target>", target))
         return AgentError(doc["kind"], message)
     trace = doc.get("trace")
     detail = (trace.strip().splitlines()[-1:] if isinstance(trace, str) else []) or [f"{kind}: {message}"]

@@ -27,6 +27,7 @@ AGENT_MODULES = (
     "blake3pipe",
     "progress",
     "disk",
+    "filekeys",
     "manifest_text",
     "statcache",
     "fileops",

@@ -20,6 +20,7 @@ from functools import cache
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from ..host.contract import ANSWERS, AgentContract
+from ..host.filekeys import keys_problem
 
 ALGORITHMS = ("blake3", "sha256")
 _DIGEST = re.compile(r"(?:blake3|sha256):[0-9a-f]{64}")
@@ -242,6 +243,15 @@ def _rows_of(pick: Callable[[Any], Any]) -> Callable[[Any, str], None]:
     return lambda value, what: rows(pick(value), what)
 
 
+def _manifest_rows(value: Any, what: str) -> None:
+    """A stored manifest's rows: its keys are file keys (host/filekeys.py), as the agent checked them
+    when it parsed the manifest; an agent of another version or a hostile host may not have."""
+    rows(value, what)
+    problem = keys_problem(value)
+    if problem:
+        raise Malformed(f"{what}: {problem}")
+
+
 def _dist_info(value: Any, what: str) -> None:
     if value is None:
         return
@@ -309,7 +319,7 @@ _FACTS: dict[str, tuple[bool, Callable[[Any, str], None]]] = {
     "read_changed": (False, _changed),
     "dist_info": (False, _dist_info),
     "scan": (True, _rows_of(lambda v: v.rows)),
-    "manifest_rows": (True, rows),
+    "manifest_rows": (True, _manifest_rows),
     "compare_many": (False, _comparisons),
     "audit_tree": (False, _tree),
     "store_put": (False, lambda value, what: None if digest(value, what) else None),
