@@ -96,8 +96,16 @@ def _check_wheel(sets: list[PatchSet], wheel: str, archive: zipfile.ZipFile, as_
     fields = metadata_fields(archive.read(metadata[0]).decode("utf-8", "replace").splitlines())
     package, version = fields.get("Name", "?"), fields.get("Version", "?")
     problems = [_misfit(m, f"wheel {wheel}") for m in stacks.misfits(sets, package, version, None)]
+    tops = {n.split("/", 1)[0] for n in names if "/" in n}  # the wheel's top-level directories
+    stacks.refuse_unwritable(package, tops, {n for n in names if "/" not in n}, sets, force=False)
     files = {p: archive.read(p) if p in names else None for ps in sets for p in ps.paths}
     reports = stacks.build_files(sets, files, {}, (), trial_of=sets)
+    clashes = patching.shape_clashes([p for p, data in files.items() if data is not None], names)
+    if clashes:  # as a target's check finds them (transaction.obstacles): apply would refuse
+        problems.append(
+            f"{len(clashes)} file(s) cannot be put in place, so apply would refuse: "
+            + "; ".join(f"{path} {why}" for path, why in clashes.items())
+        )
     notes = [
         f"{ps.ident}: role file(s) {', '.join(r for r, _ in ps.files)} not checked (not in a wheel)"
         for ps in sets
