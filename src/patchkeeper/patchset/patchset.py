@@ -275,6 +275,7 @@ def load(root: Path, name: str) -> PatchSet:
     patches = []
     declared = 0  # bytes the binary patches hold inflated, in all (gitbinary.MAX_TOTAL)
     for diff in sorted(directory.glob("*.patch")):
+        grammar.check_file_entry(diff.name, str(directory))  # no control character, as export requires
         _cap(diff, MAX_PATCH)
         file_patches = gitdiff.parse(diff.read_bytes().decode("utf-8", "surrogateescape"), str(diff))
         for fp in file_patches:
@@ -379,7 +380,7 @@ def check_relative(rel: str, origin: str) -> None:
             f"{origin}: path {rel!r} escapes site-packages",
             "patch paths must be relative to site-packages, without '..'",
         )
-    problem = grammar.path_problem(rel)  # a .git component (git refuses it too), or too long
+    problem = grammar.path_problem(rel) or grammar.control_problem(rel)  # .git (git refuses it too), too long
     if problem:
         raise BadInput(f"{origin}: {problem}", "patch paths are plain relative paths inside site-packages")
 
