@@ -286,18 +286,24 @@ def test_git_quoted_paths_are_accepted(env, tmp_path):
     repo = tmp_path / "git"
     (repo / "sglang").mkdir(parents=True)
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
-    names = ['sglang/name with "quote".py', "sglang/café.py", "sglang/tab\there.py"]
+    names = ['sglang/name with "quote".py', "sglang/café.py", "sglang/ünï cödé.py"]
     for name in names:
         (repo / name).write_text(f"# {name}\n")
     subprocess.run(["git", "-C", str(repo), "add", "-N", "."], check=True)
     text = subprocess.run(["git", "-C", str(repo), "diff"], check=True, capture_output=True, text=True).stdout
-    assert '"b/sglang/name with \\"quote\\".py"' in text and "caf\\303\\251" in text and "tab\\there" in text
+    assert '"b/sglang/name with \\"quote\\".py"' in text and "caf\\303\\251" in text
     _patchset(env, "quoted", text)
     env.pk("apply", "quoted", "--no-verify")
     for name in names:
         assert (env.site / name).read_text() == f"# {name}\n"
     env.pk("rollback", "--to", "baseline", "--no-verify")
     assert not any((env.site / name).exists() for name in names)
+    (repo / "sglang/tab\there.py").write_text("x\n")  # git quotes a tab as \t: a control character, refused
+    subprocess.run(["git", "-C", str(repo), "add", "-N", "."], check=True)
+    text = subprocess.run(["git", "-C", str(repo), "diff"], check=True, capture_output=True, text=True).stdout
+    assert "tab\\there" in text
+    _patchset(env, "tabbed", text)
+    _refused(env, "apply", "tabbed", expect="'sglang/tab\\there.py' holds a control character")
 
 
 def test_a_symlinked_file_is_named_a_symlink(env, tmp_path):
@@ -361,12 +367,12 @@ def test_record_of_a_path_with_a_space_reads_back_everywhere(env, tmp_path):
     spaced = env.site / "sglang" / "plan b"
     spaced.mkdir()
     (spaced / "mod.py").write_bytes(b"PLAN = 'b'\n")
-    quoted = env.site / "sglang" / 'say"hi"\tnow.py'
+    quoted = env.site / "sglang" / 'say"hi" now.py'
     quoted.write_bytes(b"HI = 1\n")
     env.pk("record", "planb", "-t", "local", "--from", "before")
     patch = (env.root / "patchsets/planb/planb.patch").read_text()
     assert "diff --git a/sglang/plan b/mod.py b/sglang/plan b/mod.py\n" in patch  # as git writes it
-    assert '+++ "b/sglang/say\\"hi\\"\\tnow.py"\n' in patch
+    assert '+++ "b/sglang/say\\"hi\\" now.py"\t\n' in patch  # a tab after a name with a space, as git writes
     assert "2 file(s)" in env.pk("show", "planb").stdout
     exported = env.pk("export", "planb").stdout
     env.pk("rollback", "--to", "before", "--no-verify")
@@ -379,6 +385,9 @@ def test_record_of_a_path_with_a_space_reads_back_everywhere(env, tmp_path):
         ["git", "apply", "--check", "-"], input=exported, text=True, capture_output=True, cwd=env.site
     )
     assert proc.returncode == 0, proc.stderr  # git reads what record wrote
+    (env.site / "sglang/tab\there.py").write_bytes(b"T = 1\n")  # a name no patch set may hold: not recorded
+    _refused(env, "record", "tabbed", "-t", "local", "--from", "before", expect="holds a control character")
+    assert not (env.root / "patchsets/tabbed").exists()
 
 
 def test_git_s_own_diff_of_a_path_with_a_space_imports(env, tmp_path):

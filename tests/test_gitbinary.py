@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from patchkeeper.patchset import gitbinary
+from patchkeeper.errors import BadInput
+from patchkeeper.patchset import gitbinary, gitdiff
 
 LIMIT = 1 << 30  # the address space the CLI gets: the bombs below inflate to 2 GiB
 PEAK = 300 << 20  # what the CLI may use refusing them (it starts at about 60 MB)
@@ -195,3 +196,70 @@ def test_the_bombs_are_what_git_reads(tmp_path):
     subprocess.run(["git", "init", "-q", str(tmp_path / "repo")], check=True)
     subprocess.run(["git", "apply", str(tmp_path / "x.patch")], cwd=tmp_path / "repo", check=True)
     assert (tmp_path / "repo" / "x.bin").read_bytes() == data
+
+
+def test_binary_patches_over_the_total_are_refused_before_inflating(env):
+    """The reviewer's case, scaled to the 1 GiB address space of the run: literals each under the 1 GiB
+    a file may declare, 1.2 GiB in all, over two .patch files (each under the total alone)."""
+    bomb = zlib_bomb(300)
+    for part in ("0001", "0002"):
+        diff = "".join(
+            _binary_diff(f"sglang/z{part}-{i}.bin", None, "literal", 300 << 20, bomb) for i in (1, 2)
+        )
+        if part == "0001":
+            _patchset(env, "big", diff)
+        else:
+            (env.root / "patchsets/big/0002.patch").write_text(diff)
+    before = env.snapshot()
+    for verb in ("check", "apply"):
+        proc, peak = _measured(env, verb, "big")
+        assert proc.returncode == 2, proc.stderr
+        assert f"declare {1200 << 20} bytes in all, over the 1024 MiB" in proc.stderr, proc.stderr
+        assert proc.stderr.count("patchkeeper: error:") == 1 and "Traceback" not in proc.stderr
+        assert peak < PEAK, f"peak {peak >> 20} MiB"
+    assert env.snapshot() == before
+
+
+def _two_files(first: str, second: str) -> str:
+    return first + second.replace("a/x.bin", "a/y.bin").replace("b/x.bin", "b/y.bin")
+
+
+def test_reverse_chunks_and_delta_results_count_in_the_total(monkeypatch):
+    """What the total counts: forward chunks, reverse chunks (decoded while reading, so counted before
+    any is) and the result a delta declares (read from its first bytes)."""
+    monkeypatch.setattr(gitbinary, "MAX_TOTAL", 1000)
+    decoded: list[int] = []
+    real = gitbinary.decode
+    monkeypatch.setattr(gitbinary, "decode", lambda p, w: decoded.append(p.size) or real(p, w))
+    fits = _binary_diff("x.bin", None, "literal", 400, zlib.compress(bytes(400)))
+    assert len(gitdiff.parse(_two_files(fits, fits), "ok.patch")) == 2 and decoded == [0, 0]
+    reverse = fits.replace(
+        "literal 0\nHcmV?d00001\n", "literal 400\n" + "\n".join(git_base85(zlib.compress(bytes(400)))) + "\n"
+    )
+    decoded.clear()
+    with pytest.raises(BadInput, match="declare 1600 bytes in all, over the"):
+        gitdiff.parse(_two_files(reverse, reverse), "rev.patch")
+    assert decoded == []  # refused before the first reverse chunk is inflated
+    old = b"0123456789"
+    delta = zlib.compress(_varint(len(old)) + _varint(900) + b"\x91\x00\x0a" * 90)
+    grows = _binary_diff("x.bin", old, "delta", 2 + 2 + 3 * 90, delta)
+    with pytest.raises(BadInput, match=f"declare {400 + 274 + 900} bytes in all"):
+        gitdiff.parse(_two_files(fits, grows), "delta.patch")
+    with pytest.raises(BadInput, match="corrupt binary delta"):
+        gitbinary.held(gitbinary.BinaryPatch("delta", 5, tuple(git_base85(b"xx")), "0" * 40, "1" * 40), "d")
+
+
+def test_a_large_file_no_patch_names_is_hashed_a_piece_at_a_time(env):
+    """A file of a patch set directory that no patch references (a 1.5 GiB notes.bin, sparse here) is
+    part of the set's digest: it is read a piece at a time, not whole (the run has 1 GiB of address space)."""
+    _patchset(
+        env,
+        "notes",
+        _binary_diff("sglang/n.bin", None, "literal", 4, zlib.compress(b"abcd"), _sha1_blob(b"abcd")),
+    )
+    with open(env.root / "patchsets/notes/notes.bin", "wb") as f:
+        f.truncate(1536 << 20)
+    proc, peak = _measured(env, "show", "notes")
+    assert proc.returncode == 0, proc.stderr
+    assert "notes.bin" in proc.stdout
+    assert peak < PEAK, f"peak {peak >> 20} MiB"

@@ -22,7 +22,7 @@ MAX_VERSION = 64  # a PEP 440 version: one directory under patchsets/.history/NA
 PATCHSET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+!_-]*")  # the characters of PEP 440 versions, no '/'
 DIGEST = re.compile(r"(?:blake3|sha256):[0-9a-f]{64}")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")  # what printable.py escapes
 _NAME_HINT = "use letters, digits, '.', '_' and '-'"
 
 
@@ -108,12 +108,19 @@ def check_path(rel: object, origin: str = "", what: str = "path") -> str:
     return rel
 
 
+def control_problem(rel: object, what: str = "path") -> str | None:
+    """Why `rel` cannot be a file name patchkeeper writes from a patch: it holds a control character
+    (C0, DEL, C1, a line or paragraph separator), which no file of a real package has and which a
+    terminal would obey; None when it holds none."""
+    if isinstance(rel, str) and _CONTROL.search(rel):
+        return f"{what} {_shown(rel)} holds a control character"
+    return None
+
+
 def check_file_entry(rel: object, origin: str = "") -> str:
     """A file inside a patch set directory (patchset.toml, a .patch, a role file): a relative path
     (see path_problem) without control characters."""
-    problem = path_problem(rel, "file name")
-    if problem is None and isinstance(rel, str) and _CONTROL.search(rel):
-        problem = f"file name {_shown(rel)} holds a control character"
+    problem = path_problem(rel, "file name") or control_problem(rel, "file name")
     if problem:
         raise BadInput(_where(origin) + problem, "a patch set's files have plain relative names")
     assert isinstance(rel, str)

@@ -84,6 +84,9 @@ def plan_apply(
         else []
     )
     found += unrendered
+    if trial:  # what apply refuses outright, check refuses alike (a misfit is one of its problems)
+        info = target.info
+        stacks.refuse_unwritable(info.package, info.top_dirs(), info.loose_paths(), incoming, force=False)
     notes = [] if trial else stacks.check_fits(target, incoming, force)
     if not trial:
         stacks.check_history(s, incoming)

@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import BadInput, Refused
-from ..host.disk import STAGE_PREFIX, is_managed_name, normalize_name as canonicalize_name
+from ..host.disk import STAGE_PREFIX, is_install_record, is_managed_name, normalize_name as canonicalize_name
 from ..patchset import applyset, patching, patchset
 from ..patchset.patchset import Library
 from ..records.ledger import PatchSetRef
 from ..records.manifest import ROLE_PREFIX
-from ..targets import Target, TargetInfo
+from ..targets import Target
 from ..workspace import TargetConfig, Workspace
 from .session import Session
 
@@ -193,7 +193,6 @@ def check_fits(target: Target, sets: list[PatchSet], force: bool) -> list[str]:
                 hint,
             )
     for ps in sets:
-        _refuse_unmanaged(info, ps)
         python = dict(ps.values or ()).get("python")
         if python is not None and python != target.config.python:
             notes.append(
@@ -202,29 +201,42 @@ def check_fits(target: Target, sets: list[PatchSet], force: bool) -> list[str]:
                 f"service would run another environment's {target.config.package} (drop python from "
                 f"[targets.{target.name}.vars] to use the target's own)"
             )
+    return notes + refuse_unwritable(info.package, info.top_dirs(), info.loose_paths(), sets, force)
+
+
+def refuse_unwritable(
+    package: str, tops: Collection[str], loose: Collection[str], sets: list[PatchSet], force: bool
+) -> list[str]:
+    """Refuse what the patch sets themselves write that apply never writes: a path outside the files
+    of `package` (its top-level directories `tops` and files `loose`), bytecode, an install record,
+    patchkeeper's stage names, and (unless `force`: then a warning, returned) a setuid, setgid or
+    world-writable mode. `apply` and `check` (on a target or a wheel) both refuse here, alike."""
+    for ps in sets:
+        _refuse_unmanaged(package, set(tops), set(loose), ps)
     unsafe = patchset.unsafe_modes(sets)
-    if unsafe:
-        msg = "patch sets make file(s) setuid, setgid or world-writable: " + ", ".join(unsafe)
-        if not force:
-            raise Refused(msg, "fix the modes in the patches; --force applies them anyway")
-        notes.append(f"warning: {msg} (--force)")
-    return notes
+    if not unsafe:
+        return []
+    msg = "patch sets make file(s) setuid, setgid or world-writable: " + ", ".join(unsafe)
+    if not force:
+        raise Refused(msg, "fix the modes in the patches; `patchkeeper apply --force` applies them anyway")
+    return [f"warning: {msg} (--force)"]
 
 
-def _refuse_unmanaged(info: TargetInfo, ps: PatchSet) -> None:
+def _refuse_unmanaged(package: str, tops: set[str], loose: set[str], ps: PatchSet) -> None:
     """Refuse a patch set that writes where no scan looks (so no rollback would undo it): outside the
-    package's own files and top-level directories, bytecode, or patchkeeper's stage names."""
-    tops, loose = set(info.top_dirs()), set(info.loose_paths())
+    package's own files and top-level directories, bytecode, install records or patchkeeper's stage names."""
     bad = []
     for path in ps.paths:
-        if not is_managed_name(path):
+        if is_install_record(path):
+            why = "an install record, written by the installer"
+        elif not is_managed_name(path):
             why = (
                 "a stage file name of patchkeeper"
                 if STAGE_PREFIX in path
                 else "bytecode, derived from sources"
             )
         elif path.split("/", 1)[0] not in tops and path not in loose:
-            why = f"not a file of package {info.package}"
+            why = f"not a file of package {package}"
         else:
             continue
         bad.append(f"{path} ({why})")
@@ -232,8 +244,8 @@ def _refuse_unmanaged(info: TargetInfo, ps: PatchSet) -> None:
         raise Refused(
             f"patch set {ps.ident} writes {len(bad)} path(s) patchkeeper does not manage, so no rollback "
             "would undo them: " + ", ".join(bad[:10]) + (" …" if len(bad) > 10 else ""),
-            f"limit the patch set to the files of {info.package} ({', '.join(sorted(tops))}"
-            f"{', ' + ', '.join(sorted(loose)[:5]) if loose else ''}), without bytecode",
+            f"limit the patch set to the files of {package} ({', '.join(sorted(tops))}"
+            f"{', ' + ', '.join(sorted(loose)[:5]) if loose else ''}), without bytecode or install records",
         )
 
 

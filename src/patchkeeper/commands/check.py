@@ -13,6 +13,7 @@ from ..errors import BadInput
 from ..host.distinfo import metadata_fields
 from ..patchset import patching
 from ..patchset.patchset import PatchSet
+from ..printable import one_line
 from ..records.ledger import ApplyExtra
 from ..workspace import Workspace
 from . import emit_json
@@ -30,7 +31,7 @@ def check(ws: Workspace, target: str | None, name: str, wheel: str | None, as_js
         plan = engine.plan_apply(s, name, force=False, trial=True)
         if plan is None:
             current = s.ledger.current()
-            print(
+            _say(
                 f"{t.name}: {sets[-1].ident} is already applied (state {current.id if current else '-'}); "
                 "nothing to check"
             )
@@ -96,8 +97,16 @@ def _check_wheel(sets: list[PatchSet], wheel: str, archive: zipfile.ZipFile, as_
     fields = metadata_fields(archive.read(metadata[0]).decode("utf-8", "replace").splitlines())
     package, version = fields.get("Name", "?"), fields.get("Version", "?")
     problems = [_misfit(m, f"wheel {wheel}") for m in stacks.misfits(sets, package, version, None)]
+    tops = {n.split("/", 1)[0] for n in names if "/" in n}  # the wheel's top-level directories
+    stacks.refuse_unwritable(package, tops, {n for n in names if "/" not in n}, sets, force=False)
     files = {p: archive.read(p) if p in names else None for ps in sets for p in ps.paths}
     reports = stacks.build_files(sets, files, {}, (), trial_of=sets)
+    clashes = patching.shape_clashes([p for p, data in files.items() if data is not None], names)
+    if clashes:  # as a target's check finds them (transaction.obstacles): apply would refuse
+        problems.append(
+            f"{len(clashes)} file(s) cannot be put in place, so apply would refuse: "
+            + "; ".join(f"{path} {why}" for path, why in clashes.items())
+        )
     notes = [
         f"{ps.ident}: role file(s) {', '.join(r for r, _ in ps.files)} not checked (not in a wheel)"
         for ps in sets
@@ -129,7 +138,7 @@ def _report(
             }
         )
         return 0 if ok else 1
-    print(f"checking {ident} against {against}")
+    _say(f"checking {ident} against {against}")
     for r in reports:
         if r.ok:
             moved = [h.offset for h in r.hunks if h.offset]
@@ -139,21 +148,21 @@ def _report(
                 else "applies at an offset: "
                 + ", ".join(f"{h.header} {_lines(h.offset)}" for h in r.hunks if h.offset)
             )
-            print(f"  ok    {r.path}  {how}")
+            _say(f"  ok    {r.path}  {how}")
             continue
-        print(f"  FAIL  {r.path}  ({r.patchset} {r.origin})")
+        _say(f"  FAIL  {r.path}  ({r.patchset} {r.origin})")
         for h in r.hunks:
             if h.offset is None:
-                print(f"        {h.header}: {h.problem}")
+                _say(f"        {h.header}: {h.problem}")
                 _show_lines(h)
             elif h.offset:
-                print(f"        {h.header}: applies {_lines(h.offset)}")
+                _say(f"        {h.header}: applies {_lines(h.offset)}")
     for p in problems:
-        print(f"  problem: {p}")
+        _say(f"  problem: {p}")
     for n in notes:
-        print(f"  note: {n}")
+        _say(f"  note: {n}")
     failed = sum(not r.ok for r in reports)
-    print(
+    _say(
         f"{ident}: "
         + ("applies" if ok else f"does not apply ({failed} file(s) fail, {len(problems)} problem(s))")
     )
@@ -187,13 +196,19 @@ def _lines(offset: int) -> str:
 def _show_lines(h: patching.HunkCheck) -> None:
     if not h.expected and not h.found:
         return
-    print(f"          expected (patch)  |  found at line {h.found_at}")
+    _say(f"          expected (patch)  |  found at line {h.found_at}")
     for i in range(min(max(len(h.expected), len(h.found)), _SHOWN)):
         want = h.expected[i].rstrip("\n") if i < len(h.expected) else "<none>"
         got = h.found[i].rstrip("\n") if i < len(h.found) else "<end of file>"
         mark = " " if want == got else "!"
-        print(f"        {mark} {want!r}")
+        _say(f"        {mark} {want!r}")
         if want != got:
-            print(f"        > {got!r}")
+            _say(f"        > {got!r}")
     if max(len(h.expected), len(h.found)) > _SHOWN:
-        print(f"          … {max(len(h.expected), len(h.found)) - _SHOWN} more line(s)")
+        _say(f"          … {max(len(h.expected), len(h.found)) - _SHOWN} more line(s)")
+
+
+def _say(text: str) -> None:
+    """One line of the report: paths, hunk headers and problems come from the patch set and the
+    target, so their control characters are escaped (printable.one_line), never sent to the terminal."""
+    print(one_line(text))

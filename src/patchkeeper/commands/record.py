@@ -68,7 +68,7 @@ def record_target(
                     new_entry.mode if new_entry else None,
                 )
             )
-        diffwrite.refuse_binary(changes, f"target {s.target.name}")
+        diffwrite.refuse_unrecordable(changes, f"target {s.target.name}")
         taken: set[str] = {f"{name}.patch"}
         role_files: list[tuple[str, str, bytes]] = []
         defaults: dict[str, str] = {}
@@ -122,7 +122,7 @@ def record_adoption(
             )
             for key, release, old, edited, new in edits
         ]
-        diffwrite.refuse_binary(changes, f"the hand edits adopted on {s.target.name}")
+        diffwrite.refuse_unrecordable(changes, f"the hand edits adopted on {s.target.name}")
         version = str(first.extra.get("package_version") or s.target.info.version)
         draft = authoring.Draft(
             name=name,
@@ -217,7 +217,7 @@ def record_git(
             f"{checkout}: nothing differs in {subdir or 'the tree'} over {span}",
             "check the range and --subdir",
         )
-    diffwrite.refuse_binary(changes, checkout)
+    diffwrite.refuse_unrecordable(changes, checkout)
     patch = history.range_patch(checkout, span, subdir)  # git writes it: its diff, not a second one
     draft = authoring.Draft(
         name=name,

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..checks import units
 from ..patchset import patchset, saving, templates
+from ..printable import one_line
 from ..workspace import Workspace
 from . import emit_json
 
@@ -88,19 +89,19 @@ def show(ws: Workspace, name: str, as_json: bool) -> int:
             }
         )
         return 0
-    print(f"{ps.ident}  {ps.description}")
-    print(f"  package   {ps.package}{ps.package_version or ' (any version)'}")
-    print(f"  group     {ps.group or '-'}")
-    print(f"  requires  {', '.join(ps.requires) or '-'}")
-    print(f"  digest    {ps.digest}")
+    _say(f"{ps.ident}  {ps.description}")
+    _say(f"  package   {ps.package}{ps.package_version or ' (any version)'}")
+    _say(f"  group     {ps.group or '-'}")
+    _say(f"  requires  {', '.join(ps.requires) or '-'}")
+    _say(f"  digest    {ps.digest}")
     if kept:
-        print(
+        _say(
             f"  kept      {', '.join(f'{name}@{v}' for v in kept)}: the versions it replaced, highest first, "
             f"in patchsets/{saving.HISTORY}/{name}/VERSION/"
         )
-    print(f"  files     {', '.join(sorted(p.name for p in directory.rglob('*') if p.is_file()))}")
+    _say(f"  files     {', '.join(sorted(p.name for p in directory.rglob('*') if p.is_file()))}")
     for role, data in ps.files:
-        print(
+        _say(
             f"  role      @{role}: {len(data)} bytes"
             + (" (a template)" if templates.names(data) else "")
             + (
@@ -116,11 +117,11 @@ def show(ws: Workspace, name: str, as_json: bool) -> int:
             )
         )
     for line in _exec_starts(ps):
-        print(f"  {line}")
+        _say(f"  {line}")
     defaults, types = dict(ps.defaults), dict(ps.types)
     for var in ps.variables:
         kind = types[var].describe() if var in types else "text"
-        print(
+        _say(
             f"  variable  {var} ({kind}) = {defaults[var]!r}"
             if var in defaults
             else f"  variable  {var} ({kind}): the target's own interpreter unless [targets.NAME.vars] sets it"
@@ -136,11 +137,17 @@ def show(ws: Workspace, name: str, as_json: bool) -> int:
             "copy": f" (copied from {s.get('source')})",
         }.get(s["kind"], "") + (" (binary)" if s.get("binary") else "")
         mode_text = f" mode {s['mode']}" if s["mode"] and s["kind"] in ("modify", "rename", "copy") else ""
-        print(f"  {s['path']:{width}}  +{s['added']:<4} -{s['removed']:<4}{tag}{mode_text}")
-    print(f"  {len(stats)} file(s), +{sum(s['added'] for s in stats)} -{sum(s['removed'] for s in stats)}")
+        _say(f"  {s['path']:{width}}  +{s['added']:<4} -{s['removed']:<4}{tag}{mode_text}")
+    _say(f"  {len(stats)} file(s), +{sum(s['added'] for s in stats)} -{sum(s['removed'] for s in stats)}")
     if not where:
-        print("not applied on any target recorded in snapshots/")
+        _say("not applied on any target recorded in snapshots/")
     for w in where:
         note = "" if w["current"] else " (other content than the workspace's now)"
-        print(f"applied on {w['target']}: {name}@{w['version']} in state {w['state']}{note}")
+        _say(f"applied on {w['target']}: {name}@{w['version']} in state {w['state']}{note}")
     return 0
+
+
+def _say(text: str) -> None:
+    """One line of the listing: names of files and paths come from the patch set, so their control
+    characters are escaped (printable.one_line), never sent to the terminal."""
+    print(one_line(text))

@@ -6,6 +6,7 @@ import difflib
 import hashlib
 from dataclasses import dataclass
 
+from .. import names
 from ..errors import BadInput
 from .gitquote import quote, split_lines
 
@@ -30,12 +31,21 @@ def is_binary(data: bytes | None) -> bool:
     return data is not None and b"\0" in data[:BINARY_PROBE]
 
 
-def refuse_binary(changes: list[Change], origin: str) -> None:
+def refuse_unrecordable(changes: list[Change], origin: str) -> None:
+    """Refuse what a patch set cannot hold, before it is written: a binary file (record writes text
+    diffs), a name with a control character (a patch set that names one is refused when loaded)."""
     binary = [c.path for c in changes if is_binary(c.old) or is_binary(c.new)]
     if binary:
         raise BadInput(
-            f"{origin}: binary file(s) cannot be recorded as a patch: " + ", ".join(binary),
+            f"{origin}: binary file(s) cannot be recorded as a patch: " + ", ".join(map(repr, binary)),
             "revert them, or ship such files another way",
+        )
+    named = [c.path for c in changes if names.control_problem(c.path)]
+    if named:
+        raise BadInput(
+            f"{origin}: file(s) whose name holds a control character cannot be recorded: "
+            + ", ".join(map(repr, named)),
+            "rename them (no package's file name holds a tab or an escape), or revert them",
         )
 
 

@@ -41,6 +41,10 @@ def _length(c: str) -> int:
 MAX_SIZE = (
     1 << 30
 )  # bytes a binary patch may declare: the file is held in memory whole, as git apply holds it
+# Bytes the binary patches of one patch set may declare in all (each chunk inflated, forward and
+# reverse, and each delta's result): `check` and `apply` hold every file they build at once. A whole
+# sglang release diff (0.5.22 to 0.5.23, five .so files of 46 MB) declares under 100 MB.
+MAX_TOTAL = 1 << 30
 _STEP = 1 << 20  # bytes inflated or built at a time, each step checked against the declared size
 _REDO = "write the diff again with `git diff --binary`"
 
@@ -59,6 +63,30 @@ def decode(patch: BinaryPatch, where: str) -> bytes:
         return inflate(_base85(patch.lines), patch.size)
     except (ValueError, zlib.error) as exc:
         raise BadInput(f"{where}: corrupt binary patch: {exc}", _REDO) from None
+
+
+def held(patch: BinaryPatch, where: str) -> int:
+    """Bytes `patch` makes patchkeeper hold: its chunk inflated and, for a delta, the result the delta
+    declares, read from the delta's first bytes (a few of its lines inflated, never the whole chunk)."""
+    if patch.method == "literal":
+        return patch.size
+    try:
+        head = zlib.decompressobj().decompress(_base85(patch.lines[:64]), 20)
+        _, pos = _varint(head, 0)
+        result, _ = _varint(head, pos)
+    except (ValueError, zlib.error) as exc:
+        raise BadInput(f"{where}: corrupt binary delta: {exc}", _REDO) from None
+    return patch.size + result
+
+
+def refuse_over_total(declared: int, where: str) -> None:
+    """BadInput when binary patches declare more than MAX_TOTAL bytes in all, before any is inflated."""
+    if declared > MAX_TOTAL:
+        raise BadInput(
+            f"{where}: the binary patches declare {declared} bytes in all, over the "
+            f"{MAX_TOTAL >> 20} MiB patchkeeper holds in memory for one patch set",
+            "ship files that large another way than in a patch set",
+        )
 
 
 def inflate(data: bytes, size: int) -> bytes:

@@ -51,18 +51,31 @@ def _parse(text: str, origin: str) -> tuple[FilePatch, ...]:
         raise BadInput(f"{origin}: not a unified diff: {exc}", _REDO) from None
     out: list[FilePatch] = []
     headers: set[int] = set()  # the index of each hunk header unidiff read
+    reverse: list[tuple[gitbinary.BinaryPatch, str]] = []  # the reverse chunks, decoded below
     for pf in files:
-        fp = _file_patch(pf, lines, origin, headers)
+        fp = _file_patch(pf, lines, origin, headers, reverse)
         if fp is not None:
             out.append(_checked(fp, origin))
     _gap_stray_fragments(lines, headers, origin)
+    declared = sum(r.size for r, _ in reverse)
+    declared += sum(gitbinary.held(fp.binary, origin) for fp in out if fp.binary is not None)
+    gitbinary.refuse_over_total(declared, origin)
+    for chunk, where in reverse:  # git reads the reverse chunk too: a damaged one refuses the patch
+        gitbinary.decode(chunk, where)
     if not out and text.strip():
         raise BadInput(f"{origin}: no file changes found in the diff", "regenerate it with git diff")
     return tuple(out)
 
 
-def _file_patch(pf: PatchedFile, lines: list[str], origin: str, headers: set[int]) -> FilePatch | None:
-    """One file's patch as unidiff read it, its gaps filled; None for what git takes as mail text."""
+def _file_patch(
+    pf: PatchedFile,
+    lines: list[str],
+    origin: str,
+    headers: set[int],
+    reverse: list[tuple[gitbinary.BinaryPatch, str]],
+) -> FilePatch | None:
+    """One file's patch as unidiff read it, its gaps filled (a binary patch's reverse chunk added to
+    `reverse`); None for what git takes as mail text."""
     info = [line.rstrip("\n") for line in pf.patch_info or ()]
     at = (pf.diff_line_no or 1) - 1  # the `diff --git` line, or a traditional patch's `+++` line
     if not (info and info[0].startswith("diff --git ")):
@@ -89,7 +102,8 @@ def _file_patch(pf: PatchedFile, lines: list[str], origin: str, headers: set[int
     hunks: tuple[Hunk, ...] = ()
     counts = (0, 0)
     if end < len(lines) and lines[end] == "GIT binary patch":
-        binary = _gap_binary(lines, end + 1, head.get("index "), where)
+        binary, *backward = _gap_binary(lines, end + 1, head.get("index "), where)
+        reverse += [(chunk, where) for chunk in backward]
     elif end < len(lines) and lines[end].startswith("Binary files ") and lines[end].endswith(" differ"):
         raise BadInput(
             f"{where}: {path} is a binary change without its bytes (a diff made without --binary)", _REDO
@@ -324,9 +338,10 @@ def _check_last_line(lines: list[str], origin: str) -> None:
     raise BadInput(f"{origin}: the diff ends inside a line ({lines[-1][:40]!r} has no newline)", _REDO)
 
 
-def _gap_binary(lines: list[str], i: int, index: str | None, where: str) -> gitbinary.BinaryPatch:
+def _gap_binary(lines: list[str], i: int, index: str | None, where: str) -> list[gitbinary.BinaryPatch]:
     """GAP: unidiff marks a binary file but keeps no payload. `GIT binary patch`: the forward chunk
-    (kept), then the reverse one (read past), each ended by an empty line; decoded when applied."""
+    (kept, decoded when applied), then the reverse one (decoded by _parse, once the sizes of all
+    are known to fit), each ended by an empty line."""
     m = _INDEX.fullmatch(index or "")
     if m is None or len(m.group(1)) != 40 or len(m.group(2)) != 40:
         raise BadInput(
@@ -350,9 +365,7 @@ def _gap_binary(lines: list[str], i: int, index: str | None, where: str) -> gitb
         i += 1  # the empty line
     if not chunks:
         raise BadInput(f"{where}: `GIT binary patch` without a literal or delta chunk", _REDO)
-    for reverse in chunks[1:]:  # git reads the reverse chunk too: a damaged one refuses the patch
-        gitbinary.decode(reverse, where)
-    return chunks[0]
+    return chunks
 
 
 def _checked(fp: FilePatch, origin: str) -> FilePatch:

@@ -3,8 +3,11 @@ application (patching.py), for the modules that write or read diffs' text only (
 
 from __future__ import annotations
 
+import re
+
 from ..errors import BadInput
 
+_OCTAL = re.compile(r"[0-3][0-7]{2}")  # ASCII digits only: str.isdigit takes "٠" too
 _C_ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}
 
 
@@ -37,7 +40,9 @@ def quote(name: str, always: bool = False) -> str:
 
 def unquote(name: str) -> str:
     """A path as git writes it: bare, or in double quotes with C escapes (\\", \\\\, \\t, \\n, octal
-    bytes) when it holds a quote, a backslash, a control or non-ASCII character."""
+    bytes) when it holds a quote, a backslash, a control or non-ASCII character. As git's
+    unquote_c_style: an escape is one of the C letters or three octal digits 000-377; any other
+    (\\089, \\400, a Unicode digit, a backslash at the end) is refused (BadInput)."""
     if not (len(name) >= 2 and name[0] == name[-1] == '"'):
         return name
     out = bytearray()
@@ -50,9 +55,12 @@ def unquote(name: str) -> str:
         elif body[i + 1 : i + 2] in _C_ESCAPES:
             out.append(_C_ESCAPES[body[i + 1]])
             i += 2
-        elif body[i + 1 : i + 4].isdigit() and len(body[i + 1 : i + 4]) == 3:
-            out.append(int(body[i + 1 : i + 4], 8) & 0xFF)
+        elif _OCTAL.fullmatch(body[i + 1 : i + 4]):
+            out.append(int(body[i + 1 : i + 4], 8))
             i += 4
         else:
-            raise BadInput(f"bad escape in the quoted path {name}", "write the diff again with git diff")
+            raise BadInput(
+                f"bad escape {body[i : i + 4]!r} in the quoted path {name[:80]!r}",
+                "git escapes a byte as \\ and three octal digits (000-377): write the diff again with git diff",
+            )
     return out.decode("utf-8", "surrogateescape")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 from ..errors import BadInput, HunkFailed
@@ -283,3 +284,25 @@ def check(patch: FilePatch, data: bytes | None) -> tuple[HunkCheck, ...]:
     if patch.kind == "add" and not out:
         out.append(HunkCheck("new file", 0))
     return tuple(out) or (HunkCheck(patch.kind, 0),)
+
+
+def shape_clashes(written: Iterable[str], names: Collection[str]) -> dict[str, str]:
+    """path -> why a file cannot be placed there in a release of files `names` (a wheel's, with '/'
+    between directories): a directory of the release at that path, or a file of it where a directory
+    on the way must be. What `check` finds on a target by asking it (transaction.obstacles), for a wheel."""
+    files = set(names)
+    dirs = {name[:at] for name in files for at in range(len(name)) if name[at] == "/"}
+    out = {}
+    for path in written:
+        if path in dirs:
+            out[path] = "is a directory in the release, where the patch sets put a file"
+            continue
+        parent = next((p for p in _parents(path) if p in files), None)
+        if parent is not None:
+            out[path] = f"is below {parent}, a file in the release"
+    return out
+
+
+def _parents(path: str) -> list[str]:
+    parts = path.split("/")
+    return ["/".join(parts[:i]) for i in range(1, len(parts))]

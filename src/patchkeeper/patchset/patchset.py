@@ -11,9 +11,9 @@ from typing import Any
 
 from .. import names as grammar
 from ..errors import BadInput, did_you_mean
-from ..host.disk import hash_bytes
+from ..host.disk import hash_bytes, hash_file
 from ..workspace import VAR_NAME, TargetConfig, value_text
-from . import gitdiff, patching, templates, varspec
+from . import gitbinary, gitdiff, patching, templates, varspec
 from .layout import MANIFEST as MANIFEST, names as names  # re-exported: where most readers find them
 
 KEYS = (
@@ -273,13 +273,18 @@ def load(root: Path, name: str) -> PatchSet:
     if problems:
         raise BadInput(f"{path}: " + "; ".join(problems), "see patchset.toml in docs/configuration.md")
     patches = []
+    declared = 0  # bytes the binary patches hold inflated, in all (gitbinary.MAX_TOTAL)
     for diff in sorted(directory.glob("*.patch")):
+        grammar.check_file_entry(diff.name, str(directory))  # no control character, as export requires
         _cap(diff, MAX_PATCH)
         file_patches = gitdiff.parse(diff.read_bytes().decode("utf-8", "surrogateescape"), str(diff))
         for fp in file_patches:
             check_relative(fp.path, str(diff))
             if fp.source is not None:
                 check_relative(fp.source, str(diff))
+            if fp.binary is not None:
+                declared += gitbinary.held(fp.binary, str(diff))
+        gitbinary.refuse_over_total(declared, str(directory))
         patches.append((diff.name, file_patches))
     return PatchSet(
         name=name,
@@ -358,7 +363,7 @@ def digest_dir(directory: Path) -> str:
     parts = []
     for path in sorted(p for p in directory.rglob("*") if p.is_file()):
         rel = path.relative_to(directory).as_posix()
-        parts.append(f"{rel}\0{hash_bytes(path.read_bytes())}\n")
+        parts.append(f"{rel}\0{hash_file(str(path))}\n")  # read a piece at a time: any size, little memory
     return hash_bytes("".join(parts).encode())
 
 
@@ -375,7 +380,7 @@ def check_relative(rel: str, origin: str) -> None:
             f"{origin}: path {rel!r} escapes site-packages",
             "patch paths must be relative to site-packages, without '..'",
         )
-    problem = grammar.path_problem(rel)  # a .git component (git refuses it too), or too long
+    problem = grammar.path_problem(rel) or grammar.control_problem(rel)  # .git (git refuses it too), too long
     if problem:
         raise BadInput(f"{origin}: {problem}", "patch paths are plain relative paths inside site-packages")
 

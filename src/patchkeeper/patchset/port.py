@@ -404,6 +404,8 @@ def check(
                 made[fp.path] = patching.apply(fp, current, name).data
             except HunkFailed as exc:
                 problems.append(exc.message)
+    clashes = patching.shape_clashes([p for p, data in made.items() if data is not None], new.site_names())
+    problems += [f"{path} {why}" for path, why in clashes.items()]  # apply would refuse it, so port does
     wanted = {f.lands: f.result for f in files}
     for path, data in made.items():
         if data != wanted.get(path):
