@@ -31,6 +31,7 @@ DOCUMENTED = {
     "not regular files": "a path the patch changes that is a symlink or a directory",
     "escapes site-packages": "a path with '..' or absolute",
     "backslash": "a path with a backslash",
+    "holds a control character": "a path with a control character (a tab, an escape)",
     "not UTF-8": "a name that is not UTF-8",
     "without its bytes": "a binary change without --binary",
     "full index line": "a binary patch without git's full index line",

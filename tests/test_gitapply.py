@@ -98,6 +98,7 @@ def test_each_documented_refusal_is_in_the_docs():
             "a path the patch changes that is a symlink or a directory": "a symlink or a directory",
             "a path with '..' or absolute": "`..`",
             "a path with a backslash": "backslash",
+            "a path with a control character (a tab, an escape)": "control character",
             "a name that is not UTF-8": "UTF-8",
             "a binary change without --binary": "--binary",
             "a binary patch without git's full index line": "index line",

@@ -174,23 +174,47 @@ def test_a_hostile_manifest_key_is_refused_and_nothing_changes(tmp_path, pristin
     env.pk("apply", "ok")
     ledger = {p.name: p.read_bytes() for p in sorted((env.state_dir / "ledger").glob("*.json"))}
 
-    def untouched() -> tuple:
-        venv = {k: v for k, v in every_path(env.venv).items() if not k.startswith(str(env.state_dir))}
-        return venv, every_path(outside), every_path(env.state_dir / "ledger")
+    def venv() -> dict[str, tuple]:
+        return {k: v for k, v in every_path(env.venv).items() if not k.startswith(str(env.state_dir))}
 
-    for key in _hostile_keys(env, outside):
+    def identities() -> tuple:  # per key: any write moves an entry's mtime, ctime or inode
+        return _identities(env.venv, env.state_dir), every_path(outside), every_path(env.state_dir / "ledger")
+
+    keys = _hostile_keys(env, outside)
+    if command[0] != "rollback":  # the one command that writes takes the whole corpus; readers a sample
+        keys = keys[:6] + [next(k for k in keys if mark in k) for mark in ("\\", ".git", "\0", "\udcff")]
+    whole = venv()
+    for key in keys:
         _plant(env.state_dir, key, ledger)
-        before = untouched()
+        before = identities()
         proc = env.pk(*command, check=None)
         lines = proc.stderr.splitlines()
         assert proc.returncode == 2, (key, proc.stdout, proc.stderr)
         assert len(lines) == 2 and lines[0].startswith("patchkeeper: error: "), (key, proc.stderr)
         assert "is damaged" in lines[0] and lines[1].startswith("  hint: the state dir's record is damaged")
-        assert untouched() == before, key
+        assert identities() == before, key
         assert not (env.state_dir / "journal.json").exists()
         assert (outside / "canary").read_bytes() == b"CANARY-SECRET\n"
         _restore(env.state_dir, ledger)
+    assert venv() == whole  # every byte and mode as it was
     assert env.pk(*command, check=None).returncode in (0, 1)  # the record put back reads again
+
+
+def _identities(root: Path, skip: Path) -> dict[str, tuple[int, int, int, int, int]]:
+    """(mode, size, mtime, ctime, inode) of every path below `root` but those below `skip`."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if os.path.join(dirpath, d) != str(skip)]
+        for name in dirnames + filenames:
+            st = os.lstat(os.path.join(dirpath, name))
+            out[os.path.join(dirpath, name)] = (
+                st.st_mode,
+                st.st_size,
+                st.st_mtime_ns,
+                st.st_ctime_ns,
+                st.st_ino,
+            )
+    return out
 
 
 def test_a_file_name_no_state_could_be_read_back_with_is_not_recorded(env):
