@@ -262,7 +262,7 @@ def test_manifest_text_quotes_as_each_key_alone_would_say():
         assert manifest_text.parse(text) == rows, keys
     # a backslash is written quoted too, but no file key holds one: the reader refuses it (filekeys.py)
     text = manifest_text.write_rows({"a\\b.py": row, "z.py": row})
-    assert text.startswith(b'644 3 blake3:' + b"0" * 64 + b' "a\\\\b.py"')
+    assert text.startswith(b"644 3 blake3:" + b"0" * 64 + b' "a\\\\b.py"')
     with pytest.raises(ValueError, match="backslash"):
         manifest_text.parse(text)
 
