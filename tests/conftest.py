@@ -98,8 +98,8 @@ def end_holders(directory: Path) -> None:
 
 
 # The files holding the suite's longest tests (`make test`'s slowest durations: 40-100 s each on 2
-# cores): collected first, so that they start first; `make test` runs pytest-xdist with worksteal,
-# so the workers that finish their share take the rest of them from the worker that holds them.
+# cores): collected first, so that pytest-xdist hands them out first and no worker is left running
+# one of them alone at the end of the run.
 SLOW_FIRST = frozenset(
     {
         "test_release_diff.py",
