@@ -97,27 +97,6 @@ def end_holders(directory: Path) -> None:
             s.close()
 
 
-# The files holding the suite's longest tests (`make test`'s slowest durations: 40-100 s each on 2
-# cores): collected first, so that pytest-xdist hands them out first and no worker is left running
-# one of them alone at the end of the run.
-SLOW_FIRST = frozenset(
-    {
-        "test_release_diff.py",
-        "test_crash.py",
-        "test_docs.py",
-        "test_check_agrees.py",
-        "test_installation.py",
-        "test_usability.py",
-        "test_ansible.py",
-        "test_rollout.py",
-    }
-)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: item.path.name not in SLOW_FIRST)  # stable: the rest keep their order
-
-
 @pytest.fixture(scope="session")
 def pristine_venv(tmp_path_factory) -> Iterator[Path]:
     """The pristine venv, on the tmp dirs' file system so that tests can hardlink it.

@@ -182,6 +182,8 @@ def test_a_hostile_manifest_key_is_refused_and_nothing_changes(tmp_path, pristin
 
     keys = _hostile_keys(env, outside)  # one of each kind: the whole corpus is parse's, tested above
     keys = keys[:6] + [next(k for k in keys if mark in k) for mark in ("\\", ".git", "\0", "\udcff")]
+    if command[0] != "rollback":  # the readers go through the same parse: the report's two keys and one more
+        keys = keys[:2] + keys[-4:-3]
     whole = venv()
     for key in keys:
         _plant(env.state_dir, key, ledger)
