@@ -16,13 +16,13 @@ from .host.filekeys import (
     MAX_COMPONENT,
     path_problem as path_problem,  # a file key's grammar, the agent's too
 )
+from .printable import CONTROL
 
 MAX_NAME = 100  # a patch set's name: one directory under patchsets/
 MAX_VERSION = 64  # a PEP 440 version: one directory under patchsets/.history/NAME/
 PATCHSET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+!_-]*")  # the characters of PEP 440 versions, no '/'
 DIGEST = re.compile(r"(?:blake3|sha256):[0-9a-f]{64}")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")  # what printable.py escapes
 _NAME_HINT = "use letters, digits, '.', '_' and '-'"
 
 
@@ -88,7 +88,7 @@ def component_problem(value: object, what: str) -> str | None:
     within NAME_MAX; None when it can."""
     if not isinstance(value, str) or not value:
         return f"{what} {_shown(value)} is empty or not text"
-    if value.startswith(".") or "/" in value or "\\" in value or _CONTROL.search(value):
+    if value.startswith(".") or "/" in value or "\\" in value or CONTROL.search(value):
         return f"{what} {_shown(value)} is not one plain path component (no leading '.', '/', '\\', control character)"
     try:
         size = len(value.encode("utf-8"))
@@ -112,7 +112,7 @@ def control_problem(rel: object, what: str = "path") -> str | None:
     """Why `rel` cannot be a file name patchkeeper writes from a patch: it holds a control character
     (C0, DEL, C1, a line or paragraph separator), which no file of a real package has and which a
     terminal would obey; None when it holds none."""
-    if isinstance(rel, str) and _CONTROL.search(rel):
+    if isinstance(rel, str) and CONTROL.search(rel):
         return f"{what} {_shown(rel)} holds a control character"
     return None
 

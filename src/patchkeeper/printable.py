@@ -12,7 +12,9 @@ import json
 import re
 from typing import Any
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+CONTROL = re.compile(
+    r"[\x00-\x1f\x7f-\x9f\u2028\u2029]"
+)  # what a terminal obeys: escaped here, refused in names.py
 _CONTROL_BUT_NEWLINE = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029]")
 
 
@@ -26,7 +28,7 @@ def _escape(match: re.Match[str]) -> str:
 def one_line(text: object) -> str:
     """`text` with every control character (newline and tab too) written as its escape."""
     s = str(text)
-    return _CONTROL.sub(_escape, s) if _CONTROL.search(s) else s
+    return CONTROL.sub(_escape, s) if CONTROL.search(s) else s
 
 
 def lines(text: object) -> str:
