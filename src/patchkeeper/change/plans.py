@@ -160,8 +160,12 @@ class Recorded:
         return {k: manifest.get(k) for k in keys}
 
     def changed(self, planned: Mapping[str, Entry | None]) -> bytes:
-        """The text of the manifest with `planned`'s entries (None: the file is removed)."""
-        return self.manifest().replace(planned).to_text()
+        """The text of the manifest with `planned`'s entries (None: the file is removed), once the
+        ledger lets it be recorded (Ledger.check_recordable: no setuid file, say, that a later rollback
+        would refuse to read back)."""
+        manifest = self.manifest().replace(planned)
+        self._ledger.check_recordable(manifest)
+        return manifest.to_text()
 
 
 def baseline(s: Session) -> State:
