@@ -237,18 +237,18 @@ def test_a_world_writable_mode_needs_force(env):
 def test_setuid_setgid_and_sticky_modes_are_refused_even_with_force(env):
     """No recorded state holds such a mode (a stored manifest's mode is permission bits only), so no
     patch set may make one."""
-    for mode in ("104755", "102755", "101644", "106777"):
+    for mode, force in (
+        ("104755", ()),
+        ("104755", ("--force",)),
+        ("102755", ("--force",)),
+        ("101644", ("--force",)),
+    ):
         shutil.rmtree(env.root / "patchsets" / "modes", ignore_errors=True)
         _patchset(env, "modes", MODE.format(mode=mode))
-        for force in ((), ("--force",)):
-            _refused(
-                env,
-                "apply",
-                "modes",
-                *force,
-                expect=f"setuid, setgid or sticky: sglang/version.py {mode[2:]}",
-            )
-        _no_records(env)
+        _refused(
+            env, "apply", "modes", *force, expect=f"setuid, setgid or sticky: sglang/version.py {mode[2:]}"
+        )
+    _no_records(env)
     assert (env.site / "sglang/version.py").stat().st_mode & 0o7777 == 0o644
 
 

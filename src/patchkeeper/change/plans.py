@@ -149,6 +149,7 @@ class Recorded:
         if current is None or (moved is not None and moved.kind == "version"):  # (a dry run: no baseline yet)
             self._manifest = scan_all(s.target).replace(restored_entries(s.target, restored or {}))
             current = State.make(s.target.hash_bytes(self._manifest.to_text()), (), "baseline")
+        self._scanned = self._manifest is not None
         self.state: State = current
 
     def manifest(self) -> Manifest:
@@ -164,9 +165,11 @@ class Recorded:
     def changed(self, planned: Mapping[str, Entry | None]) -> bytes:
         """The text of the manifest with `planned`'s entries (None: the file is removed), once the
         ledger lets it be recorded (Ledger.check_recordable: no setuid file, say, that a later rollback
-        would refuse to read back)."""
+        would refuse to read back): the planned entries, or all where the files were scanned (a stored
+        manifest was checked as it was parsed)."""
         manifest = self.manifest().replace(planned)
-        self._ledger.check_recordable(manifest)
+        changes = {k: e for k, e in planned.items() if e is not None}
+        self._ledger.check_recordable(manifest if self._scanned else Manifest(changes))
         return manifest.to_text()
 
 
@@ -248,7 +251,10 @@ def refuse_linked_role_dir(target: Target, key: str, what: str) -> None:
     the target names, and maybe shared by other units; a removal would remove a file there."""
     path = target.info.path_of(key)
     directory = posixpath.dirname(path)
-    found = target.agent.lstat(directory)
+    try:
+        found = target.agent.lstat(directory)
+    except OSError:  # a file where a directory of the path is: the transaction's obstacle check says so
+        return
     if found is None or not found.is_link:
         return
     role = key[len(ROLE_PREFIX) :]
