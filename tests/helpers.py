@@ -1,6 +1,6 @@
 """Helpers shared by test files: the fake service, ledger readers, wheels, waiting on processes, a
 command in the background stopped mid-transaction, asking the controller of held connections, the
-corpus of hostile paths."""
+corpus of hostile paths, a state dir whose stored manifests are rewritten (a hostile one's)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from patchkeeper.host import wire
+from patchkeeper.host.disk import algorithm_of, hash_bytes
 from patchkeeper.targets.persist import Holder, socket_path
 
 FAKE = Path(__file__).with_name("fake_openai.py")  # the OpenAI-compatible stand-in server
@@ -166,3 +167,60 @@ def ping(venv: Path, host: str) -> dict:
         read = s.makefile("rb").read
         assert "ack" in wire.decode(read)[0]
         return wire.decode(read)[1]
+
+
+# ---- a hostile state dir: its stored manifests rewritten --------------------------------------------
+def plant_manifests(state_dir: Path, ledger: dict[str, bytes], rewrite: Callable[[bytes], bytes]) -> None:
+    """Every ledger entry as it was (`ledger`: name -> bytes), but each state's manifest rewritten
+    (`rewrite` of its text): a new object in the store, which the entries point to."""
+    planted: dict[str, str] = {}
+    for name, data in ledger.items():
+        doc = json.loads(data)
+        for side in ("before", "after"):
+            state = doc.get(side) or {}
+            old = state.get("manifest")
+            if not old:
+                continue
+            if old not in planted:
+                text = rewrite(store_object(state_dir, old).read_bytes())
+                planted[old] = hash_bytes(text, algorithm_of(old))
+                path = store_object(state_dir, planted[old])
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(text)
+            state["manifest"] = planted[old]
+        path = state_dir / "ledger" / name
+        path.chmod(0o644)
+        path.write_text(json.dumps(doc, indent=1))
+        path.chmod(0o444)
+
+
+def put_back_ledger(state_dir: Path, ledger: dict[str, bytes]) -> None:
+    """The ledger entries' bytes as `ledger` (name -> bytes) holds them."""
+    for name, data in ledger.items():
+        path = state_dir / "ledger" / name
+        path.chmod(0o644)
+        path.write_bytes(data)
+        path.chmod(0o444)
+
+
+def store_object(state_dir: Path, digest: str) -> Path:
+    algo, _, hexd = digest.partition(":")
+    return state_dir / "store" / "objects" / algo / hexd[:2] / hexd[2:]
+
+
+def stat_identities(root: Path, skip: Path) -> dict[str, tuple[int, int, int, int, int]]:
+    """(mode, size, mtime, ctime, inode) of every path below `root` but those below `skip`: any write
+    moves an entry's mtime, ctime or inode."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if os.path.join(dirpath, d) != str(skip)]
+        for name in dirnames + filenames:
+            st = os.lstat(os.path.join(dirpath, name))
+            out[os.path.join(dirpath, name)] = (
+                st.st_mode,
+                st.st_size,
+                st.st_mtime_ns,
+                st.st_ctime_ns,
+                st.st_ino,
+            )
+    return out

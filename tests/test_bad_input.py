@@ -226,19 +226,31 @@ def test_oversized_patch_files_are_refused(env):
     _refused(env, "apply", "huge", expect="over the 32 MiB")
 
 
-@pytest.mark.parametrize("mode", ["100777", "104755", "102755"])
-def test_setuid_setgid_and_world_writable_modes_need_force(env, mode):
-    _patchset(env, "modes", MODE.format(mode=mode))
-    _refused(
-        env,
-        "apply",
-        "modes",
-        expect=f"setuid, setgid or world-writable: sglang/version.py {int(mode, 8) & 0o7777:o}",
-    )
+def test_a_world_writable_mode_needs_force(env):
+    _patchset(env, "modes", MODE.format(mode="100777"))
+    _refused(env, "apply", "modes", expect="world-writable: sglang/version.py 777")
     _no_records(env)
     proc = env.pk("apply", "modes", "--force", "--no-verify")
     assert "warning:" in proc.stdout
-    assert (env.site / "sglang/version.py").stat().st_mode & 0o7777 == int(mode, 8) & 0o7777
+    assert (env.site / "sglang/version.py").stat().st_mode & 0o7777 == 0o777
+
+
+def test_setuid_setgid_and_sticky_modes_are_refused_even_with_force(env):
+    """No recorded state holds such a mode (a stored manifest's mode is permission bits only), so no
+    patch set may make one."""
+    for mode, force in (
+        ("104755", ()),
+        ("104755", ("--force",)),
+        ("102755", ("--force",)),
+        ("101644", ("--force",)),
+    ):
+        shutil.rmtree(env.root / "patchsets" / "modes", ignore_errors=True)
+        _patchset(env, "modes", MODE.format(mode=mode))
+        _refused(
+            env, "apply", "modes", *force, expect=f"setuid, setgid or sticky: sglang/version.py {mode[2:]}"
+        )
+    _no_records(env)
+    assert (env.site / "sglang/version.py").stat().st_mode & 0o7777 == 0o644
 
 
 def test_a_symlink_mode_in_a_patch_is_bad_input(env):

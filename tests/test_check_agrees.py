@@ -29,8 +29,8 @@ PLACES = {
 MODES = {
     "100644": None,
     "100755": None,
-    "104755": "setuid, setgid or world-writable",
-    "102755": "setuid, setgid or world-writable",
+    "104755": "setuid, setgid or sticky",
+    "102755": "setuid, setgid or sticky",
 }
 
 

@@ -5,17 +5,15 @@ there; now rollback, status, audit and diff refuse it (exit 2, one line and a hi
 
 from __future__ import annotations
 
-import json
 import os
 import random
 from pathlib import Path
 
 import pytest
 from conftest import Env, copy_venv, every_path, make_workspace
-from helpers import hostile_paths
+from helpers import hostile_paths, plant_manifests, put_back_ledger, stat_identities
 
 from patchkeeper.host import filekeys, manifest_text
-from patchkeeper.host.disk import algorithm_of, hash_bytes
 from patchkeeper.host.errors import AgentError
 from patchkeeper.host.manifests import DAMAGED, Manifests
 from patchkeeper.host.store import Store
@@ -106,41 +104,14 @@ def test_the_controller_refuses_manifest_rows_a_host_sends_with_a_hostile_key(ke
 # ---- a hostile state dir, end to end ------------------------------------------------------------------
 def _plant(state_dir: Path, key: str, ledger: dict[str, bytes]) -> None:
     """Every ledger entry as it was (`ledger`), but each state's manifest with a row `key` more (the bytes
-    of sglang/README.md, which the store holds): a new object, which the entries point to."""
-    planted: dict[str, str] = {}
-    for name, data in ledger.items():
-        doc = json.loads(data)
-        for side in ("before", "after"):
-            state = doc.get(side) or {}
-            old = state.get("manifest")
-            if not old:
-                continue
-            if old not in planted:
-                rows = manifest_text.parse(_object(state_dir, old).read_bytes())
-                rows[key] = rows["sglang/README.md"]
-                text = manifest_text.write_rows(dict(sorted(rows.items())))
-                planted[old] = hash_bytes(text, algorithm_of(old))
-                path = _object(state_dir, planted[old])
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_bytes(text)
-            state["manifest"] = planted[old]
-        path = state_dir / "ledger" / name
-        path.chmod(0o644)
-        path.write_text(json.dumps(doc, indent=1))
-        path.chmod(0o444)
+    of sglang/README.md, which the store holds)."""
 
+    def rewrite(text: bytes) -> bytes:
+        rows = manifest_text.parse(text)
+        rows[key] = rows["sglang/README.md"]
+        return manifest_text.write_rows(dict(sorted(rows.items())))
 
-def _restore(state_dir: Path, ledger: dict[str, bytes]) -> None:
-    for name, data in ledger.items():
-        path = state_dir / "ledger" / name
-        path.chmod(0o644)
-        path.write_bytes(data)
-        path.chmod(0o444)
-
-
-def _object(state_dir: Path, digest: str) -> Path:
-    algo, _, hexd = digest.partition(":")
-    return state_dir / "store" / "objects" / algo / hexd[:2] / hexd[2:]
+    plant_manifests(state_dir, ledger, rewrite)
 
 
 def _readme_patchset(env: Env) -> None:
@@ -178,7 +149,11 @@ def test_a_hostile_manifest_key_is_refused_and_nothing_changes(tmp_path, pristin
         return {k: v for k, v in every_path(env.venv).items() if not k.startswith(str(env.state_dir))}
 
     def identities() -> tuple:  # per key: any write moves an entry's mtime, ctime or inode
-        return _identities(env.venv, env.state_dir), every_path(outside), every_path(env.state_dir / "ledger")
+        return (
+            stat_identities(env.venv, env.state_dir),
+            every_path(outside),
+            every_path(env.state_dir / "ledger"),
+        )
 
     keys = _hostile_keys(env, outside)  # one of each kind: the whole corpus is parse's, tested above
     keys = keys[:6] + [next(k for k in keys if mark in k) for mark in ("\\", ".git", "\0", "\udcff")]
@@ -196,26 +171,9 @@ def test_a_hostile_manifest_key_is_refused_and_nothing_changes(tmp_path, pristin
         assert identities() == before, key
         assert not (env.state_dir / "journal.json").exists()
         assert (outside / "canary").read_bytes() == b"CANARY-SECRET\n"
-        _restore(env.state_dir, ledger)
+        put_back_ledger(env.state_dir, ledger)
     assert venv() == whole  # every byte and mode as it was
     assert env.pk(*command, check=None).returncode in (0, 1)  # the record put back reads again
-
-
-def _identities(root: Path, skip: Path) -> dict[str, tuple[int, int, int, int, int]]:
-    """(mode, size, mtime, ctime, inode) of every path below `root` but those below `skip`."""
-    out = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if os.path.join(dirpath, d) != str(skip)]
-        for name in dirnames + filenames:
-            st = os.lstat(os.path.join(dirpath, name))
-            out[os.path.join(dirpath, name)] = (
-                st.st_mode,
-                st.st_size,
-                st.st_mtime_ns,
-                st.st_ctime_ns,
-                st.st_ino,
-            )
-    return out
 
 
 def test_a_file_name_no_state_could_be_read_back_with_is_not_recorded(env):

@@ -156,7 +156,7 @@ def plan_apply(
             for k in keys
         }
         modes = {k: actual[k].mode for k in actual}
-    plans.refuse_escaping(target, [k for k in keys if not k.startswith(ROLE_PREFIX)], "the patch sets write")
+    plans.refuse_escaping(target, keys, "the patch sets write")
     checks = stacks.build_files(build, files, modes, dict(target.info.roles), adding if trial else None)
     planned, contents = plans.planned_entries(target, files, modes)
     ops = [
@@ -199,9 +199,7 @@ def plan_rollback(s: Session, spec: str) -> Plan | None:
         None if undo else repair.recorded_clean(target, ledger, goal)
     )  # the state's own release bytes stay
     env_ops = repair.environment_ops(target, ledger, upto, clean)  # files repairs changed outside the package
-    plans.refuse_escaping(
-        target, [op.key for op in ops if not op.key.startswith(ROLE_PREFIX)], "the rollback writes"
-    )
+    plans.refuse_escaping(target, [op.key for op in ops], "the rollback writes")
     ops += env_ops
     missing = target.agent.store_missing(target.info.store, sorted({op.new.digest for op in ops if op.new}))
     if missing:

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import faults
-from ..errors import PatchkeeperError
+from ..errors import PatchkeeperError, StoreError
+from ..host import manifest_text
 from ..host.disk import (
     TEMP_PREFIX,
     algorithm_of,
@@ -20,7 +21,9 @@ from ..host.disk import (
     hash_bytes,
     map_threads,
 )
+from ..host.manifests import DAMAGED_HINT
 from ..records import ledger_index
+from ..records.ledger import State
 from ..workspace import Workspace
 from .session import Session
 
@@ -35,6 +38,7 @@ class NotMirrored:
     where: Path
     reason: str
     errno: int | None = None  # the file system's refusal, when that was it (EROFS, ENOSPC...)
+    hint: str = ""  # what to do, when the refusal says (a damaged manifest in the state dir)
 
 
 def mirror(ws: Workspace, s: Session, manifest: bool = True, check_all: bool = False) -> list[Path]:
@@ -46,7 +50,8 @@ def mirror(ws: Workspace, s: Session, manifest: bool = True, check_all: bool = F
     together), so a copy that exists is whole; a missing one is written again (one listing of each
     directory says which exist). `check_all` (what `recover` asks for) also reads every
     copy and writes again a damaged one: a ledger entry that differs, a manifest whose bytes do not
-    hash to its digest (an older version could leave one cut short on a full disk).
+    hash to its digest (an older version could leave one cut short on a full disk). A manifest is
+    parsed before it is copied (`_checked`): a damaged or hostile one is refused, nothing is written.
     """
     out = ws.snapshots_dir / s.target.name
     (out / "ledger").mkdir(parents=True, exist_ok=True)
@@ -84,7 +89,10 @@ def mirror(ws: Workspace, s: Session, manifest: bool = True, check_all: bool = F
         else:
             intact = True
         if not intact:
-            texts.setdefault(state.manifest, s.target.agent.store_get(s.target.info.store, state.manifest))
+            if state.manifest not in texts:
+                texts[state.manifest] = _checked(
+                    s, state, s.target.agent.store_get(s.target.info.store, state.manifest)
+                )
             pending.append((kept, texts[state.manifest]))
             written.append(kept)
             repaired = repaired or not new
@@ -122,6 +130,7 @@ def try_mirror(
             ws.snapshots_dir / s.target.name,
             reason,
             exc.errno if isinstance(exc, OSError) else None,
+            exc.hint if isinstance(exc, PatchkeeperError) else "",
         )
 
 
@@ -131,6 +140,21 @@ def mirror_step(
     failed = try_mirror(ws, s, done, manifest)
     if failed is not None:
         step(failed)
+
+
+def _checked(s: Session, state: State, text: bytes) -> bytes:
+    """A stored manifest's text, parsed before it is copied (host/manifest_text.parse): a hostile or
+    damaged state dir's (a key that climbs, a setuid mode) is refused, and the workspace keeps the copy
+    it had, which the refusal's hint says to put back from."""
+    try:
+        manifest_text.parse(text)
+    except ValueError as exc:
+        raise StoreError(
+            f"state {state.id} of target {s.target.name}: the manifest {state.manifest} in its store is "
+            f"damaged: {exc}",
+            DAMAGED_HINT.replace("<target>", s.target.name),
+        ) from None
+    return text
 
 
 def _read(path: Path) -> bytes | None:

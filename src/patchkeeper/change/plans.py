@@ -4,6 +4,7 @@ new_entry makes the ledger entries of snapshot, adopt and verify too)."""
 
 from __future__ import annotations
 
+import posixpath
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ..checks.scan import compare, scan_all
 from ..errors import BadInput, PatchkeeperError, StoreError
 from ..host.contract import ScanRequest
+from ..printable import one_line
 from ..records.ledger import ApplyExtra, Extra, LedgerEntry, PatchSetRef, RollbackExtra, State, new_id, who
 from ..records.manifest import ROLE_PREFIX, Entry, Manifest, differences
 from ..targets import Target
@@ -147,6 +149,7 @@ class Recorded:
         if current is None or (moved is not None and moved.kind == "version"):  # (a dry run: no baseline yet)
             self._manifest = scan_all(s.target).replace(restored_entries(s.target, restored or {}))
             current = State.make(s.target.hash_bytes(self._manifest.to_text()), (), "baseline")
+        self._scanned = self._manifest is not None
         self.state: State = current
 
     def manifest(self) -> Manifest:
@@ -160,8 +163,14 @@ class Recorded:
         return {k: manifest.get(k) for k in keys}
 
     def changed(self, planned: Mapping[str, Entry | None]) -> bytes:
-        """The text of the manifest with `planned`'s entries (None: the file is removed)."""
-        return self.manifest().replace(planned).to_text()
+        """The text of the manifest with `planned`'s entries (None: the file is removed), once the
+        ledger lets it be recorded (Ledger.check_recordable: no setuid file, say, that a later rollback
+        would refuse to read back): the planned entries, or all where the files were scanned (a stored
+        manifest was checked as it was parsed)."""
+        manifest = self.manifest().replace(planned)
+        changes = {k: e for k, e in planned.items() if e is not None}
+        self._ledger.check_recordable(manifest if self._scanned else Manifest(changes))
+        return manifest.to_text()
 
 
 def baseline(s: Session) -> State:
@@ -212,10 +221,15 @@ def refuse_non_regular(target: Target, absent: list[str]) -> None:
         )
 
 
-def refuse_escaping(target: Target, rels: list[str], what: str) -> None:
-    """Refuse paths whose directory is a symlink (or below one): out of site-packages, or to another
-    directory in it (as git apply refuses a path beyond a symlink); nothing is written there."""
-    found = target.agent.escaping(target.info.site, rels)
+def refuse_escaping(target: Target, keys: Iterable[str], what: str) -> None:
+    """Refuse keys whose directory is a symlink (or below one): out of site-packages, or to another
+    directory in it (as git apply refuses a path beyond a symlink); and a role file whose own directory
+    is a symlink (refuse_linked_role_dir). Nothing is written there."""
+    keys = list(keys)
+    for key in sorted({k for k in keys if k.startswith(ROLE_PREFIX)}):
+        refuse_linked_role_dir(target, key, what)
+    rels = [k for k in keys if not k.startswith(ROLE_PREFIX)]
+    found = target.agent.escaping(target.info.site, rels) if rels else {}
     if not found:
         return
     site = target.info.site.rstrip("/") + "/"
@@ -227,6 +241,28 @@ def refuse_escaping(target: Target, rels: list[str], what: str) -> None:
         if outside
         else f"{len(found)} path(s) {what} lead through a symlinked directory in site-packages: {listed}",
         "remove the symlink (or restore the directory it replaced), then retry",
+    )
+
+
+def refuse_linked_role_dir(target: Target, key: str, what: str) -> None:
+    """Refuse a role file whose directory is a symlink (`<unit>.d` -> elsewhere). systemd follows it
+    (it chases the symlinks of a drop-in directory: src/shared/dropin.c, unit_file_find_dir), so a
+    drop-in written through it lands in, and applies from, the directory it points to, outside the one
+    the target names, and maybe shared by other units; a removal would remove a file there."""
+    path = target.info.path_of(key)
+    directory = posixpath.dirname(path)
+    try:
+        found = target.agent.lstat(directory)
+    except OSError:  # a file where a directory of the path is: the transaction's obstacle check says so
+        return
+    if found is None or not found.is_link:
+        return
+    role = key[len(ROLE_PREFIX) :]
+    raise BadInput(
+        f"target {target.name}: {what} the {role} file {one_line(path)}, but its directory is a symlink "
+        f"(to {one_line(target.agent.realpath(directory))}): the file would be written there, outside {directory}",
+        f"replace the symlink {directory} by a directory of its own, or set [targets.{target.name}.files] "
+        f"{role} to the path it should have, then retry",
     )
 
 

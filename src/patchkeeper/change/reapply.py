@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from ..checks import installation
 from ..errors import Refused, StoreError
 from ..records.ledger import ApplyExtra, State
-from ..records.manifest import ROLE_PREFIX, differences
+from ..records.manifest import differences
 from .plans import Plan, Recorded, baseline, change_entry, refuse_escaping, scan_keys
 from .session import Session
 from .stacks import touched_keys
@@ -47,7 +47,7 @@ def plan_reapply(s: Session, recorded: Recorded, incoming: list[PatchSet], force
             "inspect them; --force puts the state's bytes back and backs these up first",
         )
     ops = [FileOp(k, target.info.path_of(k), actual.get(k), was[k]) for k in differ]
-    refuse_escaping(target, [k for k in differ if not k.startswith(ROLE_PREFIX)], "the patch sets write")
+    refuse_escaping(target, differ, "the patch sets write")
     wanted = sorted({op.new.digest for op in ops if op.new})
     missing = target.agent.store_missing(target.info.store, wanted)
     if missing:

@@ -107,7 +107,10 @@ def render_not_mirrored(step: NotMirrored) -> None:
     print(
         f"patchkeeper: warning: {step.done}, but its records could not be copied into {step.where}: "
         f"{one_line(step.reason)}\n  hint: "
-        + os_hint(step.errno, f"run `patchkeeper recover -t {step.target}`: it copies them again"),
+        + (
+            step.hint
+            or os_hint(step.errno, f"run `patchkeeper recover -t {step.target}`: it copies them again")
+        ),
         file=sys.stderr,
     )
 

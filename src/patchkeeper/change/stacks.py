@@ -209,14 +209,22 @@ def refuse_unwritable(
 ) -> list[str]:
     """Refuse what the patch sets themselves write that apply never writes: a path outside the files
     of `package` (its top-level directories `tops` and files `loose`), bytecode, an install record,
-    patchkeeper's stage names, and (unless `force`: then a warning, returned) a setuid, setgid or
-    world-writable mode. `apply` and `check` (on a target or a wheel) both refuse here, alike."""
+    patchkeeper's stage names, a setuid, setgid or sticky mode (no recorded state holds one: a stored
+    manifest's mode is permission bits only, host/manifest_text.py), and (unless `force`: then a
+    warning, returned) a world-writable mode. `apply` and `check` (on a target or a wheel) both refuse
+    here, alike."""
     for ps in sets:
         _refuse_unmanaged(package, set(tops), set(loose), ps)
+    special = patchset.unsafe_modes(sets, patchset.SPECIAL_MODE_BITS)
+    if special:
+        raise BadInput(
+            "patch sets make file(s) setuid, setgid or sticky: " + ", ".join(special),
+            "patchkeeper records and restores permission bits only: give the files mode 100644 or 100755",
+        )
     unsafe = patchset.unsafe_modes(sets)
     if not unsafe:
         return []
-    msg = "patch sets make file(s) setuid, setgid or world-writable: " + ", ".join(unsafe)
+    msg = "patch sets make file(s) world-writable: " + ", ".join(unsafe)
     if not force:
         raise Refused(msg, "fix the modes in the patches; `patchkeeper apply --force` applies them anyway")
     return [f"warning: {msg} (--force)"]

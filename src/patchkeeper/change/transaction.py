@@ -28,6 +28,7 @@ from ..errors import PatchkeeperError, Refused, StoreError, Unfinished
 from ..host.contract import AgentContract, ScanRequest
 from ..host.disk import STAGE_PREFIX
 from ..host.errors import AgentError
+from ..host.manifest_text import values_problem
 from ..records.ledger import ApplyExtra, Extra, Ledger, LedgerEntry, RollbackExtra, warn_untrusted
 from ..records.ledger_index import CREATED_DIRS
 from ..records.manifest import Entry
@@ -79,12 +80,16 @@ class FileOp:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> FileOp:
-        """An op as the journal holds it, its key, path and digests checked (shapes.Malformed)."""
+        """An op as the journal holds it, its key, path, digests, sizes and modes checked
+        (shapes.Malformed; a mode is a recorded file's: host/manifest_text.mode_problem)."""
         shapes.key(d["key"], "an op's key")
         shapes.absolute(d["path"], "an op's path")
         for side in ("old", "new"):
             if d[side]:
                 shapes.digest(d[side][0], f"an op's {side} digest")
+                problem = values_problem({d["key"]: d[side]})
+                if problem or len(d[side]) != 3:
+                    raise shapes.Malformed(f"an op's {side} entry: {problem or 'not (digest, size, mode)'}")
         return cls(
             d["key"],
             d["path"],

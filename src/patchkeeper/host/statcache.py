@@ -20,8 +20,9 @@ import sys
 import time
 
 from .answers import ChangedFiles
-from .disk import HASH_WORKERS, hash_file, list_entries, map_files, write_atomic
+from .disk import HASH_WORKERS, NotRegular, hash_file, list_entries, map_files, open_regular, write_atomic
 
+MAX_STATE_FILE = 16 << 20  # a ledger entry (about 1 KB; an apply's lists its changed files)
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only (typing costs a command's start about 10 ms)
     from typing import Any, Sequence
@@ -263,19 +264,39 @@ def read_changed(directory: str, suffix: str, known: dict[str, Any]) -> ChangedF
             continue
         try:
             st = item.stat()  # followed, as open() follows it
-        except FileNotFoundError:  # removed since the listing
+        except FileNotFoundError:  # removed since the listing (or a dangling symlink)
+            continue
+        except OSError as exc:  # a symlink loop
+            refused[name] = "it cannot be read (%s)" % exc.strerror
             continue
         present.add(name)
         remembered = known.get(name)
         if remembered is not None and tuple(remembered) == identity(st):
             continue
-        with open(item.path, "rb") as f:
+        try:  # never waits on a FIFO or a device, nor reads one (a hostile state dir's)
+            fd = open_regular(item.path)
+        except NotRegular as exc:
+            refused[name] = "it is %s" % exc.strerror
+            continue
+        except OSError as exc:  # a symlink loop, a file that cannot be opened
+            refused[name] = "it cannot be read (%s)" % exc.strerror
+            continue
+        with os.fdopen(fd, "rb") as f:
             st = os.fstat(f.fileno())  # the identity of what is read, taken before it is read
             why = untrusted(st)
+            if why is None and st.st_size > MAX_STATE_FILE:
+                why = "it holds %d bytes, over the %d MiB a state file may hold" % (
+                    st.st_size,
+                    MAX_STATE_FILE >> 20,
+                )
             if why is not None:
                 refused[name] = why
                 continue
-            files[name] = f.read()
+            files[name] = f.read(MAX_STATE_FILE + 1)
+            if len(files[name]) > MAX_STATE_FILE:  # grew while it was read
+                del files[name]
+                refused[name] = "it grows while it is read"
+                continue
         settled = st.st_mtime_ns < limit and st.st_ctime_ns < limit
         identities[name] = identity(st) if settled else None
     return ChangedFiles(files, identities, tuple(sorted(set(known) - present)), refused)

@@ -33,7 +33,8 @@ MAX_PATCH = 32 << 20  # one *.patch file; the shipped ones are under 20 KB
 MAX_ROLE_FILE = 1 << 20  # a role file (a systemd unit...)
 MAX_VERSION = 64
 MAX_TEXT = 1000  # description and the other one-line strings
-UNSAFE_MODE_BITS = 0o6002  # setuid, setgid, world-writable: refused unless --force
+UNSAFE_MODE_BITS = 0o0002  # world-writable: refused unless --force
+SPECIAL_MODE_BITS = 0o7000  # setuid, setgid, sticky: refused even with --force (no state records them)
 
 
 @dataclass(frozen=True)
@@ -347,14 +348,15 @@ def _cap(path: Path, limit: int) -> None:
         )
 
 
-def unsafe_modes(sets: list[PatchSet]) -> list[str]:
-    """`path mode` for every file a patch set would make setuid, setgid or world-writable."""
+def unsafe_modes(sets: list[PatchSet], bits: int = UNSAFE_MODE_BITS) -> list[str]:
+    """`path mode` for every file a patch set would give a mode with one of `bits` (by default:
+    world-writable)."""
     return [
         f"{fp.path} {fp.new_mode:o}"
         for ps in sets
         for _, fps in ps.patches
         for fp in fps
-        if fp.new_mode is not None and fp.new_mode & UNSAFE_MODE_BITS
+        if fp.new_mode is not None and fp.new_mode & bits
     ]
 
 

@@ -12,6 +12,7 @@ from typing import Any, overload
 from ..errors import AgentError, BadInput, Refused, StoreError
 from ..host.disk import install_records
 from ..host.filekeys import keys_problem
+from ..host.manifest_text import values_problem
 from ..host.manifests import DAMAGED, DAMAGED_HINT
 from ..targets import Target
 from . import ledger_index
@@ -199,16 +200,28 @@ class Ledger:
             self._entries.add(entry.file_name(), json.loads(data))
 
     def save_manifest(self, manifest: Manifest) -> str:
-        """Store a state's manifest. A key its reader would refuse (host/filekeys.py: a file in
-        site-packages named with a backslash, a .git part, bytes that are not UTF-8) is refused here,
-        so that no state is recorded that could not be read back."""
+        """Store a state's manifest, once `check_recordable` lets it be recorded."""
+        self.check_recordable(manifest)
+        return self.target.agent.store_put(self.target.info.store, manifest.to_text())
+
+    def check_recordable(self, manifest: Manifest) -> None:
+        """Refuse (BadInput) a manifest its reader would refuse, so that no state is recorded that
+        could not be read back: a key that is not a file key (host/filekeys.py: a file in site-packages
+        named with a backslash, a .git part, bytes that are not UTF-8), or a file whose mode has a
+        setuid, setgid or sticky bit (host/manifest_text.py: a recorded mode is permission bits only)."""
         problem = keys_problem(manifest)
         if problem:
             raise BadInput(
                 f"target {self.target.name}: patchkeeper cannot record the file: {problem}",
                 "rename or remove that file in site-packages (a file key is a plain relative path), then retry",
             )
-        return self.target.agent.store_put(self.target.info.store, manifest.to_text())
+        problem = values_problem(manifest.rows())
+        if problem:
+            raise BadInput(
+                f"target {self.target.name}: patchkeeper cannot record the {problem}",
+                "clear the setuid, setgid and sticky bits of that file (`chmod u-s,g-s,-t FILE`) or remove it "
+                "from site-packages, then retry",
+            )
 
     def load_manifest(self, state: State) -> Manifest:
         """The state's manifest, from the target's store; one whose lines or keys are not a manifest's

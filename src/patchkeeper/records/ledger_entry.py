@@ -38,6 +38,7 @@ else:
 
 
 KINDS = ("baseline", "snapshot", "apply", "switch", "rollback", "verify", "repair")
+MAX_SEQ = 10**12 - 1  # an entry's number: its file's name starts with it (ledger_index.file_name)
 
 
 def _copy_ref(ref: PatchSetRef) -> PatchSetRef:
@@ -137,7 +138,7 @@ class LedgerEntry:
         """An entry as its file holds it, checked: every id, digest, key and number that comes from the
         target is what it must be (shapes.py), or shapes.Malformed names the field."""
         shapes.entry_id(d["id"], "id")
-        shapes.count(d["seq"], "seq", 1)
+        shapes.count(d["seq"], "seq", 1, MAX_SEQ)  # it names the entry's file, and its copy's in snapshots/
         shapes.number(d["time"], "time")
         shapes.text(d["who"], "who")
         shapes.text(d["command"], "command")
@@ -303,12 +304,13 @@ def who() -> str:
 
 
 def warn_untrusted(target: str, what: str, files: dict[str, str]) -> None:
-    """One warning for the state files of a target that were not read: another user's, or writable by others."""
+    """One warning for the state files of a target that were not read: another user's, or writable by
+    others; or not regular files (a FIFO, a directory) or over the size a state file may hold."""
 
     listed = "; ".join(f"{one_line(name)}: {why}" for name, why in sorted(files.items())[:5])
     more = f" and {len(files) - 5} more" if len(files) > 5 else ""
     sys.stderr.write(
         f"patchkeeper: warning: target {target}: {len(files)} {what} ignored ({listed}{more}): only "
-        "files of this user or root that no one else may write are read\n  hint: if they are "
+        "regular files of this user or root that no one else may write are read\n  hint: if they are "
         "yours, `chown` them and `chmod go-w` them; else move them aside\n"
     )

@@ -28,7 +28,11 @@ from ..host.disk import hash_bytes
 from ..host.statcache import load_cache, save_cache, user_cache
 from ..targets import Target
 
-STAMP = ("pk-ledger-index", 4, tuple(sys.version_info[:2]))  # 4: entries checked (shapes.py) before kept
+STAMP = (
+    "pk-ledger-index",
+    5,
+    tuple(sys.version_info[:2]),
+)  # 4: entries checked (shapes.py) before kept; 5: seq bounded
 Identity = tuple[int, int, int, int, int]  # size, mtime_ns, ctime_ns, inode, device (statcache.identity)
 CREATED_DIRS = "created_dirs"  # key of a ledger entry's extra: the directories its transaction created
 

@@ -70,6 +70,12 @@ class Manifest(Mapping[str, Entry]):
                 entries[key] = entry
         return Manifest(entries)
 
+    def rows(self) -> Rows:
+        """key -> (digest, size, mode) of every entry (the agent's rows it was made from, if it was)."""
+        if self._entries is None:
+            return self._rows or {}
+        return {k: (e.digest, e.size, e.mode) for k, e in self._entries.items()}
+
     def to_text(self) -> bytes:
         """The text form (host/manifest_text.py, its one writer and reader)."""
         if self._entries is None:

@@ -21,6 +21,7 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from ..host.contract import ANSWERS, AgentContract
 from ..host.filekeys import keys_problem
+from ..host.manifest_text import values_problem
 
 ALGORITHMS = ("blake3", "sha256")
 _DIGEST = re.compile(r"(?:blake3|sha256):[0-9a-f]{64}")
@@ -75,9 +76,11 @@ def entry_id(value: Any, what: str = "transaction id") -> str:
     return value
 
 
-def count(value: Any, what: str, least: int = 0) -> int:
-    if type(value) is not int or value < least:
-        raise fail(what, value, f"a whole number of at least {least}")
+def count(value: Any, what: str, least: int = 0, most: int | None = None) -> int:
+    if type(value) is not int or value < least or most is not None and value > most:
+        raise fail(
+            what, value, f"a whole number of at least {least}" + (f" and at most {most}" if most else "")
+        )
     return value
 
 
@@ -244,10 +247,11 @@ def _rows_of(pick: Callable[[Any], Any]) -> Callable[[Any, str], None]:
 
 
 def _manifest_rows(value: Any, what: str) -> None:
-    """A stored manifest's rows: its keys are file keys (host/filekeys.py), as the agent checked them
-    when it parsed the manifest; an agent of another version or a hostile host may not have."""
+    """A stored manifest's rows: its keys are file keys (host/filekeys.py), its modes and sizes a
+    recorded file's (host/manifest_text.py), as the agent checked them when it parsed the manifest; an
+    agent of another version or a hostile host may not have."""
     rows(value, what)
-    problem = keys_problem(value)
+    problem = keys_problem(value) or values_problem(value)
     if problem:
         raise Malformed(f"{what}: {problem}")
 
