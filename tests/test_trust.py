@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import BASELINE, DRAFT, REPO, SITE_REL, Env, copy_venv, make_workspace
+from conftest import DRAFT, REPO, SITE_REL, Env, copy_venv, make_workspace
 from sshd import sshd, write_client_config  # noqa: F401 (sshd is a fixture)
 
 
@@ -108,8 +108,7 @@ def test_a_state_id_that_is_a_path_is_refused_and_nothing_is_written_outside(sid
         ("hand_edits", ["/etc/passwd"], "hand_edits is '/etc/passwd', not a relative path"),
     ],
 )
-def test_ids_numbers_digests_and_keys_of_an_entry_are_checked(recorded, field, value, said):
-    env = recorded(BASELINE)
+def test_ids_numbers_digests_and_keys_of_an_entry_are_checked(env, field, value, said):
     env.pk("apply", "ddtree")
     _rewrite(_newest(env.state_dir), lambda d: d.__setitem__(field, value))
     proc = env.pk("status", check=2)
@@ -267,8 +266,7 @@ def test_an_agent_that_never_speaks_times_out(tmp_path, monkeypatch):
 
 
 # ---- state files of another user ---------------------------------------------------------------
-def test_state_files_of_another_user_or_writable_by_others_are_ignored_with_a_warning(recorded):
-    env = recorded(BASELINE)
+def test_state_files_of_another_user_or_writable_by_others_are_ignored_with_a_warning(env):
     env.pk("apply", "ddtree")
     env.pk("rollback", "--to", "baseline")
     entries = sorted((env.state_dir / "ledger").glob("*.json"))
@@ -292,8 +290,7 @@ def test_state_files_of_another_user_or_writable_by_others_are_ignored_with_a_wa
 
 
 # ---- recorded text on the terminal -------------------------------------------------------------
-def test_log_escapes_control_characters_of_recorded_text(recorded):
-    env = recorded(BASELINE)
+def test_log_escapes_control_characters_of_recorded_text(env):
     env.pk("apply", "ddtree")
     _rewrite(
         _newest(env.state_dir),
