@@ -58,7 +58,11 @@ def parse(data: bytes) -> dict[str, tuple[str, int, int]]:
                         % (_shown(line), _shown(mode), _MODE_RULE)
                     )
                 if not (
-                    size.isascii() and size.isdigit() and (size[0] != "0" or size == "0") and len(size) <= 19
+                    size.isascii()
+                    and size.isdigit()
+                    and (size[0] != "0" or size == "0")
+                    and len(size) <= 19
+                    and int(size) <= MAX_SIZE
                 ):
                     raise _Refused(
                         "the line %s: size %s is not a file's (%s)" % (_shown(line), _shown(size), _SIZE_RULE)
@@ -68,9 +72,6 @@ def parse(data: bytes) -> dict[str, tuple[str, int, int]]:
         raise
     except (ValueError, IndexError):
         raise ValueError("the line %s is not MODE SIZE DIGEST PATH" % _shown(line)) from None
-    problem = values_problem(rows)  # a 19-digit size above MAX_SIZE
-    if problem:
-        raise ValueError(problem)
     problem = keys_problem(rows)
     if problem:
         raise ValueError(problem)

@@ -79,7 +79,9 @@ def entry_id(value: Any, what: str = "transaction id") -> str:
 def count(value: Any, what: str, least: int = 0, most: int | None = None) -> int:
     if type(value) is not int or value < least or most is not None and value > most:
         raise fail(
-            what, value, f"a whole number of at least {least}" + (f" and at most {most}" if most else "")
+            what,
+            value,
+            f"a whole number of at least {least}" + (f" and at most {most}" if most is not None else ""),
         )
     return value
 
