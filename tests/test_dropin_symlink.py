@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 
 from conftest import every_path
+from livesystemd import record
 
 
 def test_a_dropin_directory_that_is_a_symlink_is_refused_by_apply_and_rollback(env, tmp_path):
@@ -39,3 +40,31 @@ def test_a_dropin_directory_that_is_a_symlink_is_refused_by_apply_and_rollback(e
     assert "its directory is a symlink" in proc.stderr and len(proc.stderr.splitlines()) == 2, proc.stderr
     assert every_path(env.site, shared, env.root / "systemd", env.state_dir / "ledger") == before
     assert (shared / env.dropin.name).exists() and (shared / "10-other.conf").exists()
+
+
+def test_the_live_manager_follows_a_symlinked_dropin_directory(live_systemd):
+    """The refusal's premise, asked of systemd itself: a drop-in in the directory a `<unit>.d` symlink
+    points to applies to the unit (DropInPaths names it by its chased path, the service runs with it), so a drop-in written
+    through that symlink would apply to every unit whose directory points there."""
+    m, root = live_systemd, live_systemd.root
+    assert root is not None
+    units = root / "etc/systemd/system"
+    m.write(
+        root,
+        {
+            f"etc/systemd/system/{name}.service": f"[Service]\nType=oneshot\nExecStart={m.recorder} {name}\n"
+            for name in ("one", "two")
+        }
+        | {"srv/shared.d/50-patchkeeper.conf": "[Service]\nEnvironment=SHARED=yes\n"},
+    )
+    for name in ("one", "two"):
+        (units / f"{name}.service.d").symlink_to(root / "srv/shared.d")
+    m.daemon_reload()
+    for name in ("one", "two"):
+        shown = m.show(f"{name}.service", "LoadState", "DropInPaths")
+        assert shown["LoadState"] == "loaded", m.log()[-2000:]
+        assert shown["DropInPaths"] == str(root / "srv/shared.d/50-patchkeeper.conf"), shown  # chased
+        done = m.start_unit(f"{name}.service")
+        assert done.returncode == 0, (done.stderr, m.log()[-2000:])
+        got = record(m.records, f"{name}.service")
+        assert got is not None and got[1]["SHARED"] == "yes", got
