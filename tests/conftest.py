@@ -384,6 +384,39 @@ def install_release(venv: Path, version: str) -> None:
     assert proc.returncode == 0, proc.stderr
 
 
+@dataclass
+class Remote:
+    """A workspace whose target `far` is a venv reached over the suite's sshd."""
+
+    env: Env
+    venv: Path
+
+    @property
+    def site(self) -> Path:
+        return self.venv / SITE_REL
+
+    @property
+    def state_dir(self) -> Path:
+        return self.venv / ".patchkeeper"
+
+    def pk(self, *args: str, check: int | None = 0) -> subprocess.CompletedProcess:
+        return self.env.pk(*args, "-t", "far", check=check)
+
+
+@pytest.fixture
+def remote(tmp_path, pristine_venv, sshd) -> Remote:  # noqa: F811
+    write_client_config(Path(os.environ["HOME"]), sshd, ["far"])
+    venv = copy_venv(pristine_venv, tmp_path / "venv-far")
+    unit = tmp_path / "unit-far" / "sglang-qwen.service"
+    unit.parent.mkdir()
+    shutil.copy(REPO / "demo" / "sglang-qwen.service", unit)
+    toml = (
+        f'\n[targets.far]\nssh = "far"\npython = "{venv}/bin/python"\npackage = "sglang"\n'
+        f'[targets.far.vars]\ndraft_model_path = "{DRAFT}"\n[targets.far.files]\nunit = "{unit}"\n'
+    )
+    return Remote(make_workspace(tmp_path / "ws", tmp_path / "venv-local", toml), venv)
+
+
 @pytest.fixture
 def env(tmp_path, pristine_venv) -> Env:
     venv = copy_venv(pristine_venv, tmp_path / "venv")

@@ -187,3 +187,44 @@ def test_a_file_with_a_setuid_setgid_or_sticky_bit_is_not_recorded(env):
     proc = env.pk("apply", "ok", "--force", check=2)
     assert "cannot record the file 'sglang/README.md'" in proc.stderr and len(proc.stderr.splitlines()) == 2
     assert target.read_text() == "".join(readme) and stat.S_IMODE(target.stat().st_mode) == 0o4644
+
+
+def test_a_hostile_mode_or_size_in_a_hosts_manifest_is_refused_over_ssh_changing_nothing(remote, tmp_path):
+    """The same refusal end to end over the suite's sshd: the host's stored manifest, read there by its
+    agent, rows sent to the controller (targets/shapes.py checks them); `rollback` stops with one line and
+    a hint before anything on the host changes, and rolls back once the record is put back."""
+    exe = next(p for p in sorted((remote.site / "sglang").rglob("*.py")) if p.stat().st_mode & 0o111)
+    original = exe.read_bytes()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "canary").write_bytes(b"CANARY\n")
+    remote.pk("snapshot", "--name", "base")
+    edit_file(exe, original + b"# edited\n")
+    remote.pk("snapshot", "--name", "edited")
+    ledger = {p.name: p.read_bytes() for p in sorted((remote.state_dir / "ledger").glob("*.json"))}
+    key = str(exe.relative_to(remote.site)).encode()
+    row = re.compile(rb"^(\S+) (\S+) (\S+) " + re.escape(key) + rb"$", re.M)
+    untouched = stat_identities(remote.venv, remote.state_dir)
+    for mode, size in [("4755", None), ("2755", None), ("1755", None), ("100644", None), ("-644", None),
+                       (None, "-1"), (None, str(2**63))]:  # fmt: skip
+
+        def rewrite(text: bytes, mode: str | None = mode, size: str | None = size) -> bytes:
+            def one(m: re.Match[bytes]) -> bytes:
+                new_mode = m[1] if mode is None else mode.encode()
+                return b"%s %s %s %s" % (new_mode, m[2] if size is None else size.encode(), m[3], key)
+
+            return row.sub(one, text)
+
+        plant_manifests(remote.state_dir, ledger, rewrite)
+        proc = remote.pk("rollback", "--to", "base", check=None)
+        lines = proc.stderr.splitlines()
+        assert proc.returncode == 2, (mode, size, proc.stdout, proc.stderr)
+        assert len(lines) == 2 and lines[0].startswith("patchkeeper: error: "), (mode, size, proc.stderr)
+        assert "is damaged" in lines[0] and ("mode" if mode is not None else "size") in lines[0], proc.stderr
+        assert lines[1].startswith("  hint: "), proc.stderr
+        assert stat_identities(remote.venv, remote.state_dir) == untouched, (mode, size)
+        assert not (remote.state_dir / "journal.json").exists()
+        put_back_ledger(remote.state_dir, ledger)
+    assert (outside / "canary").read_bytes() == b"CANARY\n" and exe.read_bytes() == original + b"# edited\n"
+    remote.pk("rollback", "--to", "base")  # the record put back rolls back over SSH again
+    assert exe.read_bytes() == original and stat.S_IMODE(exe.stat().st_mode) == 0o755
