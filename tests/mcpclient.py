@@ -80,3 +80,65 @@ def serve(
 
     anyio.run(main)
     assert "Traceback" not in errlog.read_text()
+
+
+class Wire:
+    """`patchkeeper -w ROOT mcp` in a subprocess spoken to line by line, bytes on its stdin: what a
+    client's SDK would never send (a line that is not JSON, a line of 100 MB) can be sent."""
+
+    def __init__(self, root: Path, *options: str, errlog: Path) -> None:
+        self.errlog = errlog
+        with open(errlog, "ab") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "patchkeeper", "-w", str(root), "mcp", *options],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+            )
+        self.ids = 0
+        init = self.request(
+            "initialize",
+            {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "wire", "version": "1"},
+            },
+        )
+        assert init["result"]["serverInfo"]["name"] == "patchkeeper", init
+        self.send(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
+
+    def send(self, data: bytes) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+
+    def answer(self) -> Any:
+        """The next line the server writes, as JSON (one answer: the server writes nothing unasked here)."""
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert line.endswith(b"\n"), f"the server ended: {self.errlog.read_text()[-2000:]}"
+        return json.loads(line)
+
+    def request(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        self.ids += 1
+        message = {"jsonrpc": "2.0", "id": self.ids, "method": method}
+        self.send(json.dumps(message | ({"params": params} if params is not None else {})).encode() + b"\n")
+        answer = self.answer()
+        assert answer["id"] == self.ids, answer
+        return answer
+
+    def peak_memory(self) -> int:
+        """The server's peak resident set so far (VmHWM), in bytes."""
+        status = Path(f"/proc/{self.proc.pid}/status").read_text()
+        (kib,) = [line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:")]
+        return int(kib) * 1024
+
+    def close(self) -> int:
+        """Close stdin, as a client does at the end; the server's exit code."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.close()
+        rest = self.proc.stdout.read()
+        code = self.proc.wait()
+        assert rest == b"", rest
+        assert "Traceback" not in self.errlog.read_text()
+        return code

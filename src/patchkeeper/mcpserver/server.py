@@ -20,7 +20,7 @@ from ..errors import BadInput, PatchkeeperError
 from ..patchset import patchset
 from ..printable import one_line
 from ..workspace import Workspace
-from . import plans, tools, verbs
+from . import plans, tools, verbs, wire
 
 if TYPE_CHECKING:
     from mcp.server.context import ServerRequestContext
@@ -108,7 +108,6 @@ async def _run(served: Served) -> None:
     import anyio.to_thread  # lazy: the extra [mcp]
     import mcp_types as types  # lazy: the extra [mcp]
     from mcp.server.lowlevel import Server  # lazy: the extra [mcp]
-    from mcp.server.stdio import stdio_server  # lazy: the extra [mcp]
 
     session = plans.Plans(served.group, served.base, served.load)
     one_at_a_time = anyio.Lock()  # the verbs share the process's stdout, stderr and ORIGIN
@@ -205,7 +204,7 @@ async def _run(served: Served) -> None:
         on_list_resources=list_resources,
         on_read_resource=read_resource,
     )
-    async with stdio_server() as (read_stream, write_stream):
+    async with wire.stdio() as (read_stream, write_stream):  # not the SDK's stdio_server: wire.py says why
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 

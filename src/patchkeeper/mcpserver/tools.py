@@ -23,7 +23,8 @@ TARGETS_SCHEMA: dict[str, Any] = {
     "type": "array",
     "items": NAME_SCHEMA,
     "maxItems": MAX_TARGETS,
-    "description": "targets by name (-t, repeated); default: the workspace's default_target",
+    "uniqueItems": True,  # a name twice would make one target a rollout of several
+    "description": "targets by name (-t, repeated), each once; default: the workspace's default_target",
 }
 WHERE: dict[str, Any] = {
     "targets": TARGETS_SCHEMA,
@@ -102,6 +103,12 @@ def _check(tool: str, key: str, schema: Mapping[str, Any], value: Any) -> None:
         if (low is not None and value < low) or (high is not None and value > high):
             raise BadInput(f"{tool}: {key} must be between {low} and {high}", "see the tool's input schema")
     if isinstance(value, list):
+        if schema.get("uniqueItems"):  # names as given: the workspace matches a target's name exactly
+            seen: set[str] = set()
+            for item in (v for v in value if isinstance(v, str)):
+                if item in seen:
+                    raise BadInput(f"{tool}: {key} names {item[:60]!r} twice", f"name each of the {key} once")
+                seen.add(item)
         if len(value) > schema.get("maxItems", MAX_TARGETS):
             raise BadInput(f"{tool}: {key} lists {len(value)} items, too many", "name fewer")
         for item in value:
