@@ -42,6 +42,7 @@ def _cases() -> list[tuple[list[str], str, str]]:
         if args:
             cases.append(([verb], verb, "Missing argument"))
             cases.append(([verb, *args, "extra-word", "another"], verb, "unexpected extra argument"))
+            cases.append(([verb, *args, "two\nlines"], verb, "unexpected extra argument (two\\nlines)"))
         for option in _valued(cmd):
             name = max(option.opts, key=len)
             cases.append(([verb, *args, name], verb, f"Option '{name}' requires an argument"))

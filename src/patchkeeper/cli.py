@@ -14,7 +14,7 @@ import click
 from click.shell_completion import CompletionItem
 
 from .errors import error_document
-from .printable import lines
+from .printable import lines, one_line
 
 
 def coloured(stream: Any) -> bool:
@@ -44,6 +44,8 @@ def json_error(message: str, hint: str, code: int) -> None:
         sys.stdout.flush()
 
 
+# click 8.2+ raises it for a bare `patchkeeper` (its help, exit 2); click 8.1 printed the help and exited 0
+_HELP_FOR_NO_ARGS: Any = getattr(click.exceptions, "NoArgsIsHelpError", ())
 _GROUP_VALUED = ("-w", "--workspace", "-i", "--inventory")  # the group's options that take a value
 _TARGET = ("-t", "--target")
 
@@ -123,9 +125,9 @@ def usage_hint(exc: click.ClickException) -> str:
 class Verbs(click.Group):
     """The verbs' group: -t and -w on either side of the verb (verb_order); a usage error (an
     unknown option or verb, a missing argument, -t given twice...) is one line and a hint as every
-    error is (usage_hint), and with --json anywhere on the line a JSON document on stdout too. Each verb of VERBS is loaded when it
-    runs (click's lazily loading group: list_commands and get_command); the --help listing and the
-    completion of verb names come from VERBS alone."""
+    error is (usage_hint), and with --json anywhere on the line a JSON document on stdout too. Each
+    verb of VERBS is loaded when it runs (click's lazily loading group: list_commands and
+    get_command); the --help listing and the completion of verb names come from VERBS alone."""
 
     def main(
         self,
@@ -141,12 +143,12 @@ class Verbs(click.Group):
         as_json = "--json" in argv
         try:
             code = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
-        except click.exceptions.NoArgsIsHelpError as exc:  # a bare `patchkeeper`: the help is the hint
+        except _HELP_FOR_NO_ARGS as exc:  # a bare `patchkeeper`: the help is the hint
             exc.show()
             sys.exit(exc.exit_code)
         except click.ClickException as exc:  # a usage error, as every error: one line and a hint
             message, hint = exc.format_message(), usage_hint(exc)
-            say(f"patchkeeper: error: {message}\n  hint: {hint}")
+            say(f"patchkeeper: error: {one_line(message)}\n  hint: {hint}")  # a word may hold a newline
             if as_json:
                 json_error(message, hint, exc.exit_code)
             sys.exit(exc.exit_code)
