@@ -59,13 +59,15 @@ def verbs_of(modules: set[str]) -> set[str]:
 def test_each_verb_loads_its_own_module_only(env):
     """cli.py loads a verb's module when that verb runs: --help imports the group alone, status and
     audit their own verb and command modules and what these import, never another verb's."""
-    # the group, and the errors it maps to exit codes and JSON documents (errors.error_document)
+    # the group, the errors it maps to exit codes and JSON documents (errors.error_document), and
+    # printable, which escapes what an error says (cli.say: a usage error is said as every error)
     assert own(loaded(env, "--help")[0]) == {
         "patchkeeper",
         "patchkeeper.cli",
         "patchkeeper.errors",
         "patchkeeper.host",
         "patchkeeper.host.errors",
+        "patchkeeper.printable",
     }
     for verb, args in (("status", ["status"]), ("audit", ["audit", "-q"])):
         modules = own(loaded(env, *args)[0])

@@ -3,6 +3,7 @@ each verb's module imported only when that verb runs, so a command pays for its 
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import json
 import os
@@ -13,6 +14,26 @@ import click
 from click.shell_completion import CompletionItem
 
 from .errors import error_document
+from .printable import lines, one_line
+
+
+def coloured(stream: Any) -> bool:
+    """Colour on a terminal only, and never with NO_COLOR set (https://no-color.org) or TERM=dumb."""
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+    return bool(tty) and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+
+
+def say(text: str) -> None:
+    """An error, note or hint on stderr, control characters escaped (printable.lines)."""
+    text = lines(text)
+    if coloured(sys.stderr):  # the error's word in red, its hint's in bold
+        text = text.replace("error:", click.style("error:", fg="red", bold=True), 1)
+        text = text.replace("hint:", click.style("hint:", bold=True), 1)
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
 
 
 def json_error(message: str, hint: str, code: int) -> None:
@@ -23,6 +44,8 @@ def json_error(message: str, hint: str, code: int) -> None:
         sys.stdout.flush()
 
 
+# click 8.2+ raises it for a bare `patchkeeper` (its help, exit 2); click 8.1 printed the help and exited 0
+_HELP_FOR_NO_ARGS: Any = getattr(click.exceptions, "NoArgsIsHelpError", ())
 _GROUP_VALUED = ("-w", "--workspace", "-i", "--inventory")  # the group's options that take a value
 _TARGET = ("-t", "--target")
 
@@ -75,12 +98,36 @@ def verb_order(argv: list[str]) -> list[str]:
     return before + [verb] + targets + after
 
 
+class UnknownVerb(click.UsageError):
+    """A verb that is not one (click's message), with the verbs whose names are close to it."""
+
+    def __init__(self, name: str, ctx: click.Context) -> None:
+        super().__init__(f"No such command {name!r}.", ctx)
+        self.close = difflib.get_close_matches(name, sorted(VERBS), n=3, cutoff=0.6)
+
+
+def usage_hint(exc: click.ClickException) -> str:
+    """What to do after a usage error: the closest verbs to an unknown one, else the command's usage
+    line and its --help (each a command as the user ran it, `patchkeeper` or `python -m patchkeeper`)."""
+    ctx: click.Context | None = getattr(exc, "ctx", None)
+    if ctx is None:
+        return "see `patchkeeper --help`"
+    top = ctx.find_root().command_path
+    if isinstance(exc, UnknownVerb):
+        listed = f"`{top} --help` lists every verb"
+        if not exc.close:
+            return listed
+        return f"did you mean {' or '.join(f'`{top} {verb}`' for verb in exc.close)}? {listed}"
+    usage = " ".join([ctx.command_path, *ctx.command.collect_usage_pieces(ctx)])
+    return f"the usage is `{usage}`; `{ctx.command_path} --help` says what each option does"
+
+
 class Verbs(click.Group):
-    """The verbs' group: -t and -w on either side of the verb (verb_order); with --json anywhere on
-    the line, a usage error (an unknown option, a missing argument, -t given twice...) is a JSON
-    document on stdout too, besides click's lines on stderr. Each verb of VERBS is loaded when it
-    runs (click's lazily loading group: list_commands and get_command); the --help listing and the
-    completion of verb names come from VERBS alone."""
+    """The verbs' group: -t and -w on either side of the verb (verb_order); a usage error (an
+    unknown option or verb, a missing argument, -t given twice...) is one line and a hint as every
+    error is (usage_hint), and with --json anywhere on the line a JSON document on stdout too. Each
+    verb of VERBS is loaded when it runs (click's lazily loading group: list_commands and
+    get_command); the --help listing and the completion of verb names come from VERBS alone."""
 
     def main(
         self,
@@ -91,24 +138,50 @@ class Verbs(click.Group):
         **extra: Any,
     ) -> Any:
         argv = verb_order(list(sys.argv[1:] if args is None else args))
-        if not standalone_mode or "--json" not in argv:
+        if not standalone_mode:
             return super().main(argv, prog_name, complete_var, standalone_mode, **extra)
+        as_json = "--json" in argv
         try:
             code = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
-        except click.ClickException as exc:
+        except _HELP_FOR_NO_ARGS as exc:  # a bare `patchkeeper`: the help is the hint
             exc.show()
-            hint = (
-                f"see `{exc.ctx.command_path} --help`"
-                if isinstance(exc, click.UsageError) and exc.ctx
-                else ""
-            )
-            json_error(exc.format_message(), hint, exc.exit_code)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:  # a usage error, as every error: one line and a hint
+            message, hint = exc.format_message(), usage_hint(exc)
+            say(f"patchkeeper: error: {one_line(message)}\n  hint: {hint}")  # a word may hold a newline
+            if as_json:
+                json_error(message, hint, exc.exit_code)
             sys.exit(exc.exit_code)
         except click.Abort:
             click.echo("Aborted!", err=True)
-            json_error("aborted", "", 1)
+            if as_json:
+                json_error("aborted", "", 1)
             sys.exit(1)
         sys.exit(code if isinstance(code, int) else 0)  # --help, --version: their text, exit 0
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0]
+        if name not in VERBS and not name.startswith("-") and not ctx.resilient_parsing:
+            raise UnknownVerb(name, ctx)
+        return super().resolve_command(ctx, args)
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:  # `-w` without its value: click's parser names no context
+            exc.ctx = exc.ctx or ctx
+            raise
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:  # `record --git` without its value: the verb's, for its usage line
+            verb = ctx.invoked_subcommand
+            if exc.ctx is None and verb and (command := self.get_command(ctx, verb)):
+                exc.ctx = click.Context(command, info_name=verb, parent=ctx)
+            raise
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(VERBS)

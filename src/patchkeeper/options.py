@@ -4,7 +4,6 @@ where errors become exit codes in one place (run_verb)."""
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import replace
@@ -14,31 +13,12 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from . import pipes, workspace
-from .cli import json_error
+from .cli import json_error, say as _say
 from .completion import complete_targets
 from .errors import EXIT_INTERRUPTED, PatchkeeperError, os_hint
 from .patchset import saving
-from .printable import lines
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def coloured(stream: Any) -> bool:
-    """Colour on a terminal only, and never with NO_COLOR set (https://no-color.org) or TERM=dumb."""
-    try:
-        tty = stream.isatty()
-    except (AttributeError, ValueError):
-        return False
-    return bool(tty) and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
-
-
-def _say(text: str) -> None:
-    text = lines(text)
-    if coloured(sys.stderr):  # the error's word in red, its hint's in bold
-        text = text.replace("error:", click.style("error:", fg="red", bold=True), 1)
-        text = text.replace("hint:", click.style("hint:", bold=True), 1)
-    sys.stderr.write(text + "\n")
-    sys.stderr.flush()
 
 
 def run_verb(fn: Callable[..., int], *args: Any, **kwargs: Any) -> NoReturn:

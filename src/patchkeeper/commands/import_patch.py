@@ -131,19 +131,19 @@ def _import_export(ws: Workspace, name: str, file: str, data: bytes, version: st
     ident, digest, files = exchange.restore(data, file)
     if patchset.MANIFEST not in files:
         raise BadInput(f"{file}: the export carries no {patchset.MANIFEST}", "export the patch set again")
-    # the restored bytes are the exported ones: checked in a directory of its own, made here and removed
-    # whole (exchange.restore checked every name; no path is built from the export's ident); then the
-    # patch set as it will be saved is loaded there, exactly as the workspace would load it: whatever
-    # loading refuses (a diff's path, a role file, patchset.toml) is refused before anything is written
+    # the restored bytes are the exported ones (digest_files: the digest of the directory they make);
+    # then the patch set as it will be saved is written once, in a directory of its own made here and
+    # removed whole (exchange.restore checked every name; no path is built from the export's ident),
+    # and loaded there exactly as the workspace would load it: whatever loading refuses (a diff's path,
+    # a role file, patchset.toml) is refused before anything is saved
+    if patchset.digest_files(files) != digest:
+        raise BadInput(
+            f"{file}: the restored patch set does not match the digest {digest} in its header",
+            "the patch was edited; strip the '#' header lines to import it as a plain patch",
+        )
+    files = _renamed(files, ident, name, version, file)
     with tempfile.TemporaryDirectory(prefix="pk-import-") as tmp:
-        _restore_into(Path(tmp) / "export", files, file)
-        if patchset.digest_dir(Path(tmp) / "export") != digest:
-            raise BadInput(
-                f"{file}: the restored patch set does not match the digest {digest} in its header",
-                "the patch was edited; strip the '#' header lines to import it as a plain patch",
-            )
-        files = _renamed(files, ident, name, version, file)
-        staged = Path(tmp) / "load"
+        staged = Path(tmp)
         _restore_into(staged / name, files, file)
         try:
             patchset.load(staged, name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import re
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -362,10 +363,19 @@ def unsafe_modes(sets: list[PatchSet], bits: int = UNSAFE_MODE_BITS) -> list[str
 
 def digest_dir(directory: Path) -> str:
     """Identity of a patch set's content: names and bytes of every file, in name order."""
-    parts = []
-    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
-        rel = path.relative_to(directory).as_posix()
-        parts.append(f"{rel}\0{hash_file(str(path))}\n")  # read a piece at a time: any size, little memory
+    files = (p for p in directory.rglob("*") if p.is_file())  # each read a piece at a time: any size
+    return _digest((p.relative_to(directory).as_posix(), hash_file(str(p))) for p in files)
+
+
+def digest_files(files: dict[str, bytes]) -> str:
+    """digest_dir of the directory these files (relative name: bytes) would make, without writing them."""
+    return _digest((rel, hash_bytes(data)) for rel, data in files.items())
+
+
+def _digest(hashes: Iterable[tuple[str, str]]) -> str:
+    """The digest of (relative name, digest of its bytes) pairs, in the order of the names' parts (the
+    order of the paths themselves, as digest_dir always sorted them)."""
+    parts = [f"{rel}\0{h}\n" for rel, h in sorted(hashes, key=lambda pair: pair[0].split("/"))]
     return hash_bytes("".join(parts).encode())
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import BadInput
 from ..patchset.diffwrite import Change
+from . import gitenv
 
 if TYPE_CHECKING:
     import git  # for annotations only: at run time GitPython is imported lazily (slow to import)
@@ -413,16 +414,25 @@ def range_patch(directory: str, span: str, subdir: str) -> bytes:
 def _checkout(directory: str) -> git.Repo:
     """A checkout someone hands over, opened so that git runs nothing its own config names: even a
     diff of two commits starts core.fsmonitor's hook (tests/test_authoring.py holds it), so that key
-    is overridden for every git command run on it (GIT_CONFIG_COUNT, git 2.31+). Nothing else those
-    commands use runs a program: no work tree is read (no filter), and `git diff` is told
-    --no-ext-diff --no-textconv."""
+    is overridden for every git command run on it (GIT_CONFIG_COUNT, git 2.31+: after the user's own
+    entries, which stay in effect, gitenv.py). Nothing else those commands use runs a program: no work
+    tree is read (no filter), and `git diff` is told --no-ext-diff --no-textconv."""
     import git  # lazy: GitPython is slow to import; only authoring needs it
 
     try:
         repo = git.Repo(directory)
     except (git.NoSuchPathError, git.InvalidGitRepositoryError):
         raise BadInput(f"{directory} is not a git checkout", "pass --git DIR of a git clone") from None
-    repo.git.update_environment(
-        GIT_CONFIG_COUNT="1", GIT_CONFIG_KEY_0="core.fsmonitor", GIT_CONFIG_VALUE_0="false"
-    )
+    repo.git.update_environment(**gitenv.after_users(os.environ, {"core.fsmonitor": "false"}))
+    try:  # git judges the user's entries (a missing key or value, a bad key), and the checkout's owner
+        repo.git.rev_parse("--git-dir")
+    except git.GitCommandError as exc:
+        text = str(exc.stderr).strip()  # GitPython's "stderr: '<git's lines>'"
+        said = [ln.strip() for ln in text.removeprefix("stderr: '").removesuffix("'").splitlines()]
+        why = [ln for ln in said if ln.startswith("error:")] or [ln for ln in said if ln.startswith("fatal:")]
+        raise BadInput(
+            f"{directory}: git refuses to read it: {why[0] if why else _one_line(exc)}",
+            "fix what git names (GIT_CONFIG_COUNT and its GIT_CONFIG_KEY_<i>/GIT_CONFIG_VALUE_<i> in your "
+            "environment, your git config, or its safe.directory), then run the command again",
+        ) from None
     return repo
