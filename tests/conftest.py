@@ -65,10 +65,14 @@ def _tmp_path_removed(request, tmp_path):
     """A passed test's tmp dir removed by `rm -rf`, before pytest's own cleanup (retention "failed")
     would walk it with shutil.rmtree: most tmp dirs hold a 13,000-entry venv and a baseline pack,
     which rm takes in 0.09 s of CPU and shutil.rmtree in 0.22 s, a minute of the suite's time.
-    Set up before the test's other fixtures, so torn down after them (their servers stopped)."""
+    Set up before the test's other fixtures, so torn down after them (their servers stopped), but before
+    the test's monkeypatch is undone: rm is started by os.posix_spawnp, which no test replaces (one sets
+    subprocess.Popen to None to prove nothing is compiled)."""
     yield
     if request.node.stash.get(_PASSED, False):
-        subprocess.run(["rm", "-rf", "--one-file-system", str(tmp_path)], stderr=subprocess.DEVNULL)
+        argv = ["rm", "-rf", "--one-file-system", str(tmp_path)]
+        quiet = [(os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0)]
+        os.waitpid(os.posix_spawnp("rm", argv, os.environ, file_actions=quiet), 0)
 
 
 def _runs_patchkeeper(args) -> bool:
