@@ -427,10 +427,6 @@ def env(tmp_path, pristine_venv) -> Env:
     return make_workspace(tmp_path / "ws", venv)
 
 
-# What `recorded(name)` starts from: the `env` fixture's target after its first command. A key is the
-# command, run by the real CLI, or BASELINE: the baseline alone, as a first change records it (the
-# same code, adopt.ensure_baseline and the mirror, run in a process of its own).
-BASELINE = "baseline"
 _RECORD_BASELINE = """\
 import sys
 from pathlib import Path
@@ -446,45 +442,36 @@ with Session(ws, None, "apply") as s:
 
 
 @pytest.fixture(scope="session")
-def _recorded_templates(tmp_path_factory, pristine_venv) -> Iterator[tuple[Path, dict[str, Path]]]:
-    base = tmp_path_factory.getbasetemp()
-    yield base / "recorded", {}
+def _baselined_template(tmp_path_factory, pristine_venv) -> tuple[Path, Path]:
+    """The `env` fixture's target with the baseline a first change records (adopt.ensure_baseline and
+    the mirror, the code `apply` runs, in a process of its own), made once per worker at `live`."""
+    live = tmp_path_factory.getbasetemp() / "baselined"
+    live.mkdir()
+    env = make_workspace(live / "ws", copy_venv(pristine_venv, live / "venv"))
+    proc = subprocess.run(
+        [sys.executable, "-c", _RECORD_BASELINE, str(env.root)], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    template = live.with_name("baselined-template")
+    os.rename(live, template)
+    return live, template
 
 
 @pytest.fixture
-def recorded(_recorded_templates, pristine_venv):
-    """`recorded("snapshot --name first")` is an `env` whose first command, that one, has run;
-    `recorded(BASELINE)` one whose baseline a first change recorded. A baseline hashes, checks and
-    packs every file (2 s of CPU, a quarter of the suite's when each test paid it): each key's target
-    is made once per worker and copied for each test, to one path (a state records its paths). The
-    site-packages are hardlinks, as the `env` fixture's; the state dir and the workspace are copies."""
-    live, templates = _recorded_templates
-
-    def make(key: str) -> Env:
-        if key not in templates:
-            shutil.rmtree(live, ignore_errors=True)
-            live.mkdir(parents=True)
-            env = make_workspace(live / "ws", copy_venv(pristine_venv, live / "venv"))
-            if key == BASELINE:
-                proc = subprocess.run(
-                    [sys.executable, "-c", _RECORD_BASELINE, str(env.root)], capture_output=True, text=True
-                )
-                assert proc.returncode == 0, proc.stderr
-            else:
-                env.pk(*shlex.split(key))
-            templates[key] = live.with_name(f"recorded-{len(templates)}")
-            os.rename(live, templates[key])
-        shutil.rmtree(live, ignore_errors=True)
-        template = templates[key]
-        live.mkdir(parents=True)
-        subprocess.run(["cp", "-al", str(template / "venv"), str(live / "venv")], check=True)
-        state = live / "venv" / ".patchkeeper"
-        shutil.rmtree(state)
-        subprocess.run(["cp", "-a", str(template / "venv" / ".patchkeeper"), str(state)], check=True)
-        subprocess.run(["cp", "-a", str(template / "ws"), str(live / "ws")], check=True)
-        return Env(live / "ws", live / "venv", live / "ws" / "systemd" / "sglang-qwen.service")
-
-    return make
+def baselined(_baselined_template) -> Env:
+    """An `env` whose baseline is recorded, as by its first change. A baseline hashes, checks against
+    RECORD and packs every file (2 s of CPU: a quarter of the suite's when each test paid for its own),
+    so it is made once per worker and copied for each test, to one path (a state records its paths):
+    site-packages hardlinked as the `env` fixture's, the state dir and the workspace copied."""
+    live, template = _baselined_template
+    shutil.rmtree(live, ignore_errors=True)  # the previous test's
+    live.mkdir()
+    subprocess.run(["cp", "-al", str(template / "venv"), str(live / "venv")], check=True)
+    state = live / "venv" / ".patchkeeper"
+    shutil.rmtree(state)
+    subprocess.run(["cp", "-a", str(template / "venv" / ".patchkeeper"), str(state)], check=True)
+    subprocess.run(["cp", "-a", str(template / "ws"), str(live / "ws")], check=True)
+    return Env(live / "ws", live / "venv", live / "ws" / "systemd" / "sglang-qwen.service")
 
 
 HERE = Path(__file__).parent

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from checkout import make_checkout
-from conftest import BASELINE, edit_file, make_workspace, tree
+from conftest import edit_file, make_workspace, tree
 
 from patchkeeper.patchset import patchset
 from patchkeeper.workspace import TargetConfig
@@ -38,8 +38,9 @@ def _edit_target(env) -> None:
     env.dropin.write_bytes(b"[Service]\n# MINE\n")
 
 
-def test_record_from_target_gives_back_the_edited_bytes(recorded):
-    env = recorded("snapshot --name start")
+def test_record_from_target_gives_back_the_edited_bytes(baselined):
+    env = baselined
+    env.pk("snapshot", "--name", "start")
     old_mode = stat.S_IMODE((env.site / "sglang/version.py").stat().st_mode)
     _edit_target(env)
     edited = env.snapshot()
@@ -71,8 +72,9 @@ def test_record_from_target_gives_back_the_edited_bytes(recorded):
     assert 'version = "1.1.0"' in (env.root / "patchsets/mine/patchset.toml").read_text()
 
 
-def test_record_refuses_a_binary_file_and_writes_nothing(recorded):
-    env = recorded("snapshot --name start")
+def test_record_refuses_a_binary_file_and_writes_nothing(baselined):
+    env = baselined
+    env.pk("snapshot", "--name", "start")
     (env.site / "sglang/srt/speculative/blob.bin").write_bytes(b"\x00\x01binary")
     err = env.pk("record", "bin", "--from", "start", check=2).stderr
     assert "binary" in err and "sglang/srt/speculative/blob.bin" in err
@@ -295,11 +297,11 @@ def test_show_lists_metadata_diffstat_and_targets(env):
     assert stat_of["sglang/srt/speculative/ddtree_utils.py"]["added"] == 194
 
 
-def test_record_over_a_templated_unit_keeps_the_template_and_maps_edits_back(recorded):
+def test_record_over_a_templated_unit_keeps_the_template_and_maps_edits_back(baselined):
     """nextn's drop-in is a template: recording the target's rendered drop-in keeps the {{ }} placeholders
     (and the [vars] defaults), an edit beside them is written into the template, and an edit of a
     value the template fills in per target is refused by name, writing nothing."""
-    env = recorded(BASELINE)
+    env = baselined
     env.pk("apply", "nextn")
     template = (env.root / "patchsets/nextn/dropin.conf").read_bytes()
     assert b"{{ tp_size }}" in template and b"{{" not in env.dropin.read_bytes()

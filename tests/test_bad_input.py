@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import BASELINE, make_workspace
+from conftest import make_workspace
 
 ESCAPE = """diff --git a/{p} b/{p}
 new file mode 100644
@@ -125,8 +125,8 @@ def test_no_workspace(tmp_path):
     assert proc.returncode == 2 and "no patchkeeper.toml" in proc.stderr
 
 
-def test_rollback_never_writes_through_a_symlinked_directory(recorded, tmp_path):
-    env = recorded(BASELINE)
+def test_rollback_never_writes_through_a_symlinked_directory(baselined, tmp_path):
+    env = baselined
     env.pk("apply", "ddtree")
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -258,8 +258,8 @@ def test_a_symlink_mode_in_a_patch_is_bad_input(env):
     _refused(env, "apply", "link", expect="not a regular file's")
 
 
-def test_short_state_prefix_is_refused_and_ambiguous_lists_candidates(recorded):
-    env = recorded(BASELINE)
+def test_short_state_prefix_is_refused_and_ambiguous_lists_candidates(baselined):
+    env = baselined
     env.pk("apply", "nextn")
     entries = sorted((env.state_dir / "ledger").iterdir())
     base = json.loads(entries[0].read_text())
@@ -340,8 +340,8 @@ def test_a_symlinked_file_is_named_a_symlink(env, tmp_path):
     _refused(env, "apply", "v", expect="sglang/version.py (a symlink)")
 
 
-def test_a_deleted_pack_index_is_named(recorded):
-    env = recorded(BASELINE)
+def test_a_deleted_pack_index_is_named(baselined):
+    env = baselined
     env.pk("apply", "ddtree", "--no-verify")
     (index,) = (env.state_dir / "store" / "packs").glob("*.idx")
     index.unlink()
@@ -365,8 +365,9 @@ def test_diff_and_diff_env_refuse_three_sides_and_against_with_two_alike(env):
 
 
 # ---- odd names and odd places --------------------------------------------------------------------
-def test_a_file_name_of_239_bytes_is_recorded_and_restored(recorded):
-    env = recorded("snapshot --name clean")
+def test_a_file_name_of_239_bytes_is_recorded_and_restored(baselined):
+    env = baselined
+    env.pk("snapshot", "--name", "clean")
     long = env.site / "sglang" / ("m" * 236 + ".py")  # 239 bytes: with the stage's 33 more, past NAME_MAX
     long.write_bytes(b"LONG = 1\n")
     env.pk("snapshot", "--name", "long")
@@ -377,8 +378,9 @@ def test_a_file_name_of_239_bytes_is_recorded_and_restored(recorded):
     assert not long.exists()
 
 
-def test_record_of_a_path_with_a_space_reads_back_everywhere(recorded, tmp_path):
-    env = recorded("snapshot --name before")
+def test_record_of_a_path_with_a_space_reads_back_everywhere(baselined, tmp_path):
+    env = baselined
+    env.pk("snapshot", "--name", "before")
     spaced = env.site / "sglang" / "plan b"
     spaced.mkdir()
     (spaced / "mod.py").write_bytes(b"PLAN = 'b'\n")
@@ -490,8 +492,9 @@ def _read_only(env, *args: str) -> subprocess.CompletedProcess:
     return proc
 
 
-def test_a_read_only_workspace_says_read_only(recorded):
-    env = recorded("snapshot --name base")
+def test_a_read_only_workspace_says_read_only(baselined):
+    env = baselined
+    env.pk("snapshot", "--name", "base")
     _patchset(env, "tiny", ESCAPE.format(p="sglang/tiny_added.py"))
     proc = _read_only(env, "apply", "tiny", "--no-verify")  # the change is made; its copy cannot be
     assert proc.returncode == 0, proc.stderr

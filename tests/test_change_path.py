@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import BASELINE, edit_file, fingerprinted
+from conftest import edit_file, fingerprinted
 
 from patchkeeper.host import distcheck, fingerprint, statcache
 
@@ -163,12 +163,12 @@ def test_no_record_verdict_is_sealed_within_the_clock_granularity(env):
     assert seals.seals == {}
 
 
-def test_the_fingerprint_a_change_records_is_what_the_files_show(recorded):
+def test_the_fingerprint_a_change_records_is_what_the_files_show(baselined):
     """apply and rollback take the fingerprint beside their planning: the one kept with each entry
     shows a new shared object and a removed distribution made just before the command. Other
     distributions are told by their RECORD's identity, their files not read (a change costs no more in
     a venv of 200 distributions): the baseline's fingerprint read them, and audit still finds a hand edit."""
-    env = recorded(BASELINE)
+    env = baselined
     env.pk("apply", "ddtree")
     baseline, applied = (
         _entry_env(env, "baseline")["distributions"]["pip"],

@@ -8,7 +8,7 @@ import os
 import time
 from pathlib import Path
 
-from conftest import BASELINE, edit_file
+from conftest import edit_file
 
 RECORDS = {"ledger", "store", "state_dir", "lock", "lock.guard", "journal.json"}  # docs/files-and-caches.md
 
@@ -17,8 +17,8 @@ def _files(root: Path) -> set[str]:
     return {str(Path(d, n).relative_to(root)) for d, _, names in os.walk(root) for n in names}
 
 
-def test_clear_caches_removes_every_cache_and_the_next_commands_answer_the_same(recorded):
-    env = recorded(BASELINE)
+def test_clear_caches_removes_every_cache_and_the_next_commands_answer_the_same(baselined):
+    env = baselined
     env.pk("apply", "ddtree", "--no-verify")
     time.sleep(2.2)  # past the racily-clean window of the apply's writes, or no cache may keep them
     for args in (("audit", "-q"), ("env",), ("status",), ("audit", "-q"), ("log",), ("diff", "local")):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import BASELINE, tree
+from conftest import tree
 
 
 def test_apply_switch_rollback_restores_exact_bytes(env, pristine_venv):
@@ -33,8 +33,8 @@ def test_apply_switch_rollback_restores_exact_bytes(env, pristine_venv):
     assert log[2]["patchsets"][0]["name"] == "ddtree"
 
 
-def test_workspace_keeps_the_ledger_and_every_state_manifest(recorded):
-    env = recorded(BASELINE)
+def test_workspace_keeps_the_ledger_and_every_state_manifest(baselined):
+    env = baselined
     env.pk("apply", "ddtree")
     env.pk("apply", "nextn")
     env.pk("rollback", "--to", "baseline")

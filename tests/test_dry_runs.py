@@ -6,7 +6,7 @@ mode: tests/test_ansible.py)."""
 from __future__ import annotations
 
 import pytest
-from conftest import BASELINE, every_path
+from conftest import every_path
 
 
 def _host(env) -> dict:
@@ -33,8 +33,8 @@ def test_a_dry_run_on_a_pristine_target_creates_no_state_dir(env, verb):
     "verb",
     [("apply", "nextn", "--dry-run"), ("check", "nextn"), ("rollback", "--to", "baseline", "--dry-run")],
 )
-def test_a_dry_run_on_a_recorded_target_leaves_its_state_dir_byte_identical(recorded, verb):
-    env = recorded(BASELINE)
+def test_a_dry_run_on_a_recorded_target_leaves_its_state_dir_byte_identical(baselined, verb):
+    env = baselined
     env.pk("apply", "ddtree")
     before = _host(env)
     env.pk(*verb)

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from conftest import BASELINE, edit_file
+from conftest import edit_file
 
 from patchkeeper.host.disk import hash_bytes
 from patchkeeper.host.store import Store
@@ -16,8 +16,9 @@ SPEC = "sglang/srt/speculative/spec_info.py"
 VERSION = "sglang/version.py"
 
 
-def test_hand_edit_of_a_patched_file_is_refused_then_forced_and_backed_up(recorded):
-    env = recorded("snapshot --name start")
+def test_hand_edit_of_a_patched_file_is_refused_then_forced_and_backed_up(baselined):
+    env = baselined
+    env.pk("snapshot", "--name", "start")
     before = env.snapshot()
     edited = (env.site / SPEC).read_bytes() + b"\n# hand edit\n"
     edit_file(env.site / SPEC, edited)
@@ -46,8 +47,8 @@ def test_rollback_restores_hand_edits_and_names_them(env):
     assert set(log[0]["hand_edits"]) == {VERSION, "sglang/stray.py"}
 
 
-def test_rollback_previous_and_by_state_id(recorded):
-    env = recorded(BASELINE)
+def test_rollback_previous_and_by_state_id(baselined):
+    env = baselined
     env.pk("apply", "ddtree")
     ddtree_state = json.loads(env.pk("status", "--json").stdout)["state"]["id"]
     env.pk("apply", "dflash")
@@ -60,8 +61,8 @@ def test_rollback_previous_and_by_state_id(recorded):
     assert env.pk("rollback", "--to", "no-such-state", check=2).stderr.count("no state") == 1
 
 
-def test_reapply_is_a_no_op_and_changed_content_needs_a_version_bump(recorded):
-    env = recorded(BASELINE)
+def test_reapply_is_a_no_op_and_changed_content_needs_a_version_bump(baselined):
+    env = baselined
     env.pk("apply", "ddtree")
     assert "nothing to do" in env.pk("apply", "ddtree").stdout
     env.pk("rollback", "--to", "baseline")
@@ -85,8 +86,8 @@ def test_wrong_package_version_is_refused_unless_forced(env):
     assert "warning" in env.pk("apply", "nextn", "--force").stdout
 
 
-def test_manifest_only_state_refuses_rollback_it_cannot_do(recorded):
-    env = recorded("snapshot --name light --manifest-only")
+def test_manifest_only_state_refuses_rollback_it_cannot_do(env):
+    env.pk("snapshot", "--name", "light", "--manifest-only")
     env.pk("apply", "ddtree")
     edit_file(env.site / VERSION, b"__version__ = 'hand'\n")
     before = env.snapshot()
@@ -130,8 +131,8 @@ def test_lock_names_its_holder_and_a_dead_holder_is_detected(env):
     assert not (env.state_dir / "lock").exists()
 
 
-def test_corrupt_backup_object_is_an_error_never_restored(recorded):
-    env = recorded(BASELINE)
+def test_corrupt_backup_object_is_an_error_never_restored(baselined):
+    env = baselined
     env.pk("apply", "ddtree")
     original = _pristine(env, SPEC)
     store = Store(str(env.state_dir / "store"))

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 from checkout import git as run_git, init_repo
-from conftest import BASELINE, Env
+from conftest import Env
 
 from patchkeeper.host.disk import hash_bytes
 
@@ -57,8 +57,8 @@ def test_a_write_failing_while_taking_the_lock_leaves_no_lock(env):
     env.pk("apply", "ddtree")  # space is back: nothing is in the way
 
 
-def test_an_empty_or_damaged_lock_nobody_holds_is_taken_over(recorded):
-    env = recorded(BASELINE)
+def test_an_empty_or_damaged_lock_nobody_holds_is_taken_over(baselined):
+    env = baselined
     env.pk("apply", "ddtree")
     for content in ("", "[1,2]", '{"pid": "x"}', '{"pid": 1'):  # older versions left the first on a full disk
         (env.state_dir / "lock").write_text(content)
@@ -134,8 +134,8 @@ def test_a_full_workspace_after_the_commit_says_the_change_happened_and_recover_
 
 
 # ---- 11: damaged state files --------------------------------------------------------------------
-def test_damaged_state_files_are_one_line_errors_with_a_hint(recorded):
-    env = recorded(BASELINE)
+def test_damaged_state_files_are_one_line_errors_with_a_hint(baselined):
+    env = baselined
     env.pk("apply", "ddtree")
     before = env.snapshot()
     state = env.state_dir
@@ -177,8 +177,8 @@ def test_a_baseline_pack_that_cannot_be_written_leaves_nothing_behind(env):
     env.pk("apply", "ddtree")
 
 
-def test_temporary_files_of_a_dead_process_are_removed_by_the_next_command(recorded):
-    env = recorded(BASELINE)
+def test_temporary_files_of_a_dead_process_are_removed_by_the_next_command(baselined):
+    env = baselined
     env.pk("apply", "ddtree")
     packs = env.state_dir / "store" / "packs"
     dead = _dead_pid()

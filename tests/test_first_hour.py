@@ -16,7 +16,7 @@ import tomllib
 from pathlib import Path
 
 import click
-from conftest import BASELINE, REPO, copy_venv, edit_file, make_workspace
+from conftest import REPO, copy_venv, edit_file, make_workspace
 
 from patchkeeper.cli import main, summary
 
@@ -257,8 +257,9 @@ def test_list_with_one_broken_patch_set_lists_the_others_and_marks_it(env):
     assert "version" in doc[0] and doc[2]["error"]["message"] and "version" not in doc[2]
 
 
-def test_restore_pristine_after_the_baseline_says_it_acts_only_before_and_what_works(recorded):
-    env = recorded("snapshot --name first")
+def test_restore_pristine_after_the_baseline_says_it_acts_only_before_and_what_works(baselined):
+    env = baselined
+    env.pk("snapshot", "--name", "first")
     edit_file(env.site / SPEC, (env.site / SPEC).read_bytes() + b"# by hand\n")
     before = env.snapshot()
     err = env.pk("apply", "ddtree", "--restore-pristine", "--no-verify", check=2).stderr
@@ -370,8 +371,8 @@ def test_status_of_another_target_hints_with_its_t_and_a_re_render_is_called_so(
     assert "re-rendering dflash@3.1.0 with the target's current values" in out and "switching" not in out
 
 
-def test_the_effective_exec_start_is_wrapped_and_reads_back_whole(recorded):
-    env = recorded(BASELINE)
+def test_the_effective_exec_start_is_wrapped_and_reads_back_whole(baselined):
+    env = baselined
     env.pk("apply", "dflash", "--no-verify")
     out = env.pk("status").stdout.splitlines()
     first = next(i for i, line in enumerate(out) if line.startswith("ExecStart (effective, from "))
@@ -382,8 +383,9 @@ def test_the_effective_exec_start_is_wrapped_and_reads_back_whole(recorded):
     assert command == json.loads(env.pk("status", "--json").stdout)["exec_start"]["text"]
 
 
-def test_an_apply_says_which_hand_edits_outside_the_set_it_leaves(recorded):
-    env = recorded("snapshot --name first")
+def test_an_apply_says_which_hand_edits_outside_the_set_it_leaves(baselined):
+    env = baselined
+    env.pk("snapshot", "--name", "first")
     version = env.site / "sglang" / "version.py"
     edit_file(version, version.read_bytes() + b"# by hand\n")
     out = env.pk("apply", "ddtree", "--no-verify").stdout

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import BASELINE, REPO, SITE_REL, copy_venv, edit_file, make_workspace, tree
+from conftest import REPO, SITE_REL, copy_venv, edit_file, make_workspace, tree
 
 WHEELS = Path(os.environ.get("PK_WHEELS", REPO / ".cache" / "wheels"))
 SPEC = "sglang/srt/speculative/spec_info.py"
@@ -56,8 +56,8 @@ def applied(env) -> tuple[str, str]:
 
 
 # ---- a reinstall of the same wheel ------------------------------------------------------------
-def test_a_reinstall_of_the_same_wheel_is_named_and_apply_puts_the_sets_files_back(recorded):
-    env = recorded(BASELINE)
+def test_a_reinstall_of_the_same_wheel_is_named_and_apply_puts_the_sets_files_back(baselined):
+    env = baselined
     env.pk("apply", "ddtree", "--no-verify")
     was = sglang_tree(env.venv)
     state, ddtree = applied(env)
@@ -96,8 +96,8 @@ def test_a_reinstall_of_the_same_wheel_is_named_and_apply_puts_the_sets_files_ba
     assert entry["installed"]["version"] == "0.5.23" and entry["installed"]["installer"] == "pip"
 
 
-def test_a_hand_edit_of_an_applied_sets_file_is_refused_by_apply_not_called_applied(recorded):
-    env = recorded(BASELINE)
+def test_a_hand_edit_of_an_applied_sets_file_is_refused_by_apply_not_called_applied(baselined):
+    env = baselined
     env.pk("apply", "ddtree", "--no-verify")
     _, ddtree = applied(env)
     edit_file(env.site / SPEC, b"# mine\n")
@@ -111,8 +111,8 @@ def test_a_hand_edit_of_an_applied_sets_file_is_refused_by_apply_not_called_appl
 
 
 # ---- another release over a state, and back -----------------------------------------------------
-def test_another_release_over_a_state_is_named_and_a_rollback_across_it_refused(recorded, pristine_venv):
-    env = recorded(BASELINE)
+def test_another_release_over_a_state_is_named_and_a_rollback_across_it_refused(baselined, pristine_venv):
+    env = baselined
     env.pk("apply", "ddtree", "--no-verify")
     state, ddtree = applied(env)
     install(env.venv, "0.5.22")
@@ -192,8 +192,9 @@ def test_an_upgrade_gets_a_baseline_of_its_own_and_the_old_states_wait_for_their
 
 
 # ---- the distribution's files outside its package -----------------------------------------------
-def test_an_edited_console_script_and_a_cut_record_are_findings(recorded):
-    env = recorded("snapshot --name s")
+def test_an_edited_console_script_and_a_cut_record_are_findings(baselined):
+    env = baselined
+    env.pk("snapshot", "--name", "s")
     assert env.pk("audit").returncode == 0
     script = env.venv / "bin" / "sglang"
     kept = script.read_bytes()
@@ -243,10 +244,8 @@ def _files(root: Path) -> dict[str, tuple[str, int]]:
     return out
 
 
-def test_pip_and_uv_installs_of_one_wheel_are_one_state_and_uv_links_are_never_written_through(
-    recorded, tmp_path
-):
-    env = recorded("snapshot --name s --manifest-only")
+def test_pip_and_uv_installs_of_one_wheel_are_one_state_and_uv_links_are_never_written_through(env, tmp_path):
+    env.pk("snapshot", "--name", "s", "--manifest-only")
     by_pip = doc(env, "log")[-1]["after"]["id"]  # the baseline
 
     cache, venv = tmp_path / "uv-cache", tmp_path / "uv-venv"

@@ -108,8 +108,9 @@ def test_every_verb_takes_json_and_is_walked():
 
 
 @pytest.mark.parametrize("verb", sorted(v for v, run in VERBS.items() if run))
-def test_success_is_one_document(recorded, tmp_path, verb):
-    env = recorded("snapshot --name first")  # a baseline: rollback, log and diff have a state
+def test_success_is_one_document(baselined, tmp_path, verb):
+    env = baselined
+    env.pk("snapshot", "--name", "first")  # a baseline: rollback, log and diff have a state
     args, setup = VERBS[verb]
     if setup:
         setup(env, tmp_path)
@@ -176,8 +177,9 @@ def test_a_usage_error_is_one_error_document(env, verb):
         (["verify"], 2),
     ],
 )
-def test_a_failure_is_one_document(recorded, args, code):
-    env = recorded("snapshot --name first")
+def test_a_failure_is_one_document(baselined, args, code):
+    env = baselined
+    env.pk("snapshot", "--name", "first")
     edit_file(env.site / SPEC, (env.site / SPEC).read_bytes() + b"# by hand\n")
     one_document(env.pk(*args, "--json", check=code))
 

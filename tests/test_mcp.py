@@ -100,8 +100,9 @@ def test_plan_then_apply_ddtree_then_roll_back_to_baseline_byte_for_byte(env, tm
     assert "via mcp client 'test-agent'" in env.pk("log").stdout
 
 
-def test_a_stale_plan_is_refused(recorded, tmp_path):
-    env = recorded("snapshot --name start")  # the baseline, and a named state
+def test_a_stale_plan_is_refused(baselined, tmp_path):
+    env = baselined
+    env.pk("snapshot", "--name", "start")  # the baseline, and a named state
 
     async def body(agent: Agent) -> None:
         plan = await agent.ok("plan", action="apply", name="ddtree")

@@ -70,8 +70,9 @@ def test_an_inventory_changed_after_the_plan_makes_it_stale(tmp_path, pristine_v
     serve(ws, body, errlog=tmp_path / "server.log")
 
 
-def test_a_plan_refused_by_another_commands_lock_is_not_spent(recorded, tmp_path):
-    env = recorded("snapshot --name start")
+def test_a_plan_refused_by_another_commands_lock_is_not_spent(baselined, tmp_path):
+    env = baselined
+    env.pk("snapshot", "--name", "start")
 
     async def body(agent: Agent) -> None:
         plan = await agent.ok("plan", action="apply", name="ddtree")
@@ -103,8 +104,9 @@ def _hold_lock(env) -> subprocess.Popen[str]:
     return proc
 
 
-def test_a_read_only_server_finishes_or_undoes_no_transaction(recorded, tmp_path):
-    env = recorded("snapshot --name start")
+def test_a_read_only_server_finishes_or_undoes_no_transaction(baselined, tmp_path):
+    env = baselined
+    env.pk("snapshot", "--name", "start")
     died = env.pk("apply", "ddtree", env={"PATCHKEEPER_CRASH_AT": "10"}, check=None)
     assert died.returncode != 0
     journal = env.state_dir / "journal.json"

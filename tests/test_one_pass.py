@@ -62,12 +62,13 @@ def _tree_request(env, **fields):
 
 
 def test_the_tree_audit_lists_each_directory_once_and_finds_what_the_bytecode_check_finds(
-    recorded, monkeypatch
+    baselined, monkeypatch
 ):
     """audit_tree: one walk yields the package's files and its bytecode (the rest of site-packages
     is walked for bytecode alone), so no directory of the package is listed twice, and the
     bytecode found is what the bytecode check alone, walking everything itself, finds."""
-    env = recorded("snapshot --name s0")
+    env = baselined
+    env.pk("snapshot", "--name", "s0")
     site = str(env.site)
     _bytecode_cases(env.site)
     full = Agent().audit_bytecode(site, TAG, [], None)  # no scan beside it: walks everything itself
@@ -95,8 +96,9 @@ def test_the_tree_audit_lists_each_directory_once_and_finds_what_the_bytecode_ch
     assert any(p.startswith(f"{site}/outside") for p in listed)  # the rest of site-packages still is
 
 
-def test_a_stored_manifest_is_read_from_the_store_and_a_corrupt_one_is_an_error(recorded):
-    env = recorded("snapshot --name s0")
+def test_a_stored_manifest_is_read_from_the_store_and_a_corrupt_one_is_an_error(baselined):
+    env = baselined
+    env.pk("snapshot", "--name", "s0")
     digest = json.loads(env.pk("status", "--json").stdout)["state"]["manifest"]
     store = str(env.state_dir / "store")
     rows = Agent().manifest_rows(store, digest)
@@ -481,12 +483,13 @@ def _same_tick_edit(site, src):
     return str(src.relative_to(site))
 
 
-def test_a_cold_audit_finds_same_tick_edits_and_recompiles_their_pycs(recorded, monkeypatch):
+def test_a_cold_audit_finds_same_tick_edits_and_recompiles_their_pycs(baselined, monkeypatch):
     """audit_tree with nothing cached: a same-size, same-mtime edit is found in the package (by its
     digest) and in other distributions (by their RECORD); the pyc of each such source, its header
     still matching, is recompiled and compared and found to run the old code; the native part, a
     mismatched pyc beside the package and a legacy one are found in the same call."""
-    env = recorded("snapshot --name s0")
+    env = baselined
+    env.pk("snapshot", "--name", "s0")
     _bytecode_cases(env.site)
     request = _tree_request(
         env,

@@ -369,7 +369,8 @@ def test_the_hand_edits_accepted_at_adoption_become_a_patch_set_against_the_rele
     assert (copy / SITE_REL / SPEC).read_bytes() == (handmade.site / SPEC).read_bytes()
 
 
-def test_a_target_adopted_without_hand_edits_has_none_to_record(recorded):
-    env = recorded("snapshot --name first")
+def test_a_target_adopted_without_hand_edits_has_none_to_record(baselined):
+    env = baselined
+    env.pk("snapshot", "--name", "first")
     proc = env.pk("record", "byhand", "--from-adoption", check=2)
     assert "target local was adopted without hand edits" in proc.stderr

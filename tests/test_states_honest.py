@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import BASELINE, copy_venv, edit_file, make_workspace, tree
+from conftest import copy_venv, edit_file, make_workspace, tree
 
 from patchkeeper.host.disk import hash_bytes
 from patchkeeper.host.store import Store
@@ -63,8 +63,8 @@ def test_forced_apply_records_what_the_files_show_where_a_hand_edit_equals_the_r
 
 
 # ---- 2: reserved state names -------------------------------------------------------------------
-def test_snapshot_names_that_rollback_gives_a_meaning_of_their_own_are_refused(recorded):
-    env = recorded(BASELINE)
+def test_snapshot_names_that_rollback_gives_a_meaning_of_their_own_are_refused(baselined):
+    env = baselined
     env.pk("apply", "nextn")
     for name in ("baseline", "previous"):
         proc = env.pk("snapshot", "--name", name, check=2)
@@ -81,8 +81,8 @@ PIP_PATCH = (
 )
 
 
-def test_paths_outside_the_managed_package_are_refused_by_name_even_forced(recorded):
-    env = recorded(BASELINE)
+def test_paths_outside_the_managed_package_are_refused_by_name_even_forced(baselined):
+    env = baselined
     env.pk("apply", "nextn")  # the baseline exists: the refusals below must not add to the ledger
     before, log = env.snapshot(), env.pk("log", "--json").stdout
     cases = {
@@ -138,8 +138,9 @@ def _refused_unchanged(env, *args: str) -> str:
     return proc.stderr
 
 
-def test_obstacles_at_destinations_are_refused_by_name_before_anything_changes(recorded):
-    env = recorded("snapshot --name start")
+def test_obstacles_at_destinations_are_refused_by_name_before_anything_changes(baselined):
+    env = baselined
+    env.pk("snapshot", "--name", "start")
     (env.site / ADDED).mkdir()  # an empty directory where ddtree adds a file
     err = _refused_unchanged(env, "apply", "ddtree")
     assert f"{env.site / ADDED} is a directory" in err or f"{ADDED} (a directory)" in err
@@ -187,8 +188,9 @@ def _stopped(pid: int) -> bool:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
 
 
-def test_an_obstacle_after_the_commit_point_is_named_and_recover_finishes_once_it_is_gone(recorded):
-    env = recorded("snapshot --name start")
+def test_an_obstacle_after_the_commit_point_is_named_and_recover_finishes_once_it_is_gone(baselined):
+    env = baselined
+    env.pk("snapshot", "--name", "start")
     done = copy_venv(env.venv, env.root.parent / "done-venv")
     done_env = make_workspace(env.root.parent / "done-ws", done)
     done_env.pk("apply", "ddtree")
@@ -249,8 +251,8 @@ def _with_state_dir(env, root: Path, state_dir: Path):
     return other
 
 
-def test_a_second_state_dir_for_one_venv_is_refused_by_name(recorded, tmp_path):
-    env = recorded(BASELINE)
+def test_a_second_state_dir_for_one_venv_is_refused_by_name(baselined, tmp_path):
+    env = baselined
     env.pk("apply", "nextn")
     other = _with_state_dir(env, tmp_path / "ws2", tmp_path / "state2")
     before = _files(env)

@@ -3,15 +3,15 @@ and one scan of the package serves both the differences and the audit."""
 
 from __future__ import annotations
 
-from conftest import BASELINE, edit_file
+from conftest import edit_file
 
 from patchkeeper import workspace
 from patchkeeper.commands import status as status_cmd
 from patchkeeper.host.agent import Agent
 
 
-def test_status_with_the_audit_scans_the_package_once(recorded, monkeypatch, capsys):
-    env = recorded(BASELINE)
+def test_status_with_the_audit_scans_the_package_once(baselined, monkeypatch, capsys):
+    env = baselined
     env.pk("apply", "ddtree", "--no-verify")
     env.pk("audit", "-q")  # the audit's stat caches are warm now: status audits too
     edit_file(env.site / "sglang" / "version.py", b"__version__ = 'by hand'\n")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import BASELINE, SITE_REL, copy_venv
+from conftest import SITE_REL, copy_venv
 from sshd import sshd, write_client_config  # noqa: F401 (sshd is a fixture)
 
 
@@ -74,8 +74,8 @@ def test_a_state_id_that_is_a_path_is_refused_and_nothing_is_written_outside(sid
         ("hand_edits", ["/etc/passwd"], "hand_edits is '/etc/passwd', not a relative path"),
     ],
 )
-def test_ids_numbers_digests_and_keys_of_an_entry_are_checked(recorded, field, value, said):
-    env = recorded(BASELINE)
+def test_ids_numbers_digests_and_keys_of_an_entry_are_checked(baselined, field, value, said):
+    env = baselined
     env.pk("apply", "ddtree")
     _rewrite(_newest(env.state_dir), lambda d: d.__setitem__(field, value))
     proc = env.pk("status", check=2)
@@ -233,8 +233,8 @@ def test_an_agent_that_never_speaks_times_out(tmp_path, monkeypatch):
 
 
 # ---- state files of another user ---------------------------------------------------------------
-def test_state_files_of_another_user_or_writable_by_others_are_ignored_with_a_warning(recorded):
-    env = recorded(BASELINE)
+def test_state_files_of_another_user_or_writable_by_others_are_ignored_with_a_warning(baselined):
+    env = baselined
     env.pk("apply", "ddtree")
     env.pk("rollback", "--to", "baseline")
     entries = sorted((env.state_dir / "ledger").glob("*.json"))
@@ -258,8 +258,8 @@ def test_state_files_of_another_user_or_writable_by_others_are_ignored_with_a_wa
 
 
 # ---- recorded text on the terminal -------------------------------------------------------------
-def test_log_escapes_control_characters_of_recorded_text(recorded):
-    env = recorded(BASELINE)
+def test_log_escapes_control_characters_of_recorded_text(baselined):
+    env = baselined
     env.pk("apply", "ddtree")
     _rewrite(
         _newest(env.state_dir),

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import BASELINE, REPO, SITE_REL, copy_venv, edit_file, make_workspace
+from conftest import REPO, SITE_REL, copy_venv, edit_file, make_workspace
 
 
 def _closed_reader(env, *args: str) -> subprocess.CompletedProcess:
@@ -27,8 +27,8 @@ def _closed_reader(env, *args: str) -> subprocess.CompletedProcess:
         os.close(w)
 
 
-def test_output_into_a_pipe_whose_reader_left_stops_quietly(recorded):
-    env = recorded(BASELINE)
+def test_output_into_a_pipe_whose_reader_left_stops_quietly(baselined):
+    env = baselined
     env.pk("apply", "ddtree")
     edit_file(env.site / "sglang/version.py", b"__version__ = 'edited'\n")
     for args, code in (
@@ -94,8 +94,8 @@ def test_shell_completion_of_patch_set_target_and_state_names(env):
     ]  # never contacts ct129
 
 
-def test_backed_up_hand_edits_are_named_by_digest_and_can_be_got_back(recorded):
-    env = recorded(BASELINE)
+def test_backed_up_hand_edits_are_named_by_digest_and_can_be_got_back(baselined):
+    env = baselined
     env.pk("apply", "ddtree", "--no-verify")
     spec = env.site / "sglang/srt/speculative/spec_info.py"
     mine = spec.read_bytes() + b"# my hand edit\n"

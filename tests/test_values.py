@@ -9,7 +9,7 @@ import json
 
 import pytest
 import systemd_reference as systemd
-from conftest import BASELINE, DRAFT
+from conftest import DRAFT
 
 from patchkeeper.patchset import unitsyntax, varspec
 
@@ -180,8 +180,8 @@ def test_values_are_written_with_systemds_quoting_as_systemd_reads_them(env, tmp
 
 
 # ---- the interpreter ------------------------------------------------------------------------------
-def test_python_defaults_to_the_targets_own_interpreter_and_another_is_warned_about(recorded):
-    env = recorded(BASELINE)
+def test_python_defaults_to_the_targets_own_interpreter_and_another_is_warned_about(baselined):
+    env = baselined
     env.pk("apply", "nextn")
     assert f"\nExecStart={env.venv}/bin/python -m sglang.launch_server " in env.dropin.read_text()
     other = "/opt/other-env/bin/python3"
@@ -195,8 +195,8 @@ def test_python_defaults_to_the_targets_own_interpreter_and_another_is_warned_ab
 
 
 # ---- status after a var changed ---------------------------------------------------------------------
-def test_status_says_the_dropin_is_out_of_date_and_what_apply_would_write(recorded):
-    env = recorded(BASELINE)
+def test_status_says_the_dropin_is_out_of_date_and_what_apply_would_write(baselined):
+    env = baselined
     env.pk("apply", "dflash")
     assert "out of date" not in env.pk("status").stdout
     set_vars(env, port="30001")
