@@ -4,6 +4,7 @@ target for the forms patchkeeper once got wrong."""
 
 from __future__ import annotations
 
+import atexit
 import collections
 import shutil
 import subprocess
@@ -30,9 +31,17 @@ UNIDIFF_GAPS = ("Target without source", "Hunk is ", "Hunk diff line expected")
 _CORPUS: list[Case] = []
 
 
+def _worker_dir(prefix: str) -> Path:
+    """A tmp dir that lives as long as this worker process (the corpus is made once per worker) and no
+    longer: each worker of each run left its two behind in TMPDIR, emptied (82 on this machine's /dev/shm)."""
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, work, True)
+    return work
+
+
 def _corpus() -> list[Case]:
     if not _CORPUS:  # made once per worker process: ~2 s of git
-        _CORPUS.extend(corpus(Path(tempfile.mkdtemp(prefix="pk-gitapply-"))))
+        _CORPUS.extend(corpus(_worker_dir("pk-gitapply-")))
     return _CORPUS
 
 
@@ -137,7 +146,7 @@ _LINES = (
 
 def _seeds() -> list[Case]:
     if not _SEEDS:
-        work = Path(tempfile.mkdtemp(prefix="pk-gitapply-seeds-"))
+        work = _worker_dir("pk-gitapply-seeds-")
         f = 0o644
         base = text(30)
         tree = {"o.txt": (base, f), "b.bin": (bytes(range(256)) * 8, f)}
