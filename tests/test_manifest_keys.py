@@ -17,6 +17,7 @@ from patchkeeper.host import filekeys, manifest_text
 from patchkeeper.host.errors import AgentError
 from patchkeeper.host.manifests import DAMAGED, Manifests
 from patchkeeper.host.store import Store
+from patchkeeper.printable import CONTROL
 from patchkeeper.targets import shapes
 
 ROW = ("blake3:" + "ab" * 32, 12, 0o644)
@@ -52,6 +53,17 @@ def test_every_hostile_key_is_refused_wherever_it_stands_among_real_ones(real_ke
     rng = random.Random(repr(key))
     for at in (0, 1, rng.randrange(len(real_keys)), len(real_keys)):
         assert filekeys.keys_problem([*real_keys[:at], key, *real_keys[at:]]) is not None, (key, at)
+
+
+def test_a_role_holds_no_character_a_patch_set_could_not_name_it_with():
+    """The reader's role rule is the writer's: every code point printable.CONTROL holds (what names.py
+    refuses in a role a patch set names) is refused in a manifest's role key, and no other is for it."""
+    for code in range(0x3000):
+        char = chr(code)
+        if char in "/\\" or 0xD800 <= code < 0xE000:
+            continue
+        refused = filekeys.key_problem(f"@unit{char}x") is not None
+        assert refused == bool(CONTROL.search(char)), hex(code)
 
 
 def test_a_generated_corpus_screens_as_the_grammar_judges_each_key():

@@ -16,7 +16,9 @@ if TYPE_CHECKING:  # annotations only
 
 MAX_COMPONENT = 255  # bytes of one path component (NAME_MAX)
 MAX_PATH = 4096  # bytes of a whole path (PATH_MAX)
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# a role name's control characters: printable.CONTROL's set (C0, DEL, C1, line and paragraph separators),
+# which names.py refuses in a role a patch set names; written out here, since this module is shipped alone
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _SEPARATORS = ("//", "/\0", "\0/", "\0\0")  # in keys joined by NUL: an empty key or part, an absolute key
 ENV_PREFIX = "%"  # keys of files outside the package that a repair changed: a journal's, never a manifest's
 _OPENINGS = (
