@@ -253,13 +253,10 @@ def every_path(*roots: Path) -> dict[str, tuple]:
     return out
 
 
-@dataclass
-class Env:
-    """A workspace in a tmp dir with one local target, `local`, over a real sglang venv."""
+class _InVenv:
+    """The site-packages and the state dir of a target's venv (`self.venv`)."""
 
-    root: Path
     venv: Path
-    unit: Path
 
     @property
     def site(self) -> Path:
@@ -268,6 +265,15 @@ class Env:
     @property
     def state_dir(self) -> Path:
         return self.venv / ".patchkeeper"
+
+
+@dataclass
+class Env(_InVenv):
+    """A workspace in a tmp dir with one local target, `local`, over a real sglang venv."""
+
+    root: Path
+    venv: Path
+    unit: Path
 
     @property
     def dropin(self) -> Path:
@@ -388,19 +394,11 @@ def install_release(venv: Path, version: str) -> None:
 
 
 @dataclass
-class Remote:
+class Remote(_InVenv):
     """A workspace whose target `far` is a venv reached over the suite's sshd."""
 
     env: Env
     venv: Path
-
-    @property
-    def site(self) -> Path:
-        return self.venv / SITE_REL
-
-    @property
-    def state_dir(self) -> Path:
-        return self.venv / ".patchkeeper"
 
     def pk(self, *args: str, check: int | None = 0) -> subprocess.CompletedProcess:
         return self.env.pk(*args, "-t", "far", check=check)
@@ -418,6 +416,16 @@ def remote(tmp_path, pristine_venv, sshd) -> Remote:  # noqa: F811
         f'[targets.far.vars]\ndraft_model_path = "{DRAFT}"\n[targets.far.files]\nunit = "{unit}"\n'
     )
     return Remote(make_workspace(tmp_path / "ws", tmp_path / "venv-local", toml), venv)
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    """A workspace as `patchkeeper init` makes it: no target yet (test_port.py has a `ws` of its own)."""
+    root = tmp_path / "ws"
+    subprocess.run(
+        [sys.executable, "-m", "patchkeeper", "init", "-w", str(root)], check=True, capture_output=True
+    )
+    return root
 
 
 @pytest.fixture

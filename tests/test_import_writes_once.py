@@ -46,15 +46,6 @@ def _pk(ws: Path, *args: str, watched: bool = False) -> subprocess.CompletedProc
     return proc
 
 
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    subprocess.run(
-        [sys.executable, "-m", "patchkeeper", "init", "-w", str(root)], check=True, capture_output=True
-    )
-    return root
-
-
 def _files(directory: Path) -> dict[str, bytes]:
     return {
         p.relative_to(directory).as_posix(): p.read_bytes()

@@ -11,6 +11,7 @@ import os
 import random
 import re
 import stat
+from collections.abc import Callable
 
 import pytest
 from conftest import chmod_file, copy_venv, edit_file, every_path, make_workspace
@@ -99,6 +100,17 @@ def test_the_controller_and_the_journal_refuse_a_row_with_a_hostile_mode_or_size
     shapes.answer("manifest_rows", {"sglang/a.py": (DIGEST, 1, 0o755), "sglang/x.py": (DIGEST, 0, 0o644)})
 
 
+def _row_rewritten(key: bytes, mode: str | None, size: str | None) -> Callable[[bytes], bytes]:
+    """A manifest's text with the row of `key` given `mode` and `size` where they are not None."""
+    row = re.compile(rb"^(\S+) (\S+) (\S+) " + re.escape(key) + rb"$", re.M)
+
+    def one(m: re.Match[bytes]) -> bytes:
+        new_mode = m[1] if mode is None else mode.encode()
+        return b"%s %s %s %s" % (new_mode, m[2] if size is None else size.encode(), m[3], key)
+
+    return lambda text: row.sub(one, text)
+
+
 # ---- end to end: the round trip of what the tool records, and a hostile state dir ------------------------
 def test_recorded_modes_roll_back_and_hostile_ones_are_refused_changing_nothing(tmp_path, pristine_venv):
     env = make_workspace(tmp_path / "ws", copy_venv(pristine_venv, tmp_path / "venv"))
@@ -126,7 +138,6 @@ def test_recorded_modes_roll_back_and_hostile_ones_are_refused_changing_nothing(
     # a hostile state dir: base's row of the executable file rewritten, through `rollback --to base`
     ledger = {p.name: p.read_bytes() for p in sorted((env.state_dir / "ledger").glob("*.json"))}
     key = str(exe.relative_to(env.site)).encode()
-    row = re.compile(rb"^(\S+) (\S+) (\S+) " + re.escape(key) + rb"$", re.M)
 
     def venv() -> dict[str, tuple]:
         return {k: v for k, v in every_path(env.venv).items() if not k.startswith(str(env.state_dir))}
@@ -135,15 +146,7 @@ def test_recorded_modes_roll_back_and_hostile_ones_are_refused_changing_nothing(
     corpus = [(m, None) for m in HOSTILE_MODES[:12] + ["-644", "0o644", "7" * 5000]]
     corpus += [(None, s) for s in ["-1", "+1", "1_000", str(2**63), "9" * 5000]]
     for mode, size in corpus:
-
-        def rewrite(text: bytes, mode: str | None = mode, size: str | None = size) -> bytes:
-            def one(m: re.Match[bytes]) -> bytes:
-                new_mode = m[1] if mode is None else mode.encode()
-                return b"%s %s %s %s" % (new_mode, m[2] if size is None else size.encode(), m[3], key)
-
-            return row.sub(one, text)
-
-        plant_manifests(env.state_dir, ledger, rewrite)
+        plant_manifests(env.state_dir, ledger, _row_rewritten(key, mode, size))
         before = every_path(outside, env.state_dir / "ledger")
         proc = env.pk("rollback", "--to", "base", check=None)
         lines = proc.stderr.splitlines()
@@ -203,19 +206,10 @@ def test_a_hostile_mode_or_size_in_a_hosts_manifest_is_refused_over_ssh_changing
     remote.pk("snapshot", "--name", "edited")
     ledger = {p.name: p.read_bytes() for p in sorted((remote.state_dir / "ledger").glob("*.json"))}
     key = str(exe.relative_to(remote.site)).encode()
-    row = re.compile(rb"^(\S+) (\S+) (\S+) " + re.escape(key) + rb"$", re.M)
     untouched = stat_identities(remote.venv, remote.state_dir)
     for mode, size in [("4755", None), ("2755", None), ("1755", None), ("100644", None), ("-644", None),
                        (None, "-1"), (None, str(2**63))]:  # fmt: skip
-
-        def rewrite(text: bytes, mode: str | None = mode, size: str | None = size) -> bytes:
-            def one(m: re.Match[bytes]) -> bytes:
-                new_mode = m[1] if mode is None else mode.encode()
-                return b"%s %s %s %s" % (new_mode, m[2] if size is None else size.encode(), m[3], key)
-
-            return row.sub(one, text)
-
-        plant_manifests(remote.state_dir, ledger, rewrite)
+        plant_manifests(remote.state_dir, ledger, _row_rewritten(key, mode, size))
         proc = remote.pk("rollback", "--to", "base", check=None)
         lines = proc.stderr.splitlines()
         assert proc.returncode == 2, (mode, size, proc.stdout, proc.stderr)

@@ -39,15 +39,6 @@ def checkout(tmp_path: Path) -> Path:
     return root
 
 
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    subprocess.run(
-        [sys.executable, "-m", "patchkeeper", "init", "-w", str(root)], check=True, capture_output=True
-    )
-    return root
-
-
 def _clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_CONFIG_")}
     return {**env, **extra}
