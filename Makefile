@@ -128,7 +128,7 @@ test:
 	$(BIN)/ruff check .  # [tool.ruff] in pyproject.toml: the house rules (imports sorted, pyflakes, bugbear)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy  # [tool.mypy] in pyproject.toml: strict on host/, the engine and changes.py
-	TMPDIR=$(TESTTMP) $(BIN)/pytest -q -n 6 --durations=15  # 6 workers on 2 cores: the tests wait on sshd, servers and fsync too (-n 4 left 20% of the CPU idle)
+	TMPDIR=$(TESTTMP) $(BIN)/pytest -q -n 6 --dist worksteal --durations=15  # 6 workers on 2 cores: the tests wait on sshd, servers and fsync too (-n 4 left 20% of the CPU idle); a worker that runs out takes tests queued for another
 
 bench: install $(TESTENV)/.done $(SERVEENV)/.done sshd
 	@command -v rsync >/dev/null && command -v b3sum >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rsync b3sum >/dev/null; }
