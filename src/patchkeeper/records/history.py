@@ -288,13 +288,13 @@ def _unstage(repo: Any, rels: list[str]) -> None:
 
 
 def _one_line(exc: BaseException) -> str:
-    """git's own complaint (its fatal: or error: line), without GitPython's command dump."""
+    """git's own complaint, without GitPython's command dump: its first error: line (the cause), else
+    its first fatal: line, else its last line."""
     text = str(getattr(exc, "stderr", "") or exc).strip().strip("'\"")
-    lines = [ln.strip() for ln in text.replace("\\n", "\n").splitlines() if ln.strip()]
-    for ln in lines:
-        if ln.startswith(("fatal:", "error:")):
-            return ln.removeprefix("stderr: ").strip("'")
-    return (lines[-1] if lines else type(exc).__name__).removeprefix("stderr: ").strip("'")
+    lines = [ln.strip().removeprefix("stderr: ").strip("'") for ln in text.replace("\\n", "\n").splitlines()]
+    lines = [ln for ln in lines if ln]
+    said = [ln for ln in lines if ln.startswith("error:")] or [ln for ln in lines if ln.startswith("fatal:")]
+    return said[0] if said else lines[-1] if lines else type(exc).__name__
 
 
 def workspace_ref(ws_root: Path, patchset_dirs: dict[str, Path]) -> dict[str, Any] | None:
@@ -427,11 +427,8 @@ def _checkout(directory: str) -> git.Repo:
     try:  # git judges the user's entries (a missing key or value, a bad key), and the checkout's owner
         repo.git.rev_parse("--git-dir")
     except git.GitCommandError as exc:
-        text = str(exc.stderr).strip()  # GitPython's "stderr: '<git's lines>'"
-        said = [ln.strip() for ln in text.removeprefix("stderr: '").removesuffix("'").splitlines()]
-        why = [ln for ln in said if ln.startswith("error:")] or [ln for ln in said if ln.startswith("fatal:")]
         raise BadInput(
-            f"{directory}: git refuses to read it: {why[0] if why else _one_line(exc)}",
+            f"{directory}: git refuses to read it: {_one_line(exc)}",
             "fix what git names (GIT_CONFIG_COUNT and its GIT_CONFIG_KEY_<i>/GIT_CONFIG_VALUE_<i> in your "
             "environment, your git config, or its safe.directory), then run the command again",
         ) from None
