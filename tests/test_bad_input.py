@@ -350,7 +350,7 @@ def test_a_deleted_pack_index_is_named(baselined):
     assert f"the pack index {index} is missing" in proc.stderr and "recorded without bytes" not in proc.stderr
 
 
-def test_diff_and_diff_env_refuse_three_sides_and_against_with_two_alike(env):
+def test_diff_and_diff_env_refuse_three_sides_against_with_two_and_a_target_twice(env):
     for verb in (["diff"], ["diff", "--env"]):
         _refused(env, *verb, "a", "b", "c", expect=f"{' '.join(verb)} compares one target or two, not 3")
         _refused(
@@ -361,6 +361,13 @@ def test_diff_and_diff_env_refuse_three_sides_and_against_with_two_alike(env):
             "--against",
             "x",
             expect="--against compares one target with its own recorded state",
+        )
+        _refused(
+            env,
+            *verb,
+            "local",
+            "local",
+            expect="compares two targets with each other, not 'local' with itself",
         )
 
 

@@ -18,7 +18,6 @@ NOT_JSON = [
     b"not json",
     b"{'jsonrpc': '2.0'}",
     b'{"jsonrpc": "2.0", "id": 1, "method": "ping",}',
-    b"\xff\xfe\x00garbage",
     b"NaN-ish: }{",
     *(REQUEST[:cut] for cut in range(1, len(REQUEST))),  # every cut of a request: a client died mid-line
 ]
@@ -42,6 +41,17 @@ NOT_A_REQUEST = [  # (line, the id the answer carries)
 ]
 
 
+NOT_UTF8 = [  # JSON in form, but bytes that are not UTF-8: decoded with U+FFFD, they were served
+    b"\xff\xfe\x00garbage",
+    b'{"jsonrpc": "2.0", "id": 5, "method": "ping", "params": {"x": "\xff"}}',
+    b'{"jsonrpc": "2.0", "id": 5, "method": "ping", "params": {"x": "\xc0\xaf"}}',  # an overlong "/"
+    b'{"jsonrpc": "2.0", "id": 5, "method": "ping", "params": {"x": "\xed\xa0\x80"}}',  # a surrogate
+    b'{"jsonrpc": "2.0", "id": 5, "method": "ping", "params": {"x": "\xe2\x82"}}',  # cut short
+    b'{"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"name": "status", '
+    b'"arguments": {"targets": ["loc\xe9al"]}}}',  # Latin-1
+]
+
+
 def _error(answer: dict[str, object], code: int, request: object) -> str:
     assert set(answer) == {"jsonrpc", "id", "error"} and answer["jsonrpc"] == "2.0", answer
     assert answer["id"] == request, answer
@@ -58,6 +68,13 @@ def test_a_line_that_is_not_a_json_rpc_message_is_answered_and_the_next_request_
     for line in NOT_JSON:
         wire.send(line + b"\n" + PING)  # the bad line and a request after it, at once
         assert _error(wire.answer(), -32700, None).startswith("Parse error: the line is not JSON"), line
+        assert wire.answer() == {"jsonrpc": "2.0", "id": "after", "result": {}}
+    for line in NOT_UTF8:
+        wire.send(line + b"\n" + PING)
+        message = _error(wire.answer(), -32700, None)
+        assert message.startswith("Parse error: the line is not UTF-8 (byte 0x"), (line, message)
+        first = next(i for i, byte in enumerate(line) if byte >= 0x80)  # each line's one bad sequence
+        assert f"(byte {line[first]:#04x} at offset {first})" in message, message
         assert wire.answer() == {"jsonrpc": "2.0", "id": "after", "result": {}}
     for line, request in NOT_A_REQUEST:
         wire.send(line + b"\n" + PING)
@@ -158,6 +175,9 @@ def test_a_target_named_twice_is_refused_before_anything_runs(env, tmp_path):
             assert doc["hint"] == "name each of the targets once"
             doc = await agent.refused(tool, targets=["local", "nosuch", "local"], **args)  # before any lookup
             assert "names 'local' twice" in doc["message"], doc
+        assert tools["diff"].input_schema["properties"]["sides"]["uniqueItems"] is True
+        doc = await agent.refused("diff", sides=["local", "local"])  # itself: nothing to compare
+        assert doc["message"] == "diff: sides names 'local' twice", doc
         assert not agent.progress  # no verb ran: nothing planned, nothing previewed
 
     serve(env.root, body, errlog=tmp_path / "server.log")

@@ -74,6 +74,11 @@ def check_sides(verb: str, names: tuple[str, ...], against: str | None) -> None:
             f"{verb} compares one target or two, not {len(names)}",
             f"patchkeeper {verb} HOST [--against STATE], or patchkeeper {verb} HOST1 HOST2",
         )
+    if len(names) == 2 and names[0] == names[1]:
+        raise BadInput(
+            f"{verb} compares two targets with each other, not {names[0]!r} with itself",
+            f"patchkeeper {verb} {names[0]} compares it with its recorded state",
+        )
     if len(names) == 2 and against:
         raise BadInput(
             "--against compares one target with its own recorded state",

@@ -195,6 +195,7 @@ SIDES = {
     "type": "array",
     "items": NAME_SCHEMA,
     "maxItems": 2,
+    "uniqueItems": True,  # a target against itself compares nothing
     "description": "one target (against its recorded state), or two (host against host)",
 }
 STATE = {**NAME_SCHEMA, "description": "baseline | previous | a state name | a state id | a transaction id"}

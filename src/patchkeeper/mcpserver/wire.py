@@ -82,7 +82,15 @@ def judge(line: bytes) -> Any:
     for a blank line (framing, not a message: no answer)."""
     import mcp_types as types  # lazy: the extra [mcp]
 
-    text = line.decode("utf-8", "replace")  # as the SDK's reader decodes
+    try:  # the SDK's reader decoded with replacement characters: a name's byte became U+FFFD
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return error(
+            None,
+            PARSE_ERROR,
+            f"Parse error: the line is not UTF-8 (byte {line[exc.start]:#04x} at offset {exc.start}); "
+            "JSON between systems is UTF-8 (RFC 8259)",
+        )
     if not text.strip():
         return None
     try:
