@@ -504,8 +504,10 @@ HOSTS = ("ct129", "ct200")  # the ssh aliases of the `fleet` fixture's two hosts
 
 
 @pytest.fixture
-def service(env, tmp_path):
-    """`service(rules, ...)` adds a [service] table whose restart (re)starts the fake server."""
+def service(request, tmp_path):
+    """`service(rules, ...)` adds a [service] table whose restart (re)starts the fake server: to the
+    test's `baselined` target where it asks for one, else to its `env`."""
+    env = request.getfixturevalue("baselined" if "baselined" in request.fixturenames else "env")
     started: list[Service] = []
 
     def add(

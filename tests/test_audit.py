@@ -359,9 +359,10 @@ def test_a_target_on_another_python_is_judged_by_its_own_interpreter(tmp_path, p
         same_python.close()
 
 
-def test_rehash_finds_a_write_through_a_shared_mapping_that_the_caches_cannot_see(env):
+def test_rehash_finds_a_write_through_a_shared_mapping_that_the_caches_cannot_see(baselined):
     """A write through mmap keeps every field of a file's identity on tmpfs: the stat cache and the
     seals believe the file unchanged; `audit --rehash` reads and hashes every file again."""
+    env = baselined
     import mmap
 
     from conftest import drop_bytecode
@@ -387,7 +388,8 @@ def test_rehash_finds_a_write_through_a_shared_mapping_that_the_caches_cannot_se
     assert code == 1 and found(doc, "drift")["sglang/_version.py"]["kind"] == "changed"
 
 
-def test_audit_during_a_change_waits_for_it_then_answers(env):
+def test_audit_during_a_change_waits_for_it_then_answers(baselined):
+    env = baselined
     import signal
 
     env.pk("status")

@@ -88,7 +88,8 @@ def checkout(tmp_path, pristine_venv, env):
     return make_checkout(_pristine_site(pristine_venv, env), tmp_path / "src")
 
 
-def test_record_from_git_range_applies_to_the_real_package(env, checkout):
+def test_record_from_git_range_applies_to_the_real_package(baselined, checkout):
+    env = baselined
     out = env.pk(
         "record", "feature", "--git", str(checkout.root), "--range", "v0.5.23..feature", "--subdir", "python"
     ).stdout
@@ -200,7 +201,8 @@ def test_export_applies_with_git_apply_and_patch_and_import_round_trips(env, tmp
     assert not (other.root / "patchsets/ddtree2").exists()
 
 
-def test_import_of_an_export_under_another_name_and_version_keeps_vars_and_comments(env, tmp_path):
+def test_import_of_an_export_under_another_name_and_version_keeps_vars_and_comments(baselined, tmp_path):
+    env = baselined
     patch_file = tmp_path / "ddtree.patch"
     patch_file.write_bytes(env.pk("export", "ddtree").stdout.encode())
     was = (env.root / "patchsets/ddtree/patchset.toml").read_text()
@@ -215,7 +217,8 @@ def test_import_of_an_export_under_another_name_and_version_keeps_vars_and_comme
     assert "--model-path /root/models/Qwen3.6-27B" in env.dropin.read_text()
 
 
-def test_import_a_plain_patch_from_a_git_checkout(env, checkout, tmp_path):
+def test_import_a_plain_patch_from_a_git_checkout(baselined, checkout, tmp_path):
+    env = baselined
     mail = tmp_path / "feature.patch"
     mail.write_text(checkout.git("format-patch", "--stdout", "v0.5.23..feature", "--", "python"))
     out = env.pk("import", "pr-1", str(mail), "--subdir", "python", "--version", "0.1.0").stdout
@@ -285,7 +288,8 @@ def test_check_against_wheels_without_a_target(env, tmp_path):
     env.pk("check", "ddtree", "--wheel", str(tmp_path / "missing.whl"), check=2)
 
 
-def test_show_lists_metadata_diffstat_and_targets(env):
+def test_show_lists_metadata_diffstat_and_targets(baselined):
+    env = baselined
     out = env.pk("show", "ddtree").stdout
     assert "ddtree@3.1.0" in out and "sglang==0.5.23" in out and "speculative-algo" in out
     assert "sglang/srt/speculative/ddtree_utils.py" in out and "(new)" in out

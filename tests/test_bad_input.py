@@ -64,7 +64,8 @@ def test_absolute_path_in_a_diff(env):
     _refused(env, "apply", "evil", expect="evil")
 
 
-def test_path_through_a_symlink_out_of_site_packages(env, tmp_path):
+def test_path_through_a_symlink_out_of_site_packages(baselined, tmp_path):
+    env = baselined
     outside = tmp_path / "outside"
     outside.mkdir()
     os.symlink(outside, env.site / "sglang" / "linked")
@@ -83,7 +84,8 @@ def test_malformed_patchset_toml_and_diff(env):
     _refused(env, "apply", "nokey", expect="version must be a non-empty string")
 
 
-def test_hunk_that_does_not_apply_names_file_hunk_and_line(env):
+def test_hunk_that_does_not_apply_names_file_hunk_and_line(baselined):
+    env = baselined
     spec = "sglang/srt/speculative/spec_info.py"
     _patchset(
         env,
@@ -137,7 +139,8 @@ def test_rollback_never_writes_through_a_symlinked_directory(baselined, tmp_path
     assert list(outside.iterdir()) == []
 
 
-def test_a_stage_that_cannot_be_written_changes_nothing_and_leaves_no_journal(env):
+def test_a_stage_that_cannot_be_written_changes_nothing_and_leaves_no_journal(baselined):
+    env = baselined
     env.unit.parent.rename(env.unit.parent.with_name("systemd-moved"))
     env.unit.parent.write_text("a file where the unit's directory was\n")
     _refused(env, "apply", "nextn", expect="nothing was changed")
@@ -293,8 +296,9 @@ def test_a_crlf_patch_is_refused_as_crlf(env):
     _refused(env, "apply", "crlf", expect="has CRLF (Windows) line endings, first on line 1")
 
 
-def test_git_quoted_paths_are_accepted(env, tmp_path):
+def test_git_quoted_paths_are_accepted(baselined, tmp_path):
     """git quotes names with a quote, a backslash or non-ASCII bytes: the diff git writes applies."""
+    env = baselined
     import subprocess
 
     repo = tmp_path / "git"
@@ -320,7 +324,8 @@ def test_git_quoted_paths_are_accepted(env, tmp_path):
     _refused(env, "apply", "tabbed", expect="'sglang/tab\\there.py' holds a control character")
 
 
-def test_a_symlinked_file_is_named_a_symlink(env, tmp_path):
+def test_a_symlinked_file_is_named_a_symlink(baselined, tmp_path):
+    env = baselined
     version = env.site / "sglang/version.py"
     real = tmp_path / "version.py"
     real.write_bytes(version.read_bytes())

@@ -275,9 +275,10 @@ def _manifest_text(env) -> bytes:
     return Agent().store_get(str(env.state_dir / "store"), entries[-1]["after"]["manifest"])
 
 
-def test_apply_records_the_recorded_manifest_with_its_changes(env):
+def test_apply_records_the_recorded_manifest_with_its_changes(baselined):
     """plans.Recorded: the state an apply's plan records is the recorded manifest with the plan's
     rows written whole, also where a file name would be quoted or is not ASCII."""
+    env = baselined
     from patchkeeper import workspace
     from patchkeeper.change import engine
     from patchkeeper.change.session import Session

@@ -64,7 +64,8 @@ def _first_line(path) -> str:
     return path.read_text().splitlines()[0]
 
 
-def test_check_and_apply_agree_on_generated_patch_sets(env):
+def test_check_and_apply_agree_on_generated_patch_sets(baselined):
+    env = baselined
     wheel = release_wheel("0.5.23")
     seen = set()
     before = env.snapshot()  # every case leaves the venv so: refused, or applied and rolled back
@@ -102,9 +103,10 @@ def test_check_and_apply_agree_on_generated_patch_sets(env):
 _DIR_FILE = "diff --git a/sglang/srt b/sglang/srt\nnew file mode 100644\n--- /dev/null\n+++ b/sglang/srt\n@@ -0,0 +1 @@\n+x\n"
 
 
-def test_a_file_where_the_release_has_a_directory_does_not_check_on_a_wheel_either(env):
+def test_a_file_where_the_release_has_a_directory_does_not_check_on_a_wheel_either(baselined):
     """The target's check asks the target (a directory where the file goes: apply would refuse); the
     wheel's check finds the same in the wheel's names, and says it does not apply."""
+    env = baselined
     _write(env, "dirfile", _DIR_FILE)
     on_target = env.pk("check", "dirfile", check=1)
     assert "sglang/srt is a directory" in on_target.stdout

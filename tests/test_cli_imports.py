@@ -102,7 +102,8 @@ UNPATCHED_AUDIT_SKIPS = {
 }
 
 
-def test_audit_of_an_unpatched_target_loads_no_patch_reader_ssh_or_fleet(env):
+def test_audit_of_an_unpatched_target_loads_no_patch_reader_ssh_or_fleet(baselined):
+    env = baselined
     env.pk("snapshot", "--name", "start", "--manifest-only")
     modules, _ = loaded(env, "audit", "-q")
     assert {"patchkeeper.host.agent", "patchkeeper.host.treecheck"} <= modules  # the probe sees the audit

@@ -11,7 +11,8 @@ from conftest import every_path
 from livesystemd import record
 
 
-def test_a_dropin_directory_that_is_a_symlink_is_refused_by_apply_and_rollback(env, tmp_path):
+def test_a_dropin_directory_that_is_a_symlink_is_refused_by_apply_and_rollback(baselined, tmp_path):
+    env = baselined
     env.pk("snapshot", "--name", "base")
     shared = tmp_path / "shared.d"  # a directory other units' drop-in directories point to
     shared.mkdir()

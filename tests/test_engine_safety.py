@@ -32,7 +32,8 @@ def test_hand_edit_of_a_patched_file_is_refused_then_forced_and_backed_up(baseli
     assert env.snapshot() == before
 
 
-def test_rollback_restores_hand_edits_and_names_them(env):
+def test_rollback_restores_hand_edits_and_names_them(baselined):
+    env = baselined
     before = env.snapshot()
     env.pk("apply", "ddtree")
     hand = b"__version__ = 'hand'\n"
@@ -76,7 +77,8 @@ def test_reapply_is_a_no_op_and_changed_content_needs_a_version_bump(baselined):
     assert "# changed" in env.running()
 
 
-def test_wrong_package_version_is_refused_unless_forced(env):
+def test_wrong_package_version_is_refused_unless_forced(baselined):
+    env = baselined
     toml = env.root / "patchsets/nextn/patchset.toml"
     toml.write_text(toml.read_text().replace("==0.5.23", "==0.5.24"))
     before = env.snapshot()
@@ -106,7 +108,8 @@ def _pristine(env, rel):
     return (PRISTINE / SITE_REL / rel).read_bytes()
 
 
-def test_lock_names_its_holder_and_a_dead_holder_is_detected(env):
+def test_lock_names_its_holder_and_a_dead_holder_is_detected(baselined):
+    env = baselined
     env.pk("status")
     holder = subprocess.Popen(
         [
@@ -150,7 +153,8 @@ def test_corrupt_backup_object_is_an_error_never_restored(baselined):
     assert env.snapshot() == before
 
 
-def test_bytecode_of_touched_modules_is_removed(env):
+def test_bytecode_of_touched_modules_is_removed(baselined):
+    env = baselined
     cache = env.site / "sglang/srt/speculative/__pycache__"
     pycs = [p.name for p in cache.iterdir() if p.name.startswith("spec_info.")]
     assert pycs, "pip compiled the package, so there is bytecode to invalidate"
@@ -158,7 +162,8 @@ def test_bytecode_of_touched_modules_is_removed(env):
     assert not any(p.name.startswith("spec_info.") for p in cache.iterdir())
 
 
-def test_mode_changes_deletes_and_adds_roll_back_exactly(env):
+def test_mode_changes_deletes_and_adds_roll_back_exactly(baselined):
+    env = baselined
     gone = "sglang/srt/speculative/spec_utils.py"
     lines = (env.site / gone).read_text().splitlines(keepends=True)
     removal = "".join("-" + l for l in lines)

@@ -528,8 +528,9 @@ def test_every_state_and_passing_verification_keeps_a_fingerprint_and_old_ledger
 
 
 def test_a_previous_state_that_fails_too_is_reported_with_what_changed_since_it_passed(
-    env, service, tmp_path
+    baselined, service, tmp_path
 ):
+    env = baselined
     service()  # healthy until the toml says otherwise
     h200 = stand_in_nvidia_smi(tmp_path / "bin-a")
     env.pk("snapshot", "--name", "good", env=h200)

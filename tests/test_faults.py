@@ -48,7 +48,8 @@ def _dead_pid() -> int:
 
 
 # ---- 9: the lock -------------------------------------------------------------------------------
-def test_a_write_failing_while_taking_the_lock_leaves_no_lock(env):
+def test_a_write_failing_while_taking_the_lock_leaves_no_lock(baselined):
+    env = baselined
     env.pk("status")  # the interpreter's description is cached: the next command starts without writing
     proc = _pk_limited(env, 0, "apply", "ddtree")  # not one byte may be written: the lock's first write fails
     _one_error(proc, "File too large")
@@ -66,7 +67,8 @@ def test_an_empty_or_damaged_lock_nobody_holds_is_taken_over(baselined):
         assert not (env.state_dir / "lock").exists()
 
 
-def test_a_damaged_lock_whose_holder_lives_is_refused_by_name(env):
+def test_a_damaged_lock_whose_holder_lives_is_refused_by_name(baselined):
+    env = baselined
     env.pk("status")
     holder = subprocess.Popen(
         [
@@ -230,7 +232,8 @@ def test_a_dead_but_unreaped_lock_holder_does_not_hold_the_lock(env):
 
 
 # ---- 14: Ctrl-C ---------------------------------------------------------------------------------
-def test_ctrl_c_exits_130_and_points_at_recover(env):
+def test_ctrl_c_exits_130_and_points_at_recover(baselined):
+    env = baselined
     env.pk("status")
     before = env.snapshot()
     proc = env.pk(

@@ -128,7 +128,8 @@ def _git(root: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True).stdout
 
 
-def test_without_a_git_identity_the_workspace_commits_as_patchkeeper_and_says_so_once(env):
+def test_without_a_git_identity_the_workspace_commits_as_patchkeeper_and_says_so_once(baselined):
+    env = baselined
     _git(env.root, "init", "-q")
     _git(env.root, "config", "user.useConfigOnly", "true")  # no identity, and git may not guess one
     no_identity = {
@@ -222,7 +223,8 @@ def test_list_lines_fit_the_terminal_and_say_where_the_full_text_is(env):
     assert "Not done: tree verification is not wired yet" in " ".join(full.split())
 
 
-def test_a_dry_run_prints_the_drop_ins_exec_start_once(env):
+def test_a_dry_run_prints_the_drop_ins_exec_start_once(baselined):
+    env = baselined
     out = env.pk("apply", "ddtree", "--dry-run").stdout
     assert out.count("--speculative-draft-model-path") == 1, out  # in the drop-in shown, not again
     assert "ExecStart (effective, from " in out and "as set there (shown above)" in out
@@ -287,7 +289,8 @@ def test_a_target_whose_python_is_wrong_is_not_counted_unreachable(tmp_path, pri
     assert "'sglang' is not installed in" in proc.stdout
 
 
-def test_a_kept_version_named_with_at_gets_the_way_to_apply_it(env):
+def test_a_kept_version_named_with_at_gets_the_way_to_apply_it(baselined):
+    env = baselined
     sets = env.root / "patchsets"
     toml = (sets / "nextn" / "patchset.toml").read_text()
     now = tomllib.loads(toml)["version"]

@@ -154,7 +154,8 @@ def _big_patch(files: int, lines: int) -> bytes:
     ).encode()
 
 
-def test_a_patch_over_32_mib_is_cut_by_file_and_applies(env, tmp_path):
+def test_a_patch_over_32_mib_is_cut_by_file_and_applies(baselined, tmp_path):
+    env = baselined
     patch = tmp_path / "big.patch"
     patch.write_bytes(_big_patch(36, 14000))  # 36 files of 1 MB
     assert os.path.getsize(patch) > 33 << 20

@@ -245,8 +245,9 @@ def _git_apply(site: Path, copy: Path, rels: list[str], *patches: bytes) -> bool
 
 
 def test_the_cli_gives_git_apply_s_tree_for_an_edit_then_a_rename_a_diff_N_deletion_and_anchored_hunks(
-    env, tmp_path
+    baselined, tmp_path
 ):
+    env = baselined
     site = env.site
     spec = (site / SPEC).read_bytes()
     f = 0o644
@@ -280,7 +281,10 @@ def test_the_cli_gives_git_apply_s_tree_for_an_edit_then_a_rename_a_diff_N_delet
     env.pk("apply", "anchored", "--no-verify", "--force", check=2)
 
 
-def test_check_says_what_apply_does_for_a_file_replaced_by_a_directory_and_a_huge_line_number(env, tmp_path):
+def test_check_says_what_apply_does_for_a_file_replaced_by_a_directory_and_a_huge_line_number(
+    baselined, tmp_path
+):
+    env = baselined
     site = env.site
     below = (
         f"diff --git a/{VERSION}/x.py b/{VERSION}/x.py\nnew file mode 100644\n--- /dev/null\n"

@@ -105,7 +105,8 @@ def _big_site_file(env) -> Path:
     pytest.fail("no file of 64 KiB in the package")
 
 
-def test_a_literal_zlib_bomb_is_refused_as_soon_as_it_passes_its_declared_size(env):
+def test_a_literal_zlib_bomb_is_refused_as_soon_as_it_passes_its_declared_size(baselined):
+    env = baselined
     bomb = zlib_bomb(2048)  # 2 GiB of zeros in 2 MB of zlib
     assert len(bomb) < 3 << 20
     _patchset(env, "bomb", _binary_diff("sglang/bomb.bin", None, "literal", 16, bomb))
@@ -118,7 +119,8 @@ def test_a_literal_zlib_bomb_is_refused_as_soon_as_it_passes_its_declared_size(e
     assert env.snapshot() == before
 
 
-def test_a_delta_bomb_is_refused_as_soon_as_it_builds_past_its_declared_result(env):
+def test_a_delta_bomb_is_refused_as_soon_as_it_builds_past_its_declared_result(baselined):
+    env = baselined
     target = _big_site_file(env)
     old = target.read_bytes()
     delta = _varint(len(old)) + _varint(16) + b"\x80" * 32768  # 32768 copies of 64 KiB: 2 GiB

@@ -174,7 +174,8 @@ def test_import_and_apply_refuse_a_diff_with_a_line_between_hunks(env, tmp_path,
     assert env.snapshot() == site
 
 
-def test_a_no_newline_mark_right_after_a_hunk_header_is_ignored_as_git_does(env, tmp_path):
+def test_a_no_newline_mark_right_after_a_hunk_header_is_ignored_as_git_does(baselined, tmp_path):
+    env = baselined
     diff = _site_diff(env, tmp_path)
     at = diff.index("\n", diff.index("\n@@ -") + 1) + 1
     odd = diff[:at] + "\\ No newline at end of file\n" + diff[at:]

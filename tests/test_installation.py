@@ -244,7 +244,10 @@ def _files(root: Path) -> dict[str, tuple[str, int]]:
     return out
 
 
-def test_pip_and_uv_installs_of_one_wheel_are_one_state_and_uv_links_are_never_written_through(env, tmp_path):
+def test_pip_and_uv_installs_of_one_wheel_are_one_state_and_uv_links_are_never_written_through(
+    baselined, tmp_path
+):
+    env = baselined
     env.pk("snapshot", "--name", "s", "--manifest-only")
     by_pip = doc(env, "log")[-1]["after"]["id"]  # the baseline
 

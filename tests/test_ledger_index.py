@@ -46,7 +46,8 @@ def _edit_in_place(path: Path, data: bytes) -> None:
     assert path.stat().st_mtime_ns == st.st_mtime_ns and path.stat().st_size == st.st_size
 
 
-def test_an_unchanged_ledger_is_read_from_the_index_and_every_change_is_seen(env):
+def test_an_unchanged_ledger_is_read_from_the_index_and_every_change_is_seen(baselined):
+    env = baselined
     _history(env.pk)
     files = sorted((env.state_dir / "ledger").glob("*.json"))
     count, ids = _read(env.root)
@@ -114,7 +115,8 @@ def test_over_ssh_an_unchanged_ledger_crosses_no_wire_and_an_edit_is_seen(fleet)
     assert _read(fleet.env.root, "ct129") == (0, ids[:2] + ids[3:])
 
 
-def test_loops_over_the_ledger_ask_the_facts_kept_in_the_index_and_build_only_what_they_answer(env):
+def test_loops_over_the_ledger_ask_the_facts_kept_in_the_index_and_build_only_what_they_answer(baselined):
+    env = baselined
     from patchkeeper.change.repair import environment_ops, rollback_goal
     from patchkeeper.errors import BadInput
     from patchkeeper.records.ledger import LedgerEntry

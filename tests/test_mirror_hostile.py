@@ -28,7 +28,8 @@ def _recover(env, *args: str) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
-def test_a_hostile_ledger_is_refused_or_ignored_and_the_workspace_copy_is_kept(env, tmp_path):
+def test_a_hostile_ledger_is_refused_or_ignored_and_the_workspace_copy_is_kept(baselined, tmp_path):
+    env = baselined
     env.pk("snapshot", "--name", "base")
     ledger_dir = env.state_dir / "ledger"
     ledger = {p.name: p.read_bytes() for p in sorted(ledger_dir.glob("*.json"))}

@@ -317,11 +317,12 @@ def test_digests_come_from_the_cache_while_the_identity_holds_else_from_the_byte
         cache.digests(jobs, "md5")
 
 
-def test_a_sealed_audit_is_given_again_only_while_nothing_it_read_has_changed(env, monkeypatch):
+def test_a_sealed_audit_is_given_again_only_while_nothing_it_read_has_changed(baselined, monkeypatch):
     """host/seal.py: once the stat cache exists, audit_tree seals its answer with the identity of
     every entry it read; while all are unchanged the answer comes back with nothing else read, and
     any change (an in-place edit keeping size and mtime, a new pyc, a mode, a removal, a role file)
     is audited in full and found."""
+    env = baselined
     from patchkeeper.host import seal
     from patchkeeper.host.contract import TreeRequest
 
@@ -621,10 +622,11 @@ def test_a_file_is_hashed_in_reads_of_a_mebibyte(tmp_path, monkeypatch):
     assert reads == [1 << 20] * 4
 
 
-def test_a_warm_audit_from_both_seals_still_sees_a_file_changed_in_place(env, monkeypatch):
+def test_a_warm_audit_from_both_seals_still_sees_a_file_changed_in_place(baselined, monkeypatch):
     """The RECORD seals of other distributions and the tree's seal name the same .py and .pyc files
     (every one below the site dir is a bytecode input): a warm audit is given from both seals, with no
     RECORD checked again, and a file of another distribution changed in place is still seen."""
+    env = baselined
     from patchkeeper import workspace
     from patchkeeper.checks.scan import scan_request
     from patchkeeper.host import distcheck

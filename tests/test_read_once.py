@@ -28,7 +28,8 @@ def _loads(env, monkeypatch, *args: str) -> Counter[str]:
 
 
 @pytest.mark.parametrize("dry_run", [True, False])
-def test_a_switch_reads_each_patch_set_once(env, tmp_path, monkeypatch, dry_run):
+def test_a_switch_reads_each_patch_set_once(baselined, tmp_path, monkeypatch, dry_run):
+    env = baselined
     (tmp_path / "extra.patch").write_text(
         "diff --git a/sglang/extra.py b/sglang/extra.py\nnew file mode 100644\n--- /dev/null\n"
         "+++ b/sglang/extra.py\n@@ -0,0 +1 @@\n+EXTRA = 1\n"

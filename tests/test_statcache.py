@@ -77,9 +77,10 @@ def test_a_seal_whose_device_changed_is_not_believed(env, monkeypatch):
     assert seal.load(path, "key") is None
 
 
-def test_the_ledger_index_rereads_an_entry_whose_device_changed(env, monkeypatch):
+def test_the_ledger_index_rereads_an_entry_whose_device_changed(baselined, monkeypatch):
     """The ledger index (~/.cache/patchkeeper/ledgers): an entry whose file's remembered identity
     differs only in the device is read again from the ledger."""
+    env = baselined
     from patchkeeper.records.ledger import Ledger
     from patchkeeper.targets import open_target
     from patchkeeper.workspace import load
@@ -189,9 +190,10 @@ def _walk(value: object) -> None:
         assert isinstance(value, (str, bytes, int, float, bool, type(None))), type(value)
 
 
-def test_caches_hold_data_only_and_are_private(env):
+def test_caches_hold_data_only_and_are_private(baselined):
     """After the verbs that write caches, every cache file (the state dir's and the user's) is JSON or
     marshal of plain data, mode 0600, in a directory no one else may write."""
+    env = baselined
     env.pk("audit", "-q")
     env.pk("apply", "ddtree", "--no-verify")
     env.pk("audit", "-q", check=None)

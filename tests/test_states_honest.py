@@ -43,7 +43,8 @@ def _state(env) -> dict:
 
 
 # ---- 1: apply --force over a hand edit that already equals the result ----------------------
-def test_forced_apply_records_what_the_files_show_where_a_hand_edit_equals_the_result(env):
+def test_forced_apply_records_what_the_files_show_where_a_hand_edit_equals_the_result(baselined):
+    env = baselined
     unit = "[Service]\nExecStart=/bin/true # myfix\n"
     _patchset(env, "myfix", 'requires = ["ddtree"]\n[files]\nunit = "unit.service"\n', {"unit.service": unit})
     env.pk("apply", "ddtree")
@@ -163,7 +164,8 @@ def test_obstacles_at_destinations_are_refused_by_name_before_anything_changes(b
     env.pk("apply", "ddtree")  # with the obstacles gone it goes through
 
 
-def test_non_regular_files_at_managed_paths_are_refused_not_replaced(env, tmp_path):
+def test_non_regular_files_at_managed_paths_are_refused_not_replaced(baselined, tmp_path):
+    env = baselined
     real = tmp_path / "real.conf"
     real.write_bytes(b"[Service]\n")
     env.dropin.parent.mkdir()

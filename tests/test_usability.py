@@ -42,7 +42,8 @@ def test_output_into_a_pipe_whose_reader_left_stops_quietly(baselined):
         assert proc.returncode in (code, 141), (args, proc.returncode)
 
 
-def test_diff_takes_the_target_as_every_per_target_verb_does(env, tmp_path):
+def test_diff_takes_the_target_as_every_per_target_verb_does(baselined, tmp_path):
+    env = baselined
     second = copy_venv(env.venv, tmp_path / "venv2")
     toml = env.root / "patchkeeper.toml"
     toml.write_text(
@@ -74,7 +75,8 @@ def _complete(env, *words: str) -> list[str]:
     return [line.split(",", 1)[1] for line in proc.stdout.splitlines()]
 
 
-def test_shell_completion_of_patch_set_target_and_state_names(env):
+def test_shell_completion_of_patch_set_target_and_state_names(baselined):
+    env = baselined
     toml = env.root / "patchkeeper.toml"
     toml.write_text(
         toml.read_text()

@@ -40,7 +40,8 @@ def add_patchset(env, name: str, group: str, files: dict[str, str], roles: str) 
 
 
 # ---- one drop-in, one owner ---------------------------------------------------------------------------
-def test_a_second_patch_set_writing_the_same_dropin_is_refused_and_its_own_dropin_works(env):
+def test_a_second_patch_set_writing_the_same_dropin_is_refused_and_its_own_dropin_works(baselined):
+    env = baselined
     add_patchset(
         env,
         "nccl-tuning",
@@ -157,7 +158,8 @@ def test_no_value_a_type_accepts_makes_a_continuation_line(kind):
     assert varspec.VarType(kind).problem("/srv/sglang\\\\") is None  # an even run escapes itself
 
 
-def test_values_are_written_with_systemds_quoting_as_systemd_reads_them(env, tmp_path):
+def test_values_are_written_with_systemds_quoting_as_systemd_reads_them(baselined, tmp_path):
+    env = baselined
     model = '/models/Qwen 27B "q" back\\slash 100%'
     set_vars(env, model_path=json.dumps(model), tp_size="4")
     env.pk("apply", "dflash")

@@ -20,7 +20,8 @@ from patchkeeper.commands.verify import PREVIOUS_FAILS
 
 
 # ---- through the CLI ---------------------------------------------------------------------------
-def test_good_apply_commits_and_records_the_verification(env, service):
+def test_good_apply_commits_and_records_the_verification(baselined, service):
+    env = baselined
     service("DDTREE=healthy", default="degenerate")
     proc = env.pk("apply", "ddtree")
     assert "verification passed: 24 tokens" in proc.stdout
@@ -62,8 +63,9 @@ def test_good_apply_commits_and_records_the_verification(env, service):
     ],
 )
 def test_each_bad_mode_is_detected_and_rolled_back_to_exact_bytes(
-    env, service, mode, reason, server_args, says
+    baselined, service, mode, reason, server_args, says
 ):
+    env = baselined
     service(f"DDTREE={mode}", server_args=server_args, ready_timeout=1)
     before = env.snapshot()
     proc = env.pk("apply", "ddtree", check=3)
@@ -87,14 +89,16 @@ def test_each_bad_mode_is_detected_and_rolled_back_to_exact_bytes(
     assert passed["extra"]["verify"]["ok"] and passed["extra"]["phase"] == "automatic rollback"
 
 
-def test_slow_load_within_ready_timeout_passes_with_progress(env, service):
+def test_slow_load_within_ready_timeout_passes_with_progress(baselined, service):
+    env = baselined
     service("DDTREE=slow-load", server_args="--load-seconds 1.5", ready_timeout=20)
     proc = env.pk("apply", "ddtree")
     assert "waiting for http://127.0.0.1:" in proc.stderr and "HTTP 503" in proc.stderr
     assert "verification passed" in proc.stdout and stack(env) == ["ddtree"]
 
 
-def test_failed_switch_goes_back_to_the_previous_patch_set(env, service):
+def test_failed_switch_goes_back_to_the_previous_patch_set(baselined, service):
+    env = baselined
     service("NEXTN=degenerate")
     env.pk("apply", "ddtree")
     with_ddtree = env.snapshot()
@@ -105,7 +109,8 @@ def test_failed_switch_goes_back_to_the_previous_patch_set(env, service):
     assert kinds == ["baseline", "apply", "verify", "switch", "verify", "rollback", "verify"]
 
 
-def test_a_bad_previous_state_is_reported_as_such(env, service):
+def test_a_bad_previous_state_is_reported_as_such(baselined, service):
+    env = baselined
     service("Qwen3.6-27B=degenerate")  # the model path is in every unit: every code state fails
     before = env.snapshot()
     proc = env.pk("apply", "ddtree", check=3)
@@ -116,14 +121,16 @@ def test_a_bad_previous_state_is_reported_as_such(env, service):
     assert [(v["ok"], v["reason"]) for v in verifications] == [(False, "degenerate"), (False, "degenerate")]
 
 
-def test_no_verify_skips_restart_and_checks(env, service):
+def test_no_verify_skips_restart_and_checks(baselined, service):
+    env = baselined
     svc = service("DDTREE=degenerate")
     env.pk("apply", "ddtree", "--no-verify")
     assert stack(env) == ["ddtree"] and not svc.pidfile.exists()
     assert "verify" not in [e["kind"] for e in ledger(env)]
 
 
-def test_a_rollback_that_fails_verification_is_reported_not_undone(env, service):
+def test_a_rollback_that_fails_verification_is_reported_not_undone(baselined, service):
+    env = baselined
     service("DDTREE=healthy", default="degenerate")
     env.pk("apply", "ddtree")
     proc = env.pk("rollback", "--to", "baseline", check=1)
@@ -132,7 +139,8 @@ def test_a_rollback_that_fails_verification_is_reported_not_undone(env, service)
     assert [e["kind"] for e in ledger(env)][-2:] == ["rollback", "verify"]
 
 
-def test_verify_alone_reports_and_changes_nothing(env, service):
+def test_verify_alone_reports_and_changes_nothing(baselined, service):
+    env = baselined
     svc = service("DDTREE=degenerate", ready_timeout=1)
     env.pk("apply", "ddtree", "--no-verify")
     before = env.snapshot()
@@ -152,7 +160,8 @@ def test_verify_alone_reports_and_changes_nothing(env, service):
     assert [e["kind"] for e in ledger(env)][-2:] == ["verify", "verify"]
 
 
-def test_verify_all_records_and_mirrors_each_verification(env, service):
+def test_verify_all_records_and_mirrors_each_verification(baselined, service):
+    env = baselined
     service()
     env.pk("snapshot", "--name", "s0")
     doc = json.loads(env.pk("verify", "--all", "--restart", "--json").stdout)
