@@ -347,6 +347,72 @@ def layouts(rec: str) -> list[Layout]:
             f"{E}/{K}-s.service.d/z.conf": b"->{ROOT}/opt/d/z.conf",
         },
     )
+    one(
+        "symlinked dropin dir",
+        "dropin-dir-symlink-chain",
+        {
+            f"{UL}/{K}-s.service": svc(spec()),
+            f"opt/real/{K}.d/a.conf": drop(f"ExecStart=\nExecStart={rec} {spec()}\n"),
+            f"opt/hop/{K}.d": f"->{{ROOT}}/opt/real/{K}.d".encode(),
+            f"{E}/{K}-s.service.d": f"->{{ROOT}}/opt/hop/{K}.d".encode(),
+        },
+    )
+    one(
+        "symlinked dropin dir",
+        "dropin-dir-symlink-relative",
+        {
+            f"{UL}/{K}-s.service": svc(spec()),
+            f"{E}/shared-{K}.d/a.conf": drop("Environment=REL=1\n"),
+            f"{E}/{K}-s.service.d": f"->shared-{K}.d".encode(),
+        },
+    )
+    one(  # the manager keeps a symlink whose text, read from its working directory /, is a directory:
+        # "tmp" is, so this one is followed (from where it lies) where the one above is not
+        "symlinked dropin dir",
+        "dropin-dir-symlink-relative-text-a-dir-from-root",
+        {
+            f"{UL}/{K}-s.service": svc(spec()),
+            f"{E}/tmp/{K}.conf": drop("Environment=FROM_ROOT_TOO=1\n"),
+            f"{E}/{K}-s.service.d": b"->tmp",
+        },
+    )
+    one(
+        "symlinked dropin dir",
+        "dropin-dir-symlink-dangling",
+        {
+            f"{UL}/{K}-s.service": svc(spec()),
+            f"{UL}/{K}-s.service.d/a.conf": drop("Environment=KEPT=1\n"),
+            f"{E}/{K}-s.service.d": f"->{{ROOT}}/opt/nowhere/{K}.d".encode(),
+        },
+    )
+    one(
+        "symlinked dropin dir",
+        "dropin-dir-symlink-masks-one-of-the-same-name",
+        {
+            f"{UL}/{K}-s.service": svc(spec()),
+            f"{UL}/{K}-s.service.d/50-a.conf": drop("Environment=LOW=1\n"),
+            f"opt/d/{K}-s.service.d/50-a.conf": drop("Environment=HIGH=1\n"),
+            f"{E}/{K}-s.service.d": f"->{{ROOT}}/opt/d/{K}-s.service.d".encode(),
+        },
+    )
+    one(
+        "symlinked dropin dir",
+        "dropin-file-symlink-relative",
+        {
+            f"{UL}/{K}-s.service": svc(spec()),
+            f"{E}/{K}-s.service.d/real.txt": drop("Environment=LINKED=1\n"),
+            f"{E}/{K}-s.service.d/b.conf": b"->real.txt",
+        },
+    )
+    one(
+        "symlinked dropin dir",
+        "dropin-file-symlink-loop",
+        {
+            f"{UL}/{K}-s.service": svc(spec()),
+            f"{E}/{K}-s.service.d/a.conf": b"->b.conf",
+            f"{E}/{K}-s.service.d/b.conf": b"->a.conf",
+        },
+    )
     # ---- ExecStart= lines systemd ignores or refuses ---------------------------------------------------------
     bad_exec = [
         ("minus-empty-path", "ExecStart=-\n", "ignored line"),

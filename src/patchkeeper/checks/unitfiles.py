@@ -104,6 +104,7 @@ class _Scan:
     ):
         found = target.agent.dir_entries(dirs, suffixes)
         self.real: dict[str, str] = {}
+        self.cached: dict[str, bool] = {}
         self.entries: dict[str, dict[str, list[Any]]] = {}
         for d in dirs:
             got = found.get(d)
@@ -111,6 +112,7 @@ class _Scan:
             if got is None and not planned:
                 continue
             self.real[d] = got["real"] if got else d
+            self.cached[d] = bool(got.get("cached", True)) if got else True
             rows = {row[0]: row for row in (got["entries"] if got else [])}
             for n, data in planned.items():
                 if any(n.endswith(s) for s in suffixes) or not suffixes:
@@ -257,8 +259,8 @@ def _read(
     masked: list[tuple[str, str]] = []
     seen_real: set[str] = set()
     for d in dirs:
-        if d not in found.entries or found.real[d] in seen_real:
-            continue  # systemd canonicalizes each directory: one reached twice adds nothing new
+        if d not in found.entries or not found.cached[d] or found.real[d] in seen_real:
+            continue  # not in the manager's path cache (unitdirs), or reached twice: canonical, it adds nothing
         seen_real.add(found.real[d])
         for n, row in found.entries[d].items():
             if n.startswith("."):

@@ -22,10 +22,23 @@ def _kind(mode: int) -> str:
     return "other"
 
 
+def _in_path_cache(directory: str) -> bool:
+    """Whether a running manager's unit path cache holds `directory`, an entry of a search directory
+    (src/shared/unit-file.c, unit_file_build_name_map; systemd 252): a symlink is kept only when its text,
+    as a path from the manager's working directory `/`, is a directory; a relative symlink is thus read
+    from `/`, not from where it lies, and its drop-ins are never looked for (tests/unitcorpus.py)."""
+    try:
+        text = os.readlink(directory)
+    except OSError:
+        return True  # not a symlink: a directory is kept
+    return os.path.isdir(os.path.join("/", text))
+
+
 def dir_entries(dirs: List[str], suffixes: List[str]) -> Dict[str, Optional[Dict[str, Any]]]:
     """For each directory: None when it is missing or unreadable, else {"real": its canonical path,
     "entries": [[name, kind, kind of what it leads to, where it leads (canonical), size of that], ...]} for
-    the entries whose names end with one of `suffixes` (every entry when none is given), in name order."""
+    the entries whose names end with one of `suffixes` (every entry when none is given), in name order,
+    and "cached": whether, as an entry of a search directory, the manager's path cache would hold it."""
     out: Dict[str, Optional[Dict[str, Any]]] = {}
     for directory in dirs:
         try:
@@ -52,5 +65,9 @@ def dir_entries(dirs: List[str], suffixes: List[str]) -> Dict[str, Optional[Dict
                 except OSError:
                     final, size = "missing", 0
             entries.append([name, kind, final, real, size])
-        out[directory] = {"real": os.path.realpath(directory), "entries": entries}
+        out[directory] = {
+            "real": os.path.realpath(directory),
+            "entries": entries,
+            "cached": _in_path_cache(directory),
+        }
     return out
