@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -153,6 +154,107 @@ def test_the_audits_record_answers_are_sealed_with_their_details(env, monkeypatc
     assert again["pip-23.2.1.dist-info"] == first["pip-23.2.1.dist-info"]
     assert again["setuptools-65.5.0.dist-info"].findings == (
         ("setuptools/__init__.py", "changed", f"differs from RECORD (sha256, {len(text)} bytes)"),
+    )
+
+
+def _damage(site: Path, rng: random.Random) -> tuple[str, str]:
+    """One hand change to a file a RECORD of pip or setuptools lists (or to the RECORD itself), picked
+    by `rng`: the distribution's dist-info and what it did."""
+    dist = rng.choice(["pip", "setuptools"])
+    record = next(site.glob(f"{dist}-*.dist-info")) / "RECORD"
+    rels = [line.split(",")[0] for line in record.read_text().splitlines() if ".py," in line]
+    rel = rng.choice([r for r in rels if (site / r).is_file()])
+    path = site / rel
+    data = path.read_bytes()
+    kind = rng.choice(["in place", "other inode", "shorter", "gone", "record", "same bytes"])
+    if kind == "in place":  # the same size: only the times of its identity move
+        with open(path, "r+b") as f:
+            f.write(b"#" + data[1:])
+    elif kind == "other inode":
+        edit_file(path, data[:-1] + b"#")
+    elif kind == "shorter":
+        edit_file(path, data[: len(data) // 2])
+    elif kind == "gone":
+        path.unlink()
+    elif kind == "record":  # RECORD rewritten without the file's row
+        lines = record.read_text().splitlines(keepends=True)
+        edit_file(record, "".join(line for line in lines if not line.startswith(rel + ",")).encode())
+    else:  # the release's bytes written again: a new identity, no finding
+        edit_file(path, data)
+    return record.parent.name, f"{kind}: {rel}"
+
+
+def test_the_fingerprint_takes_the_audits_record_answers_while_they_hold(env, monkeypatch):
+    """A first change after an audit does not check the environment's files again: the fingerprint
+    takes each answer the audit sealed (audit/records.seal, read only) while every file it read keeps
+    its identity. Oracle: the same fingerprint taken with no seal at all, after each of a generated
+    series of hand changes, some made before the audit and some after it."""
+    monkeypatch.setattr(statcache.StatCache, "GRANULARITY_NS", -(10**12))  # seal even this fresh copy
+    _own_copies(env.site, [p.name for p in env.site.iterdir() if not p.name.startswith("sglang")])
+    from patchkeeper.host.agent import Agent
+
+    audit_seals = env.state_dir / "audit" / "records.seal"
+    managed = os.path.join(str(env.site), "sglang-0.5.23.dist-info")
+    checked: list[str] = []
+    real = distcheck.check_record
+
+    def counting(site, name, cache_dir, **stats):
+        checked.append(name)
+        return real(site, name, cache_dir, **stats)
+
+    def take(root: Path, seals: Path | None) -> dict:
+        parts = ("distributions",)
+        return fingerprint.take(
+            [str(env.site)], str(root), str(env.site), parts, managed, None, seals and str(seals)
+        )
+
+    rng = random.Random(20261207)
+    differ = 0
+    for step in range(8):
+        before = [_damage(env.site, rng) for _ in range(rng.randint(0, 2))]
+        names = sorted(p.name for p in env.site.glob("*.dist-info") if "sglang" not in p.name)
+        Agent().audit_record(str(env.site), names, str(env.state_dir / "audit"))
+        sealed = audit_seals.read_bytes()
+        after = [_damage(env.site, rng) for _ in range(rng.randint(0, 1))]  # the audit's seal no longer holds
+        truth = take(env.root / f"fresh-{step}", None)["distributions"]
+        differ += sum(len(d["differ"]) for d in truth.values() if "differ" in d)
+        monkeypatch.setattr(distcheck, "check_record", counting)
+        checked.clear()
+        got = take(env.root / f"taken-{step}", audit_seals)["distributions"]
+        monkeypatch.setattr(distcheck, "check_record", real)
+        assert got == truth, (before, after)
+        assert audit_seals.read_bytes() == sealed  # read, never written
+        assert sorted(checked) == sorted({dist for dist, _ in after}), (before, after)  # only those
+        monkeypatch.setattr(distcheck, "check_record", counting)
+        checked.clear()
+        assert (
+            take(env.root / f"taken-{step}", None)["distributions"] == truth and checked == []
+        )  # now its own
+    assert differ >= 3  # the corpus made findings, not only clean distributions
+
+
+def test_the_baselines_fingerprint_is_given_the_audits_seals(env, monkeypatch):
+    """The path the fingerprint of a target reads the audit's answers from is where the audit seals
+    them: after the audit's RECORD check, the target's fingerprint checks no distribution again."""
+    monkeypatch.setattr(statcache.StatCache, "GRANULARITY_NS", -(10**12))
+    _own_copies(env.site, [p.name for p in env.site.iterdir() if not p.name.startswith("sglang")])
+    from patchkeeper import workspace
+    from patchkeeper.checks import audit, environment
+    from patchkeeper.targets import open_target
+
+    target = open_target(workspace.load(env.root).target(None))
+    names = sorted(p.name for p in env.site.glob("*.dist-info") if "sglang" not in p.name)
+    target.agent.audit_record(target.info.site, names, audit.cache_dir(target))
+    checked: list[str] = []
+    real = distcheck.check_record
+    monkeypatch.setattr(
+        distcheck,
+        "check_record",
+        lambda site, name, cache_dir, **stats: checked.append(name) or real(site, name, cache_dir, **stats),
+    )
+    fp = environment.take(target)
+    assert (
+        checked == [] and fp["distributions"]["pip"]["differ"] == [] and fp["distributions"]["pip"]["files"]
     )
 
 

@@ -50,8 +50,7 @@ def check_probes(modules: Iterable[str]) -> list[str]:
     return modules
 
 
-def cache_dir(target: Target) -> str:
-    return posixpath.join(target.info.state_dir, "audit")
+cache_dir = environment.audit_dir  # where the audit keeps its caches
 
 
 def compared_pairs(target: Target) -> str:

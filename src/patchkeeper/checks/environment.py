@@ -41,6 +41,12 @@ def cache_root(target: Target) -> str:
     return posixpath.join(target.info.state_dir, "env")
 
 
+def audit_dir(target: Target) -> str:
+    """Where the audit keeps its caches (checks/audit.py): the fingerprint reads its RECORD seals, since
+    an answer sealed there that still holds is the one its own check would give."""
+    return posixpath.join(target.info.state_dir, "audit")
+
+
 def native_cache(target: Target) -> str:
     """Where the fingerprint's native part keeps its caches (host/fingerprint.py take's)."""
     return posixpath.join(cache_root(target), "native")
@@ -66,6 +72,7 @@ def take(target: Target, parts: tuple[str, ...] | None = None) -> dict[str, Any]
         list(parts) if parts else None,
         info.dist_info,
         facts.where.get("stdlib"),
+        posixpath.join(audit_dir(target), "records.seal"),
     ).to_wire()
     doc.update(
         format=FORMAT,

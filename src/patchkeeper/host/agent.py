@@ -291,13 +291,21 @@ class Agent(AgentContract):
         parts: list[str] | None = None,
         managed: str | None = None,
         stdlib: list[str] | None = None,
+        audit_seals: str | None = None,
     ) -> Fingerprint:
         """The environment fingerprint of these site dirs and this host (see fingerprint.py);
-        `stdlib`: the target's standard library directories (its site hooks are looked for there first)."""
+        `stdlib`: the target's standard library directories (its site hooks are looked for there first);
+        `audit_seals`: the audit's RECORD seals of `main_site`, read only."""
 
         return Fingerprint.from_wire(
             fingerprint.take(
-                sites, cache_root, main_site, tuple(parts) if parts else fingerprint.PARTS, managed, stdlib
+                sites,
+                cache_root,
+                main_site,
+                tuple(parts) if parts else fingerprint.PARTS,
+                managed,
+                stdlib,
+                audit_seals,
             )
         )
 

@@ -224,4 +224,5 @@ class AgentContract(Protocol):
         parts: Optional[List[str]] = None,
         managed: Optional[str] = None,
         stdlib: Optional[List[str]] = None,
+        audit_seals: Optional[str] = None,
     ) -> Fingerprint: ...

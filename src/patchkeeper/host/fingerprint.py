@@ -42,12 +42,14 @@ def take(
     parts: tuple[str, ...] = PARTS,
     managed: str | None = None,
     stdlib: list[str] | None = None,
+    audit_seals: str | None = None,
 ) -> Dict[str, Any]:
     """The fingerprint's parts, as plain JSON-able values, with the hash its digests use.
     `managed` names the dist-info (in `main_site`) of the package whose files are a code state:
     the manifests compare those, so it is not checked against its RECORD again here; its name
     gives the entry-point groups of its plugins (startup.py). `stdlib`: the target's standard
-    library directories, where its site hooks are looked for before the site dirs."""
+    library directories, where its site hooks are looked for before the site dirs. `audit_seals`:
+    the audit's RECORD seals of `main_site`, whose answers that still hold are taken (distcheck.RecordSeals)."""
     caches = {site: _cache_dir(cache_root, site, main_site) for site in sites}
     out: Dict[str, Any] = {"algorithm": ALGORITHM}
     if "system" in parts:
@@ -55,7 +57,8 @@ def take(
     vouched: Dict[str, List[Any]] = {}  # the shared objects the RECORD checks read (Resolver)
     if "distributions" in parts or "identities" in parts:  # "identities": a change's (see distributions)
         skip = os.path.join(main_site, managed) if main_site and managed else None
-        out["distributions"] = distributions(sites, caches, skip, "distributions" in parts, vouched)
+        also = {s: audit_seals for s in sites if audit_seals and main_site and caches[s] == cache_root}
+        out["distributions"] = distributions(sites, caches, skip, "distributions" in parts, vouched, also)
     if "native" in parts:
         out["native"] = native(
             sites, os.path.join(cache_root, "native") if cache_root else None, lambda: vouched
@@ -99,6 +102,7 @@ def distributions(
     managed: str | None = None,
     files: bool = True,
     vouched: Dict[str, List[Any]] | None = None,
+    also: Dict[str, str] | None = None,
 ) -> Dict[str, Dict[str, Any]]:
     """normalized name -> {name, version, installer, files, differ: [[path, kind], ...], identity,
     shared: [path, ...]}: `identity` says what it is (its RECORD's files and hashes, distinfo.record_identity),
@@ -109,7 +113,8 @@ def distributions(
     alone, marked `"checked": "identity"` with no `files` or `differ`: its files are not read or
     stat'ed, so a change costs the same in a venv of 200 distributions as in a bare one; `audit`
     and `env` check every file, and put in `vouched` the shared objects they found as their RECORD
-    says (vouched_libraries)."""
+    says (vouched_libraries). `also`: site -> another caller's RECORD seals of it (the audit's),
+    whose answers that still hold are taken (distcheck.RecordSeals)."""
     out: Dict[str, Dict[str, Any]] = {}
     for site in sites:
         try:
@@ -121,7 +126,11 @@ def distributions(
         identities = StatCache(
             os.path.join(cache_dir, "identities.json") if cache_dir and not files else None
         )
-        seals = RecordSeals(os.path.join(cache_dir, "records.seal") if cache_dir and files else None)
+        seals = (
+            RecordSeals(os.path.join(cache_dir, "records.seal"), (also or {}).get(site))
+            if cache_dir and files
+            else RecordSeals(None)
+        )
         rows: Dict[str, Dict[str, Any]] = {}
         for dist_info in names:
             stem = dist_info.rsplit(".", 1)[0]

@@ -170,7 +170,9 @@ class ContractCalls(c.AgentContract):
         parts: list[str] | None = None,
         managed: str | None = None,
         stdlib: list[str] | None = None,
+        audit_seals: str | None = None,
     ) -> c.Fingerprint:
         return cast(
-            "c.Fingerprint", self._call("fingerprint", sites, cache_root, main_site, parts, managed, stdlib)
+            "c.Fingerprint",
+            self._call("fingerprint", sites, cache_root, main_site, parts, managed, stdlib, audit_seals),
         )
