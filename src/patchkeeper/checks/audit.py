@@ -117,8 +117,10 @@ def audit_target(
     if (
         current is None
     ):  # no recorded state: the bytecode of the sources that differ from RECORD is recompiled
-        for chunk in _chunks(others, 16):  # every distribution against its RECORD
-            record_findings(agent.audit_record(info.site, chunk, caches))
+        # every distribution against its RECORD, in one call: its threads take one distribution after
+        # another (in chunks, each chunk's end left a CPU idle: 0.5-0.8 s of a first audit of the serving venv)
+        if others:
+            record_findings(agent.audit_record(info.site, others, caches))
         findings.extend(_unlisted(target, rehash))
         pyc = agent.audit_bytecode(
             info.site,
@@ -389,11 +391,6 @@ def _distributions_since(
                 )
             )
     return out
-
-
-def _chunks(items: list[str], n: int) -> Iterable[list[str]]:
-    for i in range(0, len(items), n):
-        yield items[i : i + n]
 
 
 def _probe(target: Target, module: str, timeout: float) -> str | None:
