@@ -63,6 +63,19 @@ def _an_elf_object() -> Path:
     pytest.fail("this Python has no standard extension module built as a shared object")
 
 
+def _counted_checks(monkeypatch) -> list[str]:
+    """The dist-infos distcheck.check_record is asked for from now on (the checks not answered by a seal)."""
+    checked: list[str] = []
+    real = distcheck.check_record
+
+    def counting(site, name, cache_dir, **stats):
+        checked.append(name)
+        return real(site, name, cache_dir, **stats)
+
+    monkeypatch.setattr(distcheck, "check_record", counting)
+    return checked
+
+
 def test_record_verdicts_are_sealed_and_refused_after_any_change_they_read(env, monkeypatch):
     """Each distribution's verdict comes back from its seal, with no RECORD read and no file
     checked, while every file it read keeps its identity; an in-place edit (same size), a file
@@ -76,14 +89,7 @@ def test_record_verdicts_are_sealed_and_refused_after_any_change_they_read(env, 
     assert first["distributions"]["pip"]["differ"] == [] and first["distributions"]["pip"]["files"] > 100
     assert first["distributions"]["sglang"]["managed"] is True
 
-    checked: list[str] = []
-    real = distcheck.check_record
-
-    def counting(site, name, cache_dir, **stats):
-        checked.append(name)
-        return real(site, name, cache_dir, **stats)
-
-    monkeypatch.setattr(distcheck, "check_record", counting)
+    checked = _counted_checks(monkeypatch)
     assert _take(env) == first and checked == []  # every verdict from its seal
 
     data = pip_file.read_bytes()
@@ -136,13 +142,7 @@ def test_the_audits_record_answers_are_sealed_with_their_details(env, monkeypatc
     assert (env.state_dir / "audit" / "records.seal").is_file()
     assert [f[:2] for f in first["pip-23.2.1.dist-info"].findings] == [("pip/__init__.py", "changed")]
 
-    checked: list[str] = []
-    real = distcheck.check_record
-    monkeypatch.setattr(
-        distcheck,
-        "check_record",
-        lambda site, name, cache_dir, **stats: checked.append(name) or real(site, name, cache_dir, **stats),
-    )
+    checked = _counted_checks(monkeypatch)
     assert Agent().audit_record(str(env.site), names, cache) == first and checked == []
 
     setuptools_file = env.site / "setuptools" / "__init__.py"
@@ -195,12 +195,7 @@ def test_the_fingerprint_takes_the_audits_record_answers_while_they_hold(env, mo
 
     audit_seals = env.state_dir / "audit" / "records.seal"
     managed = os.path.join(str(env.site), "sglang-0.5.23.dist-info")
-    checked: list[str] = []
-    real = distcheck.check_record
-
-    def counting(site, name, cache_dir, **stats):
-        checked.append(name)
-        return real(site, name, cache_dir, **stats)
+    checked = _counted_checks(monkeypatch)
 
     def take(root: Path, seals: Path | None) -> dict:
         parts = ("distributions",)
@@ -218,14 +213,11 @@ def test_the_fingerprint_takes_the_audits_record_answers_while_they_hold(env, mo
         after = [_damage(env.site, rng) for _ in range(rng.randint(0, 1))]  # the audit's seal no longer holds
         truth = take(env.root / f"fresh-{step}", None)["distributions"]
         differ += sum(len(d["differ"]) for d in truth.values() if "differ" in d)
-        monkeypatch.setattr(distcheck, "check_record", counting)
         checked.clear()
         got = take(env.root / f"taken-{step}", audit_seals)["distributions"]
-        monkeypatch.setattr(distcheck, "check_record", real)
         assert got == truth, (before, after)
         assert audit_seals.read_bytes() == sealed  # read, never written
         assert sorted(checked) == sorted({dist for dist, _ in after}), (before, after)  # only those
-        monkeypatch.setattr(distcheck, "check_record", counting)
         checked.clear()
         assert (
             take(env.root / f"taken-{step}", None)["distributions"] == truth and checked == []
@@ -245,13 +237,7 @@ def test_the_baselines_fingerprint_is_given_the_audits_seals(env, monkeypatch):
     target = open_target(workspace.load(env.root).target(None))
     names = sorted(p.name for p in env.site.glob("*.dist-info") if "sglang" not in p.name)
     target.agent.audit_record(target.info.site, names, audit.cache_dir(target))
-    checked: list[str] = []
-    real = distcheck.check_record
-    monkeypatch.setattr(
-        distcheck,
-        "check_record",
-        lambda site, name, cache_dir, **stats: checked.append(name) or real(site, name, cache_dir, **stats),
-    )
+    checked = _counted_checks(monkeypatch)
     fp = environment.take(target)
     assert (
         checked == [] and fp["distributions"]["pip"]["differ"] == [] and fp["distributions"]["pip"]["files"]
