@@ -184,44 +184,53 @@ def _damage(site: Path, rng: random.Random) -> tuple[str, str]:
     return record.parent.name, f"{kind}: {rel}"
 
 
-def test_the_fingerprint_takes_the_audits_record_answers_while_they_hold(env, monkeypatch):
-    """A first change after an audit does not check the environment's files again: the fingerprint
-    takes each answer the audit sealed (audit/records.seal, read only) while every file it read keeps
-    its identity. Oracle: the same fingerprint taken with no seal at all, after each of a generated
-    series of hand changes, some made before the audit and some after it."""
+@pytest.mark.parametrize("reader", ["fingerprint", "audit"])
+def test_each_check_takes_the_others_record_answers_while_they_hold(env, monkeypatch, reader):
+    """A first change after an audit, or a first audit after a change, does not check the
+    environment's files again: the fingerprint takes each answer the audit sealed, and the audit each
+    the fingerprint sealed (read only), while every file it read keeps its identity; the writer's
+    digest cache of a taken distribution is linked beside the reader's. Oracle: the same check with
+    no seal at all, after each of a generated series of hand changes, some made before the writer's
+    check and some after it (its seal no longer holds for those)."""
     monkeypatch.setattr(statcache.StatCache, "GRANULARITY_NS", -(10**12))  # seal even this fresh copy
     _own_copies(env.site, [p.name for p in env.site.iterdir() if not p.name.startswith("sglang")])
     from patchkeeper.host.agent import Agent
 
-    audit_seals = env.state_dir / "audit" / "records.seal"
-    managed = os.path.join(str(env.site), "sglang-0.5.23.dist-info")
+    site = str(env.site)
+    managed = os.path.join(site, "sglang-0.5.23.dist-info")
     checked = _counted_checks(monkeypatch)
 
-    def take(root: Path, seals: Path | None) -> dict:
-        parts = ("distributions",)
-        return fingerprint.take(
-            [str(env.site)], str(root), str(env.site), parts, managed, None, seals and str(seals)
-        )
+    def names() -> list[str]:
+        return sorted(p.name for p in env.site.glob("*.dist-info") if "sglang" not in p.name)
 
+    def fingerprint_of(root: Path | None, also: Path | None) -> dict:
+        parts = ("distributions",)
+        found = fingerprint.take([site], root and str(root), site, parts, managed, None, also and str(also))
+        return found["distributions"]
+
+    def audit_of(root: Path | None, also: Path | None) -> dict:
+        return Agent().audit_record(site, names(), root and str(root), also and str(also))
+
+    write, read = (audit_of, fingerprint_of) if reader == "fingerprint" else (fingerprint_of, audit_of)
     rng = random.Random(20261207)
     differ = 0
     for step in range(8):
         before = [_damage(env.site, rng) for _ in range(rng.randint(0, 2))]
-        names = sorted(p.name for p in env.site.glob("*.dist-info") if "sglang" not in p.name)
-        Agent().audit_record(str(env.site), names, str(env.state_dir / "audit"))
-        sealed = audit_seals.read_bytes()
-        after = [_damage(env.site, rng) for _ in range(rng.randint(0, 1))]  # the audit's seal no longer holds
-        truth = take(env.root / f"fresh-{step}", None)["distributions"]
-        differ += sum(len(d["differ"]) for d in truth.values() if "differ" in d)
+        written = env.root / f"writer-{step}"
+        write(written, None)
+        sealed = (written / "records.seal").read_bytes()
+        after = [_damage(env.site, rng) for _ in range(rng.randint(0, 1))]
+        truth = read(None, None)  # no seal, no cache
+        differ += sum(len(d["differ"]) if isinstance(d, dict) else len(d.findings) for d in truth.values())
         checked.clear()
-        got = take(env.root / f"taken-{step}", audit_seals)["distributions"]
-        assert got == truth, (before, after)
-        assert audit_seals.read_bytes() == sealed  # read, never written
+        ours = env.root / f"reader-{step}"
+        assert read(ours, written / "records.seal") == truth, (before, after)
+        assert (written / "records.seal").read_bytes() == sealed  # read, never written
         assert sorted(checked) == sorted({dist for dist, _ in after}), (before, after)  # only those
+        for name in set(names()) - set(checked):  # the writer's digests, beside ours
+            assert (ours / f"{name}.json").stat().st_ino == (written / f"{name}.json").stat().st_ino
         checked.clear()
-        assert (
-            take(env.root / f"taken-{step}", None)["distributions"] == truth and checked == []
-        )  # now its own
+        assert read(ours, None) == truth and checked == []  # now its own
     assert differ >= 3  # the corpus made findings, not only clean distributions
 
 
@@ -242,6 +251,33 @@ def test_the_baselines_fingerprint_is_given_the_audits_seals(env, monkeypatch):
     assert (
         checked == [] and fp["distributions"]["pip"]["differ"] == [] and fp["distributions"]["pip"]["files"]
     )
+
+
+@pytest.mark.parametrize("state", [False, True])
+def test_the_audit_after_a_fingerprint_checks_no_distribution_again_and_status_sees_it(
+    env, monkeypatch, state
+):
+    """The audit of a target reads the fingerprint's RECORD answers where the fingerprint seals them
+    (with no state recorded, and with one: its one pass), and the digest caches it links make the
+    audit's caches warm for `status`, as an audit that hashed them would."""
+    monkeypatch.setattr(statcache.StatCache, "GRANULARITY_NS", -(10**12))
+    _own_copies(env.site, [p.name for p in env.site.iterdir() if not p.name.startswith("sglang")])
+    if state:
+        env.pk("snapshot", "--name", "start", "--manifest-only")
+    from patchkeeper import workspace
+    from patchkeeper.change.session import Session
+    from patchkeeper.checks import audit, environment
+
+    ws = workspace.load(env.root)
+    with Session(ws, None, "audit", write=False) as s:
+        environment.take(s.target)  # as a change's baseline takes it
+        assert not audit.is_warm(s.target)
+        checked = _counted_checks(monkeypatch)
+        report = audit.audit_target(s.target, s.ledger)
+        # no distribution but the managed one, which the fingerprint leaves to the manifests (with no
+        # state the audit checks it against its RECORD itself)
+        assert checked == ([] if state else ["sglang-0.5.23.dist-info"]) and report.findings == ()
+        assert audit.is_warm(s.target)
 
 
 def test_no_record_verdict_is_sealed_within_the_clock_granularity(env):

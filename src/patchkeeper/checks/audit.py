@@ -114,6 +114,8 @@ def audit_target(
     caches = None if rehash else cache_dir(target)
     bytecode_cache = None if caches is None else posixpath.join(caches, "bytecode.cache")
     compared = compared_pairs(target)  # keyed by bytes, not identity: read under --rehash too
+    # the fingerprint's RECORD answers (a change's baseline checked every distribution as the audit does)
+    also = None if caches is None else environment.record_seals(target)
     if (
         current is None
     ):  # no recorded state: the bytecode of the sources that differ from RECORD is recompiled
@@ -121,7 +123,7 @@ def audit_target(
         # another to the end (in chunks of 16, each chunk's end left a CPU idle: about 1 s of a first
         # audit of the serving venv)
         if others:
-            record_findings(agent.audit_record(info.site, others, caches))
+            record_findings(agent.audit_record(info.site, others, caches, also))
         findings.extend(_unlisted(target, rehash))
         pyc = agent.audit_bytecode(
             info.site,
@@ -168,6 +170,7 @@ def audit_target(
                 None if rehash else environment.native_cache(target),
                 "" if rehash else _baseline_file(ledger),
                 compared,
+                also,
             )
         )
         record_findings(tree.records)

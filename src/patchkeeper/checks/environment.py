@@ -41,6 +41,12 @@ def cache_root(target: Target) -> str:
     return posixpath.join(target.info.state_dir, "env")
 
 
+def record_seals(target: Target) -> str:
+    """The fingerprint's RECORD seals of the target's site dir (host/fingerprint.py's main site): the
+    audit reads them, as the fingerprint reads the audit's (distcheck.RecordSeals' `also`)."""
+    return posixpath.join(cache_root(target), "records.seal")
+
+
 def audit_dir(target: Target) -> str:
     """Where the audit keeps its caches (checks/audit.py): the fingerprint reads its RECORD seals, since
     an answer sealed there that still holds is the one its own check would give."""

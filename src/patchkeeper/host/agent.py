@@ -315,24 +315,20 @@ class Agent(AgentContract):
         return [n for n in self.listdir(site) if n.endswith(".dist-info")]
 
     def audit_record(
-        self, site: str, dist_infos: list[str], cache_dir: str | None = None
+        self, site: str, dist_infos: list[str], cache_dir: str | None = None, also: str | None = None
     ) -> dict[str, RecordCheck]:
         """Check installed distributions against their RECORD (hash, size), one stat cache each.
 
         Returns a RecordCheck per dist-info name.
         Entries without a hash (bytecode, RECORD itself) are skipped; a console script whose
         shebang line alone was rewritten is not a finding. With a `cache_dir`, each answer is
-        sealed there (distcheck.RecordSeals): given again after one stat per file while none changed.
+        sealed there (distcheck.RecordSeals): given again after one stat per file while none changed;
+        `also`: another caller's seals of the site (the fingerprint's), read only.
         """
         return {
             name: RecordCheck.from_wire(doc)
-            for name, doc in self._records(site, dist_infos, cache_dir).items()
+            for name, doc in treecheck.checked_records(site, dist_infos, cache_dir, also).items()
         }
-
-    @staticmethod
-    def _records(site: str, dist_infos: list[str], cache_dir: str | None) -> dict[str, dict[str, Any]]:
-        """check_record of each distribution, sealed in `cache_dir` (see audit_record)."""
-        return treecheck.checked_records(site, dist_infos, cache_dir)
 
     def audit_installation(self, site: str, dist_info: str, cache_dir: str | None = None) -> RecordCheck:
         """The managed distribution's RECORD rows outside its package (its console scripts in bin/, the

@@ -190,7 +190,7 @@ class AgentContract(Protocol):
     def dist_infos(self, site: str) -> List[str]: ...
 
     def audit_record(
-        self, site: str, dist_infos: List[str], cache_dir: Optional[str] = None
+        self, site: str, dist_infos: List[str], cache_dir: Optional[str] = None, also: Optional[str] = None
     ) -> Dict[str, RecordCheck]: ...
 
     def audit_installation(

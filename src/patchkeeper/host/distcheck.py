@@ -287,6 +287,19 @@ class Covered:
         return all(seal.settled(ids, started_ns) for _, ids in self._taken.values())
 
 
+def _link_digests(source_dir: str, cache_dir: str, dist_info: str) -> None:
+    """check_record's digest cache of `dist_info` in `source_dir`, linked into `cache_dir` where that
+    has none (a cache file is replaced by rename, never written in place: the link is a copy)."""
+    ours = os.path.join(cache_dir, dist_info + ".json")
+    if not writing_caches() or os.path.lexists(ours):  # (a dry run writes no cache)
+        return
+    try:
+        os.makedirs(cache_dir, mode=0o700, exist_ok=True)
+        os.link(os.path.join(source_dir, dist_info + ".json"), ours)
+    except OSError:  # none there, or another file system: the next check of it hashes it whole
+        pass
+
+
 class RecordSeals:
     """Each distribution's RECORD check (check_record's answer), sealed with the stat identity of
     every file it read: the audit's and the fingerprint's, each in a file of its own.
@@ -297,9 +310,12 @@ class RecordSeals:
     Any install, removal, rewrite or re-pointed symlink moves one of them; an answer whose files
     changed within the clock's granularity of the check is never sealed (the racily-clean rule).
 
-    `also`: another caller's seals of the same site (the audit's, for the fingerprint), read and never
-    written: an answer that holds there is the same check's answer, taken into these seals as if it
-    had been made here (a first change after an audit does not read an 11 GB environment again)."""
+    `also`: another caller's seals of the same site (the audit's for the fingerprint, the fingerprint's
+    for the audit), read and never written: an answer that holds there is the same check's answer,
+    taken into these seals as if it had been made here, with that caller's digest cache of the
+    distribution linked beside ours where we have none (so a later change to one of its files is
+    hashed alone). A first change after an audit, or a first audit after a change, does not read an
+    11 GB environment again."""
 
     def __init__(self, path: str | None, also: str | None = None) -> None:
         self.path = path
@@ -322,6 +338,8 @@ class RecordSeals:
                 d = os.path.join(site, name)
                 self.seals[d] = found[d]
                 self.dirty = True
+                if cache_dir is not None:
+                    _link_digests(os.path.dirname(self.also), cache_dir, name)
         todo = [name for name in dist_infos if name not in held]
 
         # one distribution per CPU at a time: most of an environment's bytes are single large

@@ -76,7 +76,8 @@ class TreeRequest:
     compared whatever its header says (once per identity: `bytecode_cache` keeps that verdict); when
     that file is gone, or `pycs_since` is "" (`audit --rehash`), every pyc is. `compared` keeps the
     pairs of source and pyc bytes found to hold the same code (pycompare.Compared: keyed by the
-    bytes, so `audit --rehash` reads it too)."""
+    bytes, so `audit --rehash` reads it too). `record_also`: the fingerprint's RECORD seals of the
+    site dir, whose answers that still hold are taken (distcheck.RecordSeals' `also`)."""
 
     store: str
     manifest: str
@@ -91,6 +92,7 @@ class TreeRequest:
     native_cache: Optional[str] = None
     pycs_since: Optional[str] = None
     compared: Optional[str] = None
+    record_also: Optional[str] = None
 
     def to_wire(self) -> Dict[str, Any]:
         return {
@@ -107,6 +109,7 @@ class TreeRequest:
             "native_cache": self.native_cache,
             "pycs_since": self.pycs_since,
             "compared": self.compared,
+            "record_also": self.record_also,
         }
 
     @classmethod
@@ -125,4 +128,5 @@ class TreeRequest:
             doc.get("native_cache"),
             doc.get("pycs_since"),
             doc.get("compared"),
+            doc.get("record_also"),
         )

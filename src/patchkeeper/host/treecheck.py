@@ -89,7 +89,7 @@ def _check(
     request: TreeRequest, manifests: Manifests, store: Store, native_of: Callable[[], Any], vouched: _Handed
 ) -> TreeCheck:
     scan, root = request.scan, request.scan.root
-    records, covered = _records(root, list(request.records), request.record_cache)
+    records, covered = _records(root, list(request.records), request.record_cache, request.record_also)
     vouched.give(fingerprint.vouched_libraries(root, records))
     key = _key(request, records) + (covered.digest,)
     with_records = {name: RecordCheck.from_wire(r) for name, r in records.items()}
@@ -135,17 +135,19 @@ def _check(
     return replace(answer, records=with_records, native=native_of())
 
 
-def checked_records(site: str, dist_infos: List[str], cache_dir: str | None) -> Dict[str, Dict[str, Any]]:
-    """check_record of each distribution, sealed in `cache_dir` (RecordSeals), a file two of them
-    install told apart from a change (distcheck.shared_files)."""
-    return _records(site, dist_infos, cache_dir)[0]
+def checked_records(
+    site: str, dist_infos: List[str], cache_dir: str | None, also: str | None = None
+) -> Dict[str, Dict[str, Any]]:
+    """check_record of each distribution, sealed in `cache_dir` (RecordSeals; `also`: another
+    caller's seals, read only), a file two of them install told apart from a change (distcheck.shared_files)."""
+    return _records(site, dist_infos, cache_dir, also)[0]
 
 
 def _records(
-    site: str, dist_infos: List[str], cache_dir: str | None
+    site: str, dist_infos: List[str], cache_dir: str | None, also: str | None = None
 ) -> Tuple[Dict[str, Dict[str, Any]], Covered]:
     """checked_records, and what those checks stat'ed (distcheck.Covered)."""
-    seals = RecordSeals(os.path.join(cache_dir, "records.seal") if cache_dir else None)
+    seals = RecordSeals(os.path.join(cache_dir, "records.seal"), also) if cache_dir else RecordSeals(None)
     try:
         return shared_files(site, seals.checked(site, dist_infos, cache_dir)), seals.covered()
     finally:

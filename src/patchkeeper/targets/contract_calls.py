@@ -130,9 +130,9 @@ class ContractCalls(c.AgentContract):
         return cast("list[str]", self._call("dist_infos", site))
 
     def audit_record(
-        self, site: str, dist_infos: list[str], cache_dir: str | None = None
+        self, site: str, dist_infos: list[str], cache_dir: str | None = None, also: str | None = None
     ) -> dict[str, c.RecordCheck]:
-        return cast("dict[str, c.RecordCheck]", self._call("audit_record", site, dist_infos, cache_dir))
+        return cast("dict[str, c.RecordCheck]", self._call("audit_record", site, dist_infos, cache_dir, also))
 
     def audit_installation(self, site: str, dist_info: str, cache_dir: str | None = None) -> c.RecordCheck:
         return self._call("audit_installation", site, dist_info, cache_dir)  # type: ignore[no-any-return]
