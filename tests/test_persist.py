@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -18,7 +19,7 @@ from helpers import ping, pk_background, proc_state, wait_for
 from sshd import accepted, sshd, write_client_config  # noqa: F401 (sshd is a fixture)
 
 from patchkeeper.host import wire
-from patchkeeper.targets.persist import Holder, peer, socket_path
+from patchkeeper.targets.persist import Holder, code_digest, peer, socket_path
 
 
 def _runtime() -> list[Path]:
@@ -58,7 +59,9 @@ def test_holder_started_on_first_use_reused_and_ended_by_disconnect(fleet):
     fleet.pk("status", "-t", "ct200")
     fleet.pk("status", "-t", "ct129")
     assert accepted(fleet.sshd) == before + 3, "disconnect -t did not end ct129's connection"
-    assert [p.name for p in _sockets()] == ["controller.sock"]  # one socket, one process, for both
+    assert [p.name for p in _sockets()] == [
+        f"controller-{code_digest()}.sock"
+    ]  # one socket, one process, for both
     assert _ping(fleet, "ct200")["held"] == 2
     assert "ended 2 held connection(s)" in fleet.pk("disconnect", "--all").stdout
     wait_for(lambda: _gone(pid), "the controller to exit")
@@ -365,3 +368,26 @@ def test_a_command_that_finds_the_controller_going_away_starts_another(fleet, ve
         going.wait(30)
     assert going.returncode == 0
     fleet.pk("disconnect", "--all")
+
+
+def test_each_version_asks_a_controller_of_its_own_code(tmp_path):
+    """A controller runs the agents of the patchkeeper that started it: a command of another version
+    (any byte of targets/ or host/ other) names another socket, so it never sends its calls to agents
+    that do not know them; the same code names the same socket."""
+    import patchkeeper
+
+    def digest_of(root: Path) -> str:
+        code = "from patchkeeper.targets.persist import code_digest; print(code_digest())"
+        env = {**os.environ, "PYTHONPATH": str(root)}
+        return subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        ).stdout.strip()
+
+    ours = Path(patchkeeper.__file__).parent
+    same, other = tmp_path / "same", tmp_path / "other"
+    for root in (same, other):
+        shutil.copytree(ours, root / "patchkeeper", ignore=shutil.ignore_patterns("__pycache__"))
+    agent = other / "patchkeeper" / "host" / "agent.py"
+    agent.write_bytes(agent.read_bytes() + b"\n")
+    assert digest_of(same) == code_digest() != digest_of(other)
+    assert socket_path().endswith(f"/controller-{code_digest()}.sock")

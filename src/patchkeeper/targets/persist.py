@@ -2,7 +2,7 @@
 
 The first command to an SSH target starts the controller (targets/holder.py), one process per user
 session that keeps a paramiko transport and a ready agent for every held target, listening on one
-Unix socket, `$XDG_RUNTIME_DIR/patchkeeper/controller.sock` (0700; the controller checks each peer's
+Unix socket, `$XDG_RUNTIME_DIR/patchkeeper/controller-<code>.sock` (0700; the controller checks each peer's
 uid with SO_PEERCRED, and so does the client). Each request names its target; later commands ask the
 controller over that socket: no paramiko import, no handshake, no agent upload. Each command has
 the agent to itself; a command that ends cleanly parks it (releasing every lock) for the next one,
@@ -59,11 +59,31 @@ def socket_dir() -> str:
 
 
 def socket_path() -> str:
-    """The controller's socket."""
-    path = os.path.join(socket_dir(), "controller.sock")
+    """The controller's socket, named by the code it runs (code_digest): a controller that another
+    version of patchkeeper started runs that version's agents, whose calls need not be this one's, so
+    each version asks its own (the other idles out after its `persist`)."""
+    path = os.path.join(socket_dir(), f"controller-{code_digest()}.sock")
     if len(path.encode()) >= 100:  # sun_path holds 108 bytes; leave room for the controller's temp name
         raise Unavailable(f"socket path {path} is too long")
     return path
+
+
+_DIGEST: list[str] = []
+
+
+def code_digest() -> str:
+    """12 hex digits of the sha256 of the controller's code and its agents': every module of
+    patchkeeper.targets and patchkeeper.host (read once a process)."""
+    if not _DIGEST:
+        h = hashlib.sha256()
+        for package in ("targets", "host"):
+            folder = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), package)
+            for name in sorted(n for n in os.listdir(folder) if n.endswith(".py")):
+                with open(os.path.join(folder, name), "rb") as f:
+                    h.update(b"%s/%s:%d:" % (package.encode(), name.encode(), os.fstat(f.fileno()).st_size))
+                    h.update(f.read())
+        _DIGEST.append(h.hexdigest()[:12])
+    return _DIGEST[0]
 
 
 def held_key(ssh: str | None, python: str, identity: str | None = None) -> str:
