@@ -234,6 +234,34 @@ def test_each_check_takes_the_others_record_answers_while_they_hold(env, monkeyp
     assert differ >= 3  # the corpus made findings, not only clean distributions
 
 
+def test_a_symlink_in_place_of_the_other_checks_digest_cache_is_not_followed(env, monkeypatch, tmp_path):
+    """The digest cache linked beside a taken answer is the other check's own file: a symlink there
+    (to any file: here one of this user's, as a cache would be) is not followed or linked."""
+    monkeypatch.setattr(statcache.StatCache, "GRANULARITY_NS", -(10**12))
+    _own_copies(env.site, [p.name for p in env.site.iterdir() if not p.name.startswith("sglang")])
+    from patchkeeper.host.agent import Agent
+
+    names = sorted(p.name for p in env.site.glob("*.dist-info") if "sglang" not in p.name)
+    written, ours = env.root / "writer", env.root / "reader"
+    Agent().audit_record(str(env.site), names, str(written))
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_bytes((written / f"{names[0]}.json").read_bytes())
+    elsewhere.chmod(0o600)
+    (written / f"{names[0]}.json").unlink()
+    (written / f"{names[0]}.json").symlink_to(elsewhere)
+    fingerprint.take(
+        [str(env.site)],
+        str(ours),
+        str(env.site),
+        ("distributions",),
+        None,
+        None,
+        str(written / "records.seal"),
+    )
+    assert not (ours / f"{names[0]}.json").exists() and elsewhere.stat().st_nlink == 1
+    assert (ours / f"{names[1]}.json").stat().st_ino == (written / f"{names[1]}.json").stat().st_ino
+
+
 def test_the_baselines_fingerprint_is_given_the_audits_seals(env, monkeypatch):
     """The path the fingerprint of a target reads the audit's answers from is where the audit seals
     them: after the audit's RECORD check, the target's fingerprint checks no distribution again."""

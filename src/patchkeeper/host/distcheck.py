@@ -290,12 +290,14 @@ class Covered:
 def _link_digests(source_dir: str, cache_dir: str, dist_info: str) -> None:
     """check_record's digest cache of `dist_info` in `source_dir`, linked into `cache_dir` where that
     has none (a cache file is replaced by rename, never written in place: the link is a copy)."""
-    ours = os.path.join(cache_dir, dist_info + ".json")
+    ours, theirs = os.path.join(cache_dir, dist_info + ".json"), os.path.join(source_dir, dist_info + ".json")
     if not writing_caches() or os.path.lexists(ours):  # (a dry run writes no cache)
         return
     try:
+        if not stat.S_ISREG(os.lstat(theirs).st_mode):  # a symlink there is nobody's cache: not followed
+            return
         os.makedirs(cache_dir, mode=0o700, exist_ok=True)
-        os.link(os.path.join(source_dir, dist_info + ".json"), ours)
+        os.link(theirs, ours, follow_symlinks=False)
     except OSError:  # none there, or another file system: the next check of it hashes it whole
         pass
 
