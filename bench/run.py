@@ -1,6 +1,6 @@
 """`make bench`: patchkeeper on the real serving environment, each figure beside its peer in one run.
 
-`python bench/run.py [local warm-audit remote fleet guards caches release rehash]` runs the named parts (default:
+`python bench/run.py [local warm-audit remote fleet guards caches release rehash first-hour]` runs the named parts (default:
 all), prints one table per part with each ratio, goal and verdict, and writes bench/results.json (parts not run keep
 their figures from the last run). patchkeeper is driven through its CLI only. bench/BENCHMARKS.md says
 what each row measures and why.
@@ -33,6 +33,7 @@ PARTS = {
     "caches": "what each cache saves on the serving environment (issue 31)",
     "release": "the 0.5.22->0.5.23 release diff, 2,098 files (issue 33)",
     "rehash": "audit --rehash of the bare sglang venv against the sha256 floor (issue 40)",
+    "first-hour": "the first apply after the first audit, and the first audit after the first apply",
 }
 OUT = Path(__file__).parent / "results.json"
 
