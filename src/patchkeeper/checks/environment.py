@@ -11,6 +11,7 @@ from typing import Any, cast
 from ..errors import PatchkeeperError, StoreError
 from ..host.contract import InterpreterFacts
 from ..host.disk import normalize_name
+from ..host.distcheck import SEALS
 from ..host.elf import is_candidate
 from ..records.ledger import Ledger, LedgerEntry, State
 from ..targets import Target
@@ -44,7 +45,7 @@ def cache_root(target: Target) -> str:
 def record_seals(target: Target) -> str:
     """The fingerprint's RECORD seals of the target's site dir (host/fingerprint.py's main site): the
     audit reads them, as the fingerprint reads the audit's (distcheck.RecordSeals' `also`)."""
-    return posixpath.join(cache_root(target), "records.seal")
+    return posixpath.join(cache_root(target), SEALS)
 
 
 def audit_dir(target: Target) -> str:
@@ -78,7 +79,7 @@ def take(target: Target, parts: tuple[str, ...] | None = None) -> dict[str, Any]
         list(parts) if parts else None,
         info.dist_info,
         facts.where.get("stdlib"),
-        posixpath.join(audit_dir(target), "records.seal"),
+        posixpath.join(audit_dir(target), SEALS),
     ).to_wire()
     doc.update(
         format=FORMAT,

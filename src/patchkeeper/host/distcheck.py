@@ -266,6 +266,9 @@ def shared_files(site: str, results: Dict[str, Dict[str, Any]]) -> Dict[str, Dic
 
 
 _SEAL_FORMAT = ("pk-record-seals", 5, tuple(sys.version_info[:2]))
+SEALS = (
+    "records.seal"  # RecordSeals' file in the cache dir of whoever checks (the audit's, the fingerprint's)
+)
 
 
 class Covered:

@@ -24,7 +24,7 @@ from .disk import (
     map_files,
     normalize_name,
 )
-from .distcheck import RecordSeals, shared_files
+from .distcheck import SEALS, RecordSeals, shared_files
 from .distinfo import record_identity, record_rows
 from .gpu import gpu
 from .startup import startup
@@ -127,7 +127,7 @@ def distributions(
             os.path.join(cache_dir, "identities.json") if cache_dir and not files else None
         )
         seals = (
-            RecordSeals(os.path.join(cache_dir, "records.seal"), (also or {}).get(site))
+            RecordSeals(os.path.join(cache_dir, SEALS), (also or {}).get(site))
             if cache_dir and files
             else RecordSeals(None)
         )

@@ -18,7 +18,7 @@ from . import compare, fingerprint, seal
 from .answers import BytecodeCheck, RecordCheck, TreeCheck
 from .bytecode import VerdictCache, _judge, _tally, _top_pycs, _walk_pyc, recompiled_sources, settle
 from .disk import start_threads
-from .distcheck import Covered, RecordSeals, shared_files
+from .distcheck import SEALS, Covered, RecordSeals, shared_files
 from .manifests import Manifests
 from .pycompare import Compared
 from .queries import TreeRequest
@@ -147,7 +147,7 @@ def _records(
     site: str, dist_infos: List[str], cache_dir: str | None, also: str | None = None
 ) -> Tuple[Dict[str, Dict[str, Any]], Covered]:
     """checked_records, and what those checks stat'ed (distcheck.Covered)."""
-    seals = RecordSeals(os.path.join(cache_dir, "records.seal"), also) if cache_dir else RecordSeals(None)
+    seals = RecordSeals(os.path.join(cache_dir, SEALS), also) if cache_dir else RecordSeals(None)
     try:
         return shared_files(site, seals.checked(site, dist_infos, cache_dir)), seals.covered()
     finally:

@@ -14,6 +14,7 @@ runtime directory, an unsafe one) falls back to a direct connection.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -68,22 +69,18 @@ def socket_path() -> str:
     return path
 
 
-_DIGEST: list[str] = []
-
-
+@functools.cache
 def code_digest() -> str:
     """12 hex digits of the sha256 of the controller's code and its agents': every module of
     patchkeeper.targets and patchkeeper.host (read once a process)."""
-    if not _DIGEST:
-        h = hashlib.sha256()
-        for package in ("targets", "host"):
-            folder = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), package)
-            for name in sorted(n for n in os.listdir(folder) if n.endswith(".py")):
-                with open(os.path.join(folder, name), "rb") as f:
-                    h.update(b"%s/%s:%d:" % (package.encode(), name.encode(), os.fstat(f.fileno()).st_size))
-                    h.update(f.read())
-        _DIGEST.append(h.hexdigest()[:12])
-    return _DIGEST[0]
+    h = hashlib.sha256()
+    for package in ("targets", "host"):
+        folder = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), package)
+        for name in sorted(n for n in os.listdir(folder) if n.endswith(".py")):
+            with open(os.path.join(folder, name), "rb") as f:
+                h.update(b"%s/%s:%d:" % (package.encode(), name.encode(), os.fstat(f.fileno()).st_size))
+                h.update(f.read())
+    return h.hexdigest()[:12]
 
 
 def held_key(ssh: str | None, python: str, identity: str | None = None) -> str:
