@@ -269,6 +269,51 @@ def test_only_big_files_are_hashed_on_threads_and_answers_keep_their_order():
     assert all(ran_on[i] != here for i in range(0, 9, 3))
 
 
+def test_the_switch_interval_is_short_while_big_files_hash_on_threads_and_put_back_by_the_last_call():
+    """map_files with big files on threads: each job sees disk.HANDOFF_S as the switch interval (a
+    hashing thread waiting for the GIL after each chunk gets it back soon); with two such calls at
+    once on two threads, the first to end leaves it short for the other, and the last to end puts
+    back the interval there was before. With fewer than two big files nothing changes."""
+    import sys
+    import threading
+
+    from patchkeeper.host import disk
+
+    before = sys.getswitchinterval()
+    seen: list[float] = []
+    both_in = threading.Barrier(2)
+    first_out = threading.Event()
+
+    def fn(job):
+        seen.append(sys.getswitchinterval())
+        return job[0]
+
+    def call(name: str) -> None:
+        def blocking(job):
+            if job[0] == 1:  # a small job (this calling thread): both calls are inside now
+                both_in.wait(10)
+                if name == "second":
+                    first_out.wait(10)
+                    seen.append(sys.getswitchinterval())  # the first call has ended
+            return fn(job)
+
+        jobs = [(0, disk.BIG_FILE), (1, 10), (2, disk.BIG_FILE)]
+        assert disk.map_files(blocking, jobs, lambda job: job[1], 2) == [0, 1, 2]
+        if name == "first":
+            first_out.set()
+
+    threads = [threading.Thread(target=call, args=(name,)) for name in ("first", "second")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(seen) == 7 and set(seen) == {disk.HANDOFF_S}
+    assert sys.getswitchinterval() == before != disk.HANDOFF_S
+    seen.clear()
+    assert disk.map_files(fn, [(0, disk.BIG_FILE), (1, 10)], lambda job: job[1], 2) == [0, 1]
+    assert seen == [before, before]
+
+
 def test_digests_come_from_the_cache_while_the_identity_holds_else_from_the_bytes(tmp_path, monkeypatch):
     """StatCache.digests: in the jobs' order, a row for each regular file (a gone file, a symlink and a
     directory have none), the remembered digest while the file's identity holds and the digest is in
