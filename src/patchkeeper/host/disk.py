@@ -280,7 +280,7 @@ def map_files(
     big = [i for i, job in enumerate(jobs) if size(job) >= BIG_FILE]
     if len(big) < 2:
         return [counted(job) for job in jobs]
-    with _quick_handoff():
+    with _quick_handoff:
         done = start_threads(counted, [jobs[i] for i in big], workers)
         threaded = set(big)
         results: list[Any] = [None if i in threaded else counted(job) for i, job in enumerate(jobs)]
@@ -290,31 +290,37 @@ def map_files(
 
 
 HANDOFF_S = 0.0005  # the interpreter's switch interval while big files hash beside small ones (map_files)
-_handoff_lock = threading.Lock()
-_handoffs = [0, 0.0]  # map_files calls running with big-file threads; the interval before the first
 
 
-class _quick_handoff:
+class _QuickHandoff:
     """A short switch interval while threads hash big files beside this one's small files: a hashing
     thread asks for the GIL back after every chunk it read or hashed, and this thread, busy with the
     interpreter's work on small files, would keep it for the whole default interval (5 ms) each time.
     The first audit of the serving venv (269 files of 8.6 GB beside 75,000 small ones), six turns on
     2 cores: 6.62-7.16 s (median 6.88) with 5 ms, 6.30-7.05 s (median 6.37) with 0.5 ms; as short an
-    interval for the whole audit gained nothing more. Process-wide, so counted: the last call that
-    ends puts back the interval that was there before the first began."""
+    interval for the whole audit gained nothing more. Process-wide, so one object counts the calls
+    inside it: the last to leave puts back the interval that was there before the first came in."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._inside = 0
+        self._before = 0.0
 
     def __enter__(self) -> None:
-        with _handoff_lock:
-            if not _handoffs[0]:
-                _handoffs[1] = sys.getswitchinterval()
-                sys.setswitchinterval(min(HANDOFF_S, _handoffs[1]))
-            _handoffs[0] += 1
+        with self._lock:
+            if not self._inside:
+                self._before = sys.getswitchinterval()
+                sys.setswitchinterval(min(HANDOFF_S, self._before))
+            self._inside += 1
 
     def __exit__(self, *_: object) -> None:
-        with _handoff_lock:
-            _handoffs[0] -= 1
-            if not _handoffs[0]:
-                sys.setswitchinterval(_handoffs[1])
+        with self._lock:
+            self._inside -= 1
+            if not self._inside:
+                sys.setswitchinterval(self._before)
+
+
+_quick_handoff = _QuickHandoff()
 
 
 def map_threads(fn: Callable[[_T], _R], items: Sequence[_T], workers: int) -> list[_R]:
