@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from common import (
     BARE,
+    PK,
     RACY,
     REPO,
     SITE_REL,
@@ -37,6 +39,25 @@ def git_copy(site: Path, dest: Path) -> Path:
         subprocess.run(GIT + ["-C", str(dest), *args], check=True, stdout=subprocess.DEVNULL)
     run(["git", "-C", str(dest), "status", "--porcelain"])  # git's index refreshed, as ours is warm
     return dest
+
+
+def site_entries(venv: Path) -> list[str]:
+    """Every entry below a venv's site-packages, directories and bytecode included: what a warm audit's
+    seals hold one identity each of (src/patchkeeper/host/seal.py)."""
+    found: list[str] = []
+    for root, dirs, names in os.walk(venv / SITE_REL):
+        found.extend(os.path.join(root, n) for n in dirs + names)
+    return found
+
+
+def click_floor(entries: Path) -> list[str]:
+    """The least a warm audit written as a click CLI in Python can take, whatever its design: the
+    interpreter patchkeeper runs on starts, imports click (a chosen dependency) and lstats each entry
+    listed in `entries` once, nothing more."""
+    shebang = Path(PK).read_bytes().split(b"\n", 1)[0].decode(errors="replace")
+    python = shebang[2:].strip() if shebang.startswith("#!") and "python" in shebang else sys.executable
+    code = f"import os, click\nfor p in open({str(entries)!r}).read().splitlines(): os.lstat(p)"
+    return [python, "-c", code]
 
 
 def main(tmp: Path, env: dict[str, str]) -> list[dict[str, Any]]:
@@ -73,12 +94,15 @@ def main(tmp: Path, env: dict[str, str]) -> list[dict[str, Any]]:
             )
         )
     run(audit, env, ok=(0, 1))
+    entries = tmp / "guard-entries.txt"
+    entries.write_text("".join(f"{p}\n" for p in site_entries(venv)))
     time.sleep(RACY)
     started = os.getloadavg()[0]
-    ours, peer = interleaved(
+    ours, peer, least = interleaved(
         [
             lambda: timed(audit, env, ok=(0, 1)),
             lambda: timed(["git", "-C", str(repo), "status", "--porcelain"]),
+            lambda: timed(click_floor(entries)),
         ],
         5,
     )
@@ -90,6 +114,17 @@ def main(tmp: Path, env: dict[str, str]) -> list[dict[str, Any]]:
             peer[0],
             3.0,
             note=cpu_note(ours[1], peer[1]) + ", " + load_note(started),
+        )
+    )
+    rows.append(
+        row(
+            "the same, against the least a click CLI in Python takes",
+            ours[0],
+            "python: import click, one lstat an entry",
+            least[0],
+            kind="report",
+            note=f"that floor is {least[0] / peer[0]:.2f}x git status ({len(entries.read_text().splitlines())} "
+            f"entries); " + cpu_note(ours[1], least[1]),
         )
     )
     diff = tmp / "ddtree.diff"
