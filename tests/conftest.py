@@ -20,6 +20,7 @@ import pytest
 from helpers import FAKE, Service, free_port, wheel
 from installed import install_without_pip
 from livesystemd import LiveManager, below_root, why_not as live_systemd_missing
+from made_wheels import pip_install
 from sshd import sshd, write_client_config  # noqa: F401 (sshd is a fixture the `fleet` fixture uses)
 
 from patchkeeper.workspace import SYSTEMD_UNIT_PATH
@@ -662,21 +663,7 @@ def live_systemd(tmp_path) -> Iterator[LiveManager]:
 def repair_pristine(pristine_venv, tmp_path_factory) -> Path:
     """The sglang venv (hardlinked) with six and markupsafe installed from their real wheels."""
     venv = copy_venv(pristine_venv, tmp_path_factory.mktemp("repair-pristine") / "venv")
-    subprocess.run(
-        [
-            str(venv / "bin/python"),
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-deps",
-            "--no-index",
-            str(wheel("six-1.17.0-*.whl")),
-            str(wheel("markupsafe-3.0.4-*.whl")),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    pip_install(venv, wheel("six-1.17.0-*.whl"), wheel("markupsafe-3.0.4-*.whl"))
     return venv
 
 

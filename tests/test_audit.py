@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, SITE_REL, copy_venv, edit_file, make_workspace, tree
 from helpers import heavy, imported
+from made_wheels import pip_install
 
 from patchkeeper.host.statcache import StatCache
 
@@ -31,20 +32,7 @@ def audit_pristine(pristine_venv, tmp_path_factory) -> Path:
         )
     venv = tmp_path_factory.mktemp("audit-pristine") / "venv"
     subprocess.run(["cp", "-a", str(pristine_venv), str(venv)], check=True)
-    subprocess.run(
-        [
-            str(venv / "bin/python"),
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-deps",
-            "--no-index",
-            *map(str, wheels),
-        ],
-        check=True,
-        capture_output=True,
-    )
+    pip_install(venv, *wheels)
     return venv
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, SITE_REL, copy_venv, edit_file, fingerprinted, make_workspace
+from made_wheels import pip_install
 from sshd import sshd  # noqa: F401 (a fixture)
 
 from patchkeeper import workspace
@@ -43,23 +44,6 @@ def wheel(pattern: str) -> Path:
     if not found:
         pytest.fail(f"no {pattern} in {WHEELS}: run `make test`, which downloads it")
     return found[0]
-
-
-def pip_install(venv: Path, *wheels: Path) -> None:
-    subprocess.run(
-        [
-            str(venv / "bin/python"),
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-deps",
-            "--no-index",
-            *map(str, wheels),
-        ],
-        check=True,
-        capture_output=True,
-    )
 
 
 @pytest.fixture(scope="module")
