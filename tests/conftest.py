@@ -129,7 +129,10 @@ def pristine_venv(tmp_path_factory) -> Iterator[Path]:
 
     `make test` puts the tmp dirs on a tmpfs where there is one (TMPDIR): every test copies a
     13,000-entry venv and packs a 120 MB baseline, which costs a disk file system most of the
-    suite's time in the kernel. The copy is made once per worker, with modes and mtimes kept."""
+    suite's time in the kernel. The copy is made once per worker, with modes and mtimes kept, on
+    the same file system as the cache's too: a test's venv hardlinks it, and a link made by a test
+    on another worker moves the ctime of every inode they share, which a test of the stat cache or
+    a seal reads as a change (they failed so, with the tmp dirs on the disk of .cache)."""
     if not (PRISTINE / ".done").exists():
         pytest.fail(f"{PRISTINE} is missing: run the tests with `make test`, which builds it")
     damaged = _damaged(PRISTINE)
@@ -138,11 +141,7 @@ def pristine_venv(tmp_path_factory) -> Iterator[Path]:
             f"{PRISTINE} was written through a hardlink ({', '.join(damaged[:5])}): "
             f"a test changed a file in place; `rm -rf {PRISTINE}` and fix the test to use edit_file/chmod_file"
         )
-    base = tmp_path_factory.getbasetemp()
-    if base.stat().st_dev == PRISTINE.stat().st_dev:
-        yield PRISTINE
-        return
-    local = base / "pristine-venv"
+    local = tmp_path_factory.getbasetemp() / "pristine-venv"
     subprocess.run(["cp", "-a", str(PRISTINE), str(local)], check=True)
     yield local
     damaged = _damaged(local)  # the copy is shared by this worker's tests: none may have written through it
