@@ -17,7 +17,9 @@ from conftest import REPO, SITE_REL, copy_venv, edit_file, make_workspace, tree
 from helpers import heavy, imported
 from made_wheels import pip_install
 
+from patchkeeper.host.answers import Comparison
 from patchkeeper.host.statcache import StatCache
+from patchkeeper.targets import shapes
 
 WHEELS = Path(os.environ.get("PK_WHEELS", REPO / ".cache" / "wheels"))
 
@@ -85,6 +87,98 @@ def test_hand_edits_after_apply_are_drift(aenv):
     }
     assert "sglang/srt/speculative/spec_info.py" not in found(doc, "patched")  # each file once
     assert "3 file(s) changed outside patchkeeper" in doc["summary"]
+
+
+def _in_their_place(env, links: bool = True) -> None:
+    """After `apply ddtree`: a directory and a named pipe where recorded files were, one file removed,
+    and with `links` a symbolic link where another was and the unit a symbolic link."""
+    env.pk("apply", "ddtree")
+    spec_dir = env.site / "sglang/srt/speculative"
+    (spec_dir / "ddtree_utils.py").unlink()  # a patch set's own file
+    (spec_dir / "ddtree_utils.py").mkdir()
+    (env.site / "sglang/srt/server_args.py").unlink()
+    os.mkfifo(env.site / "sglang/srt/server_args.py")
+    (env.site / "sglang/version.py").unlink()
+    if links:
+        (spec_dir / "spec_info.py").rename(spec_dir / "spec_info.py.real")
+        (spec_dir / "spec_info.py").symlink_to("spec_info.py.real")
+        env.unit.rename(env.unit.with_name("real.service"))
+        env.unit.symlink_to("real.service")
+
+
+def _standing_drift(state_id: str, links: bool = True) -> dict[str, tuple[str, str]]:
+    gone = f"removed since state {state_id}, by no transaction"
+    instead = "stands in its place, not a regular file"
+    drift = {
+        "sglang/srt/speculative/spec_info.py": (
+            "removed",
+            f"{gone}: a symbolic link (to spec_info.py.real) {instead}",
+        ),
+        "sglang/srt/speculative/spec_info.py.real": (
+            "added",
+            f"added since state {state_id}, by no transaction",
+        ),
+        "sglang/srt/speculative/ddtree_utils.py": ("removed", f"{gone}: a directory {instead}"),
+        "sglang/srt/server_args.py": ("removed", f"{gone}: a named pipe {instead}"),
+        "sglang/version.py": ("removed", gone),
+        "@unit": ("removed", f"{gone}: a symbolic link (to real.service) {instead}"),
+    }
+    if not links:
+        for key in (
+            "sglang/srt/speculative/spec_info.py",
+            "sglang/srt/speculative/spec_info.py.real",
+            "@unit",
+        ):
+            del drift[key]
+    return drift
+
+
+def test_a_file_with_a_link_a_directory_or_a_pipe_in_its_place_is_said_so_not_only_removed(aenv):
+    """A scan digests regular files only: a recorded file whose path now holds a symbolic link, a
+    directory or a named pipe is gone as a file, and the audit says what stands there instead, for
+    the role file (the unit) too. A file really gone is only removed."""
+    _in_their_place(aenv)
+    code, doc = audit(aenv)
+    assert code == 1
+    drift = {k: (v["kind"], v["detail"]) for k, v in found(doc, "drift").items()}
+    assert drift == _standing_drift(doc["state"]["id"])
+    out = aenv.pk("audit", check=1).stdout
+    assert "sglang/srt/server_args.py  removed since" in out and "a named pipe stands in its place" in out
+
+
+def test_what_stands_in_a_files_place_is_said_again_from_the_seal(aenv, monkeypatch):
+    """The tree's answer given again from its seal (no comparison made) says what stands in each
+    removed file's place as the audit that sealed it did (a directory, a named pipe: a tree with a
+    symbolic link among the files it covers is never sealed, seal.py)."""
+    from patchkeeper import workspace
+    from patchkeeper.change.session import Session
+    from patchkeeper.checks import audit as audit_core
+    from patchkeeper.host import compare, statcache
+
+    _in_their_place(aenv, links=False)
+    monkeypatch.setattr(statcache.StatCache, "GRANULARITY_NS", -(10**12))  # seal even these fresh files
+    made = []
+    comparison = compare.comparison
+    monkeypatch.setattr(compare, "comparison", lambda *a: made.append(1) or comparison(*a))
+    ws = workspace.load(aenv.root)
+    reports = []
+    for _ in range(3):  # sealed by the first or the second (once the scan's stat cache exists)
+        made.clear()
+        with Session(ws, None, "audit", write=False) as s:
+            reports.append(audit_core.audit_target(s.target, s.ledger))
+    assert made == []  # the third compared nothing: its answer is the seal's
+    for report in reports:
+        drift = {f.path: (f.kind, f.detail) for f in report.findings if f.cls == "drift"}
+        assert drift == _standing_drift(report.state.id, links=False)
+
+
+def test_the_controller_refuses_a_comparison_saying_what_stands_at_a_file_it_does_not_find_gone():
+    row = ("blake3:" + "0" * 64, 1, 0o644)
+    shapes.answer("compare_many", [Comparison({"sglang/a.py": (row, None)}, {"sglang/a.py": "a directory"})])
+    for standing in ({"sglang/b.py": "a directory"}, {"sglang/c.py": "a directory"}, {"sglang/a.py": 7}):
+        pairs = {"sglang/a.py": (row, None), "sglang/c.py": (row, row)}
+        with pytest.raises(shapes.Malformed):
+            shapes.answer("compare_many", [Comparison(pairs, standing)])  # type: ignore[arg-type]
 
 
 def test_environment_corruption_is_found_and_the_probe_names_the_broken_library(aenv, audit_pristine):

@@ -176,8 +176,15 @@ def audit_target(
         record_findings(tree.records)
         files += tree.files
         drift = {k: change_kind(*pair) for k, pair in sorted(tree.comparison.pairs.items())}
+        standing = tree.comparison.standing  # what stands at a removed file's path, if anything
         findings.extend(
-            Finding("drift", key, kind, f"{kind} since state {current.id}, by no transaction")
+            Finding(
+                "drift",
+                key,
+                kind,
+                f"{kind} since state {current.id}, by no transaction"
+                + (f": {standing[key]} stands in its place, not a regular file" if key in standing else ""),
+            )
             for key, kind in drift.items()
         )
         findings.extend(f for f in patched if f.path not in tree.comparison.pairs)

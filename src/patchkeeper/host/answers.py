@@ -139,9 +139,12 @@ class ScanResult(Answer):
 
 @dataclass(frozen=True)
 class Comparison(Answer):
-    """The files that differ from one stored manifest: key -> (recorded row, actual row)."""
+    """The files that differ from one stored manifest: key -> (recorded row, actual row); and, for a
+    key recorded as a file and gone as one, what stands at its path instead when something does
+    (`standing`: key -> "a symbolic link (to X)", "a directory", ...: preflight.kind_of)."""
 
     pairs: Dict[str, Pair]
+    standing: Dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_wire(cls, doc: Dict[str, Any]) -> "Comparison":
@@ -149,7 +152,8 @@ class Comparison(Answer):
             {
                 k: (None if old is None else _row(old), None if new is None else _row(new))
                 for k, (old, new) in doc["pairs"].items()
-            }
+            },
+            dict(doc.get("standing") or {}),
         )
 
 

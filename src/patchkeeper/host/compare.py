@@ -5,11 +5,13 @@ Standard library only (shipped to hosts)."""
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import replace
 
 from .answers import Comparison, ScanResult
 from .disk import ALGORITHM, algorithm_of, install_records, is_managed_name, walk_files
 from .manifests import Manifests
+from .preflight import kind_of
 from .queries import CompareRequest, ScanRequest
 from .statcache import Listings, StatCache
 
@@ -60,7 +62,7 @@ def compare_many(manifests: Manifests, request: CompareRequest) -> List[Comparis
         asked = in_algorithm_of(request.scan, rows)
         if asked.algorithm not in scans:
             scans[asked.algorithm] = scan(asked, False).rows  # type: ignore[index]
-        out.append(comparison(rows, scans[asked.algorithm]))  # type: ignore[index]
+        out.append(comparison(rows, scans[asked.algorithm], asked))  # type: ignore[index]
     return out
 
 
@@ -72,12 +74,33 @@ def in_algorithm_of(request: ScanRequest, rows: Rows) -> ScanRequest:
     return replace(request, cache=cache, algorithm=algorithm)
 
 
-def comparison(rows: Rows, actual: Rows) -> Comparison:
-    """How the files found (`actual`) differ from a manifest's rows: key -> (recorded, actual)."""
+def comparison(rows: Rows, actual: Rows, request: Optional[ScanRequest] = None) -> Comparison:
+    """How the files found (`actual`, by the scan `request`) differ from a manifest's rows: key ->
+    (recorded, actual); with the request, what stands at the path of a key the scan found no regular
+    file for (a scan digests regular files only: a symbolic link or a directory there is no row)."""
     if rows == actual:  # the common case, at C speed
         return Comparison({})
     differ = {k for k, _ in rows.items() ^ actual.items()}  # rows are tuples: at C speed; few: sorted after
-    return Comparison({k: (rows.get(k), actual.get(k)) for k in sorted(differ)})
+    pairs = {k: (rows.get(k), actual.get(k)) for k in sorted(differ)}
+    standing: Dict[str, str] = {}
+    if request is not None:
+        for k, (old, new) in pairs.items():
+            if old is not None and new is None:
+                what = _standing(request.absolute.get(k) or f"{request.root}/{k}")
+                if what:
+                    standing[k] = what
+    return Comparison(pairs, standing)
+
+
+def _standing(path: str) -> Optional[str]:
+    """What is at `path` when it is there and not a regular file ("a symbolic link (to X)", ...)."""
+    try:
+        st = os.lstat(path)
+    except OSError:  # absent (or its directory is not one): removed
+        return None
+    if stat.S_ISREG(st.st_mode):
+        return None
+    return kind_of(st) + (f" (to {os.readlink(path)})" if stat.S_ISLNK(st.st_mode) else "")
 
 
 def without_install_records(rows: Rows) -> Rows:

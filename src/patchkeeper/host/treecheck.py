@@ -114,7 +114,7 @@ def _check(
     rows = compare.scan(scan, False, pycs, stats, listings).rows
     if listings is not None:
         listings.save()
-    comparison = compare.comparison(expected, rows)
+    comparison = compare.comparison(expected, rows, scan)
     found = pycs + _beside(root, scan.walk, request.bytecode_cache)
     verify = set(request.verify) | recompiled_sources(f for r in records.values() for f in r["findings"])
     verify.update(
@@ -182,7 +182,8 @@ def _key(request: TreeRequest, records: Dict[str, Any]) -> Tuple[Any, ...]:
         request.pycs_since,
         since(request.pycs_since),
         "linked",
-    )  # (answers sealed before they counted hard links are not given again)
+        "standing",
+    )  # (answers sealed before they counted hard links or said what stands at a removed file's path: not given again)
 
 
 def since(marker: str | None) -> int | None:

@@ -275,6 +275,10 @@ def _comparison(value: Any, what: str) -> None:
         for side in (old, new):
             if side is not None:
                 digest(side[0], f"a digest of {what}")
+    for k, standing in value.standing.items():
+        if k not in value.pairs or value.pairs[k][1] is not None:
+            raise fail(f"{what}.standing", k, "a key the comparison finds gone")
+        text(standing, f"{what}.standing")
 
 
 def _comparisons(value: Any, what: str) -> None:
