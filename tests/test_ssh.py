@@ -363,6 +363,14 @@ def test_audit_record_check_and_show_over_ssh(fleet):
     fleet.pk("check", "fix", "-t", "ct200")
     fleet.pk("apply", "fix", "-t", "ct200")
     assert (fleet.site("ct200") / rel).read_bytes() == edited
+    linked = fleet.site("ct200") / "sglang/version.py"  # a link in a file's place: said so, over the wire
+    linked.rename(linked.with_name("version.py.real"))
+    linked.symlink_to("version.py.real")
+    doc = json.loads(fleet.pk("audit", "-t", "ct200", "--json", check=1).stdout)
+    drift = {f["path"]: f["detail"] for f in doc["findings"] if f["class"] == "drift"}
+    assert drift["sglang/version.py"].endswith(
+        ": a symbolic link (to version.py.real) stands in its place, not a regular file"
+    )
 
 
 def test_backups_come_back_over_ssh(fleet):
