@@ -211,6 +211,30 @@ def test_environment_corruption_is_found_and_the_probe_names_the_broken_library(
     assert tree(audit_pristine) != tree(aenv.venv) and (audit_pristine / SITE_REL / "six.py").exists()
 
 
+def test_a_distributions_file_with_a_directory_or_a_pipe_in_its_place_says_which(aenv):
+    """Another distribution's RECORD check follows links (a link to the right bytes is no finding) and
+    says what stands where a file should: a directory, a named pipe (never opened)."""
+    site = aenv.site
+    (site / "six.py").unlink()
+    (site / "six.py").mkdir()
+    typed = site / "markupsafe/py.typed"
+    typed.unlink()
+    os.mkfifo(typed)
+    init = site / "markupsafe/__init__.py"
+    init.rename(init.with_name("__init__.py.real"))
+    init.symlink_to("__init__.py.real")
+    code, doc = audit(aenv)
+    assert code == 1
+    env = {k: (v["kind"], v["detail"]) for k, v in found(doc, "environment").items()}
+    assert env == {
+        "six.py": ("not-a-file", "RECORD lists a file; this is a directory, not a regular file"),
+        "markupsafe/py.typed": (
+            "not-a-file",
+            "RECORD lists a file; this is a named pipe, not a regular file",
+        ),
+    }
+
+
 def test_bytecode_stale_mismatched_and_sourceless(aenv):
     site = aenv.site
     src = site / "sglang/_version.py"

@@ -14,6 +14,7 @@ from typing import Any, Dict, Iterator, List
 from . import elf, seal
 from .disk import cpus, feed, is_install_record, map_files, map_threads, write_atomic
 from .distinfo import console_scripts, paths_of, record_identity, record_lines, record_rows, record_text_rows
+from .preflight import kind_of
 from .statcache import StatCache, identity, load_cache, save_cache, writing_caches
 
 
@@ -113,7 +114,9 @@ def check_record(
             findings.append([rel, "missing", "listed in RECORD, not on disk"])
             continue
         if not stat.S_ISREG(st.st_mode):
-            findings.append([rel, "not-a-file", "RECORD lists a file; this is not a regular file"])
+            findings.append(
+                [rel, "not-a-file", f"RECORD lists a file; this is {kind_of(st)}, not a regular file"]
+            )
             continue
         expected = f"{algo}:{b64}"
         digest = cache.lookup(rel, st) if size is None or st.st_size == size else None
