@@ -94,8 +94,9 @@ def main(tmp: Path, env: dict[str, str]) -> list[dict[str, Any]]:
             )
         )
     run(audit, env, ok=(0, 1))
+    listed = site_entries(venv)
     entries = tmp / "guard-entries.txt"
-    entries.write_text("".join(f"{p}\n" for p in site_entries(venv)))
+    entries.write_text("".join(f"{p}\n" for p in listed))
     time.sleep(RACY)
     started = os.getloadavg()[0]
     ours, peer, least = interleaved(
@@ -123,8 +124,8 @@ def main(tmp: Path, env: dict[str, str]) -> list[dict[str, Any]]:
             "python: import click, one lstat an entry",
             least[0],
             kind="report",
-            note=f"that floor is {least[0] / peer[0]:.2f}x git status ({len(entries.read_text().splitlines())} "
-            f"entries); " + cpu_note(ours[1], least[1]),
+            note=f"that floor is {least[0] / peer[0]:.2f}x git status ({len(listed)} entries); "
+            + cpu_note(ours[1], least[1]),
         )
     )
     diff = tmp / "ddtree.diff"

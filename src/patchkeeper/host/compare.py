@@ -11,7 +11,7 @@ from dataclasses import replace
 from .answers import Comparison, ScanResult
 from .disk import ALGORITHM, algorithm_of, install_records, is_managed_name, walk_files
 from .manifests import Manifests
-from .preflight import kind_of
+from .preflight import entry_at
 from .queries import CompareRequest, ScanRequest
 from .statcache import Listings, StatCache
 
@@ -98,9 +98,7 @@ def _standing(path: str) -> Optional[str]:
         st = os.lstat(path)
     except OSError:  # absent (or its directory is not one): removed
         return None
-    if stat.S_ISREG(st.st_mode):
-        return None
-    return kind_of(st) + (f" (to {os.readlink(path)})" if stat.S_ISLNK(st.st_mode) else "")
+    return None if stat.S_ISREG(st.st_mode) else entry_at(path, st)
 
 
 def without_install_records(rows: Rows) -> Rows:

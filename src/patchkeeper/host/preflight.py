@@ -55,6 +55,11 @@ def kind_of(st: os.stat_result) -> str:
     return "not a regular file"
 
 
+def entry_at(path: str, st: os.stat_result) -> str:
+    """What `path` (whose lstat is `st`) is, in words: its kind, and a symbolic link's target."""
+    return kind_of(st) + (f" (to {os.readlink(path)})" if stat.S_ISLNK(st.st_mode) else "")
+
+
 def _destination(path: str, removing: bool, dirs: Dict[str, Judged]) -> Optional[str]:
     try:
         st = os.lstat(path)
@@ -63,9 +68,8 @@ def _destination(path: str, removing: bool, dirs: Dict[str, Judged]) -> Optional
     if st is None and removing:
         return None  # already gone: nothing to remove
     if st is not None and not stat.S_ISREG(st.st_mode):
-        link = f" (to {os.readlink(path)})" if stat.S_ISLNK(st.st_mode) else ""
         return (
-            f"is {kind_of(st)}{link}, not a regular file: patchkeeper neither replaces nor backs it up; "
+            f"is {entry_at(path, st)}, not a regular file: patchkeeper neither replaces nor backs it up; "
             "remove it or replace it with a regular file"
         )
     if st is not None:
